@@ -1,0 +1,2 @@
+src/CMakeFiles/dsllaunch.dir/launch/placement.c.o: \
+ /work/main/src/launch/placement.c /usr/include/stdc-predef.h

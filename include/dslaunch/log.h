@@ -1,0 +1,22 @@
+/*
+ * Messages for people. Errors go to stderr as "dslaunch: error: ..." (git style:
+ * lowercase, subject in quotes, no trailing period); the program name is set once.
+ * dsl_log0 prints only on rank 0 (set with dsl_log_set_rank), for trainer chatter.
+ */
+#ifndef DSLAUNCH_LOG_H
+#define DSLAUNCH_LOG_H
+
+void dsl_log_set_prog(const char *prog);
+void dsl_log_set_rank(int rank);
+/** 0 = quiet (errors only), 1 = normal, 2 = verbose. */
+void dsl_log_set_level(int level);
+int dsl_log_level(void);
+
+void dsl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void dsl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void dsl_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void dsl_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/** Print to stdout on rank 0 only. */
+void dsl_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

@@ -1,0 +1,22 @@
+/*
+ * Checked number parsing (never atoi): the whole string must be a number in range.
+ */
+#ifndef DSLAUNCH_PARSE_H
+#define DSLAUNCH_PARSE_H
+
+#include <stddef.h>
+
+/** Parse a base-10 integer in [min, max]. Returns 0 or -EINVAL / -ERANGE. */
+int dsl_parse_long(const char *s, long min, long max, long *out);
+int dsl_parse_int(const char *s, int min, int max, int *out);
+/** Parse a size with an optional K/M/G suffix (powers of 1024), e.g. "512M". */
+int dsl_parse_size(const char *s, size_t *out);
+/** Parse a finite double. */
+int dsl_parse_double(const char *s, double *out);
+/** Parse a duration in seconds ("30", "2.5", "500ms", "2m"). */
+int dsl_parse_seconds(const char *s, double *out);
+
+/** Monotonic clock in seconds. */
+double dsl_now(void);
+
+#endif

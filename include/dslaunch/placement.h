@@ -1,0 +1,62 @@
+/*
+ * Placement: the hostfile filtered by --include/--exclude/--num_nodes/--num_gpus into
+ * an ordered list of nodes, each with its device (slot) ids, and the global rank
+ * numbering (hosts in hostfile order, then slots in ascending order).
+ *
+ * Semantics follow DeepSpeed's launcher documentation, and fail loudly where DeepSpeed
+ * is silently wrong: an unknown host or slot in a filter, --num_gpus above a host's
+ * slots, a filter that leaves nothing, malformed specs ("a:", "a:1:2", "a@", "a:x").
+ */
+#ifndef DSLAUNCH_PLACEMENT_H
+#define DSLAUNCH_PLACEMENT_H
+
+#include <stddef.h>
+
+struct dsl_hostfile;
+
+struct dsl_node {
+    char *host;       /* owned */
+    int node_rank;
+    int *slots;       /* device ids, ascending; owned */
+    int nslots;
+    int first_rank;   /* global rank of slots[0] */
+};
+
+struct dsl_placement {
+    struct dsl_node *nodes; /* owned; lives until dsl_placement_release() */
+    int nr;
+    int world_size;
+};
+
+struct dsl_placement_opts {
+    const char *include; /* NULL or "" when not given */
+    const char *exclude;
+    int num_nodes;       /* -1 when not given */
+    int num_gpus;        /* -1 when not given */
+};
+
+void dsl_placement_init(struct dsl_placement *pl);
+/** Build the placement. On error pl is left empty and err holds the message. */
+int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
+                        const struct dsl_placement_opts *o, char *err);
+void dsl_placement_release(struct dsl_placement *pl);
+
+/**
+ * The world map as DeepSpeed's launcher encodes it: a JSON object {"host": [slots]}
+ * with Python json.dumps' default separators (", " and ": "), and its URL-safe base64
+ * (with '=' padding) as passed in --world_info. Both strings are malloc'd; caller frees.
+ */
+char *dsl_placement_world_info_json(const struct dsl_placement *pl);
+char *dsl_placement_world_info_b64(const struct dsl_placement *pl);
+
+/** URL-safe base64 with padding of n bytes; malloc'd. */
+char *dsl_base64url(const void *data, size_t n);
+
+/**
+ * Number of local slots when no hostfile names this machine: DSLAUNCH_LOCAL_SLOTS if
+ * set (err on a bad value), else the GPU count (from /proc/driver/nvidia/gpus), else the
+ * number of online CPUs.
+ */
+int dsl_local_slots(int *slots, char *err);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * The rendezvous store: a TCP key-value store hosted by rank 0 at
+ * MASTER_ADDR:MASTER_PORT, used to exchange NCCL unique ids and peer addresses and to
+ * build barriers.
+ *
+ * Every connection starts with a hello carrying the protocol version, the job's run id
+ * (DSLAUNCH_RUN_ID) and secret (DSLAUNCH_RUN_TOKEN); the server refuses a client of
+ * another version, job or token with a clear error, and answers nothing else to it.
+ * Malformed frames (bad lengths, garbage) close that client's connection; the server
+ * never crashes or blocks on one client.
+ *
+ * The server runs in a background thread of the rank that hosts it; clients are
+ * blocking and every call is bounded by the store timeout.
+ */
+#ifndef DSLAUNCH_STORE_H
+#define DSLAUNCH_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct dsl_store;        /* a client connection (opaque) */
+struct dsl_store_server; /* the server thread (opaque) */
+
+struct dsl_store_opts {
+    const char *addr;    /* MASTER_ADDR */
+    int port;            /* MASTER_PORT */
+    const char *run_id;  /* DSLAUNCH_RUN_ID ("" if unset) */
+    const char *token;   /* DSLAUNCH_RUN_TOKEN ("" if unset) */
+    double timeout_s;    /* DSLAUNCH_STORE_TIMEOUT, default 300 */
+    int rank, world_size;
+};
+
+/** Fill opts from the environment (RANK, WORLD_SIZE, MASTER_*, DSLAUNCH_*). */
+int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err);
+
+/**
+ * Start a server listening on opts->port on all addresses (port 0 = any; the chosen
+ * port is returned by dsl_store_server_port). The server is owned by the caller and
+ * stopped with dsl_store_server_free().
+ */
+int dsl_store_server_start(struct dsl_store_server **out, const struct dsl_store_opts *o,
+                           char *err);
+int dsl_store_server_port(const struct dsl_store_server *s);
+void dsl_store_server_free(struct dsl_store_server *s);
+
+/** Connect (with retry and backoff until the timeout) and say hello. */
+int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, char *err);
+/**
+ * Rank 0 starts the server and connects to it; other ranks connect. The server, if
+ * any, is owned by the returned client and stopped by dsl_store_free() after the other
+ * ranks have disconnected (bounded by the timeout).
+ */
+int dsl_store_open(struct dsl_store **out, const struct dsl_store_opts *o, char *err);
+void dsl_store_free(struct dsl_store *st);
+
+int dsl_store_set(struct dsl_store *st, const char *key, const void *val, size_t len);
+/** Block until key exists (bounded by the timeout). *val is malloc'd, owned by caller. */
+int dsl_store_get(struct dsl_store *st, const char *key, void **val, size_t *len);
+/** Atomically add delta to the integer at key (missing = 0); *result gets the new value. */
+int dsl_store_add(struct dsl_store *st, const char *key, int64_t delta, int64_t *result);
+/** Block until every key exists. */
+int dsl_store_wait(struct dsl_store *st, const char *const *keys, size_t nkeys);
+int dsl_store_delete(struct dsl_store *st, const char *key);
+/** Barrier of all world_size ranks, named so that several can be used in sequence. */
+int dsl_store_barrier(struct dsl_store *st, const char *name);
+/** Text of the last failure on this client. */
+const char *dsl_store_last_error(const struct dsl_store *st);
+
+#endif

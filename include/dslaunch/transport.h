@@ -1,0 +1,84 @@
+/*
+ * Transports: how the launcher reaches the node agent on each host (house style 17).
+ *
+ * A transport turns a host name into a bidirectional byte stream to a running
+ * `dslaunch --agent` on that host: the agent's stdin and stdout. Everything else (plan,
+ * env, argv, output, exits) travels over that stream as control-protocol messages, so
+ * no transport ever passes user data through a remote shell. The only remote command
+ * line is fixed: exec '<remote dslaunch>' --agent, quoted by dsl_shell_quote().
+ *
+ * All operations are non-blocking. The fan-out loop (one thread) calls progress() until
+ * the connection is OPEN, then polls pollfd() and calls read()/write(). A connection
+ * that fails sets state FAILED, err_code (DSL_ECONNECT, DSL_EAUTH, DSL_ETIMEDOUT, ...)
+ * and the per-host message in err.
+ */
+#ifndef DSLAUNCH_TRANSPORT_H
+#define DSLAUNCH_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+#include "dslaunch/error.h"
+
+enum dsl_conn_state {
+    DSL_CONN_PENDING = 0,
+    DSL_CONN_CONNECTING,     /* TCP connect / process start */
+    DSL_CONN_AUTHENTICATING, /* SSH key exchange, host key, user auth */
+    DSL_CONN_STARTING,       /* opening the exec channel */
+    DSL_CONN_OPEN,           /* byte stream to the agent is usable */
+    DSL_CONN_CLOSED,         /* EOF from the agent */
+    DSL_CONN_FAILED,
+};
+
+struct dsl_transport_opts {
+    const char *ssh_config;     /* --ssh-config FILE (NULL: ~/.ssh/config) */
+    int ssh_port;               /* --ssh_port (0: from config or 22) */
+    const char *ssh_identity;   /* --ssh-identity FILE (NULL: agent + defaults) */
+    const char *ssh_user;       /* NULL: from config or the current user */
+    int accept_new;             /* --ssh-accept-new: trust unknown host keys on first use */
+    double connect_timeout;     /* --connect-timeout seconds */
+    double keepalive;           /* --keepalive seconds */
+    const char *known_hosts;    /* NULL: ~/.ssh/known_hosts */
+};
+
+struct dsl_conn;
+
+struct dsl_transport_ops {
+    const char *name;
+    /** Begin reaching host and starting agent_argv there (argv[0] is the dslaunch path). */
+    int (*open)(struct dsl_conn *c, const struct dsl_transport_opts *o,
+                char *const *agent_argv);
+    /** Advance a connection that is not OPEN yet; 0 (state updated) or negative (FAILED). */
+    int (*progress)(struct dsl_conn *c);
+    /** The fd to poll now and the events to wait for; -1 if none. */
+    int (*pollfd)(struct dsl_conn *c, short *events);
+    /** >0 bytes, 0 on EOF, -EAGAIN when nothing is available, other negative on error. */
+    ssize_t (*read)(struct dsl_conn *c, void *buf, size_t n);
+    /** Bytes written (may be short), -EAGAIN, or negative on error. */
+    ssize_t (*write)(struct dsl_conn *c, const void *buf, size_t n);
+    /** Send EOF to the agent's stdin (it then kills its workers and exits). */
+    void (*close_write)(struct dsl_conn *c);
+    /** Release everything. A local agent still running is killed. */
+    void (*close)(struct dsl_conn *c);
+};
+
+struct dsl_conn {
+    const struct dsl_transport_ops *ops;
+    char *host;                /* owned */
+    enum dsl_conn_state state;
+    double t_start, t_open;    /* dsl_now() when opened and when OPEN was reached */
+    int err_code;
+    char err[DSL_ERR_LEN];
+    void *priv;                /* transport-private state */
+};
+
+extern const struct dsl_transport_ops dsl_transport_local;
+#ifdef DSL_HAVE_SSH
+extern const struct dsl_transport_ops dsl_transport_ssh;
+#endif
+extern const struct dsl_transport_ops dsl_transport_pdsh;
+
+/** Quote s for a POSIX shell as one word ('...' with '\'' for quotes). malloc'd. */
+char *dsl_shell_quote(const char *s);
+
+#endif

@@ -1,0 +1,97 @@
+/* Bounded byte buffers: an append past the hard maximum frees and fails. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/dynbuf.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+void dsl_dynbuf_init(struct dsl_dynbuf *b, size_t max)
+{
+    b->buf = NULL;
+    b->len = 0;
+    b->alloc = 0;
+    b->max = max;
+}
+
+int dsl_dynbuf_add(struct dsl_dynbuf *b, const void *data, size_t n)
+{
+    if (n > b->max || b->len > b->max - n) {
+        dsl_dynbuf_release(b);
+        return -ENOSPC;
+    }
+    if (b->len + n + 1 > b->alloc) {
+        size_t a = b->alloc ? b->alloc : 64;
+        while (a < b->len + n + 1)
+            a *= 2;
+        if (a > b->max + 1)
+            a = b->max + 1;
+        b->buf = dsl_xrealloc(b->buf, a);
+        b->alloc = a;
+    }
+    if (n)
+        memcpy(b->buf + b->len, data, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+    return 0;
+}
+
+int dsl_dynbuf_addstr(struct dsl_dynbuf *b, const char *s)
+{
+    return dsl_dynbuf_add(b, s, strlen(s));
+}
+
+int dsl_dynbuf_addf(struct dsl_dynbuf *b, const char *fmt, ...)
+{
+    char small[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    if ((size_t)n < sizeof(small))
+        return dsl_dynbuf_add(b, small, (size_t)n);
+    char *big = dsl_xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int r = dsl_dynbuf_add(b, big, (size_t)n);
+    free(big);
+    return r;
+}
+
+void dsl_dynbuf_consume(struct dsl_dynbuf *b, size_t n)
+{
+    if (n >= b->len) {
+        b->len = 0;
+    } else {
+        memmove(b->buf, b->buf + n, b->len - n);
+        b->len -= n;
+    }
+    if (b->buf)
+        b->buf[b->len] = '\0';
+}
+
+void dsl_dynbuf_reset(struct dsl_dynbuf *b)
+{
+    b->len = 0;
+    if (b->buf)
+        b->buf[0] = '\0';
+}
+
+void dsl_dynbuf_release(struct dsl_dynbuf *b)
+{
+    free(b->buf);
+    b->buf = NULL;
+    b->len = 0;
+    b->alloc = 0;
+}
+
+const char *dsl_dynbuf_str(const struct dsl_dynbuf *b)
+{
+    return b->buf ? b->buf : "";
+}

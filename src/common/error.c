@@ -1,0 +1,65 @@
+/* Error codes to text, the DSL_TRY trace switch and DSL_BUG. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/error.h"
+#include "common/banned.h"
+
+const char *dsl_strerror(int code)
+{
+    switch (code) {
+    case 0: return "success";
+    case DSL_EUSAGE: return "bad usage";
+    case DSL_EHOSTFILE: return "bad hostfile";
+    case DSL_EPLACEMENT: return "bad placement";
+    case DSL_ECONFIG: return "bad configuration";
+    case DSL_ECONNECT: return "host unreachable";
+    case DSL_EAUTH: return "authentication failed";
+    case DSL_EREMOTE: return "remote side failed";
+    case DSL_ETIMEDOUT: return "timed out";
+    case DSL_EPROTO: return "protocol error";
+    case DSL_EPREFLIGHT: return "preflight check failed";
+    case DSL_EVERSION: return "version mismatch";
+    case DSL_ETOKEN: return "wrong job token";
+    case DSL_EPEER: return "peer failed";
+    case DSL_ESPAWN: return "cannot start program";
+    case DSL_EDATA: return "bad data";
+    case DSL_ECHECKPOINT: return "bad checkpoint";
+    case DSL_ECANCELED: return "canceled";
+    case DSL_ENOTSUP: return "not supported";
+    default: break;
+    }
+    if (code < 0 && code > -4096)
+        return strerror(-code);
+    return "unknown error";
+}
+
+int dsl_trace_enabled(void)
+{
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *s = getenv("DSLAUNCH_TRACE");
+        enabled = s && *s && strcmp(s, "0") != 0;
+    }
+    return enabled;
+}
+
+_Noreturn void dsl_bug_at(const char *file, int line, const char *msg)
+{
+    fprintf(stderr, "BUG: %s:%d: %s\n", file, line, msg);
+    abort();
+}
+
+int dsl_seterr(char *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, DSL_ERR_LEN, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}

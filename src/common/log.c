@@ -1,0 +1,75 @@
+/* Messages for people: errors and warnings on stderr, rank-0 chatter on stdout. */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "dslaunch/log.h"
+#include "common/banned.h"
+
+static const char *prog = "dslaunch";
+static int my_rank = 0;
+static int level = 1;
+
+void dsl_log_set_prog(const char *p) { prog = p; }
+void dsl_log_set_rank(int rank) { my_rank = rank; }
+void dsl_log_set_level(int l) { level = l; }
+int dsl_log_level(void) { return level; }
+
+static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
+{
+    char line[4096];
+    int n = snprintf(line, sizeof(line), "%s: %s", prog, kind);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        n = 0;
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    /* one fputs per line keeps lines from different processes whole */
+    fprintf(f, "%s\n", line);
+    fflush(f);
+}
+
+void dsl_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(stderr, "error: ", fmt, ap);
+    va_end(ap);
+}
+
+void dsl_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(stderr, "warning: ", fmt, ap);
+    va_end(ap);
+}
+
+void dsl_info(const char *fmt, ...)
+{
+    if (level < 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(stderr, "", fmt, ap);
+    va_end(ap);
+}
+
+void dsl_debug(const char *fmt, ...)
+{
+    if (level < 2)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vlog(stderr, "debug: ", fmt, ap);
+    va_end(ap);
+}
+
+void dsl_log0(const char *fmt, ...)
+{
+    if (my_rank != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}

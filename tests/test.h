@@ -1,0 +1,95 @@
+/*
+ * A tiny unit-test harness (after libuv's task.h). Each ASSERT prints both sides and
+ * aborts the test binary, so CTest sees the failure with its reason.
+ *
+ *   TEST(hostfile_should_reject_zero_slots) { ... }
+ *   int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }
+ *
+ * RUN_TESTS runs every registered test, or only those whose name contains argv[1].
+ */
+#ifndef DSLAUNCH_TEST_H
+#define DSLAUNCH_TEST_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*dsl_test_fn)(void);
+struct dsl_test_entry {
+    const char *name;
+    dsl_test_fn fn;
+};
+#define DSL_TEST_MAX 512
+static struct dsl_test_entry dsl_tests[DSL_TEST_MAX];
+static int dsl_ntests;
+
+#define TEST(name)                                                             \
+    static void test_##name(void);                                             \
+    __attribute__((constructor)) static void register_##name(void)            \
+    {                                                                          \
+        if (dsl_ntests < DSL_TEST_MAX)                                         \
+            dsl_tests[dsl_ntests++] = (struct dsl_test_entry){#name, test_##name}; \
+    }                                                                          \
+    static void test_##name(void)
+
+#define DSL_FAIL_(...)                                                         \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fprintf(stderr, "\n");                                                 \
+        abort();                                                               \
+    } while (0)
+
+#define ASSERT(cond)                                                           \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            DSL_FAIL_("assertion failed: %s", #cond);                          \
+    } while (0)
+#define ASSERT_EQ(a, b)                                                        \
+    do {                                                                       \
+        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        if (a_ != b_)                                                          \
+            DSL_FAIL_("%s == %s failed: %lld != %lld", #a, #b, a_, b_);        \
+    } while (0)
+#define ASSERT_STR_EQ(a, b)                                                    \
+    do {                                                                       \
+        const char *a_ = (a), *b_ = (b);                                       \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0)                                 \
+            DSL_FAIL_("%s == %s failed:\n  '%s'\n  '%s'", #a, #b,              \
+                      a_ ? a_ : "(null)", b_ ? b_ : "(null)");                 \
+    } while (0)
+#define ASSERT_CONTAINS(hay, needle)                                           \
+    do {                                                                       \
+        const char *h_ = (hay), *n_ = (needle);                                \
+        if (!h_ || !strstr(h_, n_))                                            \
+            DSL_FAIL_("'%s' does not contain '%s'", h_ ? h_ : "(null)", n_);   \
+    } while (0)
+#define ASSERT_OK(expr)                                                        \
+    do {                                                                       \
+        long long r_ = (long long)(expr);                                      \
+        if (r_ < 0)                                                            \
+            DSL_FAIL_("%s failed: %lld", #expr, r_);                           \
+    } while (0)
+#define ASSERT_ERR(expr)                                                       \
+    do {                                                                       \
+        long long r_ = (long long)(expr);                                      \
+        if (r_ >= 0)                                                           \
+            DSL_FAIL_("%s should have failed but returned %lld", #expr, r_);   \
+    } while (0)
+
+static inline int dsl_run_tests(int argc, char **argv)
+{
+    int ran = 0;
+    for (int i = 0; i < dsl_ntests; i++) {
+        if (argc > 1 && !strstr(dsl_tests[i].name, argv[1]))
+            continue;
+        fprintf(stderr, "# %s\n", dsl_tests[i].name);
+        dsl_tests[i].fn();
+        ran++;
+    }
+    fprintf(stderr, "# %d test(s) passed\n", ran);
+    return ran ? 0 : 1;
+}
+#define RUN_TESTS(argc, argv) dsl_run_tests((argc), (argv))
+
+#endif
