@@ -1,0 +1,2 @@
+# Rendezvous store and collectives (issue 5).
+dsl_unit_test(comm_world1_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_world1_test.c LIBS dslcomm)
