@@ -1,5 +1,12 @@
 add_library(dsllaunch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/hostfile.c
-  ${CMAKE_CURRENT_LIST_DIR}/placement.c)
-target_link_libraries(dsllaunch PUBLIC dslcommon)
+  ${CMAKE_CURRENT_LIST_DIR}/placement.c
+  ${CMAKE_CURRENT_LIST_DIR}/options.c
+  ${CMAKE_CURRENT_LIST_DIR}/proto.c
+  ${CMAKE_CURRENT_LIST_DIR}/spawn.c
+  ${CMAKE_CURRENT_LIST_DIR}/agent.c
+  ${CMAKE_CURRENT_LIST_DIR}/transport_local.c
+  ${CMAKE_CURRENT_LIST_DIR}/job.c
+  ${CMAKE_CURRENT_LIST_DIR}/launch.c)
+target_link_libraries(dsllaunch PUBLIC dslcommon PkgConfig::CJSON)
 target_compile_options(dsllaunch PRIVATE ${DSL_SRC_WARNINGS})

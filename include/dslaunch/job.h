@@ -1,0 +1,99 @@
+/*
+ * A job as the launcher sees it: the placement, one node agent connection per node,
+ * and the state of every rank. dsl_job_run() drives it from connecting to the final
+ * summary. The launch module (launch.c) fills the plan; this module executes it.
+ */
+#ifndef DSLAUNCH_JOB_H
+#define DSLAUNCH_JOB_H
+
+#include <stdio.h>
+
+#include "dslaunch/options.h"
+#include "dslaunch/placement.h"
+#include "dslaunch/proto.h"
+#include "dslaunch/strvec.h"
+#include "dslaunch/transport.h"
+
+/** Fixed exit codes of the launcher (docs/exit-codes.md). */
+enum dsl_exit_code {
+    DSL_EXIT_OK = 0,
+    DSL_EXIT_USAGE = 2,
+    DSL_EXIT_NOEXEC = 126,
+    DSL_EXIT_NOTFOUND = 127,
+    DSL_EXIT_UNREACHABLE = 200,
+    DSL_EXIT_AUTH = 201,
+    DSL_EXIT_PREFLIGHT = 202,
+    DSL_EXIT_TIMEOUT = 203,
+    DSL_EXIT_AGENT = 204,
+};
+
+/* What the launcher knows about one node. */
+enum dsl_node_state {
+    DSL_NODE_PENDING = 0,
+    DSL_NODE_CONNECTING, /* transport not open yet */
+    DSL_NODE_HELLO,      /* open; waiting for the agent's hello */
+    DSL_NODE_READY,      /* hello received */
+    DSL_NODE_RUNNING,    /* start sent */
+    DSL_NODE_EXITED,     /* agent said bye */
+    DSL_NODE_FAILED,     /* unreachable, refused, died or went silent */
+};
+
+struct dsl_job_node {
+    const struct dsl_node *pn; /* placement node (not owned) */
+    struct dsl_conn conn;
+    enum dsl_node_state state;
+    int local;                 /* agent runs on this machine */
+    struct dsl_linebuf in;
+    struct dsl_dynbuf outq;
+    struct dsl_msg hello, probed;
+    int have_hello, have_probed;
+    double t_start, t_hello, last_rx, last_tx;
+    int eof;
+    char *iface;               /* interface that routes to MASTER_ADDR (owned) */
+    char err[DSL_ERR_LEN];     /* why it failed */
+    int err_code;
+};
+
+struct dsl_job_rank {
+    int rank, node, local_rank, device;
+    int pid, started, exited, code, sig;
+    double wall;
+    struct dsl_strvec tail;
+    FILE *log;
+    char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
+    double last_cr_shown;
+};
+
+struct dsl_job {
+    const struct dsl_launch_opts *opts;
+    const struct dsl_placement *pl;
+    struct dsl_strvec exported;   /* the export set (launch.c) */
+    struct dsl_strvec argv;       /* resolved program + args */
+    char *self_exe;               /* this dslaunch (owned) */
+    char *cwd;                    /* working directory for ranks (owned) */
+    char *master_addr;            /* owned */
+    int master_port;
+    char run_id[32], token[80];
+    int all_local;
+    struct dsl_job_node *nodes;
+    int nnodes;
+    struct dsl_job_rank *ranks;
+    int nranks;
+    /* outcome */
+    int failed_rank;              /* first failing rank, -1 */
+    int failed_node;              /* first failing node (agent/unreachable), -1 */
+    int exit_code;
+    int stopping;
+    double t_begin, t_stop;
+};
+
+void dsl_job_init(struct dsl_job *job, const struct dsl_launch_opts *o,
+                  const struct dsl_placement *pl);
+/** Connect, check, start, supervise, summarise. Returns the launcher's exit code. */
+int dsl_job_run(struct dsl_job *job);
+void dsl_job_release(struct dsl_job *job);
+
+/** Is this host name this machine (localhost, 127.x, ::1, our hostname)? */
+int dsl_host_is_local(const char *host);
+
+#endif
