@@ -1,0 +1,76 @@
+/*
+ * Datasets and the sampler of dstrain.
+ *
+ * A dataset is n samples of dim floats (row-major) with int32 labels in
+ * [0, nclasses). Fashion-MNIST is read from the Debian package's gzipped idx files
+ * (dataset-fashion-mnist, /usr/share/datasets/fashion-mnist) and normalised as the
+ * PyTorch peer does: x / 255, then (x - mean) / std with the scalar mean and standard
+ * deviation of all training pixels. The synthetic dataset is a learnable mixture of
+ * class prototypes plus noise, generated from a seed.
+ *
+ * The sampler has DistributedSampler's meaning made world-size invariant: every epoch
+ * is a permutation of [0, n) drawn from seed + epoch (or the identity without
+ * shuffle), padded by repeating its head to a multiple of the GLOBAL batch (or cut to
+ * one, with drop_last), so every rank gets the same number of samples. Global step s
+ * of an epoch is positions [s*G, (s+1)*G) of that list, and it is cut into
+ * micro-batch chunks that the trainer hands out to ranks: the samples a step sees
+ * depend only on (seed, epoch, step, G), never on the world size.
+ */
+#ifndef DSLAUNCH_DATA_H
+#define DSLAUNCH_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSL_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+struct dsl_dataset {
+    size_t n, dim, nclasses;
+    float *x;   /* n x dim, owned */
+    int32_t *y; /* n, owned */
+};
+
+struct dsl_data_opts {
+    const char *name;   /* "fashion_mnist" or "synthetic" */
+    const char *path;   /* fashion_mnist: directory of the idx.gz files (NULL: default) */
+    size_t synth_train; /* synthetic: sample counts and shape */
+    size_t synth_test;
+    size_t synth_dim;
+    size_t synth_classes;
+    uint64_t seed;
+};
+
+/** Load train and test sets. On failure both are empty and err names the path (and
+ *  the Debian package for a missing Fashion-MNIST). */
+int dsl_data_load(struct dsl_dataset *train, struct dsl_dataset *test,
+                  const struct dsl_data_opts *o, char *err);
+void dsl_dataset_release(struct dsl_dataset *d);
+
+/** Read one idx file (gzip or plain, via zlib) of unsigned bytes. *out is malloc'd,
+ *  owned by the caller; dims[0..*ndim) receive the shape. */
+int dsl_idx_read(const char *path, uint8_t **out, size_t *count, size_t dims[4],
+                 size_t *ndim, char *err);
+
+struct dsl_sampler {
+    size_t n;            /* dataset size */
+    size_t global_batch; /* G */
+    size_t steps_per_epoch;
+    uint64_t seed;
+    int shuffle, drop_last;
+    uint64_t epoch; /* epoch whose order is in idx */
+    size_t *idx;    /* steps_per_epoch * G positions, owned */
+};
+
+/** Returns DSL_ECONFIG if the dataset is smaller than one global batch with drop_last. */
+int dsl_sampler_init(struct dsl_sampler *s, size_t n, size_t global_batch, uint64_t seed,
+                     int shuffle, int drop_last, char *err);
+/** The G sample indices of step `step` (0-based, within the epoch) of epoch `epoch`;
+ *  valid until the next call with another epoch. */
+const size_t *dsl_sampler_step(struct dsl_sampler *s, uint64_t epoch, size_t step);
+void dsl_sampler_release(struct dsl_sampler *s);
+
+/** Copy the rows idx[0..k) of d into x (k x dim) and y. */
+void dsl_dataset_gather(const struct dsl_dataset *d, const size_t *idx, size_t k, float *x,
+                        int32_t *y);
+
+#endif

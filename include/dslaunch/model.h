@@ -1,0 +1,102 @@
+/*
+ * The model interface of dstrain: what the data-parallel code needs from a model and
+ * nothing more, so that a second model (a transformer) can be added as another ops
+ * table without touching the trainer.
+ *
+ * Parameters live in one flat float buffer owned by the caller (house style 20); a
+ * model only knows offsets into it. Its gradient is delivered in *segments*: fixed
+ * (offset, len) slices of the flat buffer, listed in the order in which backward
+ * finishes them (last layer first). Before writing segment i, backward asks the sink
+ * for the destination of that segment (dest(ctx, i) returns len floats, which may be
+ * the segment's place in a full-size gradient buffer or a slot of a small bucket
+ * buffer), and after writing it calls done(ctx, i). That is what lets ZeRO stage 2
+ * reduce-scatter buckets while the rest of backward still runs, without a full-size
+ * gradient buffer. The segment list depends only on the model spec and seg_max, never
+ * on the world size or the ZeRO stage, so every configuration runs the same sgemm
+ * shapes (the basis of deterministic mode).
+ *
+ * Gradients are of the SUM of per-sample losses over the micro batch (not the mean):
+ * the trainer divides once by the global batch, at the same point in every
+ * configuration.
+ */
+#ifndef DSLAUNCH_MODEL_H
+#define DSLAUNCH_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DSL_MODEL_MAX_LAYERS 16
+
+/** One gradient segment: flat offset and length, and the layer it belongs to. */
+struct dsl_model_seg {
+    size_t off;
+    size_t len;
+    int layer;
+};
+
+/** Where backward writes gradient segments (see the top of this file). */
+struct dsl_grad_sink {
+    float *(*dest)(void *ctx, size_t seg);
+    void (*done)(void *ctx, size_t seg);
+    void *ctx;
+};
+
+/** Loss statistics of one forward pass. */
+struct dsl_model_stats {
+    double loss_sum; /* sum of per-sample cross-entropy, summed in sample order */
+    size_t correct;  /* samples whose argmax equals the label */
+};
+
+/** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy. */
+struct dsl_model_spec {
+    const char *type;
+    size_t in_dim;
+    size_t out_dim;
+    size_t hidden[DSL_MODEL_MAX_LAYERS];
+    size_t nhidden;
+    size_t max_batch; /* largest micro batch (or eval batch) that will be passed */
+    size_t seg_max;   /* upper bound on a gradient segment's length (0 = whole tensors) */
+};
+
+struct dsl_model;
+
+struct dsl_model_ops {
+    const char *name;
+    /** Fill params (nparams floats) from seed; the same seed gives the same bits. */
+    void (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
+    /** Forward + backward over n samples (x: n x in_dim, y: n labels). */
+    int (*forward_backward)(struct dsl_model *m, const float *params, const float *x,
+                            const int32_t *y, size_t n, const struct dsl_grad_sink *sink,
+                            struct dsl_model_stats *st);
+    /** Forward only (evaluation); stats as above. */
+    int (*evaluate)(struct dsl_model *m, const float *params, const float *x,
+                    const int32_t *y, size_t n, struct dsl_model_stats *st);
+    void (*release)(struct dsl_model *m);
+};
+
+struct dsl_model {
+    const struct dsl_model_ops *ops;
+    size_t nparams;
+    size_t in_dim, out_dim, max_batch;
+    struct dsl_model_seg *segs; /* backward order; owned by the model */
+    size_t nsegs;
+    size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
+    void *impl;              /* the implementation's state (activations) */
+};
+
+/**
+ * Build a model on the CPU (OpenBLAS). Returns 0, or DSL_ECONFIG with err naming
+ * the bad field. Release with dsl_model_release().
+ */
+int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+void dsl_model_release(struct dsl_model *m);
+
+/** Per-tensor name and range of the MLP's flat buffer ("layers.0.weight", ...), for
+ *  checkpoints and tools. Returns the number of tensors written (at most max). */
+size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], size_t *off,
+                         size_t *len, size_t max);
+
+/** Set the number of BLAS threads of this process (OpenBLAS); returns what it set. */
+int dsl_blas_set_threads(int n);
+
+#endif

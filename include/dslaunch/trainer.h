@@ -1,0 +1,139 @@
+/*
+ * The data-parallel trainer: one optimizer step = forward/backward over this rank's
+ * micro batches, gradient reduction (ZeRO stage 0, 1 or 2), optional clipping, the
+ * optimizer on this rank's shard and (stages 1/2) an all-gather of the parameters.
+ *
+ * Ownership of the flat model state (P parameters, N ranks, S = this rank's shard):
+ *   stage 0: params P, grads P, optimizer state P per state vector (16P bytes fp32)
+ *   stage 1: params P, grads P, optimizer state S             (8P + 8S bytes)
+ *   stage 2: params P, reduced grads S, optimizer state S, plus one (two with
+ *            overlap_comm) bucket staging buffers             (4P + 12S + buckets)
+ * The shard of a rank is, for every gradient bucket, its dsl_shard_of() piece of the
+ * bucket; bucket boundaries come from the model's segment list and
+ * reduce_bucket_size, so S differs from P/N by at most one element per bucket.
+ *
+ * Deterministic mode: micro step k of rank r works on chunk c = k*N + r of the global
+ * batch (each chunk one micro batch). Each micro step's gradient is reduced over the
+ * ranks (the comm's balanced pairwise tree in rank order), and the micro steps are
+ * then combined in a pairwise tree over k. For N and the number of chunks powers of
+ * two that is the pairwise tree over all chunks in order, the same for every world
+ * size and stage; the division by the global batch comes after it.
+ *
+ * The trainer does not own the comm, the model or the datasets; it owns its buffers,
+ * which live until dsl_trainer_release().
+ */
+#ifndef DSLAUNCH_TRAINER_H
+#define DSLAUNCH_TRAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dslaunch/data.h"
+#include "dslaunch/model.h"
+#include "dslaunch/optimizer.h"
+
+struct dsl_comm;
+
+typedef float (*dsl_lr_fn)(void *ctx, uint64_t step); /* lr for 0-based optimizer step */
+
+struct dsl_trainer_opts {
+    size_t micro_batch;   /* train_micro_batch_size_per_gpu */
+    size_t grad_accum;    /* gradient_accumulation_steps */
+    int zero_stage;       /* 0, 1, 2 */
+    size_t bucket_elems;  /* reduce_bucket_size (elements) */
+    int overlap_comm;     /* issue reductions during backward */
+    int deterministic;    /* canonical summation order */
+    float grad_clip;      /* gradient_clipping; 0 = off */
+    int prescale;         /* prescale_gradients */
+    float predivide;      /* gradient_predivide_factor (1.0 default) */
+    struct dsl_optim_hparams optim;
+    dsl_lr_fn lr_fn;      /* NULL: constant optim.lr */
+    void *lr_ctx;
+    uint64_t seed;
+};
+
+struct dsl_bucket {
+    size_t lo, len;             /* flat range [lo, lo+len) */
+    size_t seg_first, seg_last; /* model segments (backward order) it holds */
+    size_t poff, plen;          /* this rank's piece, relative to lo */
+    size_t soff;                /* offset of the piece in the shard arrays */
+    int req;                    /* pending comm request, -1 if none */
+};
+
+struct dsl_mem_report {
+    uint64_t params, grads, optim, buckets, accum, total;
+    size_t shard_elems, padding_elems, nbuckets, max_bucket;
+};
+
+struct dsl_step_result {
+    double loss;     /* mean loss of the global batch */
+    double accuracy; /* training accuracy of the global batch */
+    float lr;
+    float grad_norm; /* before clipping; 0 when clipping is off */
+    int stop;        /* some rank asked to stop (signal) */
+    uint64_t bytes_sent;
+};
+
+struct dsl_trainer {
+    struct dsl_trainer_opts o;
+    struct dsl_comm *comm;
+    struct dsl_model *model;
+    int rank, world;
+    size_t P, S, G; /* params, shard elements, global batch */
+
+    float *params;     /* P */
+    float *grads;      /* P (stages 0, 1) or NULL */
+    float *gshard;     /* S (stage 2) or NULL */
+    float *staging[2]; /* stage 2 bucket buffers */
+    int nslots;
+    float *m, *v;      /* optimizer state: P (stage 0) or S */
+    float **acc;       /* gradient accumulation levels (grad_accum > 1) */
+    int *acc_used;
+    int nacc;
+    struct dsl_bucket *bk;
+    size_t nbk;
+    size_t *seg_bucket; /* model segment -> bucket */
+    float *xb;          /* one micro batch */
+    int32_t *yb;
+    float *stats;       /* per micro step: loss, correct (+ stop flag) */
+
+    uint64_t step;      /* optimizer steps done */
+    int comm_err;       /* first comm failure inside backward */
+    struct dsl_mem_report mem;
+};
+
+/** Allocate and shard; params get the model's init from o->seed (identical on every
+ *  rank). Returns 0 or a negative code with err set. */
+int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                     struct dsl_comm *comm, struct dsl_model *model, char *err);
+void dsl_trainer_release(struct dsl_trainer *t);
+
+/**
+ * One optimizer step over global batch `idx` (G = micro x accum x world indices into
+ * `train`). stop_request: this rank's wish to stop after the step (signal), agreed
+ * over all ranks into res->stop.
+ */
+int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
+                     const size_t *idx, int stop_request, struct dsl_step_result *res,
+                     char *err);
+
+/** Accuracy and mean loss on a dataset, split over the ranks (all ranks call it). */
+int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,
+                         double *loss, char *err);
+
+/** Model-state bytes as the formula counts them (see the top of this file). */
+void dsl_trainer_memory(const struct dsl_trainer *t, struct dsl_mem_report *r);
+
+/**
+ * Optimizer state in full, unpadded, flat order (for checkpoints): for stage 1/2 the
+ * shards are gathered from all ranks (collective: every rank calls it). state must
+ * hold nstate * P floats (m then v). Stage 0 copies.
+ */
+int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate, char *err);
+/** The inverse: take this rank's part of a full flat optimizer state. */
+void dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t nstate);
+/** Copy this rank's pieces of a full flat vector into / out of shard order. */
+void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard);
+void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full);
+
+#endif

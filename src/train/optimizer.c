@@ -1,0 +1,47 @@
+/*
+ * Adam/AdamW and SGD over a slice of flat buffers (CPU reference; see optimizer.h).
+ * The arithmetic is elementwise, so running it over the whole buffer or over the
+ * rank's ZeRO shard gives the same bits element by element.
+ */
+#include <math.h>
+
+#include "dslaunch/optimizer.h"
+#include "common/banned.h"
+
+size_t dsl_optim_state_per_param(const struct dsl_optim_hparams *h)
+{
+    if (h->type == DSL_OPTIM_ADAM)
+        return 2;
+    return h->momentum != 0.0f ? 1 : 0;
+}
+
+void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float *p,
+                    const float *g, float *m, float *v, size_t len)
+{
+    if (h->type == DSL_OPTIM_SGD) {
+        float wd = h->weight_decay, mu = h->momentum;
+        for (size_t i = 0; i < len; i++) {
+            float d = g[i] + wd * p[i];
+            if (mu != 0.0f) {
+                m[i] = t > 1 ? mu * m[i] + d : d;
+                d = m[i];
+            }
+            p[i] -= lr * d;
+        }
+        return;
+    }
+    float b1 = h->beta1, b2 = h->beta2, eps = h->eps, wd = h->weight_decay;
+    float bc1 = 1.0f - (float)pow((double)b1, (double)t);
+    float bc2 = 1.0f - (float)pow((double)b2, (double)t);
+    float step = lr / bc1, bc2s = sqrtf(bc2);
+    for (size_t i = 0; i < len; i++) {
+        float gi = g[i];
+        if (h->adam_w_mode)
+            p[i] -= lr * wd * p[i];
+        else
+            gi += wd * p[i];
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
+    }
+}

@@ -1,0 +1,522 @@
+/*
+ * The data-parallel step of dstrain: ZeRO stages 0, 1 and 2 over flat buffers.
+ *
+ * Theory of operation. The model hands its gradient over in segments, last layer
+ * first (model.h); the trainer groups consecutive segments into buckets of at most
+ * reduce_bucket_size elements (a segment is never split, so a bucket is at least one
+ * segment). A bucket is complete when its last segment in backward order (the one at
+ * its lowest offset) is done. Then, per stage:
+ *   0: the bucket is all-reduced in place in the full gradient buffer;
+ *   1: the bucket is reduce-scattered in place: this rank's piece of the bucket in
+ *      the full gradient buffer receives the sum;
+ *   2: backward wrote the bucket into a staging buffer (one, or two alternating with
+ *      overlap_comm); it is reduce-scattered into the rank's shard buffer, and the
+ *      staging buffer is reused for a later bucket once that call has completed.
+ * With overlap_comm the calls are the asynchronous ones (dsl_comm_i*), issued from
+ * inside backward and executed by the comm's progress thread while backward goes on
+ * with the next layers; every rank issues the same calls in the same order because
+ * the bucket list is the same on every rank. Without overlap_comm stages 0/1 reduce
+ * all buckets after backward and stage 2 reduces each bucket with a blocking call as
+ * it completes.
+ *
+ * After the last micro step the gradient pieces are divided by the global batch (the
+ * model gives gradients of the summed loss), optionally clipped with the global L2
+ * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
+ * 1/2 then all-gather the parameters bucket by bucket, in place.
+ *
+ * Every micro step is reduced over the ranks, and micro steps are combined afterwards
+ * (a pairwise tree in deterministic mode, a running sum otherwise); see trainer.h for
+ * why this gives the same bits at every world size. NEEDSWORK: outside deterministic
+ * mode stages 0/1 could defer the reduction to the last micro step.
+ *
+ * A comm failure inside backward is recorded in comm_err and reported when backward
+ * returns; the trainer never exits on its own (dstrain decides).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/error.h"
+#include "dslaunch/trainer.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+static float *alloc_floats(size_t n, int *fail, uint64_t *bytes)
+{
+    float *p = calloc(n ? n : 1, sizeof(float));
+    if (!p)
+        *fail = 1;
+    if (bytes)
+        *bytes += n * sizeof(float);
+    return p;
+}
+
+static void build_buckets(struct dsl_trainer *t)
+{
+    const struct dsl_model *m = t->model;
+    size_t B = t->o.bucket_elems;
+    t->bk = dsl_xcalloc(m->nsegs, sizeof(*t->bk));
+    t->seg_bucket = dsl_xcalloc(m->nsegs, sizeof(size_t));
+    size_t nb = 0, len = 0, first = 0;
+    for (size_t i = 0; i < m->nsegs; i++) {
+        if (len && B && len + m->segs[i].len > B) {
+            t->bk[nb++] = (struct dsl_bucket){.lo = m->segs[i - 1].off, .len = len,
+                                              .seg_first = first, .seg_last = i - 1};
+            len = 0;
+            first = i;
+        }
+        len += m->segs[i].len;
+        t->seg_bucket[i] = nb;
+    }
+    t->bk[nb++] = (struct dsl_bucket){.lo = m->segs[m->nsegs - 1].off, .len = len,
+                                      .seg_first = first, .seg_last = m->nsegs - 1};
+    t->nbk = nb;
+    size_t soff = 0;
+    for (size_t j = 0; j < nb; j++) {
+        struct dsl_bucket *b = &t->bk[j];
+        b->req = -1;
+        if (t->o.zero_stage == 0) {
+            b->poff = 0;
+            b->plen = b->len;
+            b->soff = b->lo;
+        } else {
+            dsl_shard_of(b->len, t->rank, t->world, &b->poff, &b->plen);
+            b->soff = soff;
+            soff += b->plen;
+        }
+    }
+    t->S = t->o.zero_stage == 0 ? t->P : soff;
+}
+
+int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                     struct dsl_comm *comm, struct dsl_model *model, char *err)
+{
+    memset(t, 0, sizeof(*t));
+    t->o = *o;
+    t->comm = comm;
+    t->model = model;
+    t->rank = dsl_comm_rank(comm);
+    t->world = dsl_comm_size(comm);
+    t->P = model->nparams;
+    if (o->zero_stage < 0 || o->zero_stage > 2)
+        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
+                          o->zero_stage);
+    if (!o->micro_batch || !o->grad_accum || o->micro_batch > model->max_batch)
+        return dsl_seterr(err, DSL_ECONFIG, "bad micro batch %zu / accumulation %zu",
+                          o->micro_batch, o->grad_accum);
+    t->G = o->micro_batch * o->grad_accum * (size_t)t->world;
+    build_buckets(t);
+
+    struct dsl_mem_report *r = &t->mem;
+    int fail = 0;
+    size_t maxb = 0;
+    for (size_t j = 0; j < t->nbk; j++)
+        maxb = t->bk[j].len > maxb ? t->bk[j].len : maxb;
+    t->params = alloc_floats(t->P, &fail, &r->params);
+    if (o->zero_stage < 2) {
+        t->grads = alloc_floats(t->P, &fail, &r->grads);
+    } else {
+        t->gshard = alloc_floats(t->S, &fail, &r->grads);
+        t->nslots = o->overlap_comm ? 2 : 1;
+        for (int i = 0; i < t->nslots; i++)
+            t->staging[i] = alloc_floats(maxb, &fail, &r->buckets);
+    }
+    size_t spp = dsl_optim_state_per_param(&o->optim);
+    if (spp >= 1)
+        t->m = alloc_floats(t->S, &fail, &r->optim);
+    if (spp >= 2)
+        t->v = alloc_floats(t->S, &fail, &r->optim);
+    if (o->grad_accum > 1) {
+        int levels = 1;
+        if (o->deterministic)
+            while (((size_t)1 << levels) <= o->grad_accum)
+                levels++;
+        t->nacc = levels;
+        t->acc = dsl_xcalloc((size_t)levels, sizeof(float *));
+        t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
+        for (int i = 0; i < levels; i++)
+            t->acc[i] = alloc_floats(t->S, &fail, &r->accum);
+    }
+    t->xb = alloc_floats(o->micro_batch * model->in_dim, &fail, NULL);
+    t->yb = dsl_xcalloc(o->micro_batch, sizeof(int32_t));
+    t->stats = dsl_xcalloc(2 * o->grad_accum + 1, sizeof(float));
+    if (fail) {
+        uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
+        dsl_trainer_release(t);
+        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state",
+                          (unsigned long long)total);
+    }
+    r->total = r->params + r->grads + r->optim + r->buckets + r->accum;
+    r->shard_elems = t->S;
+    r->nbuckets = t->nbk;
+    r->max_bucket = t->o.zero_stage == 2 ? maxb : 0;
+    for (size_t j = 0; j < t->nbk && o->zero_stage > 0; j++)
+        r->padding_elems += dsl_shard_size(t->bk[j].len, t->world) * (size_t)t->world -
+                            t->bk[j].len;
+    model->ops->init_params(model, t->params, o->seed);
+    return 0;
+}
+
+void dsl_trainer_release(struct dsl_trainer *t)
+{
+    free(t->params);
+    free(t->grads);
+    free(t->gshard);
+    free(t->staging[0]);
+    free(t->staging[1]);
+    free(t->m);
+    free(t->v);
+    for (int i = 0; i < t->nacc; i++)
+        free(t->acc[i]);
+    free(t->acc);
+    free(t->acc_used);
+    free(t->bk);
+    free(t->seg_bucket);
+    free(t->xb);
+    free(t->yb);
+    free(t->stats);
+    memset(t, 0, sizeof(*t));
+}
+
+void dsl_trainer_memory(const struct dsl_trainer *t, struct dsl_mem_report *r)
+{
+    *r = t->mem;
+}
+
+/* ---- gradient sink: where backward writes, and what happens when a bucket is done */
+
+static float *slot_of(struct dsl_trainer *t, size_t j)
+{
+    return t->staging[j % (size_t)t->nslots];
+}
+
+/* this rank's reduced gradient piece of bucket j after the micro step's reduction */
+static float *leaf_ptr(struct dsl_trainer *t, size_t j)
+{
+    const struct dsl_bucket *b = &t->bk[j];
+    if (t->o.zero_stage == 2)
+        return t->gshard + b->soff;
+    return t->grads + b->lo + b->poff;
+}
+
+static void scale(float *p, size_t n, float f)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] *= f;
+}
+
+static float *sink_dest(void *ctx, size_t seg)
+{
+    struct dsl_trainer *t = ctx;
+    const struct dsl_model_seg *s = &t->model->segs[seg];
+    if (t->o.zero_stage < 2)
+        return t->grads + s->off;
+    size_t j = t->seg_bucket[seg];
+    struct dsl_bucket *b = &t->bk[j];
+    if (seg == b->seg_first && j >= (size_t)t->nslots) {
+        /* the slot's previous bucket must have left before we overwrite it */
+        struct dsl_bucket *prev = &t->bk[j - (size_t)t->nslots];
+        if (prev->req >= 0 && !t->comm_err) {
+            int r = dsl_comm_wait(t->comm, prev->req);
+            if (r < 0)
+                t->comm_err = r;
+        }
+        prev->req = -1;
+    }
+    return slot_of(t, j) + (s->off - b->lo);
+}
+
+/* reduce bucket j: asynchronously (issue) or blocking */
+static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
+{
+    struct dsl_bucket *b = &t->bk[j];
+    float *src = t->o.zero_stage == 2 ? slot_of(t, j) : t->grads + b->lo;
+    float *dst = t->o.zero_stage == 2 ? t->gshard + b->soff : src + b->poff;
+    if (t->o.prescale && t->o.predivide != 1.0f)
+        scale(src, b->len, 1.0f / t->o.predivide);
+    if (t->o.zero_stage == 0)
+        return async ? dsl_comm_iallreduce(t->comm, src, src, b->len, DSL_FLOAT32, DSL_SUM,
+                                           &b->req)
+                     : dsl_comm_allreduce(t->comm, src, src, b->len, DSL_FLOAT32, DSL_SUM);
+    return async ? dsl_comm_ireduce_scatter(t->comm, src, dst, b->len, DSL_FLOAT32, DSL_SUM,
+                                            &b->req)
+                 : dsl_comm_reduce_scatter(t->comm, src, dst, b->len, DSL_FLOAT32, DSL_SUM);
+}
+
+static void sink_done(void *ctx, size_t seg)
+{
+    struct dsl_trainer *t = ctx;
+    size_t j = t->seg_bucket[seg];
+    if (seg != t->bk[j].seg_last || t->comm_err)
+        return;
+    int r = 0;
+    if (t->o.overlap_comm)
+        r = reduce_bucket(t, j, 1);
+    else if (t->o.zero_stage == 2)
+        r = reduce_bucket(t, j, 0);
+    if (r < 0)
+        t->comm_err = r;
+}
+
+/* ---- accumulation over micro steps ---------------------------------------------- */
+
+static void add_into(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+/* Combine this micro step's reduced gradient into the accumulation levels: a binary
+ * counter (pairwise tree) in deterministic mode, a running sum otherwise. */
+static void accumulate(struct dsl_trainer *t)
+{
+    const float *carry_acc = NULL; /* NULL: the carry is the leaf */
+    for (int i = 0; i < t->nacc; i++) {
+        float *lv = t->acc[i];
+        int deterministic = t->o.deterministic;
+        for (size_t j = 0; j < t->nbk; j++) {
+            const struct dsl_bucket *b = &t->bk[j];
+            const float *src = carry_acc ? carry_acc + b->soff : leaf_ptr(t, j);
+            if (!t->acc_used[i])
+                memcpy(lv + b->soff, src, b->plen * sizeof(float));
+            else
+                add_into(lv + b->soff, src, b->plen);
+        }
+        if (!t->acc_used[i] || !deterministic) {
+            t->acc_used[i] = 1;
+            return;
+        }
+        t->acc_used[i] = 0;
+        carry_acc = lv;
+    }
+}
+
+/* The final gradient of this step, per bucket piece (fold leftover tree levels from
+ * low to high when grad_accum is not a power of two). */
+static float *final_grads(struct dsl_trainer *t, size_t j, int fold)
+{
+    if (t->o.grad_accum == 1)
+        return leaf_ptr(t, j);
+    int top = -1;
+    for (int i = 0; i < t->nacc; i++) {
+        if (!t->acc_used[i])
+            continue;
+        if (fold && top >= 0)
+            for (size_t k = 0; k < t->nbk; k++)
+                add_into(t->acc[i] + t->bk[k].soff, t->acc[top] + t->bk[k].soff,
+                         t->bk[k].plen);
+        top = i;
+    }
+    return t->acc[top] + t->bk[j].soff;
+}
+
+/* ---- the step --------------------------------------------------------------------- */
+
+static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err)
+{
+    const char *why = dsl_comm_last_error(t->comm);
+    return dsl_seterr(err, r, "%s failed at step %llu: %s", what,
+                      (unsigned long long)t->step + 1, why && *why ? why : dsl_strerror(r));
+}
+
+static float tree_sum(const float *v, size_t n)
+{
+    /* pairwise tree in index order, odd element carried up: the comm's order */
+    float tmp[64];
+    if (n == 0)
+        return 0.0f;
+    if (n > 64) {
+        size_t h = 1;
+        while (h * 2 < n)
+            h *= 2;
+        return tree_sum(v, h) + tree_sum(v + h, n - h);
+    }
+    memcpy(tmp, v, n * sizeof(float));
+    while (n > 1) {
+        size_t k = 0;
+        for (size_t i = 0; i + 1 < n; i += 2)
+            tmp[k++] = tmp[i] + tmp[i + 1];
+        if (n & 1)
+            tmp[k++] = tmp[n - 1];
+        n = k;
+    }
+    return tmp[0];
+}
+
+int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
+                     const size_t *idx, int stop_request, struct dsl_step_result *res,
+                     char *err)
+{
+    struct dsl_model *m = t->model;
+    size_t mb = t->o.micro_batch, ga = t->o.grad_accum, N = (size_t)t->world;
+    struct dsl_grad_sink sink = {sink_dest, sink_done, t};
+    uint64_t sent0 = dsl_comm_bytes_sent(t->comm);
+    int r;
+    memset(res, 0, sizeof(*res));
+
+    for (size_t k = 0; k < ga; k++) {
+        size_t chunk = k * N + (size_t)t->rank;
+        dsl_dataset_gather(train, idx + chunk * mb, mb, t->xb, t->yb);
+        struct dsl_model_stats st;
+        for (size_t j = 0; j < t->nbk; j++)
+            t->bk[j].req = -1;
+        r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, &sink, &st);
+        if (r < 0)
+            return dsl_seterr(err, r, "forward/backward failed at step %llu",
+                              (unsigned long long)t->step + 1);
+        if (t->comm_err)
+            return comm_fail(t, t->comm_err, "gradient reduction", err);
+        if (t->o.overlap_comm) {
+            /* requests complete in issue order: the last bucket's wait covers all */
+            if ((r = dsl_comm_wait(t->comm, t->bk[t->nbk - 1].req)) < 0)
+                return comm_fail(t, r, "gradient reduction", err);
+        } else if (t->o.zero_stage < 2) {
+            for (size_t j = 0; j < t->nbk; j++)
+                if ((r = reduce_bucket(t, j, 0)) < 0)
+                    return comm_fail(t, r, "gradient reduction", err);
+        }
+        if (ga > 1)
+            accumulate(t);
+        t->stats[k] = (float)st.loss_sum;
+        t->stats[ga + k] = (float)st.correct;
+    }
+
+    /* loss, accuracy and the stop flag, summed over the ranks per micro step */
+    t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
+    if ((r = dsl_comm_allreduce(t->comm, t->stats, t->stats, 2 * ga + 1, DSL_FLOAT32,
+                                DSL_SUM)) < 0)
+        return comm_fail(t, r, "loss reduction", err);
+    res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
+    res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
+    res->stop = t->stats[2 * ga] > 0.0f;
+
+    /* mean over the global batch, then clipping with the global norm */
+    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
+    double sq = 0.0;
+    for (size_t j = 0; j < t->nbk; j++) {
+        float *g = final_grads(t, j, j == 0);
+        scale(g, t->bk[j].plen, inv);
+        if (t->o.grad_clip > 0.0f)
+            for (size_t i = 0; i < t->bk[j].plen; i++)
+                sq += (double)g[i] * (double)g[i];
+    }
+    float coef = 1.0f;
+    if (t->o.grad_clip > 0.0f) {
+        float fsq = (float)sq;
+        if (t->o.zero_stage > 0 &&
+            (r = dsl_comm_allreduce(t->comm, &fsq, &fsq, 1, DSL_FLOAT32, DSL_SUM)) < 0)
+            return comm_fail(t, r, "gradient norm", err);
+        res->grad_norm = sqrtf(fsq);
+        float c = t->o.grad_clip / (res->grad_norm + 1e-6f);
+        if (c < 1.0f)
+            coef = c;
+    }
+
+    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, t->step) : t->o.optim.lr;
+    res->lr = lr;
+    for (size_t j = 0; j < t->nbk; j++) {
+        struct dsl_bucket *b = &t->bk[j];
+        float *g = final_grads(t, j, 0);
+        if (coef != 1.0f)
+            scale(g, b->plen, coef);
+        dsl_optim_step(&t->o.optim, lr, t->step + 1, t->params + b->lo + b->poff, g,
+                       t->m ? t->m + b->soff : NULL, t->v ? t->v + b->soff : NULL,
+                       b->plen);
+    }
+    for (int i = 0; i < t->nacc; i++)
+        t->acc_used[i] = 0;
+
+    if (t->o.zero_stage > 0 && t->world > 1) {
+        int last = -1;
+        for (size_t j = 0; j < t->nbk; j++) {
+            struct dsl_bucket *b = &t->bk[j];
+            float *p = t->params + b->lo;
+            if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
+                                         &last)) < 0)
+                return comm_fail(t, r, "parameter all-gather", err);
+        }
+        if ((r = dsl_comm_wait(t->comm, last)) < 0)
+            return comm_fail(t, r, "parameter all-gather", err);
+    }
+    t->step++;
+    res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
+    return 0;
+}
+
+int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,
+                         double *loss, char *err)
+{
+    struct dsl_model *m = t->model;
+    size_t off, len, bs = m->max_batch;
+    dsl_shard_of(d->n, t->rank, t->world, &off, &len);
+    double correct = 0.0, lsum = 0.0;
+    for (size_t i = 0; i < len; i += bs) {
+        size_t n = len - i < bs ? len - i : bs;
+        struct dsl_model_stats st;
+        int r = m->ops->evaluate(m, t->params, d->x + (off + i) * d->dim, d->y + off + i, n,
+                                 &st);
+        if (r < 0)
+            return dsl_seterr(err, r, "evaluation failed");
+        correct += (double)st.correct;
+        lsum += st.loss_sum;
+    }
+    float v[2] = {(float)correct, (float)lsum};
+    int r = dsl_comm_allreduce(t->comm, v, v, 2, DSL_FLOAT32, DSL_SUM);
+    if (r < 0)
+        return comm_fail(t, r, "evaluation reduction", err);
+    *acc = (double)v[0] / (double)d->n;
+    *loss = (double)v[1] / (double)d->n;
+    return 0;
+}
+
+void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard)
+{
+    for (size_t j = 0; j < t->nbk; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        memcpy(shard + b->soff, full + b->lo + b->poff, b->plen * sizeof(float));
+    }
+}
+
+void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full)
+{
+    for (size_t j = 0; j < t->nbk; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        memcpy(full + b->lo + b->poff, shard + b->soff, b->plen * sizeof(float));
+    }
+}
+
+int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate, char *err)
+{
+    float *vecs[2] = {t->m, t->v};
+    for (size_t s = 0; s < nstate && s < 2; s++) {
+        float *full = state + s * t->P;
+        if (t->o.zero_stage == 0) {
+            memcpy(full, vecs[s], t->P * sizeof(float));
+            continue;
+        }
+        dsl_trainer_shard_unpack(t, vecs[s], full);
+        for (size_t j = 0; j < t->nbk; j++) {
+            struct dsl_bucket *b = &t->bk[j];
+            int r = dsl_comm_allgather(t->comm, full + b->lo + b->poff, full + b->lo, b->len,
+                                       DSL_FLOAT32);
+            if (r < 0)
+                return comm_fail(t, r, "optimizer state gather", err);
+        }
+    }
+    return 0;
+}
+
+void dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t nstate)
+{
+    float *vecs[2] = {t->m, t->v};
+    for (size_t s = 0; s < nstate && s < 2; s++) {
+        if (!vecs[s])
+            continue;
+        if (t->o.zero_stage == 0)
+            memcpy(vecs[s], state + s * t->P, t->P * sizeof(float));
+        else
+            dsl_trainer_shard_pack(t, state + s * t->P, vecs[s]);
+    }
+}

@@ -1,0 +1,18 @@
+# The trainer (issue 6): model, data, optimizer and the data-parallel loop (library
+# dsltrain) and the dstrain executable, built beside dslaunch so that `train` resolves.
+add_library(dsltrain STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/model_mlp.c
+  ${CMAKE_CURRENT_LIST_DIR}/data.c
+  ${CMAKE_CURRENT_LIST_DIR}/optimizer.c
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.c)
+target_link_libraries(dsltrain PUBLIC dslcomm dslcommon PkgConfig::OPENBLAS PkgConfig::ZLIB m
+                      PRIVATE dsl_flags)
+target_compile_options(dsltrain PRIVATE ${DSL_SRC_WARNINGS})
+
+if(TARGET dslconfig AND EXISTS ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
+  target_sources(dsltrain PRIVATE ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c)
+  target_link_libraries(dsltrain PUBLIC dslconfig)
+  add_executable(dstrain ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
+  target_link_libraries(dstrain PRIVATE dsltrain dsl_flags)
+  set_target_properties(dstrain PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})
+endif()
