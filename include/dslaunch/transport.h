@@ -80,5 +80,10 @@ extern const struct dsl_transport_ops dsl_transport_pdsh;
 
 /** Quote s for a POSIX shell as one word ('...' with '\'' for quotes). malloc'd. */
 char *dsl_shell_quote(const char *s);
+/**
+ * The fixed remote command line for argv: "exec" followed by every element quoted with
+ * dsl_shell_quote(), e.g. exec '/opt/ds launch' '--agent'. The caller frees it.
+ */
+char *dsl_shell_command(char *const *argv);
 
 #endif

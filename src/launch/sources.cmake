@@ -10,3 +10,12 @@ add_library(dsllaunch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/launch.c)
 target_link_libraries(dsllaunch PUBLIC dslcommon PkgConfig::CJSON)
 target_compile_options(dsllaunch PRIVATE ${DSL_SRC_WARNINGS})
+# multi-node pieces: network facts, quoting, connect-back, pdsh and (with libssh) ssh transports
+target_sources(dsllaunch PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/netinfo.c
+  ${CMAKE_CURRENT_LIST_DIR}/shellquote.c)
+if(DSL_WITH_SSH)
+  target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c)
+  target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)
+  target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_SSH_TRANSPORT=1)
+endif()
