@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install the Debian packages dslaunch needs to build, test and benchmark.
+# Idempotent: installs only what is missing, and does nothing (not even apt-get update)
+# when everything is present. Run as root, or with sudo available.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git          # toolchain
+  libssh-dev libcjson-dev libopenblas-dev zlib1g-dev   # libraries
+  openssh-server openssh-client iproute2 procps # test cluster (network namespaces + sshd)
+  pdsh openmpi-bin libopenmpi-dev               # optional transports, peers
+  python3                                       # flow tests read the --dry-run JSON
+  dataset-fashion-mnist                         # the trainer's data set
+  clang libclang-rt-14-dev                      # libFuzzer targets
+)
+[ "${DSL_SETUP_EXTRA:-}" ] && PKGS+=($DSL_SETUP_EXTRA)  # e.g. python3-torch for benchmarks
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+SUDO=
+if [ "$(id -u)" != 0 ]; then
+  SUDO=sudo
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

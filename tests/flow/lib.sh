@@ -1,0 +1,95 @@
+# A tiny TAP harness for the flow tests (after git's test-lib.sh).
+# ok/not ok lines on stdout; the script exits non-zero if any test failed.
+T_N=0
+T_FAILED=0
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/dslflow.XXXXXX")
+trap 'rm -rf "$T_TMP"' EXIT
+
+# expect_success "name" 'commands'  -- runs commands in a subshell with set -e semantics
+expect_success() {
+    T_N=$((T_N + 1))
+    local out="$T_TMP/t$T_N.log"
+    if (set -e; eval "$2") >"$out" 2>&1; then
+        echo "ok $T_N - $1"
+    else
+        echo "not ok $T_N - $1"
+        sed 's/^/#   /' "$out" | tail -40
+        T_FAILED=$((T_FAILED + 1))
+    fi
+}
+
+# run_capture CODEVAR OUTFILE ERRFILE cmd...: run cmd, store exit code
+run_capture() {
+    local __var=$1 __out=$2 __err=$3
+    shift 3
+    set +e
+    "$@" >"$__out" 2>"$__err"
+    eval "$__var=\$?"
+    set -e
+}
+
+# fail MESSAGE: print and return false
+fail() {
+    echo "FAIL: $*" >&2
+    return 1
+}
+
+# assert_eq ACTUAL EXPECTED [what]
+assert_eq() {
+    [ "$1" = "$2" ] || fail "${3:-value}: got '$1', expected '$2'"
+}
+
+# assert_grep PATTERN FILE
+assert_grep() {
+    grep -q -- "$1" "$2" || { echo "--- $2:" >&2; cat "$2" >&2; fail "'$1' not found in $2"; }
+}
+
+assert_not_grep() {
+    ! grep -q -- "$1" "$2" || { echo "--- $2:" >&2; cat "$2" >&2; fail "'$1' unexpectedly found in $2"; }
+}
+
+# procs_with_tag TAG: pids of processes whose environment holds FLOW_TAG=TAG
+procs_with_tag() {
+    local p
+    for p in /proc/[0-9]*; do
+        if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "FLOW_TAG=$1"; then
+            # zombies are already dead; only live processes count
+            if [ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" != "Z" ]; then
+                echo "${p#/proc/}"
+            fi
+        fi
+    done
+}
+
+# wait_no_procs TAG BOUND: succeed once no process carries the tag; fail after BOUND s.
+# A liveness bound, not a speed check: teardown normally finishes in milliseconds.
+wait_no_procs() {
+    local i=0 left
+    while [ $i -lt $(($2 * 10)) ]; do
+        left=$(procs_with_tag "$1")
+        [ -z "$left" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "processes left behind:" >&2
+    for p in $left; do ps -o pid,pgid,stat,args -p "$p" >&2 || true; done
+    for p in $left; do kill -9 "$p" 2>/dev/null || true; done
+    return 1
+}
+
+# wait_for_file FILE BOUND
+wait_for_file() {
+    local i=0
+    while [ $i -lt $(($2 * 10)) ]; do
+        [ -s "$1" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    fail "file $1 did not appear"
+}
+
+done_testing() {
+    echo "1..$T_N"
+    echo "flow: $((T_N - T_FAILED)) passed, $T_FAILED failed"
+    [ $T_FAILED -eq 0 ]
+}

@@ -1,0 +1,8 @@
+# Flow tests: the real dslaunch binary against fake workers (tests/flow/worker.c), on the
+# local transport. TAP output; the script's exit status is the verdict.
+add_executable(flow_worker ${CMAKE_CURRENT_LIST_DIR}/worker.c)
+target_link_libraries(flow_worker PRIVATE dsl_flags)
+add_test(NAME flow_launch
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/flow.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+set_tests_properties(flow_launch PROPERTIES LABELS flow TIMEOUT 600)

@@ -1,0 +1,124 @@
+/* Unit tests of dslaunch's option parsing. */
+#include <string.h>
+
+#include "dslaunch/error.h"
+#include "dslaunch/launch.h"
+#include "dslaunch/options.h"
+#include "test.h"
+
+static int parse(struct dsl_launch_opts *o, const char *const *args, char *err)
+{
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)"dslaunch";
+    for (int i = 0; args[i]; i++)
+        argv[argc++] = (char *)args[i];
+    argv[argc] = NULL;
+    dsl_launch_opts_init(o);
+    return dsl_launch_opts_parse(o, argc, argv, err);
+}
+
+TEST(options_should_accept_both_spellings_and_both_value_forms)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a1[] = {"--num-gpus=2", "--num_nodes", "3", "--master-port", "1234",
+                        "--term_timeout=2.5", "-i", "h:0", "prog", NULL};
+    ASSERT_OK(parse(&o, a1, err));
+    ASSERT_EQ(o.num_gpus, 2);
+    ASSERT_EQ(o.num_nodes, 3);
+    ASSERT_EQ(o.master_port, 1234);
+    ASSERT(o.master_port_given);
+    ASSERT(o.term_timeout == 2.5);
+    ASSERT_STR_EQ(o.include, "h:0");
+    ASSERT_EQ(o.argv.nr, 1);
+    dsl_launch_opts_release(&o);
+
+    const char *a2[] = {"-H", "hosts.txt", "--exclude=w1", "--ssh-accept-new", "--launcher",
+                        "local", "-iw2", "x", NULL};
+    ASSERT_OK(parse(&o, a2, err));
+    ASSERT_STR_EQ(o.hostfile, "hosts.txt");
+    ASSERT(o.hostfile_given);
+    ASSERT_STR_EQ(o.exclude, "w1");
+    ASSERT_STR_EQ(o.include, "w2");
+    ASSERT(o.tr.accept_new);
+    ASSERT_EQ(o.launcher, DSL_LAUNCHER_LOCAL);
+    dsl_launch_opts_release(&o);
+}
+
+TEST(options_should_pass_everything_after_the_program_untouched)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a[] = {"--num_gpus", "1", "prog", "--num_gpus", "7", "--", "-x", "", NULL};
+    ASSERT_OK(parse(&o, a, err));
+    ASSERT_EQ(o.num_gpus, 1);
+    ASSERT_EQ(o.argv.nr, 6);
+    ASSERT_STR_EQ(o.argv.v[0], "prog");
+    ASSERT_STR_EQ(o.argv.v[1], "--num_gpus");
+    ASSERT_STR_EQ(o.argv.v[3], "--");
+    ASSERT_STR_EQ(o.argv.v[5], "");
+    dsl_launch_opts_release(&o);
+
+    const char *b[] = {"--", "--weird-program", "-v", NULL};
+    ASSERT_OK(parse(&o, b, err));
+    ASSERT_STR_EQ(o.argv.v[0], "--weird-program");
+    ASSERT_STR_EQ(o.argv.v[1], "-v");
+    dsl_launch_opts_release(&o);
+}
+
+TEST(options_should_reject_bad_values_with_the_option_named)
+{
+    static const struct {
+        const char *args[6];
+        const char *msg;
+    } cases[] = {
+        {{"--num_gpus", "x", "p", NULL}, "--num_gpus"},
+        {{"--num_gpus=0", "p", NULL}, "--num_gpus"},
+        {{"--master_port", "70000", "p", NULL}, "--master_port"},
+        {{"--master_port=", "p", NULL}, "--master_port"},
+        {{"--term-timeout", "soon", "p", NULL}, "--term_timeout"},
+        {{"--launcher", "slurmish", "p", NULL}, "slurmish"},
+        {{"--bogus", "p", NULL}, "--bogus"},
+        {{"--dry-run=yes", "p", NULL}, "takes no value"},
+        {{"--hostfile", NULL}, "needs a value"},
+        {{"--export", "1BAD", "p", NULL}, "1BAD"},
+        {{"--export", "A-B=1", "p", NULL}, "A-B"},
+        {{NULL}, "no program"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dsl_launch_opts o;
+        char err[DSL_ERR_LEN] = "";
+        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+        dsl_launch_opts_release(&o);
+    }
+}
+
+TEST(options_should_allow_check_without_a_program)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a[] = {"--check", "--hostfile", "h", NULL};
+    ASSERT_OK(parse(&o, a, err));
+    ASSERT_EQ(o.mode, DSL_MODE_CHECK);
+    dsl_launch_opts_release(&o);
+}
+
+TEST(train_should_resolve_to_the_dstrain_beside_dslaunch)
+{
+    char *p = dsl_launch_program_name("train", "/nonexistent-dir");
+    ASSERT_STR_EQ(p, "dstrain");
+    free(p);
+    p = dsl_launch_program_name("python3", "/usr/bin");
+    ASSERT_STR_EQ(p, "python3");
+    free(p);
+    p = dsl_launch_program_name("train", NULL);
+    ASSERT_STR_EQ(p, "train");
+    free(p);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}

@@ -1,0 +1,178 @@
+/* Unit tests of the control protocol: round trips and strict rejection. */
+#include <string.h>
+
+#include "dslaunch/error.h"
+#include "dslaunch/proto.h"
+#include "test.h"
+
+static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1 << 20);
+    ASSERT_OK(dsl_msg_encode(in, &b));
+    ASSERT(b.len > 0 && b.buf[b.len - 1] == '\n');
+    ASSERT(memchr(b.buf, '\n', b.len - 1) == NULL); /* exactly one line */
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_msg_decode(out, b.buf, b.len - 1, err));
+    dsl_dynbuf_release(&b);
+}
+
+TEST(start_message_should_round_trip_nasty_argv_and_env)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_START);
+    m.node_rank = 3;
+    m.host_label = strdup("node3");
+    m.cwd = strdup("/work dir/x");
+    m.grace = 2.5;
+    m.keepalive = 15;
+    m.local_rank_arg = 1;
+    const char *args[] = {"prog", "I am 6' tall", "$(touch /tmp/pwned)", "a\nb", "", "\"q\"\\",
+                          "\xc3\xbcnicode", NULL};
+    dsl_strvec_pushv(&m.argv, args);
+    dsl_strvec_push(&m.env, "K=v=with=equals");
+    dsl_strvec_push(&m.env, "NL=line1\nline2");
+    m.ranks = calloc(2, sizeof(*m.ranks));
+    m.nranks = 2;
+    for (int i = 0; i < 2; i++) {
+        m.ranks[i].rank = 12 + i;
+        m.ranks[i].local_rank = i;
+        dsl_strvec_init(&m.ranks[i].env);
+        dsl_strvec_pushf(&m.ranks[i].env, "RANK=%d", 12 + i);
+    }
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.type, DSL_MSG_START);
+    ASSERT_EQ(got.node_rank, 3);
+    ASSERT_STR_EQ(got.cwd, "/work dir/x");
+    ASSERT_EQ(got.argv.nr, 7);
+    for (int i = 0; args[i]; i++)
+        ASSERT_STR_EQ(got.argv.v[i], args[i]);
+    ASSERT_STR_EQ(got.env.v[1], "NL=line1\nline2");
+    ASSERT_EQ(got.nranks, 2);
+    ASSERT_EQ(got.ranks[1].rank, 13);
+    ASSERT_STR_EQ(got.ranks[1].env.v[0], "RANK=13");
+    ASSERT_EQ(got.local_rank_arg, 1);
+    ASSERT(got.grace == 2.5);
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+}
+
+TEST(hello_and_exit_messages_should_round_trip)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_HELLO);
+    m.proto = DSL_PROTO_VERSION;
+    m.version = strdup("1.2.3");
+    m.host = strdup("node1");
+    m.cpus = 64;
+    m.gpus = 8;
+    m.pid = 4242;
+    m.ifaces = calloc(1, sizeof(*m.ifaces));
+    m.nifaces = 1;
+    m.ifaces[0].name = strdup("eth0");
+    dsl_strvec_init(&m.ifaces[0].addrs);
+    dsl_strvec_push(&m.ifaces[0].addrs, "10.0.0.2");
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.gpus, 8);
+    ASSERT_STR_EQ(got.ifaces[0].addrs.v[0], "10.0.0.2");
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+
+    dsl_msg_init(&m, DSL_MSG_EXIT);
+    m.rank = 5;
+    m.pid = 99;
+    m.code = -1;
+    m.sig = 9;
+    m.wall = 1.25;
+    dsl_strvec_push(&m.tail, "Traceback (most recent call last):");
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.sig, 9);
+    ASSERT_STR_EQ(got.tail.v[0], "Traceback (most recent call last):");
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+}
+
+TEST(decoder_should_reject_malformed_and_mistyped_messages)
+{
+    static const char *const bad[] = {
+        "",
+        "not json",
+        "[]",
+        "{}",
+        "{\"t\": 3}",
+        "{\"t\": \"nope\"}",
+        "{\"t\": \"stop\"}",
+        "{\"t\": \"stop\", \"sig\": \"9\", \"grace\": 1}",
+        "{\"t\": \"stop\", \"sig\": 9.5, \"grace\": 1}",
+        "{\"t\": \"stop\", \"sig\": 99, \"grace\": 1}",
+        "{\"t\": \"stop\", \"sig\": 9, \"grace\": -1}",
+        "{\"t\": \"out\", \"rank\": 0, \"s\": 3, \"line\": \"x\", \"cr\": 0}",
+        "{\"t\": \"out\", \"rank\": 0, \"s\": 1, \"line\": 5, \"cr\": 0}",
+        "{\"t\": \"start\", \"node_rank\": 0, \"host_label\": \"h\", \"cwd\": \"\", \"argv\": [],"
+        " \"env\": [], \"ranks\": [{\"rank\": 0, \"local_rank\": 0, \"env\": []}], \"grace\": 1,"
+        " \"keepalive\": 0, \"lra\": 0}",
+        "{\"t\": \"start\", \"node_rank\": 0, \"host_label\": \"h\", \"cwd\": \"\", \"argv\": [\"x\"],"
+        " \"env\": [1], \"ranks\": [], \"grace\": 1, \"keepalive\": 0, \"lra\": 0}",
+        "{\"t\": \"probe\", \"port\": 70000, \"pick\": 0, \"cport\": 0, \"connect\": [],"
+        " \"program\": \"\", \"cwd\": \"\"}",
+        "{\"t\": \"exit\", \"rank\": 1e300, \"pid\": 1, \"code\": 0, \"sig\": 0, \"wall\": 0,"
+        " \"tail\": []}",
+        NULL};
+    for (int i = 0; bad[i]; i++) {
+        struct dsl_msg m;
+        char err[DSL_ERR_LEN] = "";
+        int r = dsl_msg_decode(&m, bad[i], strlen(bad[i]), err);
+        if (r >= 0)
+            DSL_FAIL_("accepted bad message: %s", bad[i]);
+        ASSERT_EQ(r, DSL_EPROTO);
+        ASSERT(err[0] != '\0');
+    }
+}
+
+TEST(line_buffer_should_split_a_stream_into_messages_across_reads)
+{
+    const char *stream = "{\"t\":\"ping\"}\n{\"t\":\"stop\",\"sig\":15,\"grace\":2}\n{\"t\":\"by";
+    struct dsl_linebuf lb;
+    dsl_linebuf_init(&lb);
+    struct dsl_msg m;
+    char err[DSL_ERR_LEN];
+    /* feed byte by byte */
+    int got = 0;
+    for (size_t i = 0; i < strlen(stream); i++) {
+        ASSERT_OK(dsl_linebuf_feed(&lb, stream + i, 1));
+        int r;
+        while ((r = dsl_msg_next(&lb, &m, err)) == 1) {
+            got++;
+            if (got == 2) {
+                ASSERT_EQ(m.type, DSL_MSG_STOP);
+                ASSERT_EQ(m.sig, 15);
+            }
+            dsl_msg_release(&m);
+        }
+        ASSERT_OK(r);
+    }
+    ASSERT_EQ(got, 2);
+    ASSERT_OK(dsl_linebuf_feed(&lb, "e\"}\n", 4));
+    ASSERT_EQ(dsl_msg_next(&lb, &m, err), 1);
+    ASSERT_EQ(m.type, DSL_MSG_BYE);
+    dsl_msg_release(&m);
+    dsl_linebuf_release(&lb);
+}
+
+TEST(line_buffer_should_refuse_an_endless_line)
+{
+    struct dsl_linebuf lb;
+    dsl_linebuf_init(&lb);
+    static char chunk[1 << 16];
+    memset(chunk, 'x', sizeof(chunk));
+    int r = 0;
+    for (size_t sent = 0; sent <= DSL_PROTO_MAX_LINE && r == 0; sent += sizeof(chunk))
+        r = dsl_linebuf_feed(&lb, chunk, sizeof(chunk));
+    ASSERT_ERR(r);
+    dsl_linebuf_release(&lb);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
