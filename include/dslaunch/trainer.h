@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "dslaunch/data.h"
 #include "dslaunch/model.h"
@@ -135,5 +136,44 @@ void dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t
 /** Copy this rank's pieces of a full flat vector into / out of shard order. */
 void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard);
 void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full);
+
+/* ---- the training loop (trainer_run.c) ------------------------------------------ */
+
+struct dsl_run_opts {
+    uint64_t steps;           /* optimizer steps in all; 0: epochs x steps per epoch */
+    uint64_t epochs;
+    uint64_t steps_per_print; /* 0: never */
+    uint64_t eval_interval;   /* steps; 0: at the end of every epoch */
+    uint64_t save_interval;   /* steps; 0: only at the end (with a checkpoint dir) */
+    int shuffle, drop_last;
+    uint64_t seed;
+    const char *metrics_path; /* JSON lines, rank 0; NULL: none */
+    volatile int *stop_flag;  /* set by a signal handler; NULL: none */
+    int save_on_signal;
+    /* checkpoint hooks (NULL: no checkpoints); tag is "global_step<N>" */
+    int (*save)(void *ctx, struct dsl_trainer *t, const char *tag, char *err);
+    void *save_ctx;
+    const char *prefix;       /* "dstrain" for the progress lines */
+};
+
+struct dsl_run_summary {
+    uint64_t steps;
+    double wall_s, train_s, samples_per_s;
+    double final_loss, test_acc;
+    uint64_t bytes_per_step; /* this rank's comm bytes per step (mean) */
+    int stopped;             /* ended by a signal */
+};
+
+/**
+ * Train from t->step (0, or where a checkpoint left off) to the end, printing on rank
+ * 0. Returns 0, DSL_ECANCELED when stopped by a signal (after saving with
+ * save_on_signal), or another negative code with err set.
+ */
+int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
+                    const struct dsl_dataset *train, const struct dsl_dataset *test,
+                    struct dsl_run_summary *sum, char *err);
+
+/** Print every rank's model-state bytes on rank 0 (collective). */
+int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err);
 
 #endif

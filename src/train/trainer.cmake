@@ -4,13 +4,13 @@ add_library(dsltrain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/model_mlp.c
   ${CMAKE_CURRENT_LIST_DIR}/data.c
   ${CMAKE_CURRENT_LIST_DIR}/optimizer.c
-  ${CMAKE_CURRENT_LIST_DIR}/trainer.c)
+  ${CMAKE_CURRENT_LIST_DIR}/trainer.c
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c)
 target_link_libraries(dsltrain PUBLIC dslcomm dslcommon PkgConfig::OPENBLAS PkgConfig::ZLIB m
                       PRIVATE dsl_flags)
 target_compile_options(dsltrain PRIVATE ${DSL_SRC_WARNINGS})
 
 if(TARGET dslconfig AND EXISTS ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
-  target_sources(dsltrain PRIVATE ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c)
   target_link_libraries(dsltrain PUBLIC dslconfig)
   add_executable(dstrain ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
   target_link_libraries(dstrain PRIVATE dsltrain dsl_flags)

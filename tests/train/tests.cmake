@@ -3,3 +3,5 @@
 # contract, so they do not depend on the launcher).
 dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
               LIBS dsltrain)
+dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
+              LIBS dsltrain)

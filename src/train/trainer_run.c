@@ -1,0 +1,219 @@
+/*
+ * The training loop of dstrain: steps, progress lines, evaluation, metrics,
+ * checkpoint hooks and the signal stop.
+ *
+ * Theory of operation. Every rank runs the same loop over global steps; the data
+ * position is the optimizer step count (epoch = step / steps_per_epoch), so a run
+ * resumed from a checkpoint at step k sees exactly the batches an uninterrupted run
+ * would. A signal only sets a flag; the flag travels with the per-step loss reduction
+ * (dsl_trainer_step), so all ranks agree on the step after which they stop, save (with
+ * save_on_signal) and exit with DSL_ECANCELED. Evaluation and saving are collective
+ * and happen at step counts every rank computes alike. Rank 0 alone prints (stdout)
+ * and writes the metrics file; other ranks print only errors.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/error.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/trainer.h"
+#include "common/banned.h"
+
+int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
+{
+    enum { NV = 7 };
+    const struct dsl_mem_report *m = &t->mem;
+    uint64_t mine[NV] = {m->params, m->grads,       m->optim,
+                         m->buckets, m->accum, m->shard_elems, m->padding_elems};
+    size_t W = (size_t)t->world;
+    int32_t *all = calloc(2 * NV * W, sizeof(int32_t));
+    if (!all)
+        return dsl_seterr(err, -ENOMEM, "out of memory");
+    int32_t *me = all + (size_t)t->rank * 2 * NV;
+    for (int i = 0; i < NV; i++) {
+        me[2 * i] = (int32_t)(mine[i] >> 32);
+        me[2 * i + 1] = (int32_t)(uint32_t)mine[i];
+    }
+    int r = dsl_comm_allgather(t->comm, me, all, 2 * NV * W, DSL_INT32);
+    if (r < 0) {
+        free(all);
+        return dsl_seterr(err, r, "memory report: %s", dsl_comm_last_error(t->comm));
+    }
+    if (t->rank == 0) {
+        double P = (double)t->P, N = (double)t->world;
+        double spp = (double)dsl_optim_state_per_param(&t->o.optim);
+        double f = t->o.zero_stage == 0   ? (8.0 + 4.0 * spp) * P
+                   : t->o.zero_stage == 1 ? 8.0 * P + 4.0 * spp * P / N
+                                          : 4.0 * P + (4.0 + 4.0 * spp) * P / N;
+        printf("%s: model %zu params, ZeRO stage %d, %d ranks, %zu buckets; model-state "
+               "formula %.0f bytes + buckets + accumulation\n",
+               "dstrain", t->P, t->o.zero_stage, t->world, t->nbk, f);
+        for (size_t k = 0; k < W; k++) {
+            uint64_t v[NV];
+            for (int i = 0; i < NV; i++)
+                v[i] = (uint64_t)(uint32_t)all[k * 2 * NV + 2 * (size_t)i] << 32 |
+                       (uint32_t)all[k * 2 * NV + 2 * (size_t)i + 1];
+            uint64_t tot = v[0] + v[1] + v[2] + v[3] + v[4];
+            printf("dstrain: rank %zu model-state bytes %" PRIu64 " (params %" PRIu64
+                   " grads %" PRIu64 " optimizer %" PRIu64 " buckets %" PRIu64
+                   " accumulation %" PRIu64 "; shard %" PRIu64 " elements, padding %" PRIu64
+                   ")\n",
+                   k, tot, v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+            if (metrics)
+                fprintf(metrics,
+                        "{\"type\":\"memory\",\"rank\":%zu,\"stage\":%d,\"world\":%d,"
+                        "\"nparams\":%zu,\"total\":%" PRIu64 ",\"params\":%" PRIu64
+                        ",\"grads\":%" PRIu64 ",\"optimizer\":%" PRIu64
+                        ",\"buckets\":%" PRIu64 ",\"accumulation\":%" PRIu64
+                        ",\"shard_elems\":%" PRIu64 ",\"padding_elems\":%" PRIu64 "}\n",
+                        k, t->o.zero_stage, t->world, t->P, tot, v[0], v[1], v[2], v[3],
+                        v[4], v[5], v[6]);
+        }
+        fflush(stdout);
+    }
+    free(all);
+    return 0;
+}
+
+static int save_ckpt(struct dsl_trainer *t, const struct dsl_run_opts *ro, char *err)
+{
+    char tag[64];
+    snprintf(tag, sizeof(tag), "global_step%" PRIu64, t->step);
+    return ro->save(ro->save_ctx, t, tag, err);
+}
+
+int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
+                    const struct dsl_dataset *train, const struct dsl_dataset *test,
+                    struct dsl_run_summary *sum, char *err)
+{
+    struct dsl_sampler smp;
+    FILE *mf = NULL;
+    int r = dsl_sampler_init(&smp, train->n, t->G, ro->seed, ro->shuffle, ro->drop_last, err);
+    if (r < 0)
+        return r;
+    memset(sum, 0, sizeof(*sum));
+    if (ro->metrics_path && t->rank == 0) {
+        mf = fopen(ro->metrics_path, t->step ? "a" : "w");
+        if (!mf) {
+            r = dsl_seterr(err, -errno, "cannot write metrics '%s': %s", ro->metrics_path,
+                           strerror(errno));
+            goto out;
+        }
+    }
+    if ((r = dsl_trainer_report_memory(t, mf, err)) < 0)
+        goto out;
+
+    uint64_t spe = smp.steps_per_epoch;
+    uint64_t total = ro->steps ? ro->steps : ro->epochs * spe;
+    uint64_t eval_every = ro->eval_interval ? ro->eval_interval : spe;
+    uint64_t first = t->step, saved_at = UINT64_MAX, bytes = 0;
+    double t_start = dsl_now(), t_eval = 0.0, t_print = t_start;
+    uint64_t print_step = t->step;
+    double acc = NAN, tloss = NAN;
+    struct dsl_step_result res = {0};
+    if (t->rank == 0)
+        printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
+               "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
+               total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
+
+    while (t->step < total) {
+        uint64_t epoch = t->step / spe;
+        const size_t *idx = dsl_sampler_step(&smp, epoch, (size_t)(t->step % spe));
+        int want_stop = ro->stop_flag && *ro->stop_flag;
+        if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
+            goto out;
+        bytes += res.bytes_sent;
+        sum->final_loss = res.loss;
+        double now = dsl_now();
+        int print = ro->steps_per_print && t->step % ro->steps_per_print == 0;
+        if (t->rank == 0 && (print || mf)) {
+            double sps = (double)((t->step - print_step) * t->G) / (now - t_print);
+            if (print)
+                printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e "
+                       "samples/s %.1f\n",
+                       t->step, total, epoch + 1, res.loss, (double)res.lr, sps);
+            if (mf)
+                fprintf(mf,
+                        "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
+                        ",\"loss\":%.6g,\"train_acc\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g,"
+                        "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
+                        t->step, epoch + 1, res.loss, res.accuracy, (double)res.lr,
+                        (double)res.grad_norm, res.bytes_sent, now - t_start);
+            if (print) {
+                t_print = now;
+                print_step = t->step;
+                fflush(stdout);
+            }
+        }
+        if (t->step % eval_every == 0 || t->step == total) {
+            double e0 = dsl_now();
+            if ((r = dsl_trainer_evaluate(t, test, &acc, &tloss, err)) < 0)
+                goto out;
+            t_eval += dsl_now() - e0;
+            if (t->rank == 0) {
+                printf("eval step %" PRIu64 " epoch %.2f test_acc %.4f test_loss %.4f\n",
+                       t->step, (double)t->step / (double)spe, acc, tloss);
+                if (mf)
+                    fprintf(mf,
+                            "{\"type\":\"eval\",\"step\":%" PRIu64
+                            ",\"test_acc\":%.6g,\"test_loss\":%.6g}\n",
+                            t->step, acc, tloss);
+                fflush(stdout);
+            }
+            t_print += dsl_now() - e0;
+        }
+        if (ro->save && ro->save_interval && t->step % ro->save_interval == 0) {
+            double s0 = dsl_now();
+            if ((r = save_ckpt(t, ro, err)) < 0)
+                goto out;
+            saved_at = t->step;
+            t_eval += dsl_now() - s0;
+        }
+        if (res.stop) {
+            sum->stopped = 1;
+            if (ro->save_on_signal && ro->save && saved_at != t->step) {
+                if ((r = save_ckpt(t, ro, err)) < 0)
+                    goto out;
+                saved_at = t->step;
+            }
+            break;
+        }
+    }
+    if (!sum->stopped && ro->save && saved_at != t->step && t->step > first)
+        if ((r = save_ckpt(t, ro, err)) < 0)
+            goto out;
+
+    sum->steps = t->step;
+    sum->wall_s = dsl_now() - t_start;
+    sum->train_s = sum->wall_s - t_eval;
+    sum->samples_per_s =
+        sum->train_s > 0 ? (double)((t->step - first) * t->G) / sum->train_s : 0.0;
+    sum->test_acc = acc;
+    sum->bytes_per_step = t->step > first ? bytes / (t->step - first) : 0;
+    if (t->rank == 0) {
+        if (mf)
+            fprintf(mf,
+                    "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
+                    "\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"test_acc\":%.6g,"
+                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d}\n",
+                    sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss,
+                    sum->test_acc, sum->bytes_per_step, sum->stopped);
+        printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
+               sum->bytes_per_step);
+        printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
+               "test_acc %.4f%s\n",
+               sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
+               sum->stopped ? " (stopped by signal)" : "");
+        fflush(stdout);
+    }
+    r = sum->stopped ? DSL_ECANCELED : 0;
+out:
+    if (mf)
+        fclose(mf);
+    dsl_sampler_release(&smp);
+    return r;
+}

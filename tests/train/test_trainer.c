@@ -1,0 +1,110 @@
+/*
+ * The ZeRO step at world size 1, in process: every stage, bucket size, overlap
+ * setting and accumulation mode must give the same parameters bit for bit, and the
+ * model-state bytes must equal the formula. (Multi-rank runs are in ranks.sh.)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/data.h"
+#include "dslaunch/error.h"
+#include "dslaunch/trainer.h"
+#include "test.h"
+#include "common/banned.h"
+
+struct variant {
+    int stage;
+    size_t bucket;
+    int overlap;
+    size_t micro, accum;
+};
+
+static float *train_variant(const struct variant *v, size_t steps, size_t *P,
+                            struct dsl_mem_report *mem)
+{
+    char err[DSL_ERR_LEN];
+    struct dsl_comm *c;
+    struct dsl_comm_opts co = {.backend = "tcp", .deterministic = 1};
+    unsetenv("WORLD_SIZE");
+    ASSERT_OK(dsl_comm_open_env(&c, &co, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
+                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
+    ASSERT_OK(dsl_data_load(&tr, &te, &dopt, err));
+    struct dsl_model m;
+    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
+                                .hidden = {16, 12}, .max_batch = v->micro, .seg_max = 64};
+    ASSERT_OK(dsl_model_create(&m, &sp, err));
+    struct dsl_trainer t;
+    struct dsl_trainer_opts o = {
+        .micro_batch = v->micro, .grad_accum = v->accum, .zero_stage = v->stage,
+        .bucket_elems = v->bucket, .overlap_comm = v->overlap, .deterministic = 1,
+        .predivide = 1.0f, .seed = 11,
+        .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
+    ASSERT_OK(dsl_trainer_init(&t, &o, c, &m, err));
+    struct dsl_sampler s;
+    ASSERT_OK(dsl_sampler_init(&s, tr.n, t.G, 3, 1, 0, err));
+    double first = 0, last = 0;
+    for (size_t k = 0; k < steps; k++) {
+        struct dsl_step_result res;
+        ASSERT_OK(dsl_trainer_step(&t, &tr, dsl_sampler_step(&s, k / s.steps_per_epoch,
+                                                             k % s.steps_per_epoch),
+                                   0, &res, err));
+        if (k == 0)
+            first = res.loss;
+        last = res.loss;
+    }
+    ASSERT(last < first);
+    *P = t.P;
+    dsl_trainer_memory(&t, mem);
+    float *p = malloc(t.P * sizeof(float));
+    memcpy(p, t.params, t.P * sizeof(float));
+    dsl_sampler_release(&s);
+    dsl_trainer_release(&t);
+    dsl_model_release(&m);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    dsl_comm_close(c);
+    return p;
+}
+
+TEST(every_stage_and_bucket_layout_should_give_identical_parameters_at_world_one)
+{
+    static const struct variant vs[] = {
+        {0, 0, 0, 8, 4},   {0, 100, 1, 8, 4}, {1, 0, 0, 8, 4},  {1, 100, 1, 8, 4},
+        {2, 100, 0, 8, 4}, {2, 100, 1, 8, 4}, {2, 30, 1, 8, 4}, {2, 1000, 1, 8, 4},
+    };
+    size_t P;
+    struct dsl_mem_report mem;
+    float *ref = train_variant(&vs[0], 20, &P, &mem);
+    for (size_t i = 1; i < sizeof(vs) / sizeof(vs[0]); i++) {
+        float *p = train_variant(&vs[i], 20, &P, &mem);
+        if (memcmp(ref, p, P * sizeof(float)) != 0)
+            DSL_FAIL_("variant %zu (stage %d bucket %zu overlap %d) differs", i, vs[i].stage,
+                      vs[i].bucket, vs[i].overlap);
+        free(p);
+    }
+    free(ref);
+}
+
+TEST(model_state_bytes_should_match_the_zero_formula_at_world_one)
+{
+    size_t P;
+    struct dsl_mem_report m;
+    struct variant v0 = {0, 0, 0, 8, 1}, v1 = {1, 0, 0, 8, 1}, v2 = {2, 100, 1, 8, 1};
+    free(train_variant(&v0, 2, &P, &m));
+    ASSERT_EQ(m.params + m.grads + m.optim, 16 * P);
+    ASSERT_EQ(m.buckets + m.accum, 0);
+    free(train_variant(&v1, 2, &P, &m));
+    ASSERT_EQ(m.params + m.grads + m.optim, 8 * P + 8 * P);
+    free(train_variant(&v2, 2, &P, &m));
+    ASSERT_EQ(m.params + m.grads + m.optim, 4 * P + 12 * P);
+    ASSERT_EQ(m.buckets, 2 * m.max_bucket * sizeof(float));
+    ASSERT(m.max_bucket <= 100);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
