@@ -1,0 +1,442 @@
+/*
+ * Multi-process tests of the tcp collectives: each test forks N ranks with the env
+ * contract (RANK, WORLD_SIZE, MASTER_ADDR=127.0.0.1, a free MASTER_PORT, run id and
+ * token); every rank checks its own results against values it can compute itself, the
+ * ranks agree on the error count through an allreduce, and the parent fails if any child
+ * fails. Rank data are small integers in float, so every sum is exact in any order,
+ * except in the deterministic tests, which compare bit patterns with a tree-order
+ * reference computed here independently.
+ */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/error.h"
+#include "dslaunch/net.h"
+#include "test.h"
+
+typedef int (*rank_fn)(struct dsl_comm *c, int rank, int world);
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);   \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fprintf(stderr, "\n");                                             \
+            return 1;                                                          \
+        }                                                                      \
+    } while (0)
+
+static int g_rank;
+
+static int free_port(void)
+{
+    int fd = dsl_net_listen("127.0.0.1", 0, 1, NULL);
+    int port = dsl_net_local_port(fd);
+    close(fd);
+    return port;
+}
+
+static struct dsl_comm *open_rank(int det, char *err)
+{
+    struct dsl_comm_opts o = {.backend = "tcp", .deterministic = det};
+    struct dsl_comm *c = NULL;
+    if (dsl_comm_open_env(&c, &o, err) < 0)
+        return NULL;
+    return c;
+}
+
+/* Fork world ranks running fn (expect_kill: rank 1 is expected to die by SIGKILL). */
+static int run_world(int world, rank_fn fn, int det, const char *timeout, int expect_kill)
+{
+    char port[16], ws[16];
+    snprintf(port, sizeof(port), "%d", free_port());
+    snprintf(ws, sizeof(ws), "%d", world);
+    pid_t pids[16];
+    for (int r = 0; r < world; r++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            char rs[16], err[DSL_ERR_LEN] = "";
+            snprintf(rs, sizeof(rs), "%d", r);
+            setenv("RANK", rs, 1);
+            setenv("LOCAL_RANK", rs, 1);
+            setenv("WORLD_SIZE", ws, 1);
+            setenv("MASTER_ADDR", "127.0.0.1", 1);
+            setenv("MASTER_PORT", port, 1);
+            setenv("DSLAUNCH_RUN_ID", "mp-test", 1);
+            setenv("DSLAUNCH_RUN_TOKEN", "sekrit", 1);
+            setenv("DSLAUNCH_COMM_TIMEOUT", timeout, 1);
+            setenv("DSLAUNCH_STORE_TIMEOUT", "30", 1);
+            alarm(120); /* a hang is a failure, not a stuck CI job */
+            g_rank = r;
+            struct dsl_comm *c = open_rank(det, err);
+            if (!c) {
+                fprintf(stderr, "rank %d: open: %s\n", r, err);
+                _exit(2);
+            }
+            int bad = fn(c, r, world);
+            dsl_comm_close(c);
+            _exit(bad ? 1 : 0);
+        }
+        pids[r] = pid;
+    }
+    int failed = 0;
+    for (int r = 0; r < world; r++) {
+        int st;
+        waitpid(pids[r], &st, 0);
+        int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
+        if (expect_kill && r == 1) {
+            if (!killed)
+                failed = 1;
+            continue;
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, st);
+            failed = 1;
+        }
+    }
+    return failed;
+}
+
+/* Agree on the verdict: the sum of every rank's error count. */
+static int agree(struct dsl_comm *c, int bad)
+{
+    int32_t b = bad, total = -1;
+    if (dsl_comm_allreduce(c, &b, &total, 1, DSL_INT32, DSL_SUM) < 0) {
+        fprintf(stderr, "rank %d: verdict allreduce: %s\n", g_rank, dsl_comm_last_error(c));
+        return 1;
+    }
+    return total != 0;
+}
+
+static float val(int rank, size_t i, int iter)
+{
+    return (float)((int)((i * 13 + (size_t)rank * 7 + (size_t)iter * 5) % 17) - 8);
+}
+
+static const size_t counts[] = {0, 1, 3, 7, 1000, 4097, 100003, (1u << 20) + 5};
+#define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
+
+static int check_all_collectives(struct dsl_comm *c, int rank, int world)
+{
+    int bad = 0;
+    for (size_t ci = 0; ci < NCOUNTS && !bad; ci++) {
+        size_t n = counts[ci];
+        float *a = malloc((n + 1) * sizeof(float)), *b = malloc((n + 1) * sizeof(float));
+        int32_t *ia = malloc((n + 1) * sizeof(int32_t)), *ib = malloc((n + 1) * sizeof(int32_t));
+        for (int inplace = 0; inplace < 2 && !bad; inplace++) {
+            int iter = (int)ci * 2 + inplace;
+            /* allreduce sum fp32 */
+            for (size_t i = 0; i < n; i++)
+                a[i] = val(rank, i, iter), b[i] = -99;
+            float *out = inplace ? a : b;
+            CHECK(dsl_comm_allreduce(c, a, out, n, DSL_FLOAT32, DSL_SUM) == 0, "allreduce: %s",
+                  dsl_comm_last_error(c));
+            for (size_t i = 0; i < n && !bad; i++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += val(r, i, iter);
+                if (out[i] != want) {
+                    fprintf(stderr, "rank %d: allreduce n=%zu inplace=%d [%zu] = %g, want %g\n",
+                            rank, n, inplace, i, out[i], want);
+                    bad = 1;
+                }
+            }
+            /* allreduce max int32 */
+            for (size_t i = 0; i < n; i++)
+                ia[i] = (int32_t)((i * 31 + (size_t)rank * 101) % 1009), ib[i] = -1;
+            int32_t *iout = inplace ? ia : ib;
+            CHECK(dsl_comm_allreduce(c, ia, iout, n, DSL_INT32, DSL_MAX) == 0, "max: %s",
+                  dsl_comm_last_error(c));
+            for (size_t i = 0; i < n && !bad; i++) {
+                int32_t want = 0;
+                for (int r = 0; r < world; r++) {
+                    int32_t v = (int32_t)((i * 31 + (size_t)r * 101) % 1009);
+                    want = v > want ? v : want;
+                }
+                if (iout[i] != want) {
+                    fprintf(stderr, "rank %d: max n=%zu [%zu] = %d, want %d\n", rank, n, i,
+                            iout[i], want);
+                    bad = 1;
+                }
+            }
+            /* reduce_scatter */
+            size_t off, len;
+            dsl_shard_of(n, rank, world, &off, &len);
+            for (size_t i = 0; i < n; i++)
+                a[i] = val(rank, i, iter + 1), b[i] = -99;
+            float *rs = inplace ? a + off : b;
+            CHECK(dsl_comm_reduce_scatter(c, a, rs, n, DSL_FLOAT32, DSL_SUM) == 0,
+                  "reduce_scatter: %s", dsl_comm_last_error(c));
+            for (size_t i = 0; i < len && !bad; i++) {
+                float want = 0;
+                for (int r = 0; r < world; r++)
+                    want += val(r, off + i, iter + 1);
+                if (rs[i] != want) {
+                    fprintf(stderr, "rank %d: reduce_scatter n=%zu [%zu] = %g, want %g\n", rank,
+                            n, off + i, rs[i], want);
+                    bad = 1;
+                }
+            }
+            /* allgather */
+            for (size_t i = 0; i < n; i++)
+                b[i] = -99;
+            for (size_t i = 0; i < len; i++)
+                (inplace ? b + off : a)[i] = val(rank, off + i, iter + 2);
+            CHECK(dsl_comm_allgather(c, inplace ? b + off : a, b, n, DSL_FLOAT32) == 0,
+                  "allgather: %s", dsl_comm_last_error(c));
+            for (size_t i = 0; i < n && !bad; i++) {
+                int owner = (int)(i / dsl_shard_size(n, world));
+                if (b[i] != val(owner, i, iter + 2)) {
+                    fprintf(stderr, "rank %d: allgather n=%zu [%zu] = %g\n", rank, n, i, b[i]);
+                    bad = 1;
+                }
+            }
+            /* broadcast */
+            int root = (int)(n % (size_t)world);
+            for (size_t i = 0; i < n; i++)
+                a[i] = rank == root ? val(root, i, iter + 3) : -99;
+            CHECK(dsl_comm_broadcast(c, a, n, DSL_FLOAT32, root) == 0, "broadcast: %s",
+                  dsl_comm_last_error(c));
+            for (size_t i = 0; i < n && !bad; i++)
+                if (a[i] != val(root, i, iter + 3)) {
+                    fprintf(stderr, "rank %d: broadcast n=%zu [%zu] = %g\n", rank, n, i, a[i]);
+                    bad = 1;
+                }
+            CHECK(dsl_comm_barrier(c) == 0, "barrier: %s", dsl_comm_last_error(c));
+        }
+        free(a);
+        free(b);
+        free(ia);
+        free(ib);
+    }
+    if (world > 1)
+        CHECK(dsl_comm_bytes_sent(c) > 0, "no bytes counted");
+    return agree(c, bad);
+}
+
+TEST(collectives_should_be_exact_at_world_1_to_4)
+{
+    for (int w = 1; w <= 4; w++)
+        ASSERT_EQ(run_world(w, check_all_collectives, 0, "60", 0), 0);
+}
+
+TEST(deterministic_collectives_should_be_exact_at_world_3_and_4)
+{
+    for (int w = 3; w <= 4; w++)
+        ASSERT_EQ(run_world(w, check_all_collectives, 1, "60", 0), 0);
+}
+
+/* ---- deterministic mode: bitwise repeatable and equal to the tree order ---- */
+
+static float rnd(int rank, size_t i)
+{
+    uint64_t x = (uint64_t)rank * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull + 1;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (float)((double)(x >> 11) / (double)(1ull << 53) * 2.0 - 1.0) * 1e3f;
+}
+
+/* The balanced pairwise tree over ranks lo..hi-1, written independently of the library:
+ * split at the largest power of two below the count (same tree as level-wise pairing). */
+static float tree(size_t i, int lo, int hi)
+{
+    if (hi - lo == 1)
+        return rnd(lo, i);
+    int half = 1;
+    while (half * 2 < hi - lo)
+        half *= 2;
+    return tree(i, lo, lo + half) + tree(i, lo + half, hi);
+}
+
+static int check_deterministic(struct dsl_comm *c, int rank, int world)
+{
+    const size_t n = (1u << 19) + 11; /* big enough for the mesh path */
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    int bad = 0;
+    for (int round = 0; round < 3; round++) {
+        for (size_t i = 0; i < n; i++)
+            a[i] = rnd(rank, i);
+        CHECK(dsl_comm_allreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM) == 0, "%s",
+              dsl_comm_last_error(c));
+        if (round == 0)
+            memcpy(b, a, n * sizeof(float));
+        else if (memcmp(a, b, n * sizeof(float)))
+            bad = 1, fprintf(stderr, "rank %d: round %d differs bitwise\n", rank, round);
+    }
+    for (size_t i = 0; i < n && !bad; i++) {
+        float want = tree(i, 0, world);
+        if (memcmp(&want, &b[i], sizeof(float))) {
+            fprintf(stderr, "rank %d: [%zu] = %.9g, tree order gives %.9g\n", rank, i, b[i],
+                    want);
+            bad = 1;
+        }
+    }
+    /* small messages (direct) follow the same tree */
+    for (size_t i = 0; i < 100; i++)
+        a[i] = rnd(rank, i);
+    CHECK(dsl_comm_allreduce(c, a, b, 100, DSL_FLOAT32, DSL_SUM) == 0, "%s",
+          dsl_comm_last_error(c));
+    for (size_t i = 0; i < 100 && !bad; i++) {
+        float want = tree(i, 0, world);
+        if (memcmp(&want, &b[i], sizeof(float)))
+            bad = 1, fprintf(stderr, "rank %d: small [%zu] not in tree order\n", rank, i);
+    }
+    free(a);
+    free(b);
+    return agree(c, bad);
+}
+
+TEST(deterministic_mode_should_repeat_bitwise_in_tree_order)
+{
+    for (int w = 2; w <= 4; w++)
+        ASSERT_EQ(run_world(w, check_deterministic, 1, "60", 0), 0);
+}
+
+/* ---- large counts ---- */
+
+static int check_large(struct dsl_comm *c, int rank, int world)
+{
+    const size_t n = (1u << 24) + 3;
+    float *a = malloc(n * sizeof(float));
+    int bad = 0;
+    CHECK(a, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        a[i] = val(rank, i, 0);
+    CHECK(dsl_comm_allreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM) == 0, "%s",
+          dsl_comm_last_error(c));
+    for (size_t i = 0; i < n && !bad; i++) {
+        float want = 0;
+        for (int r = 0; r < world; r++)
+            want += val(r, i, 0);
+        if (a[i] != want)
+            bad = 1, fprintf(stderr, "rank %d: large [%zu] = %g, want %g\n", rank, i, a[i], want);
+    }
+    free(a);
+    return agree(c, bad);
+}
+
+TEST(allreduce_should_handle_2_pow_24_plus_3_floats)
+{
+    ASSERT_EQ(run_world(3, check_large, 0, "120", 0), 0);
+}
+
+/* ---- asynchronous calls complete in issue order ---- */
+
+static int check_async(struct dsl_comm *c, int rank, int world)
+{
+    enum { K = 6, N = 50000 };
+    static float buf[K][N], gat[N];
+    int req[K + 1], bad = 0;
+    for (int k = 0; k < K; k++) {
+        for (size_t i = 0; i < N; i++)
+            buf[k][i] = val(rank, i, k);
+        CHECK(dsl_comm_iallreduce(c, buf[k], buf[k], k == 2 ? 3 : N, DSL_FLOAT32, DSL_SUM,
+                                  &req[k]) == 0,
+              "%s", dsl_comm_last_error(c));
+    }
+    size_t off, len;
+    dsl_shard_of(N, rank, world, &off, &len);
+    for (size_t i = 0; i < len; i++)
+        gat[off + i] = (float)(off + i);
+    CHECK(dsl_comm_iallgather(c, gat + off, gat, N, DSL_FLOAT32, &req[K]) == 0, "%s",
+          dsl_comm_last_error(c));
+    for (int k = 0; k < K; k++)
+        CHECK(req[k] < req[k + 1], "request ids not increasing");
+    /* waiting for the last one completes every earlier one */
+    CHECK(dsl_comm_wait(c, req[K]) == 0, "%s", dsl_comm_last_error(c));
+    for (int k = 0; k < K && !bad; k++)
+        for (size_t i = 0; i < (k == 2 ? 3 : N) && !bad; i++) {
+            float want = 0;
+            for (int r = 0; r < world; r++)
+                want += val(r, i, k);
+            if (buf[k][i] != want)
+                bad = 1, fprintf(stderr, "rank %d: async %d [%zu] = %g\n", rank, k, i, buf[k][i]);
+        }
+    for (size_t i = 0; i < N && !bad; i++)
+        if (gat[i] != (float)i)
+            bad = 1;
+    CHECK(dsl_comm_wait(c, req[0]) == 0, "wait on a finished request");
+    /* a blocking call after async ones runs after them */
+    int r2;
+    CHECK(dsl_comm_iallreduce(c, buf[0], buf[0], N, DSL_FLOAT32, DSL_MAX, &r2) == 0, "issue");
+    CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
+    CHECK(dsl_comm_wait(c, r2) == 0, "%s", dsl_comm_last_error(c));
+    return agree(c, bad);
+}
+
+TEST(async_calls_should_complete_in_issue_order)
+{
+    for (int w = 2; w <= 3; w++)
+        ASSERT_EQ(run_world(w, check_async, 0, "60", 0), 0);
+}
+
+/* ---- failures ---- */
+
+static int killed_in_allreduce(struct dsl_comm *c, int rank, int world)
+{
+    (void)world;
+    const size_t n = (size_t)16 << 20;
+    float *a = calloc(n, sizeof(float));
+    CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
+    if (rank == 1) {
+        int req;
+        dsl_comm_iallreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM, &req);
+        /* die once the transfer is under way */
+        while (dsl_comm_bytes_sent(c) < ((size_t)1 << 20))
+            ;
+        raise(SIGKILL);
+    }
+    int r = dsl_comm_allreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM);
+    const char *e = dsl_comm_last_error(c);
+    fprintf(stderr, "rank %d got (as expected): %s\n", rank, e);
+    CHECK(r == DSL_EPEER || r == DSL_ETIMEDOUT, "allreduce returned %d", r);
+    CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
+    CHECK(dsl_comm_barrier(c) == r, "the communicator should stay failed");
+    free(a);
+    return 0;
+}
+
+TEST(a_rank_killed_in_an_allreduce_should_fail_the_others_naming_it)
+{
+    ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
+    ASSERT_EQ(run_world(3, killed_in_allreduce, 0, "10", 1), 0);
+}
+
+static int stalled_rank(struct dsl_comm *c, int rank, int world)
+{
+    (void)world;
+    float x[100] = {0};
+    CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
+    if (rank == 1) { /* never joins: sleep past the others' timeout, then leave */
+        struct timespec ts = {3, 0};
+        nanosleep(&ts, NULL);
+        return 0;
+    }
+    int r = dsl_comm_allreduce(c, x, x, 100, DSL_FLOAT32, DSL_SUM);
+    const char *e = dsl_comm_last_error(c);
+    CHECK(r == DSL_ETIMEDOUT, "allreduce returned %d: %s", r, e);
+    CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
+    CHECK(strstr(e, "timed out") != NULL, "%s", e);
+    return 0;
+}
+
+TEST(a_stalled_rank_should_time_out_the_others_naming_it)
+{
+    ASSERT_EQ(run_world(3, stalled_rank, 0, "1", 0), 0);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    return RUN_TESTS(argc, argv);
+}
