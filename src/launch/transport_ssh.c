@@ -315,8 +315,6 @@ static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     if (!(p->s = ssh_new()))
         return conn_fail(c, -ENOMEM, "cannot create an ssh session for '%s'", c->host);
 
-    int off = 0;
-    ssh_options_set(p->s, SSH_OPTIONS_LOG_VERBOSITY, &off);
     if (ssh_options_set(p->s, SSH_OPTIONS_HOST, c->host) < 0)
         return conn_fail(c, DSL_EUSAGE, "bad host name '%s': %s", c->host,
                          ssh_get_error(p->s));
@@ -337,6 +335,13 @@ static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         long t = (long)o->connect_timeout + 1;
         ssh_options_set(p->s, SSH_OPTIONS_TIMEOUT, &t);
     }
+    /* after the config, whose LogLevel would otherwise turn libssh chatter on;
+     * DSLAUNCH_SSH_DEBUG=1..4 turns it on for debugging */
+    int verbosity = 0;
+    const char *dbg = getenv("DSLAUNCH_SSH_DEBUG");
+    if (dbg && dsl_parse_int(dbg, 0, 4, &verbosity) < 0)
+        verbosity = 0;
+    ssh_options_set(p->s, SSH_OPTIONS_LOG_VERBOSITY, &verbosity);
     ssh_set_blocking(p->s, 0);
     return ssh_progress(c);
 }

@@ -1,0 +1,244 @@
+/*
+ * Unit tests for the multi-node pieces that need no cluster: the shell quoting of the
+ * one remote command line (checked against a real /bin/sh), the network facts, and the
+ * ssh transport's failure paths against loopback listeners (refused, silent server).
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dslaunch/net.h"
+#include "dslaunch/netinfo.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/transport.h"
+#include "dslaunch/xalloc.h"
+#include "test.h"
+#include "common/banned.h"
+
+static const char *const nasty[] = {
+    "plain",
+    "",
+    "I am 6' tall",
+    "''",
+    "'",
+    "$(touch /tmp/dsl-pwned)",
+    "`id`",
+    "a b\tc",
+    "line1\nline2",
+    "back\\slash",
+    "\"double\"",
+    "semi;colon && amp | pipe > redirect",
+    "glob * ? [a]",
+    "$HOME ${PATH} $1",
+    "!bang ~tilde #hash",
+    "utf8 \xc3\xa9\xe2\x82\xac",
+};
+
+TEST(shell_quote_should_wrap_in_single_quotes_and_escape_quotes)
+{
+    static const struct {
+        const char *in, *out;
+    } cases[] = {
+        {"abc", "'abc'"},
+        {"", "''"},
+        {"I am 6' tall", "'I am 6'\\'' tall'"},
+        {"'", "''\\'''"},
+        {"$(x)", "'$(x)'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *q = dsl_shell_quote(cases[i].in);
+        ASSERT_STR_EQ(q, cases[i].out);
+        free(q);
+    }
+}
+
+/* Run cmd through /bin/sh -c and capture stdout. */
+static char *sh_output(const char *cmd, size_t *len)
+{
+    int p[2];
+    ASSERT_OK(pipe(p));
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        dup2(p[1], 1);
+        close(p[0]);
+        close(p[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    size_t alloc = 4096, n = 0;
+    char *buf = dsl_xmalloc(alloc);
+    for (;;) {
+        if (n == alloc)
+            buf = dsl_xrealloc(buf, alloc *= 2);
+        ssize_t r = read(p[0], buf + n, alloc - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(p[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    *len = n;
+    return buf;
+}
+
+TEST(shell_command_should_deliver_every_nasty_argument_byte_for_byte_through_sh)
+{
+    size_t n = sizeof(nasty) / sizeof(nasty[0]);
+    char **argv = dsl_xcalloc(n + 3, sizeof(*argv));
+    argv[0] = (char *)"printf";
+    argv[1] = (char *)"%s\\0";
+    for (size_t i = 0; i < n; i++)
+        argv[i + 2] = (char *)nasty[i];
+    unlink("/tmp/dsl-pwned");
+    char *cmd = dsl_shell_command(argv);
+    ASSERT(strncmp(cmd, "exec 'printf' ", 14) == 0);
+    size_t len;
+    char *out = sh_output(cmd, &len);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        ASSERT(off < len);
+        ASSERT_STR_EQ(out + off, nasty[i]);
+        off += strlen(nasty[i]) + 1;
+    }
+    ASSERT_EQ(off, len);
+    struct stat st;
+    ASSERT(stat("/tmp/dsl-pwned", &st) < 0);
+    free(out);
+    free(cmd);
+    free(argv);
+}
+
+TEST(netinfo_route_to_loopback_should_name_lo)
+{
+    char ifname[64], src[64], err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_netinfo_route("127.0.0.1", ifname, sizeof(ifname), src, sizeof(src), err));
+    ASSERT_STR_EQ(ifname, "lo");
+    ASSERT_STR_EQ(src, "127.0.0.1");
+}
+
+TEST(netinfo_route_should_reject_a_host_name)
+{
+    char ifname[64], src[64], err[DSL_ERR_LEN] = "";
+    ASSERT_EQ(dsl_netinfo_route("not-an-ip", ifname, sizeof(ifname), src, sizeof(src), err),
+              -EINVAL);
+    ASSERT_CONTAINS(err, "bad address 'not-an-ip'");
+    ASSERT_STR_EQ(ifname, "");
+}
+
+TEST(netinfo_collect_should_list_loopback_first_with_its_ipv4_address)
+{
+    struct dsl_netinfo ni;
+    dsl_netinfo_init(&ni);
+    ASSERT_OK(dsl_netinfo_collect(&ni, NULL));
+    ASSERT(ni.cpus >= 1);
+    ASSERT(ni.gpus >= 0);
+    ASSERT(ni.hostname[0] != '\0');
+    int found = 0;
+    for (int i = 0; i < ni.nifaces; i++) {
+        if (strcmp(ni.ifaces[i].name, "lo") != 0)
+            continue;
+        found = 1;
+        ASSERT(ni.ifaces[i].loopback);
+        ASSERT(ni.ifaces[i].naddrs >= 1);
+        ASSERT_STR_EQ(ni.ifaces[i].addrs[0], "127.0.0.1");
+    }
+    ASSERT(found);
+    dsl_netinfo_release(&ni);
+    ASSERT_EQ(ni.nifaces, 0);
+}
+
+TEST(netinfo_gpus_should_count_one_entry_per_device_directory)
+{
+    char dir[] = "/tmp/dsl-gpus-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    ASSERT_EQ(dsl_netinfo_gpus(dir), 0);
+    const char *ids[] = {"0000:01:00.0", "0000:41:00.0", "0000:81:00.0"};
+    char path[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, ids[i]);
+        ASSERT_OK(mkdir(path, 0700));
+    }
+    ASSERT_EQ(dsl_netinfo_gpus(dir), 3);
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, ids[i]);
+        rmdir(path);
+    }
+    rmdir(dir);
+    ASSERT_EQ(dsl_netinfo_gpus("/nonexistent/dsl"), 0);
+}
+
+#ifdef DSL_HAVE_SSH
+/* Drive one ssh connection until it is OPEN or FAILED, or deadline passes. */
+static void drive(struct dsl_conn *c, double deadline)
+{
+    while (c->state != DSL_CONN_OPEN && c->state != DSL_CONN_FAILED && dsl_now() < deadline) {
+        short ev = 0;
+        int fd = c->ops->pollfd(c, &ev);
+        struct pollfd p = {.fd = fd, .events = ev};
+        poll(&p, fd >= 0 ? 1 : 0, 50);
+        c->ops->progress(c);
+    }
+}
+
+static void ssh_try(const char *host, int port, double timeout, struct dsl_conn *c)
+{
+    struct dsl_transport_opts o = {
+        .ssh_config = "/dev/null",
+        .ssh_port = port,
+        .known_hosts = "/dev/null",
+        .connect_timeout = timeout,
+        .keepalive = 15,
+    };
+    char *argv[] = {(char *)"/bin/true", NULL};
+    memset(c, 0, sizeof(*c));
+    c->ops = &dsl_transport_ssh;
+    c->host = dsl_xstrdup(host);
+    c->ops->open(c, &o, argv);
+    drive(c, dsl_now() + timeout + 10);
+}
+
+TEST(ssh_to_a_closed_port_should_fail_with_econnect)
+{
+    /* a port that was just free: bind, read it, close */
+    int lfd = dsl_net_listen("127.0.0.1", 0, 1, NULL);
+    ASSERT_OK(lfd);
+    int port = dsl_net_local_port(lfd);
+    close(lfd);
+    struct dsl_conn c;
+    ssh_try("127.0.0.1", port, 5, &c);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    ASSERT_CONTAINS(c.err, "cannot connect to");
+    c.ops->close(&c);
+    free(c.host);
+}
+
+TEST(ssh_to_a_silent_server_should_time_out_with_etimedout)
+{
+    /* a listener that never accepts: TCP completes, no SSH banner ever comes */
+    int lfd = dsl_net_listen("127.0.0.1", 0, 4, NULL);
+    ASSERT_OK(lfd);
+    struct dsl_conn c;
+    ssh_try("127.0.0.1", dsl_net_local_port(lfd), 0.5, &c);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_ETIMEDOUT);
+    ASSERT_CONTAINS(c.err, "timed out");
+    c.ops->close(&c);
+    free(c.host);
+    close(lfd);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}

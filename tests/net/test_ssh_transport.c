@@ -1,0 +1,421 @@
+/*
+ * The ssh transport against the namespace cluster (tests/cluster/cluster.sh): every
+ * node at once from one poll loop, bytes round-tripping through `exec '/bin/cat'`, the
+ * fixed command line surviving a real remote shell, and each failure the launcher must
+ * report per host: unknown host key, changed host key, wrong identity, sshd stopped,
+ * and a remote program that cannot start.
+ *
+ * Needs DSL_CLUSTER_DIR (a cluster that is up) and DSL_CLUSTER_SH (the script, to stop
+ * and start one sshd); tests/net/with_cluster.sh provides both.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/parse.h"
+#include "dslaunch/transport.h"
+#include "dslaunch/xalloc.h"
+#include "test.h"
+#include "common/banned.h"
+
+static const char *cluster_dir;
+static int nodes;
+
+static char *cpath(const char *name)
+{
+    return dsl_xasprintf("%s/%s", cluster_dir, name);
+}
+
+static void base_opts(struct dsl_transport_opts *o, const char *ssh_config)
+{
+    memset(o, 0, sizeof(*o));
+    o->ssh_config = ssh_config;
+    o->connect_timeout = 20;
+    o->keepalive = 15;
+}
+
+static void conn_open(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
+                      char *const *argv)
+{
+    memset(c, 0, sizeof(*c));
+    c->ops = &dsl_transport_ssh;
+    c->host = dsl_xstrdup(host);
+    c->ops->open(c, o, argv);
+}
+
+static void conn_free(struct dsl_conn *c)
+{
+    c->ops->close(c);
+    free(c->host);
+}
+
+/* One poll loop over all connections until each is OPEN or FAILED. */
+static void drive_all(struct dsl_conn *c, int n)
+{
+    double deadline = dsl_now() + 60;
+    struct pollfd *pf = dsl_xcalloc((size_t)n, sizeof(*pf));
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < n; i++) {
+            pf[i].fd = -1;
+            if (c[i].state == DSL_CONN_OPEN || c[i].state == DSL_CONN_FAILED)
+                continue;
+            busy++;
+            pf[i].fd = c[i].ops->pollfd(&c[i], &pf[i].events);
+        }
+        if (!busy)
+            break;
+        ASSERT(dsl_now() < deadline);
+        poll(pf, (nfds_t)n, 100);
+        for (int i = 0; i < n; i++)
+            if (c[i].state != DSL_CONN_OPEN && c[i].state != DSL_CONN_FAILED)
+                c[i].ops->progress(&c[i]);
+    }
+    free(pf);
+}
+
+/* Open one connection and return its final state (OPEN or FAILED). */
+static void open_one(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
+                     char *const *argv)
+{
+    conn_open(c, host, o, argv);
+    drive_all(c, 1);
+}
+
+/* Read everything until EOF (bounded by a deadline); returns a malloc'd buffer. */
+static char *read_to_eof(struct dsl_conn *c, size_t *len)
+{
+    size_t alloc = 1 << 16, n = 0;
+    char *buf = dsl_xmalloc(alloc);
+    double deadline = dsl_now() + 30;
+    for (;;) {
+        ASSERT(dsl_now() < deadline);
+        if (n == alloc)
+            buf = dsl_xrealloc(buf, alloc *= 2);
+        ssize_t r = c->ops->read(c, buf + n, alloc - n);
+        if (r > 0) {
+            n += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            break;
+        ASSERT_EQ(r, -EAGAIN);
+        short ev;
+        struct pollfd p = {.fd = c->ops->pollfd(c, &ev)};
+        p.events = ev;
+        poll(&p, 1, 50);
+    }
+    *len = n;
+    return buf;
+}
+
+static unsigned char pattern(int node, size_t i)
+{
+    uint32_t x = (uint32_t)(node * 2654435761u) ^ (uint32_t)(i * 40503u);
+    return (unsigned char)(x >> 7);
+}
+
+TEST(ssh_should_round_trip_bytes_through_cat_on_every_node_at_once)
+{
+    enum { PAYLOAD = 300000 }; /* several channel windows */
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {(char *)"/bin/cat", NULL};
+    struct dsl_conn *c = dsl_xcalloc((size_t)nodes, sizeof(*c));
+    for (int i = 0; i < nodes; i++) {
+        char host[32];
+        snprintf(host, sizeof(host), "node%d", i + 1);
+        conn_open(&c[i], host, &o, argv);
+    }
+    drive_all(c, nodes);
+    for (int i = 0; i < nodes; i++) {
+        if (c[i].state != DSL_CONN_OPEN)
+            DSL_FAIL_("%s: %s", c[i].host, c[i].err);
+        ASSERT(c[i].t_open >= c[i].t_start);
+    }
+    /* write and read all nodes interleaved in one loop */
+    unsigned char *out = dsl_xmalloc(PAYLOAD), *in = dsl_xmalloc((size_t)nodes * PAYLOAD);
+    size_t *sent = dsl_xcalloc((size_t)nodes, sizeof(size_t));
+    size_t *got = dsl_xcalloc((size_t)nodes, sizeof(size_t));
+    int *eof = dsl_xcalloc((size_t)nodes, sizeof(int));
+    struct pollfd *pf = dsl_xcalloc((size_t)nodes, sizeof(*pf));
+    double deadline = dsl_now() + 60;
+    for (int done = 0; done < nodes;) {
+        ASSERT(dsl_now() < deadline);
+        for (int i = 0; i < nodes; i++) {
+            pf[i].fd = eof[i] ? -1 : c[i].ops->pollfd(&c[i], &pf[i].events);
+            if (sent[i] < PAYLOAD)
+                pf[i].events |= POLLOUT;
+        }
+        poll(pf, (nfds_t)nodes, 50);
+        for (int i = 0; i < nodes; i++) {
+            if (eof[i])
+                continue;
+            while (sent[i] < PAYLOAD) {
+                size_t chunk = PAYLOAD - sent[i] > 20000 ? 20000 : PAYLOAD - sent[i];
+                for (size_t k = 0; k < chunk; k++)
+                    out[k] = pattern(i, sent[i] + k);
+                ssize_t w = c[i].ops->write(&c[i], out, chunk);
+                if (w == -EAGAIN)
+                    break;
+                ASSERT(w > 0);
+                sent[i] += (size_t)w;
+                if (sent[i] == PAYLOAD)
+                    c[i].ops->close_write(&c[i]);
+            }
+            for (;;) {
+                ssize_t r = c[i].ops->read(&c[i], in + (size_t)i * PAYLOAD + got[i],
+                                           PAYLOAD - got[i] ? PAYLOAD - got[i] : 1);
+                if (r == -EAGAIN)
+                    break;
+                if (r == 0) {
+                    eof[i] = 1;
+                    done++;
+                    break;
+                }
+                if (r < 0)
+                    DSL_FAIL_("%s: read %zd: %s", c[i].host, r, c[i].err);
+                got[i] += (size_t)r;
+                ASSERT(got[i] <= PAYLOAD);
+            }
+        }
+    }
+    for (int i = 0; i < nodes; i++) {
+        ASSERT_EQ(got[i], PAYLOAD);
+        for (size_t k = 0; k < PAYLOAD; k++)
+            if (in[(size_t)i * PAYLOAD + k] != pattern(i, k))
+                DSL_FAIL_("node%d: byte %zu differs", i + 1, k);
+        conn_free(&c[i]);
+    }
+    free(pf);
+    free(eof);
+    free(got);
+    free(sent);
+    free(in);
+    free(out);
+    free(c);
+    free(cfg);
+}
+
+TEST(ssh_fixed_command_should_survive_the_remote_shell_byte_for_byte)
+{
+    static const char *const args[] = {
+        "I am 6' tall", "$(touch /tmp/dsl-pwned-remote)", "", "a\nb", "`id` ; ls", "$HOME",
+    };
+    enum { N = sizeof(args) / sizeof(args[0]) };
+    char *argv[N + 3];
+    argv[0] = (char *)"/usr/bin/printf";
+    argv[1] = (char *)"%s\\0";
+    for (int i = 0; i < N; i++)
+        argv[i + 2] = (char *)args[i];
+    argv[N + 2] = NULL;
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    unlink("/tmp/dsl-pwned-remote");
+    struct dsl_conn c;
+    open_one(&c, "node1", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    size_t len;
+    char *out = read_to_eof(&c, &len);
+    size_t off = 0;
+    for (int i = 0; i < N; i++) {
+        ASSERT(off < len);
+        ASSERT_STR_EQ(out + off, args[i]);
+        off += strlen(args[i]) + 1;
+    }
+    ASSERT_EQ(off, len);
+    ASSERT(access("/tmp/dsl-pwned-remote", F_OK) < 0);
+    free(out);
+    conn_free(&c);
+    free(cfg);
+}
+
+TEST(ssh_should_report_a_missing_remote_program_with_its_stderr)
+{
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node2", &o, argv);
+    ASSERT_EQ(c.state, DSL_CONN_OPEN); /* the channel opens; the exec fails there */
+    size_t len;
+    char *out = read_to_eof(&c, &len);
+    ASSERT_EQ(len, 0);
+    ASSERT_CONTAINS(c.err, "exited with status 127");
+    ASSERT_CONTAINS(c.err, "/nonexistent/dslaunch");
+    free(out);
+    conn_free(&c);
+    free(cfg);
+}
+
+TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
+{
+    char *cfg = cpath("ssh_config");
+    char kh[] = "/tmp/dsl-kh-XXXXXX";
+    int fd = mkstemp(kh);
+    ASSERT_OK(fd);
+    close(fd);
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.known_hosts = kh;
+    char *argv[] = {(char *)"/bin/true", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node1", &o, argv);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_EAUTH);
+    ASSERT_CONTAINS(c.err, "host key for 'node1' is not known");
+    ASSERT_CONTAINS(c.err, "--ssh-accept-new");
+    ASSERT_CONTAINS(c.err, "ssh node1");
+    ASSERT_CONTAINS(c.err, "SHA256:");
+    conn_free(&c);
+
+    /* trust on first use records the key; the next connection needs no flag */
+    o.accept_new = 1;
+    open_one(&c, "node1", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    conn_free(&c);
+    o.accept_new = 0;
+    open_one(&c, "node1", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    conn_free(&c);
+    unlink(kh);
+    free(cfg);
+}
+
+TEST(ssh_should_refuse_a_changed_host_key_even_with_accept_new)
+{
+    /* known_hosts that gives node1's address node2's key */
+    char *cfg = cpath("ssh_config"), *k2 = cpath("node2/ssh_host_ed25519_key.pub");
+    char *envf = cpath("cluster.env");
+    FILE *f = fopen(envf, "r");
+    ASSERT(f);
+    char line[256], addr[256] = "", port[256] = "22";
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strncmp(line, "ADDR_1=", 7))
+            snprintf(addr, sizeof(addr), "%s", line + 7);
+        if (!strncmp(line, "PORT_1=", 7))
+            snprintf(port, sizeof(port), "%s", line + 7);
+    }
+    fclose(f);
+    f = fopen(k2, "r");
+    ASSERT(f);
+    char key[512];
+    ASSERT(fgets(key, sizeof(key), f));
+    fclose(f);
+    char kh[] = "/tmp/dsl-kh-XXXXXX";
+    int fd = mkstemp(kh);
+    ASSERT_OK(fd);
+    f = fdopen(fd, "w");
+    if (!strcmp(port, "22"))
+        fprintf(f, "%s %s", addr, key);
+    else
+        fprintf(f, "[%s]:%s %s", addr, port, key);
+    fclose(f);
+
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.known_hosts = kh;
+    char *argv[] = {(char *)"/bin/true", NULL};
+    for (int accept = 0; accept <= 1; accept++) {
+        o.accept_new = accept;
+        struct dsl_conn c;
+        open_one(&c, "node1", &o, argv);
+        ASSERT_EQ(c.state, DSL_CONN_FAILED);
+        ASSERT_EQ(c.err_code, DSL_EAUTH);
+        ASSERT_CONTAINS(c.err, "host key for 'node1' has CHANGED");
+        conn_free(&c);
+    }
+    unlink(kh);
+    free(envf);
+    free(k2);
+    free(cfg);
+}
+
+TEST(ssh_with_a_wrong_identity_should_fail_with_eauth)
+{
+    char *cfg = cpath("ssh_config"), *wrong = cpath("wrong_ed25519");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.ssh_identity = wrong;
+    char *argv[] = {(char *)"/bin/true", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node2", &o, argv);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_EAUTH);
+    ASSERT_CONTAINS(c.err, "permission denied");
+    ASSERT_CONTAINS(c.err, "wrong_ed25519");
+    conn_free(&c);
+
+    /* and the right one, given explicitly, works */
+    char *right = cpath("id_ed25519");
+    o.ssh_identity = right;
+    open_one(&c, "node2", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    conn_free(&c);
+    free(right);
+    free(wrong);
+    free(cfg);
+}
+
+static void cluster_sh(const char *verb, const char *node)
+{
+    const char *sh = getenv("DSL_CLUSTER_SH");
+    ASSERT(sh);
+    char *cmd = dsl_xasprintf("'%s' %s '%s' %s", sh, verb, cluster_dir, node);
+    ASSERT_EQ(system(cmd), 0);
+    free(cmd);
+}
+
+TEST(ssh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
+{
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {(char *)"/bin/true", NULL};
+    cluster_sh("sshd-stop", "node2");
+    struct dsl_conn c;
+    open_one(&c, "node2", &o, argv);
+    cluster_sh("sshd-start", "node2");
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    ASSERT_CONTAINS(c.err, "cannot connect to node2 (root@");
+    conn_free(&c);
+    free(cfg);
+}
+
+int main(int argc, char **argv)
+{
+    cluster_dir = getenv("DSL_CLUSTER_DIR");
+    if (!cluster_dir) {
+        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/net/with_cluster.sh\n");
+        return 2;
+    }
+    char *envf = cpath("cluster.env");
+    FILE *f = fopen(envf, "r");
+    if (!f) {
+        fprintf(stderr, "no cluster in '%s'\n", cluster_dir);
+        return 2;
+    }
+    char line[256];
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "NODES=", 6))
+            nodes = (int)strtol(line + 6, NULL, 10);
+    fclose(f);
+    free(envf);
+    if (nodes < 2) {
+        fprintf(stderr, "the cluster needs at least 2 nodes\n");
+        return 2;
+    }
+    return RUN_TESTS(argc, argv);
+}

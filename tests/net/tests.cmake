@@ -1,0 +1,17 @@
+# Multi-node pieces: quoting, network facts, the ssh transport (unit: loopback only;
+# cluster: against the namespace cluster of tests/cluster). The sources are compiled in
+# directly so these tests do not depend on the rest of the launcher library.
+set(dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/netinfo.c
+    ${PROJECT_SOURCE_DIR}/src/launch/shellquote.c)
+set(dsl_net_libs dslcommon)
+if(DSL_WITH_SSH)
+  list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c)
+  list(APPEND dsl_net_libs PkgConfig::LIBSSH)
+endif()
+dsl_unit_test(test_net SOURCES net/test_net.c ${dsl_net_src} LIBS ${dsl_net_libs})
+if(DSL_WITH_SSH)
+  # run by the cluster tier (tests/cluster/tests.cmake), not on its own
+  add_executable(test_ssh_transport net/test_ssh_transport.c ${dsl_net_src})
+  target_link_libraries(test_ssh_transport PRIVATE ${dsl_net_libs} dsl_flags)
+  target_include_directories(test_ssh_transport PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+endif()
