@@ -1,0 +1,391 @@
+/*
+ * dsbench: collective benchmark in the shape of nccl-tests, run under dslaunch (or any
+ * launcher that sets the env contract).
+ *
+ *   dslaunch --include localhost:0,1 dsbench -b 1K -e 512M -f 4 -o allreduce
+ *
+ * For each size it runs -w warm-up and -n timed iterations of the collective, then one
+ * checked iteration whose input is seeded by (rank, iteration), so every rank can
+ * compute the expected result and count wrong values. Times are the slowest rank's;
+ * busbw uses nccl-tests' factors (allreduce 2(n-1)/n, reduce_scatter and allgather
+ * (n-1)/n, broadcast 1). Rank 0 prints the table; every rank agrees on the wrong count
+ * and exits non-zero if it is not zero.
+ */
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/error.h"
+#include "dslaunch/parse.h"
+#ifdef DSL_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+#include "common/banned.h"
+
+enum bench_op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_N };
+static const char *const op_names[OP_N] = {"allreduce", "reduce_scatter", "allgather",
+                                           "broadcast"};
+
+struct bench_opts {
+    size_t min_bytes, max_bytes; /* -b, -e */
+    size_t factor;               /* -f */
+    int ops[OP_N];               /* -o */
+    int warmup, iters;           /* -w, -n */
+    const char *backend;         /* --backend */
+    int deterministic;           /* -d */
+    int check;                   /* -c 0|1 */
+};
+
+struct bench {
+    struct dsl_comm *c;
+    int rank, world, on_device;
+    float *send, *recv; /* max_bytes each (device memory on nccl) */
+    float *host;        /* host staging for checks */
+    size_t max_count;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dsbench [-b minbytes] [-e maxbytes] [-f factor] [-o op|all]\n"
+               "               [-w warmup] [-n iters] [--backend tcp|nccl] [-d] [-c 0|1]\n"
+               "  ops: allreduce, reduce_scatter, allgather, broadcast, all\n"
+               "  sizes take K/M/G suffixes; -d selects the deterministic (tree-order) sums\n");
+}
+
+static float seed_val(int rank, size_t i, int iter)
+{
+    return (float)((int)((i * 13 + (size_t)rank * 7 + (size_t)iter * 5) % 17) - 8);
+}
+
+static int copy_in(struct bench *b, float *dst, const float *src, size_t n)
+{
+#ifdef DSL_HAVE_CUDA
+    if (b->on_device)
+        return cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess
+                   ? 0
+                   : -1;
+#endif
+    (void)b;
+    memcpy(dst, src, n * sizeof(float));
+    return 0;
+}
+
+static int copy_out(struct bench *b, float *dst, const float *src, size_t n)
+{
+#ifdef DSL_HAVE_CUDA
+    if (b->on_device)
+        return cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess
+                   ? 0
+                   : -1;
+#endif
+    (void)b;
+    memcpy(dst, src, n * sizeof(float));
+    return 0;
+}
+
+static int run_op(struct bench *b, enum bench_op op, size_t n)
+{
+    size_t off, len;
+    dsl_shard_of(n, b->rank, b->world, &off, &len);
+    switch (op) {
+    case OP_ALLREDUCE:
+        return dsl_comm_allreduce(b->c, b->send, b->recv, n, DSL_FLOAT32, DSL_SUM);
+    case OP_REDUCE_SCATTER:
+        return dsl_comm_reduce_scatter(b->c, b->send, b->recv, n, DSL_FLOAT32, DSL_SUM);
+    case OP_ALLGATHER:
+        return dsl_comm_allgather(b->c, b->send, b->recv, n, DSL_FLOAT32);
+    case OP_BROADCAST:
+        return dsl_comm_broadcast(b->c, b->recv, n, DSL_FLOAT32, 0);
+    default:
+        return -1;
+    }
+}
+
+/* Seed the inputs of a checked iteration. */
+static int seed(struct bench *b, enum bench_op op, size_t n, int iter)
+{
+    size_t off, len;
+    dsl_shard_of(n, b->rank, b->world, &off, &len);
+    float *h = b->host;
+    if (op == OP_ALLGATHER) {
+        for (size_t i = 0; i < len; i++)
+            h[i] = seed_val(b->rank, off + i, iter);
+        return copy_in(b, b->send, h, len);
+    }
+    if (op == OP_BROADCAST) {
+        for (size_t i = 0; i < n; i++)
+            h[i] = b->rank == 0 ? seed_val(0, i, iter) : -99.0f;
+        return copy_in(b, b->recv, h, n);
+    }
+    for (size_t i = 0; i < n; i++)
+        h[i] = seed_val(b->rank, i, iter);
+    return copy_in(b, b->send, h, n);
+}
+
+/* Count wrong values of a checked iteration on this rank. */
+static uint64_t count_wrong(struct bench *b, enum bench_op op, size_t n, int iter)
+{
+    size_t off, len, s = dsl_shard_size(n, b->world);
+    dsl_shard_of(n, b->rank, b->world, &off, &len);
+    size_t m = op == OP_REDUCE_SCATTER ? len : n;
+    uint64_t wrong = 0;
+    if (copy_out(b, b->host, b->recv, m) < 0)
+        return m ? m : 1;
+    for (size_t i = 0; i < m; i++) {
+        float want = 0;
+        if (op == OP_ALLREDUCE || op == OP_REDUCE_SCATTER) {
+            size_t gi = op == OP_ALLREDUCE ? i : off + i;
+            for (int r = 0; r < b->world; r++)
+                want += seed_val(r, gi, iter);
+        } else if (op == OP_ALLGATHER) {
+            want = seed_val((int)(i / s), i, iter);
+        } else {
+            want = seed_val(0, i, iter);
+        }
+        if (b->host[i] != want)
+            wrong++;
+    }
+    return wrong;
+}
+
+static double busbw_factor(enum bench_op op, int world)
+{
+    double n = world;
+    switch (op) {
+    case OP_ALLREDUCE: return 2 * (n - 1) / n;
+    case OP_REDUCE_SCATTER:
+    case OP_ALLGATHER: return (n - 1) / n;
+    default: return 1;
+    }
+}
+
+static int parse_args(int argc, char **argv, struct bench_opts *o)
+{
+    static const struct option longopts[] = {
+        {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'}, {"op", required_argument, NULL, 'o'},
+        {"warmup_iters", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'n'},
+        {"backend", required_argument, NULL, 'B'}, {"deterministic", no_argument, NULL, 'd'},
+        {"check", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int ch, any_op = 0;
+    long v;
+    *o = (struct bench_opts){.min_bytes = 1024, .max_bytes = 32 << 20, .factor = 4,
+                             .warmup = 5, .iters = 20, .backend = "tcp", .check = 1};
+    while ((ch = getopt_long(argc, argv, "b:e:f:o:w:n:dc:h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'b':
+        case 'e':
+            if (dsl_parse_size(optarg, ch == 'b' ? &o->min_bytes : &o->max_bytes) < 0) {
+                fprintf(stderr, "dsbench: error: bad size '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'f':
+            if (dsl_parse_long(optarg, 2, 1024, &v) < 0) {
+                fprintf(stderr, "dsbench: error: bad step factor '%s'\n", optarg);
+                return -1;
+            }
+            o->factor = (size_t)v;
+            break;
+        case 'o':
+            if (!strcmp(optarg, "all")) {
+                for (int i = 0; i < OP_N; i++)
+                    o->ops[i] = 1;
+                any_op = 1;
+                break;
+            }
+            for (int i = 0; i < OP_N; i++)
+                if (!strcmp(optarg, op_names[i]))
+                    o->ops[i] = any_op = 1;
+            if (!any_op) {
+                fprintf(stderr, "dsbench: error: unknown op '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'w':
+        case 'n':
+            if (dsl_parse_long(optarg, ch == 'w' ? 0 : 1, 1000000, &v) < 0) {
+                fprintf(stderr, "dsbench: error: bad iteration count '%s'\n", optarg);
+                return -1;
+            }
+            *(ch == 'w' ? &o->warmup : &o->iters) = (int)v;
+            break;
+        case 'B': o->backend = optarg; break;
+        case 'd': o->deterministic = 1; break;
+        case 'c':
+            if (dsl_parse_long(optarg, 0, 1, &v) < 0) {
+                fprintf(stderr, "dsbench: error: bad -c '%s'\n", optarg);
+                return -1;
+            }
+            o->check = (int)v;
+            break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "dsbench: error: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!any_op)
+        o->ops[OP_ALLREDUCE] = 1;
+    if (o->min_bytes < 4)
+        o->min_bytes = 4;
+    if (o->max_bytes < o->min_bytes) {
+        fprintf(stderr, "dsbench: error: -e is smaller than -b\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int alloc_buffers(struct bench *b, size_t bytes)
+{
+    b->host = malloc(bytes);
+#ifdef DSL_HAVE_CUDA
+    if (b->on_device) {
+        if (!b->host || cudaMalloc((void **)&b->send, bytes) != cudaSuccess ||
+            cudaMalloc((void **)&b->recv, bytes) != cudaSuccess)
+            return -1;
+        cudaMemset(b->send, 0, bytes);
+        cudaMemset(b->recv, 0, bytes);
+        return 0;
+    }
+#endif
+    b->send = malloc(bytes);
+    b->recv = malloc(bytes);
+    if (!b->host || !b->send || !b->recv)
+        return -1;
+    /* touch everything once so page faults stay out of the timings */
+    memset(b->host, 0, bytes);
+    memset(b->send, 0, bytes);
+    memset(b->recv, 0, bytes);
+    return 0;
+}
+
+static void free_buffers(struct bench *b)
+{
+#ifdef DSL_HAVE_CUDA
+    if (b->on_device) {
+        cudaFree(b->send);
+        cudaFree(b->recv);
+        free(b->host);
+        return;
+    }
+#endif
+    free(b->send);
+    free(b->recv);
+    free(b->host);
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+    struct bench b = {0};
+    char err[DSL_ERR_LEN] = "";
+    int failed = 0;
+    uint64_t total_wrong = 0;
+    double bw_sum = 0;
+    int bw_n = 0;
+
+    if (parse_args(argc, argv, &o) < 0)
+        return 2;
+    struct dsl_comm_opts co = {.backend = o.backend, .deterministic = o.deterministic};
+    const char *lr = getenv("LOCAL_RANK");
+    if (lr && *lr)
+        dsl_parse_int(lr, 0, 1 << 16, &co.device);
+    if (dsl_comm_open_env(&b.c, &co, err) < 0) {
+        fprintf(stderr, "dsbench: error: %s\n", err);
+        return 1;
+    }
+    b.rank = dsl_comm_rank(b.c);
+    b.world = dsl_comm_size(b.c);
+    b.on_device = !strcmp(dsl_comm_backend(b.c), "nccl");
+    b.max_count = o.max_bytes / sizeof(float);
+    if (alloc_buffers(&b, b.max_count * sizeof(float)) < 0) {
+        fprintf(stderr, "dsbench: error: cannot allocate 3 x %zu bytes\n", o.max_bytes);
+        dsl_comm_close(b.c);
+        return 1;
+    }
+    if (b.rank == 0) {
+        printf("# dsbench: backend %s, world %d, deterministic %d, warmup %d, iters %d\n",
+               dsl_comm_backend(b.c), b.world, o.deterministic, o.warmup, o.iters);
+    }
+    for (int op = 0; op < OP_N && !failed; op++) {
+        if (!o.ops[op])
+            continue;
+        if (b.rank == 0) {
+            printf("#\n# %s\n", op_names[op]);
+            printf("# %12s %12s %6s %10s %9s %9s %7s\n", "size", "count", "type", "time",
+                   "algbw", "busbw", "#wrong");
+            printf("# %12s %12s %6s %10s %9s %9s %7s\n", "(B)", "(elements)", "", "(us)",
+                   "(GB/s)", "(GB/s)", "");
+        }
+        for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && !failed; bytes *= o.factor) {
+            size_t n = bytes / sizeof(float);
+            int r = 0;
+            for (int i = 0; i < o.warmup && r == 0; i++)
+                r = run_op(&b, (enum bench_op)op, n);
+            if (r == 0)
+                r = dsl_comm_barrier(b.c);
+            double t0 = dsl_now();
+            for (int i = 0; i < o.iters && r == 0; i++)
+                r = run_op(&b, (enum bench_op)op, n);
+            float dt = (float)((dsl_now() - t0) / o.iters);
+            if (r < 0) {
+                fprintf(stderr, "dsbench: rank %d: error: %s\n", b.rank, dsl_comm_last_error(b.c));
+                failed = 1;
+                break;
+            }
+            float dtmax = dt;
+            uint64_t wrong = 0;
+            int32_t wr = 0, wsum = 0;
+            if (o.check) {
+                int iter = o.iters + 1;
+                if (seed(&b, (enum bench_op)op, n, iter) < 0 ||
+                    run_op(&b, (enum bench_op)op, n) < 0)
+                    wrong = n ? n : 1;
+                else
+                    wrong = count_wrong(&b, (enum bench_op)op, n, iter);
+            }
+            wr = wrong > INT32_MAX / 1024 ? INT32_MAX / 1024 : (int32_t)wrong;
+            /* agree: slowest time and total wrong (both tiny host-side collectives) */
+            if (b.on_device) {
+                dtmax = dt;
+                wsum = wr; /* nccl runs at world 1 here; device buffers only */
+            } else if (dsl_comm_allreduce(b.c, &dt, &dtmax, 1, DSL_FLOAT32, DSL_MAX) < 0 ||
+                       dsl_comm_allreduce(b.c, &wr, &wsum, 1, DSL_INT32, DSL_SUM) < 0) {
+                fprintf(stderr, "dsbench: rank %d: error: %s\n", b.rank, dsl_comm_last_error(b.c));
+                failed = 1;
+                break;
+            }
+            total_wrong += (uint64_t)wsum;
+            double algbw = (double)bytes / dtmax / 1e9;
+            double busbw = algbw * busbw_factor((enum bench_op)op, b.world);
+            if (bytes >= ((size_t)1 << 20)) {
+                bw_sum += busbw;
+                bw_n++;
+            }
+            if (b.rank == 0) {
+                printf("  %12zu %12zu %6s %10.1f %9.3f %9.3f %7d\n", bytes, n, "float",
+                       (double)dtmax * 1e6, algbw, busbw, (int)wsum);
+                fflush(stdout);
+            }
+        }
+    }
+    if (b.rank == 0) {
+        printf("#\n# wrong values: %llu\n", (unsigned long long)total_wrong);
+        printf("# ranks agree: %s\n", failed ? "no (error)" : "yes");
+        if (bw_n)
+            printf("# avg busbw (sizes >= 1 MiB): %.3f GB/s\n", bw_sum / bw_n);
+        printf("# bytes sent by rank 0: %llu\n",
+               (unsigned long long)dsl_comm_bytes_sent(b.c));
+    }
+    free_buffers(&b);
+    dsl_comm_close(b.c);
+    return failed || total_wrong ? 1 : 0;
+}
