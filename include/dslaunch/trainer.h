@@ -27,6 +27,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "dslaunch/data.h"
@@ -148,7 +149,7 @@ struct dsl_run_opts {
     int shuffle, drop_last;
     uint64_t seed;
     const char *metrics_path; /* JSON lines, rank 0; NULL: none */
-    volatile int *stop_flag;  /* set by a signal handler; NULL: none */
+    volatile sig_atomic_t *stop_flag; /* set by a signal handler; NULL: none */
     int save_on_signal;
     /* checkpoint hooks (NULL: no checkpoints); tag is "global_step<N>" */
     int (*save)(void *ctx, struct dsl_trainer *t, const char *tag, char *err);

@@ -15,8 +15,8 @@ size_t dsl_optim_state_per_param(const struct dsl_optim_hparams *h)
     return h->momentum != 0.0f ? 1 : 0;
 }
 
-void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float *p,
-                    const float *g, float *m, float *v, size_t len)
+void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float *restrict p,
+                    const float *restrict g, float *restrict m, float *restrict v, size_t len)
 {
     if (h->type == DSL_OPTIM_SGD) {
         float wd = h->weight_decay, mu = h->momentum;
@@ -34,14 +34,24 @@ void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, flo
     float bc1 = 1.0f - (float)pow((double)b1, (double)t);
     float bc2 = 1.0f - (float)pow((double)b2, (double)t);
     float step = lr / bc1, bc2s = sqrtf(bc2);
-    for (size_t i = 0; i < len; i++) {
-        float gi = g[i];
-        if (h->adam_w_mode)
-            p[i] -= lr * wd * p[i];
-        else
-            gi += wd * p[i];
-        m[i] = b1 * m[i] + (1.0f - b1) * gi;
-        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
+    /* two loops so that each is branch-free and vectorizes */
+    if (h->adam_w_mode) {
+        for (size_t i = 0; i < len; i++) {
+            float gi = g[i], pi = p[i] - lr * wd * p[i];
+            float mi = b1 * m[i] + (1.0f - b1) * gi;
+            float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] = pi - step * mi / (sqrtf(vi) / bc2s + eps);
+        }
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            float gi = g[i] + wd * p[i];
+            float mi = b1 * m[i] + (1.0f - b1) * gi;
+            float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+            m[i] = mi;
+            v[i] = vi;
+            p[i] -= step * mi / (sqrtf(vi) / bc2s + eps);
+        }
     }
 }

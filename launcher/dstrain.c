@@ -1,0 +1,160 @@
+/*
+ * dstrain: the bundled data-parallel trainer (issue 6).
+ *
+ *   dstrain [--config ds_config.json] [options]     train (alone, or as one rank)
+ *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
+ *
+ * Settings come in layers (house style 18): built-in defaults, then the DeepSpeed
+ * config file with its "dstrain" object, then the flags below (every "dstrain" key has
+ * one), then verification. The env contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is
+ * read by the comm; without it dstrain runs alone (world size 1).
+ *
+ * Die-fast is fine here (house style 10): the node agent sees the exit status. A
+ * SIGTERM kills at once, unless --save-on-signal: then the ranks agree to stop after
+ * the current step, write a checkpoint and exit with 128+15; a second signal exits
+ * at once.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/data.h"
+#include "dslaunch/error.h"
+#include "dslaunch/log.h"
+#include "dslaunch/model.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/trainer.h"
+#include "dslaunch/trainer_settings.h"
+#include "common/banned.h"
+
+static volatile sig_atomic_t stop_flag;
+
+static void on_signal(int sig)
+{
+    if (stop_flag)
+        _exit(128 + sig);
+    stop_flag = 1;
+}
+
+static int usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dstrain [--config ds_config.json] [options]\n"
+            "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n\n");
+    dsl_train_settings_help(f);
+    return f == stdout ? 0 : 2;
+}
+
+/* OMP_NUM_THREADS if set, else the cores shared fairly among the local ranks */
+static int blas_threads(const struct dsl_train_settings *s)
+{
+    const char *e = getenv("OMP_NUM_THREADS");
+    int n;
+    if (s->blas_threads > 0)
+        return s->blas_threads;
+    if (e && dsl_parse_int(e, 1, 4096, &n) == 0)
+        return n;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = 1;
+    e = getenv("LOCAL_WORLD_SIZE");
+    if (e && dsl_parse_int(e, 1, 1 << 20, &n) == 0)
+        local = n;
+    n = (int)(cores > 0 ? cores : 1) / local;
+    return n < 1 ? 1 : n;
+}
+
+static int train(struct dsl_train_settings *s)
+{
+    char err[DSL_ERR_LEN] = "";
+    struct dsl_comm *comm = NULL;
+    struct dsl_dataset tr = {0}, te = {0};
+    struct dsl_model model = {0};
+    struct dsl_trainer t = {0};
+    struct dsl_run_summary sum;
+    int r, have_trainer = 0;
+
+    struct dsl_comm_opts co = {.backend = s->backend, .deterministic = s->to.deterministic};
+    if ((r = dsl_comm_open_env(&comm, &co, err)) < 0)
+        goto out;
+    dsl_log_set_rank(dsl_comm_rank(comm));
+    if ((r = dsl_train_settings_verify(s, dsl_comm_size(comm), err)) < 0)
+        goto out;
+    int threads = dsl_blas_set_threads(blas_threads(s));
+    if ((r = dsl_data_load(&tr, &te, &s->data, err)) < 0)
+        goto out;
+    s->model.in_dim = tr.dim;
+    s->model.out_dim = tr.nclasses;
+    if (s->model.max_batch < s->to.micro_batch)
+        s->model.max_batch = s->to.micro_batch;
+    if ((r = dsl_model_create(&model, &s->model, err)) < 0)
+        goto out;
+    if ((r = dsl_trainer_init(&t, &s->to, comm, &model, err)) < 0)
+        goto out;
+    have_trainer = 1;
+    if (dsl_comm_rank(comm) == 0)
+        printf("dstrain: %s on %zu samples (test %zu), backend %s, %d BLAS thread(s) per "
+               "rank, deterministic %s, optimizer %s lr %g\n",
+               s->data.name, tr.n, te.n, dsl_comm_backend(comm), threads,
+               s->to.deterministic ? "on" : "off",
+               s->to.optim.type == DSL_OPTIM_SGD  ? "SGD"
+               : s->to.optim.adam_w_mode          ? "AdamW"
+                                                  : "Adam",
+               (double)s->to.optim.lr);
+    if ((r = dsl_train_resume(s, &t, err)) < 0)
+        goto out;
+    if (s->save_on_signal) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_signal;
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        s->ro.stop_flag = &stop_flag;
+    }
+    r = dsl_trainer_run(&t, &s->ro, &tr, &te, &sum, err);
+out:
+    if (r < 0 && r != DSL_ECANCELED)
+        dsl_error("%s", *err ? err : dsl_strerror(r));
+    if (have_trainer)
+        dsl_trainer_release(&t);
+    dsl_model_release(&model);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    if (comm)
+        dsl_comm_close(comm);
+    if (r == DSL_ECANCELED)
+        return 128 + SIGTERM;
+    if (r == DSL_ECONFIG || r == DSL_EUSAGE)
+        return 2;
+    return r < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    char err[DSL_ERR_LEN] = "";
+    dsl_log_set_prog("dstrain");
+    if (argc > 1 && !strcmp(argv[1], "consolidate")) {
+        int r = dsl_train_consolidate_main(argc - 1, argv + 1, err);
+        if (r < 0) {
+            dsl_error("%s", err);
+            return r == DSL_EUSAGE ? 2 : 1;
+        }
+        return 0;
+    }
+    struct dsl_train_settings s;
+    int r = dsl_train_settings_parse(&s, argc, argv, err);
+    if (r == 1)
+        return usage(stdout);
+    if (r < 0) {
+        dsl_error("%s", err);
+        usage(stderr);
+        dsl_train_settings_release(&s);
+        return 2;
+    }
+    r = train(&s);
+    dsl_train_settings_release(&s);
+    return r;
+}
