@@ -155,6 +155,7 @@ struct dsl_run_opts {
     int (*save)(void *ctx, struct dsl_trainer *t, const char *tag, char *err);
     void *save_ctx;
     const char *prefix;       /* "dstrain" for the progress lines */
+    const char *params_out;   /* write the final fp32 parameters (raw, rank 0); NULL */
 };
 
 struct dsl_run_summary {

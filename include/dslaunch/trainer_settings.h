@@ -30,6 +30,7 @@ struct dsl_train_settings {
     char *metrics_path;          /* --metrics */
     char *checkpoint_dir;        /* --checkpoint-dir */
     char *resume;                /* --resume [latest|TAG] (NULL: fresh start) */
+    char *params_out;            /* --save-params FILE */
     void *sched;                 /* the scheduler state (config module), owned */
     void *cfg;                   /* the loaded config, owned */
     char *strs[16];              /* owned strings the structs above point into */

@@ -187,6 +187,13 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if ((r = save_ckpt(t, ro, err)) < 0)
             goto out;
 
+    if (ro->params_out && t->rank == 0) {
+        FILE *pf = fopen(ro->params_out, "wb");
+        if (!pf || fwrite(t->params, sizeof(float), t->P, pf) != t->P || fclose(pf) != 0) {
+            r = dsl_seterr(err, -EIO, "cannot write parameters to '%s'", ro->params_out);
+            goto out;
+        }
+    }
     sum->steps = t->step;
     sum->wall_s = dsl_now() - t_start;
     sum->train_s = sum->wall_s - t_eval;

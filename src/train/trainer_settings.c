@@ -49,6 +49,8 @@ static const struct opt opts[] = {
     {"checkpoint_dir", O_STR, OFF(checkpoint_dir), "\"dstrain\".checkpoint_dir"},
     {"save_interval", O_U64, OFF(ro.save_interval), "\"dstrain\".save_interval (steps)"},
     {"resume", O_STR, OFF(resume), "resume from 'latest' or a tag of checkpoint_dir"},
+    {"save_params", O_STR, OFF(params_out),
+     "write the final fp32 parameters, raw little-endian, to FILE (rank 0)"},
     {"deterministic", O_INT, OFF(deterministic), "\"dstrain\".deterministic (0 or 1)"},
     {"seed", O_U64, OFF(to.seed), "seed"},
     {"micro_batch", O_SIZE, OFF(to.micro_batch), "train_micro_batch_size_per_gpu"},
@@ -139,9 +141,14 @@ static int set_opt(struct dsl_train_settings *s, const struct opt *o, const char
 
 void dsl_train_settings_help(FILE *f)
 {
-    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++)
-        fprintf(f, "  --%-20s %s%s\n", opts[i].name,
-                opts[i].kind == O_FLAG ? "" : "VALUE  ", opts[i].help);
+    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "%s", opts[i].name);
+        for (char *c = name; *c; c++)
+            *c = *c == '_' && strcmp(opts[i].name, "local_rank") ? '-' : *c;
+        fprintf(f, "  --%-18s %-6s %s\n", name, opts[i].kind == O_FLAG ? "" : "VALUE",
+                opts[i].help);
+    }
     fprintf(f, "  (dashes and underscores are interchangeable in flag names)\n");
 }
 
@@ -264,6 +271,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int world, char *err
     s->ro.metrics_path = s->metrics_path;
     s->ro.save_on_signal = s->save_on_signal;
     s->ro.prefix = "dstrain";
+    s->ro.params_out = s->params_out;
     if (s->deterministic && world > 1 && (W & (W - 1)))
         dsl_warn("world size %d is not a power of two: results are reproducible at this "
                  "world size but not bit-identical to other world sizes",
