@@ -2,3 +2,8 @@
 dsl_unit_test(comm_world1_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_world1_test.c LIBS dslcomm)
 dsl_unit_test(comm_mp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_mp_test.c LIBS dslcomm
               LABELS flow)
+if(DSL_HAVE_CUDA)
+  dsl_unit_test(comm_nccl_gpu_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_nccl_gpu_test.c
+                LIBS dslcomm CUDA::cudart)
+  set_tests_properties(comm_nccl_gpu_test PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+endif()
