@@ -54,8 +54,8 @@ static int blas_threads(const struct dsl_train_settings *s)
 {
     const char *e = getenv("OMP_NUM_THREADS");
     int n;
-    if (s->blas_threads > 0)
-        return s->blas_threads;
+    if (s->cfg.dstrain.threads > 0)
+        return s->cfg.dstrain.threads;
     if (e && dsl_parse_int(e, 1, 4096, &n) == 0)
         return n;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -77,15 +77,18 @@ static int train(struct dsl_train_settings *s)
     struct dsl_run_summary sum;
     int r, have_trainer = 0;
 
-    struct dsl_comm_opts co = {.backend = s->backend, .deterministic = s->to.deterministic};
+    struct dsl_comm_opts co = {.backend = dsl_train_settings_backend(s),
+                               .deterministic = s->cfg.dstrain.deterministic != 0};
     if ((r = dsl_comm_open_env(&comm, &co, err)) < 0)
         goto out;
-    dsl_log_set_rank(dsl_comm_rank(comm));
-    if ((r = dsl_train_settings_verify(s, dsl_comm_size(comm), err)) < 0)
+    int rank = dsl_comm_rank(comm), world = dsl_comm_size(comm);
+    dsl_log_set_rank(rank);
+    if ((r = dsl_train_settings_verify(s, rank, world, err)) < 0)
         goto out;
     int threads = dsl_blas_set_threads(blas_threads(s));
     if ((r = dsl_data_load(&tr, &te, &s->data, err)) < 0)
         goto out;
+    dsl_train_settings_bind(s, tr.n, s->to.micro_batch * s->to.grad_accum * (size_t)world);
     s->model.in_dim = tr.dim;
     s->model.out_dim = tr.nclasses;
     if (s->model.max_batch < s->to.micro_batch)
@@ -95,18 +98,17 @@ static int train(struct dsl_train_settings *s)
     if ((r = dsl_trainer_init(&t, &s->to, comm, &model, err)) < 0)
         goto out;
     have_trainer = 1;
-    if (dsl_comm_rank(comm) == 0)
+    if (rank == 0)
         printf("dstrain: %s on %zu samples (test %zu), backend %s, %d BLAS thread(s) per "
                "rank, deterministic %s, optimizer %s lr %g\n",
                s->data.name, tr.n, te.n, dsl_comm_backend(comm), threads,
                s->to.deterministic ? "on" : "off",
-               s->to.optim.type == DSL_OPTIM_SGD  ? "SGD"
-               : s->to.optim.adam_w_mode          ? "AdamW"
-                                                  : "Adam",
-               (double)s->to.optim.lr);
+               dsl_cfg_optim_name(s->cfg.optimizer.type), (double)s->to.optim.lr);
+    if (rank == 0 && s->cfg.scheduler.type != DSL_SCHED_NONE)
+        printf("dstrain: scheduler %s\n", dsl_sched_type_name(s->cfg.scheduler.type));
     if ((r = dsl_train_resume(s, &t, err)) < 0)
         goto out;
-    if (s->save_on_signal) {
+    if (s->ro.save_on_signal) {
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));
         sa.sa_handler = on_signal;

@@ -13,34 +13,31 @@
 
 #include "dslaunch/data.h"
 #include "dslaunch/model.h"
+#include "dslaunch/scheduler.h"
+#include "dslaunch/train_config.h"
 #include "dslaunch/trainer.h"
 
 struct dsl_train_settings {
+    struct dsl_train_config cfg; /* the config module's view: file + overrides */
+    struct dsl_sched sched;      /* the bound LR scheduler (to.lr_fn points here) */
     struct dsl_trainer_opts to;  /* batch, ZeRO, optimizer, clipping */
     struct dsl_run_opts ro;      /* steps, printing, metrics, checkpoints */
-    struct dsl_model_spec model; /* "dstrain": {"model": ...}, --hidden */
-    struct dsl_data_opts data;   /* "dstrain": {"data": ...}, --data, --data-path */
-    size_t train_batch;          /* train_batch_size as configured (0: infer) */
-    int deterministic;           /* -1: default (on for the tcp backend) */
-    int fp16, bf16;              /* requested half precision (CPU: runs fp32, warns) */
-    int blas_threads;            /* --threads (0: OMP_NUM_THREADS or cores/local ranks) */
-    int save_on_signal;          /* --save-on-signal */
-    char *config_path;           /* --config */
-    char *backend;               /* --backend ("tcp", "nccl", NULL: auto) */
-    char *metrics_path;          /* --metrics */
-    char *checkpoint_dir;        /* --checkpoint-dir */
-    char *resume;                /* --resume [latest|TAG] (NULL: fresh start) */
-    char *params_out;            /* --save-params FILE */
-    void *sched;                 /* the scheduler state (config module), owned */
-    void *cfg;                   /* the loaded config, owned */
-    char *strs[16];              /* owned strings the structs above point into */
-    int nstrs;
+    struct dsl_model_spec model; /* "dstrain": {"model": ...} */
+    struct dsl_data_opts data;   /* "dstrain": {"data": ...} */
+    char *params_out;            /* --save-params FILE (owned) */
+    int have_cfg;                /* cfg was initialised */
 };
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
-/** Checks that need the world size (batch triple, deterministic chunking). */
-int dsl_train_settings_verify(struct dsl_train_settings *s, int world, char *err);
+/** The comm backend the settings ask for (NULL: auto). */
+const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
+/** Resolve what needs the world size (batch triple) and fill the structs above;
+ *  config warnings are printed on rank 0. */
+int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err);
+/** After the data is loaded: bind the scheduler to the run's total optimizer steps. */
+void dsl_train_settings_bind(struct dsl_train_settings *s, size_t train_samples,
+                             size_t global_batch);
 void dsl_train_settings_release(struct dsl_train_settings *s);
 void dsl_train_settings_help(FILE *f);
 

@@ -16,14 +16,14 @@ target_compile_options(dsltrain PRIVATE $<$<NOT:$<CONFIG:Debug>>:-O3> -fno-math-
 # dstrain's settings and the bridge to the config module and checkpoints
 add_library(dsltrainmain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer_settings.c
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_config.c)
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_ckpt.c)
 target_link_libraries(dsltrainmain PUBLIC dsltrain PRIVATE dsl_flags)
 target_compile_options(dsltrainmain PRIVATE ${DSL_SRC_WARNINGS})
 if(TARGET dslconfig)
   target_link_libraries(dsltrainmain PUBLIC dslconfig)
 endif()
 
-if(EXISTS ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
+if(TARGET dslconfig AND EXISTS ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
   add_executable(dstrain ${PROJECT_SOURCE_DIR}/launcher/dstrain.c)
   target_link_libraries(dstrain PRIVATE dsltrainmain dsl_flags)
   set_target_properties(dstrain PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR})

@@ -1,142 +1,85 @@
 /*
- * dstrain's settings: defaults, the config file, command-line flags, verification
- * (see include/dslaunch/trainer_settings.h). A declarative table drives both the
- * parsing and --help; every flag has both spellings (--eval-interval and
- * --eval_interval) and both --flag=value and --flag value work.
+ * dstrain's settings (see include/dslaunch/trainer_settings.h): the config module's
+ * defaults, then the config file, then the command-line flags, which are applied
+ * through dsl_train_config_set() so that a flag is checked exactly like the same key
+ * in the file, then the world-size dependent resolution. A declarative table drives
+ * both the parsing and --help; dashes and underscores in flag names are
+ * interchangeable, and both --flag=value and --flag value work.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/dynbuf.h"
 #include "dslaunch/error.h"
 #include "dslaunch/log.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/trainer_settings.h"
 #include "dslaunch/xalloc.h"
-#include "trainer_config.h"
 #include "common/banned.h"
 
-enum opt_kind { O_STR, O_SIZE, O_U64, O_INT, O_FLOAT, O_FLAG, O_HIDDEN, O_IGNORE };
+enum opt_kind {
+    O_KEY,    /* value goes to a config key as is */
+    O_STRKEY, /* value is a string: quoted for the config */
+    O_LIST,   /* "1024,1024" -> [1024,1024] */
+    O_BOOL,   /* flag without value -> true */
+    O_CONFIG, /* --config (read first) */
+    O_LOCAL,  /* --local_rank: accepted, LOCAL_RANK from the env wins */
+    O_PARAMS, /* --save-params */
+};
 
 struct opt {
     const char *name;
     enum opt_kind kind;
-    size_t off; /* into struct dsl_train_settings */
+    const char *key; /* config key */
     const char *help;
 };
 
-#define OFF(f) offsetof(struct dsl_train_settings, f)
-
 static const struct opt opts[] = {
-    {"config", O_STR, OFF(config_path), "DeepSpeed config (ds_config.json)"},
-    {"backend", O_STR, OFF(backend), "comm backend: tcp or nccl (default: auto)"},
-    {"local_rank", O_IGNORE, 0, "accepted for DeepSpeed compatibility (LOCAL_RANK wins)"},
-    {"save_on_signal", O_FLAG, OFF(save_on_signal),
-     "on SIGTERM finish the step and save a checkpoint"},
-    {"metrics", O_STR, OFF(metrics_path), "write JSON lines (one per step) to FILE"},
-    {"threads", O_INT, OFF(blas_threads), "BLAS threads per rank (default: fair share)"},
-    {"model", O_STR, OFF(model.type), "\"dstrain\".model.type (mlp)"},
-    {"hidden", O_HIDDEN, 0, "\"dstrain\".model.hidden, e.g. 1024,1024"},
-    {"data", O_STR, OFF(data.name), "\"dstrain\".data.name: fashion_mnist or synthetic"},
-    {"data_path", O_STR, OFF(data.path), "\"dstrain\".data.path (Fashion-MNIST dir)"},
-    {"synthetic_train", O_SIZE, OFF(data.synth_train), "synthetic training samples"},
-    {"synthetic_test", O_SIZE, OFF(data.synth_test), "synthetic test samples"},
-    {"synthetic_dim", O_SIZE, OFF(data.synth_dim), "synthetic input size"},
-    {"epochs", O_U64, OFF(ro.epochs), "\"dstrain\".epochs"},
-    {"steps", O_U64, OFF(ro.steps), "\"dstrain\".steps (overrides epochs)"},
-    {"eval_interval", O_U64, OFF(ro.eval_interval), "\"dstrain\".eval_interval (steps)"},
-    {"steps_per_print", O_U64, OFF(ro.steps_per_print), "steps_per_print"},
-    {"checkpoint_dir", O_STR, OFF(checkpoint_dir), "\"dstrain\".checkpoint_dir"},
-    {"save_interval", O_U64, OFF(ro.save_interval), "\"dstrain\".save_interval (steps)"},
-    {"resume", O_STR, OFF(resume), "resume from 'latest' or a tag of checkpoint_dir"},
-    {"save_params", O_STR, OFF(params_out),
-     "write the final fp32 parameters, raw little-endian, to FILE (rank 0)"},
-    {"deterministic", O_INT, OFF(deterministic), "\"dstrain\".deterministic (0 or 1)"},
-    {"seed", O_U64, OFF(to.seed), "seed"},
-    {"micro_batch", O_SIZE, OFF(to.micro_batch), "train_micro_batch_size_per_gpu"},
-    {"grad_accum", O_SIZE, OFF(to.grad_accum), "gradient_accumulation_steps"},
-    {"train_batch", O_SIZE, OFF(train_batch), "train_batch_size"},
-    {"zero_stage", O_INT, OFF(to.zero_stage), "zero_optimization.stage (0, 1, 2)"},
-    {"bucket_size", O_SIZE, OFF(to.bucket_elems), "zero_optimization.reduce_bucket_size"},
-    {"overlap_comm", O_INT, OFF(to.overlap_comm), "zero_optimization.overlap_comm (0/1)"},
-    {"lr", O_FLOAT, OFF(to.optim.lr), "optimizer.params.lr (constant, no scheduler)"},
-    {"gradient_clipping", O_FLOAT, OFF(to.grad_clip), "gradient_clipping (0 = off)"},
+    {"config", O_CONFIG, NULL, "DeepSpeed config file (ds_config.json)"},
+    {"backend", O_STRKEY, "dstrain.backend", "comm backend: tcp, nccl or auto"},
+    {"local_rank", O_LOCAL, NULL, "accepted for DeepSpeed (LOCAL_RANK from the env wins)"},
+    {"save_on_signal", O_BOOL, "dstrain.save_on_signal",
+     "on SIGTERM finish the step and write a checkpoint"},
+    {"metrics", O_STRKEY, "dstrain.metrics", "JSON lines, one object per step, to FILE"},
+    {"threads", O_KEY, "dstrain.threads", "BLAS threads per rank (0: fair share)"},
+    {"model", O_STRKEY, "dstrain.model.type", "model type (mlp)"},
+    {"hidden", O_LIST, "dstrain.model.hidden", "hidden sizes, e.g. 1024,1024"},
+    {"data", O_STRKEY, "dstrain.data.dataset", "fashion_mnist or synthetic"},
+    {"data_path", O_STRKEY, "dstrain.data.path", "directory of the Fashion-MNIST files"},
+    {"synthetic_train", O_KEY, "dstrain.data.synthetic.train_samples",
+     "synthetic training samples"},
+    {"synthetic_test", O_KEY, "dstrain.data.synthetic.test_samples", "synthetic test samples"},
+    {"synthetic_dim", O_KEY, "dstrain.data.synthetic.features", "synthetic input size"},
+    {"drop_last", O_KEY, "dstrain.data.drop_last", "drop the last partial batch (bool)"},
+    {"epochs", O_KEY, "dstrain.epochs", "epochs (when steps is 0)"},
+    {"steps", O_KEY, "dstrain.steps", "optimizer steps (0: epochs decide)"},
+    {"eval_interval", O_KEY, "dstrain.eval_interval", "steps between evaluations (0: epoch)"},
+    {"checkpoint_dir", O_STRKEY, "dstrain.checkpoint_dir", "checkpoint directory"},
+    {"save_interval", O_KEY, "dstrain.save_interval", "steps between checkpoints"},
+    {"resume", O_STRKEY, "dstrain.resume", "resume from 'latest' or a tag"},
+    {"deterministic", O_KEY, "dstrain.deterministic", "canonical reduction order (bool)"},
+    {"save_params", O_PARAMS, NULL, "write the final fp32 parameters (raw) to FILE"},
+    {"steps_per_print", O_KEY, "steps_per_print", "steps between progress lines"},
+    {"seed", O_KEY, "seed", "seed"},
+    {"train_batch", O_KEY, "train_batch_size", "train_batch_size"},
+    {"micro_batch", O_KEY, "train_micro_batch_size_per_gpu", "micro batch per rank"},
+    {"grad_accum", O_KEY, "gradient_accumulation_steps", "gradient_accumulation_steps"},
+    {"zero_stage", O_KEY, "zero_optimization.stage", "ZeRO stage (0, 1, 2)"},
+    {"bucket_size", O_KEY, "zero_optimization.reduce_bucket_size", "reduce_bucket_size"},
+    {"overlap_comm", O_KEY, "zero_optimization.overlap_comm", "overlap_comm (bool)"},
+    {"lr", O_KEY, "optimizer.params.lr", "learning rate"},
+    {"gradient_clipping", O_KEY, "gradient_clipping", "global L2 norm clip (0: off)"},
 };
 
 static int name_eq(const char *flag, size_t n, const char *name)
 {
     if (strlen(name) != n)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        char a = flag[i] == '-' ? '_' : flag[i];
-        if (a != name[i])
+    for (size_t i = 0; i < n; i++)
+        if ((flag[i] == '-' ? '_' : flag[i]) != name[i])
             return 0;
-    }
     return 1;
-}
-
-static void keep_str(struct dsl_train_settings *s, char **slot, const char *v)
-{
-    char *c = dsl_xstrdup(v);
-    if (s->nstrs < (int)(sizeof(s->strs) / sizeof(s->strs[0])))
-        s->strs[s->nstrs++] = c; /* freed at release */
-    *slot = c;
-}
-
-static int parse_hidden(struct dsl_train_settings *s, const char *v, char *err)
-{
-    size_t n = 0;
-    char *copy = dsl_xstrdup(v), *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        size_t h;
-        if (n >= DSL_MODEL_MAX_LAYERS - 1 || dsl_parse_size(tok, &h) < 0 || !h) {
-            free(copy);
-            return dsl_seterr(err, DSL_EUSAGE, "bad hidden sizes '%s'", v);
-        }
-        s->model.hidden[n++] = h;
-    }
-    free(copy);
-    s->model.nhidden = n;
-    return 0;
-}
-
-static int set_opt(struct dsl_train_settings *s, const struct opt *o, const char *v,
-                   char *err)
-{
-    void *p = (char *)s + o->off;
-    double d;
-    long l;
-    switch (o->kind) {
-    case O_STR:
-        keep_str(s, (char **)p, v);
-        return 0;
-    case O_SIZE:
-        if (dsl_parse_size(v, (size_t *)p) < 0)
-            break;
-        return 0;
-    case O_U64:
-        if (dsl_parse_long(v, 0, 1L << 62, &l) < 0)
-            break;
-        *(uint64_t *)p = (uint64_t)l;
-        return 0;
-    case O_INT:
-        if (dsl_parse_int(v, -1, 1 << 30, (int *)p) < 0)
-            break;
-        return 0;
-    case O_FLOAT:
-        if (dsl_parse_double(v, &d) < 0 || d < 0)
-            break;
-        *(float *)p = (float)d;
-        return 0;
-    case O_HIDDEN:
-        return parse_hidden(s, v, err);
-    case O_IGNORE:
-        return 0;
-    case O_FLAG:
-        *(int *)p = 1;
-        return 0;
-    }
-    return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --%s", v, o->name);
 }
 
 void dsl_train_settings_help(FILE *f)
@@ -145,51 +88,58 @@ void dsl_train_settings_help(FILE *f)
         char name[32];
         snprintf(name, sizeof(name), "%s", opts[i].name);
         for (char *c = name; *c; c++)
-            *c = *c == '_' && strcmp(opts[i].name, "local_rank") ? '-' : *c;
-        fprintf(f, "  --%-18s %-6s %s\n", name, opts[i].kind == O_FLAG ? "" : "VALUE",
-                opts[i].help);
+            *c = *c == '_' && opts[i].kind != O_LOCAL ? '-' : *c;
+        fprintf(f, "  --%-18s %-6s %s%s%s\n", name, opts[i].kind == O_BOOL ? "" : "VALUE",
+                opts[i].help, opts[i].key ? "; key " : "", opts[i].key ? opts[i].key : "");
     }
-    fprintf(f, "  (dashes and underscores are interchangeable in flag names)\n");
+    fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n");
 }
 
-static void defaults(struct dsl_train_settings *s)
+/* the value as the config module's override syntax wants it */
+static int apply(struct dsl_train_settings *s, const struct opt *o, const char *v, char *err)
 {
-    memset(s, 0, sizeof(*s));
-    s->model.type = "mlp";
-    s->model.nhidden = 2;
-    s->model.hidden[0] = s->model.hidden[1] = 1024;
-    s->model.max_batch = 1000; /* evaluation batch */
-    s->data.name = "fashion_mnist";
-    s->data.seed = 1234;
-    s->to.micro_batch = 0;
-    s->to.grad_accum = 0;
-    s->to.predivide = 1.0f;
-    s->to.seed = 1234;
-    s->to.bucket_elems = 500000000;
-    s->to.optim = (struct dsl_optim_hparams){DSL_OPTIM_ADAM, 1e-3f, 0.9f, 0.999f, 1e-8f,
-                                             0.01f, 1, 0.0f};
-    s->ro.epochs = 1;
-    s->ro.steps_per_print = 10;
-    s->ro.shuffle = 1;
-    s->deterministic = -1;
-    s->to.zero_stage = -1;
-    s->to.overlap_comm = -1;
+    struct dsl_dynbuf b;
+    int r;
+    dsl_dynbuf_init(&b, 4096);
+    switch (o->kind) {
+    case O_STRKEY:
+        r = dsl_dynbuf_addf(&b, "\"%s\"", v);
+        break;
+    case O_LIST:
+        r = dsl_dynbuf_addf(&b, "[%s]", v);
+        break;
+    case O_BOOL:
+        r = dsl_dynbuf_addstr(&b, "true");
+        break;
+    default:
+        r = dsl_dynbuf_addstr(&b, v);
+        break;
+    }
+    if (r < 0) {
+        dsl_dynbuf_release(&b);
+        return dsl_seterr(err, DSL_EUSAGE, "value of --%s is too long", o->name);
+    }
+    r = dsl_train_config_set(&s->cfg, o->key, b.buf, err);
+    dsl_dynbuf_release(&b);
+    return r;
 }
 
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err)
 {
-    defaults(s);
+    memset(s, 0, sizeof(*s));
+    dsl_train_config_init(&s->cfg);
+    s->have_cfg = 1;
+    int r;
     /* the config file first, so that flags override it */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strncmp(a, "--config=", 9))
-            keep_str(s, &s->config_path, a + 9);
-        else if (!strcmp(a, "--config") && i + 1 < argc)
-            keep_str(s, &s->config_path, argv[++i]);
+        const char *path = NULL;
+        if (!strncmp(argv[i], "--config=", 9))
+            path = argv[i] + 9;
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            path = argv[++i];
+        if (path && (r = dsl_train_config_load(&s->cfg, path, 0, err)) < 0)
+            return r;
     }
-    int r;
-    if (s->config_path && (r = dsl_trainer_config_apply(s, s->config_path, err)) < 0)
-        return r;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help"))
@@ -205,84 +155,136 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
         if (!o)
             return dsl_seterr(err, DSL_EUSAGE, "unknown option '%s'", a);
         const char *v = eq ? eq + 1 : NULL;
-        if (o->kind != O_FLAG && !v) {
+        if (o->kind == O_BOOL && v)
+            return dsl_seterr(err, DSL_EUSAGE, "option '--%s' takes no value", o->name);
+        if (o->kind != O_BOOL && !v) {
             if (i + 1 >= argc)
                 return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs a value", o->name);
             v = argv[++i];
         }
-        if (o->kind == O_FLAG && v)
-            return dsl_seterr(err, DSL_EUSAGE, "option '--%s' takes no value", o->name);
-        if (o->off == OFF(config_path))
+        if (o->kind == O_CONFIG)
             continue;
-        if ((r = set_opt(s, o, v, err)) < 0)
+        if (o->kind == O_LOCAL) {
+            int lr;
+            if (dsl_parse_int(v, 0, 1 << 20, &lr) < 0)
+                return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --local_rank", v);
+            continue;
+        }
+        if (o->kind == O_PARAMS) {
+            free(s->params_out);
+            s->params_out = dsl_xstrdup(v);
+            continue;
+        }
+        if ((r = apply(s, o, v, err)) < 0)
             return r;
-        if (o->off == OFF(to.optim.lr))
-            dsl_trainer_config_drop_scheduler(s);
     }
-    if (s->checkpoint_dir)
-        s->ro.save_ctx = s;
     return 0;
 }
 
-int dsl_train_settings_verify(struct dsl_train_settings *s, int world, char *err)
+const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 {
-    size_t W = (size_t)world, *mb = &s->to.micro_batch, *ga = &s->to.grad_accum,
-           tb = s->train_batch;
-    /* DeepSpeed's rule: any two of the triple give the third by integer division */
-    if (!*mb && !*ga && !tb)
-        *mb = 64;
-    if (tb && *mb && !*ga)
-        *ga = tb / (*mb * W);
-    else if (tb && *ga && !*mb)
-        *mb = tb / (*ga * W);
-    else if (tb && !*mb && !*ga) {
-        *ga = 1;
-        *mb = tb / W;
-    }
-    if (!*ga)
-        *ga = 1;
-    if (!*mb || !*ga || (tb && tb != *mb * *ga * W))
-        return dsl_seterr(err, DSL_ECONFIG,
-                          "batch size mismatch: train_batch_size %zu != "
-                          "train_micro_batch_size_per_gpu %zu x gradient_accumulation_steps "
-                          "%zu x world size %d",
-                          tb, *mb, *ga, world);
-    if (s->to.zero_stage < 0)
-        s->to.zero_stage = 0;
-    if (s->to.zero_stage > 2)
-        return dsl_seterr(err, DSL_ENOTSUP,
-                          "ZeRO stage %d is not supported yet (use 0, 1 or 2)",
-                          s->to.zero_stage);
-    if (s->to.overlap_comm < 0)
-        s->to.overlap_comm = s->to.zero_stage == 2;
-    int gpu = s->backend && !strcmp(s->backend, "nccl");
+    const char *b = s->cfg.dstrain.backend;
+    return b && strcmp(b, "auto") != 0 ? b : NULL;
+}
+
+int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
+{
+    struct dsl_train_config *c = &s->cfg;
+    int r = dsl_train_config_finish(c, world, err);
+    if (r < 0)
+        return r;
+    if (rank == 0)
+        for (size_t i = 0; i < c->warnings.nr; i++)
+            dsl_warn("%s", c->warnings.v[i]);
+    const char *backend = dsl_train_settings_backend(s);
+    int gpu = backend && !strcmp(backend, "nccl");
     if (gpu)
         return dsl_seterr(err, DSL_ENOTSUP,
-                          "the GPU path of dstrain is not built yet (use --backend tcp)");
-    if (s->deterministic < 0)
-        s->deterministic = !gpu;
-    s->to.deterministic = s->deterministic;
-    if ((s->fp16 || s->bf16) && !gpu)
-        dsl_warn("%s requested: the CPU path trains in fp32", s->fp16 ? "fp16" : "bf16");
-    /* the gradient segments depend only on the bucket size, not on the world size */
-    s->model.seg_max = s->to.bucket_elems;
-    s->ro.seed = s->to.seed;
-    s->data.seed = s->to.seed;
-    s->ro.metrics_path = s->metrics_path;
-    s->ro.save_on_signal = s->save_on_signal;
-    s->ro.prefix = "dstrain";
-    s->ro.params_out = s->params_out;
-    if (s->deterministic && world > 1 && (W & (W - 1)))
-        dsl_warn("world size %d is not a power of two: results are reproducible at this "
-                 "world size but not bit-identical to other world sizes",
+                          "the GPU path of dstrain is not built yet (use backend 'tcp')");
+    const char *warning = NULL;
+    dsl_train_config_precision(c, gpu, &warning);
+    if (warning && rank == 0)
+        dsl_warn("%s", warning);
+    if (c->zero.stage > 2)
+        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
+                          c->zero.stage);
+
+    struct dsl_trainer_opts *to = &s->to;
+    to->micro_batch = (size_t)c->train_micro_batch_size_per_gpu;
+    to->grad_accum = (size_t)c->gradient_accumulation_steps;
+    to->zero_stage = c->zero.stage;
+    to->bucket_elems = (size_t)c->zero.reduce_bucket_size;
+    to->overlap_comm = c->zero.overlap_comm;
+    to->deterministic = c->dstrain.deterministic < 0 ? !gpu : c->dstrain.deterministic;
+    to->grad_clip = (float)c->gradient_clipping;
+    to->prescale = c->prescale_gradients;
+    to->predivide = (float)c->gradient_predivide_factor;
+    to->seed = c->seed;
+    struct dsl_optim_hparams *h = &to->optim;
+    h->type = c->optimizer.type == DSL_CFG_OPTIM_SGD ? DSL_OPTIM_SGD : DSL_OPTIM_ADAM;
+    h->lr = (float)c->optimizer.lr;
+    h->beta1 = (float)c->optimizer.beta1;
+    h->beta2 = (float)c->optimizer.beta2;
+    h->eps = (float)c->optimizer.eps;
+    h->weight_decay = (float)c->optimizer.weight_decay;
+    h->adam_w_mode = c->optimizer.adam_w_mode;
+    h->momentum = (float)c->optimizer.momentum;
+
+    struct dsl_model_spec *m = &s->model;
+    m->type = c->dstrain.model_type;
+    m->nhidden = c->dstrain.nhidden;
+    for (size_t i = 0; i < m->nhidden && i < DSL_MODEL_MAX_LAYERS; i++)
+        m->hidden[i] = c->dstrain.hidden[i];
+    m->max_batch = 1000; /* evaluation batch */
+    /* segments depend only on the bucket size, never on the world size or stage */
+    m->seg_max = to->bucket_elems;
+
+    struct dsl_data_opts *d = &s->data;
+    d->name = c->dstrain.dataset;
+    d->path = c->dstrain.data_path;
+    d->synth_train = c->dstrain.synthetic_train;
+    d->synth_test = c->dstrain.synthetic_test;
+    d->synth_dim = c->dstrain.synthetic_features;
+    d->synth_classes = c->dstrain.synthetic_classes;
+    d->seed = c->seed;
+
+    struct dsl_run_opts *ro = &s->ro;
+    ro->steps = c->dstrain.steps;
+    ro->epochs = c->dstrain.epochs;
+    ro->steps_per_print = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 0;
+    ro->eval_interval = c->dstrain.eval_interval;
+    ro->save_interval = c->dstrain.save_interval;
+    ro->shuffle = c->dstrain.shuffle;
+    ro->drop_last = c->dstrain.drop_last;
+    ro->seed = c->seed;
+    ro->metrics_path = c->dstrain.metrics;
+    ro->save_on_signal = c->dstrain.save_on_signal;
+    ro->prefix = "dstrain";
+    ro->params_out = s->params_out;
+
+    size_t W = (size_t)world;
+    if (to->deterministic && world > 1 && (W & (W - 1)) && rank == 0)
+        dsl_warn("world size %d is not a power of two: the run is reproducible at this "
+                 "world size, but not bit-identical to other world sizes",
                  world);
     return 0;
 }
 
+void dsl_train_settings_bind(struct dsl_train_settings *s, size_t train_samples,
+                             size_t global_batch)
+{
+    uint64_t spe = s->ro.drop_last ? train_samples / global_batch
+                                   : (train_samples + global_batch - 1) / global_batch;
+    uint64_t total = s->ro.steps ? s->ro.steps : s->ro.epochs * spe;
+    dsl_sched_init(&s->sched, &s->cfg.scheduler, s->cfg.optimizer.lr, total);
+    s->to.lr_fn = dsl_sched_lr_fn;
+    s->to.lr_ctx = &s->sched;
+}
+
 void dsl_train_settings_release(struct dsl_train_settings *s)
 {
-    dsl_trainer_config_release(s);
-    for (int i = 0; i < s->nstrs; i++)
-        free(s->strs[i]);
-    s->nstrs = 0;
+    if (s->have_cfg)
+        dsl_train_config_release(&s->cfg);
+    free(s->params_out);
+    memset(s, 0, sizeof(*s));
 }

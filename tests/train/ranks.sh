@@ -143,6 +143,56 @@ killed)
     wait "$bg" && fail "the job succeeded although rank 1 was killed"
     grep -qi "rank 1" "$TMP/kill.0.err" || { show kill; fail "rank 0 does not name rank 1"; }
     ;;
+resume)
+    # a run stopped at step 6 and resumed equals the uninterrupted run, bit for bit;
+    # a world-4 checkpoint resumes at world 2 (the shards are re-cut)
+    train_ok 2 full $TINY --save-params "$TMP/p.full"
+    train_ok 2 half $TINY --steps 6 --checkpoint-dir "$TMP/ck2"
+    [ "$(cat "$TMP/ck2/latest")" = global_step6 ] || fail "latest is not global_step6"
+    train_ok 2 rest $TINY --checkpoint-dir "$TMP/ck2" --resume latest --save-params "$TMP/p.rest"
+    grep -q "resumed from .* at step 6" "$TMP/rest.0.out" || fail "no resume line"
+    cmp -s "$TMP/p.full" "$TMP/p.rest" || fail "resumed run differs from the uninterrupted one"
+    train_ok 4 w4 $TINY --zero-stage 1 --steps 6 --checkpoint-dir "$TMP/ck4"
+    train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
+        --save-params "$TMP/p.w4to2"
+    cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
+    ;;
+consolidate)
+    # consolidate of a world-4 stage-2 checkpoint equals the world-1 parameters
+    train_ok 1 c1 $TINY --save-params "$TMP/p.c1"
+    train_ok 4 c4 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ckc"
+    "$DSTRAIN" consolidate "$TMP/ckc" --out "$TMP/model.safetensors" >/dev/null ||
+        fail "consolidate failed"
+    size=$(wc -c <"$TMP/p.c1")
+    tail -c "$size" "$TMP/model.safetensors" | cmp -s - "$TMP/p.c1" ||
+        fail "consolidated parameters differ from world 1"
+    # a missing shard is an error naming the file, and nothing is written
+    rm "$TMP"/ckc/global_step12/zero_pp_rank_3_*
+    if "$DSTRAIN" consolidate "$TMP/ckc" --out "$TMP/bad.safetensors" 2>"$TMP/cerr"; then
+        fail "consolidate accepted a checkpoint with a missing shard"
+    fi
+    [ ! -e "$TMP/bad.safetensors" ] || fail "consolidate wrote a file from a broken checkpoint"
+    ;;
+signal)
+    # SIGTERM with --save-on-signal: all ranks stop after the same step, save, exit
+    # 143; resuming from that checkpoint gives the uninterrupted result
+    SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
+         --hidden 256,256 --train-batch 64 --micro-batch 32 --steps 1500 --lr 0.001
+         --steps-per-print 0 --eval-interval 0"
+    run_world 2 sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks" &
+    bg=$!
+    sleep 2
+    kill -TERM $(cat "$TMP/sig.pids")
+    wait "$bg"
+    rc=$?
+    [ "$rc" -eq 143 ] || { show sig; fail "exit status $rc after SIGTERM, expected 143"; }
+    tag=$(cat "$TMP/cks/latest") || fail "no checkpoint written on SIGTERM"
+    echo "# stopped and saved at $tag"
+    train_ok 2 sigrest $SIG --checkpoint-dir "$TMP/cks" --resume latest \
+        --save-params "$TMP/p.sigrest"
+    train_ok 2 sigfull $SIG --save-params "$TMP/p.sigfull"
+    cmp -s "$TMP/p.sigfull" "$TMP/p.sigrest" || fail "resume after SIGTERM differs"
+    ;;
 fmnist)
     # the README's main job, short: real Fashion-MNIST at world 2, the loss falls
     [ -r /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] ||

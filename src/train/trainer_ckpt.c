@@ -1,0 +1,219 @@
+/*
+ * Checkpoint glue of dstrain: the save hook of the training loop, resume, and the
+ * `dstrain consolidate` subcommand, over the config module's checkpoint.h.
+ *
+ * Theory of operation. Saving is collective. Rank 0 prepares <dir>/<tag>.partial;
+ * every rank gathers the full, unpadded optimizer state (ZeRO shards are per-bucket
+ * pieces in memory, so an all-gather per bucket rebuilds the flat vectors) and writes
+ * its dsl_ckpt_slice() of them; rank 0 also writes the parameters. An all-reduce of
+ * the failure flags then decides, on every rank alike, whether rank 0 commits (rename
+ * + latest) or everyone reports the failure; a second one spreads the commit's
+ * result. A failed save never touches the checkpoint `latest` names.
+ *
+ * The data position, the scheduler and the step counter are all the optimizer step
+ * count (deterministic sampler, no skipped steps in fp32), stored as "step"; resume
+ * loads the full state on every rank and re-cuts it for the current world size and
+ * stage, so a checkpoint resumes at any world size.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/checkpoint.h"
+#include "dslaunch/comm.h"
+#include "dslaunch/error.h"
+#include "dslaunch/log.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/xalloc.h"
+#include "trainer_config.h"
+#include "common/banned.h"
+
+#define MAX_VIEWS (2 * DSL_MODEL_MAX_LAYERS)
+
+static const char *const adam_names[] = {"exp_avg", "exp_avg_sq"};
+static const char *const sgd_names[] = {"momentum_buffer"};
+
+/* named views of the MLP's flat buffer, PyTorch nn.Sequential style */
+static size_t make_views(const struct dsl_model_spec *sp, size_t in, size_t out,
+                         struct dsl_ckpt_param *v, char names[][48])
+{
+    size_t off[MAX_VIEWS], len[MAX_VIEWS];
+    struct dsl_model_spec s = *sp;
+    s.in_dim = in;
+    s.out_dim = out;
+    size_t n = dsl_model_tensors(&s, names, off, len, MAX_VIEWS);
+    size_t dims[DSL_MODEL_MAX_LAYERS + 2];
+    dims[0] = in;
+    for (size_t i = 0; i < s.nhidden; i++)
+        dims[i + 1] = s.hidden[i];
+    dims[s.nhidden + 1] = out;
+    for (size_t k = 0; k < n; k++) {
+        size_t l = k / 2;
+        v[k].name = names[k];
+        v[k].offset = off[k];
+        if (k % 2 == 0) {
+            v[k].ndim = 2;
+            v[k].shape[0] = dims[l + 1];
+            v[k].shape[1] = dims[l];
+        } else {
+            v[k].ndim = 1;
+            v[k].shape[0] = dims[l + 1];
+        }
+    }
+    return n;
+}
+
+static const char *const *state_names(const struct dsl_trainer *t, size_t *n)
+{
+    *n = dsl_optim_state_per_param(&t->o.optim);
+    return t->o.optim.type == DSL_OPTIM_SGD ? sgd_names : adam_names;
+}
+
+/* all ranks agree on "did anyone fail" (MAX of the flags) */
+static int agree(struct dsl_trainer *t, int failed)
+{
+    int32_t f = failed ? 1 : 0;
+    int r = dsl_comm_allreduce(t->comm, &f, &f, 1, DSL_INT32, DSL_MAX);
+    return r < 0 ? r : f;
+}
+
+int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+{
+    struct dsl_train_settings *s = ctx;
+    const char *dir = s->cfg.dstrain.checkpoint_dir;
+    struct dsl_ckpt_param views[MAX_VIEWS];
+    char names[MAX_VIEWS][48];
+    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    char myerr[DSL_ERR_LEN] = "";
+    int r = 0, f;
+    float *full = NULL;
+    struct dsl_strvec meta;
+    dsl_strvec_init(&meta);
+
+    if (t->rank == 0)
+        r = dsl_ckpt_prepare(dir, tag, myerr);
+    if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    full = nstate ? malloc(nstate * t->P * sizeof(float)) : NULL;
+    if (nstate && !full) {
+        r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the optimizer state");
+    } else if ((r = dsl_trainer_gather_state(t, full, nstate, myerr)) >= 0) {
+        dsl_strvec_pushf(&meta, "step=%" PRIu64, t->step);
+        dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
+        dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
+        dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
+        if (t->rank == 0)
+            r = dsl_ckpt_write_model(dir, tag, views, nv, t->params, t->P, &meta, myerr);
+        if (r >= 0) {
+            size_t off, len;
+            const float *slices[DSL_CKPT_MAX_STATE];
+            dsl_ckpt_slice(t->P, t->rank, t->world, &off, &len);
+            for (size_t i = 0; i < nstate; i++)
+                slices[i] = full + i * t->P + off;
+            r = dsl_ckpt_write_optim(dir, tag, t->rank, t->world, sn, slices, nstate, off,
+                                     len, t->P, &meta, myerr);
+        }
+    }
+    if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    if (t->rank == 0)
+        r = dsl_ckpt_commit(dir, tag, t->world, myerr);
+    if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    if (t->rank == 0)
+        printf("dstrain: saved checkpoint '%s/%s'\n", dir, tag);
+    free(full);
+    dsl_strvec_release(&meta);
+    return 0;
+fail:
+    free(full);
+    dsl_strvec_release(&meta);
+    if (f < 0)
+        return dsl_seterr(err, f, "checkpoint '%s/%s': %s", dir, tag,
+                          dsl_comm_last_error(t->comm));
+    if (*myerr)
+        return dsl_seterr(err, r < 0 ? r : DSL_ECHECKPOINT, "%s", myerr);
+    return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s/%s' failed on another rank", dir,
+                      tag);
+}
+
+int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
+{
+    const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
+    if (dir && *dir) {
+        s->ro.save = dsl_train_save_hook;
+        s->ro.save_ctx = s;
+    }
+    if (!which)
+        return 0;
+    if (!dir || !*dir)
+        return dsl_seterr(err, DSL_ECONFIG, "resume '%s' needs a checkpoint_dir", which);
+    struct dsl_ckpt c;
+    struct dsl_ckpt_param views[MAX_VIEWS];
+    char names[MAX_VIEWS][48];
+    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, err);
+    if (r < 0)
+        goto out;
+    if ((r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
+        goto out;
+    uint64_t step, gb;
+    if ((r = dsl_ckpt_meta_u64(&c, "step", &step, err)) < 0)
+        goto out;
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    float *state = nstate ? dsl_xmalloc(nstate * t->P * sizeof(float)) : NULL;
+    for (size_t i = 0; i < nstate; i++) {
+        const float *v = dsl_ckpt_state(&c, sn[i]);
+        if (!v) {
+            free(state);
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state '%s'",
+                           c.path, sn[i]);
+            goto out;
+        }
+        memcpy(state + i * t->P, v, t->P * sizeof(float));
+    }
+    memcpy(t->params, c.params, t->P * sizeof(float));
+    dsl_trainer_scatter_state(t, state, nstate);
+    free(state);
+    t->step = step;
+    if (dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) == 0 && gb != t->G && t->rank == 0)
+        dsl_warn("checkpoint '%s' was trained with global batch %" PRIu64 ", now %zu: the "
+                 "data order continues by step, not by sample",
+                 c.path, gb, t->G);
+    if (t->rank == 0)
+        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d)\n",
+               c.path, step, c.saved_world);
+    r = 0;
+out:
+    dsl_ckpt_release(&c);
+    return r;
+}
+
+int dsl_train_consolidate_main(int argc, char **argv, char *err)
+{
+    const char *dir = NULL, *tag = NULL, *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tag") && i + 1 < argc)
+            tag = argv[++i];
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (argv[i][0] != '-' && !dir)
+            dir = argv[i];
+        else
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
+    }
+    if (!dir)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
+    char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);
+    int r = dsl_ckpt_consolidate(dir, tag, out ? out : def, err);
+    if (r >= 0)
+        printf("dstrain: wrote '%s'\n", out ? out : def);
+    free(def);
+    return r;
+}
