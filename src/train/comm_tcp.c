@@ -96,6 +96,7 @@ struct tcp {
     /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
     int cma;              /* every peer is readable: use it for large messages */
     pid_t *pid;           /* [world] */
+    uint64_t *cookie_at;  /* [world]: where each peer's cookie lives */
     uint64_t cookie;      /* read by peers at open to prove they can */
     uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
     char *cma_scratch;
@@ -236,8 +237,14 @@ static void skip_done(struct queue *q)
         q->i++;
 }
 
+static int cma_find_dead(struct dsl_comm *c, struct tcp *t);
+
 static int fail_peer(struct dsl_comm *c, const struct peer *pe, const char *what, int err)
 {
+    struct tcp *t = c->impl;
+    int dead = t->cma ? cma_find_dead(c, t) : -1;
+    if (dead >= 0 && &t->peer[dead] != pe) /* pe only gave up because of dead */
+        pe = &t->peer[dead];
     if (err == -ECONNRESET || err == -EPIPE || err == 0)
         return dsl_seterr(c->err, DSL_EPEER, "%s closed the connection during %s", pe->name,
                           what);
@@ -531,6 +538,31 @@ static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void 
     return engine_run(c, t, what);
 }
 
+/* The first peer whose process is gone, or -1. */
+static int cma_find_dead(struct dsl_comm *c, struct tcp *t)
+{
+    for (int q = 0; q < c->world; q++) {
+        uint64_t v;
+        if (q == c->rank)
+            continue;
+        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
+        if (process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH)
+            return q;
+    }
+    return -1;
+}
+
+/* A read from p failed: name the peer that is really gone (p may only have freed its
+ * buffer after failing because of another rank). */
+static int cma_blame(struct dsl_comm *c, struct tcp *t, int p, const char *what, int err)
+{
+    int q = cma_find_dead(c, t);
+    if (q >= 0)
+        return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
+    return dsl_seterr(c->err, DSL_EPEER, "%s: cannot read its buffer during %s: %s",
+                      t->peer[p].name, what, strerror(err));
+}
+
 static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_t src,
                     size_t len, const char *what)
 {
@@ -540,8 +572,7 @@ static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_
         if (got <= 0) {
             if (got < 0 && errno == EINTR)
                 continue;
-            return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s: %s", t->peer[p].name,
-                              what, got < 0 ? strerror(errno) : "short read");
+            return cma_blame(c, t, p, what, got < 0 ? errno : EFAULT);
         }
         dst = (char *)dst + got;
         src += (uint64_t)got;
@@ -629,6 +660,7 @@ static int cma_probe(struct dsl_comm *c, struct tcp *t)
         if (p == me)
             continue;
         t->pid[p] = (pid_t)all[2 * p];
+        t->cookie_at[p] = all[2 * p + 1];
         struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)all[2 * p + 1], sizeof(v)};
         if (process_vm_readv(t->pid[p], &l, 1, &rv, 1, 0) != (ssize_t)sizeof(v) ||
             v != (UINT64_C(0x636d61636f6f6b69) ^ (uint64_t)p))
@@ -763,6 +795,7 @@ static void tcp_close(struct dsl_comm *c)
     free(t->mesh_rg);
     free(t->srcv);
     free(t->pid);
+    free(t->cookie_at);
     free(t->addrs);
     free(t->cma_scratch);
     free(t);
@@ -907,6 +940,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     t->mesh_rg = dsl_xcalloc((size_t)w, sizeof(struct region *));
     t->srcv = dsl_xcalloc((size_t)w, sizeof(void *));
     t->pid = dsl_xcalloc((size_t)w, sizeof(pid_t));
+    t->cookie_at = dsl_xcalloc((size_t)w, sizeof(uint64_t));
     t->addrs = dsl_xcalloc((size_t)w * 2, sizeof(uint64_t));
 
     if ((r = local_addr_for(master, addr, sizeof(addr), c->err)) < 0)
