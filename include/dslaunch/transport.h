@@ -39,6 +39,8 @@ struct dsl_transport_opts {
     double connect_timeout;     /* --connect-timeout seconds */
     double keepalive;           /* --keepalive seconds */
     const char *known_hosts;    /* NULL: ~/.ssh/known_hosts */
+    const char *connect_back_addr; /* pdsh/openmpi: the launcher address agents connect
+                                      back to (NULL: every IPv4 address of this host) */
 };
 
 struct dsl_conn;

@@ -13,7 +13,10 @@ target_compile_options(dsllaunch PRIVATE ${DSL_SRC_WARNINGS})
 # multi-node pieces: network facts, quoting, connect-back, pdsh and (with libssh) ssh transports
 target_sources(dsllaunch PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/netinfo.c
-  ${CMAKE_CURRENT_LIST_DIR}/shellquote.c)
+  ${CMAKE_CURRENT_LIST_DIR}/shellquote.c
+  ${CMAKE_CURRENT_LIST_DIR}/connectback.c
+  ${CMAKE_CURRENT_LIST_DIR}/transport_pdsh.c)
+target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1)
 if(DSL_WITH_SSH)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c)
   target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)

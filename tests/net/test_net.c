@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dslaunch/connectback.h"
 #include "dslaunch/net.h"
 #include "dslaunch/netinfo.h"
 #include "dslaunch/parse.h"
@@ -174,6 +176,121 @@ TEST(netinfo_gpus_should_count_one_entry_per_device_directory)
     }
     rmdir(dir);
     ASSERT_EQ(dsl_netinfo_gpus("/nonexistent/dsl"), 0);
+}
+
+TEST(cb_tokens_should_be_32_hex_characters_and_differ)
+{
+    char a[DSL_CB_TOKEN_LEN + 1], b[DSL_CB_TOKEN_LEN + 1];
+    ASSERT_OK(dsl_cb_token_new(a));
+    ASSERT_OK(dsl_cb_token_new(b));
+    ASSERT_EQ(strlen(a), DSL_CB_TOKEN_LEN);
+    ASSERT_EQ(strspn(a, "0123456789abcdef"), DSL_CB_TOKEN_LEN);
+    ASSERT(strcmp(a, b) != 0);
+}
+
+/* Child: connect back with token through hostports, send msg right after, exit. */
+static pid_t cb_child(const char *hostports, const char *token, const char *msg)
+{
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid)
+        return pid;
+    int fd;
+    char err[DSL_ERR_LEN];
+    if (dsl_agent_connect_back_timeout(hostports, token, 5, &fd, err) < 0)
+        _exit(3);
+    signal(SIGPIPE, SIG_IGN);
+    if (dsl_net_write_all(fd, msg, strlen(msg), -1) < 0)
+        _exit(0); /* already closed by the launcher (the parent checks what arrived) */
+    char c;
+    ssize_t r = read(fd, &c, 1); /* wait until the launcher closes */
+    _exit(r <= 0 ? 0 : 5); /* EOF or reset: the launcher closed it */
+}
+
+/* Service the listener until token arrives or timeout; returns fd or -EAGAIN. */
+static int cb_wait(struct dsl_cb_listener *l, const char *token, double secs)
+{
+    double deadline = dsl_now() + secs;
+    int fd = -EAGAIN;
+    while (fd == -EAGAIN && dsl_now() < deadline) {
+        struct pollfd p = {.fd = dsl_cb_listener_pollfd(l), .events = POLLIN};
+        poll(&p, 1, 50);
+        dsl_cb_listener_service(l);
+        fd = dsl_cb_listener_take(l, token);
+    }
+    return fd;
+}
+
+TEST(cb_listener_should_hand_over_the_socket_with_the_bytes_after_the_token)
+{
+    struct dsl_cb_listener *l;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    const char *arg = dsl_cb_listener_connect_arg(l);
+    ASSERT(strncmp(arg, "127.0.0.1:", 10) == 0);
+    /* a refused address first: the list is tried at once and the live one wins */
+    int dead = dsl_net_listen("127.0.0.1", 0, 1, NULL);
+    char *list = dsl_xasprintf("127.0.0.1:%d,%s", dsl_net_local_port(dead), arg);
+    close(dead);
+    char tok[DSL_CB_TOKEN_LEN + 1];
+    ASSERT_OK(dsl_cb_token_new(tok));
+    dsl_cb_listener_expect(l, tok);
+    pid_t pid = cb_child(list, tok, "{\"t\":\"hello\"}\n");
+    int fd = cb_wait(l, tok, 10);
+    ASSERT_OK(fd);
+    ASSERT_OK(dsl_net_set_nonblock(fd, 0));
+    char buf[32] = "";
+    ASSERT_OK(dsl_net_read_all(fd, buf, 14, dsl_now() + 5));
+    ASSERT_STR_EQ(buf, "{\"t\":\"hello\"}\n");
+    close(fd);
+    int st;
+    waitpid(pid, &st, 0);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    /* a token is good once */
+    ASSERT_EQ(dsl_cb_listener_take(l, tok), -EAGAIN);
+    free(list);
+    dsl_cb_listener_free(l);
+}
+
+TEST(cb_listener_should_close_a_connection_with_a_wrong_token)
+{
+    struct dsl_cb_listener *l;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char tok[DSL_CB_TOKEN_LEN + 1], bad[DSL_CB_TOKEN_LEN + 1];
+    ASSERT_OK(dsl_cb_token_new(tok));
+    ASSERT_OK(dsl_cb_token_new(bad));
+    dsl_cb_listener_expect(l, tok);
+    pid_t pid = cb_child(dsl_cb_listener_connect_arg(l), bad, "x");
+    int st = 0;
+    /* the child exits 0 only once its socket was closed by the listener */
+    double deadline = dsl_now() + 10;
+    pid_t w = 0;
+    while (w == 0 && dsl_now() < deadline) {
+        ASSERT_EQ(cb_wait(l, tok, 0.1), -EAGAIN);
+        w = waitpid(pid, &st, WNOHANG);
+    }
+    ASSERT_EQ(w, pid);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    dsl_cb_listener_free(l);
+}
+
+TEST(cb_connect_back_should_name_every_address_that_failed)
+{
+    int a = dsl_net_listen("127.0.0.1", 0, 1, NULL), b = dsl_net_listen("127.0.0.1", 0, 1, NULL);
+    char *list = dsl_xasprintf("127.0.0.1:%d,127.0.0.1:%d", dsl_net_local_port(a),
+                               dsl_net_local_port(b));
+    close(a);
+    close(b);
+    int fd;
+    char err[DSL_ERR_LEN] = "";
+    ASSERT_EQ(dsl_agent_connect_back_timeout(list, "t", 5, &fd, err), DSL_ECONNECT);
+    ASSERT_EQ(fd, -1);
+    ASSERT_CONTAINS(err, "cannot connect back to the launcher");
+    ASSERT_CONTAINS(err, "Connection refused; 127.0.0.1:");
+    ASSERT_EQ(dsl_agent_connect_back_timeout("nocolon", "t", 1, &fd, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "bad --connect address 'nocolon'");
+    free(list);
 }
 
 #ifdef DSL_HAVE_SSH

@@ -2,7 +2,9 @@
 # cluster: against the namespace cluster of tests/cluster). The sources are compiled in
 # directly so these tests do not depend on the rest of the launcher library.
 set(dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/netinfo.c
-    ${PROJECT_SOURCE_DIR}/src/launch/shellquote.c)
+    ${PROJECT_SOURCE_DIR}/src/launch/shellquote.c
+    ${PROJECT_SOURCE_DIR}/src/launch/connectback.c
+    ${PROJECT_SOURCE_DIR}/src/launch/transport_pdsh.c)
 set(dsl_net_libs dslcommon)
 if(DSL_WITH_SSH)
   list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c)
@@ -15,3 +17,7 @@ if(DSL_WITH_SSH)
   target_link_libraries(test_ssh_transport PRIVATE ${dsl_net_libs} dsl_flags)
   target_include_directories(test_ssh_transport PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 endif()
+# pdsh transport: the test binary doubles as the connect-back "agent" on the nodes
+add_executable(test_pdsh_transport net/test_pdsh_transport.c ${dsl_net_src})
+target_link_libraries(test_pdsh_transport PRIVATE ${dsl_net_libs} dsl_flags)
+target_include_directories(test_pdsh_transport PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

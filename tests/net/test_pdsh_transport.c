@@ -1,0 +1,314 @@
+/*
+ * The pdsh transport against the namespace cluster: pdsh -R ssh starts this very
+ * binary on every node as the "agent" (`--agent --connect A:P --token T`, it shares the
+ * file system), which connects back and echoes the socket like cat, so the test checks
+ * the whole path: pdsh, ssh, the remote shell and its quoting, connect-back and the
+ * token, bytes both ways, EOF. Then each per-host failure and its error class.
+ *
+ * Needs DSL_CLUSTER_DIR and DSL_CLUSTER_SH (tests/cluster/with_cluster.sh).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/connectback.h"
+#include "dslaunch/net.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/transport.h"
+#include "dslaunch/xalloc.h"
+#include "test.h"
+#include "common/banned.h"
+
+static const char *cluster_dir;
+static int nodes;
+static char self[PATH_MAX];
+
+/* The helper "agent": connect back, then echo everything until EOF. */
+static int helper_agent(int argc, char **argv)
+{
+    const char *connect = NULL, *token = NULL;
+    for (int i = 2; i + 1 < argc; i++) {
+        if (!strcmp(argv[i], "--connect"))
+            connect = argv[i + 1];
+        if (!strcmp(argv[i], "--token"))
+            token = argv[i + 1];
+    }
+    if (!connect || !token) {
+        fprintf(stderr, "helper: missing --connect or --token\n");
+        return 2;
+    }
+    int fd;
+    char err[DSL_ERR_LEN];
+    if (dsl_agent_connect_back(connect, token, &fd, err) < 0) {
+        fprintf(stderr, "helper: %s\n", err);
+        return 3;
+    }
+    char buf[65536];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        if (dsl_net_write_all(fd, buf, (size_t)n, -1) < 0)
+            return 4;
+    close(fd);
+    return 0;
+}
+
+static char *cpath(const char *name)
+{
+    return dsl_xasprintf("%s/%s", cluster_dir, name);
+}
+
+static void base_opts(struct dsl_transport_opts *o, const char *cfg)
+{
+    memset(o, 0, sizeof(*o));
+    o->ssh_config = cfg;
+    o->connect_timeout = 30;
+    o->keepalive = 15;
+}
+
+static void conn_open(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
+                      char *const *argv)
+{
+    memset(c, 0, sizeof(*c));
+    c->ops = &dsl_transport_pdsh;
+    c->host = dsl_xstrdup(host);
+    c->ops->open(c, o, argv);
+}
+
+static void conn_free(struct dsl_conn *c)
+{
+    c->ops->close(c);
+    free(c->host);
+}
+
+static void drive_all(struct dsl_conn *c, int n)
+{
+    double deadline = dsl_now() + 60;
+    struct pollfd *pf = dsl_xcalloc((size_t)n, sizeof(*pf));
+    for (;;) {
+        int busy = 0;
+        for (int i = 0; i < n; i++) {
+            pf[i].fd = -1;
+            if (c[i].state == DSL_CONN_OPEN || c[i].state == DSL_CONN_FAILED)
+                continue;
+            busy++;
+            pf[i].fd = c[i].ops->pollfd(&c[i], &pf[i].events);
+        }
+        if (!busy)
+            break;
+        ASSERT(dsl_now() < deadline);
+        poll(pf, (nfds_t)n, 100);
+        for (int i = 0; i < n; i++)
+            if (c[i].state != DSL_CONN_OPEN && c[i].state != DSL_CONN_FAILED)
+                c[i].ops->progress(&c[i]);
+    }
+    free(pf);
+}
+
+static unsigned char pattern(int node, size_t i)
+{
+    uint32_t x = (uint32_t)(node * 2654435761u) ^ (uint32_t)(i * 40503u);
+    return (unsigned char)(x >> 9);
+}
+
+TEST(pdsh_should_round_trip_bytes_through_a_connected_back_agent_on_every_node)
+{
+    enum { PAYLOAD = 200000 };
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {self, (char *)"--agent", NULL};
+    struct dsl_conn *c = dsl_xcalloc((size_t)nodes, sizeof(*c));
+    for (int i = 0; i < nodes; i++) {
+        char host[32];
+        snprintf(host, sizeof(host), "node%d", i + 1);
+        conn_open(&c[i], host, &o, argv);
+    }
+    drive_all(c, nodes);
+    for (int i = 0; i < nodes; i++)
+        if (c[i].state != DSL_CONN_OPEN)
+            DSL_FAIL_("%s: %s", c[i].host, c[i].err);
+    unsigned char *out = dsl_xmalloc(PAYLOAD), *in = dsl_xmalloc((size_t)nodes * PAYLOAD);
+    size_t *sent = dsl_xcalloc((size_t)nodes, sizeof(size_t));
+    size_t *got = dsl_xcalloc((size_t)nodes, sizeof(size_t));
+    int *eof = dsl_xcalloc((size_t)nodes, sizeof(int));
+    struct pollfd *pf = dsl_xcalloc((size_t)nodes, sizeof(*pf));
+    double deadline = dsl_now() + 60;
+    for (int done = 0; done < nodes;) {
+        ASSERT(dsl_now() < deadline);
+        for (int i = 0; i < nodes; i++) {
+            pf[i].fd = eof[i] ? -1 : c[i].ops->pollfd(&c[i], &pf[i].events);
+            if (sent[i] < PAYLOAD)
+                pf[i].events |= POLLOUT;
+        }
+        poll(pf, (nfds_t)nodes, 50);
+        for (int i = 0; i < nodes; i++) {
+            if (eof[i])
+                continue;
+            while (sent[i] < PAYLOAD) {
+                size_t chunk = PAYLOAD - sent[i] > 30000 ? 30000 : PAYLOAD - sent[i];
+                for (size_t k = 0; k < chunk; k++)
+                    out[k] = pattern(i, sent[i] + k);
+                ssize_t w = c[i].ops->write(&c[i], out, chunk);
+                if (w == -EAGAIN)
+                    break;
+                ASSERT(w > 0);
+                sent[i] += (size_t)w;
+                if (sent[i] == PAYLOAD)
+                    c[i].ops->close_write(&c[i]);
+            }
+            for (;;) {
+                ssize_t r = c[i].ops->read(&c[i], in + (size_t)i * PAYLOAD + got[i],
+                                           PAYLOAD - got[i] ? PAYLOAD - got[i] : 1);
+                if (r == -EAGAIN)
+                    break;
+                if (r == 0) {
+                    eof[i] = 1;
+                    done++;
+                    break;
+                }
+                if (r < 0)
+                    DSL_FAIL_("%s: read %zd: %s", c[i].host, r, c[i].err);
+                got[i] += (size_t)r;
+                ASSERT(got[i] <= PAYLOAD);
+            }
+        }
+    }
+    for (int i = 0; i < nodes; i++) {
+        ASSERT_EQ(got[i], PAYLOAD);
+        for (size_t k = 0; k < PAYLOAD; k++)
+            if (in[(size_t)i * PAYLOAD + k] != pattern(i, k))
+                DSL_FAIL_("node%d: byte %zu differs", i + 1, k);
+        conn_free(&c[i]);
+    }
+    free(pf);
+    free(eof);
+    free(got);
+    free(sent);
+    free(in);
+    free(out);
+    free(c);
+    free(cfg);
+}
+
+/* Open one connection expected to fail; check its class and message. */
+static void expect_failure(const char *host, struct dsl_transport_opts *o, char *const *argv,
+                           int code, const char *needle)
+{
+    struct dsl_conn c;
+    conn_open(&c, host, o, argv);
+    drive_all(&c, 1);
+    if (c.state != DSL_CONN_FAILED)
+        DSL_FAIL_("%s should have failed", host);
+    if (c.err_code != code)
+        DSL_FAIL_("%s: code %d, want %d: %s", host, c.err_code, code, c.err);
+    ASSERT_CONTAINS(c.err, needle);
+    conn_free(&c);
+}
+
+TEST(pdsh_should_classify_an_unknown_host_key_as_eauth)
+{
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.known_hosts = "/dev/null";
+    char *argv[] = {self, (char *)"--agent", NULL};
+    expect_failure("node1", &o, argv, DSL_EAUTH, "Host key verification failed");
+    free(cfg);
+}
+
+TEST(pdsh_should_classify_a_wrong_identity_as_eauth)
+{
+    /*
+     * ssh adds -i to the config's IdentityFile entries instead of replacing them, so
+     * the wrong key is tried with a copy of the config that names no identity.
+     */
+    char *cfg = cpath("ssh_config"), *noid = cpath("ssh_config_noid"),
+         *wrong = cpath("wrong_ed25519");
+    FILE *in = fopen(cfg, "r"), *out = fopen(noid, "w");
+    ASSERT(in && out);
+    char line[1024];
+    while (fgets(line, sizeof(line), in))
+        if (!strstr(line, "IdentityFile"))
+            fputs(line, out);
+    fclose(in);
+    fclose(out);
+    struct dsl_transport_opts o;
+    base_opts(&o, noid);
+    o.ssh_identity = wrong;
+    char *argv[] = {self, (char *)"--agent", NULL};
+    expect_failure("node2", &o, argv, DSL_EAUTH, "Permission denied");
+    unlink(noid);
+    free(wrong);
+    free(noid);
+    free(cfg);
+}
+
+TEST(pdsh_should_report_a_missing_remote_program)
+{
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
+    expect_failure("node2", &o, argv, DSL_EREMOTE, "No such file or directory");
+    free(cfg);
+}
+
+TEST(pdsh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
+{
+    const char *sh = getenv("DSL_CLUSTER_SH");
+    ASSERT(sh);
+    char *stop = dsl_xasprintf("'%s' sshd-stop '%s' node3", sh, cluster_dir);
+    char *start = dsl_xasprintf("'%s' sshd-start '%s' node3", sh, cluster_dir);
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {self, (char *)"--agent", NULL};
+    ASSERT_EQ(system(stop), 0);
+    struct dsl_conn c;
+    conn_open(&c, "node3", &o, argv);
+    drive_all(&c, 1);
+    ASSERT_EQ(system(start), 0);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    ASSERT_CONTAINS(c.err, "Connection refused");
+    conn_free(&c);
+    free(cfg);
+    free(start);
+    free(stop);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--agent"))
+        return helper_agent(argc, argv);
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return 2;
+    self[n] = '\0';
+    cluster_dir = getenv("DSL_CLUSTER_DIR");
+    if (!cluster_dir) {
+        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/cluster/with_cluster.sh\n");
+        return 2;
+    }
+    char *envf = cpath("cluster.env");
+    FILE *f = fopen(envf, "r");
+    if (!f) {
+        fprintf(stderr, "no cluster in '%s'\n", cluster_dir);
+        return 2;
+    }
+    char line[256];
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "NODES=", 6))
+            nodes = (int)strtol(line + 6, NULL, 10);
+    fclose(f);
+    free(envf);
+    if (nodes < 3) {
+        fprintf(stderr, "the cluster needs at least 3 nodes\n");
+        return 2;
+    }
+    return RUN_TESTS(argc, argv);
+}
