@@ -7,3 +7,6 @@ if(DSL_HAVE_CUDA)
                 LIBS dslcomm CUDA::cudart)
   set_tests_properties(comm_nccl_gpu_test PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
+dsl_unit_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS dslcomm)
+dsl_fuzz_target(fuzz_store_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_store_proto.c
+                LIBS dslcomm)
