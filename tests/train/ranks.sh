@@ -97,6 +97,11 @@ worlds)
         done
     done
     grep -q "final_loss" "$TMP/w1.0.out" || fail "no summary line"
+    # with gradient clipping active (the global norm is exact fixed-point)
+    train_ok 1 c1 $TINY --gradient-clipping 0.05 --save-params "$TMP/p.c1"
+    cmp -s "$TMP/p.w1" "$TMP/p.c1" && fail "clipping at 0.05 changed nothing"
+    train_ok 4 c4 $TINY --gradient-clipping 0.05 --zero-stage 2 --save-params "$TMP/p.c4"
+    cmp -s "$TMP/p.c1" "$TMP/p.c4" || fail "world 4 stage 2 with clipping differs from world 1"
     ;;
 memory)
     # reported model-state bytes equal the ZeRO formula (fp32 CPU, Adam)
