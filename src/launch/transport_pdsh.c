@@ -10,9 +10,9 @@
  * pdsh connection of the process (reference counted).
  *
  * States: CONNECTING from fork until the token arrives, then OPEN. While CONNECTING,
- * pollfd() is a per-connection epoll set holding the shared listener's epoll fd and
- * the pipe carrying pdsh's stdout+stderr, so either a connecting agent or pdsh dying
- * (wrong key, unknown host, refused) wakes the loop. progress() accepts, collects
+ * pollfd() is a per-connection epoll set holding the shared listener's epoll fd, the
+ * pipe carrying pdsh's stdout+stderr and a pidfd of pdsh, so either a connecting agent
+ * or pdsh dying (wrong key, unknown host, refused) wakes the loop. progress() accepts, collects
  * pdsh's output (last PDSH_OUT_MAX bytes), and when pdsh exits before its agent
  * connected, classifies its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE.
  * Once OPEN, read() also drains pdsh's pipe so a chatty agent stderr never blocks it.
@@ -34,6 +34,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -54,7 +55,8 @@ struct pdsh_priv {
     pid_t pid;             /* pdsh, leader of its own process group; 0 once reaped */
     int status;            /* its wait status once reaped */
     int outfd;             /* pdsh stdout+stderr, non-blocking; -1 at EOF */
-    int epfd;              /* CONNECTING: {listener, outfd} */
+    int pidfd;             /* readable when pdsh exits (pidfd_open), -1 if unsupported */
+    int epfd;              /* CONNECTING: {listener, outfd, pidfd} */
     int sock;              /* OPEN: the agent's socket */
     char token[DSL_CB_TOKEN_LEN + 1];
     int ref;               /* holds a reference on the shared listener */
@@ -106,6 +108,21 @@ static int reap(struct pdsh_priv *p)
 {
     if (p->pid > 0 && waitpid(p->pid, &p->status, WNOHANG) == p->pid)
         p->pid = 0;
+    if (p->pid > 0 && p->outfd < 0 && p->pidfd < 0) {
+        /* no pidfd to wake us: pdsh closed its output, so it is exiting; bounded wait */
+        for (int i = 0; i < 200 && p->pid > 0; i++) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            if (waitpid(p->pid, &p->status, WNOHANG) == p->pid)
+                p->pid = 0;
+        }
+    }
+    if (p->pid == 0 && p->pidfd >= 0) {
+        if (p->epfd >= 0)
+            epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
+        close(p->pidfd);
+        p->pidfd = -1;
+    }
     return p->pid == 0;
 }
 
@@ -179,7 +196,7 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->err_code = 0;
     c->err[0] = '\0';
     struct pdsh_priv *p = dsl_xcalloc(1, sizeof(*p));
-    p->outfd = p->epfd = p->sock = -1;
+    p->outfd = p->epfd = p->sock = p->pidfd = -1;
     p->connect_timeout = o->connect_timeout;
     dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
     c->priv = p;
@@ -263,6 +280,13 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         epoll_ctl(p->epfd, EPOLL_CTL_ADD, ev2.data.fd, &ev2) < 0) {
         r = conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
         goto out;
+    }
+    /* pdsh exiting must wake the loop even after its output pipe is gone */
+    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
+    struct epoll_event ev3 = {.events = EPOLLIN, .data.fd = p->pidfd};
+    if (p->pidfd >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->pidfd, &ev3) < 0) {
+        close(p->pidfd);
+        p->pidfd = -1;
     }
     r = 0;
 out:
@@ -389,6 +413,8 @@ static void pdsh_close(struct dsl_conn *c)
     }
     if (p->outfd >= 0)
         close(p->outfd);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
     if (p->epfd >= 0)
         close(p->epfd);
     if (p->ref) {
