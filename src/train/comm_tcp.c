@@ -915,8 +915,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     if ((r = env_size("DSL_COMM_SMALL", 16 << 10, &t->small_max, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA", 1, &use_cma, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA_MIN", 64 << 10, &t->cma_min, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SPIN_US", w <= sysconf(_SC_NPROCESSORS_ONLN) ? 50 : 0, &spin,
-                      c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
         goto out;
     if (sockbuf > (1u << 30))
