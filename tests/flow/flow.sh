@@ -318,7 +318,6 @@ PY
     check "{\"worker-0\": [0, 1], \"worker-1\": [0, 1], \"worker-2\": [0, 1]}" --num_gpus 2
     check "{\"worker-1\": [3]}" --include=worker-1:3
     check "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3]}" --exclude worker-2
-    check "{\"worker-2\": [0, 1]}" --num-nodes=1 --include worker-2
 '
 
 expect_success "--dry-run rejects bad placements with the usage code" '
@@ -331,6 +330,8 @@ expect_success "--dry-run rejects bad placements with the usage code" '
     run_capture rc out err "$DSL" --dry-run --hostfile h2.txt -e "worker-0@worker-1" prog
     assert_eq "$rc" 2
     run_capture rc out err "$DSL" --dry-run --hostfile h2.txt --num_gpus 5 prog
+    assert_eq "$rc" 2
+    run_capture rc out err "$DSL" --dry-run --hostfile h2.txt --num-nodes=1 --include worker-1 prog
     assert_eq "$rc" 2
 '
 
