@@ -57,9 +57,10 @@ void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len)
  *  <dir>/<tag>.partial (removing a stale one). */
 int dsl_ckpt_prepare(const char *dir, const char *tag, char *err);
 
-/** Rank 0: the parameters, one tensor per view, into the partial directory. meta:
- *  the caller's "key=value" entries (may be NULL). */
-int dsl_ckpt_write_model(const char *dir, const char *tag,
+/** Rank 0: the parameters, one tensor per view, into the partial directory; world is
+ *  the number of optimizer shards that will be written. meta: the caller's
+ *  "key=value" entries (may be NULL). */
+int dsl_ckpt_write_model(const char *dir, const char *tag, int world,
                          const struct dsl_ckpt_param *views, size_t nviews,
                          const float *params, size_t numel, const struct dsl_strvec *meta,
                          char *err);

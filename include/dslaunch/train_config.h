@@ -41,8 +41,9 @@ struct dsl_optim_config {
     double beta1, beta2; /* params.betas; default [0.9, 0.999] */
     double eps;          /* params.eps; default 1e-8 */
     double weight_decay; /* params.weight_decay; default 0 (DeepSpeed's FusedAdam) */
-    int adam_w_mode;     /* resolved: 1 for AdamW, params.adam_w_mode (default 1) for
-                            Adam, 0 for SGD */
+    int adam_w_mode;     /* resolved by _finish(): 1 for AdamW, params.adam_w_mode
+                            (default 1) for Adam, 0 for SGD */
+    int adam_w_mode_cfg; /* params.adam_w_mode as written; -1: not given */
     double momentum;     /* params.momentum (SGD); default 0 */
 };
 
@@ -99,11 +100,14 @@ struct dsl_dstrain_config {
 
 struct dsl_train_config {
     char *path;                     /* the file, for messages ("<string>" if none) */
-    /* the batch triple: -1 = not given (before _finish()); resolved by _finish() */
+    /* the batch triple, resolved by _finish() (0 before it) */
     long train_batch_size;
     long train_micro_batch_size_per_gpu;
     long gradient_accumulation_steps;
     int world_size;                 /* the world size _finish() resolved against */
+    struct {
+        long train, micro, accum;   /* as written; -1: not given, -2: "auto" */
+    } given;
 
     struct dsl_optim_config optimizer;
     struct dsl_sched_config scheduler;

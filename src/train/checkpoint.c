@@ -1,0 +1,764 @@
+/*
+ * Checkpoints: DeepSpeed's directory shape with safetensors files (see checkpoint.h).
+ *
+ * Theory of operation. A save is a small two-phase commit driven by the trainer:
+ * rank 0 makes a fresh <dir>/<tag>.partial/, every rank writes its files there (each
+ * one atomically: temp file, fsync, rename, fsync dir), and after a barrier rank 0
+ * re-reads and validates the whole partial directory with the same code the loader
+ * uses, renames it to <dir>/<tag> and only then rewrites <dir>/latest (temp file,
+ * fsync, rename, fsync dir). Until that last rename, `latest` names the previous
+ * checkpoint, which nothing in a save ever modifies. Re-saving an existing tag moves
+ * the old directory to <tag>.old first and deletes it after the switch. (NEEDSWORK: a
+ * crash between those two renames leaves <tag> missing with <tag>.old beside it; the
+ * loader does not look there yet.)
+ *
+ * Loading reads every file whole and validates it (dsl_st_load()), then checks the
+ * shard set: one file per rank of the saved world size, same tag and numel, and
+ * slices that tile [0, numel) exactly. The reassembled full vectors make the world
+ * size at resume independent of the one at save.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/checkpoint.h"
+#include "dslaunch/error.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/safetensors.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints store little-endian floats; a big-endian host needs byte swapping here"
+#endif
+
+#define SHARD_FMT "zero_pp_rank_%d_mp_rank_00_optim_states.safetensors"
+
+void dsl_ckpt_tag(char *buf, size_t n, uint64_t step)
+{
+    snprintf(buf, n, "global_step%" PRIu64, step);
+}
+
+void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len)
+{
+    size_t w = world > 0 ? (size_t)world : 1, r = rank > 0 ? (size_t)rank : 0;
+    size_t base = numel / w, rem = numel % w;
+    *off = r * base + (r < rem ? r : rem);
+    *len = base + (r < rem ? 1 : 0);
+}
+
+static int bad_tag(const char *tag)
+{
+    return !tag || !tag[0] || strchr(tag, '/') || strcmp(tag, ".") == 0 ||
+           strcmp(tag, "..") == 0 || strlen(tag) > 200;
+}
+
+static int mkdir_p(const char *path)
+{
+    char *p = dsl_xstrdup(path);
+    int r = 0;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+            r = -errno;
+            break;
+        }
+        *s = '/';
+    }
+    if (r == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
+        r = -errno;
+    free(p);
+    return r;
+}
+
+/* Remove a directory of plain files (ours: never nested). */
+static int remove_flat_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int r = 0;
+    if (!d)
+        return errno == ENOENT ? 0 : -errno;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *f = dsl_xasprintf("%s/%s", path, e->d_name);
+        if (unlink(f) < 0 && r == 0)
+            r = -errno;
+        free(f);
+    }
+    closedir(d);
+    if (rmdir(path) < 0 && r == 0)
+        r = -errno;
+    return r;
+}
+
+static int fsync_path(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), r = 0;
+    if (fd < 0)
+        return -errno;
+    if (fsync(fd) < 0)
+        r = -errno;
+    close(fd);
+    return r;
+}
+
+static char *partial_dir(const char *dir, const char *tag)
+{
+    return dsl_xasprintf("%s/%s.partial", dir, tag);
+}
+
+int dsl_ckpt_prepare(const char *dir, const char *tag, char *err)
+{
+    char *p;
+    int r;
+    if (bad_tag(tag))
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+    if ((r = mkdir_p(dir)) < 0)
+        return dsl_seterr(err, r, "cannot create checkpoint directory '%s': %s", dir,
+                          strerror(-r));
+    p = partial_dir(dir, tag);
+    if ((r = remove_flat_dir(p)) < 0)
+        dsl_seterr(err, r, "cannot remove stale '%s': %s", p, strerror(-r));
+    else if (mkdir(p, 0755) < 0)
+        r = dsl_seterr(err, -errno, "cannot create '%s': %s", p, strerror(errno));
+    free(p);
+    return r;
+}
+
+static void meta_common(struct dsl_strvec *m, const struct dsl_strvec *user, const char *kind,
+                        const char *tag, size_t numel)
+{
+    dsl_strvec_init(m);
+    for (size_t i = 0; user && i < user->nr; i++)
+        dsl_strvec_push(m, user->v[i]);
+    dsl_env_set(m, "format", "pt");
+    dsl_env_set(m, "dsl.kind", kind);
+    dsl_env_set(m, "dsl.tag", tag);
+    char num[32];
+    snprintf(num, sizeof(num), "%zu", numel);
+    dsl_env_set(m, "dsl.numel", num);
+}
+
+static void meta_setnum(struct dsl_strvec *m, const char *key, uint64_t v)
+{
+    char num[32];
+    snprintf(num, sizeof(num), "%" PRIu64, v);
+    dsl_env_set(m, key, num);
+}
+
+/* Views must tile [0, numel) in order, each of its shape's size. */
+static int check_views(const struct dsl_ckpt_param *v, size_t n, size_t numel, char *err)
+{
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t sz = 1;
+        if (!v[i].name || !v[i].name[0] || v[i].ndim < 0 || v[i].ndim > 4)
+            return dsl_seterr(err, DSL_ECHECKPOINT, "parameter view %zu is malformed", i);
+        for (int d = 0; d < v[i].ndim; d++)
+            sz *= v[i].shape[d];
+        if (v[i].offset != pos)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "parameter view '%s' starts at %zu, expected %zu", v[i].name,
+                              v[i].offset, pos);
+        pos += (size_t)sz;
+    }
+    if (pos != numel)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "parameter views cover %zu elements, the model has %zu", pos, numel);
+    return 0;
+}
+
+int dsl_ckpt_write_model(const char *dir, const char *tag, int world,
+                         const struct dsl_ckpt_param *views, size_t nviews,
+                         const float *params, size_t numel, const struct dsl_strvec *meta,
+                         char *err)
+{
+    struct dsl_st_tensor *t;
+    struct dsl_strvec m;
+    char *path;
+    int r;
+    if (bad_tag(tag))
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+    if (world < 1)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad world size %d", world);
+    if ((r = check_views(views, nviews, numel, err)) < 0)
+        return r;
+    t = dsl_xcalloc(nviews ? nviews : 1, sizeof(*t));
+    for (size_t i = 0; i < nviews; i++) {
+        t[i].name = views[i].name;
+        t[i].dtype = DSL_ST_F32;
+        t[i].ndim = views[i].ndim;
+        for (int d = 0; d < views[i].ndim; d++)
+            t[i].shape[d] = views[i].shape[d];
+        t[i].data = params + views[i].offset;
+    }
+    meta_common(&m, meta, "model", tag, numel);
+    meta_setnum(&m, "dsl.world_size", (uint64_t)world);
+    path = dsl_xasprintf("%s/%s.partial/" DSL_CKPT_MODEL_FILE, dir, tag);
+    r = dsl_st_write(path, t, nviews, &m, err);
+    free(path);
+    dsl_strvec_release(&m);
+    free(t);
+    return r;
+}
+
+int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
+                         const char *const *names, const float *const *slices,
+                         size_t nstate, size_t offset, size_t len, size_t numel,
+                         const struct dsl_strvec *meta, char *err)
+{
+    struct dsl_st_tensor t[DSL_CKPT_MAX_STATE];
+    struct dsl_strvec m;
+    char *path;
+    int r;
+    if (bad_tag(tag))
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+    if (nstate > DSL_CKPT_MAX_STATE || rank < 0 || rank >= world || offset > numel ||
+        len > numel - offset)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "bad optimizer shard: rank %d of %d, [%zu, +%zu) of %zu, %zu states",
+                          rank, world, offset, len, numel, nstate);
+    memset(t, 0, sizeof(t));
+    for (size_t i = 0; i < nstate; i++) {
+        t[i].name = names[i];
+        t[i].dtype = DSL_ST_F32;
+        t[i].ndim = 1;
+        t[i].shape[0] = len;
+        t[i].data = slices[i];
+    }
+    meta_common(&m, meta, "optim", tag, numel);
+    meta_setnum(&m, "dsl.world_size", (uint64_t)world);
+    meta_setnum(&m, "dsl.rank", (uint64_t)rank);
+    meta_setnum(&m, "dsl.shard_offset", offset);
+    meta_setnum(&m, "dsl.shard_len", len);
+    path = dsl_xasprintf("%s/%s.partial/" SHARD_FMT, dir, tag, rank);
+    r = dsl_st_write(path, t, nstate, &m, err);
+    free(path);
+    dsl_strvec_release(&m);
+    return r;
+}
+
+/* ---- loading ---------------------------------------------------------------------- */
+
+static int meta_num(const struct dsl_st_file *f, const char *key, uint64_t *out, char *err)
+{
+    const char *v = dsl_env_get(&f->meta, key);
+    long x;
+    if (!v || dsl_parse_long(v, 0, LONG_MAX, &x) < 0)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': %s metadata '%s'",
+                          f->path, v ? "bad" : "missing", key);
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static void ckpt_init(struct dsl_ckpt *c)
+{
+    memset(c, 0, sizeof(*c));
+    dsl_strvec_init(&c->meta);
+}
+
+void dsl_ckpt_release(struct dsl_ckpt *c)
+{
+    free(c->tag);
+    free(c->path);
+    free(c->params);
+    for (size_t i = 0; i < c->nviews; i++)
+        free((char *)(uintptr_t)c->views[i].name);
+    free(c->views);
+    for (size_t i = 0; i < DSL_CKPT_MAX_STATE; i++) {
+        free(c->state_names[i]);
+        free(c->state[i]);
+    }
+    dsl_strvec_release(&c->meta);
+    ckpt_init(c);
+}
+
+static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+{
+    struct dsl_st_file f;
+    uint64_t numel, ws;
+    char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    int r = dsl_st_load(&f, fp, err);
+    free(fp);
+    if (r < 0)
+        goto out;
+    const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
+    if (!kind || strcmp(kind, "model") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint file '%s' is not the model state of tag '%s'", f.path, tag);
+        goto out;
+    }
+    if ((r = meta_num(&f, "dsl.numel", &numel, err)) < 0)
+        goto out;
+    if ((r = meta_num(&f, "dsl.world_size", &ws, err)) < 0)
+        goto out;
+    if (ws < 1 || ws > 1u << 20) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad world size %" PRIu64,
+                       f.path, ws);
+        goto out;
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < f.n; i++) {
+        if (f.t[i].dtype != DSL_ST_F32 || f.t[i].ndim > 4) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s': tensor '%s' is not an fp32 parameter", f.path,
+                           f.t[i].name);
+            goto out;
+        }
+        total += (size_t)(f.t[i].nbytes / 4);
+    }
+    if (total != numel) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint file '%s': tensors hold %zu elements, metadata says %" PRIu64,
+                       f.path, total, numel);
+        goto out;
+    }
+    c->numel = (size_t)numel;
+    c->saved_world = (int)ws;
+    c->params = malloc(c->numel ? c->numel * sizeof(float) : 1);
+    if (!c->params) {
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu parameters", c->numel);
+        goto out;
+    }
+    c->views = dsl_xcalloc(f.n ? f.n : 1, sizeof(*c->views));
+    size_t pos = 0;
+    for (size_t i = 0; i < f.n; i++) { /* f.t is sorted by data offset = flat order */
+        struct dsl_ckpt_param *v = &c->views[c->nviews++];
+        v->name = dsl_xstrdup(f.t[i].name);
+        v->offset = pos;
+        v->ndim = f.t[i].ndim;
+        for (int d = 0; d < v->ndim; d++)
+            v->shape[d] = f.t[i].shape[d];
+        memcpy(c->params + pos, f.t[i].data, (size_t)f.t[i].nbytes);
+        pos += (size_t)(f.t[i].nbytes / 4);
+    }
+    for (size_t i = 0; i < f.meta.nr; i++)
+        dsl_strvec_push(&c->meta, f.meta.v[i]);
+    r = 0;
+out:
+    dsl_st_release(&f);
+    return r;
+}
+
+/* "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors" -> r, or -1 (not a shard
+ * name), or -2 (looks like one but is malformed). */
+static int shard_rank(const char *name)
+{
+    static const char pre[] = "zero_pp_rank_", post[] = "_mp_rank_00_optim_states.safetensors";
+    if (strncmp(name, pre, sizeof(pre) - 1) != 0)
+        return -1;
+    const char *s = name + sizeof(pre) - 1, *u = strchr(s, '_');
+    if (!u || strcmp(u, post) != 0)
+        return -2;
+    char *num = dsl_xstrndup(s, (size_t)(u - s));
+    int r;
+    if (dsl_parse_int(num, 0, 1 << 20, &r) < 0 || (num[0] == '0' && num[1]))
+        r = -2;
+    free(num);
+    return r;
+}
+
+struct shard {
+    int rank;
+    char *file;
+    struct dsl_st_file f;
+    uint64_t off, len;
+};
+
+static int cmp_shard_off(const void *a, const void *b)
+{
+    const struct shard *x = a, *y = b;
+    if (x->off != y->off)
+        return x->off < y->off ? -1 : 1;
+    return x->rank - y->rank;
+}
+
+static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+{
+    int W = c->saved_world, r = 0;
+    struct shard *sh = NULL;
+    size_t n = 0, alloc = 0;
+    DIR *d = opendir(path);
+    struct dirent *e;
+    if (!d)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "cannot open checkpoint '%s': %s", path,
+                          strerror(errno));
+    while ((e = readdir(d))) {
+        int rk = shard_rank(e->d_name);
+        if (rk == -1)
+            continue;
+        if (rk == -2 || rk >= W) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "unexpected shard file '%s/%s': the checkpoint was saved by %d "
+                           "rank%s",
+                           path, e->d_name, W, W == 1 ? "" : "s");
+            break;
+        }
+        if (n == alloc) {
+            alloc = alloc ? 2 * alloc : 8;
+            sh = dsl_xreallocarray(sh, alloc, sizeof(*sh));
+        }
+        memset(&sh[n], 0, sizeof(sh[n]));
+        sh[n].rank = rk;
+        sh[n].file = dsl_xasprintf("%s/%s", path, e->d_name);
+        dsl_strvec_init(&sh[n].f.meta);
+        n++;
+    }
+    closedir(d);
+    if (r < 0)
+        goto out;
+    /* every rank exactly once (names are unique in a directory, ranks < W) */
+    for (int rk = 0; rk < W; rk++) {
+        int found = 0;
+        for (size_t i = 0; i < n; i++)
+            found += sh[i].rank == rk;
+        if (!found) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint '%s' is incomplete: missing shard file '" SHARD_FMT
+                           "' (rank %d of %d)",
+                           path, rk, rk, W);
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct shard *s = &sh[i];
+        uint64_t numel, ws, rank;
+        if ((r = dsl_st_load(&s->f, s->file, err)) < 0)
+            goto out;
+        const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");
+        const char *ftag = dsl_env_get(&s->f.meta, "dsl.tag");
+        if (!kind || strcmp(kind, "optim") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' is not an optimizer shard of tag '%s'",
+                           s->file, tag);
+            goto out;
+        }
+        if ((r = meta_num(&s->f, "dsl.numel", &numel, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.world_size", &ws, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.rank", &rank, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.shard_offset", &s->off, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.shard_len", &s->len, err)) < 0)
+            goto out;
+        if (numel != c->numel || ws != (uint64_t)W || rank != (uint64_t)s->rank ||
+            s->off > numel || s->len > numel - s->off) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' does not match the checkpoint: rank %" PRIu64
+                           " of %" PRIu64 ", [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64
+                           " elements, expected rank %d of %d and %zu elements",
+                           s->file, rank, ws, s->off, s->len, numel, s->rank, W, c->numel);
+            goto out;
+        }
+        if (i == 0) {
+            if (s->f.n > DSL_CKPT_MAX_STATE) {
+                r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': too many tensors",
+                               s->file);
+                goto out;
+            }
+            c->nstate = s->f.n;
+        }
+        if (s->f.n != c->nstate) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' holds %zu state tensors, '%s' holds %zu",
+                           s->file, s->f.n, sh[0].file, c->nstate);
+            goto out;
+        }
+        for (size_t k = 0; k < s->f.n; k++) {
+            const struct dsl_st_tensor *t = &s->f.t[k];
+            if (t->dtype != DSL_ST_F32 || t->ndim != 1 || t->shape[0] != s->len ||
+                (i > 0 && !dsl_st_find(&sh[0].f, t->name))) {
+                r = dsl_seterr(err, DSL_ECHECKPOINT,
+                               "checkpoint file '%s': state tensor '%s' is not an fp32 vector "
+                               "of the shard's %" PRIu64 " elements present in every shard",
+                               s->file, t->name, s->len);
+                goto out;
+            }
+        }
+    }
+    qsort(sh, n, sizeof(*sh), cmp_shard_off);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sh[i].off != pos) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint '%s': shard file '%s' starts at element %" PRIu64
+                           ", expected %" PRIu64 " (%s)",
+                           path, sh[i].file, sh[i].off, pos,
+                           sh[i].off < pos ? "overlapping shards" : "a gap between shards");
+            goto out;
+        }
+        pos += sh[i].len;
+    }
+    if (pos != c->numel) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint '%s': shards cover %" PRIu64 " of %zu elements", path, pos,
+                       c->numel);
+        goto out;
+    }
+    for (size_t k = 0; k < c->nstate; k++) {
+        c->state_names[k] = dsl_xstrdup(sh[0].f.t[k].name);
+        c->state[k] = malloc(c->numel ? c->numel * sizeof(float) : 1);
+        if (!c->state[k]) {
+            r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu state elements", c->numel);
+            goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct dsl_st_tensor *t = dsl_st_find(&sh[i].f, c->state_names[k]);
+            memcpy(c->state[k] + sh[i].off, t->data, (size_t)t->nbytes);
+        }
+    }
+    r = 0;
+out:
+    for (size_t i = 0; i < n; i++) {
+        free(sh[i].file);
+        dsl_st_release(&sh[i].f);
+    }
+    free(sh);
+    return r;
+}
+
+/* Load the checkpoint in directory path (the tag's directory or a partial one). */
+static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+{
+    int r;
+    c->tag = dsl_xstrdup(tag);
+    c->path = dsl_xstrdup(path);
+    if ((r = load_model(c, path, tag, err)) < 0)
+        return r;
+    return load_shards(c, path, tag, err);
+}
+
+int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
+{
+    char *path = dsl_xasprintf("%s/latest", dir);
+    char *tmp = dsl_xasprintf("%s/latest.tmp.%ld", dir, (long)getpid());
+    size_t n = strlen(tag);
+    int fd = -1, r = 0;
+    if (bad_tag(tag)) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag);
+        goto out;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (write(fd, tag, n) != (ssize_t)n || fsync(fd) < 0) {
+        r = dsl_seterr(err, errno ? -errno : -EIO, "cannot write '%s': %s", tmp,
+                       strerror(errno ? errno : EIO));
+        goto out;
+    }
+    if (close(fd) < 0) {
+        fd = -1;
+        r = dsl_seterr(err, -errno, "cannot write '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    if (rename(tmp, path) < 0) {
+        r = dsl_seterr(err, -errno, "cannot rename '%s' to '%s': %s", tmp, path,
+                       strerror(errno));
+        goto out;
+    }
+    if ((r = fsync_path(dir)) < 0)
+        dsl_seterr(err, r, "cannot sync '%s': %s", dir, strerror(-r));
+out:
+    if (fd >= 0)
+        close(fd);
+    if (r < 0)
+        unlink(tmp);
+    free(tmp);
+    free(path);
+    return r;
+}
+
+int dsl_ckpt_read_latest(const char *dir, char **tag, char *err)
+{
+    char *path = dsl_xasprintf("%s/latest", dir), buf[256];
+    FILE *f = fopen(path, "rb");
+    size_t n;
+    int r = 0;
+    *tag = NULL;
+    if (!f) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint in '%s': cannot open '%s': %s", dir,
+                       path, strerror(errno));
+        goto out;
+    }
+    n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
+        n--;
+    buf[n] = '\0';
+    if (bad_tag(buf) || strlen(buf) != n) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "'%s' does not hold a valid tag", path);
+        goto out;
+    }
+    *tag = dsl_xstrdup(buf);
+out:
+    free(path);
+    return r;
+}
+
+int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
+{
+    struct dsl_ckpt c;
+    char *part = NULL, *final = NULL, *old = NULL;
+    struct stat st;
+    int r;
+    ckpt_init(&c);
+    if (bad_tag(tag))
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+    part = partial_dir(dir, tag);
+    final = dsl_xasprintf("%s/%s", dir, tag);
+    old = dsl_xasprintf("%s/%s.old", dir, tag);
+    /* the same checks as a resume, before anything is switched */
+    if ((r = load_dir(&c, part, tag, err)) < 0)
+        goto out;
+    if (c.saved_world != world) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' was written by %d ranks, not %d",
+                       part, c.saved_world, world);
+        goto out;
+    }
+    if ((r = fsync_path(part)) < 0) {
+        dsl_seterr(err, r, "cannot sync '%s': %s", part, strerror(-r));
+        goto out;
+    }
+    if (stat(final, &st) == 0) {
+        if ((r = remove_flat_dir(old)) < 0 || rename(final, old) < 0) {
+            r = dsl_seterr(err, r < 0 ? r : -errno, "cannot move '%s' aside: %s", final,
+                           strerror(r < 0 ? -r : errno));
+            goto out;
+        }
+    }
+    if (rename(part, final) < 0) {
+        r = dsl_seterr(err, -errno, "cannot rename '%s' to '%s': %s", part, final,
+                       strerror(errno));
+        goto out;
+    }
+    if ((r = fsync_path(dir)) < 0) {
+        dsl_seterr(err, r, "cannot sync '%s': %s", dir, strerror(-r));
+        goto out;
+    }
+    if ((r = dsl_ckpt_write_latest(dir, tag, err)) < 0)
+        goto out;
+    remove_flat_dir(old);
+    r = 0;
+out:
+    dsl_ckpt_release(&c);
+    free(part);
+    free(final);
+    free(old);
+    return r;
+}
+
+int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+{
+    char *t = NULL, *path;
+    int r;
+    ckpt_init(c);
+    if (!tag || strcmp(tag, "latest") == 0) {
+        if ((r = dsl_ckpt_read_latest(dir, &t, err)) < 0)
+            return r;
+    } else {
+        if (bad_tag(tag))
+            return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag);
+        t = dsl_xstrdup(tag);
+    }
+    path = dsl_xasprintf("%s/%s", dir, t);
+    r = load_dir(c, path, t, err);
+    free(path);
+    free(t);
+    return r;
+}
+
+int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,
+                          size_t nviews, size_t numel, char *err)
+{
+    if (c->numel != numel)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' has %zu parameters, the model has %zu", c->path,
+                          c->numel, numel);
+    if (c->nviews != nviews)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' has %zu parameter tensors, the model has %zu",
+                          c->path, c->nviews, nviews);
+    for (size_t i = 0; i < nviews; i++) {
+        const struct dsl_ckpt_param *a = &c->views[i], *b = &views[i];
+        int same = strcmp(a->name, b->name) == 0 && a->offset == b->offset && a->ndim == b->ndim;
+        for (int d = 0; same && d < a->ndim; d++)
+            same = a->shape[d] == b->shape[d];
+        if (!same)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "checkpoint '%s': parameter tensor %zu is '%s', the model's is "
+                              "'%s' (or the shapes differ)",
+                              c->path, i, a->name, b->name);
+    }
+    return 0;
+}
+
+const float *dsl_ckpt_state(const struct dsl_ckpt *c, const char *name)
+{
+    for (size_t i = 0; i < c->nstate; i++)
+        if (strcmp(c->state_names[i], name) == 0)
+            return c->state[i];
+    return NULL;
+}
+
+const char *dsl_ckpt_meta(const struct dsl_ckpt *c, const char *key)
+{
+    return dsl_env_get(&c->meta, key);
+}
+
+int dsl_ckpt_meta_u64(const struct dsl_ckpt *c, const char *key, uint64_t *out, char *err)
+{
+    const char *v = dsl_env_get(&c->meta, key);
+    char *end;
+    unsigned long long x;
+    if (!v || !v[0] || v[0] == '-')
+        goto bad;
+    errno = 0;
+    x = strtoull(v, &end, 10);
+    if (errno || *end)
+        goto bad;
+    *out = (uint64_t)x;
+    return 0;
+bad:
+    return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %s metadata '%s'", c->path,
+                      v ? "bad" : "missing", key);
+}
+
+int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err)
+{
+    struct dsl_ckpt c;
+    struct dsl_st_tensor *t;
+    struct dsl_strvec m;
+    int r = dsl_ckpt_load(&c, dir, tag, err);
+    if (r < 0) {
+        dsl_ckpt_release(&c);
+        return r;
+    }
+    t = dsl_xcalloc(c.nviews ? c.nviews : 1, sizeof(*t));
+    for (size_t i = 0; i < c.nviews; i++) {
+        t[i].name = c.views[i].name;
+        t[i].dtype = DSL_ST_F32;
+        t[i].ndim = c.views[i].ndim;
+        for (int d = 0; d < c.views[i].ndim; d++)
+            t[i].shape[d] = c.views[i].shape[d];
+        t[i].data = c.params + c.views[i].offset;
+    }
+    dsl_strvec_init(&m);
+    dsl_env_set(&m, "format", "pt");
+    r = dsl_st_write(out_path, t, c.nviews, &m, err);
+    dsl_strvec_release(&m);
+    free(t);
+    dsl_ckpt_release(&c);
+    return r;
+}

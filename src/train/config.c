@@ -1,0 +1,956 @@
+/*
+ * ds_config.json -> struct dsl_train_config (see train_config.h and docs/config.md).
+ *
+ * Theory of operation. The file is parsed by cJSON in one go; cJSON's tree is walked
+ * once, object by object, against a table of known keys (keys[] below, dotted paths
+ * such as "optimizer.params.lr"). A section entry descends, a leaf entry converts and
+ * range-checks its value into the struct, anything else becomes a warning. Command
+ * line overrides (dsl_train_config_set) go through the same leaf entries, with the
+ * value text parsed as JSON (or taken as a bare string), so a flag and a key can never
+ * disagree on what is valid. Nothing of cJSON outlives a call.
+ *
+ * cJSON keeps no positions, so messages get theirs from a small scan of the text
+ * (index_keys): it tracks the dotted path of every object key and remembers where
+ * each key starts; syntax errors use the offset cJSON stops at.
+ *
+ * The batch triple and cross-field rules need the world size and the final overrides,
+ * so they live in dsl_train_config_finish(), which reads only the values as written
+ * (cfg->given) and can therefore run again after more overrides.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <cjson/cJSON.h>
+
+#include "dslaunch/error.h"
+#include "dslaunch/train_config.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+#define MAX_CONFIG_BYTES (16u << 20)
+
+/* ---- key positions ---------------------------------------------------------------- */
+
+struct keypos {
+    char *path;
+    size_t off;
+};
+
+struct parse_ctx {
+    struct dsl_train_config *cfg;
+    const char *file;   /* for messages */
+    const char *text;   /* NULL for command-line values */
+    size_t len;
+    struct keypos *kp;
+    size_t nkp;
+    int cli;            /* 1: values come from dsl_train_config_set */
+    int world_size;
+    char *err;
+};
+
+/* Scan already-valid JSON and record the dotted path and offset of every object key. */
+static void index_keys(struct parse_ctx *c)
+{
+    enum { MAXDEPTH = 64 };
+    char *stack[MAXDEPTH];   /* path of the container at each depth */
+    int isobj[MAXDEPTH];
+    int depth = -1, expect_key = 0;
+    char *pending = NULL;    /* path of the last key, for the value that follows */
+    size_t alloc = 0;
+    const char *t = c->text;
+
+    for (size_t i = 0; i < c->len; i++) {
+        char ch = t[i];
+        if (ch == '"') {
+            size_t s = ++i;
+            while (i < c->len && t[i] != '"') {
+                if (t[i] == '\\')
+                    i++;
+                i++;
+            }
+            if (i > c->len)
+                i = c->len;
+            if (depth >= 0 && depth < MAXDEPTH && isobj[depth] && expect_key) {
+                const char *parent = stack[depth];
+                char *key = dsl_xstrndup(t + s, i - s);
+                free(pending);
+                pending = parent[0] ? dsl_xasprintf("%s.%s", parent, key)
+                                    : dsl_xstrdup(key);
+                free(key);
+                if (c->nkp == alloc) {
+                    alloc = alloc ? 2 * alloc : 32;
+                    c->kp = dsl_xreallocarray(c->kp, alloc, sizeof(*c->kp));
+                }
+                c->kp[c->nkp].path = dsl_xstrdup(pending);
+                c->kp[c->nkp].off = s - 1;
+                c->nkp++;
+                expect_key = 0;
+            }
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+            if (depth < MAXDEPTH) {
+                const char *parent = depth > 0 ? stack[depth - 1] : "";
+                if (depth > 0 && !isobj[depth - 1])
+                    stack[depth] = dsl_xasprintf("%s[]", parent);
+                else
+                    stack[depth] = dsl_xstrdup(pending ? pending : parent);
+                isobj[depth] = ch == '{';
+            }
+            expect_key = ch == '{';
+        } else if (ch == '}' || ch == ']') {
+            if (depth >= 0 && depth < MAXDEPTH)
+                free(stack[depth]);
+            if (depth >= 0)
+                depth--;
+            expect_key = 0;
+        } else if (ch == ',') {
+            expect_key = depth >= 0 && depth < MAXDEPTH && isobj[depth];
+        }
+    }
+    for (; depth >= 0; depth--)
+        if (depth < MAXDEPTH)
+            free(stack[depth]);
+    free(pending);
+}
+
+static void offset_linecol(const char *text, size_t off, int *line, int *col)
+{
+    int l = 1, cl = 1;
+    for (size_t i = 0; i < off; i++) {
+        if (text[i] == '\n') {
+            l++;
+            cl = 1;
+        } else {
+            cl++;
+        }
+    }
+    *line = l;
+    *col = cl;
+}
+
+/* "file:line:col: " for a key path, or "file: " when unknown. */
+static void where(const struct parse_ctx *c, const char *path, char *buf, size_t n)
+{
+    if (c->cli) {
+        snprintf(buf, n, "command line: ");
+        return;
+    }
+    for (size_t i = 0; path && i < c->nkp; i++) {
+        if (strcmp(c->kp[i].path, path) == 0) {
+            int l, col;
+            offset_linecol(c->text, c->kp[i].off, &l, &col);
+            snprintf(buf, n, "%s:%d:%d: ", c->file, l, col);
+            return;
+        }
+    }
+    snprintf(buf, n, "%s: ", c->file);
+}
+
+__attribute__((format(printf, 3, 4))) static int cerr(struct parse_ctx *c, const char *path,
+                                                      const char *fmt, ...)
+{
+    char w[256], msg[DSL_ERR_LEN];
+    va_list ap;
+    where(c, path, w, sizeof(w));
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return dsl_seterr(c->err, DSL_ECONFIG, "%s%s", w, msg);
+}
+
+__attribute__((format(printf, 3, 4))) static void cwarn(struct parse_ctx *c,
+                                                        const char *path, const char *fmt,
+                                                        ...)
+{
+    char w[256], msg[DSL_ERR_LEN];
+    va_list ap;
+    where(c, path, w, sizeof(w));
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    dsl_strvec_pushf(&c->cfg->warnings, "%s%s", w, msg);
+}
+
+/* ---- the key table ---------------------------------------------------------------- */
+
+enum kind {
+    K_SECTION,
+    K_BOOL,    /* int */
+    K_INT,     /* int */
+    K_LONG,    /* long */
+    K_U64,     /* uint64_t */
+    K_SIZE,    /* size_t */
+    K_DOUBLE,  /* double */
+    K_STRING,  /* char *, null clears */
+    K_SPECIAL, /* fn */
+};
+
+struct key;
+typedef int (*special_fn)(struct parse_ctx *c, const struct key *k, const cJSON *v);
+
+struct key {
+    const char *path;
+    enum kind kind;
+    size_t off;
+    double min, max;
+    special_fn fn;
+};
+
+#define OFF(m) offsetof(struct dsl_train_config, m)
+#define FIELD(c, k, T) ((T *)(void *)((char *)(c)->cfg + (k)->off))
+
+static int sp_batch(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_optim_type(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_betas(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_sched_type(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_warmup_type(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_max_lr(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_hidden(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v);
+
+#define BIG 9.007199254740992e15 /* 2^53: integers a double holds exactly */
+
+static const struct key keys[] = {
+    {"train_batch_size", K_SPECIAL, OFF(given.train), 0, 0, sp_batch},
+    {"train_micro_batch_size_per_gpu", K_SPECIAL, OFF(given.micro), 0, 0, sp_batch},
+    {"gradient_accumulation_steps", K_SPECIAL, OFF(given.accum), 0, 0, sp_batch},
+    {"optimizer", K_SECTION, 0, 0, 0, NULL},
+    {"optimizer.type", K_SPECIAL, OFF(optimizer.type), 0, 0, sp_optim_type},
+    {"optimizer.params", K_SECTION, 0, 0, 0, NULL},
+    {"optimizer.params.lr", K_DOUBLE, OFF(optimizer.lr), 0, 1e6, NULL},
+    {"optimizer.params.betas", K_SPECIAL, 0, 0, 0, sp_betas},
+    {"optimizer.params.eps", K_DOUBLE, OFF(optimizer.eps), 0, 1, NULL},
+    {"optimizer.params.weight_decay", K_DOUBLE, OFF(optimizer.weight_decay), 0, 1e6, NULL},
+    {"optimizer.params.adam_w_mode", K_BOOL, OFF(optimizer.adam_w_mode_cfg), 0, 0, NULL},
+    {"optimizer.params.momentum", K_DOUBLE, OFF(optimizer.momentum), 0, 1, NULL},
+    {"scheduler", K_SECTION, 0, 0, 0, NULL},
+    {"scheduler.type", K_SPECIAL, 0, 0, 0, sp_sched_type},
+    {"scheduler.params", K_SECTION, 0, 0, 0, NULL},
+    {"scheduler.params.warmup_min_lr", K_DOUBLE, OFF(scheduler.warmup_min_lr), 0, 1e6, NULL},
+    {"scheduler.params.warmup_max_lr", K_SPECIAL, 0, 0, 1e6, sp_max_lr},
+    {"scheduler.params.warmup_num_steps", K_LONG, OFF(scheduler.warmup_num_steps), 0, BIG,
+     NULL},
+    {"scheduler.params.warmup_type", K_SPECIAL, 0, 0, 0, sp_warmup_type},
+    {"scheduler.params.total_num_steps", K_LONG, OFF(scheduler.total_num_steps), 1, BIG, NULL},
+    {"scheduler.params.warmup_min_ratio", K_DOUBLE, OFF(scheduler.warmup_min_ratio), 0, 1,
+     NULL},
+    {"scheduler.params.cos_min_ratio", K_DOUBLE, OFF(scheduler.cos_min_ratio), 0, 1, NULL},
+    {"gradient_clipping", K_DOUBLE, OFF(gradient_clipping), 0, 1e30, NULL},
+    {"steps_per_print", K_LONG, OFF(steps_per_print), 0, BIG, NULL},
+    {"seed", K_U64, OFF(seed), 0, BIG, NULL},
+    {"wall_clock_breakdown", K_BOOL, OFF(wall_clock_breakdown), 0, 0, NULL},
+    {"prescale_gradients", K_BOOL, OFF(prescale_gradients), 0, 0, NULL},
+    {"gradient_predivide_factor", K_DOUBLE, OFF(gradient_predivide_factor), 1e-30, 1e30, NULL},
+    {"fp16", K_SECTION, 0, 0, 0, NULL},
+    {"fp16.enabled", K_BOOL, OFF(fp16.enabled), 0, 0, NULL},
+    {"fp16.loss_scale", K_DOUBLE, OFF(fp16.loss_scale), 0, 1e30, NULL},
+    {"fp16.initial_scale_power", K_INT, OFF(fp16.initial_scale_power), 0, 64, NULL},
+    {"fp16.loss_scale_window", K_LONG, OFF(fp16.loss_scale_window), 1, BIG, NULL},
+    {"fp16.hysteresis", K_INT, OFF(fp16.hysteresis), 1, 1e9, NULL},
+    {"fp16.consecutive_hysteresis", K_BOOL, OFF(fp16.consecutive_hysteresis), 0, 0, NULL},
+    {"fp16.min_loss_scale", K_DOUBLE, OFF(fp16.min_loss_scale), 1e-30, 1e30, NULL},
+    {"bf16", K_SECTION, 0, 0, 0, NULL},
+    {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL},
+    {"bfloat16", K_SECTION, 0, 0, 0, NULL},
+    {"bfloat16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL},
+    {"zero_optimization", K_SECTION, 0, 0, 0, NULL},
+    {"zero_optimization.stage", K_SPECIAL, OFF(zero.stage), 0, 0, sp_zero_stage},
+    {"zero_optimization.reduce_bucket_size", K_U64, OFF(zero.reduce_bucket_size), 1, BIG,
+     NULL},
+    {"zero_optimization.allgather_bucket_size", K_U64, OFF(zero.allgather_bucket_size), 1, BIG,
+     NULL},
+    {"zero_optimization.overlap_comm", K_BOOL, OFF(zero.overlap_comm), 0, 0, NULL},
+    {"zero_optimization.contiguous_gradients", K_BOOL, OFF(zero.contiguous_gradients), 0, 0,
+     NULL},
+    {"zero_optimization.reduce_scatter", K_BOOL, OFF(zero.reduce_scatter), 0, 0, NULL},
+    {"dstrain", K_SECTION, 0, 0, 0, NULL},
+    {"dstrain.model", K_SECTION, 0, 0, 0, NULL},
+    {"dstrain.model.type", K_SPECIAL, OFF(dstrain.model_type), 0, 0, sp_choice},
+    {"dstrain.model.hidden", K_SPECIAL, 0, 0, 0, sp_hidden},
+    {"dstrain.data", K_SECTION, 0, 0, 0, NULL},
+    {"dstrain.data.dataset", K_SPECIAL, OFF(dstrain.dataset), 0, 0, sp_choice},
+    {"dstrain.data.path", K_STRING, OFF(dstrain.data_path), 0, 0, NULL},
+    {"dstrain.data.shuffle", K_BOOL, OFF(dstrain.shuffle), 0, 0, NULL},
+    {"dstrain.data.drop_last", K_BOOL, OFF(dstrain.drop_last), 0, 0, NULL},
+    {"dstrain.data.synthetic", K_SECTION, 0, 0, 0, NULL},
+    {"dstrain.data.synthetic.train_samples", K_SIZE, OFF(dstrain.synthetic_train), 1, 1e9,
+     NULL},
+    {"dstrain.data.synthetic.test_samples", K_SIZE, OFF(dstrain.synthetic_test), 1, 1e9, NULL},
+    {"dstrain.data.synthetic.features", K_SIZE, OFF(dstrain.synthetic_features), 1, 1e7, NULL},
+    {"dstrain.data.synthetic.classes", K_SIZE, OFF(dstrain.synthetic_classes), 2, 1e6, NULL},
+    {"dstrain.epochs", K_U64, OFF(dstrain.epochs), 0, 1e9, NULL},
+    {"dstrain.steps", K_U64, OFF(dstrain.steps), 0, BIG, NULL},
+    {"dstrain.eval_interval", K_U64, OFF(dstrain.eval_interval), 0, BIG, NULL},
+    {"dstrain.checkpoint_dir", K_STRING, OFF(dstrain.checkpoint_dir), 0, 0, NULL},
+    {"dstrain.save_interval", K_U64, OFF(dstrain.save_interval), 0, BIG, NULL},
+    {"dstrain.save_on_signal", K_BOOL, OFF(dstrain.save_on_signal), 0, 0, NULL},
+    {"dstrain.deterministic", K_SPECIAL, OFF(dstrain.deterministic), 0, 0, sp_tristate},
+    {"dstrain.backend", K_SPECIAL, OFF(dstrain.backend), 0, 0, sp_choice},
+    {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL},
+    {"dstrain.resume", K_STRING, OFF(dstrain.resume), 0, 0, NULL},
+    {"dstrain.threads", K_INT, OFF(dstrain.threads), 0, 4096, NULL},
+};
+
+/* DeepSpeed keys dstrain knows of but does not implement: a warning says so. */
+static const char *const ignored_ds_keys[] = {
+    "activation_checkpointing", "aio", "amp", "autotuning", "checkpoint", "comms_logger",
+    "communication_data_type", "compression_training", "curriculum_learning", "data_efficiency",
+    "data_types", "dump_state", "elasticity", "flops_profiler", "gradient_clipping_type",
+    "memory_breakdown", "monitor", "csv_monitor", "wandb", "tensorboard", "pipeline",
+    "sparse_attention", "sparse_gradients", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "disable_allgather", "fp32_allreduce", "timers",
+    "nebula", "compile", "quantize_training", "eigenvalue", "progressive_layer_drop",
+};
+
+static const struct key *find_key(const char *path)
+{
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (strcmp(keys[i].path, path) == 0)
+            return &keys[i];
+    return NULL;
+}
+
+static const char *json_type_name(const cJSON *v)
+{
+    if (cJSON_IsNull(v))
+        return "null";
+    if (cJSON_IsBool(v))
+        return "a boolean";
+    if (cJSON_IsNumber(v))
+        return "a number";
+    if (cJSON_IsString(v))
+        return "a string";
+    if (cJSON_IsArray(v))
+        return "an array";
+    if (cJSON_IsObject(v))
+        return "an object";
+    return "something else";
+}
+
+/* An integral JSON number in [min, max]. */
+static int get_integer(struct parse_ctx *c, const struct key *k, const cJSON *v, double min,
+                       double max, double *out)
+{
+    if (!cJSON_IsNumber(v))
+        return cerr(c, k->path, "expected an integer for '%s', got %s", k->path,
+                    json_type_name(v));
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d))
+        return cerr(c, k->path, "expected an integer for '%s', got %g", k->path, d);
+    if (d < min || d > max)
+        return cerr(c, k->path, "'%s' must be between %.0f and %.0f, got %.0f", k->path, min,
+                    max, d);
+    *out = d;
+    return 0;
+}
+
+static int apply_leaf(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    double d;
+    int r;
+    switch (k->kind) {
+    case K_SECTION:
+        return cerr(c, k->path, "expected an object for '%s', got %s", k->path,
+                    json_type_name(v));
+    case K_BOOL:
+        if (!cJSON_IsBool(v))
+            return cerr(c, k->path, "expected true or false for '%s', got %s", k->path,
+                        json_type_name(v));
+        *FIELD(c, k, int) = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
+    case K_INT:
+    case K_LONG:
+    case K_U64:
+    case K_SIZE:
+        if ((r = get_integer(c, k, v, k->min, k->max, &d)) < 0)
+            return r;
+        if (k->kind == K_INT)
+            *FIELD(c, k, int) = (int)d;
+        else if (k->kind == K_LONG)
+            *FIELD(c, k, long) = (long)d;
+        else if (k->kind == K_U64)
+            *FIELD(c, k, uint64_t) = (uint64_t)d;
+        else
+            *FIELD(c, k, size_t) = (size_t)d;
+        return 0;
+    case K_DOUBLE:
+        if (!cJSON_IsNumber(v))
+            return cerr(c, k->path, "expected a number for '%s', got %s", k->path,
+                        json_type_name(v));
+        d = v->valuedouble;
+        if (!isfinite(d) || d < k->min || d > k->max)
+            return cerr(c, k->path, "'%s' must be between %g and %g, got %g", k->path, k->min,
+                        k->max, d);
+        *FIELD(c, k, double) = d;
+        return 0;
+    case K_STRING: {
+        char **p = FIELD(c, k, char *);
+        if (cJSON_IsNull(v)) {
+            free(*p);
+            *p = NULL;
+            return 0;
+        }
+        if (!cJSON_IsString(v) || !v->valuestring[0])
+            return cerr(c, k->path, "expected a non-empty string for '%s', got %s", k->path,
+                        json_type_name(v));
+        free(*p);
+        *p = dsl_xstrdup(v->valuestring);
+        return 0;
+    }
+    case K_SPECIAL:
+        return k->fn(c, k, v);
+    }
+    return 0;
+}
+
+/* ---- special keys ----------------------------------------------------------------- */
+
+static int sp_batch(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    long *dst = FIELD(c, k, long);
+    double d;
+    int r;
+    if (cJSON_IsNull(v)) {
+        *dst = -1;
+        return 0;
+    }
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "auto") == 0) {
+        /* DeepSpeed only accepts "auto" through the HuggingFace integration; the error
+         * comes from _finish(), which knows the world size and can say what to write */
+        *dst = -2;
+        return 0;
+    }
+    if ((r = get_integer(c, k, v, -BIG, BIG, &d)) < 0)
+        return r;
+    if (d <= 0)
+        return cerr(c, k->path, "'%s' must be greater than 0, got %.0f", k->path, d);
+    *dst = (long)d;
+    return 0;
+}
+
+static int sp_optim_type(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    static const struct {
+        const char *name;
+        enum dsl_cfg_optim t;
+    } names[] = {{"adam", DSL_CFG_OPTIM_ADAM},
+                 {"adamw", DSL_CFG_OPTIM_ADAMW},
+                 {"sgd", DSL_CFG_OPTIM_SGD}};
+    if (!cJSON_IsString(v))
+        return cerr(c, k->path, "expected a string for '%s', got %s", k->path,
+                    json_type_name(v));
+    /* DeepSpeed compares optimizer names in lower case */
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcasecmp(v->valuestring, names[i].name) == 0) {
+            *FIELD(c, k, enum dsl_cfg_optim) = names[i].t;
+            return 0;
+        }
+    }
+    return cerr(c, k->path, "unsupported optimizer '%s' for '%s' (supported: Adam, AdamW, SGD)",
+                v->valuestring, k->path);
+}
+
+static int sp_betas(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    double b[2];
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2)
+        return cerr(c, k->path, "expected two numbers [beta1, beta2] for '%s'", k->path);
+    for (int i = 0; i < 2; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0.0 && e->valuedouble < 1.0))
+            return cerr(c, k->path, "'%s' must hold two numbers in [0, 1)", k->path);
+        b[i] = e->valuedouble;
+    }
+    c->cfg->optimizer.beta1 = b[0];
+    c->cfg->optimizer.beta2 = b[1];
+    return 0;
+}
+
+static int sp_sched_type(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    static const enum dsl_sched_type types[] = {DSL_SCHED_WARMUP_LR, DSL_SCHED_WARMUP_DECAY_LR,
+                                                DSL_SCHED_WARMUP_COSINE_LR};
+    if (cJSON_IsNull(v)) {
+        c->cfg->scheduler.type = DSL_SCHED_NONE;
+        return 0;
+    }
+    if (!cJSON_IsString(v))
+        return cerr(c, k->path, "expected a string for '%s', got %s", k->path,
+                    json_type_name(v));
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (strcmp(v->valuestring, dsl_sched_type_name(types[i])) == 0) {
+            c->cfg->scheduler.type = types[i];
+            return 0;
+        }
+    }
+    return cerr(c, k->path,
+                "unsupported scheduler '%s' for '%s' (supported: WarmupLR, WarmupDecayLR, "
+                "WarmupCosineLR)",
+                v->valuestring, k->path);
+}
+
+static int sp_warmup_type(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "log") == 0)
+        c->cfg->scheduler.warmup_type = DSL_WARMUP_LOG;
+    else if (cJSON_IsString(v) && strcmp(v->valuestring, "linear") == 0)
+        c->cfg->scheduler.warmup_type = DSL_WARMUP_LINEAR;
+    else
+        return cerr(c, k->path, "'%s' must be \"log\" or \"linear\"", k->path);
+    return 0;
+}
+
+static int sp_max_lr(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    if (!cJSON_IsNumber(v))
+        return cerr(c, k->path, "expected a number for '%s', got %s", k->path,
+                    json_type_name(v));
+    if (!isfinite(v->valuedouble) || v->valuedouble < k->min || v->valuedouble > k->max)
+        return cerr(c, k->path, "'%s' must be between %g and %g, got %g", k->path, k->min,
+                    k->max, v->valuedouble);
+    c->cfg->scheduler.warmup_max_lr = v->valuedouble;
+    c->cfg->scheduler.warmup_max_lr_set = 1;
+    return 0;
+}
+
+static int sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    double d;
+    int r;
+    if ((r = get_integer(c, k, v, -BIG, BIG, &d)) < 0)
+        return r;
+    if (d == 3)
+        return cerr(c, k->path, "ZeRO stage 3 is not supported yet (use stage 0, 1 or 2)");
+    if (d < 0 || d > 3)
+        return cerr(c, k->path, "'%s' must be 0, 1 or 2, got %.0f", k->path, d);
+    *FIELD(c, k, int) = (int)d;
+    return 0;
+}
+
+static int sp_hidden(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    struct dsl_dstrain_config *ds = &c->cfg->dstrain;
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0 || n > DSL_CFG_MAX_HIDDEN)
+        return cerr(c, k->path, "expected an array of at most %d layer sizes for '%s'",
+                    DSL_CFG_MAX_HIDDEN, k->path);
+    size_t tmp[DSL_CFG_MAX_HIDDEN];
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(v, i);
+        double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!(d >= 1 && d <= 1e6) || d != floor(d))
+            return cerr(c, k->path, "'%s' must hold integers between 1 and 1000000",
+                        k->path);
+        tmp[i] = (size_t)d;
+    }
+    memcpy(ds->hidden, tmp, (size_t)n * sizeof(tmp[0]));
+    ds->nhidden = (size_t)n;
+    return 0;
+}
+
+static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    static const struct {
+        const char *path, *accept, *store;
+    } choices[] = {
+        {"dstrain.model.type", "mlp", "mlp"},
+        {"dstrain.data.dataset", "fashion_mnist", "fashion_mnist"},
+        {"dstrain.data.dataset", "fashion-mnist", "fashion_mnist"},
+        {"dstrain.data.dataset", "synthetic", "synthetic"},
+        {"dstrain.backend", "auto", "auto"},
+        {"dstrain.backend", "tcp", "tcp"},
+        {"dstrain.backend", "nccl", "nccl"},
+    };
+    char list[256] = "";
+    size_t used = 0;
+    if (cJSON_IsString(v)) {
+        for (size_t i = 0; i < sizeof(choices) / sizeof(choices[0]); i++) {
+            if (strcmp(choices[i].path, k->path) == 0 &&
+                strcmp(choices[i].accept, v->valuestring) == 0) {
+                char **p = FIELD(c, k, char *);
+                free(*p);
+                *p = dsl_xstrdup(choices[i].store);
+                return 0;
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof(choices) / sizeof(choices[0]); i++) {
+        if (strcmp(choices[i].path, k->path) != 0 || strchr(choices[i].accept, '-'))
+            continue;
+        int w = snprintf(list + used, sizeof(list) - used, "%s\"%s\"", used ? ", " : "",
+                         choices[i].accept);
+        if (w > 0 && (size_t)w < sizeof(list) - used)
+            used += (size_t)w;
+    }
+    if (cJSON_IsString(v))
+        return cerr(c, k->path, "bad value '%s' for '%s' (expected one of %s)",
+                    v->valuestring, k->path, list);
+    return cerr(c, k->path, "expected one of %s for '%s', got %s", list, k->path,
+                json_type_name(v));
+}
+
+static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    if (cJSON_IsNull(v))
+        *FIELD(c, k, int) = -1;
+    else if (cJSON_IsBool(v))
+        *FIELD(c, k, int) = cJSON_IsTrue(v) ? 1 : 0;
+    else
+        return cerr(c, k->path, "expected true, false or null for '%s', got %s", k->path,
+                    json_type_name(v));
+    return 0;
+}
+
+/* ---- walking the tree ------------------------------------------------------------- */
+
+static int is_ignored_ds_key(const char *name)
+{
+    for (size_t i = 0; i < sizeof(ignored_ds_keys) / sizeof(ignored_ds_keys[0]); i++)
+        if (strcmp(ignored_ds_keys[i], name) == 0)
+            return 1;
+    return 0;
+}
+
+static int walk(struct parse_ctx *c, const char *prefix, const cJSON *obj);
+
+static int apply(struct parse_ctx *c, const char *path, const struct key *k, const cJSON *v)
+{
+    if (k->kind != K_SECTION)
+        return apply_leaf(c, k, v);
+    /* DeepSpeed's legacy "zero_optimization": true|false means stage 1|0 */
+    if (strcmp(path, "zero_optimization") == 0 && cJSON_IsBool(v)) {
+        c->cfg->zero.stage = cJSON_IsTrue(v) ? 1 : 0;
+        return 0;
+    }
+    if (cJSON_IsNull(v) && strcmp(path, "scheduler") == 0) {
+        c->cfg->scheduler.type = DSL_SCHED_NONE;
+        return 0;
+    }
+    if (!cJSON_IsObject(v))
+        return cerr(c, path, "expected an object for '%s', got %s", path, json_type_name(v));
+    return walk(c, path, v);
+}
+
+static int walk(struct parse_ctx *c, const char *prefix, const cJSON *obj)
+{
+    int r = 0;
+    /* two passes: "type" first, so that an optimizer's or scheduler's parameters never
+     * depend on the order of the keys */
+    for (int pass = 0; pass < 2 && r == 0; pass++) {
+        for (const cJSON *it = obj->child; it && r == 0; it = it->next) {
+            int is_type = strcmp(it->string, "type") == 0;
+            if (is_type != (pass == 0))
+                continue;
+            char *path = prefix[0] ? dsl_xasprintf("%s.%s", prefix, it->string)
+                                   : dsl_xstrdup(it->string);
+            const struct key *k = find_key(path);
+            if (k)
+                r = apply(c, path, k, it);
+            else if (!prefix[0] && is_ignored_ds_key(it->string))
+                cwarn(c, path, "DeepSpeed key '%s' is not supported by dstrain and is ignored",
+                      path);
+            else
+                cwarn(c, path, "unknown key '%s' (ignored)", path);
+            free(path);
+        }
+    }
+    return r;
+}
+
+static void ctx_release(struct parse_ctx *c)
+{
+    for (size_t i = 0; i < c->nkp; i++)
+        free(c->kp[i].path);
+    free(c->kp);
+}
+
+/* ---- public ----------------------------------------------------------------------- */
+
+void dsl_train_config_init(struct dsl_train_config *cfg)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->given.train = cfg->given.micro = cfg->given.accum = -1;
+    cfg->optimizer.type = DSL_CFG_OPTIM_ADAM;
+    cfg->optimizer.lr = 0.001;
+    cfg->optimizer.beta1 = 0.9;
+    cfg->optimizer.beta2 = 0.999;
+    cfg->optimizer.eps = 1e-8;
+    cfg->optimizer.weight_decay = 0.0;
+    cfg->optimizer.adam_w_mode = 1;
+    cfg->optimizer.adam_w_mode_cfg = -1;
+    dsl_sched_config_init(&cfg->scheduler, DSL_SCHED_NONE);
+    cfg->steps_per_print = 10;
+    cfg->seed = 42;
+    cfg->gradient_predivide_factor = 1.0;
+    cfg->fp16.initial_scale_power = 16;
+    cfg->fp16.loss_scale_window = 1000;
+    cfg->fp16.hysteresis = 2;
+    cfg->fp16.min_loss_scale = 1.0;
+    cfg->zero.reduce_bucket_size = 500000000;
+    cfg->zero.allgather_bucket_size = 500000000;
+    cfg->zero.contiguous_gradients = 1;
+    cfg->zero.reduce_scatter = 1;
+    struct dsl_dstrain_config *ds = &cfg->dstrain;
+    ds->model_type = dsl_xstrdup("mlp");
+    ds->hidden[0] = ds->hidden[1] = 1024;
+    ds->nhidden = 2;
+    ds->dataset = dsl_xstrdup("fashion_mnist");
+    ds->data_path = dsl_xstrdup("/usr/share/datasets/fashion-mnist");
+    ds->synthetic_train = 60000;
+    ds->synthetic_test = 10000;
+    ds->synthetic_features = 784;
+    ds->synthetic_classes = 10;
+    ds->shuffle = 1;
+    ds->epochs = 1;
+    ds->deterministic = -1;
+    ds->backend = dsl_xstrdup("auto");
+    dsl_strvec_init(&cfg->warnings);
+}
+
+void dsl_train_config_release(struct dsl_train_config *cfg)
+{
+    struct dsl_dstrain_config *ds = &cfg->dstrain;
+    free(cfg->path);
+    free(ds->model_type);
+    free(ds->dataset);
+    free(ds->data_path);
+    free(ds->checkpoint_dir);
+    free(ds->backend);
+    free(ds->metrics);
+    free(ds->resume);
+    dsl_strvec_release(&cfg->warnings);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path, const char *text,
+                           size_t len, int world_size, char *err)
+{
+    struct parse_ctx c = {.cfg = cfg, .file = path ? path : "<string>", .text = text,
+                          .len = len, .err = err, .world_size = world_size};
+    const char *end = NULL;
+    int r;
+
+    free(cfg->path);
+    cfg->path = dsl_xstrdup(c.file);
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (!root) {
+        size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        int l, col;
+        offset_linecol(text, off, &l, &col);
+        return dsl_seterr(err, DSL_ECONFIG, "%s:%d:%d: invalid JSON", c.file, l, col);
+    }
+    /* only whitespace may follow the value */
+    for (size_t off = (size_t)(end - text); off < len; off++) {
+        if (!isspace((unsigned char)text[off])) {
+            int l, col;
+            offset_linecol(text, off, &l, &col);
+            cJSON_Delete(root);
+            return dsl_seterr(err, DSL_ECONFIG, "%s:%d:%d: unexpected text after the JSON value",
+                              c.file, l, col);
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return dsl_seterr(err, DSL_ECONFIG, "%s: expected a JSON object at the top level",
+                          c.file);
+    }
+    index_keys(&c);
+    r = walk(&c, "", root);
+    cJSON_Delete(root);
+    ctx_release(&c);
+    if (r < 0)
+        return r;
+    if (world_size > 0)
+        return dsl_train_config_finish(cfg, world_size, err);
+    return 0;
+}
+
+int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int world_size,
+                          char *err)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, alloc = 0;
+    int r;
+    if (!f)
+        return dsl_seterr(err, -errno, "cannot open config '%s': %s", path, strerror(errno));
+    for (;;) {
+        if (alloc - len < 4096) {
+            alloc = alloc ? 2 * alloc : 8192;
+            buf = dsl_xrealloc(buf, alloc);
+        }
+        size_t got = fread(buf + len, 1, alloc - len, f);
+        len += got;
+        if (got == 0)
+            break;
+        if (len > MAX_CONFIG_BYTES) {
+            fclose(f);
+            free(buf);
+            return dsl_seterr(err, DSL_ECONFIG, "config '%s' is larger than %u bytes", path,
+                              MAX_CONFIG_BYTES);
+        }
+    }
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        free(buf);
+        return dsl_seterr(err, -e, "cannot read config '%s': %s", path, strerror(e));
+    }
+    fclose(f);
+    r = dsl_train_config_parse(cfg, path, buf, len, world_size, err);
+    free(buf);
+    return r;
+}
+
+int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
+                         char *err)
+{
+    struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err};
+    const struct key *k = find_key(key);
+    cJSON *v;
+    int r;
+    if (!k)
+        return dsl_seterr(err, DSL_ECONFIG, "command line: unknown config key '%s'", key);
+    /* JSON text ("3", "true", "[256,256]", "\"x\"") or else a bare word */
+    v = cJSON_Parse(value);
+    if (!v)
+        v = cJSON_CreateString(value);
+    if (!v)
+        DSL_BUG("cJSON out of memory");
+    r = apply(&c, key, k, v);
+    cJSON_Delete(v);
+    return r;
+}
+
+/* ---- cross-field rules ------------------------------------------------------------ */
+
+int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
+{
+    const char *file = cfg->path ? cfg->path : "<string>";
+    long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
+    long ws = world_size;
+    char inferred[128] = "";
+
+    if (world_size <= 0)
+        return dsl_seterr(err, DSL_ECONFIG, "%s: world size %d is not positive", file,
+                          world_size);
+    if (tb == -2 || mb == -2 || ga == -2) {
+        const char *name;
+        long want;
+        if (tb == -2) {
+            name = "train_batch_size";
+            want = (mb > 0 ? mb : 1) * (ga > 0 ? ga : 1) * ws;
+        } else if (mb == -2) {
+            name = "train_micro_batch_size_per_gpu";
+            want = tb > 0 ? tb / ws / (ga > 0 ? ga : 1) : 0;
+        } else {
+            name = "gradient_accumulation_steps";
+            want = tb > 0 && mb > 0 ? tb / mb / ws : 1;
+        }
+        if (want <= 0)
+            return dsl_seterr(err, DSL_ECONFIG,
+                              "%s: '%s' is \"auto\", which only the HuggingFace integration of "
+                              "DeepSpeed fills in: write a positive integer such that "
+                              "train_batch_size = train_micro_batch_size_per_gpu x "
+                              "gradient_accumulation_steps x world size (%ld)",
+                              file, name, ws);
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: '%s' is \"auto\", which only the HuggingFace integration of "
+                          "DeepSpeed fills in: write %ld (train_batch_size = "
+                          "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                          "world size %ld), or leave the key out",
+                          file, name, want, ws);
+    }
+    /* deepspeed/runtime/config.py _set_batch_related_parameters */
+    if (tb > 0 && mb > 0 && ga > 0) {
+        /* all given */
+    } else if (tb > 0 && mb > 0) {
+        ga = tb / mb / ws;
+        snprintf(inferred, sizeof(inferred), " (gradient_accumulation_steps inferred)");
+    } else if (tb > 0 && ga > 0) {
+        mb = tb / ws / ga;
+        snprintf(inferred, sizeof(inferred), " (train_micro_batch_size_per_gpu inferred)");
+    } else if (mb > 0 && ga > 0) {
+        tb = mb * ga * ws;
+    } else if (tb > 0) {
+        ga = 1;
+        mb = tb / ws;
+        snprintf(inferred, sizeof(inferred),
+                 " (train_micro_batch_size_per_gpu inferred, gradient_accumulation_steps 1)");
+    } else if (mb > 0) {
+        ga = 1;
+        tb = mb * ws;
+    } else {
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: either 'train_batch_size' or 'train_micro_batch_size_per_gpu' "
+                          "must be given",
+                          file);
+    }
+    if (mb <= 0 || ga <= 0 || tb != mb * ga * ws)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: batch sizes do not add up: train_batch_size %ld != "
+                          "train_micro_batch_size_per_gpu %ld x gradient_accumulation_steps "
+                          "%ld x world size %ld%s",
+                          file, tb, mb, ga, ws, inferred);
+    cfg->train_batch_size = tb;
+    cfg->train_micro_batch_size_per_gpu = mb;
+    cfg->gradient_accumulation_steps = ga;
+    cfg->world_size = world_size;
+
+    if (cfg->fp16.enabled && cfg->bf16)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'fp16.enabled' and 'bf16.enabled' cannot both be true", file);
+    switch (cfg->optimizer.type) {
+    case DSL_CFG_OPTIM_ADAMW:
+        cfg->optimizer.adam_w_mode = 1;
+        break;
+    case DSL_CFG_OPTIM_ADAM:
+        cfg->optimizer.adam_w_mode = cfg->optimizer.adam_w_mode_cfg != 0;
+        break;
+    case DSL_CFG_OPTIM_SGD:
+        cfg->optimizer.adam_w_mode = 0;
+        break;
+    }
+    if (cfg->dstrain.steps == 0 && cfg->dstrain.epochs == 0)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: nothing to train: 'dstrain.steps' and 'dstrain.epochs' are both 0",
+                          file);
+    return 0;
+}
+
+enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg, int on_gpu,
+                                              const char **warning)
+{
+    *warning = NULL;
+    if (!cfg->fp16.enabled && !cfg->bf16)
+        return DSL_PREC_FP32;
+    if (!on_gpu) {
+        *warning = cfg->fp16.enabled
+                       ? "fp16.enabled is ignored on the CPU: training runs in fp32 "
+                         "(no loss scaling)"
+                       : "bf16.enabled is ignored on the CPU: training runs in fp32";
+        return DSL_PREC_FP32;
+    }
+    return cfg->fp16.enabled ? DSL_PREC_FP16 : DSL_PREC_BF16;
+}
+
+const char *dsl_cfg_optim_name(enum dsl_cfg_optim t)
+{
+    switch (t) {
+    case DSL_CFG_OPTIM_ADAM:
+        return "Adam";
+    case DSL_CFG_OPTIM_ADAMW:
+        return "AdamW";
+    case DSL_CFG_OPTIM_SGD:
+        return "SGD";
+    }
+    return "?";
+}
