@@ -3,11 +3,18 @@
  *
  * Order is rank order and is never sorted. pdsh-style ranges ("node[01-04,7]") expand
  * in place. Errors name the file and line: "hostfile 'hosts.txt':7: bad slot count 'x4'".
+ * The full format is in docs/hostfile.md.
  */
 #ifndef DSLAUNCH_HOSTFILE_H
 #define DSLAUNCH_HOSTFILE_H
 
 #include <stddef.h>
+
+/** Limits: more hosts (after range expansion) or slots per host is an error. */
+#define DSL_HOSTFILE_MAX_HOSTS 65536
+#define DSL_HOSTFILE_MAX_SLOTS 4096
+/** The longest host name accepted (DNS limit). */
+#define DSL_HOST_NAME_MAX 253
 
 struct dsl_host {
     char *name;    /* owned by the hostfile */
@@ -23,20 +30,39 @@ struct dsl_hostfile {
 };
 
 void dsl_hostfile_init(struct dsl_hostfile *hf);
-/** Read and parse path. On error hf is left empty and err holds the message. */
+/**
+ * Read and parse path (at most 16 MiB). On error hf is left empty and err holds the
+ * message: "hostfile 'x': No such file or directory" (returns -errno) or a parse error
+ * (returns DSL_EHOSTFILE).
+ */
 int dsl_hostfile_load(struct dsl_hostfile *hf, const char *path, char *err);
-/** Parse text (len bytes, need not be NUL-terminated); path is used in messages only. */
+/**
+ * Parse text (len bytes, need not be NUL-terminated); path is used in messages only
+ * (NULL reads as "-"). hf must be freshly initialised. Returns 0 or DSL_EHOSTFILE with
+ * hf left empty and err = "hostfile 'PATH':LINE: what 'offending text'".
+ */
 int dsl_hostfile_parse(struct dsl_hostfile *hf, const char *path, const char *text, size_t len,
                        char *err);
 /** Append one host (a synthesised "localhost slots=N" entry, say). Copies name. */
 void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots);
+/** The host called name, or NULL. The pointer is owned by hf. */
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name);
 void dsl_hostfile_release(struct dsl_hostfile *hf);
 
 /**
- * Expand a pdsh-style host range "pre[01-04,7]post" into out (appends copies).
- * A name without brackets appends itself. Returns 0 or -EINVAL with err describing the
- * problem (malformed, reversed, too large).
+ * 1 if name is a usable host name: 1..DSL_HOST_NAME_MAX characters of [A-Za-z0-9._-],
+ * not starting with '-' (it would read as an ssh option). Names with ':', '@' or ','
+ * could not be named in --include/--exclude, so they are refused too.
+ */
+int dsl_host_name_valid(const char *name);
+
+/**
+ * Expand a pdsh-style host range "pre[01-04,7]post" into out (appends copies, in
+ * order; several bracket groups expand left to right, the leftmost varying slowest).
+ * A lower bound with a leading zero sets the width ("[08-10]" gives 08 09 10).
+ * A name without brackets appends itself. Names are not checked with
+ * dsl_host_name_valid(). Returns 0, or -EINVAL with err describing the problem
+ * (malformed, reversed, more than DSL_HOSTFILE_MAX_HOSTS names) and out unchanged.
  */
 struct dsl_strvec;
 int dsl_hostrange_expand(const char *spec, struct dsl_strvec *out, char *err);

@@ -29,17 +29,38 @@ struct dsl_placement {
 };
 
 struct dsl_placement_opts {
-    const char *include; /* NULL or "" when not given */
+    const char *include; /* NULL or "" when not given; NODE_SPEC[@NODE_SPEC...] */
     const char *exclude;
-    int num_nodes;       /* -1 when not given */
-    int num_gpus;        /* -1 when not given */
+    int num_nodes;       /* -1 when not given; other values below 1 are errors */
+    int num_gpus;        /* -1 when not given; other values below 1 are errors */
 };
 
 void dsl_placement_init(struct dsl_placement *pl);
-/** Build the placement. On error pl is left empty and err holds the message. */
+/**
+ * Build the placement from hf (which must have at least one host) and o. pl need not be
+ * initialised. On error (DSL_EPLACEMENT) pl is left empty and err holds the message.
+ * The nodes, their host names and slot arrays are owned by pl and live until
+ * dsl_placement_release(); pl does not keep pointers into hf.
+ */
 int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
                         const struct dsl_placement_opts *o, char *err);
 void dsl_placement_release(struct dsl_placement *pl);
+
+/**
+ * DeepSpeed's single-node rule: with no hostfile and no --include/--exclude/--num_nodes/
+ * --num_gpus, CUDA_VISIBLE_DEVICES=1,2 means --include localhost:1,2. Call it only when
+ * the hostfile was synthesised (no --hostfile, no /job/hostfile), with cvd =
+ * getenv("CUDA_VISIBLE_DEVICES") and the filters the user gave. Returns
+ *   0  cvd unset or empty: *include = NULL, nothing to do;
+ *   1  *include = "localhost:<cvd>" (malloc'd; the caller frees it and passes it as
+ *      o->include to dsl_placement_build, which checks the ids against the local slots);
+ *   2  cvd set but ignored because a filter was given (*include = NULL; the caller may
+ *      say so, as DeepSpeed does);
+ *   DSL_EPLACEMENT when cvd is not a comma list of device numbers (GPU UUIDs,
+ *      MIG names, "-1", empty items), with err saying so.
+ */
+int dsl_placement_cuda_visible(const char *cvd, const struct dsl_placement_opts *o,
+                               char **include, char *err);
 
 /**
  * The world map as DeepSpeed's launcher encodes it: a JSON object {"host": [slots]}
@@ -54,8 +75,8 @@ char *dsl_base64url(const void *data, size_t n);
 
 /**
  * Number of local slots when no hostfile names this machine: DSLAUNCH_LOCAL_SLOTS if
- * set (err on a bad value), else the GPU count (from /proc/driver/nvidia/gpus), else the
- * number of online CPUs.
+ * set (1..DSL_HOSTFILE_MAX_SLOTS, else DSL_EUSAGE with err), else the GPU count (entries
+ * of /proc/driver/nvidia/gpus), else the number of online CPUs (at least 1).
  */
 int dsl_local_slots(int *slots, char *err);
 

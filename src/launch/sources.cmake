@@ -1,6 +1,8 @@
 add_library(dsllaunch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/hostfile.c
   ${CMAKE_CURRENT_LIST_DIR}/placement.c
+  ${CMAKE_CURRENT_LIST_DIR}/hostrange.c
+  ${CMAKE_CURRENT_LIST_DIR}/envexport.c
   ${CMAKE_CURRENT_LIST_DIR}/options.c
   ${CMAKE_CURRENT_LIST_DIR}/proto.c
   ${CMAKE_CURRENT_LIST_DIR}/spawn.c
