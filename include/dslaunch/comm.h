@@ -19,7 +19,9 @@
  * Deterministic mode (tcp backend): every sum is evaluated in one fixed order that
  * depends only on world size and data: the balanced pairwise tree over ranks in rank
  * order, (((r0 + r1) + (r2 + r3)) + ...), where each level adds neighbours (2i, 2i+1)
- * and an odd last element is carried up unchanged. Runs repeat bit for bit.
+ * and an odd last element is carried up unchanged. Runs repeat bit for bit. (Small
+ * allreduces and the same-host path sum in this order in every mode; only the ring used
+ * for large messages over sockets does not.) Details: docs/collectives.md.
  *
  * Asynchronous calls (dsl_comm_i*) are executed in the order they were issued, by one
  * progress thread (tcp) or on the communication stream (nccl); every rank must issue
