@@ -53,6 +53,8 @@ struct dsl_launch_opts {
     struct dsl_transport_opts tr; /* --ssh-config, --ssh_port, --ssh-identity,
                                      --ssh-accept-new, --connect-timeout, --keepalive */
     int verbose;               /* -v / -q */
+    char *agent_connect;       /* --agent --connect ADDR:PORT[,...]: dial the launcher */
+    char *agent_token;         /* --agent --token T: one-time connect-back token */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 

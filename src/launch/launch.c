@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "dslaunch/agent.h"
+#include "dslaunch/connectback.h"
 #include "dslaunch/envexport.h"
 #include "dslaunch/hostfile.h"
 #include "dslaunch/job.h"
@@ -213,7 +214,18 @@ int dsl_launch_main(int argc, char **argv)
         code = 0;
         goto out;
     case DSL_MODE_AGENT:
-        code = dsl_agent_main(0, 1);
+        if (opts.agent_connect) {
+            int fd;
+            if ((r = dsl_agent_connect_back(opts.agent_connect, opts.agent_token, &fd, err)) < 0) {
+                dsl_error("%s", err);
+                code = DSL_EXIT_UNREACHABLE;
+                goto out;
+            }
+            code = dsl_agent_main(fd, fd);
+            close(fd);
+        } else {
+            code = dsl_agent_main(0, 1);
+        }
         goto out;
     default:
         break;

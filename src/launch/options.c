@@ -76,6 +76,8 @@ static const struct opt_def opts[] = {
     {"verbose", 'v', OPT_SPECIAL, 0, NULL, "say more", NULL},
     {"quiet", 'q', OPT_SPECIAL, 0, NULL, "say only errors", NULL},
     {"agent", 0, OPT_SPECIAL, 0, NULL, NULL, NULL}, /* internal: node agent mode */
+    {"connect", 0, OPT_STR, OFF(agent_connect), "ADDR:PORT", NULL, NULL}, /* internal */
+    {"token", 0, OPT_STR, OFF(agent_token), "T", NULL, NULL},             /* internal */
     {"help", 'h', OPT_SPECIAL, 0, NULL, "show this help", NULL},
     {"version", 'V', OPT_SPECIAL, 0, NULL, "show the version", NULL},
 };
@@ -105,6 +107,8 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->log_dir);
     free(o->remote_dslaunch);
     free(o->remote_cwd);
+    free(o->agent_connect);
+    free(o->agent_token);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
     dsl_strvec_release(&o->exports);
@@ -259,8 +263,12 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
         dsl_strvec_push(&o->argv, argv[i]);
 
     /* verify */
+    if (o->mode == DSL_MODE_AGENT && !o->agent_connect != !o->agent_token)
+        return dsl_seterr(err, DSL_EUSAGE, "--agent needs both --connect and --token, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
+    if (o->agent_connect || o->agent_token)
+        return dsl_seterr(err, DSL_EUSAGE, "--connect and --token are for --agent only");
     if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->term_timeout > 3600)
