@@ -152,7 +152,7 @@ int main(int argc, char **argv)
         return usage(stdout);
     if (r < 0) {
         dsl_error("%s", err);
-        usage(stderr);
+        fprintf(stderr, "usage: dstrain [--config ds_config.json] [options] (see --help)\n");
         dsl_train_settings_release(&s);
         return 2;
     }

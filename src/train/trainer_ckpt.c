@@ -106,7 +106,8 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
         dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
         dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
         if (t->rank == 0)
-            r = dsl_ckpt_write_model(dir, tag, views, nv, t->params, t->P, &meta, myerr);
+            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, t->params, t->P, &meta,
+                                         myerr);
         if (r >= 0) {
             size_t off, len;
             const float *slices[DSL_CKPT_MAX_STATE];

@@ -79,11 +79,12 @@ fi
 case $TEST in
 stages)
     # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
-    for v in "0 0" "1 0" "1 1" "2 0" "2 1"; do
+    for v in "0 false" "0 true" "1 false" "1 true" "2 false" "2 true"; do
         set -- $v
         train_ok 2 "s$1o$2" $TINY --zero-stage "$1" --overlap-comm "$2" \
             --save-params "$TMP/p.s$1o$2"
-        cmp -s "$TMP/p.s0o0" "$TMP/p.s$1o$2" || fail "stage $1 overlap $2 differs from stage 0"
+        cmp -s "$TMP/p.s0ofalse" "$TMP/p.s$1o$2" ||
+            fail "stage $1 overlap $2 differs from stage 0"
     done
     ;;
 worlds)
