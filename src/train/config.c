@@ -345,9 +345,12 @@ static int get_integer(struct parse_ctx *c, const struct key *k, const cJSON *v,
     double d = v->valuedouble;
     if (!isfinite(d) || d != floor(d))
         return cerr(c, k->path, "expected an integer for '%s', got %g", k->path, d);
-    if (d < min || d > max)
+    if (d < min || d > max) {
+        if (max >= BIG)
+            return cerr(c, k->path, "'%s' must be at least %.0f, got %.0f", k->path, min, d);
         return cerr(c, k->path, "'%s' must be between %.0f and %.0f, got %.0f", k->path, min,
                     max, d);
+    }
     *out = d;
     return 0;
 }
@@ -386,9 +389,12 @@ static int apply_leaf(struct parse_ctx *c, const struct key *k, const cJSON *v)
             return cerr(c, k->path, "expected a number for '%s', got %s", k->path,
                         json_type_name(v));
         d = v->valuedouble;
-        if (!isfinite(d) || d < k->min || d > k->max)
+        if (!isfinite(d) || d < k->min || d > k->max) {
+            if (k->max >= 1e30)
+                return cerr(c, k->path, "'%s' must be at least %g, got %g", k->path, k->min, d);
             return cerr(c, k->path, "'%s' must be between %g and %g, got %g", k->path, k->min,
                         k->max, d);
+        }
         *FIELD(c, k, double) = d;
         return 0;
     case K_STRING: {

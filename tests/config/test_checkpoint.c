@@ -1,0 +1,5 @@
+#include "test.h"
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
