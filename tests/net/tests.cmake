@@ -21,3 +21,8 @@ endif()
 add_executable(test_pdsh_transport net/test_pdsh_transport.c ${dsl_net_src})
 target_link_libraries(test_pdsh_transport PRIVATE ${dsl_net_libs} dsl_flags)
 target_include_directories(test_pdsh_transport PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+if(DSL_WITH_SSH)
+  # benchmark helper (bench/launch_multinode.sh): the ssh transport alone, N at once
+  add_executable(dsl_ssh_fanout net/ssh_fanout.c ${dsl_net_src})
+  target_link_libraries(dsl_ssh_fanout PRIVATE ${dsl_net_libs} dsl_flags)
+endif()
