@@ -394,6 +394,68 @@ TEST(ssh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
     free(cfg);
 }
 
+TEST(ssh_should_notice_a_node_whose_network_went_down_within_the_keepalive_bound)
+{
+    /* needs a private network to cut: namespace mode only */
+    char *envf = cpath("cluster.env");
+    FILE *f = fopen(envf, "r");
+    ASSERT(f);
+    char line[256], ifname[64] = "";
+    int netns = 0;
+    while (fgets(line, sizeof(line), f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strcmp(line, "MODE=netns"))
+            netns = 1;
+        if (!strncmp(line, "IFNAME_3=", 9))
+            snprintf(ifname, sizeof(ifname), "%.60s", line + 9);
+    }
+    fclose(f);
+    free(envf);
+    if (!netns) {
+        fprintf(stderr, "# loopback cluster: no private link to cut, not checked\n");
+        return;
+    }
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.keepalive = 3;
+    char *argv[] = {(char *)"/bin/cat", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node3", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    const char *sh = getenv("DSL_CLUSTER_SH");
+    ASSERT(sh);
+    char *down = dsl_xasprintf("'%s' exec '%s' node3 ip link set '%s' down", sh, cluster_dir,
+                               ifname);
+    char *up = dsl_xasprintf("'%s' exec '%s' node3 ip link set '%s' up", sh, cluster_dir,
+                             ifname);
+    ASSERT_EQ(system(down), 0);
+    /* nothing is sent: only keepalive probes can find out; bounded so a hang fails */
+    double t0 = dsl_now(), deadline = t0 + 60;
+    ssize_t r = -EAGAIN;
+    char buf[256];
+    while (r == -EAGAIN && dsl_now() < deadline) {
+        short ev;
+        struct pollfd p = {.fd = c.ops->pollfd(&c, &ev)};
+        p.events = ev;
+        poll(&p, 1, 200);
+        r = c.ops->read(&c, buf, sizeof(buf));
+    }
+    double took = dsl_now() - t0;
+    ASSERT_EQ(system(up), 0);
+    if (r >= 0 && r != 0)
+        DSL_FAIL_("read %zd bytes from a dead node", r);
+    ASSERT(r < 0 && r != -EAGAIN);
+    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    ASSERT_CONTAINS(c.err, "connection to 'node3' lost");
+    fprintf(stderr, "# noticed after %.1f s (keepalive 3 s): %s\n", took, c.err);
+    conn_free(&c);
+    free(up);
+    free(down);
+    free(cfg);
+}
+
 int main(int argc, char **argv)
 {
     cluster_dir = getenv("DSL_CLUSTER_DIR");
