@@ -2,7 +2,8 @@
 add_library(dslcomm STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
   ${CMAKE_CURRENT_LIST_DIR}/comm.c
-  ${CMAKE_CURRENT_LIST_DIR}/comm_tcp.c)
+  ${CMAKE_CURRENT_LIST_DIR}/comm_tcp.c
+  ${CMAKE_CURRENT_LIST_DIR}/comm_cma.c)
 target_link_libraries(dslcomm PUBLIC dslcommon Threads::Threads)
 target_compile_options(dslcomm PRIVATE ${DSL_SRC_WARNINGS})
 if(DSL_HAVE_CUDA)

@@ -25,7 +25,9 @@
  *    peer (the deterministic mode, also selectable with DSL_COMM_ALGO=mesh).
  *
  * Direct and mesh sum every element in the balanced pairwise tree over ranks; ring sums
- * in ring order (repeatable too, but not the tree). Scratch buffers are allocated and
+ * in ring order (repeatable too, but not the tree). When all ranks share this host,
+ * large collectives take the same-host path of comm_cma.c instead (the sockets then
+ * carry only its synchronisation rounds). Scratch buffers are allocated and
  * touched once, on first use or growth, never per call.
  *
  * Failures: EOF or reset on a socket that still has work yields DSL_EPEER naming the
@@ -33,7 +35,7 @@
  * data was still awaited. The engine runs in the caller's thread or in comm.c's
  * progress thread, never both at once.
  */
-#define _GNU_SOURCE /* POLLRDHUP, process_vm_readv */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netdb.h>
@@ -44,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dslaunch/dynbuf.h"
@@ -53,76 +54,12 @@
 #include "dslaunch/store.h"
 #include "dslaunch/xalloc.h"
 #include "train/comm_impl.h"
+#include "train/comm_tcp.h"
 #include "common/banned.h"
 
 #define TCP_MAGIC 0x44534C54u /* "DSLT" */
 #define IO_MAX ((size_t)1 << 20)
 #define SUM_CHUNK ((size_t)128 << 10)
-
-enum algo { ALGO_AUTO, ALGO_RING, ALGO_MESH };
-
-enum rg_kind { RG_PLAIN, RG_RING, RG_MESH };
-
-struct region {
-    char *buf;
-    size_t len, done;
-    const size_t *avail; /* send: bytes ready to go (NULL: all) */
-    enum rg_kind kind;   /* recv: what to do as bytes arrive */
-    int tag;             /* ring: the step */
-};
-
-struct queue {
-    struct region *r;
-    int n, i;
-};
-
-struct peer {
-    int fd;
-    char name[128]; /* "rank 1 (127.0.0.1:40000)" */
-    struct queue send, recv;
-};
-
-struct tcp {
-    struct peer *peer; /* [world]; peer[rank].fd = -1 */
-    int maxq;          /* regions per queue */
-    struct pollfd *pfd;
-    int *pfd_peer;
-    enum algo algo;
-    size_t small_max; /* bytes: direct algorithm up to here */
-    size_t cma_min;   /* allreduce: same-host path above this many bytes */
-    double spin_s;    /* busy-poll this long before sleeping in poll() */
-    int spin_yield;   /* more ranks than cores: yield while spinning */
-
-    /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
-    int cma;              /* every peer is readable: use it for large messages */
-    pid_t *pid;           /* [world] */
-    uint64_t *cookie_at;  /* [world]: where each peer's cookie lives */
-    uint64_t cookie;      /* read by peers at open to prove they can */
-    uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
-    char *cma_scratch;
-    size_t cma_scratch_cap;
-
-    /* scratch, allocated and touched on growth */
-    char *scratch;
-    size_t scratch_cap;
-    char *work;
-    size_t work_cap;
-    void *tree_tmp;
-
-    /* the current plan's reduction state */
-    enum dsl_dtype dtype;
-    enum dsl_redop op;
-    size_t esz;
-    size_t *ring_reduced; /* [world]: bytes summed at RS step k */
-    char **ring_dst;
-    const char **ring_src;
-    size_t mesh_reduced;
-    size_t mesh_len;
-    char *mesh_dst;
-    const char **mesh_src; /* [world]: contributions to this rank's segment */
-    struct region **mesh_rg; /* [world]: the RS receive region of each peer */
-    const void **srcv;       /* [world]: tree-reduce inputs */
-};
 
 static int mod(int a, int w)
 {
@@ -131,7 +68,7 @@ static int mod(int a, int w)
 
 /* ---- scratch ---- */
 
-static int ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need)
+int dsl_tcp_ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
         return 0;
@@ -150,7 +87,7 @@ static int ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need)
 
 /* ---- plans ---- */
 
-static void plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, enum dsl_redop op)
+void dsl_tcp_plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, enum dsl_redop op)
 {
     for (int p = 0; p < c->world; p++) {
         t->peer[p].send.n = t->peer[p].send.i = 0;
@@ -172,16 +109,16 @@ static struct region *add_region(struct tcp *t, struct queue *q, void *buf, size
     return rg;
 }
 
-static struct region *plan_send(struct tcp *t, int p, const void *buf, size_t len,
-                                const size_t *avail)
+struct region *dsl_tcp_plan_send(struct tcp *t, int p, const void *buf, size_t len,
+                                 const size_t *avail)
 {
     struct region *rg = add_region(t, &t->peer[p].send, (void *)(uintptr_t)buf, len);
     rg->avail = avail;
     return rg;
 }
 
-static struct region *plan_recv(struct tcp *t, int p, void *buf, size_t len, enum rg_kind k,
-                                int tag)
+struct region *dsl_tcp_plan_recv(struct tcp *t, int p, void *buf, size_t len,
+                                 enum rg_kind k, int tag)
 {
     struct region *rg = add_region(t, &t->peer[p].recv, buf, len);
     rg->kind = k;
@@ -237,12 +174,12 @@ static void skip_done(struct queue *q)
         q->i++;
 }
 
-static int cma_find_dead(struct dsl_comm *c, struct tcp *t);
+int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t);
 
 static int fail_peer(struct dsl_comm *c, const struct peer *pe, const char *what, int err)
 {
     struct tcp *t = c->impl;
-    int dead = t->cma ? cma_find_dead(c, t) : -1;
+    int dead = t->cma ? dsl_cma_find_dead(c, t) : -1;
     if (dead >= 0 && &t->peer[dead] != pe) /* pe only gave up because of dead */
         pe = &t->peer[dead];
     if (err == -ECONNRESET || err == -EPIPE || err == 0)
@@ -276,7 +213,7 @@ static int fail_timeout(struct dsl_comm *c, struct tcp *t, const char *what)
     return DSL_ETIMEDOUT;
 }
 
-static int engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
+int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
 {
     double deadline = dsl_now() + c->timeout_s;
     int r = 0;
@@ -396,7 +333,7 @@ out:
 
 /* ---- algorithms ---- */
 
-static void seg(size_t n, int j, int w, size_t esz, size_t *off, size_t *len)
+void dsl_tcp_seg(size_t n, int j, int w, size_t esz, size_t *off, size_t *len)
 {
     dsl_shard_of(n, j, w, off, len);
     *off *= esz;
@@ -404,19 +341,19 @@ static void seg(size_t n, int j, int w, size_t esz, size_t *off, size_t *len)
 }
 
 /* Direct: everyone sends everything to everyone, then sums locally in tree order. */
-static int run_direct(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
+int dsl_tcp_run_direct(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
 {
     size_t bytes = k->count * t->esz;
     int r;
-    if ((r = ensure(c, &t->scratch, &t->scratch_cap, bytes * (size_t)c->world)) < 0)
+    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, bytes * (size_t)c->world)) < 0)
         return r;
     for (int p = 0; p < c->world; p++) {
         if (p == c->rank)
             continue;
-        plan_send(t, p, k->send, bytes, NULL);
-        plan_recv(t, p, t->scratch + (size_t)p * bytes, bytes, RG_PLAIN, 0);
+        dsl_tcp_plan_send(t, p, k->send, bytes, NULL);
+        dsl_tcp_plan_recv(t, p, t->scratch + (size_t)p * bytes, bytes, RG_PLAIN, 0);
     }
-    if ((r = engine_run(c, t, dsl_comm_kind_name(k->kind))) < 0)
+    if ((r = dsl_tcp_engine_run(c, t, dsl_comm_kind_name(k->kind))) < 0)
         return r;
     const void **s = t->srcv;
     for (int p = 0; p < c->world; p++)
@@ -434,9 +371,9 @@ static int plan_mesh(struct dsl_comm *c, struct tcp *t, const char *src, char *a
 {
     int w = c->world, me = c->rank, r;
     size_t esz = t->esz, moff, mlen;
-    seg(n, me, w, esz, &moff, &mlen);
+    dsl_tcp_seg(n, me, w, esz, &moff, &mlen);
     if (do_rs) {
-        if ((r = ensure(c, &t->scratch, &t->scratch_cap, mlen * (size_t)w)) < 0)
+        if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, mlen * (size_t)w)) < 0)
             return r;
         t->mesh_len = mlen;
         t->mesh_dst = own_dst;
@@ -446,10 +383,10 @@ static int plan_mesh(struct dsl_comm *c, struct tcp *t, const char *src, char *a
                 t->mesh_src[p] = src + moff;
                 continue;
             }
-            seg(n, p, w, esz, &off, &len);
-            plan_send(t, p, src + off, len, NULL);
+            dsl_tcp_seg(n, p, w, esz, &off, &len);
+            dsl_tcp_plan_send(t, p, src + off, len, NULL);
             t->mesh_src[p] = t->scratch + (size_t)p * mlen;
-            t->mesh_rg[p] = plan_recv(t, p, t->scratch + (size_t)p * mlen, mlen, RG_MESH, 0);
+            t->mesh_rg[p] = dsl_tcp_plan_recv(t, p, t->scratch + (size_t)p * mlen, mlen, RG_MESH, 0);
         }
     }
     if (do_ag) {
@@ -457,9 +394,9 @@ static int plan_mesh(struct dsl_comm *c, struct tcp *t, const char *src, char *a
             size_t off, len;
             if (p == me)
                 continue;
-            seg(n, p, w, esz, &off, &len);
-            plan_send(t, p, own_dst, mlen, do_rs ? &t->mesh_reduced : NULL);
-            plan_recv(t, p, accum + off, len, RG_PLAIN, 0);
+            dsl_tcp_seg(n, p, w, esz, &off, &len);
+            dsl_tcp_plan_send(t, p, own_dst, mlen, do_rs ? &t->mesh_reduced : NULL);
+            dsl_tcp_plan_recv(t, p, accum + off, len, RG_PLAIN, 0);
         }
     }
     return 0;
@@ -471,7 +408,7 @@ static char *seg_dst(char *accum, char *own_dst, size_t n, int j, int me, int w,
     size_t off, len;
     if (j == me)
         return own_dst;
-    seg(n, j, w, esz, &off, &len);
+    dsl_tcp_seg(n, j, w, esz, &off, &len);
     return accum + off;
 }
 
@@ -481,201 +418,35 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
 {
     int w = c->world, me = c->rank, right = mod(me + 1, w), left = mod(me - 1, w), r;
     size_t esz = t->esz, off, len, maxseg = dsl_shard_size(n, w) * esz;
-    if ((r = ensure(c, &t->scratch, &t->scratch_cap, maxseg)) < 0)
+    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, maxseg)) < 0)
         return r;
     for (int k = 0; k < w - 1; k++) {
         int a = mod(me - k - 1, w), b = mod(me - k - 2, w);
-        seg(n, a, w, esz, &off, &len);
+        dsl_tcp_seg(n, a, w, esz, &off, &len);
         if (k == 0)
-            plan_send(t, right, src + off, len, NULL);
+            dsl_tcp_plan_send(t, right, src + off, len, NULL);
         else
-            plan_send(t, right, seg_dst(accum, own_dst, n, a, me, w, esz), len,
+            dsl_tcp_plan_send(t, right, seg_dst(accum, own_dst, n, a, me, w, esz), len,
                       &t->ring_reduced[k - 1]);
-        seg(n, b, w, esz, &off, &len);
+        dsl_tcp_seg(n, b, w, esz, &off, &len);
         t->ring_src[k] = src + off;
         t->ring_reduced[k] = 0;
         t->ring_dst[k] = seg_dst(accum, own_dst, n, b, me, w, esz);
-        plan_recv(t, left, t->scratch, len, RG_RING, k);
+        dsl_tcp_plan_recv(t, left, t->scratch, len, RG_RING, k);
     }
     if (do_ag) {
         struct region *prev = NULL;
         for (int k = 0; k < w - 1; k++) {
             int a = mod(me - k, w), b = mod(me - k - 1, w);
-            seg(n, a, w, esz, &off, &len);
-            plan_send(t, right, seg_dst(accum, own_dst, n, a, me, w, esz), len,
+            dsl_tcp_seg(n, a, w, esz, &off, &len);
+            dsl_tcp_plan_send(t, right, seg_dst(accum, own_dst, n, a, me, w, esz), len,
                       k == 0 ? &t->ring_reduced[w - 2] : &prev->done);
-            seg(n, b, w, esz, &off, &len);
-            prev = plan_recv(t, left, seg_dst(accum, own_dst, n, b, me, w, esz), len,
+            dsl_tcp_seg(n, b, w, esz, &off, &len);
+            prev = dsl_tcp_plan_recv(t, left, seg_dst(accum, own_dst, n, b, me, w, esz), len,
                              RG_PLAIN, 0);
         }
     }
     return 0;
-}
-
-/* ---- same-host path: cross-memory attach ----
- *
- * When every rank runs on this host in one pid namespace (proved at open by reading a
- * cookie out of every peer), large collectives skip the sockets for data: each rank
- * reads what it needs straight out of its peers' buffers with process_vm_readv (one
- * copy, no kernel networking), and the sockets carry only three tiny rounds:
- * addresses, "my segment is reduced", "I am done reading you". Reduction is the tree
- * order of comm.h over chunks read from every peer, so it is deterministic as well.
- */
-
-#define CMA_CHUNK ((size_t)256 << 10)
-
-/* Every rank sends len bytes to every peer and receives len bytes from each. */
-static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void *msg,
-                size_t len, char *in)
-{
-    plan_reset(c, t, DSL_INT32, DSL_SUM);
-    for (int p = 0; p < c->world; p++) {
-        if (p == c->rank)
-            continue;
-        plan_send(t, p, msg, len, NULL);
-        plan_recv(t, p, in + (size_t)p * len, len, RG_PLAIN, 0);
-    }
-    return engine_run(c, t, what);
-}
-
-/* The first peer whose process is gone, or -1. */
-static int cma_find_dead(struct dsl_comm *c, struct tcp *t)
-{
-    for (int q = 0; q < c->world; q++) {
-        uint64_t v;
-        if (q == c->rank)
-            continue;
-        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
-        if (process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH)
-            return q;
-    }
-    return -1;
-}
-
-/* A read from p failed: name the peer that is really gone (p may only have freed its
- * buffer after failing because of another rank). */
-static int cma_blame(struct dsl_comm *c, struct tcp *t, int p, const char *what, int err)
-{
-    int q = cma_find_dead(c, t);
-    if (q >= 0)
-        return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
-    return dsl_seterr(c->err, DSL_EPEER, "%s: cannot read its buffer during %s: %s",
-                      t->peer[p].name, what, strerror(err));
-}
-
-static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_t src,
-                    size_t len, const char *what)
-{
-    while (len) {
-        struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
-        ssize_t got = process_vm_readv(t->pid[p], &l, 1, &r, 1, 0);
-        if (got <= 0) {
-            if (got < 0 && errno == EINTR)
-                continue;
-            return cma_blame(c, t, p, what, got < 0 ? errno : EFAULT);
-        }
-        dst = (char *)dst + got;
-        src += (uint64_t)got;
-        len -= (size_t)got;
-        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)got, memory_order_relaxed);
-    }
-    return 0;
-}
-
-static int cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
-{
-    const char *what = dsl_comm_kind_name(k->kind);
-    int w = c->world, me = c->rank, r;
-    size_t esz = dsl_dtype_size(k->dtype), moff, mlen;
-    uint64_t mine[2] = {(uint64_t)(uintptr_t)k->send, (uint64_t)(uintptr_t)k->recv};
-    char flag = 1;
-    seg(k->count, me, w, esz, &moff, &mlen);
-
-    if (k->kind == DSL_COLL_ALLGATHER && mlen && (char *)k->recv + moff != (const char *)k->send)
-        memmove((char *)k->recv + moff, k->send, mlen);
-    /* round 1: where everyone's buffers are (and that everyone has arrived) */
-    if ((r = xchg(c, t, what, mine, sizeof(mine), (char *)t->addrs)) < 0)
-        return r;
-    t->addrs[2 * me] = mine[0];
-    t->addrs[2 * me + 1] = mine[1];
-
-    if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER) {
-        char *dst = k->kind == DSL_COLL_ALLREDUCE ? (char *)k->recv + moff : k->recv;
-        if ((r = ensure(c, &t->cma_scratch, &t->cma_scratch_cap, CMA_CHUNK * (size_t)w)) < 0)
-            return r;
-        for (size_t o = 0; o < mlen; o += CMA_CHUNK) {
-            size_t n = mlen - o < CMA_CHUNK ? mlen - o : CMA_CHUNK;
-            for (int p = 0; p < w; p++) {
-                if (p == me) {
-                    t->srcv[p] = (const char *)k->send + moff + o;
-                    continue;
-                }
-                char *buf = t->cma_scratch + (size_t)p * CMA_CHUNK;
-                if ((r = cma_read(c, t, p, buf, t->addrs[2 * p] + moff + o, n, what)) < 0)
-                    return r;
-                t->srcv[p] = buf;
-            }
-            dsl_comm_tree_reduce(dst + o, t->srcv, w, n / esz, k->dtype, k->op, t->tree_tmp);
-        }
-    }
-    if (k->kind == DSL_COLL_ALLREDUCE) {
-        /* round 2: every segment is reduced; then gather them */
-        if ((r = xchg(c, t, what, &flag, 1, t->cma_scratch)) < 0)
-            return r;
-    }
-    if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER) {
-        for (int p = 0; p < w; p++) {
-            size_t off, len;
-            if (p == me)
-                continue;
-            seg(k->count, p, w, esz, &off, &len);
-            if (len && (r = cma_read(c, t, p, (char *)k->recv + off, t->addrs[2 * p + 1] + off,
-                                     len, what)) < 0)
-                return r;
-        }
-    }
-    if (k->kind == DSL_COLL_BROADCAST && me != k->root &&
-        (r = cma_read(c, t, k->root, k->recv, t->addrs[2 * k->root + 1], k->count * esz,
-                      what)) < 0)
-        return r;
-    /* round 3: nobody returns (and reuses its buffers) while a peer still reads them */
-    if ((r = ensure(c, &t->cma_scratch, &t->cma_scratch_cap, (size_t)w)) < 0)
-        return r;
-    return xchg(c, t, what, &flag, 1, t->cma_scratch);
-}
-
-/* At open: can this rank read every peer? All ranks then agree (every rank must take the
- * same path). */
-static int cma_probe(struct dsl_comm *c, struct tcp *t)
-{
-    int w = c->world, me = c->rank, r;
-    uint64_t mine[2] = {(uint64_t)getpid(), (uint64_t)(uintptr_t)&t->cookie};
-    uint64_t *all = dsl_xcalloc((size_t)w * 2, sizeof(uint64_t));
-    int32_t ok = 1, agreed = 0;
-    t->cookie = UINT64_C(0x636d61636f6f6b69) ^ (uint64_t)me;
-    if ((r = xchg(c, t, "setup", mine, sizeof(mine), (char *)all)) < 0)
-        goto out;
-    for (int p = 0; p < w; p++) {
-        uint64_t v = 0;
-        if (p == me)
-            continue;
-        t->pid[p] = (pid_t)all[2 * p];
-        t->cookie_at[p] = all[2 * p + 1];
-        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)all[2 * p + 1], sizeof(v)};
-        if (process_vm_readv(t->pid[p], &l, 1, &rv, 1, 0) != (ssize_t)sizeof(v) ||
-            v != (UINT64_C(0x636d61636f6f6b69) ^ (uint64_t)p))
-            ok = 0;
-    }
-    /* everyone has read everyone before anyone goes on */
-    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
-    plan_reset(c, t, DSL_INT32, DSL_SUM);
-    if ((r = run_direct(c, t, &k)) < 0)
-        goto out;
-    t->cma = agreed == w;
-    r = 0;
-out:
-    free(all);
-    return r;
 }
 
 static int use_mesh(struct dsl_comm *c, struct tcp *t)
@@ -688,19 +459,19 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
     struct tcp *t = c->impl;
     const char *what = dsl_comm_kind_name(k->kind);
     int w = c->world, me = c->rank, r;
-    plan_reset(c, t, k->dtype, k->op);
+    dsl_tcp_plan_reset(c, t, k->dtype, k->op);
     size_t bytes = k->count * t->esz, moff, mlen;
-    seg(k->count, me, w, t->esz, &moff, &mlen);
+    dsl_tcp_seg(k->count, me, w, t->esz, &moff, &mlen);
 
     if (t->cma && bytes > t->small_max && k->kind != DSL_COLL_BARRIER &&
         (k->kind != DSL_COLL_ALLREDUCE || bytes > t->cma_min))
-        return cma_run(c, t, k);
+        return dsl_cma_run(c, t, k);
     switch (k->kind) {
     case DSL_COLL_ALLREDUCE:
         if (bytes == 0)
             return 0;
         if (bytes <= t->small_max)
-            return run_direct(c, t, k);
+            return dsl_tcp_run_direct(c, t, k);
         if (use_mesh(c, t))
             r = plan_mesh(c, t, k->send, k->recv, (char *)k->recv + moff, k->count, 1, 1);
         else
@@ -712,7 +483,7 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
         if (use_mesh(c, t) || bytes <= t->small_max) {
             r = plan_mesh(c, t, k->send, NULL, k->recv, k->count, 1, 0);
         } else {
-            if ((r = ensure(c, &t->work, &t->work_cap, bytes)) < 0)
+            if ((r = dsl_tcp_ensure(c, &t->work, &t->work_cap, bytes)) < 0)
                 return r;
             r = plan_ring(c, t, k->send, t->work, k->recv, k->count, 0);
         }
@@ -732,16 +503,16 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
             if (pos == 0) {
                 for (int p = 0; p < w; p++)
                     if (p != me)
-                        plan_send(t, p, k->recv, bytes, NULL);
+                        dsl_tcp_plan_send(t, p, k->recv, bytes, NULL);
             } else {
-                plan_recv(t, k->root, k->recv, bytes, RG_PLAIN, 0);
+                dsl_tcp_plan_recv(t, k->root, k->recv, bytes, RG_PLAIN, 0);
             }
         } else { /* pipelined chain root -> root+1 -> ... */
             struct region *in = NULL;
             if (pos > 0)
-                in = plan_recv(t, mod(me - 1, w), k->recv, bytes, RG_PLAIN, 0);
+                in = dsl_tcp_plan_recv(t, mod(me - 1, w), k->recv, bytes, RG_PLAIN, 0);
             if (pos < w - 1)
-                plan_send(t, mod(me + 1, w), k->recv, bytes, in ? &in->done : NULL);
+                dsl_tcp_plan_send(t, mod(me + 1, w), k->recv, bytes, in ? &in->done : NULL);
         }
         r = 0;
         break;
@@ -749,14 +520,14 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
     case DSL_COLL_BARRIER: {
         static const char one = 1;
         char *sink;
-        if ((r = ensure(c, &t->scratch, &t->scratch_cap, (size_t)w)) < 0)
+        if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, (size_t)w)) < 0)
             return r;
         sink = t->scratch;
         for (int p = 0; p < w; p++) {
             if (p == me)
                 continue;
-            plan_send(t, p, &one, 1, NULL);
-            plan_recv(t, p, sink + p, 1, RG_PLAIN, 0);
+            dsl_tcp_plan_send(t, p, &one, 1, NULL);
+            dsl_tcp_plan_recv(t, p, sink + p, 1, RG_PLAIN, 0);
         }
         r = 0;
         break;
@@ -766,7 +537,7 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
     }
     if (r < 0)
         return r;
-    return engine_run(c, t, what);
+    return dsl_tcp_engine_run(c, t, what);
 }
 
 /* ---- setup ---- */
@@ -1029,7 +800,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;
     t->spin_yield = w > sysconf(_SC_NPROCESSORS_ONLN);
     c->ops = &tcp_ops;
-    if (use_cma && (r = cma_probe(c, t)) < 0)
+    if (use_cma && (r = dsl_cma_probe(c, t)) < 0)
         goto out;
     r = 0;
 out:

@@ -1,0 +1,186 @@
+/*
+ * The tcp backend's same-host path: cross-memory attach.
+ *
+ * Theory of operation. When every rank runs on this host in one pid namespace (proved
+ * at open by dsl_cma_probe: each rank reads a cookie out of every peer with
+ * process_vm_readv, and all ranks agree through a tiny allreduce), large collectives
+ * skip the sockets for data: each rank reads what it needs straight out of its peers'
+ * buffers (one copy, no kernel networking), and the sockets carry only three tiny
+ * rounds: buffer addresses (everyone has arrived), "my segment is reduced" (allreduce
+ * only), and "I am done reading you" (nobody returns and reuses its buffers while a
+ * peer still reads them). Reductions run over chunks read from every peer in the tree
+ * order of comm.h, so this path is deterministic as well. Runs in whichever thread runs
+ * the collective (caller or progress thread).
+ *
+ * A read failing with ESRCH means the peer process is gone; any other failure first
+ * looks for a peer that is gone (the one read from may only have freed its buffer
+ * after giving up because of it) and names that one.
+ */
+#define _GNU_SOURCE /* process_vm_readv */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "dslaunch/xalloc.h"
+#include "train/comm_impl.h"
+#include "train/comm_tcp.h"
+#include "common/banned.h"
+
+#define CMA_CHUNK ((size_t)256 << 10)
+
+/* Every rank sends len bytes to every peer and receives len bytes from each. */
+static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void *msg,
+                size_t len, char *in)
+{
+    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
+    for (int p = 0; p < c->world; p++) {
+        if (p == c->rank)
+            continue;
+        dsl_tcp_plan_send(t, p, msg, len, NULL);
+        dsl_tcp_plan_recv(t, p, in + (size_t)p * len, len, RG_PLAIN, 0);
+    }
+    return dsl_tcp_engine_run(c, t, what);
+}
+
+/* The first peer whose process is gone, or -1. */
+int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t)
+{
+    for (int q = 0; q < c->world; q++) {
+        uint64_t v;
+        if (q == c->rank)
+            continue;
+        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
+        if (process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH)
+            return q;
+    }
+    return -1;
+}
+
+/* A read from p failed: name the peer that is really gone (p may only have freed its
+ * buffer after failing because of another rank). */
+static int cma_blame(struct dsl_comm *c, struct tcp *t, int p, const char *what, int err)
+{
+    int q = dsl_cma_find_dead(c, t);
+    if (q >= 0)
+        return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
+    return dsl_seterr(c->err, DSL_EPEER, "%s: cannot read its buffer during %s: %s",
+                      t->peer[p].name, what, strerror(err));
+}
+
+static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_t src,
+                    size_t len, const char *what)
+{
+    while (len) {
+        struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
+        ssize_t got = process_vm_readv(t->pid[p], &l, 1, &r, 1, 0);
+        if (got <= 0) {
+            if (got < 0 && errno == EINTR)
+                continue;
+            return cma_blame(c, t, p, what, got < 0 ? errno : EFAULT);
+        }
+        dst = (char *)dst + got;
+        src += (uint64_t)got;
+        len -= (size_t)got;
+        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)got, memory_order_relaxed);
+    }
+    return 0;
+}
+
+int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
+{
+    const char *what = dsl_comm_kind_name(k->kind);
+    int w = c->world, me = c->rank, r;
+    size_t esz = dsl_dtype_size(k->dtype), moff, mlen;
+    uint64_t mine[2] = {(uint64_t)(uintptr_t)k->send, (uint64_t)(uintptr_t)k->recv};
+    char flag = 1;
+    dsl_tcp_seg(k->count, me, w, esz, &moff, &mlen);
+
+    if (k->kind == DSL_COLL_ALLGATHER && mlen && (char *)k->recv + moff != (const char *)k->send)
+        memmove((char *)k->recv + moff, k->send, mlen);
+    /* round 1: where everyone's buffers are (and that everyone has arrived) */
+    if ((r = xchg(c, t, what, mine, sizeof(mine), (char *)t->addrs)) < 0)
+        return r;
+    t->addrs[2 * me] = mine[0];
+    t->addrs[2 * me + 1] = mine[1];
+
+    if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER) {
+        char *dst = k->kind == DSL_COLL_ALLREDUCE ? (char *)k->recv + moff : k->recv;
+        if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, CMA_CHUNK * (size_t)w)) < 0)
+            return r;
+        for (size_t o = 0; o < mlen; o += CMA_CHUNK) {
+            size_t n = mlen - o < CMA_CHUNK ? mlen - o : CMA_CHUNK;
+            for (int p = 0; p < w; p++) {
+                if (p == me) {
+                    t->srcv[p] = (const char *)k->send + moff + o;
+                    continue;
+                }
+                char *buf = t->cma_scratch + (size_t)p * CMA_CHUNK;
+                if ((r = cma_read(c, t, p, buf, t->addrs[2 * p] + moff + o, n, what)) < 0)
+                    return r;
+                t->srcv[p] = buf;
+            }
+            dsl_comm_tree_reduce(dst + o, t->srcv, w, n / esz, k->dtype, k->op, t->tree_tmp);
+        }
+    }
+    if (k->kind == DSL_COLL_ALLREDUCE) {
+        /* round 2: every segment is reduced; then gather them */
+        if ((r = xchg(c, t, what, &flag, 1, t->cma_scratch)) < 0)
+            return r;
+    }
+    if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER) {
+        for (int p = 0; p < w; p++) {
+            size_t off, len;
+            if (p == me)
+                continue;
+            dsl_tcp_seg(k->count, p, w, esz, &off, &len);
+            if (len && (r = cma_read(c, t, p, (char *)k->recv + off, t->addrs[2 * p + 1] + off,
+                                     len, what)) < 0)
+                return r;
+        }
+    }
+    if (k->kind == DSL_COLL_BROADCAST && me != k->root &&
+        (r = cma_read(c, t, k->root, k->recv, t->addrs[2 * k->root + 1], k->count * esz,
+                      what)) < 0)
+        return r;
+    /* round 3: nobody returns (and reuses its buffers) while a peer still reads them */
+    if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, (size_t)w)) < 0)
+        return r;
+    return xchg(c, t, what, &flag, 1, t->cma_scratch);
+}
+
+/* At open: can this rank read every peer? All ranks then agree (every rank must take the
+ * same path). */
+int dsl_cma_probe(struct dsl_comm *c, struct tcp *t)
+{
+    int w = c->world, me = c->rank, r;
+    uint64_t mine[2] = {(uint64_t)getpid(), (uint64_t)(uintptr_t)&t->cookie};
+    uint64_t *all = dsl_xcalloc((size_t)w * 2, sizeof(uint64_t));
+    int32_t ok = 1, agreed = 0;
+    t->cookie = UINT64_C(0x636d61636f6f6b69) ^ (uint64_t)me;
+    if ((r = xchg(c, t, "setup", mine, sizeof(mine), (char *)all)) < 0)
+        goto out;
+    for (int p = 0; p < w; p++) {
+        uint64_t v = 0;
+        if (p == me)
+            continue;
+        t->pid[p] = (pid_t)all[2 * p];
+        t->cookie_at[p] = all[2 * p + 1];
+        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)all[2 * p + 1], sizeof(v)};
+        if (process_vm_readv(t->pid[p], &l, 1, &rv, 1, 0) != (ssize_t)sizeof(v) ||
+            v != (UINT64_C(0x636d61636f6f6b69) ^ (uint64_t)p))
+            ok = 0;
+    }
+    /* everyone has read everyone before anyone goes on */
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
+    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
+    if ((r = dsl_tcp_run_direct(c, t, &k)) < 0)
+        goto out;
+    t->cma = agreed == w;
+    r = 0;
+out:
+    free(all);
+    return r;
+}
+

@@ -1,0 +1,102 @@
+/*
+ * Inside the tcp backend: the plan/engine state shared by comm_tcp.c (sockets, plans,
+ * engine, setup) and comm_cma.c (the same-host path). Only those two include this.
+ */
+#ifndef DSL_COMM_TCP_H
+#define DSL_COMM_TCP_H
+
+#include <poll.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "train/comm_impl.h"
+
+enum algo { ALGO_AUTO, ALGO_RING, ALGO_MESH };
+
+enum rg_kind { RG_PLAIN, RG_RING, RG_MESH };
+
+struct region {
+    char *buf;
+    size_t len, done;
+    const size_t *avail; /* send: bytes ready to go (NULL: all) */
+    enum rg_kind kind;   /* recv: what to do as bytes arrive */
+    int tag;             /* ring: the step */
+};
+
+struct queue {
+    struct region *r;
+    int n, i;
+};
+
+struct peer {
+    int fd;
+    char name[128]; /* "rank 1 (127.0.0.1:40000)" */
+    struct queue send, recv;
+};
+
+struct tcp {
+    struct peer *peer; /* [world]; peer[rank].fd = -1 */
+    int maxq;          /* regions per queue */
+    struct pollfd *pfd;
+    int *pfd_peer;
+    enum algo algo;
+    size_t small_max; /* bytes: direct algorithm up to here */
+    size_t cma_min;   /* allreduce: same-host path above this many bytes */
+    double spin_s;    /* busy-poll this long before sleeping in poll() */
+    int spin_yield;   /* more ranks than cores: yield while spinning */
+
+    /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
+    int cma;              /* every peer is readable: use it for large messages */
+    pid_t *pid;           /* [world] */
+    uint64_t *cookie_at;  /* [world]: where each peer's cookie lives */
+    uint64_t cookie;      /* read by peers at open to prove they can */
+    uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
+    char *cma_scratch;
+    size_t cma_scratch_cap;
+
+    /* scratch, allocated and touched on growth */
+    char *scratch;
+    size_t scratch_cap;
+    char *work;
+    size_t work_cap;
+    void *tree_tmp;
+
+    /* the current plan's reduction state */
+    enum dsl_dtype dtype;
+    enum dsl_redop op;
+    size_t esz;
+    size_t *ring_reduced; /* [world]: bytes summed at RS step k */
+    char **ring_dst;
+    const char **ring_src;
+    size_t mesh_reduced;
+    size_t mesh_len;
+    char *mesh_dst;
+    const char **mesh_src; /* [world]: contributions to this rank's segment */
+    struct region **mesh_rg; /* [world]: the RS receive region of each peer */
+    const void **srcv;       /* [world]: tree-reduce inputs */
+};
+
+/* Grow a scratch buffer to need bytes, touching every page once. */
+int dsl_tcp_ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need);
+/* Empty every peer's queues and set the element type of the plan. */
+void dsl_tcp_plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, enum dsl_redop op);
+/* Append a region to peer p's send (recv) queue; the region lives until the next reset. */
+struct region *dsl_tcp_plan_send(struct tcp *t, int p, const void *buf, size_t len,
+                                 const size_t *avail);
+struct region *dsl_tcp_plan_recv(struct tcp *t, int p, void *buf, size_t len, enum rg_kind k,
+                                 int tag);
+/* Move every planned region, bounded by the communicator timeout. */
+int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what);
+/* Byte offset and length of shard j of n elements. */
+void dsl_tcp_seg(size_t n, int j, int w, size_t esz, size_t *off, size_t *len);
+/* The direct algorithm (everyone to everyone, local tree sum). */
+int dsl_tcp_run_direct(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
+
+/* comm_cma.c */
+int dsl_cma_probe(struct dsl_comm *c, struct tcp *t);
+int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
+/* The first peer whose process is gone, or -1. */
+int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t);
+
+#endif
