@@ -60,6 +60,18 @@ static int bad_tag(const char *tag)
            strcmp(tag, "..") == 0 || strlen(tag) > 200;
 }
 
+static int mkdir_one(const char *p)
+{
+    struct stat st;
+    if (mkdir(p, 0755) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return -errno;
+    if (stat(p, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
 static int mkdir_p(const char *path)
 {
     char *p = dsl_xstrdup(path);
@@ -68,14 +80,12 @@ static int mkdir_p(const char *path)
         if (*s != '/')
             continue;
         *s = '\0';
-        if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-            r = -errno;
+        if ((r = mkdir_one(p)) < 0)
             break;
-        }
         *s = '/';
     }
-    if (r == 0 && mkdir(p, 0755) < 0 && errno != EEXIST)
-        r = -errno;
+    if (r == 0)
+        r = mkdir_one(p);
     free(p);
     return r;
 }
@@ -673,7 +683,13 @@ int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *er
         t = dsl_xstrdup(tag);
     }
     path = dsl_xasprintf("%s/%s", dir, t);
-    r = load_dir(c, path, t, err);
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint '%s' in '%s'%s", t, dir,
+                       !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
+                                                          : "");
+    else
+        r = load_dir(c, path, t, err);
     free(path);
     free(t);
     return r;

@@ -1,4 +1,667 @@
+/*
+ * Checkpoints and safetensors: round trip, re-cut at other world sizes, the atomic
+ * `latest`, consolidate, every corruption case with its message, and saves that fail
+ * without touching the checkpoint `latest` names.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/checkpoint.h"
+#include "dslaunch/error.h"
+#include "dslaunch/safetensors.h"
+#include "dslaunch/xalloc.h"
 #include "test.h"
+
+/* ---- helpers --------------------------------------------------------------------- */
+
+static void rm_rf(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char *p = dsl_xasprintf("%s/%s", path, e->d_name);
+            rm_rf(p);
+            free(p);
+        }
+        closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static char *tmpdir(void)
+{
+    char *t = dsl_xstrdup("/tmp/dsl-ckpt-test-XXXXXX");
+    ASSERT(mkdtemp(t) != NULL);
+    return t;
+}
+
+#define NUMEL 23
+static const struct dsl_ckpt_param views[] = {
+    {"layers.0.weight", 0, 2, {3, 4}},
+    {"layers.0.bias", 12, 1, {3}},
+    {"layers.1.weight", 15, 2, {2, 3}},
+    {"layers.1.bias", 21, 1, {2}},
+};
+#define NVIEWS (sizeof(views) / sizeof(views[0]))
+
+struct state {
+    float p[NUMEL], m[NUMEL], v[NUMEL];
+};
+
+static void fill(struct state *s, float salt)
+{
+    for (int i = 0; i < NUMEL; i++) {
+        s->p[i] = 0.5f * (float)i + salt;
+        s->m[i] = (float)i + 100.0f + salt;
+        s->v[i] = (float)(i * i) + salt;
+    }
+}
+
+/* A complete save at world `world`, as the trainer does it (without the barriers). */
+static int save(const char *dir, const char *tag, int world, const struct state *s,
+                uint64_t step, char *err)
+{
+    struct dsl_strvec meta;
+    int r;
+    dsl_strvec_init(&meta);
+    char num[32];
+    snprintf(num, sizeof(num), "%llu", (unsigned long long)step);
+    dsl_env_set(&meta, "step", num);
+    dsl_env_set(&meta, "lossscale", "scale=65536 iter=3 last_overflow=-1 hysteresis=2 skipped=0");
+    if ((r = dsl_ckpt_prepare(dir, tag, err)) < 0)
+        goto out;
+    if ((r = dsl_ckpt_write_model(dir, tag, world, views, NVIEWS, s->p, NUMEL, &meta, err)) < 0)
+        goto out;
+    for (int rank = 0; rank < world; rank++) {
+        size_t off, len;
+        dsl_ckpt_slice(NUMEL, rank, world, &off, &len);
+        const char *names[2] = {"exp_avg", "exp_avg_sq"};
+        const float *slices[2] = {s->m + off, s->v + off};
+        if ((r = dsl_ckpt_write_optim(dir, tag, rank, world, names, slices, 2, off, len, NUMEL,
+                                      &meta, err)) < 0)
+            goto out;
+    }
+    r = dsl_ckpt_commit(dir, tag, world, err);
+out:
+    dsl_strvec_release(&meta);
+    return r;
+}
+
+static void assert_state(const struct dsl_ckpt *c, const struct state *s)
+{
+    ASSERT_EQ(c->numel, NUMEL);
+    ASSERT(memcmp(c->params, s->p, sizeof(s->p)) == 0);
+    ASSERT_EQ(c->nstate, 2);
+    ASSERT(dsl_ckpt_state(c, "exp_avg") && dsl_ckpt_state(c, "exp_avg_sq"));
+    ASSERT(memcmp(dsl_ckpt_state(c, "exp_avg"), s->m, sizeof(s->m)) == 0);
+    ASSERT(memcmp(dsl_ckpt_state(c, "exp_avg_sq"), s->v, sizeof(s->v)) == 0);
+}
+
+static char *file_in(const char *dir, const char *tag, const char *name)
+{
+    return dsl_xasprintf("%s/%s/%s", dir, tag, name);
+}
+
+static char *shard_file(const char *dir, const char *tag, int rank)
+{
+    return dsl_xasprintf("%s/%s/zero_pp_rank_%d_mp_rank_00_optim_states.safetensors", dir, tag,
+                         rank);
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    ASSERT(stat(path, &st) == 0);
+    return (long)st.st_size;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    char buf[4096];
+    size_t n;
+    ASSERT(a && b);
+    while ((n = fread(buf, 1, sizeof(buf), a)) > 0)
+        ASSERT(fwrite(buf, 1, n, b) == n);
+    fclose(a);
+    fclose(b);
+}
+
+static void flip_byte(const char *path, long off)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char ch;
+    ASSERT(fd >= 0);
+    ASSERT(pread(fd, &ch, 1, off) == 1);
+    ch ^= 0x40;
+    ASSERT(pwrite(fd, &ch, 1, off) == 1);
+    close(fd);
+}
+
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    ASSERT(d != NULL);
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* ---- round trip ------------------------------------------------------------------ */
+
+TEST(checkpoint_should_round_trip_parameters_state_and_metadata)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN], tag[64];
+    struct state s;
+    struct dsl_ckpt c;
+    uint64_t step;
+    fill(&s, 0.25f);
+    dsl_ckpt_tag(tag, sizeof(tag), 7);
+    ASSERT_STR_EQ(tag, "global_step7");
+    ASSERT_OK(save(dir, tag, 3, &s, 7, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    assert_state(&c, &s);
+    ASSERT_STR_EQ(c.tag, "global_step7");
+    ASSERT_EQ(c.saved_world, 3);
+    ASSERT_OK(dsl_ckpt_meta_u64(&c, "step", &step, err));
+    ASSERT_EQ(step, 7);
+    ASSERT_CONTAINS(dsl_ckpt_meta(&c, "lossscale"), "scale=65536");
+    ASSERT_STR_EQ(dsl_ckpt_meta(&c, "format"), "pt");
+    ASSERT_ERR(dsl_ckpt_meta_u64(&c, "nope", &step, err));
+    ASSERT_CONTAINS(err, "missing metadata 'nope'");
+    ASSERT_OK(dsl_ckpt_check_params(&c, views, NVIEWS, NUMEL, err));
+    struct dsl_ckpt_param other[NVIEWS];
+    memcpy(other, views, sizeof(views));
+    other[2].shape[0] = 3;
+    other[2].shape[1] = 2;
+    ASSERT_EQ(dsl_ckpt_check_params(&c, other, NVIEWS, NUMEL, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "parameter tensor 2 is 'layers.1.weight'");
+    ASSERT_EQ(dsl_ckpt_check_params(&c, views, NVIEWS, NUMEL + 1, err), DSL_ECHECKPOINT);
+    dsl_ckpt_release(&c);
+    /* by explicit tag too; only the committed directory and latest remain */
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step7", err));
+    dsl_ckpt_release(&c);
+    ASSERT_EQ(count_entries(dir), 2);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(checkpoint_should_recut_for_any_world_size)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s, back;
+    fill(&s, 1.0f);
+    /* saved at world 4, re-saved from the reassembled vectors at 2, 1, 5 and 30 (more
+     * ranks than elements: empty shards) */
+    ASSERT_OK(save(dir, "w4", 4, &s, 1, err));
+    int worlds[] = {2, 1, 5, 30};
+    const char *prev = "w4";
+    char tags[4][16];
+    for (int i = 0; i < 4; i++) {
+        struct dsl_ckpt c;
+        ASSERT_OK(dsl_ckpt_load(&c, dir, prev, err));
+        assert_state(&c, &s);
+        memcpy(back.p, c.params, sizeof(back.p));
+        memcpy(back.m, dsl_ckpt_state(&c, "exp_avg"), sizeof(back.m));
+        memcpy(back.v, dsl_ckpt_state(&c, "exp_avg_sq"), sizeof(back.v));
+        dsl_ckpt_release(&c);
+        snprintf(tags[i], sizeof(tags[i]), "w%d", worlds[i]);
+        ASSERT_OK(save(dir, tags[i], worlds[i], &back, 1, err));
+        prev = tags[i];
+    }
+    struct dsl_ckpt c;
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "latest", err));
+    ASSERT_STR_EQ(c.tag, "w30");
+    ASSERT_EQ(c.saved_world, 30);
+    assert_state(&c, &s);
+    dsl_ckpt_release(&c);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(checkpoint_slice_should_split_evenly_and_cover_everything)
+{
+    for (size_t n = 0; n < 40; n++) {
+        for (int w = 1; w <= 9; w++) {
+            size_t pos = 0, maxl = 0, minl = (size_t)-1;
+            for (int r = 0; r < w; r++) {
+                size_t off, len;
+                dsl_ckpt_slice(n, r, w, &off, &len);
+                ASSERT_EQ(off, pos);
+                pos += len;
+                maxl = len > maxl ? len : maxl;
+                minl = len < minl ? len : minl;
+            }
+            ASSERT_EQ(pos, n);
+            ASSERT(maxl - minl <= 1);
+        }
+    }
+}
+
+TEST(latest_should_be_replaced_atomically_and_read_back)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN], *tag;
+    ASSERT_OK(dsl_ckpt_write_latest(dir, "global_step10", err));
+    ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
+    ASSERT_STR_EQ(tag, "global_step10");
+    free(tag);
+    ASSERT_OK(dsl_ckpt_write_latest(dir, "global_step20", err));
+    ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
+    ASSERT_STR_EQ(tag, "global_step20");
+    free(tag);
+    char *latest = dsl_xasprintf("%s/latest", dir);
+    ASSERT_EQ(file_size(latest), 13); /* DeepSpeed writes the bare tag */
+    ASSERT_EQ(count_entries(dir), 1); /* no temp file left behind */
+    ASSERT_EQ(dsl_ckpt_write_latest(dir, "../x", err), DSL_ECHECKPOINT);
+    FILE *f = fopen(latest, "w");
+    fputs("../etc\n", f);
+    fclose(f);
+    ASSERT_EQ(dsl_ckpt_read_latest(dir, &tag, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "does not hold a valid tag");
+    free(latest);
+    rm_rf(dir);
+    ASSERT_EQ(dsl_ckpt_read_latest(dir, &tag, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "no checkpoint in");
+    free(dir);
+}
+
+TEST(consolidate_should_write_the_same_bytes_whatever_the_world_size)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    fill(&s, 2.0f);
+    ASSERT_OK(save(dir, "a", 1, &s, 3, err));
+    ASSERT_OK(save(dir, "b", 3, &s, 3, err));
+    char *o1 = dsl_xasprintf("%s/model1.safetensors", dir);
+    char *o3 = dsl_xasprintf("%s/model3.safetensors", dir);
+    ASSERT_OK(dsl_ckpt_consolidate(dir, "a", o1, err));
+    ASSERT_OK(dsl_ckpt_consolidate(dir, NULL, o3, err)); /* latest = b */
+    struct dsl_st_file f1, f3;
+    ASSERT_OK(dsl_st_load(&f1, o1, err));
+    ASSERT_OK(dsl_st_load(&f3, o3, err));
+    ASSERT_EQ(f1.len, f3.len);
+    ASSERT(memcmp(f1.buf, f3.buf, f1.len) == 0);
+    ASSERT_EQ(f1.n, NVIEWS);
+    for (size_t i = 0; i < NVIEWS; i++) {
+        const struct dsl_st_tensor *t = dsl_st_find(&f1, views[i].name);
+        ASSERT(t != NULL);
+        ASSERT_EQ(t->dtype, DSL_ST_F32);
+        ASSERT_EQ(t->ndim, views[i].ndim);
+        ASSERT_EQ(t->shape[0], views[i].shape[0]);
+        ASSERT(memcmp(t->data, s.p + views[i].offset, (size_t)t->nbytes) == 0);
+    }
+    ASSERT_STR_EQ(dsl_env_get(&f1.meta, "format"), "pt");
+    dsl_st_release(&f1);
+    dsl_st_release(&f3);
+    free(o1);
+    free(o3);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* ---- corruption ------------------------------------------------------------------ */
+
+enum corruption {
+    TRUNCATE_DATA,
+    TRUNCATE_HEADER,
+    TRUNCATE_TINY,
+    FLIP_DATA,
+    FLIP_SHARD_DATA,
+    BAD_HEADER,
+    MISSING_SHARD,
+    EXTRA_SHARD,
+    FOREIGN_SHARD,
+    MISSING_MODEL,
+    LATEST_DANGLING,
+};
+
+static const struct {
+    enum corruption what;
+    const char *err;
+} corruptions[] = {
+    {TRUNCATE_DATA, "(truncated file?)"},
+    {TRUNCATE_HEADER, "is truncated: header of"},
+    {TRUNCATE_TINY, "is truncated: 5 bytes, no header length"},
+    {FLIP_DATA, "checksum mismatch"},
+    {FLIP_SHARD_DATA, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': checksum mismatch"},
+    {BAD_HEADER, "bad header at byte"},
+    {MISSING_SHARD, "missing shard file 'zero_pp_rank_1_mp_rank_00_optim_states.safetensors' "
+                    "(rank 1 of 3)"},
+    {EXTRA_SHARD, "unexpected shard file"},
+    {FOREIGN_SHARD, "is not an optimizer shard of tag 'global_step2'"},
+    {MISSING_MODEL, "mp_rank_00_model_states.safetensors': No such file"},
+    {LATEST_DANGLING, "no checkpoint 'global_step9' in"},
+};
+
+TEST(corrupt_checkpoints_should_fail_with_an_error_naming_the_file)
+{
+    for (size_t i = 0; i < sizeof(corruptions) / sizeof(corruptions[0]); i++) {
+        char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+        struct state s;
+        struct dsl_ckpt c;
+        fill(&s, 0.0f);
+        ASSERT_OK(save(dir, "global_step1", 3, &s, 1, err));
+        ASSERT_OK(save(dir, "global_step2", 3, &s, 2, err));
+        char *model = file_in(dir, "global_step2", DSL_CKPT_MODEL_FILE);
+        char *sh1 = shard_file(dir, "global_step2", 1);
+        long size = file_size(model);
+        switch (corruptions[i].what) {
+        case TRUNCATE_DATA:
+            ASSERT(truncate(model, size - 4) == 0);
+            break;
+        case TRUNCATE_HEADER:
+            ASSERT(truncate(model, 40) == 0);
+            break;
+        case TRUNCATE_TINY:
+            ASSERT(truncate(model, 5) == 0);
+            break;
+        case FLIP_DATA:
+            flip_byte(model, size - 10);
+            break;
+        case FLIP_SHARD_DATA:
+            flip_byte(sh1, file_size(sh1) - 3);
+            break;
+        case BAD_HEADER:
+            flip_byte(model, 9); /* the '"' after '{' */
+            break;
+        case MISSING_SHARD:
+            ASSERT(unlink(sh1) == 0);
+            break;
+        case EXTRA_SHARD: {
+            char *sh3 = shard_file(dir, "global_step2", 3);
+            copy_file(sh1, sh3);
+            free(sh3);
+            break;
+        }
+        case FOREIGN_SHARD: {
+            char *old = shard_file(dir, "global_step1", 1);
+            copy_file(old, sh1);
+            free(old);
+            break;
+        }
+        case MISSING_MODEL:
+            ASSERT(unlink(model) == 0);
+            break;
+        case LATEST_DANGLING:
+            ASSERT_OK(dsl_ckpt_write_latest(dir, "global_step9", err));
+            break;
+        }
+        int r = dsl_ckpt_load(&c, dir, NULL, err);
+        fprintf(stderr, "  %d -> %s\n", (int)corruptions[i].what, err);
+        ASSERT_EQ(r, DSL_ECHECKPOINT);
+        ASSERT_CONTAINS(err, corruptions[i].err);
+        ASSERT_CONTAINS(err, dir); /* names the file */
+        dsl_ckpt_release(&c);
+        /* the older checkpoint is untouched */
+        ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", err));
+        assert_state(&c, &s);
+        dsl_ckpt_release(&c);
+        free(model);
+        free(sh1);
+        rm_rf(dir);
+        free(dir);
+    }
+}
+
+static int write_shard(const char *dir, const char *tag, int rank, int world, size_t off,
+                       size_t len, const struct state *s, char *err)
+{
+    const char *names[2] = {"exp_avg", "exp_avg_sq"};
+    const float *slices[2] = {s->m + off, s->v + off};
+    return dsl_ckpt_write_optim(dir, tag, rank, world, names, slices, 2, off, len, NUMEL, NULL,
+                                err);
+}
+
+TEST(overlapping_or_gapped_shards_should_be_refused_at_commit)
+{
+    static const struct {
+        size_t off1, len1;
+        const char *err;
+    } cases[] = {
+        {10, 13, "(overlapping shards)"}, /* rank 0 has [0, 12) */
+        {13, 10, "(a gap between shards)"},
+        {12, 10, "shards cover 22 of 23 elements"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *dir = tmpdir(), err[DSL_ERR_LEN];
+        struct state s;
+        fill(&s, 0.0f);
+        ASSERT_OK(save(dir, "good", 2, &s, 1, err));
+        ASSERT_OK(dsl_ckpt_prepare(dir, "bad", err));
+        ASSERT_OK(dsl_ckpt_write_model(dir, "bad", 2, views, NVIEWS, s.p, NUMEL, NULL, err));
+        ASSERT_OK(write_shard(dir, "bad", 0, 2, 0, 12, &s, err));
+        ASSERT_OK(write_shard(dir, "bad", 1, 2, cases[i].off1, cases[i].len1, &s, err));
+        ASSERT_EQ(dsl_ckpt_commit(dir, "bad", 2, err), DSL_ECHECKPOINT);
+        fprintf(stderr, "  -> %s\n", err);
+        ASSERT_CONTAINS(err, cases[i].err);
+        char *latest;
+        ASSERT_OK(dsl_ckpt_read_latest(dir, &latest, err));
+        ASSERT_STR_EQ(latest, "good");
+        free(latest);
+        char *bad = dsl_xasprintf("%s/bad", dir);
+        struct stat st;
+        ASSERT(stat(bad, &st) < 0); /* never renamed into place */
+        free(bad);
+        rm_rf(dir);
+        free(dir);
+    }
+}
+
+TEST(failed_save_should_leave_the_previous_checkpoint_intact)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s, s2;
+    struct dsl_ckpt c;
+    fill(&s, 0.0f);
+    fill(&s2, 9.0f);
+    ASSERT_OK(save(dir, "global_step5", 2, &s, 5, err));
+
+    /* a rank never wrote its shard: the commit refuses, latest stays */
+    ASSERT_OK(dsl_ckpt_prepare(dir, "global_step6", err));
+    ASSERT_OK(dsl_ckpt_write_model(dir, "global_step6", 2, views, NVIEWS, s2.p, NUMEL, NULL, err));
+    ASSERT_OK(write_shard(dir, "global_step6", 0, 2, 0, 12, &s2, err));
+    ASSERT_EQ(dsl_ckpt_commit(dir, "global_step6", 2, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "missing shard file");
+
+    /* re-saving the SAME tag and failing must not damage it either */
+    ASSERT_OK(dsl_ckpt_prepare(dir, "global_step5", err));
+    ASSERT_OK(dsl_ckpt_write_model(dir, "global_step5", 2, views, NVIEWS, s2.p, NUMEL, NULL, err));
+    ASSERT_EQ(dsl_ckpt_commit(dir, "global_step5", 2, err), DSL_ECHECKPOINT);
+
+    /* the world size the commit expects must match what was written */
+    ASSERT_OK(dsl_ckpt_prepare(dir, "global_step7", err));
+    ASSERT_OK(dsl_ckpt_write_model(dir, "global_step7", 1, views, NVIEWS, s2.p, NUMEL, NULL, err));
+    ASSERT_OK(write_shard(dir, "global_step7", 0, 1, 0, NUMEL, &s2, err));
+    ASSERT_EQ(dsl_ckpt_commit(dir, "global_step7", 2, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "was written by 1 ranks, not 2");
+
+    /* writes fail where the directory cannot be made (a file is in the way) */
+    char *blocked = dsl_xasprintf("%s/blocked", dir);
+    FILE *f = fopen(blocked, "w");
+    fclose(f);
+    ASSERT_ERR(dsl_ckpt_prepare(blocked, "global_step8", err));
+    ASSERT_CONTAINS(err, "cannot create checkpoint directory");
+    ASSERT_ERR(dsl_ckpt_write_model(blocked, "global_step8", 1, views, NVIEWS, s2.p, NUMEL,
+                                    NULL, err));
+    ASSERT_ERR(write_shard(dir, "never_prepared", 0, 1, 0, NUMEL, &s2, err));
+    ASSERT_CONTAINS(err, "never_prepared.partial");
+    free(blocked);
+
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_STR_EQ(c.tag, "global_step5");
+    assert_state(&c, &s);
+    dsl_ckpt_release(&c);
+
+    /* and a later good save of the same tag replaces it cleanly */
+    ASSERT_OK(save(dir, "global_step5", 2, &s2, 5, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    assert_state(&c, &s2);
+    dsl_ckpt_release(&c);
+    char *old = dsl_xasprintf("%s/global_step5.old", dir);
+    struct stat st;
+    ASSERT(stat(old, &st) < 0);
+    free(old);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(writers_should_reject_views_that_do_not_tile_the_parameters)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    fill(&s, 0.0f);
+    struct dsl_ckpt_param bad[NVIEWS];
+    memcpy(bad, views, sizeof(views));
+    bad[1].offset = 13;
+    ASSERT_OK(dsl_ckpt_prepare(dir, "t", err));
+    ASSERT_EQ(dsl_ckpt_write_model(dir, "t", 1, bad, NVIEWS, s.p, NUMEL, NULL, err),
+              DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "'layers.0.bias' starts at 13, expected 12");
+    ASSERT_EQ(dsl_ckpt_write_model(dir, "t", 1, views, NVIEWS, s.p, NUMEL + 1, NULL, err),
+              DSL_ECHECKPOINT);
+    ASSERT_EQ(write_shard(dir, "t", 0, 1, 20, 5, &s, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_prepare(dir, "a/b", err), DSL_ECHECKPOINT);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* ---- safetensors ----------------------------------------------------------------- */
+
+TEST(safetensors_should_round_trip_dtypes_shapes_and_escaped_metadata)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *path = dsl_xasprintf("%s/x.safetensors", dir);
+    float f[6] = {1, 2, 3, 4, 5, 6};
+    int64_t q[2] = {-1, 1LL << 40};
+    unsigned char u[3] = {1, 2, 3};
+    struct dsl_st_tensor t[] = {
+        {"a \"quoted\"\nname", DSL_ST_F32, 2, {2, 3}, f, 0},
+        {"empty", DSL_ST_F32, 1, {0}, f, 0},
+        {"scalar", DSL_ST_I64, 0, {0}, q, 0},
+        {"q", DSL_ST_I64, 1, {2}, q, 0},
+        {"bytes\xc3\xa9", DSL_ST_U8, 1, {3}, u, 0},
+    };
+    struct dsl_strvec meta;
+    dsl_strvec_init(&meta);
+    dsl_env_set(&meta, "note", "tab\there \"q\" back\\slash \x01");
+    ASSERT_OK(dsl_st_write(path, t, sizeof(t) / sizeof(t[0]), &meta, err));
+    struct dsl_st_file r;
+    ASSERT_OK(dsl_st_load(&r, path, err));
+    ASSERT_EQ(r.n, 5);
+    ASSERT_EQ((8 + (r.buf[0] | r.buf[1] << 8)) % 8, 0); /* data aligned to 8 */
+    const struct dsl_st_tensor *a = dsl_st_find(&r, "a \"quoted\"\nname");
+    ASSERT(a && a->ndim == 2 && a->shape[1] == 3 && a->nbytes == 24);
+    ASSERT(memcmp(a->data, f, 24) == 0);
+    const struct dsl_st_tensor *sc = dsl_st_find(&r, "scalar");
+    ASSERT(sc && sc->ndim == 0 && sc->nbytes == 8);
+    ASSERT(memcmp(sc->data, q, 8) == 0);
+    ASSERT(dsl_st_find(&r, "empty")->nbytes == 0);
+    ASSERT(memcmp(dsl_st_find(&r, "bytes\xc3\xa9")->data, u, 3) == 0);
+    ASSERT_STR_EQ(dsl_env_get(&r.meta, "note"), "tab\there \"q\" back\\slash \x01");
+    ASSERT(dsl_env_get(&r.meta, "dsl.crc32") != NULL);
+    dsl_st_release(&r);
+    dsl_strvec_release(&meta);
+    free(path);
+    rm_rf(dir);
+    free(dir);
+}
+
+/* In-memory file from a header and data bytes. */
+static int parse_st(const char *header, const void *data, size_t dlen, char *err)
+{
+    size_t hl = strlen(header), len = 8 + hl + dlen;
+    unsigned char *buf = dsl_xmalloc(len);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)((uint64_t)hl >> (8 * i));
+    memcpy(buf + 8, header, hl);
+    memcpy(buf + 8 + hl, data, dlen);
+    struct dsl_st_file f;
+    int r = dsl_st_parse(&f, "m.safetensors", buf, len, err);
+    dsl_st_release(&f);
+    free(buf);
+    return r;
+}
+
+static const struct {
+    const char *header;
+    size_t dlen;
+    const char *err; /* NULL: valid */
+} header_cases[] = {
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, NULL},
+    /* a file from another writer: no crc, spaces, escapes, metadata first */
+    {" { \"__metadata__\" : {\"format\":\"pt\"} , \"\\u00e9\\ud83d\\ude00\" : "
+     "{ \"shape\" : [ 1 , 2 ] , \"dtype\" : \"BF16\" , \"data_offsets\" : [ 0 , 4 ] } }   ",
+     4, NULL},
+    {"{}", 0, NULL},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
+     "12 bytes of data but the tensors cover 8"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+     "needs 12 bytes"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "(overlap)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, "(gap)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "appears twice"},
+    {"{\"a\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+     "unsupported dtype 'F31'"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 0, "needs dtype, shape and data_offsets"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+     "unexpected or repeated field 'x'"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4,
+     "expected a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
+     "\"data_offsets\":[0,4]}}", 4, "impossible size"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "data_offsets [4, 0]"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,99999999999999999999]}}", 4,
+     "number out of range"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}} x", 4,
+     "unexpected text after the header object"},
+    {"[1]", 0, "expected '{'"},
+    {"{\"__metadata__\":{\"k\":1}}", 0, "expected '\"'"},
+    {"{\"__metadata__\":{\"a=b\":\"1\"}}", 0, "unsupported or repeated metadata key 'a=b'"},
+    {"{\"\\q\":{}}", 0, "bad escape"},
+    {"{\"\\ud800\":{}}", 0, "lone surrogate"},
+    {"{\"__metadata__\":{\"dsl.crc32\":\"00000000\"},"
+     "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "checksum mismatch"},
+};
+
+TEST(safetensors_reader_should_validate_every_header_rule)
+{
+    unsigned char data[16] = {7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7};
+    for (size_t i = 0; i < sizeof(header_cases) / sizeof(header_cases[0]); i++) {
+        char err[DSL_ERR_LEN] = "";
+        int r = parse_st(header_cases[i].header, data, header_cases[i].dlen, err);
+        fprintf(stderr, "  %zu -> %s\n", i, r < 0 ? err : "ok");
+        if (!header_cases[i].err) {
+            ASSERT_OK(r);
+        } else {
+            ASSERT_EQ(r, DSL_ECHECKPOINT);
+            ASSERT_CONTAINS(err, header_cases[i].err);
+            ASSERT_CONTAINS(err, "'m.safetensors'");
+        }
+    }
+    char err[DSL_ERR_LEN];
+    struct dsl_st_file f;
+    unsigned char huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
+    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 8, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "is truncated: header of");
+    dsl_st_release(&f);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);
