@@ -630,7 +630,7 @@ static int phase_probe(struct dsl_job *job, int sig_rfd)
     struct dsl_job_node *n0 = &job->nodes[0];
     struct dsl_msg m;
     int r;
-    const char *prog = job->argv.v[0];
+    const char *prog = job->argv.nr ? job->argv.v[0] : "";
     /* round 1: node 0 holds the port */
     dsl_msg_init(&m, DSL_MSG_PROBE);
     m.port = job->master_port;
