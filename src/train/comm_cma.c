@@ -12,17 +12,33 @@
  * order of comm.h, so this path is deterministic as well. Runs in whichever thread runs
  * the collective (caller or progress thread).
  *
+ * The rounds go through a small shared-memory segment when it could be set up (one
+ * cache line per rank: a round counter, a failed flag and the call's buffer addresses;
+ * a round is "bump my counter, wake my waiters, wait for everyone's" with a short spin
+ * and then futex waits in 10 ms slices, checking the deadline and whether a peer died
+ * or failed between slices); otherwise over the sockets.
+ *
  * A read failing with ESRCH means the peer process is gone; any other failure first
  * looks for a peer that is gone (the one read from may only have freed its buffer
  * after giving up because of it) and names that one.
  */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "dslaunch/dynbuf.h"
+#include "dslaunch/parse.h"
 #include "dslaunch/xalloc.h"
 #include "train/comm_impl.h"
 #include "train/comm_tcp.h"
@@ -42,6 +58,98 @@ static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void 
         dsl_tcp_plan_recv(t, p, in + (size_t)p * len, len, RG_PLAIN, 0);
     }
     return dsl_tcp_engine_run(c, t, what);
+}
+
+/* ---- synchronisation rounds in shared memory ---- */
+
+struct cma_slot {
+    _Atomic uint32_t seq;    /* rounds this rank has completed its part of */
+    _Atomic uint32_t failed; /* this rank's communicator has failed */
+    uint64_t send, recv;     /* this call's buffers (written before round 1) */
+    char pad[64 - 24];
+};
+
+static void futex_wake(_Atomic uint32_t *a)
+{
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAKE, 1 << 30, NULL, NULL, 0);
+}
+
+static void futex_wait(_Atomic uint32_t *a, uint32_t val, long ns)
+{
+    struct timespec ts = {0, ns};
+    syscall(SYS_futex, (uint32_t *)a, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t)
+{
+    struct cma_slot *s = t->shm;
+    if (!s)
+        return;
+    atomic_store(&s[c->rank].failed, 1);
+    futex_wake(&s[c->rank].seq);
+}
+
+static int lagging(uint32_t v, uint32_t seq)
+{
+    return (int32_t)(v - seq) < 0;
+}
+
+static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
+{
+    struct cma_slot *s = t->shm;
+    int me = c->rank, w = c->world;
+    uint32_t seq = ++t->seq;
+    double start = dsl_now(), deadline = start + c->timeout_s;
+
+    atomic_store_explicit(&s[me].seq, seq, memory_order_release);
+    futex_wake(&s[me].seq);
+    for (int p = 0; p < w; p++) {
+        if (p == me)
+            continue;
+        for (;;) {
+            uint32_t v = atomic_load_explicit(&s[p].seq, memory_order_acquire);
+            if (!lagging(v, seq))
+                break;
+            if (atomic_load(&s[p].failed))
+                return dsl_seterr(c->err, DSL_EPEER, "%s failed during %s", t->peer[p].name,
+                                  what);
+            double now = dsl_now();
+            if (now - start < t->spin_s) {
+                if (t->spin_yield)
+                    sched_yield();
+                continue;
+            }
+            int dead = dsl_cma_find_dead(c, t);
+            if (dead >= 0)
+                return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s",
+                                  t->peer[dead].name, what);
+            if (now > deadline) {
+                struct dsl_dynbuf b;
+                dsl_dynbuf_init(&b, 400);
+                for (int q = 0; q < w; q++)
+                    if (q != me && lagging(atomic_load(&s[q].seq), seq))
+                        dsl_dynbuf_addf(&b, "%s%s", b.len ? ", " : "", t->peer[q].name);
+                dsl_seterr(c->err, DSL_ETIMEDOUT, "%s timed out after %.1f s waiting for %s",
+                           what, c->timeout_s, dsl_dynbuf_str(&b));
+                dsl_dynbuf_release(&b);
+                return DSL_ETIMEDOUT;
+            }
+            futex_wait(&s[p].seq, v, 10 * 1000 * 1000);
+        }
+    }
+    return 0;
+}
+
+/* One synchronisation round: in shared memory, or one byte to and from every peer. */
+static int round_sync(struct dsl_comm *c, struct tcp *t, const char *what)
+{
+    static const char flag = 1;
+    int r;
+    if (t->shm)
+        return shm_round(c, t, what);
+    if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, (size_t)c->world)) < 0)
+        return r;
+    return xchg(c, t, what, &flag, 1, t->cma_scratch);
 }
 
 /* The first peer whose process is gone, or -1. */
@@ -94,16 +202,27 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
     int w = c->world, me = c->rank, r;
     size_t esz = dsl_dtype_size(k->dtype), moff, mlen;
     uint64_t mine[2] = {(uint64_t)(uintptr_t)k->send, (uint64_t)(uintptr_t)k->recv};
-    char flag = 1;
     dsl_tcp_seg(k->count, me, w, esz, &moff, &mlen);
 
     if (k->kind == DSL_COLL_ALLGATHER && mlen && (char *)k->recv + moff != (const char *)k->send)
         memmove((char *)k->recv + moff, k->send, mlen);
     /* round 1: where everyone's buffers are (and that everyone has arrived) */
-    if ((r = xchg(c, t, what, mine, sizeof(mine), (char *)t->addrs)) < 0)
-        return r;
-    t->addrs[2 * me] = mine[0];
-    t->addrs[2 * me + 1] = mine[1];
+    if (t->shm) {
+        struct cma_slot *s = t->shm;
+        s[me].send = mine[0];
+        s[me].recv = mine[1];
+        if ((r = shm_round(c, t, what)) < 0)
+            return r;
+        for (int p = 0; p < w; p++) {
+            t->addrs[2 * p] = s[p].send;
+            t->addrs[2 * p + 1] = s[p].recv;
+        }
+    } else {
+        if ((r = xchg(c, t, what, mine, sizeof(mine), (char *)t->addrs)) < 0)
+            return r;
+        t->addrs[2 * me] = mine[0];
+        t->addrs[2 * me + 1] = mine[1];
+    }
 
     if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER) {
         char *dst = k->kind == DSL_COLL_ALLREDUCE ? (char *)k->recv + moff : k->recv;
@@ -126,7 +245,7 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
     }
     if (k->kind == DSL_COLL_ALLREDUCE) {
         /* round 2: every segment is reduced; then gather them */
-        if ((r = xchg(c, t, what, &flag, 1, t->cma_scratch)) < 0)
+        if ((r = round_sync(c, t, what)) < 0)
             return r;
     }
     if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER) {
@@ -145,9 +264,61 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
                       what)) < 0)
         return r;
     /* round 3: nobody returns (and reuses its buffers) while a peer still reads them */
-    if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, (size_t)w)) < 0)
-        return r;
-    return xchg(c, t, what, &flag, 1, t->cma_scratch);
+    return round_sync(c, t, what);
+}
+
+/*
+ * Rank 0 creates the segment and sends its name; every rank maps it; all agree that
+ * everyone could, then rank 0 unlinks the name (the mappings stay). Without agreement
+ * the rounds stay on the sockets.
+ */
+static int shm_setup(struct dsl_comm *c, struct tcp *t)
+{
+    int w = c->world, me = c->rank, r, fd = -1;
+    size_t len = (size_t)w * sizeof(struct cma_slot);
+    char name[64] = "", *all = dsl_xcalloc((size_t)w, sizeof(name));
+    int32_t ok = 0, agreed = 0;
+    void *m = MAP_FAILED;
+
+    if (me == 0) {
+        snprintf(name, sizeof(name), "/dslaunch-comm-%ld-%lx", (long)getpid(),
+                 (unsigned long)(uintptr_t)t);
+        fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        if (fd >= 0 && ftruncate(fd, (off_t)len) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if ((r = xchg(c, t, "setup", name, sizeof(name), all)) < 0)
+        goto out;
+    if (me != 0) {
+        memcpy(name, all, sizeof(name));
+        name[sizeof(name) - 1] = '\0';
+        if (name[0])
+            fd = shm_open(name, O_RDWR | O_CLOEXEC, 0600);
+    }
+    if (fd >= 0) {
+        m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        ok = m != MAP_FAILED;
+    }
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
+    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
+    r = dsl_tcp_run_direct(c, t, &k);
+    if (me == 0 && name[0])
+        shm_unlink(name);
+    if (r < 0)
+        goto out;
+    if (agreed == w) {
+        t->shm = m;
+        t->shm_len = len;
+        m = MAP_FAILED;
+    }
+out:
+    if (m != MAP_FAILED)
+        munmap(m, len);
+    free(all);
+    return r;
 }
 
 /* At open: can this rank read every peer? All ranks then agree (every rank must take the
@@ -179,6 +350,9 @@ int dsl_cma_probe(struct dsl_comm *c, struct tcp *t)
         goto out;
     t->cma = agreed == w;
     r = 0;
+    const char *use = getenv("DSL_COMM_SHMSYNC");
+    if (t->cma && !(use && !strcmp(use, "0")))
+        r = shm_setup(c, t);
 out:
     free(all);
     return r;

@@ -45,6 +45,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -454,7 +455,7 @@ static int use_mesh(struct dsl_comm *c, struct tcp *t)
     return c->deterministic || t->algo == ALGO_MESH;
 }
 
-static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
+static int tcp_run_once(struct dsl_comm *c, const struct dsl_comm_call *k)
 {
     struct tcp *t = c->impl;
     const char *what = dsl_comm_kind_name(k->kind);
@@ -540,6 +541,14 @@ static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
     return dsl_tcp_engine_run(c, t, what);
 }
 
+static int tcp_run(struct dsl_comm *c, const struct dsl_comm_call *k)
+{
+    int r = tcp_run_once(c, k);
+    if (r < 0) /* peers waiting for this rank in shared memory learn it at once */
+        dsl_cma_mark_failed(c, c->impl);
+    return r;
+}
+
 /* ---- setup ---- */
 
 static void tcp_close(struct dsl_comm *c)
@@ -569,6 +578,8 @@ static void tcp_close(struct dsl_comm *c)
     free(t->cookie_at);
     free(t->addrs);
     free(t->cma_scratch);
+    if (t->shm)
+        munmap(t->shm, t->shm_len);
     free(t);
     c->impl = NULL;
 }

@@ -54,6 +54,9 @@ struct tcp {
     uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
     char *cma_scratch;
     size_t cma_scratch_cap;
+    void *shm;            /* the rounds' shared segment (comm_cma.c), or NULL */
+    size_t shm_len;
+    uint32_t seq;         /* rounds done */
 
     /* scratch, allocated and touched on growth */
     char *scratch;
@@ -98,5 +101,7 @@ int dsl_cma_probe(struct dsl_comm *c, struct tcp *t);
 int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
 /* The first peer whose process is gone, or -1. */
 int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t);
+/* Tell the peers waiting in a shared-memory round that this rank has failed. */
+void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t);
 
 #endif
