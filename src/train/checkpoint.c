@@ -8,9 +8,9 @@
  * uses, renames it to <dir>/<tag> and only then rewrites <dir>/latest (temp file,
  * fsync, rename, fsync dir). Until that last rename, `latest` names the previous
  * checkpoint, which nothing in a save ever modifies. Re-saving an existing tag moves
- * the old directory to <tag>.old first and deletes it after the switch. (NEEDSWORK: a
- * crash between those two renames leaves <tag> missing with <tag>.old beside it; the
- * loader does not look there yet.)
+ * the old directory to <tag>.old first and deletes it after the switch; a crash
+ * between those two renames leaves <tag> missing with the complete <tag>.old beside
+ * it, which the loader then uses.
  *
  * Loading reads every file whole and validates it (dsl_st_load()), then checks the
  * shard set: one file per rank of the saved world size, same tag and numel, and
@@ -684,6 +684,17 @@ int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *er
     }
     path = dsl_xasprintf("%s/%s", dir, t);
     struct stat st;
+    if (stat(path, &st) < 0) {
+        /* a re-save of this tag died between moving the old copy aside and renaming
+         * the new one in: the old copy is complete (see the top of this file) */
+        char *old = dsl_xasprintf("%s.old", path);
+        if (stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
+            free(path);
+            path = old;
+        } else {
+            free(old);
+        }
+    }
     if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
         r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint '%s' in '%s'%s", t, dir,
                        !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"

@@ -513,6 +513,13 @@ TEST(failed_save_should_leave_the_previous_checkpoint_intact)
     char *old = dsl_xasprintf("%s/global_step5.old", dir);
     struct stat st;
     ASSERT(stat(old, &st) < 0);
+    /* a crash between moving the old copy aside and renaming the new one in */
+    char *cur = dsl_xasprintf("%s/global_step5", dir);
+    ASSERT(rename(cur, old) == 0);
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    assert_state(&c, &s2);
+    dsl_ckpt_release(&c);
+    free(cur);
     free(old);
     rm_rf(dir);
     free(dir);
