@@ -65,6 +65,7 @@ struct ssh_priv {
     double connect_timeout, keepalive;
     struct dsl_dynbuf errbuf; /* the channel's stderr, tail only */
     int eof_reported;
+    double t_eof;           /* when EOF was first seen (0: not yet) */
 };
 
 static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
@@ -419,6 +420,16 @@ static ssize_t ssh_read(struct dsl_conn *c, void *buf, size_t n)
         return -ECONNRESET;
     }
     if (ssh_channel_is_eof(p->ch) || ssh_channel_is_closed(p->ch)) {
+        /*
+         * sshd may send EOF before the exit status: wait (bounded) for the status or
+         * the channel close that follows it, so a failed start is reported with it
+         */
+        if (!ssh_channel_is_closed(p->ch) && ssh_channel_get_exit_status(p->ch) < 0) {
+            if (p->t_eof == 0)
+                p->t_eof = dsl_now();
+            if (dsl_now() - p->t_eof < 2.0)
+                return -EAGAIN;
+        }
         report_end(c, p);
         c->state = DSL_CONN_CLOSED;
         return 0;

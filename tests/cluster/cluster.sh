@@ -172,7 +172,11 @@ stop_sshd() { # dir i
     # only the sshd that this cluster started: its command line names our config
     if [[ -r /proc/$pid/cmdline ]] && tr '\0' ' ' </proc/"$pid"/cmdline | grep -qF "$dir/node$i/sshd_config"; then
         kill "$pid" 2>/dev/null || true
-        for (( t = 0; t < 50; t++ )); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+        # gone, or a zombie waiting for a slow init to reap it
+        for (( t = 0; t < 50; t++ )); do
+            [[ $(cut -d' ' -f3 /proc/"$pid"/stat 2>/dev/null) =~ ^[RSDT]$ ]] || break
+            sleep 0.05
+        done
     fi
     rm -f "$dir/node$i/sshd.pid"
 }

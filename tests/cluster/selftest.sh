@@ -31,5 +31,5 @@ pid=$(cat "$d2/node1/sshd.pid")
 rm -rf "$d2"
 ip netns list | grep -q "^$p2" && fail "namespaces of $p2 left behind"
 ip link show 2>/dev/null | grep -q "${p2}h0" && fail "link ${p2}h0 left behind"
-kill -0 "$pid" 2>/dev/null && fail "sshd $pid left behind"
+[[ $(cut -d" " -f3 /proc/"$pid"/stat 2>/dev/null) =~ ^[RSDT]$ ]] && fail "sshd $pid left behind"
 echo "ok $((++n)) - a second cluster comes up beside the first and down leaves nothing"
