@@ -11,6 +11,18 @@
  * the connection is OPEN, then polls pollfd() and calls read()/write(). A connection
  * that fails sets state FAILED, err_code (DSL_ECONNECT, DSL_EAUTH, DSL_ETIMEDOUT, ...)
  * and the per-host message in err.
+ *
+ * Contract with the loop (all transports):
+ * - progress() may be called at any time; it also fails a connection that has not
+ *   reached OPEN within connect_timeout, but a silent server never wakes poll(), so the
+ *   loop must enforce that bound too (or call progress() at least every ~100 ms).
+ * - libssh buffers internally: bytes can wait in a channel while its fd is quiet, so
+ *   call read() on every pass for OPEN connections of the ssh and pdsh transports, not
+ *   only on POLLIN (the pdsh transport also drains pdsh's own output there).
+ * - SIGPIPE must be ignored by the process (writes to a vanished peer return errors).
+ * - read() returning 0 or a negative code other than -EAGAIN ends the stream; err then
+ *   says why when the transport knows (exit status and stderr of a remote command that
+ *   failed to start, "connection to 'h' lost: ..." with err_code DSL_ECONNECT).
  */
 #ifndef DSLAUNCH_TRANSPORT_H
 #define DSLAUNCH_TRANSPORT_H

@@ -291,6 +291,48 @@ TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
     free(cfg);
 }
 
+TEST(ssh_accept_new_should_create_a_missing_known_hosts_file)
+{
+    char *cfg = cpath("ssh_config");
+    char dir[] = "/tmp/dsl-khdir-XXXXXX";
+    ASSERT(mkdtemp(dir));
+    char *kh = dsl_xasprintf("%s/sub/known_hosts", dir);
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.known_hosts = kh;
+    o.accept_new = 1;
+    char *argv[] = {(char *)"/bin/true", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node3", &o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    conn_free(&c);
+    ASSERT(access(kh, R_OK) == 0);
+    char *sub = dsl_xasprintf("%s/sub", dir);
+    unlink(kh);
+    rmdir(sub);
+    rmdir(dir);
+    free(sub);
+    free(kh);
+    free(cfg);
+}
+
+TEST(ssh_port_option_should_override_the_config_port)
+{
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    o.ssh_port = 2; /* nothing listens there: refused proves the override was used */
+    char *argv[] = {(char *)"/bin/true", NULL};
+    struct dsl_conn c;
+    open_one(&c, "node1", &o, argv);
+    ASSERT_EQ(c.state, DSL_CONN_FAILED);
+    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    ASSERT_CONTAINS(c.err, ":2)");
+    conn_free(&c);
+    free(cfg);
+}
+
 TEST(ssh_should_refuse_a_changed_host_key_even_with_accept_new)
 {
     /* known_hosts that gives node1's address node2's key */
