@@ -69,7 +69,6 @@ torch_world() { # world threads micro
 
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(uname -n) $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 echo "# OpenBLAS sgemm on the training shapes"
-"$TMP/sgemm" 1 128 | sed 's/^/    /'
 G1=$("$TMP/sgemm" 1 128 | sed -n 's/# sgemm GFLOP\/s //p')
 G2=$("$TMP/sgemm" 2 128 | sed -n 's/# sgemm GFLOP\/s //p')
 G64=$("$TMP/sgemm" 1 64 | sed -n 's/# sgemm GFLOP\/s //p')
@@ -97,9 +96,9 @@ awk -v d1="$D1" -v t1="$T1" -v d2="$D2" -v t2="$T2" -v s1="$D2s1" -v s2="$D2s2" 
     f = 6 * P / 1e9
     printf "| run | dstrain samples/s | PyTorch samples/s | ratio | dstrain GFLOP/s | sgemm GFLOP/s | FLOP rate / sgemm |\n"
     printf "|---|---|---|---|---|---|---|\n"
-    printf "| world 1, batch 128, 2 threads | %.0f | %.0f | %.2fx | %.1f | %.1f | %.0f%% |\n", d1, t1, t1 > 0 ? d1 / t1 : 0, d1 * f, g2, 100 * d1 * f / g2
-    printf "| world 2, micro 64, stage 0 | %.0f | %.0f | %.2fx | %.1f | %.1f (2 x 1 thread, batch 64) | %.0f%% |\n", d2, t2, t2 > 0 ? d2 / t2 : 0, d2 * f, 2 * g64, 100 * d2 * f / (2 * g64)
-    printf "| world 2, micro 64, stage 1 | %.0f | | %.2fx | %.1f | | %.0f%% |\n", s1, t2 > 0 ? s1 / t2 : 0, s1 * f, 100 * s1 * f / (2 * g64)
-    printf "| world 2, micro 64, stage 2 | %.0f | | %.2fx | %.1f | | %.0f%% |\n", s2, t2 > 0 ? s2 / t2 : 0, s2 * f, 100 * s2 * f / (2 * g64)
+    printf "| world 1, batch 128, 2 threads | %.0f | %.0f | %.2fx | %.1f | %.1f | %.0f%% |\n", d1, t1, (t1 > 0 ? d1 / t1 : 0), d1 * f, g2, 100 * d1 * f / g2
+    printf "| world 2, micro 64, stage 0 | %.0f | %.0f | %.2fx | %.1f | %.1f (2 x 1 thread, batch 64) | %.0f%% |\n", d2, t2, (t2 > 0 ? d2 / t2 : 0), d2 * f, 2 * g64, 100 * d2 * f / (2 * g64)
+    printf "| world 2, micro 64, stage 1 | %.0f | | %.2fx | %.1f | | %.0f%% |\n", s1, (t2 > 0 ? s1 / t2 : 0), s1 * f, 100 * s1 * f / (2 * g64)
+    printf "| world 2, micro 64, stage 2 | %.0f | | %.2fx | %.1f | | %.0f%% |\n", s2, (t2 > 0 ? s2 / t2 : 0), s2 * f, 100 * s2 * f / (2 * g64)
 }'
 echo "# load after: $(uptime | sed 's/.*load average: //')"

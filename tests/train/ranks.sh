@@ -56,6 +56,17 @@ run_world() {
     return "$rc"
 }
 
+# wait_steps FILE: until the metrics file shows a training step (60 s at most), so a
+# signal or a kill lands mid-training however loaded the machine is
+wait_steps() {
+    i=0
+    while ! grep -q '"type":"step"' "$1" 2>/dev/null; do
+        i=$((i + 1))
+        [ "$i" -le 600 ] || fail "no training step after 60 s"
+        sleep 0.1
+    done
+}
+
 show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
 
 train_ok() { # n name args...
@@ -140,9 +151,9 @@ memory)
 killed)
     # a rank killed mid-run makes the others fail within the timeout, naming it
     export DSLAUNCH_COMM_TIMEOUT=10
-    run_world 2 kill $TINY --steps 100000 --eval-interval 0 &
+    run_world 2 kill $TINY --steps 100000 --eval-interval 0 --metrics "$TMP/kill.json" &
     bg=$!
-    sleep 3
+    wait_steps "$TMP/kill.json"
     victim=$(sed -n 2p "$TMP/kill.pids")
     [ -n "$victim" ] || fail "rank 1 did not start"
     kill -9 "$victim"
@@ -185,9 +196,9 @@ signal)
     SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
          --hidden 256,256 --train-batch 64 --micro-batch 32 --steps 1500 --lr 0.001
          --steps-per-print 0 --eval-interval 0"
-    run_world 2 sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks" &
+    run_world 2 sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks" --metrics "$TMP/sig.json" &
     bg=$!
-    sleep 2
+    wait_steps "$TMP/sig.json"
     kill -TERM $(cat "$TMP/sig.pids")
     wait "$bg"
     rc=$?
