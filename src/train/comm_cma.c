@@ -100,6 +100,7 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
     int me = c->rank, w = c->world;
     uint32_t seq = ++t->seq;
     double start = dsl_now(), deadline = start + c->timeout_s;
+    int spinning = t->spin_cur > 0, waited = 0;
 
     atomic_store_explicit(&s[me].seq, seq, memory_order_release);
     futex_wake(&s[me].seq);
@@ -114,10 +115,13 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
                 return dsl_seterr(c->err, DSL_EPEER, "%s failed during %s", t->peer[p].name,
                                   what);
             double now = dsl_now();
-            if (now - start < t->spin_s) {
-                if (t->spin_yield)
-                    sched_yield();
+            if (spinning && now - start < t->spin_cur) {
+                sched_yield();
                 continue;
+            }
+            if (spinning) {
+                dsl_tcp_spin_paid(t, 0);
+                spinning = 0;
             }
             int dead = dsl_cma_find_dead(c, t);
             if (dead >= 0)
@@ -136,6 +140,75 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
             }
             futex_wait(&s[p].seq, v, 10 * 1000 * 1000);
         }
+        waited = 1;
+    }
+    if (spinning && waited)
+        dsl_tcp_spin_paid(t, 1);
+    return 0;
+}
+
+/*
+ * Small collectives entirely in the segment: each rank has two data slots of
+ * DSL_CMA_SLOT bytes and uses them alternately, call by call. A rank copies its input
+ * into its slot, does one round, and reads everyone's slots; no second round is needed
+ * before reuse because a slot is written again only two calls later, after a round of
+ * the call in between that every reader can only reach once it has finished reading.
+ */
+static char *slot_data(struct dsl_comm *c, struct tcp *t, int p, unsigned parity)
+{
+    return (char *)t->shm + (size_t)c->world * sizeof(struct cma_slot) +
+           ((size_t)p * 2 + parity) * DSL_CMA_SLOT;
+}
+
+int dsl_cma_small_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
+{
+    const char *what = dsl_comm_kind_name(k->kind);
+    int w = c->world, me = c->rank, r;
+    size_t esz = dsl_dtype_size(k->dtype), bytes = k->count * esz, moff, mlen;
+    unsigned parity = t->small_calls++ & 1u;
+    dsl_tcp_seg(k->count, me, w, esz, &moff, &mlen);
+
+    switch (k->kind) {
+    case DSL_COLL_ALLREDUCE:
+    case DSL_COLL_REDUCE_SCATTER:
+        memcpy(slot_data(c, t, me, parity), k->send, bytes);
+        break;
+    case DSL_COLL_ALLGATHER:
+        memcpy(slot_data(c, t, me, parity), k->send, mlen);
+        break;
+    case DSL_COLL_BROADCAST:
+        if (me == k->root)
+            memcpy(slot_data(c, t, me, parity), k->recv, bytes);
+        break;
+    case DSL_COLL_BARRIER:
+        break;
+    }
+    if ((r = shm_round(c, t, what)) < 0)
+        return r;
+    switch (k->kind) {
+    case DSL_COLL_ALLREDUCE:
+    case DSL_COLL_REDUCE_SCATTER: {
+        size_t off = k->kind == DSL_COLL_ALLREDUCE ? 0 : moff;
+        size_t len = k->kind == DSL_COLL_ALLREDUCE ? bytes : mlen;
+        for (int p = 0; p < w; p++)
+            t->srcv[p] = slot_data(c, t, p, parity) + off;
+        dsl_comm_tree_reduce(k->recv, t->srcv, w, len / esz, k->dtype, k->op, t->tree_tmp);
+        break;
+    }
+    case DSL_COLL_ALLGATHER:
+        for (int p = 0; p < w; p++) {
+            size_t off, len;
+            dsl_tcp_seg(k->count, p, w, esz, &off, &len);
+            if (len)
+                memcpy((char *)k->recv + off, slot_data(c, t, p, parity), len);
+        }
+        break;
+    case DSL_COLL_BROADCAST:
+        if (me != k->root)
+            memcpy(k->recv, slot_data(c, t, k->root, parity), bytes);
+        break;
+    case DSL_COLL_BARRIER:
+        break;
     }
     return 0;
 }
@@ -275,7 +348,7 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
 static int shm_setup(struct dsl_comm *c, struct tcp *t)
 {
     int w = c->world, me = c->rank, r, fd = -1;
-    size_t len = (size_t)w * sizeof(struct cma_slot);
+    size_t len = (size_t)w * (sizeof(struct cma_slot) + 2 * DSL_CMA_SLOT);
     char name[64] = "", *all = dsl_xcalloc((size_t)w, sizeof(name));
     int32_t ok = 0, agreed = 0;
     void *m = MAP_FAILED;

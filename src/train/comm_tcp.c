@@ -214,6 +214,16 @@ static int fail_timeout(struct dsl_comm *c, struct tcp *t, const char *what)
     return DSL_ETIMEDOUT;
 }
 
+void dsl_tcp_spin_paid(struct tcp *t, int paid)
+{
+    /* adaptive: spin longer while spinning pays, back off while it does not (a loaded or
+     * oversubscribed host), never below 1 us so that it can recover */
+    if (paid)
+        t->spin_cur = t->spin_cur * 2 < t->spin_s ? t->spin_cur * 2 : t->spin_s;
+    else
+        t->spin_cur = t->spin_cur / 2 > 1e-6 ? t->spin_cur / 2 : 1e-6;
+}
+
 int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
 {
     double deadline = dsl_now() + c->timeout_s;
@@ -286,19 +296,22 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
         if (!busy)
             break;
         if (progress) {
+            if (idle_since != 0)
+                dsl_tcp_spin_paid(t, 1);
             idle_since = 0;
             continue;
         }
         /* busy-poll a little before sleeping: a wake-up costs more than a short spin */
-        if (t->spin_s > 0) {
+        if (t->spin_cur > 0) {
             double now = dsl_now();
             if (idle_since == 0)
                 idle_since = now;
-            if (now - idle_since < t->spin_s) {
-                if (t->spin_yield)
-                    sched_yield();
+            if (now - idle_since < t->spin_cur) {
+                sched_yield();
                 continue;
             }
+            dsl_tcp_spin_paid(t, 0);
+            idle_since = 0;
         }
         int timeout_ms = (int)((deadline - dsl_now()) * 1000.0) + 1;
         if (timeout_ms <= 0) {
@@ -464,6 +477,10 @@ static int tcp_run_once(struct dsl_comm *c, const struct dsl_comm_call *k)
     size_t bytes = k->count * t->esz, moff, mlen;
     dsl_tcp_seg(k->count, me, w, t->esz, &moff, &mlen);
 
+    if (bytes == 0 && k->kind != DSL_COLL_BARRIER)
+        return 0;
+    if (t->shm && bytes <= t->shm_small)
+        return dsl_cma_small_run(c, t, k);
     if (t->cma && bytes > t->small_max && k->kind != DSL_COLL_BARRIER &&
         (k->kind != DSL_COLL_ALLREDUCE || bytes > t->cma_min))
         return dsl_cma_run(c, t, k);
@@ -697,6 +714,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     if ((r = env_size("DSL_COMM_SMALL", 16 << 10, &t->small_max, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA", 1, &use_cma, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA_MIN", 64 << 10, &t->cma_min, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, &t->shm_small, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
         goto out;
@@ -808,8 +826,10 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     for (int p = 0; p < w; p++)
         if (p != me)
             dsl_net_set_nonblock(t->peer[p].fd, 1);
+    if (t->shm_small > DSL_CMA_SLOT)
+        t->shm_small = DSL_CMA_SLOT;
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;
-    t->spin_yield = w > sysconf(_SC_NPROCESSORS_ONLN);
+    t->spin_cur = t->spin_s;
     c->ops = &tcp_ops;
     if (use_cma && (r = dsl_cma_probe(c, t)) < 0)
         goto out;

@@ -43,8 +43,9 @@ struct tcp {
     enum algo algo;
     size_t small_max; /* bytes: direct algorithm up to here */
     size_t cma_min;   /* allreduce: same-host path above this many bytes */
+    size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
-    int spin_yield;   /* more ranks than cores: yield while spinning */
+    double spin_cur;  /* the current (adaptive) spin budget, <= spin_s */
 
     /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
     int cma;              /* every peer is readable: use it for large messages */
@@ -57,6 +58,7 @@ struct tcp {
     void *shm;            /* the rounds' shared segment (comm_cma.c), or NULL */
     size_t shm_len;
     uint32_t seq;         /* rounds done */
+    unsigned small_calls; /* collectives done in the segment's data slots */
 
     /* scratch, allocated and touched on growth */
     char *scratch;
@@ -89,6 +91,8 @@ struct region *dsl_tcp_plan_send(struct tcp *t, int p, const void *buf, size_t l
                                  const size_t *avail);
 struct region *dsl_tcp_plan_recv(struct tcp *t, int p, void *buf, size_t len, enum rg_kind k,
                                  int tag);
+/* Record whether a spin ended with the awaited event (adapts spin_cur). */
+void dsl_tcp_spin_paid(struct tcp *t, int paid);
 /* Move every planned region, bounded by the communicator timeout. */
 int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what);
 /* Byte offset and length of shard j of n elements. */
@@ -101,6 +105,9 @@ int dsl_cma_probe(struct dsl_comm *c, struct tcp *t);
 int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
 /* The first peer whose process is gone, or -1. */
 int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t);
+/* Small collectives (at most DSL_CMA_SLOT bytes per rank) in the shared segment. */
+#define DSL_CMA_SLOT ((size_t)64 << 10)
+int dsl_cma_small_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
 /* Tell the peers waiting in a shared-memory round that this rank has failed. */
 void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t);
 

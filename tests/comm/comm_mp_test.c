@@ -455,6 +455,9 @@ static int stalled_rank(struct dsl_comm *c, int rank, int world)
     CHECK(r == DSL_ETIMEDOUT, "allreduce returned %d: %s", r, e);
     CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
     CHECK(strstr(e, "timed out") != NULL, "%s", e);
+    /* stay a little, so that the other waiting rank times out rather than sees us go */
+    struct timespec ts = {1, 500 * 1000 * 1000};
+    nanosleep(&ts, NULL);
     return 0;
 }
 
