@@ -713,7 +713,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     size_t use_cma, spin;
     if ((r = env_size("DSL_COMM_SMALL", 16 << 10, &t->small_max, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA", 1, &use_cma, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_CMA_MIN", 64 << 10, &t->cma_min, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, &t->cma_min, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, &t->shm_small, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
