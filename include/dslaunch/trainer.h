@@ -74,6 +74,10 @@ struct dsl_step_result {
     float grad_norm; /* before clipping; 0 when clipping is off */
     int stop;        /* some rank asked to stop (signal) */
     uint64_t bytes_sent;
+    /* seconds in this step: forward+backward (incl. issuing overlapped reductions),
+     * waiting for gradient reductions after backward, loss/norm reductions,
+     * optimizer, parameter all-gather */
+    double t_compute, t_reduce, t_small, t_optim, t_gather;
 };
 
 struct dsl_trainer {
@@ -163,6 +167,7 @@ struct dsl_run_summary {
     double wall_s, train_s, samples_per_s;
     double final_loss, test_acc;
     uint64_t bytes_per_step; /* this rank's comm bytes per step (mean) */
+    double t_compute, t_reduce, t_small, t_optim, t_gather; /* per step, mean (s) */
     int stopped;             /* ended by a signal */
 };
 

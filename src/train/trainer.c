@@ -39,6 +39,7 @@
 
 #include "dslaunch/comm.h"
 #include "dslaunch/error.h"
+#include "dslaunch/parse.h"
 #include "dslaunch/trainer.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
@@ -400,7 +401,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     int r;
     memset(res, 0, sizeof(*res));
 
+    double c0, c1 = dsl_now();
     for (size_t k = 0; k < ga; k++) {
+        c0 = c1;
         size_t chunk = k * N + (size_t)t->rank;
         dsl_dataset_gather(train, idx + chunk * mb, mb, t->xb, t->yb);
         struct dsl_model_stats st;
@@ -412,6 +415,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                               (unsigned long long)t->step + 1);
         if (t->comm_err)
             return comm_fail(t, t->comm_err, "gradient reduction", err);
+        c1 = dsl_now();
+        res->t_compute += c1 - c0;
         if (t->o.overlap_comm) {
             /* requests complete in issue order: the last bucket's wait covers all */
             if ((r = dsl_comm_wait(t->comm, t->bk[t->nbk - 1].req)) < 0)
@@ -421,8 +426,12 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                 if ((r = reduce_bucket(t, j, 0)) < 0)
                     return comm_fail(t, r, "gradient reduction", err);
         }
+        c0 = dsl_now();
+        res->t_reduce += c0 - c1;
         if (ga > 1)
             accumulate(t);
+        c1 = dsl_now();
+        res->t_compute += c1 - c0;
         t->stats[k] = (float)st.loss_sum;
         t->stats[ga + k] = (float)st.correct;
     }
@@ -449,6 +458,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             coef = c;
     }
 
+    c0 = dsl_now();
+    res->t_small = c0 - c1;
     float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, t->step) : t->o.optim.lr;
     res->lr = lr;
     for (size_t j = 0; j < t->nbk; j++) {
@@ -462,6 +473,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
+    c1 = dsl_now();
+    res->t_optim = c1 - c0;
 
     if (t->o.zero_stage > 0 && t->world > 1) {
         int last = -1;
@@ -475,6 +488,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if ((r = dsl_comm_wait(t->comm, last)) < 0)
             return comm_fail(t, r, "parameter all-gather", err);
     }
+    res->t_gather = dsl_now() - c1;
     t->step++;
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
     return 0;

@@ -127,6 +127,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
         bytes += res.bytes_sent;
+        sum->t_compute += res.t_compute;
+        sum->t_reduce += res.t_reduce;
+        sum->t_small += res.t_small;
+        sum->t_optim += res.t_optim;
+        sum->t_gather += res.t_gather;
         sum->final_loss = res.loss;
         double now = dsl_now();
         int print = ro->steps_per_print && t->step % ro->steps_per_print == 0;
@@ -201,16 +206,31 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->train_s > 0 ? (double)((t->step - first) * t->G) / sum->train_s : 0.0;
     sum->test_acc = acc;
     sum->bytes_per_step = t->step > first ? bytes / (t->step - first) : 0;
+    if (t->step > first) {
+        double k = 1e3 / (double)(t->step - first); /* ms per step */
+        sum->t_compute *= k;
+        sum->t_reduce *= k;
+        sum->t_small *= k;
+        sum->t_optim *= k;
+        sum->t_gather *= k;
+    }
     if (t->rank == 0) {
         if (mf)
             fprintf(mf,
                     "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
                     "\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"test_acc\":%.6g,"
-                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d}\n",
+                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d,\"ms_compute\":%.3f,"
+                    "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
+                    "\"ms_gather\":%.3f}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss,
-                    sum->test_acc, sum->bytes_per_step, sum->stopped);
+                    sum->test_acc, sum->bytes_per_step, sum->stopped, sum->t_compute,
+                    sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
                sum->bytes_per_step);
+        printf("dstrain: ms per step (rank 0): forward+backward %.2f, gradient reduction "
+               "wait %.2f, loss/norm reduction %.2f, optimizer %.2f, parameter all-gather "
+               "%.2f\n",
+               sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
         printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
                "test_acc %.4f%s\n",
                sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
