@@ -15,6 +15,8 @@ void dsl_log_set_level(int l) { level = l; }
 int dsl_log_level(void) { return level; }
 
 static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
 {
     char line[4096];
     int n = snprintf(line, sizeof(line), "%s: %s", prog, kind);

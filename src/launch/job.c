@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "dslaunch/job.h"
+#include "launch/job_impl.h"
 #include "dslaunch/log.h"
 #include "dslaunch/net.h"
 #include "dslaunch/parse.h"
@@ -132,7 +133,7 @@ void dsl_job_release(struct dsl_job *job)
 
 /* ---- sending ---- */
 
-static void node_send(struct dsl_job_node *n, const struct dsl_msg *m)
+void dsl_job_node_send(struct dsl_job_node *n, const struct dsl_msg *m)
 {
     if (n->state == DSL_NODE_FAILED || n->eof)
         return;
@@ -146,7 +147,7 @@ static void node_send(struct dsl_job_node *n, const struct dsl_msg *m)
     n->last_tx = dsl_now();
 }
 
-static void node_flush(struct dsl_job_node *n)
+void dsl_job_node_flush(struct dsl_job_node *n)
 {
     while (n->outq.len && n->conn.state == DSL_CONN_OPEN) {
         ssize_t w = n->conn.ops->write(&n->conn, n->outq.buf, n->outq.len);
@@ -171,8 +172,8 @@ static void broadcast_stop(struct dsl_job *job, int sig, double grace)
         struct dsl_job_node *n = &job->nodes[i];
         if (n->state == DSL_NODE_RUNNING || n->state == DSL_NODE_READY ||
             n->state == DSL_NODE_HELLO) {
-            node_send(n, &m);
-            node_flush(n);
+            dsl_job_node_send(n, &m);
+            dsl_job_node_flush(n);
         }
     }
 }
@@ -395,7 +396,7 @@ static void open_pending(struct dsl_job *job, char *const *remote_argv, char *co
 }
 
 /* One pass: poll everything in flight for at most timeout_ms, handle what is ready. */
-static void pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
+void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
 {
     struct pollfd *pf = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(*pf));
     int *owner = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
@@ -442,7 +443,7 @@ static void pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
         if (n->conn.state != DSL_CONN_OPEN)
             continue;
         if (pf[k].revents & POLLOUT)
-            node_flush(n);
+            dsl_job_node_flush(n);
         if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
             node_read(job, n);
     }
@@ -453,13 +454,13 @@ static void pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
             strcmp(n->conn.ops->name, "local") != 0)
             node_read(job, n);
         if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
-            node_flush(n);
+            dsl_job_node_flush(n);
     }
     free(pf);
     free(owner);
 }
 
-static void handle_signals(struct dsl_job *job)
+void dsl_job_handle_signals(struct dsl_job *job)
 {
     if (!sig_pending)
         return;
@@ -498,7 +499,7 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
     double t0 = dsl_now(), next_progress = t0 + 2.0;
     for (;;) {
         open_pending(job, remote_argv, local_argv);
-        handle_signals(job);
+        dsl_job_handle_signals(job);
         if (job->stopping)
             return job->exit_code ? job->exit_code : 130;
         int waiting = 0, ready = 0;
@@ -536,7 +537,7 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
                      slow->pn->host, conn_state_name(slow->conn.state), now - slow->t_start);
             next_progress = now + 2.0;
         }
-        pump(job, sig_rfd, 100);
+        dsl_job_pump(job, sig_rfd, 100);
     }
     int failed = 0, code = 0;
     for (int i = 0; i < job->nnodes; i++) {
@@ -558,193 +559,6 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
     if (failed)
         dsl_error("nothing was started");
     return code;
-}
-
-/* Check hellos: versions and GPU counts. 0 or DSL_EXIT_PREFLIGHT. */
-static int check_hellos(struct dsl_job *job)
-{
-    int bad = 0;
-    for (int i = 0; i < job->nnodes; i++) {
-        struct dsl_job_node *n = &job->nodes[i];
-        const struct dsl_msg *h = &n->hello;
-        if (h->proto != DSL_PROTO_VERSION) {
-            dsl_error("'%s' speaks control protocol %d, this dslaunch speaks %d", n->pn->host,
-                      h->proto, DSL_PROTO_VERSION);
-            bad = 1;
-        } else if (strcmp(h->version, DSL_VERSION) != 0) {
-            dsl_error("'%s' runs dslaunch %s, this is %s: install the same version everywhere",
-                      n->pn->host, h->version, DSL_VERSION);
-            bad = 1;
-        }
-        int maxslot = n->pn->slots[n->pn->nslots - 1];
-        if (h->gpus > 0 && maxslot >= h->gpus) {
-            dsl_error("'%s' has %d GPU(s) but the placement uses device %d there", n->pn->host,
-                      h->gpus, maxslot);
-            bad = 1;
-        }
-    }
-    return bad ? DSL_EXIT_PREFLIGHT : 0;
-}
-
-static int wait_probed(struct dsl_job *job, int sig_rfd, int first, int last)
-{
-    double t0 = dsl_now();
-    for (;;) {
-        int waiting = 0;
-        for (int i = first; i < last; i++) {
-            struct dsl_job_node *n = &job->nodes[i];
-            if (!n->have_probed && n->state != DSL_NODE_FAILED)
-                waiting++;
-        }
-        if (!waiting)
-            break;
-        handle_signals(job);
-        if (job->stopping)
-            return job->exit_code ? job->exit_code : 130;
-        if (dsl_now() - t0 > job->opts->tr.connect_timeout + 10) {
-            dsl_error("preflight: no answer to the probe within %.0f s",
-                      job->opts->tr.connect_timeout + 10);
-            return DSL_EXIT_TIMEOUT;
-        }
-        pump(job, sig_rfd, 100);
-    }
-    for (int i = first; i < last; i++)
-        if (job->nodes[i].state == DSL_NODE_FAILED) {
-            dsl_error("preflight: %s", job->nodes[i].err);
-            return DSL_EXIT_AGENT;
-        }
-    return 0;
-}
-
-static int is_loopback(const char *a)
-{
-    return !strncmp(a, "127.", 4) || !strcmp(a, "::1");
-}
-
-/*
- * The multi-node probe (see the theory above). Fills master_addr, master_port and
- * every node's iface. Returns 0 or an exit code.
- */
-static int phase_probe(struct dsl_job *job, int sig_rfd)
-{
-    struct dsl_job_node *n0 = &job->nodes[0];
-    struct dsl_msg m;
-    int r;
-    const char *prog = job->argv.nr ? job->argv.v[0] : "";
-    /* round 1: node 0 holds the port */
-    dsl_msg_init(&m, DSL_MSG_PROBE);
-    m.port = job->master_port;
-    m.pick = !job->opts->master_port_given;
-    m.program = dsl_xstrdup(prog);
-    m.cwd = dsl_xstrdup(job->cwd);
-    node_send(n0, &m);
-    node_flush(n0);
-    if ((r = wait_probed(job, sig_rfd, 0, 1)) != 0) {
-        dsl_msg_release(&m);
-        return r;
-    }
-    if (!n0->probed.port) {
-        dsl_error("preflight: master port %d is busy on '%s'%s", job->master_port, n0->pn->host,
-                  job->opts->master_port_given ? "; choose another with --master_port" : "");
-        dsl_msg_release(&m);
-        return DSL_EXIT_PREFLIGHT;
-    }
-    if (n0->probed.port_busy)
-        dsl_info("master port %d is busy on '%s'; using %d", job->master_port, n0->pn->host,
-                 n0->probed.port);
-    job->master_port = n0->probed.port;
-
-    /* round 2: everyone else test-connects to node 0's candidate addresses */
-    struct dsl_strvec cand;
-    dsl_strvec_init(&cand);
-    if (job->opts->master_addr) {
-        dsl_strvec_push(&cand, job->opts->master_addr);
-    } else {
-        for (int i = 0; i < n0->hello.nifaces; i++)
-            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
-                const char *a = n0->hello.ifaces[i].addrs.v[k];
-                if (!is_loopback(a) && !strchr(a, ':'))
-                    dsl_strvec_push(&cand, a);
-            }
-        if (job->all_local || cand.nr == 0)
-            dsl_strvec_push(&cand, "127.0.0.1");
-    }
-    dsl_msg_release(&m);
-    dsl_msg_init(&m, DSL_MSG_PROBE);
-    m.port = 0;
-    m.cport = job->master_port;
-    for (size_t k = 0; k < cand.nr; k++)
-        dsl_strvec_push(&m.connect, cand.v[k]);
-    m.program = dsl_xstrdup(prog);
-    m.cwd = dsl_xstrdup(job->cwd);
-    for (int i = 1; i < job->nnodes; i++) {
-        job->nodes[i].have_probed = 0;
-        node_send(&job->nodes[i], &m);
-        node_flush(&job->nodes[i]);
-    }
-    dsl_msg_release(&m);
-    if ((r = wait_probed(job, sig_rfd, 1, job->nnodes)) != 0) {
-        dsl_strvec_release(&cand);
-        return r;
-    }
-    int chosen = -1;
-    for (size_t k = 0; k < cand.nr && chosen < 0; k++) {
-        int all = 1;
-        for (int i = 1; i < job->nnodes; i++)
-            if ((int)k >= job->nodes[i].probed.nreach || !job->nodes[i].probed.reach[k])
-                all = 0;
-        if (all)
-            chosen = (int)k;
-    }
-    int bad = 0;
-    if (chosen < 0) {
-        dsl_error("preflight: no address of '%s' is reachable on port %d from every node",
-                  n0->pn->host, job->master_port);
-        for (int i = 1; i < job->nnodes; i++)
-            for (size_t k = 0; k < cand.nr; k++)
-                fprintf(stderr, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host, cand.v[k],
-                        job->master_port,
-                        (int)k < job->nodes[i].probed.nreach && job->nodes[i].probed.reach[k]
-                            ? "ok"
-                            : "unreachable");
-        bad = 1;
-    } else {
-        free(job->master_addr);
-        job->master_addr = dsl_xstrdup(cand.v[chosen]);
-    }
-    for (int i = 0; i < job->nnodes; i++) {
-        struct dsl_job_node *n = &job->nodes[i];
-        if (!n->probed.program_ok || !n->probed.cwd_ok) {
-            dsl_error("preflight: '%s': %s", n->pn->host, n->probed.detail);
-            bad = 1;
-        }
-        free(n->iface);
-        n->iface = NULL;
-        if (i > 0 && n->probed.iface && n->probed.iface[0])
-            n->iface = dsl_xstrdup(n->probed.iface);
-    }
-    /* node 0: the interface that holds MASTER_ADDR */
-    if (job->master_addr)
-        for (int i = 0; i < n0->hello.nifaces && !n0->iface; i++)
-            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++)
-                if (!strcmp(n0->hello.ifaces[i].addrs.v[k], job->master_addr))
-                    n0->iface = dsl_xstrdup(n0->hello.ifaces[i].name);
-    dsl_strvec_release(&cand);
-    return bad ? DSL_EXIT_PREFLIGHT : 0;
-}
-
-static void print_preflight(struct dsl_job *job)
-{
-    fprintf(stderr, "%-4s %-20s %-20s %-8s %4s %4s %5s  %-10s %s\n", "node", "host", "hostname",
-            "version", "cpus", "gpus", "ranks", "iface", "first rank");
-    for (int i = 0; i < job->nnodes; i++) {
-        struct dsl_job_node *n = &job->nodes[i];
-        fprintf(stderr, "%-4d %-20s %-20s %-8s %4d %4d %5d  %-10s %d\n", i, n->pn->host,
-                n->hello.host ? n->hello.host : "?", n->hello.version ? n->hello.version : "?",
-                n->hello.cpus, n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
-                n->pn->first_rank);
-    }
-    fprintf(stderr, "MASTER_ADDR=%s MASTER_PORT=%d\n", job->master_addr, job->master_port);
 }
 
 static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_msg *m)
@@ -955,15 +769,15 @@ int dsl_job_run(struct dsl_job *job)
 
     if ((code = phase_connect(job, sp[0], remote_argv.v, local_argv.v)) != 0)
         goto out;
-    if ((code = check_hellos(job)) != 0)
+    if ((code = dsl_job_check_hellos(job)) != 0)
         goto out;
     if (!job->all_local || job->opts->mode == DSL_MODE_CHECK) {
-        if ((code = phase_probe(job, sp[0])) != 0)
+        if ((code = dsl_job_probe(job, sp[0])) != 0)
             goto out;
     }
     if (job->opts->mode == DSL_MODE_CHECK || (job->opts->verbose >= 2) ||
         (!job->all_local && job->opts->verbose >= 1))
-        print_preflight(job);
+        dsl_job_print_preflight(job);
     if (job->opts->mode == DSL_MODE_CHECK) {
         fprintf(stderr, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
         goto out;
@@ -973,8 +787,8 @@ int dsl_job_run(struct dsl_job *job)
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_msg m;
         build_start(job, &job->nodes[i], &m);
-        node_send(&job->nodes[i], &m);
-        node_flush(&job->nodes[i]);
+        dsl_job_node_send(&job->nodes[i], &m);
+        dsl_job_node_flush(&job->nodes[i]);
         dsl_msg_release(&m);
         job->nodes[i].state = DSL_NODE_RUNNING;
         job->nodes[i].last_rx = dsl_now();
@@ -982,7 +796,7 @@ int dsl_job_run(struct dsl_job *job)
 
     /* run */
     for (;;) {
-        handle_signals(job);
+        dsl_job_handle_signals(job);
         double now = dsl_now();
         if (all_ranks_done(job))
             break;
@@ -993,7 +807,7 @@ int dsl_job_run(struct dsl_job *job)
             if (job->opts->tr.keepalive > 0 && now - n->last_tx > job->opts->tr.keepalive / 3) {
                 struct dsl_msg m;
                 dsl_msg_init(&m, DSL_MSG_PING);
-                node_send(n, &m);
+                dsl_job_node_send(n, &m);
             }
             if (job->opts->tr.keepalive > 0 && now - n->last_rx > job->opts->tr.keepalive)
                 node_fail(job, n, DSL_ETIMEDOUT, "no word from '%s' for %.1f s (host down or "
@@ -1004,7 +818,7 @@ int dsl_job_run(struct dsl_job *job)
                      job->opts->term_timeout + 5.0);
             break;
         }
-        pump(job, sp[0], 200);
+        dsl_job_pump(job, sp[0], 200);
     }
     print_summary(job);
     code = job->exit_code;
@@ -1018,8 +832,8 @@ out:
                 struct dsl_msg m;
                 dsl_msg_init(&m, DSL_MSG_STOP);
                 m.sig = SIGKILL;
-                node_send(n, &m);
-                node_flush(n);
+                dsl_job_node_send(n, &m);
+                dsl_job_node_flush(n);
             }
             n->conn.ops->close_write(&n->conn);
         }

@@ -89,22 +89,6 @@ static void random_hex(char *out, size_t nbytes)
         snprintf(out + 2 * i, 3, "%02x", raw[i]);
 }
 
-/* DeepSpeed: no hostfile and no filters, CUDA_VISIBLE_DEVICES selects local devices. */
-static int include_from_cuda_visible(const struct dsl_launch_opts *o, char **include, char *err)
-{
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    *include = NULL;
-    if (!cvd || !*cvd || o->include || o->exclude || o->num_nodes >= 0 || o->num_gpus >= 0)
-        return 0;
-    for (const char *p = cvd; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || *p == ','))
-            return dsl_seterr(err, DSL_EPLACEMENT,
-                              "CUDA_VISIBLE_DEVICES='%s' is not a list of device numbers; "
-                              "select devices with --include localhost:0,1 instead", cvd);
-    *include = dsl_xasprintf("localhost:%s", cvd);
-    return 0;
-}
-
 static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, int *synth,
                          char *err)
 {
@@ -243,12 +227,17 @@ int dsl_launch_main(int argc, char **argv)
         .num_gpus = opts.num_gpus,
     };
     if (synth) {
-        if ((r = include_from_cuda_visible(&opts, &include_cvd, err)) < 0) {
+        /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
+        r = dsl_placement_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), &po, &include_cvd, err);
+        if (r < 0) {
             dsl_error("%s", err);
             goto out;
         }
-        if (include_cvd)
+        if (r == 1)
             po.include = include_cvd;
+        else if (r == 2)
+            dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
+                     "--exclude, --num_nodes or --num_gpus");
     }
     if ((r = dsl_placement_build(&pl, &hf, &po, err)) < 0) {
         dsl_error("%s", err);
