@@ -91,6 +91,8 @@ extern const struct dsl_transport_ops dsl_transport_local;
 extern const struct dsl_transport_ops dsl_transport_ssh;
 #endif
 extern const struct dsl_transport_ops dsl_transport_pdsh;
+/* one mpirun per batch of hosts opened in the same pass; agents connect back */
+extern const struct dsl_transport_ops dsl_transport_openmpi;
 
 /** Quote s for a POSIX shell as one word ('...' with '\'' for quotes). malloc'd. */
 char *dsl_shell_quote(const char *s);

@@ -10,6 +10,6 @@ if(DSL_WITH_SSH)
            COMMAND ${dsl_cluster_dir}/with_cluster.sh 3 $<TARGET_FILE:test_ssh_transport>)
   set_tests_properties(cluster_ssh_transport PROPERTIES LABELS cluster TIMEOUT 300)
 endif()
-add_test(NAME cluster_pdsh_transport
+add_test(NAME cluster_pdsh_openmpi_transports
          COMMAND ${dsl_cluster_dir}/with_cluster.sh 3 $<TARGET_FILE:test_pdsh_transport>)
-set_tests_properties(cluster_pdsh_transport PROPERTIES LABELS cluster TIMEOUT 300)
+set_tests_properties(cluster_pdsh_openmpi_transports PROPERTIES LABELS cluster TIMEOUT 300)

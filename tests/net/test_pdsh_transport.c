@@ -69,11 +69,13 @@ static void base_opts(struct dsl_transport_opts *o, const char *cfg)
     o->keepalive = 15;
 }
 
+static const struct dsl_transport_ops *ops = &dsl_transport_pdsh;
+
 static void conn_open(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
                       char *const *argv)
 {
     memset(c, 0, sizeof(*c));
-    c->ops = &dsl_transport_pdsh;
+    c->ops = ops;
     c->host = dsl_xstrdup(host);
     c->ops->open(c, o, argv);
 }
@@ -114,7 +116,7 @@ static unsigned char pattern(int node, size_t i)
     return (unsigned char)(x >> 9);
 }
 
-TEST(pdsh_should_round_trip_bytes_through_a_connected_back_agent_on_every_node)
+static void round_trip_all(void)
 {
     enum { PAYLOAD = 200000 };
     char *cfg = cpath("ssh_config");
@@ -192,6 +194,41 @@ TEST(pdsh_should_round_trip_bytes_through_a_connected_back_agent_on_every_node)
     free(out);
     free(c);
     free(cfg);
+}
+
+TEST(pdsh_should_round_trip_bytes_through_a_connected_back_agent_on_every_node)
+{
+    ops = &dsl_transport_pdsh;
+    round_trip_all();
+}
+
+TEST(openmpi_should_round_trip_bytes_through_agents_started_by_one_mpirun)
+{
+    ops = &dsl_transport_openmpi;
+    round_trip_all();
+    ops = &dsl_transport_pdsh;
+}
+
+TEST(openmpi_should_fail_every_host_of_a_batch_whose_program_is_missing)
+{
+    ops = &dsl_transport_openmpi;
+    char *cfg = cpath("ssh_config");
+    struct dsl_transport_opts o;
+    base_opts(&o, cfg);
+    char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
+    struct dsl_conn c[2];
+    conn_open(&c[0], "node1", &o, argv);
+    conn_open(&c[1], "node2", &o, argv);
+    drive_all(c, 2);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_EQ(c[i].state, DSL_CONN_FAILED);
+        ASSERT_CONTAINS(c[i].err, "mpirun for 'node");
+        ASSERT_CONTAINS(c[i].err, "before its agent connected back");
+        ASSERT_EQ(c[i].err_code, DSL_EREMOTE);
+        conn_free(&c[i]);
+    }
+    free(cfg);
+    ops = &dsl_transport_pdsh;
 }
 
 /* Open one connection expected to fail; check its class and message. */

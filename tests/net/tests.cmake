@@ -4,7 +4,8 @@
 set(dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/netinfo.c
     ${PROJECT_SOURCE_DIR}/src/launch/shellquote.c
     ${PROJECT_SOURCE_DIR}/src/launch/connectback.c
-    ${PROJECT_SOURCE_DIR}/src/launch/transport_pdsh.c)
+    ${PROJECT_SOURCE_DIR}/src/launch/transport_pdsh.c
+    ${PROJECT_SOURCE_DIR}/src/launch/transport_openmpi.c)
 set(dsl_net_libs dslcommon)
 if(DSL_WITH_SSH)
   list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c)

@@ -1,0 +1,509 @@
+/*
+ * The Open MPI transport (--launcher openmpi): mpirun starts the node agents, which
+ * connect back to the launcher (connectback.h), for sites where mpirun is the way in.
+ *
+ * Theory of operation. mpirun starts one program per slot of a host list in one go
+ * and forwards stdin to rank 0 only, so the agents dial back, and one mpirun serves a
+ * whole batch of hosts: every open() in the same pass of the fan-out loop joins the
+ * current batch and gets index i; the batch's first progress() (woken at once by an
+ * eventfd that is readable from the batch's creation) forks
+ *
+ *   mpirun -np N --host h0:1,h1:1,.. --map-by node /bin/sh -c SCRIPT dslaunch T --agent ...
+ *
+ * where SCRIPT execs the agent with `--token T.$OMPI_COMM_WORLD_RANK`: rank i runs on
+ * host i and presents token "T.i", which the connection of host i expects. No user data
+ * is in the script or its arguments: the plan travels over the socket. Opens in a later
+ * pass start another batch (another mpirun).
+ *
+ * While CONNECTING, pollfd() is a per-connection epoll set of the listener's epoll fd
+ * and the batch's epoll fd, which holds the eventfd until launch, then mpirun's output
+ * pipe and a pidfd of mpirun. If mpirun exits
+ * before an agent connected (ssh refused, program missing, a sibling rank failed), every
+ * unconnected connection of the batch fails with mpirun's last output lines. mpirun
+ * ends the whole batch when one agent exits non-zero; that is its semantics, not ours.
+ * The batch (mpirun's process group) is terminated when its last connection closes.
+ */
+#define _GNU_SOURCE /* execvpe, prctl, pipe2, eventfd */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dslaunch/connectback.h"
+#include "dslaunch/dynbuf.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/strvec.h"
+#include "dslaunch/transport.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+#define MPI_OUT_MAX 4096
+
+extern char **environ;
+
+/* The agent launcher script run by mpirun: $0 dslaunch, $1 token base, rest args. */
+static const char agent_script[] =
+    "t=$1; shift; exec \"$0\" \"$@\" --token \"$t.${OMPI_COMM_WORLD_RANK:?not started by "
+    "mpirun}\"";
+
+struct mpi_batch {
+    int refs;
+    int launched;
+    pid_t pid;             /* mpirun, own process group; 0 once reaped */
+    int status;
+    int outfd, pidfd, evfd;
+    int epfd;              /* {evfd until launched, then outfd, pidfd}; in every conn's set */
+    char token[DSL_CB_TOKEN_LEN + 1];
+    struct dsl_strvec hosts, agent_argv;
+    char *ssh_agent;       /* plm_rsh_agent value */
+    struct dsl_dynbuf out; /* mpirun's output, tail only */
+    int failed_launch;
+};
+
+struct mpi_priv {
+    struct mpi_batch *b;
+    int index;
+    int epfd, sock;
+    char token[DSL_CB_TOKEN_LEN + 16];
+    double connect_timeout;
+};
+
+static struct dsl_cb_listener *shared_l;
+static int shared_refs;
+static struct mpi_batch *open_batch; /* the batch that open() currently adds to */
+
+static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    c->state = DSL_CONN_FAILED;
+    c->err_code = code;
+    return code;
+}
+
+static void epoll_add(int epfd, int fd)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+    if (fd >= 0)
+        epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void batch_drain(struct mpi_batch *b)
+{
+    char buf[2048];
+    while (b->outfd >= 0) {
+        ssize_t n = read(b->outfd, buf, sizeof(buf));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            close(b->outfd); /* also leaves the batch's epoll set */
+            b->outfd = -1;
+            return;
+        }
+        size_t keep = MPI_OUT_MAX - (size_t)n;
+        if (b->out.len > keep)
+            dsl_dynbuf_consume(&b->out, b->out.len - keep);
+        if (dsl_dynbuf_add(&b->out, buf, (size_t)n) < 0)
+            dsl_dynbuf_init(&b->out, MPI_OUT_MAX * 2);
+    }
+}
+
+/*
+ * mpirun's output for a message: banner lines of dashes and blank lines dropped, runs
+ * of spaces squeezed, lines joined with "; ", the last len-1 bytes kept.
+ */
+static void out_summary(const char *e, char *tail, size_t len)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1 << 16);
+    while (*e) {
+        size_t n = strcspn(e, "\n");
+        size_t dashes = 0, blank = 1;
+        for (size_t i = 0; i < n; i++) {
+            dashes += e[i] == '-';
+            blank &= e[i] == ' ' || e[i] == '\t' || e[i] == '\r';
+        }
+        if (!blank && dashes != n) {
+            if (b.len)
+                dsl_dynbuf_add(&b, "; ", 2);
+            for (size_t i = 0; i < n; i++)
+                if (!(e[i] == ' ' && i + 1 < n && e[i + 1] == ' ') && e[i] != '\r')
+                    dsl_dynbuf_add(&b, e + i, 1);
+        }
+        e += n + (e[n] == '\n');
+    }
+    const char *t = dsl_dynbuf_str(&b);
+    size_t tl = strlen(t);
+    snprintf(tail, len, "%s", tl > len - 1 ? t + (tl - (len - 1)) : t);
+    dsl_dynbuf_release(&b);
+}
+
+static int batch_reap(struct mpi_batch *b)
+{
+    if (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == b->pid)
+        b->pid = 0;
+    if (b->pid > 0 && b->outfd < 0 && b->pidfd < 0) {
+        for (int i = 0; i < 200 && b->pid > 0; i++) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            if (waitpid(b->pid, &b->status, WNOHANG) == b->pid)
+                b->pid = 0;
+        }
+    }
+    if (b->pid == 0 && b->pidfd >= 0) {
+        close(b->pidfd); /* also leaves the batch's epoll set */
+        b->pidfd = -1;
+    }
+    return b->launched && b->pid == 0;
+}
+
+static void batch_free(struct mpi_batch *b)
+{
+    if (b == open_batch)
+        open_batch = NULL;
+    if (b->pid > 0) {
+        kill(-b->pid, SIGTERM);
+        double deadline = dsl_now() + 3.0;
+        while (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == 0) {
+            if (dsl_now() > deadline) {
+                kill(-b->pid, SIGKILL);
+                waitpid(b->pid, &b->status, 0);
+                break;
+            }
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (b->outfd >= 0)
+        close(b->outfd);
+    if (b->pidfd >= 0)
+        close(b->pidfd);
+    if (b->evfd >= 0)
+        close(b->evfd);
+    if (b->epfd >= 0)
+        close(b->epfd);
+    dsl_strvec_release(&b->hosts);
+    dsl_strvec_release(&b->agent_argv);
+    free(b->ssh_agent);
+    dsl_dynbuf_release(&b->out);
+    free(b);
+}
+
+/* "ssh -F cfg -p P ..." for plm_rsh_agent; NULL with err on a bad value. */
+static char *rsh_agent(const struct dsl_transport_opts *o, char *err)
+{
+    const char *paths[] = {o->ssh_config, o->ssh_identity, o->known_hosts, o->ssh_user};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (paths[i] && strpbrk(paths[i], " \t\n'\"\\")) {
+            dsl_seterr(err, DSL_EUSAGE, "mpirun cannot pass '%s' to ssh", paths[i]);
+            return NULL;
+        }
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 8192);
+    dsl_dynbuf_addstr(&b, "ssh -o BatchMode=yes");
+    if (o->ssh_config)
+        dsl_dynbuf_addf(&b, " -F %s", o->ssh_config);
+    if (o->ssh_port > 0)
+        dsl_dynbuf_addf(&b, " -p %d", o->ssh_port);
+    if (o->ssh_identity)
+        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", o->ssh_identity);
+    if (o->ssh_user)
+        dsl_dynbuf_addf(&b, " -l %s", o->ssh_user);
+    if (o->known_hosts)
+        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", o->known_hosts);
+    dsl_dynbuf_addf(&b, " -o StrictHostKeyChecking=%s", o->accept_new ? "accept-new" : "yes");
+    if (o->connect_timeout > 0)
+        dsl_dynbuf_addf(&b, " -o ConnectTimeout=%d", (int)o->connect_timeout + 1);
+    if (o->keepalive > 0)
+        dsl_dynbuf_addf(&b, " -o ServerAliveInterval=%d -o ServerAliveCountMax=2",
+                        (int)(o->keepalive / 2) > 0 ? (int)(o->keepalive / 2) : 1);
+    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return s;
+}
+
+static int batch_launch(struct mpi_batch *b, char *err)
+{
+    b->launched = 1;
+    if (b == open_batch)
+        open_batch = NULL; /* later opens start a new batch */
+    struct dsl_strvec argv, env;
+    dsl_strvec_init(&argv);
+    dsl_strvec_init(&env);
+    struct dsl_dynbuf hostlist;
+    dsl_dynbuf_init(&hostlist, 1 << 20);
+    for (size_t i = 0; i < b->hosts.nr; i++)
+        dsl_dynbuf_addf(&hostlist, "%s%s:1", i ? "," : "", b->hosts.v[i]);
+    const char *mpirun = getenv("DSLAUNCH_MPIRUN");
+    dsl_strvec_push(&argv, mpirun && mpirun[0] ? mpirun : "mpirun");
+    if (geteuid() == 0)
+        dsl_strvec_push(&argv, "--allow-run-as-root");
+    dsl_strvec_pushf(&argv, "-np");
+    dsl_strvec_pushf(&argv, "%zu", b->hosts.nr);
+    dsl_strvec_pushv(&argv, (const char *const[]){"--host", dsl_dynbuf_str(&hostlist),
+                                                  "--map-by", "node", "--mca",
+                                                  "plm_rsh_agent", b->ssh_agent, "/bin/sh",
+                                                  "-c", agent_script, NULL});
+    dsl_strvec_push(&argv, b->agent_argv.v[0]);
+    dsl_strvec_push(&argv, b->token);
+    for (size_t i = 1; i < b->agent_argv.nr; i++)
+        dsl_strvec_push(&argv, b->agent_argv.v[i]);
+    dsl_strvec_push(&argv, "--connect");
+    dsl_strvec_push(&argv, dsl_cb_listener_connect_arg(shared_l));
+    for (char **e = environ; *e; e++)
+        dsl_strvec_push(&env, *e);
+    dsl_dynbuf_release(&hostlist);
+
+    int r, pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0) {
+        r = dsl_seterr(err, -errno, "cannot create a pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid_t parent = getpid();
+    b->pid = fork();
+    if (b->pid < 0) {
+        b->pid = 0;
+        close(pipefd[0]);
+        close(pipefd[1]);
+        r = dsl_seterr(err, -errno, "cannot fork: %s", strerror(errno));
+        goto out;
+    }
+    if (b->pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipefd[1], 1) < 0 ||
+            dup2(pipefd[1], 2) < 0)
+            _exit(126);
+        execvpe(argv.v[0], argv.v, env.v);
+        _exit(127);
+    }
+    setpgid(b->pid, b->pid);
+    close(pipefd[1]);
+    b->outfd = pipefd[0];
+    fcntl(b->outfd, F_SETFL, O_NONBLOCK);
+    b->pidfd = (int)syscall(SYS_pidfd_open, b->pid, 0);
+    epoll_add(b->epfd, b->outfd);
+    epoll_add(b->epfd, b->pidfd);
+    r = 0;
+out:
+    dsl_strvec_release(&env);
+    dsl_strvec_release(&argv);
+    return r;
+}
+
+static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
+                    char *const *agent_argv)
+{
+    c->t_start = dsl_now();
+    c->state = DSL_CONN_CONNECTING;
+    c->err_code = 0;
+    c->err[0] = '\0';
+    struct mpi_priv *p = dsl_xcalloc(1, sizeof(*p));
+    p->epfd = p->sock = -1;
+    p->connect_timeout = o->connect_timeout;
+    c->priv = p;
+    if (strpbrk(c->host, ", \t\n:") || !c->host[0])
+        return conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to mpirun --host",
+                         c->host);
+    char err[DSL_ERR_LEN];
+    if (!shared_l && dsl_cb_listener_open(&shared_l, o->connect_back_addr, err) < 0)
+        return conn_fail(c, DSL_ECONNECT, "%s", err);
+    if (!open_batch) {
+        char *agent = rsh_agent(o, err);
+        if (!agent)
+            return conn_fail(c, DSL_EUSAGE, "%s", err);
+        struct mpi_batch *b = dsl_xcalloc(1, sizeof(*b));
+        b->outfd = b->pidfd = b->epfd = -1;
+        b->ssh_agent = agent;
+        dsl_strvec_init(&b->hosts);
+        dsl_strvec_init(&b->agent_argv);
+        dsl_dynbuf_init(&b->out, MPI_OUT_MAX * 2);
+        for (size_t i = 0; agent_argv[i]; i++)
+            dsl_strvec_push(&b->agent_argv, agent_argv[i]);
+        int r = dsl_cb_token_new(b->token);
+        b->evfd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK); /* readable: launch me */
+        b->epfd = epoll_create1(EPOLL_CLOEXEC);
+        epoll_add(b->epfd, b->evfd);
+        if (r < 0 || b->evfd < 0 || b->epfd < 0) {
+            batch_free(b);
+            return conn_fail(c, r < 0 ? r : -errno, "cannot set up an mpirun batch");
+        }
+        open_batch = b;
+    }
+    p->b = open_batch;
+    p->b->refs++;
+    shared_refs++;
+    p->index = (int)p->b->hosts.nr;
+    dsl_strvec_push(&p->b->hosts, c->host);
+    snprintf(p->token, sizeof(p->token), "%s.%d", p->b->token, p->index);
+    dsl_cb_listener_expect(shared_l, p->token);
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (p->epfd < 0)
+        return conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+    epoll_add(p->epfd, dsl_cb_listener_pollfd(shared_l));
+    epoll_add(p->epfd, p->b->epfd);
+    return 0;
+}
+
+static int mpi_progress(struct dsl_conn *c)
+{
+    struct mpi_priv *p = c->priv;
+    if (c->state == DSL_CONN_FAILED)
+        return c->err_code;
+    if (!p || !p->b || c->state != DSL_CONN_CONNECTING)
+        return 0;
+    struct mpi_batch *b = p->b;
+    if (!b->launched) {
+        char err[DSL_ERR_LEN];
+        if (batch_launch(b, err) < 0) {
+            b->failed_launch = 1;
+            return conn_fail(c, DSL_ESPAWN, "%s", err);
+        }
+    }
+    if (b->evfd >= 0) {
+        close(b->evfd); /* leaves every epoll set */
+        b->evfd = -1;
+    }
+    if (b->failed_launch)
+        return conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
+    dsl_cb_listener_service(shared_l);
+    int fd = dsl_cb_listener_take(shared_l, p->token);
+    if (fd >= 0) {
+        p->sock = fd;
+        close(p->epfd);
+        p->epfd = -1;
+        c->state = DSL_CONN_OPEN;
+        c->t_open = dsl_now();
+        return 0;
+    }
+    batch_drain(b);
+    if (batch_reap(b)) {
+        batch_drain(b);
+        char tail[400];
+        out_summary(dsl_dynbuf_str(&b->out), tail, sizeof(tail));
+        int code = WIFEXITED(b->status) ? WEXITSTATUS(b->status) : 128 + WTERMSIG(b->status);
+        if (code == 127 && !tail[0])
+            return conn_fail(c, DSL_ESPAWN, "cannot run mpirun for '%s' (not installed?)",
+                             c->host);
+        int cls = strstr(tail, "Permission denied (") || strstr(tail, "Host key verification")
+                      ? DSL_EAUTH
+                      : strstr(tail, "No such file") || strstr(tail, "not found") ||
+                                strstr(tail, "Exit code: 127")
+                            ? DSL_EREMOTE
+                            : DSL_ECONNECT;
+        return conn_fail(c, cls, "mpirun for '%s' ended (exit %d) before its agent connected "
+                         "back%s%s", c->host, code, tail[0] ? ": " : "", tail);
+    }
+    if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout)
+        return conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through mpirun: no connect-back "
+                         "within %.1f s", c->host, p->connect_timeout);
+    return 0;
+}
+
+static int mpi_pollfd(struct dsl_conn *c, short *events)
+{
+    struct mpi_priv *p = c->priv;
+    *events = POLLIN;
+    if (!p || c->state == DSL_CONN_FAILED)
+        return -1;
+    return c->state == DSL_CONN_OPEN ? p->sock : p->epfd;
+}
+
+static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
+{
+    struct mpi_priv *p = c->priv;
+    if (!p || p->sock < 0)
+        return -EIO;
+    batch_drain(p->b);
+    ssize_t r = read(p->sock, buf, n);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    if (r == 0)
+        c->state = DSL_CONN_CLOSED;
+    return r;
+}
+
+static ssize_t mpi_write(struct dsl_conn *c, const void *buf, size_t n)
+{
+    struct mpi_priv *p = c->priv;
+    if (!p || p->sock < 0)
+        return -EPIPE;
+    ssize_t r = send(p->sock, buf, n, MSG_NOSIGNAL);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    return r;
+}
+
+static void mpi_close_write(struct dsl_conn *c)
+{
+    struct mpi_priv *p = c->priv;
+    if (p && p->sock >= 0)
+        shutdown(p->sock, SHUT_WR);
+}
+
+static void mpi_close(struct dsl_conn *c)
+{
+    struct mpi_priv *p = c->priv;
+    if (!p)
+        return;
+    if (p->sock >= 0)
+        close(p->sock);
+    if (p->epfd >= 0)
+        close(p->epfd);
+    if (p->b) {
+        dsl_cb_listener_cancel(shared_l, p->token);
+        if (--p->b->refs == 0) {
+            /* agents see EOF and exit, then mpirun ends; give it a moment first */
+            double deadline = dsl_now() + 2.0;
+            while (p->b->launched && p->b->pid > 0 && dsl_now() < deadline) {
+                batch_drain(p->b);
+                if (waitpid(p->b->pid, &p->b->status, WNOHANG) == p->b->pid)
+                    p->b->pid = 0;
+                struct timespec ts = {0, 10 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+            batch_free(p->b);
+        }
+        if (--shared_refs == 0) {
+            dsl_cb_listener_free(shared_l);
+            shared_l = NULL;
+        }
+    }
+    free(p);
+    c->priv = NULL;
+}
+
+const struct dsl_transport_ops dsl_transport_openmpi = {
+    .name = "openmpi",
+    .open = mpi_open,
+    .progress = mpi_progress,
+    .pollfd = mpi_pollfd,
+    .read = mpi_read,
+    .write = mpi_write,
+    .close_write = mpi_close_write,
+    .close = mpi_close,
+};
