@@ -1,12 +1,15 @@
 add_library(dsllaunch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/hostfile.c
   ${CMAKE_CURRENT_LIST_DIR}/placement.c
+  ${CMAKE_CURRENT_LIST_DIR}/hostrange.c
+  ${CMAKE_CURRENT_LIST_DIR}/envexport.c
   ${CMAKE_CURRENT_LIST_DIR}/options.c
   ${CMAKE_CURRENT_LIST_DIR}/proto.c
   ${CMAKE_CURRENT_LIST_DIR}/spawn.c
   ${CMAKE_CURRENT_LIST_DIR}/agent.c
   ${CMAKE_CURRENT_LIST_DIR}/transport_local.c
   ${CMAKE_CURRENT_LIST_DIR}/job.c
+  ${CMAKE_CURRENT_LIST_DIR}/job_preflight.c
   ${CMAKE_CURRENT_LIST_DIR}/launch.c)
 target_link_libraries(dsllaunch PUBLIC dslcommon PkgConfig::CJSON)
 target_compile_options(dsllaunch PRIVATE ${DSL_SRC_WARNINGS})
@@ -15,8 +18,10 @@ target_sources(dsllaunch PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/netinfo.c
   ${CMAKE_CURRENT_LIST_DIR}/shellquote.c
   ${CMAKE_CURRENT_LIST_DIR}/connectback.c
-  ${CMAKE_CURRENT_LIST_DIR}/transport_pdsh.c)
-target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1)
+  ${CMAKE_CURRENT_LIST_DIR}/transport_pdsh.c
+  ${CMAKE_CURRENT_LIST_DIR}/transport_openmpi.c)
+target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1
+  DSL_HAVE_OPENMPI_TRANSPORT=1)
 if(DSL_WITH_SSH)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c)
   target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)
