@@ -357,15 +357,20 @@ static float tree_sum(const float *v, size_t n)
 static int global_norm(struct dsl_trainer *t, float *norm)
 {
     int shared = t->o.zero_stage > 0 && t->world > 1, r;
-    float mx = 0.0f;
+    /* max |g| on the bit patterns: for non-negative floats the unsigned order is the
+     * numeric one, and NaN sorts above inf, so it sticks (and the loop vectorizes) */
+    uint32_t mb = 0;
     for (size_t j = 0; j < t->nbk; j++) {
         const float *g = final_grads(t, j, 0);
         for (size_t i = 0; i < t->bk[j].plen; i++) {
-            float a = fabsf(g[i]);
-            if (!(a <= mx))
-                mx = a; /* NaN sticks */
+            uint32_t b;
+            memcpy(&b, &g[i], sizeof(b));
+            b &= 0x7fffffffu;
+            mb = b > mb ? b : mb;
         }
     }
+    float mx;
+    memcpy(&mx, &mb, sizeof(mx));
     if (shared && (r = dsl_comm_allreduce(t->comm, &mx, &mx, 1, DSL_FLOAT32, DSL_MAX)) < 0)
         return r;
     double m2 = (double)mx * (double)mx, k = NORM_FRAC / m2;
@@ -374,7 +379,7 @@ static int global_norm(struct dsl_trainer *t, float *norm)
         for (size_t j = 0; j < t->nbk; j++) {
             const float *g = final_grads(t, j, 0);
             for (size_t i = 0; i < t->bk[j].plen; i++)
-                sum += (uint64_t)((double)g[i] * (double)g[i] * k + 0.5);
+                sum += (uint64_t)(int64_t)((double)g[i] * (double)g[i] * k + 0.5);
         }
     if (shared) {
         int32_t limb[3] = {(int32_t)(sum & 0x3fffff), (int32_t)((sum >> 22) & 0x3fffff),
