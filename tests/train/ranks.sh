@@ -88,6 +88,22 @@ if ! run_world 2 probe2 $TINY --steps 1; then
 fi
 
 case $TEST in
+cli)
+    # usage errors exit 2 with the reason; --local_rank=N is accepted; a missing
+    # dataset names the path and the Debian package
+    "$DSTRAIN" --help | grep -q -- "--save-on-signal" || fail "--help lacks --save-on-signal"
+    "$DSTRAIN" --bogus 2>"$TMP/e1" && fail "--bogus accepted"
+    [ $? -eq 2 ] || fail "--bogus: exit status not 2"
+    grep -q "unknown option '--bogus'" "$TMP/e1" || fail "no message for --bogus"
+    "$DSTRAIN" $TINY --zero-stage 3 2>"$TMP/e2" && fail "stage 3 accepted"
+    grep -qi "stage" "$TMP/e2" || fail "no message for stage 3"
+    "$DSTRAIN" $TINY --steps 1 --local_rank=3 >/dev/null 2>&1 || fail "--local_rank=3 rejected"
+    "$DSTRAIN" --data fashion_mnist --data-path "$TMP/nothing" --micro-batch 8 --steps 1 \
+        2>"$TMP/e3" &&
+        fail "missing data accepted"
+    grep -q "$TMP/nothing" "$TMP/e3" && grep -q "dataset-fashion-mnist" "$TMP/e3" ||
+        fail "missing data: $(cat "$TMP/e3")"
+    ;;
 stages)
     # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
     for v in "0 false" "0 true" "1 false" "1 true" "2 false" "2 true"; do

@@ -6,7 +6,7 @@ dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
 if(TARGET dstrain)
-  foreach(t stages worlds memory killed resume consolidate signal fmnist)
+  foreach(t cli stages worlds memory killed resume consolidate signal fmnist)
     add_test(NAME train_ranks_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
     set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
