@@ -85,6 +85,13 @@ struct dsl_job {
     int exit_code;
     int stopping;
     double t_begin, t_stop;
+    /*
+     * `dslaunch doctor` (doctor.c): when set, dsl_job_run() calls inspect once every node
+     * has said hello or failed (connect_code: what the connect phase would have exited
+     * with), starts nothing, and returns inspect's result. Preflight checks are left to it.
+     */
+    int (*inspect)(struct dsl_job *job, int sig_rfd, int connect_code, void *arg);
+    void *inspect_arg;
 };
 
 void dsl_job_init(struct dsl_job *job, const struct dsl_launch_opts *o,

@@ -11,10 +11,14 @@
  * Messages (direction, members):
  *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}]
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
- *                 busy), connect [addr...] (addresses to test), cport, program, cwd
+ *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
+ *                 diag (optional, 1 = also collect facts for `dslaunch doctor`)
  *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
  *                 iface, src (the interface and source address routing to the first
- *                 reached address), program_ok, cwd_ok, detail
+ *                 reached address), program_ok, cwd_ok, detail, facts (only when
+ *                 the probe had diag = 1: {kernel, glibc, cuda_driver, cuda_runtime, nccl,
+ *                 cvd, cvd_set, nvml, gpu_free[], gpu_total[] (MiB), ib[], p2p,
+ *                 disk_free, t_recv, t_send}, see facts.h)
  *   start   l->a  node_rank, host_label, cwd, argv[], env[] ("K=V" for all ranks),
  *                 ranks [{rank, local_rank, env[]}], grace, keepalive, lra (1: append
  *                 --local_rank=N to each rank's argv)
@@ -32,6 +36,7 @@
 #include <stddef.h>
 
 #include "dslaunch/dynbuf.h"
+#include "dslaunch/facts.h"
 #include "dslaunch/strvec.h"
 
 #define DSL_PROTO_VERSION 1
@@ -79,6 +84,8 @@ struct dsl_msg {
     int *reach;                /* probed: one flag per probe address */
     int nreach;
     char *iface, *src, *detail, *program;
+    int diag;                  /* probe: also collect facts (optional member) */
+    struct dsl_facts *facts;   /* probed: NULL unless the probe asked (owned) */
     /* start */
     int node_rank;
     char *host_label, *cwd;

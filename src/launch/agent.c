@@ -6,7 +6,8 @@
  * a self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT, SIGHUP), and the
  * stdout and stderr pipes of every rank. States of the node:
  *
- *   WAITING   hello sent; probe and start requests are served
+ *   WAITING   hello sent; probe and start requests are served (a probe with diag = 1,
+ *             from `dslaunch doctor`, also collects this node's facts: facts.c)
  *   RUNNING   ranks started; output is forwarded as "out" messages, one per line, never
  *             split (a '\r' also ends a line, flagged so the launcher can treat progress
  *             bars gently); each reaped rank is reported with an "exit" message once its
@@ -41,6 +42,7 @@
 
 #include "dslaunch/agent.h"
 #include "dslaunch/error.h"
+#include "dslaunch/facts.h"
 #include "dslaunch/log.h"
 #include "dslaunch/net.h"
 #include "dslaunch/netinfo.h"
@@ -139,7 +141,9 @@ static void send_hello(struct agent *a)
     struct dsl_msg m;
     dsl_msg_init(&m, DSL_MSG_HELLO);
     m.proto = DSL_PROTO_VERSION;
-    m.version = dsl_xstrdup(DSL_VERSION);
+    /* testing hook (docs/doctor.md): pretend to be another dslaunch version */
+    const char *fake = getenv("DSLAUNCH_FAKE_VERSION");
+    m.version = dsl_xstrdup(fake && fake[0] ? fake : DSL_VERSION);
     struct dsl_netinfo ni;
     dsl_netinfo_init(&ni);
     dsl_netinfo_collect(&ni, NULL);
@@ -166,6 +170,7 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
 {
     struct dsl_msg m;
     dsl_msg_init(&m, DSL_MSG_PROBED);
+    double t_recv = dsl_facts_realtime();
     char err[DSL_ERR_LEN] = "";
     if (a->probe_lfd >= 0) {
         close(a->probe_lfd);
@@ -221,6 +226,14 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
     if (!m.cwd_ok) {
         free(m.detail);
         m.detail = dsl_xasprintf("working directory '%s' does not exist", pm->cwd);
+    }
+    if (pm->diag) {
+        /* dslaunch doctor: facts and this node's clock at request and reply */
+        m.facts = dsl_xmalloc(sizeof(*m.facts));
+        dsl_facts_init(m.facts);
+        dsl_facts_collect(m.facts, m.cwd_ok ? pm->cwd : NULL);
+        m.facts->t_recv = t_recv;
+        m.facts->t_send = dsl_facts_realtime();
     }
     send_msg(a, &m);
     dsl_msg_release(&m);

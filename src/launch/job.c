@@ -767,7 +767,12 @@ int dsl_job_run(struct dsl_job *job)
         }
     }
 
-    if ((code = phase_connect(job, sp[0], remote_argv.v, local_argv.v)) != 0)
+    code = phase_connect(job, sp[0], remote_argv.v, local_argv.v);
+    if (job->inspect) {
+        code = job->inspect(job, sp[0], code, job->inspect_arg);
+        goto out;
+    }
+    if (code != 0)
         goto out;
     if ((code = dsl_job_check_hellos(job)) != 0)
         goto out;

@@ -23,6 +23,7 @@
 
 #include "dslaunch/agent.h"
 #include "dslaunch/connectback.h"
+#include "dslaunch/doctor.h"
 #include "dslaunch/envexport.h"
 #include "dslaunch/hostfile.h"
 #include "dslaunch/job.h"
@@ -178,6 +179,8 @@ int dsl_launch_main(int argc, char **argv)
     char *include_cvd = NULL;
     int code = DSL_EXIT_USAGE, r, synth = 0;
 
+    if (argc > 1 && !strcmp(argv[1], "doctor"))
+        return dsl_doctor_main(argc - 1, argv + 1);
     dsl_launch_opts_init(&opts);
     dsl_hostfile_init(&hf);
     dsl_placement_init(&pl);

@@ -51,6 +51,10 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->src);
     free(m->detail);
     free(m->program);
+    if (m->facts) {
+        dsl_facts_release(m->facts);
+        free(m->facts);
+    }
     free(m->host_label);
     free(m->cwd);
     dsl_strvec_release(&m->argv);
@@ -76,6 +80,30 @@ static void add_strvec(cJSON *o, const char *name, const struct dsl_strvec *sv)
 static void add_str(cJSON *o, const char *name, const char *s)
 {
     cJSON_AddStringToObject(o, name, s ? s : "");
+}
+
+static void add_facts(cJSON *o, const struct dsl_facts *f)
+{
+    cJSON *x = cJSON_AddObjectToObject(o, "facts");
+    add_str(x, "kernel", f->kernel);
+    add_str(x, "glibc", f->glibc);
+    add_str(x, "cuda_driver", f->cuda_driver);
+    add_str(x, "cuda_runtime", f->cuda_runtime);
+    add_str(x, "nccl", f->nccl);
+    add_str(x, "cvd", f->cvd);
+    cJSON_AddNumberToObject(x, "cvd_set", f->cvd_set);
+    cJSON_AddNumberToObject(x, "nvml", f->nvml);
+    cJSON *fr = cJSON_AddArrayToObject(x, "gpu_free");
+    cJSON *to = cJSON_AddArrayToObject(x, "gpu_total");
+    for (int i = 0; i < f->ngpu; i++) {
+        cJSON_AddItemToArray(fr, cJSON_CreateNumber(f->gpu_free_mib[i]));
+        cJSON_AddItemToArray(to, cJSON_CreateNumber(f->gpu_total_mib[i]));
+    }
+    add_strvec(x, "ib", &f->ib);
+    cJSON_AddNumberToObject(x, "p2p", f->p2p);
+    cJSON_AddNumberToObject(x, "disk_free", f->disk_free);
+    cJSON_AddNumberToObject(x, "t_recv", f->t_recv);
+    cJSON_AddNumberToObject(x, "t_send", f->t_send);
 }
 
 int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
@@ -108,6 +136,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         add_strvec(o, "connect", &m->connect);
         add_str(o, "program", m->program);
         add_str(o, "cwd", m->cwd);
+        if (m->diag)
+            cJSON_AddNumberToObject(o, "diag", m->diag);
         break;
     case DSL_MSG_PROBED: {
         cJSON_AddNumberToObject(o, "port", m->port);
@@ -120,6 +150,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "program_ok", m->program_ok);
         cJSON_AddNumberToObject(o, "cwd_ok", m->cwd_ok);
         add_str(o, "detail", m->detail);
+        if (m->facts)
+            add_facts(o, m->facts);
         break;
     }
     case DSL_MSG_START: {
@@ -229,6 +261,49 @@ static int get_strvec(const cJSON *o, const char *name, struct dsl_strvec *out, 
     return 0;
 }
 
+static int get_doubles(const cJSON *o, const char *name, double **out, int *n, char *err)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
+    if (!cJSON_IsArray(a))
+        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not an array", name);
+    int cnt = cJSON_GetArraySize(a);
+    if (cnt > 4096)
+        return dsl_seterr(err, DSL_EPROTO, "member '%s' is too long", name);
+    *out = dsl_xcalloc((size_t)cnt + 1, sizeof(double));
+    *n = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
+            return dsl_seterr(err, DSL_EPROTO, "member '%s' holds a non-number", name);
+        (*out)[(*n)++] = e->valuedouble;
+    }
+    return 0;
+}
+
+static int get_facts(const cJSON *o, struct dsl_facts *f, char *err)
+{
+    int r, nf = 0, nt = 0;
+    if ((r = get_str(o, "kernel", &f->kernel, err)) < 0 ||
+        (r = get_str(o, "glibc", &f->glibc, err)) < 0 ||
+        (r = get_str(o, "cuda_driver", &f->cuda_driver, err)) < 0 ||
+        (r = get_str(o, "cuda_runtime", &f->cuda_runtime, err)) < 0 ||
+        (r = get_str(o, "nccl", &f->nccl, err)) < 0 || (r = get_str(o, "cvd", &f->cvd, err)) < 0 ||
+        (r = get_int(o, "cvd_set", &f->cvd_set, err)) < 0 ||
+        (r = get_int(o, "nvml", &f->nvml, err)) < 0 ||
+        (r = get_doubles(o, "gpu_free", &f->gpu_free_mib, &nf, err)) < 0 ||
+        (r = get_doubles(o, "gpu_total", &f->gpu_total_mib, &nt, err)) < 0 ||
+        (r = get_strvec(o, "ib", &f->ib, err)) < 0 || (r = get_int(o, "p2p", &f->p2p, err)) < 0 ||
+        (r = get_double(o, "disk_free", &f->disk_free, err)) < 0 ||
+        (r = get_double(o, "t_recv", &f->t_recv, err)) < 0 ||
+        (r = get_double(o, "t_send", &f->t_send, err)) < 0)
+        return r;
+    if (nf != nt)
+        return dsl_seterr(err, DSL_EPROTO, "members 'gpu_free' and 'gpu_total' differ in length");
+    f->ngpu = nf;
+    return 0;
+}
+
 static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
 {
     int r = 0;
@@ -271,6 +346,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_strvec(o, "connect", &m->connect, err));
         TRY(get_str(o, "program", &m->program, err));
         TRY(get_str(o, "cwd", &m->cwd, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "diag"))
+            TRY(get_int(o, "diag", &m->diag, err));
         if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
             return dsl_seterr(err, DSL_EPROTO, "port out of range");
         break;
@@ -294,6 +371,14 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_int(o, "program_ok", &m->program_ok, err));
         TRY(get_int(o, "cwd_ok", &m->cwd_ok, err));
         TRY(get_str(o, "detail", &m->detail, err));
+        const cJSON *fo = cJSON_GetObjectItemCaseSensitive(o, "facts");
+        if (fo) {
+            if (!cJSON_IsObject(fo))
+                return dsl_seterr(err, DSL_EPROTO, "member 'facts' is not an object");
+            m->facts = dsl_xmalloc(sizeof(*m->facts));
+            dsl_facts_init(m->facts);
+            TRY(get_facts(fo, m->facts, err));
+        }
         break;
     }
     case DSL_MSG_START: {
