@@ -467,33 +467,35 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     res->t_small = c0 - c1;
     float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, t->step) : t->o.optim.lr;
     res->lr = lr;
+    /* the optimizer bucket by bucket; with a shard (stages 1/2) each bucket's
+     * all-gather is issued as soon as its piece is updated, so it runs while the
+     * optimizer works on the next bucket */
+    int gather = t->o.zero_stage > 0 && t->world > 1, last = -1;
+    double t_issue = 0.0;
     for (size_t j = 0; j < t->nbk; j++) {
         struct dsl_bucket *b = &t->bk[j];
         float *g = final_grads(t, j, 0);
         if (coef != 1.0f)
             scale(g, b->plen, coef);
-        dsl_optim_step(&t->o.optim, lr, t->step + 1, t->params + b->lo + b->poff, g,
+        float *p = t->params + b->lo;
+        dsl_optim_step(&t->o.optim, lr, t->step + 1, p + b->poff, g,
                        t->m ? t->m + b->soff : NULL, t->v ? t->v + b->soff : NULL,
                        b->plen);
+        if (gather) {
+            double i0 = dsl_now();
+            if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
+                                         &last)) < 0)
+                return comm_fail(t, r, "parameter all-gather", err);
+            t_issue += dsl_now() - i0;
+        }
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
     c1 = dsl_now();
-    res->t_optim = c1 - c0;
-
-    if (t->o.zero_stage > 0 && t->world > 1) {
-        int last = -1;
-        for (size_t j = 0; j < t->nbk; j++) {
-            struct dsl_bucket *b = &t->bk[j];
-            float *p = t->params + b->lo;
-            if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
-                                         &last)) < 0)
-                return comm_fail(t, r, "parameter all-gather", err);
-        }
-        if ((r = dsl_comm_wait(t->comm, last)) < 0)
-            return comm_fail(t, r, "parameter all-gather", err);
-    }
-    res->t_gather = dsl_now() - c1;
+    res->t_optim = c1 - c0 - t_issue;
+    if (gather && (r = dsl_comm_wait(t->comm, last)) < 0)
+        return comm_fail(t, r, "parameter all-gather", err);
+    res->t_gather = dsl_now() - c1 + t_issue;
     t->step++;
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
     return 0;
