@@ -53,10 +53,10 @@ void dsl_doctor_report_print(const struct dsl_doctor_report *r, FILE *f);
  * NCCL's syntax: comma-separated prefixes, a leading '^' excludes them, a leading '='
  * (after '^' if any) asks for exact names. names holds the node's interface names.
  */
-int dsl_doctor_ifname_matches(const char *spec, char *const *names, int n);
+int dsl_doctor_ifname_matches(const char *spec, const char *const *names, int n);
 
 /** Index of the value most entries have (ties: the earliest); -1 if n == 0. */
-int dsl_doctor_majority(char *const *vals, int n);
+int dsl_doctor_majority(const char *const *vals, int n);
 
 /**
  * Clock offset of a node against the launcher, NTP style: t0 request sent and t3 reply

@@ -120,7 +120,7 @@ static int list_matches(const char *list, const char *name, int exact)
     return 0;
 }
 
-int dsl_doctor_ifname_matches(const char *spec, char *const *names, int n)
+int dsl_doctor_ifname_matches(const char *spec, const char *const *names, int n)
 {
     int exclude = 0, exact = 0;
     if (*spec == '^') {
@@ -139,7 +139,7 @@ int dsl_doctor_ifname_matches(const char *spec, char *const *names, int n)
     return 0;
 }
 
-int dsl_doctor_majority(char *const *vals, int n)
+int dsl_doctor_majority(const char *const *vals, int n)
 {
     int best = -1, bestn = 0;
     for (int i = 0; i < n; i++) {
