@@ -348,6 +348,21 @@ static void check_gpus(struct doctor *d, struct dsl_job *job)
     }
 }
 
+/* The address the probe chose, or else the first one it tried (for the failing rows). */
+static const char *master_shown(const struct dsl_job *job)
+{
+    const struct dsl_msg *h = &job->nodes[0].hello;
+    if (job->opts->master_addr || strcmp(job->master_addr, job->nodes[0].pn->host) != 0)
+        return job->master_addr;
+    for (int i = 0; i < h->nifaces; i++)
+        for (size_t k = 0; k < h->ifaces[i].addrs.nr; k++) {
+            const char *a = h->ifaces[i].addrs.v[k];
+            if (strncmp(a, "127.", 4) != 0 && !strchr(a, ':'))
+                return a;
+        }
+    return job->master_addr;
+}
+
 static void check_network(struct doctor *d, struct dsl_job *job)
 {
     const char *ifspec = dsl_env_get(&job->exported, "NCCL_SOCKET_IFNAME");
@@ -381,7 +396,7 @@ static void check_network(struct doctor *d, struct dsl_job *job)
                                             "allowed port with --master_port",
                                             job->master_port, host, job->nodes[0].pn->host),
                 dsl_xasprintf("%s %s:%d via %s (%s)", dn->reached ? "reached" : "cannot connect to",
-                              job->master_addr, job->master_port,
+                              master_shown(job), job->master_port,
                               dn->iface[0] ? dn->iface : "?", dn->src[0] ? dn->src : "?"));
         }
         /* a user-given NCCL_SOCKET_IFNAME must select an interface on every node */
@@ -597,6 +612,12 @@ static void run_bench(struct doctor *d, struct dsl_job *job)
     size_t from = elines.nr > 5 ? elines.nr - 5 : 0;
     for (size_t i = from; i < elines.nr; i++)
         dsl_strvec_push(&b->tail, elines.v[i]);
+    /* the first error line says more than the launcher's closing words: it goes last */
+    for (size_t i = 0; i < elines.nr; i++)
+        if (strstr(elines.v[i], "error:")) {
+            dsl_strvec_push(&b->tail, elines.v[i]);
+            break;
+        }
     b->ok = b->code == 0 && have && !termed;
     dsl_strvec_release(&lines);
     dsl_strvec_release(&elines);

@@ -88,7 +88,7 @@ expect_success "the master port is blocked for node2 by a firewall rule: flagged
     cat out err
     assert_eq "$rc" 1
     row node1 "master port" out | grep -q "ok .*listening on $PORT"
-    row node2 "master port" out | grep -q "FAIL .*cannot connect to"
+    row node2 "master port" out | grep -q "FAIL .*cannot connect to $ADDR_1:$PORT via $IFNAME_2"
     grep -A1 -E "^node2 +master port" out | grep -q "fix: open TCP port $PORT from node2 to node1"
     row cluster allreduce out | grep -q "note .*skipped"
 '
