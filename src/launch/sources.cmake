@@ -20,7 +20,8 @@ target_sources(dsllaunch PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/shellquote.c
   ${CMAKE_CURRENT_LIST_DIR}/connectback.c
   ${CMAKE_CURRENT_LIST_DIR}/transport_pdsh.c
-  ${CMAKE_CURRENT_LIST_DIR}/transport_openmpi.c)
+  ${CMAKE_CURRENT_LIST_DIR}/transport_openmpi.c
+  ${CMAKE_CURRENT_LIST_DIR}/authkeys.c)
 target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1
   DSL_HAVE_OPENMPI_TRANSPORT=1)
 if(DSL_WITH_SSH)
