@@ -8,11 +8,11 @@ trap 'rm -rf "$T_TMP"' EXIT
 # expect_success "name" 'commands'  -- runs commands in a subshell with set -e semantics
 expect_success() {
     T_N=$((T_N + 1))
-    local out="$T_TMP/t$T_N.log"
+    local out="$T_TMP/t$T_N.log" t0=$SECONDS
     if (set -e; eval "$2") >"$out" 2>&1; then
-        echo "ok $T_N - $1"
+        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
     else
-        echo "not ok $T_N - $1"
+        echo "not ok $T_N - $1 # $((SECONDS - t0)) s"
         sed 's/^/#   /' "$out" | tail -40
         T_FAILED=$((T_FAILED + 1))
     fi
