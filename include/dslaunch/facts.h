@@ -20,6 +20,8 @@ struct dsl_facts {
     char *cuda_driver;  /* "12.4" from libcuda.so.1, or "none" */
     char *cuda_runtime; /* "12.4" from libcudart, or "none" */
     char *nccl;         /* "2.20.5" from libnccl.so.2, or "none" */
+    char *cudart_path;  /* the file the runtime was loaded from, "" if none */
+    char *nccl_path;    /* the file NCCL was loaded from, "" if none */
     char *cvd;          /* the agent's CUDA_VISIBLE_DEVICES, "" when unset */
     int cvd_set;
     int nvml;           /* 1: NVML answered, gpu_free/gpu_total hold ngpu entries */
@@ -37,10 +39,13 @@ void dsl_facts_release(struct dsl_facts *f);
 
 /**
  * Collect this machine's facts into f (initialised by the caller). cwd is the job's
- * working directory (for free disk; "" or NULL: the current one). t_recv and t_send are
- * left for the caller. Never fails: what cannot be learned reads "none", -1 or 0.
+ * working directory (for free disk; "" or NULL: the current one). ld_path is the
+ * LD_LIBRARY_PATH the job's ranks will get (colon-separated; "" or NULL: none): its
+ * directories are searched for the libraries before the agent's own search path, as the
+ * ranks' dynamic loader would. t_recv and t_send are left for the caller. Never fails:
+ * what cannot be learned reads "none", "", -1 or 0.
  */
-void dsl_facts_collect(struct dsl_facts *f, const char *cwd);
+void dsl_facts_collect(struct dsl_facts *f, const char *cwd, const char *ld_path);
 
 /** CLOCK_REALTIME in seconds. */
 double dsl_facts_realtime(void);

@@ -12,12 +12,13 @@
  *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}]
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
- *                 diag (optional, 1 = also collect facts for `dslaunch doctor`)
+ *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
+ *                 ld_path (optional, the ranks' LD_LIBRARY_PATH for those facts)
  *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
  *                 iface, src (the interface and source address routing to the first
  *                 reached address), program_ok, cwd_ok, detail, facts (only when
  *                 the probe had diag = 1: {kernel, glibc, cuda_driver, cuda_runtime, nccl,
- *                 cvd, cvd_set, nvml, gpu_free[], gpu_total[] (MiB), ib[], p2p,
+ *                 cudart_path, nccl_path (optional), cvd, cvd_set, nvml, gpu_free[], gpu_total[] (MiB), ib[], p2p,
  *                 disk_free, t_recv, t_send}, see facts.h)
  *   start   l->a  node_rank, host_label, cwd, argv[], env[] ("K=V" for all ranks),
  *                 ranks [{rank, local_rank, env[]}], grace, keepalive, lra (1: append
@@ -85,6 +86,7 @@ struct dsl_msg {
     int nreach;
     char *iface, *src, *detail, *program;
     int diag;                  /* probe: also collect facts (optional member) */
+    char *ld_path;             /* probe: the ranks' LD_LIBRARY_PATH (optional, owned) */
     struct dsl_facts *facts;   /* probed: NULL unless the probe asked (owned) */
     /* start */
     int node_rank;

@@ -231,7 +231,7 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
         /* dslaunch doctor: facts and this node's clock at request and reply */
         m.facts = dsl_xmalloc(sizeof(*m.facts));
         dsl_facts_init(m.facts);
-        dsl_facts_collect(m.facts, m.cwd_ok ? pm->cwd : NULL);
+        dsl_facts_collect(m.facts, m.cwd_ok ? pm->cwd : NULL, pm->ld_path);
         m.facts->t_recv = t_recv;
         m.facts->t_send = dsl_facts_realtime();
     }

@@ -135,6 +135,9 @@ static int diag_round(struct doctor *d, struct dsl_job *job, int sig_rfd)
     m.program = dsl_xstrdup(job->argv.nr ? job->argv.v[0] : "");
     m.cwd = dsl_xstrdup(job->cwd);
     m.diag = 1;
+    const char *ld = dsl_env_get(&job->exported, "LD_LIBRARY_PATH");
+    if (ld)
+        m.ld_path = dsl_xstrdup(ld);
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         if (n->state != DSL_NODE_READY)
@@ -213,7 +216,8 @@ static const struct dsl_facts *facts_of(const struct dsl_job_node *n)
 
 /* One version check across nodes: flag the nodes that differ from the majority. */
 static void check_versions(struct doctor *d, struct dsl_job *job, const char *check,
-                           size_t member, enum dsl_doctor_status mismatch, const char *why)
+                           size_t member, size_t path_member, enum dsl_doctor_status mismatch,
+                           const char *why)
 {
     const char **vals = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(char *));
     int *idx = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
@@ -229,14 +233,19 @@ static void check_versions(struct doctor *d, struct dsl_job *job, const char *ch
     int maj = dsl_doctor_majority(vals, nv);
     for (int k = 0; k < nv; k++) {
         const char *host = job->nodes[idx[k]].pn->host;
-        if (!strcmp(vals[k], vals[maj])) {
-            put(d, host, check, DSL_DOCTOR_OK, NULL, dsl_xstrdup(vals[k]));
-            continue;
+        const char *path = "";
+        if (path_member) {
+            const struct dsl_facts *f = facts_of(&job->nodes[idx[k]]);
+            char *const *pf = (char *const *)(const void *)((const char *)f + path_member);
+            path = *pf ? *pf : "";
         }
-        put(d, host, check, mismatch,
-            dsl_xasprintf("%s differs from the other nodes ('%s' on %s): %s", check, vals[maj],
-                          job->nodes[idx[maj]].pn->host, why),
-            dsl_xasprintf("%s (differs)", vals[k]));
+        int same = !strcmp(vals[k], vals[maj]);
+        put(d, host, check, same ? DSL_DOCTOR_OK : mismatch,
+            same ? NULL
+                 : dsl_xasprintf("%s differs from the other nodes ('%s' on %s): %s", check,
+                                 vals[maj], job->nodes[idx[maj]].pn->host, why),
+            dsl_xasprintf("%s%s%s%s%s", vals[k], path[0] ? " (" : "", path, path[0] ? ")" : "",
+                          same ? "" : " (differs)"));
     }
     free((void *)vals);
     free(idx);
@@ -916,16 +925,18 @@ int dsl_doctor_main(int argc, char **argv)
     }
     check_reach(&d, &job);
     check_dslaunch(&d, &job);
-    check_versions(&d, &job, "kernel", offsetof(struct dsl_facts, kernel), DSL_DOCTOR_NOTE,
+    check_versions(&d, &job, "kernel", offsetof(struct dsl_facts, kernel), 0, DSL_DOCTOR_NOTE,
                    "fine for CPU jobs; GPU drivers are built per kernel, so align them if "
                    "NCCL misbehaves only across nodes");
-    check_versions(&d, &job, "glibc", offsetof(struct dsl_facts, glibc), DSL_DOCTOR_NOTE,
+    check_versions(&d, &job, "glibc", offsetof(struct dsl_facts, glibc), 0, DSL_DOCTOR_NOTE,
                    "a program built on a newer glibc may not start on the older nodes");
-    check_versions(&d, &job, "cuda driver", offsetof(struct dsl_facts, cuda_driver),
+    check_versions(&d, &job, "cuda driver", offsetof(struct dsl_facts, cuda_driver), 0,
                    DSL_DOCTOR_FAIL, "install the same NVIDIA driver on every node");
     check_versions(&d, &job, "cuda runtime", offsetof(struct dsl_facts, cuda_runtime),
-                   DSL_DOCTOR_FAIL, "install the same CUDA toolkit (libcudart) on every node");
-    check_versions(&d, &job, "nccl", offsetof(struct dsl_facts, nccl), DSL_DOCTOR_FAIL,
+                   offsetof(struct dsl_facts, cudart_path), DSL_DOCTOR_FAIL,
+                   "install the same CUDA toolkit (libcudart) on every node");
+    check_versions(&d, &job, "nccl", offsetof(struct dsl_facts, nccl),
+                   offsetof(struct dsl_facts, nccl_path), DSL_DOCTOR_FAIL,
                    "NCCL versions must match across nodes: install the same libnccl.so.2 "
                    "everywhere");
     check_gpus(&d, &job);

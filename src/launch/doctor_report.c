@@ -94,8 +94,8 @@ void dsl_doctor_report_print(const struct dsl_doctor_report *r, FILE *f)
             fprintf(f, "%-*s  %-18s %-6s %s\n", hw, row->host, row->check,
                     status_name(row->status), row->value);
             if (row->status != DSL_DOCTOR_OK && row->remedy)
-                fprintf(f, "%*s  %s %s\n", hw, "", row->status == DSL_DOCTOR_FAIL ? "fix:" : "note:",
-                        row->remedy);
+                fprintf(f, "%*s  %s %s\n", hw, "",
+                        row->status == DSL_DOCTOR_FAIL ? "fix:" : "note:", row->remedy);
         }
     }
     free(done);

@@ -16,6 +16,8 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <gnu/libc-version.h>
+#include <limits.h>
+#include <link.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,8 @@ void dsl_facts_release(struct dsl_facts *f)
     free(f->cuda_driver);
     free(f->cuda_runtime);
     free(f->nccl);
+    free(f->cudart_path);
+    free(f->nccl_path);
     free(f->cvd);
     free(f->gpu_free_mib);
     free(f->gpu_total_mib);
@@ -81,14 +85,30 @@ static int sym(void *lib, const char *name, void *fnptr, size_t size)
     return 1;
 }
 
-static void *open_first(const char *const *names)
+/* dlopen the first of names found, in ld_path's directories first, then as the loader
+ * would; *path gets the file it came from (malloc'd, "" if none). */
+static void *open_first(const char *const *names, const char *ld_path, char **path)
 {
-    for (; *names; names++) {
-        void *h = dlopen(*names, RTLD_NOW | RTLD_LOCAL);
-        if (h)
-            return h;
+    void *h = NULL;
+    for (const char *p = ld_path ? ld_path : ""; *p && !h;) {
+        const char *e = strchr(p, ':');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        for (const char *const *n = names; len && *n && !h; n++) {
+            char *file = dsl_xasprintf("%.*s/%s", (int)len, p, *n);
+            h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
+            free(file);
+        }
+        p += len + (e != NULL);
     }
-    return NULL;
+    for (const char *const *n = names; *n && !h; n++)
+        h = dlopen(*n, RTLD_NOW | RTLD_LOCAL);
+    char buf[PATH_MAX] = "";
+    struct link_map *lm = NULL;
+    if (h && path && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name)
+        snprintf(buf, sizeof(buf), "%s", lm->l_name);
+    if (path)
+        *path = dsl_xstrdup(h ? buf : "");
+    return h;
 }
 
 /* Ask lib's fn(int *) for a version code; "none" when absent or failing. */
@@ -113,7 +133,7 @@ struct nvml_memory {
 static void collect_nvml(struct dsl_facts *f)
 {
     static const char *const names[] = {"libnvidia-ml.so.1", "libnvidia-ml.so", NULL};
-    void *lib = open_first(names);
+    void *lib = open_first(names, NULL, NULL);
     int (*init)(void) = NULL, (*shutdown)(void) = NULL;
     int (*count)(unsigned int *) = NULL;
     int (*handle)(unsigned int, void **) = NULL;
@@ -149,17 +169,17 @@ out:
         dlclose(lib);
 }
 
-static void collect_cuda(struct dsl_facts *f)
+static void collect_cuda(struct dsl_facts *f, const char *ld_path)
 {
     static const char *const driver[] = {"libcuda.so.1", "libcuda.so", NULL};
     static const char *const runtime[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
                                           "libcudart.so.11.0", NULL};
     static const char *const nccl[] = {"libnccl.so.2", "libnccl.so", NULL};
-    void *lib = open_first(driver);
+    void *lib = open_first(driver, NULL, NULL); /* the driver comes with the kernel module */
     f->cuda_driver = lib_version(lib, "cuDriverGetVersion", 0);
     if (lib)
         dlclose(lib);
-    lib = open_first(runtime);
+    lib = open_first(runtime, ld_path, &f->cudart_path);
     f->cuda_runtime = lib_version(lib, "cudaRuntimeGetVersion", 0);
     /* peer access between every pair of GPUs (what NCCL's P2P transport needs) */
     int (*devcount)(int *) = NULL, (*canpeer)(int *, int, int) = NULL;
@@ -178,13 +198,13 @@ static void collect_cuda(struct dsl_facts *f)
     }
     if (lib)
         dlclose(lib);
-    lib = open_first(nccl);
+    lib = open_first(nccl, ld_path, &f->nccl_path);
     f->nccl = lib_version(lib, "ncclGetVersion", 1);
     if (lib)
         dlclose(lib);
 }
 
-void dsl_facts_collect(struct dsl_facts *f, const char *cwd)
+void dsl_facts_collect(struct dsl_facts *f, const char *cwd, const char *ld_path)
 {
     struct utsname u;
     f->kernel = dsl_xstrdup(uname(&u) == 0 ? u.release : "unknown");
@@ -192,7 +212,7 @@ void dsl_facts_collect(struct dsl_facts *f, const char *cwd)
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     f->cvd_set = cvd != NULL;
     f->cvd = dsl_xstrdup(cvd ? cvd : "");
-    collect_cuda(f);
+    collect_cuda(f, ld_path);
     collect_nvml(f);
     DIR *d = opendir(IB_DIR);
     if (d) {

@@ -51,6 +51,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->src);
     free(m->detail);
     free(m->program);
+    free(m->ld_path);
     if (m->facts) {
         dsl_facts_release(m->facts);
         free(m->facts);
@@ -90,6 +91,8 @@ static void add_facts(cJSON *o, const struct dsl_facts *f)
     add_str(x, "cuda_driver", f->cuda_driver);
     add_str(x, "cuda_runtime", f->cuda_runtime);
     add_str(x, "nccl", f->nccl);
+    add_str(x, "cudart_path", f->cudart_path);
+    add_str(x, "nccl_path", f->nccl_path);
     add_str(x, "cvd", f->cvd);
     cJSON_AddNumberToObject(x, "cvd_set", f->cvd_set);
     cJSON_AddNumberToObject(x, "nvml", f->nvml);
@@ -138,6 +141,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         add_str(o, "cwd", m->cwd);
         if (m->diag)
             cJSON_AddNumberToObject(o, "diag", m->diag);
+        if (m->ld_path)
+            add_str(o, "ld_path", m->ld_path);
         break;
     case DSL_MSG_PROBED: {
         cJSON_AddNumberToObject(o, "port", m->port);
@@ -300,6 +305,12 @@ static int get_facts(const cJSON *o, struct dsl_facts *f, char *err)
         return r;
     if (nf != nt)
         return dsl_seterr(err, DSL_EPROTO, "members 'gpu_free' and 'gpu_total' differ in length");
+    if (cJSON_GetObjectItemCaseSensitive(o, "cudart_path") &&
+        (r = get_str(o, "cudart_path", &f->cudart_path, err)) < 0)
+        return r;
+    if (cJSON_GetObjectItemCaseSensitive(o, "nccl_path") &&
+        (r = get_str(o, "nccl_path", &f->nccl_path, err)) < 0)
+        return r;
     f->ngpu = nf;
     return 0;
 }
@@ -348,6 +359,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_str(o, "cwd", &m->cwd, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "diag"))
             TRY(get_int(o, "diag", &m->diag, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "ld_path"))
+            TRY(get_str(o, "ld_path", &m->ld_path, err));
         if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
             return dsl_seterr(err, DSL_EPROTO, "port out of range");
         break;

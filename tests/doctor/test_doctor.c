@@ -111,7 +111,7 @@ TEST(diag_members_should_round_trip_and_stay_optional)
     m.program_ok = m.cwd_ok = 1;
     m.facts = malloc(sizeof(*m.facts));
     dsl_facts_init(m.facts);
-    dsl_facts_collect(m.facts, "/");
+    dsl_facts_collect(m.facts, "/", "/nonexistent/lib:");
     m.facts->t_recv = 1700000000.25;
     m.facts->t_send = 1700000000.5;
     dsl_dynbuf_init(&b, 1 << 20);
@@ -121,6 +121,8 @@ TEST(diag_members_should_round_trip_and_stay_optional)
     ASSERT_STR_EQ(got.facts->kernel, m.facts->kernel);
     ASSERT_STR_EQ(got.facts->glibc, m.facts->glibc);
     ASSERT_STR_EQ(got.facts->nccl, m.facts->nccl);
+    ASSERT_STR_EQ(got.facts->nccl_path, m.facts->nccl_path);
+    ASSERT_EQ(strcmp(m.facts->nccl, "none") == 0, m.facts->nccl_path[0] == '\0');
     ASSERT_EQ(got.facts->ngpu, m.facts->ngpu);
     ASSERT_EQ(got.facts->t_send, 1700000000.5);
     ASSERT(got.facts->disk_free > 0);
