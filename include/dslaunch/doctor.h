@@ -3,13 +3,16 @@
  * one table of checks, with a remedy line for every problem (docs/doctor.md).
  *
  * doctor.c drives it (options, the job machinery in inspect mode, the diag probe, the
- * all-reduce through dsbench); doctor_report.c holds the report (rows, table, JSON)
- * and the pure checks, which the unit tests exercise directly.
+ * checks, the output); doctor_bench.c runs the all-reduce through dsbench;
+ * doctor_report.c holds the report (rows, table) and the pure checks, which the unit
+ * tests exercise directly.
  */
 #ifndef DSLAUNCH_DOCTOR_H
 #define DSLAUNCH_DOCTOR_H
 
 #include <stdio.h>
+
+#include "dslaunch/strvec.h"
 
 /** `dslaunch doctor [options] [program args...]`; argv[0] is "doctor". Exit code. */
 int dsl_doctor_main(int argc, char **argv);
@@ -65,6 +68,32 @@ int dsl_doctor_majority(const char *const *vals, int n);
  */
 void dsl_doctor_clock_offset(double t0, double t1, double t2, double t3, double *offset,
                              double *bound);
+
+/**
+ * The all-reduce of doctor (doctor_bench.c): the bundled dsbench run as a normal job by a
+ * child dslaunch with the user's launcher options. Every member is owned by the struct
+ * and freed by dsl_doctor_bench_release(), which leaves it ready for another run.
+ */
+struct dsl_doctor_bench {
+    int ran, ok, code;       /* code: the child's exit status (128+signal if killed) */
+    double busbw;            /* GB/s from dsbench's "# avg busbw" line */
+    const char *backend;     /* "tcp" or "nccl" (static) */
+    struct dsl_strvec table; /* dsbench's result lines */
+    struct dsl_strvec tail;  /* last stderr lines; the first "error:" line comes last */
+    char *cmdline;           /* the command, to run it by hand */
+};
+
+void dsl_doctor_bench_init(struct dsl_doctor_bench *b);
+void dsl_doctor_bench_release(struct dsl_doctor_bench *b);
+/**
+ * Run `SELF_EXE OPTS... --no-prefix dsbench -b 1M -e 16M -f 4 -o allreduce -w 2 -n 5
+ * --backend BACKEND` (dsbench beside self_exe), capture its output, and fill b. opts is
+ * NULL-terminated. Bounded by DSL_DOCTOR_BENCH_TIMEOUT s (then SIGTERM to the child,
+ * which stops its ranks). ok is set only for exit 0 with a bandwidth line.
+ */
+#define DSL_DOCTOR_BENCH_TIMEOUT 120.0
+void dsl_doctor_bench_run(struct dsl_doctor_bench *b, const char *self_exe, char *const *opts,
+                          const char *backend);
 
 /** Parse dsbench's "# avg busbw (...): X GB/s" line into *gbps. 1 if it was one, else 0. */
 int dsl_doctor_parse_busbw(const char *line, double *gbps);

@@ -15,8 +15,7 @@
  * dsl_job_run() then closes every channel (the agents exit and node 0 frees the port).
  * If nothing so far blocks a job, doctor runs the bundled dsbench all-reduce as a normal
  * job: a child `dslaunch` with the same options, whose stdout is captured and whose
- * "# avg busbw" line is the bandwidth. It is bounded by BENCH_TIMEOUT; on expiry the
- * child gets SIGTERM, which it forwards to its ranks. Finally the rows (doctor_report.c)
+ * "# avg busbw" line is the bandwidth (doctor_bench.c). Finally the rows (doctor_report.c)
  * are printed as one table, or as one JSON object with --json. ^C during the agents'
  * phase stops like a launch does; during the all-reduce it reaches the child too.
  *
@@ -26,13 +25,10 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -57,7 +53,6 @@
 extern char **environ;
 
 #define DEFAULT_HOSTFILE "/job/hostfile"
-#define BENCH_TIMEOUT 120.0      /* s for the whole dsbench job */
 #define DIAG_EXTRA 30.0          /* s beyond --connect-timeout for the diag answers */
 #define SKEW_FAIL 1.0            /* s of clock offset (beyond the error bound) that fail */
 #define DISK_FAIL (1024.0 * 1024 * 1024) /* bytes free below which a node fails */
@@ -72,22 +67,13 @@ struct doc_node {
     double offset, bound;
 };
 
-struct doc_bench {
-    int ran, ok, code;
-    double busbw;
-    const char *backend;
-    struct dsl_strvec table; /* dsbench's result lines */
-    struct dsl_strvec tail;  /* last lines of stderr (failure) */
-    char *cmdline;           /* how to run it by hand (owned) */
-};
-
 struct doctor {
     int json, allreduce;
     struct dsl_strvec fwd;   /* the launcher options given, for the all-reduce job */
     struct dsl_job *job;
     struct doc_node *dn;
     int connect_code, probe_code, probe_ran, interrupted;
-    struct doc_bench bench;
+    struct dsl_doctor_bench bench;
     struct dsl_doctor_report rep;
 };
 
@@ -99,9 +85,7 @@ static void doc_release(struct doctor *d, int nnodes)
     }
     free(d->dn);
     dsl_strvec_release(&d->fwd);
-    dsl_strvec_release(&d->bench.table);
-    dsl_strvec_release(&d->bench.tail);
-    free(d->bench.cmdline);
+    dsl_doctor_bench_release(&d->bench);
     dsl_doctor_report_release(&d->rep);
 }
 
@@ -511,134 +495,21 @@ static void check_node_misc(struct doctor *d, struct dsl_job *job)
 
 /* ---- the all-reduce ---- */
 
-static int read_some(int fd, struct dsl_dynbuf *b)
-{
-    char buf[8192];
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n > 0) {
-        if (dsl_dynbuf_add(b, buf, (size_t)n) < 0)
-            dsl_dynbuf_init(b, 1u << 20); /* oversized: keep reading, drop it */
-        return 1;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 1;
-    return 0;
-}
-
-static void split_into(struct dsl_strvec *lines, struct dsl_dynbuf *b)
-{
-    if (dsl_dynbuf_add(b, "", 1) < 0 || !b->buf)
-        return;
-    char *save = NULL;
-    for (char *l = strtok_r(b->buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save))
-        dsl_strvec_push(lines, l);
-}
-
 static void run_bench(struct doctor *d, struct dsl_job *job)
 {
-    struct doc_bench *b = &d->bench;
     int gpus = 1;
     for (int i = 0; i < job->nnodes; i++) {
         const struct dsl_facts *f = facts_of(&job->nodes[i]);
         if (job->nodes[i].hello.gpus <= 0 || !f || !strcmp(f->nccl, "none"))
             gpus = 0;
     }
-    b->backend = gpus ? "nccl" : "tcp";
-    char *dir = dsl_xstrdup(job->self_exe);
-    char *slash = strrchr(dir, '/');
-    if (slash)
-        *slash = '\0';
-    char *bench = dsl_launch_program_name("dsbench", slash ? dir : NULL);
-    free(dir);
-    struct dsl_strvec argv;
-    dsl_strvec_init(&argv);
-    dsl_strvec_push(&argv, job->self_exe);
-    for (size_t i = 0; i < d->fwd.nr; i++)
-        dsl_strvec_push(&argv, d->fwd.v[i]);
-    dsl_strvec_push(&argv, "--no-prefix");
-    const char *args[] = {"-b", "1M", "-e", "16M", "-f", "4", "-o", "allreduce",
-                          "-w", "2", "-n", "5", "--backend", b->backend, NULL};
-    dsl_strvec_push_nodup(&argv, bench);
-    dsl_strvec_pushv(&argv, args);
-    struct dsl_dynbuf cmd;
-    dsl_dynbuf_init(&cmd, 1u << 16);
-    for (size_t i = 0; i < argv.nr; i++)
-        dsl_dynbuf_addf(&cmd, "%s%s", i ? " " : "", argv.v[i]);
-    b->cmdline = dsl_xstrdup(cmd.buf ? cmd.buf : "");
-    dsl_dynbuf_release(&cmd);
-
-    struct dsl_proc p;
-    struct dsl_spawn_opts so = {.argv = argv.v, .env = environ, .stdin_null = 1,
-                                .pdeathsig = SIGTERM};
-    char err[DSL_ERR_LEN];
-    struct dsl_dynbuf out, errb;
-    dsl_dynbuf_init(&out, 1u << 20);
-    dsl_dynbuf_init(&errb, 1u << 20);
-    b->ran = 1;
-    if (dsl_spawn(&p, &so, err) < 0) {
-        dsl_strvec_push(&b->tail, err);
-        b->code = 127;
-        goto out;
-    }
-    double deadline = dsl_now() + BENCH_TIMEOUT;
-    int open_out = 1, open_err = 1, termed = 0;
-    while (open_out || open_err) {
-        struct pollfd pf[2] = {{.fd = open_out ? p.out_fd : -1, .events = POLLIN},
-                               {.fd = open_err ? p.err_fd : -1, .events = POLLIN}};
-        int pr = poll(pf, 2, 200);
-        if (pr > 0 && pf[0].revents)
-            open_out = read_some(p.out_fd, &out);
-        if (pr > 0 && pf[1].revents)
-            open_err = read_some(p.err_fd, &errb);
-        if (!termed && dsl_now() > deadline) {
-            kill(p.pid, SIGTERM);
-            termed = 1;
-            dsl_strvec_pushf(&b->tail, "no result within %.0f s: stopped", BENCH_TIMEOUT);
-        }
-    }
-    close(p.out_fd);
-    close(p.err_fd);
-    int status = 0;
-    while (waitpid(p.pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    b->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    struct dsl_strvec lines, elines;
-    dsl_strvec_init(&lines);
-    dsl_strvec_init(&elines);
-    split_into(&lines, &out);
-    split_into(&elines, &errb);
-    int have = 0;
-    for (size_t i = 0; i < lines.nr; i++) {
-        const char *l = lines.v[i];
-        if (dsl_doctor_parse_busbw(l, &b->busbw))
-            have = 1;
-        else if (l[0] == ' ' || (l[0] == '#' && l[1] == ' ' && strchr(l, '(') == NULL))
-            dsl_strvec_push(&b->table, l);
-    }
-    if (dsl_log_level() >= 2) /* -vv: everything the all-reduce job said */
-        for (size_t i = 0; i < elines.nr; i++)
-            fprintf(stderr, "allreduce: %s\n", elines.v[i]);
-    size_t from = elines.nr > 5 ? elines.nr - 5 : 0;
-    for (size_t i = from; i < elines.nr; i++)
-        dsl_strvec_push(&b->tail, elines.v[i]);
-    /* the first error line says more than the launcher's closing words: it goes last */
-    for (size_t i = 0; i < elines.nr; i++)
-        if (strstr(elines.v[i], "error:")) {
-            dsl_strvec_push(&b->tail, elines.v[i]);
-            break;
-        }
-    b->ok = b->code == 0 && have && !termed;
-    dsl_strvec_release(&lines);
-    dsl_strvec_release(&elines);
-out:
-    dsl_dynbuf_release(&out);
-    dsl_dynbuf_release(&errb);
-    dsl_strvec_release(&argv);
+    dsl_doctor_bench_release(&d->bench);
+    dsl_doctor_bench_run(&d->bench, job->self_exe, d->fwd.v, gpus ? "nccl" : "tcp");
 }
 
 static void check_bench(struct doctor *d, struct dsl_job *job)
 {
-    struct doc_bench *b = &d->bench;
+    struct dsl_doctor_bench *b = &d->bench;
     if (!d->allreduce)
         return;
     if (dsl_doctor_report_count(&d->rep, DSL_DOCTOR_FAIL) > 0) {
@@ -651,10 +522,6 @@ static void check_bench(struct doctor *d, struct dsl_job *job)
     if (!b->ok) {
         /* one more try: a failure that does not repeat is a note, not a verdict */
         char *first = dsl_xstrdup(b->tail.nr ? b->tail.v[b->tail.nr - 1] : "no output");
-        free(b->cmdline);
-        b->cmdline = NULL;
-        dsl_strvec_clear(&b->table);
-        dsl_strvec_clear(&b->tail);
         run_bench(d, job);
         if (b->ok)
             put(d, "cluster", "allreduce", DSL_DOCTOR_NOTE,
@@ -825,8 +692,7 @@ int dsl_doctor_main(int argc, char **argv)
     memset(&d, 0, sizeof(d));
     d.allreduce = 1;
     dsl_strvec_init(&d.fwd);
-    dsl_strvec_init(&d.bench.table);
-    dsl_strvec_init(&d.bench.tail);
+    dsl_doctor_bench_init(&d.bench);
     dsl_doctor_report_init(&d.rep);
     dsl_launch_opts_init(&opts);
     dsl_hostfile_init(&hf);

@@ -11,7 +11,8 @@ add_library(dsllaunch STATIC
   ${CMAKE_CURRENT_LIST_DIR}/job.c
   ${CMAKE_CURRENT_LIST_DIR}/job_preflight.c
   ${CMAKE_CURRENT_LIST_DIR}/launch.c
-  ${CMAKE_CURRENT_LIST_DIR}/doctor.c ${CMAKE_CURRENT_LIST_DIR}/doctor_report.c ${CMAKE_CURRENT_LIST_DIR}/facts.c)
+  ${CMAKE_CURRENT_LIST_DIR}/doctor.c ${CMAKE_CURRENT_LIST_DIR}/doctor_report.c ${CMAKE_CURRENT_LIST_DIR}/facts.c
+  ${CMAKE_CURRENT_LIST_DIR}/doctor_bench.c)
 target_link_libraries(dsllaunch PUBLIC dslcommon PkgConfig::CJSON ${CMAKE_DL_LIBS})
 target_compile_options(dsllaunch PRIVATE ${DSL_SRC_WARNINGS})
 # multi-node pieces: network facts, quoting, connect-back, pdsh and (with libssh) ssh transports
