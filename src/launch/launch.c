@@ -34,6 +34,7 @@
 #include "dslaunch/parse.h"
 #include "dslaunch/placement.h"
 #include "dslaunch/spawn.h"
+#include "dslaunch/sshsetup.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
@@ -181,6 +182,10 @@ int dsl_launch_main(int argc, char **argv)
 
     if (argc > 1 && !strcmp(argv[1], "doctor"))
         return dsl_doctor_main(argc - 1, argv + 1);
+#ifdef DSL_HAVE_SSH_TRANSPORT
+    if (argc > 1 && !strcmp(argv[1], "ssh-setup"))
+        return dsl_sshsetup_main(argc - 1, argv + 1);
+#endif
     dsl_launch_opts_init(&opts);
     dsl_hostfile_init(&hf);
     dsl_placement_init(&pl);

@@ -1,0 +1,1164 @@
+/*
+ * `dslaunch ssh-setup`: make every host of a hostfile reachable without a password.
+ *
+ * Theory of operation. Everything runs in one thread, one host after the other, with
+ * blocking libssh sessions: the work per host is a handful of round trips, and doing it
+ * in order keeps the prompts (host-key confirmation, the password) readable.
+ *
+ *   1. key       the dedicated ed25519 pair (--key, default ~/.ssh/id_dslaunch) is
+ *                loaded, or generated (private key 0600, written under umask 077)
+ *   2. connect   per host: the ssh config for the alias (--ssh-config or ~/.ssh/config),
+ *                --ssh_port over it; the host key is checked against known_hosts; an
+ *                unknown key's fingerprint is printed and needs a "yes" on the
+ *                terminal or --yes (no terminal and no --yes: the host fails); a
+ *                changed key always fails. Accepted keys are recorded in the local
+ *                known_hosts as "alias,hostname" (or [alias]:port,[hostname]:port).
+ *   3. auth      the dedicated key, then ssh-agent/default keys, then the password,
+ *                read once (--password-fd N, DSLAUNCH_SSH_PASSWORD, or /dev/tty with
+ *                echo off) when the first host needs it, kept in memory only and
+ *                wiped with explicit_bzero at the end
+ *   4. install   over SFTP: the home, ~/.ssh and authorized_keys modes sshd would refuse
+ *                are fixed (and reported), the public key is merged into
+ *                authorized_keys (authkeys.c: present keys are never added twice, an
+ *                unchanged file is never rewritten); a changed file is written to a
+ *                temporary name and renamed over the old one
+ *   5. --mesh    on every reachable host: the key pair as ~/.ssh/<key name>, the
+ *                known_hosts lines of all hosts, and a managed ~/.ssh/config block
+ *                "Host <all hosts> / IdentityFile ~/.ssh/<key name>"; then, from every
+ *                host, one exec channel runs `ssh -o BatchMode=yes -o
+ *                StrictHostKeyChecking=yes <other> true` to every other host, so the
+ *                node-to-node column is a real check
+ *   6. table     one row per host; exit 1 if any row failed
+ *
+ * No user data goes through a remote shell: files travel over SFTP; the only remote
+ * commands are fixed (a rename fallback with quoted relative paths, and the mesh check
+ * whose host names are quoted with dsl_shell_quote()).
+ *
+ * ^C: the default action; sessions die with the process and no file is left half
+ * written (temporary names, then rename). The terminal's echo is restored on return
+ * from the prompt; a ^C during the password prompt leaves echo off, as with ssh.
+ */
+#define _DEFAULT_SOURCE /* explicit_bzero */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+
+#include "dslaunch/authkeys.h"
+#include "dslaunch/dynbuf.h"
+#include "dslaunch/error.h"
+#include "dslaunch/hostfile.h"
+#include "dslaunch/log.h"
+#include "dslaunch/parse.h"
+#include "dslaunch/sshsetup.h"
+#include "dslaunch/strvec.h"
+#include "dslaunch/transport.h"
+#include "dslaunch/xalloc.h"
+#include "common/banned.h"
+
+#define SETUP_FILE_MAX (4u << 20) /* the largest remote ssh file we read */
+#define SETUP_PW_MAX 1024
+
+enum row_state { ROW_NOTRUN = 0, ROW_OK, ROW_CHANGED, ROW_FAILED };
+
+struct setup_host {
+    const char *name;        /* the hostfile's name (owned by the hostfile) */
+    ssh_session s;
+    sftp_session sftp;
+    char *hostname;          /* as the config resolved it; owned */
+    unsigned int port;
+    int reachable;           /* ROW_OK / ROW_FAILED */
+    int key;                 /* ROW_OK: present, ROW_CHANGED: added */
+    int hostkey;             /* ROW_OK: known, ROW_CHANGED: recorded now */
+    int mesh;
+    int mesh_ok, mesh_total;
+    char *khline;            /* this host's known_hosts line; owned */
+    struct dsl_strvec notes; /* what was fixed, for the report */
+    char err[DSL_ERR_LEN];
+};
+
+struct sshsetup {
+    /* options */
+    const char *hostfile;
+    const char *key_path_opt;
+    const char *ssh_config;
+    int ssh_port;
+    int mesh, yes;
+    int password_fd;
+    double connect_timeout;
+    /* state */
+    char *key_path, *key_name; /* local private key and its file name; owned */
+    char *pub_line;            /* "ssh-ed25519 AAAA... dslaunch@host"; owned */
+    char *priv_text;           /* the private key file, for --mesh; owned, wiped */
+    ssh_key key;
+    char pw[SETUP_PW_MAX];
+    int pw_state;              /* 0 not asked, 1 have it, -1 none available */
+    char pw_err[DSL_ERR_LEN];
+    struct setup_host *h;
+    size_t nr;
+};
+
+static void note(struct setup_host *h, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void note(struct setup_host *h, const char *fmt, ...)
+{
+    char buf[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    dsl_strvec_push(&h->notes, buf);
+    dsl_info("%s: %s", h->name, buf);
+}
+
+static int host_fail(struct setup_host *h, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int host_fail(struct setup_host *h, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h->err, sizeof(h->err), fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---------------------------------------------------------------- local files */
+
+static char *home_path(const char *rel)
+{
+    const char *home = getenv("HOME");
+    return dsl_xasprintf("%s/%s", home && home[0] ? home : ".", rel);
+}
+
+static int read_local(const char *path, char **out, char *err)
+{
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dsl_seterr(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
+    char buf[4096];
+    ssize_t n;
+    int r = 0;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        if ((r = dsl_dynbuf_add(&b, buf, (size_t)n)) < 0)
+            break;
+    if (n < 0)
+        r = -errno;
+    close(fd);
+    if (r < 0) {
+        dsl_dynbuf_release(&b);
+        return dsl_seterr(err, r, "cannot read '%s': %s", path, dsl_strerror(r));
+    }
+    *out = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return 0;
+}
+
+/* Write text to path via path.dslaunch-tmp and rename; mode for a new file. */
+static int write_local(const char *path, const char *text, mode_t mode, char *err)
+{
+    char *tmp = dsl_xasprintf("%s.dslaunch-tmp", path);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        mode = st.st_mode & 07777;
+    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) {
+        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        goto out;
+    }
+    size_t len = strlen(text), off = 0;
+    while (off < len) {
+        ssize_t n = write(fd, text + off, len - off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            r = dsl_seterr(err, -errno, "cannot write '%s': %s", tmp, strerror(errno));
+            close(fd);
+            unlink(tmp);
+            goto out;
+        }
+        off += (size_t)n;
+    }
+    if (fchmod(fd, mode) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
+        r = dsl_seterr(err, -errno, "cannot write '%s': %s", path, strerror(errno));
+        unlink(tmp);
+    }
+out:
+    free(tmp);
+    return r;
+}
+
+static void mkdir_ssh(const char *path)
+{
+    char *dir = dsl_xstrdup(path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        const char *base = strrchr(dir, '/');
+        if (base && !strcmp(base, "/.ssh"))
+            mkdir(dir, 0700);
+    }
+    free(dir);
+}
+
+/* Load the dedicated key pair, or create it. */
+static int key_load_or_create(struct sshsetup *st, char *err)
+{
+    int r;
+    char *b64 = NULL, *pubtext = NULL;
+    st->key_path = st->key_path_opt ? dsl_xstrdup(st->key_path_opt)
+                                    : home_path(".ssh/id_dslaunch");
+    const char *base = strrchr(st->key_path, '/');
+    st->key_name = dsl_xstrdup(base ? base + 1 : st->key_path);
+    char *pub_path = dsl_xasprintf("%s.pub", st->key_path);
+
+    if (access(st->key_path, F_OK) == 0) {
+        if (ssh_pki_import_privkey_file(st->key_path, NULL, NULL, NULL, &st->key) != SSH_OK) {
+            r = dsl_seterr(err, DSL_EAUTH,
+                           "cannot load the key '%s' (unreadable or passphrase-protected: "
+                           "ssh-setup needs a key without a passphrase, or pass --key)",
+                           st->key_path);
+            goto out;
+        }
+        struct stat sb;
+        if (stat(st->key_path, &sb) == 0) {
+            const char *why;
+            int fix = dsl_sshperm_fix(DSL_SSHPERM_PRIVKEY, (unsigned int)sb.st_mode, &why);
+            if (fix >= 0 && chmod(st->key_path, (mode_t)fix) == 0)
+                dsl_info("'%s': %s; mode set to %04o", st->key_path, why, (unsigned int)fix);
+        }
+        dsl_info("using the key '%s'", st->key_path);
+    } else {
+        mkdir_ssh(st->key_path);
+        if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &st->key) != SSH_OK) {
+            r = dsl_seterr(err, DSL_EAUTH, "cannot generate an ed25519 key");
+            goto out;
+        }
+        mode_t old = umask(077);
+        int e = ssh_pki_export_privkey_file(st->key, NULL, NULL, NULL, st->key_path);
+        umask(old);
+        if (e != SSH_OK) {
+            r = dsl_seterr(err, -EIO, "cannot write the key '%s' (does its directory exist?)",
+                           st->key_path);
+            goto out;
+        }
+        unlink(pub_path); /* a stale public key of another pair */
+        dsl_info("created the ed25519 key pair '%s' and '%s'", st->key_path, pub_path);
+    }
+    if (ssh_pki_export_pubkey_base64(st->key, &b64) != SSH_OK) {
+        r = dsl_seterr(err, DSL_EAUTH, "cannot derive the public key of '%s'", st->key_path);
+        goto out;
+    }
+    char hn[256] = "localhost";
+    gethostname(hn, sizeof(hn) - 1);
+    hn[sizeof(hn) - 1] = '\0';
+    st->pub_line = dsl_xasprintf("%s %s dslaunch@%s", ssh_key_type_to_char(ssh_key_type(st->key)),
+                                 b64, hn);
+    /* an existing .pub of the same key keeps its comment */
+    char perr[DSL_ERR_LEN];
+    if (read_local(pub_path, &pubtext, perr) == 0) {
+        char *merged = NULL;
+        if (dsl_authkeys_merge(pubtext, st->pub_line, &merged) == 0) {
+            size_t l = strlen(pubtext);
+            while (l && (pubtext[l - 1] == '\n' || pubtext[l - 1] == '\r'))
+                pubtext[--l] = '\0';
+            free(st->pub_line);
+            st->pub_line = dsl_xstrdup(pubtext);
+        } else {
+            r = dsl_seterr(err, DSL_EAUTH, "'%s' does not hold the public key of '%s'",
+                           pub_path, st->key_path);
+            free(merged);
+            goto out;
+        }
+    } else {
+        char *text = dsl_xasprintf("%s\n", st->pub_line);
+        r = write_local(pub_path, text, 0644, err);
+        free(text);
+        if (r < 0)
+            goto out;
+    }
+    if ((r = read_local(st->key_path, &st->priv_text, err)) < 0)
+        goto out;
+    r = 0;
+out:
+    ssh_string_free_char(b64);
+    free(pubtext);
+    free(pub_path);
+    return r;
+}
+
+/* ---------------------------------------------------------------- the terminal */
+
+/* Read one line from fd into buf (at most len-1 bytes, newline dropped). */
+static int read_line_fd(int fd, char *buf, size_t len)
+{
+    size_t o = 0;
+    for (;;) {
+        char c;
+        ssize_t n = read(fd, &c, 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (n == 0 || c == '\n')
+            break;
+        if (o + 1 < len)
+            buf[o++] = c;
+    }
+    while (o && buf[o - 1] == '\r')
+        o--;
+    buf[o] = '\0';
+    return (int)o;
+}
+
+/* The password, asked for once: --password-fd, DSLAUNCH_SSH_PASSWORD, or /dev/tty. */
+static const char *password_get(struct sshsetup *st)
+{
+    if (st->pw_state)
+        return st->pw_state > 0 ? st->pw : NULL;
+    st->pw_state = -1;
+    if (st->password_fd >= 0) {
+        int n = read_line_fd(st->password_fd, st->pw, sizeof(st->pw));
+        if (n < 0) {
+            snprintf(st->pw_err, sizeof(st->pw_err), "cannot read the password from fd %d: %s",
+                     st->password_fd, strerror(-n));
+            return NULL;
+        }
+        st->pw_state = 1;
+        return st->pw;
+    }
+    const char *env = getenv("DSLAUNCH_SSH_PASSWORD");
+    if (env) {
+        snprintf(st->pw, sizeof(st->pw), "%s", env);
+        st->pw_state = 1;
+        return st->pw;
+    }
+    int fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        snprintf(st->pw_err, sizeof(st->pw_err),
+                 "no password to try: no terminal to ask on (use --password-fd N, or install "
+                 "a key first)");
+        return NULL;
+    }
+    struct termios old, quiet;
+    int have_tc = tcgetattr(fd, &old) == 0;
+    if (have_tc) {
+        quiet = old;
+        quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+        quiet.c_lflag |= (tcflag_t)ICANON;
+        tcsetattr(fd, TCSAFLUSH, &quiet);
+    }
+    static const char prompt[] = "SSH password (asked once, used for every host that needs it): ";
+    if (write(fd, prompt, sizeof(prompt) - 1) < 0)
+        dsl_debug("cannot write the prompt");
+    int n = read_line_fd(fd, st->pw, sizeof(st->pw));
+    if (have_tc)
+        tcsetattr(fd, TCSAFLUSH, &old);
+    if (write(fd, "\n", 1) < 0)
+        dsl_debug("cannot write the newline");
+    close(fd);
+    if (n < 0) {
+        snprintf(st->pw_err, sizeof(st->pw_err), "cannot read the password: %s", strerror(-n));
+        return NULL;
+    }
+    st->pw_state = 1;
+    return st->pw;
+}
+
+/* 1: accepted, 0: declined, negative: no way to ask (message in h->err). */
+static int confirm_hostkey(struct sshsetup *st, struct setup_host *h, const char *fp)
+{
+    printf("host key of '%s' (%s port %u): %s\n", h->name, h->hostname, h->port, fp);
+    fflush(stdout);
+    if (st->yes)
+        return 1;
+    int fd = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return host_fail(h, DSL_EAUTH,
+                         "host key of '%s' is not known (%s) and there is no terminal to "
+                         "confirm it: verify the fingerprint, then rerun with --yes",
+                         h->name, fp);
+    char line[64];
+    static const char q[] = "record it in known_hosts and continue? [y/N] ";
+    if (write(fd, q, sizeof(q) - 1) < 0)
+        dsl_debug("cannot write the question");
+    int n = read_line_fd(fd, line, sizeof(line));
+    close(fd);
+    if (n > 0 && (!strcmp(line, "y") || !strcmp(line, "Y") || !strcmp(line, "yes")))
+        return 1;
+    return host_fail(h, DSL_EAUTH, "host key of '%s' (%s) not accepted", h->name, fp);
+}
+
+/* ---------------------------------------------------------------- session */
+
+static void host_fingerprint(ssh_key srv, char *out, size_t len)
+{
+    unsigned char *hash = NULL;
+    size_t hlen = 0;
+    snprintf(out, len, "?");
+    if (ssh_get_publickey_hash(srv, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) == SSH_OK) {
+        char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
+        snprintf(out, len, "%s %s", ssh_key_type_to_char(ssh_key_type(srv)), fp ? fp : "?");
+        ssh_string_free_char(fp);
+        ssh_clean_pubkey_hash(&hash);
+    }
+}
+
+static char *local_known_hosts(ssh_session s)
+{
+    char *kh = NULL;
+    if (ssh_options_get(s, SSH_OPTIONS_KNOWNHOSTS, &kh) == SSH_OK && kh) {
+        char *r = dsl_xstrdup(kh);
+        ssh_string_free_char(kh);
+        return r;
+    }
+    return home_path(".ssh/known_hosts");
+}
+
+/* Check the host key; record an accepted new one (local known_hosts) and h->khline. */
+static int host_key(struct sshsetup *st, struct setup_host *h)
+{
+    ssh_key srv = NULL;
+    char fp[256], *b64 = NULL, *khpath = local_known_hosts(h->s), *text = NULL, *merged = NULL;
+    char err[DSL_ERR_LEN];
+    int r;
+    if (ssh_get_server_publickey(h->s, &srv) != SSH_OK ||
+        ssh_pki_export_pubkey_base64(srv, &b64) != SSH_OK) {
+        r = host_fail(h, DSL_EAUTH, "cannot get the host key of '%s': %s", h->name,
+                      ssh_get_error(h->s));
+        goto out;
+    }
+    host_fingerprint(srv, fp, sizeof(fp));
+    const char *names[2] = {h->name, h->hostname};
+    h->khline = dsl_knownhosts_line(names, 2, (int)h->port, ssh_key_type_to_char(ssh_key_type(srv)),
+                                    b64);
+    switch (ssh_session_is_known_server(h->s)) {
+    case SSH_KNOWN_HOSTS_OK:
+        h->hostkey = ROW_OK;
+        r = 0;
+        goto out;
+    case SSH_KNOWN_HOSTS_UNKNOWN:
+    case SSH_KNOWN_HOSTS_NOT_FOUND:
+        break;
+    case SSH_KNOWN_HOSTS_CHANGED:
+    case SSH_KNOWN_HOSTS_OTHER:
+        r = host_fail(h, DSL_EAUTH,
+                      "host key of '%s' has CHANGED (now %s) from the one in '%s': someone may "
+                      "be intercepting the connection, or the host was reinstalled; check, "
+                      "then remove the old key (ssh-keygen -R %s)",
+                      h->name, fp, khpath, h->name);
+        goto out;
+    case SSH_KNOWN_HOSTS_ERROR:
+    default:
+        r = host_fail(h, DSL_EAUTH, "cannot check the host key of '%s': %s", h->name,
+                      ssh_get_error(h->s));
+        goto out;
+    }
+    if ((r = confirm_hostkey(st, h, fp)) <= 0) {
+        r = r < 0 ? r : DSL_EAUTH;
+        goto out;
+    }
+    if (read_local(khpath, &text, err) < 0)
+        text = NULL;
+    mkdir_ssh(khpath);
+    if ((r = dsl_knownhosts_merge(text, h->khline, &merged)) == 1 &&
+        (r = write_local(khpath, merged, 0600, err)) < 0) {
+        r = host_fail(h, r, "%s", err);
+        goto out;
+    }
+    h->hostkey = ROW_CHANGED;
+    r = 0;
+out:
+    if (r < 0)
+        h->hostkey = ROW_FAILED;
+    ssh_string_free_char(b64);
+    ssh_key_free(srv);
+    free(text);
+    free(merged);
+    free(khpath);
+    return r;
+}
+
+static int host_auth(struct sshsetup *st, struct setup_host *h)
+{
+    int rc = ssh_userauth_publickey(h->s, NULL, st->key);
+    if (rc == SSH_AUTH_SUCCESS)
+        return 0;
+    if (rc == SSH_AUTH_ERROR)
+        goto error;
+    rc = ssh_userauth_publickey_auto(h->s, NULL, NULL);
+    if (rc == SSH_AUTH_SUCCESS)
+        return 0;
+    if (rc == SSH_AUTH_ERROR)
+        goto error;
+    unsigned int methods = (unsigned int)ssh_userauth_list(h->s, NULL);
+    if (!(methods & SSH_AUTH_METHOD_PASSWORD))
+        return host_fail(h, DSL_EAUTH,
+                         "permission denied for '%s' (no key worked and the server takes no "
+                         "password)",
+                         h->name);
+    const char *pw = password_get(st);
+    if (!pw)
+        return host_fail(h, DSL_EAUTH, "permission denied for '%s' by key; %s", h->name,
+                         st->pw_err);
+    rc = ssh_userauth_password(h->s, NULL, pw);
+    if (rc == SSH_AUTH_SUCCESS)
+        return 0;
+    if (rc == SSH_AUTH_ERROR)
+        goto error;
+    return host_fail(h, DSL_EAUTH, "permission denied for '%s': wrong password", h->name);
+error:
+    return host_fail(h, DSL_ECONNECT, "connection to '%s' failed during authentication: %s",
+                     h->name, ssh_get_error(h->s));
+}
+
+static int host_connect(struct sshsetup *st, struct setup_host *h)
+{
+    int r;
+    char *hn = NULL;
+    if (!(h->s = ssh_new()))
+        return host_fail(h, -ENOMEM, "cannot create an ssh session for '%s'", h->name);
+    if (ssh_options_set(h->s, SSH_OPTIONS_HOST, h->name) < 0)
+        return host_fail(h, DSL_EUSAGE, "bad host name '%s'", h->name);
+    if (ssh_options_parse_config(h->s, st->ssh_config) < 0)
+        return host_fail(h, DSL_EUSAGE, "cannot read ssh config '%s': %s",
+                         st->ssh_config ? st->ssh_config : "~/.ssh/config",
+                         ssh_get_error(h->s));
+    if (st->ssh_port > 0) {
+        unsigned int port = (unsigned int)st->ssh_port;
+        ssh_options_set(h->s, SSH_OPTIONS_PORT, &port);
+    }
+    long t = (long)st->connect_timeout;
+    ssh_options_set(h->s, SSH_OPTIONS_TIMEOUT, &t);
+    int verbosity = 0;
+    const char *dbg = getenv("DSLAUNCH_SSH_DEBUG");
+    if (dbg && dsl_parse_int(dbg, 0, 4, &verbosity) < 0)
+        verbosity = 0;
+    ssh_options_set(h->s, SSH_OPTIONS_LOG_VERBOSITY, &verbosity);
+    ssh_options_get(h->s, SSH_OPTIONS_HOST, &hn);
+    h->hostname = dsl_xstrdup(hn ? hn : h->name);
+    ssh_string_free_char(hn);
+    h->port = 22;
+    ssh_options_get_port(h->s, &h->port);
+
+    if (ssh_connect(h->s) != SSH_OK) {
+        h->reachable = ROW_FAILED;
+        return host_fail(h, DSL_ECONNECT, "cannot connect to '%s' (%s port %u): %s", h->name,
+                         h->hostname, h->port, ssh_get_error(h->s));
+    }
+    if ((r = host_key(st, h)) < 0)
+        return r;
+    if ((r = host_auth(st, h)) < 0) {
+        h->reachable = ROW_FAILED;
+        return r;
+    }
+    h->reachable = ROW_OK;
+    if (!(h->sftp = sftp_new(h->s)) || sftp_init(h->sftp) != SSH_OK)
+        return host_fail(h, DSL_EREMOTE,
+                         "'%s' offers no SFTP (add 'Subsystem sftp internal-sftp' to its "
+                         "sshd_config): %s",
+                         h->name, ssh_get_error(h->s));
+    return 0;
+}
+
+/* ---------------------------------------------------------------- remote files */
+
+/* Remote file text into *out (NULL when the file does not exist). */
+static int sftp_read_text(struct setup_host *h, const char *path, char **out)
+{
+    *out = NULL;
+    sftp_file f = sftp_open(h->sftp, path, O_RDONLY, 0);
+    if (!f) {
+        if (sftp_get_error(h->sftp) == SSH_FX_NO_SUCH_FILE)
+            return 0;
+        return host_fail(h, DSL_EREMOTE, "cannot read '~/%s' on '%s': %s", path, h->name,
+                         ssh_get_error(h->s));
+    }
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
+    char buf[16384];
+    ssize_t n;
+    int r = 0;
+    while ((n = sftp_read(f, buf, sizeof(buf))) > 0)
+        if ((r = dsl_dynbuf_add(&b, buf, (size_t)n)) < 0)
+            break;
+    sftp_close(f);
+    if (n < 0 || r < 0) {
+        dsl_dynbuf_release(&b);
+        return host_fail(h, DSL_EREMOTE, "cannot read '~/%s' on '%s': %s", path, h->name,
+                         r < 0 ? dsl_strerror(r) : ssh_get_error(h->s));
+    }
+    *out = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return 0;
+}
+
+/* Run a fixed command in the home directory over an exec channel; output in *out. */
+static int exec_capture(struct setup_host *h, const char *cmd, struct dsl_dynbuf *out,
+                        int *status)
+{
+    ssh_channel ch = ssh_channel_new(h->s);
+    int r = 0;
+    *status = -1;
+    if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
+        ssh_channel_request_exec(ch, cmd) != SSH_OK) {
+        r = host_fail(h, DSL_EREMOTE, "'%s' refused to run a command: %s", h->name,
+                      ssh_get_error(h->s));
+        goto out;
+    }
+    char buf[4096];
+    int n;
+    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
+        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
+            break;
+    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 1)) > 0)
+        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
+            break;
+    ssh_channel_send_eof(ch);
+    *status = ssh_channel_get_exit_status(ch);
+out:
+    if (ch) {
+        ssh_channel_close(ch);
+        ssh_channel_free(ch);
+    }
+    return r;
+}
+
+/* Replace ~/path with text: temporary name, mode, then rename over the old file. */
+static int sftp_write_text(struct setup_host *h, const char *path, const char *text,
+                           mode_t mode)
+{
+    char *tmp = dsl_xasprintf("%s.dslaunch-tmp", path);
+    int r = 0;
+    sftp_attributes a = sftp_stat(h->sftp, path);
+    if (a) {
+        mode = (mode_t)(a->permissions & 07777);
+        sftp_attributes_free(a);
+    }
+    sftp_unlink(h->sftp, tmp);
+    sftp_file f = sftp_open(h->sftp, tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    if (!f) {
+        r = host_fail(h, DSL_EREMOTE, "cannot create '~/%s' on '%s': %s", tmp, h->name,
+                      ssh_get_error(h->s));
+        goto out;
+    }
+    size_t len = strlen(text), off = 0;
+    while (off < len) {
+        ssize_t n = sftp_write(f, text + off, len - off);
+        if (n <= 0) {
+            sftp_close(f);
+            sftp_unlink(h->sftp, tmp);
+            r = host_fail(h, DSL_EREMOTE, "cannot write '~/%s' on '%s': %s", tmp, h->name,
+                          ssh_get_error(h->s));
+            goto out;
+        }
+        off += (size_t)n;
+    }
+    sftp_close(f);
+    sftp_chmod(h->sftp, tmp, mode); /* the server's umask applied at open */
+    if (sftp_rename(h->sftp, tmp, path) < 0) {
+        /* SFTP v3 rename does not replace an existing file: a fixed mv, paths quoted */
+        char *qt = dsl_shell_quote(tmp), *qp = dsl_shell_quote(path);
+        char *cmd = dsl_xasprintf("mv -f -- %s %s", qt, qp);
+        struct dsl_dynbuf o;
+        int status;
+        dsl_dynbuf_init(&o, 4096);
+        r = exec_capture(h, cmd, &o, &status);
+        if (r == 0 && status != 0)
+            r = host_fail(h, DSL_EREMOTE, "cannot replace '~/%s' on '%s': %s", path, h->name,
+                          dsl_dynbuf_str(&o));
+        if (r < 0)
+            sftp_unlink(h->sftp, tmp);
+        dsl_dynbuf_release(&o);
+        free(cmd);
+        free(qt);
+        free(qp);
+    }
+out:
+    free(tmp);
+    return r;
+}
+
+/* Fix the mode of ~/path if sshd or ssh would refuse it (relpath "" is the home). */
+static void fix_mode(struct setup_host *h, const char *path, const char *shown,
+                     enum dsl_sshperm_kind kind)
+{
+    sftp_attributes a = sftp_stat(h->sftp, path);
+    if (!a)
+        return;
+    unsigned int mode = a->permissions & 07777;
+    sftp_attributes_free(a);
+    const char *why;
+    int fix = dsl_sshperm_fix(kind, mode, &why);
+    if (fix < 0)
+        return;
+    if (sftp_chmod(h->sftp, path, (mode_t)fix) < 0)
+        note(h, "%s: %s, and cannot change mode %04o: %s", shown, why, mode,
+             ssh_get_error(h->s));
+    else
+        note(h, "%s: %s; mode %04o -> %04o", shown, why, mode, (unsigned int)fix);
+}
+
+/* Merge entry into ~/path with merge(); returns 1 when written, 0 when present. */
+static int merge_remote(struct setup_host *h, const char *path, const char *entry,
+                        int (*merge)(const char *, const char *, char **), mode_t mode)
+{
+    char *text = NULL, *merged = NULL;
+    int r = sftp_read_text(h, path, &text);
+    if (r < 0)
+        return r;
+    r = merge(text, entry, &merged);
+    if (r == 1 && sftp_write_text(h, path, merged, mode) < 0)
+        r = DSL_EREMOTE;
+    else if (r < 0)
+        host_fail(h, r, "cannot merge into '~/%s' on '%s'", path, h->name);
+    free(text);
+    free(merged);
+    return r;
+}
+
+/* Make sure ~/.ssh exists with a mode sshd accepts. */
+static int ensure_ssh_dir(struct setup_host *h)
+{
+    sftp_attributes a = sftp_stat(h->sftp, ".ssh");
+    if (!a) {
+        if (sftp_mkdir(h->sftp, ".ssh", 0700) < 0)
+            return host_fail(h, DSL_EREMOTE, "cannot create '~/.ssh' on '%s': %s", h->name,
+                             ssh_get_error(h->s));
+        sftp_chmod(h->sftp, ".ssh", 0700);
+        note(h, "created ~/.ssh (0700)");
+        return 0;
+    }
+    sftp_attributes_free(a);
+    fix_mode(h, ".ssh", "~/.ssh", DSL_SSHPERM_SSHDIR);
+    return 0;
+}
+
+static int install_key(struct sshsetup *st, struct setup_host *h)
+{
+    int r;
+    fix_mode(h, ".", "home directory", DSL_SSHPERM_HOME);
+    if ((r = ensure_ssh_dir(h)) < 0)
+        goto fail;
+    r = merge_remote(h, ".ssh/authorized_keys", st->pub_line, dsl_authkeys_merge, 0600);
+    if (r < 0)
+        goto fail;
+    h->key = r == 1 ? ROW_CHANGED : ROW_OK;
+    fix_mode(h, ".ssh/authorized_keys", "~/.ssh/authorized_keys", DSL_SSHPERM_AUTHKEYS);
+    return 0;
+fail:
+    h->key = ROW_FAILED;
+    return r;
+}
+
+/* Write ~/.ssh/<name> with text unless it already holds exactly that. */
+static int put_file(struct setup_host *h, const char *path, const char *text, mode_t mode,
+                    enum dsl_sshperm_kind kind)
+{
+    char *cur = NULL;
+    int r = sftp_read_text(h, path, &cur);
+    if (r == 0 && (!cur || strcmp(cur, text) != 0))
+        r = sftp_write_text(h, path, text, mode);
+    free(cur);
+    if (r == 0) {
+        char *shown = dsl_xasprintf("~/%s", path);
+        fix_mode(h, path, shown, kind);
+        free(shown);
+    }
+    return r;
+}
+
+/* The managed ~/.ssh/config block: every host uses the dedicated key. */
+static char *mesh_config_block(struct sshsetup *st)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
+    dsl_dynbuf_addstr(&b, "Host");
+    for (size_t i = 0; i < st->nr; i++)
+        dsl_dynbuf_addf(&b, " %s", st->h[i].name);
+    dsl_dynbuf_addf(&b, "\n  IdentityFile ~/.ssh/%s\n", st->key_name);
+    if (st->ssh_port > 0)
+        dsl_dynbuf_addf(&b, "  Port %d\n", st->ssh_port);
+    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return s;
+}
+
+static int mesh_install(struct sshsetup *st, struct setup_host *h, const char *block)
+{
+    int r, changed = 0;
+    char *priv = dsl_xasprintf(".ssh/%s", st->key_name);
+    char *pub = dsl_xasprintf(".ssh/%s.pub", st->key_name);
+    char *pubtext = dsl_xasprintf("%s\n", st->pub_line);
+    if ((r = put_file(h, priv, st->priv_text, 0600, DSL_SSHPERM_PRIVKEY)) < 0 ||
+        (r = put_file(h, pub, pubtext, 0644, DSL_SSHPERM_AUTHKEYS)) < 0)
+        goto out;
+    for (size_t i = 0; i < st->nr; i++) {
+        if (!st->h[i].khline)
+            continue;
+        r = merge_remote(h, ".ssh/known_hosts", st->h[i].khline, dsl_knownhosts_merge, 0600);
+        if (r < 0)
+            goto out;
+        changed |= r;
+    }
+    r = merge_remote(h, ".ssh/config", block, dsl_sshconfig_merge, 0600);
+    if (r < 0)
+        goto out;
+    fix_mode(h, ".ssh/config", "~/.ssh/config", DSL_SSHPERM_CONFIG);
+    if (changed)
+        note(h, "known_hosts entries of the hosts added to ~/.ssh/known_hosts");
+    r = 0;
+out:
+    if (r < 0)
+        h->mesh = ROW_FAILED;
+    free(priv);
+    free(pub);
+    free(pubtext);
+    return r;
+}
+
+/* Did the host get through set-up, so that others should reach it? */
+static int mesh_member(const struct setup_host *h)
+{
+    return h->sftp && h->key != ROW_FAILED && h->mesh != ROW_FAILED;
+}
+
+/* From h, ssh to every other reachable host with BatchMode: the real check. */
+static int mesh_check(struct sshsetup *st, struct setup_host *h)
+{
+    struct dsl_dynbuf cmd, out;
+    int status, r;
+    dsl_dynbuf_init(&cmd, SETUP_FILE_MAX);
+    dsl_dynbuf_init(&out, SETUP_FILE_MAX);
+    dsl_dynbuf_addstr(&cmd, "for h in");
+    h->mesh_total = 0;
+    for (size_t i = 0; i < st->nr; i++) {
+        if (&st->h[i] == h || !mesh_member(&st->h[i]))
+            continue; /* a host that failed set-up has its own row saying so */
+        char *q = dsl_shell_quote(st->h[i].name);
+        dsl_dynbuf_addf(&cmd, " %s", q);
+        free(q);
+        h->mesh_total++;
+    }
+    if (!h->mesh_total) {
+        h->mesh = ROW_OK;
+        r = 0;
+        goto out;
+    }
+    dsl_dynbuf_addf(&cmd, "; do if e=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes "
+                          "-o ConnectTimeout=%d%s -- \"$h\" true 2>&1 </dev/null); then "
+                          "echo \"ok $h\"; else echo \"fail $h $(printf %%s \"$e\" | tail -n 1)\"; "
+                          "fi; done",
+                    (int)st->connect_timeout, st->ssh_port > 0 ? " -p \"$DSL_PORT\"" : "");
+    char *full;
+    if (st->ssh_port > 0)
+        full = dsl_xasprintf("DSL_PORT=%d; %s", st->ssh_port, dsl_dynbuf_str(&cmd));
+    else
+        full = dsl_xstrdup(dsl_dynbuf_str(&cmd));
+    r = exec_capture(h, full, &out, &status);
+    free(full);
+    if (r < 0)
+        goto out;
+    h->mesh_ok = 0;
+    struct dsl_dynbuf fails;
+    dsl_dynbuf_init(&fails, DSL_ERR_LEN);
+    for (const char *l = dsl_dynbuf_str(&out); *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t len = nl ? (size_t)(nl - l) : strlen(l);
+        if (len > 3 && !strncmp(l, "ok ", 3))
+            h->mesh_ok++;
+        else if (len > 5 && !strncmp(l, "fail ", 5))
+            dsl_dynbuf_addf(&fails, "%s%.*s", fails.len ? "; " : "", (int)(len - 5), l + 5);
+        l += len + (nl ? 1 : 0);
+    }
+    if (h->mesh_ok == h->mesh_total) {
+        h->mesh = ROW_OK;
+    } else {
+        h->mesh = ROW_FAILED;
+        host_fail(h, DSL_EREMOTE, "from '%s', ssh -o BatchMode=yes failed to: %s", h->name,
+                  fails.len ? dsl_dynbuf_str(&fails) : dsl_dynbuf_str(&out));
+        r = DSL_EREMOTE;
+    }
+    dsl_dynbuf_release(&fails);
+out:
+    dsl_dynbuf_release(&cmd);
+    dsl_dynbuf_release(&out);
+    return r;
+}
+
+/* With the default key, the local ~/.ssh/config names it for the hosts (the launcher
+ * and ssh then find it); with --key the user chose a path and wires it up. */
+static void local_config(struct sshsetup *st, const char *block)
+{
+    if (st->key_path_opt)
+        return;
+    char *path = home_path(".ssh/config"), *text = NULL, *merged = NULL, err[DSL_ERR_LEN];
+    if (read_local(path, &text, err) < 0)
+        text = NULL;
+    if (dsl_sshconfig_merge(text, block, &merged) == 1) {
+        if (write_local(path, merged, 0600, err) < 0)
+            dsl_warn("%s", err);
+        else
+            dsl_info("'%s': IdentityFile %s set for the hosts", path, st->key_path);
+    }
+    free(text);
+    free(merged);
+    free(path);
+}
+
+/* ---------------------------------------------------------------- report */
+
+static const char *cell(int state, const char *ok, const char *changed)
+{
+    switch (state) {
+    case ROW_OK: return ok;
+    case ROW_CHANGED: return changed;
+    case ROW_FAILED: return "FAILED";
+    default: return "-";
+    }
+}
+
+static int report(struct sshsetup *st)
+{
+    int failed = 0;
+    size_t w = 4;
+    for (size_t i = 0; i < st->nr; i++)
+        if (strlen(st->h[i].name) > w)
+            w = strlen(st->h[i].name);
+    printf("\n%-*s  %-9s  %-13s  %-17s", (int)w, "host", "reachable", "key installed",
+           "host key recorded");
+    if (st->mesh)
+        printf("  node-to-node");
+    printf("\n");
+    for (size_t i = 0; i < st->nr; i++) {
+        struct setup_host *h = &st->h[i];
+        int row_failed = h->reachable != ROW_OK || h->key == ROW_FAILED ||
+                         h->hostkey == ROW_FAILED || h->key == ROW_NOTRUN ||
+                         (st->mesh && h->mesh != ROW_OK);
+        failed |= row_failed;
+        printf("%-*s  %-9s  %-13s  %-17s", (int)w, h->name,
+               h->reachable == ROW_OK ? "yes" : h->reachable == ROW_FAILED ? "NO" : "-",
+               cell(h->key, "yes (present)", "yes (added)"),
+               cell(h->hostkey, "yes (known)", "yes (new)"));
+        if (st->mesh) {
+            if (h->mesh_total > 0 || h->mesh == ROW_OK)
+                printf("  %s %d/%d", h->mesh == ROW_OK ? "ok" : "FAILED", h->mesh_ok,
+                       h->mesh_total);
+            else
+                printf("  %s", cell(h->mesh, "ok", "ok"));
+        }
+        printf("\n");
+    }
+    for (size_t i = 0; i < st->nr; i++) {
+        struct setup_host *h = &st->h[i];
+        for (size_t k = 0; k < h->notes.nr; k++)
+            printf("%s: fixed: %s\n", h->name, h->notes.v[k]);
+        if (h->err[0])
+            printf("%s: error: %s\n", h->name, h->err);
+    }
+    fflush(stdout);
+    return failed;
+}
+
+/* ---------------------------------------------------------------- main */
+
+static void usage(FILE *f)
+{
+    fputs("usage: dslaunch ssh-setup --hostfile H [--mesh] [options]\n"
+          "  installs a dedicated key on every host of H (reachable with a password or a\n"
+          "  key) and records their host keys; --mesh also lets every host reach every\n"
+          "  other (docs/ssh-setup.md)\n"
+          "  -H, --hostfile FILE   hosts (default /job/hostfile)\n"
+          "  --mesh                key pair, known_hosts and config on every host, checked\n"
+          "                        from every host to every other with ssh -o BatchMode=yes\n"
+          "  --key FILE            the key pair (default ~/.ssh/id_dslaunch; made if missing)\n"
+          "  --yes                 accept every unknown host key (after printing it)\n"
+          "  --password-fd N       read the password from file descriptor N (automation;\n"
+          "                        DSLAUNCH_SSH_PASSWORD works too but is visible in /proc)\n"
+          "  --ssh-config FILE     ssh client configuration (default ~/.ssh/config)\n"
+          "  --ssh_port PORT       ssh port over the config\n"
+          "  --connect-timeout S   per host (default 10)\n"
+          "  -v, -q                more, less output\n",
+          f);
+}
+
+static int parse_args(struct sshsetup *st, int argc, char **argv, int *verbose)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        char name[64];
+        const char *eq = strchr(a, '=');
+        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof(name)) {
+            dsl_error("ssh-setup: unknown option '%s'", a);
+            return -1;
+        }
+        memcpy(name, a, nl);
+        name[nl] = '\0';
+        for (char *p = name + 2; nl > 2 && *p; p++)
+            if (*p == '_')
+                *p = '-';
+        int takes = !strcmp(name, "-H") || !strcmp(name, "--hostfile") ||
+                    !strcmp(name, "--key") || !strcmp(name, "--password-fd") ||
+                    !strcmp(name, "--ssh-config") || !strcmp(name, "--ssh-port") ||
+                    !strcmp(name, "--connect-timeout");
+        if (takes) {
+            if (eq)
+                v = eq + 1;
+            else if (i + 1 < argc)
+                v = argv[++i];
+            else {
+                dsl_error("ssh-setup: option '%s' needs a value", name);
+                return -1;
+            }
+        } else if (eq) {
+            dsl_error("ssh-setup: option '%s' takes no value", name);
+            return -1;
+        }
+        if (!strcmp(name, "-H") || !strcmp(name, "--hostfile"))
+            st->hostfile = v;
+        else if (!strcmp(name, "--key"))
+            st->key_path_opt = v;
+        else if (!strcmp(name, "--ssh-config"))
+            st->ssh_config = v;
+        else if (!strcmp(name, "--password-fd")) {
+            if (dsl_parse_int(v, 0, INT_MAX, &st->password_fd) < 0) {
+                dsl_error("ssh-setup: bad file descriptor '%s'", v);
+                return -1;
+            }
+        } else if (!strcmp(name, "--ssh-port")) {
+            if (dsl_parse_int(v, 1, 65535, &st->ssh_port) < 0) {
+                dsl_error("ssh-setup: bad port '%s'", v);
+                return -1;
+            }
+        } else if (!strcmp(name, "--connect-timeout")) {
+            if (dsl_parse_seconds(v, &st->connect_timeout) < 0 || st->connect_timeout < 1) {
+                dsl_error("ssh-setup: bad timeout '%s'", v);
+                return -1;
+            }
+        } else if (!strcmp(name, "--mesh"))
+            st->mesh = 1;
+        else if (!strcmp(name, "--yes") || !strcmp(name, "-y"))
+            st->yes = 1;
+        else if (!strcmp(name, "-v"))
+            *verbose = 2;
+        else if (!strcmp(name, "-q"))
+            *verbose = 0;
+        else if (!strcmp(name, "-h") || !strcmp(name, "--help"))
+            return 1;
+        else {
+            dsl_error("ssh-setup: unknown option '%s'", a);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int dsl_sshsetup_main(int argc, char **argv)
+{
+    struct sshsetup st;
+    struct dsl_hostfile hf;
+    char err[DSL_ERR_LEN];
+    char *block = NULL;
+    int code = 2, verbose = 1;
+
+    memset(&st, 0, sizeof(st));
+    st.password_fd = -1;
+    st.connect_timeout = 10;
+    dsl_hostfile_init(&hf);
+
+    int pr = parse_args(&st, argc, argv, &verbose);
+    if (pr != 0) {
+        usage(pr > 0 ? stdout : stderr);
+        code = pr > 0 ? 0 : 2;
+        goto out;
+    }
+    dsl_log_set_level(verbose);
+    if (!st.hostfile && access("/job/hostfile", F_OK) == 0)
+        st.hostfile = "/job/hostfile";
+    if (!st.hostfile) {
+        dsl_error("ssh-setup: no hostfile (pass --hostfile FILE)");
+        usage(stderr);
+        goto out;
+    }
+    if (dsl_hostfile_load(&hf, st.hostfile, err) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    if (!hf.nr) {
+        dsl_error("hostfile '%s' lists no hosts", st.hostfile);
+        goto out;
+    }
+    code = 1;
+    if (key_load_or_create(&st, err) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    st.h = dsl_xcalloc(hf.nr, sizeof(*st.h));
+    for (size_t i = 0; i < hf.nr; i++) {
+        size_t j;
+        for (j = 0; j < st.nr; j++)
+            if (!strcmp(st.h[j].name, hf.hosts[i].name))
+                break;
+        if (j < st.nr)
+            continue; /* a host listed twice is set up once */
+        st.h[st.nr].name = hf.hosts[i].name;
+        dsl_strvec_init(&st.h[st.nr].notes);
+        st.nr++;
+    }
+    for (size_t i = 0; i < st.nr; i++) {
+        struct setup_host *h = &st.h[i];
+        if (host_connect(&st, h) == 0)
+            install_key(&st, h);
+    }
+    block = mesh_config_block(&st);
+    local_config(&st, block);
+    if (st.mesh) {
+        for (size_t i = 0; i < st.nr; i++)
+            if (st.h[i].sftp && st.h[i].key != ROW_FAILED)
+                mesh_install(&st, &st.h[i], block);
+        for (size_t i = 0; i < st.nr; i++)
+            if (mesh_member(&st.h[i]))
+                mesh_check(&st, &st.h[i]);
+    }
+    code = report(&st) ? 1 : 0;
+out:
+    for (size_t i = 0; i < st.nr; i++) {
+        struct setup_host *h = &st.h[i];
+        if (h->sftp)
+            sftp_free(h->sftp);
+        if (h->s) {
+            if (ssh_is_connected(h->s))
+                ssh_disconnect(h->s);
+            ssh_free(h->s);
+        }
+        free(h->hostname);
+        free(h->khline);
+        dsl_strvec_release(&h->notes);
+    }
+    free(st.h);
+    free(block);
+    explicit_bzero(st.pw, sizeof(st.pw));
+    if (st.priv_text) {
+        explicit_bzero(st.priv_text, strlen(st.priv_text));
+        free(st.priv_text);
+    }
+    ssh_key_free(st.key);
+    free(st.key_path);
+    free(st.key_name);
+    free(st.pub_line);
+    dsl_hostfile_release(&hf);
+    return code;
+}
