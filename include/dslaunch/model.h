@@ -38,6 +38,10 @@ struct dsl_model_seg {
 struct dsl_grad_sink {
     float *(*dest)(void *ctx, size_t seg);
     void (*done)(void *ctx, size_t seg);
+    /** Forward calls need(ctx, off, len) before it reads params[off, off+len) (a
+     *  layer), so parameters still being all-gathered can arrive just in time; NULL:
+     *  everything is in place. */
+    void (*need)(void *ctx, size_t off, size_t len);
     void *ctx;
 };
 

@@ -8,6 +8,9 @@
  *   stage 1: params P, grads P, optimizer state S             (8P + 8S bytes)
  *   stage 2: params P, reduced grads S, optimizer state S, plus one (two with
  *            overlap_comm) bucket staging buffers             (4P + 12S + buckets)
+ * Stages 1/2 all-gather the parameters bucket by bucket in forward order right after
+ * each bucket's optimizer update and do not wait: the next forward waits for each
+ * layer's buckets just before using them (model.h's need()).
  * The shard of a rank is, for every gradient bucket, its dsl_shard_of() piece of the
  * bucket; bucket boundaries come from the model's segment list and
  * reduce_bucket_size, so S differs from P/N by at most one element per bucket.
@@ -103,6 +106,11 @@ struct dsl_trainer {
     int32_t *yb;
     float *stats;       /* per micro step: loss, correct (+ stop flag) */
 
+    int *gq;            /* all-gather requests of the last step, in issue order */
+    size_t *gb;         /* ... and their buckets */
+    size_t ngather, gather_done; /* issued, waited for (a prefix) */
+    double gather_wait; /* seconds forward spent waiting for parameters */
+
     uint64_t step;      /* optimizer steps done */
     int comm_err;       /* first comm failure inside backward */
     struct dsl_mem_report mem;
@@ -122,6 +130,10 @@ void dsl_trainer_release(struct dsl_trainer *t);
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err);
+
+/** Wait for parameter all-gathers still in flight from the last step (stages 1/2
+ *  leave them running into the next forward). Call before reading t->params. */
+int dsl_trainer_sync(struct dsl_trainer *t, char *err);
 
 /** Accuracy and mean loss on a dataset, split over the ranks (all ranks call it). */
 int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,

@@ -73,11 +73,14 @@ static void mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
 }
 
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows */
-static void mlp_forward(struct mlp *p, const float *params, const float *x, size_t n)
+static void mlp_forward(struct mlp *p, const float *params, const float *x, size_t n,
+                        const struct dsl_grad_sink *sink)
 {
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->nlayers; l++) {
         size_t in = p->dims[l], out = p->dims[l + 1];
+        if (sink && sink->need)
+            sink->need(sink->ctx, p->woff[l], out * (in + 1));
         const float *w = params + p->woff[l];
         const float *b = w + in * out;
         float *z = p->act[l + 1];
@@ -139,7 +142,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(p, params, x, n);
+    mlp_forward(p, params, x, n, sink);
     float *dz = p->dz, *dnext = p->dz2;
     mlp_loss(p, y, n, dz, st);
 
@@ -190,7 +193,7 @@ static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(p, params, x, n);
+    mlp_forward(p, params, x, n, NULL);
     mlp_loss(p, y, n, NULL, st);
     return 0;
 }

@@ -109,6 +109,8 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
                           o->micro_batch, o->grad_accum);
     t->G = o->micro_batch * o->grad_accum * (size_t)t->world;
     build_buckets(t);
+    t->gq = dsl_xcalloc(t->nbk, sizeof(int));
+    t->gb = dsl_xcalloc(t->nbk, sizeof(size_t));
 
     struct dsl_mem_report *r = &t->mem;
     int fail = 0;
@@ -174,6 +176,8 @@ void dsl_trainer_release(struct dsl_trainer *t)
     free(t->acc);
     free(t->acc_used);
     free(t->bk);
+    free(t->gq);
+    free(t->gb);
     free(t->seg_bucket);
     free(t->xb);
     free(t->yb);
@@ -185,6 +189,8 @@ void dsl_trainer_memory(const struct dsl_trainer *t, struct dsl_mem_report *r)
 {
     *r = t->mem;
 }
+
+static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err);
 
 /* ---- gradient sink: where backward writes, and what happens when a bucket is done */
 
@@ -261,6 +267,49 @@ static void sink_done(void *ctx, size_t seg)
         t->comm_err = r;
 }
 
+/* wait until the k-th issued all-gather (and every earlier one) is complete */
+static int gather_wait_upto(struct dsl_trainer *t, size_t k)
+{
+    if (k < t->gather_done)
+        return 0;
+    double w0 = dsl_now();
+    int r = dsl_comm_wait(t->comm, t->gq[k]);
+    t->gather_wait += dsl_now() - w0;
+    t->gather_done = k + 1;
+    return r;
+}
+
+static void sink_need(void *ctx, size_t off, size_t len)
+{
+    struct dsl_trainer *t = ctx;
+    if (t->gather_done >= t->ngather || t->comm_err)
+        return;
+    size_t need = 0;
+    int any = 0;
+    for (size_t k = 0; k < t->ngather; k++) {
+        const struct dsl_bucket *b = &t->bk[t->gb[k]];
+        if (b->lo < off + len && off < b->lo + b->len) {
+            need = k;
+            any = 1;
+        }
+    }
+    if (any) {
+        int r = gather_wait_upto(t, need);
+        if (r < 0)
+            t->comm_err = r;
+    }
+}
+
+int dsl_trainer_sync(struct dsl_trainer *t, char *err)
+{
+    if (t->gather_done >= t->ngather)
+        return 0;
+    int r = gather_wait_upto(t, t->ngather - 1);
+    if (r < 0)
+        return comm_fail(t, r, "parameter all-gather", err);
+    return 0;
+}
+
 /* ---- accumulation over micro steps ---------------------------------------------- */
 
 static void add_into(float *dst, const float *src, size_t n)
@@ -317,6 +366,7 @@ static float *final_grads(struct dsl_trainer *t, size_t j, int fold)
 
 static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err)
 {
+    t->ngather = t->gather_done = 0; /* the comm is unusable now: nothing to wait for */
     const char *why = dsl_comm_last_error(t->comm);
     return dsl_seterr(err, r, "%s failed at step %llu: %s", what,
                       (unsigned long long)t->step + 1, why && *why ? why : dsl_strerror(r));
@@ -401,12 +451,13 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 {
     struct dsl_model *m = t->model;
     size_t mb = t->o.micro_batch, ga = t->o.grad_accum, N = (size_t)t->world;
-    struct dsl_grad_sink sink = {sink_dest, sink_done, t};
+    struct dsl_grad_sink sink = {sink_dest, sink_done, sink_need, t};
     uint64_t sent0 = dsl_comm_bytes_sent(t->comm);
     int r;
     memset(res, 0, sizeof(*res));
 
     double c0, c1 = dsl_now();
+    t->gather_wait = 0.0;
     for (size_t k = 0; k < ga; k++) {
         c0 = c1;
         size_t chunk = k * N + (size_t)t->rank;
@@ -441,6 +492,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         t->stats[ga + k] = (float)st.correct;
     }
 
+    res->t_compute -= t->gather_wait;
+    if ((r = dsl_trainer_sync(t, err)) < 0)
+        return r;
     /* loss, accuracy and the stop flag, summed over the ranks per micro step */
     t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
     if ((r = dsl_comm_allreduce(t->comm, t->stats, t->stats, 2 * ga + 1, DSL_FLOAT32,
@@ -467,14 +521,16 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     res->t_small = c0 - c1;
     float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, t->step) : t->o.optim.lr;
     res->lr = lr;
-    /* the optimizer bucket by bucket; with a shard (stages 1/2) each bucket's
-     * all-gather is issued as soon as its piece is updated, so it runs while the
-     * optimizer works on the next bucket */
-    int gather = t->o.zero_stage > 0 && t->world > 1, last = -1;
+    /* the optimizer bucket by bucket, in forward order (buckets are listed in
+     * backward order); with a shard (stages 1/2) each bucket's all-gather is issued
+     * right after its update and left running: the next forward waits for each
+     * layer's buckets just before it needs them (sink_need) */
+    int gather = t->o.zero_stage > 0 && t->world > 1;
     double t_issue = 0.0;
-    for (size_t j = 0; j < t->nbk; j++) {
-        struct dsl_bucket *b = &t->bk[j];
-        float *g = final_grads(t, j, 0);
+    t->ngather = t->gather_done = 0;
+    for (size_t jj = t->nbk; jj-- > 0;) {
+        struct dsl_bucket *b = &t->bk[jj];
+        float *g = final_grads(t, jj, 0);
         if (coef != 1.0f)
             scale(g, b->plen, coef);
         float *p = t->params + b->lo;
@@ -484,18 +540,17 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if (gather) {
             double i0 = dsl_now();
             if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
-                                         &last)) < 0)
+                                         &t->gq[t->ngather])) < 0)
                 return comm_fail(t, r, "parameter all-gather", err);
+            t->gb[t->ngather++] = jj;
             t_issue += dsl_now() - i0;
         }
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
-    c1 = dsl_now();
-    res->t_optim = c1 - c0 - t_issue;
-    if (gather && (r = dsl_comm_wait(t->comm, last)) < 0)
-        return comm_fail(t, r, "parameter all-gather", err);
-    res->t_gather = dsl_now() - c1 + t_issue;
+    res->t_optim = dsl_now() - c0 - t_issue;
+    /* the all-gather's cost shows up as the next forward's wait; count it here */
+    res->t_gather = t_issue + t->gather_wait;
     t->step++;
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
     return 0;
@@ -506,6 +561,9 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
 {
     struct dsl_model *m = t->model;
     size_t off, len, bs = m->max_batch;
+    int r0 = dsl_trainer_sync(t, err);
+    if (r0 < 0)
+        return r0;
     dsl_shard_of(d->n, t->rank, t->world, &off, &len);
     double correct = 0.0, lsum = 0.0;
     for (size_t i = 0; i < len; i += bs) {
@@ -546,6 +604,9 @@ void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, f
 int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate, char *err)
 {
     float *vecs[2] = {t->m, t->v};
+    int r0 = dsl_trainer_sync(t, err);
+    if (r0 < 0)
+        return r0;
     for (size_t s = 0; s < nstate && s < 2; s++) {
         float *full = state + s * t->P;
         if (t->o.zero_stage == 0) {

@@ -192,6 +192,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if ((r = save_ckpt(t, ro, err)) < 0)
             goto out;
 
+    if ((r = dsl_trainer_sync(t, err)) < 0)
+        goto out;
     if (ro->params_out && t->rank == 0) {
         FILE *pf = fopen(ro->params_out, "wb");
         if (!pf || fwrite(t->params, sizeof(float), t->P, pf) != t->P || fclose(pf) != 0) {

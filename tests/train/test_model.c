@@ -61,7 +61,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
     struct full_sink fs = {g, &m, 0, m.nparams};
-    struct dsl_grad_sink sink = {fs_dest, fs_done, &fs};
+    struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs};
     struct dsl_model_stats st;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, &sink, &st));
     ASSERT_EQ(fs.ndone, m.nsegs);
@@ -101,7 +101,7 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     a.ops->init_params(&a, p, 3);
     fill(x, 3 * 7, 9);
     struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
-    struct dsl_grad_sink ka = {fs_dest, fs_done, &sa}, kb = {fs_dest, fs_done, &sb};
+    struct dsl_grad_sink ka = {fs_dest, fs_done, NULL, &sa}, kb = {fs_dest, fs_done, NULL, &sb};
     struct dsl_model_stats st;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, 3, &ka, &st));
     ASSERT_OK(b.ops->forward_backward(&b, p, x, y, 3, &kb, &st));
