@@ -93,5 +93,19 @@ expect_success "the master port is blocked for node2 by a firewall rule: flagged
     row cluster allreduce out | grep -q "note .*skipped"
 '
 
+expect_success "an unreachable node2 is a problem row with its remedy; node1 is still checked" '
+    "$CL" sshd-stop "$D" node2
+    run_capture rc out err "$DSL" doctor --connect-timeout 5 "${SSH[@]}" --master_port $PORT
+    "$CL" sshd-start "$D" node2
+    cat out err
+    assert_eq "$rc" 1
+    row node2 agent out | grep -q "FAIL"
+    grep -A1 -E "^node2 +agent" out | grep -q "fix: check that the host is up and reachable"
+    row node1 dslaunch out | grep -q " ok "
+    row node1 "master port" out | grep -q "ok .*listening on $PORT"
+    row node1 clock out | grep -q " ok "
+    ! row node2 clock out
+'
+
 echo "1..$T_N"
 exit $((T_FAILED > 0))
