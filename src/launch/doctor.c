@@ -289,7 +289,14 @@ static void check_gpus(struct doctor *d, struct dsl_job *job)
         char cvd[256];
         snprintf(cvd, sizeof(cvd), "%s%s", f->cvd_set ? "CUDA_VISIBLE_DEVICES=" : "",
                  f->cvd_set ? f->cvd : "CUDA_VISIBLE_DEVICES unset");
-        if (n->hello.gpus == 0) {
+        if (n->hello.gpus > 0 && !strcmp(f->cuda_driver, "none")) {
+            put(d, host, "gpus", DSL_DOCTOR_FAIL,
+                dsl_xasprintf("%s has NVIDIA GPUs but libcuda.so.1 cannot be loaded: install "
+                              "the driver's user-space libraries matching its kernel module "
+                              "(nvidia-smi must work there)",
+                              host),
+                dsl_xasprintf("%d GPU(s), no usable CUDA driver", n->hello.gpus));
+        } else if (n->hello.gpus == 0) {
             put(d, host, "gpus", DSL_DOCTOR_OK, NULL,
                 dsl_xasprintf("none, %d CPU rank(s); %s", pn->nslots, cvd));
         } else if (maxslot >= n->hello.gpus) {

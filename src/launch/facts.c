@@ -8,8 +8,10 @@
  * the CUDA runtime (libcudart.so*) and NCCL (libnccl.so.2) are dlopen'ed and asked for
  * their version only if present, so dslaunch has no CUDA link dependency and a node
  * without them reads "none"; NVML (libnvidia-ml.so.1) gives per-GPU free and total
- * memory; with two or more GPUs the runtime is asked whether every pair has peer
- * access. Every library is closed again before returning. Nothing here prints; a
+ * memory (asked first, before anything of ours could hold GPU memory); with two or more
+ * GPUs the runtime is asked whether every pair has peer access. Every library is closed
+ * again before returning, except a CUDA runtime that initialised the driver (its
+ * threads keep running library code). Nothing here prints; a
  * library that is missing or fails is simply "none" / "n/a".
  */
 #define _GNU_SOURCE
@@ -26,6 +28,7 @@
 #include <time.h>
 
 #include "dslaunch/facts.h"
+#include "dslaunch/netinfo.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
@@ -181,22 +184,27 @@ static void collect_cuda(struct dsl_facts *f, const char *ld_path)
         dlclose(lib);
     lib = open_first(runtime, ld_path, &f->cudart_path);
     f->cuda_runtime = lib_version(lib, "cudaRuntimeGetVersion", 0);
-    /* peer access between every pair of GPUs (what NCCL's P2P transport needs) */
+    /* peer access between every pair of GPUs (what NCCL's P2P transport needs); only
+     * with two or more GPUs, since it initialises the driver */
     int (*devcount)(int *) = NULL, (*canpeer)(int *, int, int) = NULL;
-    int ndev = 0;
-    if (strcmp(f->cuda_driver, "none") != 0 &&
+    int ndev = 0, inited = 0;
+    if (strcmp(f->cuda_driver, "none") != 0 && dsl_netinfo_gpus(NULL) >= 2 &&
         sym(lib, "cudaGetDeviceCount", &devcount, sizeof(devcount)) &&
-        sym(lib, "cudaDeviceCanAccessPeer", &canpeer, sizeof(canpeer)) && devcount(&ndev) == 0 &&
-        ndev >= 2) {
-        f->p2p = 1;
-        for (int a = 0; a < ndev && a < 64; a++)
-            for (int b = 0; b < ndev && b < 64; b++) {
-                int ok = 0;
-                if (a != b && (canpeer(&ok, a, b) != 0 || !ok))
-                    f->p2p = 0;
-            }
+        sym(lib, "cudaDeviceCanAccessPeer", &canpeer, sizeof(canpeer))) {
+        inited = 1;
+        if (devcount(&ndev) == 0 && ndev >= 2) {
+            f->p2p = 1;
+            for (int a = 0; a < ndev && a < 64; a++)
+                for (int b = 0; b < ndev && b < 64; b++) {
+                    int ok = 0;
+                    if (a != b && (canpeer(&ok, a, b) != 0 || !ok))
+                        f->p2p = 0;
+                }
+        }
     }
-    if (lib)
+    /* once the runtime has initialised the driver, its threads run code of both
+     * libraries: they stay loaded for the rest of this (short-lived) agent */
+    if (lib && !inited)
         dlclose(lib);
     lib = open_first(nccl, ld_path, &f->nccl_path);
     f->nccl = lib_version(lib, "ncclGetVersion", 1);
@@ -212,8 +220,8 @@ void dsl_facts_collect(struct dsl_facts *f, const char *cwd, const char *ld_path
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     f->cvd_set = cvd != NULL;
     f->cvd = dsl_xstrdup(cvd ? cvd : "");
+    collect_nvml(f); /* first: nothing of ours holds GPU memory yet */
     collect_cuda(f, ld_path);
-    collect_nvml(f);
     DIR *d = opendir(IB_DIR);
     if (d) {
         struct dirent *e;
