@@ -271,31 +271,31 @@ int dsl_sshperm_fix(enum dsl_sshperm_kind kind, unsigned int mode, const char **
     case DSL_SSHPERM_HOME:
         if (mode & 022u) {
             fix = (int)(mode & ~022u);
-            w = "group/other-writable home directory: sshd ignores authorized_keys below it";
+            w = "group/other-writable, so sshd ignores the authorized_keys below it";
         }
         break;
     case DSL_SSHPERM_SSHDIR:
         if (mode & 022u) {
             fix = 0700;
-            w = "group/other-writable ~/.ssh: sshd ignores authorized_keys in it";
+            w = "group/other-writable, so sshd ignores the authorized_keys in it";
         }
         break;
     case DSL_SSHPERM_AUTHKEYS:
         if (mode & 022u) {
             fix = 0600;
-            w = "group/other-writable authorized_keys: sshd ignores it";
+            w = "group/other-writable, so sshd ignores it";
         }
         break;
     case DSL_SSHPERM_PRIVKEY:
         if (mode & 077u) {
             fix = 0600;
-            w = "private key readable by group/other: ssh refuses to use it";
+            w = "readable by group/other, so ssh refuses to use it";
         }
         break;
     case DSL_SSHPERM_CONFIG:
         if (mode & 022u) {
             fix = 0600;
-            w = "group/other-writable ~/.ssh/config: ssh refuses to read it";
+            w = "group/other-writable, so ssh refuses to read it";
         }
         break;
     }

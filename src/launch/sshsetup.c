@@ -81,6 +81,7 @@ struct setup_host {
     int hostkey;             /* ROW_OK: known, ROW_CHANGED: recorded now */
     int mesh;
     int mesh_ok, mesh_total;
+    ssh_channel check;       /* the running node-to-node check */
     char *khline;            /* this host's known_hosts line; owned */
     struct dsl_strvec notes; /* what was fixed, for the report */
     char err[DSL_ERR_LEN];
@@ -605,19 +606,25 @@ static int sftp_read_text(struct setup_host *h, const char *path, char **out)
     return 0;
 }
 
-/* Run a fixed command in the home directory over an exec channel; output in *out. */
-static int exec_capture(struct setup_host *h, const char *cmd, struct dsl_dynbuf *out,
-                        int *status)
+/* Start a fixed command in the home directory on an exec channel of h's session. */
+static int exec_start(struct setup_host *h, const char *cmd, ssh_channel *out)
 {
     ssh_channel ch = ssh_channel_new(h->s);
-    int r = 0;
-    *status = -1;
+    *out = NULL;
     if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
         ssh_channel_request_exec(ch, cmd) != SSH_OK) {
-        r = host_fail(h, DSL_EREMOTE, "'%s' refused to run a command: %s", h->name,
-                      ssh_get_error(h->s));
-        goto out;
+        if (ch)
+            ssh_channel_free(ch);
+        return host_fail(h, DSL_EREMOTE, "'%s' refused to run a command: %s", h->name,
+                         ssh_get_error(h->s));
     }
+    *out = ch;
+    return 0;
+}
+
+/* Read a started command's stdout and stderr into out until it ends; frees ch. */
+static void exec_finish(ssh_channel ch, struct dsl_dynbuf *out, int *status)
+{
     char buf[4096];
     int n;
     while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
@@ -628,11 +635,18 @@ static int exec_capture(struct setup_host *h, const char *cmd, struct dsl_dynbuf
             break;
     ssh_channel_send_eof(ch);
     *status = ssh_channel_get_exit_status(ch);
-out:
-    if (ch) {
-        ssh_channel_close(ch);
-        ssh_channel_free(ch);
-    }
+    ssh_channel_close(ch);
+    ssh_channel_free(ch);
+}
+
+static int exec_capture(struct setup_host *h, const char *cmd, struct dsl_dynbuf *out,
+                        int *status)
+{
+    ssh_channel ch;
+    *status = -1;
+    int r = exec_start(h, cmd, &ch);
+    if (r == 0)
+        exec_finish(ch, out, status);
     return r;
 }
 
@@ -835,13 +849,20 @@ static int mesh_member(const struct setup_host *h)
     return h->sftp && h->key != ROW_FAILED && h->mesh != ROW_FAILED;
 }
 
-/* From h, ssh to every other reachable host with BatchMode: the real check. */
-static int mesh_check(struct sshsetup *st, struct setup_host *h)
+/*
+ * From h, ssh to every other host that got through set-up, with BatchMode: the real
+ * check. Started on every host first (mesh_check_start), then collected
+ * (mesh_check_finish), so the hosts check concurrently, and each host runs its ssh
+ * commands in parallel; each prints one short line ("ok H" or "fail H <last error
+ * line>"), written with one write, so the lines do not interleave.
+ */
+static int mesh_check_start(struct sshsetup *st, struct setup_host *h)
 {
-    struct dsl_dynbuf cmd, out;
-    int status, r;
+    struct dsl_dynbuf cmd;
+    int r;
     dsl_dynbuf_init(&cmd, SETUP_FILE_MAX);
-    dsl_dynbuf_init(&out, SETUP_FILE_MAX);
+    if (st->ssh_port > 0)
+        dsl_dynbuf_addf(&cmd, "DSL_PORT=%d; ", st->ssh_port);
     dsl_dynbuf_addstr(&cmd, "for h in");
     h->mesh_total = 0;
     for (size_t i = 0; i < st->nr; i++) {
@@ -857,23 +878,30 @@ static int mesh_check(struct sshsetup *st, struct setup_host *h)
         r = 0;
         goto out;
     }
-    dsl_dynbuf_addf(&cmd, "; do if e=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes "
+    dsl_dynbuf_addf(&cmd, "; do ( if e=$(ssh -o BatchMode=yes -o StrictHostKeyChecking=yes "
                           "-o ConnectTimeout=%d%s -- \"$h\" true 2>&1 </dev/null); then "
                           "echo \"ok $h\"; else echo \"fail $h $(printf %%s \"$e\" | tail -n 1)\"; "
-                          "fi; done",
+                          "fi ) & done; wait",
                     (int)st->connect_timeout, st->ssh_port > 0 ? " -p \"$DSL_PORT\"" : "");
-    char *full;
-    if (st->ssh_port > 0)
-        full = dsl_xasprintf("DSL_PORT=%d; %s", st->ssh_port, dsl_dynbuf_str(&cmd));
-    else
-        full = dsl_xstrdup(dsl_dynbuf_str(&cmd));
-    r = exec_capture(h, full, &out, &status);
-    free(full);
+    r = exec_start(h, dsl_dynbuf_str(&cmd), &h->check);
     if (r < 0)
-        goto out;
-    h->mesh_ok = 0;
-    struct dsl_dynbuf fails;
+        h->mesh = ROW_FAILED;
+out:
+    dsl_dynbuf_release(&cmd);
+    return r;
+}
+
+static int mesh_check_finish(struct setup_host *h)
+{
+    struct dsl_dynbuf out, fails;
+    int status, r = 0;
+    if (!h->check)
+        return 0;
+    dsl_dynbuf_init(&out, SETUP_FILE_MAX);
     dsl_dynbuf_init(&fails, DSL_ERR_LEN);
+    exec_finish(h->check, &out, &status);
+    h->check = NULL;
+    h->mesh_ok = 0;
     for (const char *l = dsl_dynbuf_str(&out); *l;) {
         const char *nl = strchr(l, '\n');
         size_t len = nl ? (size_t)(nl - l) : strlen(l);
@@ -892,8 +920,6 @@ static int mesh_check(struct sshsetup *st, struct setup_host *h)
         r = DSL_EREMOTE;
     }
     dsl_dynbuf_release(&fails);
-out:
-    dsl_dynbuf_release(&cmd);
     dsl_dynbuf_release(&out);
     return r;
 }
@@ -1131,12 +1157,16 @@ int dsl_sshsetup_main(int argc, char **argv)
                 mesh_install(&st, &st.h[i], block);
         for (size_t i = 0; i < st.nr; i++)
             if (mesh_member(&st.h[i]))
-                mesh_check(&st, &st.h[i]);
+                mesh_check_start(&st, &st.h[i]);
+        for (size_t i = 0; i < st.nr; i++)
+            mesh_check_finish(&st.h[i]);
     }
     code = report(&st) ? 1 : 0;
 out:
     for (size_t i = 0; i < st.nr; i++) {
         struct setup_host *h = &st.h[i];
+        if (h->check)
+            ssh_channel_free(h->check);
         if (h->sftp)
             sftp_free(h->sftp);
         if (h->s) {

@@ -26,6 +26,22 @@ CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
 cd "$T_TMP"
 
+# lib.sh's expect_success runs the body as an if-condition, where bash ignores set -e,
+# so only its last command counted; here every failing command fails the test.
+expect_success() {
+    T_N=$((T_N + 1))
+    local out="$T_TMP/t$T_N.log" t0=$SECONDS rc
+    (set -e; eval "$2") >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ]; then
+        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
+    else
+        echo "not ok $T_N - $1 # $((SECONDS - t0)) s"
+        sed 's/^/#   /' "$out" | tail -60
+        T_FAILED=$((T_FAILED + 1))
+    fi
+}
+
 U=dslss$$
 U2=dslsx$$
 PW="pw-$$-ok 'quote"
@@ -115,7 +131,7 @@ expect_success "ssh-setup --mesh with the password makes every direction passwor
             || fail "row of node$i"
     done
     assert_grep "yes (added)" out
-    assert_grep "fixed: group/other-writable ~/.ssh: sshd ignores authorized_keys in it; mode 0777 -> 0700" out
+    assert_grep "node1: fixed: ~/.ssh: group/other-writable, so sshd ignores the authorized_keys in it; mode 0777 -> 0700" out
     assert_eq "$(stat -c %a "$HOMEU/.ssh")" 700 "~/.ssh mode"
     assert_eq "$(stat -c %a "$HOMEU/.ssh/authorized_keys")" 600 "authorized_keys mode"
     assert_eq "$(stat -c %a "$HOMEU/.ssh/id_dslaunch")" 600 "remote private key mode"
