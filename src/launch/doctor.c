@@ -363,9 +363,65 @@ static const char *master_shown(const struct dsl_job *job)
     return job->master_addr;
 }
 
+/*
+ * A user-given NCCL_SOCKET_IFNAME must select some interface of node i (NCCL's rules); a
+ * GLOO_SOCKET_IFNAME (gloo: exact names, comma-separated) must name only interfaces the
+ * node has.
+ */
+static void check_ifname(struct doctor *d, struct dsl_job *job, int i, const char *var, int gloo)
+{
+    struct dsl_job_node *n = &job->nodes[i];
+    const char *spec = dsl_env_get(&job->exported, var);
+    const char *here = d->dn[i].iface && d->dn[i].iface[0] ? d->dn[i].iface : NULL;
+    if (!spec)
+        return;
+    const char **names = dsl_xcalloc((size_t)n->hello.nifaces + 1, sizeof(char *));
+    struct dsl_dynbuf all;
+    dsl_dynbuf_init(&all, 4096);
+    for (int k = 0; k < n->hello.nifaces; k++) {
+        names[k] = n->hello.ifaces[k].name;
+        dsl_dynbuf_addf(&all, "%s%s", k ? ", " : "", names[k]);
+    }
+    /* the interfaces that route to the master, on every node: a list that works */
+    struct dsl_dynbuf routes;
+    dsl_dynbuf_init(&routes, 4096);
+    for (int k = 0; k < job->nnodes; k++) {
+        const char *r = d->dn[k].iface;
+        int seen = !r || !r[0];
+        for (int j = 0; j < k && !seen; j++)
+            seen = d->dn[j].iface && !strcmp(d->dn[j].iface, r);
+        if (!seen)
+            dsl_dynbuf_addf(&routes, "%s%s", routes.len ? "," : "", r);
+    }
+    int ok = 1;
+    if (!gloo) {
+        ok = dsl_doctor_ifname_matches(spec, names, n->hello.nifaces);
+    } else {
+        char *copy = dsl_xstrdup(spec), *save = NULL;
+        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char *exact = dsl_xasprintf("=%s", t);
+            ok &= dsl_doctor_ifname_matches(exact, names, n->hello.nifaces);
+            free(exact);
+        }
+        free(copy);
+    }
+    put(d, n->pn->host, var, ok ? DSL_DOCTOR_OK : DSL_DOCTOR_FAIL,
+        ok ? NULL
+           : dsl_xasprintf("%s has no interface %s %s=%s (it has %s): unset it (dslaunch sets "
+                           "it per node to the interface that reaches the master%s%s) or %s%s",
+                           n->pn->host, gloo ? "named by" : "matching", var, spec,
+                           all.len ? all.buf : "none", here ? ", here " : "", here ? here : "",
+                           gloo ? "name an interface that exists on every node"
+                                : "list a prefix for every node, e.g. NCCL_SOCKET_IFNAME=",
+                           gloo ? "" : routes.len ? routes.buf : "<name>,<name>"),
+        dsl_xasprintf("%s %s", spec, ok ? "matches" : "matches no interface"));
+    dsl_dynbuf_release(&all);
+    dsl_dynbuf_release(&routes);
+    free((void *)names);
+}
+
 static void check_network(struct doctor *d, struct dsl_job *job)
 {
-    const char *ifspec = dsl_env_get(&job->exported, "NCCL_SOCKET_IFNAME");
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         struct doc_node *dn = &d->dn[i];
@@ -399,29 +455,10 @@ static void check_network(struct doctor *d, struct dsl_job *job)
                               master_shown(job), job->master_port,
                               dn->iface[0] ? dn->iface : "?", dn->src[0] ? dn->src : "?"));
         }
-        /* a user-given NCCL_SOCKET_IFNAME must select an interface on every node */
-        if (ifspec && n->have_hello) {
-            const char **names = dsl_xcalloc((size_t)n->hello.nifaces + 1, sizeof(char *));
-            struct dsl_dynbuf all;
-            dsl_dynbuf_init(&all, 4096);
-            for (int k = 0; k < n->hello.nifaces; k++) {
-                names[k] = n->hello.ifaces[k].name;
-                dsl_dynbuf_addf(&all, "%s%s", k ? ", " : "", names[k]);
-            }
-            int ok = dsl_doctor_ifname_matches(ifspec, names, n->hello.nifaces);
-            put(d, host, "NCCL_SOCKET_IFNAME", ok ? DSL_DOCTOR_OK : DSL_DOCTOR_FAIL,
-                ok ? NULL
-                   : dsl_xasprintf("%s has no interface matching NCCL_SOCKET_IFNAME=%s (it has "
-                                   "%s): unset it (dslaunch sets it per node to the interface "
-                                   "that reaches the master%s%s) or list a prefix for every "
-                                   "node, e.g. NCCL_SOCKET_IFNAME=%s,%s",
-                                   host, ifspec, all.len ? all.buf : "none",
-                                   dn->iface && dn->iface[0] ? ", here " : "",
-                                   dn->iface ? dn->iface : "", ifspec,
-                                   dn->iface && dn->iface[0] ? dn->iface : "<name>"),
-                dsl_xasprintf("%s %s", ifspec, ok ? "matches" : "matches no interface"));
-            dsl_dynbuf_release(&all);
-            free((void *)names);
+        /* user-given socket interfaces must exist on every node */
+        if (n->have_hello) {
+            check_ifname(d, job, i, "NCCL_SOCKET_IFNAME", 0);
+            check_ifname(d, job, i, "GLOO_SOCKET_IFNAME", 1);
         }
         /* InfiniBand */
         const struct dsl_facts *f = facts_of(n);

@@ -76,8 +76,19 @@ expect_success "NCCL_SOCKET_IFNAME of node1 does not exist on node2: flagged for
     row node1 NCCL_SOCKET_IFNAME out | grep -q "ok .*$IFNAME_1 matches"
     row node2 NCCL_SOCKET_IFNAME out | grep -q "FAIL .*$IFNAME_1 matches no interface"
     grep -A1 -E "^node2 +NCCL_SOCKET_IFNAME" out |
-        grep -q "fix: node2 has no interface matching NCCL_SOCKET_IFNAME=$IFNAME_1 .*$IFNAME_2"
+        grep -q "fix: node2 has no interface matching NCCL_SOCKET_IFNAME=$IFNAME_1 .*NCCL_SOCKET_IFNAME=$IFNAME_1,$IFNAME_2$"
     [ "$(grep -c FAIL out)" = 1 ]
+'
+
+expect_success "GLOO_SOCKET_IFNAME naming the interface of node1 is flagged for node2 only" '
+    [ "$MODE" = netns ] || { echo "loopback mode: interface names do not differ"; exit 0; }
+    run_capture rc out err "$DSL" doctor --no-allreduce "${SSH[@]}" --master_port $PORT \
+        --export GLOO_SOCKET_IFNAME=$IFNAME_1
+    cat out err
+    assert_eq "$rc" 1
+    row node1 GLOO_SOCKET_IFNAME out | grep -q " ok "
+    row node2 GLOO_SOCKET_IFNAME out | grep -q "FAIL .*$IFNAME_1 matches no interface"
+    grep -A1 -E "^node2 +GLOO_SOCKET_IFNAME" out | grep -q "fix: node2 has no interface named by"
 '
 
 expect_success "the master port is blocked for node2 by a firewall rule: flagged for node2" '
