@@ -274,7 +274,7 @@ PY
     printf "FROM_FILE=value with spaces\n# comment\n\nQUOTED=\"q v\"\n" > .dslaunch_env
     run_capture rc out err "$DSL" --dry-run --include localhost:0 "$W" env
     assert_eq "$rc" 0
-    grep -q "\"FROM_FILE\": *\"value with spaces\"" out || fail "env file value missing"
+    python3 -c "import json,sys; e=json.load(open(\"out\"))[\"env\"]; assert e[\"FROM_FILE\"]==\"value with spaces\" and e[\"QUOTED\"]==\"q v\", e"
     printf "not a valid line\n" > .dslaunch_env
     run_capture rc out err "$DSL" --dry-run --include localhost:0 "$W" env
     rm -f .dslaunch_env

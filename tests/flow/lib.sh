@@ -8,8 +8,12 @@ trap 'rm -rf "$T_TMP"' EXIT
 # expect_success "name" 'commands'  -- runs commands in a subshell with set -e semantics
 expect_success() {
     T_N=$((T_N + 1))
-    local out="$T_TMP/t$T_N.log" t0=$SECONDS
-    if (set -e; eval "$2") >"$out" 2>&1; then
+    local out="$T_TMP/t$T_N.log" t0=$SECONDS rc
+    # Not "if (...)": bash ignores set -e inside a command whose status is tested,
+    # which would let every assertion but the last one fail silently.
+    (set -e; eval "$2") >"$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
         echo "ok $T_N - $1 # $((SECONDS - t0)) s"
     else
         echo "not ok $T_N - $1 # $((SECONDS - t0)) s"
@@ -52,7 +56,7 @@ assert_not_grep() {
 procs_with_tag() {
     local p
     for p in /proc/[0-9]*; do
-        if tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx "FLOW_TAG=$1"; then
+        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "FLOW_TAG=$1"; then
             # zombies are already dead; only live processes count
             if [ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" != "Z" ]; then
                 echo "${p#/proc/}"

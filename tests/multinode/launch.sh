@@ -103,7 +103,7 @@ expect_success "the network of node2 goes down mid-run: exit 200 (host unreachab
 expect_success "sshd stopped on node2: preflight fails, nothing starts on node1" '
     "$CL" sshd-stop "$D" 2
     export FLOW_PIDFILE=$T_TMP/nostart
-    run_capture rc out err "$DSL" --connect-timeout 5 "${SSH[@]}" "$W" pidfile 600
+    run_capture rc out err "$DSL" --connect-timeout 5 "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600
     "$CL" sshd-start "$D" 2
     assert_eq "$rc" 200
     assert_grep "node2" err
@@ -144,7 +144,7 @@ expect_success "a changed host key is always refused" '
 
 expect_success "Ctrl-C on the launcher tears the job down on every node" '
     export FLOW_PIDFILE=$T_TMP/cc
-    "$DSL" "${SSH[@]}" "$W" pidfile 600 >out 2>err &
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
     kill -INT $pid
@@ -155,7 +155,7 @@ expect_success "Ctrl-C on the launcher tears the job down on every node" '
 
 expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks" '
     export FLOW_PIDFILE=$T_TMP/kk
-    "$DSL" "${SSH[@]}" "$W" grandchild 600 >out 2>err &
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" grandchild 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
     kill -KILL $pid
