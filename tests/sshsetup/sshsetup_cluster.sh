@@ -166,6 +166,20 @@ expect_success "a second run changes nothing and needs no password" '
     assert_eq "$(count_key "$HOMEU/.ssh/authorized_keys")" 1 "key lines"
 '
 
+expect_success "on a terminal: each host key confirmed, the password asked once, never echoed" '
+    sed "s|$T_TMP/known_hosts\$|$T_TMP/known_hosts_tty|" "$T_TMP/ssh_config" >"$T_TMP/ssh_config_tty"
+    run_capture rc out err python3 "$SRC/tests/sshsetup/tty_drive.py" "$PW" "$DSL" ssh-setup \
+        --hostfile "$D/hostfile" --ssh-config "$T_TMP/ssh_config_tty" --key "$T_TMP/tty_key"
+    cat out err
+    assert_eq "$rc" 0 "exit code"
+    assert_eq "$(grep -c "SSH password" out)" 1 "password prompts"
+    assert_eq "$(grep -c "\[y/N\]" out)" "$NODES" "host key questions"
+    assert_not_grep "$PW" out
+    assert_eq "$(grep -c . "$T_TMP/known_hosts_tty")" "$NODES" "recorded host keys"
+    assert_eq "$(grep -cF "$(cut -d" " -f2 "$T_TMP/tty_key.pub")" "$HOMEU/.ssh/authorized_keys")" 1 "key lines"
+    assert_eq "$(count_key "$HOMEU/.ssh/authorized_keys")" 1 "first key lines"
+'
+
 expect_success "a wrong password fails on that host only" '
     run_capture rc out err setsid -w "$DSL" ssh-setup --mesh --hostfile "$D/hostfile" \
         --ssh-config "$T_TMP/ssh_config_wrong" --key "$KEY" --password-fd 3 3<<<"$PW" </dev/null
