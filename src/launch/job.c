@@ -626,6 +626,10 @@ static const struct dsl_transport_ops *transport_for(enum dsl_launcher_kind k)
     if (k == DSL_LAUNCHER_PDSH)
         return &dsl_transport_pdsh;
 #endif
+#ifdef DSL_HAVE_OPENMPI_TRANSPORT
+    if (k == DSL_LAUNCHER_OPENMPI)
+        return &dsl_transport_openmpi;
+#endif
     (void)k;
     return NULL;
 }

@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# Cluster tier: `dslaunch --launcher openmpi` against sshd in network namespaces (run
+# under with_cluster.sh, which brings a 2-node cluster with 2 slots each up and down).
+# One mpirun starts one agent per node over OpenSSH; the agents connect back. Checked:
+# the env contract of the 2x2 job, a failing rank's exit code, an unreachable node, a
+# missing mpirun, Ctrl-C and SIGKILL of the launcher, and that nothing is left behind afterwards,
+# neither in the namespaces nor on the launching host (mpirun and its ssh reaped).
+# usage: with_cluster.sh 2 openmpi.sh DSLAUNCH WORKER SOURCE_DIR
+set -u
+DSL=$1
+W=$2
+SRC=$3
+. "$SRC/tests/flow/lib.sh"
+D=$DSL_CLUSTER_DIR
+
+# lib.sh runs a test body as the condition of an `if`, where bash ignores `set -e`, so
+# only the body's last command would count. Run the body outside any condition instead.
+expect_success() {
+    T_N=$((T_N + 1))
+    local log="$T_TMP/t$T_N.log" rc t0=$SECONDS
+    (set -e; eval "$2") >"$log" 2>&1
+    rc=$?
+    if [ $rc = 0 ]; then
+        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
+    else
+        echo "not ok $T_N - $1"
+        sed 's/^/#   /' "$log" | tail -40
+        T_FAILED=$((T_FAILED + 1))
+    fi
+}
+CL=$DSL_CLUSTER_SH
+. "$D/cluster.env"
+unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+SSH=(--launcher openmpi --hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
+cd "$T_TMP"
+
+command -v mpirun >/dev/null || { echo "not ok 1 - mpirun is not installed (apt-get install openmpi-bin)"; exit 1; }
+
+# Processes other than sshd left in a node's namespace (copied from launch.sh).
+ns_leftovers() {
+    local ns p left=""
+    for i in $(seq 1 "$NODES"); do
+        ns=$("$CL" ns "$D" "$i" 2>/dev/null) || continue
+        [ "$MODE" = netns ] || continue
+        for p in $(ip netns pids "$ns" 2>/dev/null); do
+            case "$(cat /proc/$p/comm 2>/dev/null)" in sshd|"") ;; *) left="$left $p";; esac
+        done
+    done
+    echo $left
+}
+
+wait_ns_clean() {  # liveness bound, not a speed check
+    local i=0 left
+    while [ $i -lt $(($1 * 10)) ]; do
+        left=$(ns_leftovers)
+        [ -z "$left" ] && return 0
+        sleep 0.1; i=$((i + 1))
+    done
+    for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
+    fail "processes left in the namespaces:$left"
+}
+
+# Processes on any node or the launching host whose command line names this cluster's
+# ssh_config: dslaunch itself, mpirun, its ssh clients and the orted daemons it starts.
+job_procs() {
+    pgrep -f -- "$D/ssh_config" | tr "\n" " " || true
+}
+
+# Nothing of the job left anywhere: namespaces and the launching host (mpirun, ssh).
+wait_all_clean() {  # liveness bound, not a speed check
+    local i=0 left
+    wait_ns_clean "$1"
+    while [ $i -lt $(($1 * 10)) ]; do
+        left=$(job_procs)
+        [ -z "$left" ] && return 0
+        sleep 0.1; i=$((i + 1))
+    done
+    for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
+    fail "processes of the job left behind:$left"
+}
+
+expect_success "2 nodes x 2 slots through mpirun: env, MASTER_ADDR, interfaces per node" '
+    run_capture rc out err "$DSL" "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0
+    for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
+    assert_grep "^\[node1:rank 0\] MASTER_ADDR=$ADDR_1$" out
+    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
+    assert_grep "^\[node2:rank 3\] NODE_RANK=1$" out
+    assert_grep "^\[node2:rank 3\] LOCAL_RANK=1$" out
+    assert_grep "^\[node2:rank 2\] WORLD_SIZE=4$" out
+    if [ "$MODE" = netns ]; then
+        assert_grep "^\[node1:rank 1\] NCCL_SOCKET_IFNAME=$IFNAME_1$" out
+        assert_grep "^\[node2:rank 2\] NCCL_SOCKET_IFNAME=$IFNAME_2$" out
+    fi
+    [ $(grep "DSLAUNCH_RUN_ID=" out | sed "s/.*=//" | sort -u | wc -l) = 1 ]
+    wait_all_clean 10
+'
+
+expect_success "arguments arrive intact through mpirun (they travel on the socket)" '
+    run_capture rc out err "$DSL" "${SSH[@]}" "$W" args "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" ""
+    assert_eq "$rc" 0
+    [ ! -e "$T_TMP/pwned" ] || fail "a shell interpreted user data"
+    for a in "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" ""; do
+        hex=$(printf %s "$a" | od -An -tx1 | tr -d " \n")
+        [ $(grep -c "^\[node2:rank [23]\] arg $hex$" out) = 2 ] || fail "argument [$a] not intact on node2"
+    done
+'
+
+expect_success "a rank on node2 exits 7: exit 7, summary names node2, nothing left" '
+    run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" "$W" only 3 exit 7 0.5
+    assert_eq "$rc" 7
+    assert_grep "rank 3 (host node2, pid [0-9]*) exited with code 7" err
+    assert_grep "rank 3 exiting with 7" err
+    wait_all_clean 10
+'
+
+expect_success "sshd stopped on node2: mpirun fails, exit 200 with its output, nothing starts" '
+    "$CL" sshd-stop "$D" 2
+    run_capture rc out err "$DSL" --connect-timeout 10 "${SSH[@]}" \
+        --export FLOW_PIDFILE=$T_TMP/nostart "$W" pidfile 600
+    "$CL" sshd-start "$D" 2
+    assert_eq "$rc" 200
+    assert_grep "node2" err
+    assert_grep "mpirun" err
+    assert_grep "nothing was started" err
+    [ ! -e "$T_TMP/nostart.0" ] || fail "a rank was started on node1"
+    wait_all_clean 10
+'
+
+expect_success "a missing mpirun is a clear error and starts nothing" '
+    run_capture rc out err env DSLAUNCH_MPIRUN=$T_TMP/no-such-mpirun "$DSL" "${SSH[@]}" "$W" env
+    [ "$rc" != 0 ] || fail "exit 0 without mpirun"
+    assert_grep "cannot run mpirun" err
+    assert_not_grep "RANK=" out
+    wait_all_clean 10
+'
+
+expect_success "Ctrl-C on the launcher: exit 130, mpirun reaped, nothing left anywhere" '
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/cc "$W" pidfile 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$T_TMP/cc.$r" 20; done
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 130
+    wait_all_clean 15
+'
+
+expect_success "SIGKILL of the launcher: mpirun and the agents go, nothing left anywhere" '
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/kk "$W" grandchild 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$T_TMP/kk.$r" 20; done
+    kill -KILL $pid
+    set +e; wait $pid; set -e
+    wait_all_clean 20
+'
+
+done_testing
