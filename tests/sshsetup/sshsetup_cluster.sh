@@ -26,22 +26,6 @@ CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
 cd "$T_TMP"
 
-# lib.sh's expect_success runs the body as an if-condition, where bash ignores set -e,
-# so only its last command counted; here every failing command fails the test.
-expect_success() {
-    T_N=$((T_N + 1))
-    local out="$T_TMP/t$T_N.log" t0=$SECONDS rc
-    (set -e; eval "$2") >"$out" 2>&1
-    rc=$?
-    if [ "$rc" = 0 ]; then
-        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
-    else
-        echo "not ok $T_N - $1 # $((SECONDS - t0)) s"
-        sed 's/^/#   /' "$out" | tail -60
-        T_FAILED=$((T_FAILED + 1))
-    fi
-}
-
 U=dslss$$
 U2=dslsx$$
 PW="pw-$$-ok 'quote"
