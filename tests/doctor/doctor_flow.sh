@@ -59,6 +59,17 @@ assert \"allreduce\" not in o
 "
 '
 
+expect_success "a failing all-reduce (no dsbench to be found) is a problem with the command to rerun" '
+    mkdir -p bin && cp "$DSL" bin/dslaunch
+    PATH=/usr/bin:/bin run_capture rc out err bin/dslaunch doctor --hostfile hosts
+    cat out err
+    assert_eq "$rc" 1
+    row cluster allreduce out | grep -q "FAIL .*failed (exit 127, tcp backend)"
+    grep -A1 -E "^cluster +allreduce" out |
+        grep -q "fix: run it by hand to see everything: .*bin/dslaunch --hostfile hosts --no-prefix dsbench -b 1M"
+    assert_grep "^doctor: 1 problem(s)" out
+'
+
 expect_success "a bad option is a usage error (exit 2)" '
     run_capture rc out err "$DSL" doctor --no-such-option
     assert_eq "$rc" 2
