@@ -584,7 +584,12 @@ static void check_bench(struct doctor *d, struct dsl_job *job)
     }
     const char *last = b->tail.nr ? b->tail.v[b->tail.nr - 1] : "no output";
     put(d, "cluster", "allreduce", DSL_DOCTOR_FAIL,
-        dsl_xasprintf("run it by hand to see everything: %s%s", b->cmdline,
+        dsl_xasprintf("%srun it by hand to see everything: %s%s",
+                      b->code == 127 || b->code == 126
+                          ? "install dsbench (built with dslaunch) beside dslaunch on every "
+                            "node; "
+                          : "",
+                      b->cmdline,
                       strcmp(b->backend, "nccl") == 0
                           ? " (with NCCL_DEBUG=INFO; NCCL_P2P_DISABLE=1 or NCCL_IB_DISABLE=1 "
                             "often cure hangs)"

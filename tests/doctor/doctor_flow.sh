@@ -66,7 +66,7 @@ expect_success "a failing all-reduce (no dsbench to be found) is a problem with 
     assert_eq "$rc" 1
     row cluster allreduce out | grep -q "FAIL .*failed (exit 127, tcp backend)"
     grep -A1 -E "^cluster +allreduce" out |
-        grep -q "fix: run it by hand to see everything: .*bin/dslaunch --hostfile hosts --no-prefix dsbench -b 1M"
+        grep -q "fix: install dsbench (built with dslaunch) beside dslaunch on every node; run it by hand to see everything: .*bin/dslaunch --hostfile hosts --no-prefix dsbench -b 1M"
     assert_grep "^doctor: 1 problem(s)" out
 '
 
