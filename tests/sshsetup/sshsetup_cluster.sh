@@ -177,6 +177,28 @@ expect_success "a wrong password fails on that host only" '
     [ ! -e "/home/$U2/.ssh/authorized_keys" ] || fail "key installed for the wrong user"
 '
 
+expect_success "--ssh_port: host keys recorded as [name]:port, checked on that port" '
+    P2=$((22000 + $$ % 1000))
+    for i in $(seq 1 "$NODES"); do
+        echo "Port $P2" >>"$D/node$i/sshd_config"
+        "$CL" sshd-stop "$D" "$i" && "$CL" sshd-start "$D" "$i"
+    done
+    sed "s|$T_TMP/known_hosts\$|$T_TMP/known_hosts_port|" "$T_TMP/ssh_config" >"$T_TMP/ssh_config_port"
+    run_capture rc out err setsid -w "$DSL" ssh-setup --mesh --hostfile "$D/hostfile" \
+        --ssh-config "$T_TMP/ssh_config_port" --key "$KEY" --ssh_port "$P2" --yes </dev/null
+    cat out err
+    assert_eq "$rc" 0 "exit code"
+    for i in $(seq 1 "$NODES"); do
+        a=ADDR_$i
+        grep -qF "[node$i]:$P2,[${!a}]:$P2 ssh-ed25519 " "$T_TMP/known_hosts_port" || fail "local line of node$i"
+        grep -qF "[node$i]:$P2,[${!a}]:$P2 ssh-ed25519 " "$HOMEU/.ssh/known_hosts" || fail "node line of node$i"
+        grep -E "^node$i +yes +yes \(present\) +yes \(new\) +ok " out || fail "row of node$i"
+        ssh -F "$T_TMP/ssh_config_port" -p "$P2" -i "$KEY" -o IdentitiesOnly=yes -o BatchMode=yes \
+            -o StrictHostKeyChecking=yes "node$i" true || fail "launcher -> node$i port $P2"
+    done
+    assert_grep "  Port $P2" "$HOMEU/.ssh/config"
+'
+
 expect_success "usage errors exit 2 with the reason" '
     run_capture rc out err "$DSL" ssh-setup --bogus
     assert_eq "$rc" 2 "exit code"
