@@ -2,9 +2,10 @@
 # Cluster tier: `dslaunch --launcher openmpi` against sshd in network namespaces (run
 # under with_cluster.sh, which brings a 2-node cluster with 2 slots each up and down).
 # One mpirun starts one agent per node over OpenSSH; the agents connect back. Checked:
-# the env contract of the 2x2 job, a failing rank's exit code, an unreachable node, a
-# missing mpirun, Ctrl-C and SIGKILL of the launcher, and that nothing is left behind afterwards,
-# neither in the namespaces nor on the launching host (mpirun and its ssh reaped).
+# the env contract of the 2x2 job, arguments, a failing rank's exit code, a node whose
+# network goes down mid-run, an unreachable node, a missing mpirun, Ctrl-C and SIGKILL
+# of the launcher, and that nothing is left behind afterwards, neither in the
+# namespaces nor on the launching host (mpirun, its ssh clients and orteds reaped).
 # usage: with_cluster.sh 2 openmpi.sh DSLAUNCH WORKER SOURCE_DIR
 set -u
 DSL=$1
@@ -112,6 +113,17 @@ expect_success "a rank on node2 exits 7: exit 7, summary names node2, nothing le
     assert_grep "rank 3 (host node2, pid [0-9]*) exited with code 7" err
     assert_grep "rank 3 exiting with 7" err
     wait_all_clean 10
+'
+
+expect_success "the network of node2 goes down mid-run: exit 200 naming node2, nothing left" '
+    ( sleep 2; "$CL" exec "$D" 2 ip link set "$IFNAME_2" down ) &
+    run_capture rc out err "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" "$W" sleep 600
+    wait
+    "$CL" exec "$D" 2 ip link set "$IFNAME_2" up
+    assert_eq "$rc" 200
+    assert_grep "node2" err
+    assert_grep "lost" err
+    wait_all_clean 15
 '
 
 expect_success "sshd stopped on node2: mpirun fails, exit 200 with its output, nothing starts" '
