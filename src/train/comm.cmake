@@ -1,6 +1,7 @@
 # The rendezvous store and the collectives (issue 5): library dslcomm and dsbench.
 add_library(dslcomm STATIC
   ${CMAKE_CURRENT_LIST_DIR}/store.c
+  ${CMAKE_CURRENT_LIST_DIR}/store_server.c
   ${CMAKE_CURRENT_LIST_DIR}/comm.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_tcp.c
   ${CMAKE_CURRENT_LIST_DIR}/comm_cma.c)

@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dslaunch/dynbuf.h"
+
 #define DSL_STORE_MAGIC 0x44534C53u /* "DSLS" */
 #define DSL_STORE_VERSION 1
 #define DSL_STORE_MAX_FRAME (1u << 20)
@@ -42,6 +44,97 @@ enum dsl_store_reason {
     DSL_STORE_R_TOKEN = 4,
     DSL_STORE_R_FULL = 5,
 };
+
+/* ---- byte helpers shared by the client and the server ---- */
+
+static inline void put16(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 8);
+    p[1] = (unsigned char)v;
+}
+
+static inline void put32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* A cursor over a received payload; any overrun marks it bad. */
+struct rd {
+    const unsigned char *p;
+    size_t left;
+    int bad;
+};
+
+static inline const unsigned char *rd_take(struct rd *r, size_t n)
+{
+    if (r->bad || r->left < n) {
+        r->bad = 1;
+        return NULL;
+    }
+    const unsigned char *p = r->p;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+static inline uint32_t rd_u16(struct rd *r)
+{
+    const unsigned char *p = rd_take(r, 2);
+    return p ? (uint32_t)p[0] << 8 | p[1] : 0;
+}
+
+static inline uint32_t rd_u32(struct rd *r)
+{
+    const unsigned char *p = rd_take(r, 4);
+    return p ? get32(p) : 0;
+}
+
+static inline const unsigned char *rd_str(struct rd *r, size_t *len)
+{
+    *len = rd_u16(r);
+    return rd_take(r, *len);
+}
+
+/* Frames being built: a dynbuf with the length patched in at the end. */
+static inline void fr_begin(struct dsl_dynbuf *b, int op)
+{
+    unsigned char h[5] = {0, 0, 0, 0, (unsigned char)op};
+    dsl_dynbuf_reset(b);
+    dsl_dynbuf_add(b, h, 5);
+}
+
+static inline void fr_str(struct dsl_dynbuf *b, const void *s, size_t n)
+{
+    unsigned char h[2];
+    put16(h, (uint32_t)n);
+    dsl_dynbuf_add(b, h, 2);
+    dsl_dynbuf_add(b, s, n);
+}
+
+static inline void fr_val(struct dsl_dynbuf *b, const void *s, size_t n)
+{
+    unsigned char h[4];
+    put32(h, (uint32_t)n);
+    dsl_dynbuf_add(b, h, 4);
+    dsl_dynbuf_add(b, s, n);
+}
+
+static inline void fr_end(struct dsl_dynbuf *b)
+{
+    put32((unsigned char *)b->buf, (uint32_t)(b->len - 4));
+}
+
+struct dsl_store_server;
+/** Wait until no authenticated client is connected or the deadline (dsl_now()) passes. */
+void dsl_store_server_wait_idle(struct dsl_store_server *sv, double deadline);
 
 /**
  * Feed bytes to a fresh server state as one client's stream (no sockets), as the
