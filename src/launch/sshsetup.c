@@ -59,13 +59,14 @@
 #include "dslaunch/hostfile.h"
 #include "dslaunch/log.h"
 #include "dslaunch/parse.h"
+#include "dslaunch/sshfiles.h"
 #include "dslaunch/sshsetup.h"
 #include "dslaunch/strvec.h"
 #include "dslaunch/transport.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
-#define SETUP_FILE_MAX (4u << 20) /* the largest remote ssh file we read */
+#define SETUP_FILE_MAX DSL_SSHFILES_MAX /* the largest ssh file we read */
 #define SETUP_PW_MAX 1024
 
 enum row_state { ROW_NOTRUN = 0, ROW_OK, ROW_CHANGED, ROW_FAILED };
@@ -73,7 +74,6 @@ enum row_state { ROW_NOTRUN = 0, ROW_OK, ROW_CHANGED, ROW_FAILED };
 struct setup_host {
     const char *name;        /* the hostfile's name (owned by the hostfile) */
     ssh_session s;
-    sftp_session sftp;
     char *hostname;          /* as the config resolved it; owned */
     unsigned int port;
     int reachable;           /* ROW_OK / ROW_FAILED */
@@ -83,7 +83,7 @@ struct setup_host {
     int mesh_ok, mesh_total;
     ssh_channel check;       /* the running node-to-node check */
     char *khline;            /* this host's known_hosts line; owned */
-    struct dsl_strvec notes; /* what was fixed, for the report */
+    struct dsl_sshfiles files; /* SFTP on s, what was fixed, file errors */
     char err[DSL_ERR_LEN];
 };
 
@@ -117,7 +117,7 @@ static void note(struct setup_host *h, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    dsl_strvec_push(&h->notes, buf);
+    dsl_strvec_push(&h->files.notes, buf);
     dsl_info("%s: %s", h->name, buf);
 }
 
@@ -566,231 +566,23 @@ static int host_connect(struct sshsetup *st, struct setup_host *h)
         return r;
     }
     h->reachable = ROW_OK;
-    if (!(h->sftp = sftp_new(h->s)) || sftp_init(h->sftp) != SSH_OK)
-        return host_fail(h, DSL_EREMOTE,
-                         "'%s' offers no SFTP (add 'Subsystem sftp internal-sftp' to its "
-                         "sshd_config): %s",
-                         h->name, ssh_get_error(h->s));
-    return 0;
-}
-
-/* ---------------------------------------------------------------- remote files */
-
-/* Remote file text into *out (NULL when the file does not exist). */
-static int sftp_read_text(struct setup_host *h, const char *path, char **out)
-{
-    *out = NULL;
-    sftp_file f = sftp_open(h->sftp, path, O_RDONLY, 0);
-    if (!f) {
-        if (sftp_get_error(h->sftp) == SSH_FX_NO_SUCH_FILE)
-            return 0;
-        return host_fail(h, DSL_EREMOTE, "cannot read '~/%s' on '%s': %s", path, h->name,
-                         ssh_get_error(h->s));
-    }
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
-    char buf[16384];
-    ssize_t n;
-    int r = 0;
-    while ((n = sftp_read(f, buf, sizeof(buf))) > 0)
-        if ((r = dsl_dynbuf_add(&b, buf, (size_t)n)) < 0)
-            break;
-    sftp_close(f);
-    if (n < 0 || r < 0) {
-        dsl_dynbuf_release(&b);
-        return host_fail(h, DSL_EREMOTE, "cannot read '~/%s' on '%s': %s", path, h->name,
-                         r < 0 ? dsl_strerror(r) : ssh_get_error(h->s));
-    }
-    *out = dsl_xstrdup(dsl_dynbuf_str(&b));
-    dsl_dynbuf_release(&b);
-    return 0;
-}
-
-/* Start a fixed command in the home directory on an exec channel of h's session. */
-static int exec_start(struct setup_host *h, const char *cmd, ssh_channel *out)
-{
-    ssh_channel ch = ssh_channel_new(h->s);
-    *out = NULL;
-    if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
-        ssh_channel_request_exec(ch, cmd) != SSH_OK) {
-        if (ch)
-            ssh_channel_free(ch);
-        return host_fail(h, DSL_EREMOTE, "'%s' refused to run a command: %s", h->name,
-                         ssh_get_error(h->s));
-    }
-    *out = ch;
-    return 0;
-}
-
-/* Read a started command's stdout and stderr into out until it ends; frees ch. */
-static void exec_finish(ssh_channel ch, struct dsl_dynbuf *out, int *status)
-{
-    char buf[4096];
-    int n;
-    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
-        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
-            break;
-    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 1)) > 0)
-        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
-            break;
-    ssh_channel_send_eof(ch);
-    *status = ssh_channel_get_exit_status(ch);
-    ssh_channel_close(ch);
-    ssh_channel_free(ch);
-}
-
-static int exec_capture(struct setup_host *h, const char *cmd, struct dsl_dynbuf *out,
-                        int *status)
-{
-    ssh_channel ch;
-    *status = -1;
-    int r = exec_start(h, cmd, &ch);
-    if (r == 0)
-        exec_finish(ch, out, status);
-    return r;
-}
-
-/* Replace ~/path with text: temporary name, mode, then rename over the old file. */
-static int sftp_write_text(struct setup_host *h, const char *path, const char *text,
-                           mode_t mode)
-{
-    char *tmp = dsl_xasprintf("%s.dslaunch-tmp", path);
-    int r = 0;
-    sftp_attributes a = sftp_stat(h->sftp, path);
-    if (a) {
-        mode = (mode_t)(a->permissions & 07777);
-        sftp_attributes_free(a);
-    }
-    sftp_unlink(h->sftp, tmp);
-    sftp_file f = sftp_open(h->sftp, tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
-    if (!f) {
-        r = host_fail(h, DSL_EREMOTE, "cannot create '~/%s' on '%s': %s", tmp, h->name,
-                      ssh_get_error(h->s));
-        goto out;
-    }
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t n = sftp_write(f, text + off, len - off);
-        if (n <= 0) {
-            sftp_close(f);
-            sftp_unlink(h->sftp, tmp);
-            r = host_fail(h, DSL_EREMOTE, "cannot write '~/%s' on '%s': %s", tmp, h->name,
-                          ssh_get_error(h->s));
-            goto out;
-        }
-        off += (size_t)n;
-    }
-    sftp_close(f);
-    sftp_chmod(h->sftp, tmp, mode); /* the server's umask applied at open */
-    if (sftp_rename(h->sftp, tmp, path) < 0) {
-        /* SFTP v3 rename does not replace an existing file: a fixed mv, paths quoted */
-        char *qt = dsl_shell_quote(tmp), *qp = dsl_shell_quote(path);
-        char *cmd = dsl_xasprintf("mv -f -- %s %s", qt, qp);
-        struct dsl_dynbuf o;
-        int status;
-        dsl_dynbuf_init(&o, 4096);
-        r = exec_capture(h, cmd, &o, &status);
-        if (r == 0 && status != 0)
-            r = host_fail(h, DSL_EREMOTE, "cannot replace '~/%s' on '%s': %s", path, h->name,
-                          dsl_dynbuf_str(&o));
-        if (r < 0)
-            sftp_unlink(h->sftp, tmp);
-        dsl_dynbuf_release(&o);
-        free(cmd);
-        free(qt);
-        free(qp);
-    }
-out:
-    free(tmp);
-    return r;
-}
-
-/* Fix the mode of ~/path if sshd or ssh would refuse it (relpath "" is the home). */
-static void fix_mode(struct setup_host *h, const char *path, const char *shown,
-                     enum dsl_sshperm_kind kind)
-{
-    sftp_attributes a = sftp_stat(h->sftp, path);
-    if (!a)
-        return;
-    unsigned int mode = a->permissions & 07777;
-    sftp_attributes_free(a);
-    const char *why;
-    int fix = dsl_sshperm_fix(kind, mode, &why);
-    if (fix < 0)
-        return;
-    if (sftp_chmod(h->sftp, path, (mode_t)fix) < 0)
-        note(h, "%s: %s, and cannot change mode %04o: %s", shown, why, mode,
-             ssh_get_error(h->s));
-    else
-        note(h, "%s: %s; mode %04o -> %04o", shown, why, mode, (unsigned int)fix);
-}
-
-/* Merge entry into ~/path with merge(); returns 1 when written, 0 when present. */
-static int merge_remote(struct setup_host *h, const char *path, const char *entry,
-                        int (*merge)(const char *, const char *, char **), mode_t mode)
-{
-    char *text = NULL, *merged = NULL;
-    int r = sftp_read_text(h, path, &text);
-    if (r < 0)
-        return r;
-    r = merge(text, entry, &merged);
-    if (r == 1 && sftp_write_text(h, path, merged, mode) < 0)
-        r = DSL_EREMOTE;
-    else if (r < 0)
-        host_fail(h, r, "cannot merge into '~/%s' on '%s'", path, h->name);
-    free(text);
-    free(merged);
-    return r;
-}
-
-/* Make sure ~/.ssh exists with a mode sshd accepts. */
-static int ensure_ssh_dir(struct setup_host *h)
-{
-    sftp_attributes a = sftp_stat(h->sftp, ".ssh");
-    if (!a) {
-        if (sftp_mkdir(h->sftp, ".ssh", 0700) < 0)
-            return host_fail(h, DSL_EREMOTE, "cannot create '~/.ssh' on '%s': %s", h->name,
-                             ssh_get_error(h->s));
-        sftp_chmod(h->sftp, ".ssh", 0700);
-        note(h, "created ~/.ssh (0700)");
-        return 0;
-    }
-    sftp_attributes_free(a);
-    fix_mode(h, ".ssh", "~/.ssh", DSL_SSHPERM_SSHDIR);
-    return 0;
+    return dsl_sshfiles_open(&h->files, h->s);
 }
 
 static int install_key(struct sshsetup *st, struct setup_host *h)
 {
     int r;
-    fix_mode(h, ".", "home directory", DSL_SSHPERM_HOME);
-    if ((r = ensure_ssh_dir(h)) < 0)
+    dsl_sshfiles_fix_mode(&h->files, ".", "home directory", DSL_SSHPERM_HOME);
+    if ((r = dsl_sshfiles_ensure_ssh_dir(&h->files)) < 0)
         goto fail;
-    r = merge_remote(h, ".ssh/authorized_keys", st->pub_line, dsl_authkeys_merge, 0600);
+    r = dsl_sshfiles_merge(&h->files, ".ssh/authorized_keys", st->pub_line, dsl_authkeys_merge, 0600);
     if (r < 0)
         goto fail;
     h->key = r == 1 ? ROW_CHANGED : ROW_OK;
-    fix_mode(h, ".ssh/authorized_keys", "~/.ssh/authorized_keys", DSL_SSHPERM_AUTHKEYS);
+    dsl_sshfiles_fix_mode(&h->files, ".ssh/authorized_keys", "~/.ssh/authorized_keys", DSL_SSHPERM_AUTHKEYS);
     return 0;
 fail:
     h->key = ROW_FAILED;
-    return r;
-}
-
-/* Write ~/.ssh/<name> with text unless it already holds exactly that. */
-static int put_file(struct setup_host *h, const char *path, const char *text, mode_t mode,
-                    enum dsl_sshperm_kind kind)
-{
-    char *cur = NULL;
-    int r = sftp_read_text(h, path, &cur);
-    if (r == 0 && (!cur || strcmp(cur, text) != 0))
-        r = sftp_write_text(h, path, text, mode);
-    free(cur);
-    if (r == 0) {
-        char *shown = dsl_xasprintf("~/%s", path);
-        fix_mode(h, path, shown, kind);
-        free(shown);
-    }
     return r;
 }
 
@@ -816,21 +608,21 @@ static int mesh_install(struct sshsetup *st, struct setup_host *h, const char *b
     char *priv = dsl_xasprintf(".ssh/%s", st->key_name);
     char *pub = dsl_xasprintf(".ssh/%s.pub", st->key_name);
     char *pubtext = dsl_xasprintf("%s\n", st->pub_line);
-    if ((r = put_file(h, priv, st->priv_text, 0600, DSL_SSHPERM_PRIVKEY)) < 0 ||
-        (r = put_file(h, pub, pubtext, 0644, DSL_SSHPERM_AUTHKEYS)) < 0)
+    if ((r = dsl_sshfiles_put(&h->files, priv, st->priv_text, 0600, DSL_SSHPERM_PRIVKEY)) < 0 ||
+        (r = dsl_sshfiles_put(&h->files, pub, pubtext, 0644, DSL_SSHPERM_AUTHKEYS)) < 0)
         goto out;
     for (size_t i = 0; i < st->nr; i++) {
         if (!st->h[i].khline)
             continue;
-        r = merge_remote(h, ".ssh/known_hosts", st->h[i].khline, dsl_knownhosts_merge, 0600);
+        r = dsl_sshfiles_merge(&h->files, ".ssh/known_hosts", st->h[i].khline, dsl_knownhosts_merge, 0600);
         if (r < 0)
             goto out;
         changed |= r;
     }
-    r = merge_remote(h, ".ssh/config", block, dsl_sshconfig_merge, 0600);
+    r = dsl_sshfiles_merge(&h->files, ".ssh/config", block, dsl_sshconfig_merge, 0600);
     if (r < 0)
         goto out;
-    fix_mode(h, ".ssh/config", "~/.ssh/config", DSL_SSHPERM_CONFIG);
+    dsl_sshfiles_fix_mode(&h->files, ".ssh/config", "~/.ssh/config", DSL_SSHPERM_CONFIG);
     if (changed)
         note(h, "known_hosts entries of the hosts added to ~/.ssh/known_hosts");
     r = 0;
@@ -846,7 +638,7 @@ out:
 /* Did the host get through set-up, so that others should reach it? */
 static int mesh_member(const struct setup_host *h)
 {
-    return h->sftp && h->key != ROW_FAILED && h->mesh != ROW_FAILED;
+    return h->files.sftp && h->key != ROW_FAILED && h->mesh != ROW_FAILED;
 }
 
 /*
@@ -883,7 +675,7 @@ static int mesh_check_start(struct sshsetup *st, struct setup_host *h)
                           "echo \"ok $h\"; else echo \"fail $h $(printf %%s \"$e\" | tail -n 1)\"; "
                           "fi ) & done; wait",
                     (int)st->connect_timeout, st->ssh_port > 0 ? " -p \"$DSL_PORT\"" : "");
-    r = exec_start(h, dsl_dynbuf_str(&cmd), &h->check);
+    r = dsl_sshfiles_exec_start(&h->files, dsl_dynbuf_str(&cmd), &h->check);
     if (r < 0)
         h->mesh = ROW_FAILED;
 out:
@@ -899,7 +691,7 @@ static int mesh_check_finish(struct setup_host *h)
         return 0;
     dsl_dynbuf_init(&out, SETUP_FILE_MAX);
     dsl_dynbuf_init(&fails, DSL_ERR_LEN);
-    exec_finish(h->check, &out, &status);
+    dsl_sshfiles_exec_finish(h->check, &out, &status);
     h->check = NULL;
     h->mesh_ok = 0;
     for (const char *l = dsl_dynbuf_str(&out); *l;) {
@@ -989,8 +781,10 @@ static int report(struct sshsetup *st)
     }
     for (size_t i = 0; i < st->nr; i++) {
         struct setup_host *h = &st->h[i];
-        for (size_t k = 0; k < h->notes.nr; k++)
-            printf("%s: fixed: %s\n", h->name, h->notes.v[k]);
+        for (size_t k = 0; k < h->files.notes.nr; k++)
+            printf("%s: fixed: %s\n", h->name, h->files.notes.v[k]);
+        if (h->files.err[0] && strcmp(h->files.err, h->err) != 0)
+            printf("%s: error: %s\n", h->name, h->files.err);
         if (h->err[0])
             printf("%s: error: %s\n", h->name, h->err);
     }
@@ -1141,7 +935,7 @@ int dsl_sshsetup_main(int argc, char **argv)
         if (j < st.nr)
             continue; /* a host listed twice is set up once */
         st.h[st.nr].name = hf.hosts[i].name;
-        dsl_strvec_init(&st.h[st.nr].notes);
+        dsl_sshfiles_init(&st.h[st.nr].files, st.h[st.nr].name);
         st.nr++;
     }
     for (size_t i = 0; i < st.nr; i++) {
@@ -1153,7 +947,7 @@ int dsl_sshsetup_main(int argc, char **argv)
     local_config(&st, block);
     if (st.mesh) {
         for (size_t i = 0; i < st.nr; i++)
-            if (st.h[i].sftp && st.h[i].key != ROW_FAILED)
+            if (st.h[i].files.sftp && st.h[i].key != ROW_FAILED)
                 mesh_install(&st, &st.h[i], block);
         for (size_t i = 0; i < st.nr; i++)
             if (mesh_member(&st.h[i]))
@@ -1167,8 +961,7 @@ out:
         struct setup_host *h = &st.h[i];
         if (h->check)
             ssh_channel_free(h->check);
-        if (h->sftp)
-            sftp_free(h->sftp);
+        dsl_sshfiles_release(&h->files); /* SFTP before its session */
         if (h->s) {
             if (ssh_is_connected(h->s))
                 ssh_disconnect(h->s);
@@ -1176,7 +969,6 @@ out:
         }
         free(h->hostname);
         free(h->khline);
-        dsl_strvec_release(&h->notes);
     }
     free(st.h);
     free(block);
