@@ -10,8 +10,9 @@
  *      (or --master_addr) on that port, reports which it reached, the interface its
  *      kernel routes through to the first one, and checks the program and the cwd.
  * The first address every node reached becomes MASTER_ADDR; node 0's interface is the
- * one that holds it. Node 0 releases the port when the start message arrives, so rank
- * 0's rendezvous store can bind it.
+ * one that holds it. A third round (an empty probe) makes node 0 release the port
+ * before anything starts, so rank 0's rendezvous store can bind it and no rank can
+ * reach a listener that is about to close.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -195,7 +196,21 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                 if (!strcmp(n0->hello.ifaces[i].addrs.v[k], job->master_addr))
                     n0->iface = dsl_xstrdup(n0->hello.ifaces[i].name);
     dsl_strvec_release(&cand);
-    return bad ? DSL_EXIT_PREFLIGHT : 0;
+    if (bad)
+        return DSL_EXIT_PREFLIGHT;
+    /*
+     * Round 3: node 0 lets go of the master port before any rank starts anywhere. Were
+     * it released only when node 0 gets "start", a rank of a faster node could connect
+     * to the probe listener first and be reset when it closes.
+     */
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.program = dsl_xstrdup("");
+    m.cwd = dsl_xstrdup("");
+    n0->have_probed = 0;
+    dsl_job_node_send(n0, &m);
+    dsl_job_node_flush(n0);
+    dsl_msg_release(&m);
+    return wait_probed(job, sig_rfd, 0, 1);
 }
 
 void dsl_job_print_preflight(struct dsl_job *job)
