@@ -8,6 +8,7 @@ PKGS=(
   build-essential cmake pkg-config git          # toolchain
   libssh-dev libcjson-dev libopenblas-dev zlib1g-dev   # libraries
   openssh-server openssh-client iproute2 procps # test cluster (network namespaces + sshd)
+  iptables                                      # doctor test: a port blocked inside a node
   pdsh openmpi-bin libopenmpi-dev               # optional transports, peers
   python3                                       # flow tests read the --dry-run JSON
   dataset-fashion-mnist                         # the trainer's data set
