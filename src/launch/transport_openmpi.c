@@ -49,7 +49,7 @@
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
-#define MPI_OUT_MAX 4096
+#define MPI_OUT_MAX 16384
 
 extern char **environ;
 
@@ -125,33 +125,64 @@ static void batch_drain(struct mpi_batch *b)
     }
 }
 
+/* Lines of mpirun's output that say why a daemon or agent did not start. */
+static int out_line_is_reason(const char *e, size_t n)
+{
+    static const char *const needles[] = {
+        "ssh: ", "Permission denied", "Host key verification failed", "HOST IDENTIFICATION",
+        "Connection refused", "Connection timed out", "No route to host", "not found",
+        "No such file", "Could not resolve", "orted: command not found"};
+    for (size_t i = 0; i < sizeof(needles) / sizeof(needles[0]); i++) {
+        size_t k = strlen(needles[i]);
+        for (size_t j = 0; j + k <= n; j++)
+            if (!memcmp(e + j, needles[i], k))
+                return 1;
+    }
+    return 0;
+}
+
 /*
  * mpirun's output for a message: banner lines of dashes and blank lines dropped, runs
- * of spaces squeezed, lines joined with "; ", the last len-1 bytes kept.
+ * of spaces squeezed, lines joined with "; ", the last len-1 bytes kept. Lines that
+ * name a reason (ssh's errors, a missing program) replace the rest when there are any:
+ * mpirun follows them with pages of generic advice that would push them out.
  */
-static void out_summary(const char *e, char *tail, size_t len)
+static void out_summary(const char *text, char *tail, size_t len)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, 1 << 16);
-    while (*e) {
-        size_t n = strcspn(e, "\n");
-        size_t dashes = 0, blank = 1;
-        for (size_t i = 0; i < n; i++) {
-            dashes += e[i] == '-';
-            blank &= e[i] == ' ' || e[i] == '\t' || e[i] == '\r';
+    int reasons = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *e = text;
+        while (*e) {
+            size_t n = strcspn(e, "\n");
+            size_t dashes = 0, blank = 1;
+            for (size_t i = 0; i < n; i++) {
+                dashes += e[i] == '-';
+                blank &= e[i] == ' ' || e[i] == '\t' || e[i] == '\r';
+            }
+            if (!blank && dashes != n && out_line_is_reason(e, n) == !pass) {
+                if (b.len)
+                    dsl_dynbuf_add(&b, "; ", 2);
+                for (size_t i = 0; i < n; i++)
+                    if (!(e[i] == ' ' && i + 1 < n && e[i + 1] == ' ') && e[i] != '\r')
+                        dsl_dynbuf_add(&b, e + i, 1);
+            }
+            e += n + (e[n] == '\n');
         }
-        if (!blank && dashes != n) {
-            if (b.len)
-                dsl_dynbuf_add(&b, "; ", 2);
-            for (size_t i = 0; i < n; i++)
-                if (!(e[i] == ' ' && i + 1 < n && e[i + 1] == ' ') && e[i] != '\r')
-                    dsl_dynbuf_add(&b, e + i, 1);
+        /* with reasons found, the rest is mpirun's generic advice: leave it out and
+           keep the first reasons rather than the last */
+        if (pass == 0 && b.len) {
+            reasons = 1;
+            break;
         }
-        e += n + (e[n] == '\n');
     }
     const char *t = dsl_dynbuf_str(&b);
     size_t tl = strlen(t);
-    snprintf(tail, len, "%s", tl > len - 1 ? t + (tl - (len - 1)) : t);
+    if (reasons)
+        snprintf(tail, len, "%s", t);
+    else
+        snprintf(tail, len, "%s", tl > len - 1 ? t + (tl - (len - 1)) : t);
     dsl_dynbuf_release(&b);
 }
 

@@ -133,7 +133,8 @@ expect_success "sshd stopped on node2: mpirun fails, exit 200 with its output, n
     "$CL" sshd-start "$D" 2
     assert_eq "$rc" 200
     assert_grep "node2" err
-    assert_grep "mpirun" err
+    assert_grep "mpirun for .node2. ended" err
+    assert_grep "ssh: connect to host $ADDR_2 port [0-9]*: Connection refused" err
     assert_grep "nothing was started" err
     [ ! -e "$T_TMP/nostart.0" ] || fail "a rank was started on node1"
     wait_all_clean 10
