@@ -19,7 +19,8 @@
  * and the batch's epoll fd, which holds the eventfd until launch, then mpirun's output
  * pipe and a pidfd of mpirun. If mpirun exits
  * before an agent connected (ssh refused, program missing, a sibling rank failed), every
- * unconnected connection of the batch fails with mpirun's last output lines. mpirun
+ * unconnected connection of the batch fails with the reason found in mpirun's output
+ * (ssh's error, a missing program; else its last lines). mpirun
  * ends the whole batch when one agent exits non-zero; that is its semantics, not ours.
  * The batch (mpirun's process group) is terminated when its last connection closes.
  */
@@ -446,8 +447,12 @@ static int mpi_progress(struct dsl_conn *c)
                                 strstr(tail, "Exit code: 127")
                             ? DSL_EREMOTE
                             : DSL_ECONNECT;
+        const char *advice = strstr(tail, "Host key verification failed")
+                                 ? " (unknown host key: rerun with --ssh-accept-new, or run "
+                                   "ssh once to accept it)"
+                                 : "";
         return conn_fail(c, cls, "mpirun for '%s' ended (exit %d) before its agent connected "
-                         "back%s%s", c->host, code, tail[0] ? ": " : "", tail);
+                         "back%s%s%s", c->host, code, tail[0] ? ": " : "", tail, advice);
     }
     if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout)
         return conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through mpirun: no connect-back "

@@ -3,9 +3,10 @@
 # under with_cluster.sh, which brings a 2-node cluster with 2 slots each up and down).
 # One mpirun starts one agent per node over OpenSSH; the agents connect back. Checked:
 # the env contract of the 2x2 job, arguments, a failing rank's exit code, a node whose
-# network goes down mid-run, an unreachable node, a missing mpirun, Ctrl-C and SIGKILL
-# of the launcher, and that nothing is left behind afterwards, neither in the
-# namespaces nor on the launching host (mpirun, its ssh clients and orteds reaped).
+# network goes down mid-run, an unreachable node, a wrong key, an unknown host key, a
+# missing mpirun, Ctrl-C and SIGKILL of the launcher, and that nothing is left behind
+# afterwards, neither in the namespaces nor on the launching host (mpirun, its ssh
+# clients and orteds reaped).
 # usage: with_cluster.sh 2 openmpi.sh DSLAUNCH WORKER SOURCE_DIR
 set -u
 DSL=$1
@@ -137,6 +138,31 @@ expect_success "sshd stopped on node2: mpirun fails, exit 200 with its output, n
     assert_grep "ssh: connect to host $ADDR_2 port [0-9]*: Connection refused" err
     assert_grep "nothing was started" err
     [ ! -e "$T_TMP/nostart.0" ] || fail "a rank was started on node1"
+    wait_all_clean 10
+'
+
+expect_success "a wrong identity fails authentication (201) and starts nothing" '
+    ssh-keygen -q -t ed25519 -N "" -f wrongkey
+    sed "/IdentityFile/d" "$D/ssh_config" > cfg_nokey
+    run_capture rc out err "$DSL" --launcher openmpi --hostfile "$D/hostfile" \
+        --ssh-config cfg_nokey --ssh-identity wrongkey "$W" env
+    assert_eq "$rc" 201
+    assert_grep "Permission denied (publickey" err
+    assert_not_grep "RANK=" out
+    wait_all_clean 10
+'
+
+expect_success "an unknown host key is refused with advice; --ssh-accept-new trusts it" '
+    : > empty_known
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/empty_known|" "$D/ssh_config" > cfg_unknown
+    run_capture rc out err "$DSL" --launcher openmpi --hostfile "$D/hostfile" --ssh-config cfg_unknown "$W" env
+    assert_eq "$rc" 201
+    assert_grep "Host key verification failed" err
+    assert_grep "ssh-accept-new" err
+    run_capture rc out err "$DSL" --launcher openmpi --ssh-accept-new --hostfile "$D/hostfile" \
+        --ssh-config cfg_unknown "$W" env
+    assert_eq "$rc" 0
+    assert_grep "RANK=3" out
     wait_all_clean 10
 '
 
