@@ -148,8 +148,10 @@ int main(int argc, char **argv)
     }
     struct dsl_train_settings s;
     int r = dsl_train_settings_parse(&s, argc, argv, err);
-    if (r == 1)
+    if (r == 1) {
+        dsl_train_settings_release(&s);
         return usage(stdout);
+    }
     if (r < 0) {
         dsl_error("%s", err);
         fprintf(stderr, "usage: dstrain [--config ds_config.json] [options] (see --help)\n");
