@@ -26,7 +26,8 @@ target_sources(dsllaunch PRIVATE
 target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1
   DSL_HAVE_OPENMPI_TRANSPORT=1)
 if(DSL_WITH_SSH)
-  target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c)
+  target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c
+    ${CMAKE_CURRENT_LIST_DIR}/sshsession.c)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/sshsetup.c
     ${CMAKE_CURRENT_LIST_DIR}/sshfiles.c)
   target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)

@@ -4,7 +4,9 @@
  *
  * Theory of operation. open() creates the session, applies the ssh_config (the file
  * given with --ssh-config, else ~/.ssh/config and /etc/ssh/ssh_config) for the host
- * alias, then the command-line overrides (--ssh_port, user, known_hosts), switches the
+ * alias, then the command-line overrides (--ssh_port, user, known_hosts) -- the config,
+ * host-key and authentication rules live in sshsession.c, shared with the blocking
+ * operator tools (sync, ssh-setup) -- switches the
  * session to non-blocking and takes the first step. Each later progress() call
  * re-enters the libssh call of the current state, which returns SSH_AGAIN until its
  * packets have arrived:
@@ -35,19 +37,17 @@
  * directory" reaches the user instead of a bare "connection closed".
  */
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <libssh/libssh.h>
 
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/parse.h"
+#include "dslaunch/sshsession.h"
 #include "dslaunch/transport.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
@@ -71,6 +71,14 @@ struct ssh_priv {
 static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* err was filled by an sshsession.c helper */
+static int conn_fail_code(struct dsl_conn *c, int code)
+{
+    c->state = DSL_CONN_FAILED;
+    c->err_code = code;
+    return code;
+}
+
 static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -82,101 +90,6 @@ static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     return code;
 }
 
-/* "user@host:port" as libssh resolved it from the config, for messages. */
-static void target_text(struct ssh_priv *p, const char *alias, char *out, size_t len)
-{
-    char *user = NULL, *host = NULL;
-    unsigned int port = 22;
-    ssh_options_get(p->s, SSH_OPTIONS_USER, &user);
-    ssh_options_get(p->s, SSH_OPTIONS_HOST, &host);
-    ssh_options_get_port(p->s, &port);
-    if (host && strcmp(host, alias) != 0)
-        snprintf(out, len, "%s (%s@%s:%u)", alias, user ? user : "?", host, port);
-    else
-        snprintf(out, len, "%s@%s:%u", user ? user : "?", alias, port);
-    ssh_string_free_char(user);
-    ssh_string_free_char(host);
-}
-
-static void fingerprint(ssh_session s, char *out, size_t len)
-{
-    ssh_key srv = NULL;
-    unsigned char *hash = NULL;
-    size_t hlen = 0;
-    snprintf(out, len, "?");
-    if (ssh_get_server_publickey(s, &srv) != SSH_OK)
-        return;
-    if (ssh_get_publickey_hash(srv, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) == SSH_OK) {
-        char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
-        snprintf(out, len, "%s %s", ssh_key_type_to_char(ssh_key_type(srv)), fp ? fp : "?");
-        ssh_string_free_char(fp);
-        ssh_clean_pubkey_hash(&hash);
-    }
-    ssh_key_free(srv);
-}
-
-static int check_host_key(struct dsl_conn *c, struct ssh_priv *p)
-{
-    char fp[256];
-    char *kh = NULL;
-    ssh_options_get(p->s, SSH_OPTIONS_KNOWNHOSTS, &kh);
-    char khtext[300];
-    snprintf(khtext, sizeof(khtext), "%s", kh ? kh : "~/.ssh/known_hosts");
-    ssh_string_free_char(kh);
-    fingerprint(p->s, fp, sizeof(fp));
-
-    enum ssh_known_hosts_e st = ssh_session_is_known_server(p->s);
-    switch (st) {
-    case SSH_KNOWN_HOSTS_OK:
-        return 0;
-    case SSH_KNOWN_HOSTS_UNKNOWN:
-    case SSH_KNOWN_HOSTS_NOT_FOUND:
-        if (p->accept_new) {
-            if (ssh_session_update_known_hosts(p->s) != SSH_OK)
-                return conn_fail(c, DSL_EAUTH, "cannot add the host key of '%s' to '%s': %s",
-                                 c->host, khtext, ssh_get_error(p->s));
-            return 0;
-        }
-        return conn_fail(c, DSL_EAUTH,
-                         "host key for '%s' is not known (%s, not in '%s'); verify it and rerun "
-                         "with --ssh-accept-new, or run ssh %s once",
-                         c->host, fp, khtext, c->host);
-    case SSH_KNOWN_HOSTS_CHANGED:
-        return conn_fail(c, DSL_EAUTH,
-                         "host key for '%s' has CHANGED (now %s); it does not match '%s': "
-                         "someone may be intercepting the connection, or the host was "
-                         "reinstalled; check, then remove the old key (ssh-keygen -R)",
-                         c->host, fp, khtext);
-    case SSH_KNOWN_HOSTS_OTHER:
-        return conn_fail(c, DSL_EAUTH,
-                         "host key for '%s' is of another type than the one in '%s' (now %s); "
-                         "treating it as changed: check the host, then fix known_hosts",
-                         c->host, khtext, fp);
-    case SSH_KNOWN_HOSTS_ERROR:
-    default:
-        return conn_fail(c, DSL_EAUTH, "cannot check the host key of '%s': %s", c->host,
-                         ssh_get_error(p->s));
-    }
-}
-
-/* Bound how long a vanished node can go unnoticed (house: --keepalive). */
-static void set_keepalive(struct ssh_priv *p)
-{
-    int fd = ssh_get_fd(p->s);
-    if (fd < 0 || p->keepalive <= 0)
-        return;
-    int ka = (int)p->keepalive;
-    if (ka < 3)
-        ka = 3;
-    int one = 1, idle = ka / 3, cnt = 3;
-    unsigned int ut = (unsigned int)(p->keepalive * 1000.0);
-    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &idle, sizeof(idle));
-    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut));
-}
-
 static int step_connect(struct dsl_conn *c, struct ssh_priv *p)
 {
     int rc = ssh_connect(p->s);
@@ -184,49 +97,27 @@ static int step_connect(struct dsl_conn *c, struct ssh_priv *p)
         return 0;
     if (rc != SSH_OK) {
         char t[600];
-        target_text(p, c->host, t, sizeof(t));
+        dsl_ssh_target_text(p->s, c->host, t, sizeof(t));
         return conn_fail(c, DSL_ECONNECT, "cannot connect to %s: %s", t,
                          ssh_get_error(p->s));
     }
-    set_keepalive(p);
-    if (check_host_key(c, p) < 0)
-        return c->err_code;
+    dsl_ssh_set_keepalive(p->s, p->keepalive);
+    int r = dsl_ssh_check_host_key(p->s, c->host, p->accept_new, c->err);
+    if (r < 0)
+        return conn_fail_code(c, r);
     c->state = DSL_CONN_AUTHENTICATING;
     return 1;
 }
 
 static int step_auth(struct dsl_conn *c, struct ssh_priv *p)
 {
-    int rc;
-    if (p->identity) {
-        if (!p->key && ssh_pki_import_privkey_file(p->identity, NULL, NULL, NULL, &p->key) !=
-                           SSH_OK)
-            return conn_fail(c, DSL_EAUTH,
-                             "cannot load identity '%s' (missing, unreadable or passphrase-"
-                             "protected: use ssh-agent for those)",
-                             p->identity);
-        rc = ssh_userauth_publickey(p->s, NULL, p->key);
-    } else {
-        rc = ssh_userauth_publickey_auto(p->s, NULL, NULL);
-    }
-    if (rc == SSH_AUTH_AGAIN)
+    int r = dsl_ssh_auth_publickey(p->s, c->host, p->identity, &p->key, c->err);
+    if (r == 1)
         return 0;
-    if (rc == SSH_AUTH_SUCCESS) {
-        c->state = DSL_CONN_STARTING;
-        return 1;
-    }
-    char t[600];
-    target_text(p, c->host, t, sizeof(t));
-    if (rc == SSH_AUTH_ERROR)
-        return conn_fail(c, DSL_ECONNECT, "connection to %s failed during authentication: %s",
-                         t, ssh_get_error(p->s));
-    if (p->identity)
-        return conn_fail(c, DSL_EAUTH, "permission denied for %s with identity '%s'", t,
-                         p->identity);
-    return conn_fail(c, DSL_EAUTH,
-                     "permission denied for %s (tried ssh-agent, IdentityFile and default "
-                     "keys); check authorized_keys there, or pass --ssh-identity",
-                     t);
+    if (r < 0)
+        return conn_fail_code(c, r);
+    c->state = DSL_CONN_STARTING;
+    return 1;
 }
 
 static int step_start(struct dsl_conn *c, struct ssh_priv *p)
@@ -313,36 +204,9 @@ static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->keepalive = o->keepalive;
     if (o->ssh_identity)
         p->identity = dsl_xstrdup(o->ssh_identity);
-    if (!(p->s = ssh_new()))
-        return conn_fail(c, -ENOMEM, "cannot create an ssh session for '%s'", c->host);
-
-    if (ssh_options_set(p->s, SSH_OPTIONS_HOST, c->host) < 0)
-        return conn_fail(c, DSL_EUSAGE, "bad host name '%s': %s", c->host,
-                         ssh_get_error(p->s));
-    /* the host alias must be set first: Host blocks match against it */
-    if (ssh_options_parse_config(p->s, o->ssh_config) < 0)
-        return conn_fail(c, DSL_EUSAGE, "cannot read ssh config '%s': %s",
-                         o->ssh_config ? o->ssh_config : "~/.ssh/config", ssh_get_error(p->s));
-    /* command-line settings win over the config file */
-    if (o->ssh_port > 0) {
-        unsigned int port = (unsigned int)o->ssh_port;
-        ssh_options_set(p->s, SSH_OPTIONS_PORT, &port);
-    }
-    if (o->ssh_user)
-        ssh_options_set(p->s, SSH_OPTIONS_USER, o->ssh_user);
-    if (o->known_hosts)
-        ssh_options_set(p->s, SSH_OPTIONS_KNOWNHOSTS, o->known_hosts);
-    if (o->connect_timeout > 0) {
-        long t = (long)o->connect_timeout + 1;
-        ssh_options_set(p->s, SSH_OPTIONS_TIMEOUT, &t);
-    }
-    /* after the config, whose LogLevel would otherwise turn libssh chatter on;
-     * DSLAUNCH_SSH_DEBUG=1..4 turns it on for debugging */
-    int verbosity = 0;
-    const char *dbg = getenv("DSLAUNCH_SSH_DEBUG");
-    if (dbg && dsl_parse_int(dbg, 0, 4, &verbosity) < 0)
-        verbosity = 0;
-    ssh_options_set(p->s, SSH_OPTIONS_LOG_VERBOSITY, &verbosity);
+    int r = dsl_ssh_session_new(&p->s, c->host, o, c->err);
+    if (r < 0)
+        return conn_fail_code(c, r);
     ssh_set_blocking(p->s, 0);
     return ssh_progress(c);
 }

@@ -8,7 +8,8 @@ set(dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/netinfo.c
     ${PROJECT_SOURCE_DIR}/src/launch/transport_openmpi.c)
 set(dsl_net_libs dslcommon)
 if(DSL_WITH_SSH)
-  list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c)
+  list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c
+       ${PROJECT_SOURCE_DIR}/src/launch/sshsession.c)
   list(APPEND dsl_net_libs PkgConfig::LIBSSH)
 endif()
 dsl_unit_test(test_net SOURCES net/test_net.c ${dsl_net_src} LIBS ${dsl_net_libs})
