@@ -29,7 +29,7 @@ if(DSL_WITH_SSH)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c
     ${CMAKE_CURRENT_LIST_DIR}/sshsession.c)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/sshsetup.c
-    ${CMAKE_CURRENT_LIST_DIR}/sshfiles.c)
+    ${CMAKE_CURRENT_LIST_DIR}/sshfiles.c ${CMAKE_CURRENT_LIST_DIR}/sshlocal.c)
   target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)
   target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_SSH_TRANSPORT=1)
 endif()

@@ -7,12 +7,13 @@
  *
  *   1. key       the dedicated ed25519 pair (--key, default ~/.ssh/id_dslaunch) is
  *                loaded, or generated (private key 0600, written under umask 077)
- *   2. connect   per host: the ssh config for the alias (--ssh-config or ~/.ssh/config),
- *                --ssh_port over it; the host key is checked against known_hosts; an
- *                unknown key's fingerprint is printed and needs a "yes" on the
- *                terminal or --yes (no terminal and no --yes: the host fails); a
- *                changed key always fails. Accepted keys are recorded in the local
- *                known_hosts as "alias,hostname" (or [alias]:port,[hostname]:port).
+ *   2. connect   per host, with sshsession.c's rules (the ssh config for the alias,
+ *                --ssh-config or ~/.ssh/config, --ssh_port over it); the host key
+ *                is checked against known_hosts; an unknown key's fingerprint is
+ *                printed and needs a "yes" on the terminal or --yes (no terminal and
+ *                no --yes: the host fails); a changed key always fails. Accepted
+ *                keys are recorded in the local known_hosts as "alias,hostname" (or
+ *                [alias]:port,[hostname]:port).
  *   3. auth      the dedicated key, then ssh-agent/default keys, then the password,
  *                read once (--password-fd N, DSLAUNCH_SSH_PASSWORD, or /dev/tty with
  *                echo off) when the first host needs it, kept in memory only and
@@ -60,6 +61,8 @@
 #include "dslaunch/log.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/sshfiles.h"
+#include "dslaunch/sshlocal.h"
+#include "dslaunch/sshsession.h"
 #include "dslaunch/sshsetup.h"
 #include "dslaunch/strvec.h"
 #include "dslaunch/transport.h"
@@ -97,10 +100,7 @@ struct sshsetup {
     int password_fd;
     double connect_timeout;
     /* state */
-    char *key_path, *key_name; /* local private key and its file name; owned */
-    char *pub_line;            /* "ssh-ed25519 AAAA... dslaunch@host"; owned */
-    char *priv_text;           /* the private key file, for --mesh; owned, wiped */
-    ssh_key key;
+    struct dsl_sshkeypair kp;  /* the dedicated key pair */
     char pw[SETUP_PW_MAX];
     int pw_state;              /* 0 not asked, 1 have it, -1 none available */
     char pw_err[DSL_ERR_LEN];
@@ -131,173 +131,6 @@ static int host_fail(struct setup_host *h, int code, const char *fmt, ...)
     vsnprintf(h->err, sizeof(h->err), fmt, ap);
     va_end(ap);
     return code;
-}
-
-/* ---------------------------------------------------------------- local files */
-
-static char *home_path(const char *rel)
-{
-    const char *home = getenv("HOME");
-    return dsl_xasprintf("%s/%s", home && home[0] ? home : ".", rel);
-}
-
-static int read_local(const char *path, char **out, char *err)
-{
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dsl_seterr(err, -errno, "cannot open '%s': %s", path, strerror(errno));
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
-    char buf[4096];
-    ssize_t n;
-    int r = 0;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        if ((r = dsl_dynbuf_add(&b, buf, (size_t)n)) < 0)
-            break;
-    if (n < 0)
-        r = -errno;
-    close(fd);
-    if (r < 0) {
-        dsl_dynbuf_release(&b);
-        return dsl_seterr(err, r, "cannot read '%s': %s", path, dsl_strerror(r));
-    }
-    *out = dsl_xstrdup(dsl_dynbuf_str(&b));
-    dsl_dynbuf_release(&b);
-    return 0;
-}
-
-/* Write text to path via path.dslaunch-tmp and rename; mode for a new file. */
-static int write_local(const char *path, const char *text, mode_t mode, char *err)
-{
-    char *tmp = dsl_xasprintf("%s.dslaunch-tmp", path);
-    struct stat st;
-    if (stat(path, &st) == 0)
-        mode = st.st_mode & 07777;
-    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-    if (fd < 0) {
-        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
-        goto out;
-    }
-    size_t len = strlen(text), off = 0;
-    while (off < len) {
-        ssize_t n = write(fd, text + off, len - off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            r = dsl_seterr(err, -errno, "cannot write '%s': %s", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
-            goto out;
-        }
-        off += (size_t)n;
-    }
-    if (fchmod(fd, mode) < 0 || close(fd) < 0 || rename(tmp, path) < 0) {
-        r = dsl_seterr(err, -errno, "cannot write '%s': %s", path, strerror(errno));
-        unlink(tmp);
-    }
-out:
-    free(tmp);
-    return r;
-}
-
-static void mkdir_ssh(const char *path)
-{
-    char *dir = dsl_xstrdup(path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        const char *base = strrchr(dir, '/');
-        if (base && !strcmp(base, "/.ssh"))
-            mkdir(dir, 0700);
-    }
-    free(dir);
-}
-
-/* Load the dedicated key pair, or create it. */
-static int key_load_or_create(struct sshsetup *st, char *err)
-{
-    int r;
-    char *b64 = NULL, *pubtext = NULL;
-    st->key_path = st->key_path_opt ? dsl_xstrdup(st->key_path_opt)
-                                    : home_path(".ssh/id_dslaunch");
-    const char *base = strrchr(st->key_path, '/');
-    st->key_name = dsl_xstrdup(base ? base + 1 : st->key_path);
-    char *pub_path = dsl_xasprintf("%s.pub", st->key_path);
-
-    if (access(st->key_path, F_OK) == 0) {
-        if (ssh_pki_import_privkey_file(st->key_path, NULL, NULL, NULL, &st->key) != SSH_OK) {
-            r = dsl_seterr(err, DSL_EAUTH,
-                           "cannot load the key '%s' (unreadable or passphrase-protected: "
-                           "ssh-setup needs a key without a passphrase, or pass --key)",
-                           st->key_path);
-            goto out;
-        }
-        struct stat sb;
-        if (stat(st->key_path, &sb) == 0) {
-            const char *why;
-            int fix = dsl_sshperm_fix(DSL_SSHPERM_PRIVKEY, (unsigned int)sb.st_mode, &why);
-            if (fix >= 0 && chmod(st->key_path, (mode_t)fix) == 0)
-                dsl_info("'%s': %s; mode set to %04o", st->key_path, why, (unsigned int)fix);
-        }
-        dsl_info("using the key '%s'", st->key_path);
-    } else {
-        mkdir_ssh(st->key_path);
-        if (ssh_pki_generate(SSH_KEYTYPE_ED25519, 0, &st->key) != SSH_OK) {
-            r = dsl_seterr(err, DSL_EAUTH, "cannot generate an ed25519 key");
-            goto out;
-        }
-        mode_t old = umask(077);
-        int e = ssh_pki_export_privkey_file(st->key, NULL, NULL, NULL, st->key_path);
-        umask(old);
-        if (e != SSH_OK) {
-            r = dsl_seterr(err, -EIO, "cannot write the key '%s' (does its directory exist?)",
-                           st->key_path);
-            goto out;
-        }
-        unlink(pub_path); /* a stale public key of another pair */
-        dsl_info("created the ed25519 key pair '%s' and '%s'", st->key_path, pub_path);
-    }
-    if (ssh_pki_export_pubkey_base64(st->key, &b64) != SSH_OK) {
-        r = dsl_seterr(err, DSL_EAUTH, "cannot derive the public key of '%s'", st->key_path);
-        goto out;
-    }
-    char hn[256] = "localhost";
-    gethostname(hn, sizeof(hn) - 1);
-    hn[sizeof(hn) - 1] = '\0';
-    st->pub_line = dsl_xasprintf("%s %s dslaunch@%s", ssh_key_type_to_char(ssh_key_type(st->key)),
-                                 b64, hn);
-    /* an existing .pub of the same key keeps its comment */
-    char perr[DSL_ERR_LEN];
-    if (read_local(pub_path, &pubtext, perr) == 0) {
-        char *merged = NULL;
-        if (dsl_authkeys_merge(pubtext, st->pub_line, &merged) == 0) {
-            size_t l = strlen(pubtext);
-            while (l && (pubtext[l - 1] == '\n' || pubtext[l - 1] == '\r'))
-                pubtext[--l] = '\0';
-            free(st->pub_line);
-            st->pub_line = dsl_xstrdup(pubtext);
-        } else {
-            r = dsl_seterr(err, DSL_EAUTH, "'%s' does not hold the public key of '%s'",
-                           pub_path, st->key_path);
-            free(merged);
-            goto out;
-        }
-    } else {
-        char *text = dsl_xasprintf("%s\n", st->pub_line);
-        r = write_local(pub_path, text, 0644, err);
-        free(text);
-        if (r < 0)
-            goto out;
-    }
-    if ((r = read_local(st->key_path, &st->priv_text, err)) < 0)
-        goto out;
-    r = 0;
-out:
-    ssh_string_free_char(b64);
-    free(pubtext);
-    free(pub_path);
-    return r;
 }
 
 /* ---------------------------------------------------------------- the terminal */
@@ -404,19 +237,6 @@ static int confirm_hostkey(struct sshsetup *st, struct setup_host *h, const char
 
 /* ---------------------------------------------------------------- session */
 
-static void host_fingerprint(ssh_key srv, char *out, size_t len)
-{
-    unsigned char *hash = NULL;
-    size_t hlen = 0;
-    snprintf(out, len, "?");
-    if (ssh_get_publickey_hash(srv, SSH_PUBLICKEY_HASH_SHA256, &hash, &hlen) == SSH_OK) {
-        char *fp = ssh_get_fingerprint_hash(SSH_PUBLICKEY_HASH_SHA256, hash, hlen);
-        snprintf(out, len, "%s %s", ssh_key_type_to_char(ssh_key_type(srv)), fp ? fp : "?");
-        ssh_string_free_char(fp);
-        ssh_clean_pubkey_hash(&hash);
-    }
-}
-
 static char *local_known_hosts(ssh_session s)
 {
     char *kh = NULL;
@@ -425,7 +245,7 @@ static char *local_known_hosts(ssh_session s)
         ssh_string_free_char(kh);
         return r;
     }
-    return home_path(".ssh/known_hosts");
+    return dsl_sshlocal_path(".ssh/known_hosts");
 }
 
 /* Check the host key; record an accepted new one (local known_hosts) and h->khline. */
@@ -441,7 +261,7 @@ static int host_key(struct sshsetup *st, struct setup_host *h)
                       ssh_get_error(h->s));
         goto out;
     }
-    host_fingerprint(srv, fp, sizeof(fp));
+    dsl_ssh_fingerprint(h->s, fp, sizeof(fp));
     const char *names[2] = {h->name, h->hostname};
     h->khline = dsl_knownhosts_line(names, 2, (int)h->port, ssh_key_type_to_char(ssh_key_type(srv)),
                                     b64);
@@ -471,11 +291,11 @@ static int host_key(struct sshsetup *st, struct setup_host *h)
         r = r < 0 ? r : DSL_EAUTH;
         goto out;
     }
-    if (read_local(khpath, &text, err) < 0)
+    if (dsl_sshlocal_read(khpath, &text, err) < 0)
         text = NULL;
-    mkdir_ssh(khpath);
+    dsl_sshlocal_mkdir_ssh(khpath);
     if ((r = dsl_knownhosts_merge(text, h->khline, &merged)) == 1 &&
-        (r = write_local(khpath, merged, 0600, err)) < 0) {
+        (r = dsl_sshlocal_write(khpath, merged, 0600, err)) < 0) {
         r = host_fail(h, r, "%s", err);
         goto out;
     }
@@ -492,18 +312,20 @@ out:
     return r;
 }
 
+/* The dedicated key, then the agent and default keys, then the password (asked once). */
 static int host_auth(struct sshsetup *st, struct setup_host *h)
 {
-    int rc = ssh_userauth_publickey(h->s, NULL, st->key);
-    if (rc == SSH_AUTH_SUCCESS)
+    char err[DSL_ERR_LEN];
+    int r = dsl_ssh_auth_publickey(h->s, h->name, st->kp.path, &st->kp.key, err);
+    if (r == DSL_EAUTH) {
+        ssh_key unused = NULL;
+        r = dsl_ssh_auth_publickey(h->s, h->name, NULL, &unused, err);
+        ssh_key_free(unused);
+    }
+    if (r == 0)
         return 0;
-    if (rc == SSH_AUTH_ERROR)
-        goto error;
-    rc = ssh_userauth_publickey_auto(h->s, NULL, NULL);
-    if (rc == SSH_AUTH_SUCCESS)
-        return 0;
-    if (rc == SSH_AUTH_ERROR)
-        goto error;
+    if (r != DSL_EAUTH)
+        return host_fail(h, r, "%s", err);
     unsigned int methods = (unsigned int)ssh_userauth_list(h->s, NULL);
     if (!(methods & SSH_AUTH_METHOD_PASSWORD))
         return host_fail(h, DSL_EAUTH,
@@ -514,51 +336,37 @@ static int host_auth(struct sshsetup *st, struct setup_host *h)
     if (!pw)
         return host_fail(h, DSL_EAUTH, "permission denied for '%s' by key; %s", h->name,
                          st->pw_err);
-    rc = ssh_userauth_password(h->s, NULL, pw);
+    int rc = ssh_userauth_password(h->s, NULL, pw);
     if (rc == SSH_AUTH_SUCCESS)
         return 0;
     if (rc == SSH_AUTH_ERROR)
-        goto error;
+        return host_fail(h, DSL_ECONNECT,
+                         "connection to '%s' failed during authentication: %s", h->name,
+                         ssh_get_error(h->s));
     return host_fail(h, DSL_EAUTH, "permission denied for '%s': wrong password", h->name);
-error:
-    return host_fail(h, DSL_ECONNECT, "connection to '%s' failed during authentication: %s",
-                     h->name, ssh_get_error(h->s));
 }
 
+/* Connect (config, --ssh_port, timeout: sshsession.c), host key, log in, start SFTP. */
 static int host_connect(struct sshsetup *st, struct setup_host *h)
 {
+    struct dsl_transport_opts o;
+    char err[DSL_ERR_LEN], *hn = NULL;
     int r;
-    char *hn = NULL;
-    if (!(h->s = ssh_new()))
-        return host_fail(h, -ENOMEM, "cannot create an ssh session for '%s'", h->name);
-    if (ssh_options_set(h->s, SSH_OPTIONS_HOST, h->name) < 0)
-        return host_fail(h, DSL_EUSAGE, "bad host name '%s'", h->name);
-    if (ssh_options_parse_config(h->s, st->ssh_config) < 0)
-        return host_fail(h, DSL_EUSAGE, "cannot read ssh config '%s': %s",
-                         st->ssh_config ? st->ssh_config : "~/.ssh/config",
-                         ssh_get_error(h->s));
-    if (st->ssh_port > 0) {
-        unsigned int port = (unsigned int)st->ssh_port;
-        ssh_options_set(h->s, SSH_OPTIONS_PORT, &port);
+    memset(&o, 0, sizeof(o));
+    o.ssh_config = st->ssh_config;
+    o.ssh_port = st->ssh_port;
+    o.connect_timeout = st->connect_timeout;
+    r = dsl_ssh_session_open(&h->s, h->name, &o, DSL_SSH_NO_HOSTKEY_CHECK | DSL_SSH_NO_AUTH,
+                             NULL, err);
+    if (r < 0) {
+        h->reachable = ROW_FAILED;
+        return host_fail(h, r, "%s", err);
     }
-    long t = (long)st->connect_timeout;
-    ssh_options_set(h->s, SSH_OPTIONS_TIMEOUT, &t);
-    int verbosity = 0;
-    const char *dbg = getenv("DSLAUNCH_SSH_DEBUG");
-    if (dbg && dsl_parse_int(dbg, 0, 4, &verbosity) < 0)
-        verbosity = 0;
-    ssh_options_set(h->s, SSH_OPTIONS_LOG_VERBOSITY, &verbosity);
     ssh_options_get(h->s, SSH_OPTIONS_HOST, &hn);
     h->hostname = dsl_xstrdup(hn ? hn : h->name);
     ssh_string_free_char(hn);
     h->port = 22;
     ssh_options_get_port(h->s, &h->port);
-
-    if (ssh_connect(h->s) != SSH_OK) {
-        h->reachable = ROW_FAILED;
-        return host_fail(h, DSL_ECONNECT, "cannot connect to '%s' (%s port %u): %s", h->name,
-                         h->hostname, h->port, ssh_get_error(h->s));
-    }
     if ((r = host_key(st, h)) < 0)
         return r;
     if ((r = host_auth(st, h)) < 0) {
@@ -575,11 +383,13 @@ static int install_key(struct sshsetup *st, struct setup_host *h)
     dsl_sshfiles_fix_mode(&h->files, ".", "home directory", DSL_SSHPERM_HOME);
     if ((r = dsl_sshfiles_ensure_ssh_dir(&h->files)) < 0)
         goto fail;
-    r = dsl_sshfiles_merge(&h->files, ".ssh/authorized_keys", st->pub_line, dsl_authkeys_merge, 0600);
+    r = dsl_sshfiles_merge(&h->files, ".ssh/authorized_keys", st->kp.pub_line,
+                           dsl_authkeys_merge, 0600);
     if (r < 0)
         goto fail;
     h->key = r == 1 ? ROW_CHANGED : ROW_OK;
-    dsl_sshfiles_fix_mode(&h->files, ".ssh/authorized_keys", "~/.ssh/authorized_keys", DSL_SSHPERM_AUTHKEYS);
+    dsl_sshfiles_fix_mode(&h->files, ".ssh/authorized_keys", "~/.ssh/authorized_keys",
+                          DSL_SSHPERM_AUTHKEYS);
     return 0;
 fail:
     h->key = ROW_FAILED;
@@ -594,7 +404,7 @@ static char *mesh_config_block(struct sshsetup *st)
     dsl_dynbuf_addstr(&b, "Host");
     for (size_t i = 0; i < st->nr; i++)
         dsl_dynbuf_addf(&b, " %s", st->h[i].name);
-    dsl_dynbuf_addf(&b, "\n  IdentityFile ~/.ssh/%s\n", st->key_name);
+    dsl_dynbuf_addf(&b, "\n  IdentityFile ~/.ssh/%s\n", st->kp.name);
     if (st->ssh_port > 0)
         dsl_dynbuf_addf(&b, "  Port %d\n", st->ssh_port);
     char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
@@ -605,16 +415,18 @@ static char *mesh_config_block(struct sshsetup *st)
 static int mesh_install(struct sshsetup *st, struct setup_host *h, const char *block)
 {
     int r, changed = 0;
-    char *priv = dsl_xasprintf(".ssh/%s", st->key_name);
-    char *pub = dsl_xasprintf(".ssh/%s.pub", st->key_name);
-    char *pubtext = dsl_xasprintf("%s\n", st->pub_line);
-    if ((r = dsl_sshfiles_put(&h->files, priv, st->priv_text, 0600, DSL_SSHPERM_PRIVKEY)) < 0 ||
+    char *priv = dsl_xasprintf(".ssh/%s", st->kp.name);
+    char *pub = dsl_xasprintf(".ssh/%s.pub", st->kp.name);
+    char *pubtext = dsl_xasprintf("%s\n", st->kp.pub_line);
+    if ((r = dsl_sshfiles_put(&h->files, priv, st->kp.priv_text, 0600,
+                              DSL_SSHPERM_PRIVKEY)) < 0 ||
         (r = dsl_sshfiles_put(&h->files, pub, pubtext, 0644, DSL_SSHPERM_AUTHKEYS)) < 0)
         goto out;
     for (size_t i = 0; i < st->nr; i++) {
         if (!st->h[i].khline)
             continue;
-        r = dsl_sshfiles_merge(&h->files, ".ssh/known_hosts", st->h[i].khline, dsl_knownhosts_merge, 0600);
+        r = dsl_sshfiles_merge(&h->files, ".ssh/known_hosts", st->h[i].khline,
+                               dsl_knownhosts_merge, 0600);
         if (r < 0)
             goto out;
         changed |= r;
@@ -722,14 +534,14 @@ static void local_config(struct sshsetup *st, const char *block)
 {
     if (st->key_path_opt)
         return;
-    char *path = home_path(".ssh/config"), *text = NULL, *merged = NULL, err[DSL_ERR_LEN];
-    if (read_local(path, &text, err) < 0)
+    char *path = dsl_sshlocal_path(".ssh/config"), *text = NULL, *merged = NULL, err[DSL_ERR_LEN];
+    if (dsl_sshlocal_read(path, &text, err) < 0)
         text = NULL;
     if (dsl_sshconfig_merge(text, block, &merged) == 1) {
-        if (write_local(path, merged, 0600, err) < 0)
+        if (dsl_sshlocal_write(path, merged, 0600, err) < 0)
             dsl_warn("%s", err);
         else
-            dsl_info("'%s': IdentityFile %s set for the hosts", path, st->key_path);
+            dsl_info("'%s': IdentityFile %s set for the hosts", path, st->kp.path);
     }
     free(text);
     free(merged);
@@ -922,7 +734,7 @@ int dsl_sshsetup_main(int argc, char **argv)
         goto out;
     }
     code = 1;
-    if (key_load_or_create(&st, err) < 0) {
+    if (dsl_sshkeypair_load(&st.kp, st.key_path_opt, err) < 0) {
         dsl_error("%s", err);
         goto out;
     }
@@ -962,25 +774,14 @@ out:
         if (h->check)
             ssh_channel_free(h->check);
         dsl_sshfiles_release(&h->files); /* SFTP before its session */
-        if (h->s) {
-            if (ssh_is_connected(h->s))
-                ssh_disconnect(h->s);
-            ssh_free(h->s);
-        }
+        dsl_ssh_session_close(h->s);
         free(h->hostname);
         free(h->khline);
     }
     free(st.h);
     free(block);
     explicit_bzero(st.pw, sizeof(st.pw));
-    if (st.priv_text) {
-        explicit_bzero(st.priv_text, strlen(st.priv_text));
-        free(st.priv_text);
-    }
-    ssh_key_free(st.key);
-    free(st.key_path);
-    free(st.key_name);
-    free(st.pub_line);
+    dsl_sshkeypair_release(&st.kp);
     dsl_hostfile_release(&hf);
     return code;
 }
