@@ -44,7 +44,6 @@
 #include "train/comm_tcp.h"
 #include "common/banned.h"
 
-#define CMA_CHUNK ((size_t)256 << 10)
 
 /* Every rank sends len bytes to every peer and receives len bytes from each. */
 static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void *msg,
@@ -299,16 +298,17 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
 
     if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER) {
         char *dst = k->kind == DSL_COLL_ALLREDUCE ? (char *)k->recv + moff : k->recv;
-        if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, CMA_CHUNK * (size_t)w)) < 0)
+        size_t chunk = t->cma_chunk;
+        if ((r = dsl_tcp_ensure(c, &t->cma_scratch, &t->cma_scratch_cap, chunk * (size_t)w)) < 0)
             return r;
-        for (size_t o = 0; o < mlen; o += CMA_CHUNK) {
-            size_t n = mlen - o < CMA_CHUNK ? mlen - o : CMA_CHUNK;
+        for (size_t o = 0; o < mlen; o += chunk) {
+            size_t n = mlen - o < chunk ? mlen - o : chunk;
             for (int p = 0; p < w; p++) {
                 if (p == me) {
                     t->srcv[p] = (const char *)k->send + moff + o;
                     continue;
                 }
-                char *buf = t->cma_scratch + (size_t)p * CMA_CHUNK;
+                char *buf = t->cma_scratch + (size_t)p * chunk;
                 if ((r = cma_read(c, t, p, buf, t->addrs[2 * p] + moff + o, n, what)) < 0)
                     return r;
                 t->srcv[p] = buf;

@@ -715,6 +715,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         (r = env_size("DSL_COMM_CMA", 1, &use_cma, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, &t->cma_min, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, &t->shm_small, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_CMA_CHUNK", 256 << 10, &t->cma_chunk, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
         goto out;
@@ -826,6 +827,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     for (int p = 0; p < w; p++)
         if (p != me)
             dsl_net_set_nonblock(t->peer[p].fd, 1);
+    t->cma_chunk = t->cma_chunk < 4096 ? 4096 : t->cma_chunk > (64u << 20) ? 64u << 20 : t->cma_chunk;
+    t->cma_chunk &= ~(size_t)63;
     if (t->shm_small > DSL_CMA_SLOT)
         t->shm_small = DSL_CMA_SLOT;
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;

@@ -53,6 +53,7 @@ struct tcp {
     uint64_t *cookie_at;  /* [world]: where each peer's cookie lives */
     uint64_t cookie;      /* read by peers at open to prove they can */
     uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
+    size_t cma_chunk;     /* bytes read from each peer per reduction step */
     char *cma_scratch;
     size_t cma_scratch_cap;
     void *shm;            /* the rounds' shared segment (comm_cma.c), or NULL */
