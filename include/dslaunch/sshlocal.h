@@ -12,7 +12,7 @@
 /** The largest local ssh file read (bytes). */
 #define DSL_SSHLOCAL_MAX (4u << 20)
 
-/** "$HOME/rel" ("./rel" without HOME); the caller frees it. */
+/** "<home>/rel" with the account's home (as ssh uses), else $HOME; the caller frees it. */
 char *dsl_sshlocal_path(const char *rel);
 /** Read path into *out (malloc'd, NUL-terminated); -errno with err on failure. */
 int dsl_sshlocal_read(const char *path, char **out, char *err);

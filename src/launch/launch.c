@@ -185,6 +185,11 @@ int dsl_launch_main(int argc, char **argv)
 #ifdef DSL_HAVE_SSH_TRANSPORT
     if (argc > 1 && !strcmp(argv[1], "ssh-setup"))
         return dsl_sshsetup_main(argc - 1, argv + 1);
+#else
+    if (argc > 1 && !strcmp(argv[1], "ssh-setup")) {
+        dsl_error("ssh-setup needs libssh (this dslaunch was built with DSL_WITH_SSH=OFF)");
+        return DSL_EXIT_USAGE;
+    }
 #endif
     dsl_launch_opts_init(&opts);
     dsl_hostfile_init(&hf);

@@ -12,6 +12,7 @@
 #define _DEFAULT_SOURCE /* explicit_bzero */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,9 @@
 
 char *dsl_sshlocal_path(const char *rel)
 {
-    const char *home = getenv("HOME");
+    /* the account's home, as ssh and libssh use for ~/.ssh, then $HOME */
+    struct passwd *pw = getpwuid(getuid());
+    const char *home = pw && pw->pw_dir && pw->pw_dir[0] ? pw->pw_dir : getenv("HOME");
     return dsl_xasprintf("%s/%s", home && home[0] ? home : ".", rel);
 }
 
