@@ -50,6 +50,7 @@ struct dsl_launch_opts {
     int fanout;                /* --fanout (256) */
     char *remote_dslaunch;     /* --remote-dslaunch */
     char *remote_cwd;          /* --remote-cwd */
+    struct dsl_strvec sync_paths; /* --sync PATH, repeatable: dslaunch sync before the job */
     struct dsl_transport_opts tr; /* --ssh-config, --ssh_port, --ssh-identity,
                                      --ssh-accept-new, --connect-timeout, --keepalive */
     int verbose;               /* -v / -q */

@@ -35,10 +35,40 @@
 #include "dslaunch/placement.h"
 #include "dslaunch/spawn.h"
 #include "dslaunch/sshsetup.h"
+#include "dslaunch/sync.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
 extern char **environ;
+
+/* --sync PATH: copy to every other host; the job starts only when all succeeded. */
+static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_placement *pl)
+{
+#ifdef DSL_HAVE_SSH_TRANSPORT
+    struct dsl_strvec hosts;
+    dsl_strvec_init(&hosts);
+    for (int i = 0; i < pl->nr; i++)
+        if (opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
+            dsl_strvec_push(&hosts, pl->nodes[i].host);
+    struct dsl_sync_opts so = {
+        .paths = opts->sync_paths.v,
+        .npaths = opts->sync_paths.nr,
+        .fanout = opts->fanout,
+        .verbose = opts->verbose >= 2 ? 0 : -1,
+        .tr = opts->tr,
+    };
+    int rc = hosts.nr ? dsl_sync_run(&so, hosts.v, hosts.nr) : 0;
+    dsl_strvec_release(&hosts);
+    if (rc < 0)
+        dsl_error("--sync failed; the job was not started");
+    return dsl_sync_exit_code(rc);
+#else
+    (void)pl;
+    (void)opts;
+    dsl_error("--sync needs a build with libssh (DSL_WITH_SSH)");
+    return DSL_EXIT_USAGE;
+#endif
+}
 
 #define DEFAULT_HOSTFILE "/job/hostfile"
 
@@ -180,6 +210,10 @@ int dsl_launch_main(int argc, char **argv)
     char *include_cvd = NULL;
     int code = DSL_EXIT_USAGE, r, synth = 0;
 
+#ifdef DSL_HAVE_SSH_TRANSPORT
+    if (argc > 1 && !strcmp(argv[1], "sync"))
+        return dsl_sync_main(argc - 1, argv + 1);
+#endif
     if (argc > 1 && !strcmp(argv[1], "doctor"))
         return dsl_doctor_main(argc - 1, argv + 1);
 #ifdef DSL_HAVE_SSH_TRANSPORT
@@ -342,6 +376,8 @@ int dsl_launch_main(int argc, char **argv)
         dsl_info("setting OMP_NUM_THREADS=%ld for each rank (%ld CPUs, %d local ranks); "
                  "export it to choose another value", t < 1 ? 1 : t, cpus, per);
     }
+    if (opts.sync_paths.nr && (code = sync_first(&opts, &pl)) != 0)
+        goto out;
     code = dsl_job_run(&job);
 
 out:

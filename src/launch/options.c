@@ -71,6 +71,8 @@ static const struct opt_def opts[] = {
      "trust unknown host keys on first use (changed keys are always refused)", NULL},
     {"remote_dslaunch", 0, OPT_STR, OFF(remote_dslaunch), "PATH",
      "dslaunch on the other hosts", "this dslaunch's absolute path"},
+    {"sync", 0, OPT_LIST, OFF(sync_paths), "PATH",
+     "copy PATH to every host first (as dslaunch sync); start only if all succeeded", NULL},
     {"remote_cwd", 0, OPT_STR, OFF(remote_cwd), "DIR", "working directory on the other hosts",
      "the current directory"},
     {"verbose", 'v', OPT_SPECIAL, 0, NULL, "say more", NULL},
@@ -95,6 +97,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->tr.keepalive = 15.0;
     o->verbose = 1;
     dsl_strvec_init(&o->exports);
+    dsl_strvec_init(&o->sync_paths);
     dsl_strvec_init(&o->argv);
 }
 
@@ -112,6 +115,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
     dsl_strvec_release(&o->exports);
+    dsl_strvec_release(&o->sync_paths);
     dsl_strvec_release(&o->argv);
     dsl_launch_opts_init(o);
 }

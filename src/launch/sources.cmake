@@ -27,7 +27,7 @@ target_compile_definitions(dsllaunch PUBLIC DSL_HAVE_PDSH_TRANSPORT=1
   DSL_HAVE_OPENMPI_TRANSPORT=1)
 if(DSL_WITH_SSH)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/transport_ssh.c
-    ${CMAKE_CURRENT_LIST_DIR}/sshsession.c)
+    ${CMAKE_CURRENT_LIST_DIR}/sshsession.c ${CMAKE_CURRENT_LIST_DIR}/sync.c)
   target_sources(dsllaunch PRIVATE ${CMAKE_CURRENT_LIST_DIR}/sshsetup.c
     ${CMAKE_CURRENT_LIST_DIR}/sshfiles.c ${CMAKE_CURRENT_LIST_DIR}/sshlocal.c)
   target_link_libraries(dsllaunch PUBLIC PkgConfig::LIBSSH)

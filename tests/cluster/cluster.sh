@@ -9,6 +9,11 @@
 #   cluster.sh exec DIR NODE CMD  run CMD inside nodeN's namespace (node1 or 1)
 #   cluster.sh ns DIR NODE        print the namespace name of a node (for ip netns pids)
 #   cluster.sh sshd-stop DIR NODE / sshd-start DIR NODE
+#   cluster.sh mnt DIR NODE CMD   run CMD in nodeN's namespaces, mount namespace included
+#
+# DSL_CLUSTER_PRIVATE_DIR=/abs/dir at `up`: each sshd runs in its own mount namespace
+# with a private tmpfs over that directory (DSL_CLUSTER_PRIVATE_SIZE, default 50%), so
+# files written there over ssh are real per node (sync tests); `mnt` looks inside.
 #
 # Layout (namespace mode, needs CAP_NET_ADMIN):
 #
@@ -118,6 +123,7 @@ MaxStartups 512
 MaxSessions 64
 LoginGraceTime 60
 LogLevel VERBOSE
+Subsystem sftp internal-sftp
 EOF
 }
 
@@ -151,7 +157,13 @@ start_sshd() { # dir i
     local dir=$1 i=$2 t
     rm -f "$dir/node$i/sshd.pid"
     mkdir -p /run/sshd
-    if [[ $MODE == netns ]]; then
+    if [[ -n ${PRIVATE_DIR:-} ]]; then
+        mkdir -p "$PRIVATE_DIR"
+        ${NS[$i]:+ip netns exec "${NS[$i]}"} unshare --uts --mount --propagation private /bin/sh -c \
+            'hostname "$1" && mount -t tmpfs -o "size=$5,mode=0755" "dsl-$1" "$4" &&
+             exec /usr/sbin/sshd -f "$2" -E "$3"' sh "node$i" \
+            "$dir/node$i/sshd_config" "$dir/node$i/sshd.log" "$PRIVATE_DIR" "$PRIVATE_SIZE"
+    elif [[ $MODE == netns ]]; then
         ip netns exec "${NS[$i]}" unshare --uts /bin/sh -c \
             'hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"' sh "node$i" \
             "$dir/node$i/sshd_config" "$dir/node$i/sshd.log"
@@ -190,6 +202,8 @@ cmd_up() {
     [[ ! -e $dir/cluster.env ]] || die "'$dir' already holds a cluster (cluster.sh down $dir)"
     NODES=$nodes
     MODE=${DSL_CLUSTER_MODE:-netns}
+    PRIVATE_DIR=${DSL_CLUSTER_PRIVATE_DIR:-} PRIVATE_SIZE=${DSL_CLUSTER_PRIVATE_SIZE:-50%}
+    [[ -z $PRIVATE_DIR || $PRIVATE_DIR == /?* ]] || die "DSL_CLUSTER_PRIVATE_DIR must be absolute"
     if [[ $MODE == netns ]] && ! ip netns add "dslprobe$$" 2>/dev/null; then
         echo "cluster.sh: cannot create network namespaces (no CAP_NET_ADMIN?): falling back to sshd on 127.0.0.x" >&2
         MODE=loopback
@@ -266,6 +280,8 @@ write_env() {
         echo "SLOTS=$SLOTS"
         echo "SUBNET=$SUBNET"
         echo "CLUSTER_DIR=$dir"
+        echo "PRIVATE_DIR=${PRIVATE_DIR:-}"
+        echo "PRIVATE_SIZE=${PRIVATE_SIZE:-50%}"
         [[ $MODE == netns ]] && echo "HOST_ADDR=10.213.$SUBNET.1"
         for (( i = 1; i <= NODES; i++ )); do
             echo "NS_$i=${NS[$i]:-}"
@@ -308,6 +324,15 @@ cmd_exec() {
     if [[ $MODE == netns ]]; then exec ip netns exec "$ns" "$@"; else exec "$@"; fi
 }
 
+cmd_mnt() { # all namespaces of the node's sshd: its private mount namespace included
+    local dir=$1 node=$2 i pid
+    shift 2
+    load_env "$dir"
+    i=$(node_index "$node")
+    pid=$(cat "$dir/node$i/sshd.pid" 2>/dev/null) || die "node$i has no running sshd"
+    exec nsenter -t "$pid" -m -n -u -- "$@"
+}
+
 main() {
     local cmd=${1:-}
     shift || true
@@ -315,12 +340,13 @@ main() {
     up) (( $# >= 2 )) || die "usage: cluster.sh up N DIR [SLOTS]"; cmd_up "$@" ;;
     down) (( $# == 1 )) || die "usage: cluster.sh down DIR"; cmd_down "$1" ;;
     exec) (( $# >= 3 )) || die "usage: cluster.sh exec DIR NODE CMD..."; cmd_exec "$@" ;;
+    mnt) (( $# >= 3 )) || die "usage: cluster.sh mnt DIR NODE CMD..."; cmd_mnt "$@" ;;
     ns) (( $# == 2 )) || die "usage: cluster.sh ns DIR NODE"; load_env "$1"; var "NS_$(node_index "$2")" ;;
     sshd-stop) load_env "$1"; stop_sshd "$1" "$(node_index "$2")" ;;
     sshd-start)
         load_env "$1"; i=$(node_index "$2")
         declare -gA NS; NS[$i]=$(var "NS_$i"); start_sshd "$1" "$i" ;;
-    *) die "usage: cluster.sh up N DIR [SLOTS] | down DIR | exec DIR NODE CMD... | ns DIR NODE | sshd-stop DIR NODE | sshd-start DIR NODE" ;;
+    *) die "usage: cluster.sh up N DIR [SLOTS] | down DIR | exec DIR NODE CMD... | mnt DIR NODE CMD... | ns DIR NODE | sshd-stop DIR NODE | sshd-start DIR NODE" ;;
     esac
 }
 
