@@ -302,8 +302,11 @@ static int host_key(struct sshsetup *st, struct setup_host *h)
     h->hostkey = ROW_CHANGED;
     r = 0;
 out:
-    if (r < 0)
+    if (r < 0) {
         h->hostkey = ROW_FAILED;
+        free(h->khline); /* an unverified key is never handed to the other nodes */
+        h->khline = NULL;
+    }
     ssh_string_free_char(b64);
     ssh_key_free(srv);
     free(text);

@@ -51,7 +51,7 @@ for i in $(seq 1 "$NODES"); do
     sed -i -e 's/^PasswordAuthentication .*/PasswordAuthentication yes/' \
         -e 's|^AuthorizedKeysFile .*|AuthorizedKeysFile .ssh/authorized_keys|' \
         -e 's/^StrictModes .*/StrictModes yes/' "$cfg"
-    echo "Subsystem sftp internal-sftp" >>"$cfg"
+    grep -q "^Subsystem sftp" "$cfg" || echo "Subsystem sftp internal-sftp" >>"$cfg"
     "$CL" sshd-stop "$D" "$i" && "$CL" sshd-start "$D" "$i" || exit 1
 done
 
@@ -175,6 +175,29 @@ expect_success "a wrong password fails on that host only" '
         grep -E "^node$i +yes +yes \(present\) +yes \(known\) +ok 1/1\$" out || fail "row of node$i"
     done
     [ ! -e "/home/$U2/.ssh/authorized_keys" ] || fail "key installed for the wrong user"
+'
+
+expect_success "a changed host key fails that host only, and is neither replaced nor passed on" '
+    # node2 "reinstalled": a new host key, unknown to everyone
+    hk=$D/node2/ssh_host_ed25519_key
+    cp -p "$hk" hk_saved
+    ssh-keygen -q -t ed25519 -N "" -C node2-new -f newkey
+    cp -p newkey "$hk"
+    "$CL" sshd-stop "$D" 2 && "$CL" sshd-start "$D" 2
+    cp "$T_TMP/known_hosts" kh_before
+    sha256sum "$HOMEU/.ssh/known_hosts" >nodes_kh_before
+    run_capture rc out err setsid -w "${SETUP[@]}" --yes </dev/null
+    cp -p hk_saved "$hk"
+    "$CL" sshd-stop "$D" 2 && "$CL" sshd-start "$D" 2
+    cat out err
+    assert_eq "$rc" 1 "exit code"
+    grep -E "^node2 +- +- +FAILED +- *\$" out || fail "node2 row"
+    assert_grep "node2: error: host key of .node2. has CHANGED" out
+    for i in 1 3; do
+        grep -E "^node$i +yes +yes \(present\) +yes \(known\) +ok 1/1\$" out || fail "row of node$i"
+    done
+    cmp "$T_TMP/known_hosts" kh_before || fail "local known_hosts changed"
+    sha256sum -c --quiet nodes_kh_before || fail "the new key reached the nodes known_hosts"
 '
 
 expect_success "--ssh_port: host keys recorded as [name]:port, checked on that port" '
