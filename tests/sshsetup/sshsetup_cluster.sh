@@ -165,8 +165,9 @@ expect_success "on a terminal: each host key confirmed, the password asked once,
 '
 
 expect_success "a wrong password fails on that host only" '
-    run_capture rc out err setsid -w "$DSL" ssh-setup --mesh --hostfile "$D/hostfile" \
-        --ssh-config "$T_TMP/ssh_config_wrong" --key "$KEY" --password-fd 3 3<<<"$PW" </dev/null
+    # the password from the environment this time (documented for automation)
+    run_capture rc out err env DSLAUNCH_SSH_PASSWORD="$PW" setsid -w "$DSL" ssh-setup --mesh \
+        --hostfile "$D/hostfile" --ssh-config "$T_TMP/ssh_config_wrong" --key "$KEY" </dev/null
     cat out err
     assert_eq "$rc" 1 "exit code"
     grep -E "^node3 +NO " out || fail "node3 row"
