@@ -295,7 +295,10 @@ void dsl_launch_opts_help(FILE *f)
 {
     fprintf(f, "usage: dslaunch [options] PROGRAM [ARGS...]\n"
                "       dslaunch [options] train --config ds_config.json\n"
-               "       dslaunch --check --hostfile FILE\n\n"
+               "       dslaunch --check --hostfile FILE\n"
+               "       dslaunch doctor --hostfile FILE       check every node, say how to fix\n"
+               "       dslaunch sync PATH... --hostfile FILE copy files to every node\n"
+               "       dslaunch ssh-setup --hostfile FILE [--mesh]  passwordless SSH set-up\n\n"
                "Starts PROGRAM once per slot on every host of a DeepSpeed hostfile and\n"
                "supervises the job. 'train' runs the bundled trainer dstrain.\n"
                "Multi-word options accept '-' or '_' (--num-gpus = --num_gpus).\n\n"
