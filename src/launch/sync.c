@@ -91,6 +91,7 @@ struct sync_host {
     _Atomic unsigned copied;
     _Atomic int done;
     unsigned same, deleted;
+    unsigned long mut;         /* remote changes made (directory mtimes need redoing) */
     double t0, t1;
     int rc;
     char err[DSL_ERR_LEN];
@@ -317,6 +318,7 @@ static int rm_rf(struct sync_host *h, const char *path, int type)
     } else if (sftp_unlink(h->sftp, path) < 0) {
         return host_fail(h, "remove", path);
     }
+    h->mut++;
     return 0;
 }
 
@@ -413,6 +415,7 @@ static int copy_file(struct sync_host *h, const struct sync_entry *e, const char
     }
     free(tmp);
     tmp = NULL;
+    h->mut++;
     atomic_fetch_add(&h->copied, 1u);
     if (h->o->verbose > 0)
         printf("%s: copied %s\n", h->name, path);
@@ -429,6 +432,7 @@ out:
 
 static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
                       const char *path, sftp_attributes a);
+static int flush_pending(struct sync_run *run, struct sync_host *h);
 
 static int attr_cmp(const void *x, const void *y)
 {
@@ -447,6 +451,7 @@ static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry
     if (!a) {
         if (sftp_mkdir(h->sftp, path, 0700) < 0)
             return host_fail(h, "create directory", path);
+        h->mut++;
     }
     /* every remote child with its attributes, in one listing */
     sftp_attributes *list = NULL;
@@ -473,6 +478,7 @@ static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry
         if (nlist)
             qsort(list, nlist, sizeof(*list), attr_cmp);
     }
+    unsigned long mut0 = h->mut;
     char *seen = nlist ? dsl_xcalloc(nlist, 1) : NULL;
     for (size_t i = 0; i < e->nkids && r == 0; i++) {
         struct sync_entry *k = &e->kids[i];
@@ -489,6 +495,8 @@ static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry
         r = sync_entry(run, h, k, sub, hit ? *hit : NULL);
         free(sub);
     }
+    if (r == 0)
+        r = flush_pending(run, h); /* --checksum copies land before the mtime is set */
     if (r == 0 && run->o->delete_extra) {
         for (size_t i = 0; i < nlist && r == 0; i++) {
             if (seen[i])
@@ -504,7 +512,8 @@ static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry
         }
     }
     free(seen);
-    if (r == 0 && (!a || (a->permissions & 07777) != (e->mode & 07777) ||
+    /* a change inside the directory moved its mtime: set it again */
+    if (r == 0 && (!a || h->mut != mut0 || (a->permissions & 07777) != (e->mode & 07777) ||
                    (int64_t)a->mtime != e->mtime))
         r = set_meta(h, path, e);
 out:
@@ -539,8 +548,8 @@ static int flush_pending(struct sync_run *run, struct sync_host *h)
     if (!h->pending.nr)
         return 0;
     struct dsl_dynbuf cmd, out;
-    dsl_dynbuf_init(&cmd, 0);
-    dsl_dynbuf_init(&out, 0);
+    dsl_dynbuf_init(&cmd, 1u << 20); /* SYNC_HASH_BATCH quoted paths */
+    dsl_dynbuf_init(&out, 1u << 20); /* as many "<hash>  <path>" lines */
     int r = 0;
     dsl_dynbuf_addstr(&cmd, "exec sha256sum --");
     for (size_t i = 0; i < h->pending.nr; i++) {
@@ -617,6 +626,7 @@ static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_ent
             return r;
         if (sftp_symlink(h->sftp, e->link, path) < 0)
             return host_fail(h, "create symlink", path);
+        h->mut++;
         atomic_fetch_add(&h->copied, 1u);
         return 0;
     }
