@@ -154,7 +154,9 @@ int main(int argc, char **argv)
     }
     if (r < 0) {
         dsl_error("%s", err);
-        fprintf(stderr, "usage: dstrain [--config ds_config.json] [options] (see --help)\n");
+        if (r == DSL_EUSAGE)
+            fprintf(stderr,
+                    "usage: dstrain [--config ds_config.json] [options] (see --help)\n");
         dsl_train_settings_release(&s);
         return 2;
     }

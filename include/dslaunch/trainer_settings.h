@@ -30,7 +30,7 @@ struct dsl_train_settings {
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
-/** The comm backend the settings ask for (NULL: auto). */
+/** The comm backend the settings ask for ("auto" resolves to "tcp" for now). */
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
 /** Resolve what needs the world size (batch triple) and fill the structs above;
  *  config warnings are printed on rank 0. */

@@ -178,13 +178,19 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
         if ((r = apply(s, o, v, err)) < 0)
             return r;
     }
+    const char *b = s->cfg.dstrain.backend;
+    if (b && !strcmp(b, "nccl"))
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "backend 'nccl': the GPU path of dstrain is not built yet (use tcp)");
     return 0;
 }
 
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 {
+    /* NEEDSWORK: "auto" means tcp until the GPU path exists; the comm's own auto
+     * would pick nccl on a GPU machine and hand it host buffers */
     const char *b = s->cfg.dstrain.backend;
-    return b && strcmp(b, "auto") != 0 ? b : NULL;
+    return b && strcmp(b, "auto") != 0 ? b : "tcp";
 }
 
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
