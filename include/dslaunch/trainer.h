@@ -172,6 +172,7 @@ struct dsl_run_opts {
     void *save_ctx;
     const char *prefix;       /* "dstrain" for the progress lines */
     const char *params_out;   /* write the final fp32 parameters (raw, rank 0); NULL */
+    int wall_clock_breakdown; /* add the step-time split to every progress line */
 };
 
 struct dsl_run_summary {

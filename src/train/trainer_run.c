@@ -113,6 +113,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     uint64_t first = t->step, saved_at = UINT64_MAX, bytes = 0;
     double t_start = dsl_now(), t_eval = 0.0, t_print = t_start;
     uint64_t print_step = t->step;
+    double brk[5] = {0}; /* step-time split since the last progress line */
     double acc = NAN, tloss = NAN;
     struct dsl_step_result res = {0};
     if (t->rank == 0)
@@ -127,6 +128,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
         bytes += res.bytes_sent;
+        brk[0] += res.t_compute;
+        brk[1] += res.t_reduce;
+        brk[2] += res.t_small;
+        brk[3] += res.t_optim;
+        brk[4] += res.t_gather;
         sum->t_compute += res.t_compute;
         sum->t_reduce += res.t_reduce;
         sum->t_small += res.t_small;
@@ -148,7 +154,15 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                         "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
                         t->step, epoch + 1, res.loss, res.accuracy, (double)res.lr,
                         (double)res.grad_norm, res.bytes_sent, now - t_start);
+            if (print && ro->wall_clock_breakdown) {
+                double k = 1e3 / (double)(t->step - print_step);
+                printf("time per step (ms): forward+backward %.2f reduce-wait %.2f "
+                       "small-reductions %.2f optimizer %.2f all-gather %.2f\n",
+                       brk[0] * k, brk[1] * k, brk[2] * k, brk[3] * k, brk[4] * k);
+            }
             if (print) {
+                for (int i = 0; i < 5; i++)
+                    brk[i] = 0.0;
                 t_print = now;
                 print_step = t->step;
                 fflush(stdout);

@@ -267,6 +267,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     ro->save_on_signal = c->dstrain.save_on_signal;
     ro->prefix = "dstrain";
     ro->params_out = s->params_out;
+    ro->wall_clock_breakdown = c->wall_clock_breakdown;
 
     size_t W = (size_t)world;
     if (to->deterministic && world > 1 && (W & (W - 1)) && rank == 0)
