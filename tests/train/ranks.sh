@@ -63,9 +63,15 @@ wait_steps() {
 
 show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
 
-train_ok() { # n name args...
+train_ok() { # n name args... (one retry when the random port was taken)
     n=$1 name=$2
-    run_world "$@" || { show "$name"; fail "run '$name' at world $n failed"; }
+    run_world "$@" && return 0
+    if grep -qi "in use" "$TMP/$name".*.err 2>/dev/null; then
+        rm -f "$TMP/$name.pids"
+        run_world "$@" && return 0
+    fi
+    show "$name"
+    fail "run '$name' at world $n failed"
 }
 
 # the training must work at all: world 1 without any env
