@@ -10,14 +10,19 @@
  *
  *   mpirun -np N --host h0:1,h1:1,.. --map-by node /bin/sh -c SCRIPT dslaunch T --agent ...
  *
- * where SCRIPT execs the agent with `--token T.$OMPI_COMM_WORLD_RANK`: rank i runs on
+ * where SCRIPT drops what orted put into the environment (OMPI_*, PMIX_*) and execs
+ * the agent with `--token T.$OMPI_COMM_WORLD_RANK`: rank i runs on
  * host i and presents token "T.i", which the connection of host i expects. No user data
  * is in the script or its arguments: the plan travels over the socket. Opens in a later
  * pass start another batch (another mpirun).
  *
- * While CONNECTING, pollfd() is a per-connection epoll set of the listener's epoll fd
- * and the batch's epoll fd, which holds the eventfd until launch, then mpirun's output
- * pipe and a pidfd of mpirun. If mpirun exits
+ * While CONNECTING, pollfd() is a per-connection epoll set of the listener's epoll fd,
+ * the batch's epoll fd (the eventfd, mpirun's output pipe and a pidfd of mpirun) and a
+ * per-connection "kick" eventfd. The fan-out loop calls progress() only for a
+ * connection whose fd is readable, and the events are consumed by whichever connection
+ * handles them first, so that one passes them on: it takes every arrived socket for
+ * its owner and kicks it (collect_arrivals), and the end of mpirun makes the batch's
+ * eventfd readable for good, waking every connection of the batch. If mpirun exits
  * before an agent connected (ssh refused, program missing, a sibling rank failed), every
  * unconnected connection of the batch fails with the reason found in mpirun's output
  * (ssh's error, a missing program; else its last lines). mpirun
@@ -54,18 +59,30 @@
 
 extern char **environ;
 
-/* The agent launcher script run by mpirun: $0 dslaunch, $1 token base, rest args. */
+/*
+ * The agent launcher script run by mpirun: $0 dslaunch, $1 token base, rest args. It
+ * drops what orted put into the environment (OMPI_*, PMIX_*, PRTE_*, ...) before the
+ * agent starts: the agent's environment is the base of every rank's, and those values
+ * describe the agents' job, not the ranks' (a rank calling MPI_Init would join it as
+ * rank <node index>). Names only ([A-Za-z0-9_]) reach unset; user variables that the
+ * export set names travel on the control channel and are set again for the ranks.
+ */
 static const char agent_script[] =
-    "t=$1; shift; exec \"$0\" \"$@\" --token \"$t.${OMPI_COMM_WORLD_RANK:?not started by "
-    "mpirun}\"";
+    "t=$1; shift; r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}; "
+    "for v in $(env | sed -n -e 's/^\\(OMPI_[A-Za-z0-9_]*\\)=.*/\\1/p' "
+    "-e 's/^\\(PMIX_[A-Za-z0-9_]*\\)=.*/\\1/p' -e 's/^\\(PRTE_[A-Za-z0-9_]*\\)=.*/\\1/p'); "
+    "do unset \"$v\"; done; unset HFI_NO_BACKTRACE IPATH_NO_BACKTRACE; "
+    "exec \"$0\" \"$@\" --token \"$t.$r\"";
 
 struct mpi_batch {
     int refs;
     int launched;
     pid_t pid;             /* mpirun, own process group; 0 once reaped */
     int status;
-    int outfd, pidfd, evfd;
-    int epfd;              /* {evfd until launched, then outfd, pidfd}; in every conn's set */
+    int outfd, pidfd;
+    int evfd;              /* readable: launch me; drained at launch, readable again for
+                              good once mpirun ended or could not be started */
+    int epfd;              /* {evfd, outfd, pidfd}; in every conn's set */
     char token[DSL_CB_TOKEN_LEN + 1];
     struct dsl_strvec hosts, agent_argv;
     char *ssh_agent;       /* plm_rsh_agent value */
@@ -77,13 +94,57 @@ struct mpi_priv {
     struct mpi_batch *b;
     int index;
     int epfd, sock;
+    int kick;              /* eventfd in epfd: a sibling took this conn's socket for it */
     char token[DSL_CB_TOKEN_LEN + 16];
     double connect_timeout;
+    struct mpi_priv *prev, *next; /* in waiters while its agent has not connected */
+    int waiting;
 };
 
 static struct dsl_cb_listener *shared_l;
 static int shared_refs;
 static struct mpi_batch *open_batch; /* the batch that open() currently adds to */
+static struct mpi_priv *waiters;      /* every connection whose socket has not arrived */
+
+static void waiter_remove(struct mpi_priv *p)
+{
+    if (!p->waiting)
+        return;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        waiters = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    p->prev = p->next = NULL;
+    p->waiting = 0;
+}
+
+/*
+ * Accept what reached the listener and hand every arrived socket to its connection,
+ * not only to the caller's: service() empties the listener's epoll set, so a sibling
+ * whose socket it read would never be woken by it again. Its kick wakes it instead.
+ */
+static void collect_arrivals(void)
+{
+    dsl_cb_listener_service(shared_l);
+    for (struct mpi_priv *q = waiters; q; q = q->next) {
+        if (q->sock >= 0)
+            continue;
+        int fd = dsl_cb_listener_take(shared_l, q->token);
+        if (fd >= 0) {
+            q->sock = fd;
+            (void)eventfd_write(q->kick, 1);
+        }
+    }
+}
+
+/* mpirun ended or never started: wake every connection of the batch, for good. */
+static void batch_ended(struct mpi_batch *b)
+{
+    if (b->evfd >= 0)
+        (void)eventfd_write(b->evfd, 1);
+}
 
 static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -189,14 +250,18 @@ static void out_summary(const char *text, char *tail, size_t len)
 
 static int batch_reap(struct mpi_batch *b)
 {
-    if (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == b->pid)
+    if (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == b->pid) {
         b->pid = 0;
+        batch_ended(b);
+    }
     if (b->pid > 0 && b->outfd < 0 && b->pidfd < 0) {
         for (int i = 0; i < 200 && b->pid > 0; i++) {
             struct timespec ts = {0, 5 * 1000 * 1000};
             nanosleep(&ts, NULL);
-            if (waitpid(b->pid, &b->status, WNOHANG) == b->pid)
+            if (waitpid(b->pid, &b->status, WNOHANG) == b->pid) {
                 b->pid = 0;
+                batch_ended(b);
+            }
         }
     }
     if (b->pid == 0 && b->pidfd >= 0) {
@@ -355,7 +420,7 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->err_code = 0;
     c->err[0] = '\0';
     struct mpi_priv *p = dsl_xcalloc(1, sizeof(*p));
-    p->epfd = p->sock = -1;
+    p->epfd = p->sock = p->kick = -1;
     p->connect_timeout = o->connect_timeout;
     c->priv = p;
     if (strpbrk(c->host, ", \t\n:") || !c->host[0])
@@ -394,10 +459,17 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     snprintf(p->token, sizeof(p->token), "%s.%d", p->b->token, p->index);
     dsl_cb_listener_expect(shared_l, p->token);
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (p->epfd < 0)
+    p->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (p->epfd < 0 || p->kick < 0)
         return conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
     epoll_add(p->epfd, dsl_cb_listener_pollfd(shared_l));
     epoll_add(p->epfd, p->b->epfd);
+    epoll_add(p->epfd, p->kick);
+    p->next = waiters;
+    if (waiters)
+        waiters->prev = p;
+    waiters = p;
+    p->waiting = 1;
     return 0;
 }
 
@@ -411,23 +483,22 @@ static int mpi_progress(struct dsl_conn *c)
     struct mpi_batch *b = p->b;
     if (!b->launched) {
         char err[DSL_ERR_LEN];
+        eventfd_t v;
+        (void)eventfd_read(b->evfd, &v); /* launched: no longer wakes the batch */
         if (batch_launch(b, err) < 0) {
             b->failed_launch = 1;
+            batch_ended(b);
             return conn_fail(c, DSL_ESPAWN, "%s", err);
         }
     }
-    if (b->evfd >= 0) {
-        close(b->evfd); /* leaves every epoll set */
-        b->evfd = -1;
-    }
     if (b->failed_launch)
         return conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
-    dsl_cb_listener_service(shared_l);
-    int fd = dsl_cb_listener_take(shared_l, p->token);
-    if (fd >= 0) {
-        p->sock = fd;
+    collect_arrivals();
+    if (p->sock >= 0) {
+        waiter_remove(p);
         close(p->epfd);
-        p->epfd = -1;
+        close(p->kick);
+        p->epfd = p->kick = -1;
         c->state = DSL_CONN_OPEN;
         c->t_open = dsl_now();
         return 0;
@@ -506,10 +577,13 @@ static void mpi_close(struct dsl_conn *c)
     struct mpi_priv *p = c->priv;
     if (!p)
         return;
+    waiter_remove(p);
     if (p->sock >= 0)
         close(p->sock);
     if (p->epfd >= 0)
         close(p->epfd);
+    if (p->kick >= 0)
+        close(p->kick);
     if (p->b) {
         dsl_cb_listener_cancel(shared_l, p->token);
         if (--p->b->refs == 0) {
