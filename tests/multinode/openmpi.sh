@@ -127,8 +127,12 @@ expect_success "a rank on node2 exits 7: exit 7, summary names node2, nothing le
 '
 
 expect_success "the network of node2 goes down mid-run: exit 200 naming node2, nothing left" '
-    ( sleep 2; "$CL" exec "$D" 2 ip link set "$IFNAME_2" down ) &
-    run_capture rc out err "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" "$W" sleep 600
+    # cut the link once every rank runs (not after a fixed delay: a slow start would
+    # then be cut during the launch)
+    ( for r in 0 1 2 3; do wait_for_file "$T_TMP/nd.$r" 60 || exit 1; done
+      "$CL" exec "$D" 2 ip link set "$IFNAME_2" down ) &
+    run_capture rc out err "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" \
+        --export FLOW_PIDFILE=$T_TMP/nd "$W" pidfile 600
     wait
     "$CL" exec "$D" 2 ip link set "$IFNAME_2" up
     assert_eq "$rc" 200
