@@ -29,8 +29,9 @@ struct dsl_sync_opts {
  * Copy o->paths to every host in hosts (nhosts of them). Prints the progress line
  * (stderr), one summary line per host and a total (stdout). Returns 0 when every host
  * succeeded, else the first failure's negative code (DSL_ECONNECT, DSL_EAUTH,
- * DSL_EREMOTE for a file that could not be written, -errno for a local source that
- * could not be read, DSL_EUSAGE for bad paths); each failure names host and file.
+ * DSL_EREMOTE for a file that could not be written, -errno for a local file that
+ * could not be read during the copy, DSL_EUSAGE for bad or missing PATHs: nothing is
+ * copied then); each failure names host and file.
  */
 int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhosts);
 

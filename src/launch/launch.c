@@ -54,7 +54,7 @@ static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_place
         .paths = opts->sync_paths.v,
         .npaths = opts->sync_paths.nr,
         .fanout = opts->fanout,
-        .verbose = opts->verbose >= 2 ? 0 : -1,
+        .verbose = opts->verbose >= 1 ? 0 : -1, /* the per-host summary unless -q */
         .tr = opts->tr,
     };
     int rc = hosts.nr ? dsl_sync_run(&so, hosts.v, hosts.nr) : 0;

@@ -826,6 +826,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
         run.nroots++;
         if ((rc = make_root(&run.roots[i], o->paths[i], o->dest, err)) < 0) {
             dsl_error("sync: %s", err);
+            rc = DSL_EUSAGE; /* nothing was copied anywhere */
             goto out;
         }
     }

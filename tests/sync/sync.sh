@@ -138,12 +138,14 @@ expect_success "--dest puts PATH under another directory" '
     done
 '
 
-expect_success "dslaunch --sync copies first, then runs the job, which sees the files" '
+expect_success "dslaunch --sync copies first (summary shown), then the job sees the files" '
     printf "job input\n" >"$P/tree/input"
     run_capture rc out err "$DSL" "${SSH[@]}" --sync "$P/tree" --num_gpus 1 cat "$P/tree/input"
     cat out err
     assert_eq "$rc" 0
     assert_grep "^\[node3:rank 2\] job input$" out
+    for n in 1 3; do assert_grep "^node$n: 1 copied (10 B)" out; done
+    assert_grep "^node2: 2 copied (14 B)" out # catches up on what the read-only test missed
     same_on_nodes 1 2 3
 '
 
@@ -164,7 +166,7 @@ expect_success "usage errors: no paths, missing source" '
     assert_eq "$rc" 2
     assert_grep "nothing to copy: give one or more PATHs" err
     run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/no-such"
-    [ "$rc" != 0 ]
+    assert_eq "$rc" 2
     assert_grep "cannot read .*no-such.*: No such file or directory" err
 '
 
