@@ -206,11 +206,17 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_msg_init(&m, DSL_MSG_PROBE);
     m.program = dsl_xstrdup("");
     m.cwd = dsl_xstrdup("");
+    struct dsl_msg held = n0->probed; /* keep round 1's answer for the callers */
+    dsl_msg_init(&n0->probed, 0);
     n0->have_probed = 0;
     dsl_job_node_send(n0, &m);
     dsl_job_node_flush(n0);
     dsl_msg_release(&m);
-    return wait_probed(job, sig_rfd, 0, 1);
+    r = wait_probed(job, sig_rfd, 0, 1);
+    dsl_msg_release(&n0->probed);
+    n0->probed = held;
+    n0->have_probed = 1;
+    return r;
 }
 
 void dsl_job_print_preflight(struct dsl_job *job)
