@@ -33,6 +33,8 @@
 #define DSL_SSH_NO_HOSTKEY_CHECK 0x2 /* first contact: the caller checks the key itself
                                         (dsl_ssh_fingerprint, dsl_ssh_record_host_key) */
 #define DSL_SSH_NO_AUTH 0x4          /* stop after the key exchange (host key only) */
+#define DSL_SSH_BULK 0x8             /* bulk data (sync): prefer AES-GCM where the CPU has
+                                        AES instructions, unless the config sets Ciphers */
 
 /**
  * Create a session for host (an alias of the ssh config) with o's settings applied

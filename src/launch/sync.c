@@ -681,7 +681,7 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
     const struct dsl_sync_opts *o = run->o;
     int r;
     h->t0 = dsl_now();
-    if ((r = dsl_ssh_session_open(&h->s, h->name, &o->tr, 0, NULL, h->err)) < 0) {
+    if ((r = dsl_ssh_session_open(&h->s, h->name, &o->tr, DSL_SSH_BULK, NULL, h->err)) < 0) {
         h->rc = r;
         goto out;
     }
