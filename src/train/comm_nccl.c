@@ -37,6 +37,7 @@ struct nccl {
     void *pad;        /* device scratch for uneven shards */
     size_t pad_cap;
     int32_t *one;     /* device int for barrier */
+    cudaEvent_t ready; /* recorded on stream 0 before each collective */
 };
 
 static void nap(double s)
@@ -129,6 +130,9 @@ static int nccl_run(struct dsl_comm *c, const struct dsl_comm_call *k)
 
     if (!n->comm)
         return dsl_seterr(c->err, DSL_EPEER, "nccl: the communicator was aborted earlier");
+    if ((e = cudaEventRecord(n->ready, cudaStreamLegacy)) != cudaSuccess ||
+        (e = cudaStreamWaitEvent(n->stream, n->ready, 0)) != cudaSuccess)
+        return cuda_fail(c, "ordering after stream 0", e);
     dsl_shard_of(k->count, c->rank, w, &off, &len);
     switch (k->kind) {
     case DSL_COLL_ALLREDUCE:
@@ -241,6 +245,8 @@ static void nccl_close(struct dsl_comm *c)
     }
     if (n->stream)
         cudaStreamDestroy(n->stream);
+    if (n->ready)
+        cudaEventDestroy(n->ready);
     cudaFree(n->pad);
     cudaFree(n->one);
     free(n);
@@ -279,6 +285,7 @@ int dsl_comm_nccl_open(struct dsl_comm *c)
         goto out;
     }
     if ((e = cudaStreamCreateWithFlags(&n->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&n->ready, cudaEventDisableTiming)) != cudaSuccess ||
         (e = cudaMalloc((void **)&n->one, sizeof(int32_t))) != cudaSuccess ||
         (e = cudaMemset(n->one, 0, sizeof(int32_t))) != cudaSuccess) {
         r = cuda_fail(c, "setup", e);

@@ -47,8 +47,15 @@ static void check_one(enum dsl_dtype t, size_t n, int inplace)
         ASSERT_OK(r);
         ASSERT(cudaMemcpy(out, dst, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
         if (memcmp(out, h, bytes)) {
-            fprintf(stderr, "dtype %d n %zu inplace %d op %d: result differs\n", (int)t, n,
-                    inplace, op);
+            size_t k = 0;
+            while (k < bytes && out[k] == h[k])
+                k++;
+            size_t e = k / esz * esz;
+            fprintf(stderr, "dtype %d n %zu inplace %d op %d: result differs at element %zu:",
+                    (int)t, n, inplace, op, k / esz);
+            for (size_t b = 0; b < esz; b++)
+                fprintf(stderr, " %02x/%02x", out[e + b], h[e + b]);
+            fprintf(stderr, " (got/expected bytes)\n");
             ASSERT(0);
         }
         dst = inplace ? d_send : d_recv;
