@@ -35,7 +35,8 @@ cat >"$TMP/bench.json" <<EOF
 }
 EOF
 
-port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000 )); }
+# below Linux's ephemeral port range, so no outgoing connection holds it
+port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
 
 dstrain_world() { # world threads extra-args...  (one retry on another port)
     n=$1 th=$2

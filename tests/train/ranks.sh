@@ -11,7 +11,9 @@ DSTRAIN=$1
 TEST=$2
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+# bounded waits: a rank whose rank 0 failed to start gives up in 30 s, not 300
 export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-30}
+export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-30}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
@@ -22,9 +24,10 @@ TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-di
       --steps-per-print 0 --eval-interval 6 --lr 0.01"
 
 free_port() {
-    # a random port below the ephemeral range; a clash would fail the run loudly
-    # (the store cannot listen), never silently
-    echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 30000 ))
+    # a random port below Linux's ephemeral range (32768-60999), where outgoing
+    # connections cannot take it; a clash with another test fails the store's listen
+    # loudly and train_ok retries once
+    echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 ))
 }
 
 # run_world N NAME ARGS...: N ranks, output in $TMP/NAME.<rank>.{out,err}; returns the
