@@ -217,7 +217,7 @@ signal)
     # SIGTERM with --save-on-signal: all ranks stop after the same step, save, exit
     # 143; resuming from that checkpoint gives the uninterrupted result
     SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
-         --hidden 256,256 --train-batch 64 --micro-batch 32 --steps 1500 --lr 0.001
+         --hidden 256,256 --train-batch 64 --micro-batch 32 --steps 1000 --lr 0.001
          --steps-per-print 0 --eval-interval 0"
     run_world 2 sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks" --metrics "$TMP/sig.json" &
     bg=$!
