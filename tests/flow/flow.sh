@@ -343,4 +343,23 @@ expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else doe
     assert_eq "$rc" 2
 '
 
+expect_success "the README main job: two local ranks train on Fashion-MNIST and the loss falls" '
+    [ -x "$(dirname "$DSL")/dstrain" ] || fail "dstrain is not built beside dslaunch"
+    [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "dataset-fashion-mnist is not installed (scripts/setup.sh)"
+    run_capture rc out err "$DSL" --include localhost:0,1 train --config "$SRC/configs/fashion_mnist.json" --steps 300 --metrics m.jsonl
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] summary: steps 300 " out
+    python3 - m.jsonl <<PY
+import json, sys
+rec = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rec if r.get("type") == "step"]
+assert len(steps) >= 200, len(steps)
+first = sum(r["loss"] for r in steps[:20]) / 20
+last = sum(r["loss"] for r in steps[-20:]) / 20
+assert last < 0.6 * first, (first, last)
+summ = [r for r in rec if r.get("type") == "summary"][0]
+assert summ["test_acc"] > 0.75, summ
+PY
+'
+
 done_testing
