@@ -14,6 +14,7 @@
 # DSL_CLUSTER_PRIVATE_DIR=/abs/dir at `up`: each sshd runs in its own mount namespace
 # with a private tmpfs over that directory (DSL_CLUSTER_PRIVATE_SIZE, default 50%), so
 # files written there over ssh are real per node (sync tests); `mnt` looks inside.
+# Every sshd offers the SFTP subsystem (internal-sftp).
 #
 # Layout (namespace mode, needs CAP_NET_ADMIN):
 #
