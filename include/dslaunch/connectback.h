@@ -18,6 +18,7 @@
 #define DSLAUNCH_CONNECTBACK_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #define DSL_CB_TOKEN_LEN 32 /* hex characters */
 
@@ -54,8 +55,14 @@ void dsl_cb_listener_free(struct dsl_cb_listener *l);
 const char *dsl_cb_listener_connect_arg(const struct dsl_cb_listener *l);
 /** An fd to poll for POLLIN (an epoll set): readable when service() has work. */
 int dsl_cb_listener_pollfd(const struct dsl_cb_listener *l);
-/** Register a token to wait for (a copy is kept). */
-void dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token);
+/**
+ * Register a token to wait for (a copy is kept). Returns its ready fd: an eventfd owned
+ * by the listener that becomes readable (POLLIN) once the token's socket has arrived,
+ * whichever caller's service() read it, and is closed by take() or cancel(). Put it
+ * into the owner's poll set next to dsl_cb_listener_pollfd(). -errno if none could be
+ * made (the token is still expected; the owner then learns of it by polling take()).
+ */
+int dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token);
 /** Forget a token (its socket, if it arrived and was not taken, is closed). */
 void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const char *token);
 /** Accept new connections and read first lines; never blocks. */
@@ -65,5 +72,39 @@ void dsl_cb_listener_service(struct dsl_cb_listener *l);
  * token, or -EAGAIN while it has not arrived. The token is then forgotten.
  */
 int dsl_cb_listener_take(struct dsl_cb_listener *l, const char *token);
+
+/*
+ * The listener shared by every connect-back connection of this process, reference
+ * counted: get() opens it on first use (bind_addr of later calls is ignored) and takes
+ * a reference, NULL with err set on failure; put() drops one, the last frees it.
+ */
+struct dsl_cb_listener *dsl_cb_shared_get(const char *bind_addr, char *err);
+void dsl_cb_shared_put(void);
+
+/* ---- helpers of the connect-back transports (pdsh, openmpi) ---- */
+
+struct dsl_transport_opts;
+struct dsl_dynbuf;
+
+/**
+ * The ssh options of o as one space-separated string ("-o BatchMode=yes -F cfg ..."),
+ * for programs that split it on spaces (PDSH_SSH_ARGS_APPEND, plm_rsh_agent). A path
+ * with a space or quote is refused: NULL with err naming prog. Owned by the caller.
+ */
+char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, char *err);
+/**
+ * Fork and exec argv with env as the leader of its own process group, stdin /dev/null,
+ * stdout and stderr into *outfd (non-blocking read end), SIGTERM when this process
+ * dies. *pidfd is a pidfd of the child or -1 where unsupported. All owned by the
+ * caller. Negative code with err set when it could not fork (an exec failure is exit
+ * 127 of the child).
+ */
+int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, int *pidfd,
+                 char *err);
+/**
+ * Read what *fd has without blocking, keeping the last max bytes in out (max > 2048);
+ * at EOF closes *fd and sets it to -1.
+ */
+void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max);
 
 #endif

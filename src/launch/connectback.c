@@ -6,7 +6,11 @@
  * fan-out loop polls the epoll fd (dsl_cb_listener_pollfd) among its others; whenever
  * it is readable, service() accepts what is waiting and reads first lines without
  * blocking. A complete line "DSLCB1 <token>" whose token is expected moves the socket
- * into that token's slot, where the owning connection picks it up with take(). Any
+ * into that token's slot and makes the token's eventfd ("ready fd", given out by
+ * expect()) readable, where the owning connection picks it up with take(). Whoever
+ * called service(), every owner whose socket it set aside is woken through its own
+ * ready fd: the listener's epoll fd is drained by the one service() and cannot wake
+ * the others. Any
  * other first line, a line longer than CB_LINE_MAX, EOF, or silence for
  * CB_PENDING_TIMEOUT seconds closes the socket, so a port scanner or a stray client
  * can neither stall the loop nor hold resources. Tokens are compared in constant time
@@ -16,7 +20,7 @@
  * the first that completes wins (an unroutable address of a multi-homed launcher fails
  * at once or loses the race instead of costing a timeout each).
  */
-#define _GNU_SOURCE /* accept4 */
+#define _GNU_SOURCE /* accept4, execvpe, pipe2 */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,11 +29,16 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dslaunch/connectback.h"
@@ -37,6 +46,7 @@
 #include "dslaunch/error.h"
 #include "dslaunch/net.h"
 #include "dslaunch/parse.h"
+#include "dslaunch/transport.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
@@ -199,7 +209,8 @@ struct cb_pending {
 
 struct cb_expect {
     char *token;
-    int fd; /* -1 until its agent arrived */
+    int fd;    /* -1 until its agent arrived */
+    int ready; /* eventfd, readable once fd arrived; -1 if none could be made */
 };
 
 struct dsl_cb_listener {
@@ -309,6 +320,8 @@ void dsl_cb_listener_free(struct dsl_cb_listener *l)
     for (int i = 0; i < l->nexpect; i++) {
         if (l->expect[i].fd >= 0)
             close(l->expect[i].fd);
+        if (l->expect[i].ready >= 0)
+            close(l->expect[i].ready);
         free(l->expect[i].token);
     }
     if (l->lfd >= 0)
@@ -331,12 +344,14 @@ int dsl_cb_listener_pollfd(const struct dsl_cb_listener *l)
     return l->epfd;
 }
 
-void dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token)
+int dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token)
 {
     DSL_ALLOC_GROW(l->expect, l->nexpect, l->aexpect);
-    l->expect[l->nexpect].token = dsl_xstrdup(token);
-    l->expect[l->nexpect].fd = -1;
-    l->nexpect++;
+    struct cb_expect *e = &l->expect[l->nexpect++];
+    e->token = dsl_xstrdup(token);
+    e->fd = -1;
+    e->ready = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return e->ready >= 0 ? e->ready : -errno;
 }
 
 static int find_expect(struct dsl_cb_listener *l, const char *token, size_t len)
@@ -355,6 +370,8 @@ static int find_expect(struct dsl_cb_listener *l, const char *token, size_t len)
 
 static void drop_expect(struct dsl_cb_listener *l, int i)
 {
+    if (l->expect[i].ready >= 0)
+        close(l->expect[i].ready);
     free(l->expect[i].token);
     l->expect[i] = l->expect[--l->nexpect];
 }
@@ -411,6 +428,8 @@ static int read_first_line(struct dsl_cb_listener *l, int i)
         return 1;
     }
     l->expect[e].fd = p->fd;
+    if (l->expect[e].ready >= 0)
+        (void)eventfd_write(l->expect[e].ready, 1);
     drop_pending(l, i, 0);
     return 1;
 }
@@ -451,4 +470,122 @@ int dsl_cb_listener_take(struct dsl_cb_listener *l, const char *token)
     drop_expect(l, i);
     dsl_net_set_nodelay(fd);
     return fd;
+}
+
+/* ---- the listener shared by the connect-back transports of this process ---- */
+
+static struct dsl_cb_listener *shared_l;
+static int shared_refs;
+
+struct dsl_cb_listener *dsl_cb_shared_get(const char *bind_addr, char *err)
+{
+    if (!shared_l && dsl_cb_listener_open(&shared_l, bind_addr, err) < 0)
+        return NULL;
+    shared_refs++;
+    return shared_l;
+}
+
+void dsl_cb_shared_put(void)
+{
+    if (shared_refs > 0 && --shared_refs == 0) {
+        dsl_cb_listener_free(shared_l);
+        shared_l = NULL;
+    }
+}
+
+/* ---- helpers of the connect-back transports ---- */
+
+char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, char *err)
+{
+    const char *paths[] = {o->ssh_config, o->ssh_identity, o->known_hosts, o->ssh_user};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
+        if (paths[i] && strpbrk(paths[i], " \t\n'\"\\")) {
+            dsl_seterr(err, DSL_EUSAGE,
+                       "%s cannot pass '%s' to ssh (it contains a space or a quote)", prog,
+                       paths[i]);
+            return NULL;
+        }
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 8192);
+    dsl_dynbuf_addstr(&b, "-o BatchMode=yes");
+    if (o->ssh_config)
+        dsl_dynbuf_addf(&b, " -F %s", o->ssh_config);
+    if (o->ssh_port > 0)
+        dsl_dynbuf_addf(&b, " -p %d", o->ssh_port);
+    if (o->ssh_identity)
+        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", o->ssh_identity);
+    if (o->ssh_user)
+        dsl_dynbuf_addf(&b, " -l %s", o->ssh_user);
+    if (o->known_hosts)
+        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", o->known_hosts);
+    dsl_dynbuf_addf(&b, " -o StrictHostKeyChecking=%s", o->accept_new ? "accept-new" : "yes");
+    if (o->connect_timeout > 0)
+        dsl_dynbuf_addf(&b, " -o ConnectTimeout=%d", (int)o->connect_timeout + 1);
+    if (o->keepalive > 0)
+        dsl_dynbuf_addf(&b, " -o ServerAliveInterval=%d -o ServerAliveCountMax=2",
+                        (int)(o->keepalive / 2) > 0 ? (int)(o->keepalive / 2) : 1);
+    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return s;
+}
+
+int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, int *pidfd,
+                 char *err)
+{
+    *pid = 0;
+    *outfd = *pidfd = -1;
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) < 0)
+        return dsl_seterr(err, -errno, "cannot create a pipe: %s", strerror(errno));
+    pid_t parent = getpid();
+    pid_t child = fork();
+    if (child < 0) {
+        int e = errno;
+        close(pipefd[0]);
+        close(pipefd[1]);
+        return dsl_seterr(err, -e, "cannot fork: %s", strerror(e));
+    }
+    if (child == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipefd[1], 1) < 0 ||
+            dup2(pipefd[1], 2) < 0)
+            _exit(126);
+        execvpe(argv[0], argv, env);
+        _exit(127);
+    }
+    setpgid(child, child);
+    close(pipefd[1]);
+    fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+    *pid = child;
+    *outfd = pipefd[0];
+    *pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+    return 0;
+}
+
+void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max)
+{
+    char buf[2048];
+    while (*fd >= 0) {
+        ssize_t n = read(*fd, buf, sizeof(buf));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        if (n <= 0) {
+            close(*fd); /* also leaves every epoll set it was in */
+            *fd = -1;
+            return;
+        }
+        size_t keep = max > (size_t)n ? max - (size_t)n : 0;
+        if (out->len > keep)
+            dsl_dynbuf_consume(out, out->len - keep);
+        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
+            dsl_dynbuf_reset(out);
+    }
 }

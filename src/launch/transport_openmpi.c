@@ -17,21 +17,19 @@
  * pass start another batch (another mpirun).
  *
  * While CONNECTING, pollfd() is a per-connection epoll set of the listener's epoll fd,
- * the batch's epoll fd (the eventfd, mpirun's output pipe and a pidfd of mpirun) and a
- * per-connection "kick" eventfd. The fan-out loop calls progress() only for a
+ * the batch's epoll fd (the eventfd, mpirun's output pipe and a pidfd of mpirun) and
+ * the token's ready fd from the listener. The fan-out loop calls progress() only for a
  * connection whose fd is readable, and the events are consumed by whichever connection
- * handles them first, so that one passes them on: it takes every arrived socket for
- * its owner and kicks it (collect_arrivals), and the end of mpirun makes the batch's
- * eventfd readable for good, waking every connection of the batch. If mpirun exits
+ * handles them first: a socket that another connection's service() read wakes its
+ * owner through the owner's ready fd (connectback.h), and the end of mpirun makes the
+ * batch's eventfd readable for good, waking every connection of the batch. If mpirun exits
  * before an agent connected (ssh refused, program missing, a sibling rank failed), every
  * unconnected connection of the batch fails with the reason found in mpirun's output
  * (ssh's error, a missing program; else its last lines). mpirun
  * ends the whole batch when one agent exits non-zero; that is its semantics, not ours.
  * The batch (mpirun's process group) is terminated when its last connection closes.
  */
-#define _GNU_SOURCE /* execvpe, prctl, pipe2, eventfd */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -40,9 +38,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -94,50 +90,12 @@ struct mpi_priv {
     struct mpi_batch *b;
     int index;
     int epfd, sock;
-    int kick;              /* eventfd in epfd: a sibling took this conn's socket for it */
     char token[DSL_CB_TOKEN_LEN + 16];
     double connect_timeout;
-    struct mpi_priv *prev, *next; /* in waiters while its agent has not connected */
-    int waiting;
 };
 
-static struct dsl_cb_listener *shared_l;
-static int shared_refs;
+static struct dsl_cb_listener *shared_l; /* while any connection holds a reference */
 static struct mpi_batch *open_batch; /* the batch that open() currently adds to */
-static struct mpi_priv *waiters;      /* every connection whose socket has not arrived */
-
-static void waiter_remove(struct mpi_priv *p)
-{
-    if (!p->waiting)
-        return;
-    if (p->prev)
-        p->prev->next = p->next;
-    else
-        waiters = p->next;
-    if (p->next)
-        p->next->prev = p->prev;
-    p->prev = p->next = NULL;
-    p->waiting = 0;
-}
-
-/*
- * Accept what reached the listener and hand every arrived socket to its connection,
- * not only to the caller's: service() empties the listener's epoll set, so a sibling
- * whose socket it read would never be woken by it again. Its kick wakes it instead.
- */
-static void collect_arrivals(void)
-{
-    dsl_cb_listener_service(shared_l);
-    for (struct mpi_priv *q = waiters; q; q = q->next) {
-        if (q->sock >= 0)
-            continue;
-        int fd = dsl_cb_listener_take(shared_l, q->token);
-        if (fd >= 0) {
-            q->sock = fd;
-            (void)eventfd_write(q->kick, 1);
-        }
-    }
-}
 
 /* mpirun ended or never started: wake every connection of the batch, for good. */
 static void batch_ended(struct mpi_batch *b)
@@ -169,22 +127,7 @@ static void epoll_add(int epfd, int fd)
 
 static void batch_drain(struct mpi_batch *b)
 {
-    char buf[2048];
-    while (b->outfd >= 0) {
-        ssize_t n = read(b->outfd, buf, sizeof(buf));
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        if (n <= 0) {
-            close(b->outfd); /* also leaves the batch's epoll set */
-            b->outfd = -1;
-            return;
-        }
-        size_t keep = MPI_OUT_MAX - (size_t)n;
-        if (b->out.len > keep)
-            dsl_dynbuf_consume(&b->out, b->out.len - keep);
-        if (dsl_dynbuf_add(&b->out, buf, (size_t)n) < 0)
-            dsl_dynbuf_init(&b->out, MPI_OUT_MAX * 2);
-    }
+    dsl_cb_drain_tail(&b->outfd, &b->out, MPI_OUT_MAX);
 }
 
 /* Lines of mpirun's output that say why a daemon or agent did not start. */
@@ -306,33 +249,11 @@ static void batch_free(struct mpi_batch *b)
 /* "ssh -F cfg -p P ..." for plm_rsh_agent; NULL with err on a bad value. */
 static char *rsh_agent(const struct dsl_transport_opts *o, char *err)
 {
-    const char *paths[] = {o->ssh_config, o->ssh_identity, o->known_hosts, o->ssh_user};
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (paths[i] && strpbrk(paths[i], " \t\n'\"\\")) {
-            dsl_seterr(err, DSL_EUSAGE, "mpirun cannot pass '%s' to ssh", paths[i]);
-            return NULL;
-        }
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 8192);
-    dsl_dynbuf_addstr(&b, "ssh -o BatchMode=yes");
-    if (o->ssh_config)
-        dsl_dynbuf_addf(&b, " -F %s", o->ssh_config);
-    if (o->ssh_port > 0)
-        dsl_dynbuf_addf(&b, " -p %d", o->ssh_port);
-    if (o->ssh_identity)
-        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", o->ssh_identity);
-    if (o->ssh_user)
-        dsl_dynbuf_addf(&b, " -l %s", o->ssh_user);
-    if (o->known_hosts)
-        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", o->known_hosts);
-    dsl_dynbuf_addf(&b, " -o StrictHostKeyChecking=%s", o->accept_new ? "accept-new" : "yes");
-    if (o->connect_timeout > 0)
-        dsl_dynbuf_addf(&b, " -o ConnectTimeout=%d", (int)o->connect_timeout + 1);
-    if (o->keepalive > 0)
-        dsl_dynbuf_addf(&b, " -o ServerAliveInterval=%d -o ServerAliveCountMax=2",
-                        (int)(o->keepalive / 2) > 0 ? (int)(o->keepalive / 2) : 1);
-    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
-    dsl_dynbuf_release(&b);
+    char *opts = dsl_cb_ssh_options(o, "mpirun", err);
+    if (!opts)
+        return NULL;
+    char *s = dsl_xasprintf("ssh %s", opts);
+    free(opts);
     return s;
 }
 
@@ -368,45 +289,11 @@ static int batch_launch(struct mpi_batch *b, char *err)
         dsl_strvec_push(&env, *e);
     dsl_dynbuf_release(&hostlist);
 
-    int r, pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) < 0) {
-        r = dsl_seterr(err, -errno, "cannot create a pipe: %s", strerror(errno));
-        goto out;
+    int r = dsl_cb_spawn(argv.v, env.v, &b->pid, &b->outfd, &b->pidfd, err);
+    if (r == 0) {
+        epoll_add(b->epfd, b->outfd);
+        epoll_add(b->epfd, b->pidfd);
     }
-    pid_t parent = getpid();
-    b->pid = fork();
-    if (b->pid < 0) {
-        b->pid = 0;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        r = dsl_seterr(err, -errno, "cannot fork: %s", strerror(errno));
-        goto out;
-    }
-    if (b->pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipefd[1], 1) < 0 ||
-            dup2(pipefd[1], 2) < 0)
-            _exit(126);
-        execvpe(argv.v[0], argv.v, env.v);
-        _exit(127);
-    }
-    setpgid(b->pid, b->pid);
-    close(pipefd[1]);
-    b->outfd = pipefd[0];
-    fcntl(b->outfd, F_SETFL, O_NONBLOCK);
-    b->pidfd = (int)syscall(SYS_pidfd_open, b->pid, 0);
-    epoll_add(b->epfd, b->outfd);
-    epoll_add(b->epfd, b->pidfd);
-    r = 0;
-out:
     dsl_strvec_release(&env);
     dsl_strvec_release(&argv);
     return r;
@@ -420,19 +307,22 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->err_code = 0;
     c->err[0] = '\0';
     struct mpi_priv *p = dsl_xcalloc(1, sizeof(*p));
-    p->epfd = p->sock = p->kick = -1;
+    p->epfd = p->sock = -1;
     p->connect_timeout = o->connect_timeout;
     c->priv = p;
     if (strpbrk(c->host, ", \t\n:") || !c->host[0])
         return conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to mpirun --host",
                          c->host);
     char err[DSL_ERR_LEN];
-    if (!shared_l && dsl_cb_listener_open(&shared_l, o->connect_back_addr, err) < 0)
+    char *agent = open_batch ? NULL : rsh_agent(o, err);
+    if (!open_batch && !agent)
+        return conn_fail(c, DSL_EUSAGE, "%s", err);
+    shared_l = dsl_cb_shared_get(o->connect_back_addr, err);
+    if (!shared_l) {
+        free(agent);
         return conn_fail(c, DSL_ECONNECT, "%s", err);
+    }
     if (!open_batch) {
-        char *agent = rsh_agent(o, err);
-        if (!agent)
-            return conn_fail(c, DSL_EUSAGE, "%s", err);
         struct mpi_batch *b = dsl_xcalloc(1, sizeof(*b));
         b->outfd = b->pidfd = b->epfd = -1;
         b->ssh_agent = agent;
@@ -447,29 +337,23 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         epoll_add(b->epfd, b->evfd);
         if (r < 0 || b->evfd < 0 || b->epfd < 0) {
             batch_free(b);
+            dsl_cb_shared_put();
             return conn_fail(c, r < 0 ? r : -errno, "cannot set up an mpirun batch");
         }
         open_batch = b;
     }
     p->b = open_batch;
     p->b->refs++;
-    shared_refs++;
     p->index = (int)p->b->hosts.nr;
     dsl_strvec_push(&p->b->hosts, c->host);
     snprintf(p->token, sizeof(p->token), "%s.%d", p->b->token, p->index);
-    dsl_cb_listener_expect(shared_l, p->token);
+    int ready = dsl_cb_listener_expect(shared_l, p->token);
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
-    p->kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (p->epfd < 0 || p->kick < 0)
+    if (p->epfd < 0)
         return conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
     epoll_add(p->epfd, dsl_cb_listener_pollfd(shared_l));
     epoll_add(p->epfd, p->b->epfd);
-    epoll_add(p->epfd, p->kick);
-    p->next = waiters;
-    if (waiters)
-        waiters->prev = p;
-    waiters = p;
-    p->waiting = 1;
+    epoll_add(p->epfd, ready);
     return 0;
 }
 
@@ -493,12 +377,12 @@ static int mpi_progress(struct dsl_conn *c)
     }
     if (b->failed_launch)
         return conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
-    collect_arrivals();
-    if (p->sock >= 0) {
-        waiter_remove(p);
+    dsl_cb_listener_service(shared_l);
+    int fd = dsl_cb_listener_take(shared_l, p->token);
+    if (fd >= 0) {
+        p->sock = fd;
         close(p->epfd);
-        close(p->kick);
-        p->epfd = p->kick = -1;
+        p->epfd = -1;
         c->state = DSL_CONN_OPEN;
         c->t_open = dsl_now();
         return 0;
@@ -577,13 +461,10 @@ static void mpi_close(struct dsl_conn *c)
     struct mpi_priv *p = c->priv;
     if (!p)
         return;
-    waiter_remove(p);
     if (p->sock >= 0)
         close(p->sock);
     if (p->epfd >= 0)
         close(p->epfd);
-    if (p->kick >= 0)
-        close(p->kick);
     if (p->b) {
         dsl_cb_listener_cancel(shared_l, p->token);
         if (--p->b->refs == 0) {
@@ -598,10 +479,7 @@ static void mpi_close(struct dsl_conn *c)
             }
             batch_free(p->b);
         }
-        if (--shared_refs == 0) {
-            dsl_cb_listener_free(shared_l);
-            shared_l = NULL;
-        }
+        dsl_cb_shared_put();
     }
     free(p);
     c->priv = NULL;

@@ -7,12 +7,14 @@
  * runs `pdsh -R ssh -w HOST "exec '<dslaunch>' '--agent' '--connect' 'A:P,..' '--token' 'T'"`,
  * the agent dials the launcher's listener and presents its one-time token, and the
  * accepted socket becomes this connection's byte stream. One listener serves every
- * pdsh connection of the process (reference counted).
+ * connect-back connection of the process (dsl_cb_shared_get).
  *
  * States: CONNECTING from fork until the token arrives, then OPEN. While CONNECTING,
  * pollfd() is a per-connection epoll set holding the shared listener's epoll fd, the
- * pipe carrying pdsh's stdout+stderr and a pidfd of pdsh, so either a connecting agent
- * or pdsh dying (wrong key, unknown host, refused) wakes the loop. progress() accepts, collects
+ * token's ready fd (readable once this agent's socket arrived, whichever connection's
+ * progress() read it), the pipe carrying pdsh's stdout+stderr and a pidfd of pdsh, so
+ * a connecting agent or pdsh dying (wrong key, unknown host, refused) wakes the loop.
+ * progress() accepts, collects
  * pdsh's output (last PDSH_OUT_MAX bytes), and when pdsh exits before its agent
  * connected, classifies its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE.
  * Once OPEN, read() also drains pdsh's pipe so a chatty agent stderr never blocks it.
@@ -22,9 +24,7 @@
  * and stops its ranks), then SIGTERMs pdsh's process group and reaps it, SIGKILL after
  * two seconds. pdsh gets PR_SET_PDEATHSIG, so a SIGKILLed launcher takes it along.
  */
-#define _GNU_SOURCE /* execvpe, prctl, pipe2 */
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -32,9 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,17 +54,13 @@ struct pdsh_priv {
     int status;            /* its wait status once reaped */
     int outfd;             /* pdsh stdout+stderr, non-blocking; -1 at EOF */
     int pidfd;             /* readable when pdsh exits (pidfd_open), -1 if unsupported */
-    int epfd;              /* CONNECTING: {listener, outfd, pidfd} */
+    int epfd;              /* CONNECTING: {listener, ready fd, outfd, pidfd} */
     int sock;              /* OPEN: the agent's socket */
     char token[DSL_CB_TOKEN_LEN + 1];
-    int ref;               /* holds a reference on the shared listener */
+    struct dsl_cb_listener *l; /* a reference on the shared listener, or NULL */
     double connect_timeout;
     struct dsl_dynbuf out; /* pdsh's output, tail only */
 };
-
-/* The listener shared by every pdsh connection of this process. */
-static struct dsl_cb_listener *shared_l;
-static int shared_refs;
 
 static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -84,24 +78,7 @@ static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
 
 static void drain_out(struct pdsh_priv *p)
 {
-    char buf[2048];
-    while (p->outfd >= 0) {
-        ssize_t n = read(p->outfd, buf, sizeof(buf));
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        if (n <= 0) {
-            if (p->epfd >= 0)
-                epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->outfd, NULL);
-            close(p->outfd);
-            p->outfd = -1;
-            return;
-        }
-        size_t keep = PDSH_OUT_MAX - (size_t)n;
-        if (p->out.len > keep)
-            dsl_dynbuf_consume(&p->out, p->out.len - keep);
-        if (dsl_dynbuf_add(&p->out, buf, (size_t)n) < 0)
-            dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
-    }
+    dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX);
 }
 
 static int reap(struct pdsh_priv *p)
@@ -153,41 +130,6 @@ static int classify(const char *text)
     return DSL_ECONNECT;
 }
 
-/* PDSH_SSH_ARGS_APPEND from the transport options; NULL with err on a bad value. */
-static char *ssh_args(const struct dsl_transport_opts *o, char *err)
-{
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 8192);
-    const char *paths[] = {o->ssh_config, o->ssh_identity, o->known_hosts, o->ssh_user};
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (paths[i] && strpbrk(paths[i], " \t\n")) {
-            dsl_seterr(err, DSL_EUSAGE, "pdsh cannot pass '%s' to ssh (it contains a space)",
-                       paths[i]);
-            dsl_dynbuf_release(&b);
-            return NULL;
-        }
-    dsl_dynbuf_addstr(&b, "-o BatchMode=yes");
-    if (o->ssh_config)
-        dsl_dynbuf_addf(&b, " -F %s", o->ssh_config);
-    if (o->ssh_port > 0)
-        dsl_dynbuf_addf(&b, " -p %d", o->ssh_port);
-    if (o->ssh_identity)
-        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", o->ssh_identity);
-    if (o->ssh_user)
-        dsl_dynbuf_addf(&b, " -l %s", o->ssh_user);
-    if (o->known_hosts)
-        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", o->known_hosts);
-    dsl_dynbuf_addf(&b, " -o StrictHostKeyChecking=%s", o->accept_new ? "accept-new" : "yes");
-    if (o->connect_timeout > 0)
-        dsl_dynbuf_addf(&b, " -o ConnectTimeout=%d", (int)o->connect_timeout + 1);
-    if (o->keepalive > 0)
-        dsl_dynbuf_addf(&b, " -o ServerAliveInterval=%d -o ServerAliveCountMax=2",
-                        (int)(o->keepalive / 2) > 0 ? (int)(o->keepalive / 2) : 1);
-    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
-    dsl_dynbuf_release(&b);
-    return s;
-}
-
 static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                      char *const *agent_argv)
 {
@@ -202,20 +144,18 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->priv = p;
     if (strpbrk(c->host, ",[] \t\n") || c->host[0] == '-' || c->host[0] == '^')
         return conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to pdsh -w", c->host);
-    if (!shared_l) {
-        char err[DSL_ERR_LEN];
-        if (dsl_cb_listener_open(&shared_l, o->connect_back_addr, err) < 0)
-            return conn_fail(c, DSL_ECONNECT, "%s", err);
-    }
-    shared_refs++;
-    p->ref = 1;
-    int r = dsl_cb_token_new(p->token);
-    if (r < 0)
-        return conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
-    dsl_cb_listener_expect(shared_l, p->token);
-
     char err[DSL_ERR_LEN];
-    char *sshargs = ssh_args(o, err);
+    p->l = dsl_cb_shared_get(o->connect_back_addr, err);
+    if (!p->l)
+        return conn_fail(c, DSL_ECONNECT, "%s", err);
+    int r = dsl_cb_token_new(p->token);
+    if (r < 0) {
+        p->token[0] = '\0';
+        return conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
+    }
+    int ready = dsl_cb_listener_expect(p->l, p->token);
+
+    char *sshargs = dsl_cb_ssh_options(o, "pdsh", err);
     if (!sshargs)
         return conn_fail(c, DSL_EUSAGE, "%s", err);
     struct dsl_strvec remote, argv, env;
@@ -225,7 +165,7 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     for (size_t i = 0; agent_argv[i]; i++)
         dsl_strvec_push(&remote, agent_argv[i]);
     dsl_strvec_push(&remote, "--connect");
-    dsl_strvec_push(&remote, dsl_cb_listener_connect_arg(shared_l));
+    dsl_strvec_push(&remote, dsl_cb_listener_connect_arg(p->l));
     dsl_strvec_push(&remote, "--token");
     dsl_strvec_push(&remote, p->token);
     char *cmd = dsl_shell_command(remote.v);
@@ -239,54 +179,23 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     free(sshargs);
     free(cmd);
 
-    int pipefd[2] = {-1, -1};
-    if (pipe2(pipefd, O_CLOEXEC) < 0) {
-        r = conn_fail(c, -errno, "cannot create a pipe: %s", strerror(errno));
+    if ((r = dsl_cb_spawn(argv.v, env.v, &p->pid, &p->outfd, &p->pidfd, err)) < 0) {
+        conn_fail(c, r, "%s", err);
         goto out;
     }
-    pid_t parent = getpid();
-    p->pid = fork();
-    if (p->pid < 0) {
-        p->pid = 0;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        r = conn_fail(c, -errno, "cannot fork: %s", strerror(errno));
-        goto out;
-    }
-    if (p->pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipefd[1], 1) < 0 ||
-            dup2(pipefd[1], 2) < 0)
-            _exit(126);
-        execvpe(argv.v[0], argv.v, env.v);
-        _exit(127);
-    }
-    setpgid(p->pid, p->pid);
-    close(pipefd[1]);
-    p->outfd = pipefd[0];
-    fcntl(p->outfd, F_SETFL, O_NONBLOCK);
+    /* pdsh exiting must wake the loop even after its output pipe is gone: the pidfd */
+    const int fds[] = {p->outfd, dsl_cb_listener_pollfd(p->l), ready, p->pidfd};
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event ev1 = {.events = EPOLLIN, .data.fd = p->outfd};
-    struct epoll_event ev2 = {.events = EPOLLIN, .data.fd = dsl_cb_listener_pollfd(shared_l)};
-    if (p->epfd < 0 || epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->outfd, &ev1) < 0 ||
-        epoll_ctl(p->epfd, EPOLL_CTL_ADD, ev2.data.fd, &ev2) < 0) {
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]) && p->epfd >= 0; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+        if (fds[i] >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+            r = conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+            goto out;
+        }
+    }
+    if (p->epfd < 0) {
         r = conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
         goto out;
-    }
-    /* pdsh exiting must wake the loop even after its output pipe is gone */
-    p->pidfd = (int)syscall(SYS_pidfd_open, p->pid, 0);
-    struct epoll_event ev3 = {.events = EPOLLIN, .data.fd = p->pidfd};
-    if (p->pidfd >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, p->pidfd, &ev3) < 0) {
-        close(p->pidfd);
-        p->pidfd = -1;
     }
     r = 0;
 out:
@@ -303,8 +212,8 @@ static int pdsh_progress(struct dsl_conn *c)
         return c->err_code;
     if (!p || c->state != DSL_CONN_CONNECTING)
         return 0;
-    dsl_cb_listener_service(shared_l);
-    int fd = dsl_cb_listener_take(shared_l, p->token);
+    dsl_cb_listener_service(p->l);
+    int fd = dsl_cb_listener_take(p->l, p->token);
     if (fd >= 0) {
         p->sock = fd;
         if (p->epfd >= 0) {
@@ -417,13 +326,10 @@ static void pdsh_close(struct dsl_conn *c)
         close(p->pidfd);
     if (p->epfd >= 0)
         close(p->epfd);
-    if (p->ref) {
+    if (p->l) {
         if (p->token[0])
-            dsl_cb_listener_cancel(shared_l, p->token);
-        if (--shared_refs == 0) {
-            dsl_cb_listener_free(shared_l);
-            shared_l = NULL;
-        }
+            dsl_cb_listener_cancel(p->l, p->token);
+        dsl_cb_shared_put();
     }
     dsl_dynbuf_release(&p->out);
     free(p);

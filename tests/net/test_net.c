@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -275,6 +276,52 @@ TEST(cb_listener_should_close_a_connection_with_a_wrong_token)
     dsl_cb_listener_free(l);
 }
 
+TEST(cb_listener_should_make_every_owner_ready_when_their_sockets_arrive_in_one_burst)
+{
+    enum { N = 4 };
+    struct dsl_cb_listener *l;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char tok[N][DSL_CB_TOKEN_LEN + 1];
+    int ready[N], fds[N];
+    for (int i = 0; i < N; i++) {
+        ASSERT_OK(dsl_cb_token_new(tok[i]));
+        ready[i] = dsl_cb_listener_expect(l, tok[i]);
+        ASSERT_OK(ready[i]);
+    }
+    /* every agent connects and sends its token line before the listener looks */
+    for (int i = 0; i < N; i++)
+        ASSERT_OK(dsl_agent_connect_back_timeout(dsl_cb_listener_connect_arg(l), tok[i], 5,
+                                                 &fds[i], err));
+    struct pollfd lp = {.fd = dsl_cb_listener_pollfd(l), .events = POLLIN};
+    for (int i = 0; i < N; i++) {
+        struct pollfd rp = {.fd = ready[i], .events = POLLIN};
+        ASSERT_EQ(poll(&rp, 1, 0), 0); /* not ready before service() */
+    }
+    /* the connections are queued and their lines in the sockets (connect-back returns
+       after sending it): one service(), as by the first owner woken, sets every socket
+       aside, and each owner is then ready on its own ready fd */
+    ASSERT_EQ(poll(&lp, 1, -1), 1);
+    dsl_cb_listener_service(l);
+    struct pollfd rp[N];
+    for (int i = 0; i < N; i++)
+        rp[i] = (struct pollfd){.fd = ready[i], .events = POLLIN};
+    ASSERT_EQ(poll(rp, N, 0), N);
+    ASSERT_EQ(poll(&lp, 1, 0), 0); /* the listener itself has nothing left to wake anyone */
+    for (int i = N - 1; i >= 0; i--) {
+        int fd = dsl_cb_listener_take(l, tok[i]);
+        ASSERT(fd >= 0);
+        ASSERT_OK(dsl_net_write_all(fds[i], "x", 1, -1));
+        ASSERT_OK(dsl_net_set_nonblock(fd, 0));
+        char c = 0;
+        ASSERT_OK(dsl_net_read_all(fd, &c, 1, dsl_now() + 5));
+        ASSERT_EQ(c, 'x');
+        close(fd);
+        close(fds[i]);
+    }
+    dsl_cb_listener_free(l);
+}
+
 TEST(cb_connect_back_should_name_every_address_that_failed)
 {
     int a = dsl_net_listen("127.0.0.1", 0, 1, NULL), b = dsl_net_listen("127.0.0.1", 0, 1, NULL);
@@ -291,6 +338,87 @@ TEST(cb_connect_back_should_name_every_address_that_failed)
     ASSERT_EQ(dsl_agent_connect_back_timeout("nocolon", "t", 1, &fd, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "bad --connect address 'nocolon'");
     free(list);
+}
+
+/*
+ * Two pdsh connections share the listener. A stand-in for pdsh runs the remote command
+ * locally; the stand-in agent is a bash script that presents its token over
+ * /dev/tcp. Host b's agent connects first; a's agent waits until b's token line is
+ * sent, so when a's progress() services the listener it takes b's socket too. b must be
+ * woken by that (its pollfd readable) rather than wait out --connect-timeout.
+ */
+static const char fake_pdsh[] = "#!/bin/sh\nshift 5\nexec /bin/sh -c \"$1\"\n";
+static const char fake_agent[] =
+    "#!/bin/bash\n"
+    "mode=$1 dir=$2; shift 2\n"
+    "while [ $# -gt 1 ]; do case $1 in --connect) c=$2;; --token) t=$2;; esac; shift; done\n"
+    "if [ \"$mode\" = wait ]; then while [ ! -e \"$dir/sent\" ]; do sleep 0.01; done; fi\n"
+    "hp=${c%%,*}\n"
+    "exec 3<>\"/dev/tcp/${hp%:*}/${hp##*:}\" || exit 3\n"
+    "printf 'DSLCB1 %s\\n' \"$t\" >&3\n"
+    "if [ \"$mode\" = go ]; then : >\"$dir/sent\"; fi\n"
+    "exec cat <&3 >/dev/null\n";
+
+static void write_script(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    ASSERT(fputs(text, f) >= 0);
+    ASSERT_OK(fclose(f));
+    ASSERT_OK(chmod(path, 0755));
+}
+
+TEST(pdsh_should_wake_a_connection_whose_socket_another_connection_took)
+{
+    char dir[] = "/tmp/dsl-cbwake-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char *pdsh = dsl_xasprintf("%s/pdsh", dir), *agent = dsl_xasprintf("%s/agent", dir);
+    write_script(pdsh, fake_pdsh);
+    write_script(agent, fake_agent);
+    ASSERT_OK(setenv("DSLAUNCH_PDSH", pdsh, 1));
+    struct dsl_transport_opts o;
+    memset(&o, 0, sizeof(o));
+    o.connect_timeout = 60;
+    o.connect_back_addr = "127.0.0.1";
+    struct dsl_conn a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    a.ops = b.ops = &dsl_transport_pdsh;
+    a.host = dsl_xstrdup("a");
+    b.host = dsl_xstrdup("b");
+    char *argv_a[] = {agent, (char *)"wait", dir, NULL};
+    char *argv_b[] = {agent, (char *)"go", dir, NULL};
+    ASSERT_OK(a.ops->open(&a, &o, argv_a));
+    ASSERT_OK(b.ops->open(&b, &o, argv_b));
+    /* only a is driven until it is OPEN: its servicing also reads b's token line */
+    while (a.state == DSL_CONN_CONNECTING) {
+        short ev;
+        struct pollfd pf = {.fd = a.ops->pollfd(&a, &ev), .events = POLLIN};
+        ASSERT(poll(&pf, 1, -1) == 1);
+        ASSERT(a.ops->progress(&a) >= 0);
+    }
+    ASSERT_EQ(a.state, DSL_CONN_OPEN);
+    ASSERT_EQ(b.state, DSL_CONN_CONNECTING);
+    /* b's socket arrived before a's, so b's pollfd must be readable now, and progress()
+       must open it */
+    short ev;
+    struct pollfd pf = {.fd = b.ops->pollfd(&b, &ev), .events = POLLIN};
+    ASSERT_EQ(poll(&pf, 1, 0), 1);
+    ASSERT(b.ops->progress(&b) >= 0);
+    ASSERT_EQ(b.state, DSL_CONN_OPEN);
+    a.ops->close(&a);
+    b.ops->close(&b);
+    free(a.host);
+    free(b.host);
+    char *sent = dsl_xasprintf("%s/sent", dir);
+    unlink(sent);
+    unlink(pdsh);
+    unlink(agent);
+    rmdir(dir);
+    free(sent);
+    free(pdsh);
+    free(agent);
+    unsetenv("DSLAUNCH_PDSH");
 }
 
 #ifdef DSL_HAVE_SSH
