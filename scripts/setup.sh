@@ -14,7 +14,8 @@ PKGS=(
   dataset-fashion-mnist                         # the trainer's data set
   clang libclang-rt-14-dev                      # libFuzzer targets
 )
-[ "${DSL_SETUP_EXTRA:-}" ] && PKGS+=($DSL_SETUP_EXTRA)  # e.g. python3-torch for benchmarks
+# The benchmarks compare with PyTorch (Gloo, DDP) and rsync: DSL_SETUP_EXTRA="python3-torch rsync"
+[ "${DSL_SETUP_EXTRA:-}" ] && PKGS+=($DSL_SETUP_EXTRA)
 
 missing=()
 for p in "${PKGS[@]}"; do

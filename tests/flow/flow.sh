@@ -362,4 +362,13 @@ assert summ["test_acc"] > 0.75, summ
 PY
 '
 
+expect_success "a rank killed in the middle of an allreduce: dslaunch names it and tears the job down" '
+    [ -x "$(dirname "$DSL")/dsbench" ] || fail "dsbench is not built beside dslaunch"
+    export FLOW_TAG=killar.$$
+    run_capture rc out err "$DSL" --term-timeout 2 --include localhost:0,1,2 sh -c "if [ \"\$RANK\" = 1 ]; then (sleep 1.5; kill -9 \$\$) & fi; exec \"$(dirname "$DSL")/dsbench\" -b 16M -e 16M -w 1 -n 100000 -o allreduce"
+    assert_eq "$rc" 137
+    assert_grep "rank 1 (host localhost, pid [0-9]*) was killed by SIGKILL" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
 done_testing
