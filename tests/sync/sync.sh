@@ -113,6 +113,20 @@ expect_success "--delete removes what is gone at the source; without it nothing 
     same_on_nodes 1 2 3
 '
 
+expect_success "type changes: file to directory, directory to file, file to symlink" '
+    rm "$P/tree/a/hello.txt"
+    mkdir "$P/tree/a/hello.txt"
+    printf "inside\n" >"$P/tree/a/hello.txt/inner"
+    rmdir "$P/tree/empty-dir"
+    printf "now a file\n" >"$P/tree/empty-dir"
+    rm "$P/tree/run.sh"
+    ln -s a "$P/tree/run.sh"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    same_on_nodes 1 2 3
+'
+
 expect_success "a read-only node fails naming the host and the file; the others succeed" '
     "$CL" mnt "$D" 2 mount -o remount,ro "$P"
     printf "new\n" >"$P/tree/a/new.txt"
@@ -159,6 +173,18 @@ expect_success "dslaunch --sync that fails on a node starts no job" '
     assert_grep "node3: cannot create" err
     assert_grep "the job was not started" err
     assert_not_grep STARTED out
+'
+
+expect_success "an unreachable node fails with exit 200 naming it; the others are synced" '
+    "$CL" sshd-stop "$D" 3
+    printf "late\n" >"$P/tree/late"
+    run_capture rc out err "$DSL" sync --connect-timeout 5 "${SSH[@]}" "$P/tree"
+    "$CL" sshd-start "$D" 3 # a fresh, empty tmpfs: nothing below looks at node3 data
+    cat out err
+    assert_eq "$rc" 200
+    assert_grep "sync: cannot connect to node3" err
+    assert_grep "sync failed on 1 of 3 hosts" err
+    same_on_nodes 1 2
 '
 
 expect_success "usage errors: no paths, missing source" '
