@@ -329,13 +329,21 @@ static void report_exit(struct agent *a, struct rank_proc *r)
     r->reported = 1;
 }
 
+/*
+ * Reap every rank that has exited, then report them: the ones killed by a signal first.
+ * When one rank is killed, its peers usually fail a moment later because of it (a
+ * collective sees the connection drop); if both deaths are reaped in the same pass,
+ * the launcher should hear of the cause first, since the first reported failure is the
+ * one its summary names and its exit code carries.
+ */
 static void reap(struct agent *a)
 {
+    int found = 0;
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0)
-            return;
+            break;
         for (int i = 0; i < a->nranks; i++) {
             struct rank_proc *r = &a->ranks[i];
             if (r->pid != pid || r->exited)
@@ -348,13 +356,20 @@ static void reap(struct agent *a)
             } else {
                 r->code = WEXITSTATUS(status);
             }
+            found = 1;
+        }
+    }
+    for (int pass = 0; found && pass < 2; pass++)
+        for (int i = 0; i < a->nranks; i++) {
+            struct rank_proc *r = &a->ranks[i];
+            if (!r->exited || r->reported || (pass == 0) != (r->sig != 0))
+                continue;
             /* forward what the rank already wrote, then its exit */
             for (int s = 1; s <= 2; s++)
                 if (r->fd[s] >= 0)
                     read_pipe(a, r, s);
             report_exit(a, r);
         }
-    }
 }
 
 /* ---- stopping ---- */
