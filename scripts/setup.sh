@@ -14,7 +14,7 @@ PKGS=(
   dataset-fashion-mnist                         # the trainer's data set
   clang libclang-rt-14-dev                      # libFuzzer targets
 )
-# The benchmarks compare with PyTorch (Gloo, DDP) and rsync: DSL_SETUP_EXTRA="python3-torch rsync"
+# The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="python3-torch rsync"
 [ "${DSL_SETUP_EXTRA:-}" ] && PKGS+=($DSL_SETUP_EXTRA)
 
 missing=()
