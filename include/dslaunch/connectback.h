@@ -102,6 +102,13 @@ char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, c
 int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, int *pidfd,
                  char *err);
 /**
+ * read() / send() on an accepted socket as a dsl_conn's read()/write() report them:
+ * bytes, 0 at EOF (read), -EAGAIN when it would block, else -errno; -EIO / -EPIPE for
+ * fd < 0. The write never raises SIGPIPE.
+ */
+ssize_t dsl_cb_sock_read(int fd, void *buf, size_t n);
+ssize_t dsl_cb_sock_write(int fd, const void *buf, size_t n);
+/**
  * Read what *fd has without blocking, keeping the last max bytes in out (max > 2048);
  * at EOF closes *fd and sets it to -1.
  */

@@ -16,6 +16,11 @@
  * can neither stall the loop nor hold resources. Tokens are compared in constant time
  * and used once.
  *
+ * The listener is shared by every connect-back connection of the process
+ * (dsl_cb_shared_get), and the pieces both such transports need (spawning pdsh or
+ * mpirun, keeping the tail of its output, their ssh options, the socket's read/write)
+ * live here once.
+ *
  * Agent side: every address of the --connect list is connected non-blocking at once;
  * the first that completes wins (an unroutable address of a multi-homed launcher fails
  * at once or loses the race instead of costing a timeout each).
@@ -588,4 +593,24 @@ void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max)
         if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
             dsl_dynbuf_reset(out);
     }
+}
+
+ssize_t dsl_cb_sock_read(int fd, void *buf, size_t n)
+{
+    if (fd < 0)
+        return -EIO;
+    ssize_t r = read(fd, buf, n);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    return r;
+}
+
+ssize_t dsl_cb_sock_write(int fd, const void *buf, size_t n)
+{
+    if (fd < 0)
+        return -EPIPE;
+    ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    return r;
 }

@@ -430,9 +430,7 @@ static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
     if (!p || p->sock < 0)
         return -EIO;
     batch_drain(p->b);
-    ssize_t r = read(p->sock, buf, n);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    ssize_t r = dsl_cb_sock_read(p->sock, buf, n);
     if (r == 0)
         c->state = DSL_CONN_CLOSED;
     return r;
@@ -441,12 +439,7 @@ static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
 static ssize_t mpi_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct mpi_priv *p = c->priv;
-    if (!p || p->sock < 0)
-        return -EPIPE;
-    ssize_t r = send(p->sock, buf, n, MSG_NOSIGNAL);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
-    return r;
+    return p ? dsl_cb_sock_write(p->sock, buf, n) : -EPIPE;
 }
 
 static void mpi_close_write(struct dsl_conn *c)

@@ -261,9 +261,7 @@ static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
     if (!p || p->sock < 0)
         return -EIO;
     drain_out(p);
-    ssize_t r = read(p->sock, buf, n);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    ssize_t r = dsl_cb_sock_read(p->sock, buf, n);
     if (r == 0) {
         char tail[300];
         drain_out(p);
@@ -279,12 +277,7 @@ static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
 static ssize_t pdsh_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct pdsh_priv *p = c->priv;
-    if (!p || p->sock < 0)
-        return -EPIPE;
-    ssize_t r = send(p->sock, buf, n, MSG_NOSIGNAL);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
-    return r;
+    return p ? dsl_cb_sock_write(p->sock, buf, n) : -EPIPE;
 }
 
 static void pdsh_close_write(struct dsl_conn *c)

@@ -8,14 +8,10 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/flow/lib.sh"
-D=$DSL_CLUSTER_DIR
-CL=$DSL_CLUSTER_SH
-. "$D/cluster.env"
-unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+. "$SRC/tests/multinode/nslib.sh"
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 # a port of our own, so a busy 29500 elsewhere on the machine cannot interfere
 PORT=$((20000 + $$ % 20000))
-cd "$T_TMP"
 
 # the check rows of one host: "HOST  CHECK  STATUS ..." lines of the table
 row() { grep -E "^$1 +$2 +" "$3"; }

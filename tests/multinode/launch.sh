@@ -7,36 +7,8 @@ DSL=$1
 W=$2
 SRC=$3
 . "$SRC/tests/flow/lib.sh"
-D=$DSL_CLUSTER_DIR
-CL=$DSL_CLUSTER_SH
-. "$D/cluster.env"
-unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+. "$SRC/tests/multinode/nslib.sh"
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
-cd "$T_TMP"
-
-# Processes other than sshd left in a node's namespace.
-ns_leftovers() {
-    local ns p left=""
-    for i in $(seq 1 "$NODES"); do
-        ns=$("$CL" ns "$D" "$i" 2>/dev/null) || continue
-        [ "$MODE" = netns ] || continue
-        for p in $(ip netns pids "$ns" 2>/dev/null); do
-            case "$(cat /proc/$p/comm 2>/dev/null)" in sshd|"") ;; *) left="$left $p";; esac
-        done
-    done
-    echo $left
-}
-
-wait_ns_clean() {  # liveness bound, not a speed check
-    local i=0 left
-    while [ $i -lt $(($1 * 10)) ]; do
-        left=$(ns_leftovers)
-        [ -z "$left" ] && return 0
-        sleep 0.1; i=$((i + 1))
-    done
-    for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
-    fail "processes left in the namespaces:$left"
-}
 
 expect_success "2 nodes x 2 slots: env, MASTER_ADDR is node1's address, interfaces per node" '
     run_capture rc out err "$DSL" "${SSH[@]}" "$W" env

@@ -13,54 +13,10 @@ DSL=$1
 W=$2
 SRC=$3
 . "$SRC/tests/flow/lib.sh"
-D=$DSL_CLUSTER_DIR
-
-# lib.sh runs a test body as the condition of an `if`, where bash ignores `set -e`, so
-# only the body's last command would count. Run the body outside any condition instead.
-expect_success() {
-    T_N=$((T_N + 1))
-    local log="$T_TMP/t$T_N.log" rc t0=$SECONDS
-    (set -e; eval "$2") >"$log" 2>&1
-    rc=$?
-    if [ $rc = 0 ]; then
-        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
-    else
-        echo "not ok $T_N - $1"
-        sed 's/^/#   /' "$log" | tail -40
-        T_FAILED=$((T_FAILED + 1))
-    fi
-}
-CL=$DSL_CLUSTER_SH
-. "$D/cluster.env"
-unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+. "$SRC/tests/multinode/nslib.sh"
 SSH=(--launcher openmpi --hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
-cd "$T_TMP"
 
 command -v mpirun >/dev/null || { echo "not ok 1 - mpirun is not installed (apt-get install openmpi-bin)"; exit 1; }
-
-# Processes other than sshd left in a node's namespace (copied from launch.sh).
-ns_leftovers() {
-    local ns p left=""
-    for i in $(seq 1 "$NODES"); do
-        ns=$("$CL" ns "$D" "$i" 2>/dev/null) || continue
-        [ "$MODE" = netns ] || continue
-        for p in $(ip netns pids "$ns" 2>/dev/null); do
-            case "$(cat /proc/$p/comm 2>/dev/null)" in sshd|"") ;; *) left="$left $p";; esac
-        done
-    done
-    echo $left
-}
-
-wait_ns_clean() {  # liveness bound, not a speed check
-    local i=0 left
-    while [ $i -lt $(($1 * 10)) ]; do
-        left=$(ns_leftovers)
-        [ -z "$left" ] && return 0
-        sleep 0.1; i=$((i + 1))
-    done
-    for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
-    fail "processes left in the namespaces:$left"
-}
 
 # Processes on any node or the launching host whose command line names this cluster's
 # ssh_config: dslaunch itself, mpirun, its ssh clients and the orted daemons it starts.

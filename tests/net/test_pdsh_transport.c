@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster_conn.h"
 #include "dslaunch/connectback.h"
 #include "dslaunch/net.h"
 #include "dslaunch/parse.h"
@@ -23,8 +24,6 @@
 #include "test.h"
 #include "common/banned.h"
 
-static const char *cluster_dir;
-static int nodes;
 static char self[PATH_MAX];
 
 /* The helper "agent": connect back, then echo everything until EOF. */
@@ -56,11 +55,6 @@ static int helper_agent(int argc, char **argv)
     return 0;
 }
 
-static char *cpath(const char *name)
-{
-    return dsl_xasprintf("%s/%s", cluster_dir, name);
-}
-
 static void base_opts(struct dsl_transport_opts *o, const char *cfg)
 {
     memset(o, 0, sizeof(*o));
@@ -71,127 +65,26 @@ static void base_opts(struct dsl_transport_opts *o, const char *cfg)
 
 static const struct dsl_transport_ops *ops = &dsl_transport_pdsh;
 
-static void conn_open(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
-                      char *const *argv)
-{
-    memset(c, 0, sizeof(*c));
-    c->ops = ops;
-    c->host = dsl_xstrdup(host);
-    c->ops->open(c, o, argv);
-}
-
-static void conn_free(struct dsl_conn *c)
-{
-    c->ops->close(c);
-    free(c->host);
-}
-
-static void drive_all(struct dsl_conn *c, int n)
-{
-    double deadline = dsl_now() + 60;
-    struct pollfd *pf = dsl_xcalloc((size_t)n, sizeof(*pf));
-    for (;;) {
-        int busy = 0;
-        for (int i = 0; i < n; i++) {
-            pf[i].fd = -1;
-            if (c[i].state == DSL_CONN_OPEN || c[i].state == DSL_CONN_FAILED)
-                continue;
-            busy++;
-            pf[i].fd = c[i].ops->pollfd(&c[i], &pf[i].events);
-        }
-        if (!busy)
-            break;
-        ASSERT(dsl_now() < deadline);
-        poll(pf, (nfds_t)n, 100);
-        for (int i = 0; i < n; i++)
-            if (c[i].state != DSL_CONN_OPEN && c[i].state != DSL_CONN_FAILED)
-                c[i].ops->progress(&c[i]);
-    }
-    free(pf);
-}
-
-static unsigned char pattern(int node, size_t i)
-{
-    uint32_t x = (uint32_t)(node * 2654435761u) ^ (uint32_t)(i * 40503u);
-    return (unsigned char)(x >> 9);
-}
-
+/* Every node's agent echoes: bytes both ways at once, then EOF. */
 static void round_trip_all(void)
 {
-    enum { PAYLOAD = 200000 };
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {self, (char *)"--agent", NULL};
-    struct dsl_conn *c = dsl_xcalloc((size_t)nodes, sizeof(*c));
-    for (int i = 0; i < nodes; i++) {
+    struct dsl_conn *c = dsl_xcalloc((size_t)cluster_nodes, sizeof(*c));
+    for (int i = 0; i < cluster_nodes; i++) {
         char host[32];
         snprintf(host, sizeof(host), "node%d", i + 1);
-        conn_open(&c[i], host, &o, argv);
+        conn_open(&c[i], ops, host, &o, argv);
     }
-    drive_all(c, nodes);
-    for (int i = 0; i < nodes; i++)
+    conns_drive(c, cluster_nodes);
+    for (int i = 0; i < cluster_nodes; i++)
         if (c[i].state != DSL_CONN_OPEN)
             DSL_FAIL_("%s: %s", c[i].host, c[i].err);
-    unsigned char *out = dsl_xmalloc(PAYLOAD), *in = dsl_xmalloc((size_t)nodes * PAYLOAD);
-    size_t *sent = dsl_xcalloc((size_t)nodes, sizeof(size_t));
-    size_t *got = dsl_xcalloc((size_t)nodes, sizeof(size_t));
-    int *eof = dsl_xcalloc((size_t)nodes, sizeof(int));
-    struct pollfd *pf = dsl_xcalloc((size_t)nodes, sizeof(*pf));
-    double deadline = dsl_now() + 60;
-    for (int done = 0; done < nodes;) {
-        ASSERT(dsl_now() < deadline);
-        for (int i = 0; i < nodes; i++) {
-            pf[i].fd = eof[i] ? -1 : c[i].ops->pollfd(&c[i], &pf[i].events);
-            if (sent[i] < PAYLOAD)
-                pf[i].events |= POLLOUT;
-        }
-        poll(pf, (nfds_t)nodes, 50);
-        for (int i = 0; i < nodes; i++) {
-            if (eof[i])
-                continue;
-            while (sent[i] < PAYLOAD) {
-                size_t chunk = PAYLOAD - sent[i] > 30000 ? 30000 : PAYLOAD - sent[i];
-                for (size_t k = 0; k < chunk; k++)
-                    out[k] = pattern(i, sent[i] + k);
-                ssize_t w = c[i].ops->write(&c[i], out, chunk);
-                if (w == -EAGAIN)
-                    break;
-                ASSERT(w > 0);
-                sent[i] += (size_t)w;
-                if (sent[i] == PAYLOAD)
-                    c[i].ops->close_write(&c[i]);
-            }
-            for (;;) {
-                ssize_t r = c[i].ops->read(&c[i], in + (size_t)i * PAYLOAD + got[i],
-                                           PAYLOAD - got[i] ? PAYLOAD - got[i] : 1);
-                if (r == -EAGAIN)
-                    break;
-                if (r == 0) {
-                    eof[i] = 1;
-                    done++;
-                    break;
-                }
-                if (r < 0)
-                    DSL_FAIL_("%s: read %zd: %s", c[i].host, r, c[i].err);
-                got[i] += (size_t)r;
-                ASSERT(got[i] <= PAYLOAD);
-            }
-        }
-    }
-    for (int i = 0; i < nodes; i++) {
-        ASSERT_EQ(got[i], PAYLOAD);
-        for (size_t k = 0; k < PAYLOAD; k++)
-            if (in[(size_t)i * PAYLOAD + k] != pattern(i, k))
-                DSL_FAIL_("node%d: byte %zu differs", i + 1, k);
+    conns_round_trip(c, cluster_nodes, 200000, 30000);
+    for (int i = 0; i < cluster_nodes; i++)
         conn_free(&c[i]);
-    }
-    free(pf);
-    free(eof);
-    free(got);
-    free(sent);
-    free(in);
-    free(out);
     free(c);
     free(cfg);
 }
@@ -212,14 +105,14 @@ TEST(openmpi_should_round_trip_bytes_through_agents_started_by_one_mpirun)
 TEST(openmpi_should_fail_every_host_of_a_batch_whose_program_is_missing)
 {
     ops = &dsl_transport_openmpi;
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
     struct dsl_conn c[2];
-    conn_open(&c[0], "node1", &o, argv);
-    conn_open(&c[1], "node2", &o, argv);
-    drive_all(c, 2);
+    conn_open(&c[0], ops, "node1", &o, argv);
+    conn_open(&c[1], ops, "node2", &o, argv);
+    conns_drive(c, 2);
     for (int i = 0; i < 2; i++) {
         ASSERT_EQ(c[i].state, DSL_CONN_FAILED);
         ASSERT_CONTAINS(c[i].err, "mpirun for 'node");
@@ -236,8 +129,8 @@ static void expect_failure(const char *host, struct dsl_transport_opts *o, char 
                            int code, const char *needle)
 {
     struct dsl_conn c;
-    conn_open(&c, host, o, argv);
-    drive_all(&c, 1);
+    conn_open(&c, ops, host, o, argv);
+    conns_drive(&c, 1);
     if (c.state != DSL_CONN_FAILED)
         DSL_FAIL_("%s should have failed", host);
     if (c.err_code != code)
@@ -248,7 +141,7 @@ static void expect_failure(const char *host, struct dsl_transport_opts *o, char 
 
 TEST(pdsh_should_classify_an_unknown_host_key_as_eauth)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.known_hosts = "/dev/null";
@@ -263,8 +156,8 @@ TEST(pdsh_should_classify_a_wrong_identity_as_eauth)
      * ssh adds -i to the config's IdentityFile entries instead of replacing them, so
      * the wrong key is tried with a copy of the config that names no identity.
      */
-    char *cfg = cpath("ssh_config"), *noid = cpath("ssh_config_noid"),
-         *wrong = cpath("wrong_ed25519");
+    char *cfg = cluster_path("ssh_config"), *noid = cluster_path("ssh_config_noid"),
+         *wrong = cluster_path("wrong_ed25519");
     FILE *in = fopen(cfg, "r"), *out = fopen(noid, "w");
     ASSERT(in && out);
     char line[1024];
@@ -286,7 +179,7 @@ TEST(pdsh_should_classify_a_wrong_identity_as_eauth)
 
 TEST(pdsh_should_report_a_missing_remote_program)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
@@ -300,14 +193,14 @@ TEST(pdsh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
     ASSERT(sh);
     char *stop = dsl_xasprintf("'%s' sshd-stop '%s' node3", sh, cluster_dir);
     char *start = dsl_xasprintf("'%s' sshd-start '%s' node3", sh, cluster_dir);
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {self, (char *)"--agent", NULL};
     ASSERT_EQ(system(stop), 0);
     struct dsl_conn c;
-    conn_open(&c, "node3", &o, argv);
-    drive_all(&c, 1);
+    conn_open(&c, ops, "node3", &o, argv);
+    conns_drive(&c, 1);
     ASSERT_EQ(system(start), 0);
     ASSERT_EQ(c.state, DSL_CONN_FAILED);
     ASSERT_EQ(c.err_code, DSL_ECONNECT);
@@ -326,26 +219,8 @@ int main(int argc, char **argv)
     if (n <= 0)
         return 2;
     self[n] = '\0';
-    cluster_dir = getenv("DSL_CLUSTER_DIR");
-    if (!cluster_dir) {
-        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/cluster/with_cluster.sh\n");
-        return 2;
-    }
-    char *envf = cpath("cluster.env");
-    FILE *f = fopen(envf, "r");
-    if (!f) {
-        fprintf(stderr, "no cluster in '%s'\n", cluster_dir);
-        return 2;
-    }
-    char line[256];
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, "NODES=", 6))
-            nodes = (int)strtol(line + 6, NULL, 10);
-    fclose(f);
-    free(envf);
-    if (nodes < 3) {
-        fprintf(stderr, "the cluster needs at least 3 nodes\n");
-        return 2;
-    }
+    int r = cluster_init(3);
+    if (r)
+        return r;
     return RUN_TESTS(argc, argv);
 }

@@ -15,19 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cluster_conn.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/transport.h"
 #include "dslaunch/xalloc.h"
 #include "test.h"
 #include "common/banned.h"
-
-static const char *cluster_dir;
-static int nodes;
-
-static char *cpath(const char *name)
-{
-    return dsl_xasprintf("%s/%s", cluster_dir, name);
-}
 
 static void base_opts(struct dsl_transport_opts *o, const char *ssh_config)
 {
@@ -37,52 +30,12 @@ static void base_opts(struct dsl_transport_opts *o, const char *ssh_config)
     o->keepalive = 15;
 }
 
-static void conn_open(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
-                      char *const *argv)
-{
-    memset(c, 0, sizeof(*c));
-    c->ops = &dsl_transport_ssh;
-    c->host = dsl_xstrdup(host);
-    c->ops->open(c, o, argv);
-}
-
-static void conn_free(struct dsl_conn *c)
-{
-    c->ops->close(c);
-    free(c->host);
-}
-
-/* One poll loop over all connections until each is OPEN or FAILED. */
-static void drive_all(struct dsl_conn *c, int n)
-{
-    double deadline = dsl_now() + 60;
-    struct pollfd *pf = dsl_xcalloc((size_t)n, sizeof(*pf));
-    for (;;) {
-        int busy = 0;
-        for (int i = 0; i < n; i++) {
-            pf[i].fd = -1;
-            if (c[i].state == DSL_CONN_OPEN || c[i].state == DSL_CONN_FAILED)
-                continue;
-            busy++;
-            pf[i].fd = c[i].ops->pollfd(&c[i], &pf[i].events);
-        }
-        if (!busy)
-            break;
-        ASSERT(dsl_now() < deadline);
-        poll(pf, (nfds_t)n, 100);
-        for (int i = 0; i < n; i++)
-            if (c[i].state != DSL_CONN_OPEN && c[i].state != DSL_CONN_FAILED)
-                c[i].ops->progress(&c[i]);
-    }
-    free(pf);
-}
-
 /* Open one connection and return its final state (OPEN or FAILED). */
 static void open_one(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
                      char *const *argv)
 {
-    conn_open(c, host, o, argv);
-    drive_all(c, 1);
+    conn_open(c, &dsl_transport_ssh, host, o, argv);
+    conns_drive(c, 1);
 }
 
 /* Read everything until EOF (bounded by a deadline); returns a malloc'd buffer. */
@@ -112,91 +65,27 @@ static char *read_to_eof(struct dsl_conn *c, size_t *len)
     return buf;
 }
 
-static unsigned char pattern(int node, size_t i)
-{
-    uint32_t x = (uint32_t)(node * 2654435761u) ^ (uint32_t)(i * 40503u);
-    return (unsigned char)(x >> 7);
-}
-
 TEST(ssh_should_round_trip_bytes_through_cat_on_every_node_at_once)
 {
-    enum { PAYLOAD = 300000 }; /* several channel windows */
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/bin/cat", NULL};
-    struct dsl_conn *c = dsl_xcalloc((size_t)nodes, sizeof(*c));
-    for (int i = 0; i < nodes; i++) {
+    struct dsl_conn *c = dsl_xcalloc((size_t)cluster_nodes, sizeof(*c));
+    for (int i = 0; i < cluster_nodes; i++) {
         char host[32];
         snprintf(host, sizeof(host), "node%d", i + 1);
-        conn_open(&c[i], host, &o, argv);
+        conn_open(&c[i], &dsl_transport_ssh, host, &o, argv);
     }
-    drive_all(c, nodes);
-    for (int i = 0; i < nodes; i++) {
+    conns_drive(c, cluster_nodes);
+    for (int i = 0; i < cluster_nodes; i++) {
         if (c[i].state != DSL_CONN_OPEN)
             DSL_FAIL_("%s: %s", c[i].host, c[i].err);
         ASSERT(c[i].t_open >= c[i].t_start);
     }
-    /* write and read all nodes interleaved in one loop */
-    unsigned char *out = dsl_xmalloc(PAYLOAD), *in = dsl_xmalloc((size_t)nodes * PAYLOAD);
-    size_t *sent = dsl_xcalloc((size_t)nodes, sizeof(size_t));
-    size_t *got = dsl_xcalloc((size_t)nodes, sizeof(size_t));
-    int *eof = dsl_xcalloc((size_t)nodes, sizeof(int));
-    struct pollfd *pf = dsl_xcalloc((size_t)nodes, sizeof(*pf));
-    double deadline = dsl_now() + 60;
-    for (int done = 0; done < nodes;) {
-        ASSERT(dsl_now() < deadline);
-        for (int i = 0; i < nodes; i++) {
-            pf[i].fd = eof[i] ? -1 : c[i].ops->pollfd(&c[i], &pf[i].events);
-            if (sent[i] < PAYLOAD)
-                pf[i].events |= POLLOUT;
-        }
-        poll(pf, (nfds_t)nodes, 50);
-        for (int i = 0; i < nodes; i++) {
-            if (eof[i])
-                continue;
-            while (sent[i] < PAYLOAD) {
-                size_t chunk = PAYLOAD - sent[i] > 20000 ? 20000 : PAYLOAD - sent[i];
-                for (size_t k = 0; k < chunk; k++)
-                    out[k] = pattern(i, sent[i] + k);
-                ssize_t w = c[i].ops->write(&c[i], out, chunk);
-                if (w == -EAGAIN)
-                    break;
-                ASSERT(w > 0);
-                sent[i] += (size_t)w;
-                if (sent[i] == PAYLOAD)
-                    c[i].ops->close_write(&c[i]);
-            }
-            for (;;) {
-                ssize_t r = c[i].ops->read(&c[i], in + (size_t)i * PAYLOAD + got[i],
-                                           PAYLOAD - got[i] ? PAYLOAD - got[i] : 1);
-                if (r == -EAGAIN)
-                    break;
-                if (r == 0) {
-                    eof[i] = 1;
-                    done++;
-                    break;
-                }
-                if (r < 0)
-                    DSL_FAIL_("%s: read %zd: %s", c[i].host, r, c[i].err);
-                got[i] += (size_t)r;
-                ASSERT(got[i] <= PAYLOAD);
-            }
-        }
-    }
-    for (int i = 0; i < nodes; i++) {
-        ASSERT_EQ(got[i], PAYLOAD);
-        for (size_t k = 0; k < PAYLOAD; k++)
-            if (in[(size_t)i * PAYLOAD + k] != pattern(i, k))
-                DSL_FAIL_("node%d: byte %zu differs", i + 1, k);
+    conns_round_trip(c, cluster_nodes, 300000, 20000); /* several channel windows */
+    for (int i = 0; i < cluster_nodes; i++)
         conn_free(&c[i]);
-    }
-    free(pf);
-    free(eof);
-    free(got);
-    free(sent);
-    free(in);
-    free(out);
     free(c);
     free(cfg);
 }
@@ -213,7 +102,7 @@ TEST(ssh_fixed_command_should_survive_the_remote_shell_byte_for_byte)
     for (int i = 0; i < N; i++)
         argv[i + 2] = (char *)args[i];
     argv[N + 2] = NULL;
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     unlink("/tmp/dsl-pwned-remote");
@@ -238,7 +127,7 @@ TEST(ssh_fixed_command_should_survive_the_remote_shell_byte_for_byte)
 
 TEST(ssh_should_report_a_missing_remote_program_with_its_stderr)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
@@ -257,7 +146,7 @@ TEST(ssh_should_report_a_missing_remote_program_with_its_stderr)
 
 TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     char kh[] = "/tmp/dsl-kh-XXXXXX";
     int fd = mkstemp(kh);
     ASSERT_OK(fd);
@@ -293,7 +182,7 @@ TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
 
 TEST(ssh_accept_new_should_create_a_missing_known_hosts_file)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     char dir[] = "/tmp/dsl-khdir-XXXXXX";
     ASSERT(mkdtemp(dir));
     char *kh = dsl_xasprintf("%s/sub/known_hosts", dir);
@@ -319,7 +208,7 @@ TEST(ssh_accept_new_should_create_a_missing_known_hosts_file)
 
 TEST(ssh_port_option_should_override_the_config_port)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.ssh_port = 2; /* nothing listens there: refused proves the override was used */
@@ -336,8 +225,8 @@ TEST(ssh_port_option_should_override_the_config_port)
 TEST(ssh_should_refuse_a_changed_host_key_even_with_accept_new)
 {
     /* known_hosts that gives node1's address node2's key */
-    char *cfg = cpath("ssh_config"), *k2 = cpath("node2/ssh_host_ed25519_key.pub");
-    char *envf = cpath("cluster.env");
+    char *cfg = cluster_path("ssh_config"), *k2 = cluster_path("node2/ssh_host_ed25519_key.pub");
+    char *envf = cluster_path("cluster.env");
     FILE *f = fopen(envf, "r");
     ASSERT(f);
     char line[256], addr[256] = "", port[256] = "22";
@@ -385,7 +274,7 @@ TEST(ssh_should_refuse_a_changed_host_key_even_with_accept_new)
 
 TEST(ssh_with_a_wrong_identity_should_fail_with_eauth)
 {
-    char *cfg = cpath("ssh_config"), *wrong = cpath("wrong_ed25519");
+    char *cfg = cluster_path("ssh_config"), *wrong = cluster_path("wrong_ed25519");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.ssh_identity = wrong;
@@ -399,7 +288,7 @@ TEST(ssh_with_a_wrong_identity_should_fail_with_eauth)
     conn_free(&c);
 
     /* and the right one, given explicitly, works */
-    char *right = cpath("id_ed25519");
+    char *right = cluster_path("id_ed25519");
     o.ssh_identity = right;
     open_one(&c, "node2", &o, argv);
     if (c.state != DSL_CONN_OPEN)
@@ -421,7 +310,7 @@ static void cluster_sh(const char *verb, const char *node)
 
 TEST(ssh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
 {
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/bin/true", NULL};
@@ -439,7 +328,7 @@ TEST(ssh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
 TEST(ssh_should_notice_a_node_whose_network_went_down_within_the_keepalive_bound)
 {
     /* needs a private network to cut: namespace mode only */
-    char *envf = cpath("cluster.env");
+    char *envf = cluster_path("cluster.env");
     FILE *f = fopen(envf, "r");
     ASSERT(f);
     char line[256], ifname[64] = "";
@@ -457,7 +346,7 @@ TEST(ssh_should_notice_a_node_whose_network_went_down_within_the_keepalive_bound
         fprintf(stderr, "# loopback cluster: no private link to cut, not checked\n");
         return;
     }
-    char *cfg = cpath("ssh_config");
+    char *cfg = cluster_path("ssh_config");
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.keepalive = 3;
@@ -500,26 +389,8 @@ TEST(ssh_should_notice_a_node_whose_network_went_down_within_the_keepalive_bound
 
 int main(int argc, char **argv)
 {
-    cluster_dir = getenv("DSL_CLUSTER_DIR");
-    if (!cluster_dir) {
-        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/net/with_cluster.sh\n");
-        return 2;
-    }
-    char *envf = cpath("cluster.env");
-    FILE *f = fopen(envf, "r");
-    if (!f) {
-        fprintf(stderr, "no cluster in '%s'\n", cluster_dir);
-        return 2;
-    }
-    char line[256];
-    while (fgets(line, sizeof(line), f))
-        if (!strncmp(line, "NODES=", 6))
-            nodes = (int)strtol(line + 6, NULL, 10);
-    fclose(f);
-    free(envf);
-    if (nodes < 2) {
-        fprintf(stderr, "the cluster needs at least 2 nodes\n");
-        return 2;
-    }
+    int r = cluster_init(2);
+    if (r)
+        return r;
     return RUN_TESTS(argc, argv);
 }
