@@ -88,6 +88,8 @@ void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t)
     futex_wake(&s[c->rank].seq);
 }
 
+static int peer_dead(struct tcp *t, int q);
+
 static int lagging(uint32_t v, uint32_t seq)
 {
     return (int32_t)(v - seq) < 0;
@@ -122,10 +124,14 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
                 dsl_tcp_spin_paid(t, 0);
                 spinning = 0;
             }
-            int dead = dsl_cma_find_dead(c, t);
-            if (dead >= 0)
+            /*
+             * Only the peer this round still waits for can have vanished during it: a
+             * faster peer that already passed the round may well have finished the job
+             * and exited by now, which is no failure.
+             */
+            if (peer_dead(t, p) && lagging(atomic_load(&s[p].seq), seq))
                 return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s",
-                                  t->peer[dead].name, what);
+                                  t->peer[p].name, what);
             if (now > deadline) {
                 struct dsl_dynbuf b;
                 dsl_dynbuf_init(&b, 400);
@@ -224,17 +230,20 @@ static int round_sync(struct dsl_comm *c, struct tcp *t, const char *what)
     return xchg(c, t, what, &flag, 1, t->cma_scratch);
 }
 
+/* Is peer q's process gone? */
+static int peer_dead(struct tcp *t, int q)
+{
+    uint64_t v;
+    struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
+    return process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH;
+}
+
 /* The first peer whose process is gone, or -1. */
 int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t)
 {
-    for (int q = 0; q < c->world; q++) {
-        uint64_t v;
-        if (q == c->rank)
-            continue;
-        struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
-        if (process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH)
+    for (int q = 0; q < c->world; q++)
+        if (q != c->rank && peer_dead(t, q))
             return q;
-    }
     return -1;
 }
 
