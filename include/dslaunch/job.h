@@ -84,7 +84,8 @@ struct dsl_job {
     int failed_node;              /* first failing node (agent/unreachable), -1 */
     int exit_code;
     int stopping;
-    double t_begin, t_stop;
+    int stop_sig;                 /* the first signal the stop sent to the ranks */
+    double t_begin, t_stop, t_first_fail;
     /*
      * `dslaunch doctor` (doctor.c): when set, dsl_job_run() calls inspect once every node
      * has said hello or failed (connect_code: what the connect phase would have exited

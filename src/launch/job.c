@@ -56,6 +56,11 @@
 #include "common/banned.h"
 
 #define OUTQ_MAX (64u << 20)
+/* How long after a first failure a foreign kill may still be named as its cause: well
+ * inside the grace period, so that our own SIGKILL after the grace never counts. */
+#define CAUSE_WINDOW(job) ((job)->opts->term_timeout < 2.0 ? (job)->opts->term_timeout / 2 : 1.0)
+/* SIGKILL is ours only once the grace has run out; before that it came from outside. */
+#define SIGKILL_BY_US(job) (dsl_now() - (job)->t_stop >= (job)->opts->term_timeout ? SIGKILL : 0)
 
 static volatile sig_atomic_t sig_pending, sig_count;
 static int sig_wfd = -1;
@@ -183,6 +188,7 @@ static void begin_stop(struct dsl_job *job, int sig, double grace)
     if (!job->stopping) {
         job->stopping = 1;
         job->t_stop = dsl_now();
+        job->stop_sig = sig;
     }
     broadcast_stop(job, sig, grace);
 }
@@ -306,6 +312,17 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0) {
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
+            job->t_first_fail = dsl_now();
+        } else if (r->sig && r->sig != job->stop_sig && r->sig != SIGKILL_BY_US(job) &&
+                   job->failed_rank >= 0 && !job->ranks[job->failed_rank].sig &&
+                   dsl_now() - job->t_first_fail < CAUSE_WINDOW(job)) {
+            /*
+             * A rank killed by a signal nobody here sent, moments after a peer exited
+             * with an error: the peer most likely failed because of it (a collective
+             * saw the connection drop), so the kill is what the summary should name.
+             */
+            job->failed_rank = r->rank;
+            job->exit_code = 128 + r->sig;
         }
         if ((r->sig || r->code != 0) && !job->stopping)
             begin_stop(job, SIGTERM, job->opts->term_timeout);
