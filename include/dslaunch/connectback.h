@@ -85,6 +85,7 @@ void dsl_cb_shared_put(void);
 
 struct dsl_transport_opts;
 struct dsl_dynbuf;
+struct dsl_conn;
 
 /**
  * The ssh options of o as one space-separated string ("-o BatchMode=yes -F cfg ..."),
@@ -101,6 +102,16 @@ char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, c
  */
 int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, int *pidfd,
                  char *err);
+/**
+ * Reap the spawned *pid if it has exited (then *pid = 0, *status its wait status, and
+ * *pidfd closed, which also takes it out of every epoll set). With neither outfd nor
+ * *pidfd left to wake the caller, it is exiting: wait for it, at most a second.
+ * 1 once reaped.
+ */
+int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd);
+/** Set c FAILED with err_code code and the message; returns code. */
+int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /**
  * read() / send() on an accepted socket as a dsl_conn's read()/write() report them:
  * bytes, 0 at EOF (read), -EAGAIN when it would block, else -errno; -EIO / -EPIPE for

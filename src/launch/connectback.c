@@ -35,6 +35,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +45,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dslaunch/connectback.h"
@@ -613,4 +615,35 @@ ssize_t dsl_cb_sock_write(int fd, const void *buf, size_t n)
     if (r < 0)
         return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
     return r;
+}
+
+int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd)
+{
+    if (*pid > 0 && waitpid(*pid, status, WNOHANG) == *pid)
+        *pid = 0;
+    if (*pid > 0 && outfd < 0 && *pidfd < 0) {
+        /* no pidfd to wake us: it closed its output, so it is exiting; bounded wait */
+        for (int i = 0; i < 200 && *pid > 0; i++) {
+            struct timespec ts = {0, 5 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            if (waitpid(*pid, status, WNOHANG) == *pid)
+                *pid = 0;
+        }
+    }
+    if (*pid == 0 && *pidfd >= 0) {
+        close(*pidfd);
+        *pidfd = -1;
+    }
+    return *pid == 0;
+}
+
+int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof(c->err), fmt, ap);
+    va_end(ap);
+    c->state = DSL_CONN_FAILED;
+    c->err_code = code;
+    return code;
 }

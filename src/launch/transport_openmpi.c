@@ -32,7 +32,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,20 +101,6 @@ static void batch_ended(struct mpi_batch *b)
 {
     if (b->evfd >= 0)
         (void)eventfd_write(b->evfd, 1);
-}
-
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-    c->state = DSL_CONN_FAILED;
-    c->err_code = code;
-    return code;
 }
 
 static void epoll_add(int epfd, int fd)
@@ -193,24 +178,9 @@ static void out_summary(const char *text, char *tail, size_t len)
 
 static int batch_reap(struct mpi_batch *b)
 {
-    if (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == b->pid) {
-        b->pid = 0;
+    int running = b->pid > 0;
+    if (dsl_cb_reap(&b->pid, &b->status, b->outfd, &b->pidfd) && running)
         batch_ended(b);
-    }
-    if (b->pid > 0 && b->outfd < 0 && b->pidfd < 0) {
-        for (int i = 0; i < 200 && b->pid > 0; i++) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            if (waitpid(b->pid, &b->status, WNOHANG) == b->pid) {
-                b->pid = 0;
-                batch_ended(b);
-            }
-        }
-    }
-    if (b->pid == 0 && b->pidfd >= 0) {
-        close(b->pidfd); /* also leaves the batch's epoll set */
-        b->pidfd = -1;
-    }
     return b->launched && b->pid == 0;
 }
 
@@ -311,16 +281,16 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->connect_timeout = o->connect_timeout;
     c->priv = p;
     if (strpbrk(c->host, ", \t\n:") || !c->host[0])
-        return conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to mpirun --host",
-                         c->host);
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to mpirun --host",
+                                c->host);
     char err[DSL_ERR_LEN];
     char *agent = open_batch ? NULL : rsh_agent(o, err);
     if (!open_batch && !agent)
-        return conn_fail(c, DSL_EUSAGE, "%s", err);
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "%s", err);
     shared_l = dsl_cb_shared_get(o->connect_back_addr, err);
     if (!shared_l) {
         free(agent);
-        return conn_fail(c, DSL_ECONNECT, "%s", err);
+        return dsl_cb_conn_fail(c, DSL_ECONNECT, "%s", err);
     }
     if (!open_batch) {
         struct mpi_batch *b = dsl_xcalloc(1, sizeof(*b));
@@ -338,7 +308,7 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         if (r < 0 || b->evfd < 0 || b->epfd < 0) {
             batch_free(b);
             dsl_cb_shared_put();
-            return conn_fail(c, r < 0 ? r : -errno, "cannot set up an mpirun batch");
+            return dsl_cb_conn_fail(c, r < 0 ? r : -errno, "cannot set up an mpirun batch");
         }
         open_batch = b;
     }
@@ -350,7 +320,7 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     int ready = dsl_cb_listener_expect(shared_l, p->token);
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (p->epfd < 0)
-        return conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+        return dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
     epoll_add(p->epfd, dsl_cb_listener_pollfd(shared_l));
     epoll_add(p->epfd, p->b->epfd);
     epoll_add(p->epfd, ready);
@@ -372,11 +342,11 @@ static int mpi_progress(struct dsl_conn *c)
         if (batch_launch(b, err) < 0) {
             b->failed_launch = 1;
             batch_ended(b);
-            return conn_fail(c, DSL_ESPAWN, "%s", err);
+            return dsl_cb_conn_fail(c, DSL_ESPAWN, "%s", err);
         }
     }
     if (b->failed_launch)
-        return conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
+        return dsl_cb_conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
     dsl_cb_listener_service(shared_l);
     int fd = dsl_cb_listener_take(shared_l, p->token);
     if (fd >= 0) {
@@ -394,8 +364,8 @@ static int mpi_progress(struct dsl_conn *c)
         out_summary(dsl_dynbuf_str(&b->out), tail, sizeof(tail));
         int code = WIFEXITED(b->status) ? WEXITSTATUS(b->status) : 128 + WTERMSIG(b->status);
         if (code == 127 && !tail[0])
-            return conn_fail(c, DSL_ESPAWN, "cannot run mpirun for '%s' (not installed?)",
-                             c->host);
+            return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run mpirun for '%s' (not installed?)",
+                                    c->host);
         int cls = strstr(tail, "Permission denied (") || strstr(tail, "Host key verification")
                       ? DSL_EAUTH
                       : strstr(tail, "No such file") || strstr(tail, "not found") ||
@@ -406,12 +376,13 @@ static int mpi_progress(struct dsl_conn *c)
                                  ? " (unknown host key: rerun with --ssh-accept-new, or run "
                                    "ssh once to accept it)"
                                  : "";
-        return conn_fail(c, cls, "mpirun for '%s' ended (exit %d) before its agent connected "
-                         "back%s%s%s", c->host, code, tail[0] ? ": " : "", tail, advice);
+        return dsl_cb_conn_fail(c, cls, "mpirun for '%s' ended (exit %d) before its agent "
+                                "connected back%s%s%s", c->host, code, tail[0] ? ": " : "",
+                                tail, advice);
     }
     if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout)
-        return conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through mpirun: no connect-back "
-                         "within %.1f s", c->host, p->connect_timeout);
+        return dsl_cb_conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through mpirun: no "
+                                "connect-back within %.1f s", c->host, p->connect_timeout);
     return 0;
 }
 

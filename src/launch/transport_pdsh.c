@@ -27,7 +27,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,20 +61,6 @@ struct pdsh_priv {
     struct dsl_dynbuf out; /* pdsh's output, tail only */
 };
 
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
-    c->state = DSL_CONN_FAILED;
-    c->err_code = code;
-    return code;
-}
-
 static void drain_out(struct pdsh_priv *p)
 {
     dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX);
@@ -83,24 +68,7 @@ static void drain_out(struct pdsh_priv *p)
 
 static int reap(struct pdsh_priv *p)
 {
-    if (p->pid > 0 && waitpid(p->pid, &p->status, WNOHANG) == p->pid)
-        p->pid = 0;
-    if (p->pid > 0 && p->outfd < 0 && p->pidfd < 0) {
-        /* no pidfd to wake us: pdsh closed its output, so it is exiting; bounded wait */
-        for (int i = 0; i < 200 && p->pid > 0; i++) {
-            struct timespec ts = {0, 5 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            if (waitpid(p->pid, &p->status, WNOHANG) == p->pid)
-                p->pid = 0;
-        }
-    }
-    if (p->pid == 0 && p->pidfd >= 0) {
-        if (p->epfd >= 0)
-            epoll_ctl(p->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
-        close(p->pidfd);
-        p->pidfd = -1;
-    }
-    return p->pid == 0;
+    return dsl_cb_reap(&p->pid, &p->status, p->outfd, &p->pidfd);
 }
 
 /* The last lines of pdsh's output on one line, for messages. */
@@ -143,21 +111,22 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
     c->priv = p;
     if (strpbrk(c->host, ",[] \t\n") || c->host[0] == '-' || c->host[0] == '^')
-        return conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to pdsh -w", c->host);
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to pdsh -w",
+                                c->host);
     char err[DSL_ERR_LEN];
     p->l = dsl_cb_shared_get(o->connect_back_addr, err);
     if (!p->l)
-        return conn_fail(c, DSL_ECONNECT, "%s", err);
+        return dsl_cb_conn_fail(c, DSL_ECONNECT, "%s", err);
     int r = dsl_cb_token_new(p->token);
     if (r < 0) {
         p->token[0] = '\0';
-        return conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
+        return dsl_cb_conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
     }
     int ready = dsl_cb_listener_expect(p->l, p->token);
 
     char *sshargs = dsl_cb_ssh_options(o, "pdsh", err);
     if (!sshargs)
-        return conn_fail(c, DSL_EUSAGE, "%s", err);
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "%s", err);
     struct dsl_strvec remote, argv, env;
     dsl_strvec_init(&remote);
     dsl_strvec_init(&argv);
@@ -180,7 +149,7 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     free(cmd);
 
     if ((r = dsl_cb_spawn(argv.v, env.v, &p->pid, &p->outfd, &p->pidfd, err)) < 0) {
-        conn_fail(c, r, "%s", err);
+        dsl_cb_conn_fail(c, r, "%s", err);
         goto out;
     }
     /* pdsh exiting must wake the loop even after its output pipe is gone: the pidfd */
@@ -189,12 +158,12 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]) && p->epfd >= 0; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
         if (fds[i] >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
-            r = conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+            r = dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
             goto out;
         }
     }
     if (p->epfd < 0) {
-        r = conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+        r = dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
         goto out;
     }
     r = 0;
@@ -231,17 +200,17 @@ static int pdsh_progress(struct dsl_conn *c)
         out_tail(p, tail, sizeof(tail));
         int code = WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
         if (code == 127 && !tail[0])
-            return conn_fail(c, DSL_ESPAWN, "cannot run pdsh for '%s' (not installed?)",
-                             c->host);
-        return conn_fail(c, classify(tail), "pdsh to '%s' ended (exit %d) before its agent "
-                         "connected back%s%s", c->host, code, tail[0] ? ": " : "", tail);
+            return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run pdsh for '%s' (not installed?)",
+                                    c->host);
+        return dsl_cb_conn_fail(c, classify(tail), "pdsh to '%s' ended (exit %d) before its agent "
+                                "connected back%s%s", c->host, code, tail[0] ? ": " : "", tail);
     }
     if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout) {
         char tail[300];
         out_tail(p, tail, sizeof(tail));
-        return conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through pdsh: no connect-back "
-                         "within %.1f s%s%s", c->host, p->connect_timeout,
-                         tail[0] ? ": " : "", tail);
+        return dsl_cb_conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through pdsh: no connect-back "
+                                "within %.1f s%s%s", c->host, p->connect_timeout,
+                                tail[0] ? ": " : "", tail);
     }
     return 0;
 }
