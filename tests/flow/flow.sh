@@ -223,18 +223,26 @@ expect_success "progress lines redrawn with \\r come out whole, not garbled" '
 '
 
 expect_success "a busy default master port is replaced; a busy given port is an error" '
-    python3 -c "import socket,time,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"\",29500)); s.listen(1); open(\"listening\",\"w\").close(); time.sleep(30)" &
+    # wait (bounded) for the port if another program holds it right now, then hold it
+    python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+for i in range(300):
+    try:
+        s.bind((\"\", 29500)); break
+    except OSError:
+        time.sleep(0.1)
+s.listen(1); open(\"listening\", \"w\").write(\"1\"); time.sleep(60)" &
     lp=$!
-    wait_for_file listening 10 || true
-    [ -e listening ]
-    run_capture rc out err "$DSL" --include localhost:0 "$W" env
-    assert_eq "$rc" 0
-    assert_grep "master port 29500 is busy; using" err
-    assert_not_grep "MASTER_PORT=29500$" out
-    run_capture rc out err "$DSL" --master_port 29500 --include localhost:0 "$W" env
+    wait_for_file listening 40 || { kill $lp; false; }
+    run_capture rc1 out1 err1 "$DSL" --include localhost:0 "$W" env
+    run_capture rc2 out2 err2 "$DSL" --master_port 29500 --include localhost:0 "$W" env
     kill $lp
-    assert_eq "$rc" 2
-    assert_grep "master port 29500 is busy" err
+    assert_eq "$rc1" 0
+    assert_grep "master port 29500 is busy; using" err1
+    assert_not_grep "MASTER_PORT=29500$" out1
+    assert_eq "$rc2" 2
+    assert_grep "master port 29500 is busy" err2
 '
 
 expect_success "--launcher local runs fake hosts of a hostfile as separate nodes" '
