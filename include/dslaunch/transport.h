@@ -59,7 +59,9 @@ struct dsl_conn;
 
 struct dsl_transport_ops {
     const char *name;
-    /** Begin reaching host and starting agent_argv there (argv[0] is the dslaunch path). */
+    /** Begin reaching host and starting agent_argv there (argv[0] is the dslaunch path).
+     *  The local transport also takes NULL: the forked child runs this program's agent
+     *  (dsl_agent_main) itself instead of exec'ing a second dslaunch. */
     int (*open)(struct dsl_conn *c, const struct dsl_transport_opts *o,
                 char *const *agent_argv);
     /** Advance a connection that is not OPEN yet; 0 (state updated) or negative (FAILED). */

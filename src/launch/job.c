@@ -702,9 +702,8 @@ int dsl_job_run(struct dsl_job *job)
 {
     int code = 0;
     int sp[2] = {-1, -1};
-    struct dsl_strvec remote_argv, local_argv;
+    struct dsl_strvec remote_argv;
     dsl_strvec_init(&remote_argv);
-    dsl_strvec_init(&local_argv);
     job->t_begin = dsl_now();
 
     if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -722,8 +721,6 @@ int dsl_job_run(struct dsl_job *job)
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    dsl_strvec_push(&local_argv, job->self_exe);
-    dsl_strvec_push(&local_argv, "--agent");
     dsl_strvec_push(&remote_argv,
                     job->opts->remote_dslaunch ? job->opts->remote_dslaunch : job->self_exe);
     dsl_strvec_push(&remote_argv, "--agent");
@@ -788,7 +785,7 @@ int dsl_job_run(struct dsl_job *job)
         }
     }
 
-    code = phase_connect(job, sp[0], remote_argv.v, local_argv.v);
+    code = phase_connect(job, sp[0], remote_argv.v, NULL /* local agents run in the forked child */);
     if (job->inspect) {
         code = job->inspect(job, sp[0], code, job->inspect_arg);
         goto out;
@@ -876,6 +873,5 @@ out:
     close(sp[0]);
     close(sp[1]);
     dsl_strvec_release(&remote_argv);
-    dsl_strvec_release(&local_argv);
     return code;
 }

@@ -9,12 +9,13 @@
  * so it goes down (and takes its ranks down) if the launcher is SIGKILLed even before
  * it notices EOF.
  */
-#define _GNU_SOURCE /* prctl */
+#define _GNU_SOURCE /* prctl, close_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <sys/prctl.h>
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dslaunch/agent.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/transport.h"
 #include "dslaunch/xalloc.h"
@@ -44,6 +46,8 @@ static int local_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         return dsl_seterr(c->err, -errno, "cannot create socketpair: %s", strerror(errno));
     }
     pid_t parent = getpid();
+    fflush(stdout); /* a forked agent must not write the launcher's buffered output again */
+    fflush(stderr);
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
@@ -65,8 +69,16 @@ static int local_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         signal(SIGTERM, SIG_DFL);
         signal(SIGHUP, SIG_DFL);
         signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
         if (dup2(sv[1], 0) < 0 || dup2(sv[1], 1) < 0)
             _exit(1);
+        if (!agent_argv) {
+            /* the agent is this very program: run it here, without a second exec and
+             * dynamic link (a third of a local launch), after dropping every other fd
+             * the launcher holds so EOF on its other channels still means what it says */
+            close_range(3, ~0U, 0);
+            _exit(dsl_agent_main(0, 1));
+        }
         execv(agent_argv[0], agent_argv);
         _exit(127);
     }
@@ -127,6 +139,7 @@ static void local_close(struct dsl_conn *c)
     close(p->fd);
     /* the agent exits on EOF; give it a moment, then make sure */
     double deadline = dsl_now() + 3.0;
+    long nap_ns = 20 * 1000; /* the agent is usually gone already: poll finely first */
     for (;;) {
         pid_t w = waitpid(p->pid, NULL, WNOHANG);
         if (w == p->pid || (w < 0 && errno == ECHILD))
@@ -136,8 +149,10 @@ static void local_close(struct dsl_conn *c)
             waitpid(p->pid, NULL, 0);
             break;
         }
-        struct timespec ts = {0, 5 * 1000 * 1000};
+        struct timespec ts = {0, nap_ns};
         nanosleep(&ts, NULL);
+        if (nap_ns < 5 * 1000 * 1000)
+            nap_ns *= 2;
     }
     free(p);
     c->priv = NULL;
