@@ -1,9 +1,12 @@
 /* Bounded byte buffers: an append past the hard maximum frees and fails. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/xalloc.h"
@@ -94,4 +97,40 @@ void dsl_dynbuf_release(struct dsl_dynbuf *b)
 const char *dsl_dynbuf_str(const struct dsl_dynbuf *b)
 {
     return b->buf ? b->buf : "";
+}
+
+int dsl_dynbuf_load_file(struct dsl_dynbuf *b, const char *path)
+{
+    struct stat st;
+    char chunk[65536];
+    int r = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, &st) < 0) {
+        r = -errno;
+        goto out;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        r = -EISDIR;
+        goto out;
+    }
+    for (;;) {
+        ssize_t got = read(fd, chunk, sizeof(chunk));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            r = -errno;
+            break;
+        }
+        if (got == 0)
+            break;
+        if (dsl_dynbuf_add(b, chunk, (size_t)got) < 0) {
+            r = -EFBIG;
+            break;
+        }
+    }
+out:
+    close(fd);
+    return r;
 }

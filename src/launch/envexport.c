@@ -156,44 +156,19 @@ out:
 
 int dsl_envfile_load(struct dsl_strvec *env, const char *path, char *err)
 {
-    struct stat st;
     struct dsl_dynbuf b;
-    char chunk[16384];
-    int fd = open(path, O_RDONLY | O_CLOEXEC), r;
-    if (fd < 0) {
-        if (errno == ENOENT || errno == ENOTDIR)
-            return 0;
-        return dsl_seterr(err, -errno, "env file '%s': %s", path, strerror(errno));
-    }
     dsl_dynbuf_init(&b, ENVFILE_MAX_BYTES);
-    if (fstat(fd, &st) < 0) {
-        r = dsl_seterr(err, -errno, "env file '%s': %s", path, strerror(errno));
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        r = dsl_seterr(err, -EISDIR, "env file '%s': %s", path, strerror(EISDIR));
-        goto out;
-    }
-    for (;;) {
-        ssize_t got = read(fd, chunk, sizeof(chunk));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            r = dsl_seterr(err, -errno, "env file '%s': %s", path, strerror(errno));
-            goto out;
-        }
-        if (got == 0)
-            break;
-        if (dsl_dynbuf_add(&b, chunk, (size_t)got) < 0) {
-            r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': larger than %u bytes", path,
-                           ENVFILE_MAX_BYTES);
-            goto out;
-        }
-    }
-    r = dsl_envfile_parse(env, path, dsl_dynbuf_str(&b), b.len, err);
-out:
+    int r = dsl_dynbuf_load_file(&b, path);
+    if (r == -ENOENT || r == -ENOTDIR)
+        r = 0; /* a missing env file is no error */
+    else if (r == -EFBIG)
+        r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': larger than %u bytes", path,
+                       ENVFILE_MAX_BYTES);
+    else if (r < 0)
+        r = dsl_seterr(err, r, "env file '%s': %s", path, strerror(-r));
+    else
+        r = dsl_envfile_parse(env, path, dsl_dynbuf_str(&b), b.len, err);
     dsl_dynbuf_release(&b);
-    close(fd);
     return r;
 }
 

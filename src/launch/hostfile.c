@@ -314,40 +314,16 @@ int dsl_hostfile_parse(struct dsl_hostfile *hf, const char *path, const char *te
 
 int dsl_hostfile_load(struct dsl_hostfile *hf, const char *path, char *err)
 {
-    struct stat st;
     struct dsl_dynbuf b;
-    char chunk[65536];
-    int fd = open(path, O_RDONLY | O_CLOEXEC), r;
-    if (fd < 0)
-        return dsl_seterr(err, -errno, "hostfile '%s': %s", path, strerror(errno));
     dsl_dynbuf_init(&b, HOSTFILE_MAX_BYTES);
-    if (fstat(fd, &st) < 0) {
-        r = dsl_seterr(err, -errno, "hostfile '%s': %s", path, strerror(errno));
-        goto out;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        r = dsl_seterr(err, -EISDIR, "hostfile '%s': %s", path, strerror(EISDIR));
-        goto out;
-    }
-    for (;;) {
-        ssize_t got = read(fd, chunk, sizeof(chunk));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            r = dsl_seterr(err, -errno, "hostfile '%s': %s", path, strerror(errno));
-            goto out;
-        }
-        if (got == 0)
-            break;
-        if (dsl_dynbuf_add(&b, chunk, (size_t)got) < 0) {
-            r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': larger than %u bytes", path,
-                           HOSTFILE_MAX_BYTES);
-            goto out;
-        }
-    }
-    r = dsl_hostfile_parse(hf, path, dsl_dynbuf_str(&b), b.len, err);
-out:
+    int r = dsl_dynbuf_load_file(&b, path);
+    if (r == -EFBIG)
+        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': larger than %u bytes", path,
+                       HOSTFILE_MAX_BYTES);
+    else if (r < 0)
+        r = dsl_seterr(err, r, "hostfile '%s': %s", path, strerror(-r));
+    else
+        r = dsl_hostfile_parse(hf, path, dsl_dynbuf_str(&b), b.len, err);
     dsl_dynbuf_release(&b);
-    close(fd);
     return r;
 }

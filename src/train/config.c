@@ -28,6 +28,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dslaunch/dynbuf.h"
 #include "dslaunch/error.h"
 #include "dslaunch/train_config.h"
 #include "dslaunch/xalloc.h"
@@ -782,37 +783,17 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path, const
 int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int world_size,
                           char *err)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, alloc = 0;
-    int r;
-    if (!f)
-        return dsl_seterr(err, -errno, "cannot open config '%s': %s", path, strerror(errno));
-    for (;;) {
-        if (alloc - len < 4096) {
-            alloc = alloc ? 2 * alloc : 8192;
-            buf = dsl_xrealloc(buf, alloc);
-        }
-        size_t got = fread(buf + len, 1, alloc - len, f);
-        len += got;
-        if (got == 0)
-            break;
-        if (len > MAX_CONFIG_BYTES) {
-            fclose(f);
-            free(buf);
-            return dsl_seterr(err, DSL_ECONFIG, "config '%s' is larger than %u bytes", path,
-                              MAX_CONFIG_BYTES);
-        }
-    }
-    if (ferror(f)) {
-        int e = errno;
-        fclose(f);
-        free(buf);
-        return dsl_seterr(err, -e, "cannot read config '%s': %s", path, strerror(e));
-    }
-    fclose(f);
-    r = dsl_train_config_parse(cfg, path, buf, len, world_size, err);
-    free(buf);
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, MAX_CONFIG_BYTES);
+    int r = dsl_dynbuf_load_file(&b, path);
+    if (r == -EFBIG)
+        r = dsl_seterr(err, DSL_ECONFIG, "config '%s' is larger than %u bytes", path,
+                       MAX_CONFIG_BYTES);
+    else if (r < 0)
+        r = dsl_seterr(err, r, "cannot open config '%s': %s", path, strerror(-r));
+    else
+        r = dsl_train_config_parse(cfg, path, dsl_dynbuf_str(&b), b.len, world_size, err);
+    dsl_dynbuf_release(&b);
     return r;
 }
 
