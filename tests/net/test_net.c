@@ -42,24 +42,6 @@ static const char *const nasty[] = {
     "utf8 \xc3\xa9\xe2\x82\xac",
 };
 
-TEST(shell_quote_should_wrap_in_single_quotes_and_escape_quotes)
-{
-    static const struct {
-        const char *in, *out;
-    } cases[] = {
-        {"abc", "'abc'"},
-        {"", "''"},
-        {"I am 6' tall", "'I am 6'\\'' tall'"},
-        {"'", "''\\'''"},
-        {"$(x)", "'$(x)'"},
-    };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char *q = dsl_shell_quote(cases[i].in);
-        ASSERT_STR_EQ(q, cases[i].out);
-        free(q);
-    }
-}
-
 /* Run cmd through /bin/sh -c and capture stdout. */
 static char *sh_output(const char *cmd, size_t *len)
 {
