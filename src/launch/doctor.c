@@ -702,19 +702,6 @@ static void print_table(struct doctor *d, struct dsl_job *job)
 
 /* ---- the command ---- */
 
-static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, char *err)
-{
-    if (o->hostfile)
-        return dsl_hostfile_load(hf, o->hostfile, err);
-    if (access(DEFAULT_HOSTFILE, F_OK) == 0)
-        return dsl_hostfile_load(hf, DEFAULT_HOSTFILE, err);
-    int slots, r = dsl_local_slots(&slots, err);
-    if (r < 0)
-        return r;
-    dsl_hostfile_add(hf, "localhost", slots);
-    return 0;
-}
-
 static void usage(FILE *f)
 {
     fputs("usage: dslaunch doctor [--json] [--no-allreduce] [launcher options] [program]\n"
@@ -786,45 +773,12 @@ int dsl_doctor_main(int argc, char **argv)
     for (size_t k = 1; k + opts.argv.nr < args.nr; k++)
         dsl_strvec_push(&d.fwd, args.v[k]);
 
-    if ((r = load_hostfile(&opts, &hf, err)) < 0) {
+    if ((r = dsl_launch_plan(&job, &hf, &pl, err)) < 0) {
         dsl_error("%s", err);
         goto out;
     }
-    struct dsl_placement_opts po = {.include = opts.include, .exclude = opts.exclude,
-                                    .num_nodes = opts.num_nodes, .num_gpus = opts.num_gpus};
-    if ((r = dsl_placement_build(&pl, &hf, &po, err)) < 0) {
-        dsl_error("%s", err);
-        goto out;
-    }
-    char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof(cwd))) {
-        dsl_error("cannot read the current directory: %s", strerror(errno));
-        goto out;
-    }
-    if ((r = dsl_envexport_build(&job.exported, environ, getenv("HOME"), cwd, opts.exports.v,
-                                 opts.exports.nr, err)) < 0) {
-        dsl_error("%s", err);
-        goto out;
-    }
-    char self[PATH_MAX];
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    self[sl > 0 ? sl : 0] = '\0';
-    job.self_exe = dsl_xstrdup(sl > 0 ? self : "dslaunch");
-    job.cwd = dsl_xstrdup(opts.remote_cwd ? opts.remote_cwd : cwd);
-    job.all_local = 1;
-    for (int k = 0; k < pl.nr; k++)
-        if (opts.launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl.nodes[k].host))
-            job.all_local = 0;
-    if (opts.argv.nr) {
-        char *dir = dsl_xstrdup(job.self_exe);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        dsl_strvec_push_nodup(&job.argv,
-                              dsl_launch_program_name(opts.argv.v[0], slash ? dir : NULL));
-        free(dir);
-    }
-    job.master_port = opts.master_port;
+    /* the probe picks MASTER_ADDR among node 0's addresses, also for a single node */
+    free(job.master_addr);
     job.master_addr = dsl_xstrdup(opts.master_addr ? opts.master_addr : pl.nodes[0].host);
     job.inspect = doctor_inspect;
     job.inspect_arg = &d;

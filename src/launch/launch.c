@@ -200,6 +200,76 @@ static void print_dry_run(const struct dsl_job *job)
     cJSON_Delete(o);
 }
 
+int dsl_launch_plan(struct dsl_job *job, struct dsl_hostfile *hf, struct dsl_placement *pl,
+                    char *err)
+{
+    const struct dsl_launch_opts *o = job->opts;
+    char *include_cvd = NULL;
+    int r, synth = 0;
+
+    /* hostfile -> placement */
+    if ((r = load_hostfile(o, hf, &synth, err)) < 0)
+        return r;
+    struct dsl_placement_opts po = {
+        .include = o->include,
+        .exclude = o->exclude,
+        .num_nodes = o->num_nodes,
+        .num_gpus = o->num_gpus,
+    };
+    if (synth) {
+        /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
+        r = dsl_placement_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), &po, &include_cvd, err);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            po.include = include_cvd;
+        else if (r == 2)
+            dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
+                     "--exclude, --num_nodes or --num_gpus");
+    }
+    r = dsl_placement_build(pl, hf, &po, err);
+    free(include_cvd);
+    if (r < 0)
+        return r;
+
+    /* export set */
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        return dsl_seterr(err, -errno, "cannot read the current directory: %s", strerror(errno));
+    if ((r = dsl_envexport_build(&job->exported, environ, getenv("HOME"), cwd, o->exports.v,
+                                 o->exports.nr, err)) < 0)
+        return r;
+
+    /* program */
+    job->self_exe = self_exe();
+    job->cwd = dsl_xstrdup(o->remote_cwd ? o->remote_cwd : cwd);
+    job->all_local = 1;
+    for (int i = 0; i < pl->nr; i++)
+        if (o->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
+            job->all_local = 0;
+    if (o->argv.nr) {
+        char *dir = dsl_xstrdup(job->self_exe);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        char *prog = dsl_launch_program_name(o->argv.v[0], slash ? dir : NULL);
+        free(dir);
+        dsl_strvec_push_nodup(&job->argv, prog);
+        for (size_t i = 1; i < o->argv.nr; i++)
+            dsl_strvec_push(&job->argv, o->argv.v[i]);
+    }
+
+    /* rendezvous: a first choice; multi-node jobs get theirs from the probe */
+    job->master_port = o->master_port;
+    if (o->master_addr)
+        job->master_addr = dsl_xstrdup(o->master_addr);
+    else if (job->all_local)
+        job->master_addr = dsl_xstrdup("127.0.0.1");
+    else
+        job->master_addr = dsl_xstrdup(pl->nodes[0].host);
+    return 0;
+}
+
 int dsl_launch_main(int argc, char **argv)
 {
     struct dsl_launch_opts opts;
@@ -207,8 +277,7 @@ int dsl_launch_main(int argc, char **argv)
     struct dsl_placement pl;
     struct dsl_job job;
     char err[DSL_ERR_LEN] = "";
-    char *include_cvd = NULL;
-    int code = DSL_EXIT_USAGE, r, synth = 0;
+    int code = DSL_EXIT_USAGE, r;
 
 #ifdef DSL_HAVE_SSH_TRANSPORT
     if (argc > 1 && !strcmp(argv[1], "sync"))
@@ -262,84 +331,21 @@ int dsl_launch_main(int argc, char **argv)
         break;
     }
 
-    /* hostfile -> placement */
-    if ((r = load_hostfile(&opts, &hf, &synth, err)) < 0) {
+    if ((r = dsl_launch_plan(&job, &hf, &pl, err)) < 0) {
         dsl_error("%s", err);
         goto out;
     }
-    struct dsl_placement_opts po = {
-        .include = opts.include,
-        .exclude = opts.exclude,
-        .num_nodes = opts.num_nodes,
-        .num_gpus = opts.num_gpus,
-    };
-    if (synth) {
-        /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
-        r = dsl_placement_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), &po, &include_cvd, err);
-        if (r < 0) {
+    if (job.all_local && job.argv.nr && opts.mode != DSL_MODE_DRY_RUN) {
+        int rc;
+        char *path = dsl_spawn_resolve(job.argv.v[0], environ, job.cwd, &rc, err);
+        if (!path) {
             dsl_error("%s", err);
+            code = rc == -EACCES ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
             goto out;
         }
-        if (r == 1)
-            po.include = include_cvd;
-        else if (r == 2)
-            dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
-                     "--exclude, --num_nodes or --num_gpus");
-    }
-    if ((r = dsl_placement_build(&pl, &hf, &po, err)) < 0) {
-        dsl_error("%s", err);
-        goto out;
+        free(path);
     }
 
-    /* export set */
-    char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof(cwd))) {
-        dsl_error("cannot read the current directory: %s", strerror(errno));
-        goto out;
-    }
-    if ((r = dsl_envexport_build(&job.exported, environ, getenv("HOME"), cwd, opts.exports.v,
-                                 opts.exports.nr, err)) < 0) {
-        dsl_error("%s", err);
-        goto out;
-    }
-
-    /* program */
-    job.self_exe = self_exe();
-    job.cwd = dsl_xstrdup(opts.remote_cwd ? opts.remote_cwd : cwd);
-    job.all_local = 1;
-    for (int i = 0; i < pl.nr; i++)
-        if (opts.launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl.nodes[i].host))
-            job.all_local = 0;
-    if (opts.argv.nr) {
-        char *dir = dsl_xstrdup(job.self_exe);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        char *prog = dsl_launch_program_name(opts.argv.v[0], slash ? dir : NULL);
-        free(dir);
-        dsl_strvec_push_nodup(&job.argv, prog);
-        for (size_t i = 1; i < opts.argv.nr; i++)
-            dsl_strvec_push(&job.argv, opts.argv.v[i]);
-        if (job.all_local && opts.mode != DSL_MODE_DRY_RUN) {
-            int rc;
-            char *path = dsl_spawn_resolve(job.argv.v[0], environ, cwd, &rc, err);
-            if (!path) {
-                dsl_error("%s", err);
-                code = rc == -EACCES ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
-                goto out;
-            }
-            free(path);
-        }
-    }
-
-    /* rendezvous */
-    job.master_port = opts.master_port;
-    if (opts.master_addr)
-        job.master_addr = dsl_xstrdup(opts.master_addr);
-    else if (job.all_local)
-        job.master_addr = dsl_xstrdup("127.0.0.1");
-    else
-        job.master_addr = dsl_xstrdup(pl.nodes[0].host); /* replaced by the probe */
     if (job.all_local) {
         int fr = dsl_net_port_free(NULL, job.master_port);
         if (fr == 0 && opts.master_port_given) {
@@ -385,6 +391,5 @@ out:
     dsl_placement_release(&pl);
     dsl_hostfile_release(&hf);
     dsl_launch_opts_release(&opts);
-    free(include_cvd);
     return code;
 }
