@@ -16,6 +16,14 @@ int dsl_parse_double(const char *s, double *out);
 /** Parse a duration in seconds ("30", "2.5", "500ms", "2m"). */
 int dsl_parse_seconds(const char *s, double *out);
 
+/** Room for a dsl_excerpt() of any input, with its terminating NUL. */
+#define DSL_EXCERPT_LEN 88
+/**
+ * Copy the first n bytes of s into dst (cap bytes) for an error message: control bytes
+ * become '?' and text past 80 bytes is cut with "...". Always NUL-terminates.
+ */
+void dsl_excerpt(char *dst, size_t cap, const char *s, size_t n);
+
 /** Monotonic clock in seconds. */
 double dsl_now(void);
 

@@ -111,6 +111,21 @@ int dsl_parse_seconds(const char *s, double *out)
     return 0;
 }
 
+void dsl_excerpt(char *dst, size_t cap, const char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 4 < cap; i++) {
+        if (i == DSL_EXCERPT_LEN - 8) {
+            memcpy(dst + o, "...", 3);
+            o += 3;
+            break;
+        }
+        unsigned char c = (unsigned char)s[i];
+        dst[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    dst[o] = '\0';
+}
+
 double dsl_now(void)
 {
     struct timespec ts;

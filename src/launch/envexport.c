@@ -28,12 +28,12 @@
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/envexport.h"
 #include "dslaunch/error.h"
+#include "dslaunch/parse.h"
 #include "dslaunch/strvec.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
 #define ENVFILE_MAX_BYTES (1u << 20)
-#define EXCERPT_MAX 80
 
 static const char *const export_prefixes[] = {"NCCL_", "PYTHON", "UCX_", "OMP_",
                                               "MV2_",  "GLOO_",  "CUDA_"};
@@ -58,27 +58,11 @@ static size_t name_len(const char *s, size_t n)
     return i;
 }
 
-/* The offending text, printable: control bytes become '?', long text is cut with "...". */
-static void excerpt(char *dst, size_t cap, const char *s, size_t n)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 4 < cap; i++) {
-        if (i == EXCERPT_MAX) {
-            memcpy(dst + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)s[i];
-        dst[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    dst[o] = '\0';
-}
-
 static int line_err(char *err, const char *path, int line, const char *what, const char *s,
                     size_t n)
 {
-    char ex[EXCERPT_MAX + 8];
-    excerpt(ex, sizeof(ex), s, n);
+    char ex[DSL_EXCERPT_LEN];
+    dsl_excerpt(ex, sizeof(ex), s, n);
     return dsl_seterr(err, DSL_ECONFIG, "env file '%s':%d: %s '%s'", path, line, what, ex);
 }
 

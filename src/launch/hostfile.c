@@ -24,29 +24,13 @@
 
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/error.h"
+#include "dslaunch/parse.h"
 #include "dslaunch/hostfile.h"
 #include "dslaunch/strvec.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
 #define HOSTFILE_MAX_BYTES (16u << 20)
-#define EXCERPT_MAX 80
-
-/* The offending text, printable: control bytes become '?', long text is cut with "...". */
-static void excerpt(char *dst, size_t cap, const char *s, size_t n)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 4 < cap; i++) {
-        if (i == EXCERPT_MAX) {
-            memcpy(dst + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)s[i];
-        dst[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    dst[o] = '\0';
-}
 
 /* Open-addressing set of host indexes keyed by name, to find duplicates. */
 struct name_set {
@@ -137,8 +121,8 @@ struct parser {
 
 static int fail(struct parser *p, const char *what, const char *text, size_t n)
 {
-    char ex[EXCERPT_MAX + 8];
-    excerpt(ex, sizeof(ex), text, n);
+    char ex[DSL_EXCERPT_LEN];
+    dsl_excerpt(ex, sizeof(ex), text, n);
     return dsl_seterr(p->err, DSL_EHOSTFILE, "hostfile '%s':%d: %s '%s'", p->path, p->line,
                       what, ex);
 }
