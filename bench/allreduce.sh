@@ -2,6 +2,8 @@
 # Side-by-side allreduce benchmark on this host (issue 5): dsbench (tcp backend) against
 # Open MPI's MPI_Allreduce over TCP and over shared memory, and PyTorch's Gloo, at
 # world sizes 2 and 4, float sum, 1 KiB .. MAX (default 512 MiB) by factors of 2.
+# dsbench runs twice: with its buffers from dsl_comm_alloc (shared with the peers, the
+# zero-copy path; the default) and with --malloc (plain malloc, the copying path).
 #
 #   bench/allreduce.sh [build-dir] [max-bytes] > results.md
 #
@@ -40,6 +42,13 @@ for w in $worlds; do
     "$here/run_ranks.sh" "$w" "$build/dsbench" -o allreduce -b 16M -e "$max" -f 2 -w 1 -n 5 \
         >> "$raw/ds$w.txt"
   fi
+  echo "## world $w: dsbench --malloc" >&2
+  "$here/run_ranks.sh" "$w" "$build/dsbench" --malloc -o allreduce -b 1K -e 8M -f 2 -w 5 \
+      -n 50 > "$raw/dsm$w.txt"
+  if [ "$max" -ge 16777216 ]; then
+    "$here/run_ranks.sh" "$w" "$build/dsbench" --malloc -o allreduce -b 16M -e "$max" -f 2 \
+        -w 1 -n 5 >> "$raw/dsm$w.txt"
+  fi
   echo "## world $w: open mpi tcp" >&2
   OMPI_MCA_btl=self,tcp timeout "$pt" mpirun --allow-run-as-root --oversubscribe -np "$w" \
       "$raw/mpi_sweep" "$max" > "$raw/mpitcp$w.txt" 2>/dev/null || echo "# (cut at ${pt}s)" >&2
@@ -50,7 +59,7 @@ for w in $worlds; do
   OMP_NUM_THREADS=1 timeout "$pt" /usr/bin/python3 "$torchrun" --standalone \
       --nproc_per_node "$w" "$here/gloo_allreduce_sweep.py" "$max" > "$raw/gloo$w.txt" \
       2>/dev/null || echo "# (cut at ${pt}s)" >&2
-  cat "$raw/ds$w.txt" "$raw/mpitcp$w.txt" "$raw/mpism$w.txt" "$raw/gloo$w.txt" >&2
+  cat "$raw/ds$w.txt" "$raw/dsm$w.txt" "$raw/mpitcp$w.txt" "$raw/mpism$w.txt" "$raw/gloo$w.txt" >&2
 done
 echo "# load after: $(uptime)" >&2
 }
@@ -76,17 +85,24 @@ def size(b):
     return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
 for w in worlds:
     d = dsb(f"{raw}/ds{w}.txt")
+    try:
+        dm = dsb(f"{raw}/dsm{w}.txt")
+    except OSError:
+        dm = {}
     p = {k: peer(f"{raw}/{k}{w}.txt") for k in ("mpitcp", "mpism", "gloo")}
     print(f"\n### world {w}\n")
-    print("| size | dsbench us | dsbench busbw | MPI tcp busbw | MPI sm busbw | Gloo busbw | ratio to best peer | wrong |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| size | dsbench us | dsbench busbw | dsbench --malloc busbw | MPI tcp busbw | MPI sm busbw | Gloo busbw | ratio to best peer | --malloc ratio | wrong |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    cell = lambda v: f"{v:.3f}" if v >= 0 else "-"
     for b in sorted(d):
         t, bw, wrong = d[b]
+        mbw = dm.get(b, (0, -1, 0))[1]
+        wrong += dm.get(b, (0, 0, 0))[2]
         peers = [p[k].get(b, (0, -1))[1] for k in ("mpitcp", "mpism", "gloo")]
         best = max(peers)
         ratio = f"{bw / best:.2f}x" if best > 0 else "-"
-        cell = lambda v: f"{v:.3f}" if v >= 0 else "-"
-        print(f"| {size(b)} | {t:.1f} | {bw:.3f} | {cell(peers[0])} | {cell(peers[1])} | {cell(peers[2])} | {ratio} | {wrong} |")
+        mratio = f"{mbw / best:.2f}x" if best > 0 and mbw >= 0 else "-"
+        print(f"| {size(b)} | {t:.1f} | {bw:.3f} | {cell(mbw)} | {cell(peers[0])} | {cell(peers[1])} | {cell(peers[2])} | {ratio} | {mratio} | {wrong} |")
     if 1024 in d:
         lat = [(k, p[k][1024][0]) for k in ("mpitcp", "mpism", "gloo") if 1024 in p[k]]
         print("\n1 KiB latency: dsbench %.1f us; " % d[1024][0] +

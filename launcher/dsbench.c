@@ -37,11 +37,12 @@ struct bench_opts {
     const char *backend;         /* --backend */
     int deterministic;           /* -d */
     int check;                   /* -c 0|1 */
+    int plain_malloc;            /* --malloc: buffers from malloc, not dsl_comm_alloc */
 };
 
 struct bench {
     struct dsl_comm *c;
-    int rank, world, on_device;
+    int rank, world, on_device, comm_mem, plain_malloc;
     float *send, *recv; /* max_bytes each (device memory on nccl) */
     float *host;        /* host staging for checks */
     size_t max_count;
@@ -51,8 +52,11 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: dsbench [-b minbytes] [-e maxbytes] [-f factor] [-o op|all]\n"
                "               [-w warmup] [-n iters] [--backend tcp|nccl] [-d] [-c 0|1]\n"
+               "               [--malloc]\n"
                "  ops: allreduce, reduce_scatter, allgather, broadcast, all\n"
-               "  sizes take K/M/G suffixes; -d selects the deterministic (tree-order) sums\n");
+               "  sizes take K/M/G suffixes; -d selects the deterministic (tree-order) sums\n"
+               "  host buffers come from dsl_comm_alloc (shared with same-host peers, so\n"
+               "  collectives need no copy); --malloc uses plain malloc (copied paths)\n");
 }
 
 static float seed_val(int rank, size_t i, int iter)
@@ -170,7 +174,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         {"warmup_iters", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'n'},
         {"backend", required_argument, NULL, 'B'}, {"deterministic", no_argument, NULL, 'd'},
         {"check", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"malloc", no_argument, NULL, 'M'}, {NULL, 0, NULL, 0},
     };
     int ch, any_op = 0;
     long v;
@@ -217,6 +221,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             break;
         case 'B': o->backend = optarg; break;
         case 'd': o->deterministic = 1; break;
+        case 'M': o->plain_malloc = 1; break;
         case 'c':
             if (dsl_parse_long(optarg, 0, 1, &v) < 0) {
                 fprintf(stderr, "dsbench: error: bad -c '%s'\n", optarg);
@@ -256,8 +261,9 @@ static int alloc_buffers(struct bench *b, size_t bytes)
         return 0;
     }
 #endif
-    b->send = malloc(bytes);
-    b->recv = malloc(bytes);
+    b->comm_mem = !b->plain_malloc;
+    b->send = b->comm_mem ? dsl_comm_alloc(b->c, bytes) : malloc(bytes);
+    b->recv = b->comm_mem ? dsl_comm_alloc(b->c, bytes) : malloc(bytes);
     if (!b->host || !b->send || !b->recv)
         return -1;
     /* touch everything once so page faults stay out of the timings */
@@ -277,8 +283,13 @@ static void free_buffers(struct bench *b)
         return;
     }
 #endif
-    free(b->send);
-    free(b->recv);
+    if (b->comm_mem) {
+        dsl_comm_free(b->c, b->send);
+        dsl_comm_free(b->c, b->recv);
+    } else {
+        free(b->send);
+        free(b->recv);
+    }
     free(b->host);
 }
 
@@ -306,14 +317,17 @@ int main(int argc, char **argv)
     b.world = dsl_comm_size(b.c);
     b.on_device = !strcmp(dsl_comm_backend(b.c), "nccl");
     b.max_count = o.max_bytes / sizeof(float);
+    b.plain_malloc = o.plain_malloc;
     if (alloc_buffers(&b, b.max_count * sizeof(float)) < 0) {
         fprintf(stderr, "dsbench: error: cannot allocate 3 x %zu bytes\n", o.max_bytes);
         dsl_comm_close(b.c);
         return 1;
     }
     if (b.rank == 0) {
-        printf("# dsbench: backend %s, world %d, deterministic %d, warmup %d, iters %d\n",
-               dsl_comm_backend(b.c), b.world, o.deterministic, o.warmup, o.iters);
+        printf("# dsbench: backend %s, world %d, deterministic %d, warmup %d, iters %d, "
+               "buffers %s\n",
+               dsl_comm_backend(b.c), b.world, o.deterministic, o.warmup, o.iters,
+               b.on_device ? "device" : b.comm_mem ? "dsl_comm_alloc" : "malloc");
     }
     for (int op = 0; op < OP_N && !failed; op++) {
         if (!o.ops[op])

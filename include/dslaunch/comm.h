@@ -81,6 +81,17 @@ struct dsl_store *dsl_comm_store(struct dsl_comm *c);
 /** nccl: the communication cudaStream_t (as void *); tcp: NULL. */
 void *dsl_comm_stream(struct dsl_comm *c);
 
+/**
+ * Zeroed host memory for collective buffers (tcp backend and world size 1; the nccl
+ * backend returns NULL: use device memory there). When every rank runs on this host,
+ * the memory is shared with the peers, and large collectives whose buffers all come
+ * from here read and write the peers' buffers directly, with no copy through the
+ * kernel (docs/collectives.md); any other memory works too, through copies. NULL on
+ * failure. Free with dsl_comm_free() before dsl_comm_close(); close frees what is left.
+ */
+void *dsl_comm_alloc(struct dsl_comm *c, size_t bytes);
+void dsl_comm_free(struct dsl_comm *c, void *p);
+
 /* Blocking collectives. send == recv (in-place) is allowed everywhere. */
 int dsl_comm_allreduce(struct dsl_comm *c, const void *send, void *recv, size_t count,
                        enum dsl_dtype t, enum dsl_redop op);

@@ -289,6 +289,25 @@ const char *dsl_comm_backend(const struct dsl_comm *c) { return c->ops->name; }
 const char *dsl_comm_last_error(const struct dsl_comm *c) { return c->err; }
 struct dsl_store *dsl_comm_store(struct dsl_comm *c) { return c->store; }
 
+void *dsl_comm_alloc(struct dsl_comm *c, size_t bytes)
+{
+    if (c->ops->alloc)
+        return c->ops->alloc(c, bytes);
+    if (!strcmp(c->ops->name, "nccl"))
+        return NULL;
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+void dsl_comm_free(struct dsl_comm *c, void *p)
+{
+    if (!p)
+        return;
+    if (c->ops->free)
+        c->ops->free(c, p);
+    else
+        free(p);
+}
+
 uint64_t dsl_comm_bytes_sent(const struct dsl_comm *c)
 {
     return atomic_load_explicit(&((struct dsl_comm *)c)->bytes_sent, memory_order_relaxed);

@@ -18,9 +18,18 @@
  * and then futex waits in 10 ms slices, checking the deadline and whether a peer died
  * or failed between slices); otherwise over the sockets.
  *
+ * Zero-copy. When every rank's buffers of a call come from dsl_comm_alloc() (shared
+ * memfd buffers, comm_shmbuf.c), round 1 also carries where they lie, and every rank
+ * addresses its peers' buffers directly instead of copying through the kernel: rank r
+ * reduces segment r out of everyone's send buffer and writes the result into
+ * everyone's recv buffer, chunk by chunk while it is in cache; one closing round
+ * replaces rounds 2 and 3. Whether to take it is decided from the slots all ranks see
+ * after round 1, so all decide alike; any rank with other memory makes all copy.
+ *
  * A read failing with ESRCH means the peer process is gone; any other failure first
  * looks for a peer that is gone (the one read from may only have freed its buffer
- * after giving up because of it) and names that one.
+ * after giving up because of it) and names that one. A dead peer's shared buffers stay
+ * mapped here, so writing into them cannot fault.
  */
 #define _GNU_SOURCE /* process_vm_readv */
 #include <errno.h>
@@ -62,10 +71,13 @@ static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void 
 /* ---- synchronisation rounds in shared memory ---- */
 
 struct cma_slot {
-    _Atomic uint32_t seq;    /* rounds this rank has completed its part of */
-    _Atomic uint32_t failed; /* this rank's communicator has failed */
-    uint64_t send, recv;     /* this call's buffers (written before round 1) */
-    char pad[64 - 24];
+    _Atomic uint32_t seq;     /* rounds this rank has completed its part of */
+    _Atomic uint32_t failed;  /* this rank's communicator has failed */
+    _Atomic uint32_t waiters; /* peers asleep (or about to sleep) on seq */
+    uint32_t unused;
+    uint64_t send, recv;      /* this call's buffers (written before round 1) */
+    struct dsl_shmref ref[2]; /* ... and where they lie in shared buffers, if they do */
+    char pad[128 - 32 - 2 * sizeof(struct dsl_shmref)];
 };
 
 static void futex_wake(_Atomic uint32_t *a)
@@ -95,6 +107,26 @@ static int lagging(uint32_t v, uint32_t seq)
     return (int32_t)(v - seq) < 0;
 }
 
+/* A hint to the core that this is a spin-wait (no syscall, no scheduler). */
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/*
+ * Bump my counter, then wait until every peer's counter has reached mine. The wake is
+ * a syscall, so it is made only when a peer announced (waiters) that it sleeps or is
+ * about to: a waiter raises waiters before it re-reads the counter and sleeps, the
+ * bumper stores the counter before it reads waiters (both sequentially consistent),
+ * so either the bumper sees the waiter or the waiter's futex_wait sees the new value
+ * and returns at once. While the ranks of the job do not outnumber the cores, a
+ * waiter spins on the cache line with the pause hint; otherwise it yields the core
+ * (the peer it waits for may need it).
+ */
 static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
 {
     struct cma_slot *s = t->shm;
@@ -102,9 +134,11 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
     uint32_t seq = ++t->seq;
     double start = dsl_now(), deadline = start + c->timeout_s;
     int spinning = t->spin_cur > 0, waited = 0;
+    unsigned spins = 0;
 
-    atomic_store_explicit(&s[me].seq, seq, memory_order_release);
-    futex_wake(&s[me].seq);
+    atomic_store(&s[me].seq, seq);
+    if (atomic_load(&s[me].waiters))
+        futex_wake(&s[me].seq);
     for (int p = 0; p < w; p++) {
         if (p == me)
             continue;
@@ -115,9 +149,14 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
             if (atomic_load(&s[p].failed))
                 return dsl_seterr(c->err, DSL_EPEER, "%s failed during %s", t->peer[p].name,
                                   what);
+            if (spinning && !t->oversubscribed && (++spins & 63u) != 0) {
+                cpu_relax(); /* read the clock only every 64 spins */
+                continue;
+            }
             double now = dsl_now();
             if (spinning && now - start < t->spin_cur) {
-                sched_yield();
+                if (t->oversubscribed)
+                    sched_yield();
                 continue;
             }
             if (spinning) {
@@ -143,7 +182,10 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
                 dsl_dynbuf_release(&b);
                 return DSL_ETIMEDOUT;
             }
-            futex_wait(&s[p].seq, v, 10 * 1000 * 1000);
+            atomic_fetch_add(&s[p].waiters, 1);
+            if (lagging(atomic_load(&s[p].seq), seq))
+                futex_wait(&s[p].seq, v, 10 * 1000 * 1000);
+            atomic_fetch_sub(&s[p].waiters, 1);
         }
         waited = 1;
     }
@@ -277,6 +319,123 @@ static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_
     return 0;
 }
 
+/* The bytes of send and recv that a call of this kind reads or writes. */
+static void call_extent(const struct dsl_comm_call *k, size_t mlen, size_t *sbytes,
+                        size_t *rbytes)
+{
+    size_t bytes = k->count * dsl_dtype_size(k->dtype);
+    *sbytes = k->kind == DSL_COLL_ALLGATHER ? mlen : bytes;
+    *rbytes = k->kind == DSL_COLL_REDUCE_SCATTER ? mlen : bytes;
+    if (k->kind == DSL_COLL_BROADCAST)
+        *sbytes = 0;
+}
+
+/*
+ * After round 1: do the buffers that peers must address lie in shared buffers on every
+ * rank? Every rank reads the same slots, so every rank decides alike. Allreduce needs
+ * everyone's send (read) and recv (written); reduce-scatter everyone's send;
+ * allgather everyone's recv; broadcast the root's buffer.
+ */
+static int zc_ready(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
+{
+    const struct cma_slot *s = t->shm;
+    int need_send = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER;
+    int need_recv = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER;
+    if (!t->shmbuf || !s)
+        return 0;
+    if (k->kind == DSL_COLL_BROADCAST)
+        return s[k->root].ref[1].id != 0;
+    for (int p = 0; p < c->world; p++)
+        if ((need_send && !s[p].ref[0].id) || (need_recv && !s[p].ref[1].id))
+            return 0;
+    return 1;
+}
+
+/* Peer p's buffer b (0 send, 1 recv) in this process, mapped if need be. A failure
+ * names the peer that is gone, if one is (its fds went with it). */
+static char *zc_addr(struct dsl_comm *c, struct tcp *t, int p, int b, const char *what)
+{
+    const struct cma_slot *s = t->shm;
+    char *base = dsl_shmbuf_map(c, t, p, &s[p].ref[b]);
+    if (base)
+        return base + s[p].ref[b].off;
+    int q = dsl_cma_find_dead(c, t);
+    if (q >= 0)
+        dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
+    return NULL;
+}
+
+static void zc_copy(struct dsl_comm *c, void *dst, const void *src, size_t n)
+{
+    memcpy(dst, src, n);
+    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)n, memory_order_relaxed);
+}
+
+/*
+ * Zero-copy: every buffer is addressed directly. Rank r reduces segment r chunk by
+ * chunk out of everyone's send buffer (tree order, as everywhere) and writes the
+ * chunk into every rank's recv buffer while it is still in cache; allgather pushes
+ * the own shard to everyone; broadcast pulls from the root. Only rank r reads or
+ * writes segment r of anyone's buffers, and it reads a chunk before it writes it, so
+ * in-place calls are safe. One closing round keeps everyone inside the call until no
+ * peer touches its buffers any more (bytes counted: read from and written to peers).
+ */
+static int zc_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k,
+                  size_t moff, size_t mlen)
+{
+    int w = c->world, me = c->rank;
+    size_t esz = dsl_dtype_size(k->dtype), chunk = t->cma_chunk;
+    const char *what = dsl_comm_kind_name(k->kind);
+    char **snd = (char **)t->zc_send, **rcv = (char **)t->zc_recv;
+    int need_send = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER;
+    int need_recv = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER;
+
+    for (int p = 0; p < w; p++) {
+        snd[p] = rcv[p] = NULL;
+        if (p == me)
+            continue;
+        if ((need_send && !(snd[p] = zc_addr(c, t, p, 0, what))) ||
+            (need_recv && !(rcv[p] = zc_addr(c, t, p, 1, what))))
+            return DSL_EPEER;
+    }
+    snd[me] = (char *)(uintptr_t)k->send;
+    rcv[me] = k->recv;
+    switch (k->kind) {
+    case DSL_COLL_ALLREDUCE:
+    case DSL_COLL_REDUCE_SCATTER:
+        for (size_t o = 0; o < mlen; o += chunk) {
+            size_t n = mlen - o < chunk ? mlen - o : chunk;
+            char *dst = k->kind == DSL_COLL_ALLREDUCE ? rcv[me] + moff + o : rcv[me] + o;
+            for (int p = 0; p < w; p++)
+                t->srcv[p] = snd[p] + moff + o;
+            dsl_comm_tree_reduce(dst, t->srcv, w, n / esz, k->dtype, k->op, t->tree_tmp);
+            atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)(n * (size_t)(w - 1)),
+                                      memory_order_relaxed);
+            if (k->kind == DSL_COLL_ALLREDUCE)
+                for (int p = 0; p < w; p++)
+                    if (p != me)
+                        zc_copy(c, rcv[p] + moff + o, dst, n);
+        }
+        break;
+    case DSL_COLL_ALLGATHER:
+        for (int p = 0; p < w; p++)
+            if (p != me && mlen)
+                zc_copy(c, rcv[p] + moff, rcv[me] + moff, mlen);
+        break;
+    case DSL_COLL_BROADCAST:
+        if (me != k->root) {
+            char *src = zc_addr(c, t, k->root, 1, what);
+            if (!src)
+                return DSL_EPEER;
+            memcpy(k->recv, src, k->count * esz);
+        }
+        break;
+    case DSL_COLL_BARRIER:
+        break;
+    }
+    return shm_round(c, t, what);
+}
+
 int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
 {
     const char *what = dsl_comm_kind_name(k->kind);
@@ -290,10 +449,16 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
     /* round 1: where everyone's buffers are (and that everyone has arrived) */
     if (t->shm) {
         struct cma_slot *s = t->shm;
+        size_t sb, rb;
+        call_extent(k, mlen, &sb, &rb);
         s[me].send = mine[0];
         s[me].recv = mine[1];
+        dsl_shmbuf_find(t, k->send, sb, &s[me].ref[0]);
+        dsl_shmbuf_find(t, k->recv, rb, &s[me].ref[1]);
         if ((r = shm_round(c, t, what)) < 0)
             return r;
+        if (zc_ready(c, t, k))
+            return zc_run(c, t, k, moff, mlen);
         for (int p = 0; p < w; p++) {
             t->addrs[2 * p] = s[p].send;
             t->addrs[2 * p + 1] = s[p].recv;
@@ -403,6 +568,59 @@ out:
     return r;
 }
 
+/*
+ * Can every rank map every peer's shared buffers? Each rank makes a small one holding
+ * a cookie and publishes its fd; every rank maps every peer's and checks the cookie;
+ * all agree. Sets t->shmbuf (dsl_comm_alloc() then hands out shared buffers).
+ */
+static int shmbuf_probe(struct dsl_comm *c, struct tcp *t)
+{
+    int w = c->world, me = c->rank, r;
+    uint64_t pub[2] = {0, 0}, *all = dsl_xcalloc((size_t)w, sizeof(pub));
+    const uint64_t magic = UINT64_C(0x73686d6275660000);
+    struct dsl_shmref ref;
+    int32_t ok, agreed = 0;
+    dsl_shmbuf_init(c, t);
+    uint64_t *mine = dsl_shmbuf_make(t, 4096);
+    if ((ok = mine && dsl_shmbuf_find(t, mine, sizeof(*mine), &ref))) {
+        mine[0] = magic | (uint64_t)me;
+        pub[0] = (uint64_t)(uint32_t)ref.fd;
+        pub[1] = ref.id;
+    }
+    if ((r = xchg(c, t, "setup", pub, sizeof(pub), (char *)all)) < 0)
+        goto out;
+    for (int p = 0; p < w && ok; p++) {
+        if (p == me)
+            continue;
+        struct dsl_shmref peer = {(uint32_t)all[2 * p + 1], (int32_t)all[2 * p], 0, 4096};
+        const uint64_t *v = peer.id ? (const uint64_t *)dsl_shmbuf_map(c, t, p, &peer) : NULL;
+        ok = v && v[0] == (magic | (uint64_t)p);
+    }
+    c->err[0] = '\0'; /* a failed probe is no error: the copies remain */
+    /* everyone has read everyone before anyone unmaps */
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
+    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
+    r = dsl_tcp_run_direct(c, t, &k);
+out:
+    dsl_shmbuf_close(c, t); /* the probe's buffer and mappings */
+    t->shmbuf = r == 0 && agreed == w;
+    if (t->shmbuf)
+        dsl_shmbuf_init(c, t);
+    free(all);
+    return r;
+}
+
+/* Cores this process may run on (its affinity mask; 1 if unknown). */
+static int cores_allowed(void)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
 /* At open: can this rank read every peer? All ranks then agree (every rank must take the
  * same path). */
 int dsl_cma_probe(struct dsl_comm *c, struct tcp *t)
@@ -431,10 +649,14 @@ int dsl_cma_probe(struct dsl_comm *c, struct tcp *t)
     if ((r = dsl_tcp_run_direct(c, t, &k)) < 0)
         goto out;
     t->cma = agreed == w;
+    t->oversubscribed = w > cores_allowed();
     r = 0;
     const char *use = getenv("DSL_COMM_SHMSYNC");
     if (t->cma && !(use && !strcmp(use, "0")))
         r = shm_setup(c, t);
+    use = getenv("DSL_COMM_SHMBUF");
+    if (r == 0 && t->shm && !(use && !strcmp(use, "0")))
+        r = shmbuf_probe(c, t);
 out:
     free(all);
     return r;

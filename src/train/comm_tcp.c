@@ -595,14 +595,32 @@ static void tcp_close(struct dsl_comm *c)
     free(t->cookie_at);
     free(t->addrs);
     free(t->cma_scratch);
+    free(t->zc_send);
+    free(t->zc_recv);
+    dsl_shmbuf_close(c, t);
     if (t->shm)
         munmap(t->shm, t->shm_len);
     free(t);
     c->impl = NULL;
 }
 
+/* Shared buffers when every peer can map them, plain memory otherwise. */
+static void *tcp_alloc(struct dsl_comm *c, size_t bytes)
+{
+    struct tcp *t = c->impl;
+    void *p = t->shmbuf ? dsl_shmbuf_make(t, bytes) : NULL;
+    return p ? p : calloc(bytes ? bytes : 1, 1);
+}
+
+static void tcp_free(struct dsl_comm *c, void *p)
+{
+    if (!dsl_shmbuf_free(c->impl, p))
+        free(p);
+}
+
 static const struct dsl_comm_ops tcp_ops = {
     .name = "tcp", .run = tcp_run, .sync = NULL, .close = tcp_close, .threaded = 1,
+    .alloc = tcp_alloc, .free = tcp_free,
 };
 
 /* The local address this host uses to reach MASTER_ADDR (a UDP connect sends nothing). */
@@ -742,6 +760,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     t->pid = dsl_xcalloc((size_t)w, sizeof(pid_t));
     t->cookie_at = dsl_xcalloc((size_t)w, sizeof(uint64_t));
     t->addrs = dsl_xcalloc((size_t)w * 2, sizeof(uint64_t));
+    t->zc_send = dsl_xcalloc((size_t)w, sizeof(void *));
+    t->zc_recv = dsl_xcalloc((size_t)w, sizeof(void *));
 
     if ((r = local_addr_for(master, addr, sizeof(addr), c->err)) < 0)
         goto out;

@@ -46,6 +46,7 @@ struct tcp {
     size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
     double spin_cur;  /* the current (adaptive) spin budget, <= spin_s */
+    int oversubscribed; /* same host, more ranks than cores: waiters yield the core */
 
     /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
     int cma;              /* every peer is readable: use it for large messages */
@@ -56,6 +57,9 @@ struct tcp {
     size_t cma_chunk;     /* bytes read from each peer per reduction step */
     char *cma_scratch;
     size_t cma_scratch_cap;
+    void **zc_send, **zc_recv; /* [world]: this call's buffers, mapped here */
+    int shmbuf;           /* dsl_comm_alloc() gives memory every peer maps (comm_shmbuf.c) */
+    struct shmbuf_reg *shmbuf_reg;
     void *shm;            /* the rounds' shared segment (comm_cma.c), or NULL */
     size_t shm_len;
     uint32_t seq;         /* rounds done */
@@ -82,6 +86,33 @@ struct tcp {
     struct region **mesh_rg; /* [world]: the RS receive region of each peer */
     const void **srcv;       /* [world]: tree-reduce inputs */
 };
+
+/* ---- shared buffers (comm_shmbuf.c) ---- */
+
+#define DSL_SHMBUF_MAPS 16 /* mappings of each peer's buffers kept at once */
+
+/** Where a buffer lies: registered object id (0: not registered), the owner's fd,
+ *  offset in the object, object length. */
+struct dsl_shmref {
+    uint32_t id;
+    int32_t fd;
+    uint64_t off;
+    uint64_t len;
+};
+
+/** Create the (empty) registry and peer cache. */
+void dsl_shmbuf_init(struct dsl_comm *c, struct tcp *t);
+/** A zeroed buffer of bytes that peers can map; NULL on failure. */
+void *dsl_shmbuf_make(struct tcp *t, size_t bytes);
+/** Free a buffer of dsl_shmbuf_make(); returns 0 if p is not one. */
+int dsl_shmbuf_free(struct tcp *t, void *p);
+/** Is [p, p+len) inside one registered buffer? Fills ref (id 0 if not). */
+int dsl_shmbuf_find(struct tcp *t, const void *p, size_t len, struct dsl_shmref *ref);
+/** This process's address of peer's object ref (mapped on first use); NULL with c->err
+ *  set on failure. The mapping is owned by the cache. */
+char *dsl_shmbuf_map(struct dsl_comm *c, struct tcp *t, int peer, const struct dsl_shmref *ref);
+/** Unmap every peer mapping and free every buffer still registered. */
+void dsl_shmbuf_close(struct dsl_comm *c, struct tcp *t);
 
 /* Grow a scratch buffer to need bytes, touching every page once. */
 int dsl_tcp_ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need);

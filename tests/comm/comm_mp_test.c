@@ -36,6 +36,43 @@ typedef int (*rank_fn)(struct dsl_comm *c, int rank, int world);
     } while (0)
 
 static int g_rank;
+/* buffers from dsl_comm_alloc (the zero-copy path); g_mixed: rank 0 keeps malloc */
+static int g_shared, g_mixed;
+
+static int shared_here(void)
+{
+    return g_shared && !(g_mixed && g_rank == 0);
+}
+
+static void *tbuf(struct dsl_comm *c, size_t bytes)
+{
+    return shared_here() ? dsl_comm_alloc(c, bytes) : malloc(bytes);
+}
+
+static void tfree(struct dsl_comm *c, void *p)
+{
+    if (shared_here())
+        dsl_comm_free(c, p);
+    else
+        free(p);
+}
+
+/* Is p inside a shared buffer mapping (memfd "dslaunch-buf") of this process? */
+static int is_shared_mapping(const void *p)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    int found = 0;
+    uintptr_t a = (uintptr_t)p;
+    while (f && !found && fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi)
+            found = strstr(line, "memfd:dslaunch-buf") != NULL;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
 
 static int free_port(void)
 {
@@ -130,8 +167,11 @@ static int check_all_collectives(struct dsl_comm *c, int rank, int world)
     int bad = 0;
     for (size_t ci = 0; ci < NCOUNTS && !bad; ci++) {
         size_t n = counts[ci];
-        float *a = malloc((n + 1) * sizeof(float)), *b = malloc((n + 1) * sizeof(float));
-        int32_t *ia = malloc((n + 1) * sizeof(int32_t)), *ib = malloc((n + 1) * sizeof(int32_t));
+        float *a = tbuf(c, (n + 1) * sizeof(float)), *b = tbuf(c, (n + 1) * sizeof(float));
+        int32_t *ia = tbuf(c, (n + 1) * sizeof(int32_t)), *ib = tbuf(c, (n + 1) * sizeof(int32_t));
+        CHECK(a && b && ia && ib, "out of memory");
+        if (shared_here() && world > 1 && ci == 0)
+            CHECK(is_shared_mapping(a), "dsl_comm_alloc did not give a shared buffer");
         for (int inplace = 0; inplace < 2 && !bad; inplace++) {
             int iter = (int)ci * 2 + inplace;
             /* allreduce sum fp32 */
@@ -213,10 +253,10 @@ static int check_all_collectives(struct dsl_comm *c, int rank, int world)
                 }
             CHECK(dsl_comm_barrier(c) == 0, "barrier: %s", dsl_comm_last_error(c));
         }
-        free(a);
-        free(b);
-        free(ia);
-        free(ib);
+        tfree(c, a);
+        tfree(c, b);
+        tfree(c, ia);
+        tfree(c, ib);
     }
     if (world > 1)
         CHECK(dsl_comm_bytes_sent(c) > 0, "no bytes counted");
@@ -227,15 +267,19 @@ static int check_all_collectives(struct dsl_comm *c, int rank, int world)
 static void use_path(const char *path)
 {
     fprintf(stderr, "#   path %s\n", path);
-    setenv("DSL_COMM_CMA", strcmp(path, "cma") ? "0" : "1", 1);
+    g_shared = !strcmp(path, "shared") || !strcmp(path, "mixed");
+    g_mixed = !strcmp(path, "mixed");
+    setenv("DSL_COMM_CMA", strcmp(path, "ring") && strcmp(path, "mesh") ? "1" : "0", 1);
     setenv("DSL_COMM_ALGO", strcmp(path, "mesh") ? "auto" : "mesh", 1);
 }
 
-static const char *const paths[] = {"cma", "ring", "mesh"};
+/* shared: every buffer from dsl_comm_alloc (zero-copy); mixed: all but rank 0's, so
+ * every rank must agree to take the copying path */
+static const char *const paths[] = {"cma", "ring", "mesh", "shared", "mixed"};
 
 TEST(collectives_should_be_exact_at_world_1_to_4)
 {
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 5; p++) {
         use_path(paths[p]);
         for (int w = 1; w <= 4; w++)
             ASSERT_EQ(run_world(w, check_all_collectives, 0, "60", 0), 0);
@@ -244,7 +288,9 @@ TEST(collectives_should_be_exact_at_world_1_to_4)
 
 TEST(deterministic_collectives_should_be_exact_at_world_3_and_4)
 {
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 4; p++) {
+        if (p == 2)
+            continue; /* mesh is what deterministic mode uses over sockets anyway */
         use_path(paths[p]);
         for (int w = 3; w <= 4; w++)
             ASSERT_EQ(run_world(w, check_all_collectives, 1, "60", 0), 0);
@@ -277,7 +323,8 @@ static float tree(size_t i, int lo, int hi)
 static int check_deterministic(struct dsl_comm *c, int rank, int world)
 {
     const size_t n = (1u << 19) + 11; /* big enough for the mesh path */
-    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    float *a = tbuf(c, n * sizeof(float)), *b = tbuf(c, n * sizeof(float));
+    CHECK(a && b, "out of memory");
     int bad = 0;
     for (int round = 0; round < 3; round++) {
         for (size_t i = 0; i < n; i++)
@@ -307,14 +354,16 @@ static int check_deterministic(struct dsl_comm *c, int rank, int world)
         if (memcmp(&want, &b[i], sizeof(float)))
             bad = 1, fprintf(stderr, "rank %d: small [%zu] not in tree order\n", rank, i);
     }
-    free(a);
-    free(b);
+    tfree(c, a);
+    tfree(c, b);
     return agree(c, bad);
 }
 
 TEST(deterministic_mode_should_repeat_bitwise_in_tree_order)
 {
-    for (int p = 0; p < 2; p++) {
+    for (int p = 0; p < 4; p++) {
+        if (p == 2)
+            continue;
         use_path(paths[p]);
         for (int w = 2; w <= 4; w++)
             ASSERT_EQ(run_world(w, check_deterministic, 1, "60", 0), 0);
@@ -326,7 +375,7 @@ TEST(deterministic_mode_should_repeat_bitwise_in_tree_order)
 static int check_large(struct dsl_comm *c, int rank, int world)
 {
     const size_t n = (1u << 24) + 3;
-    float *a = malloc(n * sizeof(float));
+    float *a = tbuf(c, n * sizeof(float));
     int bad = 0;
     CHECK(a, "out of memory");
     for (size_t i = 0; i < n; i++)
@@ -340,7 +389,7 @@ static int check_large(struct dsl_comm *c, int rank, int world)
         if (a[i] != want)
             bad = 1, fprintf(stderr, "rank %d: large [%zu] = %g, want %g\n", rank, i, a[i], want);
     }
-    free(a);
+    tfree(c, a);
     return agree(c, bad);
 }
 
@@ -350,6 +399,8 @@ TEST(allreduce_should_handle_2_pow_24_plus_3_floats)
     ASSERT_EQ(run_world(3, check_large, 0, "120", 0), 0);
     use_path("cma");
     ASSERT_EQ(run_world(2, check_large, 0, "120", 0), 0);
+    use_path("shared");
+    ASSERT_EQ(run_world(3, check_large, 0, "120", 0), 0);
 }
 
 /* ---- asynchronous calls complete in issue order ---- */
@@ -408,7 +459,9 @@ static int killed_in_allreduce(struct dsl_comm *c, int rank, int world)
 {
     (void)world;
     const size_t n = (size_t)16 << 20;
-    float *a = calloc(n, sizeof(float));
+    float *a = tbuf(c, n * sizeof(float));
+    CHECK(a, "out of memory");
+    memset(a, 0, n * sizeof(float));
     CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
     if (rank == 1) {
         int req;
@@ -424,7 +477,7 @@ static int killed_in_allreduce(struct dsl_comm *c, int rank, int world)
     CHECK(r == DSL_EPEER || r == DSL_ETIMEDOUT, "allreduce returned %d", r);
     CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
     CHECK(dsl_comm_barrier(c) == r, "the communicator should stay failed");
-    free(a);
+    tfree(c, a);
     return 0;
 }
 
@@ -437,6 +490,9 @@ TEST(a_rank_killed_in_an_allreduce_should_fail_the_others_naming_it)
     use_path("cma");
     ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
     ASSERT_EQ(run_world(3, killed_in_allreduce, 0, "10", 1), 0);
+    ASSERT_EQ(run_world(4, killed_in_allreduce, 0, "10", 1), 0);
+    use_path("shared");
+    ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
     ASSERT_EQ(run_world(4, killed_in_allreduce, 0, "10", 1), 0);
 }
 
