@@ -9,6 +9,10 @@
  * one), then verification. The env contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is
  * read by the comm; without it dstrain runs alone (world size 1).
  *
+ * The backend picks the path: tcp trains on the CPU (OpenBLAS); nccl (or auto on a
+ * machine with a GPU per local rank) trains on CUDA device LOCAL_RANK with the CUDA
+ * model and the CUDA device, through the same trainer code (docs/trainer.md).
+ *
  * Die-fast is fine here (house style 10): the node agent sees the exit status. A
  * SIGTERM kills at once, unless --save-on-signal: then the ranks agree to stop after
  * the current step, write a checkpoint and exit with 128+15; a second signal exits
@@ -23,6 +27,7 @@
 
 #include "dslaunch/comm.h"
 #include "dslaunch/data.h"
+#include "dslaunch/device.h"
 #include "dslaunch/error.h"
 #include "dslaunch/log.h"
 #include "dslaunch/model.h"
@@ -75,10 +80,14 @@ static int train(struct dsl_train_settings *s)
     struct dsl_model model = {0};
     struct dsl_trainer t = {0};
     struct dsl_run_summary sum;
-    int r, have_trainer = 0;
+    struct dsl_device gpu_dev = {0};
+    int r, have_trainer = 0, have_gpu = 0;
 
-    struct dsl_comm_opts co = {.backend = dsl_train_settings_backend(s),
-                               .deterministic = s->cfg.dstrain.deterministic != 0};
+    const char *backend = dsl_train_settings_backend(s);
+    int gpu = !strcmp(backend, "nccl"), device = dsl_train_settings_device();
+    struct dsl_comm_opts co = {.backend = backend,
+                               .deterministic = s->cfg.dstrain.deterministic != 0,
+                               .device = gpu ? device : 0};
     if ((r = dsl_comm_open_env(&comm, &co, err)) < 0)
         goto out;
     int rank = dsl_comm_rank(comm), world = dsl_comm_size(comm);
@@ -93,15 +102,33 @@ static int train(struct dsl_train_settings *s)
     s->model.out_dim = tr.nclasses;
     if (s->model.max_batch < s->to.micro_batch)
         s->model.max_batch = s->to.micro_batch;
-    if ((r = dsl_model_create(&model, &s->model, err)) < 0)
+    if (gpu) {
+#ifdef DSL_HAVE_CUDA
+        if ((r = dsl_device_cuda_open(&gpu_dev, device, err)) < 0)
+            goto out;
+        have_gpu = 1;
+        s->to.dev = &gpu_dev;
+        r = dsl_model_create_cuda(&model, &s->model, err);
+#else
+        r = dsl_seterr(err, DSL_ENOTSUP, "backend 'nccl': built without CUDA");
+#endif
+    } else {
+        r = dsl_model_create(&model, &s->model, err);
+    }
+    if (r < 0)
         goto out;
     if ((r = dsl_trainer_init(&t, &s->to, comm, &model, err)) < 0)
         goto out;
     have_trainer = 1;
+    char where[160];
+    if (gpu)
+        snprintf(where, sizeof(where), "device %s", gpu_dev.name);
+    else
+        snprintf(where, sizeof(where), "%d BLAS thread(s) per rank", threads);
     if (rank == 0)
-        printf("dstrain: %s on %zu samples (test %zu), backend %s, %d BLAS thread(s) per "
-               "rank, deterministic %s, optimizer %s lr %g\n",
-               s->data.name, tr.n, te.n, dsl_comm_backend(comm), threads,
+        printf("dstrain: %s on %zu samples (test %zu), backend %s, %s, deterministic %s, "
+               "optimizer %s lr %g\n",
+               s->data.name, tr.n, te.n, dsl_comm_backend(comm), where,
                s->to.deterministic ? "on" : "off",
                dsl_cfg_optim_name(s->cfg.optimizer.type), (double)s->to.optim.lr);
     if (rank == 0 && s->cfg.scheduler.type != DSL_SCHED_NONE)
@@ -123,6 +150,8 @@ out:
     if (have_trainer)
         dsl_trainer_release(&t);
     dsl_model_release(&model);
+    if (have_gpu)
+        dsl_device_release(&gpu_dev);
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     if (comm)

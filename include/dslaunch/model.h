@@ -18,12 +18,22 @@
  * Gradients are of the SUM of per-sample losses over the micro batch (not the mean):
  * the trainer divides once by the global batch, at the same point in every
  * configuration.
+ *
+ * Memory: a model computes where it was built. dsl_model_create() gives a CPU model:
+ * params, and the segment destinations the sink returns, are host pointers.
+ * dsl_model_create_cuda() gives a GPU model (on_device = 1): params and segment
+ * destinations are device pointers on the current CUDA device (the trainer allocates
+ * them through a struct dsl_device of the same kind). For both, the samples x and the
+ * labels y passed to forward_backward/evaluate are host pointers (the GPU model
+ * uploads them into its own workspace), and the stats come back in host memory.
  */
 #ifndef DSLAUNCH_MODEL_H
 #define DSLAUNCH_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "dslaunch/error.h"
 
 #define DSL_MODEL_MAX_LAYERS 16
 
@@ -66,9 +76,13 @@ struct dsl_model;
 
 struct dsl_model_ops {
     const char *name;
-    /** Fill params (nparams floats) from seed; the same seed gives the same bits. */
-    void (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
-    /** Forward + backward over n samples (x: n x in_dim, y: n labels). */
+    /** Fill params (nparams floats, in the model's memory: see the top of this file)
+     *  from seed; the same seed gives the same bits on the CPU and the GPU. Returns 0
+     *  or a negative code (GPU: the copy failed), with the text in m->err. */
+    int (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
+    /** Forward + backward over n samples (x: n x in_dim, y: n labels; host memory).
+     *  Returns 0, DSL_EDATA for a label out of range or n > max_batch, or (GPU) another
+     *  negative code with the text in m->err. */
     int (*forward_backward)(struct dsl_model *m, const float *params, const float *x,
                             const int32_t *y, size_t n, const struct dsl_grad_sink *sink,
                             struct dsl_model_stats *st);
@@ -85,6 +99,8 @@ struct dsl_model {
     struct dsl_model_seg *segs; /* backward order; owned by the model */
     size_t nsegs;
     size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
+    int on_device;           /* params and gradients are CUDA device pointers */
+    char err[DSL_ERR_LEN];   /* text of the last failed op ("" if none given) */
     void *impl;              /* the implementation's state (activations) */
 };
 
@@ -93,6 +109,18 @@ struct dsl_model {
  * the bad field. Release with dsl_model_release().
  */
 int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+#ifdef DSL_HAVE_CUDA
+/**
+ * Build the same model on the current CUDA device (cuBLAS; see model_mlp_cuda.c): the
+ * same layout, segment list and initial values as dsl_model_create(), its params and
+ * gradients in device memory (on_device = 1). The device must have been selected
+ * (dsl_device_cuda_open()). Returns 0, DSL_ECONFIG for a bad spec, or another
+ * negative code (out of device memory, cuBLAS failed) with err set. The workspace
+ * (activations, the uploaded batch) and the cuBLAS handle are owned by the model until
+ * dsl_model_release().
+ */
+int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+#endif
 void dsl_model_release(struct dsl_model *m);
 
 /** Per-tensor name and range of the MLP's flat buffer ("layers.0.weight", ...), for

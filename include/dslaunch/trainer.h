@@ -22,8 +22,19 @@
  * two that is the pairwise tree over all chunks in order, the same for every world
  * size and stage; the division by the global batch comes after it.
  *
- * The trainer does not own the comm, the model or the datasets; it owns its buffers,
- * which live until dsl_trainer_release().
+ * Where the state lives: every buffer above is allocated on the trainer's device
+ * (dsl_trainer_opts.dev, device.h): host memory on the CPU, GPU memory with the CUDA
+ * device, where the model must be a GPU model (dsl_model_create_cuda) and the comm the
+ * nccl backend. The same code runs all three stages on both; t->params, t->m, t->v
+ * and the rest are then device pointers, which only the device ops, the model and the
+ * comm touch. Host code reads and writes them through dsl_trainer_params_to_host(),
+ * dsl_trainer_params_from_host(), dsl_trainer_gather_state() and
+ * dsl_trainer_scatter_state(), and reduces small host arrays with
+ * dsl_trainer_allreduce_host(). Deterministic mode is a CPU (tcp) property: nccl's
+ * summation order is not dstrain's to choose.
+ *
+ * The trainer does not own the comm, the model, the device or the datasets; it owns
+ * its buffers, which live until dsl_trainer_release().
  */
 #ifndef DSLAUNCH_TRAINER_H
 #define DSLAUNCH_TRAINER_H
@@ -33,11 +44,11 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include "dslaunch/comm.h"
 #include "dslaunch/data.h"
+#include "dslaunch/device.h"
 #include "dslaunch/model.h"
 #include "dslaunch/optimizer.h"
-
-struct dsl_comm;
 
 typedef float (*dsl_lr_fn)(void *ctx, uint64_t step); /* lr for 0-based optimizer step */
 
@@ -55,6 +66,7 @@ struct dsl_trainer_opts {
     dsl_lr_fn lr_fn;      /* NULL: constant optim.lr */
     void *lr_ctx;
     uint64_t seed;
+    struct dsl_device *dev; /* where the model state lives; NULL: dsl_device_cpu() */
 };
 
 struct dsl_bucket {
@@ -87,6 +99,7 @@ struct dsl_trainer {
     struct dsl_trainer_opts o;
     struct dsl_comm *comm;
     struct dsl_model *model;
+    struct dsl_device *dev; /* never NULL after init; not owned */
     int rank, world;
     size_t P, S, G; /* params, shard elements, global batch */
 
@@ -105,6 +118,8 @@ struct dsl_trainer {
     float *xb;          /* one micro batch */
     int32_t *yb;
     float *stats;       /* per micro step: loss, correct (+ stop flag) */
+    void *scratch;      /* GPU: device copy of the small host arrays that are reduced */
+    size_t scratch_bytes;
 
     int *gq;            /* all-gather requests of the last step, in issue order */
     size_t *gb;         /* ... and their buckets */
@@ -116,8 +131,9 @@ struct dsl_trainer {
     struct dsl_mem_report mem;
 };
 
-/** Allocate and shard; params get the model's init from o->seed (identical on every
- *  rank). Returns 0 or a negative code with err set. */
+/** Allocate and shard on o->dev; params get the model's init from o->seed (identical
+ *  on every rank). The model must compute where the device keeps memory (a GPU model
+ *  with the CUDA device). Returns 0 or a negative code with err set. */
 int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
                      struct dsl_comm *comm, struct dsl_model *model, char *err);
 void dsl_trainer_release(struct dsl_trainer *t);
@@ -139,18 +155,40 @@ int dsl_trainer_sync(struct dsl_trainer *t, char *err);
 int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,
                          double *loss, char *err);
 
+/** Text of the last failure: the device's if it failed, else the comm's. */
+const char *dsl_trainer_last_error(const struct dsl_trainer *t);
+
+/**
+ * Collectives on small HOST arrays, whatever the device: on the CPU straight to the
+ * comm, on a GPU through device scratch (nccl takes device pointers only). Allreduce
+ * is in place; allgather sends this rank's dsl_shard_of(count) piece of buf and fills
+ * all of buf. Every rank calls them; 0 or a negative code (dsl_trainer_last_error()).
+ */
+int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
+                               enum dsl_dtype ty, enum dsl_redop op);
+int dsl_trainer_allgather_host(struct dsl_trainer *t, void *buf, size_t count,
+                               enum dsl_dtype ty);
+
 /** Model-state bytes as the formula counts them (see the top of this file). */
 void dsl_trainer_memory(const struct dsl_trainer *t, struct dsl_mem_report *r);
 
+/* ---- model state in and out of the device (trainer_state.c) ---------------------- */
+
 /**
  * Optimizer state in full, unpadded, flat order (for checkpoints): for stage 1/2 the
- * shards are gathered from all ranks (collective: every rank calls it). state must
- * hold nstate * P floats (m then v). Stage 0 copies.
+ * shards are gathered from all ranks (collective: every rank calls it; on a GPU through
+ * a temporary device buffer of P floats). state is host memory of nstate * P floats
+ * (m then v). Stage 0 copies.
  */
 int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate, char *err);
-/** The inverse: take this rank's part of a full flat optimizer state. */
-void dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t nstate);
-/** Copy this rank's pieces of a full flat vector into / out of shard order. */
+/** The inverse: take this rank's part of a full flat optimizer state (host memory). */
+int dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t nstate,
+                              char *err);
+/** All P parameters into / from host memory (waits for parameter all-gathers first). */
+int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err);
+int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char *err);
+/** Copy this rank's pieces of a full flat vector into / out of shard order (both host
+ *  memory). */
 void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard);
 void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full);
 

@@ -30,8 +30,13 @@ struct dsl_train_settings {
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
-/** The comm backend the settings ask for ("auto" resolves to "tcp" for now). */
+/** The comm backend the settings ask for, "tcp" or "nccl" (which means the GPU path).
+ *  "auto": nccl when CUDA is built in and at least LOCAL_WORLD_SIZE GPUs are visible,
+ *  so every local rank has its own; tcp otherwise. */
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
+/** The CUDA device of this rank: LOCAL_RANK (an index into CUDA_VISIBLE_DEVICES), 0
+ *  when unset. */
+int dsl_train_settings_device(void);
 /** Resolve what needs the world size (batch triple) and fill the structs above;
  *  config warnings are printed on rank 0. */
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err);

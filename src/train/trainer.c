@@ -29,8 +29,21 @@
  * why this gives the same bits at every world size. NEEDSWORK: outside deterministic
  * mode stages 0/1 could defer the reduction to the last micro step.
  *
- * A comm failure inside backward is recorded in comm_err and reported when backward
- * returns; the trainer never exits on its own (dstrain decides).
+ * Memory. Every model-state buffer (params, grads, the shard, staging buckets,
+ * accumulation levels, optimizer state) lives on t->dev (device.h) and is allocated,
+ * copied, scaled, summed and updated only through its ops: host memory and plain loops
+ * on the CPU device (the loops this file always ran, so CPU results are unchanged), GPU
+ * memory and kernels on the CUDA device, whose calls are ordered with the model's
+ * cuBLAS work and the nccl comm's collectives by the legacy default stream (device.h).
+ * The comm is handed the same buffers: host memory for tcp, device memory for nccl.
+ * The small host arrays that are reduced (per micro step loss/accuracy and the stop
+ * flag, the norm's maximum and integer limbs, evaluation counts) go straight to the
+ * comm on the CPU and through a small device scratch buffer on a GPU
+ * (dsl_trainer_allreduce_host), since nccl takes device pointers only. The micro
+ * batch is gathered on the host; the model uploads it.
+ *
+ * A comm or device failure inside backward is recorded in comm_err and reported when
+ * backward returns; the trainer never exits on its own (dstrain decides).
  */
 #include <errno.h>
 #include <math.h>
@@ -38,20 +51,63 @@
 #include <string.h>
 
 #include "dslaunch/comm.h"
+#include "dslaunch/device.h"
 #include "dslaunch/error.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/trainer.h"
 #include "dslaunch/xalloc.h"
 #include "common/banned.h"
 
-static float *alloc_floats(size_t n, int *fail, uint64_t *bytes)
+/* n zeroed floats of model state on the device */
+static float *alloc_floats(struct dsl_device *d, size_t n, int *fail, uint64_t *bytes)
 {
-    float *p = calloc(n ? n : 1, sizeof(float));
+    float *p = d->ops->alloc(d, (n ? n : 1) * sizeof(float));
     if (!p)
         *fail = 1;
     if (bytes)
         *bytes += n * sizeof(float);
     return p;
+}
+
+/*
+ * n zeroed floats that collectives read or write (parameters, gradients, staging
+ * buckets): on the CPU they come from the comm, which shares them with same-host peers
+ * so that reductions and gathers need no copies (comm.h dsl_comm_alloc); on a GPU from
+ * the device. Freed by comm_buf_free.
+ */
+static float *comm_floats(struct dsl_trainer *t, size_t n, int *fail, uint64_t *bytes)
+{
+    if (!t->dev->host_memory)
+        return alloc_floats(t->dev, n, fail, bytes);
+    float *p = dsl_comm_alloc(t->comm, (n ? n : 1) * sizeof(float));
+    if (!p)
+        *fail = 1;
+    *bytes += n * sizeof(float);
+    return p;
+}
+
+static void comm_buf_free(struct dsl_trainer *t, struct dsl_device *d, float *p)
+{
+    if (d->host_memory && t->comm)
+        dsl_comm_free(t->comm, p);
+    else
+        d->ops->free(d, p);
+}
+
+/* the device ops, short */
+static int dscale(struct dsl_trainer *t, float *p, size_t n, float f)
+{
+    return t->dev->ops->scale(t->dev, p, n, f);
+}
+
+static int dadd(struct dsl_trainer *t, float *dst, const float *src, size_t n)
+{
+    return t->dev->ops->add(t->dev, dst, src, n);
+}
+
+static int dcopy(struct dsl_trainer *t, float *dst, const float *src, size_t n)
+{
+    return t->dev->ops->copy(t->dev, dst, src, n * sizeof(float), DSL_COPY_D2D);
 }
 
 static void build_buckets(struct dsl_trainer *t)
@@ -98,9 +154,14 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     t->o = *o;
     t->comm = comm;
     t->model = model;
+    t->dev = o->dev ? o->dev : dsl_device_cpu();
     t->rank = dsl_comm_rank(comm);
     t->world = dsl_comm_size(comm);
     t->P = model->nparams;
+    struct dsl_device *d = t->dev;
+    if ((model->on_device != 0) == (d->host_memory != 0))
+        return dsl_seterr(err, DSL_ECONFIG, "a %s model cannot train on device '%s'",
+                          model->on_device ? "GPU" : "CPU", d->name);
     if (o->zero_stage < 0 || o->zero_stage > 2)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
                           o->zero_stage);
@@ -117,20 +178,20 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     size_t maxb = 0;
     for (size_t j = 0; j < t->nbk; j++)
         maxb = t->bk[j].len > maxb ? t->bk[j].len : maxb;
-    t->params = alloc_floats(t->P, &fail, &r->params);
+    t->params = comm_floats(t, t->P, &fail, &r->params);
     if (o->zero_stage < 2) {
-        t->grads = alloc_floats(t->P, &fail, &r->grads);
+        t->grads = comm_floats(t, t->P, &fail, &r->grads);
     } else {
-        t->gshard = alloc_floats(t->S, &fail, &r->grads);
+        t->gshard = alloc_floats(d, t->S, &fail, &r->grads);
         t->nslots = o->overlap_comm ? 2 : 1;
         for (int i = 0; i < t->nslots; i++)
-            t->staging[i] = alloc_floats(maxb, &fail, &r->buckets);
+            t->staging[i] = comm_floats(t, maxb, &fail, &r->buckets);
     }
     size_t spp = dsl_optim_state_per_param(&o->optim);
     if (spp >= 1)
-        t->m = alloc_floats(t->S, &fail, &r->optim);
+        t->m = alloc_floats(d, t->S, &fail, &r->optim);
     if (spp >= 2)
-        t->v = alloc_floats(t->S, &fail, &r->optim);
+        t->v = alloc_floats(d, t->S, &fail, &r->optim);
     if (o->grad_accum > 1) {
         int levels = 1;
         if (o->deterministic)
@@ -140,16 +201,27 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->acc = dsl_xcalloc((size_t)levels, sizeof(float *));
         t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
         for (int i = 0; i < levels; i++)
-            t->acc[i] = alloc_floats(t->S, &fail, &r->accum);
+            t->acc[i] = alloc_floats(d, t->S, &fail, &r->accum);
     }
-    t->xb = alloc_floats(o->micro_batch * model->in_dim, &fail, NULL);
+    size_t nx = o->micro_batch * model->in_dim; /* host: the trainer gathers here */
+    t->xb = calloc(nx ? nx : 1, sizeof(float));
+    if (!t->xb)
+        fail = 1;
     t->yb = dsl_xcalloc(o->micro_batch, sizeof(int32_t));
     t->stats = dsl_xcalloc(2 * o->grad_accum + 1, sizeof(float));
+    if (!d->host_memory) {
+        /* the small host arrays that are reduced, one at a time (not model state) */
+        t->scratch_bytes = (2 * o->grad_accum + 4) * sizeof(float);
+        t->scratch = d->ops->alloc(d, t->scratch_bytes);
+        if (!t->scratch)
+            fail = 1;
+    }
     if (fail) {
         uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
         dsl_trainer_release(t);
-        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state",
-                          (unsigned long long)total);
+        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s",
+                          (unsigned long long)total, d->host_memory ? "" : " on ",
+                          d->host_memory ? "" : d->name);
     }
     r->total = r->params + r->grads + r->optim + r->buckets + r->accum;
     r->shard_elems = t->S;
@@ -158,21 +230,28 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     for (size_t j = 0; j < t->nbk && o->zero_stage > 0; j++)
         r->padding_elems += dsl_shard_size(t->bk[j].len, t->world) * (size_t)t->world -
                             t->bk[j].len;
-    model->ops->init_params(model, t->params, o->seed);
+    int ri = model->ops->init_params(model, t->params, o->seed);
+    if (ri < 0) {
+        dsl_trainer_release(t);
+        return dsl_seterr(err, ri, "cannot initialise the parameters: %s",
+                          *model->err ? model->err : dsl_strerror(ri));
+    }
     return 0;
 }
 
 void dsl_trainer_release(struct dsl_trainer *t)
 {
-    free(t->params);
-    free(t->grads);
-    free(t->gshard);
-    free(t->staging[0]);
-    free(t->staging[1]);
-    free(t->m);
-    free(t->v);
+    struct dsl_device *d = t->dev ? t->dev : dsl_device_cpu();
+    comm_buf_free(t, d, t->params);
+    comm_buf_free(t, d, t->grads);
+    d->ops->free(d, t->gshard);
+    comm_buf_free(t, d, t->staging[0]);
+    comm_buf_free(t, d, t->staging[1]);
+    d->ops->free(d, t->m);
+    d->ops->free(d, t->v);
     for (int i = 0; i < t->nacc; i++)
-        free(t->acc[i]);
+        d->ops->free(d, t->acc[i]);
+    d->ops->free(d, t->scratch);
     free(t->acc);
     free(t->acc_used);
     free(t->bk);
@@ -192,6 +271,53 @@ void dsl_trainer_memory(const struct dsl_trainer *t, struct dsl_mem_report *r)
 
 static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err);
 
+const char *dsl_trainer_last_error(const struct dsl_trainer *t)
+{
+    if (t->dev && t->dev->failed)
+        return t->dev->err;
+    return dsl_comm_last_error(t->comm);
+}
+
+int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
+                               enum dsl_dtype ty, enum dsl_redop op)
+{
+    struct dsl_device *d = t->dev;
+    size_t bytes = count * dsl_dtype_size(ty);
+    int r;
+    if (d->host_memory)
+        return dsl_comm_allreduce(t->comm, buf, buf, count, ty, op);
+    void *dbuf = bytes <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, bytes);
+    if (!dbuf)
+        return -ENOMEM;
+    if ((r = d->ops->copy(d, dbuf, buf, bytes, DSL_COPY_H2D)) >= 0 &&
+        (r = dsl_comm_allreduce(t->comm, dbuf, dbuf, count, ty, op)) >= 0)
+        r = d->ops->copy(d, buf, dbuf, bytes, DSL_COPY_D2H);
+    if (dbuf != t->scratch)
+        d->ops->free(d, dbuf);
+    return r;
+}
+
+int dsl_trainer_allgather_host(struct dsl_trainer *t, void *buf, size_t count,
+                               enum dsl_dtype ty)
+{
+    struct dsl_device *d = t->dev;
+    size_t esz = dsl_dtype_size(ty), off, len;
+    int r;
+    dsl_shard_of(count, t->rank, t->world, &off, &len);
+    if (d->host_memory)
+        return dsl_comm_allgather(t->comm, (char *)buf + off * esz, buf, count, ty);
+    char *dbuf = count * esz <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, count * esz);
+    if (!dbuf)
+        return -ENOMEM;
+    if ((r = d->ops->copy(d, dbuf + off * esz, (char *)buf + off * esz, len * esz,
+                          DSL_COPY_H2D)) >= 0 &&
+        (r = dsl_comm_allgather(t->comm, dbuf + off * esz, dbuf, count, ty)) >= 0)
+        r = d->ops->copy(d, buf, dbuf, count * esz, DSL_COPY_D2H);
+    if (dbuf != t->scratch)
+        d->ops->free(d, dbuf);
+    return r;
+}
+
 /* ---- gradient sink: where backward writes, and what happens when a bucket is done */
 
 static float *slot_of(struct dsl_trainer *t, size_t j)
@@ -206,12 +332,6 @@ static float *leaf_ptr(struct dsl_trainer *t, size_t j)
     if (t->o.zero_stage == 2)
         return t->gshard + b->soff;
     return t->grads + b->lo + b->poff;
-}
-
-static void scale(float *p, size_t n, float f)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] *= f;
 }
 
 static float *sink_dest(void *ctx, size_t seg)
@@ -241,8 +361,10 @@ static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
     struct dsl_bucket *b = &t->bk[j];
     float *src = t->o.zero_stage == 2 ? slot_of(t, j) : t->grads + b->lo;
     float *dst = t->o.zero_stage == 2 ? t->gshard + b->soff : src + b->poff;
-    if (t->o.prescale && t->o.predivide != 1.0f)
-        scale(src, b->len, 1.0f / t->o.predivide);
+    int r;
+    if (t->o.prescale && t->o.predivide != 1.0f &&
+        (r = dscale(t, src, b->len, 1.0f / t->o.predivide)) < 0)
+        return r;
     if (t->o.zero_stage == 0)
         return async ? dsl_comm_iallreduce(t->comm, src, src, b->len, DSL_FLOAT32, DSL_SUM,
                                            &b->req)
@@ -312,62 +434,72 @@ int dsl_trainer_sync(struct dsl_trainer *t, char *err)
 
 /* ---- accumulation over micro steps ---------------------------------------------- */
 
-static void add_into(float *dst, const float *src, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] += src[i];
-}
-
 /* Combine this micro step's reduced gradient into the accumulation levels: a binary
  * counter (pairwise tree) in deterministic mode, a running sum otherwise. */
-static void accumulate(struct dsl_trainer *t)
+static int accumulate(struct dsl_trainer *t)
 {
     const float *carry_acc = NULL; /* NULL: the carry is the leaf */
+    int r;
     for (int i = 0; i < t->nacc; i++) {
         float *lv = t->acc[i];
         int deterministic = t->o.deterministic;
         for (size_t j = 0; j < t->nbk; j++) {
             const struct dsl_bucket *b = &t->bk[j];
             const float *src = carry_acc ? carry_acc + b->soff : leaf_ptr(t, j);
-            if (!t->acc_used[i])
-                memcpy(lv + b->soff, src, b->plen * sizeof(float));
-            else
-                add_into(lv + b->soff, src, b->plen);
+            r = !t->acc_used[i] ? dcopy(t, lv + b->soff, src, b->plen)
+                                : dadd(t, lv + b->soff, src, b->plen);
+            if (r < 0)
+                return r;
         }
         if (!t->acc_used[i] || !deterministic) {
             t->acc_used[i] = 1;
-            return;
+            return 0;
         }
         t->acc_used[i] = 0;
         carry_acc = lv;
     }
+    return 0;
 }
 
-/* The final gradient of this step, per bucket piece (fold leftover tree levels from
- * low to high when grad_accum is not a power of two). */
-static float *final_grads(struct dsl_trainer *t, size_t j, int fold)
+/* Fold leftover tree levels from low to high (grad_accum not a power of two), so that
+ * the highest used level holds the step's gradient. */
+static int fold_levels(struct dsl_trainer *t)
+{
+    int top = -1, r;
+    if (t->o.grad_accum == 1)
+        return 0;
+    for (int i = 0; i < t->nacc; i++) {
+        if (!t->acc_used[i])
+            continue;
+        if (top >= 0)
+            for (size_t k = 0; k < t->nbk; k++)
+                if ((r = dadd(t, t->acc[i] + t->bk[k].soff, t->acc[top] + t->bk[k].soff,
+                              t->bk[k].plen)) < 0)
+                    return r;
+        top = i;
+    }
+    return 0;
+}
+
+/* The final gradient of this step, per bucket piece (after fold_levels). */
+static float *final_grads(struct dsl_trainer *t, size_t j)
 {
     if (t->o.grad_accum == 1)
         return leaf_ptr(t, j);
     int top = -1;
-    for (int i = 0; i < t->nacc; i++) {
-        if (!t->acc_used[i])
-            continue;
-        if (fold && top >= 0)
-            for (size_t k = 0; k < t->nbk; k++)
-                add_into(t->acc[i] + t->bk[k].soff, t->acc[top] + t->bk[k].soff,
-                         t->bk[k].plen);
-        top = i;
-    }
+    for (int i = 0; i < t->nacc; i++)
+        if (t->acc_used[i])
+            top = i;
     return t->acc[top] + t->bk[j].soff;
 }
 
 /* ---- the step --------------------------------------------------------------------- */
 
+/* a comm (or device) failure: the text is the device's when it failed, else the comm's */
 static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err)
 {
     t->ngather = t->gather_done = 0; /* the comm is unusable now: nothing to wait for */
-    const char *why = dsl_comm_last_error(t->comm);
+    const char *why = dsl_trainer_last_error(t);
     return dsl_seterr(err, r, "%s failed at step %llu: %s", what,
                       (unsigned long long)t->step + 1, why && *why ? why : dsl_strerror(r));
 }
@@ -406,35 +538,33 @@ static float tree_sum(const float *v, size_t n)
 #define NORM_FRAC 68719476736.0 /* 2^36 */
 static int global_norm(struct dsl_trainer *t, float *norm)
 {
+    struct dsl_device *d = t->dev;
     int shared = t->o.zero_stage > 0 && t->world > 1, r;
-    /* max |g| on the bit patterns: for non-negative floats the unsigned order is the
-     * numeric one, and NaN sorts above inf, so it sticks (and the loop vectorizes) */
+    /* max |g| on the bit patterns (device.h: absmax_bits) */
     uint32_t mb = 0;
     for (size_t j = 0; j < t->nbk; j++) {
-        const float *g = final_grads(t, j, 0);
-        for (size_t i = 0; i < t->bk[j].plen; i++) {
-            uint32_t b;
-            memcpy(&b, &g[i], sizeof(b));
-            b &= 0x7fffffffu;
-            mb = b > mb ? b : mb;
-        }
+        uint32_t b;
+        if ((r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b)) < 0)
+            return r;
+        mb = b > mb ? b : mb;
     }
     float mx;
     memcpy(&mx, &mb, sizeof(mx));
-    if (shared && (r = dsl_comm_allreduce(t->comm, &mx, &mx, 1, DSL_FLOAT32, DSL_MAX)) < 0)
+    if (shared && (r = dsl_trainer_allreduce_host(t, &mx, 1, DSL_FLOAT32, DSL_MAX)) < 0)
         return r;
     double m2 = (double)mx * (double)mx, k = NORM_FRAC / m2;
     uint64_t sum = 0;
     if (isfinite(mx) && mx > 0.0f)
         for (size_t j = 0; j < t->nbk; j++) {
-            const float *g = final_grads(t, j, 0);
-            for (size_t i = 0; i < t->bk[j].plen; i++)
-                sum += (uint64_t)(int64_t)((double)g[i] * (double)g[i] * k + 0.5);
+            uint64_t part;
+            if ((r = d->ops->sumsq_fixed(d, final_grads(t, j), t->bk[j].plen, k, &part)) < 0)
+                return r;
+            sum += part;
         }
     if (shared) {
         int32_t limb[3] = {(int32_t)(sum & 0x3fffff), (int32_t)((sum >> 22) & 0x3fffff),
                            (int32_t)(sum >> 44)};
-        if ((r = dsl_comm_allreduce(t->comm, limb, limb, 3, DSL_INT32, DSL_SUM)) < 0)
+        if ((r = dsl_trainer_allreduce_host(t, limb, 3, DSL_INT32, DSL_SUM)) < 0)
             return r;
         sum = (uint64_t)limb[0] + ((uint64_t)limb[1] << 22) + ((uint64_t)limb[2] << 44);
     }
@@ -467,8 +597,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             t->bk[j].req = -1;
         r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, &sink, &st);
         if (r < 0)
-            return dsl_seterr(err, r, "forward/backward failed at step %llu",
-                              (unsigned long long)t->step + 1);
+            return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
+                              (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
         if (t->comm_err)
             return comm_fail(t, t->comm_err, "gradient reduction", err);
         c1 = dsl_now();
@@ -484,8 +614,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         }
         c0 = dsl_now();
         res->t_reduce += c0 - c1;
-        if (ga > 1)
-            accumulate(t);
+        if (ga > 1 && (r = accumulate(t)) < 0)
+            return comm_fail(t, r, "gradient accumulation", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;
         t->stats[k] = (float)st.loss_sum;
@@ -497,8 +627,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         return r;
     /* loss, accuracy and the stop flag, summed over the ranks per micro step */
     t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
-    if ((r = dsl_comm_allreduce(t->comm, t->stats, t->stats, 2 * ga + 1, DSL_FLOAT32,
-                                DSL_SUM)) < 0)
+    if ((r = dsl_trainer_allreduce_host(t, t->stats, 2 * ga + 1, DSL_FLOAT32, DSL_SUM)) < 0)
         return comm_fail(t, r, "loss reduction", err);
     res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
     res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
@@ -506,8 +635,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 
     /* mean over the global batch, then clipping with the global norm */
     float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
+    if ((r = fold_levels(t)) < 0)
+        return comm_fail(t, r, "gradient accumulation", err);
     for (size_t j = 0; j < t->nbk; j++)
-        scale(final_grads(t, j, j == 0), t->bk[j].plen, inv);
+        if ((r = dscale(t, final_grads(t, j), t->bk[j].plen, inv)) < 0)
+            return comm_fail(t, r, "gradient averaging", err);
     float coef = 1.0f;
     if (t->o.grad_clip > 0.0f) {
         if ((r = global_norm(t, &res->grad_norm)) < 0)
@@ -530,13 +662,14 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     t->ngather = t->gather_done = 0;
     for (size_t jj = t->nbk; jj-- > 0;) {
         struct dsl_bucket *b = &t->bk[jj];
-        float *g = final_grads(t, jj, 0);
-        if (coef != 1.0f)
-            scale(g, b->plen, coef);
+        float *g = final_grads(t, jj);
+        if (coef != 1.0f && (r = dscale(t, g, b->plen, coef)) < 0)
+            return comm_fail(t, r, "gradient clipping", err);
         float *p = t->params + b->lo;
-        dsl_optim_step(&t->o.optim, lr, t->step + 1, p + b->poff, g,
-                       t->m ? t->m + b->soff : NULL, t->v ? t->v + b->soff : NULL,
-                       b->plen);
+        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, t->step + 1, p + b->poff, g,
+                                         t->m ? t->m + b->soff : NULL,
+                                         t->v ? t->v + b->soff : NULL, b->plen)) < 0)
+            return comm_fail(t, r, "optimizer", err);
         if (gather) {
             double i0 = dsl_now();
             if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
@@ -548,6 +681,10 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
+    /* GPU: the optimizer's kernels finish here (and a fault shows up), not in the next
+     * step's forward; the all-gathers on the comm's stream keep running */
+    if ((r = t->dev->ops->synchronize(t->dev)) < 0)
+        return comm_fail(t, r, "optimizer", err);
     res->t_optim = dsl_now() - c0 - t_issue;
     /* the all-gather's cost shows up as the next forward's wait; count it here */
     res->t_gather = t_issue + t->gather_wait;
@@ -572,68 +709,15 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
         int r = m->ops->evaluate(m, t->params, d->x + (off + i) * d->dim, d->y + off + i, n,
                                  &st);
         if (r < 0)
-            return dsl_seterr(err, r, "evaluation failed");
+            return dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
         correct += (double)st.correct;
         lsum += st.loss_sum;
     }
     float v[2] = {(float)correct, (float)lsum};
-    int r = dsl_comm_allreduce(t->comm, v, v, 2, DSL_FLOAT32, DSL_SUM);
+    int r = dsl_trainer_allreduce_host(t, v, 2, DSL_FLOAT32, DSL_SUM);
     if (r < 0)
         return comm_fail(t, r, "evaluation reduction", err);
     *acc = (double)v[0] / (double)d->n;
     *loss = (double)v[1] / (double)d->n;
     return 0;
-}
-
-void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard)
-{
-    for (size_t j = 0; j < t->nbk; j++) {
-        const struct dsl_bucket *b = &t->bk[j];
-        memcpy(shard + b->soff, full + b->lo + b->poff, b->plen * sizeof(float));
-    }
-}
-
-void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full)
-{
-    for (size_t j = 0; j < t->nbk; j++) {
-        const struct dsl_bucket *b = &t->bk[j];
-        memcpy(full + b->lo + b->poff, shard + b->soff, b->plen * sizeof(float));
-    }
-}
-
-int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate, char *err)
-{
-    float *vecs[2] = {t->m, t->v};
-    int r0 = dsl_trainer_sync(t, err);
-    if (r0 < 0)
-        return r0;
-    for (size_t s = 0; s < nstate && s < 2; s++) {
-        float *full = state + s * t->P;
-        if (t->o.zero_stage == 0) {
-            memcpy(full, vecs[s], t->P * sizeof(float));
-            continue;
-        }
-        dsl_trainer_shard_unpack(t, vecs[s], full);
-        for (size_t j = 0; j < t->nbk; j++) {
-            struct dsl_bucket *b = &t->bk[j];
-            int r = dsl_comm_allgather(t->comm, full + b->lo + b->poff, full + b->lo, b->len,
-                                       DSL_FLOAT32);
-            if (r < 0)
-                return comm_fail(t, r, "optimizer state gather", err);
-        }
-    }
-    return 0;
-}
-
-void dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t nstate)
-{
-    float *vecs[2] = {t->m, t->v};
-    for (size_t s = 0; s < nstate && s < 2; s++) {
-        if (!vecs[s])
-            continue;
-        if (t->o.zero_stage == 0)
-            memcpy(vecs[s], state + s * t->P, t->P * sizeof(float));
-        else
-            dsl_trainer_shard_pack(t, state + s * t->P, vecs[s]);
-    }
 }

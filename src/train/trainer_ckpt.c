@@ -74,7 +74,7 @@ static const char *const *state_names(const struct dsl_trainer *t, size_t *n)
 static int agree(struct dsl_trainer *t, int failed)
 {
     int32_t f = failed ? 1 : 0;
-    int r = dsl_comm_allreduce(t->comm, &f, &f, 1, DSL_INT32, DSL_MAX);
+    int r = dsl_trainer_allreduce_host(t, &f, 1, DSL_INT32, DSL_MAX);
     return r < 0 ? r : f;
 }
 
@@ -89,7 +89,7 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
     const char *const *sn = state_names(t, &nstate);
     char myerr[DSL_ERR_LEN] = "";
     int r = 0, f;
-    float *full = NULL;
+    float *full = NULL, *params = NULL;
     struct dsl_strvec meta;
     dsl_strvec_init(&meta);
 
@@ -105,9 +105,15 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
         dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
         dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
         dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
-        if (t->rank == 0)
-            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, t->params, t->P, &meta,
+        if (t->rank == 0) {
+            /* the parameters in host memory (a copy: they may live on a GPU) */
+            params = malloc(t->P ? t->P * sizeof(float) : 1);
+            if (!params)
+                r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the parameters");
+            else if ((r = dsl_trainer_params_to_host(t, params, myerr)) >= 0)
+                r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, &meta,
                                          myerr);
+        }
         if (r >= 0) {
             size_t off, len;
             const float *slices[DSL_CKPT_MAX_STATE];
@@ -127,14 +133,16 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
     if (t->rank == 0)
         printf("dstrain: saved checkpoint '%s/%s'\n", dir, tag);
     free(full);
+    free(params);
     dsl_strvec_release(&meta);
     return 0;
 fail:
     free(full);
+    free(params);
     dsl_strvec_release(&meta);
     if (f < 0)
         return dsl_seterr(err, f, "checkpoint '%s/%s': %s", dir, tag,
-                          dsl_comm_last_error(t->comm));
+                          dsl_trainer_last_error(t));
     if (*myerr)
         return dsl_seterr(err, r < 0 ? r : DSL_ECHECKPOINT, "%s", myerr);
     return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s/%s' failed on another rank", dir,
@@ -177,9 +185,11 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
         }
         memcpy(state + i * t->P, v, t->P * sizeof(float));
     }
-    memcpy(t->params, c.params, t->P * sizeof(float));
-    dsl_trainer_scatter_state(t, state, nstate);
+    if ((r = dsl_trainer_params_from_host(t, c.params, err)) >= 0)
+        r = dsl_trainer_scatter_state(t, state, nstate, err);
     free(state);
+    if (r < 0)
+        goto out;
     t->step = step;
     if (dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) == 0 && gb != t->G && t->rank == 0)
         dsl_warn("checkpoint '%s' was trained with global batch %" PRIu64 ", now %zu: the "

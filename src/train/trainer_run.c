@@ -38,10 +38,10 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
         me[2 * i] = (int32_t)(mine[i] >> 32);
         me[2 * i + 1] = (int32_t)(uint32_t)mine[i];
     }
-    int r = dsl_comm_allgather(t->comm, me, all, 2 * NV * W, DSL_INT32);
+    int r = dsl_trainer_allgather_host(t, all, 2 * NV * W, DSL_INT32);
     if (r < 0) {
         free(all);
-        return dsl_seterr(err, r, "memory report: %s", dsl_comm_last_error(t->comm));
+        return dsl_seterr(err, r, "memory report: %s", dsl_trainer_last_error(t));
     }
     if (t->rank == 0) {
         double P = (double)t->P, N = (double)t->world;
@@ -76,6 +76,28 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
         fflush(stdout);
     }
     free(all);
+    return 0;
+}
+
+/* the final fp32 parameters, raw (--save-params) */
+static int write_params(struct dsl_trainer *t, const char *path, char *err)
+{
+    float *p = malloc(t->P ? t->P * sizeof(float) : 1);
+    if (!p)
+        return dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes for the parameters",
+                          t->P * sizeof(float));
+    int r = dsl_trainer_params_to_host(t, p, err);
+    if (r < 0) {
+        free(p);
+        return r;
+    }
+    FILE *pf = fopen(path, "wb");
+    int bad = !pf || fwrite(p, sizeof(float), t->P, pf) != t->P;
+    if (pf && fclose(pf) != 0)
+        bad = 1;
+    free(p);
+    if (bad)
+        return dsl_seterr(err, -EIO, "cannot write parameters to '%s'", path);
     return 0;
 }
 
@@ -208,13 +230,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
 
     if ((r = dsl_trainer_sync(t, err)) < 0)
         goto out;
-    if (ro->params_out && t->rank == 0) {
-        FILE *pf = fopen(ro->params_out, "wb");
-        if (!pf || fwrite(t->params, sizeof(float), t->P, pf) != t->P || fclose(pf) != 0) {
-            r = dsl_seterr(err, -EIO, "cannot write parameters to '%s'", ro->params_out);
-            goto out;
-        }
-    }
+    if (ro->params_out && t->rank == 0 && (r = write_params(t, ro->params_out, err)) < 0)
+        goto out;
     sum->steps = t->step;
     sum->wall_s = dsl_now() - t_start;
     sum->train_s = sum->wall_s - t_eval;

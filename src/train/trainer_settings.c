@@ -5,11 +5,19 @@
  * in the file, then the world-size dependent resolution. A declarative table drives
  * both the parsing and --help; dashes and underscores in flag names are
  * interchangeable, and both --flag=value and --flag value work.
+ *
+ * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
+ * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
+ * this dstrain was built with CUDA and every local rank can have a GPU of its own.
+ * On the GPU, mixed precision (fp16/bf16) is not implemented yet and deterministic
+ * mode does not exist (nccl's summation order is not ours): both are reported on rank
+ * 0 and the run goes on in fp32, non-deterministic.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/device.h"
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/error.h"
 #include "dslaunch/log.h"
@@ -124,6 +132,26 @@ static int apply(struct dsl_train_settings *s, const struct opt *o, const char *
     return r;
 }
 
+/* backend nccl: the GPU path must be built in and have a GPU to run on */
+static int check_gpu(const struct dsl_train_settings *s, char *err)
+{
+    const char *b = s->cfg.dstrain.backend;
+    if (!b || strcmp(b, "nccl") != 0)
+        return 0;
+#ifdef DSL_HAVE_CUDA
+    if (dsl_device_cuda_count() > 0)
+        return 0;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    return dsl_seterr(err, DSL_ENOTSUP,
+                      "backend 'nccl' needs a GPU and none is visible%s%s%s (use tcp)",
+                      cvd ? " with CUDA_VISIBLE_DEVICES='" : "", cvd ? cvd : "",
+                      cvd ? "'" : "");
+#else
+    return dsl_seterr(err, DSL_ENOTSUP,
+                      "backend 'nccl': this dstrain was built without CUDA (use tcp)");
+#endif
+}
+
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err)
 {
     memset(s, 0, sizeof(*s));
@@ -178,19 +206,37 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
         if ((r = apply(s, o, v, err)) < 0)
             return r;
     }
-    const char *b = s->cfg.dstrain.backend;
-    if (b && !strcmp(b, "nccl"))
-        return dsl_seterr(err, DSL_ENOTSUP,
-                          "backend 'nccl': the GPU path of dstrain is not built yet (use tcp)");
-    return 0;
+    return check_gpu(s, err);
 }
+
+#ifdef DSL_HAVE_CUDA
+/* LOCAL_WORLD_SIZE, 1 when unset or bad */
+static int local_world(void)
+{
+    const char *e = getenv("LOCAL_WORLD_SIZE");
+    int n;
+    return e && dsl_parse_int(e, 1, 1 << 20, &n) == 0 ? n : 1;
+}
+#endif
 
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 {
-    /* NEEDSWORK: "auto" means tcp until the GPU path exists; the comm's own auto
-     * would pick nccl on a GPU machine and hand it host buffers */
     const char *b = s->cfg.dstrain.backend;
-    return b && strcmp(b, "auto") != 0 ? b : "tcp";
+    if (b && strcmp(b, "auto") != 0)
+        return b;
+#ifdef DSL_HAVE_CUDA
+    /* every local rank on a GPU of its own (the same answer on all of them) */
+    if (dsl_device_cuda_count() >= local_world())
+        return "nccl";
+#endif
+    return "tcp";
+}
+
+int dsl_train_settings_device(void)
+{
+    const char *e = getenv("LOCAL_RANK");
+    int n;
+    return e && dsl_parse_int(e, 0, 1 << 20, &n) == 0 ? n : 0;
 }
 
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
@@ -204,13 +250,21 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
             dsl_warn("%s", c->warnings.v[i]);
     const char *backend = dsl_train_settings_backend(s);
     int gpu = backend && !strcmp(backend, "nccl");
-    if (gpu)
-        return dsl_seterr(err, DSL_ENOTSUP,
-                          "the GPU path of dstrain is not built yet (use backend 'tcp')");
     const char *warning = NULL;
-    dsl_train_config_precision(c, gpu, &warning);
+    enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
         dsl_warn("%s", warning);
+    /* NEEDSWORK: fp16/bf16 on the GPU (half compute, fp32 master weights, loss
+     * scaling); until then the GPU trains in fp32 like the CPU */
+    if (gpu && prec != DSL_PREC_FP32 && rank == 0)
+        dsl_warn("%s: mixed precision is not implemented on the GPU yet, training runs "
+                 "in fp32%s",
+                 prec == DSL_PREC_FP16 ? "fp16.enabled" : "bf16.enabled",
+                 prec == DSL_PREC_FP16 ? " (no loss scaling)" : "");
+    if (gpu && c->dstrain.deterministic > 0 && rank == 0)
+        dsl_warn("dstrain.deterministic is ignored on the GPU: nccl's summation order is "
+                 "not under dstrain's control, so the run is not bit-identical across world "
+                 "sizes and stages");
     if (c->zero.stage > 2)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
                           c->zero.stage);
@@ -221,7 +275,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     to->zero_stage = c->zero.stage;
     to->bucket_elems = (size_t)c->zero.reduce_bucket_size;
     to->overlap_comm = c->zero.overlap_comm;
-    to->deterministic = c->dstrain.deterministic < 0 ? !gpu : c->dstrain.deterministic;
+    to->deterministic = gpu ? 0 : c->dstrain.deterministic < 0 ? 1 : c->dstrain.deterministic;
     to->grad_clip = (float)c->gradient_clipping;
     to->prescale = c->prescale_gradients;
     to->predivide = (float)c->gradient_predivide_factor;

@@ -6,6 +6,8 @@
 #
 # Tiny synthetic models keep each test at a few seconds. Every rank runs with one BLAS
 # thread: bit-identity across world sizes assumes the same BLAS thread count per rank.
+# These are CPU tests: every run names --backend tcp, since "auto" would take the GPU
+# path on a machine with GPUs (tests/train/test_gpu_trainer.c covers that path).
 set -u
 DSTRAIN=$1
 TEST=$2
@@ -41,7 +43,7 @@ run_world() {
     while [ "$r" -lt "$n" ]; do
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$port DSLAUNCH_RUN_ID="test-$name" DSLAUNCH_RUN_TOKEN=secret \
-            "$DSTRAIN" "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
+            "$DSTRAIN" --backend tcp "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
         pids="$pids $!"
         echo "$!" >>"$TMP/$name.pids"
         r=$((r + 1))
@@ -79,7 +81,7 @@ train_ok() { # n name args... (one retry when the random port was taken)
 
 # the training must work at all: world 1 without any env
 [ -x "$DSTRAIN" ] || skip "no dstrain"
-if ! "$DSTRAIN" $TINY --steps 1 >"$TMP/probe.out" 2>&1; then
+if ! "$DSTRAIN" --backend tcp $TINY --steps 1 >"$TMP/probe.out" 2>&1; then
     cat "$TMP/probe.out" >&2
     fail "dstrain does not run alone"
 fi

@@ -5,6 +5,12 @@ dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
               LIBS dsltrain)
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
+# The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
+if(DSL_HAVE_CUDA)
+  dsl_unit_test(test_gpu_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_trainer.c
+                LIBS dsltrain CUDA::cudart)
+  set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+endif()
 if(TARGET dstrain)
   foreach(t cli stages worlds memory killed resume consolidate signal fmnist)
     add_test(NAME train_ranks_${t}

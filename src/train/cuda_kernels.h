@@ -1,0 +1,83 @@
+/*
+ * Inside the CUDA path of dstrain: the kernel launchers of device_kernels.cu (the
+ * device's buffer operations) and model_mlp_kernels.cu (the MLP's elementwise parts),
+ * callable from C. Every launcher enqueues on the legacy default stream (the stream
+ * cuBLAS, cudaMemcpy and the nccl comm's ordering event use), returns the launch's
+ * cudaError_t and does nothing for empty input. Pointers are device pointers.
+ *
+ * Each kernel mirrors a CPU loop (house style 21) with the same float operations in
+ * the same order, written with round-to-nearest intrinsics so that nvcc cannot
+ * contract a multiply and an add into an FMA: the CPU reference is then the exact
+ * oracle for the elementwise kernels (see tests/train/test_gpu_trainer.c).
+ */
+#ifndef DSL_CUDA_KERNELS_H
+#define DSL_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __CUDACC__
+/* The launch shape of every kernel: DSL_CUDA_THREADS per block, and grid-stride loops
+ * over at most DSL_CUDA_MAX_BLOCKS blocks, so any n fits one launch. */
+#define DSL_CUDA_THREADS 256
+#ifndef DSL_CUDA_MAX_BLOCKS
+#define DSL_CUDA_MAX_BLOCKS 8192
+#endif
+static inline unsigned int dsl_cuda_blocks(size_t n)
+{
+    size_t b = (n + DSL_CUDA_THREADS - 1) / DSL_CUDA_THREADS;
+    return (unsigned int)(b < DSL_CUDA_MAX_BLOCKS ? b : DSL_CUDA_MAX_BLOCKS);
+}
+#define DSL_GRID_STRIDE(i, n)                                                           \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
+         i += (size_t)gridDim.x * blockDim.x)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- device_kernels.cu: the device ops (device.h) ---- */
+
+/** p[i] *= f */
+cudaError_t dsl_cuda_scale(float *p, size_t n, float f);
+/** dst[i] += src[i] */
+cudaError_t dsl_cuda_add(float *dst, const float *src, size_t n);
+/** *dmax = max(*dmax, max_i bits(|p[i]|)); *dmax must be initialised */
+cudaError_t dsl_cuda_absmax_bits(const float *p, size_t n, unsigned int *dmax);
+/** *dsum += sum_i (uint64)(int64)(p[i]*p[i]*k + 0.5) in double; *dsum initialised */
+cudaError_t dsl_cuda_sumsq_fixed(const float *p, size_t n, double k, unsigned long long *dsum);
+
+/** The per-step constants of Adam, computed on the host as optimizer.c does. */
+struct dsl_cuda_adam {
+    float lr, b1, b2, eps, wd;
+    float step; /* lr / (1 - b1^t) */
+    float bc2s; /* sqrtf(1 - b2^t) */
+    int adam_w_mode;
+};
+cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p, const float *g,
+                               float *m, float *v, size_t n);
+/** SGD: momentum mu (0: none; m unused), first step t == 1 */
+cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float *p,
+                              const float *g, float *m, size_t n);
+
+/* ---- model_mlp_kernels.cu: the MLP (model_mlp_cuda.c) ---- */
+
+/** z[i][k] = z[i][k] + b[k] over n rows of out, then ReLU if relu */
+cudaError_t dsl_cuda_mlp_bias_act(float *z, const float *b, size_t n, size_t out, int relu);
+/** Softmax cross-entropy per sample over n rows of c logits: loss[i], correct[i]
+ *  (argmax == y[i]) and, if dz is not NULL, dz = softmax - onehot */
+cudaError_t dsl_cuda_mlp_loss(const float *logits, const int32_t *y, size_t n, size_t c,
+                              float *loss, int32_t *correct, float *dz);
+/** db[k] = sum over rows i (in order) of dz[i][k] */
+cudaError_t dsl_cuda_mlp_bias_grad(const float *dz, size_t n, size_t out, float *db);
+/** d[i] = 0 where a[i] <= 0 (the ReLU's gradient), over len elements */
+cudaError_t dsl_cuda_mlp_relu_mask(float *d, const float *a, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

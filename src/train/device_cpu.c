@@ -1,0 +1,139 @@
+/*
+ * The CPU device (device.h): model state in host memory and the trainer's buffer loops.
+ *
+ * Theory of operation. These are the loops trainer.c has always run, moved here
+ * unchanged so that CPU results stay bit for bit what they were: elementwise scale and
+ * add (no reductions, so the vectorizer changes no result bits; C11 mode keeps
+ * -ffp-contract=off), the optimizer of optimizer.c, and the two order-free reductions
+ * of the global norm (an integer maximum of bit patterns and a wrapping integer sum).
+ * Nothing here runs concurrently or can fail except alloc; the device object is one
+ * static instance shared by every trainer of the process, and it keeps no state.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/device.h"
+#include "common/banned.h"
+
+static void *cpu_alloc(struct dsl_device *d, size_t bytes)
+{
+    (void)d;
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+static void cpu_free(struct dsl_device *d, void *p)
+{
+    (void)d;
+    free(p);
+}
+
+static int cpu_copy(struct dsl_device *d, void *dst, const void *src, size_t bytes,
+                    enum dsl_copy_dir dir)
+{
+    (void)d;
+    (void)dir;
+    if (bytes)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_set_zero(struct dsl_device *d, float *p, size_t n)
+{
+    (void)d;
+    if (n)
+        memset(p, 0, n * sizeof(float));
+    return 0;
+}
+
+static int cpu_scale(struct dsl_device *d, float *p, size_t n, float f)
+{
+    (void)d;
+    for (size_t i = 0; i < n; i++)
+        p[i] *= f;
+    return 0;
+}
+
+static int cpu_add(struct dsl_device *d, float *dst, const float *src, size_t n)
+{
+    (void)d;
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+    return 0;
+}
+
+static int cpu_absmax_bits(struct dsl_device *d, const float *g, size_t n, uint32_t *out)
+{
+    /* max |g| on the bit patterns: for non-negative floats the unsigned order is the
+     * numeric one, and NaN sorts above inf, so it sticks (and the loop vectorizes) */
+    uint32_t mb = 0;
+    (void)d;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, &g[i], sizeof(b));
+        b &= 0x7fffffffu;
+        mb = b > mb ? b : mb;
+    }
+    *out = mb;
+    return 0;
+}
+
+static int cpu_sumsq_fixed(struct dsl_device *d, const float *g, size_t n, double k,
+                           uint64_t *out)
+{
+    uint64_t sum = 0;
+    (void)d;
+    for (size_t i = 0; i < n; i++)
+        sum += (uint64_t)(int64_t)((double)g[i] * (double)g[i] * k + 0.5);
+    *out = sum;
+    return 0;
+}
+
+static int cpu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
+                          uint64_t t, float *p, const float *g, float *m, float *v,
+                          size_t len)
+{
+    (void)d;
+    dsl_optim_step(h, lr, t, p, g, m, v, len);
+    return 0;
+}
+
+static int cpu_synchronize(struct dsl_device *d)
+{
+    (void)d;
+    return 0;
+}
+
+static void cpu_release(struct dsl_device *d)
+{
+    (void)d;
+}
+
+static const struct dsl_device_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy = cpu_copy,
+    .set_zero = cpu_set_zero,
+    .scale = cpu_scale,
+    .add = cpu_add,
+    .absmax_bits = cpu_absmax_bits,
+    .sumsq_fixed = cpu_sumsq_fixed,
+    .optim_step = cpu_optim_step,
+    .synchronize = cpu_synchronize,
+    .release = cpu_release,
+};
+
+static struct dsl_device cpu_device = {
+    .ops = &cpu_ops, .name = "cpu", .host_memory = 1, .id = -1,
+};
+
+struct dsl_device *dsl_device_cpu(void)
+{
+    return &cpu_device;
+}
+
+void dsl_device_release(struct dsl_device *d)
+{
+    if (d && d->ops && d->ops->release)
+        d->ops->release(d);
+}

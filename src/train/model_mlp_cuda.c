@@ -1,0 +1,299 @@
+/*
+ * The MLP of dstrain on a GPU: model_mlp.c's model with cuBLAS sgemm and the kernels
+ * of model_mlp_kernels.cu, on device pointers. The layout, the gradient segment list
+ * and the initial values are model_mlp_layout.c's, shared with the CPU model, so the
+ * trainer's buckets and shards are the same on both.
+ *
+ * Theory of operation. Every call runs in the caller's thread on the legacy default
+ * stream (cuBLAS's default stream, the kernels', cudaMemcpy's), so the work is ordered
+ * without events; the nccl comm orders its collectives after this stream. A call
+ * uploads the micro batch (host x, y) into device workspace, runs forward (each layer:
+ * sink->need, sgemm, bias + ReLU) and the loss, and, for forward_backward, backward
+ * in the CPU model's order: per layer from the last, the bias gradient (a column sum
+ * in sample order), then the weight gradient row blocks (last block first), each
+ * written straight into the device buffer sink->dest returns and then handed over
+ * with sink->done (where the trainer may start a reduction on the comm's stream while
+ * the remaining kernels run), and last the gradient of the layer's input. The per
+ * sample losses and hits are copied back at the end (which waits for the stream) and
+ * summed in sample order on the host, as the CPU model sums them.
+ *
+ * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major
+ * c x r one, so every row-major product C = A B is issued as C^T = B^T A^T.
+ *
+ * Not thread-safe (one workspace); failures return a negative code with the text in
+ * m->err and never exit.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/error.h"
+#include "dslaunch/model.h"
+#include "dslaunch/xalloc.h"
+#include "train/cuda_kernels.h"
+#include "train/model_mlp_impl.h"
+#include "common/banned.h"
+
+struct mlp_cuda {
+    struct dsl_mlp_layout L;
+    cublasHandle_t blas;
+    float *act[DSL_MODEL_MAX_LAYERS + 2]; /* device; act[0]: the uploaded samples */
+    int32_t *y;                           /* device labels */
+    float *dz, *dz2;                      /* device, max_batch x maxdim each */
+    float *loss;                          /* device, per sample */
+    int32_t *correct;                     /* device, per sample */
+    float *hloss;                         /* host copies of the two */
+    int32_t *hcorrect;
+};
+
+static int to_int(size_t v)
+{
+    return (int)v;
+}
+
+static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
+{
+    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
+{
+    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
+}
+
+#define CU(m, what, expr)                                                      \
+    do {                                                                       \
+        cudaError_t cu_e_ = (expr);                                            \
+        if (cu_e_ != cudaSuccess)                                              \
+            return cuda_err((m), (what), cu_e_);                               \
+    } while (0)
+#define BLAS(m, what, expr)                                                    \
+    do {                                                                       \
+        cublasStatus_t bl_s_ = (expr);                                         \
+        if (bl_s_ != CUBLAS_STATUS_SUCCESS)                                    \
+            return blas_err((m), (what), bl_s_);                               \
+    } while (0)
+
+static const float one = 1.0f, zero = 0.0f;
+
+static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
+{
+    struct mlp_cuda *p = m->impl;
+    float *h = malloc(m->nparams * sizeof(float));
+    if (!h)
+        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
+                          "parameters", m->nparams * sizeof(float));
+    dsl_mlp_layout_init(&p->L, h, seed);
+    cudaError_t e = cudaMemcpy(params, h, m->nparams * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    CU(m, "copying the initial parameters", e);
+    return 0;
+}
+
+static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t n)
+{
+    struct mlp_cuda *p = m->impl;
+    for (size_t i = 0; i < n; i++)
+        if (y[i] < 0 || (size_t)y[i] >= m->out_dim)
+            return DSL_EDATA;
+    if (n > m->max_batch)
+        return DSL_EDATA;
+    if (!n)
+        return 0;
+    CU(m, "uploading the samples",
+       cudaMemcpy(p->act[0], x, n * m->in_dim * sizeof(float), cudaMemcpyHostToDevice));
+    CU(m, "uploading the labels",
+       cudaMemcpy(p->y, y, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; then the loss (and dz into p->dz) */
+static int forward_loss(struct dsl_model *m, const float *params, size_t n,
+                        const struct dsl_grad_sink *sink, int want_dz)
+{
+    struct mlp_cuda *p = m->impl;
+    size_t nl = p->L.nlayers;
+    for (size_t l = 0; l < nl; l++) {
+        size_t in = p->L.dims[l], out = p->L.dims[l + 1];
+        if (sink && sink->need)
+            sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
+        const float *w = params + p->L.woff[l];
+        /* z^T (out x n) = W (out x in, i.e. column-major in x out, transposed) x act^T */
+        if (n)
+            BLAS(m, "forward sgemm",
+                 cublasSgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, to_int(out), to_int(n),
+                             to_int(in), &one, w, to_int(in), p->act[l], to_int(in), &zero,
+                             p->act[l + 1], to_int(out)));
+        CU(m, "bias kernel",
+           dsl_cuda_mlp_bias_act(p->act[l + 1], w + in * out, n, out, l + 1 < nl));
+    }
+    CU(m, "loss kernel", dsl_cuda_mlp_loss(p->act[nl], p->y, n, m->out_dim, p->loss,
+                                           p->correct, want_dz ? p->dz : NULL));
+    return 0;
+}
+
+/* copy the per-sample results back (waits for the stream) and sum them in order */
+static int stats(struct dsl_model *m, size_t n, struct dsl_model_stats *st)
+{
+    struct mlp_cuda *p = m->impl;
+    st->loss_sum = 0.0;
+    st->correct = 0;
+    if (!n)
+        return 0;
+    CU(m, "copying the loss", cudaMemcpy(p->hloss, p->loss, n * sizeof(float),
+                                         cudaMemcpyDeviceToHost));
+    CU(m, "copying the hits", cudaMemcpy(p->hcorrect, p->correct, n * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+        st->loss_sum += (double)p->hloss[i];
+        st->correct += p->hcorrect[i] != 0;
+    }
+    return 0;
+}
+
+static int mlpc_forward_backward(struct dsl_model *m, const float *params, const float *x,
+                                 const int32_t *y, size_t n,
+                                 const struct dsl_grad_sink *sink,
+                                 struct dsl_model_stats *st)
+{
+    struct mlp_cuda *p = m->impl;
+    int r;
+    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, sink, 1)) < 0)
+        return r;
+    float *dz = p->dz, *dnext = p->dz2;
+    size_t seg = 0;
+    for (size_t li = p->L.nlayers; li-- > 0;) {
+        size_t in = p->L.dims[li], out = p->L.dims[li + 1];
+        const float *w = params + p->L.woff[li];
+        /* bias: column sums in sample order */
+        float *db = sink->dest(sink->ctx, seg);
+        CU(m, "bias gradient kernel", dsl_cuda_mlp_bias_grad(dz, n, out, db));
+        sink->done(sink->ctx, seg++);
+        /* weight, in row blocks, last block first:
+         * dW^T (in x rows) = act^T (in x n) x dz[:, r0:r0+rows] (n x rows) */
+        while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
+            const struct dsl_model_seg *sg = &m->segs[seg];
+            size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
+            float *dw = sink->dest(sink->ctx, seg);
+            if (n)
+                BLAS(m, "weight gradient sgemm",
+                     cublasSgemm(p->blas, CUBLAS_OP_N, CUBLAS_OP_T, to_int(in), to_int(rows),
+                                 to_int(n), &one, p->act[li], to_int(in), dz + r0,
+                                 to_int(out), &zero, dw, to_int(in)));
+            else
+                CU(m, "cudaMemsetAsync",
+                   cudaMemsetAsync(dw, 0, sg->len * sizeof(float), cudaStreamLegacy));
+            sink->done(sink->ctx, seg++);
+        }
+        if (li == 0)
+            break;
+        /* gradient of the layer input, through the ReLU of the layer below:
+         * dnext^T (in x n) = W^T (in x out) x dz^T (out x n) */
+        if (n)
+            BLAS(m, "input gradient sgemm",
+                 cublasSgemm(p->blas, CUBLAS_OP_N, CUBLAS_OP_N, to_int(in), to_int(n),
+                             to_int(out), &one, w, to_int(in), dz, to_int(out), &zero, dnext,
+                             to_int(in)));
+        CU(m, "ReLU gradient kernel", dsl_cuda_mlp_relu_mask(dnext, p->act[li], n * in));
+        float *t = dz;
+        dz = dnext;
+        dnext = t;
+    }
+    return stats(m, n, st);
+}
+
+static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *x,
+                         const int32_t *y, size_t n, struct dsl_model_stats *st)
+{
+    int r;
+    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0)) < 0)
+        return r;
+    return stats(m, n, st);
+}
+
+static void mlpc_release(struct dsl_model *m)
+{
+    struct mlp_cuda *p = m->impl;
+    if (!p)
+        return;
+    for (size_t l = 0; l <= p->L.nlayers; l++)
+        cudaFree(p->act[l]);
+    cudaFree(p->y);
+    cudaFree(p->dz);
+    cudaFree(p->dz2);
+    cudaFree(p->loss);
+    cudaFree(p->correct);
+    free(p->hloss);
+    free(p->hcorrect);
+    if (p->blas)
+        cublasDestroy(p->blas);
+    free(p);
+    m->impl = NULL;
+}
+
+static const struct dsl_model_ops mlp_cuda_ops = {
+    .name = "mlp",
+    .init_params = mlpc_init_params,
+    .forward_backward = mlpc_forward_backward,
+    .evaluate = mlpc_evaluate,
+    .release = mlpc_release,
+};
+
+static void *dev_alloc(size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+{
+    struct dsl_mlp_layout lay;
+    int r = dsl_mlp_layout_build(&lay, m, spec, err);
+    if (r < 0)
+        return r;
+    struct mlp_cuda *p = dsl_xcalloc(1, sizeof(*p));
+    p->L = lay;
+    m->ops = &mlp_cuda_ops;
+    m->impl = p;
+    m->on_device = 1;
+
+    cublasStatus_t bs = cublasCreate(&p->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        p->blas = NULL;
+        dsl_model_release(m);
+        return dsl_seterr(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
+                          "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
+    }
+    /* plain fp32 sgemm (no TF32): the CPU model is the reference */
+    cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH);
+
+    size_t B = spec->max_batch, total = 0;
+    int fail = 0;
+    for (size_t l = 0; l <= lay.nlayers; l++)
+        p->act[l] = dev_alloc(B * lay.dims[l] * sizeof(float), &total, &fail);
+    p->y = dev_alloc(B * sizeof(int32_t), &total, &fail);
+    p->dz = dev_alloc(B * lay.maxdim * sizeof(float), &total, &fail);
+    p->dz2 = dev_alloc(B * lay.maxdim * sizeof(float), &total, &fail);
+    p->loss = dev_alloc(B * sizeof(float), &total, &fail);
+    p->correct = dev_alloc(B * sizeof(int32_t), &total, &fail);
+    p->hloss = malloc(B * sizeof(float));
+    p->hcorrect = malloc(B * sizeof(int32_t));
+    if (fail || !p->hloss || !p->hcorrect) {
+        dsl_model_release(m);
+        return dsl_seterr(err, -ENOMEM,
+                          "cannot allocate %zu bytes of GPU workspace for batch %zu", total,
+                          spec->max_batch);
+    }
+    return 0;
+}

@@ -1,0 +1,501 @@
+/*
+ * The GPU path of the trainer against its CPU reference (label gpu; house style 21):
+ *   - every op of the CUDA device against the CPU device on random data: copy,
+ *     set_zero, scale and add bit for bit, absmax_bits and sumsq_fixed bit for bit
+ *     (they are integer results), Adam/AdamW/SGD within 1e-6 relative;
+ *   - the CUDA MLP against the CPU MLP: the same segment list and initial parameters
+ *     (bit for bit), gradients within 1e-5 of the largest gradient magnitude, the same
+ *     loss (1e-5 relative) and hits;
+ *   - a few trainer steps at world 1 on the nccl backend for ZeRO stages 0, 1 and 2
+ *     (with overlap, accumulation, clipping, SGD) against the CPU trainer: losses and
+ *     final parameters within 1e-4 relative; the optimizer state in and out of the GPU.
+ * Every comparison prints its largest difference ("# ... max diff"). Exits 77 (skip)
+ * without a CUDA device, non-zero on a mismatch.
+ */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm.h"
+#include "dslaunch/data.h"
+#include "dslaunch/device.h"
+#include "dslaunch/error.h"
+#include "dslaunch/model.h"
+#include "dslaunch/trainer.h"
+#include "test.h"
+#include "common/banned.h"
+
+static struct dsl_device gdev; /* the CUDA device, opened in main */
+
+static uint64_t rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-scale, scale), with zeros, negative zeros and denormals sprinkled in */
+static void fill(float *x, size_t n, uint64_t seed, float scale)
+{
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        float u = (float)(rng(&s) >> 40) * (1.0f / 16777216.0f);
+        x[i] = (2.0f * u - 1.0f) * scale;
+        if (i % 97 == 5)
+            x[i] = 0.0f;
+        else if (i % 101 == 7)
+            x[i] = -0.0f;
+        else if (i % 103 == 9)
+            x[i] = (i & 1 ? -1.0f : 1.0f) * 1e-40f;
+    }
+}
+
+static float *gpu_from(const float *h, size_t n)
+{
+    float *d = gdev.ops->alloc(&gdev, n * sizeof(float));
+    ASSERT(d != NULL);
+    ASSERT_OK(gdev.ops->copy(&gdev, d, h, n * sizeof(float), DSL_COPY_H2D));
+    return d;
+}
+
+static float *host_from(const float *d, size_t n)
+{
+    float *h = malloc(n ? n * sizeof(float) : 1);
+    ASSERT_OK(gdev.ops->copy(&gdev, h, d, n * sizeof(float), DSL_COPY_D2H));
+    return h;
+}
+
+static void expect_bits(const float *got, const float *want, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            DSL_FAIL_("%s: element %zu of %zu is %a on the GPU, %a on the CPU", what, i, n,
+                      (double)got[i], (double)want[i]);
+}
+
+/* largest |a - b| / max(|b|, floor) */
+static double rel_diff(const float *a, const float *b, size_t n, double floor)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        double s = fabs((double)b[i]) > floor ? fabs((double)b[i]) : floor;
+        if (!(d / s <= worst)) /* NaN counts as a failure */
+            worst = isnan(d) ? INFINITY : d / s;
+    }
+    return worst;
+}
+
+static const size_t sizes[] = {0, 1, 255, 256, 257, 4099, 3000017};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+TEST(device_copy_zero_scale_and_add_should_match_the_cpu_bit_for_bit)
+{
+    struct dsl_device *c = dsl_device_cpu();
+    static const float factors[] = {0.5f, 1.0f / 3.0f, -7.25f, 1e-30f};
+    for (size_t k = 0; k < NSIZES; k++) {
+        size_t n = sizes[k];
+        float *a = malloc(n * sizeof(float) + 4), *b = malloc(n * sizeof(float) + 4);
+        fill(a, n, 11 + n, 3.0f);
+        fill(b, n, 12 + n, 0.01f);
+        float *da = gpu_from(a, n), *db = gpu_from(b, n);
+        float *dc = gdev.ops->alloc(&gdev, n * sizeof(float) + 4);
+        ASSERT(dc != NULL);
+        /* alloc is zeroed; D2D copy; set_zero */
+        float *h = host_from(dc, n);
+        for (size_t i = 0; i < n; i++)
+            ASSERT(h[i] == 0.0f && !signbit(h[i]));
+        free(h);
+        ASSERT_OK(gdev.ops->copy(&gdev, dc, da, n * sizeof(float), DSL_COPY_D2D));
+        h = host_from(dc, n);
+        expect_bits(h, a, n, "copy");
+        free(h);
+        ASSERT_OK(gdev.ops->set_zero(&gdev, dc, n));
+        h = host_from(dc, n);
+        for (size_t i = 0; i < n; i++)
+            ASSERT(h[i] == 0.0f && !signbit(h[i]));
+        free(h);
+        for (size_t f = 0; f < sizeof(factors) / sizeof(factors[0]); f++) {
+            ASSERT_OK(c->ops->scale(c, a, n, factors[f]));
+            ASSERT_OK(gdev.ops->scale(&gdev, da, n, factors[f]));
+            h = host_from(da, n);
+            expect_bits(h, a, n, "scale");
+            free(h);
+        }
+        ASSERT_OK(c->ops->add(c, b, a, n));
+        ASSERT_OK(gdev.ops->add(&gdev, db, da, n));
+        h = host_from(db, n);
+        expect_bits(h, b, n, "add");
+        free(h);
+        ASSERT_OK(gdev.ops->synchronize(&gdev));
+        gdev.ops->free(&gdev, da);
+        gdev.ops->free(&gdev, db);
+        gdev.ops->free(&gdev, dc);
+        free(a);
+        free(b);
+    }
+    fprintf(stderr, "# copy/set_zero/scale/add: max diff 0 (bit-identical) for %zu sizes\n",
+            NSIZES);
+}
+
+TEST(device_absmax_and_fixed_point_sum_of_squares_should_match_the_cpu_exactly)
+{
+    struct dsl_device *c = dsl_device_cpu();
+    for (size_t k = 0; k < NSIZES; k++) {
+        size_t n = sizes[k];
+        float *a = malloc(n * sizeof(float) + 4);
+        for (int special = 0; special < 3; special++) {
+            fill(a, n, 21 + n + (size_t)special, 0.37f);
+            if (n > 3 && special == 1)
+                a[n / 2] = -INFINITY;
+            if (n > 3 && special == 2)
+                a[n / 3] = NAN;
+            float *da = gpu_from(a, n);
+            uint32_t mc = 1, mg = 2;
+            ASSERT_OK(c->ops->absmax_bits(c, a, n, &mc));
+            ASSERT_OK(gdev.ops->absmax_bits(&gdev, da, n, &mg));
+            if (mc != mg)
+                DSL_FAIL_("absmax_bits n %zu case %d: GPU %#x CPU %#x", n, special, mg, mc);
+            if (special == 0 && n) {
+                /* the global norm's k for this maximum, as trainer.c computes it */
+                float mx;
+                memcpy(&mx, &mc, sizeof(mx));
+                double k2 = 68719476736.0 / ((double)mx * (double)mx);
+                uint64_t sc = 1, sg = 2;
+                ASSERT_OK(c->ops->sumsq_fixed(c, a, n, k2, &sc));
+                ASSERT_OK(gdev.ops->sumsq_fixed(&gdev, da, n, k2, &sg));
+                if (sc != sg)
+                    DSL_FAIL_("sumsq_fixed n %zu: GPU %llu CPU %llu", n,
+                              (unsigned long long)sg, (unsigned long long)sc);
+            }
+            gdev.ops->free(&gdev, da);
+        }
+        free(a);
+    }
+    fprintf(stderr, "# absmax_bits/sumsq_fixed: max diff 0 (exact) for %zu sizes\n", NSIZES);
+}
+
+TEST(device_optimizer_steps_should_match_optimizer_c_within_1e_6)
+{
+    struct dsl_device *c = dsl_device_cpu();
+    static const struct dsl_optim_hparams hs[] = {
+        {DSL_OPTIM_ADAM, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0.0f}, /* AdamW */
+        {DSL_OPTIM_ADAM, 1e-2f, 0.8f, 0.99f, 1e-6f, 0.1f, 0, 0.0f},   /* Adam + L2 */
+        {DSL_OPTIM_SGD, 5e-2f, 0, 0, 0, 0.01f, 0, 0.9f},             /* momentum */
+        {DSL_OPTIM_SGD, 5e-2f, 0, 0, 0, 0.0f, 0, 0.0f},              /* plain */
+    };
+    double worst = 0.0;
+    size_t exact = 0, total = 0;
+    for (size_t hi = 0; hi < sizeof(hs) / sizeof(hs[0]); hi++)
+        for (size_t k = 0; k < NSIZES; k++) {
+            size_t n = sizes[k];
+            float *p = malloc(n * sizeof(float) + 4), *g = malloc(n * sizeof(float) + 4);
+            float *m = calloc(n + 1, sizeof(float)), *v = calloc(n + 1, sizeof(float));
+            fill(p, n, 31 + n, 0.5f);
+            float *dp = gpu_from(p, n), *dg = NULL, *dm = gpu_from(m, n), *dv = gpu_from(v, n);
+            for (uint64_t t = 1; t <= 3; t++) {
+                fill(g, n, 41 + n + t, 0.1f);
+                gdev.ops->free(&gdev, dg);
+                dg = gpu_from(g, n);
+                ASSERT_OK(c->ops->optim_step(c, &hs[hi], hs[hi].lr, t, p, g, m, v, n));
+                ASSERT_OK(gdev.ops->optim_step(&gdev, &hs[hi], hs[hi].lr, t, dp, dg, dm, dv,
+                                               n));
+            }
+            float *rp = host_from(dp, n), *rm = host_from(dm, n), *rv = host_from(dv, n);
+            double d = rel_diff(rp, p, n, 1e-30);
+            d = fmax(d, rel_diff(rm, m, n, 1e-30));
+            d = fmax(d, rel_diff(rv, v, n, 1e-30));
+            if (!(d <= 1e-6))
+                DSL_FAIL_("optimizer %zu (type %d) n %zu: relative diff %g", hi,
+                          (int)hs[hi].type, n, d);
+            worst = fmax(worst, d);
+            exact += memcmp(rp, p, n * sizeof(float)) == 0 &&
+                     memcmp(rm, m, n * sizeof(float)) == 0 &&
+                     memcmp(rv, v, n * sizeof(float)) == 0;
+            total++;
+            free(rp);
+            free(rm);
+            free(rv);
+            gdev.ops->free(&gdev, dp);
+            gdev.ops->free(&gdev, dg);
+            gdev.ops->free(&gdev, dm);
+            gdev.ops->free(&gdev, dv);
+            free(p);
+            free(g);
+            free(m);
+            free(v);
+        }
+    fprintf(stderr, "# optimizer: max relative diff %.3g (%zu of %zu cases bit-identical)\n",
+            worst, exact, total);
+}
+
+/* ---- the MLP ----------------------------------------------------------------------- */
+
+struct order_sink {
+    float *base; /* full gradient buffer (host or device) */
+    const struct dsl_model *m;
+    size_t ndone, last_off, nneed;
+};
+
+static float *os_dest(void *ctx, size_t seg)
+{
+    struct order_sink *s = ctx;
+    return s->base + s->m->segs[seg].off;
+}
+
+static void os_done(void *ctx, size_t seg)
+{
+    struct order_sink *s = ctx;
+    ASSERT(seg == s->ndone);
+    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
+    s->last_off = s->m->segs[seg].off;
+    s->ndone++;
+}
+
+static void os_need(void *ctx, size_t off, size_t len)
+{
+    struct order_sink *s = ctx;
+    (void)off;
+    (void)len;
+    s->nneed++;
+}
+
+static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed)
+{
+    char err[DSL_ERR_LEN];
+    struct dsl_model a, b;
+    ASSERT_OK(dsl_model_create(&a, sp, err));
+    if (dsl_model_create_cuda(&b, sp, err) < 0)
+        DSL_FAIL_("dsl_model_create_cuda: %s", err);
+    ASSERT(b.on_device && !a.on_device);
+    ASSERT_EQ(a.nparams, b.nparams);
+    ASSERT_EQ(a.nsegs, b.nsegs);
+    for (size_t i = 0; i < a.nsegs; i++)
+        ASSERT(a.segs[i].off == b.segs[i].off && a.segs[i].len == b.segs[i].len &&
+               a.segs[i].layer == b.segs[i].layer);
+    size_t P = a.nparams;
+    float *p = malloc(P * sizeof(float)), *dp = gdev.ops->alloc(&gdev, P * sizeof(float));
+    ASSERT(dp != NULL);
+    ASSERT_OK(a.ops->init_params(&a, p, seed));
+    ASSERT_OK(b.ops->init_params(&b, dp, seed));
+    float *hp = host_from(dp, P);
+    expect_bits(hp, p, P, "initial parameters");
+    free(hp);
+
+    float *x = malloc(sp->max_batch * sp->in_dim * sizeof(float));
+    int32_t *y = malloc(sp->max_batch * sizeof(int32_t));
+    uint64_t s = seed;
+    fill(x, sp->max_batch * sp->in_dim, seed + 1, 1.0f);
+    for (size_t i = 0; i < sp->max_batch; i++)
+        y[i] = (int32_t)(rng(&s) % sp->out_dim);
+
+    float *g = calloc(P, sizeof(float)), *dg = gdev.ops->alloc(&gdev, P * sizeof(float));
+    ASSERT(dg != NULL);
+    struct order_sink sa = {g, &a, 0, P, 0}, sb = {dg, &b, 0, P, 0};
+    struct dsl_grad_sink ka = {os_dest, os_done, os_need, &sa};
+    struct dsl_grad_sink kb = {os_dest, os_done, os_need, &sb};
+    struct dsl_model_stats sta, stb;
+    ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, &ka, &sta));
+    if (b.ops->forward_backward(&b, dp, x, y, n, &kb, &stb) < 0)
+        DSL_FAIL_("GPU forward_backward: %s", b.err);
+    ASSERT_EQ(sb.ndone, b.nsegs);
+    ASSERT_EQ(sb.nneed, sa.nneed);
+    float *hg = host_from(dg, P);
+    double gmax = 0.0, diff = 0.0;
+    for (size_t i = 0; i < P; i++) {
+        gmax = fmax(gmax, fabs((double)g[i]));
+        double d = fabs((double)hg[i] - (double)g[i]);
+        diff = isnan(d) ? INFINITY : fmax(diff, d);
+    }
+    double ldiff = fabs(stb.loss_sum - sta.loss_sum) / fmax(fabs(sta.loss_sum), 1e-30);
+    fprintf(stderr,
+            "# mlp %zu params, batch %zu: gradient max diff %.3g (largest gradient %.3g, "
+            "ratio %.3g); loss %.9g vs %.9g (rel %.3g); hits %zu vs %zu\n",
+            P, n, diff, gmax, diff / fmax(gmax, 1e-30), stb.loss_sum, sta.loss_sum, ldiff,
+            stb.correct, sta.correct);
+    ASSERT(diff <= 1e-5 * gmax);
+    ASSERT(ldiff <= 1e-5);
+    ASSERT_EQ(stb.correct, sta.correct);
+
+    /* evaluation over the full batch */
+    ASSERT_OK(a.ops->evaluate(&a, p, x, y, sp->max_batch, &sta));
+    if (b.ops->evaluate(&b, dp, x, y, sp->max_batch, &stb) < 0)
+        DSL_FAIL_("GPU evaluate: %s", b.err);
+    ldiff = fabs(stb.loss_sum - sta.loss_sum) / fmax(fabs(sta.loss_sum), 1e-30);
+    fprintf(stderr, "# mlp evaluate: loss rel diff %.3g, hits %zu vs %zu\n", ldiff,
+            stb.correct, sta.correct);
+    ASSERT(ldiff <= 1e-5);
+    ASSERT_EQ(stb.correct, sta.correct);
+    /* a label out of range is refused as on the CPU */
+    y[0] = (int32_t)sp->out_dim;
+    ASSERT_EQ(b.ops->evaluate(&b, dp, x, y, 1, &stb), DSL_EDATA);
+
+    free(hg);
+    free(g);
+    free(p);
+    free(x);
+    free(y);
+    gdev.ops->free(&gdev, dp);
+    gdev.ops->free(&gdev, dg);
+    dsl_model_release(&a);
+    dsl_model_release(&b);
+}
+
+TEST(cuda_mlp_should_match_the_cpu_mlp)
+{
+    struct dsl_model_spec small = {.type = "mlp", .in_dim = 13, .out_dim = 5, .nhidden = 2,
+                                   .hidden = {17, 9}, .max_batch = 11, .seg_max = 40};
+    compare_mlp(&small, 11, 3);
+    compare_mlp(&small, 7, 4); /* a micro batch below max_batch */
+    struct dsl_model_spec wide = {.type = "mlp", .in_dim = 784, .out_dim = 10, .nhidden = 2,
+                                  .hidden = {256, 128}, .max_batch = 64, .seg_max = 50000};
+    compare_mlp(&wide, 64, 5);
+}
+
+/* ---- the trainer at world 1 ------------------------------------------------------- */
+
+struct variant {
+    int stage, overlap, deterministic;
+    size_t bucket, accum;
+    float clip;
+    int sgd;
+};
+
+struct run {
+    float *params; /* host copy of the final parameters */
+    float *state;  /* full optimizer state (nstate x P) */
+    double loss[8];
+    size_t P, nstate;
+};
+
+static void train(int gpu, const struct variant *v, size_t steps, struct run *out)
+{
+    char err[DSL_ERR_LEN];
+    struct dsl_comm *c;
+    struct dsl_comm_opts co = {.backend = gpu ? "nccl" : "tcp", .deterministic = 1};
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    if (dsl_comm_open_env(&c, &co, err) < 0)
+        DSL_FAIL_("comm: %s", err);
+    ASSERT_STR_EQ(dsl_comm_backend(c), gpu ? "nccl" : "tcp");
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
+                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
+    ASSERT_OK(dsl_data_load(&tr, &te, &dopt, err));
+    struct dsl_model m;
+    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
+                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64};
+    if ((gpu ? dsl_model_create_cuda(&m, &sp, err) : dsl_model_create(&m, &sp, err)) < 0)
+        DSL_FAIL_("model: %s", err);
+    struct dsl_trainer t;
+    struct dsl_trainer_opts o = {
+        .micro_batch = 8, .grad_accum = v->accum, .zero_stage = v->stage,
+        .bucket_elems = v->bucket, .overlap_comm = v->overlap,
+        .deterministic = v->deterministic, .grad_clip = v->clip, .predivide = 1.0f,
+        .seed = 11, .dev = gpu ? &gdev : NULL,
+        .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
+    if (v->sgd)
+        o.optim = (struct dsl_optim_hparams){DSL_OPTIM_SGD, 5e-2f, 0, 0, 0, 0.01f, 0, 0.9f};
+    if (dsl_trainer_init(&t, &o, c, &m, err) < 0)
+        DSL_FAIL_("trainer: %s", err);
+    struct dsl_sampler s;
+    ASSERT_OK(dsl_sampler_init(&s, tr.n, t.G, 3, 1, 0, err));
+    for (size_t k = 0; k < steps; k++) {
+        struct dsl_step_result res;
+        if (dsl_trainer_step(&t, &tr, dsl_sampler_step(&s, k / s.steps_per_epoch,
+                                                       k % s.steps_per_epoch),
+                             0, &res, err) < 0)
+            DSL_FAIL_("step %zu: %s", k, err);
+        out->loss[k] = res.loss;
+    }
+    double acc, tloss;
+    ASSERT_OK(dsl_trainer_evaluate(&t, &te, &acc, &tloss, err));
+    out->P = t.P;
+    out->nstate = dsl_optim_state_per_param(&o.optim);
+    out->params = malloc(t.P * sizeof(float));
+    out->state = malloc((out->nstate ? out->nstate : 1) * t.P * sizeof(float));
+    ASSERT_OK(dsl_trainer_params_to_host(&t, out->params, err));
+    ASSERT_OK(dsl_trainer_gather_state(&t, out->state, out->nstate, err));
+    if (gpu) {
+        /* state and parameters through the host and back are unchanged */
+        float *again = malloc((out->nstate ? out->nstate : 1) * t.P * sizeof(float));
+        float *p2 = malloc(t.P * sizeof(float));
+        ASSERT_OK(dsl_trainer_scatter_state(&t, out->state, out->nstate, err));
+        ASSERT_OK(dsl_trainer_params_from_host(&t, out->params, err));
+        ASSERT_OK(dsl_trainer_gather_state(&t, again, out->nstate, err));
+        ASSERT_OK(dsl_trainer_params_to_host(&t, p2, err));
+        ASSERT(memcmp(again, out->state, out->nstate * t.P * sizeof(float)) == 0);
+        ASSERT(memcmp(p2, out->params, t.P * sizeof(float)) == 0);
+        free(again);
+        free(p2);
+    }
+    dsl_sampler_release(&s);
+    dsl_trainer_release(&t);
+    dsl_model_release(&m);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    dsl_comm_close(c);
+}
+
+TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
+{
+    static const struct variant vs[] = {
+        {0, 0, 1, 0, 1, 0.0f, 0},    {0, 1, 1, 100, 4, 0.0f, 0}, {1, 0, 0, 0, 2, 0.0f, 0},
+        {1, 1, 1, 100, 3, 0.05f, 0}, {2, 0, 1, 100, 1, 0.0f, 0}, {2, 1, 1, 30, 4, 0.05f, 0},
+        {2, 1, 0, 1000, 2, 0.0f, 1},
+    };
+    const size_t steps = 6;
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
+        struct run rc = {0}, rg = {0};
+        train(0, &vs[i], steps, &rc);
+        train(1, &vs[i], steps, &rg);
+        ASSERT_EQ(rc.P, rg.P);
+        double pmax = 0.0, pd = 0.0, ld = 0.0;
+        for (size_t k = 0; k < rc.P; k++) {
+            pmax = fmax(pmax, fabs((double)rc.params[k]));
+            double d = fabs((double)rg.params[k] - (double)rc.params[k]);
+            pd = isnan(d) ? INFINITY : fmax(pd, d);
+        }
+        for (size_t k = 0; k < steps; k++) {
+            double d = fabs(rg.loss[k] - rc.loss[k]) / fabs(rc.loss[k]);
+            ld = isnan(d) ? INFINITY : fmax(ld, d);
+        }
+        fprintf(stderr,
+                "# stage %d overlap %d accum %zu clip %g %s: params max diff %.3g (%.3g of "
+                "the largest), loss max rel diff %.3g\n",
+                vs[i].stage, vs[i].overlap, vs[i].accum, (double)vs[i].clip,
+                vs[i].sgd ? "SGD" : "AdamW", pd, pd / pmax, ld);
+        if (!(pd <= 1e-4 * pmax) || !(ld <= 1e-4))
+            DSL_FAIL_("variant %zu: the GPU trainer differs from the CPU trainer", i);
+        free(rc.params);
+        free(rc.state);
+        free(rg.params);
+        free(rg.state);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int ndev = 0;
+    char err[DSL_ERR_LEN] = "";
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "# no CUDA device: skipped\n");
+        return 77;
+    }
+    if (dsl_device_cuda_open(&gdev, 0, err) < 0) {
+        fprintf(stderr, "cuda device: %s\n", err);
+        return 1;
+    }
+    fprintf(stderr, "# device %s\n", gdev.name);
+    int r = RUN_TESTS(argc, argv);
+    if (gdev.failed) {
+        fprintf(stderr, "device error: %s\n", gdev.err);
+        r = 1;
+    }
+    dsl_device_release(&gdev);
+    return r;
+}
