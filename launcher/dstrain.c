@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dslaunch/blascore.h"
 #include "dslaunch/comm.h"
 #include "dslaunch/data.h"
 #include "dslaunch/device.h"
@@ -37,6 +38,7 @@
 #include "common/banned.h"
 
 static volatile sig_atomic_t stop_flag;
+static const char *blas_note; /* the OpenBLAS kernels were corrected (blascore.h) */
 
 static void on_signal(int sig)
 {
@@ -124,7 +126,10 @@ static int train(struct dsl_train_settings *s)
     if (gpu)
         snprintf(where, sizeof(where), "device %s", gpu_dev.name);
     else
-        snprintf(where, sizeof(where), "%d BLAS thread(s) per rank", threads);
+        snprintf(where, sizeof(where), "%d BLAS thread(s) per rank (OpenBLAS %s)", threads,
+                 dsl_blas_core());
+    if (rank == 0 && blas_note && !gpu)
+        printf("dstrain: note: %s\n", blas_note);
     if (rank == 0)
         printf("dstrain: %s on %zu samples (test %zu), backend %s, %s, deterministic %s, "
                "optimizer %s lr %g\n",
@@ -189,6 +194,8 @@ int main(int argc, char **argv)
         dsl_train_settings_release(&s);
         return 2;
     }
+    /* before any work: may re-execute dstrain with better BLAS kernels */
+    blas_note = dsl_blas_check_core(argv);
     r = train(&s);
     dsl_train_settings_release(&s);
     return r;

@@ -8,7 +8,8 @@ add_library(dsltrain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/device_cpu.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_state.c
-  ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c)
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c
+  ${CMAKE_CURRENT_LIST_DIR}/blascore.c)
 target_link_libraries(dsltrain PUBLIC dslcomm dslcommon PkgConfig::OPENBLAS PkgConfig::ZLIB m
                       PRIVATE dsl_flags)
 target_compile_options(dsltrain PRIVATE $<$<COMPILE_LANGUAGE:C>:${DSL_SRC_WARNINGS}>)

@@ -5,6 +5,8 @@ dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
               LIBS dsltrain)
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
+dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
+              LIBS dsltrain)
 # The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
 if(DSL_HAVE_CUDA)
   dsl_unit_test(test_gpu_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_trainer.c
