@@ -22,6 +22,16 @@ trap 'rm -rf "$TMP"' EXIT
 
 cc -O2 -o "$TMP/sgemm" "$ROOT/bench/sgemm.c" $(pkg-config --cflags --libs openblas)
 
+# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
+# replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know, see
+# src/train/blascore.c), so PyTorch and the sgemm reference get them too.
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    core=$(RANK=0 WORLD_SIZE=1 "$DSTRAIN" --data synthetic --synthetic-train 64 \
+        --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |
+        sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1)
+    [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
+fi
+
 cat >"$TMP/bench.json" <<EOF
 {
   "train_batch_size": 128,
@@ -93,6 +103,7 @@ sgemm_rate() { # procs threads batch
 
 P=1863690
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(uname -n) $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
+echo "# OpenBLAS kernels (OPENBLAS_CORETYPE) for dstrain, PyTorch and sgemm: ${OPENBLAS_CORETYPE:-OpenBLAS's own choice}"
 echo "# P = $P parameters, 6P = $(awk -v P=$P 'BEGIN {printf "%.1f", 6 * P / 1e6}') MFLOP per sample"
 
 row() { # label dstrain-sps torch-sps sgemm-before sgemm-after

@@ -734,6 +734,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, &t->cma_min, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, &t->shm_small, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA_CHUNK", 256 << 10, &t->cma_chunk, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, &t->stream_min, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
         goto out;

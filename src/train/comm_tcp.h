@@ -55,6 +55,7 @@ struct tcp {
     uint64_t cookie;      /* read by peers at open to prove they can */
     uint64_t *addrs;      /* [world * 2]: this call's send/recv addresses */
     size_t cma_chunk;     /* bytes read from each peer per reduction step */
+    size_t stream_min;    /* zero-copy allreduce: streaming stores from this many bytes */
     char *cma_scratch;
     size_t cma_scratch_cap;
     void **zc_send, **zc_recv; /* [world]: this call's buffers, mapped here */
