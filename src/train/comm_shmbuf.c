@@ -159,7 +159,10 @@ char *dsl_shmbuf_map(struct dsl_comm *c, struct tcp *t, int peer,
                    path, strerror(errno));
         return NULL;
     }
-    void *p = mmap(NULL, (size_t)ref->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    /* populated at once: the page faults of a large buffer are taken here, once, and not
+     * inside the timed collectives that first touch each part of it */
+    void *p = mmap(NULL, (size_t)ref->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                   fd, 0);
     int e = errno;
     close(fd);
     if (p == MAP_FAILED) {
