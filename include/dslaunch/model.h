@@ -81,11 +81,17 @@ struct dsl_model_ops {
      *  or a negative code (GPU: the copy failed), with the text in m->err. */
     int (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
     /** Forward + backward over n samples (x: n x in_dim, y: n labels; host memory).
+     *  loss_scale: the gradient delivered is that of loss_scale x the summed loss (the
+     *  trainer's fp16 loss scaling: the softmax cross-entropy gradient dz is multiplied
+     *  by it before backward runs); the stats stay those of the unscaled loss. With 1
+     *  the gradient is the plain one, bit for bit. A power of two scales every
+     *  gradient element exactly (backward is linear in dz) unless something
+     *  overflows, which shows up as inf or NaN in the gradient.
      *  Returns 0, DSL_EDATA for a label out of range or n > max_batch, or (GPU) another
      *  negative code with the text in m->err. */
     int (*forward_backward)(struct dsl_model *m, const float *params, const float *x,
-                            const int32_t *y, size_t n, const struct dsl_grad_sink *sink,
-                            struct dsl_model_stats *st);
+                            const int32_t *y, size_t n, float loss_scale,
+                            const struct dsl_grad_sink *sink, struct dsl_model_stats *st);
     /** Forward only (evaluation); stats as above. */
     int (*evaluate)(struct dsl_model *m, const float *params, const float *x,
                     const int32_t *y, size_t n, struct dsl_model_stats *st);

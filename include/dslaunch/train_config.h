@@ -50,7 +50,7 @@ struct dsl_optim_config {
 struct dsl_fp16_config {
     int enabled;                /* fp16.enabled; default 0 */
     double loss_scale;          /* 0: dynamic (default); > 0: static scale */
-    int initial_scale_power;    /* default 16 */
+    int initial_scale_power;    /* default 16; 0..127 (2^127: fp32's largest power of 2) */
     long loss_scale_window;     /* default 1000 */
     int hysteresis;             /* default 2 */
     int consecutive_hysteresis; /* default 0 */
@@ -161,8 +161,9 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
 
 /**
  * The precision this run will use. On a GPU: what the config asks. On the CPU
- * (on_gpu 0) fp16/bf16 run in fp32 and *warning is set to a one-line explanation
- * (NULL when there is nothing to say).
+ * (on_gpu 0) fp16/bf16 compute in fp32 and *warning is set to a one-line explanation
+ * (NULL when there is nothing to say): fp16 still gets its loss scaling there, bf16
+ * is plain fp32.
  */
 enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg,
                                               int on_gpu, const char **warning);

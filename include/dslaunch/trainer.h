@@ -33,6 +33,22 @@
  * dsl_trainer_allreduce_host(). Deterministic mode is a CPU (tcp) property: nccl's
  * summation order is not dstrain's to choose.
  *
+ * fp16 loss scaling (opts.loss_scaling; DeepSpeed's FP16 optimizer and ZeRO stage 1/2
+ * step): the model computes the gradient of scale x loss; after the reduction every
+ * rank checks its final gradient pieces for inf/NaN and the flag is agreed (summed
+ * with the per-step loss reduction); dsl_lossscale_update() then decides. A skipped
+ * step changes nothing but t->step and the scaler: parameters, optimizer state, the
+ * optimizer step count (Adam's bias correction) and the LR scheduler's position stay
+ * where they were, and the gradients are dropped. An applied step folds 1/scale into
+ * the division by the global batch, before clipping. The scale is an input of the
+ * gradient only: with a power-of-two scale and nothing over- or underflowing, the
+ * applied steps are bit-identical to fp32 steps (model.h). The computation itself
+ * stays fp32 (on the GPU as well, for now).
+ *
+ * Steps: t->step counts global steps, skipped ones included (the data position, the
+ * checkpoint tag); t->step - t->ls.skipped counts applied optimizer steps (Adam's t
+ * minus one, the scheduler's position). Without loss scaling they are equal.
+ *
  * The trainer does not own the comm, the model, the device or the datasets; it owns
  * its buffers, which live until dsl_trainer_release().
  */
@@ -47,10 +63,13 @@
 #include "dslaunch/comm.h"
 #include "dslaunch/data.h"
 #include "dslaunch/device.h"
+#include "dslaunch/lossscale.h"
 #include "dslaunch/model.h"
 #include "dslaunch/optimizer.h"
 
-typedef float (*dsl_lr_fn)(void *ctx, uint64_t step); /* lr for 0-based optimizer step */
+/* lr for the 0-based applied optimizer step (steps skipped on fp16 overflow do not
+ * count: DeepSpeed does not step the scheduler on them) */
+typedef float (*dsl_lr_fn)(void *ctx, uint64_t step);
 
 struct dsl_trainer_opts {
     size_t micro_batch;   /* train_micro_batch_size_per_gpu */
@@ -67,6 +86,9 @@ struct dsl_trainer_opts {
     void *lr_ctx;
     uint64_t seed;
     struct dsl_device *dev; /* where the model state lives; NULL: dsl_device_cpu() */
+    int loss_scaling;       /* fp16: scale the loss, skip steps whose gradient overflows */
+    struct dsl_lossscale scaler; /* with loss_scaling: the scaler's initial state
+                                    (dsl_lossscale_init() from the fp16 section) */
 };
 
 struct dsl_bucket {
@@ -86,7 +108,10 @@ struct dsl_step_result {
     double loss;     /* mean loss of the global batch */
     double accuracy; /* training accuracy of the global batch */
     float lr;
-    float grad_norm; /* before clipping; 0 when clipping is off */
+    float grad_norm; /* before clipping; 0 when clipping is off or the step skipped */
+    double loss_scale; /* the loss scale this step ran with (1 without loss scaling) */
+    double next_scale; /* the scale after this step's update */
+    int skipped;     /* the gradient overflowed on some rank: nothing was updated */
     int stop;        /* some rank asked to stop (signal) */
     uint64_t bytes_sent;
     /* seconds in this step: forward+backward (incl. issuing overlapped reductions),
@@ -126,7 +151,8 @@ struct dsl_trainer {
     size_t ngather, gather_done; /* issued, waited for (a prefix) */
     double gather_wait; /* seconds forward spent waiting for parameters */
 
-    uint64_t step;      /* optimizer steps done */
+    uint64_t step;      /* global steps done, skipped ones included (see the top) */
+    struct dsl_lossscale ls; /* the loss scaler (scale 1, static, without loss_scaling) */
     int comm_err;       /* first comm failure inside backward */
     struct dsl_mem_report mem;
 };
@@ -195,7 +221,8 @@ void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, f
 /* ---- the training loop (trainer_run.c) ------------------------------------------ */
 
 struct dsl_run_opts {
-    uint64_t steps;           /* optimizer steps in all; 0: epochs x steps per epoch */
+    uint64_t steps;           /* global steps in all (fp16: skipped ones count); 0: epochs
+                                 x steps per epoch */
     uint64_t epochs;
     uint64_t steps_per_print; /* 0: never */
     uint64_t eval_interval;   /* steps; 0: at the end of every epoch */
@@ -220,6 +247,7 @@ struct dsl_run_summary {
     uint64_t bytes_per_step; /* this rank's comm bytes per step (mean) */
     double t_compute, t_reduce, t_small, t_optim, t_gather; /* per step, mean (s) */
     int stopped;             /* ended by a signal */
+    uint64_t skipped;        /* steps skipped on gradient overflow (fp16), in all */
 };
 
 /**

@@ -253,7 +253,8 @@ static const struct key keys[] = {
     {"fp16", K_SECTION, 0, 0, 0, NULL},
     {"fp16.enabled", K_BOOL, OFF(fp16.enabled), 0, 0, NULL},
     {"fp16.loss_scale", K_DOUBLE, OFF(fp16.loss_scale), 0, 1e30, NULL},
-    {"fp16.initial_scale_power", K_INT, OFF(fp16.initial_scale_power), 0, 64, NULL},
+    /* 2^127: the largest power of two in fp32, the type the scaled gradient has */
+    {"fp16.initial_scale_power", K_INT, OFF(fp16.initial_scale_power), 0, 127, NULL},
     {"fp16.loss_scale_window", K_LONG, OFF(fp16.loss_scale_window), 1, BIG, NULL},
     {"fp16.hysteresis", K_INT, OFF(fp16.hysteresis), 1, 1e9, NULL},
     {"fp16.consecutive_hysteresis", K_BOOL, OFF(fp16.consecutive_hysteresis), 0, 0, NULL},
@@ -920,10 +921,16 @@ enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg
     if (!cfg->fp16.enabled && !cfg->bf16)
         return DSL_PREC_FP32;
     if (!on_gpu) {
-        *warning = cfg->fp16.enabled
-                       ? "fp16.enabled is ignored on the CPU: training runs in fp32 "
-                         "(no loss scaling)"
-                       : "bf16.enabled is ignored on the CPU: training runs in fp32";
+        /* fp16's loss scaling runs on the CPU too (trainer.h); only the arithmetic
+         * stays fp32 */
+        if (!cfg->fp16.enabled)
+            *warning = "bf16.enabled is ignored on the CPU: training runs in fp32";
+        else if (cfg->fp16.loss_scale > 0.0)
+            *warning = "fp16 on the CPU: computing in fp32, with DeepSpeed's static loss "
+                       "scaling";
+        else
+            *warning = "fp16 on the CPU: computing in fp32, with DeepSpeed's dynamic loss "
+                       "scaling";
         return DSL_PREC_FP32;
     }
     return cfg->fp16.enabled ? DSL_PREC_FP16 : DSL_PREC_BF16;

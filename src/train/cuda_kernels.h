@@ -68,9 +68,10 @@ cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float *p,
 /** z[i][k] = z[i][k] + b[k] over n rows of out, then ReLU if relu */
 cudaError_t dsl_cuda_mlp_bias_act(float *z, const float *b, size_t n, size_t out, int relu);
 /** Softmax cross-entropy per sample over n rows of c logits: loss[i], correct[i]
- *  (argmax == y[i]) and, if dz is not NULL, dz = softmax - onehot */
+ *  (argmax == y[i]) and, if dz is not NULL, dz = (softmax - onehot) x scale (the
+ *  loss scale; 1 for the plain gradient) */
 cudaError_t dsl_cuda_mlp_loss(const float *logits, const int32_t *y, size_t n, size_t c,
-                              float *loss, int32_t *correct, float *dz);
+                              float *loss, int32_t *correct, float *dz, float scale);
 /** db[k] = sum over rows i (in order) of dz[i][k] */
 cudaError_t dsl_cuda_mlp_bias_grad(const float *dz, size_t n, size_t out, float *db);
 /** d[i] = 0 where a[i] <= 0 (the ReLU's gradient), over len elements */

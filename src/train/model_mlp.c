@@ -12,7 +12,9 @@
  * input, so a reduction of the segments just handed over can run concurrently with
  * that sgemm.
  *
- * Gradients are of the summed loss. The bias gradient is a column sum in sample
+ * Gradients are of the summed loss, times the loss scale the trainer passes (fp16
+ * loss scaling: dz is multiplied by it right after the softmax, so everything after
+ * is scaled by it too). The bias gradient is a column sum in sample
  * order; everything else is sgemm with shapes fixed by (micro batch, dims, seg_max),
  * so a given micro batch yields the same bits whatever the world size or ZeRO stage.
  *
@@ -73,9 +75,9 @@ static void mlp_forward(struct mlp *p, const float *params, const float *x, size
     }
 }
 
-/* Softmax cross-entropy of the logits in act[nlayers]; if dz, the gradient of the
- * summed loss w.r.t. the logits (softmax - onehot) goes there. */
-static void mlp_loss(struct mlp *p, const int32_t *y, size_t n, float *dz,
+/* Softmax cross-entropy of the logits in act[nlayers]; if dz, the gradient of
+ * scale x the summed loss w.r.t. the logits ((softmax - onehot) x scale) goes there. */
+static void mlp_loss(struct mlp *p, const int32_t *y, size_t n, float *dz, float scale,
                      struct dsl_model_stats *st)
 {
     size_t c = p->L.dims[p->L.nlayers];
@@ -99,6 +101,10 @@ static void mlp_loss(struct mlp *p, const int32_t *y, size_t n, float *dz,
             float inv = 1.0f / sum;
             for (size_t k = 0; k < c; k++)
                 dz[i * c + k] = expf(zi[k] - mx) * inv - (k == yi ? 1.0f : 0.0f);
+            /* the loss scale (model.h); x 1 would change nothing, so skip it */
+            if (scale != 1.0f)
+                for (size_t k = 0; k < c; k++)
+                    dz[i * c + k] *= scale;
         }
     }
 }
@@ -112,7 +118,7 @@ static int mlp_check_labels(const struct dsl_model *m, const int32_t *y, size_t 
 }
 
 static int mlp_forward_backward(struct dsl_model *m, const float *params, const float *x,
-                                const int32_t *y, size_t n,
+                                const int32_t *y, size_t n, float loss_scale,
                                 const struct dsl_grad_sink *sink,
                                 struct dsl_model_stats *st)
 {
@@ -122,7 +128,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         return r;
     mlp_forward(p, params, x, n, sink);
     float *dz = p->dz, *dnext = p->dz2;
-    mlp_loss(p, y, n, dz, st);
+    mlp_loss(p, y, n, dz, loss_scale, st);
 
     size_t seg = 0;
     for (size_t li = p->L.nlayers; li-- > 0;) {
@@ -172,7 +178,7 @@ static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x
     if (r < 0)
         return r;
     mlp_forward(p, params, x, n, NULL);
-    mlp_loss(p, y, n, NULL, st);
+    mlp_loss(p, y, n, NULL, 1.0f, st);
     return 0;
 }
 

@@ -8,7 +8,8 @@
  * stream (cuBLAS's default stream, the kernels', cudaMemcpy's), so the work is ordered
  * without events; the nccl comm orders its collectives after this stream. A call
  * uploads the micro batch (host x, y) into device workspace, runs forward (each layer:
- * sink->need, sgemm, bias + ReLU) and the loss, and, for forward_backward, backward
+ * sink->need, sgemm, bias + ReLU) and the loss (its gradient dz multiplied by the
+ * trainer's loss scale, as on the CPU), and, for forward_backward, backward
  * in the CPU model's order: per layer from the last, the bias gradient (a column sum
  * in sample order), then the weight gradient row blocks (last block first), each
  * written straight into the device buffer sink->dest returns and then handed over
@@ -114,7 +115,7 @@ static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t 
 
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; then the loss (and dz into p->dz) */
 static int forward_loss(struct dsl_model *m, const float *params, size_t n,
-                        const struct dsl_grad_sink *sink, int want_dz)
+                        const struct dsl_grad_sink *sink, int want_dz, float loss_scale)
 {
     struct mlp_cuda *p = m->impl;
     size_t nl = p->L.nlayers;
@@ -133,7 +134,8 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
            dsl_cuda_mlp_bias_act(p->act[l + 1], w + in * out, n, out, l + 1 < nl));
     }
     CU(m, "loss kernel", dsl_cuda_mlp_loss(p->act[nl], p->y, n, m->out_dim, p->loss,
-                                           p->correct, want_dz ? p->dz : NULL));
+                                           p->correct, want_dz ? p->dz : NULL,
+                                           loss_scale));
     return 0;
 }
 
@@ -157,13 +159,14 @@ static int stats(struct dsl_model *m, size_t n, struct dsl_model_stats *st)
 }
 
 static int mlpc_forward_backward(struct dsl_model *m, const float *params, const float *x,
-                                 const int32_t *y, size_t n,
+                                 const int32_t *y, size_t n, float loss_scale,
                                  const struct dsl_grad_sink *sink,
                                  struct dsl_model_stats *st)
 {
     struct mlp_cuda *p = m->impl;
     int r;
-    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, sink, 1)) < 0)
+    if ((r = upload(m, x, y, n)) < 0 ||
+        (r = forward_loss(m, params, n, sink, 1, loss_scale)) < 0)
         return r;
     float *dz = p->dz, *dnext = p->dz2;
     size_t seg = 0;
@@ -211,7 +214,7 @@ static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *
                          const int32_t *y, size_t n, struct dsl_model_stats *st)
 {
     int r;
-    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0)) < 0)
+    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0, 1.0f)) < 0)
         return r;
     return stats(m, n, st);
 }

@@ -1,7 +1,8 @@
 /*
  * The elementwise parts of the CUDA MLP (model_mlp_cuda.c): bias + ReLU after each
  * layer's sgemm, softmax cross-entropy with its gradient, the bias gradient and the
- * ReLU's gradient mask.
+ * ReLU's gradient mask. The loss kernel multiplies dz by the trainer's loss scale (x 1
+ * is exact, so it does so unconditionally; the CPU skips the multiply at 1).
  *
  * Theory of operation. Each kernel is the CPU loop of model_mlp.c with one thread per
  * element (bias_act, relu_mask), per sample (loss: classes are few) or per output
@@ -29,7 +30,7 @@ __global__ void k_bias_act(float *z, const float *b, size_t n, size_t out, int r
 }
 
 __global__ void k_loss(const float *logits, const int32_t *y, size_t n, size_t c, float *loss,
-                       int32_t *correct, float *dz)
+                       int32_t *correct, float *dz, float scale)
 {
     GRID_STRIDE(i, n)
     {
@@ -48,8 +49,10 @@ __global__ void k_loss(const float *logits, const int32_t *y, size_t n, size_t c
         if (dz) {
             float inv = __fdiv_rn(1.0f, sum);
             for (size_t k = 0; k < c; k++)
-                dz[i * c + k] = __fsub_rn(__fmul_rn(expf(__fsub_rn(zi[k], mx)), inv),
-                                          k == yi ? 1.0f : 0.0f);
+                dz[i * c + k] = __fmul_rn(__fsub_rn(__fmul_rn(expf(__fsub_rn(zi[k], mx)),
+                                                              inv),
+                                                    k == yi ? 1.0f : 0.0f),
+                                          scale);
         }
     }
 }
@@ -82,12 +85,13 @@ extern "C" cudaError_t dsl_cuda_mlp_bias_act(float *z, const float *b, size_t n,
 }
 
 extern "C" cudaError_t dsl_cuda_mlp_loss(const float *logits, const int32_t *y, size_t n,
-                                         size_t c, float *loss, int32_t *correct, float *dz)
+                                         size_t c, float *loss, int32_t *correct, float *dz,
+                                         float scale)
 {
     if (!n)
         return cudaSuccess;
     k_loss<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(logits, y, n, c, loss, correct,
-                                                             dz);
+                                                             dz, scale);
     return cudaGetLastError();
 }
 

@@ -24,6 +24,15 @@
  * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
  * 1/2 then all-gather the parameters bucket by bucket, in place.
  *
+ * fp16 loss scaling (trainer.h) adds three things to that: the model is asked for the
+ * gradient of scale x loss; before the per-step loss reduction every rank looks for
+ * inf/NaN in its final gradient pieces (absmax_bits) and the flag travels with the
+ * loss sums, so all ranks see the same sum and take the same decision from
+ * dsl_lossscale_update(); and 1/scale joins the division by the global batch. A
+ * skipped step returns before clipping and the optimizer and issues no all-gather
+ * (the parameters did not change). Without loss scaling none of this runs, and the
+ * arithmetic is what it always was.
+ *
  * Every micro step is reduced over the ranks, and micro steps are combined afterwards
  * (a pairwise tree in deterministic mode, a running sum otherwise); see trainer.h for
  * why this gives the same bits at every world size. NEEDSWORK: outside deterministic
@@ -46,6 +55,7 @@
  * backward returns; the trainer never exits on its own (dstrain decides).
  */
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +168,10 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     t->rank = dsl_comm_rank(comm);
     t->world = dsl_comm_size(comm);
     t->P = model->nparams;
+    if (o->loss_scaling)
+        t->ls = o->scaler;
+    else
+        dsl_lossscale_init(&t->ls, NULL);
     struct dsl_device *d = t->dev;
     if ((model->on_device != 0) == (d->host_memory != 0))
         return dsl_seterr(err, DSL_ECONFIG, "a %s model cannot train on device '%s'",
@@ -208,7 +222,7 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if (!t->xb)
         fail = 1;
     t->yb = dsl_xcalloc(o->micro_batch, sizeof(int32_t));
-    t->stats = dsl_xcalloc(2 * o->grad_accum + 1, sizeof(float));
+    t->stats = dsl_xcalloc(2 * o->grad_accum + 2, sizeof(float));
     if (!d->host_memory) {
         /* the small host arrays that are reduced, one at a time (not model state) */
         t->scratch_bytes = (2 * o->grad_accum + 4) * sizeof(float);
@@ -276,46 +290,6 @@ const char *dsl_trainer_last_error(const struct dsl_trainer *t)
     if (t->dev && t->dev->failed)
         return t->dev->err;
     return dsl_comm_last_error(t->comm);
-}
-
-int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
-                               enum dsl_dtype ty, enum dsl_redop op)
-{
-    struct dsl_device *d = t->dev;
-    size_t bytes = count * dsl_dtype_size(ty);
-    int r;
-    if (d->host_memory)
-        return dsl_comm_allreduce(t->comm, buf, buf, count, ty, op);
-    void *dbuf = bytes <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, bytes);
-    if (!dbuf)
-        return -ENOMEM;
-    if ((r = d->ops->copy(d, dbuf, buf, bytes, DSL_COPY_H2D)) >= 0 &&
-        (r = dsl_comm_allreduce(t->comm, dbuf, dbuf, count, ty, op)) >= 0)
-        r = d->ops->copy(d, buf, dbuf, bytes, DSL_COPY_D2H);
-    if (dbuf != t->scratch)
-        d->ops->free(d, dbuf);
-    return r;
-}
-
-int dsl_trainer_allgather_host(struct dsl_trainer *t, void *buf, size_t count,
-                               enum dsl_dtype ty)
-{
-    struct dsl_device *d = t->dev;
-    size_t esz = dsl_dtype_size(ty), off, len;
-    int r;
-    dsl_shard_of(count, t->rank, t->world, &off, &len);
-    if (d->host_memory)
-        return dsl_comm_allgather(t->comm, (char *)buf + off * esz, buf, count, ty);
-    char *dbuf = count * esz <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, count * esz);
-    if (!dbuf)
-        return -ENOMEM;
-    if ((r = d->ops->copy(d, dbuf + off * esz, (char *)buf + off * esz, len * esz,
-                          DSL_COPY_H2D)) >= 0 &&
-        (r = dsl_comm_allgather(t->comm, dbuf + off * esz, dbuf, count, ty)) >= 0)
-        r = d->ops->copy(d, buf, dbuf, count * esz, DSL_COPY_D2H);
-    if (dbuf != t->scratch)
-        d->ops->free(d, dbuf);
-    return r;
 }
 
 /* ---- gradient sink: where backward writes, and what happens when a bucket is done */
@@ -536,13 +510,13 @@ static float tree_sum(const float *v, size_t n)
  * does not matter. Relative error at most P x 2^-37 (1.4e-5 for 1.9M parameters).
  */
 #define NORM_FRAC 68719476736.0 /* 2^36 */
-static int global_norm(struct dsl_trainer *t, float *norm)
+static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local_max)
 {
     struct dsl_device *d = t->dev;
     int shared = t->o.zero_stage > 0 && t->world > 1, r;
-    /* max |g| on the bit patterns (device.h: absmax_bits) */
-    uint32_t mb = 0;
-    for (size_t j = 0; j < t->nbk; j++) {
+    /* max |g| on the bit patterns (device.h: absmax_bits), unless the caller knows it */
+    uint32_t mb = local_max ? *local_max : 0;
+    for (size_t j = 0; j < t->nbk && !local_max; j++) {
         uint32_t b;
         if ((r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b)) < 0)
             return r;
@@ -575,6 +549,39 @@ static int global_norm(struct dsl_trainer *t, float *norm)
     return 0;
 }
 
+/* 1 in *overflow when a final gradient piece of this rank holds inf or NaN: their
+ * magnitude bits are >= those of inf (absmax_bits sorts NaN above inf). Without an
+ * overflow, *max_bits is the bit pattern of this rank's largest |g| (the norm reuses
+ * it); with one the scan stops early. */
+static int grad_overflow(struct dsl_trainer *t, int *overflow, uint32_t *max_bits)
+{
+    struct dsl_device *d = t->dev;
+    *overflow = 0;
+    *max_bits = 0;
+    for (size_t j = 0; j < t->nbk && !*overflow; j++) {
+        uint32_t b;
+        int r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b);
+        if (r < 0)
+            return r;
+        *max_bits = b > *max_bits ? b : *max_bits;
+        *overflow = b >= 0x7f800000u;
+    }
+    return 0;
+}
+
+/* A step skipped on gradient overflow: drop the gradients (the accumulation levels
+ * start over; the leaves are overwritten by the next backward) and leave parameters,
+ * optimizer state and the applied-step count alone. Nothing to all-gather. */
+static void skip_step(struct dsl_trainer *t, struct dsl_step_result *res, uint64_t sent0)
+{
+    for (int i = 0; i < t->nacc; i++)
+        t->acc_used[i] = 0;
+    t->ngather = t->gather_done = 0;
+    res->skipped = 1;
+    t->step++;
+    res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
+}
+
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err)
@@ -583,6 +590,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     size_t mb = t->o.micro_batch, ga = t->o.grad_accum, N = (size_t)t->world;
     struct dsl_grad_sink sink = {sink_dest, sink_done, sink_need, t};
     uint64_t sent0 = dsl_comm_bytes_sent(t->comm);
+    /* the loss scale of this step; one beyond fp32's range (a dynamic scale doubled
+     * past 2^127) becomes inf, so the gradient overflows and the scaler halves it */
+    float scale = t->o.loss_scaling ? (float)t->ls.cur_scale : 1.0f;
     int r;
     memset(res, 0, sizeof(*res));
 
@@ -595,7 +605,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         struct dsl_model_stats st;
         for (size_t j = 0; j < t->nbk; j++)
             t->bk[j].req = -1;
-        r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, &sink, &st);
+        r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, scale, &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
                               (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
@@ -625,24 +635,75 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     res->t_compute -= t->gather_wait;
     if ((r = dsl_trainer_sync(t, err)) < 0)
         return r;
-    /* loss, accuracy and the stop flag, summed over the ranks per micro step */
+    if ((r = fold_levels(t)) < 0)
+        return comm_fail(t, r, "gradient accumulation", err);
+    /* loss, accuracy, the stop flag and (loss scaling) the overflow flag, summed over
+     * the ranks per micro step */
+    size_t nstats = 2 * ga + 1;
+    uint32_t lmax = 0; /* loss scaling: this rank's largest |g| (bits), still scaled */
     t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
-    if ((r = dsl_trainer_allreduce_host(t, t->stats, 2 * ga + 1, DSL_FLOAT32, DSL_SUM)) < 0)
+    if (t->o.loss_scaling) {
+        int overflow;
+        if ((r = grad_overflow(t, &overflow, &lmax)) < 0)
+            return comm_fail(t, r, "gradient overflow check", err);
+        t->stats[nstats++] = overflow ? 1.0f : 0.0f;
+    }
+    if ((r = dsl_trainer_allreduce_host(t, t->stats, nstats, DSL_FLOAT32, DSL_SUM)) < 0)
         return comm_fail(t, r, "loss reduction", err);
     res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
     res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
     res->stop = t->stats[2 * ga] > 0.0f;
+    res->loss_scale = res->next_scale = t->ls.cur_scale;
+    uint64_t applied = t->step - t->ls.skipped;
+    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, applied) : t->o.optim.lr;
+    res->lr = lr;
+    if (t->o.loss_scaling) {
+        char why[DSL_ERR_LEN];
+        if ((r = dsl_lossscale_update(&t->ls, t->stats[2 * ga + 1] > 0.0f, why)) < 0)
+            return dsl_seterr(err, r, "step %llu: %s", (unsigned long long)t->step + 1, why);
+        res->next_scale = t->ls.cur_scale;
+        if (r == 1) {
+            skip_step(t, res, sent0);
+            res->t_small = dsl_now() - c1;
+            return 0;
+        }
+    }
 
-    /* mean over the global batch, then clipping with the global norm */
-    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
-    if ((r = fold_levels(t)) < 0)
-        return comm_fail(t, r, "gradient accumulation", err);
-    for (size_t j = 0; j < t->nbk; j++)
+    /* mean over the global batch and 1/scale in one factor, then clipping with the
+     * global norm of the true gradient */
+    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G, pre = 1.0f;
+    if (scale != 1.0f) {
+        /* inv / scale is exact for a power-of-two scale unless it is subnormal: then
+         * divide by the scale first (exact for a power of two), inv second */
+        float f = inv / scale;
+        if (f >= FLT_MIN)
+            inv = f;
+        else
+            pre = 1.0f / scale;
+    }
+    for (size_t j = 0; j < t->nbk; j++) {
+        if (pre != 1.0f && (r = dscale(t, final_grads(t, j), t->bk[j].plen, pre)) < 0)
+            return comm_fail(t, r, "gradient unscaling", err);
         if ((r = dscale(t, final_grads(t, j), t->bk[j].plen, inv)) < 0)
             return comm_fail(t, r, "gradient averaging", err);
+    }
     float coef = 1.0f;
     if (t->o.grad_clip > 0.0f) {
-        if ((r = global_norm(t, &res->grad_norm)) < 0)
+        /* with loss scaling the local max is known from the overflow check: multiplying
+         * by positive factors and rounding are monotonic, so the largest unscaled
+         * element is the largest scaled one put through the same multiplies (host
+         * floats round as the device's scale op does); one pass over the gradient
+         * saved */
+        uint32_t umax;
+        if (t->o.loss_scaling) {
+            float mx;
+            memcpy(&mx, &lmax, sizeof(mx));
+            if (pre != 1.0f)
+                mx *= pre;
+            mx *= inv;
+            memcpy(&umax, &mx, sizeof(umax));
+        }
+        if ((r = global_norm(t, &res->grad_norm, t->o.loss_scaling ? &umax : NULL)) < 0)
             return comm_fail(t, r, "gradient norm", err);
         float c = t->o.grad_clip / (res->grad_norm + 1e-6f);
         if (c < 1.0f)
@@ -651,8 +712,6 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 
     c0 = dsl_now();
     res->t_small = c0 - c1;
-    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, t->step) : t->o.optim.lr;
-    res->lr = lr;
     /* the optimizer bucket by bucket, in forward order (buckets are listed in
      * backward order); with a shard (stages 1/2) each bucket's all-gather is issued
      * right after its update and left running: the next forward waits for each
@@ -666,7 +725,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if (coef != 1.0f && (r = dscale(t, g, b->plen, coef)) < 0)
             return comm_fail(t, r, "gradient clipping", err);
         float *p = t->params + b->lo;
-        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, t->step + 1, p + b->poff, g,
+        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, applied + 1, p + b->poff, g,
                                          t->m ? t->m + b->soff : NULL,
                                          t->v ? t->v + b->soff : NULL, b->plen)) < 0)
             return comm_fail(t, r, "optimizer", err);

@@ -10,8 +10,9 @@ add_library(dsltrain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer_state.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c
   ${CMAKE_CURRENT_LIST_DIR}/blascore.c)
-target_link_libraries(dsltrain PUBLIC dslcomm dslcommon PkgConfig::OPENBLAS PkgConfig::ZLIB m
-                      PRIVATE dsl_flags)
+# dslconfig: the fp16 loss scaler (lossscale.c) that the step runs
+target_link_libraries(dsltrain PUBLIC dslcomm dslconfig dslcommon PkgConfig::OPENBLAS
+                      PkgConfig::ZLIB m PRIVATE dsl_flags)
 target_compile_options(dsltrain PRIVATE $<$<COMPILE_LANGUAGE:C>:${DSL_SRC_WARNINGS}>)
 # The elementwise loops (Adam, ReLU, bias) need the vectorizer; it changes no result
 # bits because they contain no reductions and C11 mode keeps -ffp-contract=off.

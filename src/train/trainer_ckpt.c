@@ -10,10 +10,15 @@
  * + latest) or everyone reports the failure; a second one spreads the commit's
  * result. A failed save never touches the checkpoint `latest` names.
  *
- * The data position, the scheduler and the step counter are all the optimizer step
- * count (deterministic sampler, no skipped steps in fp32), stored as "step"; resume
- * loads the full state on every rank and re-cuts it for the current world size and
- * stage, so a checkpoint resumes at any world size.
+ * The data position is the global step count, stored as "step"; the loss scaler's
+ * state (lossscale.h, in every file's metadata as "lossscale") adds the number of
+ * steps skipped on fp16 overflow, and step - skipped is the optimizer's step count
+ * (Adam's bias correction) and the scheduler's position. Resume loads the full state
+ * on every rank and re-cuts it for the current world size and stage, so a checkpoint
+ * resumes at any world size; with the scaler restored too, a resumed fp16 run skips
+ * and rescales exactly where the uninterrupted one would. A checkpoint without
+ * "lossscale" (fp32, or written before loss scaling) resumes with none skipped and
+ * the configured initial scale.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -105,6 +110,9 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
         dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
         dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
         dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
+        char ls[160];
+        dsl_lossscale_format(&t->ls, ls, sizeof(ls));
+        dsl_strvec_pushf(&meta, "lossscale=%s", ls);
         if (t->rank == 0) {
             /* the parameters in host memory (a copy: they may live on a GPU) */
             params = malloc(t->P ? t->P * sizeof(float) : 1);
@@ -149,6 +157,35 @@ fail:
                       tag);
 }
 
+/*
+ * The scaler from the checkpoint's "lossscale" (absent: nothing to restore). A dynamic
+ * scaler takes all of it (scale, hysteresis, window position, skipped), as DeepSpeed
+ * loads its loss scaler; a static one, or none (fp32), keeps its scale and takes the
+ * counters, so that step - skipped stays the optimizer's step count.
+ */
+static int restore_lossscale(struct dsl_trainer *t, const struct dsl_ckpt *c, char *err)
+{
+    const char *v = dsl_ckpt_meta(c, "lossscale");
+    struct dsl_lossscale ls = t->ls;
+    char why[DSL_ERR_LEN];
+    if (!v)
+        return 0;
+    if (dsl_lossscale_restore(&ls, v, why) < 0)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %s", c->path, why);
+    if (ls.skipped > t->step)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s': %" PRIu64 " skipped steps of %" PRIu64, c->path,
+                          ls.skipped, t->step);
+    if (t->ls.dynamic) {
+        t->ls = ls;
+    } else {
+        t->ls.cur_iter = ls.cur_iter;
+        t->ls.last_overflow_iter = ls.last_overflow_iter;
+        t->ls.skipped = ls.skipped;
+    }
+    return 0;
+}
+
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
@@ -191,11 +228,17 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
     if (r < 0)
         goto out;
     t->step = step;
+    if ((r = restore_lossscale(t, &c, err)) < 0)
+        goto out;
     if (dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) == 0 && gb != t->G && t->rank == 0)
         dsl_warn("checkpoint '%s' was trained with global batch %" PRIu64 ", now %zu: the "
                  "data order continues by step, not by sample",
                  c.path, gb, t->G);
-    if (t->rank == 0)
+    if (t->rank == 0 && t->o.loss_scaling)
+        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d), "
+               "loss scale %g, %" PRIu64 " steps skipped so far\n",
+               c.path, step, c.saved_world, t->ls.cur_scale, t->ls.skipped);
+    else if (t->rank == 0)
         printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d)\n",
                c.path, step, c.saved_world);
     r = 0;

@@ -10,6 +10,12 @@
  * save_on_signal) and exit with DSL_ECANCELED. Evaluation and saving are collective
  * and happen at step counts every rank computes alike. Rank 0 alone prints (stdout)
  * and writes the metrics file; other ranks print only errors.
+ *
+ * fp16 loss scaling: a step skipped on gradient overflow is still a step of the loop
+ * (its batch is consumed, it is printed, evaluation and checkpoints count it), as in
+ * DeepSpeed, whose global step advances on a skipped step; rank 0 reports each skip
+ * with the old and new scale, progress lines and metrics carry "loss_scale" (the scale
+ * the step ran with) and "skipped" (skipped steps so far), and the summary the total.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -161,21 +167,34 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->t_optim += res.t_optim;
         sum->t_gather += res.t_gather;
         sum->final_loss = res.loss;
+        if (res.skipped && t->rank == 0) {
+            printf("dstrain: step %" PRIu64 ": gradient overflow, step skipped; loss scale "
+                   "%g -> %g\n",
+                   t->step, res.loss_scale, res.next_scale);
+            fflush(stdout);
+        }
         double now = dsl_now();
         int print = ro->steps_per_print && t->step % ro->steps_per_print == 0;
         if (t->rank == 0 && (print || mf)) {
             double sps = (double)((t->step - print_step) * t->G) / (now - t_print);
+            char fp16[96] = "", fp16j[96] = "";
+            if (t->o.loss_scaling) {
+                snprintf(fp16, sizeof(fp16), " loss_scale %g skipped %" PRIu64,
+                         res.loss_scale, t->ls.skipped);
+                snprintf(fp16j, sizeof(fp16j), ",\"loss_scale\":%.17g,\"skipped\":%" PRIu64,
+                         res.loss_scale, t->ls.skipped);
+            }
             if (print)
-                printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e "
+                printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e%s "
                        "samples/s %.1f\n",
-                       t->step, total, epoch + 1, res.loss, (double)res.lr, sps);
+                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps);
             if (mf)
                 fprintf(mf,
                         "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
-                        ",\"loss\":%.6g,\"train_acc\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g,"
+                        ",\"loss\":%.6g,\"train_acc\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g%s,"
                         "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
                         t->step, epoch + 1, res.loss, res.accuracy, (double)res.lr,
-                        (double)res.grad_norm, res.bytes_sent, now - t_start);
+                        (double)res.grad_norm, fp16j, res.bytes_sent, now - t_start);
             if (print && ro->wall_clock_breakdown) {
                 double k = 1e3 / (double)(t->step - print_step);
                 printf("time per step (ms): forward+backward %.2f reduce-wait %.2f "
@@ -233,6 +252,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     if (ro->params_out && t->rank == 0 && (r = write_params(t, ro->params_out, err)) < 0)
         goto out;
     sum->steps = t->step;
+    sum->skipped = t->ls.skipped;
     sum->wall_s = dsl_now() - t_start;
     sum->train_s = sum->wall_s - t_eval;
     sum->samples_per_s =
@@ -248,15 +268,22 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->t_gather *= k;
     }
     if (t->rank == 0) {
+        char fp16[96] = "", fp16j[96] = "";
+        if (t->o.loss_scaling) {
+            snprintf(fp16, sizeof(fp16), " skipped %" PRIu64 " loss_scale %g", sum->skipped,
+                     t->ls.cur_scale);
+            snprintf(fp16j, sizeof(fp16j), ",\"skipped\":%" PRIu64 ",\"loss_scale\":%.17g",
+                     sum->skipped, t->ls.cur_scale);
+        }
         if (mf)
             fprintf(mf,
                     "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
                     "\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"test_acc\":%.6g,"
-                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d,\"ms_compute\":%.3f,"
+                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
                     "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
                     "\"ms_gather\":%.3f}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss,
-                    sum->test_acc, sum->bytes_per_step, sum->stopped, sum->t_compute,
+                    sum->test_acc, sum->bytes_per_step, sum->stopped, fp16j, sum->t_compute,
                     sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
                sum->bytes_per_step);
@@ -265,9 +292,9 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                "%.2f\n",
                sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
         printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
-               "test_acc %.4f%s\n",
+               "test_acc %.4f%s%s\n",
                sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
-               sum->stopped ? " (stopped by signal)" : "");
+               fp16, sum->stopped ? " (stopped by signal)" : "");
         fflush(stdout);
     }
     r = sum->stopped ? DSL_ECANCELED : 0;

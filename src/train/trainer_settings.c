@@ -9,9 +9,12 @@
  * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
  * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
  * this dstrain was built with CUDA and every local rank can have a GPU of its own.
- * On the GPU, mixed precision (fp16/bf16) is not implemented yet and deterministic
- * mode does not exist (nccl's summation order is not ours): both are reported on rank
- * 0 and the run goes on in fp32, non-deterministic.
+ * fp16 turns on DeepSpeed's loss scaling (the scaler from the fp16 section) on the CPU
+ * and the GPU alike; the arithmetic stays fp32 on both (no half-precision BLAS on the
+ * CPU, half-precision compute on the GPU not implemented yet). bf16 means no loss
+ * scaling and, for now, fp32. On the GPU deterministic mode does not exist (nccl's
+ * summation order is not ours). Each of these is reported on rank 0, and the run
+ * goes on.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #include "dslaunch/device.h"
 #include "dslaunch/dynbuf.h"
 #include "dslaunch/error.h"
+#include "dslaunch/lossscale.h"
 #include "dslaunch/log.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/trainer_settings.h"
@@ -254,13 +258,16 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
         dsl_warn("%s", warning);
-    /* NEEDSWORK: fp16/bf16 on the GPU (half compute, fp32 master weights, loss
-     * scaling); until then the GPU trains in fp32 like the CPU */
+    /* NEEDSWORK: half-precision compute on the GPU (fp32 master weights, half copies
+     * for forward/backward, half gradients over nccl); until then the GPU computes in
+     * fp32 like the CPU, with the loss scaling of fp16 */
     if (gpu && prec != DSL_PREC_FP32 && rank == 0)
-        dsl_warn("%s: mixed precision is not implemented on the GPU yet, training runs "
-                 "in fp32%s",
+        dsl_warn("%s: half-precision compute is not implemented on the GPU yet, training "
+                 "runs in fp32%s",
                  prec == DSL_PREC_FP16 ? "fp16.enabled" : "bf16.enabled",
-                 prec == DSL_PREC_FP16 ? " (no loss scaling)" : "");
+                 prec != DSL_PREC_FP16        ? ""
+                 : c->fp16.loss_scale > 0.0 ? ", with DeepSpeed's static loss scaling"
+                                            : ", with DeepSpeed's dynamic loss scaling");
     if (gpu && c->dstrain.deterministic > 0 && rank == 0)
         dsl_warn("dstrain.deterministic is ignored on the GPU: nccl's summation order is "
                  "not under dstrain's control, so the run is not bit-identical across world "
@@ -280,6 +287,9 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     to->prescale = c->prescale_gradients;
     to->predivide = (float)c->gradient_predivide_factor;
     to->seed = c->seed;
+    /* fp16: DeepSpeed's loss scaler, whatever the device; bf16 and fp32: none */
+    to->loss_scaling = c->fp16.enabled != 0;
+    dsl_lossscale_init(&to->scaler, &c->fp16);
     struct dsl_optim_hparams *h = &to->optim;
     h->type = c->optimizer.type == DSL_CFG_OPTIM_SGD ? DSL_OPTIM_SGD : DSL_OPTIM_ADAM;
     h->lr = (float)c->optimizer.lr;

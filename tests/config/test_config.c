@@ -142,8 +142,8 @@ static const struct {
      "t.json: 'fp16.enabled' and 'bf16.enabled' cannot both be true"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": \"yes\"}}",
      "expected true or false for 'fp16.enabled', got a string"},
-    {"{\"train_batch_size\": 8, \"fp16\": {\"initial_scale_power\": 99}}",
-     "'fp16.initial_scale_power' must be between 0 and 64, got 99"},
+    {"{\"train_batch_size\": 8, \"fp16\": {\"initial_scale_power\": 128}}",
+     "'fp16.initial_scale_power' must be between 0 and 127, got 128"},
     {"{\"train_batch_size\": 8, \"gradient_clipping\": -1.0}",
      "'gradient_clipping' must be at least 0, got -1"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"backend\": \"mpi\"}}",
@@ -396,14 +396,15 @@ TEST(command_line_overrides_should_reuse_the_same_checks)
     dsl_train_config_release(&cfg);
 }
 
-TEST(half_precision_on_the_cpu_should_run_fp32_with_a_warning)
+TEST(half_precision_on_the_cpu_should_compute_in_fp32_with_a_warning)
 {
     struct dsl_train_config cfg;
     char err[DSL_ERR_LEN];
     const char *warn;
     ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}}", 1, err));
     ASSERT_EQ(dsl_train_config_precision(&cfg, 0, &warn), DSL_PREC_FP32);
-    ASSERT_CONTAINS(warn, "fp16.enabled is ignored on the CPU");
+    ASSERT_STR_EQ(warn, "fp16 on the CPU: computing in fp32, with DeepSpeed's dynamic loss "
+                        "scaling");
     ASSERT_EQ(dsl_train_config_precision(&cfg, 1, &warn), DSL_PREC_FP16);
     ASSERT(warn == NULL);
     dsl_train_config_release(&cfg);

@@ -250,6 +250,77 @@ fmnist)
     awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.7 * a)}' || fail "loss did not fall"
     awk -v a="$acc" 'BEGIN {exit !(a > 0.7)}' || fail "test accuracy $acc"
     ;;
+fp16)
+    # fp16 loss scaling from 2^127, which overflows fp32 gradients: overflowing steps
+    # are skipped (parameters, Adam state and the LR warmup stay put) and the scale
+    # halves (after the hysteresis) until it fits, then training goes on. Worlds 1 and
+    # 2 (stages 0 and 2) skip the same steps with the same scales and end with the same
+    # parameters bit for bit; every rank's scaler ends in the same state (each rank
+    # writes its own into its optimizer shard's metadata); stopping inside the skipped
+    # region, or after it, and resuming equals the uninterrupted run bit for bit.
+    cat >"$TMP/fp16.json" <<'JSON'
+{"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 127,
+          "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1},
+ "scheduler": {"type": "WarmupLR",
+               "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01,
+                          "warmup_num_steps": 8, "warmup_type": "linear"}}}
+JSON
+    FP16="$TINY --config $TMP/fp16.json --steps 24"
+    # "step loss lr loss_scale skipped" per step line of a metrics file
+    seq_of() {
+        sed -n 's/.*"step":\([0-9]*\),.*"loss":\([^,]*\),.*"lr":\([^,]*\),.*"loss_scale":\([^,]*\),"skipped":\([0-9]*\).*/\1 \2 \3 \4 \5/p' "$1"
+    }
+    lsmeta() { # the scaler state in a checkpoint file's metadata
+        grep -ao 'scale=[0-9.e+-]* iter=[0-9]* last_overflow=[0-9-]* hysteresis=[0-9]* skipped=[0-9]*' "$1"
+    }
+    train_ok 1 f1 $FP16 --metrics "$TMP/f1.json" --save-params "$TMP/p.f1"
+    seq_of "$TMP/f1.json" >"$TMP/f1.seq"
+    [ "$(wc -l <"$TMP/f1.seq")" -eq 24 ] || fail "fp16 metrics lack loss_scale/skipped"
+    set -- $(head -n 1 "$TMP/f1.seq")
+    [ "$4" = 1.7014118346046923e+38 ] && [ "$5" = 1 ] ||
+        fail "step 1 ran at scale $4 with $5 skipped, expected 2^127 and skipped"
+    set -- $(tail -n 1 "$TMP/f1.seq")
+    K=$5
+    [ "$K" -ge 3 ] && [ "$K" -le 16 ] || fail "$K of 24 steps skipped"
+    [ "$(grep -c 'gradient overflow, step skipped' "$TMP/f1.0.out")" -eq "$K" ] ||
+        fail "not one overflow line per skipped step"
+    grep -q "^summary: .* skipped $K loss_scale" "$TMP/f1.0.out" ||
+        fail "the summary does not count the $K skipped steps"
+    grep -q "computing in fp32, with DeepSpeed's dynamic loss scaling" "$TMP/f1.0.err" ||
+        fail "no fp16 warning"
+    # 2^127 overflows twice in a row (the hysteresis), so step 2 is inside the region
+    [ "$(sed -n '2s/.* //p' "$TMP/f1.seq")" = 2 ] || fail "step 2 was not skipped"
+    echo "# world 1: $K of 24 steps skipped, final scale $4"
+    for st in 0 2; do
+        train_ok 2 "f2s$st" $FP16 --zero-stage "$st" --metrics "$TMP/f2s$st.json" \
+            --checkpoint-dir "$TMP/ckf$st" --save-params "$TMP/p.f2s$st"
+        cmp -s "$TMP/p.f1" "$TMP/p.f2s$st" || fail "world 2 stage $st differs from world 1"
+        seq_of "$TMP/f2s$st.json" | cmp -s - "$TMP/f1.seq" ||
+            fail "world 2 stage $st: steps, losses or scales differ from world 1"
+        ck="$TMP/ckf$st/global_step24"
+        m0=$(lsmeta "$ck/mp_rank_00_model_states.safetensors") || fail "no lossscale metadata"
+        for r in 0 1; do
+            mr=$(lsmeta "$ck/zero_pp_rank_${r}_mp_rank_00_optim_states.safetensors")
+            [ "$mr" = "$m0" ] || fail "stage $st rank $r scaler '$mr', rank 0 '$m0'"
+        done
+        case $m0 in *" skipped=$K") ;; *) fail "checkpoint scaler '$m0' lacks skipped=$K" ;; esac
+    done
+    # stop inside the skipped region (step 2) and right after the last skip, resume,
+    # compare
+    L=$(awk '$5 != p {l = $1} {p = $5} END {print l}' "$TMP/f1.seq")
+    [ "$L" -lt 24 ] || fail "step 24 was skipped"
+    for at in 2 $((L + 1)); do
+        train_ok 2 "fh$at" $FP16 --zero-stage 2 --steps "$at" --checkpoint-dir "$TMP/ckr$at"
+        train_ok 2 "fr$at" $FP16 --zero-stage 1 --checkpoint-dir "$TMP/ckr$at" --resume latest \
+            --metrics "$TMP/fr$at.json" --save-params "$TMP/p.fr$at"
+        grep -q "resumed from .* at step $at .*loss scale" "$TMP/fr$at.0.out" ||
+            fail "no resume line with the loss scale"
+        cmp -s "$TMP/p.f1" "$TMP/p.fr$at" || fail "fp16 resume at step $at differs"
+        seq_of "$TMP/fr$at.json" >"$TMP/fr$at.seq"
+        tail -n $((24 - at)) "$TMP/f1.seq" | cmp -s - "$TMP/fr$at.seq" ||
+            fail "fp16 resume at step $at: steps, losses or scales differ"
+    done
+    ;;
 *)
     fail "unknown test '$TEST'"
     ;;

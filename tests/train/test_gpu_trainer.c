@@ -6,9 +6,13 @@
  *   - the CUDA MLP against the CPU MLP: the same segment list and initial parameters
  *     (bit for bit), gradients within 1e-5 of the largest gradient magnitude, the same
  *     loss (1e-5 relative) and hits;
+ *   - the CUDA MLP's gradient at loss scale 2^10 is exactly 2^10 times its gradient at
+ *     scale 1 (fp16 loss scaling, model.h);
  *   - a few trainer steps at world 1 on the nccl backend for ZeRO stages 0, 1 and 2
- *     (with overlap, accumulation, clipping, SGD) against the CPU trainer: losses and
- *     final parameters within 1e-4 relative; the optimizer state in and out of the GPU.
+ *     (with overlap, accumulation, clipping, SGD, fp16 loss scaling) against the CPU
+ *     trainer: losses and final parameters within 1e-4 relative, the same skipped
+ *     steps and scale; the optimizer state in and out of the GPU;
+ *   - fp16 from a static 2^127: every step overflows and is skipped on the GPU too.
  * Every comparison prints its largest difference ("# ... max diff"). Exits 77 (skip)
  * without a CUDA device, non-zero on a mismatch.
  */
@@ -23,7 +27,9 @@
 #include "dslaunch/data.h"
 #include "dslaunch/device.h"
 #include "dslaunch/error.h"
+#include "dslaunch/lossscale.h"
 #include "dslaunch/model.h"
+#include "dslaunch/train_config.h"
 #include "dslaunch/trainer.h"
 #include "test.h"
 #include "common/banned.h"
@@ -299,8 +305,8 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     struct dsl_grad_sink ka = {os_dest, os_done, os_need, &sa};
     struct dsl_grad_sink kb = {os_dest, os_done, os_need, &sb};
     struct dsl_model_stats sta, stb;
-    ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, &ka, &sta));
-    if (b.ops->forward_backward(&b, dp, x, y, n, &kb, &stb) < 0)
+    ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, 1.0f, &ka, &sta));
+    if (b.ops->forward_backward(&b, dp, x, y, n, 1.0f, &kb, &stb) < 0)
         DSL_FAIL_("GPU forward_backward: %s", b.err);
     ASSERT_EQ(sb.ndone, b.nsegs);
     ASSERT_EQ(sb.nneed, sa.nneed);
@@ -320,6 +326,26 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     ASSERT(diff <= 1e-5 * gmax);
     ASSERT(ldiff <= 1e-5);
     ASSERT_EQ(stb.correct, sta.correct);
+
+    /* the fp16 loss scale: 2^10 x loss gives exactly 2^10 x the GPU's own gradient
+     * (the same kernels and sgemm shapes, linear in dz), and the same loss */
+    float *dg2 = gdev.ops->alloc(&gdev, P * sizeof(float));
+    ASSERT(dg2 != NULL);
+    struct order_sink sc = {dg2, &b, 0, P, 0};
+    struct dsl_grad_sink kc = {os_dest, os_done, os_need, &sc};
+    struct dsl_model_stats stc;
+    if (b.ops->forward_backward(&b, dp, x, y, n, 1024.0f, &kc, &stc) < 0)
+        DSL_FAIL_("GPU forward_backward with a loss scale: %s", b.err);
+    float *hg2 = host_from(dg2, P);
+    size_t nbad = 0;
+    for (size_t i = 0; i < P; i++)
+        nbad += hg2[i] != 1024.0f * hg[i];
+    fprintf(stderr, "# mlp loss scale 1024: %zu of %zu gradient elements not exactly scaled\n",
+            nbad, P);
+    ASSERT_EQ(nbad, 0);
+    ASSERT(stc.loss_sum == stb.loss_sum);
+    free(hg2);
+    gdev.ops->free(&gdev, dg2);
 
     /* evaluation over the full batch */
     ASSERT_OK(a.ops->evaluate(&a, p, x, y, sp->max_batch, &sta));
@@ -363,6 +389,7 @@ struct variant {
     size_t bucket, accum;
     float clip;
     int sgd;
+    int ls_pow; /* > 0: fp16 loss scaling from 2^ls_pow, doubling every 2 clean steps */
 };
 
 struct run {
@@ -370,6 +397,8 @@ struct run {
     float *state;  /* full optimizer state (nstate x P) */
     double loss[8];
     size_t P, nstate;
+    uint64_t skipped;
+    double scale; /* the final loss scale */
 };
 
 static void train(int gpu, const struct variant *v, size_t steps, struct run *out)
@@ -400,6 +429,10 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
         .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
     if (v->sgd)
         o.optim = (struct dsl_optim_hparams){DSL_OPTIM_SGD, 5e-2f, 0, 0, 0, 0.01f, 0, 0.9f};
+    if (v->ls_pow > 0) {
+        o.loss_scaling = 1;
+        dsl_lossscale_init_dynamic(&o.scaler, ldexp(1.0, v->ls_pow), 2, 1.0, 2, 0);
+    }
     if (dsl_trainer_init(&t, &o, c, &m, err) < 0)
         DSL_FAIL_("trainer: %s", err);
     struct dsl_sampler s;
@@ -414,6 +447,8 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
     }
     double acc, tloss;
     ASSERT_OK(dsl_trainer_evaluate(&t, &te, &acc, &tloss, err));
+    out->skipped = t.ls.skipped;
+    out->scale = t.ls.cur_scale;
     out->P = t.P;
     out->nstate = dsl_optim_state_per_param(&o.optim);
     out->params = malloc(t.P * sizeof(float));
@@ -444,9 +479,11 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
 TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
 {
     static const struct variant vs[] = {
-        {0, 0, 1, 0, 1, 0.0f, 0},    {0, 1, 1, 100, 4, 0.0f, 0}, {1, 0, 0, 0, 2, 0.0f, 0},
-        {1, 1, 1, 100, 3, 0.05f, 0}, {2, 0, 1, 100, 1, 0.0f, 0}, {2, 1, 1, 30, 4, 0.05f, 0},
-        {2, 1, 0, 1000, 2, 0.0f, 1},
+        {0, 0, 1, 0, 1, 0.0f, 0, 0},     {0, 1, 1, 100, 4, 0.0f, 0, 0},
+        {1, 0, 0, 0, 2, 0.0f, 0, 0},     {1, 1, 1, 100, 3, 0.05f, 0, 0},
+        {2, 0, 1, 100, 1, 0.0f, 0, 0},   {2, 1, 1, 30, 4, 0.05f, 0, 0},
+        {2, 1, 0, 1000, 2, 0.0f, 1, 0},  {2, 1, 1, 100, 2, 0.05f, 0, 8},
+        {0, 0, 1, 0, 1, 0.0f, 0, 12},
     };
     const size_t steps = 6;
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
@@ -454,6 +491,10 @@ TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
         train(0, &vs[i], steps, &rc);
         train(1, &vs[i], steps, &rg);
         ASSERT_EQ(rc.P, rg.P);
+        /* fp16 loss scaling with scales that do not overflow: the same (none) skipped
+         * and the same scale on both */
+        ASSERT_EQ(rg.skipped, rc.skipped);
+        ASSERT(rg.scale == rc.scale);
         double pmax = 0.0, pd = 0.0, ld = 0.0;
         for (size_t k = 0; k < rc.P; k++) {
             pmax = fmax(pmax, fabs((double)rc.params[k]));
@@ -476,6 +517,57 @@ TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
         free(rg.params);
         free(rg.state);
     }
+}
+
+TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
+{
+    char err[DSL_ERR_LEN];
+    struct dsl_comm *c;
+    struct dsl_comm_opts co = {.backend = "nccl", .deterministic = 1};
+    unsetenv("WORLD_SIZE");
+    unsetenv("RANK");
+    if (dsl_comm_open_env(&c, &co, err) < 0)
+        DSL_FAIL_("comm: %s", err);
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
+                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
+    ASSERT_OK(dsl_data_load(&tr, &te, &dopt, err));
+    struct dsl_model m;
+    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
+                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64};
+    if (dsl_model_create_cuda(&m, &sp, err) < 0)
+        DSL_FAIL_("model: %s", err);
+    struct dsl_trainer t;
+    struct dsl_trainer_opts o = {
+        .micro_batch = 32, .grad_accum = 1, .zero_stage = 2, .bucket_elems = 100,
+        .overlap_comm = 1, .predivide = 1.0f, .seed = 11, .dev = &gdev, .loss_scaling = 1,
+        .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
+    struct dsl_fp16_config fc = {.enabled = 1, .loss_scale = ldexp(1.0, 127)};
+    dsl_lossscale_init(&o.scaler, &fc);
+    if (dsl_trainer_init(&t, &o, c, &m, err) < 0)
+        DSL_FAIL_("trainer: %s", err);
+    float *p0 = malloc(t.P * sizeof(float)), *p1 = malloc(t.P * sizeof(float));
+    ASSERT_OK(dsl_trainer_params_to_host(&t, p0, err));
+    struct dsl_sampler s;
+    ASSERT_OK(dsl_sampler_init(&s, tr.n, t.G, 3, 1, 0, err));
+    for (size_t k = 0; k < 3; k++) {
+        struct dsl_step_result res;
+        if (dsl_trainer_step(&t, &tr, dsl_sampler_step(&s, 0, k), 0, &res, err) < 0)
+            DSL_FAIL_("step %zu: %s", k, err);
+        ASSERT(res.skipped && res.loss_scale == ldexp(1.0, 127));
+    }
+    ASSERT_OK(dsl_trainer_params_to_host(&t, p1, err));
+    ASSERT(memcmp(p0, p1, t.P * sizeof(float)) == 0);
+    ASSERT_EQ(t.ls.skipped, 3);
+    fprintf(stderr, "# static 2^127 on the GPU: 3 of 3 steps skipped, parameters unchanged\n");
+    free(p0);
+    free(p1);
+    dsl_sampler_release(&s);
+    dsl_trainer_release(&t);
+    dsl_model_release(&m);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    dsl_comm_close(c);
 }
 
 int main(int argc, char **argv)

@@ -63,7 +63,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     struct full_sink fs = {g, &m, 0, m.nparams};
     struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs};
     struct dsl_model_stats st;
-    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, &sink, &st));
+    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &sink, &st));
     ASSERT_EQ(fs.ndone, m.nsegs);
     ASSERT_EQ(fs.last_off, 0);
     ASSERT(m.nsegs > 6); /* weights were split into row blocks */
@@ -103,8 +103,8 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
     struct dsl_grad_sink ka = {fs_dest, fs_done, NULL, &sa}, kb = {fs_dest, fs_done, NULL, &sb};
     struct dsl_model_stats st;
-    ASSERT_OK(a.ops->forward_backward(&a, p, x, y, 3, &ka, &st));
-    ASSERT_OK(b.ops->forward_backward(&b, p, x, y, 3, &kb, &st));
+    ASSERT_OK(a.ops->forward_backward(&a, p, x, y, 3, 1.0f, &ka, &st));
+    ASSERT_OK(b.ops->forward_backward(&b, p, x, y, 3, 1.0f, &kb, &st));
     ASSERT(a.nsegs < b.nsegs);
     ASSERT(memcmp(ga, gb, a.nparams * sizeof(float)) == 0);
     free(p);
@@ -112,6 +112,33 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     free(gb);
     dsl_model_release(&a);
     dsl_model_release(&b);
+}
+
+TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
+{
+    /* backward is linear in dz, so 2^k x loss gives exactly 2^k x the gradient (no
+     * overflow or subnormals at these magnitudes); the loss itself is unscaled */
+    struct dsl_model m;
+    make_tiny(&m, 12, 5);
+    float *p = calloc(m.nparams, sizeof(float)), *g1 = calloc(m.nparams, sizeof(float));
+    float *gs = calloc(m.nparams, sizeof(float)), x[5 * 7];
+    int32_t y[5] = {0, 3, 1, 2, 3};
+    m.ops->init_params(&m, p, 42);
+    fill(x, 5 * 7, 7);
+    struct full_sink f1 = {g1, &m, 0, m.nparams}, fs = {gs, &m, 0, m.nparams};
+    struct dsl_grad_sink k1 = {fs_dest, fs_done, NULL, &f1}, ks = {fs_dest, fs_done, NULL, &fs};
+    struct dsl_model_stats s1, ss;
+    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &k1, &s1));
+    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1024.0f, &ks, &ss));
+    ASSERT(s1.loss_sum == ss.loss_sum && s1.correct == ss.correct);
+    for (size_t i = 0; i < m.nparams; i++)
+        if (gs[i] != 1024.0f * g1[i])
+            DSL_FAIL_("gradient %zu: %a at scale 1024, %a at scale 1", i, (double)gs[i],
+                      (double)g1[i]);
+    free(p);
+    free(g1);
+    free(gs);
+    dsl_model_release(&m);
 }
 
 TEST(model_should_reject_an_unknown_type_and_bad_labels)

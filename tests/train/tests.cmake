@@ -5,6 +5,8 @@ dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
               LIBS dsltrain)
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
+dsl_unit_test(test_train_lossscale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossscale_step.c
+              LIBS dsltrainmain)
 dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
               LIBS dsltrain)
 # The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
@@ -14,7 +16,7 @@ if(DSL_HAVE_CUDA)
   set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
 if(TARGET dstrain)
-  foreach(t cli stages worlds memory killed resume consolidate signal fmnist)
+  foreach(t cli stages worlds memory killed resume consolidate signal fmnist fp16)
     add_test(NAME train_ranks_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
     set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
