@@ -57,7 +57,8 @@ struct dsl_device_ops {
     /** dsl_optim_step() (optimizer.h) on len elements of the device's buffers; the
      *  same float operations in the same order. */
     int (*optim_step)(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
-                      uint64_t t, float *p, const float *g, float *m, float *v, size_t len);
+                      uint64_t t, float gscale, float *p, const float *g, float *m, float *v,
+                      size_t len);
     /** wait until every call issued so far has finished */
     int (*synchronize)(struct dsl_device *d);
     /** free the implementation's state (d->impl) */

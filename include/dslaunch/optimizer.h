@@ -33,11 +33,12 @@ size_t dsl_optim_state_per_param(const struct dsl_optim_hparams *h);
 
 /**
  * One step over len elements: p, g, and the state slices m (and v) of the same length
- * (v unused for SGD, both unused for plain SGD). g is the final gradient (already
- * averaged, unscaled and clipped). t is the 1-based step number, lr the learning rate
- * of this step (from the scheduler).
+ * (v unused for SGD, both unused for plain SGD). The final gradient is g[i] * gscale,
+ * rounded to float (gscale 1: g itself), which is what a separate pass scaling g in
+ * place would give, without that pass over memory. t is the 1-based step number, lr the
+ * learning rate of this step (from the scheduler).
  */
-void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float *p,
-                    const float *g, float *m, float *v, size_t len);
+void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float gscale,
+                    float *p, const float *g, float *m, float *v, size_t len);
 
 #endif

@@ -55,12 +55,13 @@ struct dsl_cuda_adam {
     float lr, b1, b2, eps, wd;
     float step; /* lr / (1 - b1^t) */
     float bc2s; /* sqrtf(1 - b2^t) */
+    float gscale; /* the gradient is g * gscale (dsl_optim_step) */
     int adam_w_mode;
 };
 cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p, const float *g,
                                float *m, float *v, size_t n);
 /** SGD: momentum mu (0: none; m unused), first step t == 1 */
-cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float *p,
+cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale, float *p,
                               const float *g, float *m, size_t n);
 
 /* ---- model_mlp_kernels.cu: the MLP (model_mlp_cuda.c) ---- */

@@ -89,11 +89,11 @@ static int cpu_sumsq_fixed(struct dsl_device *d, const float *g, size_t n, doubl
 }
 
 static int cpu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
-                          uint64_t t, float *p, const float *g, float *m, float *v,
-                          size_t len)
+                          uint64_t t, float gscale, float *p, const float *g, float *m,
+                          float *v, size_t len)
 {
     (void)d;
-    dsl_optim_step(h, lr, t, p, g, m, v, len);
+    dsl_optim_step(h, lr, t, gscale, p, g, m, v, len);
     return 0;
 }
 

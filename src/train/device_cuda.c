@@ -156,18 +156,19 @@ static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double
 }
 
 static int cu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
-                         uint64_t t, float *p, const float *g, float *m, float *v,
-                         size_t len)
+                         uint64_t t, float gscale, float *p, const float *g, float *m,
+                         float *v, size_t len)
 {
     if (d->failed || !len)
         return d->failed;
     if (h->type == DSL_OPTIM_SGD)
         return check(d, "SGD kernel",
-                     dsl_cuda_sgd_step(lr, h->weight_decay, h->momentum, t <= 1, p, g, m,
-                                       len));
+                     dsl_cuda_sgd_step(lr, h->weight_decay, h->momentum, t <= 1, gscale, p,
+                                       g, m, len));
     /* the per-step constants exactly as dsl_optim_step() computes them */
     struct dsl_cuda_adam a = {.lr = lr, .b1 = h->beta1, .b2 = h->beta2, .eps = h->eps,
-                              .wd = h->weight_decay, .adam_w_mode = h->adam_w_mode};
+                              .wd = h->weight_decay, .gscale = gscale,
+                              .adam_w_mode = h->adam_w_mode};
     float bc1 = 1.0f - (float)pow((double)a.b1, (double)t);
     float bc2 = 1.0f - (float)pow((double)a.b2, (double)t);
     a.step = lr / bc1;

@@ -84,7 +84,7 @@ __global__ void k_adamw(struct dsl_cuda_adam a, float *p, const float *g, float 
     float lrwd = __fmul_rn(a.lr, a.wd);
     GRID_STRIDE(i, n)
     {
-        float gi = g[i], p0 = p[i];
+        float gi = __fmul_rn(g[i], a.gscale), p0 = p[i];
         float pi = __fsub_rn(p0, __fmul_rn(lrwd, p0));
         float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(omb1, gi));
         float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi));
@@ -103,7 +103,7 @@ __global__ void k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, floa
     GRID_STRIDE(i, n)
     {
         float p0 = p[i];
-        float gi = __fadd_rn(g[i], __fmul_rn(a.wd, p0));
+        float gi = __fadd_rn(__fmul_rn(g[i], a.gscale), __fmul_rn(a.wd, p0));
         float mi = __fadd_rn(__fmul_rn(a.b1, m[i]), __fmul_rn(omb1, gi));
         float vi = __fadd_rn(__fmul_rn(a.b2, v[i]), __fmul_rn(__fmul_rn(omb2, gi), gi));
         m[i] = mi;
@@ -115,13 +115,13 @@ __global__ void k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, floa
 
 /* optimizer.c, SGD: d = g + wd*p; with momentum m = t > 1 ? mu*m + d : d, d = m;
  * p -= lr*d */
-__global__ void k_sgd(float lr, float wd, float mu, int first, float *p, const float *g,
-                      float *m, size_t n)
+__global__ void k_sgd(float lr, float wd, float mu, int first, float gs, float *p,
+                      const float *g, float *m, size_t n)
 {
     GRID_STRIDE(i, n)
     {
         float p0 = p[i];
-        float d = __fadd_rn(g[i], __fmul_rn(wd, p0));
+        float d = __fadd_rn(__fmul_rn(g[i], gs), __fmul_rn(wd, p0));
         if (mu != 0.0f) {
             m[i] = first ? d : __fadd_rn(__fmul_rn(mu, m[i]), d);
             d = m[i];
@@ -175,11 +175,12 @@ extern "C" cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float *p,
-                                         const float *g, float *m, size_t n)
+extern "C" cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale,
+                                         float *p, const float *g, float *m, size_t n)
 {
     if (!n)
         return cudaSuccess;
-    k_sgd<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(lr, wd, mu, first, p, g, m, n);
+    k_sgd<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(lr, wd, mu, first, gscale, p, g, m,
+                                                                  n);
     return cudaGetLastError();
 }

@@ -15,13 +15,14 @@ size_t dsl_optim_state_per_param(const struct dsl_optim_hparams *h)
     return h->momentum != 0.0f ? 1 : 0;
 }
 
-void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float *restrict p,
-                    const float *restrict g, float *restrict m, float *restrict v, size_t len)
+void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, float gscale,
+                    float *restrict p, const float *restrict g, float *restrict m,
+                    float *restrict v, size_t len)
 {
     if (h->type == DSL_OPTIM_SGD) {
         float wd = h->weight_decay, mu = h->momentum;
         for (size_t i = 0; i < len; i++) {
-            float d = g[i] + wd * p[i];
+            float d = g[i] * gscale + wd * p[i];
             if (mu != 0.0f) {
                 m[i] = t > 1 ? mu * m[i] + d : d;
                 d = m[i];
@@ -37,7 +38,7 @@ void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, flo
     /* two loops so that each is branch-free and vectorizes */
     if (h->adam_w_mode) {
         for (size_t i = 0; i < len; i++) {
-            float gi = g[i], pi = p[i] - lr * wd * p[i];
+            float gi = g[i] * gscale, pi = p[i] - lr * wd * p[i];
             float mi = b1 * m[i] + (1.0f - b1) * gi;
             float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
             m[i] = mi;
@@ -46,7 +47,7 @@ void dsl_optim_step(const struct dsl_optim_hparams *h, float lr, uint64_t t, flo
         }
     } else {
         for (size_t i = 0; i < len; i++) {
-            float gi = g[i] + wd * p[i];
+            float gi = g[i] * gscale + wd * p[i];
             float mi = b1 * m[i] + (1.0f - b1) * gi;
             float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
             m[i] = mi;

@@ -681,7 +681,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         else
             pre = 1.0f / scale;
     }
-    for (size_t j = 0; j < t->nbk; j++) {
+    /* Without clipping nothing needs the averaged gradient before the optimizer, which
+     * then applies inv itself (gscale): one pass over the gradient fewer, the same
+     * bits (g * inv rounded either way). */
+    int fold = t->o.grad_clip <= 0.0f && pre == 1.0f;
+    for (size_t j = 0; j < t->nbk && !fold; j++) {
         if (pre != 1.0f && (r = dscale(t, final_grads(t, j), t->bk[j].plen, pre)) < 0)
             return comm_fail(t, r, "gradient unscaling", err);
         if ((r = dscale(t, final_grads(t, j), t->bk[j].plen, inv)) < 0)
@@ -722,10 +726,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     for (size_t jj = t->nbk; jj-- > 0;) {
         struct dsl_bucket *b = &t->bk[jj];
         float *g = final_grads(t, jj);
-        if (coef != 1.0f && (r = dscale(t, g, b->plen, coef)) < 0)
-            return comm_fail(t, r, "gradient clipping", err);
+        /* the last multiply (averaging, or the clipping coefficient) rides along with
+         * the optimizer */
         float *p = t->params + b->lo;
-        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, applied + 1, p + b->poff, g,
+        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, applied + 1,
+                                         fold ? inv : coef, p + b->poff, g,
                                          t->m ? t->m + b->soff : NULL,
                                          t->v ? t->v + b->soff : NULL, b->plen)) < 0)
             return comm_fail(t, r, "optimizer", err);

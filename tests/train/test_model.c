@@ -162,18 +162,18 @@ TEST(adamw_should_decay_weights_decoupled_and_adam_l2_otherwise)
 {
     struct dsl_optim_hparams h = {DSL_OPTIM_ADAM, 0.1f, 0.9f, 0.999f, 1e-8f, 0.5f, 1, 0};
     float p = 2.0f, g = 0.0f, m = 0.0f, v = 0.0f;
-    dsl_optim_step(&h, 0.1f, 1, &p, &g, &m, &v, 1);
+    dsl_optim_step(&h, 0.1f, 1, 1.0f, &p, &g, &m, &v, 1);
     /* AdamW with zero gradient: only the decay p *= (1 - lr*wd) */
     ASSERT(fabsf(p - 2.0f * (1.0f - 0.05f)) < 1e-6f);
     h.adam_w_mode = 0;
     p = 2.0f, m = 0.0f, v = 0.0f;
-    dsl_optim_step(&h, 0.1f, 1, &p, &g, &m, &v, 1);
+    dsl_optim_step(&h, 0.1f, 1, 1.0f, &p, &g, &m, &v, 1);
     /* Adam (L2): the decay enters the gradient; the first step moves by ~lr */
     ASSERT(fabsf(p - 1.9f) < 1e-5f);
     struct dsl_optim_hparams s = {DSL_OPTIM_SGD, 0.1f, 0, 0, 0, 0.0f, 0, 0.9f};
     float q = 1.0f, gq = 1.0f, mq = 0.0f;
-    dsl_optim_step(&s, 0.1f, 1, &q, &gq, &mq, NULL, 1);
-    dsl_optim_step(&s, 0.1f, 2, &q, &gq, &mq, NULL, 1);
+    dsl_optim_step(&s, 0.1f, 1, 1.0f, &q, &gq, &mq, NULL, 1);
+    dsl_optim_step(&s, 0.1f, 2, 1.0f, &q, &gq, &mq, NULL, 1);
     ASSERT(fabsf(q - (1.0f - 0.1f - 0.19f)) < 1e-6f);
 }
 
