@@ -137,6 +137,8 @@ struct dsl_trainer {
     float **acc;       /* gradient accumulation levels (grad_accum > 1) */
     int *acc_used;
     int nacc;
+    int defer;          /* stages 0/1 outside deterministic mode: reduce once per step */
+    int last_micro;     /* the micro step running is the step's last */
     struct dsl_bucket *bk;
     size_t nbk;
     size_t *seg_bucket; /* model segment -> bucket */

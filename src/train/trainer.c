@@ -33,10 +33,13 @@
  * (the parameters did not change). Without loss scaling none of this runs, and the
  * arithmetic is what it always was.
  *
- * Every micro step is reduced over the ranks, and micro steps are combined afterwards
- * (a pairwise tree in deterministic mode, a running sum otherwise); see trainer.h for
- * why this gives the same bits at every world size. NEEDSWORK: outside deterministic
- * mode stages 0/1 could defer the reduction to the last micro step.
+ * In deterministic mode every micro step is reduced over the ranks, and the micro steps
+ * are combined afterwards in a pairwise tree; see trainer.h for why this gives the same
+ * bits at every world size. Outside it, stages 0/1 sum the micro steps locally in one
+ * full-size buffer (acc[0], P floats) and reduce once, at the last micro step, whose
+ * buckets add that sum in just before they are reduced (t->defer; grad_accum times
+ * fewer bytes on the wire, as in DeepSpeed); stage 2 keeps reducing every micro step
+ * into its shard (no rank holds a full gradient there) and sums the pieces.
  *
  * Memory. Every model-state buffer (params, grads, the shard, staging buckets,
  * accumulation levels, optimizer state) lives on t->dev (device.h) and is allocated,
@@ -206,6 +209,10 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->m = alloc_floats(d, t->S, &fail, &r->optim);
     if (spp >= 2)
         t->v = alloc_floats(d, t->S, &fail, &r->optim);
+    /* stages 0/1 outside deterministic mode sum the micro steps locally, in one
+     * full-size buffer, and reduce once per step (as DeepSpeed does); otherwise every
+     * micro step is reduced and the reduced pieces are accumulated (shard-size levels) */
+    t->defer = o->grad_accum > 1 && !o->deterministic && o->zero_stage < 2;
     if (o->grad_accum > 1) {
         int levels = 1;
         if (o->deterministic)
@@ -215,7 +222,7 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->acc = dsl_xcalloc((size_t)levels, sizeof(float *));
         t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
         for (int i = 0; i < levels; i++)
-            t->acc[i] = alloc_floats(d, t->S, &fail, &r->accum);
+            t->acc[i] = alloc_floats(d, t->defer ? t->P : t->S, &fail, &r->accum);
     }
     size_t nx = o->micro_batch * model->in_dim; /* host: the trainer gathers here */
     t->xb = calloc(nx ? nx : 1, sizeof(float));
@@ -329,13 +336,16 @@ static float *sink_dest(void *ctx, size_t seg)
     return slot_of(t, j) + (s->off - b->lo);
 }
 
-/* reduce bucket j: asynchronously (issue) or blocking */
+/* reduce bucket j: asynchronously (issue) or blocking; with deferred reduction the
+ * earlier micro steps' local sum is added in first */
 static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
 {
     struct dsl_bucket *b = &t->bk[j];
     float *src = t->o.zero_stage == 2 ? slot_of(t, j) : t->grads + b->lo;
     float *dst = t->o.zero_stage == 2 ? t->gshard + b->soff : src + b->poff;
     int r;
+    if (t->defer && (r = dadd(t, src, t->acc[0] + b->lo, b->len)) < 0)
+        return r;
     if (t->o.prescale && t->o.predivide != 1.0f &&
         (r = dscale(t, src, b->len, 1.0f / t->o.predivide)) < 0)
         return r;
@@ -352,7 +362,7 @@ static void sink_done(void *ctx, size_t seg)
 {
     struct dsl_trainer *t = ctx;
     size_t j = t->seg_bucket[seg];
-    if (seg != t->bk[j].seg_last || t->comm_err)
+    if (seg != t->bk[j].seg_last || t->comm_err || (t->defer && !t->last_micro))
         return;
     int r = 0;
     if (t->o.overlap_comm)
@@ -458,7 +468,7 @@ static int fold_levels(struct dsl_trainer *t)
 /* The final gradient of this step, per bucket piece (after fold_levels). */
 static float *final_grads(struct dsl_trainer *t, size_t j)
 {
-    if (t->o.grad_accum == 1)
+    if (t->o.grad_accum == 1 || t->defer)
         return leaf_ptr(t, j);
     int top = -1;
     for (int i = 0; i < t->nacc; i++)
@@ -605,6 +615,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         struct dsl_model_stats st;
         for (size_t j = 0; j < t->nbk; j++)
             t->bk[j].req = -1;
+        t->last_micro = k + 1 == ga;
         r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, scale, &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
@@ -613,7 +624,13 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             return comm_fail(t, t->comm_err, "gradient reduction", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;
-        if (t->o.overlap_comm) {
+        if (t->defer && !t->last_micro) {
+            /* deferred: keep a local sum of the micro steps, reduce at the last one */
+            r = k == 0 ? dcopy(t, t->acc[0], t->grads, t->P)
+                       : dadd(t, t->acc[0], t->grads, t->P);
+            if (r < 0)
+                return comm_fail(t, r, "gradient accumulation", err);
+        } else if (t->o.overlap_comm) {
             /* requests complete in issue order: the last bucket's wait covers all */
             if ((r = dsl_comm_wait(t->comm, t->bk[t->nbk - 1].req)) < 0)
                 return comm_fail(t, r, "gradient reduction", err);
@@ -624,7 +641,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         }
         c0 = dsl_now();
         res->t_reduce += c0 - c1;
-        if (ga > 1 && (r = accumulate(t)) < 0)
+        if (ga > 1 && !t->defer && (r = accumulate(t)) < 0)
             return comm_fail(t, r, "gradient accumulation", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;

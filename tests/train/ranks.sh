@@ -173,6 +173,34 @@ memory)
         done
     done
     ;;
+accum)
+    # outside deterministic mode stages 0/1 sum the micro steps locally and reduce once
+    # per step (2 micro steps per rank here): one gradient reduction fewer per step than
+    # the deterministic run (all-reduce 2(N-1)/N x 4P bytes at stage 0, reduce-scatter
+    # half that at stage 1), and parameters that differ only by summation order
+    for st in 0 1; do
+        for det in true false; do
+            train_ok 2 "a$st$det" $TINY --zero-stage "$st" --deterministic "$det" \
+                --save-params "$TMP/p.a$st$det"
+        done
+        grep -q "accumulation 2 x 2 ranks" "$TMP/a${st}false.0.out" || fail "not 2 micro steps"
+        bt=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/a${st}true.0.out")
+        bf=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/a${st}false.0.out")
+        P=$(sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$TMP/a${st}false.0.out")
+        red=$(( st == 0 ? 4 * P : 2 * P ))
+        [ -n "$bf" ] && [ "$bf" -gt 0 ] && [ $((bt - bf)) -ge $((red * 8 / 10)) ] ||
+            fail "stage $st: $bf bytes per step deferred, $bt reduced every micro step"
+        python3 - "$TMP/p.a${st}true" "$TMP/p.a${st}false" <<'PY' || fail "stage $st: deferred run diverged"
+import struct, sys
+a, b = (open(f, "rb").read() for f in sys.argv[1:3])
+a, b = (struct.unpack("%df" % (len(x) // 4), x) for x in (a, b))
+big = max(abs(x) for x in a)
+diff = max(abs(x - y) for x, y in zip(a, b))
+print("# stage deferred vs deterministic: max diff %.3g of max %.3g" % (diff, big))
+sys.exit(0 if len(a) == len(b) and diff <= 1e-3 * big else 1)
+PY
+    done
+    ;;
 killed)
     # a rank killed mid-run makes the others fail within the timeout, naming it
     export DSLAUNCH_COMM_TIMEOUT=10
