@@ -235,9 +235,12 @@ int dsl_cma_small_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_c
     }
     if ((r = shm_round(c, t, what)) < 0)
         return r;
+    /* bytes read out of the peers' slots (dsl_comm_bytes_sent) */
+    size_t peer_bytes = 0;
     switch (k->kind) {
     case DSL_COLL_ALLREDUCE:
     case DSL_COLL_REDUCE_SCATTER: {
+        peer_bytes = (k->kind == DSL_COLL_ALLREDUCE ? bytes : mlen) * (size_t)(w - 1);
         size_t off = k->kind == DSL_COLL_ALLREDUCE ? 0 : moff;
         size_t len = k->kind == DSL_COLL_ALLREDUCE ? bytes : mlen;
         for (int p = 0; p < w; p++)
@@ -251,15 +254,20 @@ int dsl_cma_small_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_c
             dsl_tcp_seg(k->count, p, w, esz, &off, &len);
             if (len)
                 memcpy((char *)k->recv + off, slot_data(c, t, p, parity), len);
+            if (p != me)
+                peer_bytes += len;
         }
         break;
     case DSL_COLL_BROADCAST:
-        if (me != k->root)
+        if (me != k->root) {
             memcpy(k->recv, slot_data(c, t, k->root, parity), bytes);
+            peer_bytes = bytes;
+        }
         break;
     case DSL_COLL_BARRIER:
         break;
     }
+    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)peer_bytes, memory_order_relaxed);
     return 0;
 }
 
