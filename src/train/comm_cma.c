@@ -5,12 +5,15 @@
  * at open by dsl_cma_probe: each rank reads a cookie out of every peer with
  * process_vm_readv, and all ranks agree through a tiny allreduce), large collectives
  * skip the sockets for data: each rank reads what it needs straight out of its peers'
- * buffers (one copy, no kernel networking), and the sockets carry only three tiny
- * rounds: buffer addresses (everyone has arrived), "my segment is reduced" (allreduce
- * only), and "I am done reading you" (nobody returns and reuses its buffers while a
- * peer still reads them). Reductions run over chunks read from every peer in the tree
- * order of comm.h, so this path is deterministic as well. Runs in whichever thread runs
- * the collective (caller or progress thread).
+ * buffers (one copy, no kernel networking), and two tiny rounds remain: buffer
+ * addresses (everyone has arrived) and "I am done with you" (nobody returns and reuses
+ * its buffers while a peer still reads or writes them). An allreduce reduces its
+ * segment chunk by chunk from what it read and pushes each reduced chunk into every
+ * peer's recv buffer with process_vm_writev while the chunk is in cache (only rank r
+ * writes segment r anywhere, and a peer's send there is read only by rank r, before
+ * the push, so in-place calls are safe). Reductions run over chunks read from every
+ * peer in the tree order of comm.h, so this path is deterministic as well. Runs in
+ * whichever thread runs the collective (caller or progress thread).
  *
  * The rounds go through a small shared-memory segment when it could be set up (one
  * cache line per rank: a round counter, a failed flag and the call's buffer addresses;
@@ -330,6 +333,26 @@ static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_
     return 0;
 }
 
+/* process_vm_writev: len bytes from src here to dst in peer p's memory. */
+static int cma_write(struct dsl_comm *c, struct tcp *t, int p, uint64_t dst, const void *src,
+                     size_t len, const char *what)
+{
+    while (len) {
+        struct iovec l = {(void *)(uintptr_t)src, len}, r = {(void *)(uintptr_t)dst, len};
+        ssize_t put = process_vm_writev(t->pid[p], &l, 1, &r, 1, 0);
+        if (put <= 0) {
+            if (put < 0 && errno == EINTR)
+                continue;
+            return cma_blame(c, t, p, what, put < 0 ? errno : EFAULT);
+        }
+        src = (const char *)src + put;
+        dst += (uint64_t)put;
+        len -= (size_t)put;
+        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)put, memory_order_relaxed);
+    }
+    return 0;
+}
+
 /* The bytes of send and recv that a call of this kind reads or writes. */
 static void call_extent(const struct dsl_comm_call *k, size_t mlen, size_t *sbytes,
                         size_t *rbytes)
@@ -556,14 +579,16 @@ int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k
                 t->srcv[p] = buf;
             }
             dsl_comm_tree_reduce(dst + o, t->srcv, w, n / esz, k->dtype, k->op, t->tree_tmp);
+            /* allreduce: push the reduced chunk into every peer's recv buffer while it
+             * is in cache (only this rank writes segment me anywhere, and a peer reads
+             * its own send there only through this rank, before this push) */
+            for (int p = 0; p < w && k->kind == DSL_COLL_ALLREDUCE; p++)
+                if (p != me && (r = cma_write(c, t, p, t->addrs[2 * p + 1] + moff + o,
+                                              dst + o, n, what)) < 0)
+                    return r;
         }
     }
-    if (k->kind == DSL_COLL_ALLREDUCE) {
-        /* round 2: every segment is reduced; then gather them */
-        if ((r = round_sync(c, t, what)) < 0)
-            return r;
-    }
-    if (k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER) {
+    if (k->kind == DSL_COLL_ALLGATHER) {
         for (int p = 0; p < w; p++) {
             size_t off, len;
             if (p == me)
