@@ -74,6 +74,15 @@ static int xchg(struct dsl_comm *c, struct tcp *t, const char *what, const void 
     return dsl_tcp_engine_run(c, t, what);
 }
 
+/* Sum of every rank's ok (an int32 allreduce over the sockets, the direct plan): the
+ * open-time probes' way of agreeing that every rank managed. */
+static int agree(struct dsl_comm *c, struct tcp *t, int32_t ok, int32_t *agreed)
+{
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, agreed, 1, DSL_INT32, DSL_SUM, 0};
+    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
+    return dsl_tcp_run_direct(c, t, &k);
+}
+
 /* ---- synchronisation rounds in shared memory ---- */
 
 struct cma_slot {
@@ -314,43 +323,38 @@ static int cma_blame(struct dsl_comm *c, struct tcp *t, int p, const char *what,
                       t->peer[p].name, what, strerror(err));
 }
 
-static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_t src,
-                    size_t len, const char *what)
+/* len bytes between here and peer p's memory at remote: process_vm_writev when
+ * writing, process_vm_readv otherwise; the bytes count as moved on this rank's behalf. */
+static int cma_xfer(struct dsl_comm *c, struct tcp *t, int p, void *here, uint64_t remote,
+                    size_t len, int write, const char *what)
 {
     while (len) {
-        struct iovec l = {dst, len}, r = {(void *)(uintptr_t)src, len};
-        ssize_t got = process_vm_readv(t->pid[p], &l, 1, &r, 1, 0);
+        struct iovec l = {here, len}, r = {(void *)(uintptr_t)remote, len};
+        ssize_t got = write ? process_vm_writev(t->pid[p], &l, 1, &r, 1, 0)
+                            : process_vm_readv(t->pid[p], &l, 1, &r, 1, 0);
         if (got <= 0) {
             if (got < 0 && errno == EINTR)
                 continue;
             return cma_blame(c, t, p, what, got < 0 ? errno : EFAULT);
         }
-        dst = (char *)dst + got;
-        src += (uint64_t)got;
+        here = (char *)here + got;
+        remote += (uint64_t)got;
         len -= (size_t)got;
         atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)got, memory_order_relaxed);
     }
     return 0;
 }
 
-/* process_vm_writev: len bytes from src here to dst in peer p's memory. */
+static int cma_read(struct dsl_comm *c, struct tcp *t, int p, void *dst, uint64_t src,
+                    size_t len, const char *what)
+{
+    return cma_xfer(c, t, p, dst, src, len, 0, what);
+}
+
 static int cma_write(struct dsl_comm *c, struct tcp *t, int p, uint64_t dst, const void *src,
                      size_t len, const char *what)
 {
-    while (len) {
-        struct iovec l = {(void *)(uintptr_t)src, len}, r = {(void *)(uintptr_t)dst, len};
-        ssize_t put = process_vm_writev(t->pid[p], &l, 1, &r, 1, 0);
-        if (put <= 0) {
-            if (put < 0 && errno == EINTR)
-                continue;
-            return cma_blame(c, t, p, what, put < 0 ? errno : EFAULT);
-        }
-        src = (const char *)src + put;
-        dst += (uint64_t)put;
-        len -= (size_t)put;
-        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)put, memory_order_relaxed);
-    }
-    return 0;
+    return cma_xfer(c, t, p, (void *)(uintptr_t)src, dst, len, 1, what);
 }
 
 /* The bytes of send and recv that a call of this kind reads or writes. */
@@ -364,17 +368,27 @@ static void call_extent(const struct dsl_comm_call *k, size_t mlen, size_t *sbyt
         *sbytes = 0;
 }
 
+/* Which peers' buffers a zero-copy call addresses: allreduce everyone's send (read)
+ * and recv (written), reduce-scatter everyone's send, allgather everyone's recv
+ * (broadcast: the root's recv only, handled apart). */
+static int zc_needs_send(const struct dsl_comm_call *k)
+{
+    return k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER;
+}
+
+static int zc_needs_recv(const struct dsl_comm_call *k)
+{
+    return k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER;
+}
+
 /*
  * After round 1: do the buffers that peers must address lie in shared buffers on every
- * rank? Every rank reads the same slots, so every rank decides alike. Allreduce needs
- * everyone's send (read) and recv (written); reduce-scatter everyone's send;
- * allgather everyone's recv; broadcast the root's buffer.
+ * rank? Every rank reads the same slots, so every rank decides alike.
  */
 static int zc_ready(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k)
 {
     const struct cma_slot *s = t->shm;
-    int need_send = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER;
-    int need_recv = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER;
+    int need_send = zc_needs_send(k), need_recv = zc_needs_recv(k);
     if (!t->shmbuf || !s)
         return 0;
     if (k->kind == DSL_COLL_BROADCAST)
@@ -460,8 +474,7 @@ static int zc_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call 
     size_t esz = dsl_dtype_size(k->dtype), chunk = t->cma_chunk;
     const char *what = dsl_comm_kind_name(k->kind);
     char **snd = (char **)t->zc_send, **rcv = (char **)t->zc_recv;
-    int need_send = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_REDUCE_SCATTER;
-    int need_recv = k->kind == DSL_COLL_ALLREDUCE || k->kind == DSL_COLL_ALLGATHER;
+    int need_send = zc_needs_send(k), need_recv = zc_needs_recv(k);
 
     for (int p = 0; p < w; p++) {
         snd[p] = rcv[p] = NULL;
@@ -642,9 +655,7 @@ static int shm_setup(struct dsl_comm *c, struct tcp *t)
         close(fd);
         ok = m != MAP_FAILED;
     }
-    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
-    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
-    r = dsl_tcp_run_direct(c, t, &k);
+    r = agree(c, t, ok, &agreed);
     if (me == 0 && name[0])
         shm_unlink(name);
     if (r < 0)
@@ -691,9 +702,7 @@ static int shmbuf_probe(struct dsl_comm *c, struct tcp *t)
     }
     c->err[0] = '\0'; /* a failed probe is no error: the copies remain */
     /* everyone has read everyone before anyone unmaps */
-    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
-    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
-    r = dsl_tcp_run_direct(c, t, &k);
+    r = agree(c, t, ok, &agreed);
 out:
     dsl_shmbuf_close(c, t); /* the probe's buffer and mappings */
     t->shmbuf = r == 0 && agreed == w;
@@ -737,9 +746,7 @@ int dsl_cma_probe(struct dsl_comm *c, struct tcp *t)
             ok = 0;
     }
     /* everyone has read everyone before anyone goes on */
-    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, &ok, &agreed, 1, DSL_INT32, DSL_SUM, 0};
-    dsl_tcp_plan_reset(c, t, DSL_INT32, DSL_SUM);
-    if ((r = dsl_tcp_run_direct(c, t, &k)) < 0)
+    if ((r = agree(c, t, ok, &agreed)) < 0)
         goto out;
     t->cma = agreed == w;
     t->oversubscribed = w > cores_allowed();

@@ -45,7 +45,8 @@ struct dsl_comm_ops {
     void (*close)(struct dsl_comm *c);
     /* Nonzero: asynchronous calls run on comm.c's progress thread. */
     int threaded;
-    /* dsl_comm_alloc/free; NULL: calloc/free of host memory */
+    /* dsl_comm_alloc/free; NULL: calloc/free of host memory (nccl's alloc answers NULL:
+     * its collectives take device memory only) */
     void *(*alloc)(struct dsl_comm *c, size_t bytes);
     void (*free)(struct dsl_comm *c, void *p);
 };

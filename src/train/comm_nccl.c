@@ -260,8 +260,17 @@ static void nccl_close(struct dsl_comm *c)
     c->impl = NULL;
 }
 
+/* dsl_comm_alloc hands out host memory, which nccl's collectives cannot take */
+static void *nccl_alloc(struct dsl_comm *c, size_t bytes)
+{
+    (void)c;
+    (void)bytes;
+    return NULL;
+}
+
 static const struct dsl_comm_ops nccl_ops = {
     .name = "nccl", .run = nccl_run, .sync = nccl_sync, .close = nccl_close, .threaded = 0,
+    .alloc = nccl_alloc,
 };
 
 int dsl_comm_nccl_available(void)

@@ -2,7 +2,8 @@
  * The tcp backend's shared buffers: collective buffers that same-host peers map.
  *
  * Theory of operation. dsl_comm_alloc() on a communicator whose ranks all run on this
- * host (the cross-memory-attach path is on and the open-time probe below succeeded)
+ * host (the cross-memory-attach path is on and the open-time probe, shmbuf_probe in
+ * comm_cma.c, succeeded)
  * makes a memfd of the requested size, maps it shared, and records (base, len, fd, id)
  * in this rank's registry. When a collective's buffers lie inside registered memory on
  * every rank, each rank publishes (id, fd, offset, object length) per buffer in the
