@@ -42,7 +42,7 @@ struct bench_opts {
 
 struct bench {
     struct dsl_comm *c;
-    int rank, world, on_device, comm_mem, plain_malloc;
+    int rank, world, on_device, plain_malloc; /* plain_malloc: --malloc */
     float *send, *recv; /* max_bytes each (device memory on nccl) */
     float *host;        /* host staging for checks */
     size_t max_count;
@@ -261,9 +261,8 @@ static int alloc_buffers(struct bench *b, size_t bytes)
         return 0;
     }
 #endif
-    b->comm_mem = !b->plain_malloc;
-    b->send = b->comm_mem ? dsl_comm_alloc(b->c, bytes) : malloc(bytes);
-    b->recv = b->comm_mem ? dsl_comm_alloc(b->c, bytes) : malloc(bytes);
+    b->send = b->plain_malloc ? malloc(bytes) : dsl_comm_alloc(b->c, bytes);
+    b->recv = b->plain_malloc ? malloc(bytes) : dsl_comm_alloc(b->c, bytes);
     if (!b->host || !b->send || !b->recv)
         return -1;
     /* touch everything once so page faults stay out of the timings */
@@ -283,12 +282,12 @@ static void free_buffers(struct bench *b)
         return;
     }
 #endif
-    if (b->comm_mem) {
-        dsl_comm_free(b->c, b->send);
-        dsl_comm_free(b->c, b->recv);
-    } else {
+    if (b->plain_malloc) {
         free(b->send);
         free(b->recv);
+    } else {
+        dsl_comm_free(b->c, b->send);
+        dsl_comm_free(b->c, b->recv);
     }
     free(b->host);
 }
@@ -327,7 +326,7 @@ int main(int argc, char **argv)
         printf("# dsbench: backend %s, world %d, deterministic %d, warmup %d, iters %d, "
                "buffers %s\n",
                dsl_comm_backend(b.c), b.world, o.deterministic, o.warmup, o.iters,
-               b.on_device ? "device" : b.comm_mem ? "dsl_comm_alloc" : "malloc");
+               b.on_device ? "device" : b.plain_malloc ? "malloc" : "dsl_comm_alloc");
     }
     for (int op = 0; op < OP_N && !failed; op++) {
         if (!o.ops[op])
