@@ -402,25 +402,44 @@ struct run {
     double scale; /* the final loss scale */
 };
 
-static void train(int gpu, const struct variant *v, size_t steps, struct run *out)
+/* A world-1 job on the GPU (nccl) or the CPU (tcp): comm, synthetic data, small MLP. */
+struct world1 {
+    struct dsl_comm *c;
+    struct dsl_dataset tr, te;
+    struct dsl_model m;
+};
+
+static void world1_open(struct world1 *w, int gpu)
 {
     char err[DSL_ERR_LEN];
-    struct dsl_comm *c;
     struct dsl_comm_opts co = {.backend = gpu ? "nccl" : "tcp", .deterministic = 1};
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
-    if (dsl_comm_open_env(&c, &co, err) < 0)
+    if (dsl_comm_open_env(&w->c, &co, err) < 0)
         DSL_FAIL_("comm: %s", err);
-    ASSERT_STR_EQ(dsl_comm_backend(c), gpu ? "nccl" : "tcp");
-    struct dsl_dataset tr, te;
+    ASSERT_STR_EQ(dsl_comm_backend(w->c), gpu ? "nccl" : "tcp");
     struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
                                  .synth_dim = 20, .synth_classes = 4, .seed = 5};
-    ASSERT_OK(dsl_data_load(&tr, &te, &dopt, err));
-    struct dsl_model m;
+    ASSERT_OK(dsl_data_load(&w->tr, &w->te, &dopt, err));
     struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
                                 .hidden = {16, 12}, .max_batch = 64, .seg_max = 64};
-    if ((gpu ? dsl_model_create_cuda(&m, &sp, err) : dsl_model_create(&m, &sp, err)) < 0)
+    if ((gpu ? dsl_model_create_cuda(&w->m, &sp, err) : dsl_model_create(&w->m, &sp, err)) < 0)
         DSL_FAIL_("model: %s", err);
+}
+
+static void world1_close(struct world1 *w)
+{
+    dsl_model_release(&w->m);
+    dsl_dataset_release(&w->tr);
+    dsl_dataset_release(&w->te);
+    dsl_comm_close(w->c);
+}
+
+static void train(int gpu, const struct variant *v, size_t steps, struct run *out)
+{
+    char err[DSL_ERR_LEN];
+    struct world1 w;
+    world1_open(&w, gpu);
     struct dsl_trainer t;
     struct dsl_trainer_opts o = {
         .micro_batch = 8, .grad_accum = v->accum, .zero_stage = v->stage,
@@ -434,20 +453,20 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
         o.loss_scaling = 1;
         dsl_lossscale_init_dynamic(&o.scaler, ldexp(1.0, v->ls_pow), 2, 1.0, 2, 0);
     }
-    if (dsl_trainer_init(&t, &o, c, &m, err) < 0)
+    if (dsl_trainer_init(&t, &o, w.c, &w.m, err) < 0)
         DSL_FAIL_("trainer: %s", err);
     struct dsl_sampler s;
-    ASSERT_OK(dsl_sampler_init(&s, tr.n, t.G, 3, 1, 0, err));
+    ASSERT_OK(dsl_sampler_init(&s, w.tr.n, t.G, 3, 1, 0, err));
     for (size_t k = 0; k < steps; k++) {
         struct dsl_step_result res;
-        if (dsl_trainer_step(&t, &tr, dsl_sampler_step(&s, k / s.steps_per_epoch,
+        if (dsl_trainer_step(&t, &w.tr, dsl_sampler_step(&s, k / s.steps_per_epoch,
                                                        k % s.steps_per_epoch),
                              0, &res, err) < 0)
             DSL_FAIL_("step %zu: %s", k, err);
         out->loss[k] = res.loss;
     }
     double acc, tloss;
-    ASSERT_OK(dsl_trainer_evaluate(&t, &te, &acc, &tloss, err));
+    ASSERT_OK(dsl_trainer_evaluate(&t, &w.te, &acc, &tloss, err));
     out->skipped = t.ls.skipped;
     out->scale = t.ls.cur_scale;
     out->P = t.P;
@@ -471,10 +490,7 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
     }
     dsl_sampler_release(&s);
     dsl_trainer_release(&t);
-    dsl_model_release(&m);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
-    dsl_comm_close(c);
+    world1_close(&w);
 }
 
 TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
@@ -523,21 +539,8 @@ TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
 TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
 {
     char err[DSL_ERR_LEN];
-    struct dsl_comm *c;
-    struct dsl_comm_opts co = {.backend = "nccl", .deterministic = 1};
-    unsetenv("WORLD_SIZE");
-    unsetenv("RANK");
-    if (dsl_comm_open_env(&c, &co, err) < 0)
-        DSL_FAIL_("comm: %s", err);
-    struct dsl_dataset tr, te;
-    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
-                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
-    ASSERT_OK(dsl_data_load(&tr, &te, &dopt, err));
-    struct dsl_model m;
-    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
-                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64};
-    if (dsl_model_create_cuda(&m, &sp, err) < 0)
-        DSL_FAIL_("model: %s", err);
+    struct world1 w;
+    world1_open(&w, 1);
     struct dsl_trainer t;
     struct dsl_trainer_opts o = {
         .micro_batch = 32, .grad_accum = 1, .zero_stage = 2, .bucket_elems = 100,
@@ -545,15 +548,15 @@ TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
         .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
     struct dsl_fp16_config fc = {.enabled = 1, .loss_scale = ldexp(1.0, 127)};
     dsl_lossscale_init(&o.scaler, &fc);
-    if (dsl_trainer_init(&t, &o, c, &m, err) < 0)
+    if (dsl_trainer_init(&t, &o, w.c, &w.m, err) < 0)
         DSL_FAIL_("trainer: %s", err);
     float *p0 = malloc(t.P * sizeof(float)), *p1 = malloc(t.P * sizeof(float));
     ASSERT_OK(dsl_trainer_params_to_host(&t, p0, err));
     struct dsl_sampler s;
-    ASSERT_OK(dsl_sampler_init(&s, tr.n, t.G, 3, 1, 0, err));
+    ASSERT_OK(dsl_sampler_init(&s, w.tr.n, t.G, 3, 1, 0, err));
     for (size_t k = 0; k < 3; k++) {
         struct dsl_step_result res;
-        if (dsl_trainer_step(&t, &tr, dsl_sampler_step(&s, 0, k), 0, &res, err) < 0)
+        if (dsl_trainer_step(&t, &w.tr, dsl_sampler_step(&s, 0, k), 0, &res, err) < 0)
             DSL_FAIL_("step %zu: %s", k, err);
         ASSERT(res.skipped && res.loss_scale == ldexp(1.0, 127));
     }
@@ -565,10 +568,7 @@ TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
     free(p1);
     dsl_sampler_release(&s);
     dsl_trainer_release(&t);
-    dsl_model_release(&m);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
-    dsl_comm_close(c);
+    world1_close(&w);
 }
 
 int main(int argc, char **argv)
