@@ -512,6 +512,23 @@ static float tree_sum(const float *v, size_t n)
     return tmp[0];
 }
 
+/* The bit pattern of this rank's largest |g| over its final gradient pieces (device.h:
+ * absmax_bits; NaN sorts above inf); with stop_at_inf the scan ends at the first piece
+ * holding inf or NaN. */
+static int local_absmax(struct dsl_trainer *t, int stop_at_inf, uint32_t *out)
+{
+    struct dsl_device *d = t->dev;
+    *out = 0;
+    for (size_t j = 0; j < t->nbk && !(stop_at_inf && *out >= 0x7f800000u); j++) {
+        uint32_t b;
+        int r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b);
+        if (r < 0)
+            return r;
+        *out = b > *out ? b : *out;
+    }
+    return 0;
+}
+
 /*
  * The global L2 norm of the final gradient, the same bits at every world size and
  * stage: the largest magnitude is agreed first (MAX is order-free), then every
@@ -524,14 +541,10 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
 {
     struct dsl_device *d = t->dev;
     int shared = t->o.zero_stage > 0 && t->world > 1, r;
-    /* max |g| on the bit patterns (device.h: absmax_bits), unless the caller knows it */
+    /* max |g| on the bit patterns, unless the caller knows it */
     uint32_t mb = local_max ? *local_max : 0;
-    for (size_t j = 0; j < t->nbk && !local_max; j++) {
-        uint32_t b;
-        if ((r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b)) < 0)
-            return r;
-        mb = b > mb ? b : mb;
-    }
+    if (!local_max && (r = local_absmax(t, 0, &mb)) < 0)
+        return r;
     float mx;
     memcpy(&mx, &mb, sizeof(mx));
     if (shared && (r = dsl_trainer_allreduce_host(t, &mx, 1, DSL_FLOAT32, DSL_MAX)) < 0)
@@ -565,18 +578,9 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
  * it); with one the scan stops early. */
 static int grad_overflow(struct dsl_trainer *t, int *overflow, uint32_t *max_bits)
 {
-    struct dsl_device *d = t->dev;
-    *overflow = 0;
-    *max_bits = 0;
-    for (size_t j = 0; j < t->nbk && !*overflow; j++) {
-        uint32_t b;
-        int r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b);
-        if (r < 0)
-            return r;
-        *max_bits = b > *max_bits ? b : *max_bits;
-        *overflow = b >= 0x7f800000u;
-    }
-    return 0;
+    int r = local_absmax(t, 1, max_bits);
+    *overflow = *max_bits >= 0x7f800000u;
+    return r;
 }
 
 /* A step skipped on gradient overflow: drop the gradients (the accumulation levels
