@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dslaunch/comm.h"
 #include "dslaunch/error.h"
 #include "dslaunch/optimizer.h"
 
@@ -59,6 +60,30 @@ struct dsl_device_ops {
     int (*optim_step)(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
                       uint64_t t, float gscale, float *p, const float *g, float *m, float *v,
                       size_t len);
+    /* ---- mixed precision (trainer.h): 16-bit buffers of type ht, DSL_FLOAT16 or
+     * DSL_BFLOAT16, n 2-byte elements. NULL on a device without them (the CPU, which
+     * computes fp32 only). Every conversion to 16 bits rounds to nearest even (the
+     * host reference is halfprec.h); arithmetic is fp32 on the converted values. */
+    /** dst[i] = half(src[i]) */
+    int (*to_half)(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                   size_t n);
+    /** dst[i] = half(float(dst[i]) + float(src[i])) */
+    int (*half_add)(struct dsl_device *d, enum dsl_dtype ht, void *dst, const void *src,
+                    size_t n);
+    /** p[i] = half(float(p[i]) * f) */
+    int (*half_scale)(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f);
+    /** absmax_bits of float(p[i]): inf and NaN in the half buffer show as they are */
+    int (*half_absmax_bits)(struct dsl_device *d, enum dsl_dtype ht, const void *p, size_t n,
+                            uint32_t *out);
+    /** sumsq_fixed of float(p[i]) */
+    int (*half_sumsq_fixed)(struct dsl_device *d, enum dsl_dtype ht, const void *p, size_t n,
+                            double k, uint64_t *out);
+    /** optim_step on the fp32 master weights p with the fp32 gradient
+     *  (float(g[i]) * ga) * gscale (unscaling and averaging happen here, in fp32, never
+     *  on the 16-bit gradient), then hp[i] = half(p[i]): the new 16-bit parameters. */
+    int (*half_optim_step)(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
+                           uint64_t t, enum dsl_dtype ht, float ga, float gscale, float *p,
+                           void *hp, const void *g, float *m, float *v, size_t len);
     /** wait until every call issued so far has finished */
     int (*synchronize)(struct dsl_device *d);
     /** free the implementation's state (d->impl) */

@@ -26,6 +26,13 @@
  * them through a struct dsl_device of the same kind). For both, the samples x and the
  * labels y passed to forward_backward/evaluate are host pointers (the GPU model
  * uploads them into its own workspace), and the stats come back in host memory.
+ *
+ * 16-bit models (GPU only, spec.dtype DSL_FLOAT16 or DSL_BFLOAT16; m->dtype says which):
+ * params and the sink's segment destinations hold 16-bit elements of that type, still
+ * passed as float * (the interface predates them; offsets and lengths count elements,
+ * not floats), and forward/backward compute with 16-bit inputs and outputs and fp32
+ * accumulation. init_params writes fp32 whatever the dtype: the trainer keeps fp32
+ * master weights and rounds them to the 16-bit copy itself.
  */
 #ifndef DSLAUNCH_MODEL_H
 #define DSLAUNCH_MODEL_H
@@ -33,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dslaunch/comm.h"
 #include "dslaunch/error.h"
 
 #define DSL_MODEL_MAX_LAYERS 16
@@ -70,14 +78,16 @@ struct dsl_model_spec {
     size_t nhidden;
     size_t max_batch; /* largest micro batch (or eval batch) that will be passed */
     size_t seg_max;   /* upper bound on a gradient segment's length (0 = whole tensors) */
+    enum dsl_dtype dtype; /* GPU model: DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16 for
+                             16-bit compute; the CPU model computes fp32 and ignores it */
 };
 
 struct dsl_model;
 
 struct dsl_model_ops {
     const char *name;
-    /** Fill params (nparams floats, in the model's memory: see the top of this file)
-     *  from seed; the same seed gives the same bits on the CPU and the GPU. Returns 0
+    /** Fill params (nparams floats, fp32 for every dtype, in the model's memory: see
+     *  the top of this file) from seed; the same seed gives the same bits on the CPU and the GPU. Returns 0
      *  or a negative code (GPU: the copy failed), with the text in m->err. */
     int (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
     /** Forward + backward over n samples (x: n x in_dim, y: n labels; host memory).
@@ -106,6 +116,7 @@ struct dsl_model {
     size_t nsegs;
     size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
     int on_device;           /* params and gradients are CUDA device pointers */
+    enum dsl_dtype dtype;    /* element type of params and gradients (see the top) */
     char err[DSL_ERR_LEN];   /* text of the last failed op ("" if none given) */
     void *impl;              /* the implementation's state (activations) */
 };

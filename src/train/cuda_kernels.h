@@ -33,6 +33,25 @@ static inline unsigned int dsl_cuda_blocks(size_t n)
 #define DSL_GRID_STRIDE(i, n)                                                           \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
          i += (size_t)gridDim.x * blockDim.x)
+
+/* 16-bit elements of mixed precision: dsl_tof() widens (exact), dsl_fromf<T>() narrows
+ * with round to nearest even; for float both are the identity, so a kernel templated
+ * on its element type does the fp32 arithmetic it always did. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+static __device__ __forceinline__ float dsl_tof(float x) { return x; }
+static __device__ __forceinline__ float dsl_tof(__half x) { return __half2float(x); }
+static __device__ __forceinline__ float dsl_tof(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ __forceinline__ T dsl_fromf(float x);
+template <> __device__ __forceinline__ float dsl_fromf<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half dsl_fromf<__half>(float x)
+{
+    return __float2half_rn(x);
+}
+template <> __device__ __forceinline__ __nv_bfloat16 dsl_fromf<__nv_bfloat16>(float x)
+{
+    return __float2bfloat16_rn(x);
+}
 #endif
 
 #ifdef __cplusplus
@@ -64,6 +83,25 @@ cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p, const fl
 cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale, float *p,
                               const float *g, float *m, size_t n);
 
+/* mixed precision: 16-bit buffers (void *) hold bf16 when bf16 is non-zero, else fp16 */
+/** dst[i] = half(src[i]) */
+cudaError_t dsl_cuda_to_half(int bf16, void *dst, const float *src, size_t n);
+/** dst[i] = half(float(dst[i]) + float(src[i])) */
+cudaError_t dsl_cuda_half_add(int bf16, void *dst, const void *src, size_t n);
+/** p[i] = half(float(p[i]) * f) */
+cudaError_t dsl_cuda_half_scale(int bf16, void *p, size_t n, float f);
+/** dsl_cuda_absmax_bits / dsl_cuda_sumsq_fixed of float(p[i]) */
+cudaError_t dsl_cuda_half_absmax_bits(int bf16, const void *p, size_t n, unsigned int *dmax);
+cudaError_t dsl_cuda_half_sumsq_fixed(int bf16, const void *p, size_t n, double k,
+                                      unsigned long long *dsum);
+/** Adam / SGD on fp32 p with the gradient (float(g[i]) * ga) * a->gscale, then
+ *  hp[i] = half(p[i]) */
+cudaError_t dsl_cuda_half_adam_step(int bf16, const struct dsl_cuda_adam *a, float ga, float *p,
+                                    void *hp, const void *g, float *m, float *v, size_t n);
+cudaError_t dsl_cuda_half_sgd_step(int bf16, float lr, float wd, float mu, int first, float ga,
+                                   float gscale, float *p, void *hp, const void *g, float *m,
+                                   size_t n);
+
 /* ---- model_mlp_kernels.cu: the MLP (model_mlp_cuda.c) ---- */
 
 /** z[i][k] = z[i][k] + b[k] over n rows of out, then ReLU if relu */
@@ -77,6 +115,18 @@ cudaError_t dsl_cuda_mlp_loss(const float *logits, const int32_t *y, size_t n, s
 cudaError_t dsl_cuda_mlp_bias_grad(const float *dz, size_t n, size_t out, float *db);
 /** d[i] = 0 where a[i] <= 0 (the ReLU's gradient), over len elements */
 cudaError_t dsl_cuda_mlp_relu_mask(float *d, const float *a, size_t len);
+/** The same four on 16-bit buffers (bf16 or fp16), with fp32 arithmetic inside: the
+ *  bias add and the bias gradient's column sum in fp32, rounded once at the end; the
+ *  loss from the widened logits, in fp32 (loss[] stays fp32), dz rounded to 16 bits
+ *  after the multiply by the scale. */
+cudaError_t dsl_cuda_mlp_half_bias_act(int bf16, void *z, const void *b, size_t n, size_t out,
+                                       int relu);
+cudaError_t dsl_cuda_mlp_half_loss(int bf16, const void *logits, const int32_t *y, size_t n,
+                                   size_t c, float *loss, int32_t *correct, void *dz,
+                                   float scale);
+cudaError_t dsl_cuda_mlp_half_bias_grad(int bf16, const void *dz, size_t n, size_t out,
+                                        void *db);
+cudaError_t dsl_cuda_mlp_half_relu_mask(int bf16, void *d, const void *a, size_t len);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,10 @@
  * them; synchronize() waits for the stream (not for the comm's stream, so all-gathers
  * left running by ZeRO stages 1/2 keep running).
  *
+ * Mixed precision (the half_* ops): the same kernels templated on a 16-bit element
+ * type, widening to fp32 for the arithmetic and rounding to nearest even on the way
+ * back; the optimizer writes the fp32 master piece and its 16-bit copy in one pass.
+ *
  * Errors: a CUDA error becomes a negative code (out of memory: -ENOMEM; no device or
  * driver: DSL_ENOTSUP; anything else: DSL_EREMOTE, as the nccl backend reports CUDA
  * failures) with cudaGetErrorString's text in d->err, and sticks: a kernel fault
@@ -155,6 +159,20 @@ static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double
     return 0;
 }
 
+/* the per-step constants exactly as dsl_optim_step() computes them */
+static struct dsl_cuda_adam adam_consts(const struct dsl_optim_hparams *h, float lr, uint64_t t,
+                                        float gscale)
+{
+    struct dsl_cuda_adam a = {.lr = lr, .b1 = h->beta1, .b2 = h->beta2, .eps = h->eps,
+                              .wd = h->weight_decay, .gscale = gscale,
+                              .adam_w_mode = h->adam_w_mode};
+    float bc1 = 1.0f - (float)pow((double)a.b1, (double)t);
+    float bc2 = 1.0f - (float)pow((double)a.b2, (double)t);
+    a.step = lr / bc1;
+    a.bc2s = sqrtf(bc2);
+    return a;
+}
+
 static int cu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
                          uint64_t t, float gscale, float *p, const float *g, float *m,
                          float *v, size_t len)
@@ -165,15 +183,89 @@ static int cu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h
         return check(d, "SGD kernel",
                      dsl_cuda_sgd_step(lr, h->weight_decay, h->momentum, t <= 1, gscale, p,
                                        g, m, len));
-    /* the per-step constants exactly as dsl_optim_step() computes them */
-    struct dsl_cuda_adam a = {.lr = lr, .b1 = h->beta1, .b2 = h->beta2, .eps = h->eps,
-                              .wd = h->weight_decay, .gscale = gscale,
-                              .adam_w_mode = h->adam_w_mode};
-    float bc1 = 1.0f - (float)pow((double)a.b1, (double)t);
-    float bc2 = 1.0f - (float)pow((double)a.b2, (double)t);
-    a.step = lr / bc1;
-    a.bc2s = sqrtf(bc2);
+    struct dsl_cuda_adam a = adam_consts(h, lr, t, gscale);
     return check(d, "Adam kernel", dsl_cuda_adam_step(&a, p, g, m, v, len));
+}
+
+/* ---- mixed precision: the same shapes on 16-bit buffers ---- */
+
+static int cu_to_half(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                      size_t n)
+{
+    return d->failed ? d->failed
+                     : check(d, "fp32 to 16-bit kernel",
+                             dsl_cuda_to_half(ht == DSL_BFLOAT16, dst, src, n));
+}
+
+static int cu_half_add(struct dsl_device *d, enum dsl_dtype ht, void *dst, const void *src,
+                       size_t n)
+{
+    return d->failed ? d->failed
+                     : check(d, "16-bit add kernel",
+                             dsl_cuda_half_add(ht == DSL_BFLOAT16, dst, src, n));
+}
+
+static int cu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f)
+{
+    return d->failed ? d->failed
+                     : check(d, "16-bit scale kernel",
+                             dsl_cuda_half_scale(ht == DSL_BFLOAT16, p, n, f));
+}
+
+static int cu_half_absmax_bits(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                               size_t n, uint32_t *out)
+{
+    struct cuda_dev *c = d->impl;
+    unsigned int *dmax = c->scratch, h = 0;
+    int r;
+    *out = 0;
+    if (d->failed || !n)
+        return d->failed;
+    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dmax, 0, sizeof(*dmax),
+                                                         cudaStreamLegacy))) < 0 ||
+        (r = check(d, "16-bit absmax kernel",
+                   dsl_cuda_half_absmax_bits(ht == DSL_BFLOAT16, p, n, dmax))) < 0 ||
+        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dmax, sizeof(h),
+                                               cudaMemcpyDeviceToHost))) < 0)
+        return r;
+    *out = h;
+    return 0;
+}
+
+static int cu_half_sumsq_fixed(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                               size_t n, double k, uint64_t *out)
+{
+    struct cuda_dev *c = d->impl;
+    unsigned long long *dsum = (unsigned long long *)((char *)c->scratch + 8), h = 0;
+    int r;
+    *out = 0;
+    if (d->failed || !n)
+        return d->failed;
+    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dsum, 0, sizeof(*dsum),
+                                                         cudaStreamLegacy))) < 0 ||
+        (r = check(d, "16-bit sum-of-squares kernel",
+                   dsl_cuda_half_sumsq_fixed(ht == DSL_BFLOAT16, p, n, k, dsum))) < 0 ||
+        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dsum, sizeof(h),
+                                               cudaMemcpyDeviceToHost))) < 0)
+        return r;
+    *out = (uint64_t)h;
+    return 0;
+}
+
+static int cu_half_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h,
+                              float lr, uint64_t t, enum dsl_dtype ht, float ga, float gscale,
+                              float *p, void *hp, const void *g, float *m, float *v, size_t len)
+{
+    int bf16 = ht == DSL_BFLOAT16;
+    if (d->failed || !len)
+        return d->failed;
+    if (h->type == DSL_OPTIM_SGD)
+        return check(d, "16-bit SGD kernel",
+                     dsl_cuda_half_sgd_step(bf16, lr, h->weight_decay, h->momentum, t <= 1, ga,
+                                            gscale, p, hp, g, m, len));
+    struct dsl_cuda_adam a = adam_consts(h, lr, t, gscale);
+    return check(d, "16-bit Adam kernel", dsl_cuda_half_adam_step(bf16, &a, ga, p, hp, g, m, v,
+                                                                  len));
 }
 
 static int cu_synchronize(struct dsl_device *d)
@@ -208,6 +300,12 @@ static const struct dsl_device_ops cuda_ops = {
     .absmax_bits = cu_absmax_bits,
     .sumsq_fixed = cu_sumsq_fixed,
     .optim_step = cu_optim_step,
+    .to_half = cu_to_half,
+    .half_add = cu_half_add,
+    .half_scale = cu_half_scale,
+    .half_absmax_bits = cu_half_absmax_bits,
+    .half_sumsq_fixed = cu_half_sumsq_fixed,
+    .half_optim_step = cu_half_optim_step,
     .synchronize = cu_synchronize,
     .release = cu_release,
 };
