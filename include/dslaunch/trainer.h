@@ -42,8 +42,17 @@
  * where they were, and the gradients are dropped. An applied step folds 1/scale into
  * the division by the global batch, before clipping. The scale is an input of the
  * gradient only: with a power-of-two scale and nothing over- or underflowing, the
- * applied steps are bit-identical to fp32 steps (model.h). The computation itself
- * stays fp32 (on the GPU as well, for now).
+ * applied steps are bit-identical to fp32 steps (model.h). On the CPU the computation
+ * stays fp32.
+ *
+ * Mixed precision (opts.dtype fp16 or bf16; the GPU path, trainer_mixed.c), as
+ * DeepSpeed: parameters and gradients are 16-bit, reduced over the comm as 16-bit
+ * (half the bytes), and every rank keeps fp32 master weights next to its optimizer
+ * state (the whole model at stage 0, its shard at stages 1/2); the optimizer widens
+ * the gradient, unscales, averages and clips in fp32, updates the master piece and
+ * writes its 16-bit rounding back for the all-gather. Model state per rank: 16P /
+ * 4P + 12P/N / 2P + 14P/N bytes for Adam (fp32 master weights count as optimizer
+ * state; dsl_zero_state_formula() in halfprec.h).
  *
  * Steps: t->step counts global steps, skipped ones included (the data position, the
  * checkpoint tag); t->step - t->ls.skipped counts applied optimizer steps (Adam's t
@@ -89,6 +98,9 @@ struct dsl_trainer_opts {
     int loss_scaling;       /* fp16: scale the loss, skip steps whose gradient overflows */
     struct dsl_lossscale scaler; /* with loss_scaling: the scaler's initial state
                                     (dsl_lossscale_init() from the fp16 section) */
+    enum dsl_dtype dtype;   /* parameters and gradients: DSL_FLOAT32 (0), or
+                               DSL_FLOAT16 / DSL_BFLOAT16 for mixed precision (fp16 /
+                               bf16.enabled on a GPU; model and device must support it) */
 };
 
 struct dsl_bucket {
@@ -128,13 +140,17 @@ struct dsl_trainer {
     int rank, world;
     size_t P, S, G; /* params, shard elements, global batch */
 
-    float *params;     /* P */
-    float *grads;      /* P (stages 0, 1) or NULL */
-    float *gshard;     /* S (stage 2) or NULL */
-    float *staging[2]; /* stage 2 bucket buffers */
+    /* params, grads, gshard, staging and acc hold elements of gtype (esz bytes) */
+    enum dsl_dtype gtype; /* DSL_FLOAT32, or the 16-bit type of mixed precision */
+    size_t esz;
+    void *params;      /* P */
+    void *grads;       /* P (stages 0, 1) or NULL */
+    void *gshard;      /* S (stage 2) or NULL */
+    void *staging[2];  /* stage 2 bucket buffers */
     int nslots;
+    float *master;     /* mixed precision: fp32 master weights, S (P at stage 0); else NULL */
     float *m, *v;      /* optimizer state: P (stage 0) or S */
-    float **acc;       /* gradient accumulation levels (grad_accum > 1) */
+    void **acc;        /* gradient accumulation levels (grad_accum > 1) */
     int *acc_used;
     int nacc;
     int defer;          /* stages 0/1 outside deterministic mode: reduce once per step */

@@ -54,6 +54,12 @@
  * (dsl_trainer_allreduce_host), since nccl takes device pointers only. The micro
  * batch is gathered on the host; the model uploads it.
  *
+ * Mixed precision (fp16/bf16 on a GPU): params, grads, shard, staging and accumulation
+ * hold 16-bit elements and go over the comm as such; the buffer ops above go through
+ * trainer_mixed.c, which picks the device's fp32 or 16-bit op, and the optimizer
+ * updates fp32 master weights there. A 16-bit gradient is never averaged or unscaled
+ * in place: those factors ride with the optimizer in fp32, and the norm is scaled.
+ *
  * A comm or device failure inside backward is recorded in comm_err and reported when
  * backward returns; the trainer never exits on its own (dstrain decides).
  */
@@ -69,6 +75,7 @@
 #include "dslaunch/parse.h"
 #include "dslaunch/trainer.h"
 #include "dslaunch/xalloc.h"
+#include "train/trainer_mixed.h"
 #include "common/banned.h"
 
 /* n zeroed floats of model state on the device */
@@ -83,23 +90,22 @@ static float *alloc_floats(struct dsl_device *d, size_t n, int *fail, uint64_t *
 }
 
 /*
- * n zeroed floats that collectives read or write (parameters, gradients, staging
- * buckets): on the CPU they come from the comm, which shares them with same-host peers
- * so that reductions and gathers need no copies (comm.h dsl_comm_alloc); on a GPU from
- * the device. Freed by comm_buf_free.
+ * n zeroed elements of t->gtype that collectives read or write (parameters, gradients,
+ * staging buckets): on the CPU they come from the comm, which shares them with
+ * same-host peers so that reductions and gathers need no copies (comm.h
+ * dsl_comm_alloc); on a GPU from the device. Freed by comm_buf_free.
  */
-static float *comm_floats(struct dsl_trainer *t, size_t n, int *fail, uint64_t *bytes)
+static void *comm_elems(struct dsl_trainer *t, size_t n, int *fail, uint64_t *bytes)
 {
-    if (!t->dev->host_memory)
-        return alloc_floats(t->dev, n, fail, bytes);
-    float *p = dsl_comm_alloc(t->comm, (n ? n : 1) * sizeof(float));
+    size_t bsz = (n ? n : 1) * t->esz;
+    void *p = t->dev->host_memory ? dsl_comm_alloc(t->comm, bsz) : t->dev->ops->alloc(t->dev, bsz);
     if (!p)
         *fail = 1;
-    *bytes += n * sizeof(float);
+    *bytes += n * t->esz;
     return p;
 }
 
-static void comm_buf_free(struct dsl_trainer *t, struct dsl_device *d, float *p)
+static void comm_buf_free(struct dsl_trainer *t, struct dsl_device *d, void *p)
 {
     if (d->host_memory && t->comm)
         dsl_comm_free(t->comm, p);
@@ -107,21 +113,11 @@ static void comm_buf_free(struct dsl_trainer *t, struct dsl_device *d, float *p)
         d->ops->free(d, p);
 }
 
-/* the device ops, short */
-static int dscale(struct dsl_trainer *t, float *p, size_t n, float f)
-{
-    return t->dev->ops->scale(t->dev, p, n, f);
-}
-
-static int dadd(struct dsl_trainer *t, float *dst, const float *src, size_t n)
-{
-    return t->dev->ops->add(t->dev, dst, src, n);
-}
-
-static int dcopy(struct dsl_trainer *t, float *dst, const float *src, size_t n)
-{
-    return t->dev->ops->copy(t->dev, dst, src, n * sizeof(float), DSL_COPY_D2D);
-}
+/* the device ops on gradient elements (fp32 or 16-bit: trainer_mixed.h), short */
+#define dscale dsl_mixed_scale
+#define dadd dsl_mixed_add
+#define dcopy dsl_mixed_copy
+#define EL(base, off) dsl_mixed_el(t, (base), (off))
 
 static void build_buckets(struct dsl_trainer *t)
 {
@@ -179,6 +175,9 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if ((model->on_device != 0) == (d->host_memory != 0))
         return dsl_seterr(err, DSL_ECONFIG, "a %s model cannot train on device '%s'",
                           model->on_device ? "GPU" : "CPU", d->name);
+    int rs = dsl_mixed_setup(t, err);
+    if (rs < 0)
+        return rs;
     if (o->zero_stage < 0 || o->zero_stage > 2)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
                           o->zero_stage);
@@ -195,15 +194,20 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     size_t maxb = 0;
     for (size_t j = 0; j < t->nbk; j++)
         maxb = t->bk[j].len > maxb ? t->bk[j].len : maxb;
-    t->params = comm_floats(t, t->P, &fail, &r->params);
+    t->params = comm_elems(t, t->P, &fail, &r->params);
     if (o->zero_stage < 2) {
-        t->grads = comm_floats(t, t->P, &fail, &r->grads);
+        t->grads = comm_elems(t, t->P, &fail, &r->grads);
     } else {
-        t->gshard = alloc_floats(d, t->S, &fail, &r->grads);
+        /* the shard is no collective's buffer on the CPU: plain device memory */
+        t->gshard = d->ops->alloc(d, (t->S ? t->S : 1) * t->esz);
+        fail |= !t->gshard;
+        r->grads += t->S * t->esz;
         t->nslots = o->overlap_comm ? 2 : 1;
         for (int i = 0; i < t->nslots; i++)
-            t->staging[i] = comm_floats(t, maxb, &fail, &r->buckets);
+            t->staging[i] = comm_elems(t, maxb, &fail, &r->buckets);
     }
+    if (t->gtype != DSL_FLOAT32) /* fp32 master weights count as optimizer state */
+        t->master = alloc_floats(d, t->S, &fail, &r->optim);
     size_t spp = dsl_optim_state_per_param(&o->optim);
     if (spp >= 1)
         t->m = alloc_floats(d, t->S, &fail, &r->optim);
@@ -219,10 +223,14 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
             while (((size_t)1 << levels) <= o->grad_accum)
                 levels++;
         t->nacc = levels;
-        t->acc = dsl_xcalloc((size_t)levels, sizeof(float *));
+        t->acc = dsl_xcalloc((size_t)levels, sizeof(void *));
         t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
-        for (int i = 0; i < levels; i++)
-            t->acc[i] = alloc_floats(d, t->defer ? t->P : t->S, &fail, &r->accum);
+        size_t na = t->defer ? t->P : t->S;
+        for (int i = 0; i < levels; i++) {
+            t->acc[i] = d->ops->alloc(d, (na ? na : 1) * t->esz);
+            fail |= !t->acc[i];
+            r->accum += na * t->esz;
+        }
     }
     size_t nx = o->micro_batch * model->in_dim; /* host: the trainer gathers here */
     t->xb = calloc(nx ? nx : 1, sizeof(float));
@@ -251,7 +259,17 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     for (size_t j = 0; j < t->nbk && o->zero_stage > 0; j++)
         r->padding_elems += dsl_shard_size(t->bk[j].len, t->world) * (size_t)t->world -
                             t->bk[j].len;
-    int ri = model->ops->init_params(model, t->params, o->seed);
+    int ri;
+    if (t->gtype == DSL_FLOAT32) {
+        ri = model->ops->init_params(model, t->params, o->seed);
+    } else {
+        /* fp32 initial values through a temporary buffer into master and 16-bit copy */
+        float *full = d->ops->alloc(d, (t->P ? t->P : 1) * sizeof(float));
+        ri = !full ? -ENOMEM : model->ops->init_params(model, full, o->seed);
+        if (ri >= 0 && (ri = dsl_mixed_load(t, full)) < 0)
+            snprintf(model->err, sizeof(model->err), "%s", d->err);
+        d->ops->free(d, full);
+    }
     if (ri < 0) {
         dsl_trainer_release(t);
         return dsl_seterr(err, ri, "cannot initialise the parameters: %s",
@@ -268,6 +286,7 @@ void dsl_trainer_release(struct dsl_trainer *t)
     d->ops->free(d, t->gshard);
     comm_buf_free(t, d, t->staging[0]);
     comm_buf_free(t, d, t->staging[1]);
+    d->ops->free(d, t->master);
     d->ops->free(d, t->m);
     d->ops->free(d, t->v);
     for (int i = 0; i < t->nacc; i++)
@@ -301,18 +320,18 @@ const char *dsl_trainer_last_error(const struct dsl_trainer *t)
 
 /* ---- gradient sink: where backward writes, and what happens when a bucket is done */
 
-static float *slot_of(struct dsl_trainer *t, size_t j)
+static void *slot_of(struct dsl_trainer *t, size_t j)
 {
     return t->staging[j % (size_t)t->nslots];
 }
 
 /* this rank's reduced gradient piece of bucket j after the micro step's reduction */
-static float *leaf_ptr(struct dsl_trainer *t, size_t j)
+static void *leaf_ptr(struct dsl_trainer *t, size_t j)
 {
     const struct dsl_bucket *b = &t->bk[j];
     if (t->o.zero_stage == 2)
-        return t->gshard + b->soff;
-    return t->grads + b->lo + b->poff;
+        return EL(t->gshard, b->soff);
+    return EL(t->grads, b->lo + b->poff);
 }
 
 static float *sink_dest(void *ctx, size_t seg)
@@ -320,7 +339,7 @@ static float *sink_dest(void *ctx, size_t seg)
     struct dsl_trainer *t = ctx;
     const struct dsl_model_seg *s = &t->model->segs[seg];
     if (t->o.zero_stage < 2)
-        return t->grads + s->off;
+        return EL(t->grads, s->off);
     size_t j = t->seg_bucket[seg];
     struct dsl_bucket *b = &t->bk[j];
     if (seg == b->seg_first && j >= (size_t)t->nslots) {
@@ -333,7 +352,7 @@ static float *sink_dest(void *ctx, size_t seg)
         }
         prev->req = -1;
     }
-    return slot_of(t, j) + (s->off - b->lo);
+    return EL(slot_of(t, j), s->off - b->lo);
 }
 
 /* reduce bucket j: asynchronously (issue) or blocking; with deferred reduction the
@@ -341,21 +360,20 @@ static float *sink_dest(void *ctx, size_t seg)
 static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
 {
     struct dsl_bucket *b = &t->bk[j];
-    float *src = t->o.zero_stage == 2 ? slot_of(t, j) : t->grads + b->lo;
-    float *dst = t->o.zero_stage == 2 ? t->gshard + b->soff : src + b->poff;
+    void *src = t->o.zero_stage == 2 ? slot_of(t, j) : EL(t->grads, b->lo);
+    void *dst = t->o.zero_stage == 2 ? EL(t->gshard, b->soff) : EL(src, b->poff);
+    enum dsl_dtype ty = t->gtype;
     int r;
-    if (t->defer && (r = dadd(t, src, t->acc[0] + b->lo, b->len)) < 0)
+    if (t->defer && (r = dadd(t, src, EL(t->acc[0], b->lo), b->len)) < 0)
         return r;
     if (t->o.prescale && t->o.predivide != 1.0f &&
         (r = dscale(t, src, b->len, 1.0f / t->o.predivide)) < 0)
         return r;
     if (t->o.zero_stage == 0)
-        return async ? dsl_comm_iallreduce(t->comm, src, src, b->len, DSL_FLOAT32, DSL_SUM,
-                                           &b->req)
-                     : dsl_comm_allreduce(t->comm, src, src, b->len, DSL_FLOAT32, DSL_SUM);
-    return async ? dsl_comm_ireduce_scatter(t->comm, src, dst, b->len, DSL_FLOAT32, DSL_SUM,
-                                            &b->req)
-                 : dsl_comm_reduce_scatter(t->comm, src, dst, b->len, DSL_FLOAT32, DSL_SUM);
+        return async ? dsl_comm_iallreduce(t->comm, src, src, b->len, ty, DSL_SUM, &b->req)
+                     : dsl_comm_allreduce(t->comm, src, src, b->len, ty, DSL_SUM);
+    return async ? dsl_comm_ireduce_scatter(t->comm, src, dst, b->len, ty, DSL_SUM, &b->req)
+                 : dsl_comm_reduce_scatter(t->comm, src, dst, b->len, ty, DSL_SUM);
 }
 
 static void sink_done(void *ctx, size_t seg)
@@ -422,16 +440,16 @@ int dsl_trainer_sync(struct dsl_trainer *t, char *err)
  * counter (pairwise tree) in deterministic mode, a running sum otherwise. */
 static int accumulate(struct dsl_trainer *t)
 {
-    const float *carry_acc = NULL; /* NULL: the carry is the leaf */
+    const void *carry_acc = NULL; /* NULL: the carry is the leaf */
     int r;
     for (int i = 0; i < t->nacc; i++) {
-        float *lv = t->acc[i];
+        void *lv = t->acc[i];
         int deterministic = t->o.deterministic;
         for (size_t j = 0; j < t->nbk; j++) {
             const struct dsl_bucket *b = &t->bk[j];
-            const float *src = carry_acc ? carry_acc + b->soff : leaf_ptr(t, j);
-            r = !t->acc_used[i] ? dcopy(t, lv + b->soff, src, b->plen)
-                                : dadd(t, lv + b->soff, src, b->plen);
+            const void *src = carry_acc ? EL(carry_acc, b->soff) : leaf_ptr(t, j);
+            r = !t->acc_used[i] ? dcopy(t, EL(lv, b->soff), src, b->plen)
+                                : dadd(t, EL(lv, b->soff), src, b->plen);
             if (r < 0)
                 return r;
         }
@@ -457,7 +475,7 @@ static int fold_levels(struct dsl_trainer *t)
             continue;
         if (top >= 0)
             for (size_t k = 0; k < t->nbk; k++)
-                if ((r = dadd(t, t->acc[i] + t->bk[k].soff, t->acc[top] + t->bk[k].soff,
+                if ((r = dadd(t, EL(t->acc[i], t->bk[k].soff), EL(t->acc[top], t->bk[k].soff),
                               t->bk[k].plen)) < 0)
                     return r;
         top = i;
@@ -466,7 +484,7 @@ static int fold_levels(struct dsl_trainer *t)
 }
 
 /* The final gradient of this step, per bucket piece (after fold_levels). */
-static float *final_grads(struct dsl_trainer *t, size_t j)
+static void *final_grads(struct dsl_trainer *t, size_t j)
 {
     if (t->o.grad_accum == 1 || t->defer)
         return leaf_ptr(t, j);
@@ -474,7 +492,7 @@ static float *final_grads(struct dsl_trainer *t, size_t j)
     for (int i = 0; i < t->nacc; i++)
         if (t->acc_used[i])
             top = i;
-    return t->acc[top] + t->bk[j].soff;
+    return EL(t->acc[top], t->bk[j].soff);
 }
 
 /* ---- the step --------------------------------------------------------------------- */
@@ -517,11 +535,10 @@ static float tree_sum(const float *v, size_t n)
  * holding inf or NaN. */
 static int local_absmax(struct dsl_trainer *t, int stop_at_inf, uint32_t *out)
 {
-    struct dsl_device *d = t->dev;
     *out = 0;
     for (size_t j = 0; j < t->nbk && !(stop_at_inf && *out >= 0x7f800000u); j++) {
         uint32_t b;
-        int r = d->ops->absmax_bits(d, final_grads(t, j), t->bk[j].plen, &b);
+        int r = dsl_mixed_absmax(t, final_grads(t, j), t->bk[j].plen, &b);
         if (r < 0)
             return r;
         *out = b > *out ? b : *out;
@@ -539,7 +556,6 @@ static int local_absmax(struct dsl_trainer *t, int stop_at_inf, uint32_t *out)
 #define NORM_FRAC 68719476736.0 /* 2^36 */
 static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local_max)
 {
-    struct dsl_device *d = t->dev;
     int shared = t->o.zero_stage > 0 && t->world > 1, r;
     /* max |g| on the bit patterns, unless the caller knows it */
     uint32_t mb = local_max ? *local_max : 0;
@@ -554,7 +570,7 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
     if (isfinite(mx) && mx > 0.0f)
         for (size_t j = 0; j < t->nbk; j++) {
             uint64_t part;
-            if ((r = d->ops->sumsq_fixed(d, final_grads(t, j), t->bk[j].plen, k, &part)) < 0)
+            if ((r = dsl_mixed_sumsq(t, final_grads(t, j), t->bk[j].plen, k, &part)) < 0)
                 return r;
             sum += part;
         }
@@ -620,7 +636,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         for (size_t j = 0; j < t->nbk; j++)
             t->bk[j].req = -1;
         t->last_micro = k + 1 == ga;
-        r = m->ops->forward_backward(m, t->params, t->xb, t->yb, mb, scale, &sink, &st);
+        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb, scale,
+                                     &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
                               (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
@@ -704,8 +721,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
     /* Without clipping nothing needs the averaged gradient before the optimizer, which
      * then applies inv itself (gscale): one pass over the gradient fewer, the same
-     * bits (g * inv rounded either way). */
-    int fold = t->o.grad_clip <= 0.0f && pre == 1.0f;
+     * bits (g * inv rounded either way). A 16-bit gradient is never scaled in place
+     * (it would lose bits or underflow): the optimizer applies the factors in fp32,
+     * and the norm is taken on the raw gradient and scaled (trainer_mixed.c). */
+    int half = t->gtype != DSL_FLOAT32;
+    int fold = (t->o.grad_clip <= 0.0f && pre == 1.0f) || half;
     for (size_t j = 0; j < t->nbk && !fold; j++) {
         if (pre != 1.0f && (r = dscale(t, final_grads(t, j), t->bk[j].plen, pre)) < 0)
             return comm_fail(t, r, "gradient unscaling", err);
@@ -723,13 +743,16 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if (t->o.loss_scaling) {
             float mx;
             memcpy(&mx, &lmax, sizeof(mx));
-            if (pre != 1.0f)
+            if (pre != 1.0f && !half)
                 mx *= pre;
-            mx *= inv;
+            if (!half)
+                mx *= inv;
             memcpy(&umax, &mx, sizeof(umax));
         }
         if ((r = global_norm(t, &res->grad_norm, t->o.loss_scaling ? &umax : NULL)) < 0)
             return comm_fail(t, r, "gradient norm", err);
+        if (half)
+            res->grad_norm = (float)((double)res->grad_norm * (double)pre * (double)inv);
         float c = t->o.grad_clip / (res->grad_norm + 1e-6f);
         if (c < 1.0f)
             coef = c;
@@ -746,18 +769,16 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     t->ngather = t->gather_done = 0;
     for (size_t jj = t->nbk; jj-- > 0;) {
         struct dsl_bucket *b = &t->bk[jj];
-        float *g = final_grads(t, jj);
         /* the last multiply (averaging, or the clipping coefficient) rides along with
-         * the optimizer */
-        float *p = t->params + b->lo;
-        if ((r = t->dev->ops->optim_step(t->dev, &t->o.optim, lr, applied + 1,
-                                         fold ? inv : coef, p + b->poff, g,
-                                         t->m ? t->m + b->soff : NULL,
-                                         t->v ? t->v + b->soff : NULL, b->plen)) < 0)
+         * the optimizer; 16-bit: all of them, in fp32 (pre, when there is one, first) */
+        float g1 = !half ? 1.0f : pre != 1.0f ? pre : inv;
+        float gs = !half ? (fold ? inv : coef) : pre != 1.0f ? inv * coef : coef;
+        if ((r = dsl_mixed_optim(t, jj, final_grads(t, jj), lr, applied + 1, g1, gs)) < 0)
             return comm_fail(t, r, "optimizer", err);
         if (gather) {
             double i0 = dsl_now();
-            if ((r = dsl_comm_iallgather(t->comm, p + b->poff, p, b->len, DSL_FLOAT32,
+            void *p = EL(t->params, b->lo);
+            if ((r = dsl_comm_iallgather(t->comm, EL(p, b->poff), p, b->len, t->gtype,
                                          &t->gq[t->ngather])) < 0)
                 return comm_fail(t, r, "parameter all-gather", err);
             t->gb[t->ngather++] = jj;
@@ -791,8 +812,8 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
     for (size_t i = 0; i < len; i += bs) {
         size_t n = len - i < bs ? len - i : bs;
         struct dsl_model_stats st;
-        int r = m->ops->evaluate(m, t->params, d->x + (off + i) * d->dim, d->y + off + i, n,
-                                 &st);
+        int r = m->ops->evaluate(m, (const float *)t->params, d->x + (off + i) * d->dim,
+                                 d->y + off + i, n, &st);
         if (r < 0)
             return dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
         correct += (double)st.correct;

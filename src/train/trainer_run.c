@@ -25,6 +25,7 @@
 
 #include "dslaunch/comm.h"
 #include "dslaunch/error.h"
+#include "dslaunch/halfprec.h"
 #include "dslaunch/parse.h"
 #include "dslaunch/trainer.h"
 #include "common/banned.h"
@@ -50,14 +51,15 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
         return dsl_seterr(err, r, "memory report: %s", dsl_trainer_last_error(t));
     }
     if (t->rank == 0) {
-        double P = (double)t->P, N = (double)t->world;
-        double spp = (double)dsl_optim_state_per_param(&t->o.optim);
-        double f = t->o.zero_stage == 0   ? (8.0 + 4.0 * spp) * P
-                   : t->o.zero_stage == 1 ? 8.0 * P + 4.0 * spp * P / N
-                                          : 4.0 * P + (4.0 + 4.0 * spp) * P / N;
-        printf("%s: model %zu params, ZeRO stage %d, %d ranks, %zu buckets; model-state "
+        double f = dsl_zero_state_formula(t->o.zero_stage, t->P, t->world,
+                                          dsl_optim_state_per_param(&t->o.optim), t->esz);
+        printf("%s: model %zu params, ZeRO stage %d, %d ranks, %zu buckets; %s model-state "
                "formula %.0f bytes + buckets + accumulation\n",
-               "dstrain", t->P, t->o.zero_stage, t->world, t->nbk, f);
+               "dstrain", t->P, t->o.zero_stage, t->world, t->nbk,
+               t->gtype == DSL_FLOAT16    ? "fp16 with fp32 master weights"
+               : t->gtype == DSL_BFLOAT16 ? "bf16 with fp32 master weights"
+                                          : "fp32",
+               f);
         for (size_t k = 0; k < W; k++) {
             uint64_t v[NV];
             for (int i = 0; i < NV; i++)

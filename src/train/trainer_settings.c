@@ -258,16 +258,8 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
         dsl_warn("%s", warning);
-    /* NEEDSWORK: half-precision compute on the GPU (fp32 master weights, half copies
-     * for forward/backward, half gradients over nccl); until then the GPU computes in
-     * fp32 like the CPU, with the loss scaling of fp16 */
-    if (gpu && prec != DSL_PREC_FP32 && rank == 0)
-        dsl_warn("%s: half-precision compute is not implemented on the GPU yet, training "
-                 "runs in fp32%s",
-                 prec == DSL_PREC_FP16 ? "fp16.enabled" : "bf16.enabled",
-                 prec != DSL_PREC_FP16        ? ""
-                 : c->fp16.loss_scale > 0.0 ? ", with DeepSpeed's static loss scaling"
-                                            : ", with DeepSpeed's dynamic loss scaling");
+    /* on the CPU the config module's warning above says that it computes in fp32; on
+     * the GPU fp16/bf16 mean 16-bit compute with fp32 master weights (trainer.h) */
     if (gpu && c->dstrain.deterministic > 0 && rank == 0)
         dsl_warn("dstrain.deterministic is ignored on the GPU: nccl's summation order is "
                  "not under dstrain's control, so the run is not bit-identical across world "
@@ -289,6 +281,9 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     to->seed = c->seed;
     /* fp16: DeepSpeed's loss scaler, whatever the device; bf16 and fp32: none */
     to->loss_scaling = c->fp16.enabled != 0;
+    to->dtype = prec == DSL_PREC_FP16   ? DSL_FLOAT16
+                : prec == DSL_PREC_BF16 ? DSL_BFLOAT16
+                                        : DSL_FLOAT32;
     dsl_lossscale_init(&to->scaler, &c->fp16);
     struct dsl_optim_hparams *h = &to->optim;
     h->type = c->optimizer.type == DSL_CFG_OPTIM_SGD ? DSL_OPTIM_SGD : DSL_OPTIM_ADAM;
@@ -308,6 +303,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     m->max_batch = 1000; /* evaluation batch */
     /* segments depend only on the bucket size, never on the world size or stage */
     m->seg_max = to->bucket_elems;
+    m->dtype = to->dtype; /* DSL_FLOAT32 on the CPU (prec says so there) */
 
     struct dsl_data_opts *d = &s->data;
     d->name = c->dstrain.dataset;

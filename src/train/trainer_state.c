@@ -12,6 +12,10 @@
  * running, so nothing else touches the buffers meanwhile. Gathering is collective:
  * every rank calls it in the same order.
  *
+ * Mixed precision: "the parameters" are the fp32 master weights (what DeepSpeed saves
+ * as fp32 and consolidates); going out they are gathered like the optimizer state,
+ * coming in they set master and the 16-bit copy together (dsl_mixed_load).
+ *
  * The collectives on small host arrays (dsl_trainer_allreduce_host/_allgather_host)
  * live here too: the same crossing between host memory and the device, for the
  * per-step loss sums and flags, the norm's limbs, evaluation counts and reports.
@@ -23,6 +27,7 @@
 #include "dslaunch/comm.h"
 #include "dslaunch/error.h"
 #include "dslaunch/trainer.h"
+#include "train/trainer_mixed.h"
 #include "common/banned.h"
 
 static int state_fail(struct dsl_trainer *t, int r, const char *what, char *err)
@@ -88,12 +93,59 @@ void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, f
     }
 }
 
+/* One fp32 shard vector (S, or P at stage 0) in full flat order into host memory full;
+ * dfull: device memory of P floats on a GPU at stages 1/2, else NULL. Collective. */
+static int gather_vec(struct dsl_trainer *t, const float *vec, float *full, float *dfull)
+{
+    struct dsl_device *d = t->dev;
+    int r = 0;
+    if (t->o.zero_stage == 0)
+        return d->ops->copy(d, full, vec, t->P * sizeof(float), DSL_COPY_D2H);
+    float *buf = dfull ? dfull : full; /* in the device's memory */
+    for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        r = d->ops->copy(d, buf + b->lo + b->poff, vec + b->soff, b->plen * sizeof(float),
+                         DSL_COPY_D2D);
+    }
+    for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        r = dsl_comm_allgather(t->comm, buf + b->lo + b->poff, buf + b->lo, b->len,
+                               DSL_FLOAT32);
+    }
+    if (r >= 0 && dfull)
+        r = d->ops->copy(d, full, dfull, t->P * sizeof(float), DSL_COPY_D2H);
+    if (r < 0)
+        t->ngather = t->gather_done = 0; /* the comm may be unusable now */
+    return r;
+}
+
+/* P floats of device memory for a call, or NULL with err set */
+static float *dev_full(struct dsl_trainer *t, const char *what, char *err)
+{
+    struct dsl_device *d = t->dev;
+    float *p = d->ops->alloc(d, t->P ? t->P * sizeof(float) : 1);
+    if (!p)
+        dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes on %s %s", t->P * sizeof(float),
+                   d->name, what);
+    return p;
+}
+
 int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err)
 {
     struct dsl_device *d = t->dev;
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
+    if (t->master) {
+        float *dfull = t->o.zero_stage > 0 ? dev_full(t, "to gather the parameters", err) : NULL;
+        if (t->o.zero_stage > 0 && !dfull)
+            return -ENOMEM;
+        r = gather_vec(t, t->master, host, dfull);
+        d->ops->free(d, dfull);
+        if (r < 0)
+            return state_fail(t, r, "parameter gather", err);
+        return 0;
+    }
     if ((r = d->ops->copy(d, host, t->params, t->P * sizeof(float), DSL_COPY_D2H)) < 0)
         return state_fail(t, r, "copying the parameters", err);
     return 0;
@@ -105,6 +157,17 @@ int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char 
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
+    if (t->master) {
+        float *dfull = dev_full(t, "to load the parameters", err);
+        if (!dfull)
+            return -ENOMEM;
+        if ((r = d->ops->copy(d, dfull, host, t->P * sizeof(float), DSL_COPY_H2D)) >= 0)
+            r = dsl_mixed_load(t, dfull);
+        d->ops->free(d, dfull);
+        if (r < 0)
+            return state_fail(t, r, "loading the parameters", err);
+        return 0;
+    }
     if ((r = d->ops->copy(d, t->params, host, t->P * sizeof(float), DSL_COPY_H2D)) < 0)
         return state_fail(t, r, "copying the parameters", err);
     return 0;
@@ -126,31 +189,9 @@ int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate,
                               t->P * sizeof(float), d->name);
     }
     for (size_t s = 0; s < nstate && s < 2; s++) {
-        float *full = state + s * t->P;
-        if (t->o.zero_stage == 0) {
-            r = d->ops->copy(d, full, vecs[s], t->P * sizeof(float), DSL_COPY_D2H);
-            if (r < 0) {
-                r = state_fail(t, r, "optimizer state copy", err);
-                goto out;
-            }
-            continue;
-        }
-        float *buf = dfull ? dfull : full; /* in the device's memory */
-        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
-            const struct dsl_bucket *b = &t->bk[j];
-            r = d->ops->copy(d, buf + b->lo + b->poff, vecs[s] + b->soff,
-                             b->plen * sizeof(float), DSL_COPY_D2D);
-        }
-        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
-            const struct dsl_bucket *b = &t->bk[j];
-            r = dsl_comm_allgather(t->comm, buf + b->lo + b->poff, buf + b->lo, b->len,
-                                   DSL_FLOAT32);
-        }
-        if (r >= 0 && dfull)
-            r = d->ops->copy(d, full, dfull, t->P * sizeof(float), DSL_COPY_D2H);
-        if (r < 0) {
-            t->ngather = t->gather_done = 0; /* the comm may be unusable now */
-            r = state_fail(t, r, "optimizer state gather", err);
+        if ((r = gather_vec(t, vecs[s], state + s * t->P, dfull)) < 0) {
+            r = state_fail(t, r, t->o.zero_stage == 0 ? "optimizer state copy"
+                                                      : "optimizer state gather", err);
             goto out;
         }
     }

@@ -12,7 +12,11 @@
  *     (with overlap, accumulation, clipping, SGD, fp16 loss scaling) against the CPU
  *     trainer: losses and final parameters within 1e-4 relative, the same skipped
  *     steps and scale; the optimizer state in and out of the GPU;
- *   - fp16 from a static 2^127: every step overflows and is skipped on the GPU too.
+ *   - fp16 from a static 2^127: every step overflows and is skipped on the GPU too,
+ *     in fp32 and in fp16 compute;
+ *   - mixed precision (bf16 and fp16 compute with fp32 master weights) at world 1
+ *     against the CPU's fp32 trainer within half-precision tolerances, the model-state
+ *     bytes equal to the mixed-precision ZeRO formula, and the loss falling.
  * Every comparison prints its largest difference ("# ... max diff"). Exits 77 (skip)
  * without a CUDA device, non-zero on a mismatch.
  */
@@ -27,6 +31,7 @@
 #include "dslaunch/data.h"
 #include "dslaunch/device.h"
 #include "dslaunch/error.h"
+#include "dslaunch/halfprec.h"
 #include "dslaunch/lossscale.h"
 #include "dslaunch/model.h"
 #include "dslaunch/train_config.h"
@@ -391,12 +396,14 @@ struct variant {
     float clip;
     int sgd;
     int ls_pow; /* > 0: fp16 loss scaling from 2^ls_pow, doubling every 2 clean steps */
+    enum dsl_dtype dtype; /* GPU compute: fp32 (0), or fp16/bf16 with fp32 master weights */
 };
 
 struct run {
     float *params; /* host copy of the final parameters */
     float *state;  /* full optimizer state (nstate x P) */
-    double loss[8];
+    double loss[16];
+    struct dsl_mem_report mem;
     size_t P, nstate;
     uint64_t skipped;
     double scale; /* the final loss scale */
@@ -409,7 +416,7 @@ struct world1 {
     struct dsl_model m;
 };
 
-static void world1_open(struct world1 *w, int gpu)
+static void world1_open(struct world1 *w, int gpu, enum dsl_dtype dtype)
 {
     char err[DSL_ERR_LEN];
     struct dsl_comm_opts co = {.backend = gpu ? "nccl" : "tcp", .deterministic = 1};
@@ -422,7 +429,8 @@ static void world1_open(struct world1 *w, int gpu)
                                  .synth_dim = 20, .synth_classes = 4, .seed = 5};
     ASSERT_OK(dsl_data_load(&w->tr, &w->te, &dopt, err));
     struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
-                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64};
+                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64,
+                                .dtype = dtype};
     if ((gpu ? dsl_model_create_cuda(&w->m, &sp, err) : dsl_model_create(&w->m, &sp, err)) < 0)
         DSL_FAIL_("model: %s", err);
 }
@@ -439,9 +447,10 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
 {
     char err[DSL_ERR_LEN];
     struct world1 w;
-    world1_open(&w, gpu);
+    world1_open(&w, gpu, gpu ? v->dtype : DSL_FLOAT32);
     struct dsl_trainer t;
     struct dsl_trainer_opts o = {
+        .dtype = gpu ? v->dtype : DSL_FLOAT32,
         .micro_batch = 8, .grad_accum = v->accum, .zero_stage = v->stage,
         .bucket_elems = v->bucket, .overlap_comm = v->overlap,
         .deterministic = v->deterministic, .grad_clip = v->clip, .predivide = 1.0f,
@@ -468,6 +477,7 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
     double acc, tloss;
     ASSERT_OK(dsl_trainer_evaluate(&t, &w.te, &acc, &tloss, err));
     out->skipped = t.ls.skipped;
+    dsl_trainer_memory(&t, &out->mem);
     out->scale = t.ls.cur_scale;
     out->P = t.P;
     out->nstate = dsl_optim_state_per_param(&o.optim);
@@ -496,11 +506,11 @@ static void train(int gpu, const struct variant *v, size_t steps, struct run *ou
 TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
 {
     static const struct variant vs[] = {
-        {0, 0, 1, 0, 1, 0.0f, 0, 0},     {0, 1, 1, 100, 4, 0.0f, 0, 0},
-        {1, 0, 0, 0, 2, 0.0f, 0, 0},     {1, 1, 1, 100, 3, 0.05f, 0, 0},
-        {2, 0, 1, 100, 1, 0.0f, 0, 0},   {2, 1, 1, 30, 4, 0.05f, 0, 0},
-        {2, 1, 0, 1000, 2, 0.0f, 1, 0},  {2, 1, 1, 100, 2, 0.05f, 0, 8},
-        {0, 0, 1, 0, 1, 0.0f, 0, 12},
+        {0, 0, 1, 0, 1, 0.0f, 0, 0, DSL_FLOAT32},    {0, 1, 1, 100, 4, 0.0f, 0, 0, DSL_FLOAT32},
+        {1, 0, 0, 0, 2, 0.0f, 0, 0, DSL_FLOAT32},    {1, 1, 1, 100, 3, 0.05f, 0, 0, DSL_FLOAT32},
+        {2, 0, 1, 100, 1, 0.0f, 0, 0, DSL_FLOAT32},  {2, 1, 1, 30, 4, 0.05f, 0, 0, DSL_FLOAT32},
+        {2, 1, 0, 1000, 2, 0.0f, 1, 0, DSL_FLOAT32}, {2, 1, 1, 100, 2, 0.05f, 0, 8, DSL_FLOAT32},
+        {0, 0, 1, 0, 1, 0.0f, 0, 12, DSL_FLOAT32},
     };
     const size_t steps = 6;
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
@@ -536,13 +546,14 @@ TEST(gpu_trainer_should_match_the_cpu_trainer_at_world_one_for_every_stage)
     }
 }
 
-TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
+static void skip_at_2_127(enum dsl_dtype dtype)
 {
     char err[DSL_ERR_LEN];
     struct world1 w;
-    world1_open(&w, 1);
+    world1_open(&w, 1, dtype);
     struct dsl_trainer t;
     struct dsl_trainer_opts o = {
+        .dtype = dtype,
         .micro_batch = 32, .grad_accum = 1, .zero_stage = 2, .bucket_elems = 100,
         .overlap_comm = 1, .predivide = 1.0f, .seed = 11, .dev = &gdev, .loss_scaling = 1,
         .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
@@ -563,12 +574,107 @@ TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
     ASSERT_OK(dsl_trainer_params_to_host(&t, p1, err));
     ASSERT(memcmp(p0, p1, t.P * sizeof(float)) == 0);
     ASSERT_EQ(t.ls.skipped, 3);
-    fprintf(stderr, "# static 2^127 on the GPU: 3 of 3 steps skipped, parameters unchanged\n");
+    fprintf(stderr, "# static 2^127 on the GPU (%s): 3 of 3 steps skipped, parameters "
+            "unchanged\n", dtype == DSL_FLOAT16 ? "fp16 compute" : "fp32");
     free(p0);
     free(p1);
     dsl_sampler_release(&s);
     dsl_trainer_release(&t);
     world1_close(&w);
+}
+
+TEST(gpu_trainer_should_skip_every_step_at_a_static_loss_scale_of_2_127)
+{
+    skip_at_2_127(DSL_FLOAT32);
+    /* fp16 compute: dz x 2^127 is inf in 16 bits already; the overflow check reads the
+     * 16-bit gradient */
+    skip_at_2_127(DSL_FLOAT16);
+}
+
+/*
+ * Mixed precision against the CPU's fp32 trainer. The GPU computes forward and backward
+ * with 16-bit parameters, activations and gradients (fp32 accumulation inside the
+ * GEMMs and kernels), so every gradient element carries a relative error of a few
+ * units of the 16-bit rounding: u = 2^-9 for bf16 (8 significand bits), 2^-12 for fp16
+ * (11 bits), compounded over the three layers. The fp32 master weights and the Adam
+ * update see that error through m / sqrt(v), which is scale-free: an element whose
+ * gradient is large moves by about lr per step on both sides, one whose gradient is
+ * near zero can move in a different direction. Hence two bounds, both far below what a
+ * broken path gives (a wrong factor, a missing unscale or a dropped bucket moves
+ * parameters by many lr and the loss by tens of percent):
+ *   - every parameter within 2 x lr x K of the CPU's (the most two Adam trajectories
+ *     can drift apart in K steps when bias-corrected |m / sqrt(v)| stays near 1), and
+ *     the root-mean-square difference within lr x K / 4 (most elements agree closely);
+ *   - the loss of every step within 8 u relative (a mean of per-sample losses from
+ *     16-bit logits, each off by a few u after three layers, and from parameters that
+ *     drifted as above): 1.6% for bf16, 0.2% for fp16.
+ * The fp16 variants start the dynamic loss scale low enough that no step overflows in
+ * 16 bits, so both runs apply the same steps (skipping is checked above, at 2^127).
+ */
+TEST(gpu_mixed_precision_should_track_the_cpu_fp32_trainer_and_match_the_formula)
+{
+    static const struct variant vs[] = {
+        {2, 1, 0, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16},  /* the shipped config's shape */
+        {0, 0, 0, 0, 1, 0.05f, 0, 0, DSL_BFLOAT16},   /* clipping on the raw 16-bit norm */
+        {1, 1, 0, 100, 3, 0.0f, 0, 0, DSL_BFLOAT16},  /* deferred accumulation in 16 bits */
+        {2, 0, 0, 30, 1, 0.05f, 0, 8, DSL_FLOAT16},   /* dynamic loss scale 2^8.. */
+        {1, 0, 0, 100, 2, 0.0f, 0, 4, DSL_FLOAT16},
+        {0, 1, 0, 100, 2, 0.0f, 1, 6, DSL_FLOAT16},   /* SGD with momentum */
+    };
+    const size_t steps = 12;
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) {
+        const struct variant *v = &vs[i];
+        struct run rc = {0}, rg = {0};
+        train(0, v, steps, &rc);
+        train(1, v, steps, &rg);
+        ASSERT_EQ(rc.P, rg.P);
+        double u = v->dtype == DSL_BFLOAT16 ? ldexp(1.0, -9) : ldexp(1.0, -12);
+        double lr = v->sgd ? 5e-2 : 1e-2;
+        double pd = 0.0, ss = 0.0, ld = 0.0;
+        for (size_t k = 0; k < rc.P; k++) {
+            double d = fabs((double)rg.params[k] - (double)rc.params[k]);
+            pd = isnan(d) ? INFINITY : fmax(pd, d);
+            ss += d * d;
+        }
+        double rms = sqrt(ss / (double)rc.P);
+        for (size_t k = 0; k < steps; k++) {
+            double d = fabs(rg.loss[k] - rc.loss[k]) / fabs(rc.loss[k]);
+            ld = isnan(d) ? INFINITY : fmax(ld, d);
+        }
+        /* the model state: 16-bit params and gradients, fp32 master + optimizer state;
+         * at world 1 there is no padding, so the formula holds to the byte */
+        double f = dsl_zero_state_formula(v->stage, rg.P, 1, rg.nstate, 2);
+        uint64_t core = rg.mem.total - rg.mem.buckets - rg.mem.accum;
+        double first = (rg.loss[0] + rg.loss[1]) / 2, last = (rg.loss[steps - 2] +
+                                                              rg.loss[steps - 1]) / 2;
+        fprintf(stderr,
+                "# %s stage %d overlap %d accum %zu clip %g %s: params max diff %.3g (bound "
+                "%.3g), rms %.3g (bound %.3g); loss max rel diff %.3g (bound %.3g); loss "
+                "%.4f -> %.4f; skipped %llu vs %llu; model state %llu bytes, formula %.0f "
+                "(+ buckets %llu, accumulation %llu)\n",
+                v->dtype == DSL_BFLOAT16 ? "bf16" : "fp16", v->stage, v->overlap, v->accum,
+                (double)v->clip, v->sgd ? "SGD" : "AdamW", pd, 2 * lr * (double)steps, rms,
+                lr * (double)steps / 4, ld, 8 * u, first, last,
+                (unsigned long long)rg.skipped, (unsigned long long)rc.skipped,
+                (unsigned long long)core, f, (unsigned long long)rg.mem.buckets,
+                (unsigned long long)rg.mem.accum);
+        if ((double)core != f)
+            DSL_FAIL_("variant %zu: model state %llu bytes, formula %.0f", i,
+                      (unsigned long long)core, f);
+        ASSERT_EQ(rg.mem.params, 2 * rg.P);
+        ASSERT_EQ(rg.skipped, 0);
+        ASSERT_EQ(rc.skipped, 0);
+        if (!(pd <= 2 * lr * (double)steps) || !(rms <= lr * (double)steps / 4) ||
+            !(ld <= 8 * u))
+            DSL_FAIL_("variant %zu: mixed precision differs from the fp32 trainer by more "
+                      "than half precision explains", i);
+        if (!(last < first))
+            DSL_FAIL_("variant %zu: the loss did not fall (%g -> %g)", i, first, last);
+        free(rc.params);
+        free(rc.state);
+        free(rg.params);
+        free(rg.state);
+    }
 }
 
 int main(int argc, char **argv)

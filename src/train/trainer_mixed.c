@@ -1,0 +1,124 @@
+/*
+ * Mixed precision for the trainer (trainer.h, trainer_mixed.h): DeepSpeed's fp16/bf16
+ * with fp32 master weights, on a device that has the 16-bit ops (device.h; the CUDA
+ * device), for ZeRO stages 0, 1 and 2.
+ *
+ * Theory of operation. The model computes with 16-bit parameters (t->params, P
+ * elements, identical on every rank) and delivers 16-bit gradients; the trainer's
+ * buckets reduce them over the comm as DSL_FLOAT16 / DSL_BFLOAT16 (half the bytes of
+ * fp32), accumulate micro steps in 16 bits (as DeepSpeed does), and look for inf/NaN
+ * in the 16-bit pieces (fp16 loss scaling). Nothing ever scales a 16-bit gradient in
+ * place (except prescale_gradients, as DeepSpeed): the division by the global batch,
+ * 1/loss scale and the clipping coefficient are fp32 multiplies inside the optimizer
+ * kernel, after widening, and the global norm is taken on the raw 16-bit values and
+ * multiplied afterwards. The optimizer updates this rank's fp32 master piece
+ * (t->master: S floats, the whole model at stage 0, indexed like m and v) and writes
+ * its 16-bit rounding into the rank's piece of t->params, which stages 1/2 then
+ * all-gather as 16-bit elements. Model-state bytes: 16-bit params and gradients, and
+ * 4 + 4 x (optimizer vectors) bytes per shard element of fp32 state (master + m + v),
+ * the ZeRO paper's accounting (halfprec.h dsl_zero_state_formula).
+ *
+ * Everything is ordered on the device's stream like the fp32 ops; nothing here waits
+ * except through the ops that return values.
+ */
+#include <string.h>
+
+#include "dslaunch/device.h"
+#include "dslaunch/error.h"
+#include "train/trainer_mixed.h"
+#include "common/banned.h"
+
+void *dsl_mixed_el(const struct dsl_trainer *t, const void *base, size_t off)
+{
+    return (char *)(uintptr_t)base + off * t->esz;
+}
+
+int dsl_mixed_add(struct dsl_trainer *t, void *dst, const void *src, size_t n)
+{
+    struct dsl_device *d = t->dev;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->add(d, dst, src, n);
+    return d->ops->half_add(d, t->gtype, dst, src, n);
+}
+
+int dsl_mixed_scale(struct dsl_trainer *t, void *p, size_t n, float f)
+{
+    struct dsl_device *d = t->dev;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->scale(d, p, n, f);
+    return d->ops->half_scale(d, t->gtype, p, n, f);
+}
+
+int dsl_mixed_copy(struct dsl_trainer *t, void *dst, const void *src, size_t n)
+{
+    return t->dev->ops->copy(t->dev, dst, src, n * t->esz, DSL_COPY_D2D);
+}
+
+int dsl_mixed_absmax(struct dsl_trainer *t, const void *p, size_t n, uint32_t *out)
+{
+    struct dsl_device *d = t->dev;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->absmax_bits(d, p, n, out);
+    return d->ops->half_absmax_bits(d, t->gtype, p, n, out);
+}
+
+int dsl_mixed_sumsq(struct dsl_trainer *t, const void *p, size_t n, double k, uint64_t *out)
+{
+    struct dsl_device *d = t->dev;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->sumsq_fixed(d, p, n, k, out);
+    return d->ops->half_sumsq_fixed(d, t->gtype, p, n, k, out);
+}
+
+int dsl_mixed_optim(struct dsl_trainer *t, size_t j, const void *g, float lr, uint64_t step,
+                    float ga, float gscale)
+{
+    struct dsl_device *d = t->dev;
+    const struct dsl_bucket *b = &t->bk[j];
+    void *p = dsl_mixed_el(t, t->params, b->lo + b->poff);
+    float *m = t->m ? t->m + b->soff : NULL, *v = t->v ? t->v + b->soff : NULL;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->optim_step(d, &t->o.optim, lr, step, gscale, p, g, m, v, b->plen);
+    return d->ops->half_optim_step(d, &t->o.optim, lr, step, t->gtype, ga, gscale,
+                                   t->master + b->soff, p, g, m, v, b->plen);
+}
+
+int dsl_mixed_load(struct dsl_trainer *t, const float *full)
+{
+    struct dsl_device *d = t->dev;
+    int r;
+    if (t->gtype == DSL_FLOAT32)
+        return d->ops->copy(d, t->params, full, t->P * sizeof(float), DSL_COPY_D2D);
+    for (size_t j = 0; j < t->nbk; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        if ((r = d->ops->copy(d, t->master + b->soff, full + b->lo + b->poff,
+                              b->plen * sizeof(float), DSL_COPY_D2D)) < 0)
+            return r;
+    }
+    return d->ops->to_half(d, t->gtype, t->params, full, t->P);
+}
+
+int dsl_mixed_setup(struct dsl_trainer *t, char *err)
+{
+    enum dsl_dtype want = t->o.dtype;
+    const struct dsl_device_ops *ops = t->dev->ops;
+    t->gtype = DSL_FLOAT32;
+    t->esz = sizeof(float);
+    if (want != DSL_FLOAT32 && want != DSL_FLOAT16 && want != DSL_BFLOAT16)
+        return dsl_seterr(err, DSL_ECONFIG, "unsupported parameter type %d", (int)want);
+    if (want != DSL_FLOAT32 && (!ops->to_half || !ops->half_add || !ops->half_scale ||
+                                !ops->half_absmax_bits || !ops->half_sumsq_fixed ||
+                                !ops->half_optim_step))
+        return dsl_seterr(err, DSL_ENOTSUP, "%s compute is not available on device '%s'",
+                          want == DSL_FLOAT16 ? "fp16" : "bf16", t->dev->name);
+    if (t->model->dtype != want)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "the model computes in %s but the trainer was asked for %s",
+                          t->model->dtype == DSL_FLOAT32   ? "fp32"
+                          : t->model->dtype == DSL_FLOAT16 ? "fp16"
+                                                           : "bf16",
+                          want == DSL_FLOAT32 ? "fp32" : want == DSL_FLOAT16 ? "fp16" : "bf16");
+    t->gtype = want;
+    t->esz = dsl_dtype_size(want);
+    return 0;
+}

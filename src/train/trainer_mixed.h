@@ -1,0 +1,44 @@
+/*
+ * Inside the trainer: the gradient and parameter buffers by element type, so that
+ * trainer.c runs one code path for fp32 and for mixed precision (trainer.h). Only
+ * trainer*.c include this.
+ *
+ * The "element" of t->params, t->grads, t->gshard, t->staging and t->acc is t->gtype:
+ * DSL_FLOAT32 (4 bytes; the device's fp32 ops, bit for bit what the trainer always
+ * ran) or DSL_FLOAT16 / DSL_BFLOAT16 (2 bytes; the device's half_* ops). Offsets and
+ * lengths count elements. t->master, t->m and t->v are always fp32.
+ */
+#ifndef DSL_TRAINER_MIXED_H
+#define DSL_TRAINER_MIXED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dslaunch/trainer.h"
+
+/** base + off elements */
+void *dsl_mixed_el(const struct dsl_trainer *t, const void *base, size_t off);
+/** dst[i] += src[i]; p[i] *= f; dst[i] = src[i] (n elements of t->gtype) */
+int dsl_mixed_add(struct dsl_trainer *t, void *dst, const void *src, size_t n);
+int dsl_mixed_scale(struct dsl_trainer *t, void *p, size_t n, float f);
+int dsl_mixed_copy(struct dsl_trainer *t, void *dst, const void *src, size_t n);
+/** absmax_bits / sumsq_fixed (device.h) of the fp32 values of n elements */
+int dsl_mixed_absmax(struct dsl_trainer *t, const void *p, size_t n, uint32_t *out);
+int dsl_mixed_sumsq(struct dsl_trainer *t, const void *p, size_t n, double k, uint64_t *out);
+/**
+ * The optimizer on this rank's piece of bucket j with final gradient piece g: fp32
+ * updates params in place with gradient g * gscale (ga must be 1); mixed precision
+ * updates the fp32 master piece with (float(g) * ga) * gscale and writes its 16-bit
+ * rounding into the piece of t->params that the all-gather then sends.
+ */
+int dsl_mixed_optim(struct dsl_trainer *t, size_t j, const void *g, float lr, uint64_t step,
+                    float ga, float gscale);
+/** Set the parameters from a full fp32 vector in device memory (P floats): fp32 copies
+ *  it into t->params; mixed precision copies this rank's pieces into t->master and
+ *  rounds all of it into t->params (so every rank holds the same 16-bit copy). */
+int dsl_mixed_load(struct dsl_trainer *t, const float *full);
+/** Check that the model, the device and opts agree on the element type; fill t->gtype
+ *  and t->esz. 0 or DSL_ECONFIG / DSL_ENOTSUP with err set. */
+int dsl_mixed_setup(struct dsl_trainer *t, char *err);
+
+#endif
