@@ -121,7 +121,7 @@ static int next_group(const char *spec, const char *p, const char **lb, const ch
 
 static int count(const char *spec, char *err)
 {
-    const char *p = spec, *lb, *rb;
+    const char *p = spec, *lb = NULL, *rb = NULL;
     unsigned long total = 1;
     int r, groups = 0;
     if (strlen(spec) > SPEC_LEN_MAX)
@@ -146,7 +146,7 @@ static int count(const char *spec, char *err)
 /* Expand the already-checked spec; prefix is the expanded text so far. */
 static void emit(const char *spec, const char *p, const char *prefix, struct dsl_strvec *out)
 {
-    const char *lb, *rb;
+    const char *lb = NULL, *rb = NULL;
     if (next_group(spec, p, &lb, &rb, NULL) != 1) {
         dsl_strvec_push_nodup(out, dsl_xasprintf("%s%s", prefix, p));
         return;

@@ -297,7 +297,7 @@ void dsl_ckpt_release(struct dsl_ckpt *c)
 static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
 {
     struct dsl_st_file f;
-    uint64_t numel, ws;
+    uint64_t numel = 0, ws = 0;
     char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
     int r = dsl_st_load(&f, fp, err);
     free(fp);
@@ -443,7 +443,7 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, ch
     }
     for (size_t i = 0; i < n; i++) {
         struct shard *s = &sh[i];
-        uint64_t numel, ws, rank;
+        uint64_t numel = 0, ws = 0, rank = 0;
         if ((r = dsl_st_load(&s->f, s->file, err)) < 0)
             goto out;
         const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");

@@ -359,7 +359,7 @@ static int get_integer(struct parse_ctx *c, const struct key *k, const cJSON *v,
 
 static int apply_leaf(struct parse_ctx *c, const struct key *k, const cJSON *v)
 {
-    double d;
+    double d = 0.0;
     int r;
     switch (k->kind) {
     case K_SECTION:
@@ -424,7 +424,7 @@ static int apply_leaf(struct parse_ctx *c, const struct key *k, const cJSON *v)
 static int sp_batch(struct parse_ctx *c, const struct key *k, const cJSON *v)
 {
     long *dst = FIELD(c, k, long);
-    double d;
+    double d = 0.0;
     int r;
     if (cJSON_IsNull(v)) {
         *dst = -1;
@@ -531,7 +531,7 @@ static int sp_max_lr(struct parse_ctx *c, const struct key *k, const cJSON *v)
 
 static int sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *v)
 {
-    double d;
+    double d = 0.0;
     int r;
     if ((r = get_integer(c, k, v, -BIG, BIG, &d)) < 0)
         return r;

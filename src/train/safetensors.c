@@ -147,7 +147,7 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
     /* no hard limit while building; the size is checked once at the end */
     dsl_dynbuf_init(&h, (size_t)-1 / 2);
     for (size_t i = 0; i < n; i++) {
-        uint64_t nb;
+        uint64_t nb = 0;
         if (tensor_nbytes(&t[i], &nb) < 0) {
             r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': bad tensor '%s'", path,
                            t[i].name);
@@ -171,7 +171,7 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
     }
     dsl_dynbuf_addf(&h, "\"" META_CRC "\":\"%08lx\"}", crc & 0xffffffffUL);
     for (size_t i = 0; i < n; i++) {
-        uint64_t nb;
+        uint64_t nb = 0;
         tensor_nbytes(&t[i], &nb);
         dsl_dynbuf_addstr(&h, ",");
         json_str(&h, t[i].name);
@@ -201,7 +201,7 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
     if ((r = write_all(fd, lenbuf, 8)) < 0 || (r = write_all(fd, h.buf, h.len)) < 0)
         goto write_failed;
     for (size_t i = 0; i < n; i++) {
-        uint64_t nb;
+        uint64_t nb = 0;
         tensor_nbytes(&t[i], &nb);
         if ((r = write_all(fd, t[i].data, nb)) < 0)
             goto write_failed;
@@ -493,7 +493,7 @@ static int rd_tensor(struct rd *p, struct dsl_st_tensor *t, uint64_t off[2])
                     return r;
                 have_shape = 1;
             } else if (strcmp(key, "data_offsets") == 0 && !have_off) {
-                int k;
+                int k = 0;
                 free(key);
                 if ((r = rd_uint_array(p, off, 2, &k)) < 0)
                     return r;
@@ -645,7 +645,7 @@ static int st_validate(struct dsl_st_file *f, char *err)
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
-        uint64_t nb;
+        uint64_t nb = 0;
         for (size_t j = 0; j < i; j++) {
             if (strcmp(t[i].name, t[j].name) == 0) {
                 r = dsl_seterr(err, DSL_ECHECKPOINT,
