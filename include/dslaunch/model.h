@@ -145,7 +145,10 @@ void dsl_model_release(struct dsl_model *m);
 size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], size_t *off,
                          size_t *len, size_t max);
 
-/** Set the number of BLAS threads of this process (OpenBLAS); returns what it set. */
+/** Set the number of compute threads of this process on the CPU: the pool
+ *  (cpupool.h) that the CPU model cuts each sgemm over and the optimizer runs on;
+ *  OpenBLAS itself is set to one thread. Call once, before the first step; returns the
+ *  count in effect. */
 int dsl_blas_set_threads(int n);
 
 #endif

@@ -6,12 +6,19 @@
  * add (no reductions, so the vectorizer changes no result bits; C11 mode keeps
  * -ffp-contract=off), the optimizer of optimizer.c, and the two order-free reductions
  * of the global norm (an integer maximum of bit patterns and a wrapping integer sum).
- * Nothing here runs concurrently or can fail except alloc; the device object is one
- * static instance shared by every trainer of the process, and it keeps no state.
+ * Nothing here can fail except alloc; the device object is one static instance shared
+ * by every trainer of the process, and it keeps no state.
+ *
+ * The optimizer, the one loop that runs over all of the rank's parameters every step,
+ * is split over the rank's BLAS threads (cpupool.h) when it was given more than one:
+ * contiguous pieces, each element updated by exactly the operations it always was, so
+ * the bits do not depend on the thread count. The other loops stay on the calling
+ * thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/cpupool.h"
 #include "dslaunch/device.h"
 #include "common/banned.h"
 
@@ -88,12 +95,31 @@ static int cpu_sumsq_fixed(struct dsl_device *d, const float *g, size_t n, doubl
     return 0;
 }
 
+struct optim_job {
+    const struct dsl_optim_hparams *h;
+    float lr, gscale;
+    uint64_t t;
+    float *p, *m, *v;
+    const float *g;
+};
+
+static void optim_piece(void *arg, size_t lo, size_t hi)
+{
+    const struct optim_job *j = arg;
+    dsl_optim_step(j->h, j->lr, j->t, j->gscale, j->p + lo, j->g + lo, j->m ? j->m + lo : NULL,
+                   j->v ? j->v + lo : NULL, hi - lo);
+}
+
 static int cpu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h, float lr,
                           uint64_t t, float gscale, float *p, const float *g, float *m,
                           float *v, size_t len)
 {
     (void)d;
-    dsl_optim_step(h, lr, t, gscale, p, g, m, v, len);
+    struct optim_job j = {.h = h, .lr = lr, .gscale = gscale, .t = t, .p = p, .m = m, .v = v,
+                          .g = g};
+    /* chunks of 256 KiB per buffer (whole cache lines): a few per bucket, each long
+     * enough to be worth a claim */
+    dsl_cpupool_for(len, 1 << 16, optim_piece, &j);
     return 0;
 }
 

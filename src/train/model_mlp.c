@@ -17,6 +17,10 @@
  * is scaled by it too). The bias gradient is a column sum in sample
  * order; everything else is sgemm with shapes fixed by (micro batch, dims, seg_max),
  * so a given micro batch yields the same bits whatever the world size or ZeRO stage.
+ * With more than one thread (dsl_blas_set_threads) each product is cut into row or
+ * column blocks of its output, one single-threaded sgemm per block on the pool's
+ * threads: every element is still the same dot product in the same order, so the
+ * thread count changes no bits either.
  *
  * Not thread-safe: one model object per thread of computation (the workspace is
  * shared by forward and backward).
@@ -27,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/cpupool.h"
 #include "dslaunch/error.h"
 #include "dslaunch/model.h"
 #include "dslaunch/xalloc.h"
@@ -43,6 +48,56 @@ struct mlp {
 static int to_int(size_t v)
 {
     return (int)v;
+}
+
+/*
+ * C = alpha op(A) op(B) + beta C (row-major) with the rank's threads: OpenBLAS runs
+ * single-threaded and the pool (cpupool.h) cuts C into column blocks (by_rows 0) or
+ * row blocks (by_rows 1), one single-threaded sgemm each. Every element of C is the
+ * same K-long dot product in the same order whatever the cut, as it is under
+ * OpenBLAS's own threading; what changes is that the threads are the pool's, which
+ * spin briefly and then sleep, where OpenBLAS's idle workers spin on sched_yield for
+ * a long while after every call and take the second core from the optimizer.
+ */
+struct gemm_job {
+    enum CBLAS_TRANSPOSE ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float alpha, beta;
+    float *c;
+    int by_rows;
+};
+
+static void gemm_piece(void *arg, size_t lo, size_t hi)
+{
+    const struct gemm_job *g = arg;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    size_t m = g->m, n = g->n;
+    if (g->by_rows) {
+        a += g->ta == CblasNoTrans ? lo * g->lda : lo;
+        c += lo * g->ldc;
+        m = hi - lo;
+    } else {
+        b += g->tb == CblasNoTrans ? lo : lo * g->ldb;
+        c += lo;
+        n = hi - lo;
+    }
+    cblas_sgemm(CblasRowMajor, g->ta, g->tb, to_int(m), to_int(n), to_int(g->k), g->alpha, a,
+                to_int(g->lda), b, to_int(g->ldb), g->beta, c, to_int(g->ldc));
+}
+
+static void sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, size_t m, size_t n,
+                  size_t k, float alpha, const float *a, size_t lda, const float *b,
+                  size_t ldb, float beta, float *c, size_t ldc, int by_rows)
+{
+    struct gemm_job g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
+                         .ldc = ldc, .a = a, .b = b, .alpha = alpha, .beta = beta, .c = c,
+                         .by_rows = by_rows};
+    size_t dim = by_rows ? m : n, th = (size_t)dsl_cpupool_threads();
+    /* one block per thread, whole cache lines of C */
+    size_t chunk = ((dim + th - 1) / th + 15) / 16 * 16;
+    dsl_cpupool_for(dim, chunk, gemm_piece, &g);
 }
 
 static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
@@ -66,9 +121,8 @@ static void mlp_forward(struct mlp *p, const float *params, const float *x, size
         float *z = p->act[l + 1];
         for (size_t i = 0; i < n; i++)
             memcpy(z + i * out, b, out * sizeof(float));
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, to_int(n), to_int(out),
-                    to_int(in), 1.0f, p->act[l], to_int(in), w, to_int(in), 1.0f, z,
-                    to_int(out));
+        sgemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, p->act[l], in, w, in, 1.0f, z, out,
+              0);
         if (l + 1 < p->L.nlayers)
             for (size_t i = 0; i < n * out; i++)
                 z[i] = z[i] > 0.0f ? z[i] : 0.0f;
@@ -148,17 +202,14 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             float *dw = sink->dest(sink->ctx, seg);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, to_int(rows), to_int(in),
-                        to_int(n), 1.0f, dz + r0, to_int(out), p->act[li], to_int(in),
-                        0.0f, dw, to_int(in));
+            sgemm(CblasTrans, CblasNoTrans, rows, in, n, 1.0f, dz + r0, out, p->act[li], in,
+                  0.0f, dw, in, 1);
             sink->done(sink->ctx, seg++);
         }
         if (li == 0)
             break;
         /* gradient of the layer input, through the ReLU of the layer below */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, to_int(n), to_int(in),
-                    to_int(out), 1.0f, dz, to_int(out), w, to_int(in), 0.0f, dnext,
-                    to_int(in));
+        sgemm(CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dz, out, w, in, 0.0f, dnext, in, 0);
         const float *a = p->act[li];
         for (size_t i = 0; i < n * in; i++)
             if (a[i] <= 0.0f)
@@ -249,6 +300,9 @@ int dsl_blas_set_threads(int n)
 {
     if (n < 1)
         n = 1;
-    openblas_set_num_threads(n);
-    return n;
+    /* the rank's threads are the pool's: sgemm() above cuts each product over them
+     * and runs OpenBLAS on one thread per piece, and the optimizer's loop uses them
+     * too (device_cpu.c) */
+    openblas_set_num_threads(1);
+    return dsl_cpupool_set_threads(n);
 }

@@ -4,8 +4,8 @@
 #
 #   ranks.sh <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
 #
-# Tiny synthetic models keep each test at a few seconds. Every rank runs with one BLAS
-# thread: bit-identity across world sizes assumes the same BLAS thread count per rank.
+# Tiny synthetic models keep each test at a few seconds. Every rank runs with one thread
+# unless a test says otherwise (the thread count changes no bits: `worlds` checks it).
 # These are CPU tests: every run names --backend tcp, since "auto" would take the GPU
 # path on a machine with GPUs (tests/train/test_gpu_trainer.c covers that path).
 set -u
@@ -130,6 +130,9 @@ worlds)
         done
     done
     grep -q "final_loss" "$TMP/w1.0.out" || fail "no summary line"
+    # a rank's threads cut every product and the optimizer into pieces: same bits
+    train_ok 1 t3 $TINY --threads 3 --save-params "$TMP/p.t3"
+    cmp -s "$TMP/p.w1" "$TMP/p.t3" || fail "world 1 with 3 threads differs from 1 thread"
     # with gradient clipping active (the global norm is exact fixed-point)
     train_ok 1 c1 $TINY --gradient-clipping 0.05 --save-params "$TMP/p.c1"
     cmp -s "$TMP/p.w1" "$TMP/p.c1" && fail "clipping at 0.05 changed nothing"

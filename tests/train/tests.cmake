@@ -9,6 +9,8 @@ dsl_unit_test(test_train_lossscale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_losssc
               LIBS dsltrainmain)
 dsl_unit_test(test_train_halfprec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_halfprec.c
               LIBS dsltrain)
+dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c
+              LIBS dsltrain)
 dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
               LIBS dsltrain)
 # The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
