@@ -58,6 +58,12 @@ static int to_int(size_t v)
  * OpenBLAS's own threading; what changes is that the threads are the pool's, which
  * spin briefly and then sleep, where OpenBLAS's idle workers spin on sched_yield for
  * a long while after every call and take the second core from the optimizer.
+ *
+ * The elementwise work around a product rides along on the same block while it is in
+ * cache (column blocks only): `bias` fills each row of the block with the bias before
+ * the product (which then adds to it, beta 1), `relu` clamps the block at 0 after it,
+ * and `mask` zeroes the block's elements where the same element of mask (same layout
+ * as C) is <= 0. The same operations on the same values as whole-matrix loops.
  */
 struct gemm_job {
     enum CBLAS_TRANSPOSE ta, tb;
@@ -66,6 +72,8 @@ struct gemm_job {
     float alpha, beta;
     float *c;
     int by_rows;
+    const float *bias, *mask;
+    int relu;
 };
 
 static void gemm_piece(void *arg, size_t lo, size_t hi)
@@ -83,21 +91,31 @@ static void gemm_piece(void *arg, size_t lo, size_t hi)
         c += lo;
         n = hi - lo;
     }
+    if (g->bias)
+        for (size_t i = 0; i < m; i++)
+            memcpy(c + i * g->ldc, g->bias + lo, n * sizeof(float));
     cblas_sgemm(CblasRowMajor, g->ta, g->tb, to_int(m), to_int(n), to_int(g->k), g->alpha, a,
                 to_int(g->lda), b, to_int(g->ldb), g->beta, c, to_int(g->ldc));
+    for (size_t i = 0; g->relu && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
+    }
+    for (size_t i = 0; g->mask && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        const float *mi = g->mask + lo + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            if (mi[j] <= 0.0f)
+                ci[j] = 0.0f;
+    }
 }
 
-static void sgemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, size_t m, size_t n,
-                  size_t k, float alpha, const float *a, size_t lda, const float *b,
-                  size_t ldb, float beta, float *c, size_t ldc, int by_rows)
+static void gemm_run(struct gemm_job *g)
 {
-    struct gemm_job g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda, .ldb = ldb,
-                         .ldc = ldc, .a = a, .b = b, .alpha = alpha, .beta = beta, .c = c,
-                         .by_rows = by_rows};
-    size_t dim = by_rows ? m : n, th = (size_t)dsl_cpupool_threads();
+    size_t dim = g->by_rows ? g->m : g->n, th = (size_t)dsl_cpupool_threads();
     /* one block per thread, whole cache lines of C */
     size_t chunk = ((dim + th - 1) / th + 15) / 16 * 16;
-    dsl_cpupool_for(dim, chunk, gemm_piece, &g);
+    dsl_cpupool_for(dim, chunk, gemm_piece, g);
 }
 
 static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
@@ -119,13 +137,11 @@ static void mlp_forward(struct mlp *p, const float *params, const float *x, size
         const float *w = params + p->L.woff[l];
         const float *b = w + in * out;
         float *z = p->act[l + 1];
-        for (size_t i = 0; i < n; i++)
-            memcpy(z + i * out, b, out * sizeof(float));
-        sgemm(CblasNoTrans, CblasTrans, n, out, in, 1.0f, p->act[l], in, w, in, 1.0f, z, out,
-              0);
-        if (l + 1 < p->L.nlayers)
-            for (size_t i = 0; i < n * out; i++)
-                z[i] = z[i] > 0.0f ? z[i] : 0.0f;
+        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
+                             .a = p->act[l], .lda = in, .b = w, .ldb = in, .alpha = 1.0f,
+                             .beta = 1.0f, .c = z, .ldc = out, .bias = b,
+                             .relu = l + 1 < p->L.nlayers};
+        gemm_run(&g);
     }
 }
 
@@ -202,18 +218,20 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             float *dw = sink->dest(sink->ctx, seg);
-            sgemm(CblasTrans, CblasNoTrans, rows, in, n, 1.0f, dz + r0, out, p->act[li], in,
-                  0.0f, dw, in, 1);
+            struct gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
+                                 .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
+                                 .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
+                                 .by_rows = 1};
+            gemm_run(&g);
             sink->done(sink->ctx, seg++);
         }
         if (li == 0)
             break;
         /* gradient of the layer input, through the ReLU of the layer below */
-        sgemm(CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dz, out, w, in, 0.0f, dnext, in, 0);
-        const float *a = p->act[li];
-        for (size_t i = 0; i < n * in; i++)
-            if (a[i] <= 0.0f)
-                dnext[i] = 0.0f;
+        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
+                             .k = out, .a = dz, .lda = out, .b = w, .ldb = in, .alpha = 1.0f,
+                             .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li]};
+        gemm_run(&g);
         float *t = dz;
         dz = dnext;
         dnext = t;

@@ -54,7 +54,7 @@ static const struct opt opts[] = {
     {"save_on_signal", O_BOOL, "dstrain.save_on_signal",
      "on SIGTERM finish the step and write a checkpoint"},
     {"metrics", O_STRKEY, "dstrain.metrics", "JSON lines, one object per step, to FILE"},
-    {"threads", O_KEY, "dstrain.threads", "BLAS threads per rank (0: fair share)"},
+    {"threads", O_KEY, "dstrain.threads", "compute threads per rank (0: fair share)"},
     {"model", O_STRKEY, "dstrain.model.type", "model type (mlp)"},
     {"hidden", O_LIST, "dstrain.model.hidden", "hidden sizes, e.g. 1024,1024"},
     {"data", O_STRKEY, "dstrain.data.dataset", "fashion_mnist or synthetic"},
