@@ -2,15 +2,20 @@
  * The host reference of mixed precision (halfprec.h): fp16 and bf16 rounding against
  * their definition (round to nearest, ties to even, checked by looking at the two
  * neighbouring 16-bit values), exhaustive round trips of every 16-bit pattern, the
- * special values, and the ZeRO model-state formula for fp32 and mixed precision.
+ * special values, and the ZeRO model-state formula for fp32 and mixed precision. Also
+ * the branch-free forms (halfvec.h) that the collectives' 16-bit reductions use: the
+ * same bits as the reference for every 16-bit value and a dense sweep of floats (every
+ * float with DSL_TEST_EXHAUSTIVE=1: 2^32 floats, about 30 s at -O2).
  * No GPU needed: these are the oracles the GPU test and the trainer's report use.
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dslaunch/halfprec.h"
+#include "train/halfvec.h"
 #include "test.h"
 #include "common/banned.h"
 
@@ -112,6 +117,58 @@ TEST(halfprec_should_round_to_nearest_even)
     ASSERT(isinf(dsl_fp16_to_float(dsl_fp16_from_float(-INFINITY))));
     ASSERT(bits(dsl_fp16_to_float(0x0001)) == bits(ldexpf(1.0f, -24)));
     fprintf(stderr, "# fp16/bf16: 2M random floats rounded to nearest even\n");
+}
+
+/* halfvec.h's conversions against the reference, bit for bit; returns the mismatches */
+static unsigned long vec_mismatches(uint32_t u)
+{
+    float f = from_bits(u);
+    unsigned long bad = 0;
+    if (dsl_hv_fp16_from_float(f) != dsl_fp16_from_float(f))
+        bad++, fprintf(stderr, "fp16 of %#x: vec %#x, ref %#x\n", (unsigned)u,
+                       (unsigned)dsl_hv_fp16_from_float(f), (unsigned)dsl_fp16_from_float(f));
+    if (dsl_hv_bf16_from_float(f) != dsl_bf16_from_float(f))
+        bad++, fprintf(stderr, "bf16 of %#x: vec %#x, ref %#x\n", (unsigned)u,
+                       (unsigned)dsl_hv_bf16_from_float(f), (unsigned)dsl_bf16_from_float(f));
+    return bad;
+}
+
+TEST(halfvec_should_widen_every_16_bit_value_like_the_reference)
+{
+    for (uint32_t i = 0; i < 65536; i++) {
+        uint16_t h = (uint16_t)i;
+        ASSERT_EQ(bits(dsl_hv_fp16_to_float(h)), bits(dsl_fp16_to_float(h)));
+        ASSERT_EQ(bits(dsl_hv_bf16_to_float(h)), bits(dsl_bf16_to_float(h)));
+    }
+}
+
+TEST(halfvec_should_round_like_the_reference)
+{
+    /* Every top half of a float with low halves around each rounding position (the
+     * bit k, one below it, one above it): the ties and their neighbours of every fp16
+     * rounding point (bit 12 for normals, bits 13-23 for subnormals, whose tie bits
+     * above 15 the top half enumerates) and of bf16's (bit 15). */
+    uint32_t lows[3 * 16 + 2];
+    int nl = 0;
+    lows[nl++] = 0;
+    lows[nl++] = 0xffffu;
+    for (int k = 0; k < 16; k++) {
+        lows[nl++] = 1u << k;
+        lows[nl++] = (1u << k) - 1u + (k == 0 ? 2u : 0u);
+        lows[nl++] = ((1u << k) + 1u) & 0xffffu;
+    }
+    unsigned long bad = 0, n = 0;
+    for (uint32_t hi = 0; hi < 65536 && bad < 10; hi++)
+        for (int j = 0; j < nl; j++, n++)
+            bad += vec_mismatches(hi << 16 | lows[j]);
+    ASSERT_EQ(bad, 0);
+    if (getenv("DSL_TEST_EXHAUSTIVE")) {
+        for (uint64_t u = 0; u < (1ull << 32) && bad < 10; u++)
+            bad += vec_mismatches((uint32_t)u);
+        ASSERT_EQ(bad, 0);
+        n += 1ul << 32;
+    }
+    fprintf(stderr, "# halfvec: %lu floats rounded to the reference's fp16 and bf16 bits\n", n);
 }
 
 TEST(zero_state_formula_should_give_deepspeeds_bytes_per_parameter)
