@@ -23,6 +23,11 @@
  * allreduces and the same-host path sum in this order in every mode; only the ring used
  * for large messages over sockets does not.) Details: docs/collectives.md.
  *
+ * fp16 and bf16 (both backends): allgather and broadcast move bytes; a reduction widens
+ * each pair of elements to float, adds (or compares), and rounds the sum back to 16
+ * bits to nearest even, once per pairwise addition, as NCCL does. On tcp the tree above
+ * applies to 16-bit sums as well, with every inner node rounded to 16 bits.
+ *
  * Asynchronous calls (dsl_comm_i*) are executed in the order they were issued, by one
  * progress thread (tcp) or on the communication stream (nccl); every rank must issue
  * the same sequence. Buffers must stay untouched until dsl_comm_wait() returns.
@@ -35,8 +40,8 @@
 
 enum dsl_dtype {
     DSL_FLOAT32 = 0,
-    DSL_FLOAT16 = 1,  /* nccl only */
-    DSL_BFLOAT16 = 2, /* nccl only */
+    DSL_FLOAT16 = 1,  /* IEEE binary16 */
+    DSL_BFLOAT16 = 2, /* bfloat16: the top half of a float */
     DSL_INT32 = 3,
 };
 

@@ -27,6 +27,7 @@
 #include "dslaunch/store.h"
 #include "dslaunch/xalloc.h"
 #include "train/comm_impl.h"
+#include "train/halfvec.h"
 #include "common/banned.h"
 
 size_t dsl_dtype_size(enum dsl_dtype t)
@@ -70,9 +71,44 @@ const char *dsl_comm_kind_name(enum dsl_comm_kind k)
     return "collective";
 }
 
+/*
+ * fp16/bf16: each pair widened to float, added, and the sum rounded back to 16 bits to
+ * nearest even, once per pairwise addition (what NCCL does for 16-bit sums); a maximum
+ * is one of the two inputs, chosen as the fp32 loop would, so nothing is rounded. One
+ * plain loop per type and operation, like the fp32 ones, so that -O3 vectorizes them
+ * with halfvec.h's branch-free conversions (same bits as halfprec.h's reference).
+ */
+static void combine_half(uint16_t *d, const uint16_t *x, const uint16_t *y, size_t n,
+                         enum dsl_dtype t, enum dsl_redop op)
+{
+    if (t == DSL_BFLOAT16 && op == DSL_SUM) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = dsl_hv_bf16_from_float(dsl_hv_bf16_to_float(x[i]) +
+                                          dsl_hv_bf16_to_float(y[i]));
+    } else if (op == DSL_SUM) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = dsl_hv_fp16_from_float(dsl_hv_fp16_to_float(x[i]) +
+                                          dsl_hv_fp16_to_float(y[i]));
+    } else if (t == DSL_BFLOAT16) {
+        for (size_t i = 0; i < n; i++) {
+            float u = dsl_hv_bf16_to_float(x[i]), v = dsl_hv_bf16_to_float(y[i]);
+            d[i] = u > v || v != v ? x[i] : y[i];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float u = dsl_hv_fp16_to_float(x[i]), v = dsl_hv_fp16_to_float(y[i]);
+            d[i] = u > v || v != v ? x[i] : y[i];
+        }
+    }
+}
+
 void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
                       enum dsl_redop op)
 {
+    if (t == DSL_FLOAT16 || t == DSL_BFLOAT16) {
+        combine_half(dst, a, b, n, t, op);
+        return;
+    }
     if (t == DSL_INT32) {
         int32_t *d = dst;
         const int32_t *x = a, *y = b;
@@ -330,10 +366,6 @@ static int check_call(struct dsl_comm *c, const struct dsl_comm_call *k)
         return dsl_seterr(c->err, -EINVAL, "%s: unknown data type %d", name, (int)k->dtype);
     if (k->op != DSL_SUM && k->op != DSL_MAX)
         return dsl_seterr(c->err, -EINVAL, "%s: unknown reduction %d", name, (int)k->op);
-    if (c->ops->threaded && (k->dtype == DSL_FLOAT16 || k->dtype == DSL_BFLOAT16) &&
-        k->kind != DSL_COLL_ALLGATHER && k->kind != DSL_COLL_BROADCAST && c->world > 1)
-        return dsl_seterr(c->err, DSL_ENOTSUP, "%s: fp16/bf16 reductions need the nccl backend",
-                          name);
     if (k->kind == DSL_COLL_BROADCAST && (k->root < 0 || k->root >= c->world))
         return dsl_seterr(c->err, -EINVAL, "broadcast: root %d out of range [0, %d)", k->root,
                           c->world);

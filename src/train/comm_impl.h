@@ -79,7 +79,8 @@ struct dsl_comm {
 };
 
 const char *dsl_comm_kind_name(enum dsl_comm_kind k);
-/* Element-wise dst[i] = a[i] op b[i] (dst may alias a or b). */
+/* Element-wise dst[i] = a[i] op b[i] (dst may alias a or b); fp16/bf16 sums are widened
+ * to float and rounded back to nearest even once per element. */
 void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
                       enum dsl_redop op);
 /*
