@@ -113,15 +113,15 @@ int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char 
         char ls[160];
         dsl_lossscale_format(&t->ls, ls, sizeof(ls));
         dsl_strvec_pushf(&meta, "lossscale=%s", ls);
-        if (t->rank == 0) {
-            /* the parameters in host memory (a copy: they may live on a GPU) */
-            params = malloc(t->P ? t->P * sizeof(float) : 1);
-            if (!params)
-                r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the parameters");
-            else if ((r = dsl_trainer_params_to_host(t, params, myerr)) >= 0)
-                r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, &meta,
-                                         myerr);
-        }
+        /* the parameters in host memory (a copy: they may live on a GPU), fetched by
+         * every rank: with mixed precision at ZeRO 1/2 the fp32 master is sharded and
+         * fetching it is an all-gather; rank 0 writes them */
+        params = malloc(t->P ? t->P * sizeof(float) : 1);
+        if (!params)
+            r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the parameters");
+        else if ((r = dsl_trainer_params_to_host(t, params, myerr)) >= 0 && t->rank == 0)
+            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, &meta,
+                                     myerr);
         if (r >= 0) {
             size_t off, len;
             const float *slices[DSL_CKPT_MAX_STATE];

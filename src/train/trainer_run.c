@@ -87,7 +87,9 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
     return 0;
 }
 
-/* the final fp32 parameters, raw (--save-params) */
+/* the final fp32 parameters, raw (--save-params), written by rank 0. Every rank calls
+ * this: with mixed precision at ZeRO 1/2 the fp32 master is sharded, and fetching it
+ * (dsl_trainer_params_to_host) is an all-gather. */
 static int write_params(struct dsl_trainer *t, const char *path, char *err)
 {
     float *p = malloc(t->P ? t->P * sizeof(float) : 1);
@@ -95,7 +97,7 @@ static int write_params(struct dsl_trainer *t, const char *path, char *err)
         return dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes for the parameters",
                           t->P * sizeof(float));
     int r = dsl_trainer_params_to_host(t, p, err);
-    if (r < 0) {
+    if (r < 0 || t->rank != 0) {
         free(p);
         return r;
     }
@@ -251,7 +253,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
 
     if ((r = dsl_trainer_sync(t, err)) < 0)
         goto out;
-    if (ro->params_out && t->rank == 0 && (r = write_params(t, ro->params_out, err)) < 0)
+    if (ro->params_out && (r = write_params(t, ro->params_out, err)) < 0)
         goto out;
     sum->steps = t->step;
     sum->skipped = t->ls.skipped;
