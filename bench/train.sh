@@ -4,7 +4,12 @@
 # sgemm rate on the step's shapes (bench/sgemm.c) that the training FLOP rate
 # (6 x P x samples/s) is compared with.
 #
-#   bench/train.sh [build dir] [epochs]      (default: build, 1 epoch)
+#   bench/train.sh [build dir] [epochs] [reps]   (default: build, 1 epoch, 3 reps)
+#
+# Each dstrain configuration runs `reps` times and the median samples/s counts (every
+# run's figure is printed): on this project's 2-vCPU VMs two back-to-back runs of the
+# same world-2 job differ by up to 25%. PyTorch runs once per world (it takes 4x as
+# long, and its ratio is far from the goal).
 #
 # world 1: batch 128, 2 BLAS threads; world 2: micro batch 64 (global 128), 1 thread
 # per rank, as the PyTorch peer was measured. dstrain's ranks are started with the env
@@ -14,6 +19,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 EPOCHS=${2:-1}
+REPS=${3:-3}
 DSTRAIN=$BUILD/dstrain
 PEER=${TORCH_PEER:-/work/shared/bench/torch_mlp_fmnist.py}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench.XXXXXX")
@@ -48,7 +54,7 @@ EOF
 # below Linux's ephemeral port range, so no outgoing connection holds it
 port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
 
-dstrain_world() { # world threads extra-args...  (one retry on another port)
+dstrain_one() { # world threads extra-args...  (one retry on another port)
     n=$1 th=$2
     shift 2
     for attempt in 1 2; do
@@ -67,13 +73,25 @@ dstrain_world() { # world threads extra-args...  (one retry on another port)
         for q in $pids; do wait "$q" || ok=0; done
         if [ "$ok" -eq 1 ]; then
             grep -E "^summary:" "$TMP/d.0" | sed 's/^/    /'
-            sed -n 's/^summary: .*samples\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/sps"
+            sed -n 's/^summary: .*samples\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >>"$TMP/runs"
             return 0
         fi
         echo "    dstrain failed (attempt $attempt):" >&2
         tail -n 3 "$TMP"/d.* >&2
     done
-    echo 0 >"$TMP/sps"
+    echo 0 >>"$TMP/runs"
+}
+
+dstrain_world() { # world threads extra-args...: REPS runs, the median into $TMP/sps
+    : >"$TMP/runs"
+    i=0
+    while [ "$i" -lt "$REPS" ]; do
+        dstrain_one "$@"
+        i=$((i + 1))
+    done
+    sort -n "$TMP/runs" | awk '{v[NR] = $1} END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m }' >"$TMP/sps"
+    echo "    median samples/s $(cat "$TMP/sps") of $REPS runs"
 }
 
 torch_world() { # world threads micro
@@ -88,8 +106,9 @@ torch_world() { # world threads micro
     sed -n 's/.*mean samples\/s \([0-9.]*\).*/\1/p' "$TMP/t.out" >"$TMP/sps"
 }
 
-# sgemm reference for a run: the same threads/batch as the run, all ranks' worth at
-# once (two 1-thread processes for world 2), measured right before and right after it
+# sgemm reference for a configuration: the same threads/batch as its runs, all ranks'
+# worth at once (two 1-thread processes for world 2), measured right before and right
+# after them
 sgemm_rate() { # procs threads batch
     i=0
     while [ "$i" -lt "$1" ]; do
@@ -103,7 +122,7 @@ sgemm_rate() { # procs threads batch
 
 P=1863690
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(uname -n) $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
-echo "# OpenBLAS kernels (OPENBLAS_CORETYPE) for dstrain, PyTorch and sgemm: ${OPENBLAS_CORETYPE:-OpenBLAS's own choice}"
+echo "# OpenBLAS kernels (OPENBLAS_CORETYPE) for dstrain, PyTorch and sgemm: ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}"
 echo "# P = $P parameters, 6P = $(awk -v P=$P 'BEGIN {printf "%.1f", 6 * P / 1e6}') MFLOP per sample"
 
 row() { # label dstrain-sps torch-sps sgemm-before sgemm-after
@@ -138,7 +157,7 @@ for st in 0 1 2; do
 done
 
 echo
-echo "| run | dstrain samples/s | PyTorch DDP samples/s | ratio | dstrain GFLOP/s (6P x samples/s) | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm |"
+echo "| run | dstrain samples/s (median of $REPS) | PyTorch DDP samples/s | ratio | dstrain GFLOP/s (6P x samples/s) | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm |"
 echo "|---|---|---|---|---|---|---|"
 cat "$TMP/table"
 echo "# load after: $(uptime | sed 's/.*load average: //')"

@@ -177,6 +177,49 @@ TEST(adamw_should_decay_weights_decoupled_and_adam_l2_otherwise)
     ASSERT(fabsf(q - (1.0f - 0.1f - 0.19f)) < 1e-6f);
 }
 
+/* Adam's loop is built for several instruction sets (optimizer.c target_clones) and
+ * runs the widest this CPU has; each element must still get exactly the operations of
+ * the definition, written here one element at a time, so no ISA changes a bit */
+TEST(adam_should_give_the_bits_of_its_scalar_definition_on_this_cpu)
+{
+    const size_t n = 4099;
+    float *p = malloc(n * sizeof(float)), *m = calloc(n, sizeof(float)),
+          *v = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float)),
+          *rp = malloc(n * sizeof(float)), *rm = calloc(n, sizeof(float)),
+          *rv = calloc(n, sizeof(float));
+    ASSERT(p && m && v && g && rp && rm && rv);
+    fill(p, n, 3);
+    memcpy(rp, p, n * sizeof(float));
+    for (int w = 0; w < 2; w++) {
+        struct dsl_optim_hparams h = {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f,
+                                      .eps = 1e-8f, .weight_decay = 0.01f, .adam_w_mode = w};
+        for (uint64_t t = 1; t <= 3; t++) {
+            fill(g, n, 10 + (unsigned)t);
+            float lr = 1e-3f, gs = 0.125f;
+            dsl_optim_step(&h, lr, t, gs, p, g, m, v, n);
+            float bc1 = 1.0f - (float)pow((double)h.beta1, (double)t);
+            float bc2 = 1.0f - (float)pow((double)h.beta2, (double)t);
+            float step = lr / bc1, bc2s = sqrtf(bc2);
+            for (size_t i = 0; i < n; i++) {
+                float gi = g[i] * gs, pi = rp[i];
+                if (w)
+                    pi = pi - lr * h.weight_decay * pi;
+                else
+                    gi = gi + h.weight_decay * pi;
+                float mi = h.beta1 * rm[i] + (1.0f - h.beta1) * gi;
+                float vi = h.beta2 * rv[i] + (1.0f - h.beta2) * gi * gi;
+                rm[i] = mi;
+                rv[i] = vi;
+                rp[i] = pi - step * mi / (sqrtf(vi) / bc2s + h.eps);
+            }
+        }
+        ASSERT(memcmp(p, rp, n * sizeof(float)) == 0);
+        ASSERT(memcmp(m, rm, n * sizeof(float)) == 0);
+        ASSERT(memcmp(v, rv, n * sizeof(float)) == 0);
+    }
+    free(p), free(m), free(v), free(g), free(rp), free(rm), free(rv);
+}
+
 TEST(sampler_should_pad_to_the_global_batch_and_reshuffle_per_epoch)
 {
     struct dsl_sampler s;
