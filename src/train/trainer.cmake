@@ -8,6 +8,7 @@ add_library(dsltrain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/device_cpu.c
   ${CMAKE_CURRENT_LIST_DIR}/cpupool.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer.c
+  ${CMAKE_CURRENT_LIST_DIR}/trainer_setup.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_mixed.c
   ${CMAKE_CURRENT_LIST_DIR}/halfprec.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_state.c
