@@ -26,6 +26,8 @@ float dsl_bf16_to_float(uint16_t h);
  * accumulation or padding:
  *   fp32:  16P / 8P + 8P/N / 4P + 12P/N          (Adam)
  *   mixed: 16P / 4P + 12P/N / 2P + 14P/N         (Adam)
+ * Defined with the trainer's mixed-precision code (trainer_mixed.c, library dsltrain);
+ * the conversions above are halfconv.c's (library dslcomm).
  */
 double dsl_zero_state_formula(int stage, size_t P, int N, size_t spp, size_t hsz);
 

@@ -10,7 +10,6 @@ add_library(dsltrain STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trainer.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_setup.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_mixed.c
-  ${CMAKE_CURRENT_LIST_DIR}/halfprec.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_state.c
   ${CMAKE_CURRENT_LIST_DIR}/trainer_run.c
   ${CMAKE_CURRENT_LIST_DIR}/blascore.c)

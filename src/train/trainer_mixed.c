@@ -25,6 +25,7 @@
 
 #include "dslaunch/device.h"
 #include "dslaunch/error.h"
+#include "dslaunch/halfprec.h"
 #include "train/trainer_mixed.h"
 #include "common/banned.h"
 
@@ -121,4 +122,18 @@ int dsl_mixed_setup(struct dsl_trainer *t, char *err)
     t->gtype = want;
     t->esz = dsl_dtype_size(want);
     return 0;
+}
+
+/* halfprec.h: model-state bytes of the ZeRO paper's accounting */
+double dsl_zero_state_formula(int stage, size_t P, int N, size_t spp, size_t hsz)
+{
+    double p = (double)P, n = (double)N, h = (double)hsz;
+    /* the optimizer's fp32 vectors per parameter: its state, plus the master copy in
+     * mixed precision */
+    double opt = 4.0 * (double)spp + (hsz < 4 ? 4.0 : 0.0);
+    switch (stage) {
+    case 0: return (2.0 * h + opt) * p;
+    case 1: return 2.0 * h * p + opt * p / n;
+    default: return h * p + (h + opt) * p / n;
+    }
 }
