@@ -61,9 +61,10 @@ struct dsl_device_ops {
                       uint64_t t, float gscale, float *p, const float *g, float *m, float *v,
                       size_t len);
     /* ---- mixed precision (trainer.h): 16-bit buffers of type ht, DSL_FLOAT16 or
-     * DSL_BFLOAT16, n 2-byte elements. NULL on a device without them (the CPU, which
-     * computes fp32 only). Every conversion to 16 bits rounds to nearest even (the
-     * host reference is halfprec.h); arithmetic is fp32 on the converted values. */
+     * DSL_BFLOAT16, n 2-byte elements. NULL on a device without them. Both devices
+     * have them (the CPU's serve dstrain.cpu_half; the same bits as the CUDA ones).
+     * Every conversion to 16 bits rounds to nearest even (the host reference is
+     * halfprec.h); arithmetic is fp32 on the converted values. */
     /** dst[i] = half(src[i]) */
     int (*to_half)(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
                    size_t n);

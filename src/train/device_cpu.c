@@ -20,6 +20,7 @@
 
 #include "dslaunch/cpupool.h"
 #include "dslaunch/device.h"
+#include "train/halfvec.h"
 #include "common/banned.h"
 
 static void *cpu_alloc(struct dsl_device *d, size_t bytes)
@@ -123,6 +124,144 @@ static int cpu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *
     return 0;
 }
 
+/* ---- mixed precision: 16-bit buffers through fp32 blocks on the stack */
+
+#define HBLK 1024 /* floats per block: 4 KiB, well inside L1 */
+
+static void widen(enum dsl_dtype ht, float *dst, const void *src, size_t n)
+{
+    const uint16_t *h = src;
+    if (ht == DSL_BFLOAT16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_bf16_to_float(h[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_fp16_to_float(h[i]);
+}
+
+static void narrow(enum dsl_dtype ht, void *dst, const float *src, size_t n)
+{
+    uint16_t *h = dst;
+    if (ht == DSL_BFLOAT16)
+        for (size_t i = 0; i < n; i++)
+            h[i] = dsl_hv_bf16_from_float(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            h[i] = dsl_hv_fp16_from_float(src[i]);
+}
+
+static uint16_t *hel(void *p, size_t i)
+{
+    return (uint16_t *)p + i;
+}
+
+static const uint16_t *chel(const void *p, size_t i)
+{
+    return (const uint16_t *)p + i;
+}
+
+static int cpu_to_half(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                       size_t n)
+{
+    (void)d;
+    narrow(ht, dst, src, n);
+    return 0;
+}
+
+static int cpu_half_add(struct dsl_device *d, enum dsl_dtype ht, void *dst, const void *src,
+                        size_t n)
+{
+    float a[HBLK], b[HBLK];
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        widen(ht, a, hel(dst, i), k);
+        widen(ht, b, chel(src, i), k);
+        cpu_add(d, a, b, k);
+        narrow(ht, hel(dst, i), a, k);
+    }
+    return 0;
+}
+
+static int cpu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f)
+{
+    float a[HBLK];
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        widen(ht, a, hel(p, i), k);
+        cpu_scale(d, a, k, f);
+        narrow(ht, hel(p, i), a, k);
+    }
+    return 0;
+}
+
+static int cpu_half_absmax_bits(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                                size_t n, uint32_t *out)
+{
+    float a[HBLK];
+    uint32_t mb = 0;
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        uint32_t b;
+        widen(ht, a, chel(p, i), k);
+        cpu_absmax_bits(d, a, k, &b);
+        mb = b > mb ? b : mb;
+    }
+    *out = mb;
+    return 0;
+}
+
+static int cpu_half_sumsq_fixed(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                                size_t n, double k, uint64_t *out)
+{
+    float a[HBLK];
+    uint64_t sum = 0; /* wrapping, so the blocks' order does not matter */
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t c = n - i < HBLK ? n - i : HBLK;
+        uint64_t s;
+        widen(ht, a, chel(p, i), c);
+        cpu_sumsq_fixed(d, a, c, k, &s);
+        sum += s;
+    }
+    *out = sum;
+    return 0;
+}
+
+struct half_optim_job {
+    struct optim_job o;
+    enum dsl_dtype ht;
+    float ga;
+    void *hp;
+    const void *hg;
+};
+
+static void half_optim_piece(void *arg, size_t lo, size_t hi)
+{
+    const struct half_optim_job *j = arg;
+    const struct optim_job *o = &j->o;
+    float g[HBLK];
+    for (size_t i = lo; i < hi; i += HBLK) {
+        size_t k = hi - i < HBLK ? hi - i : HBLK;
+        widen(j->ht, g, chel(j->hg, i), k);
+        for (size_t e = 0; e < k; e++)
+            g[e] *= j->ga;
+        dsl_optim_step(o->h, o->lr, o->t, o->gscale, o->p + i, g, o->m ? o->m + i : NULL,
+                       o->v ? o->v + i : NULL, k);
+        narrow(j->ht, hel(j->hp, i), o->p + i, k);
+    }
+}
+
+static int cpu_half_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h,
+                               float lr, uint64_t t, enum dsl_dtype ht, float ga, float gscale,
+                               float *p, void *hp, const void *g, float *m, float *v, size_t len)
+{
+    (void)d;
+    struct half_optim_job j = {
+        .o = {.h = h, .lr = lr, .gscale = gscale, .t = t, .p = p, .m = m, .v = v, .g = NULL},
+        .ht = ht, .ga = ga, .hp = hp, .hg = g};
+    dsl_cpupool_for(len, 1 << 16, half_optim_piece, &j);
+    return 0;
+}
+
 static int cpu_synchronize(struct dsl_device *d)
 {
     (void)d;
@@ -145,6 +284,12 @@ static const struct dsl_device_ops cpu_ops = {
     .absmax_bits = cpu_absmax_bits,
     .sumsq_fixed = cpu_sumsq_fixed,
     .optim_step = cpu_optim_step,
+    .to_half = cpu_to_half,
+    .half_add = cpu_half_add,
+    .half_scale = cpu_half_scale,
+    .half_absmax_bits = cpu_half_absmax_bits,
+    .half_sumsq_fixed = cpu_half_sumsq_fixed,
+    .half_optim_step = cpu_half_optim_step,
     .synchronize = cpu_synchronize,
     .release = cpu_release,
 };

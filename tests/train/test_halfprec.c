@@ -7,6 +7,8 @@
  * same bits as the reference for every 16-bit value and a dense sweep of floats (every
  * float with DSL_TEST_EXHAUSTIVE=1: 2^32 floats, about 30 s at -O2).
  * No GPU needed: these are the oracles the GPU test and the trainer's report use.
+ * Last, the CPU device's half_* ops (device.h, dstrain.cpu_half) against their
+ * definitions written out one element at a time with the reference conversions.
  */
 #include <math.h>
 #include <stdint.h>
@@ -14,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/cpupool.h"
+#include "dslaunch/device.h"
 #include "dslaunch/halfprec.h"
+#include "dslaunch/optimizer.h"
 #include "train/halfvec.h"
 #include "test.h"
 #include "common/banned.h"
@@ -183,6 +188,133 @@ TEST(zero_state_formula_should_give_deepspeeds_bytes_per_parameter)
     /* SGD with momentum (1 vector): master 4 + momentum 4 per parameter */
     ASSERT(dsl_zero_state_formula(2, 1000, 2, 1, 2) == 2000.0 + 10000.0 / 2);
     ASSERT(dsl_zero_state_formula(0, 1000, 2, 0, 4) == 8000.0);
+}
+
+/* ---- the CPU device's 16-bit ops against element-at-a-time definitions */
+
+static uint16_t ref_from(enum dsl_dtype ht, float f)
+{
+    return ht == DSL_BFLOAT16 ? dsl_bf16_from_float(f) : dsl_fp16_from_float(f);
+}
+
+static float ref_to(enum dsl_dtype ht, uint16_t h)
+{
+    return ht == DSL_BFLOAT16 ? dsl_bf16_to_float(h) : dsl_fp16_to_float(h);
+}
+
+/* values of both signs over many binades, some past fp16's range, a few zeros */
+static float test_value(uint64_t *s)
+{
+    uint64_t r = rng(s);
+    float mant = (float)(r & 0xffffff) / (float)0x1000000 + 0.5f;
+    int e = (int)((r >> 24) % 40) - 28;
+    float f = ldexpf(mant, e);
+    if ((r >> 40) % 97 == 0)
+        f = 0.0f;
+    return (r >> 48) & 1 ? -f : f;
+}
+
+TEST(cpu_half_ops_should_match_their_scalar_definitions)
+{
+    struct dsl_device *d = dsl_device_cpu();
+    const struct dsl_device_ops *o = d->ops;
+    ASSERT(o->to_half && o->half_add && o->half_scale && o->half_absmax_bits &&
+           o->half_sumsq_fixed && o->half_optim_step);
+    enum dsl_dtype types[2] = {DSL_BFLOAT16, DSL_FLOAT16};
+    size_t n = 70001; /* several stack blocks, two pool pieces, a ragged end */
+    float *f = malloc(n * sizeof(float)), *f2 = malloc(n * sizeof(float));
+    uint16_t *a = malloc(n * 2), *b = malloc(n * 2), *c = malloc(n * 2);
+    ASSERT(f && f2 && a && b && c);
+    dsl_cpupool_set_threads(2);
+    for (int ti = 0; ti < 2; ti++) {
+        enum dsl_dtype ht = types[ti];
+        uint64_t seed = 12345 + (uint64_t)ti;
+        for (size_t i = 0; i < n; i++) {
+            f[i] = test_value(&seed);
+            f2[i] = test_value(&seed);
+        }
+        /* to_half */
+        ASSERT_OK(o->to_half(d, ht, a, f, n));
+        ASSERT_OK(o->to_half(d, ht, b, f2, n));
+        for (size_t i = 0; i < n; i++) {
+            ASSERT_EQ(a[i], ref_from(ht, f[i]));
+            ASSERT_EQ(b[i], ref_from(ht, f2[i]));
+        }
+        /* half_add: dst = half(float(dst) + float(src)) */
+        memcpy(c, a, n * 2);
+        ASSERT_OK(o->half_add(d, ht, c, b, n));
+        for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(c[i], ref_from(ht, ref_to(ht, a[i]) + ref_to(ht, b[i])));
+        /* half_scale */
+        memcpy(c, a, n * 2);
+        ASSERT_OK(o->half_scale(d, ht, c, n, 0.3f));
+        for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(c[i], ref_from(ht, ref_to(ht, a[i]) * 0.3f));
+        /* absmax_bits and sumsq_fixed of the widened values */
+        uint32_t mb = 0, got32;
+        uint64_t sum = 0, got64;
+        double k = 1048576.0;
+        for (size_t i = 0; i < n; i++) {
+            float x = ref_to(ht, a[i]);
+            uint32_t u = bits(x) & 0x7fffffffu;
+            mb = u > mb ? u : mb;
+            sum += (uint64_t)(int64_t)((double)x * (double)x * k + 0.5);
+        }
+        ASSERT_OK(o->half_absmax_bits(d, ht, a, n, &got32));
+        ASSERT_EQ(got32, mb);
+        ASSERT_OK(o->half_sumsq_fixed(d, ht, a, n, k, &got64));
+        ASSERT_EQ(got64, sum);
+        /* inf and NaN in the 16-bit buffer show as they are */
+        c[0] = a[0];
+        c[1] = ht == DSL_BFLOAT16 ? 0x7f80u : 0x7c00u;
+        ASSERT_OK(o->half_absmax_bits(d, ht, c, 2, &got32));
+        ASSERT_EQ(got32, 0x7f800000u);
+        c[1] = ht == DSL_BFLOAT16 ? 0xffc1u : 0xfe01u;
+        ASSERT_OK(o->half_absmax_bits(d, ht, c, 2, &got32));
+        ASSERT(got32 > 0x7f800000u);
+        /* the optimizer: fp32 master with (float(g) * ga) * gscale, then half(p) */
+        struct dsl_optim_hparams hs[3] = {
+            {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+             .weight_decay = 0.01f, .adam_w_mode = 1},
+            {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+             .weight_decay = 0.01f, .adam_w_mode = 0},
+            {.type = DSL_OPTIM_SGD, .weight_decay = 0.01f, .momentum = 0.9f},
+        };
+        for (int hi = 0; hi < 3; hi++) {
+            size_t bytes = n * sizeof(float);
+            float *p = malloc(bytes), *m = calloc(n, 4), *v = calloc(n, 4);
+            float *rp = malloc(bytes), *rm = calloc(n, 4), *rv = calloc(n, 4);
+            ASSERT(p && m && v && rp && rm && rv);
+            memcpy(p, f2, bytes);
+            memcpy(rp, f2, bytes);
+            for (uint64_t t = 1; t <= 3; t++) {
+                float ga = 1.0f / 3.0f, gs = 0.7f, lr = 0.01f;
+                ASSERT_OK(o->half_optim_step(d, &hs[hi], lr, t, ht, ga, gs, p, c, a, m, v, n));
+                for (size_t i = 0; i < n; i++) {
+                    float gi = ref_to(ht, a[i]) * ga;
+                    dsl_optim_step(&hs[hi], lr, t, gs, &rp[i], &gi, &rm[i], &rv[i], 1);
+                }
+                for (size_t i = 0; i < n; i++) {
+                    ASSERT_EQ(bits(p[i]), bits(rp[i]));
+                    ASSERT_EQ(bits(m[i]), bits(rm[i]));
+                    ASSERT_EQ(bits(v[i]), bits(rv[i]));
+                    ASSERT_EQ(c[i], ref_from(ht, rp[i]));
+                }
+            }
+            free(p);
+            free(m);
+            free(v);
+            free(rp);
+            free(rm);
+            free(rv);
+        }
+    }
+    dsl_cpupool_set_threads(1);
+    free(f);
+    free(f2);
+    free(a);
+    free(b);
+    free(c);
 }
 
 int main(int argc, char **argv)
