@@ -27,12 +27,14 @@
  * labels y passed to forward_backward/evaluate are host pointers (the GPU model
  * uploads them into its own workspace), and the stats come back in host memory.
  *
- * 16-bit models (GPU only, spec.dtype DSL_FLOAT16 or DSL_BFLOAT16; m->dtype says which):
+ * 16-bit models (spec.dtype DSL_FLOAT16 or DSL_BFLOAT16; m->dtype says which):
  * params and the sink's segment destinations hold 16-bit elements of that type, still
  * passed as float * (the interface predates them; offsets and lengths count elements,
- * not floats), and forward/backward compute with 16-bit inputs and outputs and fp32
- * accumulation. init_params writes fp32 whatever the dtype: the trainer keeps fp32
- * master weights and rounds them to the 16-bit copy itself.
+ * not floats). On the GPU forward/backward compute with 16-bit inputs and outputs and
+ * fp32 accumulation; on the CPU (dstrain.cpu_half) the 16-bit values are widened and
+ * everything is computed in fp32, the gradient being rounded to 16 bits (to nearest
+ * even) as it is handed to the sink. init_params writes fp32 whatever the dtype: the
+ * trainer keeps fp32 master weights and rounds them to the 16-bit copy itself.
  */
 #ifndef DSLAUNCH_MODEL_H
 #define DSLAUNCH_MODEL_H
@@ -78,8 +80,9 @@ struct dsl_model_spec {
     size_t nhidden;
     size_t max_batch; /* largest micro batch (or eval batch) that will be passed */
     size_t seg_max;   /* upper bound on a gradient segment's length (0 = whole tensors) */
-    enum dsl_dtype dtype; /* GPU model: DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16 for
-                             16-bit compute; the CPU model computes fp32 and ignores it */
+    enum dsl_dtype dtype; /* DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16: 16-bit
+                             params and gradients (GPU: 16-bit compute; CPU: 16-bit
+                             storage, fp32 arithmetic) */
 };
 
 struct dsl_model;

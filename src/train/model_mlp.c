@@ -22,6 +22,16 @@
  * threads: every element is still the same dot product in the same order, so the
  * thread count changes no bits either.
  *
+ * 16-bit parameters (spec.dtype fp16 or bf16; dstrain.cpu_half): 16-bit storage,
+ * fp32 arithmetic. Forward widens each layer's 16-bit parameters into an fp32 copy
+ * (w32, P floats) right after the sink's need() for that layer (stages 1/2 all-gather
+ * layer by layer), and everything then runs exactly as in fp32 on that copy; backward
+ * writes each gradient segment into an fp32 scratch (g32, one segment) and rounds it
+ * to nearest even into the sink's 16-bit destination before done(). There is no
+ * half-precision BLAS on the CPU, so nothing is gained in compute; what is gained is
+ * half the bytes over the comm. The fp32 model allocates neither buffer and runs
+ * the same code on the caller's pointers.
+ *
  * Not thread-safe: one model object per thread of computation (the workspace is
  * shared by forward and backward).
  */
@@ -35,6 +45,7 @@
 #include "dslaunch/error.h"
 #include "dslaunch/model.h"
 #include "dslaunch/xalloc.h"
+#include "train/halfvec.h"
 #include "train/model_mlp_impl.h"
 #include "common/banned.h"
 
@@ -43,7 +54,34 @@ struct mlp {
     float *act[DSL_MODEL_MAX_LAYERS + 2];  /* act[l+1]: output of layer l (act[0] = x) */
     float *dz, *dz2;                       /* max_batch x maxdim each */
     int32_t *argmax;
+    enum dsl_dtype dtype; /* of params and gradients: fp32, or 16-bit storage */
+    float *w32;           /* 16-bit: the fp32 parameters forward widened (P floats) */
+    float *g32;           /* 16-bit: one gradient segment in fp32 */
 };
+
+/* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
+static void mlp_widen(const struct mlp *p, float *dst, const float *src, size_t off, size_t n)
+{
+    const uint16_t *h = (const uint16_t *)(const void *)src + off;
+    if (p->dtype == DSL_BFLOAT16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_bf16_to_float(h[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_fp16_to_float(h[i]);
+}
+
+/* the 16-bit destination dst (n elements) = half(src[i]) */
+static void mlp_narrow(const struct mlp *p, float *dst, const float *src, size_t n)
+{
+    uint16_t *h = (uint16_t *)(void *)dst;
+    if (p->dtype == DSL_BFLOAT16)
+        for (size_t i = 0; i < n; i++)
+            h[i] = dsl_hv_bf16_from_float(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            h[i] = dsl_hv_fp16_from_float(src[i]);
+}
 
 static int to_int(size_t v)
 {
@@ -125,16 +163,20 @@ static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
     return 0;
 }
 
-/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows */
-static void mlp_forward(struct mlp *p, const float *params, const float *x, size_t n,
-                        const struct dsl_grad_sink *sink)
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
+ * used (params itself, or the widened copy of 16-bit ones) */
+static const float *mlp_forward(struct mlp *p, const float *params, const float *x, size_t n,
+                                const struct dsl_grad_sink *sink)
 {
+    const float *wp = p->w32 ? p->w32 : params;
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->L.nlayers; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1];
         if (sink && sink->need)
             sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
-        const float *w = params + p->L.woff[l];
+        if (p->w32)
+            mlp_widen(p, p->w32 + p->L.woff[l], params, p->L.woff[l], out * (in + 1));
+        const float *w = wp + p->L.woff[l];
         const float *b = w + in * out;
         float *z = p->act[l + 1];
         struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
@@ -143,6 +185,7 @@ static void mlp_forward(struct mlp *p, const float *params, const float *x, size
                              .relu = l + 1 < p->L.nlayers};
         gemm_run(&g);
     }
+    return wp;
 }
 
 /* Softmax cross-entropy of the logits in act[nlayers]; if dz, the gradient of
@@ -196,7 +239,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(p, params, x, n, sink);
+    params = mlp_forward(p, params, x, n, sink); /* fp32 from here on */
     float *dz = p->dz, *dnext = p->dz2;
     mlp_loss(p, y, n, dz, loss_scale, st);
 
@@ -206,23 +249,29 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         const float *w = params + p->L.woff[li];
         /* bias: column sums in sample order */
         const struct dsl_model_seg *sg = &m->segs[seg];
-        float *db = sink->dest(sink->ctx, seg);
+        float *hdst = sink->dest(sink->ctx, seg);
+        float *db = p->g32 ? p->g32 : hdst;
         for (size_t k = 0; k < out; k++)
             db[k] = 0.0f;
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < out; k++)
                 db[k] += dz[i * out + k];
+        if (p->g32)
+            mlp_narrow(p, hdst, db, out);
         sink->done(sink->ctx, seg++);
         /* weight, in row blocks, last block first */
         while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
             sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
-            float *dw = sink->dest(sink->ctx, seg);
+            hdst = sink->dest(sink->ctx, seg);
+            float *dw = p->g32 ? p->g32 : hdst;
             struct gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
                                  .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
                                  .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
                                  .by_rows = 1};
             gemm_run(&g);
+            if (p->g32)
+                mlp_narrow(p, hdst, dw, sg->len);
             sink->done(sink->ctx, seg++);
         }
         if (li == 0)
@@ -261,6 +310,8 @@ static void mlp_release(struct dsl_model *m)
     free(p->dz);
     free(p->dz2);
     free(p->argmax);
+    free(p->w32);
+    free(p->g32);
     free(p);
     m->impl = NULL;
 }
@@ -284,6 +335,9 @@ static void *big_alloc(size_t n, int *fail)
 int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
 {
     struct dsl_mlp_layout lay;
+    if (spec->dtype != DSL_FLOAT32 && spec->dtype != DSL_FLOAT16 &&
+        spec->dtype != DSL_BFLOAT16)
+        return dsl_seterr(err, DSL_ECONFIG, "unsupported model dtype %d", (int)spec->dtype);
     int r = dsl_mlp_layout_build(&lay, m, spec, err);
     if (r < 0)
         return r;
@@ -298,6 +352,15 @@ int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, cha
     p->dz = big_alloc(spec->max_batch * lay.maxdim * sizeof(float), &fail);
     p->dz2 = big_alloc(spec->max_batch * lay.maxdim * sizeof(float), &fail);
     p->argmax = big_alloc(spec->max_batch * sizeof(int32_t), &fail);
+    p->dtype = spec->dtype;
+    m->dtype = spec->dtype;
+    if (spec->dtype != DSL_FLOAT32) {
+        size_t gmax = 0;
+        for (size_t i = 0; i < m->nsegs; i++)
+            gmax = m->segs[i].len > gmax ? m->segs[i].len : gmax;
+        p->w32 = big_alloc(m->nparams * sizeof(float), &fail);
+        p->g32 = big_alloc(gmax * sizeof(float), &fail);
+    }
     if (fail) {
         dsl_model_release(m);
         return dsl_seterr(err, -ENOMEM, "cannot allocate activations for batch %zu",
