@@ -96,6 +96,8 @@ struct dsl_dstrain_config {
     char *metrics;               /* JSON-lines file; NULL (default): none */
     char *resume;                /* "latest" or a tag; NULL (default): fresh start */
     int threads;                 /* BLAS threads per rank; 0 (default): automatic */
+    int cpu_half;                /* default 0: fp16/bf16 on the CPU compute in fp32; 1:
+                                    16-bit params and gradients (mixed precision) */
 };
 
 struct dsl_train_config {
@@ -163,7 +165,9 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
  * The precision this run will use. On a GPU: what the config asks. On the CPU
  * (on_gpu 0) fp16/bf16 compute in fp32 and *warning is set to a one-line explanation
  * (NULL when there is nothing to say): fp16 still gets its loss scaling there, bf16
- * is plain fp32.
+ * is plain fp32. With dstrain.cpu_half the CPU gets what the config asks too (16-bit
+ * parameters and gradients, fp32 arithmetic and master weights), and the warning
+ * says so.
  */
 enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg,
                                               int on_gpu, const char **warning);

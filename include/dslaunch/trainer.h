@@ -43,9 +43,10 @@
  * the division by the global batch, before clipping. The scale is an input of the
  * gradient only: with a power-of-two scale and nothing over- or underflowing, the
  * applied steps are bit-identical to fp32 steps (model.h). On the CPU the computation
- * stays fp32.
+ * stays fp32 (unless dstrain.cpu_half: mixed precision below, fp32 arithmetic).
  *
- * Mixed precision (opts.dtype fp16 or bf16; the GPU path, trainer_mixed.c), as
+ * Mixed precision (opts.dtype fp16 or bf16; the GPU path, and the CPU with
+ * dstrain.cpu_half; trainer_mixed.c), as
  * DeepSpeed: parameters and gradients are 16-bit, reduced over the comm as 16-bit
  * (half the bytes), and every rank keeps fp32 master weights next to its optimizer
  * state (the whole model at stage 0, its shard at stages 1/2); the optimizer widens
@@ -100,7 +101,8 @@ struct dsl_trainer_opts {
                                     (dsl_lossscale_init() from the fp16 section) */
     enum dsl_dtype dtype;   /* parameters and gradients: DSL_FLOAT32 (0), or
                                DSL_FLOAT16 / DSL_BFLOAT16 for mixed precision (fp16 /
-                               bf16.enabled on a GPU; model and device must support it) */
+                               bf16.enabled on a GPU, or on the CPU with
+                               dstrain.cpu_half; model and device must agree) */
 };
 
 struct dsl_bucket {

@@ -295,6 +295,7 @@ static const struct key keys[] = {
     {"dstrain.save_interval", K_U64, OFF(dstrain.save_interval), 0, BIG, NULL},
     {"dstrain.save_on_signal", K_BOOL, OFF(dstrain.save_on_signal), 0, 0, NULL},
     {"dstrain.deterministic", K_SPECIAL, OFF(dstrain.deterministic), 0, 0, sp_tristate},
+    {"dstrain.cpu_half", K_BOOL, OFF(dstrain.cpu_half), 0, 0, NULL},
     {"dstrain.backend", K_SPECIAL, OFF(dstrain.backend), 0, 0, sp_choice},
     {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL},
     {"dstrain.resume", K_STRING, OFF(dstrain.resume), 0, 0, NULL},
@@ -907,6 +908,10 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
         cfg->optimizer.adam_w_mode = 0;
         break;
     }
+    if (cfg->dstrain.cpu_half && !cfg->fp16.enabled && !cfg->bf16)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'dstrain.cpu_half' needs 'bf16.enabled' or 'fp16.enabled'",
+                          file);
     if (cfg->dstrain.steps == 0 && cfg->dstrain.epochs == 0)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: nothing to train: 'dstrain.steps' and 'dstrain.epochs' are both 0",
@@ -920,6 +925,22 @@ enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg
     *warning = NULL;
     if (!cfg->fp16.enabled && !cfg->bf16)
         return DSL_PREC_FP32;
+    if (!on_gpu && cfg->dstrain.cpu_half) {
+        /* mixed precision on the CPU: the GPU's buffers and comm, fp32 arithmetic */
+        if (!cfg->fp16.enabled) {
+            *warning = "bf16 on the CPU (dstrain.cpu_half): bf16 parameters and gradients, "
+                       "fp32 arithmetic and master weights";
+            return DSL_PREC_BF16;
+        }
+        *warning = cfg->fp16.loss_scale > 0.0
+                       ? "fp16 on the CPU (dstrain.cpu_half): fp16 parameters and gradients, "
+                         "fp32 arithmetic and master weights, with DeepSpeed's static loss "
+                         "scaling"
+                       : "fp16 on the CPU (dstrain.cpu_half): fp16 parameters and gradients, "
+                         "fp32 arithmetic and master weights, with DeepSpeed's dynamic loss "
+                         "scaling";
+        return DSL_PREC_FP16;
+    }
     if (!on_gpu) {
         /* fp16's loss scaling runs on the CPU too (trainer.h); only the arithmetic
          * stays fp32 */

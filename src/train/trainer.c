@@ -54,10 +54,10 @@
  * (dsl_trainer_allreduce_host), since nccl takes device pointers only. The micro
  * batch is gathered on the host; the model uploads it.
  *
- * Mixed precision (fp16/bf16 on a GPU): params, grads, shard, staging and accumulation
- * hold 16-bit elements and go over the comm as such; the buffer ops above go through
- * trainer_mixed.c, which picks the device's fp32 or 16-bit op, and the optimizer
- * updates fp32 master weights there. A 16-bit gradient is never averaged or unscaled
+ * Mixed precision (fp16/bf16 on a GPU, or on the CPU with dstrain.cpu_half): params,
+ * grads, shard, staging and accumulation hold 16-bit elements and go over the comm as
+ * such; the buffer ops above go through trainer_mixed.c, which picks the device's
+ * fp32 or 16-bit op, and the optimizer updates fp32 master weights there. A 16-bit gradient is never averaged or unscaled
  * in place: those factors ride with the optimizer in fp32, and the norm is scaled.
  *
  * A comm or device failure inside backward is recorded in comm_err and reported when

@@ -1,7 +1,8 @@
 /*
  * Mixed precision for the trainer (trainer.h, trainer_mixed.h): DeepSpeed's fp16/bf16
- * with fp32 master weights, on a device that has the 16-bit ops (device.h; the CUDA
- * device), for ZeRO stages 0, 1 and 2.
+ * with fp32 master weights, on a device that has the 16-bit ops (device.h: the CUDA
+ * device, and the CPU device for dstrain.cpu_half, where the model widens the 16-bit
+ * values and computes in fp32), for ZeRO stages 0, 1 and 2.
  *
  * Theory of operation. The model computes with 16-bit parameters (t->params, P
  * elements, identical on every rank) and delivers 16-bit gradients; the trainer's

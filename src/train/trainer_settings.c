@@ -12,7 +12,9 @@
  * fp16 turns on DeepSpeed's loss scaling (the scaler from the fp16 section) on the CPU
  * and the GPU alike; the arithmetic stays fp32 on both (no half-precision BLAS on the
  * CPU, half-precision compute on the GPU not implemented yet). bf16 means no loss
- * scaling and, for now, fp32. On the GPU deterministic mode does not exist (nccl's
+ * scaling and, for now, fp32. dstrain.cpu_half (--cpu-half) opts the CPU into the
+ * GPU's mixed precision instead: 16-bit parameters and gradients (half the gradient
+ * bytes over the comm), fp32 arithmetic and master weights; the GPU ignores it. On the GPU deterministic mode does not exist (nccl's
  * summation order is not ours). Each of these is reported on rank 0, and the run
  * goes on.
  */
@@ -71,6 +73,8 @@ static const struct opt opts[] = {
     {"save_interval", O_KEY, "dstrain.save_interval", "steps between checkpoints"},
     {"resume", O_STRKEY, "dstrain.resume", "resume from 'latest' or a tag"},
     {"deterministic", O_KEY, "dstrain.deterministic", "canonical reduction order (true/false)"},
+    {"cpu_half", O_BOOL, "dstrain.cpu_half",
+     "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"},
     {"save_params", O_PARAMS, NULL, "write the final fp32 parameters (raw) to FILE"},
     {"steps_per_print", O_KEY, "steps_per_print", "steps between progress lines"},
     {"seed", O_KEY, "seed", "seed"},
@@ -258,8 +262,9 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
         dsl_warn("%s", warning);
-    /* on the CPU the config module's warning above says that it computes in fp32; on
-     * the GPU fp16/bf16 mean 16-bit compute with fp32 master weights (trainer.h) */
+    /* on the CPU the config module's warning above says that it computes in fp32, or
+     * with cpu_half that parameters and gradients are 16-bit (fp32 arithmetic); on the
+     * GPU fp16/bf16 mean 16-bit compute with fp32 master weights (trainer.h) */
     if (gpu && c->dstrain.deterministic > 0 && rank == 0)
         dsl_warn("dstrain.deterministic is ignored on the GPU: nccl's summation order is "
                  "not under dstrain's control, so the run is not bit-identical across world "
@@ -303,7 +308,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     m->max_batch = 1000; /* evaluation batch */
     /* segments depend only on the bucket size, never on the world size or stage */
     m->seg_max = to->bucket_elems;
-    m->dtype = to->dtype; /* DSL_FLOAT32 on the CPU (prec says so there) */
+    m->dtype = to->dtype; /* DSL_FLOAT32 on the CPU unless cpu_half (prec says so) */
 
     struct dsl_data_opts *d = &s->data;
     d->name = c->dstrain.dataset;

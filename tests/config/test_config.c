@@ -419,6 +419,34 @@ TEST(half_precision_on_the_cpu_should_compute_in_fp32_with_a_warning)
     dsl_train_config_release(&cfg);
 }
 
+TEST(cpu_half_should_give_the_cpu_mixed_precision_and_need_a_16_bit_type)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    const char *warn;
+    ASSERT_OK(parse(&cfg,
+                    "{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true},"
+                    " \"dstrain\": {\"cpu_half\": true}}",
+                    1, err));
+    ASSERT_EQ(dsl_train_config_precision(&cfg, 0, &warn), DSL_PREC_BF16);
+    ASSERT_CONTAINS(warn, "bf16 parameters and gradients, fp32 arithmetic and master weights");
+    ASSERT_EQ(dsl_train_config_precision(&cfg, 1, &warn), DSL_PREC_BF16);
+    ASSERT(warn == NULL);
+    dsl_train_config_release(&cfg);
+    ASSERT_OK(parse(&cfg,
+                    "{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true},"
+                    " \"dstrain\": {\"cpu_half\": true}}",
+                    1, err));
+    ASSERT_EQ(dsl_train_config_precision(&cfg, 0, &warn), DSL_PREC_FP16);
+    ASSERT_CONTAINS(warn, "fp16 parameters and gradients");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8, \"dstrain\": {\"cpu_half\": true}}", 1,
+                    err),
+              DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "'dstrain.cpu_half' needs 'bf16.enabled' or 'fp16.enabled'");
+    dsl_train_config_release(&cfg);
+}
+
 TEST(load_should_name_a_missing_file)
 {
     struct dsl_train_config cfg;

@@ -352,6 +352,103 @@ JSON
             fail "fp16 resume at step $at: steps, losses or scales differ"
     done
     ;;
+half)
+    # --cpu-half: mixed precision on the CPU (bf16 parameters and gradients over the
+    # comm, fp32 arithmetic and master weights; trainer_mixed.c on the CPU device).
+    # Deterministic mode still gives the same bits at worlds 1/2/4 and stages 0/1/2;
+    # the loss falls; model-state bytes are the mixed formula; the gradient reduction
+    # sends about half the bytes of fp32; stop-and-resume equals the uninterrupted
+    # run; fp16 skips overflowing steps as in the fp32 `fp16` case.
+    echo '{"bf16": {"enabled": true}}' >"$TMP/bf16.json"
+    HALF="$TINY --config $TMP/bf16.json --cpu-half"
+    train_ok 1 h1 $HALF --metrics "$TMP/h1.json" --save-params "$TMP/p.h1"
+    grep -q "bf16 parameters and gradients, fp32 arithmetic and master weights" \
+        "$TMP/h1.0.err" || fail "no cpu_half warning"
+    grep -q "bf16 with fp32 master weights" "$TMP/h1.0.out" || fail "not the bf16 path"
+    for v in "2 0" "2 1" "2 2" "4 0" "4 2"; do
+        set -- $v
+        train_ok "$1" "h$1s$2" $HALF --zero-stage "$2" --save-params "$TMP/p.h$1s$2"
+        cmp -s "$TMP/p.h1" "$TMP/p.h$1s$2" || fail "bf16 world $1 stage $2 differs from world 1"
+    done
+    # the fp32 run is another one: the 16-bit path must change the result
+    train_ok 1 h32 $TINY --save-params "$TMP/p.h32"
+    cmp -s "$TMP/p.h1" "$TMP/p.h32" && fail "--cpu-half gave the fp32 result"
+    first=$(grep '"type":"step"' "$TMP/h1.json" | head -n 3 |
+        sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
+    last=$(grep '"type":"step"' "$TMP/h1.json" | tail -n 3 |
+        sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
+    echo "# bf16 loss first 3 steps $first, last 3 steps $last"
+    awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.95 * a)}' || fail "loss did not fall"
+    # model-state bytes: 2P params, 2P grads (2S at stage 2, plus bf16 buckets), and
+    # 12 bytes of fp32 master + Adam m + v per shard element; and about half the bytes
+    # sent, over the sockets (the comm's same-host path counts bytes its own way,
+    # depending on which of its paths a message size takes). Averaged over 8 steps:
+    # a step's count jitters by a bucket or two, bytes a rank sends for the next
+    # collective while the counter is read.
+    export DSL_COMM_CMA=0
+    for st in 0 1 2; do
+        MEM="$TINY --config $TMP/bf16.json --micro-batch 16 --zero-stage $st --steps 8
+             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000"
+        train_ok 2 "hm$st" $MEM --cpu-half
+        train_ok 2 "fm$st" $MEM
+        P=$(sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$TMP/hm$st.0.out")
+        [ -n "$P" ] || fail "no parameter count in the output"
+        for r in 0 1; do
+            line=$(grep "rank $r model-state bytes" "$TMP/hm$st.0.out") ||
+                fail "no memory line for rank $r"
+            tot=$(echo "$line" | sed 's/.*model-state bytes \([0-9]*\) .*/\1/')
+            S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
+            B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
+            case $st in
+            0) want=$((16 * P)) ;;
+            1) want=$((4 * P + 12 * S)) ;;
+            2) want=$((2 * P + 14 * S + B)) ;;
+            esac
+            [ "$tot" -eq "$want" ] || fail "bf16 stage $st rank $r: $tot bytes, formula $want"
+        done
+        f=$(sed -n 's/.*master weights model-state formula \([0-9]*\) bytes.*/\1/p' \
+            "$TMP/hm$st.0.out")
+        case $st in
+        0) fw=$((16 * P)) ;;
+        1) fw=$((4 * P + 6 * P)) ;;
+        2) fw=$((2 * P + 7 * P)) ;;
+        esac
+        [ -n "$f" ] && [ "$f" -eq "$fw" ] || fail "bf16 stage $st: formula '$f', expected $fw"
+        bh=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/hm$st.0.out")
+        bf=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/fm$st.0.out")
+        echo "# stage $st: $P params, bytes sent per step fp32 $bf, bf16 $bh; model state $tot"
+        [ -n "$bh" ] && [ -n "$bf" ] && [ "$bf" -gt 0 ] &&
+            [ $((bh * 100)) -ge $((bf * 40)) ] && [ $((bh * 100)) -le $((bf * 60)) ] ||
+            fail "stage $st: bf16 sends $bh bytes per step, fp32 $bf"
+    done
+    unset DSL_COMM_CMA
+    # stop at step 6 and resume at world 2 stage 2: the uninterrupted run, bit for bit
+    # (every rank fetches the parameters for the checkpoint)
+    train_ok 2 hhalf $HALF --zero-stage 2 --steps 6 --checkpoint-dir "$TMP/ckh"
+    train_ok 2 hrest $HALF --zero-stage 2 --checkpoint-dir "$TMP/ckh" --resume latest \
+        --save-params "$TMP/p.hrest"
+    grep -q "resumed from .* at step 6" "$TMP/hrest.0.out" || fail "no resume line"
+    cmp -s "$TMP/p.h2s2" "$TMP/p.hrest" || fail "bf16 resumed run differs from the uninterrupted one"
+    # fp16 from 2^20, which overflows fp16 gradients (fp16's largest is 65504):
+    # overflowing steps are skipped and the scale halves until it fits, then training
+    # goes on
+    cat >"$TMP/fp16.json" <<'JSON'
+{"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 20,
+          "loss_scale_window": 1000, "hysteresis": 2, "min_loss_scale": 1}}
+JSON
+    train_ok 2 hf $TINY --config "$TMP/fp16.json" --cpu-half --zero-stage 2 --steps 24 \
+        --save-params "$TMP/p.hf"
+    grep -q "fp16 parameters and gradients, fp32 arithmetic" "$TMP/hf.0.err" ||
+        fail "no fp16 cpu_half warning"
+    K=$(grep -c 'gradient overflow, step skipped' "$TMP/hf.0.out")
+    echo "# fp16: $K of 24 steps skipped"
+    [ "$K" -ge 3 ] && [ "$K" -le 20 ] || fail "$K of 24 fp16 steps skipped"
+    grep -q "^summary: .* skipped $K loss_scale" "$TMP/hf.0.out" ||
+        fail "the summary does not count the $K skipped steps"
+    # without bf16 or fp16 the flag is an error naming the key
+    "$DSTRAIN" --backend tcp $TINY --cpu-half 2>"$TMP/he" && fail "--cpu-half alone accepted"
+    grep -q "dstrain.cpu_half" "$TMP/he" || fail "no message naming dstrain.cpu_half"
+    ;;
 *)
     fail "unknown test '$TEST'"
     ;;

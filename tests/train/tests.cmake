@@ -20,7 +20,7 @@ if(DSL_HAVE_CUDA)
   set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
 if(TARGET dstrain)
-  foreach(t cli stages worlds memory accum killed resume consolidate signal fmnist fp16)
+  foreach(t cli stages worlds memory accum killed resume consolidate signal fmnist fp16 half)
     add_test(NAME train_ranks_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
     set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
