@@ -111,11 +111,33 @@ static int write_params(struct dsl_trainer *t, const char *path, char *err)
     return 0;
 }
 
-static int save_ckpt(struct dsl_trainer *t, const struct dsl_run_opts *ro, char *err)
+/*
+ * Bytes per step: the comm's counter over the whole run, less what evaluation and
+ * checkpoints sent, divided by the steps. A step's own delta is no good for that: the
+ * parameter all-gathers of stages 1/2 are issued at its end and sent by the comm's
+ * progress thread afterwards, partly inside the next step and partly not. So every
+ * piece of comm work between steps first waits for the steps' collectives
+ * (dsl_trainer_sync, which it would do anyway) and is then counted apart, in *other.
+ */
+static int between_steps(struct dsl_trainer *t, uint64_t *mark, char *err)
+{
+    int r = dsl_trainer_sync(t, err);
+    *mark = dsl_comm_bytes_sent(t->comm);
+    return r;
+}
+
+static int save_ckpt(struct dsl_trainer *t, const struct dsl_run_opts *ro, uint64_t *other,
+                     char *err)
 {
     char tag[64];
+    uint64_t c0;
+    int r = between_steps(t, &c0, err);
+    if (r < 0)
+        return r;
     snprintf(tag, sizeof(tag), "global_step%" PRIu64, t->step);
-    return ro->save(ro->save_ctx, t, tag, err);
+    r = ro->save(ro->save_ctx, t, tag, err);
+    *other += dsl_comm_bytes_sent(t->comm) - c0;
+    return r;
 }
 
 int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
@@ -142,7 +164,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     uint64_t spe = smp.steps_per_epoch;
     uint64_t total = ro->steps ? ro->steps : ro->epochs * spe;
     uint64_t eval_every = ro->eval_interval ? ro->eval_interval : spe;
-    uint64_t first = t->step, saved_at = UINT64_MAX, bytes = 0;
+    uint64_t first = t->step, saved_at = UINT64_MAX, bytes_other = 0;
+    uint64_t bytes0 = dsl_comm_bytes_sent(t->comm);
     double t_start = dsl_now(), t_eval = 0.0, t_print = t_start;
     uint64_t print_step = t->step;
     double brk[5] = {0}; /* step-time split since the last progress line */
@@ -159,7 +182,6 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         int want_stop = ro->stop_flag && *ro->stop_flag;
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
-        bytes += res.bytes_sent;
         brk[0] += res.t_compute;
         brk[1] += res.t_reduce;
         brk[2] += res.t_small;
@@ -215,8 +237,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         }
         if (t->step % eval_every == 0 || t->step == total) {
             double e0 = dsl_now();
-            if ((r = dsl_trainer_evaluate(t, test, &acc, &tloss, err)) < 0)
+            uint64_t c0;
+            if ((r = between_steps(t, &c0, err)) < 0 ||
+                (r = dsl_trainer_evaluate(t, test, &acc, &tloss, err)) < 0)
                 goto out;
+            bytes_other += dsl_comm_bytes_sent(t->comm) - c0;
             t_eval += dsl_now() - e0;
             if (t->rank == 0) {
                 printf("eval step %" PRIu64 " epoch %.2f test_acc %.4f test_loss %.4f\n",
@@ -232,7 +257,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         }
         if (ro->save && ro->save_interval && t->step % ro->save_interval == 0) {
             double s0 = dsl_now();
-            if ((r = save_ckpt(t, ro, err)) < 0)
+            if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
                 goto out;
             saved_at = t->step;
             t_eval += dsl_now() - s0;
@@ -240,7 +265,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if (res.stop) {
             sum->stopped = 1;
             if (ro->save_on_signal && ro->save && saved_at != t->step) {
-                if ((r = save_ckpt(t, ro, err)) < 0)
+                if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
                     goto out;
                 saved_at = t->step;
             }
@@ -248,11 +273,12 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         }
     }
     if (!sum->stopped && ro->save && saved_at != t->step && t->step > first)
-        if ((r = save_ckpt(t, ro, err)) < 0)
+        if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
             goto out;
 
     if ((r = dsl_trainer_sync(t, err)) < 0)
         goto out;
+    uint64_t bytes = dsl_comm_bytes_sent(t->comm) - bytes0 - bytes_other;
     if (ro->params_out && (r = write_params(t, ro->params_out, err)) < 0)
         goto out;
     sum->steps = t->step;
