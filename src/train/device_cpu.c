@@ -130,24 +130,12 @@ static int cpu_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *
 
 static void widen(enum dsl_dtype ht, float *dst, const void *src, size_t n)
 {
-    const uint16_t *h = src;
-    if (ht == DSL_BFLOAT16)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dsl_hv_bf16_to_float(h[i]);
-    else
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dsl_hv_fp16_to_float(h[i]);
+    dsl_hv_widen(ht == DSL_BFLOAT16, dst, src, n);
 }
 
 static void narrow(enum dsl_dtype ht, void *dst, const float *src, size_t n)
 {
-    uint16_t *h = dst;
-    if (ht == DSL_BFLOAT16)
-        for (size_t i = 0; i < n; i++)
-            h[i] = dsl_hv_bf16_from_float(src[i]);
-    else
-        for (size_t i = 0; i < n; i++)
-            h[i] = dsl_hv_fp16_from_float(src[i]);
+    dsl_hv_narrow(ht == DSL_BFLOAT16, dst, src, n);
 }
 
 static uint16_t *hel(void *p, size_t i)

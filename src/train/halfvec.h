@@ -9,12 +9,14 @@
  * returns keep GCC from vectorizing it.
  *
  * They rely on the default floating-point environment (round to nearest even, no
- * flush-to-zero), like every float operation in the library. Internal to dslcomm and
- * its tests: static inline, no state.
+ * flush-to-zero), like every float operation in the library. Internal to dsltrain
+ * (the host collectives, the CPU device's 16-bit ops, the CPU model's 16-bit storage)
+ * and its tests: static inline, no state.
  */
 #ifndef DSL_HALFVEC_H
 #define DSL_HALFVEC_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -96,6 +98,28 @@ static inline uint16_t dsl_hv_fp16_from_float(float f)
     uint32_t nonsign = ((b >> 13) & 0x7c00u) + (b & 0x0fffu);
     uint32_t nan = 0x7e00u | ((w >> 13) & 0x3ffu);
     return (uint16_t)((sign >> 16) | dsl_hv_sel(shl1_w > 0xff000000u, nan, nonsign));
+}
+
+/* dst[i] = float(src[i]) for n bf16 (bf16 != 0) or fp16 elements */
+static inline void dsl_hv_widen(int bf16, float *dst, const uint16_t *src, size_t n)
+{
+    if (bf16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_bf16_to_float(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_fp16_to_float(src[i]);
+}
+
+/* dst[i] = the bf16 (bf16 != 0) or fp16 rounding of src[i], for n elements */
+static inline void dsl_hv_narrow(int bf16, uint16_t *dst, const float *src, size_t n)
+{
+    if (bf16)
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_bf16_from_float(src[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            dst[i] = dsl_hv_fp16_from_float(src[i]);
 }
 
 #endif

@@ -62,25 +62,13 @@ struct mlp {
 /* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
 static void mlp_widen(const struct mlp *p, float *dst, const float *src, size_t off, size_t n)
 {
-    const uint16_t *h = (const uint16_t *)(const void *)src + off;
-    if (p->dtype == DSL_BFLOAT16)
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dsl_hv_bf16_to_float(h[i]);
-    else
-        for (size_t i = 0; i < n; i++)
-            dst[i] = dsl_hv_fp16_to_float(h[i]);
+    dsl_hv_widen(p->dtype == DSL_BFLOAT16, dst, (const uint16_t *)(const void *)src + off, n);
 }
 
 /* the 16-bit destination dst (n elements) = half(src[i]) */
 static void mlp_narrow(const struct mlp *p, float *dst, const float *src, size_t n)
 {
-    uint16_t *h = (uint16_t *)(void *)dst;
-    if (p->dtype == DSL_BFLOAT16)
-        for (size_t i = 0; i < n; i++)
-            h[i] = dsl_hv_bf16_from_float(src[i]);
-    else
-        for (size_t i = 0; i < n; i++)
-            h[i] = dsl_hv_fp16_from_float(src[i]);
+    dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, src, n);
 }
 
 static int to_int(size_t v)
