@@ -122,6 +122,18 @@ static int cu_add(struct dsl_device *d, float *dst, const float *src, size_t n)
     return d->failed ? d->failed : check(d, "add kernel", dsl_cuda_add(dst, src, n));
 }
 
+/* The value-returning ops: zero a word of the device scratch, launch the kernel that
+ * accumulates into it, copy the word back (which waits for the kernel). */
+static int scratch_zero(struct dsl_device *d, void *word, size_t bytes)
+{
+    return check(d, "cudaMemsetAsync", cudaMemsetAsync(word, 0, bytes, cudaStreamLegacy));
+}
+
+static int scratch_read(struct dsl_device *d, void *host, const void *word, size_t bytes)
+{
+    return check(d, "cudaMemcpy", cudaMemcpy(host, word, bytes, cudaMemcpyDeviceToHost));
+}
+
 static int cu_absmax_bits(struct dsl_device *d, const float *p, size_t n, uint32_t *out)
 {
     struct cuda_dev *c = d->impl;
@@ -130,11 +142,9 @@ static int cu_absmax_bits(struct dsl_device *d, const float *p, size_t n, uint32
     *out = 0;
     if (d->failed || !n)
         return d->failed;
-    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dmax, 0, sizeof(*dmax),
-                                                         cudaStreamLegacy))) < 0 ||
+    if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
         (r = check(d, "absmax kernel", dsl_cuda_absmax_bits(p, n, dmax))) < 0 ||
-        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dmax, sizeof(h),
-                                               cudaMemcpyDeviceToHost))) < 0)
+        (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
         return r;
     *out = h;
     return 0;
@@ -149,11 +159,9 @@ static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double
     *out = 0;
     if (d->failed || !n)
         return d->failed;
-    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dsum, 0, sizeof(*dsum),
-                                                         cudaStreamLegacy))) < 0 ||
+    if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0 ||
         (r = check(d, "sum-of-squares kernel", dsl_cuda_sumsq_fixed(p, n, k, dsum))) < 0 ||
-        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dsum, sizeof(h),
-                                               cudaMemcpyDeviceToHost))) < 0)
+        (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
         return r;
     *out = (uint64_t)h;
     return 0;
@@ -221,12 +229,10 @@ static int cu_half_absmax_bits(struct dsl_device *d, enum dsl_dtype ht, const vo
     *out = 0;
     if (d->failed || !n)
         return d->failed;
-    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dmax, 0, sizeof(*dmax),
-                                                         cudaStreamLegacy))) < 0 ||
+    if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
         (r = check(d, "16-bit absmax kernel",
                    dsl_cuda_half_absmax_bits(ht == DSL_BFLOAT16, p, n, dmax))) < 0 ||
-        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dmax, sizeof(h),
-                                               cudaMemcpyDeviceToHost))) < 0)
+        (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
         return r;
     *out = h;
     return 0;
@@ -241,12 +247,10 @@ static int cu_half_sumsq_fixed(struct dsl_device *d, enum dsl_dtype ht, const vo
     *out = 0;
     if (d->failed || !n)
         return d->failed;
-    if ((r = check(d, "cudaMemsetAsync", cudaMemsetAsync(dsum, 0, sizeof(*dsum),
-                                                         cudaStreamLegacy))) < 0 ||
+    if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0 ||
         (r = check(d, "16-bit sum-of-squares kernel",
                    dsl_cuda_half_sumsq_fixed(ht == DSL_BFLOAT16, p, n, k, dsum))) < 0 ||
-        (r = check(d, "cudaMemcpy", cudaMemcpy(&h, dsum, sizeof(h),
-                                               cudaMemcpyDeviceToHost))) < 0)
+        (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
         return r;
     *out = (uint64_t)h;
     return 0;
