@@ -32,6 +32,19 @@ free_port() {
     echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 ))
 }
 
+# figures a run prints on rank 0's output FILE: the parameter count, comm bytes per step
+params_of() { sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$1"; }
+bytes_per_step() { sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$1"; }
+
+# model_state FILE RANK: tot (model-state bytes), S (shard elements) and B (bucket
+# bytes) from that rank's memory line in FILE
+model_state() {
+    line=$(grep "rank $2 model-state bytes" "$1") || fail "no memory line for rank $2"
+    tot=$(echo "$line" | sed 's/.*model-state bytes \([0-9]*\) .*/\1/')
+    S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
+    B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
+}
+
 # run_world N NAME ARGS...: N ranks, output in $TMP/NAME.<rank>.{out,err}; returns the
 # first non-zero exit status
 run_world() {
@@ -146,21 +159,17 @@ memory)
         # the comm's small-message path is not the only one
         train_ok 2 "m$st" $TINY --micro-batch 16 --zero-stage "$st" --steps 2 \
             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000
-        P=$(sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$TMP/m$st.0.out")
+        P=$(params_of "$TMP/m$st.0.out")
         [ -n "$P" ] || fail "no parameter count in the output"
         # bytes sent per step: 2(N-1)/N x 4P for all-reduce, and for reduce-scatter +
         # all-gather, plus the per-step loss reduction and per-bucket padding; never the
         # 1.5x of all-reduce followed by all-gather. (Counted over the whole run, the
         # all-gathers that finish after their step included: trainer_run.c.)
-        sent=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/m$st.0.out")
+        sent=$(bytes_per_step "$TMP/m$st.0.out")
         [ "$sent" -ge $((4 * P)) ] && [ "$sent" -le $((4 * P + 4 * P / 50 + 256)) ] ||
             fail "stage $st: $sent bytes sent per step, expected about $((4 * P))"
         for r in 0 1; do
-            line=$(grep "rank $r model-state bytes" "$TMP/m$st.0.out") ||
-                fail "no memory line for rank $r"
-            tot=$(echo "$line" | sed 's/.*model-state bytes \([0-9]*\) .*/\1/')
-            S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
-            B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
+            model_state "$TMP/m$st.0.out" "$r"
             case $st in
             0) want=$((16 * P)) ;;
             1) want=$((8 * P + 8 * S)) ;;
@@ -187,9 +196,9 @@ accum)
                 --save-params "$TMP/p.a$st$det"
         done
         grep -q "accumulation 2 x 2 ranks" "$TMP/a${st}false.0.out" || fail "not 2 micro steps"
-        bt=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/a${st}true.0.out")
-        bf=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/a${st}false.0.out")
-        P=$(sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$TMP/a${st}false.0.out")
+        bt=$(bytes_per_step "$TMP/a${st}true.0.out")
+        bf=$(bytes_per_step "$TMP/a${st}false.0.out")
+        P=$(params_of "$TMP/a${st}false.0.out")
         red=$(( st == 0 ? 4 * P : 2 * P ))
         [ -n "$bf" ] && [ "$bf" -gt 0 ] && [ $((bt - bf)) -ge $((red * 8 / 10)) ] ||
             fail "stage $st: $bf bytes per step deferred, $bt reduced every micro step"
@@ -388,14 +397,10 @@ half)
              --synthetic-dim 128 --hidden 256,256 --bucket-size 50000"
         train_ok 2 "hm$st" $MEM --cpu-half
         train_ok 2 "fm$st" $MEM
-        P=$(sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$TMP/hm$st.0.out")
+        P=$(params_of "$TMP/hm$st.0.out")
         [ -n "$P" ] || fail "no parameter count in the output"
         for r in 0 1; do
-            line=$(grep "rank $r model-state bytes" "$TMP/hm$st.0.out") ||
-                fail "no memory line for rank $r"
-            tot=$(echo "$line" | sed 's/.*model-state bytes \([0-9]*\) .*/\1/')
-            S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
-            B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
+            model_state "$TMP/hm$st.0.out" "$r"
             case $st in
             0) want=$((16 * P)) ;;
             1) want=$((4 * P + 12 * S)) ;;
@@ -411,8 +416,8 @@ half)
         2) fw=$((2 * P + 7 * P)) ;;
         esac
         [ -n "$f" ] && [ "$f" -eq "$fw" ] || fail "bf16 stage $st: formula '$f', expected $fw"
-        bh=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/hm$st.0.out")
-        bf=$(sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$TMP/fm$st.0.out")
+        bh=$(bytes_per_step "$TMP/hm$st.0.out")
+        bf=$(bytes_per_step "$TMP/fm$st.0.out")
         echo "# stage $st: $P params, bytes sent per step fp32 $bf, bf16 $bh; model state $tot"
         [ -n "$bh" ] && [ -n "$bf" ] &&
             [ "$bh" -ge $((2 * P)) ] && [ "$bh" -le $((2 * P + 2 * P / 50 + 256)) ] &&
