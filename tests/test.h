@@ -10,9 +10,19 @@
 #ifndef DSLAUNCH_TEST_H
 #define DSLAUNCH_TEST_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* SplitMix64: a reproducible stream of 64-bit test data, state in *s */
+static inline uint64_t dsl_test_rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 typedef void (*dsl_test_fn)(void);
 struct dsl_test_entry {

@@ -90,17 +90,9 @@ TEST(cpupool_should_hand_over_jobs_back_to_back)
     }
 }
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static float uniform(uint64_t *s)
 {
-    return (float)(rng(s) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
+    return (float)(dsl_test_rng(s) >> 40) / (float)(1u << 24) * 2.0f - 1.0f;
 }
 
 /* the CPU device's optimizer (split over the pool) against dsl_optim_step on one

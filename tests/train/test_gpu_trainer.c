@@ -41,20 +41,12 @@
 
 static struct dsl_device gdev; /* the CUDA device, opened in main */
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* uniform in [-scale, scale), with zeros, negative zeros and denormals sprinkled in */
 static void fill(float *x, size_t n, uint64_t seed, float scale)
 {
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) {
-        float u = (float)(rng(&s) >> 40) * (1.0f / 16777216.0f);
+        float u = (float)(dsl_test_rng(&s) >> 40) * (1.0f / 16777216.0f);
         x[i] = (2.0f * u - 1.0f) * scale;
         if (i % 97 == 5)
             x[i] = 0.0f;
@@ -303,7 +295,7 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     uint64_t s = seed;
     fill(x, sp->max_batch * sp->in_dim, seed + 1, 1.0f);
     for (size_t i = 0; i < sp->max_batch; i++)
-        y[i] = (int32_t)(rng(&s) % sp->out_dim);
+        y[i] = (int32_t)(dsl_test_rng(&s) % sp->out_dim);
 
     float *g = calloc(P, sizeof(float)), *dg = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg != NULL);

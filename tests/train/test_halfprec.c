@@ -38,14 +38,6 @@ static float from_bits(uint32_t u)
     return f;
 }
 
-static uint64_t rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* h is the correctly rounded 16-bit value of finite f: no neighbour is nearer, and on
  * a tie h is even. Neighbours of a finite h are h +- 1 in magnitude (same sign). */
 static void check_nearest(float f, uint16_t h, float (*to)(uint16_t), uint16_t maxfin,
@@ -90,7 +82,7 @@ TEST(halfprec_should_round_to_nearest_even)
 {
     uint64_t s = 7;
     for (int i = 0; i < 2000000; i++) {
-        uint32_t u = (uint32_t)rng(&s);
+        uint32_t u = (uint32_t)dsl_test_rng(&s);
         if (i % 3 == 0) /* values near the fp16 range, subnormals included */
             u = (u & 0x80000000u) | (0x33000000u + (u % (0x47800000u - 0x33000000u)));
         if (i % 7 == 0) /* ties: the bits below the 16-bit grid set to exactly half */
@@ -205,7 +197,7 @@ static float ref_to(enum dsl_dtype ht, uint16_t h)
 /* values of both signs over many binades, some past fp16's range, a few zeros */
 static float test_value(uint64_t *s)
 {
-    uint64_t r = rng(s);
+    uint64_t r = dsl_test_rng(s);
     float mant = (float)(r & 0xffffff) / (float)0x1000000 + 0.5f;
     int e = (int)((r >> 24) % 40) - 28;
     float f = ldexpf(mant, e);
