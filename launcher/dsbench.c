@@ -17,13 +17,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
-#include "dslaunch/parse.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
 #ifdef DSL_HAVE_CUDA
 #include <cuda_runtime.h>
 #endif
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 enum bench_op { OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_N };
 static const char *const op_names[OP_N] = {"allreduce", "reduce_scatter", "allgather",

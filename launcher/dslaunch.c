@@ -1,8 +1,191 @@
-/* dslaunch: the launcher's main(). Everything lives in the library (src/launch/). */
-#include "dslaunch/launch.h"
-#include "common/banned.h"
+/*
+ * dslaunch's main(): a table of commands, the way git dispatches its builtins. The
+ * first argument picks a command (doctor, sync, ssh-setup); anything else is a launch,
+ * whose option parser also knows the agent mode (`dslaunch --agent`), --help and
+ * --version. Each command is a library call; the launch reads top to bottom as the
+ * data flow of docs/design.md:
+ *
+ *   options -> plan (plan/plan.c: hostfile, placement, export set, program, rendezvous)
+ *     -> local checks (program, master port) -> --dry-run JSON | --sync | the job (job.c)
+ *
+ * Nothing is started before every input has been validated, so a typo never leaves
+ * half a job running.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/job/agent.h"
+#include "dslaunch/job/job.h"
+#include "dslaunch/job/spawn.h"
+#include "dslaunch/plan/options.h"
+#include "dslaunch/plan/plan.h"
+#include "dslaunch/remote/connectback.h"
+#include "dslaunch/tools/doctor.h"
+#include "dslaunch/tools/sshsetup.h"
+#include "dslaunch/tools/sync.h"
+#include "dslaunch/common/banned.h"
+
+extern char **environ;
+
+/* --sync PATH: copy to every other host; the job starts only when all succeeded. */
+static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_placement *pl)
+{
+#ifdef DSL_HAVE_SSH_TRANSPORT
+    struct dsl_strvec hosts;
+    dsl_strvec_init(&hosts);
+    for (int i = 0; i < pl->nr; i++)
+        if (opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
+            dsl_strvec_push(&hosts, pl->nodes[i].host);
+    struct dsl_sync_opts so = {
+        .paths = opts->sync_paths.v,
+        .npaths = opts->sync_paths.nr,
+        .fanout = opts->fanout,
+        .verbose = opts->verbose >= 1 ? 0 : -1, /* the per-host summary unless -q */
+        .tr = opts->tr,
+    };
+    int rc = hosts.nr ? dsl_sync_run(&so, hosts.v, hosts.nr) : 0;
+    dsl_strvec_release(&hosts);
+    if (rc < 0)
+        dsl_error("--sync failed; the job was not started");
+    return dsl_sync_exit_code(rc);
+#else
+    (void)pl;
+    (void)opts;
+    dsl_error("--sync needs a build with libssh (DSL_WITH_SSH)");
+    return DSL_EXIT_USAGE;
+#endif
+}
+
+/* `dslaunch --agent [--connect H:P --token T]`: the node agent on the control channel. */
+static int run_agent(const struct dsl_launch_opts *opts)
+{
+    if (!opts->agent_connect)
+        return dsl_agent_main(0, 1);
+    char err[DSL_ERR_LEN] = "";
+    int fd;
+    if (dsl_agent_connect_back(opts->agent_connect, opts->agent_token, &fd, err) < 0) {
+        dsl_error("%s", err);
+        return DSL_EXIT_UNREACHABLE;
+    }
+    int code = dsl_agent_main(fd, fd);
+    close(fd);
+    return code;
+}
+
+/* Checks that only this machine can make before an all-local job starts. */
+static int check_local(struct dsl_plan *plan, char *err)
+{
+    const struct dsl_launch_opts *opts = plan->opts;
+    if (plan->argv.nr && opts->mode != DSL_MODE_DRY_RUN) {
+        int rc;
+        char *path = dsl_spawn_resolve(plan->argv.v[0], environ, plan->cwd, &rc, err);
+        if (!path)
+            return rc == -EACCES ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
+        free(path);
+    }
+    if (dsl_plan_check_local_port(plan, opts->mode == DSL_MODE_DRY_RUN, err) < 0)
+        return DSL_EXIT_USAGE;
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+    struct dsl_launch_opts opts;
+    struct dsl_plan plan;
+    struct dsl_job job;
+    char err[DSL_ERR_LEN] = "";
+    int code = DSL_EXIT_USAGE;
+
+    dsl_launch_opts_init(&opts);
+    dsl_plan_init(&plan, &opts);
+    dsl_job_init(&job, &plan);
+
+    if (dsl_launch_opts_parse(&opts, argc, argv, err) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    dsl_log_set_level(opts.verbose);
+    switch (opts.mode) {
+    case DSL_MODE_HELP:
+        dsl_launch_opts_help(stdout);
+        code = 0;
+        goto out;
+    case DSL_MODE_VERSION:
+        printf("dslaunch %s (control protocol %d)\n", DSL_VERSION, DSL_PROTO_VERSION);
+        code = 0;
+        goto out;
+    case DSL_MODE_AGENT:
+        code = run_agent(&opts);
+        goto out;
+    default:
+        break;
+    }
+
+    if (dsl_plan_build(&plan, err) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    if (plan.all_local && (code = check_local(&plan, err)) != 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    dsl_plan_new_ids(&plan);
+
+    if (opts.mode == DSL_MODE_DRY_RUN) {
+        dsl_plan_print_json(&plan, stdout);
+        code = 0;
+        goto out;
+    }
+    if (plan.all_local && !dsl_env_get(&plan.exported, "OMP_NUM_THREADS") && opts.verbose >= 1) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        int per = plan.pl.nodes[0].nslots;
+        long t = cpus / (per ? per : 1);
+        dsl_info("setting OMP_NUM_THREADS=%ld for each rank (%ld CPUs, %d local ranks); "
+                 "export it to choose another value", t < 1 ? 1 : t, cpus, per);
+    }
+    if (opts.sync_paths.nr && (code = sync_first(&opts, &plan.pl)) != 0)
+        goto out;
+    code = dsl_job_run(&job);
+
+out:
+    dsl_job_release(&job);
+    dsl_plan_release(&plan);
+    dsl_launch_opts_release(&opts);
+    return code;
+}
+
+#ifndef DSL_HAVE_SSH_TRANSPORT
+static int no_ssh(int argc, char **argv)
+{
+    (void)argc;
+    dsl_error("%s needs libssh (this dslaunch was built with DSL_WITH_SSH=OFF)", argv[0]);
+    return DSL_EXIT_USAGE;
+}
+#define dsl_sync_main no_ssh
+#define dsl_sshsetup_main no_ssh
+#endif
+
+/* The commands: argv[1] picks one; each gets argv from its own name on. */
+static const struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+} commands[] = {
+    {"doctor", dsl_doctor_main},
+    {"sync", dsl_sync_main},
+    {"ssh-setup", dsl_sshsetup_main},
+};
 
 int main(int argc, char **argv)
 {
-    return dsl_launch_main(argc, argv);
+    if (argc > 1)
+        for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+            if (!strcmp(argv[1], commands[i].name))
+                return commands[i].fn(argc - 1, argv + 1);
+    return cmd_run(argc, argv);
 }

@@ -25,17 +25,17 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dslaunch/blascore.h"
-#include "dslaunch/comm.h"
-#include "dslaunch/data.h"
-#include "dslaunch/device.h"
-#include "dslaunch/error.h"
-#include "dslaunch/log.h"
-#include "dslaunch/model.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/trainer.h"
-#include "dslaunch/trainer_settings.h"
-#include "common/banned.h"
+#include "dslaunch/model/blascore.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/train/trainer_settings.h"
+#include "dslaunch/common/banned.h"
 
 static volatile sig_atomic_t stop_flag;
 static const char *blas_note; /* the OpenBLAS kernels were corrected (blascore.h) */

@@ -8,9 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 void dsl_dynbuf_init(struct dsl_dynbuf *b, size_t max)
 {

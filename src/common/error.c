@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "common/banned.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/banned.h"
 
 const char *dsl_strerror(int code)
 {

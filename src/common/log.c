@@ -2,8 +2,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "dslaunch/log.h"
-#include "common/banned.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/banned.h"
 
 static const char *prog = "dslaunch";
 static int my_rank = 0;

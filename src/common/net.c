@@ -17,10 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/net.h"
-#include "dslaunch/parse.h"
-#include "common/banned.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/banned.h"
 
 static int ms_left(double deadline)
 {
@@ -244,4 +244,21 @@ int dsl_net_port_free(const char *host, int port)
         return 1;
     }
     return fd == -EADDRINUSE ? 0 : fd;
+}
+
+int dsl_host_is_local(const char *host)
+{
+    if (!strcmp(host, "localhost") || !strncmp(host, "127.", 4) || !strcmp(host, "::1") ||
+        !strcmp(host, "localhost.localdomain"))
+        return 1;
+    char me[256];
+    if (gethostname(me, sizeof(me)) == 0) {
+        me[sizeof(me) - 1] = '\0';
+        if (!strcmp(host, me))
+            return 1;
+        char *dot = strchr(me, '.');
+        if (dot && strlen(host) == (size_t)(dot - me) && !strncmp(host, me, (size_t)(dot - me)))
+            return 1;
+    }
+    return 0;
 }

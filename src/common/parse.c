@@ -8,8 +8,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "dslaunch/parse.h"
-#include "common/banned.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/banned.h"
 
 int dsl_parse_long(const char *s, long min, long max, long *out)
 {

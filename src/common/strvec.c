@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/strvec.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/strvec.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 static char *empty_v[1] = {NULL};
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 static _Noreturn void oom(size_t n)
 {

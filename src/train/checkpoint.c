@@ -28,12 +28,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/checkpoint.h"
-#include "dslaunch/error.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/safetensors.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "checkpoint.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
+#include "safetensors.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoints store little-endian floats; a big-endian host needs byte swapping here"

@@ -28,11 +28,11 @@
 
 #include <cjson/cJSON.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/error.h"
-#include "dslaunch/train_config.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/train_config.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 #define MAX_CONFIG_BYTES (16u << 20)
 

@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/lossscale.h"
-#include "dslaunch/train_config.h"
-#include "common/banned.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/lossscale.h"
+#include "dslaunch/train/train_config.h"
+#include "dslaunch/common/banned.h"
 
 static void init_static(struct dsl_lossscale *ls, double scale)
 {

@@ -27,11 +27,11 @@
 
 #include <zlib.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/error.h"
-#include "dslaunch/safetensors.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "safetensors.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the limit of the reference implementation */
 #define META_CRC "dsl.crc32"

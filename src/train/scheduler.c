@@ -14,8 +14,8 @@
 #include <limits.h>
 #include <math.h>
 
-#include "dslaunch/scheduler.h"
-#include "common/banned.h"
+#include "dslaunch/train/scheduler.h"
+#include "dslaunch/common/banned.h"
 
 #define DSL_PI 3.14159265358979323846
 

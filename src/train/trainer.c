@@ -69,14 +69,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/device.h"
-#include "dslaunch/error.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/trainer.h"
-#include "dslaunch/xalloc.h"
-#include "train/trainer_mixed.h"
-#include "common/banned.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/common/xalloc.h"
+#include "trainer_mixed.h"
+#include "dslaunch/common/banned.h"
 
 /* the device ops on gradient elements (fp32 or 16-bit: trainer_mixed.h), short */
 #define dscale dsl_mixed_scale

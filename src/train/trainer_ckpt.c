@@ -25,14 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/checkpoint.h"
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
-#include "dslaunch/log.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/xalloc.h"
+#include "checkpoint.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
 #include "trainer_config.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 #define MAX_VIEWS (2 * DSL_MODEL_MAX_LAYERS)
 

@@ -24,11 +24,11 @@
  */
 #include <string.h>
 
-#include "dslaunch/device.h"
-#include "dslaunch/error.h"
-#include "dslaunch/halfprec.h"
-#include "train/trainer_mixed.h"
-#include "common/banned.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/dtype.h"
+#include "trainer_mixed.h"
+#include "dslaunch/common/banned.h"
 
 void *dsl_mixed_el(const struct dsl_trainer *t, const void *base, size_t off)
 {

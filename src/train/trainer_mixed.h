@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dslaunch/trainer.h"
+#include "dslaunch/train/trainer.h"
 
 /** base + off elements */
 void *dsl_mixed_el(const struct dsl_trainer *t, const void *base, size_t off);

@@ -23,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
-#include "dslaunch/halfprec.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/trainer.h"
-#include "common/banned.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/dtype.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/common/banned.h"
 
 int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
 {

@@ -22,15 +22,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/device.h"
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/error.h"
-#include "dslaunch/lossscale.h"
-#include "dslaunch/log.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/trainer_settings.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/lossscale.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/train/trainer_settings.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 enum opt_kind {
     O_KEY,    /* value goes to a config key as is */

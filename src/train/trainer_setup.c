@@ -21,14 +21,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/device.h"
-#include "dslaunch/error.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/trainer.h"
-#include "dslaunch/xalloc.h"
-#include "train/trainer_mixed.h"
-#include "common/banned.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/common/xalloc.h"
+#include "trainer_mixed.h"
+#include "dslaunch/common/banned.h"
 
 /* n zeroed floats of model state on the device */
 static float *alloc_floats(struct dsl_device *d, size_t n, int *fail, uint64_t *bytes)

@@ -24,11 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
-#include "dslaunch/trainer.h"
-#include "train/trainer_mixed.h"
-#include "common/banned.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/trainer.h"
+#include "trainer_mixed.h"
+#include "dslaunch/common/banned.h"
 
 static int state_fail(struct dsl_trainer *t, int r, const char *what, char *err)
 {

@@ -20,10 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
-#include "dslaunch/halfprec.h"
-#include "dslaunch/net.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/dtype.h"
+#include "dslaunch/common/net.h"
 #include "test.h"
 
 typedef int (*rank_fn)(struct dsl_comm *c, int rank, int world);

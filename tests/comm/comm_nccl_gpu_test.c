@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/error.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
 #include "test.h"
 
 static struct dsl_comm *c;

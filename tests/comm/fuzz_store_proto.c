@@ -2,7 +2,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "train/store_proto.h"
+#include "comm/store_proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,11 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/net.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/store.h"
-#include "train/store_proto.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
+#include "comm/store.h"
+#include "comm/store_proto.h"
 #include "test.h"
 
 static struct dsl_store_server *start_server(void)

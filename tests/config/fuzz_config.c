@@ -4,8 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/train_config.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/train_config.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/safetensors.h"
+#include "dslaunch/common/error.h"
+#include "train/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/checkpoint.h"
-#include "dslaunch/error.h"
-#include "dslaunch/safetensors.h"
-#include "dslaunch/xalloc.h"
+#include "train/checkpoint.h"
+#include "dslaunch/common/error.h"
+#include "train/safetensors.h"
+#include "dslaunch/common/xalloc.h"
 #include "test.h"
 
 /* ---- helpers --------------------------------------------------------------------- */

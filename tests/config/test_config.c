@@ -6,8 +6,8 @@
 #include <dirent.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/train_config.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/train_config.h"
 #include "test.h"
 
 static int parse(struct dsl_train_config *cfg, const char *text, int world, char *err)

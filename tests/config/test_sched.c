@@ -7,10 +7,10 @@
 #include <math.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/lossscale.h"
-#include "dslaunch/scheduler.h"
-#include "dslaunch/train_config.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/lossscale.h"
+#include "dslaunch/train/scheduler.h"
+#include "dslaunch/train/train_config.h"
 #include "test.h"
 
 enum sched_case { WL_log_default, WL_lin, WL_W0, WD_lin, WD_log, WC_lin, WC_log };

@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/doctor.h"
-#include "dslaunch/error.h"
-#include "dslaunch/facts.h"
-#include "dslaunch/proto.h"
+#include "dslaunch/tools/doctor.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/remote/facts.h"
+#include "dslaunch/job/proto.h"
 #include "test.h"
 
 static const char *names_a[] = {"lo", "dsl0", NULL};

@@ -1,7 +1,7 @@
 # `dslaunch doctor`: unit tests of the report and the pure checks, a flow test on this
 # machine alone, and the cluster tests (version mismatch, NCCL_SOCKET_IFNAME, a blocked
 # master port) against the namespace cluster.
-dsl_unit_test(test_doctor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_doctor.c LIBS dsllaunch)
+dsl_unit_test(test_doctor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_doctor.c LIBS dsltools)
 add_test(NAME flow_doctor
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/doctor_flow.sh $<TARGET_FILE:dslaunch>
                  ${PROJECT_SOURCE_DIR})

@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/proto.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/job/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,9 +1,9 @@
 /* Unit tests of dslaunch's option parsing. */
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/launch.h"
-#include "dslaunch/options.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/plan.h"
+#include "dslaunch/plan/options.h"
 #include "test.h"
 
 static int parse(struct dsl_launch_opts *o, const char *const *args, char *err)
@@ -107,13 +107,13 @@ TEST(options_should_allow_check_without_a_program)
 
 TEST(train_should_resolve_to_the_dstrain_beside_dslaunch)
 {
-    char *p = dsl_launch_program_name("train", "/nonexistent-dir");
+    char *p = dsl_plan_program_name("train", "/nonexistent-dir");
     ASSERT_STR_EQ(p, "dstrain");
     free(p);
-    p = dsl_launch_program_name("python3", "/usr/bin");
+    p = dsl_plan_program_name("python3", "/usr/bin");
     ASSERT_STR_EQ(p, "python3");
     free(p);
-    p = dsl_launch_program_name("train", NULL);
+    p = dsl_plan_program_name("train", NULL);
     ASSERT_STR_EQ(p, "train");
     free(p);
 }

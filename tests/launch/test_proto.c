@@ -1,8 +1,8 @@
 /* Unit tests of the control protocol: round trips and strict rejection. */
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/proto.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/job/proto.h"
 #include "test.h"
 
 static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)

@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "cluster_conn.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/xalloc.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 const char *cluster_dir;
 int cluster_nodes;

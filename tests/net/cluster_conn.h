@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "dslaunch/transport.h"
+#include "dslaunch/remote/transport.h"
 
 extern const char *cluster_dir; /* $DSL_CLUSTER_DIR */
 extern int cluster_nodes;       /* NODES of its cluster.env */

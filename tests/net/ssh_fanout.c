@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/parse.h"
-#include "dslaunch/transport.h"
-#include "dslaunch/xalloc.h"
-#include "common/banned.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
 
 int main(int argc, char **argv)
 {

@@ -14,14 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dslaunch/connectback.h"
-#include "dslaunch/net.h"
-#include "dslaunch/netinfo.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/transport.h"
-#include "dslaunch/xalloc.h"
+#include "dslaunch/remote/connectback.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/remote/netinfo.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 static const char *const nasty[] = {
     "plain",

@@ -16,13 +16,13 @@
 #include <unistd.h>
 
 #include "cluster_conn.h"
-#include "dslaunch/connectback.h"
-#include "dslaunch/net.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/transport.h"
-#include "dslaunch/xalloc.h"
+#include "dslaunch/remote/connectback.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 static char self[PATH_MAX];
 

@@ -16,11 +16,11 @@
 #include <unistd.h>
 
 #include "cluster_conn.h"
-#include "dslaunch/parse.h"
-#include "dslaunch/transport.h"
-#include "dslaunch/xalloc.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 static void base_opts(struct dsl_transport_opts *o, const char *ssh_config)
 {

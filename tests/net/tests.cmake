@@ -1,17 +1,8 @@
 # Multi-node pieces: quoting, network facts, the ssh transport (unit: loopback only;
-# cluster: against the namespace cluster of tests/cluster). The sources are compiled in
-# directly so these tests do not depend on the rest of the launcher library.
-set(dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/netinfo.c
-    ${PROJECT_SOURCE_DIR}/src/launch/shellquote.c
-    ${PROJECT_SOURCE_DIR}/src/launch/connectback.c
-    ${PROJECT_SOURCE_DIR}/src/launch/transport_pdsh.c
-    ${PROJECT_SOURCE_DIR}/src/launch/transport_openmpi.c)
-set(dsl_net_libs dslcommon)
-if(DSL_WITH_SSH)
-  list(APPEND dsl_net_src ${PROJECT_SOURCE_DIR}/src/launch/transport_ssh.c
-       ${PROJECT_SOURCE_DIR}/src/launch/sshsession.c)
-  list(APPEND dsl_net_libs PkgConfig::LIBSSH)
-endif()
+# cluster: against the namespace cluster of tests/cluster). They link the remote library
+# alone, not the rest of the launcher.
+set(dsl_net_src)
+set(dsl_net_libs dslremote)
 dsl_unit_test(test_net SOURCES net/test_net.c ${dsl_net_src} LIBS ${dsl_net_libs})
 if(DSL_WITH_SSH)
   # run by the cluster tier (tests/cluster/tests.cmake), not on its own

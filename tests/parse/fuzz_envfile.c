@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/envexport.h"
-#include "dslaunch/error.h"
-#include "dslaunch/strvec.h"
+#include "dslaunch/plan/envexport.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/strvec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/hostfile.h"
-#include "dslaunch/placement.h"
-#include "dslaunch/xalloc.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/plan/placement.h"
+#include "dslaunch/common/xalloc.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/hostfile.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/hostfile.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/envexport.h"
-#include "dslaunch/error.h"
-#include "dslaunch/strvec.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/plan/envexport.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/strvec.h"
 #include "test.h"
 
 /* The env as "K=V|K=V|..." in order. */

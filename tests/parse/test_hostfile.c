@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/error.h"
-#include "dslaunch/hostfile.h"
-#include "dslaunch/strvec.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/common/strvec.h"
 #include "test.h"
 
 /* "name:slots[:max]@line" for every host, space-separated. */

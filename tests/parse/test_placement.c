@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/hostfile.h"
-#include "dslaunch/placement.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/plan/placement.h"
 #include "test.h"
 
 static const char hosts3[] = "worker-0 slots=4\nworker-1 slots=4\nworker-2 slots=2\n";

@@ -11,8 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dslaunch/dynbuf.h"
-#include "dslaunch/transport.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/remote/transport.h"
 #include "test.h"
 
 TEST(shell_quote_should_produce_the_exact_posix_form)

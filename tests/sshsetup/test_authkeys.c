@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/authkeys.h"
-#include "dslaunch/error.h"
+#include "tools/authkeys.h"
+#include "dslaunch/common/error.h"
 #include "test.h"
 
 #define KEY_A "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAAAA"

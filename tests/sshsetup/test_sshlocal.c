@@ -5,8 +5,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/sshlocal.h"
+#include "dslaunch/common/error.h"
+#include "tools/sshlocal.h"
 #include "test.h"
 
 static char *tmpdir(void)

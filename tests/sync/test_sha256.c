@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dslaunch/error.h"
-#include "dslaunch/sha256.h"
+#include "dslaunch/common/error.h"
+#include "tools/sha256.h"
 #include "test.h"
 
 static void hex(const unsigned char d[32], char out[65])

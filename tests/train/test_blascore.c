@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dslaunch/blascore.h"
+#include "dslaunch/model/blascore.h"
 #include "test.h"
 
 static const char *self_path;

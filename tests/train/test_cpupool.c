@@ -10,11 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/cpupool.h"
-#include "dslaunch/device.h"
-#include "dslaunch/optimizer.h"
+#include "dslaunch/model/cpupool.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/model/optimizer.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 #define THREADS 3
 

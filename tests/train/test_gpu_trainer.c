@@ -27,17 +27,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/data.h"
-#include "dslaunch/device.h"
-#include "dslaunch/error.h"
-#include "dslaunch/halfprec.h"
-#include "dslaunch/lossscale.h"
-#include "dslaunch/model.h"
-#include "dslaunch/train_config.h"
-#include "dslaunch/trainer.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/dtype.h"
+#include "dslaunch/train/lossscale.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/train/train_config.h"
+#include "dslaunch/train/trainer.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 static struct dsl_device gdev; /* the CUDA device, opened in main */
 

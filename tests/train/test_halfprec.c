@@ -16,13 +16,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/cpupool.h"
-#include "dslaunch/device.h"
-#include "dslaunch/halfprec.h"
-#include "dslaunch/optimizer.h"
-#include "train/halfvec.h"
+#include "dslaunch/model/cpupool.h"
+#include "dslaunch/model/device.h"
+#include "dslaunch/common/dtype.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/model/optimizer.h"
+#include "dslaunch/common/halfvec.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 static uint32_t bits(float f)
 {

@@ -25,14 +25,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/data.h"
-#include "dslaunch/error.h"
-#include "dslaunch/lossscale.h"
-#include "dslaunch/trainer.h"
-#include "dslaunch/trainer_settings.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/lossscale.h"
+#include "dslaunch/train/trainer.h"
+#include "dslaunch/train/trainer_settings.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 struct rig {
     struct dsl_comm *comm;

@@ -7,12 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/data.h"
-#include "dslaunch/error.h"
-#include "dslaunch/model.h"
-#include "dslaunch/optimizer.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/model/optimizer.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 struct full_sink {
     float *grads;

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/comm.h"
-#include "dslaunch/data.h"
-#include "dslaunch/error.h"
-#include "dslaunch/trainer.h"
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/trainer.h"
 #include "test.h"
-#include "common/banned.h"
+#include "dslaunch/common/banned.h"
 
 struct variant {
     int stage;

@@ -6,7 +6,7 @@ dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
 dsl_unit_test(test_train_lossscale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossscale_step.c
-              LIBS dsltrainmain)
+              LIBS dsltrain)
 dsl_unit_test(test_train_halfprec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_halfprec.c
               LIBS dsltrain)
 dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c

@@ -1,0 +1,99 @@
+/*
+ * A job as the launcher sees it: the placement, one node agent connection per node,
+ * and the state of every rank. dsl_job_run() drives it from connecting to the final
+ * summary. The plan (plan/plan.h) says what to run; this module executes it.
+ */
+#ifndef DSLAUNCH_JOB_H
+#define DSLAUNCH_JOB_H
+
+#include <stdio.h>
+
+#include "dslaunch/plan/options.h"
+#include "dslaunch/plan/placement.h"
+#include "dslaunch/plan/plan.h"
+#include "dslaunch/job/proto.h"
+#include "dslaunch/common/strvec.h"
+#include "dslaunch/remote/transport.h"
+
+/** Fixed exit codes of the launcher (docs/exit-codes.md). */
+enum dsl_exit_code {
+    DSL_EXIT_OK = 0,
+    DSL_EXIT_USAGE = 2,
+    DSL_EXIT_NOEXEC = 126,
+    DSL_EXIT_NOTFOUND = 127,
+    DSL_EXIT_UNREACHABLE = 200,
+    DSL_EXIT_AUTH = 201,
+    DSL_EXIT_PREFLIGHT = 202,
+    DSL_EXIT_TIMEOUT = 203,
+    DSL_EXIT_AGENT = 204,
+};
+
+/* What the launcher knows about one node. */
+enum dsl_node_state {
+    DSL_NODE_PENDING = 0,
+    DSL_NODE_CONNECTING, /* transport not open yet */
+    DSL_NODE_HELLO,      /* open; waiting for the agent's hello */
+    DSL_NODE_READY,      /* hello received */
+    DSL_NODE_RUNNING,    /* start sent */
+    DSL_NODE_EXITED,     /* agent said bye */
+    DSL_NODE_FAILED,     /* unreachable, refused, died or went silent */
+};
+
+struct dsl_job_node {
+    const struct dsl_node *pn; /* placement node (not owned) */
+    struct dsl_conn conn;
+    enum dsl_node_state state;
+    int local;                 /* agent runs on this machine */
+    struct dsl_linebuf in;
+    struct dsl_dynbuf outq;
+    struct dsl_msg hello, probed;
+    int have_hello, have_probed;
+    double t_start, t_hello, last_rx, last_tx;
+    int eof;
+    char *iface;               /* interface that routes to MASTER_ADDR (owned) */
+    char err[DSL_ERR_LEN];     /* why it failed */
+    int err_code;
+};
+
+struct dsl_job_rank {
+    int rank, node, local_rank, device;
+    int pid, started, exited, code, sig;
+    double wall;
+    struct dsl_strvec tail;
+    FILE *log;
+    char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
+    double last_cr_shown;
+};
+
+struct dsl_job {
+    struct dsl_plan *plan;        /* what to run (not owned); the probe may refine its
+                                     master_addr and master_port */
+    const struct dsl_launch_opts *opts; /* plan->opts */
+    const struct dsl_placement *pl;     /* &plan->pl */
+    struct dsl_job_node *nodes;
+    int nnodes;
+    struct dsl_job_rank *ranks;
+    int nranks;
+    /* outcome */
+    int failed_rank;              /* first failing rank, -1 */
+    int failed_node;              /* first failing node (agent/unreachable), -1 */
+    int exit_code;
+    int stopping;
+    int stop_sig;                 /* the first signal the stop sent to the ranks */
+    double t_begin, t_stop, t_first_fail;
+    /*
+     * `dslaunch doctor` (doctor.c): when set, dsl_job_run() calls inspect once every node
+     * has said hello or failed (connect_code: what the connect phase would have exited
+     * with), starts nothing, and returns inspect's result. Preflight checks are left to it.
+     */
+    int (*inspect)(struct dsl_job *job, int sig_rfd, int connect_code, void *arg);
+    void *inspect_arg;
+};
+
+/** Set up a job for the plan p, which must outlive it. */
+void dsl_job_init(struct dsl_job *job, struct dsl_plan *p);
+/** Connect, check, start, supervise, summarise. Returns the launcher's exit code. */
+int dsl_job_run(struct dsl_job *job);
+void dsl_job_release(struct dsl_job *job);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * The launcher <-> node agent control protocol.
+ *
+ * A byte stream (the agent's stdin/stdout: a local socketpair, an SSH exec channel, a
+ * pdsh pipe) carries messages framed as single lines of JSON, one object per line, with
+ * a "t" member naming the type. JSON string escaping guarantees that no payload byte
+ * (a newline inside an argument, say) can end a frame early. Lines are bounded
+ * (DSL_PROTO_MAX_LINE); a longer line, bad JSON or a message with missing or mistyped
+ * members is a protocol error that ends the connection.
+ *
+ * Messages (direction, members):
+ *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}]
+ *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
+ *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
+ *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
+ *                 ld_path (optional, the ranks' LD_LIBRARY_PATH for those facts)
+ *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
+ *                 iface, src (the interface and source address routing to the first
+ *                 reached address), program_ok, cwd_ok, detail, facts (only when
+ *                 the probe had diag = 1: {kernel, glibc, cuda_driver, cuda_runtime, nccl,
+ *                 cudart_path, nccl_path (optional), cvd, cvd_set, nvml, gpu_free[], gpu_total[] (MiB), ib[], p2p,
+ *                 disk_free, t_recv, t_send}, see facts.h)
+ *   start   l->a  node_rank, host_label, cwd, argv[], env[] ("K=V" for all ranks),
+ *                 ranks [{rank, local_rank, env[]}], grace, keepalive, lra (1: append
+ *                 --local_rank=N to each rank's argv)
+ *   started a->l  rank, pid
+ *   out     a->l  rank, s (1 stdout, 2 stderr), line, cr (1 if ended by '\r')
+ *   exit    a->l  rank, pid, code (-1 if signalled), sig, wall, tail[] (last stderr lines)
+ *   spawnerr a->l rank, error
+ *   stop    l->a  sig (signal to send first), grace (seconds before SIGKILL)
+ *   ping    both  (keepalive; any message counts as a sign of life)
+ *   bye     a->l  (every rank has exited and been reported)
+ */
+#ifndef DSLAUNCH_PROTO_H
+#define DSLAUNCH_PROTO_H
+
+#include <stddef.h>
+
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/remote/facts.h"
+#include "dslaunch/common/strvec.h"
+
+#define DSL_PROTO_VERSION 1
+#define DSL_PROTO_MAX_LINE (8u << 20)
+#define DSL_PROTO_MAX_TAIL 20
+
+enum dsl_msg_type {
+    DSL_MSG_HELLO = 1,
+    DSL_MSG_PROBE,
+    DSL_MSG_PROBED,
+    DSL_MSG_START,
+    DSL_MSG_STARTED,
+    DSL_MSG_OUT,
+    DSL_MSG_EXIT,
+    DSL_MSG_SPAWNERR,
+    DSL_MSG_STOP,
+    DSL_MSG_PING,
+    DSL_MSG_BYE,
+};
+
+struct dsl_iface {
+    char *name;
+    struct dsl_strvec addrs;
+};
+
+struct dsl_rank_spec {
+    int rank, local_rank;
+    struct dsl_strvec env;
+};
+
+/*
+ * A decoded message. Only the members of its type are meaningful; every pointer member
+ * is owned by the message and freed by dsl_msg_release().
+ */
+struct dsl_msg {
+    enum dsl_msg_type type;
+    /* hello */
+    int proto, cpus, gpus, pid;
+    char *version, *host;
+    struct dsl_iface *ifaces;
+    int nifaces;
+    /* probe / probed */
+    int port, pick, cport, port_busy, program_ok, cwd_ok;
+    struct dsl_strvec connect; /* probe: addresses to test */
+    int *reach;                /* probed: one flag per probe address */
+    int nreach;
+    char *iface, *src, *detail, *program;
+    int diag;                  /* probe: also collect facts (optional member) */
+    char *ld_path;             /* probe: the ranks' LD_LIBRARY_PATH (optional, owned) */
+    struct dsl_facts *facts;   /* probed: NULL unless the probe asked (owned) */
+    /* start */
+    int node_rank;
+    char *host_label, *cwd;
+    struct dsl_strvec argv, env;
+    struct dsl_rank_spec *ranks;
+    int nranks;
+    double grace, keepalive;
+    int local_rank_arg;
+    /* started / out / exit / spawnerr */
+    int rank, stream, cr, code, sig;
+    char *line, *error;
+    double wall;
+    struct dsl_strvec tail;
+};
+
+void dsl_msg_init(struct dsl_msg *m, enum dsl_msg_type type);
+void dsl_msg_release(struct dsl_msg *m);
+
+/** Encode m as one JSON line ending in '\n', appended to out. */
+int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out);
+/** Decode one line (without its '\n'). On error m is released and err says why. */
+int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err);
+
+/**
+ * Split a stream into lines: feed bytes with dsl_linebuf_feed, then take complete
+ * messages with dsl_msg_next until it returns 0.
+ */
+struct dsl_linebuf {
+    struct dsl_dynbuf buf;
+};
+void dsl_linebuf_init(struct dsl_linebuf *lb);
+int dsl_linebuf_feed(struct dsl_linebuf *lb, const void *data, size_t n);
+/** 1 and *m filled if a full message was available, 0 if more bytes are needed, <0 on error. */
+int dsl_msg_next(struct dsl_linebuf *lb, struct dsl_msg *m, char *err);
+void dsl_linebuf_release(struct dsl_linebuf *lb);
+
+#endif

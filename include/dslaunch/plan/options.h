@@ -1,0 +1,81 @@
+/*
+ * dslaunch's command line (house style 18): defaults, then the environment, then argv,
+ * then verification, into one struct. A declarative table drives both parsing and
+ * --help. Every multi-word flag has both spellings (--num_gpus and --num-gpus), and
+ * --opt=value and --opt value both work. The first argument that is not an option is
+ * the program; it and everything after it go to the workers untouched.
+ */
+#ifndef DSLAUNCH_OPTIONS_H
+#define DSLAUNCH_OPTIONS_H
+
+#include <stdio.h>
+
+#include "dslaunch/common/strvec.h"
+
+/* How the transports (remote/transport.h) reach the hosts. */
+struct dsl_transport_opts {
+    const char *ssh_config;     /* --ssh-config FILE (NULL: ~/.ssh/config) */
+    int ssh_port;               /* --ssh_port (0: from config or 22) */
+    const char *ssh_identity;   /* --ssh-identity FILE (NULL: agent + defaults) */
+    const char *ssh_user;       /* NULL: from config or the current user */
+    int accept_new;             /* --ssh-accept-new: trust unknown host keys on first use */
+    double connect_timeout;     /* --connect-timeout seconds */
+    double keepalive;           /* --keepalive seconds */
+    const char *known_hosts;    /* NULL: ~/.ssh/known_hosts */
+    const char *connect_back_addr; /* pdsh/openmpi: the launcher address agents connect
+                                      back to (NULL: every IPv4 address of this host) */
+};
+
+enum dsl_launcher_kind {
+    DSL_LAUNCHER_AUTO = 0, /* local for this machine's names, ssh for the others */
+    DSL_LAUNCHER_LOCAL,    /* every host's agent runs here (tests, fake host names) */
+    DSL_LAUNCHER_SSH,
+    DSL_LAUNCHER_PDSH,
+    DSL_LAUNCHER_OPENMPI,
+};
+
+enum dsl_mode {
+    DSL_MODE_RUN = 0,
+    DSL_MODE_DRY_RUN, /* --dry-run */
+    DSL_MODE_CHECK,   /* --check */
+    DSL_MODE_AGENT,   /* --agent (internal) */
+    DSL_MODE_HELP,
+    DSL_MODE_VERSION,
+};
+
+struct dsl_launch_opts {
+    enum dsl_mode mode;
+    char *hostfile;            /* --hostfile, -H (NULL: /job/hostfile if present) */
+    int hostfile_given;
+    char *include;             /* --include, -i */
+    char *exclude;             /* --exclude, -e */
+    int num_nodes;             /* --num_nodes (-1) */
+    int num_gpus;              /* --num_gpus (-1) */
+    int master_port;           /* --master_port (29500) */
+    int master_port_given;
+    char *master_addr;         /* --master_addr (NULL: chosen by the handshake) */
+    enum dsl_launcher_kind launcher; /* --launcher */
+    struct dsl_strvec exports; /* --export VAR[=VALUE], repeatable */
+    int no_prefix;             /* --no-prefix */
+    char *log_dir;             /* --log-dir */
+    double term_timeout;       /* --term-timeout (10 s) */
+    int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
+    int fanout;                /* --fanout (256) */
+    char *remote_dslaunch;     /* --remote-dslaunch */
+    char *remote_cwd;          /* --remote-cwd */
+    struct dsl_strvec sync_paths; /* --sync PATH, repeatable: dslaunch sync before the job */
+    struct dsl_transport_opts tr; /* --ssh-config, --ssh_port, --ssh-identity,
+                                     --ssh-accept-new, --connect-timeout, --keepalive */
+    int verbose;               /* -v / -q */
+    char *agent_connect;       /* --agent --connect ADDR:PORT[,...]: dial the launcher */
+    char *agent_token;         /* --agent --token T: one-time connect-back token */
+    struct dsl_strvec argv;    /* program and its arguments */
+};
+
+void dsl_launch_opts_init(struct dsl_launch_opts *o);
+/** Parse argv (argv[0] is skipped). Errors are usage errors described in err. */
+int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err);
+void dsl_launch_opts_release(struct dsl_launch_opts *o);
+void dsl_launch_opts_help(FILE *f);
+
+#endif

@@ -1,0 +1,74 @@
+/*
+ * The plan: everything the launcher decides before it starts anything. Built from the
+ * parsed options by dsl_plan_build() in the order of the data flow (docs/design.md):
+ *
+ *   options -> hostfile (given, /job/hostfile, or localhost with its local slots)
+ *     -> placement (--include/--exclude/--num_nodes/--num_gpus, CUDA_VISIBLE_DEVICES)
+ *     -> export set (prefixes, env files, --export) -> program (resolved name)
+ *     -> a first MASTER_ADDR and MASTER_PORT
+ *
+ * The job (job.h) executes a plan and may refine its rendezvous (the probe picks the
+ * master address every node can route to). `--dry-run` prints it (dsl_plan_print_json).
+ */
+#ifndef DSLAUNCH_PLAN_PLAN_H
+#define DSLAUNCH_PLAN_PLAN_H
+
+#include <stdio.h>
+
+#include "dslaunch/common/strvec.h"
+#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/plan/options.h"
+#include "dslaunch/plan/placement.h"
+
+struct dsl_plan {
+    const struct dsl_launch_opts *opts; /* not owned */
+    struct dsl_hostfile hf;
+    struct dsl_placement pl;
+    struct dsl_strvec exported;   /* the export set: "K=V" entries */
+    struct dsl_strvec argv;       /* resolved program + args */
+    char *self_exe;               /* this dslaunch */
+    char *cwd;                    /* working directory for ranks */
+    char *master_addr;
+    int master_port;
+    char run_id[32], token[80];   /* hex; filled by dsl_plan_new_ids() */
+    int all_local;                /* every node is this machine */
+};
+
+/** Set up an empty plan for the options o, which must outlive it. */
+void dsl_plan_init(struct dsl_plan *p, const struct dsl_launch_opts *o);
+/** Free everything the plan owns (all of its fields but opts). */
+void dsl_plan_release(struct dsl_plan *p);
+
+/**
+ * Turn p->opts into a plan: the hostfile (--hostfile, /job/hostfile, or localhost with
+ * its local slots and DeepSpeed's CUDA_VISIBLE_DEVICES rule), the placement, the export
+ * set (from environ), this dslaunch's path, the ranks' working directory, the resolved
+ * program (p->argv) and a first MASTER_ADDR and MASTER_PORT. Used by the launch itself
+ * and by `dslaunch doctor`. On error err says why and the plan is left for release.
+ */
+int dsl_plan_build(struct dsl_plan *p, char *err);
+
+/**
+ * If MASTER_PORT is taken on this machine: an error when the user chose it
+ * (master_port_given), else pick a free one (and say so unless quiet). All-local jobs
+ * only; multi-node jobs ask every node in the probe.
+ */
+int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err);
+
+/** A fresh run id (12 hex digits) and job token (32 hex digits). */
+void dsl_plan_new_ids(struct dsl_plan *p);
+
+/** The transport the plan uses: local, ssh, pdsh or openmpi. */
+const char *dsl_plan_launcher_name(const struct dsl_plan *p);
+
+/** The plan as the JSON object `--dry-run` prints. */
+void dsl_plan_print_json(const struct dsl_plan *p, FILE *out);
+
+/**
+ * Resolve the program name a user gave: "train" means the dstrain beside this dslaunch,
+ * and the bundled names dstrain/dsbench are found beside it when not in PATH. Any other
+ * name is returned as given. self_dir is the directory of this dslaunch. malloc'd.
+ */
+char *dsl_plan_program_name(const char *prog, const char *self_dir);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * dstrain's settings: the layers defaults -> ds_config.json (through the config
+ * module) -> command-line flags -> verification, gathered into the structs the model,
+ * data, trainer and loop take. Also the checkpoint glue (resume, save hook,
+ * consolidate), so that launcher/dstrain.c stays a thin main().
+ *
+ * Strings in the settings are owned by it and freed by dsl_train_settings_release().
+ */
+#ifndef DSLAUNCH_TRAINER_SETTINGS_H
+#define DSLAUNCH_TRAINER_SETTINGS_H
+
+#include <stdio.h>
+
+#include "dslaunch/model/data.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/train/scheduler.h"
+#include "dslaunch/train/train_config.h"
+#include "dslaunch/train/trainer.h"
+
+struct dsl_train_settings {
+    struct dsl_train_config cfg; /* the config module's view: file + overrides */
+    struct dsl_sched sched;      /* the bound LR scheduler (to.lr_fn points here) */
+    struct dsl_trainer_opts to;  /* batch, ZeRO, optimizer, clipping */
+    struct dsl_run_opts ro;      /* steps, printing, metrics, checkpoints */
+    struct dsl_model_spec model; /* "dstrain": {"model": ...} */
+    struct dsl_data_opts data;   /* "dstrain": {"data": ...} */
+    char *params_out;            /* --save-params FILE (owned) */
+    int have_cfg;                /* cfg was initialised */
+};
+
+/** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
+int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
+/** The comm backend the settings ask for, "tcp" or "nccl" (which means the GPU path).
+ *  "auto": nccl when CUDA is built in and at least LOCAL_WORLD_SIZE GPUs are visible,
+ *  so every local rank has its own; tcp otherwise. */
+const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
+/** The CUDA device of this rank: LOCAL_RANK (an index into CUDA_VISIBLE_DEVICES), 0
+ *  when unset. */
+int dsl_train_settings_device(void);
+/** Resolve what needs the world size (batch triple) and fill the structs above;
+ *  config warnings are printed on rank 0. */
+int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err);
+/** After the data is loaded: bind the scheduler to the run's total optimizer steps. */
+void dsl_train_settings_bind(struct dsl_train_settings *s, size_t train_samples,
+                             size_t global_batch);
+void dsl_train_settings_release(struct dsl_train_settings *s);
+void dsl_train_settings_help(FILE *f);
+
+/** With s->resume: load the checkpoint into t (any world size). Collective. */
+int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err);
+/** `dstrain consolidate <dir> [--tag T] [--out FILE]` (argv[0] = "consolidate"). */
+int dsl_train_consolidate_main(int argc, char **argv, char *err);
+
+#endif

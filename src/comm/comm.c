@@ -1,0 +1,520 @@
+/*
+ * The communicator front end: opening from the env contract, argument checks, the ops
+ * table dispatch, and asynchronous calls.
+ *
+ * Theory of operation. dsl_comm_open_env() reads the env contract. At world size 1
+ * there is no store and no socket: every collective is a copy ("self" path below),
+ * which keeps single-process training free of any networking. Otherwise rank 0 hosts
+ * the rendezvous store and every rank opens a backend through it (comm_tcp.c,
+ * comm_nccl.c).
+ *
+ * Asynchronous calls on a threaded backend (tcp) go into a FIFO served by one progress
+ * thread, started on the first asynchronous call; requests are numbered 1, 2, ... in
+ * issue order and complete in that order, so dsl_comm_wait(req) waits until
+ * `completed >= req`. A blocking call first waits for everything issued before it and
+ * then runs in the caller's thread (no hand-off, so small blocking calls pay no thread
+ * wake-up). On the nccl backend every call is enqueued on the stream at issue time and
+ * a wait drains the stream. The first failure is sticky: every later call returns it.
+ * The communicator is used by one user thread at a time.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/parse.h"
+#include "store.h"
+#include "dslaunch/common/xalloc.h"
+#include "comm_impl.h"
+#include "dslaunch/common/halfvec.h"
+#include "dslaunch/common/banned.h"
+
+size_t dsl_shard_size(size_t n, int world)
+{
+    size_t w = world > 0 ? (size_t)world : 1;
+    return (n + w - 1) / w;
+}
+
+void dsl_shard_of(size_t n, int rank, int world, size_t *offset, size_t *len)
+{
+    size_t s = dsl_shard_size(n, world);
+    size_t lo = s * (size_t)rank, hi = lo + s;
+    if (lo > n)
+        lo = n;
+    if (hi > n)
+        hi = n;
+    *offset = lo;
+    *len = hi - lo;
+}
+
+const char *dsl_comm_kind_name(enum dsl_comm_kind k)
+{
+    switch (k) {
+    case DSL_COLL_ALLREDUCE: return "allreduce";
+    case DSL_COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case DSL_COLL_ALLGATHER: return "allgather";
+    case DSL_COLL_BROADCAST: return "broadcast";
+    case DSL_COLL_BARRIER: return "barrier";
+    }
+    return "collective";
+}
+
+/*
+ * fp16/bf16: each pair widened to float, added, and the sum rounded back to 16 bits to
+ * nearest even, once per pairwise addition (what NCCL does for 16-bit sums); a maximum
+ * is one of the two inputs, chosen as the fp32 loop would, so nothing is rounded. One
+ * plain loop per type and operation, like the fp32 ones, so that -O3 vectorizes them
+ * with halfvec.h's branch-free conversions (same bits as halfprec.h's reference).
+ */
+static void combine_half(uint16_t *d, const uint16_t *x, const uint16_t *y, size_t n,
+                         enum dsl_dtype t, enum dsl_redop op)
+{
+    if (t == DSL_BFLOAT16 && op == DSL_SUM) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = dsl_hv_bf16_from_float(dsl_hv_bf16_to_float(x[i]) +
+                                          dsl_hv_bf16_to_float(y[i]));
+    } else if (op == DSL_SUM) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = dsl_hv_fp16_from_float(dsl_hv_fp16_to_float(x[i]) +
+                                          dsl_hv_fp16_to_float(y[i]));
+    } else if (t == DSL_BFLOAT16) {
+        for (size_t i = 0; i < n; i++) {
+            float u = dsl_hv_bf16_to_float(x[i]), v = dsl_hv_bf16_to_float(y[i]);
+            d[i] = u > v || v != v ? x[i] : y[i];
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float u = dsl_hv_fp16_to_float(x[i]), v = dsl_hv_fp16_to_float(y[i]);
+            d[i] = u > v || v != v ? x[i] : y[i];
+        }
+    }
+}
+
+void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
+                      enum dsl_redop op)
+{
+    if (t == DSL_FLOAT16 || t == DSL_BFLOAT16) {
+        combine_half(dst, a, b, n, t, op);
+        return;
+    }
+    if (t == DSL_INT32) {
+        int32_t *d = dst;
+        const int32_t *x = a, *y = b;
+        if (op == DSL_SUM) {
+            for (size_t i = 0; i < n; i++)
+                d[i] = (int32_t)((uint32_t)x[i] + (uint32_t)y[i]);
+        } else {
+            for (size_t i = 0; i < n; i++)
+                d[i] = x[i] > y[i] ? x[i] : y[i];
+        }
+        return;
+    }
+    float *d = dst;
+    const float *x = a, *y = b;
+    if (op == DSL_SUM) {
+        for (size_t i = 0; i < n; i++)
+            d[i] = x[i] + y[i];
+    } else {
+        for (size_t i = 0; i < n; i++)
+            d[i] = x[i] > y[i] || y[i] != y[i] ? x[i] : y[i];
+    }
+}
+
+void dsl_comm_tree_reduce(void *dst, const void *const *src, int nsrc, size_t n,
+                          enum dsl_dtype t, enum dsl_redop op, void *tmp)
+{
+    size_t esz = dsl_dtype_size(t);
+    if (nsrc == 1) {
+        if (dst != src[0])
+            memmove(dst, src[0], n * esz);
+        return;
+    }
+    /* level pointers live in a small fixed array; big worlds fall back to tmp's tail */
+    const char *lvl_small[64];
+    const char **lvl = lvl_small;
+    if (nsrc > 64)
+        lvl = dsl_xcalloc((size_t)nsrc, sizeof(*lvl));
+    for (size_t i0 = 0; i0 < n; i0 += DSL_TREE_CHUNK) {
+        size_t m = n - i0 < DSL_TREE_CHUNK ? n - i0 : DSL_TREE_CHUNK;
+        int cnt = nsrc;
+        for (int j = 0; j < cnt; j++)
+            lvl[j] = (const char *)src[j] + i0 * esz;
+        while (cnt > 1) {
+            int pairs = cnt / 2, next = (cnt + 1) / 2;
+            for (int k = 0; k < pairs; k++) {
+                char *out = next == 1 ? (char *)dst + i0 * esz
+                                      : (char *)tmp + (size_t)k * DSL_TREE_CHUNK * esz;
+                dsl_comm_combine(out, lvl[2 * k], lvl[2 * k + 1], m, t, op);
+                lvl[k] = out;
+            }
+            if (cnt & 1)
+                lvl[pairs] = lvl[cnt - 1]; /* odd last element carried up unchanged */
+            cnt = next;
+        }
+    }
+    if (lvl != lvl_small)
+        free(lvl);
+}
+
+/* ---- world size 1: collectives are copies ---- */
+
+static int self_run(struct dsl_comm *c, const struct dsl_comm_call *k)
+{
+    (void)c;
+    size_t esz = dsl_dtype_size(k->dtype);
+    switch (k->kind) {
+    case DSL_COLL_ALLREDUCE:
+    case DSL_COLL_REDUCE_SCATTER:
+    case DSL_COLL_ALLGATHER:
+        if (k->count && k->send != k->recv)
+            memmove(k->recv, k->send, k->count * esz);
+        break;
+    case DSL_COLL_BROADCAST:
+    case DSL_COLL_BARRIER:
+        break;
+    }
+    return 0;
+}
+
+static void self_close(struct dsl_comm *c)
+{
+    (void)c;
+}
+
+static const struct dsl_comm_ops self_ops = {
+    .name = "tcp", .run = self_run, .sync = NULL, .close = self_close, .threaded = 0,
+};
+
+/* ---- opening ---- */
+
+static int env_int(const char *name, int def, int min, int max, int *out, char *err)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) {
+        *out = def;
+        return 0;
+    }
+    if (dsl_parse_int(s, min, max, out) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "bad %s '%s'", name, s);
+    return 0;
+}
+
+int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char *err)
+{
+    struct dsl_comm_opts defaults = {0};
+    struct dsl_comm *c = NULL;
+    int r;
+
+    *out = NULL;
+    if (!o)
+        o = &defaults;
+    c = dsl_xcalloc(1, sizeof(*c));
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    atomic_init(&c->bytes_sent, 0);
+    c->deterministic = o->deterministic;
+    c->device = o->device;
+    if ((r = env_int("WORLD_SIZE", 1, 1, 1 << 20, &c->world, err)) < 0)
+        goto out;
+    if ((r = env_int("RANK", 0, 0, c->world - 1, &c->rank, err)) < 0)
+        goto out;
+    c->timeout_s = o->timeout_s;
+    if (c->timeout_s <= 0) {
+        const char *s = getenv("DSLAUNCH_COMM_TIMEOUT");
+        c->timeout_s = 300;
+        if (s && *s && (dsl_parse_seconds(s, &c->timeout_s) < 0 || c->timeout_s <= 0)) {
+            r = dsl_seterr(err, DSL_EUSAGE, "bad DSLAUNCH_COMM_TIMEOUT '%s'", s);
+            goto out;
+        }
+    }
+
+    const char *backend = o->backend && *o->backend ? o->backend : "auto";
+    int want_nccl = 0;
+    if (!strcmp(backend, "nccl")) {
+        want_nccl = 1;
+    } else if (!strcmp(backend, "auto")) {
+#ifdef DSL_HAVE_CUDA
+        want_nccl = dsl_comm_nccl_available();
+#endif
+    } else if (strcmp(backend, "tcp") != 0) {
+        r = dsl_seterr(err, DSL_EUSAGE, "unknown backend '%s' (expected tcp, nccl or auto)",
+                       backend);
+        goto out;
+    }
+#ifndef DSL_HAVE_CUDA
+    if (want_nccl) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "backend 'nccl' is not built in (no CUDA/NCCL)");
+        goto out;
+    }
+#endif
+
+    if (c->world > 1) {
+        struct dsl_store_opts so;
+        if ((r = dsl_store_opts_from_env(&so, err)) < 0)
+            goto out;
+        so.rank = c->rank;
+        so.world_size = c->world;
+        if ((r = dsl_store_open(&c->store, &so, err)) < 0)
+            goto out;
+    }
+    if (want_nccl) {
+#ifdef DSL_HAVE_CUDA
+        r = dsl_comm_nccl_open(c);
+#endif
+    } else if (c->world == 1) {
+        c->ops = &self_ops;
+        r = 0;
+    } else {
+        r = dsl_comm_tcp_open(c);
+    }
+    if (r < 0) {
+        dsl_seterr(err, r, "%s", c->err[0] ? c->err : dsl_strerror(r));
+        goto out;
+    }
+    c->err[0] = '\0';
+    *out = c;
+    c = NULL;
+    r = 0;
+out:
+    if (c) {
+        if (c->store)
+            dsl_store_free(c->store);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+        free(c);
+    }
+    return r;
+}
+
+void dsl_comm_close(struct dsl_comm *c)
+{
+    if (!c)
+        return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        c->stopping = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+    }
+    if (c->ops && c->ops->close)
+        c->ops->close(c);
+    if (c->store)
+        dsl_store_free(c->store);
+    free(c->q);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int dsl_comm_rank(const struct dsl_comm *c) { return c->rank; }
+int dsl_comm_size(const struct dsl_comm *c) { return c->world; }
+const char *dsl_comm_backend(const struct dsl_comm *c) { return c->ops->name; }
+const char *dsl_comm_last_error(const struct dsl_comm *c) { return c->err; }
+struct dsl_store *dsl_comm_store(struct dsl_comm *c) { return c->store; }
+
+void *dsl_comm_alloc(struct dsl_comm *c, size_t bytes)
+{
+    if (c->ops->alloc)
+        return c->ops->alloc(c, bytes);
+    return calloc(bytes ? bytes : 1, 1);
+}
+
+void dsl_comm_free(struct dsl_comm *c, void *p)
+{
+    if (!p)
+        return;
+    if (c->ops->free)
+        c->ops->free(c, p);
+    else
+        free(p);
+}
+
+uint64_t dsl_comm_bytes_sent(const struct dsl_comm *c)
+{
+    return atomic_load_explicit(&((struct dsl_comm *)c)->bytes_sent, memory_order_relaxed);
+}
+
+#ifndef DSL_HAVE_CUDA
+void *dsl_comm_stream(struct dsl_comm *c)
+{
+    (void)c;
+    return NULL;
+}
+#endif
+
+/* ---- argument checks ---- */
+
+static int check_call(struct dsl_comm *c, const struct dsl_comm_call *k)
+{
+    const char *name = dsl_comm_kind_name(k->kind);
+    if (c->failed)
+        return c->failed;
+    if (!dsl_dtype_size(k->dtype))
+        return dsl_seterr(c->err, -EINVAL, "%s: unknown data type %d", name, (int)k->dtype);
+    if (k->op != DSL_SUM && k->op != DSL_MAX)
+        return dsl_seterr(c->err, -EINVAL, "%s: unknown reduction %d", name, (int)k->op);
+    if (k->kind == DSL_COLL_BROADCAST && (k->root < 0 || k->root >= c->world))
+        return dsl_seterr(c->err, -EINVAL, "broadcast: root %d out of range [0, %d)", k->root,
+                          c->world);
+    if (k->count && k->kind != DSL_COLL_BARRIER && (!k->recv || !k->send))
+        return dsl_seterr(c->err, -EINVAL, "%s: NULL buffer", name);
+    return 0;
+}
+
+/* ---- asynchronous queue ---- */
+
+static void *progress_main(void *arg)
+{
+    struct dsl_comm *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->q_len && !c->stopping)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->q_len)
+            break;
+        struct dsl_comm_queue_item it = c->q[c->q_head];
+        int failed = c->failed;
+        pthread_mutex_unlock(&c->mu);
+        int r = failed ? failed : c->ops->run(c, &it.call);
+        pthread_mutex_lock(&c->mu);
+        if (r < 0 && !c->failed)
+            c->failed = r;
+        c->q_head = (c->q_head + 1) % c->q_alloc;
+        c->q_len--;
+        c->completed = it.req;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static int enqueue(struct dsl_comm *c, const struct dsl_comm_call *k, int *req)
+{
+    pthread_mutex_lock(&c->mu);
+    if (!c->thread_started) {
+        if (pthread_create(&c->thread, NULL, progress_main, c)) {
+            pthread_mutex_unlock(&c->mu);
+            return dsl_seterr(c->err, -EAGAIN, "cannot start the progress thread");
+        }
+        c->thread_started = 1;
+    }
+    if (c->q_len == c->q_alloc) {
+        size_t na = c->q_alloc ? c->q_alloc * 2 : 16;
+        struct dsl_comm_queue_item *nq = dsl_xcalloc(na, sizeof(*nq));
+        for (size_t i = 0; i < c->q_len; i++)
+            nq[i] = c->q[(c->q_head + i) % c->q_alloc];
+        free(c->q);
+        c->q = nq;
+        c->q_head = 0;
+        c->q_alloc = na;
+    }
+    int id = ++c->issued;
+    c->q[(c->q_head + c->q_len) % c->q_alloc] = (struct dsl_comm_queue_item){*k, id};
+    c->q_len++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    *req = id;
+    return 0;
+}
+
+int dsl_comm_wait(struct dsl_comm *c, int req)
+{
+    if (!c->ops->threaded) {
+        int r = c->failed;
+        if (!r && c->ops->sync && (r = c->ops->sync(c)) < 0)
+            c->failed = r;
+        return r;
+    }
+    pthread_mutex_lock(&c->mu);
+    if (req > c->issued) {
+        pthread_mutex_unlock(&c->mu);
+        return dsl_seterr(c->err, -EINVAL, "wait: request %d was never issued", req);
+    }
+    while (c->completed < req)
+        pthread_cond_wait(&c->cv, &c->mu);
+    int r = c->failed;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+static int submit(struct dsl_comm *c, const struct dsl_comm_call *k, int *req)
+{
+    int r = check_call(c, k);
+    if (r < 0)
+        return r;
+    if (req) {
+        if (c->ops->threaded)
+            return enqueue(c, k, req);
+        /* self and nccl: run (enqueue on the stream) now */
+        *req = ++c->issued;
+        if ((r = c->ops->run(c, k)) < 0)
+            c->failed = r;
+        c->completed = *req;
+        return r;
+    }
+    if (c->ops->threaded && c->issued > c->completed && (r = dsl_comm_wait(c, c->issued)) < 0)
+        return r;
+    if ((r = c->ops->run(c, k)) < 0 || (c->ops->sync && (r = c->ops->sync(c)) < 0)) {
+        c->failed = r;
+        return r;
+    }
+    return 0;
+}
+
+/* ---- the API ---- */
+
+int dsl_comm_allreduce(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                       enum dsl_dtype t, enum dsl_redop op)
+{
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, send, recv, count, t, op, 0};
+    return submit(c, &k, NULL);
+}
+
+int dsl_comm_reduce_scatter(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                            enum dsl_dtype t, enum dsl_redop op)
+{
+    struct dsl_comm_call k = {DSL_COLL_REDUCE_SCATTER, send, recv, count, t, op, 0};
+    return submit(c, &k, NULL);
+}
+
+int dsl_comm_allgather(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                       enum dsl_dtype t)
+{
+    struct dsl_comm_call k = {DSL_COLL_ALLGATHER, send, recv, count, t, DSL_SUM, 0};
+    return submit(c, &k, NULL);
+}
+
+int dsl_comm_broadcast(struct dsl_comm *c, void *buf, size_t count, enum dsl_dtype t, int root)
+{
+    struct dsl_comm_call k = {DSL_COLL_BROADCAST, buf, buf, count, t, DSL_SUM, root};
+    return submit(c, &k, NULL);
+}
+
+int dsl_comm_barrier(struct dsl_comm *c)
+{
+    struct dsl_comm_call k = {DSL_COLL_BARRIER, NULL, NULL, 0, DSL_INT32, DSL_SUM, 0};
+    return submit(c, &k, NULL);
+}
+
+int dsl_comm_iallreduce(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                        enum dsl_dtype t, enum dsl_redop op, int *req)
+{
+    struct dsl_comm_call k = {DSL_COLL_ALLREDUCE, send, recv, count, t, op, 0};
+    return submit(c, &k, req);
+}
+
+int dsl_comm_ireduce_scatter(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                             enum dsl_dtype t, enum dsl_redop op, int *req)
+{
+    struct dsl_comm_call k = {DSL_COLL_REDUCE_SCATTER, send, recv, count, t, op, 0};
+    return submit(c, &k, req);
+}
+
+int dsl_comm_iallgather(struct dsl_comm *c, const void *send, void *recv, size_t count,
+                        enum dsl_dtype t, int *req)
+{
+    struct dsl_comm_call k = {DSL_COLL_ALLGATHER, send, recv, count, t, DSL_SUM, 0};
+    return submit(c, &k, req);
+}

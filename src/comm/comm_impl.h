@@ -1,0 +1,101 @@
+/*
+ * Inside the communicator: the state every backend shares and the small ops table
+ * (house style 17) that comm.c dispatches to. Only comm*.c include this.
+ */
+#ifndef DSL_COMM_IMPL_H
+#define DSL_COMM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/common/error.h"
+
+enum dsl_comm_kind {
+    DSL_COLL_ALLREDUCE,
+    DSL_COLL_REDUCE_SCATTER,
+    DSL_COLL_ALLGATHER,
+    DSL_COLL_BROADCAST,
+    DSL_COLL_BARRIER,
+};
+
+/* One collective call, as issued by the user. */
+struct dsl_comm_call {
+    enum dsl_comm_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    enum dsl_dtype dtype;
+    enum dsl_redop op;
+    int root;
+};
+
+struct dsl_comm_ops {
+    const char *name;
+    /*
+     * Run one call. tcp: runs it to completion (bounded by c->timeout_s). nccl: enqueues
+     * it on the communication stream. Failures fill c->err and return a negative code.
+     */
+    int (*run)(struct dsl_comm *c, const struct dsl_comm_call *call);
+    /* nccl: wait until the stream has drained (bounded, polling async errors); else NULL. */
+    int (*sync)(struct dsl_comm *c);
+    /* Release the backend's state (c->impl). */
+    void (*close)(struct dsl_comm *c);
+    /* Nonzero: asynchronous calls run on comm.c's progress thread. */
+    int threaded;
+    /* dsl_comm_alloc/free; NULL: calloc/free of host memory (nccl's alloc answers NULL:
+     * its collectives take device memory only) */
+    void *(*alloc)(struct dsl_comm *c, size_t bytes);
+    void (*free)(struct dsl_comm *c, void *p);
+};
+
+struct dsl_comm_queue_item {
+    struct dsl_comm_call call;
+    int req;
+};
+
+struct dsl_comm {
+    const struct dsl_comm_ops *ops;
+    void *impl; /* the backend's state, owned by it */
+    int rank, world;
+    double timeout_s;
+    int deterministic;
+    int device;
+    struct dsl_store *store; /* owned; NULL at world size 1 */
+    _Atomic uint64_t bytes_sent;
+    int failed;              /* first fatal error; sticky */
+    char err[DSL_ERR_LEN];   /* last error text */
+
+    /* Asynchronous calls (threaded backends): a FIFO executed by one progress thread. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int thread_started, stopping;
+    struct dsl_comm_queue_item *q;
+    size_t q_head, q_len, q_alloc; /* ring buffer */
+    int issued, completed;         /* request numbers: 1, 2, ... */
+};
+
+const char *dsl_comm_kind_name(enum dsl_comm_kind k);
+/* Element-wise dst[i] = a[i] op b[i] (dst may alias a or b); fp16/bf16 sums are widened
+ * to float and rounded back to nearest even once per element. */
+void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
+                      enum dsl_redop op);
+/*
+ * dst = the balanced pairwise tree over src[0..nsrc-1] (comm.h), element-wise; tmp holds
+ * at least (nsrc / 2 + 1) * DSL_TREE_CHUNK elements. dst may alias one of the sources.
+ */
+#define DSL_TREE_CHUNK 2048
+void dsl_comm_tree_reduce(void *dst, const void *const *src, int nsrc, size_t n,
+                          enum dsl_dtype t, enum dsl_redop op, void *tmp);
+
+/* Backends: fill c->ops and c->impl, or return a negative code with c->err set. */
+int dsl_comm_tcp_open(struct dsl_comm *c);
+#ifdef DSL_HAVE_CUDA
+int dsl_comm_nccl_open(struct dsl_comm *c);
+int dsl_comm_nccl_available(void);
+#endif
+
+#endif

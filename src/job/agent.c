@@ -1,0 +1,701 @@
+/*
+ * The node agent.
+ *
+ * Theory of operation. One thread, one poll() loop over: the control input (launcher
+ * messages), the control output (queued messages, written when the fd is writable),
+ * a self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT, SIGHUP), and the
+ * stdout and stderr pipes of every rank. States of the node:
+ *
+ *   WAITING   hello sent; probe and start requests are served (a probe with diag = 1,
+ *             from `dslaunch doctor`, also collects this node's facts: facts.c)
+ *   RUNNING   ranks started; output is forwarded as "out" messages, one per line, never
+ *             split (a '\r' also ends a line, flagged so the launcher can treat progress
+ *             bars gently); each reaped rank is reported with an "exit" message once its
+ *             pipes have been drained of what was already written
+ *   STOPPING  a stop request, a signal, or the launcher gone: every live rank's process
+ *             group got the stop signal; at kill_at the survivors get SIGKILL
+ *   DONE      every rank reported: leftover processes in the ranks' groups are killed,
+ *             "bye" is flushed, the agent exits
+ *
+ * Timeouts: the launcher pings every keepalive/3 s; when nothing arrived for keepalive s
+ * the launcher is considered gone (its host died, the network is down) and the node is
+ * torn down. The agent is a child subreaper, so grandchildren orphaned by a rank are
+ * reparented here, reaped, and killed with their group.
+ *
+ * Backpressure: when the control output queue is full (the launcher reads slowly) the
+ * rank pipes are not polled, so ranks block on write instead of the agent growing
+ * without bound.
+ */
+#define _GNU_SOURCE /* pipe2, prctl */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dslaunch/job/agent.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/remote/facts.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/remote/netinfo.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/job/proto.h"
+#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+extern char **environ;
+
+#define OUTQ_MAX (64u << 20)     /* hard bound on queued control output */
+#define OUTQ_PAUSE (4u << 20)    /* stop reading rank pipes above this */
+#define LINE_MAX_BYTES (1u << 20) /* a longer line is forwarded in pieces */
+
+enum agent_state { AG_WAITING, AG_RUNNING, AG_STOPPING, AG_DONE };
+
+struct rank_proc {
+    int rank, local_rank;
+    pid_t pid;
+    int fd[3];                    /* [1] stdout, [2] stderr; -1 when closed */
+    struct dsl_dynbuf part[3];    /* partial line per stream */
+    char *tail[DSL_PROTO_MAX_TAIL]; /* ring of the last stderr lines */
+    int tail_pos, ntail;
+    double t_start;
+    int exited, reported, code, sig;
+    double wall;
+};
+
+struct agent {
+    int in_fd, out_fd;
+    int in_eof;
+    struct dsl_linebuf in;
+    struct dsl_dynbuf outq;
+    enum agent_state state;
+    struct rank_proc *ranks;
+    int nranks;
+    double grace, keepalive;
+    double kill_at, last_rx, last_ping;
+    int probe_lfd;
+    int sigpipe[2];
+};
+
+static volatile sig_atomic_t got_signal;
+static int sigfd = -1; /* write end of the self-pipe */
+
+static void on_signal(int sig)
+{
+    if (sig != SIGCHLD)
+        got_signal = sig;
+    /* wake poll(); errno is preserved for the interrupted code */
+    int saved = errno;
+    if (sigfd >= 0) {
+        char c = 0;
+        ssize_t w = write(sigfd, &c, 1);
+        (void)w;
+    }
+    errno = saved;
+}
+
+static void send_msg(struct agent *a, const struct dsl_msg *m)
+{
+    if (a->out_fd < 0)
+        return;
+    if (dsl_msg_encode(m, &a->outq) < 0) {
+        /* queue overflow: the launcher stopped reading; it will time out on us */
+        dsl_dynbuf_init(&a->outq, OUTQ_MAX);
+    }
+}
+
+static void flush_out(struct agent *a, int block)
+{
+    while (a->out_fd >= 0 && a->outq.len) {
+        ssize_t w = write(a->out_fd, a->outq.buf, a->outq.len);
+        if (w > 0) {
+            dsl_dynbuf_consume(&a->outq, (size_t)w);
+            continue;
+        }
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && errno == EAGAIN && block) {
+            if (dsl_net_wait(a->out_fd, POLLOUT, dsl_now() + 2.0) < 0)
+                break;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN) {
+            a->out_fd = -1; /* launcher gone */
+            dsl_dynbuf_reset(&a->outq);
+        }
+        break;
+    }
+}
+
+static void send_hello(struct agent *a)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_HELLO);
+    m.proto = DSL_PROTO_VERSION;
+    /* testing hook (docs/doctor.md): pretend to be another dslaunch version */
+    const char *fake = getenv("DSLAUNCH_FAKE_VERSION");
+    m.version = dsl_xstrdup(fake && fake[0] ? fake : DSL_VERSION);
+    struct dsl_netinfo ni;
+    dsl_netinfo_init(&ni);
+    dsl_netinfo_collect(&ni, NULL);
+    m.host = dsl_xstrdup(ni.hostname);
+    m.cpus = ni.cpus;
+    m.gpus = ni.gpus;
+    m.pid = (int)getpid();
+    m.ifaces = dsl_xcalloc((size_t)ni.nifaces + 1, sizeof(*m.ifaces));
+    for (int i = 0; i < ni.nifaces; i++) {
+        m.ifaces[i].name = dsl_xstrdup(ni.ifaces[i].name);
+        dsl_strvec_init(&m.ifaces[i].addrs);
+        for (int j = 0; j < ni.ifaces[i].naddrs; j++)
+            dsl_strvec_push(&m.ifaces[i].addrs, ni.ifaces[i].addrs[j]);
+        m.nifaces++;
+    }
+    dsl_netinfo_release(&ni);
+    send_msg(a, &m);
+    dsl_msg_release(&m);
+}
+
+/* ---- probe: hold or pick the master port, test reachability, find the route ---- */
+
+static void handle_probe(struct agent *a, const struct dsl_msg *pm)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_PROBED);
+    double t_recv = dsl_facts_realtime();
+    char err[DSL_ERR_LEN] = "";
+    if (a->probe_lfd >= 0) {
+        close(a->probe_lfd);
+        a->probe_lfd = -1;
+    }
+    if (pm->port > 0) {
+        int fd = dsl_net_listen(NULL, pm->port, 64, err);
+        if (fd < 0 && pm->pick) {
+            m.port_busy = 1;
+            fd = dsl_net_listen(NULL, 0, 64, err);
+        } else if (fd < 0) {
+            m.port_busy = 1;
+        }
+        if (fd >= 0) {
+            a->probe_lfd = fd;
+            m.port = dsl_net_local_port(fd);
+        }
+    }
+    m.nreach = (int)pm->connect.nr;
+    m.reach = dsl_xcalloc(pm->connect.nr + 1, sizeof(int));
+    int first = -1;
+    for (size_t i = 0; i < pm->connect.nr; i++) {
+        int fd = dsl_net_connect(pm->connect.v[i], pm->cport, 3.0, err);
+        if (fd >= 0) {
+            close(fd);
+            m.reach[i] = 1;
+            if (first < 0)
+                first = (int)i;
+        }
+    }
+    char ifname[64] = "", src[64] = "";
+    if (pm->connect.nr) {
+        const char *dest = pm->connect.v[first >= 0 ? first : 0];
+        dsl_netinfo_route(dest, ifname, sizeof(ifname), src, sizeof(src), err);
+    }
+    m.iface = dsl_xstrdup(ifname);
+    m.src = dsl_xstrdup(src);
+    struct stat st;
+    m.cwd_ok = pm->cwd[0] == '\0' || (stat(pm->cwd, &st) == 0 && S_ISDIR(st.st_mode));
+    m.program_ok = 1;
+    m.detail = dsl_xstrdup("");
+    if (pm->program[0]) {
+        int code;
+        char *path = dsl_spawn_resolve(pm->program, environ,
+                                       m.cwd_ok && pm->cwd[0] ? pm->cwd : NULL, &code, err);
+        if (!path) {
+            m.program_ok = 0;
+            free(m.detail);
+            m.detail = dsl_xstrdup(err);
+        }
+        free(path);
+    }
+    if (!m.cwd_ok) {
+        free(m.detail);
+        m.detail = dsl_xasprintf("working directory '%s' does not exist", pm->cwd);
+    }
+    if (pm->diag) {
+        /* dslaunch doctor: facts and this node's clock at request and reply */
+        m.facts = dsl_xmalloc(sizeof(*m.facts));
+        dsl_facts_init(m.facts);
+        dsl_facts_collect(m.facts, m.cwd_ok ? pm->cwd : NULL, pm->ld_path);
+        m.facts->t_recv = t_recv;
+        m.facts->t_send = dsl_facts_realtime();
+    }
+    send_msg(a, &m);
+    dsl_msg_release(&m);
+}
+
+/* ---- output of ranks ---- */
+
+static void tail_push(struct rank_proc *r, const char *line, size_t len)
+{
+    free(r->tail[r->tail_pos]);
+    r->tail[r->tail_pos] = dsl_xstrndup(line, len > 4096 ? 4096 : len);
+    r->tail_pos = (r->tail_pos + 1) % DSL_PROTO_MAX_TAIL;
+    if (r->ntail < DSL_PROTO_MAX_TAIL)
+        r->ntail++;
+}
+
+static void emit_line(struct agent *a, struct rank_proc *r, int s, const char *p, size_t n,
+                      int cr)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_OUT);
+    m.rank = r->rank;
+    m.stream = s;
+    m.cr = cr;
+    m.line = dsl_xstrndup(p, n);
+    send_msg(a, &m);
+    dsl_msg_release(&m);
+    if (s == 2 && !cr)
+        tail_push(r, p, n);
+}
+
+/* Split what is buffered for stream s into lines; flush a partial line if final. */
+static void split_lines(struct agent *a, struct rank_proc *r, int s, int final)
+{
+    struct dsl_dynbuf *b = &r->part[s];
+    size_t start = 0;
+    for (size_t i = 0; i < b->len; i++) {
+        char c = b->buf[i];
+        if (c == '\n' || c == '\r') {
+            /* "\r\n" is one line end */
+            int cr = c == '\r' && !(i + 1 < b->len && b->buf[i + 1] == '\n');
+            if (c == '\r' && i + 1 == b->len && !final)
+                break; /* wait: a '\n' may follow */
+            emit_line(a, r, s, b->buf + start, i - start, cr);
+            if (c == '\r' && !cr)
+                i++;
+            start = i + 1;
+        }
+    }
+    dsl_dynbuf_consume(b, start);
+    if (b->len >= LINE_MAX_BYTES || (final && b->len)) {
+        emit_line(a, r, s, b->buf, b->len, 0);
+        dsl_dynbuf_reset(b);
+    }
+}
+
+static void read_pipe(struct agent *a, struct rank_proc *r, int s)
+{
+    char buf[65536];
+    for (int rounds = 0; rounds < 16 && r->fd[s] >= 0; rounds++) {
+        ssize_t n = read(r->fd[s], buf, sizeof(buf));
+        if (n > 0) {
+            if (dsl_dynbuf_add(&r->part[s], buf, (size_t)n) < 0)
+                dsl_dynbuf_init(&r->part[s], LINE_MAX_BYTES * 2);
+            split_lines(a, r, s, 0);
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        split_lines(a, r, s, 1); /* EOF or error */
+        close(r->fd[s]);
+        r->fd[s] = -1;
+    }
+}
+
+static void report_exit(struct agent *a, struct rank_proc *r)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_EXIT);
+    m.rank = r->rank;
+    m.pid = (int)r->pid;
+    m.code = r->code;
+    m.sig = r->sig;
+    m.wall = r->wall;
+    for (int i = 0; i < r->ntail; i++) {
+        int idx = (r->tail_pos - r->ntail + i + DSL_PROTO_MAX_TAIL) % DSL_PROTO_MAX_TAIL;
+        dsl_strvec_push(&m.tail, r->tail[idx]);
+    }
+    send_msg(a, &m);
+    dsl_msg_release(&m);
+    r->reported = 1;
+}
+
+/*
+ * Reap every rank that has exited, then report them: the ones killed by a signal first.
+ * When one rank is killed, its peers usually fail a moment later because of it (a
+ * collective sees the connection drop); if both deaths are reaped in the same pass,
+ * the launcher should hear of the cause first, since the first reported failure is the
+ * one its summary names and its exit code carries.
+ */
+static void reap(struct agent *a)
+{
+    int found = 0;
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            break;
+        for (int i = 0; i < a->nranks; i++) {
+            struct rank_proc *r = &a->ranks[i];
+            if (r->pid != pid || r->exited)
+                continue;
+            r->exited = 1;
+            r->wall = dsl_now() - r->t_start;
+            if (WIFSIGNALED(status)) {
+                r->code = -1;
+                r->sig = WTERMSIG(status);
+            } else {
+                r->code = WEXITSTATUS(status);
+            }
+            found = 1;
+        }
+    }
+    for (int pass = 0; found && pass < 2; pass++)
+        for (int i = 0; i < a->nranks; i++) {
+            struct rank_proc *r = &a->ranks[i];
+            if (!r->exited || r->reported || (pass == 0) != (r->sig != 0))
+                continue;
+            /* forward what the rank already wrote, then its exit */
+            for (int s = 1; s <= 2; s++)
+                if (r->fd[s] >= 0)
+                    read_pipe(a, r, s);
+            report_exit(a, r);
+        }
+}
+
+/* ---- stopping ---- */
+
+static void signal_ranks(struct agent *a, int sig)
+{
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].pid > 0 && !a->ranks[i].exited)
+            kill(-a->ranks[i].pid, sig);
+}
+
+static void begin_stop(struct agent *a, int sig, double grace)
+{
+    if (a->state == AG_STOPPING) {
+        if (dsl_now() + grace < a->kill_at)
+            a->kill_at = dsl_now() + grace;
+        signal_ranks(a, sig);
+        return;
+    }
+    if (a->state == AG_DONE)
+        return;
+    a->state = AG_STOPPING;
+    a->kill_at = dsl_now() + grace;
+    signal_ranks(a, sig);
+}
+
+static int all_reported(const struct agent *a)
+{
+    for (int i = 0; i < a->nranks; i++)
+        if (!a->ranks[i].reported)
+            return 0;
+    return 1;
+}
+
+/* ---- start ---- */
+
+/* Apply "K=V" (set) and "K" (unset) entries of add onto env. */
+static void apply_env(struct dsl_strvec *env, const struct dsl_strvec *add)
+{
+    for (size_t k = 0; k < add->nr; k++) {
+        const char *kv = add->v[k];
+        const char *eq = strchr(kv, '=');
+        char *key = dsl_xstrndup(kv, eq ? (size_t)(eq - kv) : strlen(kv));
+        if (eq)
+            dsl_env_set(env, key, eq + 1);
+        else
+            dsl_env_unset(env, key);
+        free(key);
+    }
+}
+
+static void handle_start(struct agent *a, const struct dsl_msg *sm)
+{
+    if (a->probe_lfd >= 0) {
+        close(a->probe_lfd); /* release the master port for rank 0's store */
+        a->probe_lfd = -1;
+    }
+    a->grace = sm->grace;
+    a->keepalive = sm->keepalive;
+    a->nranks = sm->nranks;
+    a->ranks = dsl_xcalloc((size_t)sm->nranks, sizeof(*a->ranks));
+    a->state = AG_RUNNING;
+    for (int i = 0; i < sm->nranks; i++) {
+        struct rank_proc *r = &a->ranks[i];
+        r->rank = sm->ranks[i].rank;
+        r->local_rank = sm->ranks[i].local_rank;
+        r->fd[0] = r->fd[1] = r->fd[2] = -1;
+        for (int s = 0; s < 3; s++)
+            dsl_dynbuf_init(&r->part[s], LINE_MAX_BYTES * 2);
+        r->reported = 0;
+    }
+    for (int i = 0; i < sm->nranks; i++) {
+        struct rank_proc *r = &a->ranks[i];
+        struct dsl_strvec env;
+        dsl_strvec_init(&env);
+        dsl_strvec_pushv(&env, (const char *const *)environ);
+        apply_env(&env, &sm->env);
+        apply_env(&env, &sm->ranks[i].env);
+        struct dsl_strvec argv;
+        dsl_strvec_init(&argv);
+        dsl_strvec_pushv(&argv, (const char *const *)sm->argv.v);
+        if (sm->local_rank_arg)
+            dsl_strvec_pushf(&argv, "--local_rank=%d", r->local_rank);
+        struct dsl_spawn_opts so = {
+            .argv = argv.v,
+            .env = env.v,
+            .cwd = sm->cwd[0] ? sm->cwd : NULL,
+            .stdin_null = 1,
+            .new_pgroup = 1,
+            .pdeathsig = SIGKILL,
+        };
+        struct dsl_proc p;
+        char err[DSL_ERR_LEN];
+        r->t_start = dsl_now();
+        int rc = dsl_spawn(&p, &so, err);
+        dsl_strvec_release(&env);
+        dsl_strvec_release(&argv);
+        if (rc < 0) {
+            struct dsl_msg m;
+            dsl_msg_init(&m, DSL_MSG_SPAWNERR);
+            m.rank = r->rank;
+            m.error = dsl_xstrdup(err);
+            send_msg(a, &m);
+            dsl_msg_release(&m);
+            /* the ranks that are not started count as exited 127 */
+            for (int j = i; j < sm->nranks; j++) {
+                a->ranks[j].exited = 1;
+                a->ranks[j].code = 127;
+                a->ranks[j].reported = 1;
+            }
+            begin_stop(a, SIGTERM, a->grace);
+            return;
+        }
+        r->pid = p.pid;
+        r->fd[1] = p.out_fd;
+        r->fd[2] = p.err_fd;
+        struct dsl_msg m;
+        dsl_msg_init(&m, DSL_MSG_STARTED);
+        m.rank = r->rank;
+        m.pid = (int)p.pid;
+        send_msg(a, &m);
+        dsl_msg_release(&m);
+    }
+}
+
+static void handle_msg(struct agent *a, struct dsl_msg *m)
+{
+    switch (m->type) {
+    case DSL_MSG_PROBE:
+        if (a->state == AG_WAITING)
+            handle_probe(a, m);
+        break;
+    case DSL_MSG_START:
+        if (a->state == AG_WAITING)
+            handle_start(a, m);
+        break;
+    case DSL_MSG_STOP:
+        if (a->state == AG_WAITING)
+            a->state = AG_DONE;
+        else
+            begin_stop(a, m->sig ? m->sig : SIGTERM, m->grace);
+        break;
+    default:
+        break; /* pings and anything else only count as signs of life */
+    }
+}
+
+static void read_control(struct agent *a)
+{
+    char buf[65536];
+    ssize_t n = read(a->in_fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        a->in_eof = 1;
+        return;
+    }
+    a->last_rx = dsl_now();
+    char err[DSL_ERR_LEN];
+    if (dsl_linebuf_feed(&a->in, buf, (size_t)n) < 0) {
+        a->in_eof = 1;
+        return;
+    }
+    for (;;) {
+        struct dsl_msg m;
+        int r = dsl_msg_next(&a->in, &m, err);
+        if (r == 0)
+            break;
+        if (r < 0) {
+            fprintf(stderr, "dslaunch agent: %s\n", err);
+            a->in_eof = 1; /* a confused launcher is treated as a gone one */
+            return;
+        }
+        handle_msg(a, &m);
+        dsl_msg_release(&m);
+    }
+}
+
+static void install_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int dsl_agent_main(int in_fd, int out_fd)
+{
+    struct agent a;
+    memset(&a, 0, sizeof(a));
+    a.in_fd = in_fd;
+    a.out_fd = out_fd;
+    a.probe_lfd = -1;
+    a.grace = 10.0;
+    a.keepalive = 0;
+    dsl_linebuf_init(&a.in);
+    dsl_dynbuf_init(&a.outq, OUTQ_MAX);
+    dsl_log_set_prog("dslaunch agent");
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) == 0)
+        sigfd = a.sigpipe[1];
+    install_signals();
+    fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK);
+    fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK);
+    a.last_rx = a.last_ping = dsl_now();
+    send_hello(&a);
+
+    for (;;) {
+        double now = dsl_now();
+        if (got_signal) {
+            int sig = got_signal;
+            got_signal = 0;
+            if (a.state == AG_WAITING)
+                a.state = AG_DONE;
+            else
+                begin_stop(&a, sig == SIGINT ? SIGINT : SIGTERM, a.grace);
+        }
+        if (!a.in_eof && a.keepalive > 0 && now - a.last_rx > a.keepalive) {
+            fprintf(stderr, "dslaunch agent: no word from the launcher for %.0f s; stopping\n",
+                    now - a.last_rx);
+            a.in_eof = 1;
+        }
+        if (a.in_eof && a.state != AG_DONE) {
+            /* the launcher is gone: nobody will read output; stop fast */
+            if (a.state == AG_WAITING)
+                a.state = AG_DONE;
+            else
+                begin_stop(&a, SIGTERM, a.grace < 2.0 ? a.grace : 2.0);
+        }
+        if (a.state == AG_STOPPING && now >= a.kill_at)
+            signal_ranks(&a, SIGKILL);
+        if (a.nranks && all_reported(&a) && a.state != AG_DONE) {
+            for (int i = 0; i < a.nranks; i++)
+                if (a.ranks[i].pid > 0)
+                    kill(-a.ranks[i].pid, SIGKILL); /* leftovers in the groups */
+            a.state = AG_DONE;
+        }
+        if (a.state == AG_DONE) {
+            struct dsl_msg m;
+            dsl_msg_init(&m, DSL_MSG_BYE);
+            send_msg(&a, &m);
+            flush_out(&a, 1);
+            break;
+        }
+        if (a.keepalive > 0 && now - a.last_ping > a.keepalive / 3) {
+            struct dsl_msg m;
+            dsl_msg_init(&m, DSL_MSG_PING);
+            send_msg(&a, &m);
+            a.last_ping = now;
+        }
+
+        struct pollfd pfd[3 + 2 * 64];
+        struct pollfd *pf = pfd;
+        size_t npf = 0, cap = sizeof(pfd) / sizeof(pfd[0]);
+        struct pollfd *big = NULL;
+        if ((size_t)a.nranks * 2 + 3 > cap) {
+            cap = (size_t)a.nranks * 2 + 3;
+            big = dsl_xcalloc(cap, sizeof(*big));
+            pf = big;
+        }
+        pf[npf++] = (struct pollfd){.fd = a.sigpipe[0], .events = POLLIN};
+        if (!a.in_eof)
+            pf[npf++] = (struct pollfd){.fd = a.in_fd, .events = POLLIN};
+        if (a.out_fd >= 0 && a.outq.len)
+            pf[npf++] = (struct pollfd){.fd = a.out_fd, .events = POLLOUT};
+        if (a.outq.len < OUTQ_PAUSE || a.out_fd < 0)
+            for (int i = 0; i < a.nranks; i++)
+                for (int s = 1; s <= 2; s++)
+                    if (a.ranks[i].fd[s] >= 0)
+                        pf[npf++] = (struct pollfd){.fd = a.ranks[i].fd[s], .events = POLLIN};
+        int timeout = 200;
+        if (a.state == AG_STOPPING) {
+            double left = a.kill_at - now;
+            int ms = left <= 0 ? 50 : (int)(left * 1000) + 1;
+            if (ms < timeout)
+                timeout = ms;
+        }
+        int pr = poll(pf, npf, timeout);
+        if (pr < 0 && errno != EINTR) {
+            free(big);
+            break;
+        }
+        for (size_t i = 0; pr > 0 && i < npf; i++) {
+            if (!pf[i].revents)
+                continue;
+            int fd = pf[i].fd;
+            if (fd == a.sigpipe[0]) {
+                char drain[64];
+                while (read(fd, drain, sizeof(drain)) > 0)
+                    ;
+            } else if (fd == a.in_fd) {
+                read_control(&a);
+            } else if (fd == a.out_fd) {
+                flush_out(&a, 0);
+            } else {
+                for (int k = 0; k < a.nranks; k++)
+                    for (int s = 1; s <= 2; s++)
+                        if (a.ranks[k].fd[s] == fd)
+                            read_pipe(&a, &a.ranks[k], s);
+            }
+        }
+        free(big);
+        reap(&a);
+        flush_out(&a, 0);
+    }
+
+    for (int i = 0; i < a.nranks; i++) {
+        struct rank_proc *r = &a.ranks[i];
+        for (int s = 0; s < 3; s++) {
+            if (r->fd[s] >= 0)
+                close(r->fd[s]);
+            dsl_dynbuf_release(&r->part[s]);
+        }
+        for (int k = 0; k < DSL_PROTO_MAX_TAIL; k++)
+            free(r->tail[k]);
+    }
+    free(a.ranks);
+    if (a.probe_lfd >= 0)
+        close(a.probe_lfd);
+    dsl_linebuf_release(&a.in);
+    dsl_dynbuf_release(&a.outq);
+    return 0;
+}

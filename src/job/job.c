@@ -1,0 +1,855 @@
+/*
+ * Running a job: the launcher's fan-out and supervision loop.
+ *
+ * Theory of operation. One thread runs one poll() loop (house style 15); each pass
+ * rebuilds the poll set from the nodes in flight. Per node the state moves
+ *
+ *   PENDING -> CONNECTING -> HELLO -> READY -> RUNNING -> EXITED
+ *                    \           \        \         \--> FAILED
+ *
+ * with timestamps, so the watchdog is "state x elapsed time -> action": a node stuck in
+ * CONNECTING or HELLO past --connect-timeout fails as unreachable; a RUNNING node
+ * silent for --keepalive seconds fails as lost. At most --fanout nodes are in
+ * CONNECTING at once.
+ *
+ * Phases of the job, in order:
+ *   connect   every agent says hello (version, cpus, gpus, interfaces)
+ *   preflight versions equal, slots within GPU counts; for multi-node jobs the probe:
+ *             node 0 holds the master port (or picks a free one), every other node
+ *             test-connects to node 0's addresses, the first address every node reached
+ *             becomes MASTER_ADDR, and each node reports the interface that routes there
+ *             (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME unless the user set them); the
+ *             program and the working directory are checked on every node
+ *   start     each agent gets its ranks' argv and env as data
+ *   run       output lines are printed with a rank prefix (and logged), exits recorded
+ *   stop      the first failure anywhere (rank exit != 0, killed rank, lost node) or a
+ *             signal to the launcher sends "stop" (SIGTERM, or the signal received) to
+ *             every agent; agents SIGKILL after the grace; after grace + 5 s the launcher
+ *             closes every channel, which makes agents kill whatever is left
+ *
+ * Signals: SIGINT/SIGTERM/SIGHUP only set a flag. The first forwards that signal to every
+ * rank with the normal grace; a second SIGINT kills at once. SIGPIPE is ignored.
+ * If the launcher itself is SIGKILLed, every agent sees EOF and kills its ranks.
+ */
+#define _GNU_SOURCE /* pipe2 */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/job/agent.h"
+#include "dslaunch/job/job.h"
+#include "job_impl.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+#define OUTQ_MAX (64u << 20)
+/* How long after a first failure a foreign kill may still be named as its cause: well
+ * inside the grace period, so that our own SIGKILL after the grace never counts. */
+#define CAUSE_WINDOW(job) ((job)->opts->term_timeout < 2.0 ? (job)->opts->term_timeout / 2 : 1.0)
+/* SIGKILL is ours only once the grace has run out; before that it came from outside. */
+#define SIGKILL_BY_US(job) (dsl_now() - (job)->t_stop >= (job)->opts->term_timeout ? SIGKILL : 0)
+
+static volatile sig_atomic_t sig_pending, sig_count;
+static int sig_wfd = -1;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    sig_pending = sig;
+    sig_count++;
+    if (sig_wfd >= 0) {
+        char c = 0;
+        ssize_t w = write(sig_wfd, &c, 1);
+        (void)w;
+    }
+    errno = saved;
+}
+
+void dsl_job_init(struct dsl_job *job, struct dsl_plan *p)
+{
+    memset(job, 0, sizeof(*job));
+    job->plan = p;
+    job->opts = p->opts;
+    job->pl = &p->pl;
+    job->failed_rank = -1;
+    job->failed_node = -1;
+}
+
+void dsl_job_release(struct dsl_job *job)
+{
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->conn.priv && n->conn.ops)
+            n->conn.ops->close(&n->conn);
+        free(n->conn.host);
+        dsl_linebuf_release(&n->in);
+        dsl_dynbuf_release(&n->outq);
+        dsl_msg_release(&n->hello);
+        dsl_msg_release(&n->probed);
+        free(n->iface);
+    }
+    free(job->nodes);
+    for (int i = 0; i < job->nranks; i++) {
+        dsl_strvec_release(&job->ranks[i].tail);
+        if (job->ranks[i].log)
+            fclose(job->ranks[i].log);
+        free(job->ranks[i].pending_cr);
+    }
+    free(job->ranks);
+    memset(job, 0, sizeof(*job));
+}
+
+/* ---- sending ---- */
+
+void dsl_job_node_send(struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    if (n->state == DSL_NODE_FAILED || n->eof)
+        return;
+    if (dsl_msg_encode(m, &n->outq) < 0) {
+        dsl_dynbuf_init(&n->outq, OUTQ_MAX);
+        n->state = DSL_NODE_FAILED;
+        n->err_code = DSL_EREMOTE;
+        snprintf(n->err, sizeof(n->err), "agent on '%s' stopped reading its control channel",
+                 n->pn->host);
+    }
+    n->last_tx = dsl_now();
+}
+
+void dsl_job_node_flush(struct dsl_job_node *n)
+{
+    while (n->outq.len && n->conn.state == DSL_CONN_OPEN) {
+        ssize_t w = n->conn.ops->write(&n->conn, n->outq.buf, n->outq.len);
+        if (w > 0) {
+            dsl_dynbuf_consume(&n->outq, (size_t)w);
+            continue;
+        }
+        if (w == -EAGAIN || w == 0)
+            return;
+        dsl_dynbuf_reset(&n->outq); /* the read side will see EOF and report */
+        return;
+    }
+}
+
+static void broadcast_stop(struct dsl_job *job, int sig, double grace)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_STOP);
+    m.sig = sig;
+    m.grace = grace;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state == DSL_NODE_RUNNING || n->state == DSL_NODE_READY ||
+            n->state == DSL_NODE_HELLO) {
+            dsl_job_node_send(n, &m);
+            dsl_job_node_flush(n);
+        }
+    }
+}
+
+static void begin_stop(struct dsl_job *job, int sig, double grace)
+{
+    if (!job->stopping) {
+        job->stopping = 1;
+        job->t_stop = dsl_now();
+        job->stop_sig = sig;
+    }
+    broadcast_stop(job, sig, grace);
+}
+
+static void node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt, ...)
+{
+    if (n->state == DSL_NODE_FAILED || n->state == DSL_NODE_EXITED)
+        return;
+    int was_running = n->state == DSL_NODE_RUNNING;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->err, sizeof(n->err), fmt, ap);
+    va_end(ap);
+    n->err_code = code;
+    n->state = DSL_NODE_FAILED;
+    if (was_running && job->failed_rank < 0 && job->failed_node < 0) {
+        job->failed_node = (int)(n - job->nodes);
+        job->exit_code = code == DSL_ETIMEDOUT || code == DSL_ECONNECT ? DSL_EXIT_UNREACHABLE
+                                                                       : DSL_EXIT_AGENT;
+    }
+    if (was_running)
+        begin_stop(job, SIGTERM, job->opts->term_timeout);
+}
+
+/* ---- output ---- */
+
+static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, const char *line)
+{
+    FILE *f = stream == 2 ? stderr : stdout;
+    if (job->opts->no_prefix)
+        fprintf(f, "%s\n", line);
+    else if (job->nnodes > 1 || !job->plan->all_local)
+        fprintf(f, "[%s:rank %d] %s\n", job->pl->nodes[r->node].host, r->rank, line);
+    else
+        fprintf(f, "[rank %d] %s\n", r->rank, line);
+    fflush(f);
+}
+
+static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct dsl_msg *m)
+{
+    if (r->log) {
+        fputs(m->line, r->log);
+        fputc('\n', r->log);
+        fflush(r->log);
+    }
+    if (m->cr) {
+        /* a progress bar redrawing itself: show at most one update a second */
+        double now = dsl_now();
+        free(r->pending_cr);
+        r->pending_cr = NULL;
+        if (now - r->last_cr_shown >= 1.0) {
+            print_line(job, r, m->stream, m->line);
+            r->last_cr_shown = now;
+        } else {
+            r->pending_cr = dsl_xstrdup(m->line);
+        }
+        return;
+    }
+    free(r->pending_cr);
+    r->pending_cr = NULL;
+    print_line(job, r, m->stream, m->line);
+}
+
+/* ---- receiving ---- */
+
+static struct dsl_job_rank *rank_of(struct dsl_job *job, struct dsl_job_node *n, int rank)
+{
+    if (rank < 0 || rank >= job->nranks || job->ranks[rank].node != (int)(n - job->nodes))
+        return NULL;
+    return &job->ranks[rank];
+}
+
+static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_msg *m)
+{
+    struct dsl_job_rank *r;
+    switch (m->type) {
+    case DSL_MSG_HELLO:
+        if (n->have_hello)
+            break;
+        n->hello = *m;
+        dsl_msg_init(m, 0); /* ownership moved */
+        n->have_hello = 1;
+        n->t_hello = dsl_now();
+        if (n->state == DSL_NODE_HELLO)
+            n->state = DSL_NODE_READY;
+        break;
+    case DSL_MSG_PROBED:
+        dsl_msg_release(&n->probed);
+        n->probed = *m;
+        dsl_msg_init(m, 0);
+        n->have_probed = 1;
+        break;
+    case DSL_MSG_STARTED:
+        if ((r = rank_of(job, n, m->rank))) {
+            r->started = 1;
+            r->pid = m->pid;
+        }
+        break;
+    case DSL_MSG_OUT:
+        if ((r = rank_of(job, n, m->rank)))
+            handle_out(job, r, m);
+        break;
+    case DSL_MSG_EXIT:
+        if (!(r = rank_of(job, n, m->rank)) || r->exited)
+            break;
+        r->exited = 1;
+        r->code = m->code;
+        r->sig = m->sig;
+        r->wall = m->wall;
+        r->pid = m->pid;
+        dsl_strvec_release(&r->tail);
+        for (size_t i = 0; i < m->tail.nr; i++)
+            dsl_strvec_push(&r->tail, m->tail.v[i]);
+        if (r->pending_cr) {
+            print_line(job, r, 2, r->pending_cr);
+            free(r->pending_cr);
+            r->pending_cr = NULL;
+        }
+        if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0) {
+            job->failed_rank = r->rank;
+            job->exit_code = r->sig ? 128 + r->sig : r->code;
+            job->t_first_fail = dsl_now();
+        } else if (r->sig && r->sig != job->stop_sig && r->sig != SIGKILL_BY_US(job) &&
+                   job->failed_rank >= 0 && !job->ranks[job->failed_rank].sig &&
+                   dsl_now() - job->t_first_fail < CAUSE_WINDOW(job)) {
+            /*
+             * A rank killed by a signal nobody here sent, moments after a peer exited
+             * with an error: the peer most likely failed because of it (a collective
+             * saw the connection drop), so the kill is what the summary should name.
+             */
+            job->failed_rank = r->rank;
+            job->exit_code = 128 + r->sig;
+        }
+        if ((r->sig || r->code != 0) && !job->stopping)
+            begin_stop(job, SIGTERM, job->opts->term_timeout);
+        break;
+    case DSL_MSG_SPAWNERR:
+        if (!(r = rank_of(job, n, m->rank)))
+            break;
+        dsl_error("rank %d on '%s': %s", r->rank, n->pn->host, m->error);
+        for (int i = m->rank; i < job->nranks && job->ranks[i].node == r->node; i++) {
+            job->ranks[i].exited = 1;
+            job->ranks[i].code = 127;
+        }
+        if (job->failed_rank < 0 && job->failed_node < 0) {
+            job->failed_rank = r->rank;
+            job->exit_code = strstr(m->error, "ermission") ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
+        }
+        begin_stop(job, SIGTERM, job->opts->term_timeout);
+        break;
+    case DSL_MSG_BYE:
+        n->state = DSL_NODE_EXITED;
+        break;
+    default:
+        break;
+    }
+}
+
+static void node_read(struct dsl_job *job, struct dsl_job_node *n)
+{
+    char buf[65536];
+    for (int rounds = 0; rounds < 64; rounds++) {
+        ssize_t got = n->conn.ops->read(&n->conn, buf, sizeof(buf));
+        if (got == -EAGAIN)
+            return;
+        if (got <= 0) {
+            n->eof = 1;
+            if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED) {
+                const char *why = n->conn.err[0] ? n->conn.err : "connection closed";
+                node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)", n->pn->host,
+                          why);
+            }
+            return;
+        }
+        n->last_rx = dsl_now();
+        if (dsl_linebuf_feed(&n->in, buf, (size_t)got) < 0) {
+            node_fail(job, n, DSL_EPROTO, "node agent on '%s' sent an oversized message",
+                      n->pn->host);
+            return;
+        }
+        for (;;) {
+            struct dsl_msg m;
+            char err[DSL_ERR_LEN];
+            int r = dsl_msg_next(&n->in, &m, err);
+            if (r == 0)
+                break;
+            if (r < 0) {
+                node_fail(job, n, DSL_EPROTO, "node agent on '%s': %s", n->pn->host, err);
+                return;
+            }
+            handle_msg(job, n, &m);
+            dsl_msg_release(&m);
+        }
+    }
+}
+
+/* ---- the loop ---- */
+
+static void open_pending(struct dsl_job *job, char *const *remote_argv, char *const *local_argv)
+{
+    int connecting = 0;
+    for (int i = 0; i < job->nnodes; i++)
+        connecting += job->nodes[i].state == DSL_NODE_CONNECTING;
+    for (int i = 0; i < job->nnodes && connecting < job->opts->fanout; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state != DSL_NODE_PENDING)
+            continue;
+        n->t_start = dsl_now();
+        n->last_rx = n->t_start;
+        int r = n->conn.ops->open(&n->conn, &job->opts->tr, n->local ? local_argv : remote_argv);
+        if (r < 0 || n->conn.state == DSL_CONN_FAILED) {
+            n->state = DSL_NODE_FAILED;
+            n->err_code = n->conn.err_code ? n->conn.err_code : r;
+            snprintf(n->err, sizeof(n->err), "%s", n->conn.err);
+            continue;
+        }
+        n->state = n->conn.state == DSL_CONN_OPEN ? DSL_NODE_HELLO : DSL_NODE_CONNECTING;
+        connecting += n->state == DSL_NODE_CONNECTING;
+    }
+}
+
+/* One pass: poll everything in flight for at most timeout_ms, handle what is ready. */
+void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
+{
+    struct pollfd *pf = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(*pf));
+    int *owner = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
+    nfds_t npf = 0;
+    pf[npf].fd = sig_rfd;
+    pf[npf].events = POLLIN;
+    owner[npf++] = -1;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state == DSL_NODE_PENDING || n->state == DSL_NODE_FAILED || n->eof ||
+            !n->conn.priv)
+            continue;
+        short ev = 0;
+        int fd = n->conn.ops->pollfd(&n->conn, &ev);
+        if (fd < 0)
+            continue;
+        if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
+            ev |= POLLOUT;
+        pf[npf].fd = fd;
+        pf[npf].events = ev;
+        owner[npf++] = i;
+    }
+    int pr = poll(pf, npf, timeout_ms);
+    for (nfds_t k = 0; pr > 0 && k < npf; k++) {
+        if (!pf[k].revents)
+            continue;
+        if (owner[k] < 0) {
+            char drain[64];
+            while (read(sig_rfd, drain, sizeof(drain)) > 0)
+                ;
+            continue;
+        }
+        struct dsl_job_node *n = &job->nodes[owner[k]];
+        if (n->state == DSL_NODE_CONNECTING) {
+            if (n->conn.ops->progress(&n->conn) < 0 || n->conn.state == DSL_CONN_FAILED) {
+                n->state = DSL_NODE_FAILED;
+                n->err_code = n->conn.err_code ? n->conn.err_code : DSL_ECONNECT;
+                snprintf(n->err, sizeof(n->err), "%s", n->conn.err);
+                continue;
+            }
+            if (n->conn.state == DSL_CONN_OPEN)
+                n->state = DSL_NODE_HELLO;
+        }
+        if (n->conn.state != DSL_CONN_OPEN)
+            continue;
+        if (pf[k].revents & POLLOUT)
+            dsl_job_node_flush(n);
+        if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+            node_read(job, n);
+    }
+    /* transports with internal buffering (libssh) may hold data poll cannot see */
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->conn.state == DSL_CONN_OPEN && !n->eof && n->state != DSL_NODE_FAILED &&
+            strcmp(n->conn.ops->name, "local") != 0)
+            node_read(job, n);
+        if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
+            dsl_job_node_flush(n);
+    }
+    free(pf);
+    free(owner);
+}
+
+void dsl_job_handle_signals(struct dsl_job *job)
+{
+    if (!sig_pending)
+        return;
+    int sig = sig_pending;
+    sig_pending = 0;
+    if (sig_count >= 2 && sig == SIGINT) {
+        dsl_info("second interrupt: killing every rank now");
+        begin_stop(job, SIGKILL, 0);
+    } else {
+        dsl_info("got %s: stopping every rank (SIGKILL in %.0f s; ^C again to kill now)",
+                 dsl_signame(sig), job->opts->term_timeout);
+        if (job->failed_rank < 0 && job->failed_node < 0 && !job->exit_code)
+            job->exit_code = 128 + sig;
+        begin_stop(job, sig, job->opts->term_timeout);
+    }
+}
+
+static const char *conn_state_name(enum dsl_conn_state s)
+{
+    switch (s) {
+    case DSL_CONN_PENDING: return "pending";
+    case DSL_CONN_CONNECTING: return "connecting";
+    case DSL_CONN_AUTHENTICATING: return "authenticating";
+    case DSL_CONN_STARTING: return "starting agent";
+    case DSL_CONN_OPEN: return "waiting for agent";
+    case DSL_CONN_CLOSED: return "closed";
+    case DSL_CONN_FAILED: return "failed";
+    }
+    return "?";
+}
+
+/* Wait until every node has said hello (or failed). 0, or the exit code. */
+static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_argv,
+                         char *const *local_argv)
+{
+    double t0 = dsl_now(), next_progress = t0 + 2.0;
+    for (;;) {
+        open_pending(job, remote_argv, local_argv);
+        dsl_job_handle_signals(job);
+        if (job->stopping)
+            return job->exit_code ? job->exit_code : 130;
+        int waiting = 0, ready = 0;
+        double now = dsl_now();
+        struct dsl_job_node *slow = NULL;
+        for (int i = 0; i < job->nnodes; i++) {
+            struct dsl_job_node *n = &job->nodes[i];
+            if (n->state == DSL_NODE_READY) {
+                ready++;
+                continue;
+            }
+            if (n->state == DSL_NODE_FAILED)
+                continue;
+            if (n->eof) {
+                node_fail(job, n, DSL_EREMOTE, "node agent on '%s' exited before saying hello%s%s",
+                          n->pn->host, n->conn.err[0] ? ": " : "", n->conn.err);
+                continue;
+            }
+            if (n->state != DSL_NODE_PENDING && now - n->t_start > job->opts->tr.connect_timeout) {
+                node_fail(job, n, DSL_ETIMEDOUT, "cannot reach '%s': no answer within %.0f s (%s)",
+                          n->pn->host, job->opts->tr.connect_timeout,
+                          conn_state_name(n->conn.state));
+                if (n->conn.priv)
+                    n->conn.ops->close(&n->conn);
+                continue;
+            }
+            waiting++;
+            if (!slow || n->t_start < slow->t_start)
+                slow = n;
+        }
+        if (!waiting)
+            break;
+        if (now >= next_progress && slow && job->opts->verbose) {
+            dsl_info("connected %d/%d, waiting on %s (%s, %.1f s)", ready, job->nnodes,
+                     slow->pn->host, conn_state_name(slow->conn.state), now - slow->t_start);
+            next_progress = now + 2.0;
+        }
+        dsl_job_pump(job, sig_rfd, 100);
+    }
+    int failed = 0, code = 0;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state != DSL_NODE_FAILED)
+            continue;
+        if (!failed)
+            dsl_error("cannot start the job: %s unreachable or refused", "some hosts are");
+        failed++;
+        fprintf(stderr, "  %-20s %s\n", n->pn->host, n->err[0] ? n->err : dsl_strerror(n->err_code));
+        int c = n->err_code == DSL_EAUTH ? DSL_EXIT_AUTH
+                : (n->err_code == DSL_ECONNECT || n->err_code == DSL_ETIMEDOUT ||
+                   n->err_code == -ECONNREFUSED || n->err_code == -EHOSTUNREACH)
+                    ? DSL_EXIT_UNREACHABLE
+                    : DSL_EXIT_AGENT;
+        if (!code || c == DSL_EXIT_AUTH)
+            code = c;
+    }
+    if (failed)
+        dsl_error("nothing was started");
+    return code;
+}
+
+static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_msg *m)
+{
+    const struct dsl_node *pn = n->pn;
+    dsl_msg_init(m, DSL_MSG_START);
+    m->node_rank = pn->node_rank;
+    m->host_label = dsl_xstrdup(pn->host);
+    m->cwd = dsl_xstrdup(job->plan->cwd);
+    m->grace = job->opts->term_timeout;
+    m->keepalive = n->local ? 0 : job->opts->tr.keepalive;
+    for (size_t i = 0; i < job->plan->argv.nr; i++)
+        dsl_strvec_push(&m->argv, job->plan->argv.v[i]);
+    for (size_t i = 0; i < job->plan->exported.nr; i++)
+        dsl_strvec_push(&m->env, job->plan->exported.v[i]);
+    char devs[4096] = "";
+    size_t dl = 0;
+    for (int s = 0; s < pn->nslots && dl < sizeof(devs) - 16; s++)
+        dl += (size_t)snprintf(devs + dl, sizeof(devs) - dl, "%s%d", s ? "," : "", pn->slots[s]);
+    dsl_strvec_pushf(&m->env, "MASTER_ADDR=%s", job->plan->master_addr);
+    dsl_strvec_pushf(&m->env, "MASTER_PORT=%d", job->plan->master_port);
+    dsl_strvec_pushf(&m->env, "WORLD_SIZE=%d", job->pl->world_size);
+    dsl_strvec_pushf(&m->env, "LOCAL_WORLD_SIZE=%d", pn->nslots);
+    dsl_strvec_pushf(&m->env, "LOCAL_SIZE=%d", pn->nslots);
+    dsl_strvec_pushf(&m->env, "NODE_RANK=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, "GROUP_RANK=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, "CROSS_RANK=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, "NNODES=%d", job->pl->nr);
+    dsl_strvec_pushf(&m->env, "CROSS_SIZE=%d", job->pl->nr);
+    dsl_strvec_pushf(&m->env, "CUDA_VISIBLE_DEVICES=%s", devs);
+    dsl_strvec_pushf(&m->env, "DSLAUNCH_RUN_ID=%s", job->plan->run_id);
+    dsl_strvec_pushf(&m->env, "DSLAUNCH_RUN_TOKEN=%s", job->plan->token);
+    dsl_strvec_push(&m->env, "DSLAUNCH_RESTART_COUNT=0");
+    if (n->iface) {
+        if (!dsl_env_get(&job->plan->exported, "NCCL_SOCKET_IFNAME"))
+            dsl_strvec_pushf(&m->env, "NCCL_SOCKET_IFNAME=%s", n->iface);
+        if (!dsl_env_get(&job->plan->exported, "GLOO_SOCKET_IFNAME"))
+            dsl_strvec_pushf(&m->env, "GLOO_SOCKET_IFNAME=%s", n->iface);
+    }
+    if (!dsl_env_get(&job->plan->exported, "OMP_NUM_THREADS")) {
+        int cpus = n->hello.cpus > 0 ? n->hello.cpus : 1;
+        int t = cpus / pn->nslots;
+        dsl_strvec_pushf(&m->env, "OMP_NUM_THREADS=%d", t < 1 ? 1 : t);
+    }
+    m->ranks = dsl_xcalloc((size_t)pn->nslots, sizeof(*m->ranks));
+    for (int s = 0; s < pn->nslots; s++) {
+        struct dsl_rank_spec *rs = &m->ranks[m->nranks++];
+        rs->rank = pn->first_rank + s;
+        rs->local_rank = s;
+        dsl_strvec_init(&rs->env);
+        dsl_strvec_pushf(&rs->env, "RANK=%d", rs->rank);
+        dsl_strvec_pushf(&rs->env, "LOCAL_RANK=%d", s);
+    }
+    m->local_rank_arg = job->opts->local_rank_arg;
+}
+
+/* The transport for hosts that are not this machine. */
+static const struct dsl_transport_ops *transport_for(enum dsl_launcher_kind k)
+{
+#ifdef DSL_HAVE_SSH_TRANSPORT
+    if (k == DSL_LAUNCHER_AUTO || k == DSL_LAUNCHER_SSH)
+        return &dsl_transport_ssh;
+#endif
+#ifdef DSL_HAVE_PDSH_TRANSPORT
+    if (k == DSL_LAUNCHER_PDSH)
+        return &dsl_transport_pdsh;
+#endif
+#ifdef DSL_HAVE_OPENMPI_TRANSPORT
+    if (k == DSL_LAUNCHER_OPENMPI)
+        return &dsl_transport_openmpi;
+#endif
+    (void)k;
+    return NULL;
+}
+
+static int all_ranks_done(struct dsl_job *job)
+{
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED)
+            return 0;
+    }
+    return 1;
+}
+
+static void print_summary(struct dsl_job *job)
+{
+    if (job->failed_rank >= 0) {
+        struct dsl_job_rank *r = &job->ranks[job->failed_rank];
+        const char *host = job->pl->nodes[r->node].host;
+        if (r->sig)
+            dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s", r->rank, host,
+                      r->pid, dsl_signame(r->sig), r->wall);
+        else if (r->code == 127 && !r->started)
+            dsl_error("rank %d (host %s) could not be started", r->rank, host);
+        else
+            dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s", r->rank,
+                      host, r->pid, r->code, r->wall);
+        if (r->tail.nr) {
+            fprintf(stderr, "  last lines of rank %d's stderr:\n", r->rank);
+            for (size_t i = 0; i < r->tail.nr; i++)
+                fprintf(stderr, "  | %s\n", r->tail.v[i]);
+        }
+    } else if (job->failed_node >= 0) {
+        struct dsl_job_node *n = &job->nodes[job->failed_node];
+        dsl_error("node %d (%s) lost: %s", job->failed_node, n->pn->host, n->err);
+    }
+    if (job->failed_rank >= 0 || job->failed_node >= 0 || job->exit_code) {
+        int stopped = 0, killed = 0;
+        for (int i = 0; i < job->nranks; i++) {
+            struct dsl_job_rank *r = &job->ranks[i];
+            if (i == job->failed_rank || !r->started)
+                continue;
+            stopped++;
+            killed += r->sig == SIGKILL;
+        }
+        if (stopped)
+            dsl_info("stopped %d other rank(s)%s", stopped,
+                     killed ? " (some needed SIGKILL after the grace period)" : "");
+    }
+}
+
+int dsl_job_run(struct dsl_job *job)
+{
+    int code = 0;
+    int sp[2] = {-1, -1};
+    struct dsl_strvec remote_argv;
+    dsl_strvec_init(&remote_argv);
+    job->t_begin = dsl_now();
+
+    if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) < 0) {
+        dsl_error("cannot create pipe: %s", strerror(errno));
+        return DSL_EXIT_AGENT;
+    }
+    sig_wfd = sp[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    dsl_strvec_push(&remote_argv,
+                    job->opts->remote_dslaunch ? job->opts->remote_dslaunch : job->plan->self_exe);
+    dsl_strvec_push(&remote_argv, "--agent");
+
+    /* ranks */
+    job->nranks = job->pl->world_size;
+    job->ranks = dsl_xcalloc((size_t)job->nranks, sizeof(*job->ranks));
+    for (int i = 0; i < job->pl->nr; i++)
+        for (int s = 0; s < job->pl->nodes[i].nslots; s++) {
+            struct dsl_job_rank *r = &job->ranks[job->pl->nodes[i].first_rank + s];
+            r->rank = job->pl->nodes[i].first_rank + s;
+            r->node = i;
+            r->local_rank = s;
+            r->device = job->pl->nodes[i].slots[s];
+            dsl_strvec_init(&r->tail);
+            r->last_cr_shown = -1e9;
+        }
+    if (job->opts->log_dir) {
+        if (mkdir(job->opts->log_dir, 0777) < 0 && errno != EEXIST) {
+            dsl_error("cannot create log directory '%s': %s", job->opts->log_dir, strerror(errno));
+            code = DSL_EXIT_USAGE;
+            goto out;
+        }
+        for (int i = 0; i < job->nranks; i++) {
+            char *path = dsl_xasprintf("%s/rank%d.log", job->opts->log_dir, i);
+            job->ranks[i].log = fopen(path, "we");
+            if (!job->ranks[i].log) {
+                dsl_error("cannot write log file '%s': %s", path, strerror(errno));
+                free(path);
+                code = DSL_EXIT_USAGE;
+                goto out;
+            }
+            free(path);
+        }
+    }
+
+    /* nodes */
+    job->nnodes = job->pl->nr;
+    job->nodes = dsl_xcalloc((size_t)job->nnodes, sizeof(*job->nodes));
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        n->pn = &job->pl->nodes[i];
+        n->local = job->opts->launcher == DSL_LAUNCHER_LOCAL ||
+                   (job->opts->launcher == DSL_LAUNCHER_AUTO && dsl_host_is_local(n->pn->host));
+        n->conn.host = dsl_xstrdup(n->pn->host);
+        dsl_linebuf_init(&n->in);
+        dsl_dynbuf_init(&n->outq, OUTQ_MAX);
+        dsl_msg_init(&n->hello, 0);
+        dsl_msg_init(&n->probed, 0);
+        if (n->local) {
+            n->conn.ops = &dsl_transport_local;
+            n->conn.agent_main = dsl_agent_main;
+        } else {
+            const struct dsl_transport_ops *ops = transport_for(job->opts->launcher);
+            if (!ops) {
+                dsl_error("host '%s' is not this machine, and this dslaunch was built without "
+                          "the %s transport", n->pn->host,
+                          job->opts->launcher == DSL_LAUNCHER_PDSH ? "pdsh" : "ssh");
+                code = DSL_EXIT_USAGE;
+                goto out;
+            }
+            n->conn.ops = ops;
+        }
+    }
+
+    code = phase_connect(job, sp[0], remote_argv.v, NULL /* local agents run in the forked child */);
+    if (job->inspect) {
+        code = job->inspect(job, sp[0], code, job->inspect_arg);
+        goto out;
+    }
+    if (code != 0)
+        goto out;
+    if ((code = dsl_job_check_hellos(job)) != 0)
+        goto out;
+    if (!job->plan->all_local || job->opts->mode == DSL_MODE_CHECK) {
+        if ((code = dsl_job_probe(job, sp[0])) != 0)
+            goto out;
+    }
+    if (job->opts->mode == DSL_MODE_CHECK || (job->opts->verbose >= 2) ||
+        (!job->plan->all_local && job->opts->verbose >= 1))
+        dsl_job_print_preflight(job);
+    if (job->opts->mode == DSL_MODE_CHECK) {
+        fprintf(stderr, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
+        goto out;
+    }
+
+    /* start */
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_msg m;
+        build_start(job, &job->nodes[i], &m);
+        dsl_job_node_send(&job->nodes[i], &m);
+        dsl_job_node_flush(&job->nodes[i]);
+        dsl_msg_release(&m);
+        job->nodes[i].state = DSL_NODE_RUNNING;
+        job->nodes[i].last_rx = dsl_now();
+    }
+
+    /* run */
+    for (;;) {
+        dsl_job_handle_signals(job);
+        double now = dsl_now();
+        if (all_ranks_done(job))
+            break;
+        for (int i = 0; i < job->nnodes; i++) {
+            struct dsl_job_node *n = &job->nodes[i];
+            if (n->state != DSL_NODE_RUNNING || n->local)
+                continue;
+            if (job->opts->tr.keepalive > 0 && now - n->last_tx > job->opts->tr.keepalive / 3) {
+                struct dsl_msg m;
+                dsl_msg_init(&m, DSL_MSG_PING);
+                dsl_job_node_send(n, &m);
+            }
+            if (job->opts->tr.keepalive > 0 && now - n->last_rx > job->opts->tr.keepalive)
+                node_fail(job, n, DSL_ETIMEDOUT, "no word from '%s' for %.1f s (host down or "
+                          "network lost)", n->pn->host, now - n->last_rx);
+        }
+        if (job->stopping && now - job->t_stop > job->opts->term_timeout + 5.0) {
+            dsl_warn("some nodes did not confirm the stop within %.0f s; closing their channels",
+                     job->opts->term_timeout + 5.0);
+            break;
+        }
+        dsl_job_pump(job, sp[0], 200);
+    }
+    print_summary(job);
+    code = job->exit_code;
+
+out:
+    /* closing the channels makes every agent kill whatever is left and exit */
+    for (int i = 0; job->nodes && i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->conn.priv && n->conn.state == DSL_CONN_OPEN) {
+            if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED) {
+                struct dsl_msg m;
+                dsl_msg_init(&m, DSL_MSG_STOP);
+                m.sig = SIGKILL;
+                dsl_job_node_send(n, &m);
+                dsl_job_node_flush(n);
+            }
+            n->conn.ops->close_write(&n->conn);
+        }
+    }
+    for (int i = 0; job->nodes && i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->conn.priv)
+            n->conn.ops->close(&n->conn);
+    }
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    sig_wfd = -1;
+    close(sp[0]);
+    close(sp[1]);
+    dsl_strvec_release(&remote_argv);
+    return code;
+}

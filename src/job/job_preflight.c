@@ -1,0 +1,235 @@
+/*
+ * The launcher's preflight: what it checks once every agent has said hello and before
+ * anything starts (see the theory of operation in job.c).
+ *
+ * check_hellos compares protocol and dslaunch versions and the GPU counts against the
+ * slots used. The probe, for multi-node jobs and --check, runs in two rounds:
+ *   1. node 0's agent binds the master port and holds it (or, when the port was not
+ *      given and is busy, binds a free one), and checks the program and the cwd;
+ *   2. every other agent test-connects to each of node 0's non-loopback IPv4 addresses
+ *      (or --master_addr) on that port, reports which it reached, the interface its
+ *      kernel routes through to the first one, and checks the program and the cwd.
+ * The first address every node reached becomes MASTER_ADDR; node 0's interface is the
+ * one that holds it. A third round (an empty probe) makes node 0 release the port
+ * before anything starts, so rank 0's rendezvous store can bind it and no rank can
+ * reach a listener that is about to close.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/job/job.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "job_impl.h"
+#include "dslaunch/common/banned.h"
+
+/* Check hellos: versions and GPU counts. 0 or DSL_EXIT_PREFLIGHT. */
+int dsl_job_check_hellos(struct dsl_job *job)
+{
+    int bad = 0;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        const struct dsl_msg *h = &n->hello;
+        if (h->proto != DSL_PROTO_VERSION) {
+            dsl_error("'%s' speaks control protocol %d, this dslaunch speaks %d", n->pn->host,
+                      h->proto, DSL_PROTO_VERSION);
+            bad = 1;
+        } else if (strcmp(h->version, DSL_VERSION) != 0) {
+            dsl_error("'%s' runs dslaunch %s, this is %s: install the same version everywhere",
+                      n->pn->host, h->version, DSL_VERSION);
+            bad = 1;
+        }
+        int maxslot = n->pn->slots[n->pn->nslots - 1];
+        if (h->gpus > 0 && maxslot >= h->gpus) {
+            dsl_error("'%s' has %d GPU(s) but the placement uses device %d there", n->pn->host,
+                      h->gpus, maxslot);
+            bad = 1;
+        }
+    }
+    return bad ? DSL_EXIT_PREFLIGHT : 0;
+}
+
+static int wait_probed(struct dsl_job *job, int sig_rfd, int first, int last)
+{
+    double t0 = dsl_now();
+    for (;;) {
+        int waiting = 0;
+        for (int i = first; i < last; i++) {
+            struct dsl_job_node *n = &job->nodes[i];
+            if (!n->have_probed && n->state != DSL_NODE_FAILED)
+                waiting++;
+        }
+        if (!waiting)
+            break;
+        dsl_job_handle_signals(job);
+        if (job->stopping)
+            return job->exit_code ? job->exit_code : 130;
+        if (dsl_now() - t0 > job->opts->tr.connect_timeout + 10) {
+            dsl_error("preflight: no answer to the probe within %.0f s",
+                      job->opts->tr.connect_timeout + 10);
+            return DSL_EXIT_TIMEOUT;
+        }
+        dsl_job_pump(job, sig_rfd, 100);
+    }
+    for (int i = first; i < last; i++)
+        if (job->nodes[i].state == DSL_NODE_FAILED) {
+            dsl_error("preflight: %s", job->nodes[i].err);
+            return DSL_EXIT_AGENT;
+        }
+    return 0;
+}
+
+static int is_loopback(const char *a)
+{
+    return !strncmp(a, "127.", 4) || !strcmp(a, "::1");
+}
+
+/*
+ * The multi-node probe (see the theory above). Fills master_addr, master_port and
+ * every node's iface. Returns 0 or an exit code.
+ */
+int dsl_job_probe(struct dsl_job *job, int sig_rfd)
+{
+    struct dsl_job_node *n0 = &job->nodes[0];
+    struct dsl_msg m;
+    int r;
+    const char *prog = job->plan->argv.nr ? job->plan->argv.v[0] : "";
+    /* round 1: node 0 holds the port */
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.port = job->plan->master_port;
+    m.pick = !job->opts->master_port_given;
+    m.program = dsl_xstrdup(prog);
+    m.cwd = dsl_xstrdup(job->plan->cwd);
+    dsl_job_node_send(n0, &m);
+    dsl_job_node_flush(n0);
+    if ((r = wait_probed(job, sig_rfd, 0, 1)) != 0) {
+        dsl_msg_release(&m);
+        return r;
+    }
+    if (!n0->probed.port) {
+        dsl_error("preflight: master port %d is busy on '%s'%s", job->plan->master_port, n0->pn->host,
+                  job->opts->master_port_given ? "; choose another with --master_port" : "");
+        dsl_msg_release(&m);
+        return DSL_EXIT_PREFLIGHT;
+    }
+    if (n0->probed.port_busy)
+        dsl_info("master port %d is busy on '%s'; using %d", job->plan->master_port, n0->pn->host,
+                 n0->probed.port);
+    job->plan->master_port = n0->probed.port;
+
+    /* round 2: everyone else test-connects to node 0's candidate addresses */
+    struct dsl_strvec cand;
+    dsl_strvec_init(&cand);
+    if (job->opts->master_addr) {
+        dsl_strvec_push(&cand, job->opts->master_addr);
+    } else {
+        for (int i = 0; i < n0->hello.nifaces; i++)
+            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
+                const char *a = n0->hello.ifaces[i].addrs.v[k];
+                if (!is_loopback(a) && !strchr(a, ':'))
+                    dsl_strvec_push(&cand, a);
+            }
+        if (job->plan->all_local || cand.nr == 0)
+            dsl_strvec_push(&cand, "127.0.0.1");
+    }
+    dsl_msg_release(&m);
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.port = 0;
+    m.cport = job->plan->master_port;
+    for (size_t k = 0; k < cand.nr; k++)
+        dsl_strvec_push(&m.connect, cand.v[k]);
+    m.program = dsl_xstrdup(prog);
+    m.cwd = dsl_xstrdup(job->plan->cwd);
+    for (int i = 1; i < job->nnodes; i++) {
+        job->nodes[i].have_probed = 0;
+        dsl_job_node_send(&job->nodes[i], &m);
+        dsl_job_node_flush(&job->nodes[i]);
+    }
+    dsl_msg_release(&m);
+    if ((r = wait_probed(job, sig_rfd, 1, job->nnodes)) != 0) {
+        dsl_strvec_release(&cand);
+        return r;
+    }
+    int chosen = -1;
+    for (size_t k = 0; k < cand.nr && chosen < 0; k++) {
+        int all = 1;
+        for (int i = 1; i < job->nnodes; i++)
+            if ((int)k >= job->nodes[i].probed.nreach || !job->nodes[i].probed.reach[k])
+                all = 0;
+        if (all)
+            chosen = (int)k;
+    }
+    int bad = 0;
+    if (chosen < 0) {
+        dsl_error("preflight: no address of '%s' is reachable on port %d from every node",
+                  n0->pn->host, job->plan->master_port);
+        for (int i = 1; i < job->nnodes; i++)
+            for (size_t k = 0; k < cand.nr; k++)
+                fprintf(stderr, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host, cand.v[k],
+                        job->plan->master_port,
+                        (int)k < job->nodes[i].probed.nreach && job->nodes[i].probed.reach[k]
+                            ? "ok"
+                            : "unreachable");
+        bad = 1;
+    } else {
+        free(job->plan->master_addr);
+        job->plan->master_addr = dsl_xstrdup(cand.v[chosen]);
+    }
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (!n->probed.program_ok || !n->probed.cwd_ok) {
+            dsl_error("preflight: '%s': %s", n->pn->host, n->probed.detail);
+            bad = 1;
+        }
+        free(n->iface);
+        n->iface = NULL;
+        if (i > 0 && n->probed.iface && n->probed.iface[0])
+            n->iface = dsl_xstrdup(n->probed.iface);
+    }
+    /* node 0: the interface that holds MASTER_ADDR */
+    if (job->plan->master_addr)
+        for (int i = 0; i < n0->hello.nifaces && !n0->iface; i++)
+            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++)
+                if (!strcmp(n0->hello.ifaces[i].addrs.v[k], job->plan->master_addr))
+                    n0->iface = dsl_xstrdup(n0->hello.ifaces[i].name);
+    dsl_strvec_release(&cand);
+    if (bad)
+        return DSL_EXIT_PREFLIGHT;
+    /*
+     * Round 3: node 0 lets go of the master port before any rank starts anywhere. Were
+     * it released only when node 0 gets "start", a rank of a faster node could connect
+     * to the probe listener first and be reset when it closes.
+     */
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.program = dsl_xstrdup("");
+    m.cwd = dsl_xstrdup("");
+    struct dsl_msg held = n0->probed; /* keep round 1's answer for the callers */
+    dsl_msg_init(&n0->probed, 0);
+    n0->have_probed = 0;
+    dsl_job_node_send(n0, &m);
+    dsl_job_node_flush(n0);
+    dsl_msg_release(&m);
+    r = wait_probed(job, sig_rfd, 0, 1);
+    dsl_msg_release(&n0->probed);
+    n0->probed = held;
+    n0->have_probed = 1;
+    return r;
+}
+
+void dsl_job_print_preflight(struct dsl_job *job)
+{
+    fprintf(stderr, "%-4s %-20s %-20s %-8s %4s %4s %5s  %-10s %s\n", "node", "host", "hostname",
+            "version", "cpus", "gpus", "ranks", "iface", "first rank");
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        fprintf(stderr, "%-4d %-20s %-20s %-8s %4d %4d %5d  %-10s %d\n", i, n->pn->host,
+                n->hello.host ? n->hello.host : "?", n->hello.version ? n->hello.version : "?",
+                n->hello.cpus, n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
+                n->pn->first_rank);
+    }
+    fprintf(stderr, "MASTER_ADDR=%s MASTER_PORT=%d\n", job->plan->master_addr, job->plan->master_port);
+}
+

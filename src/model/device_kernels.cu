@@ -1,0 +1,362 @@
+/*
+ * The kernels of the CUDA device (device.h, device_cuda.c): scale, add, the two
+ * order-free reductions of the global gradient norm, and Adam/SGD.
+ *
+ * Theory of operation. Every kernel is a grid-stride loop over flat float buffers,
+ * launched on the legacy default stream by a launcher that returns the launch error.
+ * Each mirrors its CPU reference in device_cpu.c / optimizer.c operation for
+ * operation, with __f*_rn / __d*_rn intrinsics where a plain expression would let nvcc
+ * fuse a multiply and an add into an FMA (nvcc's default --fmad=true); sqrtf and
+ * division are IEEE round-to-nearest under nvcc's defaults (-prec-sqrt, -prec-div),
+ * which these launchers do not change. The CPU results are therefore bit-exact oracles,
+ * except for what the host computes (Adam's bias-correction powers), which the host
+ * also computes here and passes in. The reductions combine with atomicMax on uint32 and
+ * atomicAdd on uint64, both exact and order-free, so any block order gives the CPU's
+ * result.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "cuda_kernels.h"
+
+#define THREADS DSL_CUDA_THREADS
+#define GRID_STRIDE DSL_GRID_STRIDE
+
+__global__ void k_scale(float *p, size_t n, float f)
+{
+    GRID_STRIDE(i, n)
+    p[i] = __fmul_rn(p[i], f);
+}
+
+__global__ void k_add(float *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = __fadd_rn(dst[i], src[i]);
+}
+
+template <typename T>
+__global__ void k_absmax_bits(const T *p, size_t n, unsigned int *dmax)
+{
+    __shared__ unsigned int sh[THREADS];
+    unsigned int mb = 0;
+    GRID_STRIDE(i, n)
+    {
+        unsigned int b = __float_as_uint(dsl_tof(p[i])) & 0x7fffffffu;
+        mb = b > mb ? b : mb;
+    }
+    sh[threadIdx.x] = mb;
+    __syncthreads();
+    for (unsigned int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s && sh[threadIdx.x + s] > sh[threadIdx.x])
+            sh[threadIdx.x] = sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && sh[0])
+        atomicMax(dmax, sh[0]);
+}
+
+template <typename T>
+__global__ void k_sumsq_fixed(const T *p, size_t n, double k, unsigned long long *dsum)
+{
+    __shared__ unsigned long long sh[THREADS];
+    unsigned long long acc = 0;
+    GRID_STRIDE(i, n)
+    {
+        double x = (double)dsl_tof(p[i]);
+        /* ((x * x) * k) + 0.5, each rounded, as the CPU's expression evaluates */
+        double q = __dadd_rn(__dmul_rn(__dmul_rn(x, x), k), 0.5);
+        acc += (unsigned long long)(long long)q;
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned int s = THREADS / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && sh[0])
+        atomicAdd(dsum, sh[0]);
+}
+
+/* optimizer.c, the AdamW loop: pi = p - lr*wd*p; m, v; p = pi - step*m/(sqrt(v)/bc2s + eps)
+ * (one element; gi is the scaled gradient) */
+static __device__ __forceinline__ float adamw_one(const struct dsl_cuda_adam &a, float omb1,
+                                                  float omb2, float lrwd, float p0, float gi,
+                                                  float *m, float *v)
+{
+    float pi = __fsub_rn(p0, __fmul_rn(lrwd, p0));
+    float mi = __fadd_rn(__fmul_rn(a.b1, *m), __fmul_rn(omb1, gi));
+    float vi = __fadd_rn(__fmul_rn(a.b2, *v), __fmul_rn(__fmul_rn(omb2, gi), gi));
+    *m = mi;
+    *v = vi;
+    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2s), a.eps);
+    return __fsub_rn(pi, __fdiv_rn(__fmul_rn(a.step, mi), den));
+}
+
+/* optimizer.c, the Adam (L2) loop: g += wd*p; m, v; p -= step*m/(sqrt(v)/bc2s + eps) */
+static __device__ __forceinline__ float adaml2_one(const struct dsl_cuda_adam &a, float omb1,
+                                                   float omb2, float p0, float gs, float *m,
+                                                   float *v)
+{
+    float gi = __fadd_rn(gs, __fmul_rn(a.wd, p0));
+    float mi = __fadd_rn(__fmul_rn(a.b1, *m), __fmul_rn(omb1, gi));
+    float vi = __fadd_rn(__fmul_rn(a.b2, *v), __fmul_rn(__fmul_rn(omb2, gi), gi));
+    *m = mi;
+    *v = vi;
+    float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bc2s), a.eps);
+    return __fsub_rn(p0, __fdiv_rn(__fmul_rn(a.step, mi), den));
+}
+
+/* The fp32 kernels read g as it is and write no 16-bit copy. The mixed-precision ones
+ * (G, H 16-bit) widen g, multiply by ga first (the unscaling that the fp32 trainer
+ * does in place, which a 16-bit gradient cannot take) and write hp[i] = half(p[i]). */
+__global__ void k_adamw(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
+                        size_t n)
+{
+    float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
+    float lrwd = __fmul_rn(a.lr, a.wd);
+    GRID_STRIDE(i, n)
+    p[i] = adamw_one(a, omb1, omb2, lrwd, p[i], __fmul_rn(g[i], a.gscale), &m[i], &v[i]);
+}
+
+__global__ void k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
+                          size_t n)
+{
+    float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
+    GRID_STRIDE(i, n)
+    p[i] = adaml2_one(a, omb1, omb2, p[i], __fmul_rn(g[i], a.gscale), &m[i], &v[i]);
+}
+
+template <typename H>
+__global__ void k_half_adam(struct dsl_cuda_adam a, float ga, float *p, H *hp, const H *g,
+                            float *m, float *v, size_t n)
+{
+    float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
+    float lrwd = __fmul_rn(a.lr, a.wd);
+    GRID_STRIDE(i, n)
+    {
+        float gi = __fmul_rn(__fmul_rn(dsl_tof(g[i]), ga), a.gscale);
+        float pn = a.adam_w_mode ? adamw_one(a, omb1, omb2, lrwd, p[i], gi, &m[i], &v[i])
+                                 : adaml2_one(a, omb1, omb2, p[i], gi, &m[i], &v[i]);
+        p[i] = pn;
+        hp[i] = dsl_fromf<H>(pn);
+    }
+}
+
+/* optimizer.c, SGD: d = g + wd*p; with momentum m = t > 1 ? mu*m + d : d, d = m;
+ * p -= lr*d */
+static __device__ __forceinline__ float sgd_one(float lr, float wd, float mu, int first,
+                                                float p0, float gs, float *m)
+{
+    float d = __fadd_rn(gs, __fmul_rn(wd, p0));
+    if (mu != 0.0f) {
+        *m = first ? d : __fadd_rn(__fmul_rn(mu, *m), d);
+        d = *m;
+    }
+    return __fsub_rn(p0, __fmul_rn(lr, d));
+}
+
+__global__ void k_sgd(float lr, float wd, float mu, int first, float gs, float *p,
+                      const float *g, float *m, size_t n)
+{
+    GRID_STRIDE(i, n)
+    p[i] = sgd_one(lr, wd, mu, first, p[i], __fmul_rn(g[i], gs), m ? &m[i] : NULL);
+}
+
+template <typename H>
+__global__ void k_half_sgd(float lr, float wd, float mu, int first, float ga, float gs,
+                           float *p, H *hp, const H *g, float *m, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float pn = sgd_one(lr, wd, mu, first, p[i], __fmul_rn(__fmul_rn(dsl_tof(g[i]), ga), gs),
+                           m ? &m[i] : NULL);
+        p[i] = pn;
+        hp[i] = dsl_fromf<H>(pn);
+    }
+}
+
+template <typename H> __global__ void k_to_half(H *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = dsl_fromf<H>(src[i]);
+}
+
+template <typename H> __global__ void k_half_add(H *dst, const H *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = dsl_fromf<H>(__fadd_rn(dsl_tof(dst[i]), dsl_tof(src[i])));
+}
+
+template <typename H> __global__ void k_half_scale(H *p, size_t n, float f)
+{
+    GRID_STRIDE(i, n)
+    p[i] = dsl_fromf<H>(__fmul_rn(dsl_tof(p[i]), f));
+}
+
+extern "C" cudaError_t dsl_cuda_scale(float *p, size_t n, float f)
+{
+    if (!n)
+        return cudaSuccess;
+    k_scale<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, f);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_add(float *dst, const float *src, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    k_add<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_absmax_bits(const float *p, size_t n, unsigned int *dmax)
+{
+    if (!n)
+        return cudaSuccess;
+    k_absmax_bits<float><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, dmax);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_sumsq_fixed(const float *p, size_t n, double k,
+                                            unsigned long long *dsum)
+{
+    if (!n)
+        return cudaSuccess;
+    k_sumsq_fixed<float><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, k, dsum);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p,
+                                          const float *g, float *m, float *v, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    if (a->adam_w_mode)
+        k_adamw<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, p, g, m, v, n);
+    else
+        k_adam_l2<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, p, g, m, v, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale,
+                                         float *p, const float *g, float *m, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    k_sgd<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(lr, wd, mu, first, gscale, p, g, m,
+                                                                  n);
+    return cudaGetLastError();
+}
+
+/* ---- mixed precision: one launcher per operation, the element type from bf16 ---- */
+
+template <typename H> static cudaError_t to_half_t(void *dst, const float *src, size_t n)
+{
+    k_to_half<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_to_half(int bf16, void *dst, const float *src, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? to_half_t<__nv_bfloat16>(dst, src, n) : to_half_t<__half>(dst, src, n);
+}
+
+template <typename H> static cudaError_t half_add_t(void *dst, const void *src, size_t n)
+{
+    k_half_add<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)dst,
+                                                                       (const H *)src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_add(int bf16, void *dst, const void *src, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_add_t<__nv_bfloat16>(dst, src, n) : half_add_t<__half>(dst, src, n);
+}
+
+template <typename H> static cudaError_t half_scale_t(void *p, size_t n, float f)
+{
+    k_half_scale<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)p, n, f);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_scale(int bf16, void *p, size_t n, float f)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_scale_t<__nv_bfloat16>(p, n, f) : half_scale_t<__half>(p, n, f);
+}
+
+template <typename H>
+static cudaError_t half_absmax_t(const void *p, size_t n, unsigned int *dmax)
+{
+    k_absmax_bits<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((const H *)p, n,
+                                                                          dmax);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_absmax_bits(int bf16, const void *p, size_t n,
+                                                 unsigned int *dmax)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_absmax_t<__nv_bfloat16>(p, n, dmax) : half_absmax_t<__half>(p, n, dmax);
+}
+
+template <typename H>
+static cudaError_t half_sumsq_t(const void *p, size_t n, double k, unsigned long long *dsum)
+{
+    k_sumsq_fixed<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((const H *)p, n, k,
+                                                                          dsum);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_sumsq_fixed(int bf16, const void *p, size_t n, double k,
+                                                 unsigned long long *dsum)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_sumsq_t<__nv_bfloat16>(p, n, k, dsum) : half_sumsq_t<__half>(p, n, k, dsum);
+}
+
+template <typename H>
+static cudaError_t half_adam_t(const struct dsl_cuda_adam *a, float ga, float *p, void *hp,
+                               const void *g, float *m, float *v, size_t n)
+{
+    k_half_adam<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, ga, p, (H *)hp,
+                                                                        (const H *)g, m, v, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_adam_step(int bf16, const struct dsl_cuda_adam *a, float ga,
+                                               float *p, void *hp, const void *g, float *m,
+                                               float *v, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_adam_t<__nv_bfloat16>(a, ga, p, hp, g, m, v, n)
+                : half_adam_t<__half>(a, ga, p, hp, g, m, v, n);
+}
+
+template <typename H>
+static cudaError_t half_sgd_t(float lr, float wd, float mu, int first, float ga, float gs,
+                              float *p, void *hp, const void *g, float *m, size_t n)
+{
+    k_half_sgd<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(
+        lr, wd, mu, first, ga, gs, p, (H *)hp, (const H *)g, m, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_sgd_step(int bf16, float lr, float wd, float mu, int first,
+                                              float ga, float gscale, float *p, void *hp,
+                                              const void *g, float *m, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_sgd_t<__nv_bfloat16>(lr, wd, mu, first, ga, gscale, p, hp, g, m, n)
+                : half_sgd_t<__half>(lr, wd, mu, first, ga, gscale, p, hp, g, m, n);
+}

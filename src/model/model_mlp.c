@@ -1,0 +1,377 @@
+/*
+ * The MLP of dstrain on the CPU: Linear layers with ReLU between them and softmax
+ * cross-entropy at the end, over OpenBLAS sgemm. The flat layout, the segment list and
+ * the initial values are model_mlp_layout.c's (shared with the CUDA model,
+ * model_mlp_cuda.c).
+ *
+ * Theory of operation. Forward keeps every layer's output activation (after ReLU) in
+ * per-layer workspace sized for max_batch rows. Backward walks the layers from the
+ * last to the first; for layer l it first writes the bias gradient, then the weight
+ * gradient in row blocks of at most seg_max elements (last block first), handing each
+ * finished segment to the sink, and only then computes the gradient of the layer's
+ * input, so a reduction of the segments just handed over can run concurrently with
+ * that sgemm.
+ *
+ * Gradients are of the summed loss, times the loss scale the trainer passes (fp16
+ * loss scaling: dz is multiplied by it right after the softmax, so everything after
+ * is scaled by it too). The bias gradient is a column sum in sample
+ * order; everything else is sgemm with shapes fixed by (micro batch, dims, seg_max),
+ * so a given micro batch yields the same bits whatever the world size or ZeRO stage.
+ * With more than one thread (dsl_blas_set_threads) each product is cut into row or
+ * column blocks of its output, one single-threaded sgemm per block on the pool's
+ * threads: every element is still the same dot product in the same order, so the
+ * thread count changes no bits either.
+ *
+ * 16-bit parameters (spec.dtype fp16 or bf16; dstrain.cpu_half): 16-bit storage,
+ * fp32 arithmetic. Forward widens each layer's 16-bit parameters into an fp32 copy
+ * (w32, P floats) right after the sink's need() for that layer (stages 1/2 all-gather
+ * layer by layer), and everything then runs exactly as in fp32 on that copy; backward
+ * writes each gradient segment into an fp32 scratch (g32, one segment) and rounds it
+ * to nearest even into the sink's 16-bit destination before done(). There is no
+ * half-precision BLAS on the CPU, so nothing is gained in compute; what is gained is
+ * half the bytes over the comm. The fp32 model allocates neither buffer and runs
+ * the same code on the caller's pointers.
+ *
+ * Not thread-safe: one model object per thread of computation (the workspace is
+ * shared by forward and backward).
+ */
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/model/cpupool.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/halfvec.h"
+#include "model_mlp_impl.h"
+#include "dslaunch/common/banned.h"
+
+struct mlp {
+    struct dsl_mlp_layout L;
+    float *act[DSL_MODEL_MAX_LAYERS + 2];  /* act[l+1]: output of layer l (act[0] = x) */
+    float *dz, *dz2;                       /* max_batch x maxdim each */
+    int32_t *argmax;
+    enum dsl_dtype dtype; /* of params and gradients: fp32, or 16-bit storage */
+    float *w32;           /* 16-bit: the fp32 parameters forward widened (P floats) */
+    float *g32;           /* 16-bit: one gradient segment in fp32 */
+};
+
+/* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
+static void mlp_widen(const struct mlp *p, float *dst, const float *src, size_t off, size_t n)
+{
+    dsl_hv_widen(p->dtype == DSL_BFLOAT16, dst, (const uint16_t *)(const void *)src + off, n);
+}
+
+/* the 16-bit destination dst (n elements) = half(src[i]) */
+static void mlp_narrow(const struct mlp *p, float *dst, const float *src, size_t n)
+{
+    dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, src, n);
+}
+
+static int to_int(size_t v)
+{
+    return (int)v;
+}
+
+/*
+ * C = alpha op(A) op(B) + beta C (row-major) with the rank's threads: OpenBLAS runs
+ * single-threaded and the pool (cpupool.h) cuts C into column blocks (by_rows 0) or
+ * row blocks (by_rows 1), one single-threaded sgemm each. Every element of C is the
+ * same K-long dot product in the same order whatever the cut, as it is under
+ * OpenBLAS's own threading; what changes is that the threads are the pool's, which
+ * spin briefly and then sleep, where OpenBLAS's idle workers spin on sched_yield for
+ * a long while after every call and take the second core from the optimizer.
+ *
+ * The elementwise work around a product rides along on the same block while it is in
+ * cache (column blocks only): `bias` fills each row of the block with the bias before
+ * the product (which then adds to it, beta 1), `relu` clamps the block at 0 after it,
+ * and `mask` zeroes the block's elements where the same element of mask (same layout
+ * as C) is <= 0. The same operations on the same values as whole-matrix loops.
+ */
+struct gemm_job {
+    enum CBLAS_TRANSPOSE ta, tb;
+    size_t m, n, k, lda, ldb, ldc;
+    const float *a, *b;
+    float alpha, beta;
+    float *c;
+    int by_rows;
+    const float *bias, *mask;
+    int relu;
+};
+
+static void gemm_piece(void *arg, size_t lo, size_t hi)
+{
+    const struct gemm_job *g = arg;
+    const float *a = g->a, *b = g->b;
+    float *c = g->c;
+    size_t m = g->m, n = g->n;
+    if (g->by_rows) {
+        a += g->ta == CblasNoTrans ? lo * g->lda : lo;
+        c += lo * g->ldc;
+        m = hi - lo;
+    } else {
+        b += g->tb == CblasNoTrans ? lo : lo * g->ldb;
+        c += lo;
+        n = hi - lo;
+    }
+    if (g->bias)
+        for (size_t i = 0; i < m; i++)
+            memcpy(c + i * g->ldc, g->bias + lo, n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, g->ta, g->tb, to_int(m), to_int(n), to_int(g->k), g->alpha, a,
+                to_int(g->lda), b, to_int(g->ldb), g->beta, c, to_int(g->ldc));
+    for (size_t i = 0; g->relu && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
+    }
+    for (size_t i = 0; g->mask && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        const float *mi = g->mask + lo + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            if (mi[j] <= 0.0f)
+                ci[j] = 0.0f;
+    }
+}
+
+static void gemm_run(struct gemm_job *g)
+{
+    size_t dim = g->by_rows ? g->m : g->n, th = (size_t)dsl_cpupool_threads();
+    /* one block per thread, whole cache lines of C */
+    size_t chunk = ((dim + th - 1) / th + 15) / 16 * 16;
+    dsl_cpupool_for(dim, chunk, gemm_piece, g);
+}
+
+static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
+{
+    struct mlp *p = m->impl;
+    dsl_mlp_layout_init(&p->L, params, seed);
+    return 0;
+}
+
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
+ * used (params itself, or the widened copy of 16-bit ones) */
+static const float *mlp_forward(struct mlp *p, const float *params, const float *x, size_t n,
+                                const struct dsl_grad_sink *sink)
+{
+    const float *wp = p->w32 ? p->w32 : params;
+    p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
+    for (size_t l = 0; l < p->L.nlayers; l++) {
+        size_t in = p->L.dims[l], out = p->L.dims[l + 1];
+        if (sink && sink->need)
+            sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
+        if (p->w32)
+            mlp_widen(p, p->w32 + p->L.woff[l], params, p->L.woff[l], out * (in + 1));
+        const float *w = wp + p->L.woff[l];
+        const float *b = w + in * out;
+        float *z = p->act[l + 1];
+        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
+                             .a = p->act[l], .lda = in, .b = w, .ldb = in, .alpha = 1.0f,
+                             .beta = 1.0f, .c = z, .ldc = out, .bias = b,
+                             .relu = l + 1 < p->L.nlayers};
+        gemm_run(&g);
+    }
+    return wp;
+}
+
+/* Softmax cross-entropy of the logits in act[nlayers]; if dz, the gradient of
+ * scale x the summed loss w.r.t. the logits ((softmax - onehot) x scale) goes there. */
+static void mlp_loss(struct mlp *p, const int32_t *y, size_t n, float *dz, float scale,
+                     struct dsl_model_stats *st)
+{
+    size_t c = p->L.dims[p->L.nlayers];
+    const float *logits = p->act[p->L.nlayers];
+    st->loss_sum = 0.0;
+    st->correct = 0;
+    for (size_t i = 0; i < n; i++) {
+        const float *zi = logits + i * c;
+        size_t am = 0;
+        for (size_t k = 1; k < c; k++)
+            if (zi[k] > zi[am])
+                am = k;
+        float mx = zi[am], sum = 0.0f;
+        for (size_t k = 0; k < c; k++)
+            sum += expf(zi[k] - mx);
+        float lse = mx + logf(sum);
+        size_t yi = (size_t)y[i];
+        st->loss_sum += (double)(lse - zi[yi]);
+        st->correct += am == yi;
+        if (dz) {
+            float inv = 1.0f / sum;
+            for (size_t k = 0; k < c; k++)
+                dz[i * c + k] = expf(zi[k] - mx) * inv - (k == yi ? 1.0f : 0.0f);
+            /* the loss scale (model.h); x 1 would change nothing, so skip it */
+            if (scale != 1.0f)
+                for (size_t k = 0; k < c; k++)
+                    dz[i * c + k] *= scale;
+        }
+    }
+}
+
+static int mlp_check_labels(const struct dsl_model *m, const int32_t *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (y[i] < 0 || (size_t)y[i] >= m->out_dim)
+            return DSL_EDATA;
+    return n <= m->max_batch ? 0 : DSL_EDATA;
+}
+
+static int mlp_forward_backward(struct dsl_model *m, const float *params, const float *x,
+                                const int32_t *y, size_t n, float loss_scale,
+                                const struct dsl_grad_sink *sink,
+                                struct dsl_model_stats *st)
+{
+    struct mlp *p = m->impl;
+    int r = mlp_check_labels(m, y, n);
+    if (r < 0)
+        return r;
+    params = mlp_forward(p, params, x, n, sink); /* fp32 from here on */
+    float *dz = p->dz, *dnext = p->dz2;
+    mlp_loss(p, y, n, dz, loss_scale, st);
+
+    size_t seg = 0;
+    for (size_t li = p->L.nlayers; li-- > 0;) {
+        size_t in = p->L.dims[li], out = p->L.dims[li + 1];
+        const float *w = params + p->L.woff[li];
+        /* bias: column sums in sample order */
+        const struct dsl_model_seg *sg = &m->segs[seg];
+        float *hdst = sink->dest(sink->ctx, seg);
+        float *db = p->g32 ? p->g32 : hdst;
+        for (size_t k = 0; k < out; k++)
+            db[k] = 0.0f;
+        for (size_t i = 0; i < n; i++)
+            for (size_t k = 0; k < out; k++)
+                db[k] += dz[i * out + k];
+        if (p->g32)
+            mlp_narrow(p, hdst, db, out);
+        sink->done(sink->ctx, seg++);
+        /* weight, in row blocks, last block first */
+        while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
+            sg = &m->segs[seg];
+            size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
+            hdst = sink->dest(sink->ctx, seg);
+            float *dw = p->g32 ? p->g32 : hdst;
+            struct gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
+                                 .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
+                                 .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
+                                 .by_rows = 1};
+            gemm_run(&g);
+            if (p->g32)
+                mlp_narrow(p, hdst, dw, sg->len);
+            sink->done(sink->ctx, seg++);
+        }
+        if (li == 0)
+            break;
+        /* gradient of the layer input, through the ReLU of the layer below */
+        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
+                             .k = out, .a = dz, .lda = out, .b = w, .ldb = in, .alpha = 1.0f,
+                             .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li]};
+        gemm_run(&g);
+        float *t = dz;
+        dz = dnext;
+        dnext = t;
+    }
+    return 0;
+}
+
+static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x,
+                        const int32_t *y, size_t n, struct dsl_model_stats *st)
+{
+    struct mlp *p = m->impl;
+    int r = mlp_check_labels(m, y, n);
+    if (r < 0)
+        return r;
+    mlp_forward(p, params, x, n, NULL);
+    mlp_loss(p, y, n, NULL, 1.0f, st);
+    return 0;
+}
+
+static void mlp_release(struct dsl_model *m)
+{
+    struct mlp *p = m->impl;
+    if (!p)
+        return;
+    for (size_t l = 1; l <= p->L.nlayers; l++)
+        free(p->act[l]);
+    free(p->dz);
+    free(p->dz2);
+    free(p->argmax);
+    free(p->w32);
+    free(p->g32);
+    free(p);
+    m->impl = NULL;
+}
+
+static const struct dsl_model_ops mlp_ops = {
+    .name = "mlp",
+    .init_params = mlp_init_params,
+    .forward_backward = mlp_forward_backward,
+    .evaluate = mlp_evaluate,
+    .release = mlp_release,
+};
+
+static void *big_alloc(size_t n, int *fail)
+{
+    void *v = malloc(n ? n : 1);
+    if (!v)
+        *fail = 1;
+    return v;
+}
+
+int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+{
+    struct dsl_mlp_layout lay;
+    if (spec->dtype != DSL_FLOAT32 && spec->dtype != DSL_FLOAT16 &&
+        spec->dtype != DSL_BFLOAT16)
+        return dsl_seterr(err, DSL_ECONFIG, "unsupported model dtype %d", (int)spec->dtype);
+    int r = dsl_mlp_layout_build(&lay, m, spec, err);
+    if (r < 0)
+        return r;
+    struct mlp *p = dsl_xcalloc(1, sizeof(*p));
+    p->L = lay;
+    m->ops = &mlp_ops;
+    m->impl = p;
+
+    int fail = 0;
+    for (size_t l = 1; l <= lay.nlayers; l++)
+        p->act[l] = big_alloc(spec->max_batch * lay.dims[l] * sizeof(float), &fail);
+    p->dz = big_alloc(spec->max_batch * lay.maxdim * sizeof(float), &fail);
+    p->dz2 = big_alloc(spec->max_batch * lay.maxdim * sizeof(float), &fail);
+    p->argmax = big_alloc(spec->max_batch * sizeof(int32_t), &fail);
+    p->dtype = spec->dtype;
+    m->dtype = spec->dtype;
+    if (spec->dtype != DSL_FLOAT32) {
+        size_t gmax = 0;
+        for (size_t i = 0; i < m->nsegs; i++)
+            gmax = m->segs[i].len > gmax ? m->segs[i].len : gmax;
+        p->w32 = big_alloc(m->nparams * sizeof(float), &fail);
+        p->g32 = big_alloc(gmax * sizeof(float), &fail);
+    }
+    if (fail) {
+        dsl_model_release(m);
+        return dsl_seterr(err, -ENOMEM, "cannot allocate activations for batch %zu",
+                          spec->max_batch);
+    }
+    return 0;
+}
+
+void dsl_model_release(struct dsl_model *m)
+{
+    if (m->ops && m->ops->release)
+        m->ops->release(m);
+    free(m->segs);
+    memset(m, 0, sizeof(*m));
+}
+
+int dsl_blas_set_threads(int n)
+{
+    if (n < 1)
+        n = 1;
+    /* the rank's threads are the pool's: sgemm() above cuts each product over them
+     * and runs OpenBLAS on one thread per piece, and the optimizer's loop uses them
+     * too (device_cpu.c) */
+    openblas_set_num_threads(1);
+    return dsl_cpupool_set_threads(n);
+}

@@ -1,0 +1,363 @@
+/*
+ * The MLP of dstrain on a GPU: model_mlp.c's model with cuBLAS sgemm and the kernels
+ * of model_mlp_kernels.cu, on device pointers. The layout, the gradient segment list
+ * and the initial values are model_mlp_layout.c's, shared with the CPU model, so the
+ * trainer's buckets and shards are the same on both.
+ *
+ * Theory of operation. Every call runs in the caller's thread on the legacy default
+ * stream (cuBLAS's default stream, the kernels', cudaMemcpy's), so the work is ordered
+ * without events; the nccl comm orders its collectives after this stream. A call
+ * uploads the micro batch (host x, y) into device workspace, runs forward (each layer:
+ * sink->need, sgemm, bias + ReLU) and the loss (its gradient dz multiplied by the
+ * trainer's loss scale, as on the CPU), and, for forward_backward, backward
+ * in the CPU model's order: per layer from the last, the bias gradient (a column sum
+ * in sample order), then the weight gradient row blocks (last block first), each
+ * written straight into the device buffer sink->dest returns and then handed over
+ * with sink->done (where the trainer may start a reduction on the comm's stream while
+ * the remaining kernels run), and last the gradient of the layer's input. The per
+ * sample losses and hits are copied back at the end (which waits for the stream) and
+ * summed in sample order on the host, as the CPU model sums them.
+ *
+ * 16-bit compute (spec.dtype fp16 or bf16): parameters, activations, dz and the
+ * gradients are 16-bit; the GEMMs are cublasGemmEx with 16-bit inputs and outputs and
+ * CUBLAS_COMPUTE_32F; the elementwise kernels widen to fp32, compute, and round once
+ * (the bias gradient's column sum and the loss run entirely in fp32); the samples are
+ * uploaded as fp32 and rounded on the device. The order of the calls is the same.
+ *
+ * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major
+ * c x r one, so every row-major product C = A B is issued as C^T = B^T A^T.
+ *
+ * Not thread-safe (one workspace); failures return a negative code with the text in
+ * m->err and never exit.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/common/xalloc.h"
+#include "cuda_kernels.h"
+#include "model_mlp_impl.h"
+#include "dslaunch/common/banned.h"
+
+struct mlp_cuda {
+    struct dsl_mlp_layout L;
+    cublasHandle_t blas;
+    size_t esz;                           /* element bytes: 4, or 2 for 16-bit compute */
+    int half, bf16;                       /* 16-bit compute; of type bf16 (else fp16) */
+    float *x32;                           /* 16-bit: the samples as uploaded, fp32 */
+    void *act[DSL_MODEL_MAX_LAYERS + 2];  /* device; act[0]: the uploaded samples */
+    int32_t *y;                           /* device labels */
+    void *dz, *dz2;                       /* device, max_batch x maxdim each */
+    float *loss;                          /* device, per sample */
+    int32_t *correct;                     /* device, per sample */
+    float *hloss;                         /* host copies of the two */
+    int32_t *hcorrect;
+};
+
+static int to_int(size_t v)
+{
+    return (int)v;
+}
+
+static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
+{
+    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
+{
+    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
+}
+
+#define CU(m, what, expr)                                                      \
+    do {                                                                       \
+        cudaError_t cu_e_ = (expr);                                            \
+        if (cu_e_ != cudaSuccess)                                              \
+            return cuda_err((m), (what), cu_e_);                               \
+    } while (0)
+#define BLAS(m, what, expr)                                                    \
+    do {                                                                       \
+        cublasStatus_t bl_s_ = (expr);                                         \
+        if (bl_s_ != CUBLAS_STATUS_SUCCESS)                                    \
+            return blas_err((m), (what), bl_s_);                               \
+    } while (0)
+
+static const float one = 1.0f, zero = 0.0f;
+
+/* element off of a buffer of the model's element type */
+static void *el(const struct mlp_cuda *p, const void *base, size_t off)
+{
+    return (char *)(uintptr_t)base + off * p->esz;
+}
+
+/* C = op(A) op(B), column-major: sgemm in fp32, cublasGemmEx with 16-bit A, B and C and
+ * fp32 accumulation (CUBLAS_COMPUTE_32F) otherwise */
+static cublasStatus_t gemm(const struct mlp_cuda *p, cublasOperation_t ta,
+                           cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A,
+                           size_t lda, const void *B, size_t ldb, void *C, size_t ldc)
+{
+    if (!p->half)
+        return cublasSgemm(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A,
+                           to_int(lda), B, to_int(ldb), &zero, C, to_int(ldc));
+    cudaDataType_t ty = p->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    return cublasGemmEx(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A, ty,
+                        to_int(lda), B, ty, to_int(ldb), &zero, C, ty, to_int(ldc),
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
+{
+    struct mlp_cuda *p = m->impl;
+    float *h = malloc(m->nparams * sizeof(float));
+    if (!h)
+        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
+                          "parameters", m->nparams * sizeof(float));
+    dsl_mlp_layout_init(&p->L, h, seed);
+    cudaError_t e = cudaMemcpy(params, h, m->nparams * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    CU(m, "copying the initial parameters", e);
+    return 0;
+}
+
+static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t n)
+{
+    struct mlp_cuda *p = m->impl;
+    for (size_t i = 0; i < n; i++)
+        if (y[i] < 0 || (size_t)y[i] >= m->out_dim)
+            return DSL_EDATA;
+    if (n > m->max_batch)
+        return DSL_EDATA;
+    if (!n)
+        return 0;
+    CU(m, "uploading the samples",
+       cudaMemcpy(p->half ? p->x32 : p->act[0], x, n * m->in_dim * sizeof(float),
+                  cudaMemcpyHostToDevice));
+    if (p->half)
+        CU(m, "rounding the samples to 16 bits",
+           dsl_cuda_to_half(p->bf16, p->act[0], p->x32, n * m->in_dim));
+    CU(m, "uploading the labels",
+       cudaMemcpy(p->y, y, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; then the loss (and dz into p->dz) */
+static int forward_loss(struct dsl_model *m, const float *params, size_t n,
+                        const struct dsl_grad_sink *sink, int want_dz, float loss_scale)
+{
+    struct mlp_cuda *p = m->impl;
+    size_t nl = p->L.nlayers;
+    for (size_t l = 0; l < nl; l++) {
+        size_t in = p->L.dims[l], out = p->L.dims[l + 1];
+        if (sink && sink->need)
+            sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
+        const void *w = el(p, params, p->L.woff[l]);
+        /* z^T (out x n) = W (out x in, i.e. column-major in x out, transposed) x act^T */
+        if (n)
+            BLAS(m, "forward sgemm",
+                 gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, p->act[l], in,
+                      p->act[l + 1], out));
+        if (p->half)
+            CU(m, "bias kernel",
+               dsl_cuda_mlp_half_bias_act(p->bf16, p->act[l + 1], el(p, w, in * out), n, out,
+                                          l + 1 < nl));
+        else
+            CU(m, "bias kernel", dsl_cuda_mlp_bias_act(p->act[l + 1], el(p, w, in * out), n,
+                                                       out, l + 1 < nl));
+    }
+    if (p->half)
+        CU(m, "loss kernel",
+           dsl_cuda_mlp_half_loss(p->bf16, p->act[nl], p->y, n, m->out_dim, p->loss,
+                                  p->correct, want_dz ? p->dz : NULL, loss_scale));
+    else
+        CU(m, "loss kernel", dsl_cuda_mlp_loss(p->act[nl], p->y, n, m->out_dim, p->loss,
+                                               p->correct, want_dz ? p->dz : NULL,
+                                               loss_scale));
+    return 0;
+}
+
+/* copy the per-sample results back (waits for the stream) and sum them in order */
+static int stats(struct dsl_model *m, size_t n, struct dsl_model_stats *st)
+{
+    struct mlp_cuda *p = m->impl;
+    st->loss_sum = 0.0;
+    st->correct = 0;
+    if (!n)
+        return 0;
+    CU(m, "copying the loss", cudaMemcpy(p->hloss, p->loss, n * sizeof(float),
+                                         cudaMemcpyDeviceToHost));
+    CU(m, "copying the hits", cudaMemcpy(p->hcorrect, p->correct, n * sizeof(int32_t),
+                                         cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+        st->loss_sum += (double)p->hloss[i];
+        st->correct += p->hcorrect[i] != 0;
+    }
+    return 0;
+}
+
+static int mlpc_forward_backward(struct dsl_model *m, const float *params, const float *x,
+                                 const int32_t *y, size_t n, float loss_scale,
+                                 const struct dsl_grad_sink *sink,
+                                 struct dsl_model_stats *st)
+{
+    struct mlp_cuda *p = m->impl;
+    int r;
+    if ((r = upload(m, x, y, n)) < 0 ||
+        (r = forward_loss(m, params, n, sink, 1, loss_scale)) < 0)
+        return r;
+    void *dz = p->dz, *dnext = p->dz2;
+    size_t seg = 0;
+    for (size_t li = p->L.nlayers; li-- > 0;) {
+        size_t in = p->L.dims[li], out = p->L.dims[li + 1];
+        const void *w = el(p, params, p->L.woff[li]);
+        /* bias: column sums in sample order */
+        void *db = sink->dest(sink->ctx, seg);
+        if (p->half)
+            CU(m, "bias gradient kernel", dsl_cuda_mlp_half_bias_grad(p->bf16, dz, n, out, db));
+        else
+            CU(m, "bias gradient kernel", dsl_cuda_mlp_bias_grad(dz, n, out, db));
+        sink->done(sink->ctx, seg++);
+        /* weight, in row blocks, last block first:
+         * dW^T (in x rows) = act^T (in x n) x dz[:, r0:r0+rows] (n x rows) */
+        while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
+            const struct dsl_model_seg *sg = &m->segs[seg];
+            size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
+            void *dw = sink->dest(sink->ctx, seg);
+            if (n)
+                BLAS(m, "weight gradient sgemm",
+                     gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, p->act[li], in,
+                          el(p, dz, r0), out, dw, in));
+            else
+                CU(m, "cudaMemsetAsync",
+                   cudaMemsetAsync(dw, 0, sg->len * p->esz, cudaStreamLegacy));
+            sink->done(sink->ctx, seg++);
+        }
+        if (li == 0)
+            break;
+        /* gradient of the layer input, through the ReLU of the layer below:
+         * dnext^T (in x n) = W^T (in x out) x dz^T (out x n) */
+        if (n)
+            BLAS(m, "input gradient sgemm",
+                 gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dz, out, dnext, in));
+        if (p->half)
+            CU(m, "ReLU gradient kernel",
+               dsl_cuda_mlp_half_relu_mask(p->bf16, dnext, p->act[li], n * in));
+        else
+            CU(m, "ReLU gradient kernel", dsl_cuda_mlp_relu_mask(dnext, p->act[li], n * in));
+        void *t = dz;
+        dz = dnext;
+        dnext = t;
+    }
+    return stats(m, n, st);
+}
+
+static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *x,
+                         const int32_t *y, size_t n, struct dsl_model_stats *st)
+{
+    int r;
+    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0, 1.0f)) < 0)
+        return r;
+    return stats(m, n, st);
+}
+
+static void mlpc_release(struct dsl_model *m)
+{
+    struct mlp_cuda *p = m->impl;
+    if (!p)
+        return;
+    for (size_t l = 0; l <= p->L.nlayers; l++)
+        cudaFree(p->act[l]);
+    cudaFree(p->y);
+    cudaFree(p->x32);
+    cudaFree(p->dz);
+    cudaFree(p->dz2);
+    cudaFree(p->loss);
+    cudaFree(p->correct);
+    free(p->hloss);
+    free(p->hcorrect);
+    if (p->blas)
+        cublasDestroy(p->blas);
+    free(p);
+    m->impl = NULL;
+}
+
+static const struct dsl_model_ops mlp_cuda_ops = {
+    .name = "mlp",
+    .init_params = mlpc_init_params,
+    .forward_backward = mlpc_forward_backward,
+    .evaluate = mlpc_evaluate,
+    .release = mlpc_release,
+};
+
+static void *dev_alloc(size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+{
+    struct dsl_mlp_layout lay;
+    int r = dsl_mlp_layout_build(&lay, m, spec, err);
+    if (r < 0)
+        return r;
+    if (spec->dtype != DSL_FLOAT32 && spec->dtype != DSL_FLOAT16 &&
+        spec->dtype != DSL_BFLOAT16) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_ECONFIG, "model: unsupported element type %d",
+                          (int)spec->dtype);
+    }
+    struct mlp_cuda *p = dsl_xcalloc(1, sizeof(*p));
+    p->L = lay;
+    p->half = spec->dtype != DSL_FLOAT32;
+    p->bf16 = spec->dtype == DSL_BFLOAT16;
+    p->esz = p->half ? 2 : sizeof(float);
+    m->ops = &mlp_cuda_ops;
+    m->impl = p;
+    m->on_device = 1;
+    m->dtype = spec->dtype;
+
+    cublasStatus_t bs = cublasCreate(&p->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        p->blas = NULL;
+        dsl_model_release(m);
+        return dsl_seterr(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
+                          "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
+    }
+    /* plain fp32 sgemm (no TF32): the CPU model is the reference; 16-bit GEMMs use
+     * tensor cores under the default math mode anyway, accumulating in fp32 */
+    cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH);
+
+    size_t B = spec->max_batch, total = 0;
+    int fail = 0;
+    for (size_t l = 0; l <= lay.nlayers; l++)
+        p->act[l] = dev_alloc(B * lay.dims[l] * p->esz, &total, &fail);
+    p->y = dev_alloc(B * sizeof(int32_t), &total, &fail);
+    if (p->half)
+        p->x32 = dev_alloc(B * lay.dims[0] * sizeof(float), &total, &fail);
+    p->dz = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->dz2 = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->loss = dev_alloc(B * sizeof(float), &total, &fail);
+    p->correct = dev_alloc(B * sizeof(int32_t), &total, &fail);
+    p->hloss = malloc(B * sizeof(float));
+    p->hcorrect = malloc(B * sizeof(int32_t));
+    if (fail || !p->hloss || !p->hcorrect) {
+        dsl_model_release(m);
+        return dsl_seterr(err, -ENOMEM,
+                          "cannot allocate %zu bytes of GPU workspace for batch %zu", total,
+                          spec->max_batch);
+    }
+    return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * Inside the MLP: its flat layout, shared by the CPU model (model_mlp.c) and the CUDA
+ * model (model_mlp_cuda.c) so that both have the same parameter offsets, the same
+ * gradient segment list and the same initial values. Only model_mlp*.c include this.
+ */
+#ifndef DSL_MODEL_MLP_IMPL_H
+#define DSL_MODEL_MLP_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dslaunch/model/model.h"
+
+struct dsl_mlp_layout {
+    size_t nlayers;
+    size_t dims[DSL_MODEL_MAX_LAYERS + 2]; /* dims[0] = in_dim, dims[nlayers] = out_dim */
+    size_t woff[DSL_MODEL_MAX_LAYERS + 1]; /* flat offset of W_l; b_l follows */
+    size_t maxdim;                         /* largest of dims[] */
+};
+
+/**
+ * Check spec (type "mlp", sizes) and compute the layout; fill m's shape fields
+ * (nparams, in_dim, out_dim, max_batch, flops_per_sample) and its segment list (owned
+ * by m, freed by dsl_model_release()). m->ops and m->impl are left to the caller.
+ * Returns 0, or DSL_ECONFIG with err naming the bad field (m untouched but zeroed).
+ */
+int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
+                         const struct dsl_model_spec *spec, char *err);
+
+/** The initial parameters (PyTorch's nn.Linear init from seed) into host memory. */
+void dsl_mlp_layout_init(const struct dsl_mlp_layout *lay, float *params, uint64_t seed);
+
+#endif

@@ -1,0 +1,275 @@
+/*
+ * The plan (plan.h): options -> hostfile -> placement -> export set -> program ->
+ * rendezvous, each step consuming the previous step's struct. Nothing here starts a
+ * process or opens a connection, so a typo found at any step leaves nothing behind.
+ * Single-threaded; no state outside the struct.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/plan/envexport.h"
+#include "dslaunch/plan/plan.h"
+#include "dslaunch/common/banned.h"
+
+extern char **environ;
+
+#define DEFAULT_HOSTFILE "/job/hostfile"
+
+void dsl_plan_init(struct dsl_plan *p, const struct dsl_launch_opts *o)
+{
+    memset(p, 0, sizeof(*p));
+    p->opts = o;
+    dsl_hostfile_init(&p->hf);
+    dsl_placement_init(&p->pl);
+    dsl_strvec_init(&p->exported);
+    dsl_strvec_init(&p->argv);
+}
+
+void dsl_plan_release(struct dsl_plan *p)
+{
+    dsl_strvec_release(&p->exported);
+    dsl_strvec_release(&p->argv);
+    free(p->self_exe);
+    free(p->cwd);
+    free(p->master_addr);
+    dsl_placement_release(&p->pl);
+    dsl_hostfile_release(&p->hf);
+    memset(p, 0, sizeof(*p));
+}
+
+static char *self_exe(void)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    if (n <= 0)
+        return dsl_xstrdup("dslaunch");
+    buf[n] = '\0';
+    return dsl_xstrdup(buf);
+}
+
+char *dsl_plan_program_name(const char *prog, const char *self_dir)
+{
+    const char *bundled = NULL;
+    if (!strcmp(prog, "train") || !strcmp(prog, "dstrain"))
+        bundled = "dstrain";
+    else if (!strcmp(prog, "dsbench"))
+        bundled = "dsbench";
+    if (bundled && self_dir) {
+        char *path = dsl_xasprintf("%s/%s", self_dir, bundled);
+        if (access(path, X_OK) == 0)
+            return path;
+        free(path);
+        if (!strcmp(prog, "train"))
+            return dsl_xstrdup("dstrain"); /* fall back to PATH */
+    }
+    return dsl_xstrdup(prog);
+}
+
+static void random_hex(char *out, size_t nbytes)
+{
+    unsigned char raw[64];
+    if (nbytes > sizeof(raw))
+        nbytes = sizeof(raw);
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, raw, nbytes) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (got != (ssize_t)nbytes) {
+        /* no urandom: still unique enough to scope a job, not secret */
+        unsigned long x = (unsigned long)getpid() * 2654435761u ^ (unsigned long)dsl_now();
+        for (size_t i = 0; i < nbytes; i++) {
+            x = x * 6364136223846793005ul + 1442695040888963407ul;
+            raw[i] = (unsigned char)(x >> 33);
+        }
+    }
+    for (size_t i = 0; i < nbytes; i++)
+        snprintf(out + 2 * i, 3, "%02x", raw[i]);
+}
+
+void dsl_plan_new_ids(struct dsl_plan *p)
+{
+    random_hex(p->run_id, 6);
+    random_hex(p->token, 16);
+}
+
+static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, int *synth,
+                         char *err)
+{
+    *synth = 0;
+    if (o->hostfile)
+        return dsl_hostfile_load(hf, o->hostfile, err);
+    if (access(DEFAULT_HOSTFILE, F_OK) == 0)
+        return dsl_hostfile_load(hf, DEFAULT_HOSTFILE, err);
+    int slots;
+    int r = dsl_local_slots(&slots, err);
+    if (r < 0)
+        return r;
+    dsl_hostfile_add(hf, "localhost", slots);
+    *synth = 1;
+    return 0;
+}
+
+const char *dsl_plan_launcher_name(const struct dsl_plan *p)
+{
+    switch (p->opts->launcher) {
+    case DSL_LAUNCHER_LOCAL: return "local";
+    case DSL_LAUNCHER_SSH: return "ssh";
+    case DSL_LAUNCHER_PDSH: return "pdsh";
+    case DSL_LAUNCHER_OPENMPI: return "openmpi";
+    case DSL_LAUNCHER_AUTO: break;
+    }
+    return p->all_local ? "local" : "ssh";
+}
+
+void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
+{
+    const struct dsl_placement *pl = &p->pl;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *wi = cJSON_AddArrayToObject(o, "world_info");
+    for (int i = 0; i < pl->nr; i++) {
+        cJSON *h = cJSON_CreateObject();
+        cJSON_AddStringToObject(h, "host", pl->nodes[i].host);
+        cJSON_AddItemToObject(h, "slots", cJSON_CreateIntArray(pl->nodes[i].slots,
+                                                               pl->nodes[i].nslots));
+        cJSON_AddItemToArray(wi, h);
+    }
+    cJSON_AddNumberToObject(o, "world_size", pl->world_size);
+    cJSON_AddStringToObject(o, "master_addr", p->master_addr);
+    cJSON_AddNumberToObject(o, "master_port", p->master_port);
+    cJSON_AddStringToObject(o, "launcher", dsl_plan_launcher_name(p));
+    cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+    for (int i = 0; i < pl->nr; i++)
+        for (int s = 0; s < pl->nodes[i].nslots; s++) {
+            cJSON *r = cJSON_CreateObject();
+            cJSON_AddNumberToObject(r, "rank", pl->nodes[i].first_rank + s);
+            cJSON_AddStringToObject(r, "host", pl->nodes[i].host);
+            cJSON_AddNumberToObject(r, "node_rank", pl->nodes[i].node_rank);
+            cJSON_AddNumberToObject(r, "local_rank", s);
+            cJSON_AddNumberToObject(r, "device", pl->nodes[i].slots[s]);
+            cJSON_AddItemToArray(ranks, r);
+        }
+    char *b64 = dsl_placement_world_info_b64(pl);
+    cJSON_AddStringToObject(o, "world_info_b64", b64);
+    free(b64);
+    cJSON *env = cJSON_AddObjectToObject(o, "env");
+    for (size_t i = 0; i < p->exported.nr; i++) {
+        const char *kv = p->exported.v[i];
+        const char *eq = strchr(kv, '=');
+        if (!eq)
+            continue;
+        char *key = dsl_xstrndup(kv, (size_t)(eq - kv));
+        cJSON_AddStringToObject(env, key, eq + 1);
+        free(key);
+    }
+    cJSON *argv = cJSON_AddArrayToObject(o, "argv");
+    for (size_t i = 0; i < p->argv.nr; i++)
+        cJSON_AddItemToArray(argv, cJSON_CreateString(p->argv.v[i]));
+    char *s = cJSON_Print(o);
+    fputs(s, out);
+    fputc('\n', out);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+int dsl_plan_build(struct dsl_plan *p, char *err)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    struct dsl_placement *pl = &p->pl;
+    char *include_cvd = NULL;
+    int r, synth = 0;
+
+    /* hostfile -> placement */
+    if ((r = load_hostfile(o, &p->hf, &synth, err)) < 0)
+        return r;
+    struct dsl_placement_opts po = {
+        .include = o->include,
+        .exclude = o->exclude,
+        .num_nodes = o->num_nodes,
+        .num_gpus = o->num_gpus,
+    };
+    if (synth) {
+        /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
+        r = dsl_placement_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), &po, &include_cvd, err);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            po.include = include_cvd;
+        else if (r == 2)
+            dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
+                     "--exclude, --num_nodes or --num_gpus");
+    }
+    r = dsl_placement_build(pl, &p->hf, &po, err);
+    free(include_cvd);
+    if (r < 0)
+        return r;
+
+    /* export set */
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        return dsl_seterr(err, -errno, "cannot read the current directory: %s", strerror(errno));
+    if ((r = dsl_envexport_build(&p->exported, environ, getenv("HOME"), cwd, o->exports.v,
+                                 o->exports.nr, err)) < 0)
+        return r;
+
+    /* program */
+    p->self_exe = self_exe();
+    p->cwd = dsl_xstrdup(o->remote_cwd ? o->remote_cwd : cwd);
+    p->all_local = 1;
+    for (int i = 0; i < pl->nr; i++)
+        if (o->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
+            p->all_local = 0;
+    if (o->argv.nr) {
+        char *dir = dsl_xstrdup(p->self_exe);
+        char *slash = strrchr(dir, '/');
+        if (slash)
+            *slash = '\0';
+        char *prog = dsl_plan_program_name(o->argv.v[0], slash ? dir : NULL);
+        free(dir);
+        dsl_strvec_push_nodup(&p->argv, prog);
+        for (size_t i = 1; i < o->argv.nr; i++)
+            dsl_strvec_push(&p->argv, o->argv.v[i]);
+    }
+
+    /* rendezvous: a first choice; multi-node jobs get theirs from the probe */
+    p->master_port = o->master_port;
+    if (o->master_addr)
+        p->master_addr = dsl_xstrdup(o->master_addr);
+    else if (p->all_local)
+        p->master_addr = dsl_xstrdup("127.0.0.1");
+    else
+        p->master_addr = dsl_xstrdup(pl->nodes[0].host);
+    return 0;
+}
+
+int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err)
+{
+    int fr = dsl_net_port_free(NULL, p->master_port);
+    if (fr != 0)
+        return 0;
+    if (p->opts->master_port_given)
+        return dsl_seterr(err, -EADDRINUSE, "master port %d is busy on this machine; choose "
+                          "another with --master_port", p->master_port);
+    int fd = dsl_net_listen(NULL, 0, 1, NULL);
+    int port = fd >= 0 ? dsl_net_local_port(fd) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (port <= 0)
+        return dsl_seterr(err, -EADDRINUSE, "master port %d is busy and no free port was found",
+                          p->master_port);
+    if (!quiet)
+        dsl_info("master port %d is busy; using %d", p->master_port, port);
+    p->master_port = port;
+    return 0;
+}

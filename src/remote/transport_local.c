@@ -1,0 +1,169 @@
+/*
+ * The local transport: the node agent runs on this machine as a child process
+ * (`dslaunch --agent`), connected through a socketpair on its stdin and stdout. Used
+ * for localhost entries, for --launcher local (fake host names in flow tests) and as
+ * the reference the other transports are measured against.
+ *
+ * The agent gets its own process group, so a terminal ^C reaches only the launcher,
+ * which then stops the job through the control channel, and a parent-death signal,
+ * so it goes down (and takes its ranks down) if the launcher is SIGKILLed even before
+ * it notices EOF.
+ */
+#define _GNU_SOURCE /* prctl, close_range */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dslaunch/common/parse.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+struct local_priv {
+    pid_t pid;
+    int fd;
+};
+
+static int local_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
+                      char *const *agent_argv)
+{
+    (void)o;
+    int sv[2];
+    c->t_start = dsl_now();
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        c->state = DSL_CONN_FAILED;
+        c->err_code = -errno;
+        return dsl_seterr(c->err, -errno, "cannot create socketpair: %s", strerror(errno));
+    }
+    pid_t parent = getpid();
+    fflush(stdout); /* a forked agent must not write the launcher's buffered output again */
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(sv[0]);
+        close(sv[1]);
+        c->state = DSL_CONN_FAILED;
+        c->err_code = -e;
+        return dsl_seterr(c->err, -e, "cannot fork: %s", strerror(e));
+    }
+    if (pid == 0) {
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        if (dup2(sv[1], 0) < 0 || dup2(sv[1], 1) < 0)
+            _exit(1);
+        if (!agent_argv && c->agent_main) {
+            /* the agent is this very program: run it here, without a second exec and
+             * dynamic link (a third of a local launch), after dropping every other fd
+             * the launcher holds so EOF on its other channels still means what it says */
+            close_range(3, ~0U, 0);
+            _exit(c->agent_main(0, 1));
+        }
+        execv(agent_argv[0], agent_argv);
+        _exit(127);
+    }
+    close(sv[1]);
+    fcntl(sv[0], F_SETFL, O_NONBLOCK);
+    struct local_priv *p = dsl_xcalloc(1, sizeof(*p));
+    p->pid = pid;
+    p->fd = sv[0];
+    c->priv = p;
+    c->state = DSL_CONN_OPEN;
+    c->t_open = dsl_now();
+    return 0;
+}
+
+static int local_progress(struct dsl_conn *c)
+{
+    (void)c;
+    return 0;
+}
+
+static int local_pollfd(struct dsl_conn *c, short *events)
+{
+    struct local_priv *p = c->priv;
+    *events = POLLIN;
+    return p ? p->fd : -1;
+}
+
+static ssize_t local_read(struct dsl_conn *c, void *buf, size_t n)
+{
+    struct local_priv *p = c->priv;
+    ssize_t r = read(p->fd, buf, n);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    return r;
+}
+
+static ssize_t local_write(struct dsl_conn *c, const void *buf, size_t n)
+{
+    struct local_priv *p = c->priv;
+    ssize_t r = send(p->fd, buf, n, MSG_NOSIGNAL);
+    if (r < 0)
+        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
+    return r;
+}
+
+static void local_close_write(struct dsl_conn *c)
+{
+    struct local_priv *p = c->priv;
+    if (p)
+        shutdown(p->fd, SHUT_WR);
+}
+
+static void local_close(struct dsl_conn *c)
+{
+    struct local_priv *p = c->priv;
+    if (!p)
+        return;
+    close(p->fd);
+    /* the agent exits on EOF; give it a moment, then make sure */
+    double deadline = dsl_now() + 3.0;
+    long nap_ns = 20 * 1000; /* the agent is usually gone already: poll finely first */
+    for (;;) {
+        pid_t w = waitpid(p->pid, NULL, WNOHANG);
+        if (w == p->pid || (w < 0 && errno == ECHILD))
+            break;
+        if (dsl_now() > deadline) {
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, NULL, 0);
+            break;
+        }
+        struct timespec ts = {0, nap_ns};
+        nanosleep(&ts, NULL);
+        if (nap_ns < 5 * 1000 * 1000)
+            nap_ns *= 2;
+    }
+    free(p);
+    c->priv = NULL;
+}
+
+const struct dsl_transport_ops dsl_transport_local = {
+    .name = "local",
+    .open = local_open,
+    .progress = local_progress,
+    .pollfd = local_pollfd,
+    .read = local_read,
+    .write = local_write,
+    .close_write = local_close_write,
+    .close = local_close,
+};

@@ -1,0 +1,310 @@
+/*
+ * The pdsh transport (--launcher pdsh): for sites that standardise on pdsh.
+ *
+ * Theory of operation. pdsh never feeds a remote command's stdin (its rcmd modules
+ * leave it an idle pipe), so the control channel cannot be the agent's stdin as with
+ * ssh. Instead every agent connects back (connectback.h): one pdsh process per host
+ * runs `pdsh -R ssh -w HOST "exec '<dslaunch>' '--agent' '--connect' 'A:P,..' '--token' 'T'"`,
+ * the agent dials the launcher's listener and presents its one-time token, and the
+ * accepted socket becomes this connection's byte stream. One listener serves every
+ * connect-back connection of the process (dsl_cb_shared_get).
+ *
+ * States: CONNECTING from fork until the token arrives, then OPEN. While CONNECTING,
+ * pollfd() is a per-connection epoll set holding the shared listener's epoll fd, the
+ * token's ready fd (readable once this agent's socket arrived, whichever connection's
+ * progress() read it), the pipe carrying pdsh's stdout+stderr and a pidfd of pdsh, so
+ * a connecting agent or pdsh dying (wrong key, unknown host, refused) wakes the loop.
+ * progress() accepts, collects
+ * pdsh's output (last PDSH_OUT_MAX bytes), and when pdsh exits before its agent
+ * connected, classifies its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE.
+ * Once OPEN, read() also drains pdsh's pipe so a chatty agent stderr never blocks it.
+ *
+ * ssh options reach pdsh's ssh through PDSH_SSH_ARGS_APPEND (split on spaces by pdsh,
+ * so a path with a space is refused). close() closes the socket (the agent sees EOF
+ * and stops its ranks), then SIGTERMs pdsh's process group and reaps it, SIGKILL after
+ * two seconds. pdsh gets PR_SET_PDEATHSIG, so a SIGKILLed launcher takes it along.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dslaunch/remote/connectback.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/strvec.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+#define PDSH_OUT_MAX 4096
+
+extern char **environ;
+
+struct pdsh_priv {
+    pid_t pid;             /* pdsh, leader of its own process group; 0 once reaped */
+    int status;            /* its wait status once reaped */
+    int outfd;             /* pdsh stdout+stderr, non-blocking; -1 at EOF */
+    int pidfd;             /* readable when pdsh exits (pidfd_open), -1 if unsupported */
+    int epfd;              /* CONNECTING: {listener, ready fd, outfd, pidfd} */
+    int sock;              /* OPEN: the agent's socket */
+    char token[DSL_CB_TOKEN_LEN + 1];
+    struct dsl_cb_listener *l; /* a reference on the shared listener, or NULL */
+    double connect_timeout;
+    struct dsl_dynbuf out; /* pdsh's output, tail only */
+};
+
+static void drain_out(struct pdsh_priv *p)
+{
+    dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX);
+}
+
+static int reap(struct pdsh_priv *p)
+{
+    return dsl_cb_reap(&p->pid, &p->status, p->outfd, &p->pidfd);
+}
+
+/* The last lines of pdsh's output on one line, for messages. */
+static void out_tail(struct pdsh_priv *p, char *tail, size_t len)
+{
+    const char *e = dsl_dynbuf_str(&p->out);
+    size_t n = strlen(e);
+    while (n && (e[n - 1] == '\n' || e[n - 1] == '\r'))
+        n--;
+    size_t from = n > len - 1 ? n - (len - 1) : 0, o = 0;
+    for (size_t i = from; i < n; i++)
+        tail[o++] = e[i] == '\n' ? ';' : e[i];
+    tail[o] = '\0';
+}
+
+static int classify(const char *text)
+{
+    static const char *const auth[] = {"Permission denied (", "Host key verification failed",
+                                       "HOST IDENTIFICATION HAS CHANGED", "host key is known",
+                                       "Too many authentication failures"};
+    for (size_t i = 0; i < sizeof(auth) / sizeof(auth[0]); i++)
+        if (strstr(text, auth[i]))
+            return DSL_EAUTH;
+    if (strstr(text, "No such file or directory") || strstr(text, "not found") ||
+        strstr(text, "Permission denied"))
+        return DSL_EREMOTE;
+    return DSL_ECONNECT;
+}
+
+static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
+                     char *const *agent_argv)
+{
+    c->t_start = dsl_now();
+    c->state = DSL_CONN_CONNECTING;
+    c->err_code = 0;
+    c->err[0] = '\0';
+    struct pdsh_priv *p = dsl_xcalloc(1, sizeof(*p));
+    p->outfd = p->epfd = p->sock = p->pidfd = -1;
+    p->connect_timeout = o->connect_timeout;
+    dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
+    c->priv = p;
+    if (strpbrk(c->host, ",[] \t\n") || c->host[0] == '-' || c->host[0] == '^')
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to pdsh -w",
+                                c->host);
+    char err[DSL_ERR_LEN];
+    p->l = dsl_cb_shared_get(o->connect_back_addr, err);
+    if (!p->l)
+        return dsl_cb_conn_fail(c, DSL_ECONNECT, "%s", err);
+    int r = dsl_cb_token_new(p->token);
+    if (r < 0) {
+        p->token[0] = '\0';
+        return dsl_cb_conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
+    }
+    int ready = dsl_cb_listener_expect(p->l, p->token);
+
+    char *sshargs = dsl_cb_ssh_options(o, "pdsh", err);
+    if (!sshargs)
+        return dsl_cb_conn_fail(c, DSL_EUSAGE, "%s", err);
+    struct dsl_strvec remote, argv, env;
+    dsl_strvec_init(&remote);
+    dsl_strvec_init(&argv);
+    dsl_strvec_init(&env);
+    for (size_t i = 0; agent_argv[i]; i++)
+        dsl_strvec_push(&remote, agent_argv[i]);
+    dsl_strvec_push(&remote, "--connect");
+    dsl_strvec_push(&remote, dsl_cb_listener_connect_arg(p->l));
+    dsl_strvec_push(&remote, "--token");
+    dsl_strvec_push(&remote, p->token);
+    char *cmd = dsl_shell_command(remote.v);
+    const char *pdsh = getenv("DSLAUNCH_PDSH");
+    dsl_strvec_push(&argv, pdsh && pdsh[0] ? pdsh : "pdsh");
+    dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", c->host, cmd, NULL});
+    for (char **e = environ; *e; e++)
+        dsl_strvec_push(&env, *e);
+    dsl_env_set(&env, "PDSH_RCMD_TYPE", "ssh");
+    dsl_env_set(&env, "PDSH_SSH_ARGS_APPEND", sshargs);
+    free(sshargs);
+    free(cmd);
+
+    if ((r = dsl_cb_spawn(argv.v, env.v, &p->pid, &p->outfd, &p->pidfd, err)) < 0) {
+        dsl_cb_conn_fail(c, r, "%s", err);
+        goto out;
+    }
+    /* pdsh exiting must wake the loop even after its output pipe is gone: the pidfd */
+    const int fds[] = {p->outfd, dsl_cb_listener_pollfd(p->l), ready, p->pidfd};
+    p->epfd = epoll_create1(EPOLL_CLOEXEC);
+    for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]) && p->epfd >= 0; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+        if (fds[i] >= 0 && epoll_ctl(p->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+            r = dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+            goto out;
+        }
+    }
+    if (p->epfd < 0) {
+        r = dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
+        goto out;
+    }
+    r = 0;
+out:
+    dsl_strvec_release(&env);
+    dsl_strvec_release(&argv);
+    dsl_strvec_release(&remote);
+    return r;
+}
+
+static int pdsh_progress(struct dsl_conn *c)
+{
+    struct pdsh_priv *p = c->priv;
+    if (c->state == DSL_CONN_FAILED)
+        return c->err_code;
+    if (!p || c->state != DSL_CONN_CONNECTING)
+        return 0;
+    dsl_cb_listener_service(p->l);
+    int fd = dsl_cb_listener_take(p->l, p->token);
+    if (fd >= 0) {
+        p->sock = fd;
+        if (p->epfd >= 0) {
+            close(p->epfd);
+            p->epfd = -1;
+        }
+        c->state = DSL_CONN_OPEN;
+        c->t_open = dsl_now();
+        return 0;
+    }
+    drain_out(p);
+    if (reap(p)) {
+        drain_out(p);
+        char tail[400];
+        out_tail(p, tail, sizeof(tail));
+        int code = WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
+        if (code == 127 && !tail[0])
+            return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run pdsh for '%s' (not installed?)",
+                                    c->host);
+        return dsl_cb_conn_fail(c, classify(tail), "pdsh to '%s' ended (exit %d) before its agent "
+                                "connected back%s%s", c->host, code, tail[0] ? ": " : "", tail);
+    }
+    if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout) {
+        char tail[300];
+        out_tail(p, tail, sizeof(tail));
+        return dsl_cb_conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s' through pdsh: no connect-back "
+                                "within %.1f s%s%s", c->host, p->connect_timeout,
+                                tail[0] ? ": " : "", tail);
+    }
+    return 0;
+}
+
+static int pdsh_pollfd(struct dsl_conn *c, short *events)
+{
+    struct pdsh_priv *p = c->priv;
+    *events = POLLIN;
+    if (!p || c->state == DSL_CONN_FAILED)
+        return -1;
+    return c->state == DSL_CONN_OPEN ? p->sock : p->epfd;
+}
+
+static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
+{
+    struct pdsh_priv *p = c->priv;
+    if (!p || p->sock < 0)
+        return -EIO;
+    drain_out(p);
+    ssize_t r = dsl_cb_sock_read(p->sock, buf, n);
+    if (r == 0) {
+        char tail[300];
+        drain_out(p);
+        out_tail(p, tail, sizeof(tail));
+        if (tail[0])
+            snprintf(c->err, sizeof(c->err), "agent on '%s' closed its connection: %s", c->host,
+                     tail);
+        c->state = DSL_CONN_CLOSED;
+    }
+    return r;
+}
+
+static ssize_t pdsh_write(struct dsl_conn *c, const void *buf, size_t n)
+{
+    struct pdsh_priv *p = c->priv;
+    return p ? dsl_cb_sock_write(p->sock, buf, n) : -EPIPE;
+}
+
+static void pdsh_close_write(struct dsl_conn *c)
+{
+    struct pdsh_priv *p = c->priv;
+    if (p && p->sock >= 0)
+        shutdown(p->sock, SHUT_WR);
+}
+
+static void pdsh_close(struct dsl_conn *c)
+{
+    struct pdsh_priv *p = c->priv;
+    if (!p)
+        return;
+    if (p->sock >= 0)
+        close(p->sock);
+    if (p->pid > 0) {
+        /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
+        double deadline = dsl_now() + 2.0;
+        int termed = 0;
+        while (!reap(p)) {
+            if (!termed && dsl_now() > deadline - 1.5) {
+                kill(-p->pid, SIGTERM);
+                termed = 1;
+            }
+            if (dsl_now() > deadline) {
+                kill(-p->pid, SIGKILL);
+                waitpid(p->pid, &p->status, 0);
+                p->pid = 0;
+                break;
+            }
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    if (p->outfd >= 0)
+        close(p->outfd);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    if (p->epfd >= 0)
+        close(p->epfd);
+    if (p->l) {
+        if (p->token[0])
+            dsl_cb_listener_cancel(p->l, p->token);
+        dsl_cb_shared_put();
+    }
+    dsl_dynbuf_release(&p->out);
+    free(p);
+    c->priv = NULL;
+}
+
+const struct dsl_transport_ops dsl_transport_pdsh = {
+    .name = "pdsh",
+    .open = pdsh_open,
+    .progress = pdsh_progress,
+    .pollfd = pdsh_pollfd,
+    .read = pdsh_read,
+    .write = pdsh_write,
+    .close_write = pdsh_close_write,
+    .close = pdsh_close,
+};

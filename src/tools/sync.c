@@ -1,0 +1,1091 @@
+/*
+ * dslaunch sync: files and directories to every host over SFTP.
+ *
+ * Theory of operation. The sources are scanned once, locally, into a tree of entries
+ * (directories with their children sorted by name, regular files, symlinks); other file
+ * types are skipped with a warning. Then min(--fanout, hosts) worker threads take hosts
+ * from a shared counter; each opens one blocking libssh session (sshsession.c: the
+ * launcher's config, host-key and authentication rules) and one SFTP session on it,
+ * and walks the tree:
+ *
+ *   directory  one SFTP readdir of the remote directory gives name, type, size, mtime
+ *              and mode of every remote child at once (no stat per file), so a no-change
+ *              run costs one round trip per directory; missing directories are made,
+ *              with --delete remote children absent at the source are removed
+ *              (recursively); mode and mtime are set after the children are done
+ *   file       skipped when the remote one is a regular file of the same size and mtime
+ *              (seconds); with --checksum, when the SHA-256 of both sides match (the
+ *              remote side hashes with `sha256sum` on an exec channel of the same
+ *              session, in batches, so no file is read back over the network). Copies
+ *              go to ".NAME.dsl-sync-XXXX" in the same directory, are fsync'ed when the
+ *              server offers fsync@openssh.com, get mode and mtime, and are renamed over
+ *              NAME (libssh 0.10 uses posix-rename@openssh.com when the server offers
+ *              it, which replaces atomically): a failed copy never replaces a good file
+ *   symlink    copied as a link (same target text); a different remote entry is replaced
+ *
+ * A host stops at its first failure (the message names host and path); the others go
+ * on. The main thread prints a progress line every second on stderr once a copy has
+ * run for a second (bytes, files, rate, slowest host), then one summary line per host
+ * and a total on stdout.
+ */
+#define _DEFAULT_SOURCE /* realpath */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <libssh/libssh.h>
+#include <libssh/sftp.h>
+
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/job/job.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/plan/placement.h"
+#include "sha256.h"
+#include "dslaunch/remote/sshsession.h"
+#include "dslaunch/common/strvec.h"
+#include "dslaunch/tools/sync.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+#define SYNC_CHUNK (128u * 1024u)   /* bytes per SFTP write (OpenSSH takes 256 KiB) */
+#define SYNC_HASH_BATCH 64          /* files per remote sha256sum command */
+
+struct sync_entry {
+    char *name;                /* name in the parent directory; owned */
+    char *local;               /* local path; owned */
+    mode_t mode;               /* st_mode, type included */
+    uint64_t size;
+    int64_t mtime;
+    char *link;                /* symlink target; owned */
+    struct sync_entry *kids;   /* directories: children sorted by name; owned */
+    size_t nkids, alloc;
+    unsigned char sha[32];     /* --checksum: local hash */
+    int hashed;
+};
+
+struct sync_root {
+    struct sync_entry e;
+    char *remote;              /* absolute (or --dest relative) remote path; owned */
+};
+
+struct sync_host {
+    const char *name;          /* borrowed */
+    const struct dsl_sync_opts *o;
+    ssh_session s;
+    sftp_session sftp;
+    int can_fsync;
+    char *buf;                 /* SYNC_CHUNK bytes */
+    _Atomic uint64_t bytes;
+    _Atomic unsigned copied;
+    _Atomic int done;
+    unsigned same, deleted;
+    unsigned long mut;         /* remote changes made (directory mtimes need redoing) */
+    double t0, t1;
+    int rc;
+    char err[DSL_ERR_LEN];
+    struct dsl_strvec pending; /* --checksum: remote paths whose hash must be compared */
+    struct sync_entry **pending_e;
+    size_t pending_alloc;
+};
+
+struct sync_run {
+    const struct dsl_sync_opts *o;
+    struct sync_root *roots;
+    size_t nroots;
+    struct sync_host *hosts;
+    size_t nhosts;
+    _Atomic size_t next;
+    pthread_mutex_t hash_lock;  /* local hashes are computed once, by whoever gets there */
+};
+
+/* ---- local scan ---- */
+
+static int entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct sync_entry *)a)->name, ((const struct sync_entry *)b)->name);
+}
+
+static void entry_release(struct sync_entry *e)
+{
+    for (size_t i = 0; i < e->nkids; i++)
+        entry_release(&e->kids[i]);
+    free(e->kids);
+    free(e->name);
+    free(e->local);
+    free(e->link);
+}
+
+/* lstat local and fill e (name and local set by the caller); 1: skipped type. */
+static int scan(struct sync_entry *e, char *err)
+{
+    struct stat st;
+    if (lstat(e->local, &st) < 0)
+        return dsl_seterr(err, -errno, "cannot read '%s': %s", e->local, strerror(errno));
+    e->mode = st.st_mode;
+    e->size = (uint64_t)st.st_size;
+    e->mtime = (int64_t)st.st_mtime;
+    if (S_ISLNK(st.st_mode)) {
+        char buf[PATH_MAX];
+        ssize_t n = readlink(e->local, buf, sizeof(buf) - 1);
+        if (n < 0)
+            return dsl_seterr(err, -errno, "cannot read link '%s': %s", e->local,
+                              strerror(errno));
+        buf[n] = '\0';
+        e->link = dsl_xstrdup(buf);
+        return 0;
+    }
+    if (S_ISREG(st.st_mode))
+        return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        dsl_warn("sync: skipping '%s': not a file, directory or symlink", e->local);
+        return 1;
+    }
+    DIR *d = opendir(e->local);
+    if (!d)
+        return dsl_seterr(err, -errno, "cannot read directory '%s': %s", e->local,
+                          strerror(errno));
+    struct dirent *de;
+    int r = 0;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        DSL_ALLOC_GROW(e->kids, e->nkids, e->alloc);
+        struct sync_entry *k = &e->kids[e->nkids];
+        memset(k, 0, sizeof(*k));
+        k->name = dsl_xstrdup(de->d_name);
+        k->local = dsl_xasprintf("%s/%s", e->local, de->d_name);
+        r = scan(k, err);
+        if (r < 0) {
+            e->nkids++;
+            break;
+        }
+        if (r == 1) {
+            entry_release(k);
+            r = 0;
+            continue;
+        }
+        e->nkids++;
+    }
+    closedir(d);
+    if (r < 0)
+        return r;
+    if (e->nkids)
+        qsort(e->kids, e->nkids, sizeof(*e->kids), entry_cmp);
+    return 0;
+}
+
+/* PATH -> its absolute form without resolving the last component, and the remote path. */
+static int make_root(struct sync_root *root, const char *path, const char *dest, char *err)
+{
+    char *p = dsl_xstrdup(path);
+    size_t len = strlen(p);
+    while (len > 1 && p[len - 1] == '/')
+        p[--len] = '\0';
+    char *slash = strrchr(p, '/');
+    const char *base = slash ? slash + 1 : p;
+    char *dir = slash ? (slash == p ? dsl_xstrdup("/") : dsl_xstrndup(p, (size_t)(slash - p)))
+                      : dsl_xstrdup(".");
+    char real[PATH_MAX];
+    int r = 0;
+    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
+        /* "." or "dir/..": resolve the whole thing */
+        if (!realpath(p, real)) {
+            r = dsl_seterr(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+            goto out;
+        }
+        root->e.local = dsl_xstrdup(real);
+    } else {
+        if (!realpath(dir, real)) {
+            r = dsl_seterr(err, -errno, "cannot read '%s': %s", path, strerror(errno));
+            goto out;
+        }
+        root->e.local = dsl_xasprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+    }
+    if (!strcmp(root->e.local, "/")) {
+        r = dsl_seterr(err, DSL_EUSAGE, "refusing to sync '/'");
+        goto out;
+    }
+    const char *b = strrchr(root->e.local, '/') + 1;
+    root->e.name = dsl_xstrdup(b);
+    if (dest)
+        root->remote = dsl_xasprintf("%s%s%s", dest,
+                                     dest[0] && dest[strlen(dest) - 1] == '/' ? "" : "/", b);
+    else
+        root->remote = dsl_xstrdup(root->e.local);
+    r = scan(&root->e, err);
+    if (r == 1)
+        r = dsl_seterr(err, DSL_EUSAGE, "cannot sync '%s': not a file, directory or symlink",
+                       path);
+out:
+    free(p);
+    free(dir);
+    return r;
+}
+
+/* ---- remote side ---- */
+
+static const char *fx_text(int fx)
+{
+    switch (fx) {
+    case SSH_FX_NO_SUCH_FILE: return "no such file or directory";
+    case SSH_FX_PERMISSION_DENIED: return "permission denied";
+    case SSH_FX_NO_CONNECTION:
+    case SSH_FX_CONNECTION_LOST: return "connection lost";
+    case SSH_FX_OP_UNSUPPORTED: return "operation not supported by the server";
+    case SSH_FX_FILE_ALREADY_EXISTS: return "file exists";
+    case SSH_FX_WRITE_PROTECT: return "read-only file system";
+    case SSH_FX_NO_MEDIA: return "no media";
+    default: return "failure";
+    }
+}
+
+/*
+ * Record the host's failure: "cannot create '/d/f': read-only file system". OpenSSH
+ * reports EROFS and ENOSPC as a bare SSH_FX_FAILURE; ask statvfs@openssh.com which.
+ */
+static int host_fail(struct sync_host *h, const char *what, const char *path)
+{
+    int fx = h->sftp ? sftp_get_error(h->sftp) : -1;
+    const char *why = fx_text(fx);
+    if (fx == SSH_FX_FAILURE && h->sftp &&
+        sftp_extension_supported(h->sftp, "statvfs@openssh.com", "2")) {
+        char *dir = dsl_xstrdup(path);
+        char *sl = strrchr(dir, '/');
+        if (sl && sl != dir)
+            *sl = '\0';
+        sftp_statvfs_t v = sftp_statvfs(h->sftp, dir);
+        if (v && (v->f_flag & SSH_FXE_STATVFS_ST_RDONLY))
+            why = "read-only file system";
+        else if (v && v->f_bavail == 0)
+            why = "no space left on device";
+        sftp_statvfs_free(v);
+        free(dir);
+    }
+    if (!ssh_is_connected(h->s))
+        why = ssh_get_error(h->s);
+    h->rc = fx == SSH_FX_NO_CONNECTION || fx == SSH_FX_CONNECTION_LOST ? DSL_ECONNECT
+                                                                       : DSL_EREMOTE;
+    snprintf(h->err, sizeof(h->err), "%s: cannot %s '%s': %s", h->name, what, path, why);
+    return h->rc;
+}
+
+/* lstat: attributes, or NULL with *missing set when the path does not exist. */
+static sftp_attributes rlstat(struct sync_host *h, const char *path, int *missing)
+{
+    sftp_attributes a = sftp_lstat(h->sftp, path);
+    *missing = !a && sftp_get_error(h->sftp) == SSH_FX_NO_SUCH_FILE;
+    return a;
+}
+
+static int rtype(sftp_attributes a)
+{
+    return a->type;
+}
+
+static int rm_rf(struct sync_host *h, const char *path, int type)
+{
+    if (type == SSH_FILEXFER_TYPE_DIRECTORY) {
+        sftp_dir d = sftp_opendir(h->sftp, path);
+        if (!d)
+            return host_fail(h, "read directory", path);
+        sftp_attributes a;
+        int r = 0;
+        while (r == 0 && (a = sftp_readdir(h->sftp, d))) {
+            if (strcmp(a->name, ".") && strcmp(a->name, "..")) {
+                char *sub = dsl_xasprintf("%s/%s", path, a->name);
+                r = rm_rf(h, sub, rtype(a));
+                free(sub);
+            }
+            sftp_attributes_free(a);
+        }
+        sftp_closedir(d);
+        if (r < 0)
+            return r;
+        if (sftp_rmdir(h->sftp, path) < 0)
+            return host_fail(h, "remove directory", path);
+    } else if (sftp_unlink(h->sftp, path) < 0) {
+        return host_fail(h, "remove", path);
+    }
+    h->mut++;
+    return 0;
+}
+
+static int set_meta(struct sync_host *h, const char *path, const struct sync_entry *e)
+{
+    struct sftp_attributes_struct at;
+    memset(&at, 0, sizeof(at));
+    at.flags = SSH_FILEXFER_ATTR_PERMISSIONS | SSH_FILEXFER_ATTR_ACMODTIME;
+    at.permissions = (uint32_t)(e->mode & 07777);
+    at.atime = (uint32_t)e->mtime;
+    at.mtime = (uint32_t)e->mtime;
+    if (sftp_setstat(h->sftp, path, &at) < 0)
+        return host_fail(h, "set mode and mtime of", path);
+    return 0;
+}
+
+static int set_mode(struct sync_host *h, const char *path, mode_t mode)
+{
+    if (sftp_chmod(h->sftp, path, mode & 07777) < 0)
+        return host_fail(h, "set the mode of", path);
+    return 0;
+}
+
+static int copy_file(struct sync_host *h, const struct sync_entry *e, const char *path,
+                     sftp_attributes old)
+{
+    char *tmp = NULL;
+    const char *sl = strrchr(path, '/');
+    unsigned rnd = (unsigned)rand() ^ (unsigned)getpid();
+    if (sl)
+        tmp = dsl_xasprintf("%.*s.%s.dsl-sync-%06x", (int)(sl - path + 1), path, sl + 1,
+                            rnd & 0xffffffu);
+    else
+        tmp = dsl_xasprintf(".%s.dsl-sync-%06x", path, rnd & 0xffffffu);
+    int r = 0, fd = -1;
+    sftp_file f = NULL;
+    fd = open(e->local, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        h->rc = -errno;
+        snprintf(h->err, sizeof(h->err), "%s: cannot read local '%s': %s", h->name, e->local,
+                 strerror(errno));
+        r = h->rc;
+        goto out;
+    }
+    f = sftp_open(h->sftp, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (!f) {
+        r = host_fail(h, "create", tmp);
+        goto out;
+    }
+    for (;;) {
+        ssize_t n = read(fd, h->buf, SYNC_CHUNK);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            h->rc = -errno;
+            snprintf(h->err, sizeof(h->err), "%s: cannot read local '%s': %s", h->name,
+                     e->local, strerror(errno));
+            r = h->rc;
+            goto out;
+        }
+        if (n == 0)
+            break;
+        size_t off = 0;
+        while (off < (size_t)n) {
+            ssize_t w = sftp_write(f, h->buf + off, (size_t)n - off);
+            if (w <= 0) {
+                r = host_fail(h, "write", tmp);
+                goto out;
+            }
+            off += (size_t)w;
+            atomic_fetch_add(&h->bytes, (uint64_t)w);
+        }
+    }
+    if (h->can_fsync && sftp_fsync(f) < 0) {
+        r = host_fail(h, "fsync", tmp);
+        goto out;
+    }
+    int cr = sftp_close(f);
+    f = NULL;
+    if (cr < 0) {
+        r = host_fail(h, "write", tmp);
+        goto out;
+    }
+    if ((r = set_meta(h, tmp, e)) < 0)
+        goto out;
+    if (old && rtype(old) == SSH_FILEXFER_TYPE_DIRECTORY && (r = rm_rf(h, path, rtype(old))) < 0)
+        goto out;
+    if (sftp_rename(h->sftp, tmp, path) < 0) {
+        /* a server without posix-rename refuses an existing target: unlink, retry */
+        if (!old || sftp_unlink(h->sftp, path) < 0 || sftp_rename(h->sftp, tmp, path) < 0) {
+            r = host_fail(h, "rename into place", path);
+            goto out;
+        }
+    }
+    free(tmp);
+    tmp = NULL;
+    h->mut++;
+    atomic_fetch_add(&h->copied, 1u);
+    if (h->o->verbose > 0)
+        printf("%s: copied %s\n", h->name, path);
+out:
+    if (f)
+        sftp_close(f);
+    if (tmp && h->sftp && ssh_is_connected(h->s))
+        sftp_unlink(h->sftp, tmp); /* best effort: never leave half a copy behind */
+    free(tmp);
+    if (fd >= 0)
+        close(fd);
+    return r;
+}
+
+static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
+                      const char *path, sftp_attributes a);
+static int flush_pending(struct sync_run *run, struct sync_host *h);
+
+static int attr_cmp(const void *x, const void *y)
+{
+    return strcmp((*(sftp_attributes const *)x)->name, (*(sftp_attributes const *)y)->name);
+}
+
+static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
+                    const char *path, sftp_attributes a)
+{
+    int r = 0;
+    if (a && rtype(a) != SSH_FILEXFER_TYPE_DIRECTORY) {
+        if ((r = rm_rf(h, path, rtype(a))) < 0)
+            return r;
+        a = NULL;
+    }
+    if (!a) {
+        if (sftp_mkdir(h->sftp, path, 0700) < 0)
+            return host_fail(h, "create directory", path);
+        h->mut++;
+    }
+    /* every remote child with its attributes, in one listing */
+    sftp_attributes *list = NULL;
+    size_t nlist = 0, alloc = 0;
+    if (a) {
+        sftp_dir d = sftp_opendir(h->sftp, path);
+        if (!d)
+            return host_fail(h, "read directory", path);
+        sftp_attributes x;
+        while ((x = sftp_readdir(h->sftp, d))) {
+            if (!strcmp(x->name, ".") || !strcmp(x->name, "..")) {
+                sftp_attributes_free(x);
+                continue;
+            }
+            DSL_ALLOC_GROW(list, nlist, alloc);
+            list[nlist++] = x;
+        }
+        int eof = sftp_dir_eof(d);
+        sftp_closedir(d);
+        if (!eof) {
+            r = host_fail(h, "read directory", path);
+            goto out;
+        }
+        if (nlist)
+            qsort(list, nlist, sizeof(*list), attr_cmp);
+    }
+    unsigned long mut0 = h->mut;
+    char *seen = nlist ? dsl_xcalloc(nlist, 1) : NULL;
+    for (size_t i = 0; i < e->nkids && r == 0; i++) {
+        struct sync_entry *k = &e->kids[i];
+        sftp_attributes *hit = NULL;
+        if (nlist) {
+            struct sftp_attributes_struct key;
+            sftp_attributes kp = &key;
+            key.name = k->name;
+            hit = bsearch(&kp, list, nlist, sizeof(*list), attr_cmp);
+        }
+        if (hit)
+            seen[hit - list] = 1;
+        char *sub = dsl_xasprintf("%s/%s", path, k->name);
+        r = sync_entry(run, h, k, sub, hit ? *hit : NULL);
+        free(sub);
+    }
+    if (r == 0)
+        r = flush_pending(run, h); /* --checksum copies land before the mtime is set */
+    if (r == 0 && run->o->delete_extra) {
+        for (size_t i = 0; i < nlist && r == 0; i++) {
+            if (seen[i])
+                continue;
+            char *sub = dsl_xasprintf("%s/%s", path, list[i]->name);
+            r = rm_rf(h, sub, rtype(list[i]));
+            if (r == 0) {
+                h->deleted++;
+                if (h->o->verbose > 0)
+                    printf("%s: deleted %s\n", h->name, sub);
+            }
+            free(sub);
+        }
+    }
+    free(seen);
+    /* a change inside the directory moved its mtime: set it again */
+    if (r == 0 && (!a || h->mut != mut0 || (a->permissions & 07777) != (e->mode & 07777) ||
+                   (int64_t)a->mtime != e->mtime))
+        r = set_meta(h, path, e);
+out:
+    for (size_t i = 0; i < nlist; i++)
+        sftp_attributes_free(list[i]);
+    free(list);
+    return r;
+}
+
+/* --checksum: hash the local file once (several hosts may ask at once). */
+static int local_hash(struct sync_run *run, struct sync_host *h, struct sync_entry *e)
+{
+    int r = 0;
+    pthread_mutex_lock(&run->hash_lock);
+    if (!e->hashed) {
+        char err[DSL_ERR_LEN];
+        r = dsl_sha256_file(e->local, e->sha, err);
+        if (r < 0)
+            snprintf(h->err, sizeof(h->err), "%s: %.400s", h->name, err);
+        else
+            e->hashed = 1;
+    }
+    pthread_mutex_unlock(&run->hash_lock);
+    if (r < 0)
+        h->rc = r;
+    return r;
+}
+
+/* Hash the pending remote files with one sha256sum; copy those that differ. */
+static int flush_pending(struct sync_run *run, struct sync_host *h)
+{
+    if (!h->pending.nr)
+        return 0;
+    struct dsl_dynbuf cmd, out;
+    dsl_dynbuf_init(&cmd, 1u << 20); /* SYNC_HASH_BATCH quoted paths */
+    dsl_dynbuf_init(&out, 1u << 20); /* as many "<hash>  <path>" lines */
+    int r = 0;
+    dsl_dynbuf_addstr(&cmd, "exec sha256sum --");
+    for (size_t i = 0; i < h->pending.nr; i++) {
+        char *q = dsl_shell_quote(h->pending.v[i]);
+        dsl_dynbuf_addf(&cmd, " %s", q);
+        free(q);
+    }
+    ssh_channel ch = ssh_channel_new(h->s);
+    if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
+        ssh_channel_request_exec(ch, dsl_dynbuf_str(&cmd)) != SSH_OK) {
+        if (ch)
+            ssh_channel_free(ch);
+        h->rc = DSL_EREMOTE;
+        snprintf(h->err, sizeof(h->err), "%s: cannot run sha256sum for --checksum: %s",
+                 h->name, ssh_get_error(h->s));
+        r = h->rc;
+        goto out;
+    }
+    char buf[8192];
+    int n;
+    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
+        dsl_dynbuf_add(&out, buf, (size_t)n);
+    ssh_channel_send_eof(ch);
+    ssh_channel_close(ch);
+    ssh_channel_free(ch);
+    /* lines "<64 hex>  <path>" in argument order; a missing line means "differs" */
+    const char *p = dsl_dynbuf_str(&out);
+    for (size_t i = 0; i < h->pending.nr && r == 0; i++) {
+        struct sync_entry *e = h->pending_e[i];
+        int same = 0;
+        if (strlen(p) >= 64 && (r = local_hash(run, h, e)) == 0) {
+            char hex[65];
+            for (int k = 0; k < 32; k++)
+                snprintf(hex + 2 * k, 3, "%02x", e->sha[k]);
+            same = !strncmp(p, hex, 64);
+            const char *nl = strchr(p, '\n');
+            p = nl ? nl + 1 : p + strlen(p);
+        }
+        if (r < 0)
+            break;
+        if (same) {
+            h->same++;
+            continue;
+        }
+        int missing;
+        sftp_attributes a = rlstat(h, h->pending.v[i], &missing);
+        r = copy_file(h, e, h->pending.v[i], a);
+        sftp_attributes_free(a);
+    }
+out:
+    dsl_strvec_clear(&h->pending);
+    dsl_dynbuf_release(&cmd);
+    dsl_dynbuf_release(&out);
+    return r;
+}
+
+static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
+                      const char *path, sftp_attributes a)
+{
+    int r;
+    if (S_ISDIR(e->mode))
+        return sync_dir(run, h, e, path, a);
+    if (S_ISLNK(e->mode)) {
+        if (a && rtype(a) == SSH_FILEXFER_TYPE_SYMLINK) {
+            char *t = sftp_readlink(h->sftp, path);
+            int same = t && !strcmp(t, e->link);
+            ssh_string_free_char(t);
+            if (same) {
+                h->same++;
+                return 0;
+            }
+        }
+        if (a && (r = rm_rf(h, path, rtype(a))) < 0)
+            return r;
+        if (sftp_symlink(h->sftp, e->link, path) < 0)
+            return host_fail(h, "create symlink", path);
+        h->mut++;
+        atomic_fetch_add(&h->copied, 1u);
+        return 0;
+    }
+    /* regular file */
+    if (a && rtype(a) == SSH_FILEXFER_TYPE_REGULAR && a->size == e->size) {
+        if (run->o->checksum) {
+            if ((a->permissions & 07777) != (e->mode & 07777) &&
+                (r = set_mode(h, path, e->mode)) < 0)
+                return r;
+            DSL_ALLOC_GROW(h->pending_e, h->pending.nr, h->pending_alloc);
+            h->pending_e[h->pending.nr] = e;
+            dsl_strvec_push(&h->pending, path);
+            return h->pending.nr >= SYNC_HASH_BATCH ? flush_pending(run, h) : 0;
+        }
+        if ((int64_t)a->mtime == e->mtime) {
+            h->same++;
+            if ((a->permissions & 07777) != (e->mode & 07777))
+                return set_mode(h, path, e->mode);
+            return 0;
+        }
+    }
+    if (a && rtype(a) != SSH_FILEXFER_TYPE_REGULAR && rtype(a) != SSH_FILEXFER_TYPE_DIRECTORY) {
+        if ((r = rm_rf(h, path, rtype(a))) < 0)
+            return r;
+        a = NULL;
+    }
+    return copy_file(h, e, path, a);
+}
+
+/* mkdir -p of the parent of path. */
+static int make_parents(struct sync_host *h, const char *path)
+{
+    char *p = dsl_xstrdup(path);
+    int r = 0;
+    for (char *s = strchr(p + 1, '/'); s && r == 0; s = strchr(s + 1, '/')) {
+        *s = '\0';
+        int missing;
+        sftp_attributes a = rlstat(h, p, &missing);
+        if (!a && missing && sftp_mkdir(h->sftp, p, 0755) < 0)
+            r = host_fail(h, "create directory", p);
+        else if (!a && !missing)
+            r = host_fail(h, "read", p);
+        sftp_attributes_free(a);
+        *s = '/';
+    }
+    free(p);
+    return r;
+}
+
+static void sync_host_run(struct sync_run *run, struct sync_host *h)
+{
+    const struct dsl_sync_opts *o = run->o;
+    int r;
+    h->t0 = dsl_now();
+    if ((r = dsl_ssh_session_open(&h->s, h->name, &o->tr, DSL_SSH_BULK, NULL, h->err)) < 0) {
+        h->rc = r;
+        goto out;
+    }
+    if (!(h->sftp = sftp_new(h->s)) || sftp_init(h->sftp) < 0) {
+        h->rc = DSL_EREMOTE;
+        snprintf(h->err, sizeof(h->err), "%s: the SFTP subsystem was refused: %s", h->name,
+                 ssh_get_error(h->s));
+        goto out;
+    }
+    h->can_fsync = sftp_extension_supported(h->sftp, "fsync@openssh.com", "1");
+    h->buf = dsl_xmalloc(SYNC_CHUNK);
+    for (size_t i = 0; i < run->nroots && h->rc == 0; i++) {
+        struct sync_root *root = &run->roots[i];
+        if (make_parents(h, root->remote) < 0)
+            break;
+        int missing;
+        sftp_attributes a = rlstat(h, root->remote, &missing);
+        if (!a && !missing) {
+            host_fail(h, "read", root->remote);
+            break;
+        }
+        r = sync_entry(run, h, &root->e, root->remote, a);
+        sftp_attributes_free(a);
+        if (r == 0)
+            r = flush_pending(run, h);
+        if (r < 0 && h->rc == 0)
+            h->rc = r;
+    }
+out:
+    if (h->sftp)
+        sftp_free(h->sftp);
+    h->sftp = NULL;
+    dsl_ssh_session_close(h->s);
+    h->s = NULL;
+    free(h->buf);
+    h->buf = NULL;
+    h->t1 = dsl_now();
+    atomic_store(&h->done, 1);
+}
+
+static void *sync_worker(void *arg)
+{
+    struct sync_run *run = arg;
+    for (;;) {
+        size_t i = atomic_fetch_add(&run->next, 1);
+        if (i >= run->nhosts)
+            return NULL;
+        sync_host_run(run, &run->hosts[i]);
+    }
+}
+
+/* ---- progress and summary ---- */
+
+static void human(double b, char *out, size_t len)
+{
+    static const char *const unit[] = {"B", "KB", "MB", "GB", "TB"};
+    int u = 0;
+    while (b >= 1000.0 && u < 4) {
+        b /= 1000.0;
+        u++;
+    }
+    snprintf(out, len, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+static void progress_line(struct sync_run *run, double t0, int tty)
+{
+    uint64_t bytes = 0, low = UINT64_MAX;
+    unsigned files = 0, done = 0;
+    const char *slow = NULL;
+    for (size_t i = 0; i < run->nhosts; i++) {
+        struct sync_host *h = &run->hosts[i];
+        uint64_t b = atomic_load(&h->bytes);
+        bytes += b;
+        files += atomic_load(&h->copied);
+        if (atomic_load(&h->done)) {
+            done++;
+        } else if (b < low) {
+            low = b;
+            slow = h->name;
+        }
+    }
+    double dt = dsl_now() - t0;
+    char hb[32], hr[32], hl[32];
+    human((double)bytes, hb, sizeof(hb));
+    human(dt > 0 ? (double)bytes / dt : 0, hr, sizeof(hr));
+    human((double)(low == UINT64_MAX ? 0 : low), hl, sizeof(hl));
+    fprintf(stderr, "%ssync: %s copied, %u files, %s/s, %u/%zu hosts done%s%s%s%s%s",
+            tty ? "\r\033[K" : "", hb, files, hr, done, run->nhosts, slow ? ", slowest " : "",
+            slow ? slow : "", slow ? " (" : "", slow ? hl : "", slow ? ")" : "");
+    if (!tty)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+static void wait_hosts(struct sync_run *run, double t0)
+{
+    int tty = isatty(2);
+    double last = t0;
+    int shown = 0;
+    for (;;) {
+        size_t done = 0;
+        for (size_t i = 0; i < run->nhosts; i++)
+            done += atomic_load(&run->hosts[i].done) ? 1u : 0u;
+        if (done == run->nhosts)
+            break;
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        double now = dsl_now();
+        if (run->o->verbose >= 0 && now - t0 >= 1.0 && now - last >= (tty ? 1.0 : 5.0)) {
+            progress_line(run, t0, tty);
+            last = now;
+            shown = 1;
+        }
+    }
+    if (shown && tty)
+        fputs("\r\033[K", stderr);
+}
+
+int dsl_sync_exit_code(int rc)
+{
+    if (rc == 0)
+        return 0;
+    if (rc == DSL_EUSAGE)
+        return DSL_EXIT_USAGE;
+    if (rc == DSL_ECONNECT || rc == DSL_ETIMEDOUT)
+        return DSL_EXIT_UNREACHABLE;
+    if (rc == DSL_EAUTH)
+        return DSL_EXIT_AUTH;
+    return 1;
+}
+
+int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhosts)
+{
+    struct sync_run run;
+    char err[DSL_ERR_LEN];
+    int rc = 0;
+    memset(&run, 0, sizeof(run));
+    run.o = o;
+    pthread_mutex_init(&run.hash_lock, NULL);
+    run.roots = dsl_xcalloc(o->npaths ? o->npaths : 1, sizeof(*run.roots));
+    for (size_t i = 0; i < o->npaths; i++) {
+        run.nroots++;
+        if ((rc = make_root(&run.roots[i], o->paths[i], o->dest, err)) < 0) {
+            dsl_error("sync: %s", err);
+            rc = DSL_EUSAGE; /* nothing was copied anywhere */
+            goto out;
+        }
+    }
+    run.nhosts = nhosts;
+    run.hosts = dsl_xcalloc(nhosts ? nhosts : 1, sizeof(*run.hosts));
+    for (size_t i = 0; i < nhosts; i++) {
+        run.hosts[i].name = hosts[i];
+        run.hosts[i].o = o;
+        dsl_strvec_init(&run.hosts[i].pending);
+    }
+    ssh_init();
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    size_t nthreads = (size_t)(o->fanout > 0 ? o->fanout : 1);
+    if (nthreads > nhosts)
+        nthreads = nhosts;
+    pthread_t *tid = dsl_xcalloc(nthreads ? nthreads : 1, sizeof(*tid));
+    size_t started = 0;
+    double t0 = dsl_now();
+    for (size_t i = 0; i < nthreads; i++) {
+        if (pthread_create(&tid[i], NULL, sync_worker, &run) != 0)
+            break;
+        started++;
+    }
+    if (!started && nhosts)
+        sync_worker(&run); /* no threads to be had: one host after another */
+    wait_hosts(&run, t0);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(tid[i], NULL);
+    free(tid);
+    double dt = dsl_now() - t0;
+
+    uint64_t total = 0;
+    unsigned copied = 0, failed = 0, deleted = 0;
+    for (size_t i = 0; i < nhosts; i++) {
+        struct sync_host *h = &run.hosts[i];
+        uint64_t b = atomic_load(&h->bytes);
+        unsigned c = atomic_load(&h->copied);
+        total += b;
+        copied += c;
+        deleted += h->deleted;
+        if (h->rc < 0) {
+            failed++;
+            if (!rc)
+                rc = h->rc;
+            printf("%s: FAILED after %u copied: %s\n", h->name, c, h->err);
+            continue;
+        }
+        if (o->verbose >= 0) {
+            char hb[32];
+            human((double)b, hb, sizeof(hb));
+            printf("%s: %u copied (%s), %u up to date, %u deleted, %.2f s\n", h->name, c, hb,
+                   h->same, h->deleted, h->t1 - h->t0);
+        }
+    }
+    char ht[32], hr[32];
+    human((double)total, ht, sizeof(ht));
+    human(dt > 0 ? (double)total / dt : 0, hr, sizeof(hr));
+    if (failed) {
+        for (size_t i = 0; i < nhosts; i++)
+            if (run.hosts[i].rc < 0)
+                dsl_error("sync: %s", run.hosts[i].err);
+        dsl_error("sync failed on %u of %zu hosts", failed, nhosts);
+    } else if (o->verbose >= 0 && copied == 0 && deleted == 0) {
+        printf("sync: nothing to copy, %zu hosts up to date (%.2f s)\n", nhosts, dt);
+    } else if (o->verbose >= 0) {
+        printf("sync: %zu hosts, %u entries copied (%s), %u deleted in %.2f s (%s/s)\n", nhosts,
+               copied, ht, deleted, dt, hr);
+    }
+    fflush(stdout);
+out:
+    for (size_t i = 0; i < run.nroots; i++) {
+        entry_release(&run.roots[i].e);
+        free(run.roots[i].remote);
+    }
+    free(run.roots);
+    for (size_t i = 0; i < run.nhosts; i++) {
+        dsl_strvec_release(&run.hosts[i].pending);
+        free(run.hosts[i].pending_e);
+    }
+    free(run.hosts);
+    pthread_mutex_destroy(&run.hash_lock);
+    return rc;
+}
+
+/* ---- command line ---- */
+
+static void usage(FILE *f)
+{
+    fputs("usage: dslaunch sync [options] PATH...\n"
+          "Copy files and directories to the same absolute path on every host (SFTP).\n"
+          "  -H, --hostfile FILE     hosts ('host slots=N' lines; default /job/hostfile)\n"
+          "  -i, --include SPEC      only these hosts\n"
+          "  -e, --exclude SPEC      all but these hosts\n"
+          "      --dest DIR          copy to DIR/<name of PATH> instead\n"
+          "      --delete            remove remote files gone at the source\n"
+          "      --checksum          compare SHA-256 (remote sha256sum) instead of size+mtime\n"
+          "      --fanout N          hosts copied to at once (default 32)\n"
+          "      --ssh-config FILE, --ssh_port PORT, --ssh-identity FILE, --ssh-accept-new,\n"
+          "      --connect-timeout SECONDS   as for the launcher\n"
+          "  -v, --verbose           one line per copied or deleted entry\n"
+          "  -q, --quiet             errors only\n",
+          f);
+}
+
+/* "--name=value" or "--name value"; name compared with '-' and '_' folded. */
+static int opt_is(const char *arg, const char *name, int has_val, char **argv, int *i,
+                  int argc, const char **val)
+{
+    if (arg[0] != '-' || arg[1] != '-')
+        return 0;
+    const char *a = arg + 2;
+    size_t k = 0;
+    for (; name[k]; k++) {
+        char x = a[k] == '-' ? '_' : a[k], y = name[k] == '-' ? '_' : name[k];
+        if (x != y)
+            return 0;
+    }
+    if (a[k] == '=' && has_val) {
+        *val = a + k + 1;
+        return 1;
+    }
+    if (a[k] != '\0')
+        return 0;
+    if (has_val) {
+        if (*i + 1 >= argc) {
+            *val = NULL;
+            return 1;
+        }
+        *val = argv[++*i];
+    }
+    return 1;
+}
+
+int dsl_sync_main(int argc, char **argv)
+{
+    struct dsl_sync_opts o;
+    struct dsl_hostfile hf;
+    struct dsl_placement pl;
+    struct dsl_strvec paths, hosts;
+    const char *hostfile = NULL, *include = NULL, *exclude = NULL, *v = NULL;
+    char err[DSL_ERR_LEN];
+    int code = DSL_EXIT_USAGE, r, only_paths = 0;
+    memset(&o, 0, sizeof(o));
+    o.fanout = 32;
+    o.tr.connect_timeout = 10;
+    o.tr.keepalive = 30;
+    dsl_hostfile_init(&hf);
+    dsl_placement_init(&pl);
+    dsl_strvec_init(&paths);
+    dsl_strvec_init(&hosts);
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (only_paths || a[0] != '-' || !strcmp(a, "-")) {
+            dsl_strvec_push(&paths, a);
+            continue;
+        }
+#define VAL(name) (opt_is(a, name, 1, argv, &i, argc, &v))
+#define NEEDV()                                                                  \
+    do {                                                                         \
+        if (!v) {                                                                \
+            dsl_error("sync: option '%s' needs a value", a);                     \
+            goto out;                                                            \
+        }                                                                        \
+    } while (0)
+        if (!strcmp(a, "--")) {
+            only_paths = 1;
+        } else if (!strcmp(a, "-h") || opt_is(a, "help", 0, argv, &i, argc, &v)) {
+            usage(stdout);
+            code = 0;
+            goto out;
+        } else if (!strcmp(a, "-v") || opt_is(a, "verbose", 0, argv, &i, argc, &v)) {
+            o.verbose = 1;
+        } else if (!strcmp(a, "-q") || opt_is(a, "quiet", 0, argv, &i, argc, &v)) {
+            o.verbose = -1;
+        } else if (!strcmp(a, "-H") || VAL("hostfile")) {
+            if (!strcmp(a, "-H"))
+                v = i + 1 < argc ? argv[++i] : NULL;
+            NEEDV();
+            hostfile = v;
+        } else if (!strcmp(a, "-i") || VAL("include")) {
+            if (!strcmp(a, "-i"))
+                v = i + 1 < argc ? argv[++i] : NULL;
+            NEEDV();
+            include = v;
+        } else if (!strcmp(a, "-e") || VAL("exclude")) {
+            if (!strcmp(a, "-e"))
+                v = i + 1 < argc ? argv[++i] : NULL;
+            NEEDV();
+            exclude = v;
+        } else if (VAL("dest")) {
+            NEEDV();
+            o.dest = v;
+        } else if (opt_is(a, "delete", 0, argv, &i, argc, &v)) {
+            o.delete_extra = 1;
+        } else if (opt_is(a, "checksum", 0, argv, &i, argc, &v)) {
+            o.checksum = 1;
+        } else if (VAL("fanout")) {
+            NEEDV();
+            if (dsl_parse_int(v, 1, 4096, &o.fanout) < 0) {
+                dsl_error("sync: bad --fanout '%s' (1..4096)", v);
+                goto out;
+            }
+        } else if (VAL("ssh_config")) {
+            NEEDV();
+            o.tr.ssh_config = v;
+        } else if (VAL("ssh_identity")) {
+            NEEDV();
+            o.tr.ssh_identity = v;
+        } else if (VAL("ssh_port")) {
+            NEEDV();
+            if (dsl_parse_int(v, 1, 65535, &o.tr.ssh_port) < 0) {
+                dsl_error("sync: bad --ssh_port '%s' (1..65535)", v);
+                goto out;
+            }
+        } else if (opt_is(a, "ssh_accept_new", 0, argv, &i, argc, &v)) {
+            o.tr.accept_new = 1;
+        } else if (VAL("connect_timeout")) {
+            NEEDV();
+            if (dsl_parse_seconds(v, &o.tr.connect_timeout) < 0) {
+                dsl_error("sync: bad --connect-timeout '%s'", v);
+                goto out;
+            }
+        } else {
+            dsl_error("sync: unknown option '%s' (see dslaunch sync --help)", a);
+            goto out;
+        }
+#undef VAL
+#undef NEEDV
+    }
+    if (!paths.nr) {
+        dsl_error("sync: nothing to copy: give one or more PATHs (see dslaunch sync --help)");
+        goto out;
+    }
+    if (!hostfile && access("/job/hostfile", R_OK) == 0)
+        hostfile = "/job/hostfile";
+    if (!hostfile) {
+        dsl_error("sync: no hosts: give --hostfile (or create /job/hostfile)");
+        goto out;
+    }
+    if ((r = dsl_hostfile_load(&hf, hostfile, err)) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    struct dsl_placement_opts po = {
+        .include = include, .exclude = exclude, .num_nodes = -1, .num_gpus = -1};
+    if ((r = dsl_placement_build(&pl, &hf, &po, err)) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    for (int i = 0; i < pl.nr; i++)
+        dsl_strvec_push(&hosts, pl.nodes[i].host);
+    o.paths = paths.v;
+    o.npaths = paths.nr;
+    code = dsl_sync_exit_code(dsl_sync_run(&o, hosts.v, hosts.nr));
+out:
+    dsl_placement_release(&pl);
+    dsl_hostfile_release(&hf);
+    dsl_strvec_release(&paths);
+    dsl_strvec_release(&hosts);
+    return code;
+}

@@ -1,0 +1,124 @@
+/*
+ * dstrain checkpoints, in DeepSpeed's shape with safetensors files:
+ *
+ *   <dir>/latest                                           the tag, written last
+ *   <dir>/<tag>/mp_rank_00_model_states.safetensors        full fp32 parameters,
+ *                                                          one tensor per named view
+ *   <dir>/<tag>/zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
+ *                                                          rank r's optimizer shard
+ *
+ * The tag is "global_step<N>" by default. Optimizer shards always hold a contiguous
+ * [offset, offset+len) slice of the FULL UNPADDED flat state vectors (whatever the
+ * ZeRO stage and its in-memory padding), recorded in the metadata; the loader
+ * reassembles the full vectors from all shards of a tag, checking that they cover
+ * [0, numel) exactly once, so a run can resume at any world size and re-cut.
+ *
+ * Saving (collective; the trainer supplies the barriers):
+ *   rank 0:    dsl_ckpt_prepare(dir, tag)        fresh <dir>/<tag>.partial/
+ *   -- barrier --
+ *   rank 0:    dsl_ckpt_write_model(...)
+ *   every rank dsl_ckpt_write_optim(...)         its slice, fsynced
+ *   -- barrier --
+ *   rank 0:    dsl_ckpt_commit(dir, tag, world)  validates every file, renames the
+ *                                                 partial dir to <dir>/<tag>, fsyncs,
+ *                                                 then dsl_ckpt_write_latest()
+ * A save that fails anywhere before the commit leaves only a stale .partial
+ * directory; the checkpoint `latest` names is never touched. Metadata added by the
+ * writers: format=pt, dsl.kind, dsl.tag, dsl.numel, dsl.world_size, dsl.rank,
+ * dsl.shard_offset, dsl.shard_len, dsl.crc32; the caller's own keys (step, loss scale,
+ * scheduler step, data position, rng ...) are stored as given.
+ */
+#ifndef DSLAUNCH_CHECKPOINT_H
+#define DSLAUNCH_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dslaunch/common/strvec.h"
+
+#define DSL_CKPT_MODEL_FILE "mp_rank_00_model_states.safetensors"
+#define DSL_CKPT_MAX_STATE 4
+
+/** A named view of the flat parameter vector, e.g. {"layers.0.weight", 0, 2,
+ *  {1024, 784}}. Views passed to the writer must tile [0, numel) in order. */
+struct dsl_ckpt_param {
+    const char *name;
+    size_t offset;
+    int ndim;
+    uint64_t shape[4];
+};
+
+/** "global_step<N>" into buf. */
+void dsl_ckpt_tag(char *buf, size_t n, uint64_t step);
+/** The even split used for optimizer shards: [off, off+len) of numel for rank. */
+void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len);
+
+/** Rank 0, before any rank writes: create dir if needed and an empty
+ *  <dir>/<tag>.partial (removing a stale one). */
+int dsl_ckpt_prepare(const char *dir, const char *tag, char *err);
+
+/** Rank 0: the parameters, one tensor per view, into the partial directory; world is
+ *  the number of optimizer shards that will be written. meta: the caller's
+ *  "key=value" entries (may be NULL). */
+int dsl_ckpt_write_model(const char *dir, const char *tag, int world,
+                         const struct dsl_ckpt_param *views, size_t nviews,
+                         const float *params, size_t numel, const struct dsl_strvec *meta,
+                         char *err);
+
+/**
+ * Every rank: its optimizer shard. names[i] ("exp_avg", "exp_avg_sq", ...) and
+ * slices[i] (len floats each, element j being flat element offset+j of state i).
+ * nstate may be 0 (plain SGD) and len may be 0.
+ */
+int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
+                         const char *const *names, const float *const *slices,
+                         size_t nstate, size_t offset, size_t len, size_t numel,
+                         const struct dsl_strvec *meta, char *err);
+
+/** Rank 0, after every rank's files are durable: validate the partial directory
+ *  (world shards, full coverage), move it to <dir>/<tag>, write latest. */
+int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err);
+
+/** Atomically make <dir>/latest hold tag (temp file, fsync, rename, fsync dir). */
+int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err);
+/** Read <dir>/latest. *tag is malloc'ed, owned by the caller. */
+int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
+
+/** A loaded checkpoint: everything in memory, owned by it until _release(). */
+struct dsl_ckpt {
+    char *tag;
+    char *path;                  /* <dir>/<tag> */
+    size_t numel;
+    float *params;               /* numel floats, flat order */
+    struct dsl_ckpt_param *views; /* as saved; names owned here */
+    size_t nviews;
+    struct dsl_strvec meta;      /* the model file's metadata ("key=value") */
+    int saved_world;             /* world size at save time */
+    size_t nstate;
+    char *state_names[DSL_CKPT_MAX_STATE];
+    float *state[DSL_CKPT_MAX_STATE]; /* numel floats each, reassembled */
+};
+
+/**
+ * Load <dir>/<tag> (tag NULL or "latest": the tag in <dir>/latest), validating every
+ * file (see dsl_st_load()) and the shard coverage: a missing, extra, duplicate or
+ * overlapping shard, a shard of another tag or world size, or a numel mismatch is an
+ * error (DSL_ECHECKPOINT) naming the file. c is initialised either way.
+ */
+int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err);
+void dsl_ckpt_release(struct dsl_ckpt *c);
+/** Compare the saved views with the model's (names, offsets, shapes, numel). */
+int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,
+                          size_t nviews, size_t numel, char *err);
+/** The reassembled state vector called name, or NULL. */
+const float *dsl_ckpt_state(const struct dsl_ckpt *c, const char *name);
+/** A metadata value (pointer into c->meta) or NULL; _u64 parses it (DSL_ECHECKPOINT
+ *  with err when missing or not a number). */
+const char *dsl_ckpt_meta(const struct dsl_ckpt *c, const char *key);
+int dsl_ckpt_meta_u64(const struct dsl_ckpt *c, const char *key, uint64_t *out, char *err);
+
+/** `dstrain consolidate`: one fp32 safetensors file with the parameters of the
+ *  checkpoint (tag NULL: latest), one tensor per saved view, written atomically. */
+int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err);
+
+#endif
