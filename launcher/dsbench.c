@@ -11,7 +11,7 @@
  * (n-1)/n, broadcast 1). Rank 0 prints the table; every rank agrees on the wrong count
  * and exits non-zero if it is not zero.
  */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +19,7 @@
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #ifdef DSL_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -34,10 +35,11 @@ struct bench_opts {
     size_t factor;               /* -f */
     int ops[OP_N];               /* -o */
     int warmup, iters;           /* -w, -n */
-    const char *backend;         /* --backend */
+    char *backend;               /* --backend (NULL: tcp) */
     int deterministic;           /* -d */
     int check;                   /* -c 0|1 */
     int plain_malloc;            /* --malloc: buffers from malloc, not dsl_comm_alloc */
+    int any_op, help;
 };
 
 struct bench {
@@ -47,17 +49,6 @@ struct bench {
     float *host;        /* host staging for checks */
     size_t max_count;
 };
-
-static void usage(FILE *f)
-{
-    fprintf(f, "usage: dsbench [-b minbytes] [-e maxbytes] [-f factor] [-o op|all]\n"
-               "               [-w warmup] [-n iters] [--backend tcp|nccl] [-d] [-c 0|1]\n"
-               "               [--malloc]\n"
-               "  ops: allreduce, reduce_scatter, allgather, broadcast, all\n"
-               "  sizes take K/M/G suffixes; -d selects the deterministic (tree-order) sums\n"
-               "  host buffers come from dsl_comm_alloc (shared with same-host peers, so\n"
-               "  collectives need no copy); --malloc uses plain malloc (copied paths)\n");
-}
 
 static float seed_val(int rank, size_t i, int iter)
 {
@@ -166,83 +157,93 @@ static double busbw_factor(enum bench_op op, int world)
     }
 }
 
+static int set_factor(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    long f;
+    if (dsl_parse_long(v, 2, 1024, &f) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs an integer from 2 to 1024, not '%s'",
+                          d->name, v);
+    ((struct bench_opts *)target)->factor = (size_t)f;
+    return 0;
+}
+
+static int set_op(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    struct bench_opts *o = target;
+    (void)d;
+    for (int i = 0; i < OP_N; i++)
+        if (!strcmp(v, "all") || !strcmp(v, op_names[i]))
+            o->ops[i] = o->any_op = 1;
+    if (!o->any_op)
+        return dsl_seterr(err, DSL_EUSAGE, "unknown op '%s' (allreduce, reduce_scatter, "
+                          "allgather, broadcast or all)", v);
+    return 0;
+}
+
+static int set_help(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    (void)d;
+    (void)v;
+    (void)err;
+    ((struct bench_opts *)target)->help = 1;
+    return 0;
+}
+
+#define OFF(f) offsetof(struct bench_opts, f)
+static const struct dsl_opt opts[] = {
+    {"minbytes", 'b', DSL_OPT_SIZE, OFF(min_bytes), "BYTES", "smallest size (K/M/G suffixes)",
+     "1K", 0, 0, NULL, 0, NULL},
+    {"maxbytes", 'e', DSL_OPT_SIZE, OFF(max_bytes), "BYTES", "largest size", "32M", 0, 0, NULL,
+     0, NULL},
+    {"stepfactor", 'f', DSL_OPT_CALL, 0, "N", "multiply the size by N each step", "4", 0, 0,
+     set_factor, 0, NULL},
+    {"op", 'o', DSL_OPT_CALL, 0, "OP",
+     "allreduce, reduce_scatter, allgather, broadcast or all (repeatable)", "allreduce", 0, 0,
+     set_op, 0, NULL},
+    {"warmup_iters", 'w', DSL_OPT_INT, OFF(warmup), "N", "untimed iterations per size", "5", 0,
+     1000000, NULL, 0, NULL},
+    {"iters", 'n', DSL_OPT_INT, OFF(iters), "N", "timed iterations per size", "20", 1, 1000000,
+     NULL, 0, NULL},
+    {"backend", 0, DSL_OPT_STRING, OFF(backend), "NAME", "tcp or nccl", "tcp", 0, 0, NULL, 0,
+     NULL},
+    {"deterministic", 'd', DSL_OPT_FLAG, OFF(deterministic), NULL,
+     "the deterministic (tree-order) sums", NULL, 0, 0, NULL, 0, NULL},
+    {"check", 'c', DSL_OPT_INT, OFF(check), "0|1", "check every result", "1", 0, 1, NULL, 0,
+     NULL},
+    {"malloc", 0, DSL_OPT_FLAG, OFF(plain_malloc), NULL,
+     "host buffers from plain malloc (copied paths) instead of dsl_comm_alloc (shared with "
+     "same-host peers, so collectives need no copy)", NULL, 0, 0, NULL, 0, NULL},
+    {"help", 'h', DSL_OPT_CALL, 0, NULL, "show this help", NULL, 0, 0, set_help, 0, NULL},
+};
+static const struct dsl_opt_parser parser = {
+    .prog = "dsbench", .opts = opts, .nopts = sizeof(opts) / sizeof(opts[0])};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dsbench [options]   (one rank per process, under dslaunch)\n");
+    dsl_opt_help(&parser, f);
+}
+
+/* 0 to run, 1 after --help, -1 on a usage error (reported) */
 static int parse_args(int argc, char **argv, struct bench_opts *o)
 {
-    static const struct option longopts[] = {
-        {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
-        {"stepfactor", required_argument, NULL, 'f'}, {"op", required_argument, NULL, 'o'},
-        {"warmup_iters", required_argument, NULL, 'w'}, {"iters", required_argument, NULL, 'n'},
-        {"backend", required_argument, NULL, 'B'}, {"deterministic", no_argument, NULL, 'd'},
-        {"check", required_argument, NULL, 'c'}, {"help", no_argument, NULL, 'h'},
-        {"malloc", no_argument, NULL, 'M'}, {NULL, 0, NULL, 0},
-    };
-    int ch, any_op = 0;
-    long v;
+    char err[DSL_ERR_LEN];
     *o = (struct bench_opts){.min_bytes = 1024, .max_bytes = 32 << 20, .factor = 4,
-                             .warmup = 5, .iters = 20, .backend = "tcp", .check = 1};
-    while ((ch = getopt_long(argc, argv, "b:e:f:o:w:n:dc:h", longopts, NULL)) != -1) {
-        switch (ch) {
-        case 'b':
-        case 'e':
-            if (dsl_parse_size(optarg, ch == 'b' ? &o->min_bytes : &o->max_bytes) < 0) {
-                fprintf(stderr, "dsbench: error: bad size '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'f':
-            if (dsl_parse_long(optarg, 2, 1024, &v) < 0) {
-                fprintf(stderr, "dsbench: error: bad step factor '%s'\n", optarg);
-                return -1;
-            }
-            o->factor = (size_t)v;
-            break;
-        case 'o':
-            if (!strcmp(optarg, "all")) {
-                for (int i = 0; i < OP_N; i++)
-                    o->ops[i] = 1;
-                any_op = 1;
-                break;
-            }
-            for (int i = 0; i < OP_N; i++)
-                if (!strcmp(optarg, op_names[i]))
-                    o->ops[i] = any_op = 1;
-            if (!any_op) {
-                fprintf(stderr, "dsbench: error: unknown op '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'w':
-        case 'n':
-            if (dsl_parse_long(optarg, ch == 'w' ? 0 : 1, 1000000, &v) < 0) {
-                fprintf(stderr, "dsbench: error: bad iteration count '%s'\n", optarg);
-                return -1;
-            }
-            *(ch == 'w' ? &o->warmup : &o->iters) = (int)v;
-            break;
-        case 'B': o->backend = optarg; break;
-        case 'd': o->deterministic = 1; break;
-        case 'M': o->plain_malloc = 1; break;
-        case 'c':
-            if (dsl_parse_long(optarg, 0, 1, &v) < 0) {
-                fprintf(stderr, "dsbench: error: bad -c '%s'\n", optarg);
-                return -1;
-            }
-            o->check = (int)v;
-            break;
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
-        }
-    }
-    if (optind != argc) {
-        fprintf(stderr, "dsbench: error: unexpected argument '%s'\n", argv[optind]);
+                             .warmup = 5, .iters = 20, .check = 1};
+    if (dsl_opt_parse(&parser, o, argc, argv, NULL, err) < 0) {
+        fprintf(stderr, "dsbench: error: %s\n", err);
         return -1;
     }
-    if (!any_op)
+    if (o->help) {
+        usage(stdout);
+        return 1;
+    }
+    if (!o->any_op)
         o->ops[OP_ALLREDUCE] = 1;
     if (o->min_bytes < 4)
         o->min_bytes = 4;
     if (o->max_bytes < o->min_bytes) {
-        fprintf(stderr, "dsbench: error: -e is smaller than -b\n");
+        fprintf(stderr, "dsbench: error: --maxbytes is smaller than --minbytes\n");
         return -1;
     }
     return 0;
@@ -302,14 +303,19 @@ int main(int argc, char **argv)
     double bw_sum = 0;
     int bw_n = 0;
 
-    if (parse_args(argc, argv, &o) < 0)
-        return 2;
-    struct dsl_comm_opts co = {.backend = o.backend, .deterministic = o.deterministic};
+    int pr = parse_args(argc, argv, &o);
+    if (pr != 0) {
+        free(o.backend);
+        return pr > 0 ? 0 : 2;
+    }
+    struct dsl_comm_opts co = {.backend = o.backend ? o.backend : "tcp",
+                               .deterministic = o.deterministic};
     const char *lr = getenv("LOCAL_RANK");
     if (lr && *lr)
         dsl_parse_int(lr, 0, 1 << 16, &co.device);
     if (dsl_comm_open_env(&b.c, &co, err) < 0) {
         fprintf(stderr, "dsbench: error: %s\n", err);
+        free(o.backend);
         return 1;
     }
     b.rank = dsl_comm_rank(b.c);
@@ -320,6 +326,7 @@ int main(int argc, char **argv)
     if (alloc_buffers(&b, b.max_count * sizeof(float)) < 0) {
         fprintf(stderr, "dsbench: error: cannot allocate 3 x %zu bytes\n", o.max_bytes);
         dsl_comm_close(b.c);
+        free(o.backend);
         return 1;
     }
     if (b.rank == 0) {
@@ -400,5 +407,6 @@ int main(int argc, char **argv)
     }
     free_buffers(&b);
     dsl_comm_close(b.c);
+    free(o.backend);
     return failed || total_wrong ? 1 : 0;
 }

@@ -42,6 +42,7 @@
 #include "dslaunch/job/job.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
@@ -702,16 +703,34 @@ static void print_table(struct doctor *d, struct dsl_job *job)
 
 /* ---- the command ---- */
 
+/* doctor's own flags; every other word goes on to the launcher's parser */
+struct doctor_args {
+    int json, no_allreduce, help;
+};
+
+#define DOFF(f) offsetof(struct doctor_args, f)
+static const struct dsl_opt doctor_opts[] = {
+    {"json", 0, DSL_OPT_FLAG, DOFF(json), NULL, "print one JSON object instead of the table",
+     NULL, 0, 0, NULL, 0, NULL},
+    {"no_allreduce", 0, DSL_OPT_FLAG, DOFF(no_allreduce), NULL, "skip the all-reduce", NULL, 0,
+     0, NULL, 0, NULL},
+    {"help", 'h', DSL_OPT_FLAG, DOFF(help), NULL, "show this help", NULL, 0, 0, NULL, 0, NULL},
+};
+static const struct dsl_opt_parser doctor_parser = {
+    .prog = "dslaunch doctor",
+    .opts = doctor_opts,
+    .nopts = sizeof(doctor_opts) / sizeof(doctor_opts[0]),
+    .flags = DSL_OPT_KEEP_UNKNOWN,
+};
+
 static void usage(FILE *f)
 {
     fputs("usage: dslaunch doctor [--json] [--no-allreduce] [launcher options] [program]\n"
           "  checks every node of the hostfile (versions, GPUs, network, master port,\n"
           "  InfiniBand, clock, disk, cwd, program) and runs an all-reduce with dsbench;\n"
-          "  exit 0 when every check passed, 1 when some failed (docs/doctor.md)\n"
-          "  --json          print one JSON object instead of the table\n"
-          "  --no-allreduce  skip the all-reduce\n"
-          "launcher options as for dslaunch (--hostfile, --ssh-config, --master_port, ...)\n",
-          f);
+          "  exit 0 when every check passed, 1 when some failed (docs/doctor.md)\n", f);
+    dsl_opt_help(&doctor_parser, f);
+    fputs("launcher options as for dslaunch (--hostfile, --ssh-config, --master_port, ...)\n", f);
 }
 
 int dsl_doctor_main(int argc, char **argv)
@@ -735,20 +754,20 @@ int dsl_doctor_main(int argc, char **argv)
     dsl_strvec_init(&args);
 
     /* doctor's own flags come before the program; the rest is the launcher's */
+    struct doctor_args da = {0};
     dsl_strvec_push(&args, "dslaunch");
-    int i;
-    for (i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            d.json = 1;
-        else if (!strcmp(argv[i], "--no-allreduce") || !strcmp(argv[i], "--no_allreduce"))
-            d.allreduce = 0;
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            code = 0;
-            goto out;
-        } else
-            dsl_strvec_push(&args, argv[i]);
+    if (dsl_opt_parse(&doctor_parser, &da, argc, argv, &args, err) < 0) {
+        dsl_error("doctor: %s", err);
+        usage(stderr);
+        goto out;
     }
+    if (da.help) {
+        usage(stdout);
+        code = 0;
+        goto out;
+    }
+    d.json = da.json;
+    d.allreduce = !da.no_allreduce;
     /* parsed as --check, which makes the program optional */
     struct dsl_strvec pargs;
     dsl_strvec_init(&pargs);

@@ -44,6 +44,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "sshfiles.h"
 #include "sshlocal.h"
@@ -609,96 +611,67 @@ static int report(struct sshsetup *st)
 
 /* ---------------------------------------------------------------- main */
 
+struct setup_args {
+    char *hostfile, *key, *ssh_config;
+    int ssh_port, mesh, yes, password_fd, verbose, help;
+    double connect_timeout;
+};
+
+static int set_verbose(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    (void)v;
+    (void)err;
+    ((struct setup_args *)target)->verbose = d->tag;
+    return 0;
+}
+
+static int set_timeout(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    double t;
+    if (dsl_parse_seconds(v, &t) < 0 || t < 1)
+        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs at least 1 second, not '%s'",
+                          d->name, v);
+    ((struct setup_args *)target)->connect_timeout = t;
+    return 0;
+}
+
+#define AOFF(f) offsetof(struct setup_args, f)
+static const struct dsl_opt setup_opts[] = {
+    {"hostfile", 'H', DSL_OPT_STRING, AOFF(hostfile), "FILE", "hosts", "/job/hostfile", 0, 0,
+     NULL, 0, NULL},
+    {"mesh", 0, DSL_OPT_FLAG, AOFF(mesh), NULL,
+     "key pair, known_hosts and config on every host, checked from every host to every "
+     "other with ssh -o BatchMode=yes", NULL, 0, 0, NULL, 0, NULL},
+    {"key", 0, DSL_OPT_STRING, AOFF(key), "FILE", "the key pair (made if missing)",
+     "~/.ssh/id_dslaunch", 0, 0, NULL, 0, NULL},
+    {"yes", 'y', DSL_OPT_FLAG, AOFF(yes), NULL, "accept every unknown host key (after printing it)",
+     NULL, 0, 0, NULL, 0, NULL},
+    {"password_fd", 0, DSL_OPT_INT, AOFF(password_fd), "N",
+     "read the password from file descriptor N (automation; DSLAUNCH_SSH_PASSWORD works too "
+     "but is visible in /proc)", NULL, 0, INT_MAX, NULL, 0, NULL},
+    {"ssh_config", 0, DSL_OPT_STRING, AOFF(ssh_config), "FILE", "ssh client configuration",
+     "~/.ssh/config", 0, 0, NULL, 0, NULL},
+    {"ssh_port", 0, DSL_OPT_INT, AOFF(ssh_port), "PORT", "ssh port over the config", NULL, 1,
+     65535, NULL, 0, NULL},
+    {"connect_timeout", 0, DSL_OPT_CALL, 0, "SECONDS", "per host", "10", 0, 0, set_timeout, 0,
+     NULL},
+    {"verbose", 'v', DSL_OPT_CALL, 0, NULL, "more output", NULL, 0, 0, set_verbose, 2, NULL},
+    {"quiet", 'q', DSL_OPT_CALL, 0, NULL, "errors only", NULL, 0, 0, set_verbose, 0, NULL},
+    {"help", 'h', DSL_OPT_FLAG, AOFF(help), NULL, "show this help", NULL, 0, 0, NULL, 0, NULL},
+};
+static const struct dsl_opt_parser setup_parser = {
+    .prog = "dslaunch ssh-setup",
+    .opts = setup_opts,
+    .nopts = sizeof(setup_opts) / sizeof(setup_opts[0]),
+};
+
 static void usage(FILE *f)
 {
     fputs("usage: dslaunch ssh-setup --hostfile H [--mesh] [options]\n"
           "  installs a dedicated key on every host of H (reachable with a password or a\n"
           "  key) and records their host keys; --mesh also lets every host reach every\n"
-          "  other (docs/ssh-setup.md)\n"
-          "  -H, --hostfile FILE   hosts (default /job/hostfile)\n"
-          "  --mesh                key pair, known_hosts and config on every host, checked\n"
-          "                        from every host to every other with ssh -o BatchMode=yes\n"
-          "  --key FILE            the key pair (default ~/.ssh/id_dslaunch; made if missing)\n"
-          "  --yes                 accept every unknown host key (after printing it)\n"
-          "  --password-fd N       read the password from file descriptor N (automation;\n"
-          "                        DSLAUNCH_SSH_PASSWORD works too but is visible in /proc)\n"
-          "  --ssh-config FILE     ssh client configuration (default ~/.ssh/config)\n"
-          "  --ssh_port PORT       ssh port over the config\n"
-          "  --connect-timeout S   per host (default 10)\n"
-          "  -v, -q                more, less output\n",
-          f);
-}
-
-static int parse_args(struct sshsetup *st, int argc, char **argv, int *verbose)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        char name[64];
-        const char *eq = strchr(a, '=');
-        size_t nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof(name)) {
-            dsl_error("ssh-setup: unknown option '%s'", a);
-            return -1;
-        }
-        memcpy(name, a, nl);
-        name[nl] = '\0';
-        for (char *p = name + 2; nl > 2 && *p; p++)
-            if (*p == '_')
-                *p = '-';
-        int takes = !strcmp(name, "-H") || !strcmp(name, "--hostfile") ||
-                    !strcmp(name, "--key") || !strcmp(name, "--password-fd") ||
-                    !strcmp(name, "--ssh-config") || !strcmp(name, "--ssh-port") ||
-                    !strcmp(name, "--connect-timeout");
-        if (takes) {
-            if (eq)
-                v = eq + 1;
-            else if (i + 1 < argc)
-                v = argv[++i];
-            else {
-                dsl_error("ssh-setup: option '%s' needs a value", name);
-                return -1;
-            }
-        } else if (eq) {
-            dsl_error("ssh-setup: option '%s' takes no value", name);
-            return -1;
-        }
-        if (!strcmp(name, "-H") || !strcmp(name, "--hostfile"))
-            st->hostfile = v;
-        else if (!strcmp(name, "--key"))
-            st->key_path_opt = v;
-        else if (!strcmp(name, "--ssh-config"))
-            st->ssh_config = v;
-        else if (!strcmp(name, "--password-fd")) {
-            if (dsl_parse_int(v, 0, INT_MAX, &st->password_fd) < 0) {
-                dsl_error("ssh-setup: bad file descriptor '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(name, "--ssh-port")) {
-            if (dsl_parse_int(v, 1, 65535, &st->ssh_port) < 0) {
-                dsl_error("ssh-setup: bad port '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(name, "--connect-timeout")) {
-            if (dsl_parse_seconds(v, &st->connect_timeout) < 0 || st->connect_timeout < 1) {
-                dsl_error("ssh-setup: bad timeout '%s'", v);
-                return -1;
-            }
-        } else if (!strcmp(name, "--mesh"))
-            st->mesh = 1;
-        else if (!strcmp(name, "--yes") || !strcmp(name, "-y"))
-            st->yes = 1;
-        else if (!strcmp(name, "-v"))
-            *verbose = 2;
-        else if (!strcmp(name, "-q"))
-            *verbose = 0;
-        else if (!strcmp(name, "-h") || !strcmp(name, "--help"))
-            return 1;
-        else {
-            dsl_error("ssh-setup: unknown option '%s'", a);
-            return -1;
-        }
-    }
-    return 0;
+          "  other (docs/ssh-setup.md)\n", f);
+    dsl_opt_help(&setup_parser, f);
 }
 
 int dsl_sshsetup_main(int argc, char **argv)
@@ -707,20 +680,31 @@ int dsl_sshsetup_main(int argc, char **argv)
     struct dsl_hostfile hf;
     char err[DSL_ERR_LEN];
     char *block = NULL;
-    int code = 2, verbose = 1;
+    int code = 2;
+    struct setup_args sa = {.password_fd = -1, .connect_timeout = 10, .verbose = 1};
 
     memset(&st, 0, sizeof(st));
-    st.password_fd = -1;
-    st.connect_timeout = 10;
     dsl_hostfile_init(&hf);
 
-    int pr = parse_args(&st, argc, argv, &verbose);
-    if (pr != 0) {
-        usage(pr > 0 ? stdout : stderr);
-        code = pr > 0 ? 0 : 2;
+    if (dsl_opt_parse(&setup_parser, &sa, argc, argv, NULL, err) < 0) {
+        dsl_error("ssh-setup: %s", err);
+        usage(stderr);
         goto out;
     }
-    dsl_log_set_level(verbose);
+    if (sa.help) {
+        usage(stdout);
+        code = 0;
+        goto out;
+    }
+    st.hostfile = sa.hostfile;
+    st.key_path_opt = sa.key;
+    st.ssh_config = sa.ssh_config;
+    st.ssh_port = sa.ssh_port;
+    st.mesh = sa.mesh;
+    st.yes = sa.yes;
+    st.password_fd = sa.password_fd;
+    st.connect_timeout = sa.connect_timeout;
+    dsl_log_set_level(sa.verbose);
     if (!st.hostfile && access("/job/hostfile", F_OK) == 0)
         st.hostfile = "/job/hostfile";
     if (!st.hostfile) {
@@ -786,5 +770,8 @@ out:
     explicit_bzero(st.pw, sizeof(st.pw));
     dsl_sshkeypair_release(&st.kp);
     dsl_hostfile_release(&hf);
+    free(sa.hostfile);
+    free(sa.key);
+    free(sa.ssh_config);
     return code;
 }

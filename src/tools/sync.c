@@ -36,6 +36,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
 #include "sha256.h"
@@ -913,150 +915,101 @@ out:
 
 /* ---- command line ---- */
 
+struct sync_args {
+    char *hostfile, *include, *exclude, *dest, *ssh_config, *ssh_identity;
+    int delete_extra, checksum, fanout, ssh_port, accept_new, verbose, help;
+    double connect_timeout;
+};
+
+static int set_verbose(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    (void)v;
+    (void)err;
+    ((struct sync_args *)target)->verbose = d->tag;
+    return 0;
+}
+
+#define SOFF(f) offsetof(struct sync_args, f)
+static const struct dsl_opt sync_opts[] = {
+    {"hostfile", 'H', DSL_OPT_STRING, SOFF(hostfile), "FILE", "hosts ('host slots=N' lines)",
+     "/job/hostfile", 0, 0, NULL, 0, NULL},
+    {"include", 'i', DSL_OPT_STRING, SOFF(include), "SPEC", "only these hosts", NULL, 0, 0,
+     NULL, 0, NULL},
+    {"exclude", 'e', DSL_OPT_STRING, SOFF(exclude), "SPEC", "all but these hosts", NULL, 0, 0,
+     NULL, 0, NULL},
+    {"dest", 0, DSL_OPT_STRING, SOFF(dest), "DIR", "copy to DIR/<name of PATH> instead", NULL,
+     0, 0, NULL, 0, NULL},
+    {"delete", 0, DSL_OPT_FLAG, SOFF(delete_extra), NULL,
+     "remove remote files gone at the source", NULL, 0, 0, NULL, 0, NULL},
+    {"checksum", 0, DSL_OPT_FLAG, SOFF(checksum), NULL,
+     "compare SHA-256 (remote sha256sum) instead of size+mtime", NULL, 0, 0, NULL, 0, NULL},
+    {"fanout", 0, DSL_OPT_INT, SOFF(fanout), "N", "hosts copied to at once", "32", 1, 4096,
+     NULL, 0, NULL},
+    {"ssh_config", 0, DSL_OPT_STRING, SOFF(ssh_config), "FILE", "ssh client configuration",
+     "~/.ssh/config", 0, 0, NULL, 0, NULL},
+    {"ssh_port", 0, DSL_OPT_INT, SOFF(ssh_port), "PORT", "ssh port", "from ssh config, or 22",
+     1, 65535, NULL, 0, NULL},
+    {"ssh_identity", 0, DSL_OPT_STRING, SOFF(ssh_identity), "FILE", "ssh private key",
+     "ssh-agent and default keys", 0, 0, NULL, 0, NULL},
+    {"ssh_accept_new", 0, DSL_OPT_FLAG, SOFF(accept_new), NULL,
+     "trust unknown host keys on first use", NULL, 0, 0, NULL, 0, NULL},
+    {"connect_timeout", 0, DSL_OPT_SECONDS, SOFF(connect_timeout), "SECONDS",
+     "give up on a host that does not answer", "10", 0, 0, NULL, 0, NULL},
+    {"verbose", 'v', DSL_OPT_CALL, 0, NULL, "one line per copied or deleted entry", NULL, 0, 0,
+     set_verbose, 1, NULL},
+    {"quiet", 'q', DSL_OPT_CALL, 0, NULL, "errors only", NULL, 0, 0, set_verbose, -1, NULL},
+    {"help", 'h', DSL_OPT_FLAG, SOFF(help), NULL, "show this help", NULL, 0, 0, NULL, 0, NULL},
+};
+static const struct dsl_opt_parser sync_parser = {
+    .prog = "dslaunch sync",
+    .opts = sync_opts,
+    .nopts = sizeof(sync_opts) / sizeof(sync_opts[0]),
+};
+
 static void usage(FILE *f)
 {
     fputs("usage: dslaunch sync [options] PATH...\n"
-          "Copy files and directories to the same absolute path on every host (SFTP).\n"
-          "  -H, --hostfile FILE     hosts ('host slots=N' lines; default /job/hostfile)\n"
-          "  -i, --include SPEC      only these hosts\n"
-          "  -e, --exclude SPEC      all but these hosts\n"
-          "      --dest DIR          copy to DIR/<name of PATH> instead\n"
-          "      --delete            remove remote files gone at the source\n"
-          "      --checksum          compare SHA-256 (remote sha256sum) instead of size+mtime\n"
-          "      --fanout N          hosts copied to at once (default 32)\n"
-          "      --ssh-config FILE, --ssh_port PORT, --ssh-identity FILE, --ssh-accept-new,\n"
-          "      --connect-timeout SECONDS   as for the launcher\n"
-          "  -v, --verbose           one line per copied or deleted entry\n"
-          "  -q, --quiet             errors only\n",
-          f);
-}
-
-/* "--name=value" or "--name value"; name compared with '-' and '_' folded. */
-static int opt_is(const char *arg, const char *name, int has_val, char **argv, int *i,
-                  int argc, const char **val)
-{
-    if (arg[0] != '-' || arg[1] != '-')
-        return 0;
-    const char *a = arg + 2;
-    size_t k = 0;
-    for (; name[k]; k++) {
-        char x = a[k] == '-' ? '_' : a[k], y = name[k] == '-' ? '_' : name[k];
-        if (x != y)
-            return 0;
-    }
-    if (a[k] == '=' && has_val) {
-        *val = a + k + 1;
-        return 1;
-    }
-    if (a[k] != '\0')
-        return 0;
-    if (has_val) {
-        if (*i + 1 >= argc) {
-            *val = NULL;
-            return 1;
-        }
-        *val = argv[++*i];
-    }
-    return 1;
+          "Copy files and directories to the same absolute path on every host (SFTP).\n", f);
+    dsl_opt_help(&sync_parser, f);
 }
 
 int dsl_sync_main(int argc, char **argv)
 {
     struct dsl_sync_opts o;
+    struct sync_args sa = {.fanout = 32, .connect_timeout = 10};
     struct dsl_hostfile hf;
     struct dsl_placement pl;
     struct dsl_strvec paths, hosts;
-    const char *hostfile = NULL, *include = NULL, *exclude = NULL, *v = NULL;
+    const char *hostfile = NULL;
     char err[DSL_ERR_LEN];
-    int code = DSL_EXIT_USAGE, r, only_paths = 0;
+    int code = DSL_EXIT_USAGE, r;
     memset(&o, 0, sizeof(o));
-    o.fanout = 32;
-    o.tr.connect_timeout = 10;
-    o.tr.keepalive = 30;
     dsl_hostfile_init(&hf);
     dsl_placement_init(&pl);
     dsl_strvec_init(&paths);
     dsl_strvec_init(&hosts);
 
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (only_paths || a[0] != '-' || !strcmp(a, "-")) {
-            dsl_strvec_push(&paths, a);
-            continue;
-        }
-#define VAL(name) (opt_is(a, name, 1, argv, &i, argc, &v))
-#define NEEDV()                                                                  \
-    do {                                                                         \
-        if (!v) {                                                                \
-            dsl_error("sync: option '%s' needs a value", a);                     \
-            goto out;                                                            \
-        }                                                                        \
-    } while (0)
-        if (!strcmp(a, "--")) {
-            only_paths = 1;
-        } else if (!strcmp(a, "-h") || opt_is(a, "help", 0, argv, &i, argc, &v)) {
-            usage(stdout);
-            code = 0;
-            goto out;
-        } else if (!strcmp(a, "-v") || opt_is(a, "verbose", 0, argv, &i, argc, &v)) {
-            o.verbose = 1;
-        } else if (!strcmp(a, "-q") || opt_is(a, "quiet", 0, argv, &i, argc, &v)) {
-            o.verbose = -1;
-        } else if (!strcmp(a, "-H") || VAL("hostfile")) {
-            if (!strcmp(a, "-H"))
-                v = i + 1 < argc ? argv[++i] : NULL;
-            NEEDV();
-            hostfile = v;
-        } else if (!strcmp(a, "-i") || VAL("include")) {
-            if (!strcmp(a, "-i"))
-                v = i + 1 < argc ? argv[++i] : NULL;
-            NEEDV();
-            include = v;
-        } else if (!strcmp(a, "-e") || VAL("exclude")) {
-            if (!strcmp(a, "-e"))
-                v = i + 1 < argc ? argv[++i] : NULL;
-            NEEDV();
-            exclude = v;
-        } else if (VAL("dest")) {
-            NEEDV();
-            o.dest = v;
-        } else if (opt_is(a, "delete", 0, argv, &i, argc, &v)) {
-            o.delete_extra = 1;
-        } else if (opt_is(a, "checksum", 0, argv, &i, argc, &v)) {
-            o.checksum = 1;
-        } else if (VAL("fanout")) {
-            NEEDV();
-            if (dsl_parse_int(v, 1, 4096, &o.fanout) < 0) {
-                dsl_error("sync: bad --fanout '%s' (1..4096)", v);
-                goto out;
-            }
-        } else if (VAL("ssh_config")) {
-            NEEDV();
-            o.tr.ssh_config = v;
-        } else if (VAL("ssh_identity")) {
-            NEEDV();
-            o.tr.ssh_identity = v;
-        } else if (VAL("ssh_port")) {
-            NEEDV();
-            if (dsl_parse_int(v, 1, 65535, &o.tr.ssh_port) < 0) {
-                dsl_error("sync: bad --ssh_port '%s' (1..65535)", v);
-                goto out;
-            }
-        } else if (opt_is(a, "ssh_accept_new", 0, argv, &i, argc, &v)) {
-            o.tr.accept_new = 1;
-        } else if (VAL("connect_timeout")) {
-            NEEDV();
-            if (dsl_parse_seconds(v, &o.tr.connect_timeout) < 0) {
-                dsl_error("sync: bad --connect-timeout '%s'", v);
-                goto out;
-            }
-        } else {
-            dsl_error("sync: unknown option '%s' (see dslaunch sync --help)", a);
-            goto out;
-        }
-#undef VAL
-#undef NEEDV
+    if (dsl_opt_parse(&sync_parser, &sa, argc, argv, &paths, err) < 0) {
+        dsl_error("sync: %s", err);
+        goto out;
     }
+    if (sa.help) {
+        usage(stdout);
+        code = 0;
+        goto out;
+    }
+    o.dest = sa.dest;
+    o.delete_extra = sa.delete_extra;
+    o.checksum = sa.checksum;
+    o.fanout = sa.fanout;
+    o.verbose = sa.verbose;
+    o.tr.ssh_config = sa.ssh_config;
+    o.tr.ssh_identity = sa.ssh_identity;
+    o.tr.ssh_port = sa.ssh_port;
+    o.tr.accept_new = sa.accept_new;
+    o.tr.connect_timeout = sa.connect_timeout;
+    o.tr.keepalive = 30;
+    hostfile = sa.hostfile;
     if (!paths.nr) {
         dsl_error("sync: nothing to copy: give one or more PATHs (see dslaunch sync --help)");
         goto out;
@@ -1072,7 +1025,7 @@ int dsl_sync_main(int argc, char **argv)
         goto out;
     }
     struct dsl_placement_opts po = {
-        .include = include, .exclude = exclude, .num_nodes = -1, .num_gpus = -1};
+        .include = sa.include, .exclude = sa.exclude, .num_nodes = -1, .num_gpus = -1};
     if ((r = dsl_placement_build(&pl, &hf, &po, err)) < 0) {
         dsl_error("%s", err);
         goto out;
@@ -1087,5 +1040,11 @@ out:
     dsl_hostfile_release(&hf);
     dsl_strvec_release(&paths);
     dsl_strvec_release(&hosts);
+    free(sa.hostfile);
+    free(sa.include);
+    free(sa.exclude);
+    free(sa.dest);
+    free(sa.ssh_config);
+    free(sa.ssh_identity);
     return code;
 }

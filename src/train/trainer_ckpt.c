@@ -29,6 +29,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "trainer_config.h"
@@ -247,27 +248,41 @@ out:
     return r;
 }
 
+struct consolidate_args {
+    char *tag, *out;
+};
+
+static const struct dsl_opt consolidate_opts[] = {
+    {"tag", 0, DSL_OPT_STRING, offsetof(struct consolidate_args, tag), "TAG",
+     "the checkpoint to read", "latest", 0, 0, NULL, 0, NULL},
+    {"out", 0, DSL_OPT_STRING, offsetof(struct consolidate_args, out), "FILE",
+     "the file to write", "<dir>/model.safetensors", 0, 0, NULL, 0, NULL},
+};
+static const struct dsl_opt_parser consolidate_parser = {
+    .prog = "dstrain consolidate",
+    .opts = consolidate_opts,
+    .nopts = sizeof(consolidate_opts) / sizeof(consolidate_opts[0]),
+};
+
 int dsl_train_consolidate_main(int argc, char **argv, char *err)
 {
-    const char *dir = NULL, *tag = NULL, *out = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tag") && i + 1 < argc)
-            tag = argv[++i];
-        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
-            out = argv[++i];
-        else if (argv[i][0] != '-' && !dir)
-            dir = argv[i];
-        else
-            return dsl_seterr(err, DSL_EUSAGE,
-                              "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
+    struct consolidate_args a = {NULL, NULL};
+    struct dsl_strvec dirs;
+    dsl_strvec_init(&dirs);
+    int r = dsl_opt_parse(&consolidate_parser, &a, argc, argv, &dirs, err);
+    if (r == 0 && dirs.nr != 1)
+        r = dsl_seterr(err, DSL_EUSAGE,
+                       "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
+    if (r == 0) {
+        const char *dir = dirs.v[0], *tag = a.tag, *out = a.out;
+        char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);
+        r = dsl_ckpt_consolidate(dir, tag, out ? out : def, err);
+        if (r >= 0)
+            printf("dstrain: wrote '%s'\n", out ? out : def);
+        free(def);
     }
-    if (!dir)
-        return dsl_seterr(err, DSL_EUSAGE,
-                          "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
-    char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);
-    int r = dsl_ckpt_consolidate(dir, tag, out ? out : def, err);
-    if (r >= 0)
-        printf("dstrain: wrote '%s'\n", out ? out : def);
-    free(def);
+    free(a.tag);
+    free(a.out);
+    dsl_strvec_release(&dirs);
     return r;
 }

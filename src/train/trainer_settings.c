@@ -2,9 +2,8 @@
  * dstrain's settings (see include/dslaunch/trainer_settings.h): the config module's
  * defaults, then the config file, then the command-line flags, which are applied
  * through dsl_train_config_set() so that a flag is checked exactly like the same key
- * in the file, then the world-size dependent resolution. A declarative table drives
- * both the parsing and --help; dashes and underscores in flag names are
- * interchangeable, and both --flag=value and --flag value work.
+ * in the file, then the world-size dependent resolution. A declarative table for the
+ * common parser (opt.h) drives both the parsing and --help.
  *
  * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
  * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
@@ -19,125 +18,127 @@
  * goes on.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dslaunch/model/device.h"
-#include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/train/trainer_settings.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
-enum opt_kind {
-    O_KEY,    /* value goes to a config key as is */
-    O_STRKEY, /* value is a string: quoted for the config */
-    O_LIST,   /* "1024,1024" -> [1024,1024] */
-    O_BOOL,   /* flag without value -> true */
-    O_CONFIG, /* --config (read first) */
-    O_LOCAL,  /* --local_rank: accepted, LOCAL_RANK from the env wins */
-    O_PARAMS, /* --save-params */
+/*
+ * The flags. Each one that sets a config key is recorded with its value in the
+ * config module's override syntax (a string quoted, a list bracketed, a bare flag
+ * "true"), and applied after every --config file has been read, in command-line order.
+ */
+struct pending {
+    struct dsl_strvec configs;   /* --config files, in order */
+    struct dsl_strvec overrides; /* key, value, key, value ... */
+    char *params_out;            /* --save-params */
+    int help;
 };
 
-struct opt {
-    const char *name;
-    enum opt_kind kind;
-    const char *key; /* config key */
-    const char *help;
-};
-
-static const struct opt opts[] = {
-    {"config", O_CONFIG, NULL, "DeepSpeed config file (ds_config.json)"},
-    {"backend", O_STRKEY, "dstrain.backend", "comm backend: tcp, nccl or auto"},
-    {"local_rank", O_LOCAL, NULL, "accepted for DeepSpeed (LOCAL_RANK from the env wins)"},
-    {"save_on_signal", O_BOOL, "dstrain.save_on_signal",
-     "on SIGTERM finish the step and write a checkpoint"},
-    {"metrics", O_STRKEY, "dstrain.metrics", "JSON lines, one object per step, to FILE"},
-    {"threads", O_KEY, "dstrain.threads", "compute threads per rank (0: fair share)"},
-    {"model", O_STRKEY, "dstrain.model.type", "model type (mlp)"},
-    {"hidden", O_LIST, "dstrain.model.hidden", "hidden sizes, e.g. 1024,1024"},
-    {"data", O_STRKEY, "dstrain.data.dataset", "fashion_mnist or synthetic"},
-    {"data_path", O_STRKEY, "dstrain.data.path", "directory of the Fashion-MNIST files"},
-    {"synthetic_train", O_KEY, "dstrain.data.synthetic.train_samples",
-     "synthetic training samples"},
-    {"synthetic_test", O_KEY, "dstrain.data.synthetic.test_samples", "synthetic test samples"},
-    {"synthetic_dim", O_KEY, "dstrain.data.synthetic.features", "synthetic input size"},
-    {"drop_last", O_KEY, "dstrain.data.drop_last", "drop the last partial batch (true/false)"},
-    {"epochs", O_KEY, "dstrain.epochs", "epochs (when steps is 0)"},
-    {"steps", O_KEY, "dstrain.steps", "optimizer steps (0: epochs decide)"},
-    {"eval_interval", O_KEY, "dstrain.eval_interval", "steps between evaluations (0: epoch)"},
-    {"checkpoint_dir", O_STRKEY, "dstrain.checkpoint_dir", "checkpoint directory"},
-    {"save_interval", O_KEY, "dstrain.save_interval", "steps between checkpoints"},
-    {"resume", O_STRKEY, "dstrain.resume", "resume from 'latest' or a tag"},
-    {"deterministic", O_KEY, "dstrain.deterministic", "canonical reduction order (true/false)"},
-    {"cpu_half", O_BOOL, "dstrain.cpu_half",
-     "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"},
-    {"save_params", O_PARAMS, NULL, "write the final fp32 parameters (raw) to FILE"},
-    {"steps_per_print", O_KEY, "steps_per_print", "steps between progress lines"},
-    {"seed", O_KEY, "seed", "seed"},
-    {"train_batch", O_KEY, "train_batch_size", "train_batch_size"},
-    {"micro_batch", O_KEY, "train_micro_batch_size_per_gpu", "micro batch per rank"},
-    {"grad_accum", O_KEY, "gradient_accumulation_steps", "gradient_accumulation_steps"},
-    {"zero_stage", O_KEY, "zero_optimization.stage", "ZeRO stage (0, 1, 2)"},
-    {"bucket_size", O_KEY, "zero_optimization.reduce_bucket_size", "reduce_bucket_size"},
-    {"overlap_comm", O_KEY, "zero_optimization.overlap_comm", "overlap_comm (true/false)"},
-    {"lr", O_KEY, "optimizer.params.lr", "learning rate"},
-    {"gradient_clipping", O_KEY, "gradient_clipping", "global L2 norm clip (0: off)"},
-};
-
-static int name_eq(const char *flag, size_t n, const char *name)
+static int set_key(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
-    if (strlen(name) != n)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if ((flag[i] == '-' ? '_' : flag[i]) != name[i])
-            return 0;
-    return 1;
+    struct pending *p = target;
+    if (!v)
+        v = "true"; /* a bare flag */
+    if (strlen(v) > 4000)
+        return dsl_seterr(err, DSL_EUSAGE, "value of --%s is too long", d->name);
+    dsl_strvec_push(&p->overrides, d->data);
+    if (d->tag == 's')
+        dsl_strvec_pushf(&p->overrides, "\"%s\"", v);
+    else if (d->tag == 'l')
+        dsl_strvec_pushf(&p->overrides, "[%s]", v);
+    else
+        dsl_strvec_push(&p->overrides, v);
+    return 0;
 }
+
+static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    int lr;
+    (void)target;
+    (void)d;
+    if (dsl_parse_int(v, 0, 1 << 20, &lr) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --local_rank", v);
+    return 0;
+}
+
+static int set_help(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    (void)d;
+    (void)v;
+    (void)err;
+    ((struct pending *)target)->help = 1;
+    return 0;
+}
+
+/* a flag that sets config key k: tag 's' quotes the value, 'l' makes it a list, 'b' is
+   a bare flag (true), 0 passes the value as it is */
+#define KEY(n, k, tag, help)                                                                   \
+    {n, 0, DSL_OPT_CALL, 0, (tag) == 'b' ? NULL : "VALUE", help "; key " k, NULL, 0, 0,         \
+     set_key, tag, k}
+
+static const struct dsl_opt opts[] = {
+    {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
+     "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL},
+    KEY("backend", "dstrain.backend", 's', "comm backend: tcp, nccl or auto"),
+    {"local_rank", 0, DSL_OPT_CALL, 0, "N", "accepted for DeepSpeed (LOCAL_RANK from the env wins)",
+     NULL, 0, 0, set_local_rank, 0, NULL},
+    KEY("save_on_signal", "dstrain.save_on_signal", 'b',
+        "on SIGTERM finish the step and write a checkpoint"),
+    KEY("metrics", "dstrain.metrics", 's', "JSON lines, one object per step, to FILE"),
+    KEY("threads", "dstrain.threads", 0, "compute threads per rank (0: fair share)"),
+    KEY("model", "dstrain.model.type", 's', "model type (mlp)"),
+    KEY("hidden", "dstrain.model.hidden", 'l', "hidden sizes, e.g. 1024,1024"),
+    KEY("data", "dstrain.data.dataset", 's', "fashion_mnist or synthetic"),
+    KEY("data_path", "dstrain.data.path", 's', "directory of the Fashion-MNIST files"),
+    KEY("synthetic_train", "dstrain.data.synthetic.train_samples", 0,
+        "synthetic training samples"),
+    KEY("synthetic_test", "dstrain.data.synthetic.test_samples", 0, "synthetic test samples"),
+    KEY("synthetic_dim", "dstrain.data.synthetic.features", 0, "synthetic input size"),
+    KEY("drop_last", "dstrain.data.drop_last", 0, "drop the last partial batch (true/false)"),
+    KEY("epochs", "dstrain.epochs", 0, "epochs (when steps is 0)"),
+    KEY("steps", "dstrain.steps", 0, "optimizer steps (0: epochs decide)"),
+    KEY("eval_interval", "dstrain.eval_interval", 0, "steps between evaluations (0: epoch)"),
+    KEY("checkpoint_dir", "dstrain.checkpoint_dir", 's', "checkpoint directory"),
+    KEY("save_interval", "dstrain.save_interval", 0, "steps between checkpoints"),
+    KEY("resume", "dstrain.resume", 's', "resume from 'latest' or a tag"),
+    KEY("deterministic", "dstrain.deterministic", 0, "canonical reduction order (true/false)"),
+    KEY("cpu_half", "dstrain.cpu_half", 'b',
+        "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"),
+    {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
+     "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL},
+    KEY("steps_per_print", "steps_per_print", 0, "steps between progress lines"),
+    KEY("seed", "seed", 0, "seed"),
+    KEY("train_batch", "train_batch_size", 0, "train_batch_size"),
+    KEY("micro_batch", "train_micro_batch_size_per_gpu", 0, "micro batch per rank"),
+    KEY("grad_accum", "gradient_accumulation_steps", 0, "gradient_accumulation_steps"),
+    KEY("zero_stage", "zero_optimization.stage", 0, "ZeRO stage (0, 1, 2)"),
+    KEY("bucket_size", "zero_optimization.reduce_bucket_size", 0, "reduce_bucket_size"),
+    KEY("overlap_comm", "zero_optimization.overlap_comm", 0, "overlap_comm (true/false)"),
+    KEY("lr", "optimizer.params.lr", 0, "learning rate"),
+    KEY("gradient_clipping", "gradient_clipping", 0, "global L2 norm clip (0: off)"),
+    {"help", 'h', DSL_OPT_CALL, 0, NULL, "show this help", NULL, 0, 0, set_help, 0, NULL},
+};
+
+static const struct dsl_opt_parser parser = {
+    .prog = "dstrain",
+    .opts = opts,
+    .nopts = sizeof(opts) / sizeof(opts[0]),
+};
 
 void dsl_train_settings_help(FILE *f)
 {
-    for (size_t i = 0; i < sizeof(opts) / sizeof(opts[0]); i++) {
-        char name[32];
-        snprintf(name, sizeof(name), "%s", opts[i].name);
-        for (char *c = name; *c; c++)
-            *c = *c == '_' && opts[i].kind != O_LOCAL ? '-' : *c;
-        fprintf(f, "  --%-18s %-6s %s%s%s\n", name, opts[i].kind == O_BOOL ? "" : "VALUE",
-                opts[i].help, opts[i].key ? "; key " : "", opts[i].key ? opts[i].key : "");
-    }
+    dsl_opt_help(&parser, f);
     fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n");
-}
-
-/* the value as the config module's override syntax wants it */
-static int apply(struct dsl_train_settings *s, const struct opt *o, const char *v, char *err)
-{
-    struct dsl_dynbuf b;
-    int r;
-    dsl_dynbuf_init(&b, 4096);
-    switch (o->kind) {
-    case O_STRKEY:
-        r = dsl_dynbuf_addf(&b, "\"%s\"", v);
-        break;
-    case O_LIST:
-        r = dsl_dynbuf_addf(&b, "[%s]", v);
-        break;
-    case O_BOOL:
-        r = dsl_dynbuf_addstr(&b, "true");
-        break;
-    default:
-        r = dsl_dynbuf_addstr(&b, v);
-        break;
-    }
-    if (r < 0) {
-        dsl_dynbuf_release(&b);
-        return dsl_seterr(err, DSL_EUSAGE, "value of --%s is too long", o->name);
-    }
-    r = dsl_train_config_set(&s->cfg, o->key, b.buf, err);
-    dsl_dynbuf_release(&b);
-    return r;
 }
 
 /* backend nccl: the GPU path must be built in and have a GPU to run on */
@@ -165,56 +166,21 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     memset(s, 0, sizeof(*s));
     dsl_train_config_init(&s->cfg);
     s->have_cfg = 1;
-    int r;
-    /* the config file first, so that flags override it */
-    for (int i = 1; i < argc; i++) {
-        const char *path = NULL;
-        if (!strncmp(argv[i], "--config=", 9))
-            path = argv[i] + 9;
-        else if (!strcmp(argv[i], "--config") && i + 1 < argc)
-            path = argv[++i];
-        if (path && (r = dsl_train_config_load(&s->cfg, path, 0, err)) < 0)
-            return r;
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
-            return 1;
-        if (strncmp(a, "--", 2) != 0)
-            return dsl_seterr(err, DSL_EUSAGE, "unexpected argument '%s'", a);
-        const char *name = a + 2, *eq = strchr(name, '=');
-        size_t n = eq ? (size_t)(eq - name) : strlen(name);
-        const struct opt *o = NULL;
-        for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++)
-            if (name_eq(name, n, opts[k].name))
-                o = &opts[k];
-        if (!o)
-            return dsl_seterr(err, DSL_EUSAGE, "unknown option '%s'", a);
-        const char *v = eq ? eq + 1 : NULL;
-        if (o->kind == O_BOOL && v)
-            return dsl_seterr(err, DSL_EUSAGE, "option '--%s' takes no value", o->name);
-        if (o->kind != O_BOOL && !v) {
-            if (i + 1 >= argc)
-                return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs a value", o->name);
-            v = argv[++i];
-        }
-        if (o->kind == O_CONFIG)
-            continue;
-        if (o->kind == O_LOCAL) {
-            int lr;
-            if (dsl_parse_int(v, 0, 1 << 20, &lr) < 0)
-                return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --local_rank", v);
-            continue;
-        }
-        if (o->kind == O_PARAMS) {
-            free(s->params_out);
-            s->params_out = dsl_xstrdup(v);
-            continue;
-        }
-        if ((r = apply(s, o, v, err)) < 0)
-            return r;
-    }
-    return check_gpu(s, err);
+    struct pending p = {.params_out = NULL};
+    dsl_strvec_init(&p.configs);
+    dsl_strvec_init(&p.overrides);
+    int r = dsl_opt_parse(&parser, &p, argc, argv, NULL, err);
+    if (r == 0 && p.help)
+        r = 1;
+    /* the config files first, so that flags override them */
+    for (size_t i = 0; r == 0 && i < p.configs.nr; i++)
+        r = dsl_train_config_load(&s->cfg, p.configs.v[i], 0, err);
+    for (size_t i = 0; r == 0 && i + 1 < p.overrides.nr; i += 2)
+        r = dsl_train_config_set(&s->cfg, p.overrides.v[i], p.overrides.v[i + 1], err);
+    s->params_out = p.params_out;
+    dsl_strvec_release(&p.configs);
+    dsl_strvec_release(&p.overrides);
+    return r ? r : check_gpu(s, err);
 }
 
 #ifdef DSL_HAVE_CUDA

@@ -1,0 +1,188 @@
+/*
+ * The table-driven command-line parser (opt.h). One pass over argv, left to right:
+ * each word is "--", a long option, a short option, or a word that is not an option
+ * (which ends the options with DSL_OPT_STOP_AT_ARG, and is collected otherwise). A
+ * value is taken from "=value", the rest of a short option's word, or the next word.
+ * Nothing is global and nothing is kept between calls.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/opt.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+static const struct dsl_opt *find_long(const struct dsl_opt_parser *p, const char *name,
+                                       size_t len)
+{
+    for (size_t i = 0; i < p->nopts; i++) {
+        const char *n = p->opts[i].name;
+        if (!n || strlen(n) != len)
+            continue;
+        size_t k = 0;
+        while (k < len && (name[k] == '-' ? '_' : name[k]) == n[k])
+            k++;
+        if (k == len)
+            return &p->opts[i];
+    }
+    return NULL;
+}
+
+static const struct dsl_opt *find_short(const struct dsl_opt_parser *p, char c)
+{
+    for (size_t i = 0; i < p->nopts; i++)
+        if (p->opts[i].short_name && p->opts[i].short_name == c)
+            return &p->opts[i];
+    return NULL;
+}
+
+static int takes_value(const struct dsl_opt *d)
+{
+    return d->kind != DSL_OPT_FLAG && !(d->kind == DSL_OPT_CALL && !d->arg);
+}
+
+static int apply(const struct dsl_opt *d, void *target, const char *val, char *err)
+{
+    char *field = (char *)target + d->offset;
+    switch (d->kind) {
+    case DSL_OPT_FLAG:
+        *(int *)field = 1;
+        return 0;
+    case DSL_OPT_STRING:
+        free(*(char **)field);
+        *(char **)field = dsl_xstrdup(val);
+        return 0;
+    case DSL_OPT_INT: {
+        long v;
+        if (dsl_parse_long(val, d->min, d->max, &v) < 0)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' needs an integer from %ld to %ld, not '%s'",
+                              d->name, d->min, d->max, val);
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case DSL_OPT_SIZE:
+        if (dsl_parse_size(val, (size_t *)field) < 0)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' needs a size in bytes (e.g. 4096, 64K, 1M), "
+                              "not '%s'", d->name, val);
+        return 0;
+    case DSL_OPT_SECONDS:
+        if (dsl_parse_seconds(val, (double *)field) < 0)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' needs a duration in seconds, not '%s'", d->name,
+                              val);
+        return 0;
+    case DSL_OPT_LIST:
+        dsl_strvec_push((struct dsl_strvec *)field, val);
+        return 0;
+    case DSL_OPT_CALL:
+        return d->fn(target, d, val, err);
+    }
+    return dsl_seterr(err, DSL_EUSAGE, "option '--%s' has no kind", d->name);
+}
+
+/* the words from argv[i] on, which are not options, to rest */
+static int rest_from(const struct dsl_opt_parser *p, int i, int argc, char **argv,
+                     struct dsl_strvec *rest, char *err)
+{
+    if (i < argc && !rest)
+        return dsl_seterr(err, DSL_EUSAGE, "unexpected argument '%s' (see %s --help)",
+                          argv[i], p->prog);
+    for (; i < argc; i++)
+        dsl_strvec_push(rest, argv[i]);
+    return 0;
+}
+
+int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char **argv,
+                  struct dsl_strvec *rest, char *err)
+{
+    int keep = (p->flags & DSL_OPT_KEEP_UNKNOWN) && rest;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            if (keep)
+                dsl_strvec_push(rest, a);
+            return rest_from(p, i + 1, argc, argv, rest, err);
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (p->flags & DSL_OPT_STOP_AT_ARG)
+                return rest_from(p, i, argc, argv, rest, err);
+            if (!rest)
+                return dsl_seterr(err, DSL_EUSAGE, "unexpected argument '%s' (see %s --help)",
+                                  a, p->prog);
+            dsl_strvec_push(rest, a);
+            continue;
+        }
+        const struct dsl_opt *d;
+        const char *val = NULL;
+        if (a[1] == '-') {
+            const char *name = a + 2;
+            const char *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            d = find_long(p, name, len);
+            if (!d && keep) {
+                dsl_strvec_push(rest, a);
+                continue;
+            }
+            if (!d)
+                return dsl_seterr(err, DSL_EUSAGE, "unknown option '--%.*s' (see %s --help)",
+                                  (int)len, name, p->prog);
+            if (eq) {
+                if (!takes_value(d))
+                    return dsl_seterr(err, DSL_EUSAGE, "option '--%s' takes no value", d->name);
+                val = eq + 1;
+            }
+        } else {
+            d = find_short(p, a[1]);
+            if (!d && keep) {
+                dsl_strvec_push(rest, a);
+                continue;
+            }
+            if (!d)
+                return dsl_seterr(err, DSL_EUSAGE, "unknown option '-%c' (see %s --help)", a[1],
+                                  p->prog);
+            if (a[2]) {
+                if (!takes_value(d))
+                    return dsl_seterr(err, DSL_EUSAGE, "option '-%c' takes no value", a[1]);
+                val = a[2] == '=' ? a + 3 : a + 2;
+            }
+        }
+        if (takes_value(d) && !val) {
+            if (i + 1 >= argc)
+                return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs a value", d->name);
+            val = argv[++i];
+        }
+        int r = apply(d, target, val, err);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+void dsl_opt_help(const struct dsl_opt_parser *p, FILE *f)
+{
+    for (size_t i = 0; i < p->nopts; i++) {
+        const struct dsl_opt *d = &p->opts[i];
+        if (!d->help)
+            continue;
+        char dashed[48], left[96];
+        snprintf(dashed, sizeof(dashed), "%s", d->name);
+        for (char *c = dashed; *c; c++)
+            *c = *c == '_' ? '-' : *c;
+        const char *arg = takes_value(d) ? (d->arg ? d->arg : "VALUE") : NULL;
+        if (d->short_name)
+            snprintf(left, sizeof(left), "-%c, --%s%s%s", d->short_name, dashed,
+                     arg ? " " : "", arg ? arg : "");
+        else
+            snprintf(left, sizeof(left), "    --%s%s%s", dashed, arg ? " " : "",
+                     arg ? arg : "");
+        fprintf(f, "  %-34s %s", left, d->help);
+        if (d->def)
+            fprintf(f, " (default: %s)", d->def);
+        fputc('\n', f);
+    }
+}
