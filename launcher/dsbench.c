@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/opt.h"
@@ -310,7 +311,7 @@ int main(int argc, char **argv)
     }
     struct dsl_comm_opts co = {.backend = o.backend ? o.backend : "tcp",
                                .deterministic = o.deterministic};
-    const char *lr = getenv("LOCAL_RANK");
+    const char *lr = getenv(DSL_ENV_LOCAL_RANK);
     if (lr && *lr)
         dsl_parse_int(lr, 0, 1 << 16, &co.device);
     if (dsl_comm_open_env(&b.c, &co, err) < 0) {

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/model/blascore.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/data.h"
@@ -59,7 +60,7 @@ static int usage(FILE *f)
 /* OMP_NUM_THREADS if set, else the cores shared fairly among the local ranks */
 static int blas_threads(const struct dsl_train_settings *s)
 {
-    const char *e = getenv("OMP_NUM_THREADS");
+    const char *e = getenv(DSL_ENV_OMP_NUM_THREADS);
     int n;
     if (s->cfg.dstrain.threads > 0)
         return s->cfg.dstrain.threads;
@@ -67,7 +68,7 @@ static int blas_threads(const struct dsl_train_settings *s)
         return n;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int local = 1;
-    e = getenv("LOCAL_WORLD_SIZE");
+    e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
     if (e && dsl_parse_int(e, 1, 1 << 20, &n) == 0)
         local = n;
     n = (int)(cores > 0 ? cores : 1) / local;

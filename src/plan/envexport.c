@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/plan/envexport.h"
 #include "dslaunch/common/error.h"
@@ -40,7 +41,7 @@ static const char *const export_prefixes[] = {"NCCL_", "PYTHON", "UCX_", "OMP_",
 
 int dsl_env_name_exported(const char *name)
 {
-    if (strcmp(name, "CUDA_VISIBLE_DEVICES") == 0)
+    if (strcmp(name, DSL_ENV_CUDA_VISIBLE_DEVICES) == 0)
         return 0;
     for (size_t i = 0; i < sizeof(export_prefixes) / sizeof(export_prefixes[0]); i++)
         if (strncmp(name, export_prefixes[i], strlen(export_prefixes[i])) == 0)

@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/plan/hostfile.h"
@@ -312,7 +313,7 @@ int dsl_placement_cuda_visible(const char *cvd, const struct dsl_placement_opts 
             q++;
         if (q == p || q - p > 9 || (*q && *q != ','))
             return dsl_seterr(err, DSL_EPLACEMENT,
-                              "CUDA_VISIBLE_DEVICES='%s' is not a list of device numbers "
+                              DSL_ENV_CUDA_VISIBLE_DEVICES "='%s' is not a list of device numbers "
                               "(select devices with --include localhost:0,1 instead)",
                               cvd);
         if (!*q)

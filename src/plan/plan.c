@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
@@ -201,7 +202,7 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     };
     if (synth) {
         /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
-        r = dsl_placement_cuda_visible(getenv("CUDA_VISIBLE_DEVICES"), &po, &include_cvd, err);
+        r = dsl_placement_cuda_visible(getenv(DSL_ENV_CUDA_VISIBLE_DEVICES), &po, &include_cvd, err);
         if (r < 0)
             return r;
         if (r == 1)

@@ -27,6 +27,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/remote/facts.h"
 #include "dslaunch/remote/netinfo.h"
 #include "dslaunch/common/xalloc.h"
@@ -217,7 +218,7 @@ void dsl_facts_collect(struct dsl_facts *f, const char *cwd, const char *ld_path
     struct utsname u;
     f->kernel = dsl_xstrdup(uname(&u) == 0 ? u.release : "unknown");
     f->glibc = dsl_xstrdup(gnu_get_libc_version());
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    const char *cvd = getenv(DSL_ENV_CUDA_VISIBLE_DEVICES);
     f->cvd_set = cvd != NULL;
     f->cvd = dsl_xstrdup(cvd ? cvd : "");
     collect_nvml(f); /* first: nothing of ours holds GPU memory yet */

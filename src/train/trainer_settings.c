@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/lossscale.h"
@@ -150,7 +151,7 @@ static int check_gpu(const struct dsl_train_settings *s, char *err)
 #ifdef DSL_HAVE_CUDA
     if (dsl_device_cuda_count() > 0)
         return 0;
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    const char *cvd = getenv(DSL_ENV_CUDA_VISIBLE_DEVICES);
     return dsl_seterr(err, DSL_ENOTSUP,
                       "backend 'nccl' needs a GPU and none is visible%s%s%s (use tcp)",
                       cvd ? " with CUDA_VISIBLE_DEVICES='" : "", cvd ? cvd : "",
@@ -187,7 +188,7 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
 /* LOCAL_WORLD_SIZE, 1 when unset or bad */
 static int local_world(void)
 {
-    const char *e = getenv("LOCAL_WORLD_SIZE");
+    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
     int n;
     return e && dsl_parse_int(e, 1, 1 << 20, &n) == 0 ? n : 1;
 }
@@ -208,7 +209,7 @@ const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 
 int dsl_train_settings_device(void)
 {
-    const char *e = getenv("LOCAL_RANK");
+    const char *e = getenv(DSL_ENV_LOCAL_RANK);
     int n;
     return e && dsl_parse_int(e, 0, 1 << 20, &n) == 0 ? n : 0;
 }
