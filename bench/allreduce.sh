@@ -14,7 +14,7 @@
 #
 # Every program uses the same timing method (one or more warm-up calls, a barrier, the
 # mean of 50 calls below 16 MiB and of 5 calls from 16 MiB on). The peers are built and
-# run from bench/*_sweep.* (sweeps of /work/shared/bench/'s scripts). Prints the raw
+# run from bench/*_sweep.* (size sweeps of the peers' all-reduce loops). Prints the raw
 # lines to stderr and a markdown table with the ratios to stdout.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +29,7 @@ else
   raw=$(mktemp -d)
   trap 'rm -rf "$raw"' EXIT
 fi
-torchrun=/work/shared/bench/torchrun_py311.py
+torchrun=$(dirname "$0")/peers/torchrun_py311.py
 
 [ "${REPORT_ONLY:-0}" = 1 ] || {
 mpicc -O2 -o "$raw/mpi_sweep" "$here/mpi_allreduce_sweep.c"

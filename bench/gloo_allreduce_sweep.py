@@ -1,5 +1,5 @@
-# PyTorch Gloo peer for bench/allreduce.sh: /work/shared/bench/gloo_allreduce.py (same
-# timing method) swept over 1 KiB .. MAX bytes by factors of 2. Launch with torchrun.
+# PyTorch Gloo peer for bench/allreduce.sh: a Gloo all-reduce loop (torch.distributed,
+# the same timing method as dsbench) swept over 1 KiB .. MAX bytes by factors of 2. Launch with torchrun.
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()

@@ -7,7 +7,7 @@ set -euo pipefail
 BUILD=${1:-build}
 RUNS=${2:-20}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-SHARED=${DSL_SHARED:-$HERE/../shared}
+PEERS=$HERE/peers
 DSL="$BUILD/dslaunch"
 [ -x "$DSL" ] || { echo "build dslaunch first ($DSL)" >&2; exit 1; }
 
@@ -16,8 +16,8 @@ CMD[dslaunch]="$DSL -q --include localhost:0,1 /bin/true"
 if command -v mpirun >/dev/null; then
   CMD[mpirun]="mpirun --allow-run-as-root --oversubscribe -np 2 /bin/true"
 fi
-if /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -f "$SHARED/bench/torchrun_py311.py" ]; then
-  CMD[torchrun]="/usr/bin/python3 $SHARED/bench/torchrun_py311.py --standalone --nproc_per_node 2 $SHARED/bench/noop.py"
+if /usr/bin/python3 -c 'import torch' 2>/dev/null && [ -f "$PEERS/torchrun_py311.py" ]; then
+  CMD[torchrun]="/usr/bin/python3 $PEERS/torchrun_py311.py --standalone --nproc_per_node 2 $PEERS/noop.py"
 fi
 
 declare -A TIMES

@@ -1,5 +1,5 @@
 /*
- * Open MPI peer for bench/allreduce.sh: /work/shared/bench/mpi_allreduce.c (same timing
+ * Open MPI peer for bench/allreduce.sh: an MPI_Allreduce loop (same timing
  * method: one warm-up call, barrier, mean of `iters` calls, nccl-tests busbw) swept over
  * the sizes dsbench uses, 1 KiB .. 512 MiB by factors of 2.
  */

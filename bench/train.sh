@@ -21,7 +21,7 @@ BUILD=${1:-$ROOT/build}
 EPOCHS=${2:-1}
 REPS=${3:-3}
 DSTRAIN=$BUILD/dstrain
-PEER=${TORCH_PEER:-/work/shared/bench/torch_mlp_fmnist.py}
+PEER=${TORCH_PEER:-$(dirname "$0")/peers/torch_mlp_fmnist.py}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 [ -x "$DSTRAIN" ] || { echo "no $DSTRAIN (build it first)" >&2; exit 1; }

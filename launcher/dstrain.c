@@ -4,7 +4,7 @@
  *   dstrain [--config ds_config.json] [options]     train (alone, or as one rank)
  *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
  *
- * Settings come in layers (house style 18): built-in defaults, then the DeepSpeed
+ * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
  * one), then verification. The env contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is
  * read by the comm; without it dstrain runs alone (world size 1).
@@ -13,7 +13,7 @@
  * machine with a GPU per local rank) trains on CUDA device LOCAL_RANK with the CUDA
  * model and the CUDA device, through the same trainer code (docs/trainer.md).
  *
- * Die-fast is fine here (house style 10): the node agent sees the exit status. A
+ * Die-fast is fine here: the node agent sees the exit status and stops the job. A
  * SIGTERM kills at once, unless --save-on-signal: then the ranks agree to stop after
  * the current step, write a checkpoint and exit with 128+15; a second signal exits
  * at once.

@@ -5,10 +5,10 @@
  * cuBLAS, cudaMemcpy and the nccl comm's ordering event use), returns the launch's
  * cudaError_t and does nothing for empty input. Pointers are device pointers.
  *
- * Each kernel mirrors a CPU loop (house style 21) with the same float operations in
+ * Each kernel mirrors a CPU loop, its test oracle, with the same float operations in
  * the same order, written with round-to-nearest intrinsics so that nvcc cannot
  * contract a multiply and an add into an FMA: the CPU reference is then the exact
- * oracle for the elementwise kernels (see tests/train/test_gpu_trainer.c).
+ * oracle for the elementwise kernels (see test_gpu_trainer.c).
  */
 #ifndef DSL_CUDA_KERNELS_H
 #define DSL_CUDA_KERNELS_H

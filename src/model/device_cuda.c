@@ -20,8 +20,8 @@
  * Errors: a CUDA error becomes a negative code (out of memory: -ENOMEM; no device or
  * driver: DSL_ENOTSUP; anything else: DSL_EREMOTE, as the nccl backend reports CUDA
  * failures) with cudaGetErrorString's text in d->err, and sticks: a kernel fault
- * leaves the CUDA context unusable anyway. Nothing here exits (house style 10: the
- * caller, dstrain, decides).
+ * leaves the CUDA context unusable anyway. Nothing here exits: the caller, dstrain,
+ * decides.
  */
 #include <cuda_runtime.h>
 #include <errno.h>

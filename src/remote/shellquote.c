@@ -1,6 +1,10 @@
 /*
- * Quoting for the one remote command line dslaunch ever sends through a shell:
- * exec '<remote dslaunch>' --agent ... (house style 14). Every word is wrapped in
+ * Quoting for the few command lines dslaunch sends through a remote shell, each a fixed
+ * command whose only variable words are paths and host names: the agent's
+ * exec '<remote dslaunch>' --agent ... (ssh, pdsh), and the operator tools' remote
+ * `sha256sum` (sync), `mv -f` (ssh-setup's file writes) and node-to-node check
+ * (ssh-setup --mesh). No option value or environment variable of the user's is ever
+ * part of one: those travel as data on the control channel. Every word is wrapped in
  * single quotes, inside which a POSIX shell interprets nothing; a single quote itself
  * is written as '\'' (close, escaped quote, reopen). The empty string becomes ''.
  */

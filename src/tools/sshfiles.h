@@ -3,7 +3,8 @@
  * libssh session, for the tools that edit ~/.ssh (ssh-setup). Paths are relative to the
  * remote home (the SFTP server's starting directory), e.g. ".ssh/authorized_keys".
  *
- * Each struct keeps its host's last error in err (house style 8) and the list of
+ * Each struct keeps its host's last error in err, so the final report can name every
+ * failed host with its reason, and the list of
  * permission fixes made, for the final report. Nothing goes through a remote shell
  * except the fixed commands a caller passes to dsl_sshfiles_exec*() (and the one
  * `mv -f -- 'tmp' 'file'` the write falls back to, with both paths quoted).

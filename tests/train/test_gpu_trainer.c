@@ -1,5 +1,5 @@
 /*
- * The GPU path of the trainer against its CPU reference (label gpu; house style 21):
+ * The GPU path of the trainer against its CPU reference, its oracle (label gpu):
  *   - every op of the CUDA device against the CPU device on random data: copy,
  *     set_zero, scale and add bit for bit, absmax_bits and sumsq_fixed bit for bit
  *     (they are integer results), Adam/AdamW/SGD within 1e-6 relative;

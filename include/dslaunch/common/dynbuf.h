@@ -1,5 +1,5 @@
 /*
- * A byte buffer with a hard maximum (house style 12, after curl's dynbuf). An append
+ * A byte buffer with a hard maximum (after curl's dynbuf). An append
  * that would exceed the maximum frees the buffer and returns -ENOSPC, so a runaway
  * remote program cannot exhaust launcher memory. The contents are always
  * NUL-terminated for convenience.

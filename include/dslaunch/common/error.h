@@ -42,7 +42,7 @@ const char *dsl_strerror(int code);
  * DSL_TRY(expr): evaluate expr; if it is negative, print a "file:line" trace line to
  * stderr when DSLAUNCH_TRACE is set and return it from the current function. For code
  * that propagates errors upward (the launcher, the agent). The worker uses die-fast
- * checks instead (house style 10).
+ * checks instead: its node agent sees the exit status and stops the job.
  */
 int dsl_trace_enabled(void);
 #define DSL_TRY(expr)                                                          \

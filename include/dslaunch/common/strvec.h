@@ -1,6 +1,6 @@
 /*
  * A growable, NULL-terminated vector of owned strings: argv and env lists
- * (house style 13, after git's strvec). `v` is never NULL, so a fresh strvec can be
+ * (after git's strvec). `v` is never NULL, so a fresh strvec can be
  * passed to execve() directly. An env entry "K=V" sets a variable; a bare "K" unsets it.
  */
 #ifndef DSLAUNCH_STRVEC_H

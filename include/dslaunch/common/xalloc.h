@@ -1,5 +1,5 @@
 /*
- * Small allocations that abort on out-of-memory (house style 11): parser and
+ * Small allocations that abort on out-of-memory, so that parser and
  * placement code stays readable. Big buffers (parameters, gradients, collective
  * scratch) must use plain malloc and report failure with their size instead.
  */

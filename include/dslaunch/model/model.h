@@ -3,7 +3,8 @@
  * nothing more, so that a second model (a transformer) can be added as another ops
  * table without touching the trainer.
  *
- * Parameters live in one flat float buffer owned by the caller (house style 20); a
+ * Parameters live in one flat float buffer owned by the caller, so a shard is just an
+ * (offset, len) slice of it; a
  * model only knows offsets into it. Its gradient is delivered in *segments*: fixed
  * (offset, len) slices of the flat buffer, listed in the order in which backward
  * finishes them (last layer first). Before writing segment i, backward asks the sink

@@ -1,6 +1,6 @@
 /*
  * Optimizers of dstrain, run over one (offset, len) slice of flat buffers, so that
- * ZeRO's sharded step is the ordinary loop over the rank's slice (house style 20).
+ * ZeRO's sharded step is the ordinary loop over the rank's slice.
  *
  * Adam follows torch.optim.Adam/AdamW and DeepSpeed's FusedAdam: with adam_w_mode the
  * weight decay is decoupled (p -= lr*wd*p before the Adam update); without it the

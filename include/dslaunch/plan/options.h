@@ -1,5 +1,5 @@
 /*
- * dslaunch's command line (house style 18): defaults, then the environment, then argv,
+ * dslaunch's command line: defaults, then the environment, then argv,
  * then verification, into one struct. A declarative table drives both parsing and
  * --help. Every multi-word flag has both spellings (--num_gpus and --num-gpus), and
  * --opt=value and --opt value both work. The first argument that is not an option is
