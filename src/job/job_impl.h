@@ -2,7 +2,7 @@
  * Internal interface among the files of the launcher's job: the message loop
  * (job_loop.c), the phases built on it (job.c: connect, start, run; job_preflight.c:
  * the checks and the probe). job_loop.c calls neither of the others, so the calls only
- * go one way. Not for use outside src/job/.
+ * go one way. Not for use outside src/job/; doctor uses what job.h makes public.
  */
 #ifndef DSLAUNCH_JOB_IMPL_H
 #define DSLAUNCH_JOB_IMPL_H
@@ -31,12 +31,10 @@ void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms);
 /** Act on a signal the launcher received since the last call (stop or kill). */
 void dsl_job_handle_signals(struct dsl_job *job);
 
-/* ---- job_preflight.c ---- */
+/* ---- job_preflight.c (dsl_job_probe is public, in job.h) ---- */
 
 /** Preflight on the hellos: protocol and dslaunch versions, slots within GPU counts. */
 int dsl_job_check_hellos(struct dsl_job *job);
-/** The multi-node probe: master port, master address, interfaces, program and cwd. */
-int dsl_job_probe(struct dsl_job *job, int sig_rfd);
 void dsl_job_print_preflight(struct dsl_job *job);
 
 #endif

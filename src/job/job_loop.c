@@ -417,3 +417,19 @@ void dsl_job_handle_signals(struct dsl_job *job)
     }
 }
 
+/* ---- for an inspect callback (job.h) ---- */
+
+void dsl_job_send(struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    dsl_job_node_send(n, m);
+    dsl_job_node_flush(n);
+}
+
+int dsl_job_step(struct dsl_job *job, int sig_rfd, int timeout_ms)
+{
+    dsl_job_handle_signals(job);
+    if (job->stopping)
+        return job->exit_code ? job->exit_code : 130;
+    dsl_job_pump(job, sig_rfd, timeout_ms);
+    return 0;
+}
