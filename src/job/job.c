@@ -54,7 +54,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
-#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 

@@ -32,7 +32,7 @@
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
-#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 

@@ -45,7 +45,6 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
-#include "dslaunch/job/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
