@@ -23,7 +23,7 @@
 #include "dslaunch/common/net.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
-#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/remote/connectback.h"

@@ -48,7 +48,7 @@
 #include "dslaunch/remote/netinfo.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/job/proto.h"
-#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 

@@ -1,25 +1,40 @@
 /*
- * Internal interface between the launcher's job loop (job.c) and its preflight
- * (job_preflight.c). Not for use outside src/launch/.
+ * Internal interface among the files of the launcher's job: the message loop
+ * (job_loop.c), the phases built on it (job.c: connect, start, run; job_preflight.c:
+ * the checks and the probe). job_loop.c calls neither of the others, so the calls only
+ * go one way. Not for use outside src/job/; doctor uses what job.h makes public.
  */
 #ifndef DSLAUNCH_JOB_IMPL_H
 #define DSLAUNCH_JOB_IMPL_H
 
 #include "dslaunch/job/job.h"
 
+/* Bound of a node's output queue: an agent that stops reading fails instead of making
+ * the launcher buffer without limit. */
+#define DSL_JOB_OUTQ_MAX (64u << 20)
+
+/* ---- job_loop.c ---- */
+
+/** Catch SIGINT, SIGTERM and SIGHUP (each writes a byte to wfd), ignore SIGPIPE. */
+void dsl_job_signals_catch(int wfd);
+/** Restore the default SIGINT, SIGTERM and SIGHUP; SIGPIPE stays ignored. */
+void dsl_job_signals_restore(void);
 /** Queue m for node n (encoded now); dropped if the node has failed. */
 void dsl_job_node_send(struct dsl_job_node *n, const struct dsl_msg *m);
 /** Write as much of n's queue as the transport takes now. */
 void dsl_job_node_flush(struct dsl_job_node *n);
+/** Mark n failed with code and the message; a running node's failure stops the job. */
+void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
 /** One pass of the event loop: poll for at most timeout_ms, handle what is ready. */
 void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms);
 /** Act on a signal the launcher received since the last call (stop or kill). */
 void dsl_job_handle_signals(struct dsl_job *job);
 
+/* ---- job_preflight.c (dsl_job_probe is public, in job.h) ---- */
+
 /** Preflight on the hellos: protocol and dslaunch versions, slots within GPU counts. */
 int dsl_job_check_hellos(struct dsl_job *job);
-/** The multi-node probe: master port, master address, interfaces, program and cwd. */
-int dsl_job_probe(struct dsl_job *job, int sig_rfd);
 void dsl_job_print_preflight(struct dsl_job *job);
 
 #endif

@@ -25,7 +25,7 @@
  * the first that completes wins (an unroutable address of a multi-homed launcher fails
  * at once or loses the race instead of costing a timeout each).
  */
-#define _GNU_SOURCE /* accept4, execvpe, pipe2 */
+#define _GNU_SOURCE /* accept4, pipe2 */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +41,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -53,6 +52,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -536,6 +536,9 @@ char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, c
     return s;
 }
 
+/* pdsh and mpirun start with the default SIGPIPE that this process ignores. */
+static const int cb_sigdfl[] = {SIGPIPE, 0};
+
 int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, int *pidfd,
                  char *err)
 {
@@ -544,32 +547,24 @@ int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, in
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) < 0)
         return dsl_seterr(err, -errno, "cannot create a pipe: %s", strerror(errno));
-    pid_t parent = getpid();
-    pid_t child = fork();
-    if (child < 0) {
-        int e = errno;
-        close(pipefd[0]);
-        close(pipefd[1]);
-        return dsl_seterr(err, -e, "cannot fork: %s", strerror(e));
-    }
-    if (child == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(pipefd[1], 1) < 0 ||
-            dup2(pipefd[1], 2) < 0)
-            _exit(126);
-        execvpe(argv[0], argv, env);
-        _exit(127);
-    }
-    setpgid(child, child);
+    struct dsl_child_opts co = {
+        .argv = argv, /* path NULL: looked up in PATH */
+        .env = env,
+        .fd_in = DSL_SPAWN_DEVNULL,
+        .fd_out = pipefd[1],
+        .fd_err = pipefd[1],
+        .new_pgroup = 1,
+        .pdeathsig = SIGTERM,
+        .sigdfl = cb_sigdfl,
+        .setup_exit = 126,
+    };
+    pid_t child;
+    int r = dsl_spawn_child(&co, &child, err);
     close(pipefd[1]);
+    if (r < 0) {
+        close(pipefd[0]);
+        return r;
+    }
     fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
     *pid = child;
     *outfd = pipefd[0];

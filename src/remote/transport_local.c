@@ -9,7 +9,6 @@
  * so it goes down (and takes its ranks down) if the launcher is SIGKILLed even before
  * it notices EOF.
  */
-#define _GNU_SOURCE /* prctl, close_range */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -18,12 +17,12 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -33,55 +32,61 @@ struct local_priv {
     int fd;
 };
 
+/* Back to their defaults in the agent: the launcher catches SIGINT, SIGTERM and SIGHUP
+ * and ignores SIGPIPE, and an agent that runs in the forked child without an exec would
+ * keep those handlers (an exec resets caught signals, but not ignored ones). */
+static const int agent_sigdfl[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, 0};
+
+static int run_agent(void *arg)
+{
+    struct dsl_conn *c = arg;
+    return c->agent_main(0, 1);
+}
+
 static int local_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                       char *const *agent_argv)
 {
     (void)o;
     int sv[2];
     c->t_start = dsl_now();
+    if (!agent_argv && !c->agent_main) {
+        c->state = DSL_CONN_FAILED;
+        c->err_code = -EINVAL;
+        return dsl_seterr(c->err, -EINVAL, "no agent to start");
+    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         c->state = DSL_CONN_FAILED;
         c->err_code = -errno;
         return dsl_seterr(c->err, -errno, "cannot create socketpair: %s", strerror(errno));
     }
-    pid_t parent = getpid();
-    fflush(stdout); /* a forked agent must not write the launcher's buffered output again */
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        close(sv[0]);
-        close(sv[1]);
-        c->state = DSL_CONN_FAILED;
-        c->err_code = -e;
-        return dsl_seterr(c->err, -e, "cannot fork: %s", strerror(e));
-    }
-    if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent)
-            _exit(1);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGCHLD, SIG_DFL);
-        if (dup2(sv[1], 0) < 0 || dup2(sv[1], 1) < 0)
-            _exit(1);
-        if (!agent_argv && c->agent_main) {
-            /* the agent is this very program: run it here, without a second exec and
-             * dynamic link (a third of a local launch), after dropping every other fd
-             * the launcher holds so EOF on its other channels still means what it says */
-            close_range(3, ~0U, 0);
-            _exit(c->agent_main(0, 1));
-        }
-        execv(agent_argv[0], agent_argv);
-        _exit(127);
-    }
+    /*
+     * With no agent_argv the agent is this very program: the child runs it without a
+     * second exec and dynamic link (a third of a local launch), after dropping every
+     * other fd the launcher holds so EOF on its other channels still means what it says.
+     */
+    struct dsl_child_opts co = {
+        .path = agent_argv ? agent_argv[0] : NULL,
+        .argv = agent_argv,
+        .run = agent_argv ? NULL : run_agent,
+        .run_arg = c,
+        .fd_in = sv[1],
+        .fd_out = sv[1],
+        .fd_err = DSL_SPAWN_KEEP,
+        .new_pgroup = 1,
+        .pdeathsig = SIGTERM,
+        .sigdfl = agent_sigdfl,
+        .close_fds = !agent_argv,
+        .setup_exit = 1,
+    };
+    pid_t pid;
+    int r = dsl_spawn_child(&co, &pid, c->err);
     close(sv[1]);
+    if (r < 0) {
+        close(sv[0]);
+        c->state = DSL_CONN_FAILED;
+        c->err_code = r;
+        return r;
+    }
     fcntl(sv[0], F_SETFL, O_NONBLOCK);
     struct local_priv *p = dsl_xcalloc(1, sizeof(*p));
     p->pid = pid;

@@ -46,9 +46,7 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
-#include "dslaunch/job/spawn.h"
 #include "dslaunch/common/xalloc.h"
-#include "job/job_impl.h"
 #include "dslaunch/common/banned.h"
 
 extern char **environ;
@@ -130,8 +128,7 @@ static int diag_round(struct doctor *d, struct dsl_job *job, int sig_rfd)
         n->have_probed = 0;
         d->dn[i].asked = 1;
         d->dn[i].t0 = dsl_facts_realtime();
-        dsl_job_node_send(n, &m);
-        dsl_job_node_flush(n);
+        dsl_job_send(n, &m);
     }
     dsl_msg_release(&m);
     double t_end = dsl_now() + job->opts->tr.connect_timeout + DIAG_EXTRA;
@@ -152,12 +149,11 @@ static int diag_round(struct doctor *d, struct dsl_job *job, int sig_rfd)
         }
         if (!waiting || dsl_now() > t_end)
             break;
-        dsl_job_handle_signals(job);
-        if (job->stopping) {
+        int r = dsl_job_step(job, sig_rfd, 100);
+        if (r != 0) {
             d->interrupted = 1;
-            return job->exit_code ? job->exit_code : 130;
+            return r;
         }
-        dsl_job_pump(job, sig_rfd, 100);
     }
     return 0;
 }

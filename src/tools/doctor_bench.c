@@ -26,7 +26,7 @@
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
-#include "dslaunch/job/spawn.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"

@@ -54,7 +54,7 @@
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
-#include "sha256.h"
+#include "digest.h"
 #include "dslaunch/remote/sshsession.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/tools/sync.h"

@@ -82,9 +82,10 @@ struct dsl_job {
     int stop_sig;                 /* the first signal the stop sent to the ranks */
     double t_begin, t_stop, t_first_fail;
     /*
-     * `dslaunch doctor` (doctor.c): when set, dsl_job_run() calls inspect once every node
-     * has said hello or failed (connect_code: what the connect phase would have exited
-     * with), starts nothing, and returns inspect's result. Preflight checks are left to it.
+     * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every
+     * node has said hello or failed (connect_code: what the connect phase would have
+     * exited with), starts nothing, and returns inspect's result. Preflight checks are
+     * left to it; it talks to the agents with the functions below, passing them sig_rfd.
      */
     int (*inspect)(struct dsl_job *job, int sig_rfd, int connect_code, void *arg);
     void *inspect_arg;
@@ -95,5 +96,34 @@ void dsl_job_init(struct dsl_job *job, struct dsl_plan *p);
 /** Connect, check, start, supervise, summarise. Returns the launcher's exit code. */
 int dsl_job_run(struct dsl_job *job);
 void dsl_job_release(struct dsl_job *job);
+
+/*
+ * For an inspect callback, while dsl_job_run() is running it. The job owns its nodes
+ * and everything in them (connections, hello, probe answers, interfaces): the callback
+ * reads them and may clear a node's have_probed before a probe whose answer it waits
+ * for, but frees and closes nothing; dsl_job_run() closes every channel afterwards.
+ */
+
+/**
+ * Send m to node n now: it is encoded at once (m stays the caller's, to release) and
+ * written as far as the transport takes it; the rest goes out in later dsl_job_step()
+ * calls. Dropped when the node has failed or its channel is at EOF.
+ */
+void dsl_job_send(struct dsl_job_node *n, const struct dsl_msg *m);
+/**
+ * One turn of the job's loop: act on a signal the launcher got (it stops the job), then,
+ * unless the job is stopping, wait at most timeout_ms for the agents and apply what
+ * they sent (a probe answer sets have_probed and probed; a lost agent fails its node).
+ * 0 to go on; when the job is stopping, the exit code to return (130 for an interrupt
+ * that set none).
+ */
+int dsl_job_step(struct dsl_job *job, int sig_rfd, int timeout_ms);
+/**
+ * The launch's master probe (job_preflight.c): node 0 holds the master port, every
+ * other node test-connects to node 0's addresses; fills the plan's master_addr and
+ * master_port and every node's iface and probed answer. 0 or an exit code
+ * (DSL_EXIT_PREFLIGHT, DSL_EXIT_TIMEOUT, DSL_EXIT_AGENT, or the stop's code).
+ */
+int dsl_job_probe(struct dsl_job *job, int sig_rfd);
 
 #endif

@@ -1,0 +1,90 @@
+/*
+ * Starting child processes. dsl_spawn_child() is the one fork/exec of dslaunch: the
+ * ranks an agent starts, the local transport's agent, pdsh and mpirun for the
+ * connect-back transports, and doctor's all-reduce job all go through it. dsl_spawn()
+ * builds on it for a worker whose stdout and stderr the caller reads from pipes.
+ *
+ * Everything is built before fork(); the child only does async-signal-safe work, in
+ * this order: its own process group, the parent-death signal (and a check that the
+ * parent did not die before it asked for it), default signal dispositions and an empty
+ * signal mask, fds 0 to 2, the working directory, closing the other fds, then execve
+ * (or a function run in the child itself). With report_errors, a CLOEXEC pipe carries
+ * the errno of a failed set-up or exec back, so "cannot start" is reported by the call
+ * instead of as a mysterious exit 127 later.
+ */
+#ifndef DSLAUNCH_SPAWN_H
+#define DSLAUNCH_SPAWN_H
+
+#include <sys/types.h>
+
+#define DSL_SPAWN_KEEP (-1)    /* fd_in/fd_out/fd_err: leave what the child inherits */
+#define DSL_SPAWN_DEVNULL (-2) /* fd_in/fd_out/fd_err: /dev/null */
+
+struct dsl_child_opts {
+    /* What the child runs: run(run_arg) when run is set, else execve of path (or, when
+       path is NULL, of argv[0] looked up in this process's PATH, as execvpe does). */
+    const char *path;
+    char *const *argv;
+    char *const *env;   /* the child's whole environment; NULL: this process's */
+    int (*run)(void *arg); /* a program that is its own child: the child _exits with
+                              run's result, without an exec (stdio is flushed before the
+                              fork so the child cannot write the parent's buffers again) */
+    void *run_arg;
+    /* The child's set-up. fd_in, fd_out, fd_err go onto fds 0, 1, 2 in that order: an
+       fd of this process (its CLOEXEC flag does not matter), DSL_SPAWN_KEEP or
+       DSL_SPAWN_DEVNULL. There is no default: a 0 means this process's stdin. */
+    int fd_in, fd_out, fd_err;
+    const char *cwd;    /* NULL: inherit */
+    int new_pgroup;     /* 1: the child leads a process group of its own (set in the
+                           parent as well, so an early killpg() cannot miss it) */
+    int pdeathsig;      /* signal the child gets when this process dies (0: none) */
+    const int *sigdfl;  /* signals put back to SIG_DFL, 0-terminated; NULL: every one */
+    int close_fds;      /* 1: close every fd above 2 before the exec or run */
+    int report_errors;  /* 1: wait until the child has exec'd (or run has started);
+                           a failure is this call's error, and the child is reaped */
+    int setup_exit;     /* exit status of a child whose set-up failed (0: 127); a failed
+                           exec always exits 127 */
+};
+
+/**
+ * Fork a child set up as o says and start it. *pid is the child, the caller's to wait
+ * for. Negative code with err set when no child could be made, and with report_errors
+ * when it could not start ("cannot start 'argv[0]': ...").
+ */
+int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid, char *err);
+
+/* ---- a worker with its output on pipes ---- */
+
+struct dsl_spawn_opts {
+    char *const *argv; /* argv[0] is resolved against PATH of env (or used as a path) */
+    char *const *env;  /* complete environment of the child */
+    const char *cwd;   /* NULL: inherit */
+    int stdin_null;    /* 1: stdin from /dev/null */
+    int new_pgroup;    /* 1: the child leads its own process group */
+    int pdeathsig;     /* signal the child gets when the spawner dies (0: none) */
+};
+
+struct dsl_proc {
+    pid_t pid;
+    int out_fd; /* read end of the child's stdout pipe (non-blocking, CLOEXEC) */
+    int err_fd; /* read end of the child's stderr pipe */
+};
+
+/**
+ * Resolve a program name as execvp would, using the PATH found in env (or a default).
+ * Returns a malloc'd path or NULL with err ("program 'x' not found in PATH",
+ * "program './x' is not executable").
+ */
+char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int *code,
+                        char *err);
+/**
+ * Start a worker: every signal back to its default, stdout and stderr on pipes, a
+ * failed exec reported here. On failure nothing is left running and err says why
+ * (-errno).
+ */
+int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
+
+/** "SIGTERM"-style name of a signal; "SIG<n>" for unknown ones (static or thread-local). */
+const char *dsl_signame(int sig);
+
+#endif

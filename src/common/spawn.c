@@ -1,0 +1,308 @@
+/*
+ * Starting child processes: the one fork/exec of dslaunch, and workers on pipes.
+ *
+ * Theory of operation. The parent prepares everything before fork(): argv, env, the
+ * path to exec, the fds the child gets, and (with report_errors) a CLOEXEC notify pipe.
+ * The child then only makes async-signal-safe calls, in a fixed order:
+ *   1. setpgid(0, 0) when it is to lead its own group, so the whole subtree can be
+ *      signalled with one killpg();
+ *   2. PR_SET_PDEATHSIG, so it dies when its spawner is SIGKILLed; the parent may have
+ *      died before the prctl, so the child compares getppid() with the pid the parent
+ *      had before the fork and exits if it changed;
+ *   3. default dispositions for the listed signals (or all) and an empty mask: exec
+ *      keeps ignored signals and the mask, and a child that does not exec keeps the
+ *      parent's handlers too;
+ *   4. dup2 of the given fds onto 0, 1, 2 (dup2 clears CLOEXEC on the copy);
+ *   5. chdir, close_range(3, ...) when asked (the notify pipe survives it; it is CLOEXEC);
+ *   6. execve / execvpe, or run() and _exit with its result.
+ * A failing step writes errno into the notify pipe and exits. The parent blocks on the
+ * pipe, which closes at a successful exec (or just before run()): zero bytes means the
+ * child started; an errno means it did not, and the parent reaps it and says why.
+ *
+ * dsl_spawn() is a worker on pipes: stdout and stderr each into a pipe whose read end
+ * the caller polls, the program resolved in the child's PATH before the fork so that
+ * "not found" and "not executable" are told apart, errors reported synchronously.
+ */
+#define _GNU_SOURCE /* pipe2, execvpe, close_range */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+extern char **environ;
+
+static const char *find_env(char *const *env, const char *key)
+{
+    size_t n = strlen(key);
+    for (; env && *env; env++)
+        if (!strncmp(*env, key, n) && (*env)[n] == '=')
+            return *env + n + 1;
+    return NULL;
+}
+
+static int is_exec_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
+}
+
+char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int *code,
+                        char *err)
+{
+    *code = 0;
+    if (!prog || !*prog) {
+        *code = -ENOENT;
+        dsl_seterr(err, -ENOENT, "empty program name");
+        return NULL;
+    }
+    if (strchr(prog, '/')) {
+        char *path = (prog[0] == '/' || !cwd) ? dsl_xstrdup(prog)
+                                              : dsl_xasprintf("%s/%s", cwd, prog);
+        struct stat st;
+        if (stat(path, &st) != 0) {
+            *code = -errno;
+            dsl_seterr(err, -errno, "cannot start '%s': %s", prog, strerror(errno));
+        } else if (!S_ISREG(st.st_mode) || access(path, X_OK) != 0) {
+            *code = -EACCES;
+            dsl_seterr(err, -EACCES, "cannot start '%s': not an executable file", prog);
+        } else {
+            return path;
+        }
+        free(path);
+        return NULL;
+    }
+    const char *pathvar = find_env(env, "PATH");
+    if (!pathvar)
+        pathvar = "/usr/local/bin:/usr/bin:/bin";
+    const char *p = pathvar;
+    int saw_noexec = 0;
+    for (;;) {
+        const char *colon = strchr(p, ':');
+        size_t len = colon ? (size_t)(colon - p) : strlen(p);
+        char *dir = len ? dsl_xstrndup(p, len) : dsl_xstrdup(".");
+        char *cand = (dir[0] == '/' || !cwd) ? dsl_xasprintf("%s/%s", dir, prog)
+                                             : dsl_xasprintf("%s/%s/%s", cwd, dir, prog);
+        free(dir);
+        if (is_exec_file(cand))
+            return cand;
+        if (access(cand, F_OK) == 0)
+            saw_noexec = 1;
+        free(cand);
+        if (!colon)
+            break;
+        p = colon + 1;
+    }
+    if (saw_noexec) {
+        *code = -EACCES;
+        dsl_seterr(err, -EACCES, "cannot start '%s': found in PATH but not executable", prog);
+    } else {
+        *code = -ENOENT;
+        dsl_seterr(err, -ENOENT, "cannot start '%s': command not found in PATH", prog);
+    }
+    return NULL;
+}
+
+/* The child's end: tell the parent why (when it listens) and exit. */
+static _Noreturn void child_fail(int notify, int e, int code)
+{
+    if (notify >= 0) {
+        ssize_t w = write(notify, &e, sizeof(e));
+        (void)w;
+    }
+    _exit(code);
+}
+
+/* Put src onto fd target of the child. */
+static int child_fd(int src, int target)
+{
+    if (src == DSL_SPAWN_KEEP)
+        return 0;
+    int opened = -1;
+    if (src == DSL_SPAWN_DEVNULL) {
+        src = opened = open("/dev/null", (target ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
+        if (src < 0)
+            return -1;
+    }
+    if (src == target) /* dup2 would leave its CLOEXEC flag: clear it */
+        return fcntl(target, F_SETFD, 0) < 0 ? -1 : 0;
+    if (dup2(src, target) < 0)
+        return -1;
+    if (opened >= 0)
+        close(opened);
+    return 0;
+}
+
+static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int notify)
+{
+    int fail = o->setup_exit ? o->setup_exit : 127;
+    if (o->new_pgroup && setpgid(0, 0) < 0)
+        child_fail(notify, errno, fail);
+    if (o->pdeathsig) {
+        prctl(PR_SET_PDEATHSIG, o->pdeathsig);
+        if (getppid() != parent)
+            _exit(fail);
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    if (o->sigdfl) {
+        for (const int *s = o->sigdfl; *s; s++)
+            sigaction(*s, &dfl, NULL);
+    } else {
+        for (int s = 1; s < NSIG; s++)
+            if (s != SIGKILL && s != SIGSTOP)
+                sigaction(s, &dfl, NULL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (child_fd(o->fd_in, 0) < 0 || child_fd(o->fd_out, 1) < 0 || child_fd(o->fd_err, 2) < 0)
+        child_fail(notify, errno, fail);
+    if (o->cwd && chdir(o->cwd) < 0)
+        child_fail(notify, errno, fail);
+    if (o->run) {
+        if (notify >= 0)
+            close(notify); /* started: the parent stops waiting */
+        if (o->close_fds)
+            close_range(3, ~0U, 0);
+        _exit(o->run(o->run_arg));
+    }
+    if (o->close_fds) {
+        if (notify > 3)
+            close_range(3, (unsigned)notify - 1, 0);
+        close_range(notify >= 3 ? (unsigned)notify + 1 : 3, ~0U, 0);
+    }
+    char *const *env = o->env ? o->env : environ;
+    if (o->path)
+        execve(o->path, o->argv, env);
+    else
+        execvpe(o->argv[0], o->argv, env);
+    child_fail(notify, errno, 127);
+}
+
+int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
+{
+    int notify[2] = {-1, -1};
+    *pid_out = -1;
+    if (o->report_errors && pipe2(notify, O_CLOEXEC) < 0)
+        return dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
+    if (o->run) {
+        fflush(stdout);
+        fflush(stderr);
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        if (notify[0] >= 0) {
+            close(notify[0]);
+            close(notify[1]);
+        }
+        return dsl_seterr(err, -e, "cannot fork: %s", strerror(e));
+    }
+    if (pid == 0)
+        child(o, parent, notify[1]);
+    if (notify[0] >= 0) {
+        close(notify[1]);
+        int e = 0;
+        ssize_t n;
+        do {
+            n = read(notify[0], &e, sizeof(e));
+        } while (n < 0 && errno == EINTR);
+        close(notify[0]);
+        if (n > 0) {
+            waitpid(pid, NULL, 0);
+            return dsl_seterr(err, -e, "cannot start '%s': %s",
+                              o->argv ? o->argv[0] : "?", strerror(e));
+        }
+    }
+    if (o->new_pgroup)
+        setpgid(pid, pid); /* also in the parent: no race with an early killpg */
+    *pid_out = pid;
+    return 0;
+}
+
+int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
+{
+    int out[2] = {-1, -1}, errp[2] = {-1, -1};
+    int r, code;
+    char *path = dsl_spawn_resolve(o->argv[0], o->env, o->cwd, &code, err);
+    if (!path)
+        return code;
+    p->pid = -1;
+    p->out_fd = p->err_fd = -1;
+    if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
+        r = dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
+        goto fail;
+    }
+    struct dsl_child_opts co = {
+        .path = path,
+        .argv = o->argv,
+        .env = o->env,
+        .fd_in = o->stdin_null ? DSL_SPAWN_DEVNULL : DSL_SPAWN_KEEP,
+        .fd_out = out[1],
+        .fd_err = errp[1],
+        .cwd = o->cwd,
+        .new_pgroup = o->new_pgroup,
+        .pdeathsig = o->pdeathsig,
+        .sigdfl = NULL, /* a worker starts from a clean slate: every signal */
+        .report_errors = 1,
+        .setup_exit = 127,
+    };
+    pid_t pid;
+    r = dsl_spawn_child(&co, &pid, err);
+    close(out[1]);
+    close(errp[1]);
+    out[1] = errp[1] = -1;
+    if (r < 0)
+        goto fail;
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(errp[0], F_SETFL, O_NONBLOCK);
+    p->pid = pid;
+    p->out_fd = out[0];
+    p->err_fd = errp[0];
+    free(path);
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0)
+            close(out[i]);
+        if (errp[i] >= 0)
+            close(errp[i]);
+    }
+    free(path);
+    return r;
+}
+
+const char *dsl_signame(int sig)
+{
+    static const struct {
+        int sig;
+        const char *name;
+    } names[] = {
+        {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
+        {SIGTRAP, "SIGTRAP"}, {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},
+        {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"},
+        {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGCHLD, "SIGCHLD"},
+        {SIGCONT, "SIGCONT"}, {SIGSTOP, "SIGSTOP"}, {SIGTSTP, "SIGTSTP"}, {SIGXCPU, "SIGXCPU"},
+        {SIGXFSZ, "SIGXFSZ"}, {SIGSYS, "SIGSYS"},
+    };
+    static _Thread_local char buf[16];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (names[i].sig == sig)
+            return names[i].name;
+    snprintf(buf, sizeof(buf), "SIG%d", sig);
+    return buf;
+}

@@ -1,0 +1,435 @@
+/*
+ * The job's message loop: what every phase of a job (connect, preflight, run, and
+ * doctor's inspect callback) drives to talk to its node agents.
+ *
+ * Theory of operation. The loop is one thread and one poll() per pass (dsl_job_pump):
+ * the poll set is rebuilt from the nodes in flight on every pass, plus the read end of
+ * a self-pipe the signal handler writes to, so a signal wakes the poll at once.
+ * Messages to a node are encoded into its output queue at once (dsl_job_node_send) and
+ * written as far as the transport takes them (dsl_job_node_flush, and on POLLOUT);
+ * whatever arrives is decoded line by line and applied to the job's node and rank
+ * state (handle_msg): hello, probe answers, output lines, exits, spawn errors, bye.
+ * The first failure anywhere (a rank's non-zero exit or signal death, a lost node)
+ * starts the stop: "stop" goes to every agent that is still there.
+ *
+ * Signals (SIGINT, SIGTERM, SIGHUP) only set a flag and write to the self-pipe;
+ * dsl_job_handle_signals() acts on them between passes: the first forwards that
+ * signal to every rank with the normal grace, a second SIGINT kills at once.
+ *
+ * This file calls nothing in job.c or job_preflight.c: both phases sit on top of it,
+ * so the loop can be read, and changed, without them.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/job/job.h"
+#include "job_impl.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+/* How long after a first failure a foreign kill may still be named as its cause: well
+ * inside the grace period, so that our own SIGKILL after the grace never counts. */
+#define CAUSE_WINDOW(job) ((job)->opts->term_timeout < 2.0 ? (job)->opts->term_timeout / 2 : 1.0)
+/* SIGKILL is ours only once the grace has run out; before that it came from outside. */
+#define SIGKILL_BY_US(job) (dsl_now() - (job)->t_stop >= (job)->opts->term_timeout ? SIGKILL : 0)
+
+static volatile sig_atomic_t sig_pending, sig_count;
+static int sig_wfd = -1;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    sig_pending = sig;
+    sig_count++;
+    if (sig_wfd >= 0) {
+        char c = 0;
+        ssize_t w = write(sig_wfd, &c, 1);
+        (void)w;
+    }
+    errno = saved;
+}
+
+void dsl_job_signals_catch(int wfd)
+{
+    sig_wfd = wfd;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+void dsl_job_signals_restore(void)
+{
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    sig_wfd = -1;
+}
+
+/* ---- sending ---- */
+
+void dsl_job_node_send(struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    if (n->state == DSL_NODE_FAILED || n->eof)
+        return;
+    if (dsl_msg_encode(m, &n->outq) < 0) {
+        dsl_dynbuf_init(&n->outq, DSL_JOB_OUTQ_MAX);
+        n->state = DSL_NODE_FAILED;
+        n->err_code = DSL_EREMOTE;
+        snprintf(n->err, sizeof(n->err), "agent on '%s' stopped reading its control channel",
+                 n->pn->host);
+    }
+    n->last_tx = dsl_now();
+}
+
+void dsl_job_node_flush(struct dsl_job_node *n)
+{
+    while (n->outq.len && n->conn.state == DSL_CONN_OPEN) {
+        ssize_t w = n->conn.ops->write(&n->conn, n->outq.buf, n->outq.len);
+        if (w > 0) {
+            dsl_dynbuf_consume(&n->outq, (size_t)w);
+            continue;
+        }
+        if (w == -EAGAIN || w == 0)
+            return;
+        dsl_dynbuf_reset(&n->outq); /* the read side will see EOF and report */
+        return;
+    }
+}
+
+static void broadcast_stop(struct dsl_job *job, int sig, double grace)
+{
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_STOP);
+    m.sig = sig;
+    m.grace = grace;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state == DSL_NODE_RUNNING || n->state == DSL_NODE_READY ||
+            n->state == DSL_NODE_HELLO) {
+            dsl_job_node_send(n, &m);
+            dsl_job_node_flush(n);
+        }
+    }
+}
+
+static void begin_stop(struct dsl_job *job, int sig, double grace)
+{
+    if (!job->stopping) {
+        job->stopping = 1;
+        job->t_stop = dsl_now();
+        job->stop_sig = sig;
+    }
+    broadcast_stop(job, sig, grace);
+}
+
+void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt,
+                       ...)
+{
+    if (n->state == DSL_NODE_FAILED || n->state == DSL_NODE_EXITED)
+        return;
+    int was_running = n->state == DSL_NODE_RUNNING;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(n->err, sizeof(n->err), fmt, ap);
+    va_end(ap);
+    n->err_code = code;
+    n->state = DSL_NODE_FAILED;
+    if (was_running && job->failed_rank < 0 && job->failed_node < 0) {
+        job->failed_node = (int)(n - job->nodes);
+        job->exit_code = code == DSL_ETIMEDOUT || code == DSL_ECONNECT ? DSL_EXIT_UNREACHABLE
+                                                                       : DSL_EXIT_AGENT;
+    }
+    if (was_running)
+        begin_stop(job, SIGTERM, job->opts->term_timeout);
+}
+
+/* ---- output ---- */
+
+static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, const char *line)
+{
+    FILE *f = stream == 2 ? stderr : stdout;
+    if (job->opts->no_prefix)
+        fprintf(f, "%s\n", line);
+    else if (job->nnodes > 1 || !job->plan->all_local)
+        fprintf(f, "[%s:rank %d] %s\n", job->pl->nodes[r->node].host, r->rank, line);
+    else
+        fprintf(f, "[rank %d] %s\n", r->rank, line);
+    fflush(f);
+}
+
+static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct dsl_msg *m)
+{
+    if (r->log) {
+        fputs(m->line, r->log);
+        fputc('\n', r->log);
+        fflush(r->log);
+    }
+    if (m->cr) {
+        /* a progress bar redrawing itself: show at most one update a second */
+        double now = dsl_now();
+        free(r->pending_cr);
+        r->pending_cr = NULL;
+        if (now - r->last_cr_shown >= 1.0) {
+            print_line(job, r, m->stream, m->line);
+            r->last_cr_shown = now;
+        } else {
+            r->pending_cr = dsl_xstrdup(m->line);
+        }
+        return;
+    }
+    free(r->pending_cr);
+    r->pending_cr = NULL;
+    print_line(job, r, m->stream, m->line);
+}
+
+/* ---- receiving ---- */
+
+static struct dsl_job_rank *rank_of(struct dsl_job *job, struct dsl_job_node *n, int rank)
+{
+    if (rank < 0 || rank >= job->nranks || job->ranks[rank].node != (int)(n - job->nodes))
+        return NULL;
+    return &job->ranks[rank];
+}
+
+static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_msg *m)
+{
+    struct dsl_job_rank *r;
+    switch (m->type) {
+    case DSL_MSG_HELLO:
+        if (n->have_hello)
+            break;
+        n->hello = *m;
+        dsl_msg_init(m, 0); /* ownership moved */
+        n->have_hello = 1;
+        n->t_hello = dsl_now();
+        if (n->state == DSL_NODE_HELLO)
+            n->state = DSL_NODE_READY;
+        break;
+    case DSL_MSG_PROBED:
+        dsl_msg_release(&n->probed);
+        n->probed = *m;
+        dsl_msg_init(m, 0);
+        n->have_probed = 1;
+        break;
+    case DSL_MSG_STARTED:
+        if ((r = rank_of(job, n, m->rank))) {
+            r->started = 1;
+            r->pid = m->pid;
+        }
+        break;
+    case DSL_MSG_OUT:
+        if ((r = rank_of(job, n, m->rank)))
+            handle_out(job, r, m);
+        break;
+    case DSL_MSG_EXIT:
+        if (!(r = rank_of(job, n, m->rank)) || r->exited)
+            break;
+        r->exited = 1;
+        r->code = m->code;
+        r->sig = m->sig;
+        r->wall = m->wall;
+        r->pid = m->pid;
+        dsl_strvec_release(&r->tail);
+        for (size_t i = 0; i < m->tail.nr; i++)
+            dsl_strvec_push(&r->tail, m->tail.v[i]);
+        if (r->pending_cr) {
+            print_line(job, r, 2, r->pending_cr);
+            free(r->pending_cr);
+            r->pending_cr = NULL;
+        }
+        if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0) {
+            job->failed_rank = r->rank;
+            job->exit_code = r->sig ? 128 + r->sig : r->code;
+            job->t_first_fail = dsl_now();
+        } else if (r->sig && r->sig != job->stop_sig && r->sig != SIGKILL_BY_US(job) &&
+                   job->failed_rank >= 0 && !job->ranks[job->failed_rank].sig &&
+                   dsl_now() - job->t_first_fail < CAUSE_WINDOW(job)) {
+            /*
+             * A rank killed by a signal nobody here sent, moments after a peer exited
+             * with an error: the peer most likely failed because of it (a collective
+             * saw the connection drop), so the kill is what the summary should name.
+             */
+            job->failed_rank = r->rank;
+            job->exit_code = 128 + r->sig;
+        }
+        if ((r->sig || r->code != 0) && !job->stopping)
+            begin_stop(job, SIGTERM, job->opts->term_timeout);
+        break;
+    case DSL_MSG_SPAWNERR:
+        if (!(r = rank_of(job, n, m->rank)))
+            break;
+        dsl_error("rank %d on '%s': %s", r->rank, n->pn->host, m->error);
+        for (int i = m->rank; i < job->nranks && job->ranks[i].node == r->node; i++) {
+            job->ranks[i].exited = 1;
+            job->ranks[i].code = 127;
+        }
+        if (job->failed_rank < 0 && job->failed_node < 0) {
+            job->failed_rank = r->rank;
+            job->exit_code = strstr(m->error, "ermission") ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
+        }
+        begin_stop(job, SIGTERM, job->opts->term_timeout);
+        break;
+    case DSL_MSG_BYE:
+        n->state = DSL_NODE_EXITED;
+        break;
+    default:
+        break;
+    }
+}
+
+static void node_read(struct dsl_job *job, struct dsl_job_node *n)
+{
+    char buf[65536];
+    for (int rounds = 0; rounds < 64; rounds++) {
+        ssize_t got = n->conn.ops->read(&n->conn, buf, sizeof(buf));
+        if (got == -EAGAIN)
+            return;
+        if (got <= 0) {
+            n->eof = 1;
+            if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED) {
+                const char *why = n->conn.err[0] ? n->conn.err : "connection closed";
+                dsl_job_node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)",
+                                  n->pn->host, why);
+            }
+            return;
+        }
+        n->last_rx = dsl_now();
+        if (dsl_linebuf_feed(&n->in, buf, (size_t)got) < 0) {
+            dsl_job_node_fail(job, n, DSL_EPROTO,
+                              "node agent on '%s' sent an oversized message", n->pn->host);
+            return;
+        }
+        for (;;) {
+            struct dsl_msg m;
+            char err[DSL_ERR_LEN];
+            int r = dsl_msg_next(&n->in, &m, err);
+            if (r == 0)
+                break;
+            if (r < 0) {
+                dsl_job_node_fail(job, n, DSL_EPROTO, "node agent on '%s': %s", n->pn->host,
+                                  err);
+                return;
+            }
+            handle_msg(job, n, &m);
+            dsl_msg_release(&m);
+        }
+    }
+}
+
+/* ---- the loop ---- */
+
+
+/* One pass: poll everything in flight for at most timeout_ms, handle what is ready. */
+void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
+{
+    struct pollfd *pf = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(*pf));
+    int *owner = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
+    nfds_t npf = 0;
+    pf[npf].fd = sig_rfd;
+    pf[npf].events = POLLIN;
+    owner[npf++] = -1;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state == DSL_NODE_PENDING || n->state == DSL_NODE_FAILED || n->eof ||
+            !n->conn.priv)
+            continue;
+        short ev = 0;
+        int fd = n->conn.ops->pollfd(&n->conn, &ev);
+        if (fd < 0)
+            continue;
+        if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
+            ev |= POLLOUT;
+        pf[npf].fd = fd;
+        pf[npf].events = ev;
+        owner[npf++] = i;
+    }
+    int pr = poll(pf, npf, timeout_ms);
+    for (nfds_t k = 0; pr > 0 && k < npf; k++) {
+        if (!pf[k].revents)
+            continue;
+        if (owner[k] < 0) {
+            char drain[64];
+            while (read(sig_rfd, drain, sizeof(drain)) > 0)
+                ;
+            continue;
+        }
+        struct dsl_job_node *n = &job->nodes[owner[k]];
+        if (n->state == DSL_NODE_CONNECTING) {
+            if (n->conn.ops->progress(&n->conn) < 0 || n->conn.state == DSL_CONN_FAILED) {
+                n->state = DSL_NODE_FAILED;
+                n->err_code = n->conn.err_code ? n->conn.err_code : DSL_ECONNECT;
+                snprintf(n->err, sizeof(n->err), "%s", n->conn.err);
+                continue;
+            }
+            if (n->conn.state == DSL_CONN_OPEN)
+                n->state = DSL_NODE_HELLO;
+        }
+        if (n->conn.state != DSL_CONN_OPEN)
+            continue;
+        if (pf[k].revents & POLLOUT)
+            dsl_job_node_flush(n);
+        if (pf[k].revents & (POLLIN | POLLHUP | POLLERR))
+            node_read(job, n);
+    }
+    /* transports with internal buffering (libssh) may hold data poll cannot see */
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->conn.state == DSL_CONN_OPEN && !n->eof && n->state != DSL_NODE_FAILED &&
+            strcmp(n->conn.ops->name, "local") != 0)
+            node_read(job, n);
+        if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
+            dsl_job_node_flush(n);
+    }
+    free(pf);
+    free(owner);
+}
+
+void dsl_job_handle_signals(struct dsl_job *job)
+{
+    if (!sig_pending)
+        return;
+    int sig = sig_pending;
+    sig_pending = 0;
+    if (sig_count >= 2 && sig == SIGINT) {
+        dsl_info("second interrupt: killing every rank now");
+        begin_stop(job, SIGKILL, 0);
+    } else {
+        dsl_info("got %s: stopping every rank (SIGKILL in %.0f s; ^C again to kill now)",
+                 dsl_signame(sig), job->opts->term_timeout);
+        if (job->failed_rank < 0 && job->failed_node < 0 && !job->exit_code)
+            job->exit_code = 128 + sig;
+        begin_stop(job, sig, job->opts->term_timeout);
+    }
+}
+
+/* ---- for an inspect callback (job.h) ---- */
+
+void dsl_job_send(struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    dsl_job_node_send(n, m);
+    dsl_job_node_flush(n);
+}
+
+int dsl_job_step(struct dsl_job *job, int sig_rfd, int timeout_ms)
+{
+    dsl_job_handle_signals(job);
+    if (job->stopping)
+        return job->exit_code ? job->exit_code : 130;
+    dsl_job_pump(job, sig_rfd, timeout_ms);
+    return 0;
+}
