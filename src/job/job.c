@@ -48,6 +48,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "job_impl.h"
@@ -218,30 +219,30 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     size_t dl = 0;
     for (int s = 0; s < pn->nslots && dl < sizeof(devs) - 16; s++)
         dl += (size_t)snprintf(devs + dl, sizeof(devs) - dl, "%s%d", s ? "," : "", pn->slots[s]);
-    dsl_strvec_pushf(&m->env, "MASTER_ADDR=%s", job->plan->master_addr);
-    dsl_strvec_pushf(&m->env, "MASTER_PORT=%d", job->plan->master_port);
-    dsl_strvec_pushf(&m->env, "WORLD_SIZE=%d", job->pl->world_size);
-    dsl_strvec_pushf(&m->env, "LOCAL_WORLD_SIZE=%d", pn->nslots);
-    dsl_strvec_pushf(&m->env, "LOCAL_SIZE=%d", pn->nslots);
-    dsl_strvec_pushf(&m->env, "NODE_RANK=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, "GROUP_RANK=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, "CROSS_RANK=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, "NNODES=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, "CROSS_SIZE=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, "CUDA_VISIBLE_DEVICES=%s", devs);
-    dsl_strvec_pushf(&m->env, "DSLAUNCH_RUN_ID=%s", job->plan->run_id);
-    dsl_strvec_pushf(&m->env, "DSLAUNCH_RUN_TOKEN=%s", job->plan->token);
-    dsl_strvec_push(&m->env, "DSLAUNCH_RESTART_COUNT=0");
+    dsl_strvec_pushf(&m->env, DSL_ENV_MASTER_ADDR "=%s", job->plan->master_addr);
+    dsl_strvec_pushf(&m->env, DSL_ENV_MASTER_PORT "=%d", job->plan->master_port);
+    dsl_strvec_pushf(&m->env, DSL_ENV_WORLD_SIZE "=%d", job->pl->world_size);
+    dsl_strvec_pushf(&m->env, DSL_ENV_LOCAL_WORLD_SIZE "=%d", pn->nslots);
+    dsl_strvec_pushf(&m->env, DSL_ENV_LOCAL_SIZE "=%d", pn->nslots);
+    dsl_strvec_pushf(&m->env, DSL_ENV_NODE_RANK "=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, DSL_ENV_GROUP_RANK "=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_RANK "=%d", pn->node_rank);
+    dsl_strvec_pushf(&m->env, DSL_ENV_NNODES "=%d", job->pl->nr);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_SIZE "=%d", job->pl->nr);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
+    dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
+    dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
+    dsl_strvec_push(&m->env, DSL_ENV_RESTART_COUNT "=0");
     if (n->iface) {
-        if (!dsl_env_get(&job->plan->exported, "NCCL_SOCKET_IFNAME"))
-            dsl_strvec_pushf(&m->env, "NCCL_SOCKET_IFNAME=%s", n->iface);
-        if (!dsl_env_get(&job->plan->exported, "GLOO_SOCKET_IFNAME"))
-            dsl_strvec_pushf(&m->env, "GLOO_SOCKET_IFNAME=%s", n->iface);
+        if (!dsl_env_get(&job->plan->exported, DSL_ENV_NCCL_SOCKET_IFNAME))
+            dsl_strvec_pushf(&m->env, DSL_ENV_NCCL_SOCKET_IFNAME "=%s", n->iface);
+        if (!dsl_env_get(&job->plan->exported, DSL_ENV_GLOO_SOCKET_IFNAME))
+            dsl_strvec_pushf(&m->env, DSL_ENV_GLOO_SOCKET_IFNAME "=%s", n->iface);
     }
-    if (!dsl_env_get(&job->plan->exported, "OMP_NUM_THREADS")) {
+    if (!dsl_env_get(&job->plan->exported, DSL_ENV_OMP_NUM_THREADS)) {
         int cpus = n->hello.cpus > 0 ? n->hello.cpus : 1;
         int t = cpus / pn->nslots;
-        dsl_strvec_pushf(&m->env, "OMP_NUM_THREADS=%d", t < 1 ? 1 : t);
+        dsl_strvec_pushf(&m->env, DSL_ENV_OMP_NUM_THREADS "=%d", t < 1 ? 1 : t);
     }
     m->ranks = dsl_xcalloc((size_t)pn->nslots, sizeof(*m->ranks));
     for (int s = 0; s < pn->nslots; s++) {
@@ -249,8 +250,8 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
         rs->rank = pn->first_rank + s;
         rs->local_rank = s;
         dsl_strvec_init(&rs->env);
-        dsl_strvec_pushf(&rs->env, "RANK=%d", rs->rank);
-        dsl_strvec_pushf(&rs->env, "LOCAL_RANK=%d", s);
+        dsl_strvec_pushf(&rs->env, DSL_ENV_RANK "=%d", rs->rank);
+        dsl_strvec_pushf(&rs->env, DSL_ENV_LOCAL_RANK "=%d", s);
     }
     m->local_rank_arg = job->opts->local_rank_arg;
 }

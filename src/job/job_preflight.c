@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
@@ -230,6 +231,7 @@ void dsl_job_print_preflight(struct dsl_job *job)
                 n->hello.cpus, n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
                 n->pn->first_rank);
     }
-    fprintf(stderr, "MASTER_ADDR=%s MASTER_PORT=%d\n", job->plan->master_addr, job->plan->master_port);
+    fprintf(stderr, DSL_ENV_MASTER_ADDR "=%s " DSL_ENV_MASTER_PORT "=%d\n", job->plan->master_addr,
+            job->plan->master_port);
 }
 

@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/tools/doctor.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/plan/envexport.h"
@@ -284,7 +285,7 @@ static void check_gpus(struct doctor *d, struct dsl_job *job)
         const struct dsl_node *pn = n->pn;
         int maxslot = pn->slots[pn->nslots - 1];
         char cvd[256];
-        snprintf(cvd, sizeof(cvd), "%s%s", f->cvd_set ? "CUDA_VISIBLE_DEVICES=" : "",
+        snprintf(cvd, sizeof(cvd), "%s%s", f->cvd_set ? DSL_ENV_CUDA_VISIBLE_DEVICES "=" : "",
                  f->cvd_set ? f->cvd : "CUDA_VISIBLE_DEVICES unset");
         if (n->hello.gpus > 0 && !strcmp(f->cuda_driver, "none")) {
             put(d, host, "gpus", DSL_DOCTOR_FAIL,
@@ -454,8 +455,8 @@ static void check_network(struct doctor *d, struct dsl_job *job)
         }
         /* user-given socket interfaces must exist on every node */
         if (n->have_hello) {
-            check_ifname(d, job, i, "NCCL_SOCKET_IFNAME", 0);
-            check_ifname(d, job, i, "GLOO_SOCKET_IFNAME", 1);
+            check_ifname(d, job, i, DSL_ENV_NCCL_SOCKET_IFNAME, 0);
+            check_ifname(d, job, i, DSL_ENV_GLOO_SOCKET_IFNAME, 1);
         }
         /* InfiniBand */
         const struct dsl_facts *f = facts_of(n);
