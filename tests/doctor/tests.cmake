@@ -1,7 +1,6 @@
-# `dslaunch doctor`: unit tests of the report and the pure checks, a flow test on this
-# machine alone, and the cluster tests (version mismatch, NCCL_SOCKET_IFNAME, a blocked
-# master port) against the namespace cluster.
-dsl_unit_test(test_doctor SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_doctor.c LIBS dsltools)
+# `dslaunch doctor`: a flow test on this machine alone, and the cluster tests (version
+# mismatch, NCCL_SOCKET_IFNAME, a blocked master port) against the namespace cluster.
+# The unit tests of the report and the pure checks are tests/tools/test_doctor.c.
 add_test(NAME flow_doctor
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/doctor_flow.sh $<TARGET_FILE:dslaunch>
                  ${PROJECT_SOURCE_DIR})

@@ -8,6 +8,3 @@ if(DSL_WITH_SSH)
                    ${PROJECT_SOURCE_DIR})
   set_tests_properties(cluster_sync PROPERTIES LABELS cluster TIMEOUT 300)
 endif()
-if(DSL_WITH_SSH) # sha256 is part of sync, which needs libssh
-  dsl_unit_test(test_sha256 SOURCES sync/test_sha256.c LIBS dsltools)
-endif()
