@@ -24,7 +24,7 @@ int cluster_init(int min_nodes)
 {
     cluster_dir = getenv("DSL_CLUSTER_DIR");
     if (!cluster_dir) {
-        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/cluster/with_cluster.sh\n");
+        fprintf(stderr, "DSL_CLUSTER_DIR is not set: run through tests/e2e/cluster/with_cluster.sh\n");
         return 2;
     }
     char *envf = cluster_path("cluster.env");

@@ -5,7 +5,7 @@
  * the whole path: pdsh, ssh, the remote shell and its quoting, connect-back and the
  * token, bytes both ways, EOF. Then each per-host failure and its error class.
  *
- * Needs DSL_CLUSTER_DIR and DSL_CLUSTER_SH (tests/cluster/with_cluster.sh).
+ * Needs DSL_CLUSTER_DIR and DSL_CLUSTER_SH (tests/e2e/cluster/with_cluster.sh).
  */
 #include <errno.h>
 #include <limits.h>

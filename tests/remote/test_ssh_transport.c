@@ -1,12 +1,12 @@
 /*
- * The ssh transport against the namespace cluster (tests/cluster/cluster.sh): every
+ * The ssh transport against the namespace cluster (tests/e2e/cluster/cluster.sh): every
  * node at once from one poll loop, bytes round-tripping through `exec '/bin/cat'`, the
  * fixed command line surviving a real remote shell, and each failure the launcher must
  * report per host: unknown host key, changed host key, wrong identity, sshd stopped,
  * and a remote program that cannot start.
  *
  * Needs DSL_CLUSTER_DIR (a cluster that is up) and DSL_CLUSTER_SH (the script, to stop
- * and start one sshd); tests/net/with_cluster.sh provides both.
+ * and start one sshd); tests/e2e/cluster/with_cluster.sh provides both.
  */
 #include <errno.h>
 #include <poll.h>

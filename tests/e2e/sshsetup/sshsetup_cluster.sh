@@ -20,7 +20,7 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/flow/lib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
 D=$DSL_CLUSTER_DIR
 CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
@@ -152,7 +152,7 @@ expect_success "a second run changes nothing and needs no password" '
 
 expect_success "on a terminal: each host key confirmed, the password asked once, never echoed" '
     sed "s|$T_TMP/known_hosts\$|$T_TMP/known_hosts_tty|" "$T_TMP/ssh_config" >"$T_TMP/ssh_config_tty"
-    run_capture rc out err python3 "$SRC/tests/sshsetup/tty_drive.py" "$PW" "$DSL" ssh-setup \
+    run_capture rc out err python3 "$SRC/tests/e2e/sshsetup/tty_drive.py" "$PW" "$DSL" ssh-setup \
         --hostfile "$D/hostfile" --ssh-config "$T_TMP/ssh_config_tty" --key "$T_TMP/tty_key"
     cat out err
     assert_eq "$rc" 0 "exit code"

@@ -6,7 +6,7 @@ add_test(NAME flow_doctor
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(flow_doctor PROPERTIES LABELS flow TIMEOUT 120)
 add_test(NAME cluster_doctor
-         COMMAND ${PROJECT_SOURCE_DIR}/tests/cluster/with_cluster.sh 2
+         COMMAND ${dsl_with_cluster} 2
                  bash ${CMAKE_CURRENT_LIST_DIR}/doctor_cluster.sh $<TARGET_FILE:dslaunch>
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(cluster_doctor PROPERTIES LABELS cluster TIMEOUT 300)

@@ -1,6 +1,6 @@
 # Shared part of the cluster-tier scripts that drive dslaunch against the namespace
-# cluster (run under tests/cluster/with_cluster.sh). Source it after tests/flow/lib.sh:
-#   . "$SRC/tests/multinode/nslib.sh"
+# cluster (run under tests/e2e/cluster/with_cluster.sh). Source it after tests/e2e/flow/lib.sh:
+#   . "$SRC/tests/e2e/multinode/nslib.sh"
 # It sets D (the cluster directory) and CL (cluster.sh), reads cluster.env (NODES, MODE,
 # ADDR_i, IFNAME_i), clears the variables that would leak this host's GPU and network
 # choices into the job, changes to the test's scratch directory, and defines the

@@ -3,7 +3,7 @@
 if(DSL_WITH_SSH)
   add_test(NAME cluster_sync
            COMMAND ${CMAKE_COMMAND} -E env DSL_CLUSTER_PRIVATE_DIR=${CMAKE_BINARY_DIR}/sync-test-data
-                   ${PROJECT_SOURCE_DIR}/tests/cluster/with_cluster.sh 3
+                   ${dsl_with_cluster} 3
                    bash ${CMAKE_CURRENT_LIST_DIR}/sync.sh $<TARGET_FILE:dslaunch>
                    ${PROJECT_SOURCE_DIR})
   set_tests_properties(cluster_sync PROPERTIES LABELS cluster TIMEOUT 300)

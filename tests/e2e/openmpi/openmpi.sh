@@ -12,8 +12,8 @@ set -u
 DSL=$1
 W=$2
 SRC=$3
-. "$SRC/tests/flow/lib.sh"
-. "$SRC/tests/multinode/nslib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/multinode/nslib.sh"
 SSH=(--launcher openmpi --hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 
 command -v mpirun >/dev/null || { echo "not ok 1 - mpirun is not installed (apt-get install openmpi-bin)"; exit 1; }

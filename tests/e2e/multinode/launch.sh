@@ -6,8 +6,8 @@ set -u
 DSL=$1
 W=$2
 SRC=$3
-. "$SRC/tests/flow/lib.sh"
-. "$SRC/tests/multinode/nslib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/multinode/nslib.sh"
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 
 expect_success "2 nodes x 2 slots: env, MASTER_ADDR is node1's address, interfaces per node" '

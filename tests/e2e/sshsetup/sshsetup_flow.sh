@@ -7,7 +7,7 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/flow/lib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
 cd "$T_TMP"
 
 # a port on 127.0.0.1 where nothing listens: bind one, note it, close it

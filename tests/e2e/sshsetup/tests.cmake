@@ -8,7 +8,7 @@ if(DSL_WITH_SSH)
                    ${PROJECT_SOURCE_DIR})
   set_tests_properties(flow_sshsetup PROPERTIES LABELS flow TIMEOUT 120)
   add_test(NAME cluster_sshsetup
-           COMMAND ${PROJECT_SOURCE_DIR}/tests/cluster/with_cluster.sh 3
+           COMMAND ${dsl_with_cluster} 3
                    bash ${CMAKE_CURRENT_LIST_DIR}/sshsetup_cluster.sh $<TARGET_FILE:dslaunch>
                    ${PROJECT_SOURCE_DIR})
   set_tests_properties(cluster_sshsetup PROPERTIES LABELS cluster TIMEOUT 300)

@@ -1,7 +1,6 @@
-# Flow tests: the real dslaunch binary against fake workers (tests/flow/worker.c), on the
-# local transport. TAP output; the script's exit status is the verdict.
-add_executable(flow_worker ${CMAKE_CURRENT_LIST_DIR}/worker.c)
-target_link_libraries(flow_worker PRIVATE dsl_flags)
+# Flow tests: the real dslaunch binary against fake workers (worker.c), on the local
+# transport. TAP output; the script's exit status is the verdict.
+dsl_test_executable(flow_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker.c)
 add_test(NAME flow_launch
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/flow.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})

@@ -4,7 +4,7 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/flow/lib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
 unset CUDA_VISIBLE_DEVICES NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME DSLAUNCH_FAKE_VERSION
 cd "$T_TMP"
 printf 'localhost slots=2\n' >hosts

@@ -5,7 +5,7 @@ set -u
 DSL=$1
 W=$2
 SRC=$3
-. "$SRC/tests/flow/lib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
 export DSLAUNCH_LOCAL_SLOTS=4
 unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS
 cd "$T_TMP"

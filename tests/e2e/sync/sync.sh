@@ -7,7 +7,7 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/flow/lib.sh"
+. "$SRC/tests/e2e/flow/lib.sh"
 D=$DSL_CLUSTER_DIR
 CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
