@@ -84,9 +84,18 @@ expect_success "a rank that ignores SIGTERM is killed after --term-timeout" '
 
 expect_success "grandchildren in a rank group die with the job" '
     export FLOW_TAG=gc.$$ FLOW_PIDFILE=$T_TMP/gc
-    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "if [ \"\$RANK\" = 0 ]; then exec \"$W\" grandchild 600; else sleep 0.5; exit 6; fi"
-    assert_eq "$rc" 6
+    # rank 1 fails (exit 6) once the grandchild of rank 0 runs, or exits 7 when none
+    # runs within 10 s: the test must not pass for want of a grandchild to clean up
+    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "
+        [ \"\$RANK\" = 0 ] && exec \"$W\" grandchild 600
+        i=0
+        while [ ! -s \"\$FLOW_PIDFILE.0\" ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i + 1)); done
+        kill -0 \"\$(cat \"\$FLOW_PIDFILE.0.gc\")\" || exit 7
+        exit 6"
+    assert_eq "$rc" 6 "exit code (7: rank 0 had no running grandchild)"
+    gc=$(grandchild_pids "$FLOW_PIDFILE" 0)
     wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $gc
 '
 
 expect_success "SIGINT to dslaunch stops every rank and leaves no process" '
@@ -95,11 +104,14 @@ expect_success "SIGINT to dslaunch stops every rank and leaves no process" '
     pid=$!
     wait_for_file "$FLOW_PIDFILE.1" 20
     wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    assert_alive $ranks
     kill -INT $pid
     set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 130
     assert_grep "got SIGINT" err
     wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $ranks
 '
 
 expect_success "SIGTERM to dslaunch is forwarded and reported" '
@@ -108,10 +120,13 @@ expect_success "SIGTERM to dslaunch is forwarded and reported" '
     pid=$!
     wait_for_file "$FLOW_PIDFILE.1" 20
     wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    assert_alive $ranks
     kill -TERM $pid
     set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 143
     wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $ranks
 '
 
 expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
@@ -120,9 +135,13 @@ expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
     pid=$!
     wait_for_file "$FLOW_PIDFILE.1" 20
     wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1)
+    assert_alive $ranks $gcs
     kill -KILL $pid
     set +e; wait $pid; set -e
     wait_no_procs "$FLOW_TAG" 15
+    wait_gone 5 $ranks $gcs
 '
 
 expect_success "arguments reach the program byte for byte" '

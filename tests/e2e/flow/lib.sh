@@ -1,5 +1,5 @@
-# A tiny TAP harness for the flow tests (after git's test-lib.sh).
-# ok/not ok lines on stdout; the script exits non-zero if any test failed.
+# A tiny TAP harness for the flow tests: ok/not ok lines on stdout, each failing test's
+# log on stdout as comments; the script exits non-zero if any test failed.
 T_N=0
 T_FAILED=0
 T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/dslflow.XXXXXX")
@@ -79,6 +79,50 @@ wait_no_procs() {
     for p in $left; do ps -o pid,pgid,stat,args -p "$p" >&2 || true; done
     for p in $left; do kill -9 "$p" 2>/dev/null || true; done
     return 1
+}
+
+# pid_alive PID: the process exists and is not a zombie
+pid_alive() {
+    [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != "Z" ]
+}
+
+# assert_alive PID...: each process is running
+assert_alive() {
+    local p
+    for p in "$@"; do pid_alive "$p" || fail "process $p is not running"; done
+}
+
+# wait_gone BOUND PID...: succeed once none of the processes runs; fail after BOUND s
+# (a liveness bound, as in wait_no_procs)
+wait_gone() {
+    local i=0 p left
+    local bound=$1
+    shift
+    while :; do
+        left=""
+        for p in "$@"; do pid_alive "$p" && left="$left $p"; done
+        [ -z "$left" ] && return 0
+        [ $i -ge $((bound * 10)) ] && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    for p in $left; do ps -o pid,pgid,stat,args -p "$p" >&2 || true; done
+    fail "processes still running:$left"
+}
+
+# grandchild_pids PIDFILE RANK...: the pids that the worker's grandchildren wrote to
+# PIDFILE.RANK.gc themselves (worker "grandchild" mode), one per line. Fails when one
+# is missing, so a test of their clean-up cannot pass without grandchildren.
+grandchild_pids() {
+    local base=$1 r p
+    shift
+    for r in "$@"; do
+        p=$(head -n 1 "$base.$r.gc" 2>/dev/null)
+        case $p in
+            '' | *[!0-9]*) fail "rank $r started no grandchild ($base.$r.gc: '$p')"; return 1 ;;
+        esac
+        echo "$p"
+    done
 }
 
 # wait_for_file FILE BOUND

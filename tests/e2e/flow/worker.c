@@ -7,8 +7,10 @@
  *   sleep SECONDS       sleep, then exit 0
  *   kill SIG [DELAY]    kill itself with signal SIG
  *   ignore-term S       ignore SIGTERM, sleep S seconds
- *   grandchild S        start a child (same process group) that sleeps S; write its pid
- *                       to $FLOW_PIDFILE.<rank>, then sleep S
+ *   grandchild S        start a child (same process group) that writes its own pid to
+ *                       $FLOW_PIDFILE.<rank>.gc and sleeps S; once that file is written,
+ *                       write own pid to $FLOW_PIDFILE.<rank>, then sleep S. The child
+ *                       writes the .gc file itself, so the file exists only if it ran.
  *   stderr N            print N numbered lines to stderr, then exit 5
  *   progress            write '\r'-updated progress, then a final line
  *   pidfile S           write own pid to $FLOW_PIDFILE.<rank>, then sleep S
@@ -17,6 +19,7 @@
  * one rank fail while its siblings wait to be torn down.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,18 +40,24 @@ static int rank(void)
     return r ? (int)strtol(r, NULL, 10) : -1;
 }
 
-static void write_pidfile(pid_t pid)
+/* append pid to $FLOW_PIDFILE.<rank><suffix> */
+static void write_pidfile_as(const char *suffix, pid_t pid)
 {
     const char *base = getenv("FLOW_PIDFILE");
     if (!base)
         return;
     char path[4096];
-    snprintf(path, sizeof(path), "%s.%d", base, rank());
+    snprintf(path, sizeof(path), "%s.%d%s", base, rank(), suffix);
     FILE *f = fopen(path, "a");
     if (f) {
         fprintf(f, "%d\n", (int)pid);
         fclose(f);
     }
+}
+
+static void write_pidfile(pid_t pid)
+{
+    write_pidfile_as("", pid);
 }
 
 int main(int argc, char **argv)
@@ -114,12 +123,27 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!strcmp(cmd, "grandchild") && argc >= 3) {
+        /* The grandchild closes its end of the pipe once its pid file is written; the
+         * rank writes its own pid file only after that, so a test that sees the rank's
+         * file also sees the grandchild's, if there is a grandchild. */
+        int up[2];
+        if (pipe(up) != 0)
+            return 3;
         pid_t c = fork();
+        if (c < 0)
+            return 3;
         if (c == 0) {
+            close(up[0]);
+            write_pidfile_as(".gc", getpid());
+            close(up[1]);
             nap(strtod(argv[2], NULL));
             _exit(0);
         }
-        write_pidfile(c);
+        close(up[1]);
+        char b;
+        while (read(up[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        close(up[0]);
         write_pidfile(getpid());
         nap(strtod(argv[2], NULL));
         return 0;

@@ -130,9 +130,12 @@ expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks" '
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" grandchild 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1 2 3)
+    assert_alive $gcs
     kill -KILL $pid
     set +e; wait $pid; set -e
     wait_ns_clean 20
+    wait_gone 20 $gcs
 '
 
 expect_success "--launcher pdsh runs the 2x2 job through the same agent" '

@@ -164,9 +164,12 @@ expect_success "SIGKILL of the launcher: mpirun and the agents go, nothing left 
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/kk "$W" grandchild 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$T_TMP/kk.$r" 20; done
+    gcs=$(grandchild_pids "$T_TMP/kk" 0 1 2 3)
+    assert_alive $gcs
     kill -KILL $pid
     set +e; wait $pid; set -e
     wait_all_clean 20
+    wait_gone 20 $gcs
 '
 
 done_testing
