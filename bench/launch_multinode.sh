@@ -1,6 +1,6 @@
 #!/bin/bash
 # Launch-to-exit wall time of a trivial program on 4 and 16 namespace nodes
-# (tests/cluster/cluster.sh), dslaunch side by side with pdsh and mpirun in the same
+# (tests/e2e/cluster/cluster.sh), dslaunch side by side with pdsh and mpirun in the same
 # run, plus one plain ssh as the floor. Needs root (network namespaces); without
 # CAP_NET_ADMIN the cluster falls back to sshd on 127.0.0.x and says so.
 #
@@ -27,7 +27,7 @@ while (( $# )); do
 done
 
 dir=""
-cleanup() { [[ -n $dir ]] && { "$root/tests/cluster/cluster.sh" down "$dir" || true; rm -rf "$dir"; }; }
+cleanup() { [[ -n $dir ]] && { "$root/tests/e2e/cluster/cluster.sh" down "$dir" || true; rm -rf "$dir"; }; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
@@ -50,7 +50,7 @@ tools=(ssh1 pdsh mpirun)
 [[ -n $dslaunch ]] && tools+=(dslaunch)
 for n in $sizes; do
     dir=$(mktemp -d /tmp/dsl-bench.XXXXXX)
-    "$root/tests/cluster/cluster.sh" up "$n" "$dir" 1
+    "$root/tests/e2e/cluster/cluster.sh" up "$n" "$dir" 1
     # shellcheck disable=SC1091
     source "$dir/cluster.env"
     cfg=$dir/ssh_config

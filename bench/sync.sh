@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sync benchmark: a tree of mixed file sizes (default ~1 GB) to 4 and 8 namespace nodes
-# (tests/cluster/cluster.sh, each sshd with a private tmpfs over the data directory so
+# (tests/e2e/cluster/cluster.sh, each sshd with a private tmpfs over the data directory so
 # every copy is real), in one run: dslaunch sync, pdcp -r (pdsh), and a loop of rsync
 # over ssh (one host after another, as people script it), then no-change and
 # one-file-changed reruns. Prints a markdown table.
@@ -19,7 +19,7 @@ base=$(mktemp -d /tmp/dsl-sync-bench.XXXXXX)
 P=$base/data
 dir=""
 cleanup() {
-    [[ -n $dir ]] && { "$root/tests/cluster/cluster.sh" down "$dir" || true; rm -rf "$dir"; }
+    [[ -n $dir ]] && { "$root/tests/e2e/cluster/cluster.sh" down "$dir" || true; rm -rf "$dir"; }
     rm -rf "$base"
 }
 trap cleanup EXIT
@@ -51,15 +51,15 @@ secs() { echo "$2 - $1" | bc; }
 clear_nodes() {
     local i
     for (( i = 1; i <= NODES; i++ )); do
-        "$root/tests/cluster/cluster.sh" mnt "$dir" "$i" sh -c 'rm -rf "$1"/tree' sh "$P"
+        "$root/tests/e2e/cluster/cluster.sh" mnt "$dir" "$i" sh -c 'rm -rf "$1"/tree' sh "$P"
     done
 }
 
 check_nodes() { # every node holds all files with the right total size
     local i n b
     for (( i = 1; i <= NODES; i++ )); do
-        n=$("$root/tests/cluster/cluster.sh" mnt "$dir" "$i" find "$P/tree" -type f | wc -l)
-        b=$("$root/tests/cluster/cluster.sh" mnt "$dir" "$i" du -sb "$P/tree" | cut -f1)
+        n=$("$root/tests/e2e/cluster/cluster.sh" mnt "$dir" "$i" find "$P/tree" -type f | wc -l)
+        b=$("$root/tests/e2e/cluster/cluster.sh" mnt "$dir" "$i" du -sb "$P/tree" | cut -f1)
         [[ $n == "$nfiles" ]] || { echo "node$i: $n files, want $nfiles" >&2; return 1; }
         (( b >= bytes - 1000000 && b <= bytes + 1000000 )) || { echo "node$i: $b bytes" >&2; return 1; }
     done
@@ -69,7 +69,7 @@ echo "| nodes | tool | first copy (s) | aggregate MB/s | no change (s) | one fil
 echo "|---|---|---|---|---|---|"
 for n in $counts; do
     dir=$(mktemp -d /tmp/dsl-cluster.XXXXXX)
-    DSL_CLUSTER_PRIVATE_DIR=$P "$root/tests/cluster/cluster.sh" up "$n" "$dir" 1
+    DSL_CLUSTER_PRIVATE_DIR=$P "$root/tests/e2e/cluster/cluster.sh" up "$n" "$dir" 1
     source "$dir/cluster.env"
     cfg=$dir/ssh_config
     hosts=$(seq -s, -f 'node%g' 1 "$n")
@@ -103,7 +103,7 @@ for n in $counts; do
             "$( [[ $nochange == - ]] && echo - || printf %.2f "$nochange")" \
             "$( [[ $changed == - ]] && echo - || printf %.2f "$changed")"
     done
-    "$root/tests/cluster/cluster.sh" down "$dir"
+    "$root/tests/e2e/cluster/cluster.sh" down "$dir"
     rm -rf "$dir"
     dir=""
 done

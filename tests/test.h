@@ -1,11 +1,14 @@
 /*
- * A tiny unit-test harness (after libuv's task.h). Each ASSERT prints both sides and
- * aborts the test binary, so CTest sees the failure with its reason.
+ * A tiny unit-test harness: one header, no library, so every test binary is a single
+ * .c file. Each ASSERT prints both sides and aborts the test binary, so CTest sees the
+ * failure with its reason.
  *
  *   TEST(hostfile_should_reject_zero_slots) { ... }
  *   int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }
  *
- * RUN_TESTS runs every registered test, or only those whose name contains argv[1].
+ * RUN_TESTS runs every registered test in the order of the file, or only those whose
+ * name contains argv[1]. There is no limit on the number of tests: each TEST carries
+ * its own list node, which a constructor appends to the list before main runs.
  */
 #ifndef DSLAUNCH_TEST_H
 #define DSLAUNCH_TEST_H
@@ -28,17 +31,19 @@ typedef void (*dsl_test_fn)(void);
 struct dsl_test_entry {
     const char *name;
     dsl_test_fn fn;
+    struct dsl_test_entry *next;
 };
-#define DSL_TEST_MAX 512
-static struct dsl_test_entry dsl_tests[DSL_TEST_MAX];
-static int dsl_ntests;
+/* the registered tests, first to last; tail points at the last node's next */
+static struct dsl_test_entry *dsl_tests;
+static struct dsl_test_entry **dsl_tests_tail __attribute__((unused)) = &dsl_tests;
 
 #define TEST(name)                                                             \
     static void test_##name(void);                                             \
+    static struct dsl_test_entry dsl_test_entry_##name = {#name, test_##name, NULL}; \
     __attribute__((constructor)) static void register_##name(void)            \
     {                                                                          \
-        if (dsl_ntests < DSL_TEST_MAX)                                         \
-            dsl_tests[dsl_ntests++] = (struct dsl_test_entry){#name, test_##name}; \
+        *dsl_tests_tail = &dsl_test_entry_##name;                              \
+        dsl_tests_tail = &dsl_test_entry_##name.next;                          \
     }                                                                          \
     static void test_##name(void)
 
@@ -90,11 +95,11 @@ static int dsl_ntests;
 static inline int dsl_run_tests(int argc, char **argv)
 {
     int ran = 0;
-    for (int i = 0; i < dsl_ntests; i++) {
-        if (argc > 1 && !strstr(dsl_tests[i].name, argv[1]))
+    for (const struct dsl_test_entry *t = dsl_tests; t; t = t->next) {
+        if (argc > 1 && !strstr(t->name, argv[1]))
             continue;
-        fprintf(stderr, "# %s\n", dsl_tests[i].name);
-        dsl_tests[i].fn();
+        fprintf(stderr, "# %s\n", t->name);
+        t->fn();
         ran++;
     }
     fprintf(stderr, "# %d test(s) passed\n", ran);

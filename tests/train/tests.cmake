@@ -1,29 +1,24 @@
-# Trainer tests (issue 6): model/optimizer/sampler units, and multi-rank runs of the
-# real dstrain driven by tests/train/ranks.sh (ranks started by hand with the env
-# contract, so they do not depend on the launcher).
-dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c
+# dsltrain: config semantics, LR schedules, loss scaling, checkpoints and safetensors,
+# the trainer's step (fp32 and mixed precision). The multi-rank runs of the real dstrain
+# are tests/e2e/train.
+dsl_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dsltrain)
+target_compile_definitions(test_config PRIVATE
+  DSL_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/configs")
+dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
+dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
               LIBS dsltrain)
+dsl_fuzz_target(fuzz_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_config.c LIBS dsltrain)
+dsl_fuzz_target(fuzz_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_safetensors.c
+                LIBS dsltrain)
 dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
               LIBS dsltrain)
 dsl_unit_test(test_train_lossscale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossscale_step.c
               LIBS dsltrain)
 dsl_unit_test(test_train_halfprec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_halfprec.c
               LIBS dsltrain)
-dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c
-              LIBS dsltrain)
-dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
-              LIBS dsltrain)
 # The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
 if(DSL_HAVE_CUDA)
   dsl_unit_test(test_gpu_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_trainer.c
                 LIBS dsltrain CUDA::cudart)
   set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
-endif()
-if(TARGET dstrain)
-  foreach(t cli stages worlds memory accum killed resume consolidate signal fmnist fp16 half)
-    add_test(NAME train_ranks_${t}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
-    set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
-                         SKIP_RETURN_CODE 77)
-  endforeach()
 endif()

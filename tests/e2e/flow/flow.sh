@@ -1,0 +1,401 @@
+#!/usr/bin/env bash
+# Flow tests of the real dslaunch CLI on the local transport.
+# usage: flow.sh DSLAUNCH WORKER SOURCE_DIR
+set -u
+DSL=$1
+W=$2
+SRC=$3
+. "$SRC/tests/e2e/flow/lib.sh"
+export DSLAUNCH_LOCAL_SLOTS=4
+unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS
+cd "$T_TMP"
+
+expect_success "two local ranks get the env contract" '
+    run_capture rc out err "$DSL" --include localhost:0,1 "$W" env
+    assert_eq "$rc" 0 "exit code"
+    assert_grep "^\[rank 0\] RANK=0$" out
+    assert_grep "^\[rank 1\] RANK=1$" out
+    assert_grep "^\[rank 1\] LOCAL_RANK=1$" out
+    assert_grep "^\[rank 0\] WORLD_SIZE=2$" out
+    assert_grep "^\[rank 1\] LOCAL_WORLD_SIZE=2$" out
+    assert_grep "^\[rank 0\] NODE_RANK=0$" out
+    assert_grep "^\[rank 0\] NNODES=1$" out
+    assert_grep "^\[rank 0\] MASTER_ADDR=127.0.0.1$" out
+    assert_grep "^\[rank 1\] MASTER_PORT=[0-9][0-9]*$" out
+    assert_grep "^\[rank 0\] CUDA_VISIBLE_DEVICES=0,1$" out
+    assert_grep "^\[rank 0\] DSLAUNCH_RUN_ID=[0-9a-f]\{12\}$" out
+    assert_grep "^\[rank 0\] DSLAUNCH_RUN_TOKEN=[0-9a-f]\{32\}$" out
+    assert_grep "^\[rank 0\] OMP_NUM_THREADS=[1-9]" out
+    assert_grep "OMP_NUM_THREADS" err
+    # both ranks see the same run id and port
+    [ $(grep -c "DSLAUNCH_RUN_ID=" out) = 2 ]
+    [ $(grep "DSLAUNCH_RUN_ID=" out | sed "s/.*=//" | sort -u | wc -l) = 1 ]
+'
+
+expect_success "LOCAL_RANK is the index within the node, devices are physical ids" '
+    run_capture rc out err "$DSL" --include localhost:3,1 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] LOCAL_RANK=0$" out
+    assert_grep "^\[rank 1\] LOCAL_RANK=1$" out
+    assert_grep "^\[rank 0\] CUDA_VISIBLE_DEVICES=1,3$" out
+'
+
+expect_success "--num_gpus and --num-gpus, --opt=value and --opt value" '
+    run_capture rc out err "$DSL" --num-gpus=3 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 2\] WORLD_SIZE=3$" out
+    run_capture rc out err "$DSL" --num_gpus 1 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] WORLD_SIZE=1$" out
+'
+
+expect_success "a rank exiting 3 tears down its sleeping sibling; dslaunch exits 3 with a summary" '
+    export FLOW_TAG=exit3.$$ FLOW_PIDFILE=$T_TMP/exit3
+    run_capture rc out err "$DSL" --include localhost:0,1 "$W" only 1 exit 3 0.3
+    assert_eq "$rc" 3 "exit code"
+    assert_grep "rank 1 (host localhost, pid [0-9]*) exited with code 3" err
+    assert_grep "rank 1 exiting with 3" err
+    assert_grep "stopped 1 other rank" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "a rank killed by SIGKILL gives 137 and names the signal" '
+    run_capture rc out err "$DSL" --include localhost:0,1 "$W" only 0 kill 9 0.2
+    assert_eq "$rc" 137
+    assert_grep "rank 0 (host localhost, pid [0-9]*) was killed by SIGKILL" err
+'
+
+expect_success "the summary shows the last lines of the failing rank stderr" '
+    run_capture rc out err "$DSL" --include localhost:0 "$W" stderr 30
+    assert_eq "$rc" 5
+    assert_grep "last lines of rank 0" err
+    assert_grep "  | problem line 30" err
+    assert_grep "  | problem line 11" err
+    assert_not_grep "  | problem line 10$" err
+'
+
+expect_success "a rank that ignores SIGTERM is killed after --term-timeout" '
+    export FLOW_TAG=ignterm.$$ FLOW_PIDFILE=$T_TMP/ignterm
+    run_capture rc out err "$DSL" --term-timeout 1 --include localhost:0,1 sh -c "if [ \"\$RANK\" = 0 ]; then exec \"$W\" ignore-term 600; else sleep 0.5; exit 4; fi"
+    assert_eq "$rc" 4
+    assert_grep "SIGKILL" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "grandchildren in a rank group die with the job" '
+    export FLOW_TAG=gc.$$ FLOW_PIDFILE=$T_TMP/gc
+    # rank 1 fails (exit 6) once the grandchild of rank 0 runs, or exits 7 when none
+    # runs within 10 s: the test must not pass for want of a grandchild to clean up
+    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "
+        [ \"\$RANK\" = 0 ] && exec \"$W\" grandchild 600
+        i=0
+        while [ ! -s \"\$FLOW_PIDFILE.0\" ] && [ \$i -lt 200 ]; do sleep 0.05; i=\$((i + 1)); done
+        kill -0 \"\$(cat \"\$FLOW_PIDFILE.0.gc\")\" || exit 7
+        exit 6"
+    assert_eq "$rc" 6 "exit code (7: rank 0 had no running grandchild)"
+    gc=$(grandchild_pids "$FLOW_PIDFILE" 0)
+    wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $gc
+'
+
+expect_success "SIGINT to dslaunch stops every rank and leaves no process" '
+    export FLOW_TAG=sigint.$$ FLOW_PIDFILE=$T_TMP/sigint
+    "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    assert_alive $ranks
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 130
+    assert_grep "got SIGINT" err
+    wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $ranks
+'
+
+expect_success "SIGTERM to dslaunch is forwarded and reported" '
+    export FLOW_TAG=sigterm.$$ FLOW_PIDFILE=$T_TMP/sigterm
+    "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    assert_alive $ranks
+    kill -TERM $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 143
+    wait_no_procs "$FLOW_TAG" 10
+    wait_gone 5 $ranks
+'
+
+expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
+    export FLOW_TAG=sigkill.$$ FLOW_PIDFILE=$T_TMP/sigkill
+    "$DSL" --include localhost:0,1 "$W" grandchild 600 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1)
+    assert_alive $ranks $gcs
+    kill -KILL $pid
+    set +e; wait $pid; set -e
+    wait_no_procs "$FLOW_TAG" 15
+    wait_gone 5 $ranks $gcs
+'
+
+expect_success "arguments reach the program byte for byte" '
+    nl="
+"
+    run_capture rc out err "$DSL" --include localhost:0 "$W" args "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" "a${nl}b" "" "  spaced  " "ünïcødé" "--include" "*"
+    assert_eq "$rc" 0
+    [ ! -e "$T_TMP/pwned" ] || fail "command substitution ran"
+    expect=""
+    for a in "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" "a${nl}b" "" "  spaced  " "ünïcødé" "--include" "*"; do
+        expect="$expect[rank 0] arg $(printf %s "$a" | od -An -tx1 | tr -d " \n")${nl}"
+    done
+    printf %s "$expect" > expect
+    diff expect out
+'
+
+expect_success "--local_rank_arg appends --local_rank=N" '
+    run_capture rc out err "$DSL" --local_rank_arg --include localhost:0,1 "$W" args x
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 1\] arg $(printf %s --local_rank=1 | od -An -tx1 | tr -d " \n")$" out
+    run_capture rc out err "$DSL" --include localhost:0,1 "$W" args x
+    assert_not_grep "$(printf %s --local_rank | od -An -tx1 | tr -d " \n")" out
+'
+
+expect_success "a missing program is reported before anything starts (127)" '
+    run_capture rc out err "$DSL" --include localhost:0,1 ./no-such-program
+    assert_eq "$rc" 127
+    assert_grep "cannot start .*no-such-program" err
+    run_capture rc out err "$DSL" --include localhost:0,1 no-such-program-in-path
+    assert_eq "$rc" 127
+    assert_grep "command not found" err
+'
+
+expect_success "a non-executable program gives 126" '
+    echo "#!/bin/sh" > notexec.sh
+    run_capture rc out err "$DSL" --include localhost:0 ./notexec.sh
+    assert_eq "$rc" 126
+    assert_grep "not an executable" err
+'
+
+expect_success "usage errors exit 2 and start nothing" '
+    run_capture rc out err "$DSL" --no-such-option x
+    assert_eq "$rc" 2
+    assert_grep "unknown option .--no-such-option." err
+    run_capture rc out err "$DSL" --include localhost:0 --exclude localhost:1 "$W" env
+    assert_eq "$rc" 2
+    run_capture rc out err "$DSL" --master_port=abc "$W" env
+    assert_eq "$rc" 2
+    assert_grep "master_port" err
+    run_capture rc out err "$DSL"
+    assert_eq "$rc" 2
+    assert_grep "no program" err
+'
+
+expect_success "a bad hostfile names path and line; a missing one is an error" '
+    printf "worker-0 slots=2\nworker-1 slots=x4\n" > bad.txt
+    run_capture rc out err "$DSL" --hostfile bad.txt "$W" env
+    assert_eq "$rc" 2
+    assert_grep "bad.txt.:2:" err
+    assert_grep "x4" err
+    run_capture rc out err "$DSL" --hostfile nope.txt "$W" env
+    assert_eq "$rc" 2
+    assert_grep "nope.txt" err
+'
+
+expect_success "--help lists every option with defaults; --version" '
+    run_capture rc out err "$DSL" --help
+    assert_eq "$rc" 0
+    for o in hostfile include exclude num-nodes num-gpus master-addr master-port launcher export log-dir no-prefix term-timeout local-rank-arg dry-run check fanout connect-timeout keepalive ssh-config ssh-port ssh-identity ssh-accept-new remote-dslaunch remote-cwd; do
+        assert_grep "\-\-$o" out
+    done
+    assert_grep "default: 29500" out
+    run_capture rc out err "$DSL" --version
+    assert_eq "$rc" 0
+    assert_grep "^dslaunch [0-9]" out
+'
+
+expect_success "--log-dir writes one file per rank and still shows the console" '
+    run_capture rc out err "$DSL" --log-dir logs --include localhost:0,1 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^RANK=0$" logs/rank0.log
+    assert_grep "^RANK=1$" logs/rank1.log
+    assert_grep "^\[rank 1\] RANK=1$" out
+'
+
+expect_success "--no-prefix prints bare lines" '
+    run_capture rc out err "$DSL" --no-prefix --include localhost:0 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^RANK=0$" out
+'
+
+expect_success "progress lines redrawn with \\r come out whole, not garbled" '
+    run_capture rc out err "$DSL" --include localhost:0 "$W" progress
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] done$" out
+    ! grep -q "$(printf "\r")" out || fail "raw carriage return in output"
+    grep "progress" out | grep -qv "^\[rank 0\] progress *[0-9]*%$" && fail "torn progress line" || true
+'
+
+expect_success "a busy default master port is replaced; a busy given port is an error" '
+    # wait (bounded) for the port if another program holds it right now, then hold it
+    python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+for i in range(300):
+    try:
+        s.bind((\"\", 29500)); break
+    except OSError:
+        time.sleep(0.1)
+s.listen(1); open(\"listening\", \"w\").write(\"1\"); time.sleep(60)" &
+    lp=$!
+    wait_for_file listening 40 || { kill $lp; false; }
+    run_capture rc1 out1 err1 "$DSL" --include localhost:0 "$W" env
+    run_capture rc2 out2 err2 "$DSL" --master_port 29500 --include localhost:0 "$W" env
+    kill $lp
+    assert_eq "$rc1" 0
+    assert_grep "master port 29500 is busy; using" err1
+    assert_not_grep "MASTER_PORT=29500$" out1
+    assert_eq "$rc2" 2
+    assert_grep "master port 29500 is busy" err2
+'
+
+expect_success "--launcher local runs fake hosts of a hostfile as separate nodes" '
+    printf "# two fake nodes\nnode-a slots=2\nnode-b slots=2 # trailing comment\n" > fake.txt
+    run_capture rc out err "$DSL" --hostfile fake.txt --launcher local "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^\[node-a:rank 0\] NODE_RANK=0$" out
+    assert_grep "^\[node-b:rank 3\] NODE_RANK=1$" out
+    assert_grep "^\[node-b:rank 3\] LOCAL_RANK=1$" out
+    assert_grep "^\[node-b:rank 2\] RANK=2$" out
+    assert_grep "^\[node-b:rank 2\] NNODES=2$" out
+    assert_grep "^\[node-b:rank 2\] WORLD_SIZE=4$" out
+'
+
+expect_success "a failure on one fake node tears down the other node" '
+    export FLOW_TAG=twonode.$$ FLOW_PIDFILE=$T_TMP/twonode
+    run_capture rc out err "$DSL" --hostfile fake.txt --launcher local "$W" only 3 exit 7 0.3
+    assert_eq "$rc" 7
+    assert_grep "rank 3 (host node-b" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "only exported variables reach the env set; --export adds more" '
+    export NCCL_DEBUG=INFO FLOW_PRIVATE=secret FLOW_EXPORTED=yes
+    run_capture rc out err "$DSL" --dry-run --export FLOW_EXPORTED --export EXTRA=1 --include localhost:0,1 "$W" env
+    assert_eq "$rc" 0
+    python3 - out <<PY
+import json, sys
+d = json.load(open(sys.argv[1]))
+env = d["env"]
+assert env.get("NCCL_DEBUG") == "INFO", env
+assert env.get("FLOW_EXPORTED") == "yes", env
+assert env.get("EXTRA") == "1", env
+assert "FLOW_PRIVATE" not in env, env
+assert "CUDA_VISIBLE_DEVICES" not in env, env
+PY
+    printf "FROM_FILE=value with spaces\n# comment\n\nQUOTED=\"q v\"\n" > .dslaunch_env
+    run_capture rc out err "$DSL" --dry-run --include localhost:0 "$W" env
+    assert_eq "$rc" 0
+    python3 -c "import json,sys; e=json.load(open(\"out\"))[\"env\"]; assert e[\"FROM_FILE\"]==\"value with spaces\" and e[\"QUOTED\"]==\"q v\", e"
+    printf "not a valid line\n" > .dslaunch_env
+    run_capture rc out err "$DSL" --dry-run --include localhost:0 "$W" env
+    rm -f .dslaunch_env
+    assert_eq "$rc" 2
+    assert_grep ".dslaunch_env.:1:" err
+'
+
+expect_success "--dry-run prints the plan for a dozen placements" '
+    printf "worker-0 slots=4\nworker-1 slots=4\nworker-2 slots=2\n" > h3.txt
+    check() {  # check EXPECTED_WORLD_INFO ARGS...
+        local want=$1; shift
+        run_capture rc out err "$DSL" --dry-run --hostfile h3.txt "$@" prog
+        assert_eq "$rc" 0 "exit code for $*"
+        python3 - out "$want" <<PY
+import json, sys, base64
+d = json.load(open(sys.argv[1]))
+want = json.loads(sys.argv[2])
+got = {w["host"]: w["slots"] for w in d["world_info"]}
+assert list(got.items()) == list(want.items()), (got, want)
+assert d["world_size"] == sum(len(v) for v in want.values())
+assert base64.urlsafe_b64decode(d["world_info_b64"]).decode() == json.dumps(want), d["world_info_b64"]
+ranks = d["ranks"]
+assert [r["rank"] for r in ranks] == list(range(d["world_size"]))
+i = 0
+for n, (h, slots) in enumerate(want.items()):
+    for l, s in enumerate(slots):
+        r = ranks[i]; i += 1
+        assert (r["host"], r["node_rank"], r["local_rank"], r["device"]) == (h, n, l, s), r
+assert d["master_port"] == 29500 or d["master_port"] > 0
+assert d["launcher"] == "ssh", d["launcher"]
+PY
+    }
+    check "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [0, 1]}"
+    check "{\"worker-0\": [0, 2], \"worker-1\": [0, 1, 2, 3]}" -i "worker-0:0,2@worker-1"
+    check "{\"worker-0\": [0, 2]}" --include worker-0:2,0,2
+    check "{\"worker-1\": [1], \"worker-2\": [0, 1]}" -i "worker-2@worker-1:1"
+    check "{\"worker-0\": [0, 1, 2, 3], \"worker-2\": [0, 1]}" -e worker-1
+    check "{\"worker-0\": [1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [1]}" -e "worker-0:0@worker-2:0"
+    check "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3]}" --num_nodes 2
+    check "{\"worker-0\": [0]}" --num_nodes 1 --num_gpus 1
+    check "{\"worker-0\": [0, 1], \"worker-1\": [0, 1], \"worker-2\": [0, 1]}" --num_gpus 2
+    check "{\"worker-1\": [3]}" --include=worker-1:3
+    check "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3]}" --exclude worker-2
+'
+
+expect_success "--dry-run rejects bad placements with the usage code" '
+    printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
+    for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do
+        run_capture rc out err "$DSL" --dry-run --hostfile h2.txt -i "$spec" prog
+        assert_eq "$rc" 2 "include $spec"
+        [ -s err ] || fail "no message for $spec"
+    done
+    run_capture rc out err "$DSL" --dry-run --hostfile h2.txt -e "worker-0@worker-1" prog
+    assert_eq "$rc" 2
+    run_capture rc out err "$DSL" --dry-run --hostfile h2.txt --num_gpus 5 prog
+    assert_eq "$rc" 2
+    run_capture rc out err "$DSL" --dry-run --hostfile h2.txt --num-nodes=1 --include worker-1 prog
+    assert_eq "$rc" 2
+'
+
+expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else does" '
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=1,2 "$DSL" --dry-run prog
+    assert_eq "$rc" 0
+    python3 -c "import json,sys; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":[1,2]}], d"
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=GPU-abc "$DSL" --dry-run prog
+    assert_eq "$rc" 2
+'
+
+expect_success "the README main job: two local ranks train on Fashion-MNIST and the loss falls" '
+    [ -x "$(dirname "$DSL")/dstrain" ] || fail "dstrain is not built beside dslaunch"
+    [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "dataset-fashion-mnist is not installed (scripts/setup.sh)"
+    run_capture rc out err "$DSL" --include localhost:0,1 train --config "$SRC/configs/fashion_mnist.json" --steps 300 --metrics m.jsonl
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] summary: steps 300 " out
+    python3 - m.jsonl <<PY
+import json, sys
+rec = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rec if r.get("type") == "step"]
+assert len(steps) >= 200, len(steps)
+first = sum(r["loss"] for r in steps[:20]) / 20
+last = sum(r["loss"] for r in steps[-20:]) / 20
+assert last < 0.6 * first, (first, last)
+summ = [r for r in rec if r.get("type") == "summary"][0]
+assert summ["test_acc"] > 0.75, summ
+PY
+'
+
+expect_success "a rank killed in the middle of an allreduce: dslaunch names it and tears the job down" '
+    [ -x "$(dirname "$DSL")/dsbench" ] || fail "dsbench is not built beside dslaunch"
+    export FLOW_TAG=killar.$$
+    run_capture rc out err "$DSL" --term-timeout 2 --include localhost:0,1,2 sh -c "if [ \"\$RANK\" = 1 ]; then (sleep 1.5; kill -9 \$\$) & fi; exec \"$(dirname "$DSL")/dsbench\" -b 16M -e 16M -w 1 -n 100000 -o allreduce"
+    assert_eq "$rc" 137
+    assert_grep "rank 1 (host localhost, pid [0-9]*) was killed by SIGKILL" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+done_testing

@@ -1,0 +1,143 @@
+# A tiny TAP harness for the flow tests: ok/not ok lines on stdout, each failing test's
+# log on stdout as comments; the script exits non-zero if any test failed.
+T_N=0
+T_FAILED=0
+T_TMP=$(mktemp -d "${TMPDIR:-/tmp}/dslflow.XXXXXX")
+trap 'rm -rf "$T_TMP"' EXIT
+
+# expect_success "name" 'commands'  -- runs commands in a subshell with set -e semantics
+expect_success() {
+    T_N=$((T_N + 1))
+    local out="$T_TMP/t$T_N.log" t0=$SECONDS rc
+    # Not "if (...)": bash ignores set -e inside a command whose status is tested,
+    # which would let every assertion but the last one fail silently.
+    (set -e; eval "$2") >"$out" 2>&1
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        echo "ok $T_N - $1 # $((SECONDS - t0)) s"
+    else
+        echo "not ok $T_N - $1 # $((SECONDS - t0)) s"
+        sed 's/^/#   /' "$out" | tail -40
+        T_FAILED=$((T_FAILED + 1))
+    fi
+}
+
+# run_capture CODEVAR OUTFILE ERRFILE cmd...: run cmd, store exit code
+run_capture() {
+    local __var=$1 __out=$2 __err=$3
+    shift 3
+    set +e
+    "$@" >"$__out" 2>"$__err"
+    eval "$__var=\$?"
+    set -e
+}
+
+# fail MESSAGE: print and return false
+fail() {
+    echo "FAIL: $*" >&2
+    return 1
+}
+
+# assert_eq ACTUAL EXPECTED [what]
+assert_eq() {
+    [ "$1" = "$2" ] || fail "${3:-value}: got '$1', expected '$2'"
+}
+
+# assert_grep PATTERN FILE
+assert_grep() {
+    grep -q -- "$1" "$2" || { echo "--- $2:" >&2; cat "$2" >&2; fail "'$1' not found in $2"; }
+}
+
+assert_not_grep() {
+    ! grep -q -- "$1" "$2" || { echo "--- $2:" >&2; cat "$2" >&2; fail "'$1' unexpectedly found in $2"; }
+}
+
+# procs_with_tag TAG: pids of processes whose environment holds FLOW_TAG=TAG
+procs_with_tag() {
+    local p
+    for p in /proc/[0-9]*; do
+        if { tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qx "FLOW_TAG=$1"; then
+            # zombies are already dead; only live processes count
+            if [ "$(awk '{print $3}' "$p/stat" 2>/dev/null)" != "Z" ]; then
+                echo "${p#/proc/}"
+            fi
+        fi
+    done
+}
+
+# wait_no_procs TAG BOUND: succeed once no process carries the tag; fail after BOUND s.
+# A liveness bound, not a speed check: teardown normally finishes in milliseconds.
+wait_no_procs() {
+    local i=0 left
+    while [ $i -lt $(($2 * 10)) ]; do
+        left=$(procs_with_tag "$1")
+        [ -z "$left" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "processes left behind:" >&2
+    for p in $left; do ps -o pid,pgid,stat,args -p "$p" >&2 || true; done
+    for p in $left; do kill -9 "$p" 2>/dev/null || true; done
+    return 1
+}
+
+# pid_alive PID: the process exists and is not a zombie
+pid_alive() {
+    [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != "Z" ]
+}
+
+# assert_alive PID...: each process is running
+assert_alive() {
+    local p
+    for p in "$@"; do pid_alive "$p" || fail "process $p is not running"; done
+}
+
+# wait_gone BOUND PID...: succeed once none of the processes runs; fail after BOUND s
+# (a liveness bound, as in wait_no_procs)
+wait_gone() {
+    local i=0 p left
+    local bound=$1
+    shift
+    while :; do
+        left=""
+        for p in "$@"; do pid_alive "$p" && left="$left $p"; done
+        [ -z "$left" ] && return 0
+        [ $i -ge $((bound * 10)) ] && break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    for p in $left; do ps -o pid,pgid,stat,args -p "$p" >&2 || true; done
+    fail "processes still running:$left"
+}
+
+# grandchild_pids PIDFILE RANK...: the pids that the worker's grandchildren wrote to
+# PIDFILE.RANK.gc themselves (worker "grandchild" mode), one per line. Fails when one
+# is missing, so a test of their clean-up cannot pass without grandchildren.
+grandchild_pids() {
+    local base=$1 r p
+    shift
+    for r in "$@"; do
+        p=$(head -n 1 "$base.$r.gc" 2>/dev/null)
+        case $p in
+            '' | *[!0-9]*) fail "rank $r started no grandchild ($base.$r.gc: '$p')"; return 1 ;;
+        esac
+        echo "$p"
+    done
+}
+
+# wait_for_file FILE BOUND
+wait_for_file() {
+    local i=0
+    while [ $i -lt $(($2 * 10)) ]; do
+        [ -s "$1" ] && return 0
+        sleep 0.1
+        i=$((i + 1))
+    done
+    fail "file $1 did not appear"
+}
+
+done_testing() {
+    echo "1..$T_N"
+    echo "flow: $((T_N - T_FAILED)) passed, $T_FAILED failed"
+    [ $T_FAILED -eq 0 ]
+}

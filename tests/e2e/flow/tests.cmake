@@ -1,0 +1,9 @@
+# Flow tests: the real dslaunch binary against fake workers (worker.c), on the local
+# transport. TAP output; the script's exit status is the verdict.
+dsl_test_executable(flow_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker.c)
+add_test(NAME flow_launch
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/flow.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+# RUN_SERIAL: one case holds the default master port 29500, which any other job of
+# the suite (whose rank 0 listens there) would otherwise race for.
+set_tests_properties(flow_launch PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)

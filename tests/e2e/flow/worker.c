@@ -1,0 +1,168 @@
+/*
+ * A fake worker for the flow tests: what a rank does is chosen by argv[1].
+ *
+ *   env                 print the env contract, one VAR=value per line, to stdout
+ *   args ARG...         print each argument hex-encoded on its own line ("arg <hex>")
+ *   exit CODE [DELAY]   exit with CODE after DELAY seconds (rank-selectable: see below)
+ *   sleep SECONDS       sleep, then exit 0
+ *   kill SIG [DELAY]    kill itself with signal SIG
+ *   ignore-term S       ignore SIGTERM, sleep S seconds
+ *   grandchild S        start a child (same process group) that writes its own pid to
+ *                       $FLOW_PIDFILE.<rank>.gc and sleeps S; once that file is written,
+ *                       write own pid to $FLOW_PIDFILE.<rank>, then sleep S. The child
+ *                       writes the .gc file itself, so the file exists only if it ran.
+ *   stderr N            print N numbered lines to stderr, then exit 5
+ *   progress            write '\r'-updated progress, then a final line
+ *   pidfile S           write own pid to $FLOW_PIDFILE.<rank>, then sleep S
+ *
+ * "only R CMD ..." runs CMD on rank R and "sleep 600" on the others, so tests can make
+ * one rank fail while its siblings wait to be torn down.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void nap(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static int rank(void)
+{
+    const char *r = getenv("RANK");
+    return r ? (int)strtol(r, NULL, 10) : -1;
+}
+
+/* append pid to $FLOW_PIDFILE.<rank><suffix> */
+static void write_pidfile_as(const char *suffix, pid_t pid)
+{
+    const char *base = getenv("FLOW_PIDFILE");
+    if (!base)
+        return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.%d%s", base, rank(), suffix);
+    FILE *f = fopen(path, "a");
+    if (f) {
+        fprintf(f, "%d\n", (int)pid);
+        fclose(f);
+    }
+}
+
+static void write_pidfile(pid_t pid)
+{
+    write_pidfile_as("", pid);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    if (!strcmp(argv[1], "only") && argc >= 4) {
+        if (rank() != (int)strtol(argv[2], NULL, 10)) {
+            nap(600);
+            return 0;
+        }
+        argv += 2;
+        argc -= 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "env")) {
+        static const char *const vars[] = {
+            "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "NODE_RANK",
+            "GROUP_RANK", "CROSS_RANK", "NNODES", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "CUDA_VISIBLE_DEVICES", "DSLAUNCH_RUN_ID", "DSLAUNCH_RUN_TOKEN",
+            "DSLAUNCH_RESTART_COUNT", "OMP_NUM_THREADS", "NCCL_SOCKET_IFNAME",
+            "GLOO_SOCKET_IFNAME", "NCCL_DEBUG", "FLOW_PRIVATE", "FLOW_EXPORTED", NULL};
+        for (int i = 0; vars[i]; i++) {
+            const char *v = getenv(vars[i]);
+            printf("%s=%s\n", vars[i], v ? v : "<unset>");
+        }
+        return 0;
+    }
+    if (!strcmp(cmd, "args")) {
+        for (int i = 2; i < argc; i++) {
+            printf("arg ");
+            for (const unsigned char *p = (const unsigned char *)argv[i]; *p; p++)
+                printf("%02x", *p);
+            printf("\n");
+        }
+        return 0;
+    }
+    if (!strcmp(cmd, "exit") && argc >= 3) {
+        if (argc >= 4)
+            nap(strtod(argv[3], NULL));
+        fprintf(stderr, "rank %d exiting with %s\n", rank(), argv[2]);
+        return (int)strtol(argv[2], NULL, 10);
+    }
+    if (!strcmp(cmd, "sleep") && argc >= 3) {
+        nap(strtod(argv[2], NULL));
+        return 0;
+    }
+    if (!strcmp(cmd, "kill") && argc >= 3) {
+        if (argc >= 4)
+            nap(strtod(argv[3], NULL));
+        raise((int)strtol(argv[2], NULL, 10));
+        return 99;
+    }
+    if (!strcmp(cmd, "ignore-term") && argc >= 3) {
+        signal(SIGTERM, SIG_IGN);
+        write_pidfile(getpid());
+        nap(strtod(argv[2], NULL));
+        return 0;
+    }
+    if (!strcmp(cmd, "pidfile") && argc >= 3) {
+        write_pidfile(getpid());
+        nap(strtod(argv[2], NULL));
+        return 0;
+    }
+    if (!strcmp(cmd, "grandchild") && argc >= 3) {
+        /* The grandchild closes its end of the pipe once its pid file is written; the
+         * rank writes its own pid file only after that, so a test that sees the rank's
+         * file also sees the grandchild's, if there is a grandchild. */
+        int up[2];
+        if (pipe(up) != 0)
+            return 3;
+        pid_t c = fork();
+        if (c < 0)
+            return 3;
+        if (c == 0) {
+            close(up[0]);
+            write_pidfile_as(".gc", getpid());
+            close(up[1]);
+            nap(strtod(argv[2], NULL));
+            _exit(0);
+        }
+        close(up[1]);
+        char b;
+        while (read(up[0], &b, 1) < 0 && errno == EINTR)
+            ;
+        close(up[0]);
+        write_pidfile(getpid());
+        nap(strtod(argv[2], NULL));
+        return 0;
+    }
+    if (!strcmp(cmd, "stderr") && argc >= 3) {
+        int n = (int)strtol(argv[2], NULL, 10);
+        for (int i = 1; i <= n; i++)
+            fprintf(stderr, "problem line %d\n", i);
+        return 5;
+    }
+    if (!strcmp(cmd, "progress")) {
+        for (int i = 0; i <= 100; i += 10) {
+            printf("\rprogress %3d%%", i);
+            fflush(stdout);
+            nap(0.01);
+        }
+        printf("\ndone\n");
+        return 0;
+    }
+    fprintf(stderr, "worker: unknown command '%s'\n", cmd);
+    return 2;
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Cluster tier: the real dslaunch against sshd in network namespaces (run under
+# with_cluster.sh, which brings a 2-node cluster with 2 slots each up and down).
+# usage: with_cluster.sh 2 launch.sh DSLAUNCH WORKER SOURCE_DIR
+set -u
+DSL=$1
+W=$2
+SRC=$3
+. "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/multinode/nslib.sh"
+SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
+
+expect_success "2 nodes x 2 slots: env, MASTER_ADDR is node1's address, interfaces per node" '
+    run_capture rc out err "$DSL" "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0
+    for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
+    assert_grep "^\[node1:rank 0\] MASTER_ADDR=$ADDR_1$" out
+    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
+    assert_grep "^\[node2:rank 3\] NODE_RANK=1$" out
+    assert_grep "^\[node2:rank 3\] LOCAL_RANK=1$" out
+    assert_grep "^\[node2:rank 2\] WORLD_SIZE=4$" out
+    if [ "$MODE" = netns ]; then
+        assert_grep "^\[node1:rank 1\] NCCL_SOCKET_IFNAME=$IFNAME_1$" out
+        assert_grep "^\[node2:rank 2\] NCCL_SOCKET_IFNAME=$IFNAME_2$" out
+        assert_grep "^\[node2:rank 2\] GLOO_SOCKET_IFNAME=$IFNAME_2$" out
+    fi
+    [ $(grep -c "DSLAUNCH_RUN_ID=" out) = 4 ]
+    [ $(grep "DSLAUNCH_RUN_ID=" out | sed "s/.*=//" | sort -u | wc -l) = 1 ]
+    wait_ns_clean 10
+'
+
+expect_success "--check prints the preflight table and starts nothing" '
+    run_capture rc out err "$DSL" --check "${SSH[@]}"
+    assert_eq "$rc" 0
+    assert_grep "MASTER_ADDR=$ADDR_1" err
+    assert_grep "preflight ok: 2 node(s), 4 rank(s)" err
+'
+
+expect_success "a rank on node2 exits 7: node1 is torn down, exit 7, summary names node2" '
+    run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" "$W" only 3 exit 7 0.5
+    assert_eq "$rc" 7
+    assert_grep "rank 3 (host node2, pid [0-9]*) exited with code 7" err
+    assert_grep "rank 3 exiting with 7" err
+    wait_ns_clean 10
+'
+
+expect_success "user env values and arguments arrive intact on remote ranks" '
+    nl="
+"
+    export NCCL_FLOW_TEST="a b;\$(touch $T_TMP/pwned-env)"
+    run_capture rc out err "$DSL" "${SSH[@]}" --export "FLOW_EXPORTED=x'"'"'y\"z \$HOME" \
+        "$W" args "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" "a${nl}b" "" "ünï" "*"
+    assert_eq "$rc" 0
+    [ ! -e "$T_TMP/pwned" ] && [ ! -e "$T_TMP/pwned-env" ] || fail "a shell interpreted user data"
+    for a in "I am 6'"'"' tall" "\$(touch $T_TMP/pwned)" "a${nl}b" "" "ünï" "*"; do
+        hex=$(printf %s "$a" | od -An -tx1 | tr -d " \n")
+        [ $(grep -c "^\[node2:rank [23]\] arg $hex$" out) = 2 ] || fail "argument [$a] not intact on node2"
+    done
+    run_capture rc out err "$DSL" "${SSH[@]}" --export "FLOW_EXPORTED=x'"'"'y\"z \$HOME" "$W" env
+    assert_eq "$rc" 0
+    grep -qF "[node2:rank 3] FLOW_EXPORTED=x'"'"'y\"z \$HOME" out || fail "env value not intact"
+'
+
+expect_success "the network of node2 goes down mid-run: exit 200 (host unreachable), nothing left" '
+    ( sleep 1.5; "$CL" exec "$D" 2 ip link set "$IFNAME_2" down ) &
+    run_capture rc out err "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" "$W" sleep 600
+    wait
+    "$CL" exec "$D" 2 ip link set "$IFNAME_2" up
+    assert_eq "$rc" 200
+    assert_grep "node2" err
+    assert_grep "lost" err
+    wait_ns_clean 15
+'
+
+expect_success "sshd stopped on node2: preflight fails, nothing starts on node1" '
+    "$CL" sshd-stop "$D" 2
+    export FLOW_PIDFILE=$T_TMP/nostart
+    run_capture rc out err "$DSL" --connect-timeout 5 "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600
+    "$CL" sshd-start "$D" 2
+    assert_eq "$rc" 200
+    assert_grep "node2" err
+    assert_grep "nothing was started" err
+    [ ! -e "$FLOW_PIDFILE.0" ] || fail "a rank was started on node1"
+    wait_ns_clean 10
+'
+
+expect_success "a wrong identity fails authentication (201) and starts nothing" '
+    ssh-keygen -q -t ed25519 -N "" -f wrongkey
+    sed "/IdentityFile/d" "$D/ssh_config" > cfg_nokey
+    run_capture rc out err "$DSL" --hostfile "$D/hostfile" --ssh-config cfg_nokey --ssh-identity wrongkey "$W" env
+    assert_eq "$rc" 201
+    assert_grep "node1" err
+    assert_not_grep "RANK=" out
+'
+
+expect_success "an unknown host key is refused with advice; --ssh-accept-new trusts it" '
+    : > empty_known
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/empty_known|" "$D/ssh_config" > cfg_unknown
+    run_capture rc out err "$DSL" --hostfile "$D/hostfile" --ssh-config cfg_unknown "$W" env
+    assert_eq "$rc" 201
+    assert_grep "ssh-accept-new" err
+    run_capture rc out err "$DSL" --ssh-accept-new --hostfile "$D/hostfile" --ssh-config cfg_unknown "$W" env
+    assert_eq "$rc" 0
+    assert_grep "RANK=3" out
+'
+
+expect_success "a changed host key is always refused" '
+    ssh-keygen -q -t ed25519 -N "" -f otherhost
+    awk -v k="$(cut -d" " -f1,2 otherhost.pub)" "{ if (\$1 ~ /$ADDR_2|node2/) print \$1, k; else print }" "$D/known_hosts" > changed_known
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/changed_known|" "$D/ssh_config" > cfg_changed
+    run_capture rc out err "$DSL" --ssh-accept-new --hostfile "$D/hostfile" --ssh-config cfg_changed "$W" env
+    assert_eq "$rc" 201
+    assert_grep "node2" err
+    assert_not_grep "RANK=" out
+'
+
+expect_success "Ctrl-C on the launcher tears the job down on every node" '
+    export FLOW_PIDFILE=$T_TMP/cc
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 130
+    wait_ns_clean 15
+'
+
+expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks" '
+    export FLOW_PIDFILE=$T_TMP/kk
+    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" grandchild 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1 2 3)
+    assert_alive $gcs
+    kill -KILL $pid
+    set +e; wait $pid; set -e
+    wait_ns_clean 20
+    wait_gone 20 $gcs
+'
+
+expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
+    run_capture rc out err "$DSL" --launcher pdsh "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0
+    for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
+    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
+    run_capture rc out err "$DSL" --launcher pdsh --term-timeout 3 "${SSH[@]}" "$W" only 2 exit 9 0.3
+    assert_eq "$rc" 9
+    wait_ns_clean 10
+'
+
+done_testing

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Cluster tier: dslaunch sync against 3 namespace nodes whose sshds each run in a private
+# mount namespace with a tmpfs over $DSL_CLUSTER_PRIVATE_DIR (cluster.sh), so what a node
+# sees there is exactly what sync wrote to it. The source tree lives at the same path on
+# this (host) side. Checked per node through `cluster.sh mnt`.
+# usage: DSL_CLUSTER_PRIVATE_DIR=P with_cluster.sh 3 sync.sh DSLAUNCH SOURCE_DIR
+set -u
+DSL=$1
+SRC=$2
+. "$SRC/tests/e2e/flow/lib.sh"
+D=$DSL_CLUSTER_DIR
+CL=$DSL_CLUSTER_SH
+. "$D/cluster.env"
+P=$PRIVATE_DIR
+[ -n "$P" ] || { echo "Bail out! the cluster has no private directory"; exit 1; }
+SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
+trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one' EXIT
+cd "$T_TMP"
+
+# What a node (or this host with node 0) holds under $P/tree: types, modes, sizes,
+# mtimes (not of links: SFTP cannot set those), link targets and content hashes.
+listing() {
+    local cmd='cd "$1" && find tree -printf "%y %m %s %p -> %l\n" | sed -e "s/^l [0-7]* [0-9]* /l /" -e "s/^d \([0-7]*\) [0-9]* /d \1 /" | sort &&
+        find tree ! -type l -exec stat -c "%n %Y" {} + | sort &&
+        find tree -type f -exec sha256sum {} + | sort'
+    if [ "$1" = 0 ]; then sh -c "$cmd" sh "$P"; else "$CL" mnt "$D" "$1" sh -c "$cmd" sh "$P"; fi
+}
+
+same_on_nodes() { # every node listed in $@ matches this host
+    listing 0 >want
+    [ -s want ] || fail "empty source listing"
+    for n in "$@"; do
+        listing "$n" >"got$n" || fail "cannot list node$n"
+        diff -u want "got$n" >&2 || fail "node$n differs from the source"
+    done
+}
+
+rm -rf "$P"/tree "$P"/one
+mkdir -p "$P/tree/a/b/c" "$P/tree/empty-dir"
+printf 'hello\n' >"$P/tree/a/hello.txt"
+: >"$P/tree/a/b/empty"
+head -c 100000000 /dev/urandom >"$P/tree/a/b/c/big.bin"
+printf '#!/bin/sh\necho run\n' >"$P/tree/run.sh"
+chmod 755 "$P/tree/run.sh"
+printf 'secret\n' >"$P/tree/a/private"
+chmod 600 "$P/tree/a/private"
+chmod 750 "$P/tree/a/b"
+ln -s a/hello.txt "$P/tree/rel-link"
+ln -s /nonexistent/target "$P/tree/dangling"
+ln -s b "$P/tree/a/dir-link"
+touch -d '2020-01-02 03:04:05' "$P/tree/a/hello.txt" "$P/tree/a/b/c"
+
+expect_success "nodes start empty: each sees its own tmpfs" '
+    for n in 1 2 3; do
+        [ -z "$("$CL" mnt "$D" $n ls -A "$P")" ] || fail "node$n: $P is not empty"
+    done
+'
+
+expect_success "first sync: nested dirs, symlinks, empty file and 100 MB file byte for byte on every node" '
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0 "exit code"
+    for n in 1 2 3; do assert_grep "^node$n: 8 copied (100.0 MB), 0 up to date, 0 deleted" out; done
+    same_on_nodes 1 2 3
+    for n in 1 2 3; do
+        [ -z "$("$CL" mnt "$D" $n find "$P" -name "*.dsl-sync-*")" ] || fail "temp files left on node$n"
+    done
+'
+
+expect_success "second sync copies nothing and says so" '
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), 8 up to date, 0 deleted" out; done
+    assert_grep "^sync: nothing to copy, 3 hosts up to date" out
+'
+
+expect_success "a changed file and a changed mode are copied, nothing else" '
+    printf "hello again\n" >"$P/tree/a/hello.txt"
+    chmod 700 "$P/tree/run.sh"
+    run_capture rc out err "$DSL" sync -v "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 1 copied (12 B), 7 up to date" out; done
+    assert_grep "^node2: copied $P/tree/a/hello.txt$" out
+    same_on_nodes 1 2 3
+'
+
+expect_success "--checksum finds a same-size, same-mtime change that size+mtime miss" '
+    f="$P/tree/a/private"
+    touch -r "$f" ref
+    printf "SECRET\n" >"$f"
+    touch -r ref "$f"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    assert_eq "$rc" 0
+    assert_grep "nothing to copy" out
+    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 1 copied (7 B), 7 up to date" out; done
+    same_on_nodes 1 2 3
+'
+
+expect_success "--delete removes what is gone at the source; without it nothing is removed" '
+    rm -rf "$P/tree/a/b/c" "$P/tree/rel-link"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    assert_eq "$rc" 0
+    "$CL" mnt "$D" 1 test -f "$P/tree/a/b/c/big.bin" || fail "removed without --delete"
+    run_capture rc out err "$DSL" sync --delete "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), .* 2 deleted" out; done
+    same_on_nodes 1 2 3
+'
+
+expect_success "type changes: file to directory, directory to file, file to symlink" '
+    rm "$P/tree/a/hello.txt"
+    mkdir "$P/tree/a/hello.txt"
+    printf "inside\n" >"$P/tree/a/hello.txt/inner"
+    rmdir "$P/tree/empty-dir"
+    printf "now a file\n" >"$P/tree/empty-dir"
+    rm "$P/tree/run.sh"
+    ln -s a "$P/tree/run.sh"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    cat out err
+    assert_eq "$rc" 0
+    same_on_nodes 1 2 3
+'
+
+expect_success "a read-only node fails naming the host and the file; the others succeed" '
+    "$CL" mnt "$D" 2 mount -o remount,ro "$P"
+    printf "new\n" >"$P/tree/a/new.txt"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
+    "$CL" mnt "$D" 2 mount -o remount,rw "$P"
+    cat out err
+    [ "$rc" != 0 ] || fail "exit code 0 despite a failed node"
+    assert_grep "node2: cannot create .*$P/tree/a/\.new\.txt\.dsl-sync-.*: read-only file system" err
+    assert_grep "sync failed on 1 of 3 hosts" err
+    assert_grep "^node1: 1 copied" out
+    assert_grep "^node3: 1 copied" out
+    same_on_nodes 1 3
+    "$CL" mnt "$D" 2 test ! -e "$P/tree/a/new.txt" || fail "node2 has the file"
+'
+
+expect_success "--dest puts PATH under another directory" '
+    printf "one\n" >"$P/one"
+    run_capture rc out err "$DSL" sync --dest "$P/elsewhere/" "${SSH[@]}" "$P/one"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do
+        assert_eq "$("$CL" mnt "$D" $n cat "$P/elsewhere/one")" one "node$n content"
+    done
+'
+
+expect_success "dslaunch --sync copies first (summary shown), then the job sees the files" '
+    printf "job input\n" >"$P/tree/input"
+    run_capture rc out err "$DSL" "${SSH[@]}" --sync "$P/tree" --num_gpus 1 cat "$P/tree/input"
+    cat out err
+    assert_eq "$rc" 0
+    assert_grep "^\[node3:rank 2\] job input$" out
+    for n in 1 3; do assert_grep "^node$n: 1 copied (10 B)" out; done
+    assert_grep "^node2: 2 copied (14 B)" out # catches up on what the read-only test missed
+    same_on_nodes 1 2 3
+'
+
+expect_success "dslaunch --sync that fails on a node starts no job" '
+    "$CL" mnt "$D" 3 mount -o remount,ro "$P"
+    printf "more\n" >"$P/tree/more"
+    run_capture rc out err "$DSL" "${SSH[@]}" --sync "$P/tree" --num_gpus 1 echo STARTED
+    "$CL" mnt "$D" 3 mount -o remount,rw "$P"
+    cat out err
+    [ "$rc" != 0 ] || fail "exit code 0"
+    assert_grep "node3: cannot create" err
+    assert_grep "the job was not started" err
+    assert_not_grep STARTED out
+'
+
+expect_success "an unreachable node fails with exit 200 naming it; the others are synced" '
+    "$CL" sshd-stop "$D" 3
+    printf "late\n" >"$P/tree/late"
+    run_capture rc out err "$DSL" sync --connect-timeout 5 "${SSH[@]}" "$P/tree"
+    "$CL" sshd-start "$D" 3 # a fresh, empty tmpfs: nothing below looks at node3 data
+    cat out err
+    assert_eq "$rc" 200
+    assert_grep "sync: cannot connect to node3" err
+    assert_grep "sync failed on 1 of 3 hosts" err
+    same_on_nodes 1 2
+'
+
+expect_success "usage errors: no paths, missing source" '
+    run_capture rc out err "$DSL" sync "${SSH[@]}"
+    assert_eq "$rc" 2
+    assert_grep "nothing to copy: give one or more PATHs" err
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/no-such"
+    assert_eq "$rc" 2
+    assert_grep "cannot read .*no-such.*: No such file or directory" err
+'
+
+done_testing

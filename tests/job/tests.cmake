@@ -1,0 +1,3 @@
+# dsljob: the control protocol between the launcher and its node agents.
+dsl_unit_test(test_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto.c LIBS dsljob)
+dsl_fuzz_target(fuzz_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_proto.c LIBS dsljob)

@@ -1,0 +1,8 @@
+# dslmodel: the MLP, its data and optimizer (test_train_model), the CPU thread pool and
+# the CPU device's ops on it (test_train_cpupool), the BLAS check (test_train_blascore).
+# The CTest names keep their test_train_ prefix from when they lived with the trainer.
+dsl_unit_test(test_train_model SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_model.c LIBS dslmodel)
+dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c
+              LIBS dslmodel)
+dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
+              LIBS dslmodel)

@@ -1,8 +1,0 @@
-# Multi-node flows of the real dslaunch against the namespace cluster (label cluster):
-# env contract across nodes, first-failure teardown, lost network, refused hosts,
-# host keys, Ctrl-C and SIGKILL of the launcher, quoting, and the pdsh transport.
-add_test(NAME cluster_launch
-         COMMAND ${PROJECT_SOURCE_DIR}/tests/cluster/with_cluster.sh 2
-                 bash ${CMAKE_CURRENT_LIST_DIR}/launch.sh $<TARGET_FILE:dslaunch>
-                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cluster_launch PROPERTIES LABELS cluster TIMEOUT 900)

@@ -1,0 +1,9 @@
+# dslplan: the command line, hostfile and host ranges, placement and world-info
+# encoding, the exported environment.
+dsl_unit_test(test_hostfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hostfile.c LIBS dslplan)
+dsl_unit_test(test_placement SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_placement.c LIBS dslplan)
+dsl_unit_test(test_envexport SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_envexport.c LIBS dslplan)
+dsl_unit_test(test_options SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_options.c LIBS dslplan)
+dsl_fuzz_target(fuzz_hostfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_hostfile.c LIBS dslplan)
+dsl_fuzz_target(fuzz_filter SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_filter.c LIBS dslplan)
+dsl_fuzz_target(fuzz_envfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_envfile.c LIBS dslplan)

@@ -1,0 +1,31 @@
+# dslremote: shell quoting, network facts, connect-back and the transports (unit:
+# loopback only; cluster: against the namespace cluster of tests/e2e/cluster). They
+# link the remote library alone, not the rest of the launcher.
+dsl_unit_test(test_shellquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shellquote.c
+              LIBS dslremote)
+dsl_unit_test(test_net SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_net.c LIBS dslremote)
+
+# The transports against a real cluster: these binaries run under with_cluster.sh,
+# which hands them the cluster's directory, so they are cluster tests, not unit tests.
+if(DSL_WITH_SSH)
+  dsl_test_executable(test_ssh_transport
+                      SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ssh_transport.c
+                              ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
+                      LIBS dslremote)
+  add_test(NAME cluster_ssh_transport
+           COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_ssh_transport>)
+  set_tests_properties(cluster_ssh_transport PROPERTIES LABELS cluster TIMEOUT 300)
+endif()
+# pdsh transport: the test binary doubles as the connect-back "agent" on the nodes
+dsl_test_executable(test_pdsh_transport
+                    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pdsh_transport.c
+                            ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
+                    LIBS dslremote)
+add_test(NAME cluster_pdsh_openmpi_transports
+         COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_pdsh_transport>)
+set_tests_properties(cluster_pdsh_openmpi_transports PROPERTIES LABELS cluster TIMEOUT 300)
+if(DSL_WITH_SSH)
+  # benchmark helper (docs/multinode.md): the ssh transport alone, N sessions at once
+  dsl_test_executable(dsl_ssh_fanout SOURCES ${CMAKE_CURRENT_LIST_DIR}/ssh_fanout.c
+                      LIBS dslremote)
+endif()
