@@ -1,0 +1,182 @@
+/* The table-driven option parser (common/opt.c): spellings, values, errors, help. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/opt.h"
+#include "test.h"
+
+struct args {
+    int flag, num, mode;
+    char *name;
+    size_t bytes;
+    double secs;
+    struct dsl_strvec list;
+};
+
+static int set_mode(void *target, const struct dsl_opt *d, const char *val, char *err)
+{
+    (void)err;
+    ((struct args *)target)->mode = val ? atoi(val) : d->tag;
+    return 0;
+}
+
+#define OFF(f) offsetof(struct args, f)
+static const struct dsl_opt opts[] = {
+    {"flag", 'f', DSL_OPT_FLAG, OFF(flag), NULL, "a flag", NULL, 0, 0, NULL, 0, NULL},
+    {"num_items", 'n', DSL_OPT_INT, OFF(num), "N", "a number", "3", 1, 10, NULL, 0, NULL},
+    {"name", 0, DSL_OPT_STRING, OFF(name), "NAME", "a name", NULL, 0, 0, NULL, 0, NULL},
+    {"bytes", 'b', DSL_OPT_SIZE, OFF(bytes), "SIZE", "a size", NULL, 0, 0, NULL, 0, NULL},
+    {"wait", 0, DSL_OPT_SECONDS, OFF(secs), "S", "a duration", NULL, 0, 0, NULL, 0, NULL},
+    {"add", 0, DSL_OPT_LIST, OFF(list), "X", "repeatable", NULL, 0, 0, NULL, 0, NULL},
+    {"fast", 0, DSL_OPT_CALL, 0, NULL, "mode 7", NULL, 0, 0, set_mode, 7, NULL},
+    {"mode", 0, DSL_OPT_CALL, 0, "M", "any mode", NULL, 0, 0, set_mode, 0, NULL},
+    {"secret", 0, DSL_OPT_FLAG, OFF(flag), NULL, NULL, NULL, 0, 0, NULL, 0, NULL},
+};
+
+static int parse(unsigned flags, struct args *a, struct dsl_strvec *rest, char *err,
+                 const char *const *words)
+{
+    struct dsl_opt_parser p = {"prog", opts, sizeof(opts) / sizeof(opts[0]), flags};
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)"prog";
+    for (; *words; words++)
+        argv[argc++] = (char *)*words;
+    argv[argc] = NULL;
+    memset(a, 0, sizeof(*a));
+    dsl_strvec_init(&a->list);
+    err[0] = '\0';
+    return dsl_opt_parse(&p, a, argc, argv, rest, err);
+}
+
+static void release(struct args *a)
+{
+    free(a->name);
+    dsl_strvec_release(&a->list);
+}
+
+TEST(opt_should_accept_both_spellings_and_both_value_forms)
+{
+    struct args a;
+    char err[DSL_ERR_LEN];
+    const char *w[] = {"--num-items", "4", "--name=x", "-f", "--bytes=64K", "--wait", "2m",
+                       "--add", "a", "--add=b", "-n5", "--num_items=6", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w), 0);
+    ASSERT_EQ(a.num, 6);
+    ASSERT_EQ(a.flag, 1);
+    ASSERT_STR_EQ(a.name, "x");
+    ASSERT_EQ(a.bytes, 65536);
+    ASSERT(a.secs == 120.0);
+    ASSERT_EQ(a.list.nr, 2);
+    ASSERT_STR_EQ(a.list.v[1], "b");
+    release(&a);
+    const char *w2[] = {"-n=7", "--name", "y", "--name", "z", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w2), 0);
+    ASSERT_EQ(a.num, 7);
+    ASSERT_STR_EQ(a.name, "z"); /* the last one wins, the first is freed */
+    release(&a);
+}
+
+TEST(opt_should_name_the_option_in_every_error)
+{
+    struct args a;
+    char err[DSL_ERR_LEN];
+    const struct {
+        const char *w[4];
+        const char *msg;
+    } cases[] = {
+        {{"--num-items", "11"}, "option '--num_items' needs an integer from 1 to 10, not '11'"},
+        {{"--num-items", "x"}, "option '--num_items' needs an integer from 1 to 10, not 'x'"},
+        {{"--bytes", "1Q"}, "option '--bytes' needs a size in bytes"},
+        {{"--wait", "soon"}, "option '--wait' needs a duration in seconds, not 'soon'"},
+        {{"--flag=1"}, "option '--flag' takes no value"},
+        {{"-f1"}, "option '-f' takes no value"},
+        {{"--name"}, "option '--name' needs a value"},
+        {{"--bogus"}, "unknown option '--bogus' (see prog --help)"},
+        {{"-z"}, "unknown option '-z' (see prog --help)"},
+        {{"word"}, "unexpected argument 'word' (see prog --help)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+        release(&a);
+    }
+}
+
+TEST(opt_should_stop_at_the_program_and_keep_its_arguments)
+{
+    struct args a;
+    struct dsl_strvec rest;
+    char err[DSL_ERR_LEN];
+    dsl_strvec_init(&rest);
+    const char *w[] = {"-f", "prog", "--name", "x", "-n", "99", NULL};
+    ASSERT_EQ(parse(DSL_OPT_STOP_AT_ARG, &a, &rest, err, w), 0);
+    ASSERT_EQ(a.flag, 1);
+    ASSERT(a.name == NULL);
+    ASSERT_EQ(rest.nr, 5);
+    ASSERT_STR_EQ(rest.v[0], "prog");
+    ASSERT_STR_EQ(rest.v[4], "99");
+    release(&a);
+    dsl_strvec_release(&rest);
+    /* "--" ends the options even before a word that looks like one */
+    dsl_strvec_init(&rest);
+    const char *w2[] = {"--", "--flag", NULL};
+    ASSERT_EQ(parse(DSL_OPT_STOP_AT_ARG, &a, &rest, err, w2), 0);
+    ASSERT_EQ(a.flag, 0);
+    ASSERT_EQ(rest.nr, 1);
+    ASSERT_STR_EQ(rest.v[0], "--flag");
+    release(&a);
+    dsl_strvec_release(&rest);
+}
+
+TEST(opt_should_collect_words_and_unknown_options_when_asked)
+{
+    struct args a;
+    struct dsl_strvec rest;
+    char err[DSL_ERR_LEN];
+    dsl_strvec_init(&rest);
+    const char *w[] = {"a", "--other", "v", "-f", "-x", "b", "--fast", NULL};
+    ASSERT_EQ(parse(DSL_OPT_KEEP_UNKNOWN, &a, &rest, err, w), 0);
+    ASSERT_EQ(a.flag, 1);
+    ASSERT_EQ(a.mode, 7);
+    ASSERT_EQ(rest.nr, 5);
+    const char *want[] = {"a", "--other", "v", "-x", "b"};
+    for (size_t i = 0; i < 5; i++)
+        ASSERT_STR_EQ(rest.v[i], want[i]);
+    release(&a);
+    dsl_strvec_release(&rest);
+    /* without KEEP_UNKNOWN, plain words are collected and unknown options refused */
+    dsl_strvec_init(&rest);
+    const char *w2[] = {"a", "-f", "b", "--mode", "3", NULL};
+    ASSERT_EQ(parse(0, &a, &rest, err, w2), 0);
+    ASSERT_EQ(a.mode, 3);
+    ASSERT_EQ(rest.nr, 2);
+    release(&a);
+    const char *w3[] = {"a", "--other", NULL};
+    ASSERT_EQ(parse(0, &a, &rest, err, w3), DSL_EUSAGE);
+    release(&a);
+    dsl_strvec_release(&rest);
+}
+
+TEST(opt_help_should_list_visible_options_with_dashes_and_defaults)
+{
+    struct dsl_opt_parser p = {"prog", opts, sizeof(opts) / sizeof(opts[0]), 0};
+    char buf[4096];
+    FILE *f = fmemopen(buf, sizeof(buf), "w");
+    ASSERT(f != NULL);
+    dsl_opt_help(&p, f);
+    fclose(f);
+    ASSERT_CONTAINS(buf, "  -n, --num-items N");
+    ASSERT_CONTAINS(buf, "a number (default: 3)");
+    ASSERT_CONTAINS(buf, "      --fast ");
+    ASSERT_CONTAINS(buf, "      --mode M");
+    ASSERT(strstr(buf, "secret") == NULL);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}

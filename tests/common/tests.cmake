@@ -1,0 +1,2 @@
+# dslcommon: the option parser every program uses.
+dsl_unit_test(test_opt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_opt.c LIBS dslcommon)
