@@ -1,6 +1,6 @@
 /*
  * Datasets (Fashion-MNIST idx.gz via zlib, synthetic) and the world-size invariant
- * sampler. See include/dslaunch/data.h for the semantics.
+ * sampler. See include/dslaunch/model/data.h for the semantics.
  *
  * The idx format: a big-endian magic 0x0000TTNN (TT = 0x08 for unsigned bytes, NN =
  * number of dimensions), NN big-endian uint32 dimensions, then the data. gzread reads

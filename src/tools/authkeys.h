@@ -2,7 +2,7 @@
  * The line logic of `dslaunch ssh-setup`: merging a public key into authorized_keys,
  * formatting and merging known_hosts entries, the managed block in ~/.ssh/config, and
  * which permissions sshd or ssh would refuse. Pure functions on strings and modes, no
- * I/O, so every rule is unit-tested (tests/sshsetup/test_authkeys.c).
+ * I/O, so every rule is unit-tested (tests/tools/test_authkeys.c).
  *
  * Merges are idempotent: a key already present (same type and base64 blob, whatever
  * its options or comment) is never added again, and the text of a file that needs no

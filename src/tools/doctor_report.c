@@ -7,7 +7,7 @@
  * check, in the order checks first appeared, so one glance down a group shows which
  * node differs. The helpers below (interface matching with NCCL's syntax, the majority
  * value, the NTP-style clock offset, dsbench's summary line) touch no I/O and are unit
- * tested in tests/doctor/test_doctor.c.
+ * tested in tests/tools/test_doctor.c.
  */
 #include <stdarg.h>
 #include <stdio.h>

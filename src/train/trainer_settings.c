@@ -1,5 +1,5 @@
 /*
- * dstrain's settings (see include/dslaunch/trainer_settings.h): the config module's
+ * dstrain's settings (see include/dslaunch/train/trainer_settings.h): the config module's
  * defaults, then the config file, then the command-line flags, which are applied
  * through dsl_train_config_set() so that a flag is checked exactly like the same key
  * in the file, then the world-size dependent resolution. A declarative table for the
