@@ -56,6 +56,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
+#include "comm_reduce.h"
 #include "comm_tcp.h"
 #include "dslaunch/common/banned.h"
 

@@ -55,6 +55,7 @@
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
+#include "comm_reduce.h"
 #include "comm_tcp.h"
 #include "dslaunch/common/banned.h"
 
