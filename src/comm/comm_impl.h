@@ -1,7 +1,7 @@
 /*
  * Inside the communicator: the state every backend shares and the small ops table that
- * comm.c dispatches to (one table per backend, so comm.c holds no backend-specific
- * branches and a backend without CUDA simply is not linked). Only comm*.c include this.
+ * comm.c dispatches to (one table per backend: after open, comm.c runs every call, the
+ * queue and the waits the same way whatever the backend). Only comm*.c include this.
  */
 #ifndef DSL_COMM_IMPL_H
 #define DSL_COMM_IMPL_H
