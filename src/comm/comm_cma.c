@@ -56,6 +56,9 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
+#include "comm_cma.h"
+#include "comm_reduce.h"
+#include "comm_shmbuf.h"
 #include "comm_tcp.h"
 #include "dslaunch/common/banned.h"
 
@@ -114,8 +117,6 @@ void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t)
     atomic_store(&s[c->rank].failed, 1);
     futex_wake(&s[c->rank].seq);
 }
-
-static int peer_dead(struct tcp *t, int q);
 
 static int lagging(uint32_t v, uint32_t seq)
 {
@@ -183,7 +184,7 @@ static int shm_round(struct dsl_comm *c, struct tcp *t, const char *what)
              * faster peer that already passed the round may well have finished the job
              * and exited by now, which is no failure.
              */
-            if (peer_dead(t, p) && lagging(atomic_load(&s[p].seq), seq))
+            if (dsl_tcp_peer_dead(t, p) && lagging(atomic_load(&s[p].seq), seq))
                 return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s",
                                   t->peer[p].name, what);
             if (now > deadline) {
@@ -295,28 +296,11 @@ static int round_sync(struct dsl_comm *c, struct tcp *t, const char *what)
     return xchg(c, t, what, &flag, 1, t->cma_scratch);
 }
 
-/* Is peer q's process gone? */
-static int peer_dead(struct tcp *t, int q)
-{
-    uint64_t v;
-    struct iovec l = {&v, sizeof(v)}, rv = {(void *)(uintptr_t)t->cookie_at[q], sizeof(v)};
-    return process_vm_readv(t->pid[q], &l, 1, &rv, 1, 0) < 0 && errno == ESRCH;
-}
-
-/* The first peer whose process is gone, or -1. */
-int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t)
-{
-    for (int q = 0; q < c->world; q++)
-        if (q != c->rank && peer_dead(t, q))
-            return q;
-    return -1;
-}
-
 /* A read from p failed: name the peer that is really gone (p may only have freed its
  * buffer after failing because of another rank). */
 static int cma_blame(struct dsl_comm *c, struct tcp *t, int p, const char *what, int err)
 {
-    int q = dsl_cma_find_dead(c, t);
+    int q = dsl_tcp_find_dead(c, t);
     if (q >= 0)
         return dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
     return dsl_seterr(c->err, DSL_EPEER, "%s: cannot read its buffer during %s: %s",
@@ -407,7 +391,7 @@ static char *zc_addr(struct dsl_comm *c, struct tcp *t, int p, int b, const char
     char *base = dsl_shmbuf_map(c, t, p, &s[p].ref[b]);
     if (base)
         return base + s[p].ref[b].off;
-    int q = dsl_cma_find_dead(c, t);
+    int q = dsl_tcp_find_dead(c, t);
     if (q >= 0)
         dsl_seterr(c->err, DSL_EPEER, "%s vanished during %s", t->peer[q].name, what);
     return NULL;

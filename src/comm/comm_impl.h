@@ -1,6 +1,7 @@
 /*
- * Inside the communicator: the state every backend shares and the small ops table
- * (house style 17) that comm.c dispatches to. Only comm*.c include this.
+ * Inside the communicator: the state every backend shares and the small ops table that
+ * comm.c dispatches to (one table per backend: after open, comm.c runs every call, the
+ * queue and the waits the same way whatever the backend). Only comm*.c include this.
  */
 #ifndef DSL_COMM_IMPL_H
 #define DSL_COMM_IMPL_H
@@ -77,19 +78,6 @@ struct dsl_comm {
     size_t q_head, q_len, q_alloc; /* ring buffer */
     int issued, completed;         /* request numbers: 1, 2, ... */
 };
-
-const char *dsl_comm_kind_name(enum dsl_comm_kind k);
-/* Element-wise dst[i] = a[i] op b[i] (dst may alias a or b); fp16/bf16 sums are widened
- * to float and rounded back to nearest even once per element. */
-void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
-                      enum dsl_redop op);
-/*
- * dst = the balanced pairwise tree over src[0..nsrc-1] (comm.h), element-wise; tmp holds
- * at least (nsrc / 2 + 1) * DSL_TREE_CHUNK elements. dst may alias one of the sources.
- */
-#define DSL_TREE_CHUNK 2048
-void dsl_comm_tree_reduce(void *dst, const void *const *src, int nsrc, size_t n,
-                          enum dsl_dtype t, enum dsl_redop op, void *tmp);
 
 /* Backends: fill c->ops and c->impl, or return a negative code with c->err set. */
 int dsl_comm_tcp_open(struct dsl_comm *c);

@@ -30,6 +30,7 @@
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
+#include "comm_reduce.h"
 #include "dslaunch/common/banned.h"
 
 struct nccl {

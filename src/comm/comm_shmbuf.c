@@ -35,6 +35,7 @@
 
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
+#include "comm_shmbuf.h"
 #include "comm_tcp.h"
 #include "dslaunch/common/banned.h"
 

@@ -1,6 +1,8 @@
 /*
- * Inside the tcp backend: the plan/engine state shared by comm_tcp.c (sockets, plans,
- * engine, setup) and comm_cma.c (the same-host path). Only those two include this.
+ * The tcp engine's interface (comm_tcp.c): the state of the tcp backend and the plans
+ * and engine that every path of it sits on: the socket plans and setup
+ * (comm_tcp_backend.c), the same-host path (comm_cma.c) and the shared buffers
+ * (comm_shmbuf.c). The engine calls none of them, so they may all call it.
  */
 #ifndef DSL_COMM_TCP_H
 #define DSL_COMM_TCP_H
@@ -88,33 +90,6 @@ struct tcp {
     const void **srcv;       /* [world]: tree-reduce inputs */
 };
 
-/* ---- shared buffers (comm_shmbuf.c) ---- */
-
-#define DSL_SHMBUF_MAPS 16 /* mappings of each peer's buffers kept at once */
-
-/** Where a buffer lies: registered object id (0: not registered), the owner's fd,
- *  offset in the object, object length. */
-struct dsl_shmref {
-    uint32_t id;
-    int32_t fd;
-    uint64_t off;
-    uint64_t len;
-};
-
-/** Create the (empty) registry and peer cache. */
-void dsl_shmbuf_init(struct dsl_comm *c, struct tcp *t);
-/** A zeroed buffer of bytes that peers can map; NULL on failure. */
-void *dsl_shmbuf_make(struct tcp *t, size_t bytes);
-/** Free a buffer of dsl_shmbuf_make(); returns 0 if p is not one. */
-int dsl_shmbuf_free(struct tcp *t, void *p);
-/** Is [p, p+len) inside one registered buffer? Fills ref (id 0 if not). */
-int dsl_shmbuf_find(struct tcp *t, const void *p, size_t len, struct dsl_shmref *ref);
-/** This process's address of peer's object ref (mapped on first use); NULL with c->err
- *  set on failure. The mapping is owned by the cache. */
-char *dsl_shmbuf_map(struct dsl_comm *c, struct tcp *t, int peer, const struct dsl_shmref *ref);
-/** Unmap every peer mapping and free every buffer still registered. */
-void dsl_shmbuf_close(struct dsl_comm *c, struct tcp *t);
-
 /* Grow a scratch buffer to need bytes, touching every page once. */
 int dsl_tcp_ensure(struct dsl_comm *c, char **buf, size_t *cap, size_t need);
 /* Empty every peer's queues and set the element type of the plan. */
@@ -133,15 +108,10 @@ void dsl_tcp_seg(size_t n, int j, int w, size_t esz, size_t *off, size_t *len);
 /* The direct algorithm (everyone to everyone, local tree sum). */
 int dsl_tcp_run_direct(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
 
-/* comm_cma.c */
-int dsl_cma_probe(struct dsl_comm *c, struct tcp *t);
-int dsl_cma_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
-/* The first peer whose process is gone, or -1. */
-int dsl_cma_find_dead(struct dsl_comm *c, struct tcp *t);
-/* Small collectives (at most DSL_CMA_SLOT bytes per rank) in the shared segment. */
-#define DSL_CMA_SLOT ((size_t)64 << 10)
-int dsl_cma_small_run(struct dsl_comm *c, struct tcp *t, const struct dsl_comm_call *k);
-/* Tell the peers waiting in a shared-memory round that this rank has failed. */
-void dsl_cma_mark_failed(struct dsl_comm *c, struct tcp *t);
+/* Is peer q's process gone? (reads its cookie with process_vm_readv: ESRCH) */
+int dsl_tcp_peer_dead(struct tcp *t, int q);
+/* The first peer whose process is gone, or -1. Needs the pids and cookie addresses
+ * that dsl_cma_probe filled in. */
+int dsl_tcp_find_dead(struct dsl_comm *c, struct tcp *t);
 
 #endif

@@ -16,9 +16,9 @@
  * as fp32 and consolidates); going out they are gathered like the optimizer state,
  * coming in they set master and the 16-bit copy together (dsl_mixed_load).
  *
- * The collectives on small host arrays (dsl_trainer_allreduce_host/_allgather_host)
- * live here too: the same crossing between host memory and the device, for the
- * per-step loss sums and flags, the norm's limbs, evaluation counts and reports.
+ * The collectives on small host arrays that these and the step share live apart, in
+ * trainer_hostcoll.c, so that the step (trainer.c) and this file, which waits for the
+ * step's all-gathers (dsl_trainer_sync), do not call each other.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,46 +35,6 @@ static int state_fail(struct dsl_trainer *t, int r, const char *what, char *err)
     const char *why = dsl_trainer_last_error(t);
     return dsl_seterr(err, r, "%s failed at step %llu: %s", what,
                       (unsigned long long)t->step + 1, why && *why ? why : dsl_strerror(r));
-}
-
-int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
-                               enum dsl_dtype ty, enum dsl_redop op)
-{
-    struct dsl_device *d = t->dev;
-    size_t bytes = count * dsl_dtype_size(ty);
-    int r;
-    if (d->host_memory)
-        return dsl_comm_allreduce(t->comm, buf, buf, count, ty, op);
-    void *dbuf = bytes <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, bytes);
-    if (!dbuf)
-        return -ENOMEM;
-    if ((r = d->ops->copy(d, dbuf, buf, bytes, DSL_COPY_H2D)) >= 0 &&
-        (r = dsl_comm_allreduce(t->comm, dbuf, dbuf, count, ty, op)) >= 0)
-        r = d->ops->copy(d, buf, dbuf, bytes, DSL_COPY_D2H);
-    if (dbuf != t->scratch)
-        d->ops->free(d, dbuf);
-    return r;
-}
-
-int dsl_trainer_allgather_host(struct dsl_trainer *t, void *buf, size_t count,
-                               enum dsl_dtype ty)
-{
-    struct dsl_device *d = t->dev;
-    size_t esz = dsl_dtype_size(ty), off, len;
-    int r;
-    dsl_shard_of(count, t->rank, t->world, &off, &len);
-    if (d->host_memory)
-        return dsl_comm_allgather(t->comm, (char *)buf + off * esz, buf, count, ty);
-    char *dbuf = count * esz <= t->scratch_bytes ? t->scratch : d->ops->alloc(d, count * esz);
-    if (!dbuf)
-        return -ENOMEM;
-    if ((r = d->ops->copy(d, dbuf + off * esz, (char *)buf + off * esz, len * esz,
-                          DSL_COPY_H2D)) >= 0 &&
-        (r = dsl_comm_allgather(t->comm, dbuf + off * esz, dbuf, count, ty)) >= 0)
-        r = d->ops->copy(d, buf, dbuf, count * esz, DSL_COPY_D2H);
-    if (dbuf != t->scratch)
-        d->ops->free(d, dbuf);
-    return r;
 }
 
 void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard)

@@ -644,6 +644,57 @@ static const struct {
     {"{\"\\ud800\":{}}", 0, "lone surrogate"},
     {"{\"__metadata__\":{\"dsl.crc32\":\"00000000\"},"
      "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "checksum mismatch"},
+    /* numbers are exact 64-bit integers (a zero dimension makes this one 0 bytes) */
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,18446744073709551615],\"data_offsets\":[0,0]}}", 0,
+     NULL},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,18446744073709551616],\"data_offsets\":[0,0]}}", 0,
+     "number out of range"},
+    {"{\"\\u005f_metadata__\":{\"k\":\"v\"}}", 0, NULL},
+    /* the grammar of an entry */
+    {"{\"a\":1}", 0, "expected '{'"},
+    {"{\"a\":{\"dtype\":1,\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "expected '\"'"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":1,\"data_offsets\":[0,4]}}", 4, "expected '['"},
+    {"{\"a\":{\"dtype\":\"F32\",\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
+     "unexpected or repeated field 'dtype'"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+     "too many entries in array (at most 8)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,4]}}", 4,
+     "too many entries in array (at most 2)"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}", 4,
+     "data_offsets must hold two numbers"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4,
+     "leading zero in number"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1.0],\"data_offsets\":[0,4]}}", 4,
+     "expected a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[1e0],\"data_offsets\":[0,4]}}", 4,
+     "expected a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[true],\"data_offsets\":[0,4]}}", 4,
+     "expected a non-negative integer"},
+    {"{\"a\":{\"dtype\":\"F32\",\"shape\":[[1]],\"data_offsets\":[0,4]}}", 4,
+     "expected a non-negative integer"},
+    {"{\"__metadata__\":{\"k\":{\"x\":{}}}}", 0, "nested too deep"},
+    /* metadata */
+    {"{\"__metadata__\":\"x\"}", 0, "expected '{'"},
+    {"{\"__metadata__\":{\"k\":null}}", 0, "expected '\"'"},
+    {"{\"__metadata__\":{\"\":\"1\"}}", 0, "unsupported or repeated metadata key ''"},
+    {"{\"__metadata__\":{\"k\":\"1\",\"k\":\"2\"}}", 0,
+     "unsupported or repeated metadata key 'k'"},
+    {"{\"__metadata__\":{\"k\":\"1\"},\"__metadata__\":{\"j\":\"2\"}}", 0, "repeated __metadata__"},
+    {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, "repeated __metadata__"},
+    /* strings and the JSON text itself */
+    {"{\"a\x01\":{}}", 0, "control character in string"},
+    {"{\x01}", 0, "control character outside a string"},
+    {"{\"\\u0000\":{}}", 0, "NUL in string"},
+    {"{\"\\udc00\":{}}", 0, "lone surrogate"},
+    {"{\"\\ud800\\u0041\":{}}", 0, "bad surrogate pair"},
+    {"{\"\\u12g4\":{}}", 0, "bad \\u escape"},
+    {"{\"\\u12", 0, "short \\u escape"},
+    {"{\"abc", 0, "unterminated string"},
+    {"{\"a\":{\"dtype\":\"F32\"", 0, "unexpected end of the header"},
+    {"{a:{}}", 0, "bad header at byte 1: expected '\"'"},
+    {"{\"a\" {}}", 0, "bad header at byte 5"},
+    {"\xef\xbb\xbf{}", 0, "expected '{'"},
+    {"{", 0, "bad header length 1"},
 };
 
 TEST(safetensors_reader_should_validate_every_header_rule)
@@ -666,6 +717,9 @@ TEST(safetensors_reader_should_validate_every_header_rule)
     unsigned char huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
     ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 8, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, "is truncated: header of");
+    dsl_st_release(&f);
+    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 5, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "no header length");
     dsl_st_release(&f);
 }
 

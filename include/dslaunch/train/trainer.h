@@ -209,6 +209,7 @@ const char *dsl_trainer_last_error(const struct dsl_trainer *t);
  * comm, on a GPU through device scratch (nccl takes device pointers only). Allreduce
  * is in place; allgather sends this rank's dsl_shard_of(count) piece of buf and fills
  * all of buf. Every rank calls them; 0 or a negative code (dsl_trainer_last_error()).
+ * (trainer_hostcoll.c)
  */
 int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
                                enum dsl_dtype ty, enum dsl_redop op);
