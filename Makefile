@@ -21,6 +21,7 @@ run: build
 test: test-main test-asan test-fuzz
 
 test-main: build
+	python3 scripts/check-layers.py build
 	ctest --test-dir build --output-on-failure -j$(JOBS) -LE fuzz
 
 test-asan: setup

@@ -6,8 +6,10 @@
  * non-blocking mode, so joining, like every later call, is bounded by the communicator
  * timeout: an operation that answers ncclInProgress is polled with
  * ncclCommGetAsyncError until it settles. Collectives are enqueued on the backend's own
- * stream (dsl_comm_stream(); the caller orders it with compute using events) and
- * comm.c's blocking calls then drain it in nccl_sync(), which polls cudaStreamQuery and
+ * stream (dsl_comm_stream()) after waiting on an event recorded on the legacy default
+ * stream, where the device's kernels run, so a collective sees everything queued
+ * before it without the caller synchronising; comm.c's blocking calls then drain the
+ * stream in nccl_sync(), which polls cudaStreamQuery and
  * ncclCommGetAsyncError in a sleep loop: a failed or vanished peer becomes an error
  * (with ncclGetErrorString's text) or a timeout, never a hang; either aborts the
  * communicator (ncclCommAbort).

@@ -13,7 +13,7 @@
  * blocking and every call is bounded by the store timeout. A call that fails on the
  * connection (timeout, refusal, lost server) closes it: the client is unusable
  * afterwards and dsl_store_last_error() says why. Keys are 1..1024 bytes; values up to
- * about 1 MiB. The wire protocol is in src/train/store_proto.h.
+ * about 1 MiB. The wire protocol is in store_proto.h.
  */
 #ifndef DSLAUNCH_STORE_H
 #define DSLAUNCH_STORE_H

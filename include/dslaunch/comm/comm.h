@@ -9,7 +9,7 @@
  * Sharding convention used by reduce_scatter and allgather (and by the trainer's ZeRO
  * arithmetic): n elements are cut into world_size shards of s = ceil(n / world)
  * elements; rank r owns [r*s, min(n, (r+1)*s)), which may be empty for the last ranks.
- * This is the same as padding n up to a multiple of world (house style 20).
+ * This is the same as padding n up to a multiple of world.
  *
  * Every call is bounded by the communicator timeout (DSLAUNCH_COMM_TIMEOUT seconds,
  * default 300): a collective that cannot finish returns DSL_ETIMEDOUT or DSL_EPEER and

@@ -1,6 +1,6 @@
 /*
  * Branch-free fp16/bf16 conversions for loops the compiler should vectorize: the host
- * collectives' 16-bit reductions (dsl_comm_combine in comm.c). Each gives the same bits
+ * collectives' 16-bit reductions (dsl_comm_combine in comm_reduce.c). Each gives the same bits
  * as the reference in halfprec.h (halfconv.c) for every input, NaN payloads included;
  * test_halfprec checks every 16-bit value and every float of a dense sweep against the
  * reference (and all 2^32 floats with DSL_TEST_EXHAUSTIVE=1). They use only integer

@@ -1,5 +1,6 @@
 /*
- * Transports: how the launcher reaches the node agent on each host (house style 17).
+ * Transports: how the launcher reaches the node agent on each host, behind a small ops
+ * table so that a new way (a scheduler, a container runtime) is one more file.
  *
  * A transport turns a host name into a bidirectional byte stream to a running
  * `dslaunch --agent` on that host: the agent's stdin and stdout. Everything else (plan,
