@@ -32,6 +32,9 @@
 #define DSL_ENV_OMP_NUM_THREADS "OMP_NUM_THREADS"   /* set when the user did not */
 #define DSL_ENV_NCCL_SOCKET_IFNAME "NCCL_SOCKET_IFNAME" /* interface toward MASTER_ADDR */
 #define DSL_ENV_GLOO_SOCKET_IFNAME "GLOO_SOCKET_IFNAME" /* the same, for Gloo */
+#define DSL_ENV_PROGRESS_FILE "DSLAUNCH_PROGRESS_FILE" /* where the rank reports progress
+                                                          (common/progress.h) */
+#define DSL_ENV_PYTHONFAULTHANDLER "PYTHONFAULTHANDLER" /* set while hangs are watched */
 
 /* ---- read by the ranks (set by the user when the defaults do not fit) ---- */
 #define DSL_ENV_COMM_TIMEOUT "DSLAUNCH_COMM_TIMEOUT"   /* seconds a collective may wait */
