@@ -34,6 +34,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/train/trainer_settings.h"
 #include "dslaunch/common/banned.h"
@@ -91,6 +92,11 @@ static int train(struct dsl_train_settings *s)
     struct dsl_comm_opts co = {.backend = backend,
                                .deterministic = s->cfg.dstrain.deterministic != 0,
                                .device = gpu ? device : 0};
+    /* progress heartbeats for the launcher's hang detection (DSLAUNCH_PROGRESS_FILE) */
+    if (!dsl_progress_self(err) && *err) {
+        dsl_warn("%s; reporting no progress", err);
+        *err = '\0';
+    }
     if ((r = dsl_comm_open_env(&comm, &co, err)) < 0)
         goto out;
     int rank = dsl_comm_rank(comm), world = dsl_comm_size(comm);

@@ -17,6 +17,15 @@
  * wake-up). On the nccl backend every call is enqueued on the stream at issue time and
  * a wait drains the stream. The first failure is sticky: every later call returns it.
  * The communicator is used by one user thread at a time.
+ *
+ * Progress (common/progress.h): when the rank has a progress record, every call gets
+ * the next collective number at issue, and the thread that runs it stores "inside #n"
+ * before and "left #n" after (nccl: after the stream drained), so the node agent can
+ * tell which collective a rank never entered. A failed call stays "inside". That is
+ * two plain stores per call, no system call. Closing: the store's server (rank 0)
+ * waits for the other ranks to disconnect only while some of them may still need it,
+ * i.e. until a call that takes every rank's data has completed, and never after a
+ * failure (a peer that is gone or stuck would hold it until the store timeout).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -25,6 +34,7 @@
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
 #include "comm_impl.h"
@@ -89,6 +99,7 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     atomic_init(&c->bytes_sent, 0);
     c->deterministic = o->deterministic;
     c->device = o->device;
+    c->prog = dsl_progress_self(NULL);
     if ((r = env_int("WORLD_SIZE", 1, 1, 1 << 20, &c->world, err)) < 0)
         goto out;
     if ((r = env_int("RANK", 0, 0, c->world - 1, &c->rank, err)) < 0)
@@ -152,8 +163,10 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     r = 0;
 out:
     if (c) {
-        if (c->store)
+        if (c->store) {
+            dsl_store_set_linger(c->store, 0); /* the job fails: nobody waits for it */
             dsl_store_free(c->store);
+        }
         pthread_cond_destroy(&c->cv);
         pthread_mutex_destroy(&c->mu);
         free(c);
@@ -174,8 +187,10 @@ void dsl_comm_close(struct dsl_comm *c)
     }
     if (c->ops && c->ops->close)
         c->ops->close(c);
-    if (c->store)
+    if (c->store) {
+        dsl_store_set_linger(c->store, c->failed || c->all_joined ? 0 : c->timeout_s);
         dsl_store_free(c->store);
+    }
     free(c->q);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
@@ -237,6 +252,21 @@ static int check_call(struct dsl_comm *c, const struct dsl_comm_call *k)
     return 0;
 }
 
+/* ---- progress ---- */
+
+static void coll_mark(struct dsl_comm *c, uint64_t seq, enum dsl_comm_kind kind, int inside)
+{
+    dsl_progress_coll(c->prog, seq, (enum dsl_progress_coll)((int)kind + 1), inside);
+}
+
+/* After call seq completed without error. */
+static void coll_done(struct dsl_comm *c, uint64_t seq, enum dsl_comm_kind kind)
+{
+    coll_mark(c, seq, kind, 0);
+    if (kind != DSL_COLL_BROADCAST)
+        c->all_joined = 1;
+}
+
 /* ---- asynchronous queue ---- */
 
 static void *progress_main(void *arg)
@@ -251,7 +281,12 @@ static void *progress_main(void *arg)
         struct dsl_comm_queue_item it = c->q[c->q_head];
         int failed = c->failed;
         pthread_mutex_unlock(&c->mu);
-        int r = failed ? failed : c->ops->run(c, &it.call);
+        int r = failed;
+        if (!r) {
+            coll_mark(c, it.seq, it.call.kind, 1);
+            if ((r = c->ops->run(c, &it.call)) == 0)
+                coll_done(c, it.seq, it.call.kind);
+        }
         pthread_mutex_lock(&c->mu);
         if (r < 0 && !c->failed)
             c->failed = r;
@@ -264,7 +299,7 @@ static void *progress_main(void *arg)
     return NULL;
 }
 
-static int enqueue(struct dsl_comm *c, const struct dsl_comm_call *k, int *req)
+static int enqueue(struct dsl_comm *c, const struct dsl_comm_call *k, uint64_t seq, int *req)
 {
     pthread_mutex_lock(&c->mu);
     if (!c->thread_started) {
@@ -285,7 +320,7 @@ static int enqueue(struct dsl_comm *c, const struct dsl_comm_call *k, int *req)
         c->q_alloc = na;
     }
     int id = ++c->issued;
-    c->q[(c->q_head + c->q_len) % c->q_alloc] = (struct dsl_comm_queue_item){*k, id};
+    c->q[(c->q_head + c->q_len) % c->q_alloc] = (struct dsl_comm_queue_item){*k, id, seq};
     c->q_len++;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
@@ -299,6 +334,10 @@ int dsl_comm_wait(struct dsl_comm *c, int req)
         int r = c->failed;
         if (!r && c->ops->sync && (r = c->ops->sync(c)) < 0)
             c->failed = r;
+        if (!r && c->open_seq) {
+            coll_done(c, c->open_seq, c->open_kind);
+            c->open_seq = 0;
+        }
         return r;
     }
     pthread_mutex_lock(&c->mu);
@@ -318,22 +357,33 @@ static int submit(struct dsl_comm *c, const struct dsl_comm_call *k, int *req)
     int r = check_call(c, k);
     if (r < 0)
         return r;
+    uint64_t seq = ++c->coll_seq;
     if (req) {
         if (c->ops->threaded)
-            return enqueue(c, k, req);
+            return enqueue(c, k, seq, req);
         /* self and nccl: run (enqueue on the stream) now */
         *req = ++c->issued;
-        if ((r = c->ops->run(c, k)) < 0)
+        coll_mark(c, seq, k->kind, 1);
+        if ((r = c->ops->run(c, k)) < 0) {
             c->failed = r;
+        } else if (c->ops->sync) {
+            c->open_seq = seq; /* left once dsl_comm_wait has drained the stream */
+            c->open_kind = k->kind;
+        } else {
+            coll_done(c, seq, k->kind);
+        }
         c->completed = *req;
         return r;
     }
     if (c->ops->threaded && c->issued > c->completed && (r = dsl_comm_wait(c, c->issued)) < 0)
         return r;
+    coll_mark(c, seq, k->kind, 1);
     if ((r = c->ops->run(c, k)) < 0 || (c->ops->sync && (r = c->ops->sync(c)) < 0)) {
         c->failed = r;
         return r;
     }
+    c->open_seq = 0; /* the sync drained whatever was enqueued before */
+    coll_done(c, seq, k->kind);
     return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/progress.h"
 
 enum dsl_comm_kind {
     DSL_COLL_ALLREDUCE,
@@ -55,6 +56,7 @@ struct dsl_comm_ops {
 struct dsl_comm_queue_item {
     struct dsl_comm_call call;
     int req;
+    uint64_t seq; /* the call's collective number (progress record) */
 };
 
 struct dsl_comm {
@@ -68,6 +70,16 @@ struct dsl_comm {
     _Atomic uint64_t bytes_sent;
     int failed;              /* first fatal error; sticky */
     char err[DSL_ERR_LEN];   /* last error text */
+
+    /* Progress record (common/progress.h), NULL when the rank reports none: every call
+     * gets the next number; entering and leaving it are one store each. */
+    struct dsl_progress_rec *prog;
+    uint64_t coll_seq;             /* numbers handed out so far */
+    uint64_t open_seq;             /* nccl: enqueued, left when the stream drains */
+    enum dsl_comm_kind open_kind;
+    /* a call that needs every rank's data completed: every rank is past its open and
+     * has no more use for the store, so closing need not wait for them */
+    int all_joined;
 
     /* Asynchronous calls (threaded backends): a FIFO executed by one progress thread. */
     pthread_mutex_t mu;

@@ -8,8 +8,11 @@
  * deadline and, when it runs out, drops the connection (a client is unusable after any
  * failure on its connection, as a communicator is after a timeout). dsl_store_open()
  * on rank 0 also starts the server, and dsl_store_free() there first waits (bounded by
- * the timeout) until every other client has disconnected, so rank 0 leaving early does
- * not pull the store from under ranks that still need it.
+ * the timeout, or by a shorter linger the owner set) until every other client has
+ * disconnected, so rank 0 leaving early does not pull the store from under ranks that
+ * still need it. The comm sets the linger to 0 once no rank can need the store any
+ * more, or after a failure: a peer that is stuck keeps its connection open, and must
+ * not keep rank 0 from exiting.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,6 +38,7 @@ struct dsl_store {
     int port;
     int rank, world;
     double timeout_s;
+    double linger_s;              /* dsl_store_free waits at most this for the others */
     struct dsl_store_server *srv; /* owned when this rank hosts the store */
     struct dsl_dynbuf req;
     char err[DSL_ERR_LEN];
@@ -154,6 +158,7 @@ int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, ch
     st->rank = o->rank;
     st->world = o->world_size > 0 ? o->world_size : 1;
     st->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
+    st->linger_s = st->timeout_s;
     dsl_dynbuf_init(&st->req, DSL_STORE_MAX_FRAME + 16);
     st->fd = dsl_net_connect(o->addr, o->port, st->timeout_s, err);
     if (st->fd < 0) {
@@ -214,12 +219,18 @@ void dsl_store_free(struct dsl_store *st)
     if (st->fd >= 0)
         close(st->fd);
     if (st->srv) {
-        dsl_store_server_wait_idle(st->srv, dsl_now() + st->timeout_s);
+        if (st->linger_s > 0)
+            dsl_store_server_wait_idle(st->srv, dsl_now() + st->linger_s);
         dsl_store_server_free(st->srv);
     }
     dsl_dynbuf_release(&st->req);
     free(st->addr);
     free(st);
+}
+
+void dsl_store_set_linger(struct dsl_store *st, double seconds)
+{
+    st->linger_s = seconds < 0 ? 0 : seconds < st->timeout_s ? seconds : st->timeout_s;
 }
 
 static int check_key(struct dsl_store *st, const char *key)

@@ -55,6 +55,11 @@ int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, ch
  */
 int dsl_store_open(struct dsl_store **out, const struct dsl_store_opts *o, char *err);
 void dsl_store_free(struct dsl_store *st);
+/**
+ * How long dsl_store_free() on the hosting rank may wait for the other clients to
+ * disconnect: at most the store timeout (the default), 0 for not at all.
+ */
+void dsl_store_set_linger(struct dsl_store *st, double seconds);
 
 int dsl_store_set(struct dsl_store *st, const char *key, const void *val, size_t len);
 /** Block until key exists (bounded by the timeout). *val is malloc'd, owned by caller. */

@@ -73,6 +73,7 @@
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/xalloc.h"
 #include "trainer_mixed.h"
@@ -594,6 +595,7 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
             return dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
         correct += (double)st.correct;
         lsum += st.loss_sum;
+        dsl_progress_beat(dsl_progress_self(NULL)); /* a long evaluation is progress too */
     }
     float v[2] = {(float)correct, (float)lsum};
     int r = dsl_trainer_allreduce_host(t, v, 2, DSL_FLOAT32, DSL_SUM);

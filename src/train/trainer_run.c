@@ -27,6 +27,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/banned.h"
 
@@ -176,12 +177,16 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
                total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
 
+    /* the step in the progress record (common/progress.h): one store per step */
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_step(prog, t->step);
     while (t->step < total) {
         uint64_t epoch = t->step / spe;
         const size_t *idx = dsl_sampler_step(&smp, epoch, (size_t)(t->step % spe));
         int want_stop = ro->stop_flag && *ro->stop_flag;
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
+        dsl_progress_step(prog, t->step);
         brk[0] += res.t_compute;
         brk[1] += res.t_reduce;
         brk[2] += res.t_small;
