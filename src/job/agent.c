@@ -25,6 +25,10 @@
  * Backpressure: when the control output queue is full (the launcher reads slowly) the
  * rank pipes are not polled, so ranks block on write instead of the agent growing
  * without bound.
+ *
+ * Progress and stacks (agent_progress.c): the ranks' progress files are read every
+ * progress tick and changes go out as "progress" messages; a "stacks" request runs a
+ * stack tool per rank, whose output pipes join the poll set.
  */
 #define _GNU_SOURCE /* pipe2, prctl */
 #include <errno.h>
@@ -41,6 +45,7 @@
 #include <unistd.h>
 
 #include "dslaunch/job/agent.h"
+#include "agent_progress.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/facts.h"
 #include "dslaunch/common/log.h"
@@ -84,6 +89,7 @@ struct agent {
     double kill_at, last_rx, last_ping;
     int probe_lfd;
     int sigpipe[2];
+    struct dsl_agent_progress prog; /* progress files, stack captures */
 };
 
 static volatile sig_atomic_t got_signal;
@@ -263,6 +269,8 @@ static void emit_line(struct agent *a, struct rank_proc *r, int s, const char *p
     dsl_msg_release(&m);
     if (s == 2 && !cr)
         tail_push(r, p, n);
+    if (s == 2)
+        dsl_agent_progress_stderr(&a->prog, (int)(r - a->ranks), p, n);
 }
 
 /* Split what is buffered for stream s into lines; flush a partial line if final. */
@@ -314,6 +322,10 @@ static void read_pipe(struct agent *a, struct rank_proc *r, int s)
 static void report_exit(struct agent *a, struct rank_proc *r)
 {
     struct dsl_msg m;
+    if (dsl_agent_progress_exited(&a->prog, (int)(r - a->ranks), &m)) {
+        send_msg(a, &m); /* the rank's final progress, before its exit */
+        dsl_msg_release(&m);
+    }
     dsl_msg_init(&m, DSL_MSG_EXIT);
     m.rank = r->rank;
     m.pid = (int)r->pid;
@@ -377,8 +389,11 @@ static void reap(struct agent *a)
 static void signal_ranks(struct agent *a, int sig)
 {
     for (int i = 0; i < a->nranks; i++)
-        if (a->ranks[i].pid > 0 && !a->ranks[i].exited)
+        if (a->ranks[i].pid > 0 && !a->ranks[i].exited) {
             kill(-a->ranks[i].pid, sig);
+            if (sig != SIGKILL)
+                kill(-a->ranks[i].pid, SIGCONT); /* a stopped rank acts on it now */
+        }
 }
 
 static void begin_stop(struct agent *a, int sig, double grace)
@@ -432,6 +447,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     a->nranks = sm->nranks;
     a->ranks = dsl_xcalloc((size_t)sm->nranks, sizeof(*a->ranks));
     a->state = AG_RUNNING;
+    dsl_agent_progress_setup(&a->prog, sm->progress_tick, sm->nranks);
     for (int i = 0; i < sm->nranks; i++) {
         struct rank_proc *r = &a->ranks[i];
         r->rank = sm->ranks[i].rank;
@@ -448,6 +464,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         dsl_strvec_pushv(&env, (const char *const *)environ);
         apply_env(&env, &sm->env);
         apply_env(&env, &sm->ranks[i].env);
+        dsl_agent_progress_rank(&a->prog, i, r->rank, &env);
         struct dsl_strvec argv;
         dsl_strvec_init(&argv);
         dsl_strvec_pushv(&argv, (const char *const *)sm->argv.v);
@@ -484,6 +501,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             return;
         }
         r->pid = p.pid;
+        dsl_agent_progress_started(&a->prog, i, p.pid);
         r->fd[1] = p.out_fd;
         r->fd[2] = p.err_fd;
         struct dsl_msg m;
@@ -511,6 +529,10 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
             a->state = AG_DONE;
         else
             begin_stop(a, m->sig ? m->sig : SIGTERM, m->grace);
+        break;
+    case DSL_MSG_STACKS:
+        if (a->state == AG_RUNNING)
+            dsl_agent_progress_stacks(&a->prog, m->stack_timeout);
         break;
     default:
         break; /* pings and anything else only count as signs of life */
@@ -573,6 +595,7 @@ int dsl_agent_main(int in_fd, int out_fd)
     a.keepalive = 0;
     dsl_linebuf_init(&a.in);
     dsl_dynbuf_init(&a.outq, OUTQ_MAX);
+    dsl_agent_progress_init(&a.prog);
     dsl_log_set_prog("dslaunch agent");
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) == 0)
@@ -626,13 +649,18 @@ int dsl_agent_main(int in_fd, int out_fd)
             send_msg(&a, &m);
             a.last_ping = now;
         }
+        struct dsl_msg pm;
+        while (a.state != AG_WAITING && dsl_agent_progress_poll(&a.prog, now, &pm)) {
+            send_msg(&a, &pm);
+            dsl_msg_release(&pm);
+        }
 
-        struct pollfd pfd[3 + 2 * 64];
+        struct pollfd pfd[3 + 3 * 64];
         struct pollfd *pf = pfd;
         size_t npf = 0, cap = sizeof(pfd) / sizeof(pfd[0]);
         struct pollfd *big = NULL;
-        if ((size_t)a.nranks * 2 + 3 > cap) {
-            cap = (size_t)a.nranks * 2 + 3;
+        if ((size_t)a.nranks * 3 + 3 > cap) { /* stdout, stderr, a stack tool per rank */
+            cap = (size_t)a.nranks * 3 + 3;
             big = dsl_xcalloc(cap, sizeof(*big));
             pf = big;
         }
@@ -646,6 +674,7 @@ int dsl_agent_main(int in_fd, int out_fd)
                 for (int s = 1; s <= 2; s++)
                     if (a.ranks[i].fd[s] >= 0)
                         pf[npf++] = (struct pollfd){.fd = a.ranks[i].fd[s], .events = POLLIN};
+        npf += dsl_agent_progress_pollfds(&a.prog, pf + npf);
         int timeout = 200;
         if (a.state == AG_STOPPING) {
             double left = a.kill_at - now;
@@ -670,6 +699,8 @@ int dsl_agent_main(int in_fd, int out_fd)
                 read_control(&a);
             } else if (fd == a.out_fd) {
                 flush_out(&a, 0);
+            } else if (dsl_agent_progress_on_fd(&a.prog, fd)) {
+                /* a stack tool's output */
             } else {
                 for (int k = 0; k < a.nranks; k++)
                     for (int s = 1; s <= 2; s++)
@@ -693,6 +724,7 @@ int dsl_agent_main(int in_fd, int out_fd)
             free(r->tail[k]);
     }
     free(a.ranks);
+    dsl_agent_progress_release(&a.prog);
     if (a.probe_lfd >= 0)
         close(a.probe_lfd);
     dsl_linebuf_release(&a.in);

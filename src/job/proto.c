@@ -17,6 +17,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/xalloc.h"
+#include "proto_hang.h"
 #include "dslaunch/common/banned.h"
 
 static const char *const type_names[] = {
@@ -24,6 +25,7 @@ static const char *const type_names[] = {
     [DSL_MSG_START] = "start",     [DSL_MSG_STARTED] = "started", [DSL_MSG_OUT] = "out",
     [DSL_MSG_EXIT] = "exit",       [DSL_MSG_SPAWNERR] = "spawnerr", [DSL_MSG_STOP] = "stop",
     [DSL_MSG_PING] = "ping",       [DSL_MSG_BYE] = "bye",
+    [DSL_MSG_PROGRESS] = "progress", [DSL_MSG_STACKS] = "stacks", [DSL_MSG_STACKED] = "stacked",
 };
 
 void dsl_msg_init(struct dsl_msg *m, enum dsl_msg_type type)
@@ -66,6 +68,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->line);
     free(m->error);
     dsl_strvec_release(&m->tail);
+    dsl_proto_hang_release(m);
     dsl_msg_init(m, 0);
 }
 
@@ -111,7 +114,7 @@ static void add_facts(cJSON *o, const struct dsl_facts *f)
 
 int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
 {
-    if (m->type < DSL_MSG_HELLO || m->type > DSL_MSG_BYE)
+    if (m->type < DSL_MSG_HELLO || m->type >= DSL_MSG_NTYPES)
         return -EINVAL;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "t", type_names[m->type]);
@@ -176,6 +179,7 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "grace", m->grace);
         cJSON_AddNumberToObject(o, "keepalive", m->keepalive);
         cJSON_AddNumberToObject(o, "lra", m->local_rank_arg);
+        dsl_proto_hang_encode(m, o);
         break;
     }
     case DSL_MSG_STARTED:
@@ -206,6 +210,12 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         break;
     case DSL_MSG_PING:
     case DSL_MSG_BYE:
+        break;
+    case DSL_MSG_PROGRESS:
+    case DSL_MSG_STACKS:
+    case DSL_MSG_STACKED:
+    case DSL_MSG_NTYPES:
+        dsl_proto_hang_encode(m, o);
         break;
     }
     char *s = cJSON_PrintUnformatted(o);
@@ -427,6 +437,7 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             if (s->rank < 0 || s->local_rank < 0)
                 return dsl_seterr(err, DSL_EPROTO, "negative rank");
         }
+        TRY(dsl_proto_hang_decode(m, o, err));
         break;
     }
     case DSL_MSG_STARTED:
@@ -462,6 +473,12 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
     case DSL_MSG_PING:
     case DSL_MSG_BYE:
         break;
+    case DSL_MSG_PROGRESS:
+    case DSL_MSG_STACKS:
+    case DSL_MSG_STACKED:
+    case DSL_MSG_NTYPES:
+        TRY(dsl_proto_hang_decode(m, o, err));
+        break;
     }
 #undef TRY
     return 0;
@@ -479,7 +496,7 @@ int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err)
         dsl_seterr(err, r, "control message without a type");
         goto out;
     }
-    for (int i = DSL_MSG_HELLO; i <= DSL_MSG_BYE; i++)
+    for (int i = DSL_MSG_HELLO; i < DSL_MSG_NTYPES; i++)
         if (!strcmp(t->valuestring, type_names[i]))
             m->type = (enum dsl_msg_type)i;
     if (!m->type) {

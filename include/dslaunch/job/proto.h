@@ -22,7 +22,8 @@
  *                 disk_free, t_recv, t_send}, see facts.h)
  *   start   l->a  node_rank, host_label, cwd, argv[], env[] ("K=V" for all ranks),
  *                 ranks [{rank, local_rank, env[]}], grace, keepalive, lra (1: append
- *                 --local_rank=N to each rank's argv)
+ *                 --local_rank=N to each rank's argv), progress (optional: seconds
+ *                 between reads of the ranks' progress files; absent or 0: no files)
  *   started a->l  rank, pid
  *   out     a->l  rank, s (1 stdout, 2 stderr), line, cr (1 if ended by '\r')
  *   exit    a->l  rank, pid, code (-1 if signalled), sig, wall, tail[] (last stderr lines)
@@ -30,6 +31,12 @@
  *   stop    l->a  sig (signal to send first), grace (seconds before SIGKILL)
  *   ping    both  (keepalive; any message counts as a sign of life)
  *   bye     a->l  (every rank has exited and been reported)
+ *   progress a->l ranks [{rank, adv (1: the file's content changed), form, step, cseq,
+ *                 ckind, in, text, ps (process state letter)}]: the ranks whose progress
+ *                 file or process state changed since the last report; an exit is
+ *                 preceded by its rank's final progress, if that changed
+ *   stacks  l->a  timeout: capture a stack of every live rank (seconds per process)
+ *   stacked a->l  stacks [{rank, pid, tool, text}]: the answer, one entry per rank
  */
 #ifndef DSLAUNCH_PROTO_H
 #define DSLAUNCH_PROTO_H
@@ -37,6 +44,7 @@
 #include <stddef.h>
 
 #include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/remote/facts.h"
 #include "dslaunch/common/strvec.h"
 
@@ -56,6 +64,10 @@ enum dsl_msg_type {
     DSL_MSG_STOP,
     DSL_MSG_PING,
     DSL_MSG_BYE,
+    DSL_MSG_PROGRESS,
+    DSL_MSG_STACKS,
+    DSL_MSG_STACKED,
+    DSL_MSG_NTYPES /* not a type: one past the last */
 };
 
 struct dsl_iface {
@@ -66,6 +78,21 @@ struct dsl_iface {
 struct dsl_rank_spec {
     int rank, local_rank;
     struct dsl_strvec env;
+};
+
+/* One rank's news in a progress message (view.hash does not travel). */
+struct dsl_rank_progress {
+    int rank;
+    int advanced;                 /* the progress file's content changed */
+    char pstate;                  /* /proc state letter (R, S, D, T, t, Z), 0 unknown */
+    struct dsl_progress_view view;
+};
+
+/* One rank's stack in a stacked message; strings owned by the message. */
+struct dsl_rank_stack {
+    int rank, pid;
+    char *tool;                   /* "gdb", "eu-stack", "gdb+faulthandler", "none" */
+    char *text;
 };
 
 /*
@@ -101,6 +128,14 @@ struct dsl_msg {
     char *line, *error;
     double wall;
     struct dsl_strvec tail;
+    /* start (optional) / stacks */
+    double progress_tick;      /* start: seconds between progress reads, 0 = none */
+    double stack_timeout;      /* stacks: seconds each capture may take */
+    /* progress / stacked (owned; proto_hang.c codes them) */
+    struct dsl_rank_progress *progress;
+    int nprogress;
+    struct dsl_rank_stack *stacks;
+    int nstacks;
 };
 
 void dsl_msg_init(struct dsl_msg *m, enum dsl_msg_type type);

@@ -1,0 +1,448 @@
+/*
+ * The node agent's watch over its ranks: progress files, process states, stacks.
+ *
+ * Theory of operation. Everything runs on the agent's one thread, from its poll loop;
+ * nothing here blocks.
+ *
+ * Progress. When the start message asks for it (progress = tick seconds), every rank
+ * gets a file of its own, created here before the rank is spawned: in /dev/shm (else
+ * $TMPDIR or /tmp), named after the run id and the rank, mode 0600, one zeroed page,
+ * and named in the rank's environment as DSLAUNCH_PROGRESS_FILE. Every tick each live
+ * rank's file is read (common/progress.c: two agreeing preads, never a mapping) along
+ * with its process state from /proc/PID/stat, and whatever changed goes to the
+ * launcher in one progress message: adv = 1 when the content changed (that is progress,
+ * whatever the writer put there), the process state on its own is not. A rank's final
+ * content is sent just before its exit is reported. The files are removed when the
+ * agent ends.
+ *
+ * Stacks. On a stacks request every live rank goes through, concurrently:
+ *   TOOL    eu-stack -p PID, or gdb -p PID -batch 'thread apply all bt' (the first in
+ *           PATH), with its output on a pipe in the poll set; killed at the deadline
+ *   PYDUMP  for a Python rank started with PYTHONFAULTHANDLER: SIGABRT (then SIGCONT,
+ *           should it be stopped; core dumps off first), and the faulthandler's
+ *           traceback is taken from the rank's stderr until it exits or a deadline
+ *   DONE
+ * When every rank is DONE one stacked message carries them all. The tools lead their
+ * own process groups and die with the agent (parent-death signal); the agent's reaper
+ * collects them like any other child.
+ */
+#define _GNU_SOURCE /* pipe2, prlimit */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent_progress.h"
+#include "dslaunch/common/envnames.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "proto_hang.h"
+#include "dslaunch/common/banned.h"
+
+extern char **environ;
+
+enum { ST_IDLE = 0, ST_TOOL, ST_PYDUMP, ST_DONE };
+
+#define PYDUMP_WAIT 5.0 /* seconds a Python rank gets to print its traceback and die */
+#define PART_MAX (DSL_PROTO_MAX_STACK / 2 - 1024) /* tool output, traceback: each */
+
+/* Append what fits of data to b (a dynbuf would drop everything on overflow). */
+static void cap_add(struct dsl_dynbuf *b, const void *data, size_t n)
+{
+    size_t room = b->max > b->len ? b->max - b->len : 0;
+    dsl_dynbuf_add(b, data, n < room ? n : room);
+}
+
+void dsl_agent_progress_init(struct dsl_agent_progress *p)
+{
+    memset(p, 0, sizeof(*p));
+}
+
+void dsl_agent_progress_setup(struct dsl_agent_progress *p, double tick, int nranks)
+{
+    p->tick = tick > 0 ? tick : 0;
+    p->n = nranks;
+    p->r = dsl_xcalloc((size_t)nranks + 1, sizeof(*p->r));
+    for (int i = 0; i < nranks; i++) {
+        p->r[i].st_fd = -1;
+        dsl_dynbuf_init(&p->r[i].st_out, PART_MAX);
+        dsl_dynbuf_init(&p->r[i].st_py, PART_MAX);
+    }
+}
+
+/* ---- progress files ---- */
+
+static const char *file_dir(void)
+{
+    struct stat st;
+    if (access("/dev/shm", W_OK | X_OK) == 0 && stat("/dev/shm", &st) == 0 &&
+        S_ISDIR(st.st_mode))
+        return "/dev/shm";
+    const char *t = getenv("TMPDIR");
+    return t && t[0] == '/' ? t : "/tmp";
+}
+
+static int create_file(const char *path)
+{
+    for (int tries = 0; tries < 2; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST && tries == 0) {
+            unlink(path); /* left by an earlier agent of this run (same id and rank) */
+            continue;
+        }
+        if (fd < 0)
+            return -errno;
+        int r = ftruncate(fd, DSL_PROGRESS_FILE_SIZE) < 0 ? -errno : 0;
+        close(fd);
+        if (r < 0)
+            unlink(path);
+        return r;
+    }
+    return -EEXIST;
+}
+
+void dsl_agent_progress_rank(struct dsl_agent_progress *p, int i, int rank,
+                             struct dsl_strvec *env)
+{
+    struct dsl_agent_rank_watch *w = &p->r[i];
+    w->rank = rank;
+    const char *pf = dsl_env_get(env, DSL_ENV_PYTHONFAULTHANDLER);
+    w->pyfault = pf && pf[0];
+    if (!p->tick)
+        return;
+    const char *id = dsl_env_get(env, DSL_ENV_RUN_ID);
+    char *path = dsl_xasprintf("%s/dslaunch-%.40s-%d.progress", file_dir(),
+                               id && id[0] && !strchr(id, '/') ? id : "run", rank);
+    int r = create_file(path);
+    if (r < 0) {
+        fprintf(stderr, "dslaunch agent: cannot create progress file '%s': %s\n", path,
+                strerror(-r));
+        free(path);
+        return;
+    }
+    w->path = path;
+    dsl_env_set(env, DSL_ENV_PROGRESS_FILE, path);
+}
+
+void dsl_agent_progress_started(struct dsl_agent_progress *p, int i, pid_t pid)
+{
+    p->r[i].pid = pid;
+}
+
+/* The state letter of /proc/PID/stat ("pid (comm) S ..."), 0 when unreadable. */
+static char proc_state(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *e = strrchr(buf, ')');
+    return e && e[1] == ' ' && e[2] ? e[2] : 0;
+}
+
+/* Look at rank w; if anything changed, append an entry to m. */
+static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
+{
+    struct dsl_progress_view v;
+    int adv = 0;
+    if (dsl_progress_read_file(w->path, &v) == 0 && v.form != DSL_PROGRESS_EMPTY &&
+        v.hash != w->last.hash) {
+        adv = 1;
+        w->last = v;
+    }
+    char ps = final ? w->pstate : proc_state(w->pid);
+    if (!adv && ps == w->pstate)
+        return;
+    w->pstate = ps;
+    struct dsl_rank_progress *e = &m->progress[m->nprogress++];
+    e->rank = w->rank;
+    e->advanced = adv;
+    e->pstate = ps;
+    e->view = w->last;
+}
+
+static void progress_msg(struct dsl_agent_progress *p, struct dsl_msg *m)
+{
+    dsl_msg_init(m, DSL_MSG_PROGRESS);
+    m->progress = dsl_xcalloc((size_t)p->n + 1, sizeof(*m->progress));
+}
+
+int dsl_agent_progress_exited(struct dsl_agent_progress *p, int i, struct dsl_msg *m)
+{
+    struct dsl_agent_rank_watch *w = &p->r[i];
+    if (w->exited)
+        return 0;
+    w->exited = 1;
+    if (!w->path)
+        return 0;
+    progress_msg(p, m);
+    look(w, 1, m);
+    if (m->nprogress)
+        return 1;
+    dsl_msg_release(m);
+    return 0;
+}
+
+/* ---- stacks ---- */
+
+static char *find_tool(const char **name)
+{
+    static const char *const tools[] = {"eu-stack", "gdb"};
+    for (size_t k = 0; k < sizeof(tools) / sizeof(tools[0]); k++) {
+        int code;
+        char err[DSL_ERR_LEN];
+        char *path = dsl_spawn_resolve(tools[k], environ, NULL, &code, err);
+        if (path) {
+            *name = tools[k];
+            return path;
+        }
+    }
+    return NULL;
+}
+
+static int start_tool(struct dsl_agent_rank_watch *w, const char *tool, const char *path,
+                      double deadline)
+{
+    static const char *const gdb_args[] = {"-batch", "-nx", "-ex", "set pagination off", "-ex",
+                                           "thread apply all bt", NULL};
+    struct dsl_strvec argv;
+    dsl_strvec_init(&argv);
+    dsl_strvec_push(&argv, path);
+    dsl_strvec_push(&argv, "-p");
+    dsl_strvec_pushf(&argv, "%d", (int)w->pid);
+    if (!strcmp(tool, "gdb"))
+        dsl_strvec_pushv(&argv, gdb_args);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        dsl_strvec_release(&argv);
+        return -errno;
+    }
+    struct dsl_child_opts co = {
+        .path = path,
+        .argv = argv.v,
+        .fd_in = DSL_SPAWN_DEVNULL,
+        .fd_out = fds[1],
+        .fd_err = fds[1],
+        .new_pgroup = 1,
+        .pdeathsig = SIGKILL,
+        .close_fds = 1,
+    };
+    pid_t child;
+    char err[DSL_ERR_LEN];
+    int r = dsl_spawn_child(&co, &child, err);
+    close(fds[1]);
+    dsl_strvec_release(&argv);
+    if (r < 0) {
+        close(fds[0]);
+        cap_add(&w->st_out, "(cannot start the stack tool: ", 30);
+        cap_add(&w->st_out, err, strlen(err));
+        cap_add(&w->st_out, ")\n", 2);
+        return r;
+    }
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    w->st_fd = fds[0];
+    w->st_pid = child;
+    w->st_tool = tool;
+    w->st_deadline = deadline;
+    w->st = ST_TOOL;
+    return 0;
+}
+
+static int is_python(pid_t pid)
+{
+    char path[64], exe[4096];
+    snprintf(path, sizeof(path), "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(path, exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return 0;
+    exe[n] = '\0';
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    return !strncmp(base, "python", 6);
+}
+
+/* The tool is done (or out of time): a Python rank's dump next, else done. */
+static void after_tool(struct dsl_agent_rank_watch *w, double now)
+{
+    if (w->st_fd >= 0) {
+        close(w->st_fd);
+        w->st_fd = -1;
+    }
+    w->st = ST_DONE;
+    if (w->exited || !w->pyfault || !is_python(w->pid))
+        return;
+    struct rlimit none = {0, 0};
+    prlimit(w->pid, RLIMIT_CORE, &none, NULL); /* the dump is the point, not a core */
+    if (kill(w->pid, SIGABRT) == 0) {
+        kill(w->pid, SIGCONT);
+        w->st = ST_PYDUMP;
+        w->st_deadline = now + PYDUMP_WAIT;
+    }
+}
+
+void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout)
+{
+    if (p->capturing)
+        return;
+    p->capturing = 1;
+    p->stack_timeout = timeout > 0 ? timeout : 10;
+    const char *tool = NULL;
+    char *path = find_tool(&tool);
+    double now = dsl_now();
+    for (int i = 0; i < p->n; i++) {
+        struct dsl_agent_rank_watch *w = &p->r[i];
+        dsl_dynbuf_reset(&w->st_out);
+        dsl_dynbuf_reset(&w->st_py);
+        w->st = ST_DONE;
+        if (w->pid <= 0 || w->exited)
+            continue;
+        if (!path)
+            dsl_dynbuf_addstr(&w->st_out, "(no stack tool: install gdb or elfutils' eu-stack)\n");
+        if (!path || start_tool(w, tool, path, now + p->stack_timeout) < 0)
+            after_tool(w, now);
+    }
+    free(path);
+}
+
+size_t dsl_agent_progress_pollfds(struct dsl_agent_progress *p, struct pollfd *pf)
+{
+    size_t k = 0;
+    for (int i = 0; i < p->n; i++)
+        if (p->r[i].st == ST_TOOL && p->r[i].st_fd >= 0)
+            pf[k++] = (struct pollfd){.fd = p->r[i].st_fd, .events = POLLIN};
+    return k;
+}
+
+int dsl_agent_progress_on_fd(struct dsl_agent_progress *p, int fd)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct dsl_agent_rank_watch *w = &p->r[i];
+        if (w->st != ST_TOOL || w->st_fd != fd)
+            continue;
+        char buf[16384];
+        for (;;) {
+            ssize_t n = read(fd, buf, sizeof(buf));
+            if (n > 0) {
+                cap_add(&w->st_out, buf, (size_t)n); /* past the bound: drained, dropped */
+                continue;
+            }
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n < 0 && errno == EAGAIN)
+                return 1;
+            after_tool(w, dsl_now()); /* EOF: the tool is done */
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void dsl_agent_progress_stderr(struct dsl_agent_progress *p, int i, const char *line,
+                               size_t n)
+{
+    if (i < 0 || i >= p->n || p->r[i].st != ST_PYDUMP)
+        return;
+    cap_add(&p->r[i].st_py, line, n);
+    cap_add(&p->r[i].st_py, "\n", 1);
+}
+
+static void stacked_msg(struct dsl_agent_progress *p, struct dsl_msg *m)
+{
+    dsl_msg_init(m, DSL_MSG_STACKED);
+    m->stacks = dsl_xcalloc((size_t)p->n + 1, sizeof(*m->stacks));
+    for (int i = 0; i < p->n; i++) {
+        struct dsl_agent_rank_watch *w = &p->r[i];
+        struct dsl_rank_stack *s = &m->stacks[m->nstacks++];
+        s->rank = w->rank;
+        s->pid = (int)w->pid;
+        struct dsl_dynbuf t;
+        dsl_dynbuf_init(&t, DSL_PROTO_MAX_STACK);
+        if (w->pid <= 0) {
+            dsl_dynbuf_addstr(&t, "(never started)\n");
+        } else if (!w->st_tool && !w->st_out.len && !w->st_py.len) {
+            dsl_dynbuf_addstr(&t, "(exited before the capture)\n");
+        } else {
+            dsl_dynbuf_add(&t, w->st_out.buf, w->st_out.len);
+            if (w->st_py.len) {
+                dsl_dynbuf_addstr(&t, "--- Python traceback (faulthandler) ---\n");
+                dsl_dynbuf_add(&t, w->st_py.buf, w->st_py.len);
+            }
+        }
+        s->tool = dsl_xasprintf("%s%s", w->st_tool ? w->st_tool : "none",
+                                w->st_py.len ? "+faulthandler" : "");
+        s->text = dsl_xstrdup(dsl_dynbuf_str(&t));
+        dsl_dynbuf_release(&t);
+        w->st_tool = NULL;
+        w->st = ST_IDLE;
+    }
+}
+
+int dsl_agent_progress_poll(struct dsl_agent_progress *p, double now, struct dsl_msg *m)
+{
+    if (p->capturing) {
+        int busy = 0;
+        for (int i = 0; i < p->n; i++) {
+            struct dsl_agent_rank_watch *w = &p->r[i];
+            if (w->st == ST_TOOL && now >= w->st_deadline) {
+                kill(-w->st_pid, SIGKILL);
+                char note[128];
+                snprintf(note, sizeof(note), "(%s gave no complete stack within %.0f s)\n",
+                         w->st_tool, p->stack_timeout);
+                cap_add(&w->st_out, note, strlen(note));
+                after_tool(w, now);
+            }
+            if (w->st == ST_PYDUMP && (w->exited || now >= w->st_deadline))
+                w->st = ST_DONE;
+            busy += w->st == ST_TOOL || w->st == ST_PYDUMP;
+        }
+        if (!busy) {
+            p->capturing = 0;
+            stacked_msg(p, m);
+            return 1;
+        }
+    }
+    if (!p->tick || now < p->next_tick)
+        return 0;
+    p->next_tick = now + p->tick;
+    progress_msg(p, m);
+    for (int i = 0; i < p->n; i++) {
+        struct dsl_agent_rank_watch *w = &p->r[i];
+        if (w->path && w->pid > 0 && !w->exited && w->st != ST_TOOL)
+            look(w, 0, m);
+    }
+    if (m->nprogress)
+        return 1;
+    dsl_msg_release(m);
+    return 0;
+}
+
+void dsl_agent_progress_release(struct dsl_agent_progress *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        struct dsl_agent_rank_watch *w = &p->r[i];
+        if (w->st == ST_TOOL) {
+            kill(-w->st_pid, SIGKILL);
+            close(w->st_fd);
+        }
+        if (w->path)
+            unlink(w->path);
+        free(w->path);
+        dsl_dynbuf_release(&w->st_out);
+        dsl_dynbuf_release(&w->st_py);
+    }
+    free(p->r);
+    memset(p, 0, sizeof(*p));
+}
