@@ -51,6 +51,7 @@
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "job_hang.h"
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
@@ -90,6 +91,7 @@ void dsl_job_release(struct dsl_job *job)
         free(job->ranks[i].pending_cr);
     }
     free(job->ranks);
+    dsl_job_hang_release(job);
     memset(job, 0, sizeof(*job));
 }
 
@@ -254,6 +256,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
         dsl_strvec_pushf(&rs->env, DSL_ENV_LOCAL_RANK "=%d", s);
     }
     m->local_rank_arg = job->opts->local_rank_arg;
+    dsl_job_hang_start_msg(job, m);
 }
 
 /* The transport for hosts that are not this machine. */
@@ -287,6 +290,8 @@ static int all_ranks_done(struct dsl_job *job)
 
 static void print_summary(struct dsl_job *job)
 {
+    if (dsl_job_hang_summary(job))
+        return; /* a hang or --job-timeout: the verdict names the cause */
     if (job->failed_rank >= 0) {
         struct dsl_job_rank *r = &job->ranks[job->failed_rank];
         const char *host = job->pl->nodes[r->node].host;
@@ -353,6 +358,7 @@ int dsl_job_run(struct dsl_job *job)
             dsl_strvec_init(&r->tail);
             r->last_cr_shown = -1e9;
         }
+    dsl_job_hang_init(job);
     if (job->opts->log_dir) {
         if (mkdir(job->opts->log_dir, 0777) < 0 && errno != EEXIST) {
             dsl_error("cannot create log directory '%s': %s", job->opts->log_dir, strerror(errno));
@@ -436,6 +442,7 @@ int dsl_job_run(struct dsl_job *job)
     /* run */
     for (;;) {
         dsl_job_handle_signals(job);
+        dsl_job_watch_tick(job);
         double now = dsl_now();
         if (all_ranks_done(job))
             break;

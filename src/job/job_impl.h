@@ -30,6 +30,8 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
 void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms);
 /** Act on a signal the launcher received since the last call (stop or kill). */
 void dsl_job_handle_signals(struct dsl_job *job);
+/** Stop the job: sig to every rank, SIGKILL after grace (the first call sets t_stop). */
+void dsl_job_stop(struct dsl_job *job, int sig, double grace);
 
 /* ---- job_preflight.c (dsl_job_probe is public, in job.h) ---- */
 

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "dslaunch/job/job.h"
+#include "job_hang.h"
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
@@ -137,6 +138,11 @@ static void begin_stop(struct dsl_job *job, int sig, double grace)
     broadcast_stop(job, sig, grace);
 }
 
+void dsl_job_stop(struct dsl_job *job, int sig, double grace)
+{
+    begin_stop(job, sig, grace);
+}
+
 void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt,
                        ...)
 {
@@ -233,8 +239,10 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         }
         break;
     case DSL_MSG_OUT:
-        if ((r = rank_of(job, n, m->rank)))
+        if ((r = rank_of(job, n, m->rank))) {
             handle_out(job, r, m);
+            dsl_job_hang_on_output(job, r);
+        }
         break;
     case DSL_MSG_EXIT:
         if (!(r = rank_of(job, n, m->rank)) || r->exited)
@@ -252,6 +260,8 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
             free(r->pending_cr);
             r->pending_cr = NULL;
         }
+        if (dsl_job_hang_on_exit(job, r))
+            break; /* a hang's verdict stands for the job's outcome (job_hang.c) */
         if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0) {
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
@@ -286,6 +296,10 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         break;
     case DSL_MSG_BYE:
         n->state = DSL_NODE_EXITED;
+        break;
+    case DSL_MSG_PROGRESS:
+    case DSL_MSG_STACKED:
+        dsl_job_hang_on_msg(job, n, m);
         break;
     default:
         break;

@@ -84,6 +84,11 @@ static const struct dsl_opt opts[] = {
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
+    SECS("hang_timeout", hang_timeout, "SECONDS",
+         "a rank without progress this long is a hang: stacks, a report, stop; 0 = off",
+         "300 for ranks that report progress (dstrain), else off"),
+    SECS("job_timeout", job_timeout, "SECONDS",
+         "stop the job after this long, with stacks and a report", "none"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
     CALL("dry_run", 0, NULL, "resolve everything, print the plan as JSON, start nothing", NULL,
@@ -130,6 +135,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->num_gpus = -1;
     o->master_port = 29500;
     o->term_timeout = 10.0;
+    o->hang_timeout = -1.0; /* auto: docs/reliability.md */
     o->fanout = 256;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;
@@ -176,6 +182,9 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->term_timeout > 3600)
         return dsl_seterr(err, DSL_EUSAGE, "option '--term-timeout' is over an hour");
+    if (o->hang_timeout > 0 && o->hang_timeout < 1)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "option '--hang-timeout' is under a second (0 turns it off)");
     for (size_t k = 0; k < o->exports.nr; k++) {
         const char *e = o->exports.v[k];
         const char *eq = strchr(e, '=');
@@ -206,5 +215,6 @@ void dsl_launch_opts_help(FILE *f)
     fprintf(f, "\nexit codes: 0 all ranks succeeded; the first failing rank's code, or 128+signal;\n"
                "  2 usage or input error; 126 program not executable; 127 program not found;\n"
                "  200 host unreachable; 201 authentication or host key failure; 202 preflight\n"
-               "  mismatch; 203 launcher timeout; 204 node agent failed. See docs/exit-codes.md.\n");
+               "  mismatch; 203 launcher timeout; 204 node agent failed; 205 hang detected;\n"
+               "  206 --job-timeout reached. See docs/exit-codes.md.\n");
 }

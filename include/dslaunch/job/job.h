@@ -26,6 +26,8 @@ enum dsl_exit_code {
     DSL_EXIT_PREFLIGHT = 202,
     DSL_EXIT_TIMEOUT = 203,
     DSL_EXIT_AGENT = 204,
+    DSL_EXIT_HANG = 205,        /* a hang was detected (--hang-timeout) */
+    DSL_EXIT_JOB_TIMEOUT = 206, /* --job-timeout ran out */
 };
 
 /* What the launcher knows about one node. */
@@ -81,6 +83,7 @@ struct dsl_job {
     int stopping;
     int stop_sig;                 /* the first signal the stop sent to the ranks */
     double t_begin, t_stop, t_first_fail;
+    struct dsl_job_hang *hang;    /* progress, hang detection, stacks (job_hang.c; owned) */
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every
      * node has said hello or failed (connect_code: what the connect phase would have

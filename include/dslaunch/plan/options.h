@@ -59,6 +59,8 @@ struct dsl_launch_opts {
     int no_prefix;             /* --no-prefix */
     char *log_dir;             /* --log-dir */
     double term_timeout;       /* --term-timeout (10 s) */
+    double hang_timeout;       /* --hang-timeout (-1: auto, 0: off) */
+    double job_timeout;        /* --job-timeout (0: none) */
     int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
     int fanout;                /* --fanout (256) */
     char *remote_dslaunch;     /* --remote-dslaunch */

@@ -1,0 +1,374 @@
+/*
+ * Hang verdicts: pure functions from the ranks' last known progress to "is this a
+ * hang, and whom do we name".
+ *
+ * Theory of operation. A rank is stalled when it is alive, armed (the hang timeout
+ * applies to it) and has made no progress for the timeout. One stalled rank makes a
+ * hang; the question is whom to name, since in a collective job every rank stalls
+ * once one does. In order:
+ *
+ *  1. A collective picture (ranks with a binary record): F is the highest collective
+ *     number any rank reached. The live ranks inside F wait in it; a live rank that
+ *     never entered F (or left it and went quiet) is the one the others wait for:
+ *     "rank 5 (node2, pid 4242) never entered allreduce #1582; ranks 0-4,6-7 wait in
+ *     it". When every live rank waits in F, a rank that exited without entering it is
+ *     named, then a stopped process (state T), and failing all that every rank is:
+ *     nobody is missing, so the collective itself does not complete.
+ *  2. Without one (text progress, or output lines): the stalled ranks when others
+ *     still advance; when all stall, those at the lowest step if the steps differ;
+ *     else every stalled rank. Ranks that already exited 0 are said first ("rank 0
+ *     exited 0 at 12.0 s; rank 1 (...) still running at 312.0 s, no progress for ...").
+ *
+ * dsl_hang_cause answers a different question at the moment a rank exits with an
+ * error: was it the victim? A rank that timed out waiting in collective F while a
+ * peer never entered F is; the peer is the cause, and the summary names the peer.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/xalloc.h"
+#include "hang.h"
+#include "dslaunch/common/banned.h"
+
+/* ---- text ---- */
+
+struct out {
+    char *buf;
+    size_t cap, len;
+};
+
+static void app(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void app(struct out *o, const char *fmt, ...)
+{
+    if (o->len + 1 >= o->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    o->len += (size_t)n;
+    if (o->len >= o->cap)
+        o->len = o->cap - 1;
+}
+
+void dsl_hang_ranklist(const int *ranks, int n, char *buf, size_t cap)
+{
+    struct out o = {buf, cap, 0};
+    if (cap)
+        buf[0] = '\0';
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && ranks[j + 1] == ranks[j] + 1)
+            j++;
+        size_t before = o.len;
+        if (j > i)
+            app(&o, "%s%d-%d", i ? "," : "", ranks[i], ranks[j]);
+        else
+            app(&o, "%s%d", i ? "," : "", ranks[i]);
+        if (o.len + 1 >= cap && cap > 4) { /* cut: end with "..." */
+            o.len = before < cap - 4 ? before : cap - 4;
+            memcpy(buf + o.len, "...", 4);
+            return;
+        }
+        i = j + 1;
+    }
+}
+
+static int live(const struct dsl_hang_rank *r)
+{
+    return r->life == DSL_HANG_RUNNING;
+}
+
+static int stopped(const struct dsl_hang_rank *r)
+{
+    return r->pstate == 'T';
+}
+
+static int has_coll(const struct dsl_hang_rank *r)
+{
+    return r->v.form == DSL_PROGRESS_RECORD && r->v.coll_seq > 0;
+}
+
+/* "rank 5 (node2, pid 4242, stopped)" */
+static void say_rank(struct out *o, const struct dsl_hang_rank *r)
+{
+    app(o, "rank %d (%s, pid %d%s)", r->rank, r->host ? r->host : "?", r->pid,
+        stopped(r)                 ? ", stopped"
+        : r->pstate == 'D'         ? ", in uninterruptible sleep"
+                                   : "");
+}
+
+/* The ranks idx[0..k) in words: one or a few in full, many as a list. */
+static void say_ranks(struct out *o, const struct dsl_hang_rank *r, const int *idx, int k)
+{
+    if (k == 1) {
+        say_rank(o, &r[idx[0]]);
+        return;
+    }
+    if (k <= 4) {
+        for (int i = 0; i < k; i++) {
+            app(o, "%s", i == 0 ? "" : i == k - 1 ? " and " : ", ");
+            say_rank(o, &r[idx[i]]);
+        }
+        return;
+    }
+    int nums[64] = {0};
+    int m = k < 64 ? k : 64;
+    for (int i = 0; i < m; i++)
+        nums[i] = r[idx[i]].rank;
+    char list[256];
+    dsl_hang_ranklist(nums, m, list, sizeof(list));
+    app(o, "ranks %s%s", list, k > m ? ",..." : "");
+}
+
+/* "ranks 0-4,6-7" / "rank 3" for the ranks whose flag is set; how many */
+static int say_numbers(struct out *o, const struct dsl_hang_rank *r, int n,
+                        const unsigned char *flag)
+{
+    int nums[256] = {0}, k = 0, total = 0;
+    for (int i = 0; i < n; i++)
+        if (flag[i]) {
+            total++;
+            if (k < 256)
+                nums[k++] = r[i].rank;
+        }
+    char list[512];
+    dsl_hang_ranklist(nums, k, list, sizeof(list));
+    app(o, "%s %s%s", total == 1 ? "rank" : "ranks", list, total > k ? ",..." : "");
+    return total;
+}
+
+static void verdict_init(struct dsl_hang_verdict *v)
+{
+    v->hang = 0;
+    v->nstuck = 0;
+    v->first = -1;
+    v->text[0] = '\0';
+}
+
+static void name(struct dsl_hang_verdict *v, const struct dsl_hang_rank *r, int i)
+{
+    v->stuck[v->nstuck++] = i;
+    if (v->first < 0)
+        v->first = r[i].rank;
+}
+
+/* ---- the judge ---- */
+
+/* Prefix for ranks that already exited 0: "rank 0 exited 0 at 12.0 s; " */
+static void say_finished(struct out *o, const struct dsl_hang_rank *r, int n)
+{
+    int k = 0, first = -1;
+    double t = 0;
+    for (int i = 0; i < n; i++)
+        if (r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0) {
+            if (first < 0 || r[i].t_exit < t)
+                t = r[i].t_exit;
+            if (first < 0)
+                first = i;
+            k++;
+        }
+    if (!k)
+        return;
+    if (k == 1)
+        app(o, "rank %d exited 0 at %.1f s; ", r[first].rank, t);
+    else
+        app(o, "%d ranks exited 0 (the first at %.1f s); ", k, t);
+}
+
+static int judge_collective(const struct dsl_hang_rank *r, int n, double now,
+                            unsigned char *wait, struct dsl_hang_verdict *v, struct out *o)
+{
+    uint64_t F = 0;
+    int kind = 0;
+    for (int i = 0; i < n; i++)
+        if (has_coll(&r[i]) && r[i].v.coll_seq > F) {
+            F = r[i].v.coll_seq;
+            kind = r[i].v.coll_kind;
+        }
+    int nwait = 0;
+    for (int i = 0; i < n; i++) {
+        wait[i] = live(&r[i]) && has_coll(&r[i]) && r[i].v.in_coll && r[i].v.coll_seq == F;
+        nwait += wait[i];
+    }
+    if (!F || !nwait)
+        return 0;
+    const char *what = dsl_progress_coll_name(kind);
+    /* live ranks not in F: never entered it, or left it and went quiet */
+    int left = 0;
+    for (int i = 0; i < n; i++)
+        if (live(&r[i]) && !wait[i]) {
+            name(v, r, i);
+            left += has_coll(&r[i]) && r[i].v.coll_seq >= F;
+        }
+    if (v->nstuck) {
+        say_finished(o, r, n);
+        say_ranks(o, r, v->stuck, v->nstuck);
+        if (left == v->nstuck)
+            app(o, " left %s #%llu and made no progress since; ", what, (unsigned long long)F);
+        else
+            app(o, " never entered %s #%llu; ", what, (unsigned long long)F);
+        app(o, say_numbers(o, r, n, wait) == 1 ? " waits in it" : " wait in it");
+        return 1;
+    }
+    /* every live rank waits in F: did a rank exit without entering it? */
+    for (int i = 0; i < n; i++) {
+        if (r[i].life != DSL_HANG_EXITED || (has_coll(&r[i]) && r[i].v.coll_seq >= F))
+            continue;
+        for (int j = 0; j < n; j++)
+            if (wait[j])
+                name(v, r, j);
+        v->first = r[i].rank;
+        if (r[i].sig)
+            app(o, "rank %d was killed by signal %d at %.1f s without entering %s #%llu; ",
+                r[i].rank, r[i].sig, r[i].t_exit, what, (unsigned long long)F);
+        else
+            app(o, "rank %d exited %d at %.1f s without entering %s #%llu; ", r[i].rank,
+                r[i].code, r[i].t_exit, what, (unsigned long long)F);
+        say_ranks(o, r, v->stuck, v->nstuck);
+        app(o, " still running at %.1f s, waiting in it", now);
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (wait[i] && stopped(&r[i]))
+            name(v, r, i);
+    if (v->nstuck) {
+        say_ranks(o, r, v->stuck, v->nstuck);
+        app(o, " %s no progress inside %s #%llu; ", v->nstuck == 1 ? "makes" : "make", what,
+            (unsigned long long)F);
+        unsigned char *others = wait; /* the waiters that are not named */
+        for (int k = 0; k < v->nstuck; k++)
+            others[v->stuck[k]] = 0;
+        app(o, say_numbers(o, r, n, others) == 1 ? " waits in it" : " wait in it");
+        return 1;
+    }
+    for (int i = 0; i < n; i++)
+        if (wait[i])
+            name(v, r, i);
+    app(o, "every rank waits in %s #%llu (", what, (unsigned long long)F);
+    say_numbers(o, r, n, wait);
+    app(o, "): none is missing, so the collective itself does not complete");
+    return 1;
+}
+
+int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double timeout,
+                   struct dsl_hang_verdict *v)
+{
+    verdict_init(v);
+    if (timeout <= 0 || n <= 0)
+        return 0;
+    unsigned char flag[4096], *wait = flag;
+    unsigned char *heap = NULL;
+    int stalled = 0, advancing = 0;
+    for (int i = 0; i < n; i++) {
+        if (!live(&r[i]) || !r[i].armed)
+            continue;
+        if (now - r[i].t_advance >= timeout)
+            stalled++;
+        else
+            advancing++;
+    }
+    if (!stalled)
+        return 0;
+    if ((size_t)n > sizeof(flag)) {
+        heap = dsl_xcalloc((size_t)n, 1);
+        wait = heap;
+    }
+    v->hang = 1;
+    struct out o = {v->text, sizeof(v->text), 0};
+    if (judge_collective(r, n, now, wait, v, &o))
+        goto out;
+    v->nstuck = 0;
+    v->first = -1;
+    say_finished(&o, r, n);
+    /* the stalled ranks; when all stall and their steps differ, only the lowest */
+    int all_steps = 1;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    double quiet = 0;
+    for (int i = 0; i < n; i++) {
+        if (!live(&r[i]) || !r[i].armed || now - r[i].t_advance < timeout)
+            continue;
+        if (now - r[i].t_advance > quiet)
+            quiet = now - r[i].t_advance;
+        if (!r[i].v.has_step) {
+            all_steps = 0;
+            continue;
+        }
+        lo = r[i].v.step < lo ? r[i].v.step : lo;
+        hi = r[i].v.step > hi ? r[i].v.step : hi;
+    }
+    int by_step = !advancing && all_steps && lo < hi;
+    for (int i = 0; i < n; i++)
+        if (live(&r[i]) && r[i].armed && now - r[i].t_advance >= timeout &&
+            (!by_step || r[i].v.step == lo))
+            name(v, r, i);
+    say_ranks(&o, r, v->stuck, v->nstuck);
+    if (advancing) {
+        app(&o, " made no progress for %.1f s", quiet);
+        if (v->nstuck == 1 && r[v->stuck[0]].v.has_step)
+            app(&o, " (at step %llu)", (unsigned long long)r[v->stuck[0]].v.step);
+        app(&o, "; %d other rank(s) advanced within it", advancing);
+    } else if (by_step) {
+        app(&o, " stopped at step %llu while others reached step %llu; no rank made "
+                "progress for %.1f s", (unsigned long long)lo, (unsigned long long)hi, quiet);
+    } else {
+        int finished = 0;
+        for (int i = 0; i < n; i++)
+            finished += r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0;
+        if (finished)
+            app(&o, " still running at %.1f s, no progress for %.1f s", now, quiet);
+        else
+            app(&o, " made no progress for %.1f s", quiet);
+    }
+out:
+    free(heap);
+    return v->hang;
+}
+
+/* ---- the cause of a failure ---- */
+
+int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
+                   struct dsl_hang_verdict *v)
+{
+    verdict_init(v);
+    if (failed < 0 || failed >= n)
+        return 0;
+    const struct dsl_hang_rank *x = &r[failed];
+    if (x->life != DSL_HANG_EXITED || x->sig || x->code == 0)
+        return 0;
+    double waited = x->t_exit - x->t_advance;
+    double need = waited / 2 > 1.0 ? waited / 2 : 1.0;
+    int in = has_coll(x) && x->v.in_coll;
+    uint64_t F = in ? x->v.coll_seq : 0;
+    int by_coll = 0;
+    for (int i = 0; i < n; i++) {
+        const struct dsl_hang_rank *p = &r[i];
+        if (i == failed || !live(p))
+            continue;
+        int missing = in && (!has_coll(p) || p->v.coll_seq < F ||
+                             (p->v.coll_seq == F && !p->v.in_coll));
+        if (stopped(p) || (missing && now - p->t_advance >= need)) {
+            name(v, r, i);
+            by_coll += missing;
+        }
+    }
+    if (!v->nstuck)
+        return 0;
+    v->hang = 1;
+    struct out o = {v->text, sizeof(v->text), 0};
+    say_ranks(&o, r, v->stuck, v->nstuck);
+    double quiet = now - r[v->stuck[0]].t_advance;
+    if (by_coll == v->nstuck)
+        app(&o, " never entered %s #%llu (no progress for %.1f s); rank %d waited in it and "
+                "exited with code %d after %.1f s",
+            dsl_progress_coll_name(x->v.coll_kind), (unsigned long long)F, quiet, x->rank,
+            x->code, x->t_exit);
+    else
+        app(&o, " makes no progress (for %.1f s); rank %d exited with code %d after %.1f s",
+            quiet, x->rank, x->code, x->t_exit);
+    return 1;
+}

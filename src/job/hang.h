@@ -1,0 +1,65 @@
+/*
+ * Hang verdicts (hang.c): from what the launcher knows about every rank (alive or not,
+ * when it last made progress, which collective it is in or last left, its process
+ * state), decide whether the job hangs and which rank(s) to name, in words. Pure
+ * functions of their arguments (times are seconds since the job started), so the unit
+ * tests drive them directly; job_hang.c feeds them.
+ */
+#ifndef DSLAUNCH_HANG_H
+#define DSLAUNCH_HANG_H
+
+#include <stddef.h>
+
+#include "dslaunch/common/progress.h"
+
+enum dsl_hang_life {
+    DSL_HANG_PENDING = 0, /* not started (yet) */
+    DSL_HANG_RUNNING,
+    DSL_HANG_EXITED,
+};
+
+/* What the launcher knows about one rank. */
+struct dsl_hang_rank {
+    int rank;
+    const char *host;           /* not owned */
+    int pid;
+    enum dsl_hang_life life;
+    int code, sig;              /* EXITED: its exit code, or the signal that killed it */
+    double t_exit;              /* EXITED: when */
+    int armed;                  /* the hang timeout applies to it */
+    int reports;                /* its progress file has changed at least once */
+    double t_advance;           /* when it last made progress (the start, at first) */
+    struct dsl_progress_view v; /* its last progress */
+    char pstate;                /* process state letter (T: stopped), 0 unknown */
+};
+
+struct dsl_hang_verdict {
+    int hang;        /* 1: a hang (judge) or a cause found (cause) */
+    int *stuck;      /* indexes of the ranks named as stuck (caller's array, n entries) */
+    int nstuck;
+    int first;       /* the rank the summary blames, -1 for none */
+    char text[1024]; /* one line: "rank 5 (node2, pid 4242) never entered allreduce #1582;
+                        ranks 0-4,6-7 wait in it" */
+};
+
+/**
+ * Is it a hang at time now? It is when a live armed rank has made no progress for
+ * timeout seconds. The ranks named: those that did not enter the collective the
+ * others wait in; else the stopped ones; else, without a collective to compare, the
+ * ones behind (no progress while others advanced, or at the lowest step); else all.
+ * v->stuck must hold n entries. Returns v->hang.
+ */
+int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double timeout,
+                   struct dsl_hang_verdict *v);
+/**
+ * Rank index failed exited with an error code: was it the victim of a stuck peer? Yes
+ * when it was waiting inside a collective and a live rank never entered it (or left it
+ * and went quiet) without progress for at least half as long as failed waited (1 s at
+ * least), or when a live rank is stopped. Fills v like dsl_hang_judge; returns v->hang.
+ */
+int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
+                   struct dsl_hang_verdict *v);
+/** Ranks as ranges ("0-4,6-7") into buf (cut with "..." when it does not fit). */
+void dsl_hang_ranklist(const int *ranks, int n, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * The launcher's watchdog: --job-timeout, hang detection, stacks, then the stop.
+ *
+ * Theory of operation. job.c's loop calls dsl_job_watch_tick() on every pass (at least
+ * five times a second). The watchdog moves job->hang through
+ *
+ *   WATCH       judge the ranks (hang.c) against the hang timeout, and the clock
+ *               against --job-timeout; a verdict (or job_hang.c's cause of a failed
+ *               exit) moves on
+ *   DECLARED    "stacks" goes to every running node agent
+ *   COLLECTING  until every agent answered, or the capture deadline (stack timeout +
+ *               the Python dump wait + a margin), or a signal stopped the job
+ *   DONE        the report is written and the job stopped: SIGTERM, SIGKILL after
+ *               --term-timeout, as for any failure
+ *
+ * While the job stops for another reason (a failed rank, a signal) nothing is judged.
+ * A rank without progress files (a program that does not report) is never judged
+ * unless --hang-timeout was given; when such a rank outlives a rank that exited 0 by
+ * the default hang timeout, the watchdog says so once and lets it run.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "job_hang.h"
+#include "job_impl.h"
+#include "dslaunch/common/banned.h"
+
+#define PYDUMP_MARGIN 8.0 /* a Python rank's dump wait, and the messages' way back */
+
+/* Ranks that report no progress outlive a rank that exited 0: say so, once. */
+static void warn_unwatched(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    if (h->warned_finished || h->given || h->off)
+        return;
+    int done = -1, alive = -1, nalive = 0;
+    for (int i = 0; i < job->nranks; i++) {
+        const struct dsl_hang_rank *v = &h->view[i];
+        if (v->life == DSL_HANG_EXITED && !v->sig && v->code == 0 &&
+            (done < 0 || v->t_exit < h->view[done].t_exit))
+            done = i;
+        if (v->life == DSL_HANG_RUNNING && !v->armed) {
+            alive = alive < 0 ? i : alive;
+            nalive++;
+        }
+    }
+    if (done < 0 || alive < 0 || now - h->t0 - h->view[done].t_exit < DSL_HANG_DEFAULT)
+        return;
+    h->warned_finished = 1;
+    dsl_warn("rank %d exited 0 at %.1f s; rank %d%s still running at %.1f s (it reports no "
+             "progress, so it is left running; --hang-timeout would stop it)",
+             h->view[done].rank, h->view[done].t_exit, h->view[alive].rank,
+             nalive > 1 ? " and others" : "", now - h->t0);
+}
+
+static void watch(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    double t = now - h->t0;
+    if (job->opts->job_timeout > 0 && t >= job->opts->job_timeout) {
+        dsl_job_hang_look(job, now);
+        h->verdict.nstuck = 0;
+        h->verdict.first = -1;
+        snprintf(h->verdict.text, sizeof(h->verdict.text),
+                 "the job ran for %.1f s, past --job-timeout %.0f s", t,
+                 job->opts->job_timeout);
+        dsl_job_hang_declare(job, DSL_EXIT_JOB_TIMEOUT);
+        dsl_warn("%s; collecting stacks, then stopping the job", h->verdict.text);
+        return;
+    }
+    if (h->off)
+        return;
+    dsl_job_hang_look(job, now);
+    if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->verdict)) {
+        dsl_job_hang_declare(job, DSL_EXIT_HANG);
+        dsl_warn("hang after %.1f s: %s; collecting stacks, then stopping the job", t,
+                 h->verdict.text);
+        return;
+    }
+    warn_unwatched(job, now);
+}
+
+static void ask_stacks(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    free(h->answered);
+    h->answered = dsl_xcalloc((size_t)job->nnodes + 1, 1);
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_STACKS);
+    m.stack_timeout = DSL_HANG_STACK_TIMEOUT;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state != DSL_NODE_RUNNING) {
+            h->answered[i] = 1;
+            continue;
+        }
+        dsl_job_node_send(n, &m);
+        dsl_job_node_flush(n);
+    }
+    dsl_msg_release(&m);
+    h->collect_deadline = now + DSL_HANG_STACK_TIMEOUT + PYDUMP_MARGIN;
+    h->state = DSL_HANG_COLLECTING;
+}
+
+static int collected(struct dsl_job *job)
+{
+    for (int i = 0; i < job->nnodes; i++)
+        if (!job->hang->answered[i] && job->nodes[i].state == DSL_NODE_RUNNING)
+            return 0;
+    return 1;
+}
+
+void dsl_job_watch_tick(struct dsl_job *job)
+{
+    struct dsl_job_hang *h = job->hang;
+    if (!h)
+        return;
+    double now = dsl_now();
+    if (h->state == DSL_HANG_WATCH && !job->stopping)
+        watch(job, now);
+    if (h->state == DSL_HANG_DECLARED)
+        ask_stacks(job, now);
+    if (h->state == DSL_HANG_COLLECTING &&
+        (collected(job) || now >= h->collect_deadline || job->stopping)) {
+        dsl_job_hang_report(job);
+        h->state = DSL_HANG_DONE;
+        if (!job->stopping)
+            dsl_job_stop(job, SIGTERM, job->opts->term_timeout);
+    }
+}
