@@ -630,6 +630,11 @@ int dsl_agent_main(int in_fd, int out_fd)
         }
         if (a.state == AG_STOPPING && now >= a.kill_at)
             signal_ranks(&a, SIGKILL);
+        struct dsl_msg pm; /* progress, and stacks: before a "bye" the launcher awaits */
+        while (a.state != AG_WAITING && dsl_agent_progress_poll(&a.prog, now, &pm)) {
+            send_msg(&a, &pm);
+            dsl_msg_release(&pm);
+        }
         if (a.nranks && all_reported(&a) && a.state != AG_DONE) {
             for (int i = 0; i < a.nranks; i++)
                 if (a.ranks[i].pid > 0)
@@ -648,11 +653,6 @@ int dsl_agent_main(int in_fd, int out_fd)
             dsl_msg_init(&m, DSL_MSG_PING);
             send_msg(&a, &m);
             a.last_ping = now;
-        }
-        struct dsl_msg pm;
-        while (a.state != AG_WAITING && dsl_agent_progress_poll(&a.prog, now, &pm)) {
-            send_msg(&a, &pm);
-            dsl_msg_release(&pm);
         }
 
         struct pollfd pfd[3 + 3 * 64];

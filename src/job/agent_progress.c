@@ -60,6 +60,8 @@ static void cap_add(struct dsl_dynbuf *b, const void *data, size_t n)
     dsl_dynbuf_add(b, data, n < room ? n : room);
 }
 
+static void after_tool(struct dsl_agent_rank_watch *w, double now);
+
 void dsl_agent_progress_init(struct dsl_agent_progress *p)
 {
     memset(p, 0, sizeof(*p));
@@ -186,6 +188,11 @@ int dsl_agent_progress_exited(struct dsl_agent_progress *p, int i, struct dsl_ms
     if (w->exited)
         return 0;
     w->exited = 1;
+    if (w->st == ST_TOOL) { /* nothing left to look at: the capture ends now */
+        kill(-w->st_pid, SIGKILL);
+        cap_add(&w->st_out, "(the rank exited during the capture)\n", 37);
+        after_tool(w, dsl_now());
+    }
     if (!w->path)
         return 0;
     progress_msg(p, m);
@@ -216,8 +223,9 @@ static char *find_tool(const char **name)
 static int start_tool(struct dsl_agent_rank_watch *w, const char *tool, const char *path,
                       double deadline)
 {
-    static const char *const gdb_args[] = {"-batch", "-nx", "-ex", "set pagination off", "-ex",
-                                           "thread apply all bt", NULL};
+    static const char *const gdb_args[] = {"-batch", "-nx", "-iex", "set auto-load off", "-ex",
+                                           "set pagination off", "-ex", "thread apply all bt",
+                                           NULL};
     struct dsl_strvec argv;
     dsl_strvec_init(&argv);
     dsl_strvec_push(&argv, path);

@@ -311,7 +311,12 @@ int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double time
         app(&o, " made no progress for %.1f s", quiet);
         if (v->nstuck == 1 && r[v->stuck[0]].v.has_step)
             app(&o, " (at step %llu)", (unsigned long long)r[v->stuck[0]].v.step);
-        app(&o, "; %d other rank(s) advanced within it", advancing);
+        unsigned char *adv = wait;
+        for (int i = 0; i < n; i++)
+            adv[i] = live(&r[i]) && r[i].armed && now - r[i].t_advance < timeout;
+        app(&o, "; ");
+        say_numbers(&o, r, n, adv);
+        app(&o, " advanced meanwhile");
     } else if (by_step) {
         app(&o, " stopped at step %llu while others reached step %llu; no rank made "
                 "progress for %.1f s", (unsigned long long)lo, (unsigned long long)hi, quiet);

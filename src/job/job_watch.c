@@ -14,9 +14,9 @@
  *               --term-timeout, as for any failure
  *
  * While the job stops for another reason (a failed rank, a signal) nothing is judged.
- * A rank without progress files (a program that does not report) is never judged
- * unless --hang-timeout was given; when such a rank outlives a rank that exited 0 by
- * the default hang timeout, the watchdog says so once and lets it run.
+ * A rank without progress (a program that does not report) is never judged unless
+ * --hang-timeout was given; when such a rank, or one that still advances, outlives a
+ * rank that exited 0 by the hang timeout, the watchdog says so once and lets it run.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -32,11 +32,12 @@
 
 #define PYDUMP_MARGIN 8.0 /* a Python rank's dump wait, and the messages' way back */
 
-/* Ranks that report no progress outlive a rank that exited 0: say so, once. */
-static void warn_unwatched(struct dsl_job *job, double now)
+/* Ranks still running the hang timeout after a rank exited 0, but not judged stuck
+ * (they report no progress, or they still advance): say so, once, and let them run. */
+static void warn_outlived(struct dsl_job *job, double now)
 {
     struct dsl_job_hang *h = job->hang;
-    if (h->warned_finished || h->given || h->off)
+    if (h->warned_finished || h->off)
         return;
     int done = -1, alive = -1, nalive = 0;
     for (int i = 0; i < job->nranks; i++) {
@@ -44,18 +45,20 @@ static void warn_unwatched(struct dsl_job *job, double now)
         if (v->life == DSL_HANG_EXITED && !v->sig && v->code == 0 &&
             (done < 0 || v->t_exit < h->view[done].t_exit))
             done = i;
-        if (v->life == DSL_HANG_RUNNING && !v->armed) {
+        if (v->life == DSL_HANG_RUNNING) {
             alive = alive < 0 ? i : alive;
             nalive++;
         }
     }
-    if (done < 0 || alive < 0 || now - h->t0 - h->view[done].t_exit < DSL_HANG_DEFAULT)
+    if (done < 0 || alive < 0 || now - h->t0 - h->view[done].t_exit < h->timeout)
         return;
     h->warned_finished = 1;
-    dsl_warn("rank %d exited 0 at %.1f s; rank %d%s still running at %.1f s (it reports no "
-             "progress, so it is left running; --hang-timeout would stop it)",
+    dsl_warn("rank %d exited 0 at %.1f s; rank %d%s still running at %.1f s (%s, so it is "
+             "left running)",
              h->view[done].rank, h->view[done].t_exit, h->view[alive].rank,
-             nalive > 1 ? " and others" : "", now - h->t0);
+             nalive > 1 ? " and others" : "", now - h->t0,
+             h->view[alive].armed ? "it still makes progress"
+                                  : "it reports no progress; --hang-timeout would stop it");
 }
 
 static void watch(struct dsl_job *job, double now)
@@ -82,7 +85,7 @@ static void watch(struct dsl_job *job, double now)
                  h->verdict.text);
         return;
     }
-    warn_unwatched(job, now);
+    warn_outlived(job, now);
 }
 
 static void ask_stacks(struct dsl_job *job, double now)

@@ -1,2 +1,4 @@
 # dslcommon: the option parser every program uses.
 dsl_unit_test(test_opt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_opt.c LIBS dslcommon)
+# dslcommon: the progress record (writer and reader).
+dsl_unit_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c LIBS dslcommon)

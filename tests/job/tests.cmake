@@ -1,3 +1,6 @@
 # dsljob: the control protocol between the launcher and its node agents.
 dsl_unit_test(test_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto.c LIBS dsljob)
 dsl_fuzz_target(fuzz_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_proto.c LIBS dsljob)
+# dsljob: hang verdicts (pure functions) and the progress/stack messages.
+dsl_unit_test(test_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hang.c LIBS dsljob)
+dsl_unit_test(test_proto_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto_hang.c LIBS dsljob)

@@ -1,0 +1,258 @@
+/* Unit tests of the hang verdicts (hang.c): whom the judge names, and when it does. */
+#include <string.h>
+
+#include "job/hang.h"
+#include "test.h"
+
+#define N 8
+
+static struct dsl_hang_rank R[N];
+static int stuck[N];
+
+/* n live ranks, armed, all at step 10 in allreduce #100 since t = 5 */
+static void world(int n)
+{
+    memset(R, 0, sizeof(R));
+    for (int i = 0; i < n; i++) {
+        R[i].rank = i;
+        R[i].host = i < n / 2 ? "node1" : "node2";
+        R[i].pid = 1000 + i;
+        R[i].life = DSL_HANG_RUNNING;
+        R[i].armed = 1;
+        R[i].reports = 1;
+        R[i].t_advance = 5;
+        R[i].pstate = 'S';
+        R[i].v.form = DSL_PROGRESS_RECORD;
+        R[i].v.has_step = 1;
+        R[i].v.step = 10;
+        R[i].v.coll_seq = 100;
+        R[i].v.coll_kind = DSL_PROGRESS_ALLREDUCE;
+        R[i].v.in_coll = 1;
+    }
+}
+
+static struct dsl_hang_verdict judge(int n, double now, double timeout)
+{
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    dsl_hang_judge(R, n, now, timeout, &v);
+    return v;
+}
+
+TEST(ranklist_should_write_ranges)
+{
+    char buf[64];
+    int a[] = {0, 1, 2, 3, 4, 6, 7, 9};
+    dsl_hang_ranklist(a, 8, buf, sizeof(buf));
+    ASSERT_STR_EQ(buf, "0-4,6-7,9");
+    dsl_hang_ranklist(a, 1, buf, sizeof(buf));
+    ASSERT_STR_EQ(buf, "0");
+    dsl_hang_ranklist(a, 0, buf, sizeof(buf));
+    ASSERT_STR_EQ(buf, "");
+    int many[40];
+    for (int i = 0; i < 40; i++)
+        many[i] = 3 * i;
+    dsl_hang_ranklist(many, 40, buf, 16);
+    ASSERT(strlen(buf) < 16);
+    ASSERT_CONTAINS(buf, "...");
+}
+
+TEST(judge_should_wait_for_the_timeout)
+{
+    world(4);
+    struct dsl_hang_verdict v = judge(4, 300, 300);
+    ASSERT_EQ(v.hang, 0); /* quiet for 295 s */
+    v = judge(4, 305, 300);
+    ASSERT_EQ(v.hang, 1);
+    v = judge(4, 1e6, 0); /* off */
+    ASSERT_EQ(v.hang, 0);
+}
+
+TEST(judge_should_name_the_rank_that_never_entered_the_collective)
+{
+    world(8);
+    /* rank 5 is stuck in compute after leaving #99; the others wait in #100 */
+    R[5].v.coll_seq = 99;
+    R[5].v.in_coll = 0;
+    R[5].pid = 4242;
+    R[5].t_advance = 3;
+    struct dsl_hang_verdict v = judge(8, 400, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.stuck[0], 5);
+    ASSERT_EQ(v.first, 5);
+    ASSERT_STR_EQ(v.text, "rank 5 (node2, pid 4242) never entered allreduce #100; "
+                          "ranks 0-4,6-7 wait in it");
+}
+
+TEST(judge_should_name_a_rank_that_left_the_collective_and_went_quiet)
+{
+    world(2);
+    R[1].v.in_coll = 0; /* left #100, then nothing */
+    struct dsl_hang_verdict v = judge(2, 400, 300);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_CONTAINS(v.text, "rank 1 (node2, pid 1001) left allreduce #100 and made no "
+                            "progress since; rank 0 waits in it");
+}
+
+TEST(judge_should_name_a_stopped_rank_when_all_are_inside)
+{
+    world(4);
+    R[2].pstate = 'T';
+    struct dsl_hang_verdict v = judge(4, 400, 300);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 2);
+    ASSERT_STR_EQ(v.text, "rank 2 (node2, pid 1002, stopped) makes no progress inside "
+                          "allreduce #100; ranks 0-1,3 wait in it");
+}
+
+TEST(judge_should_blame_the_collective_when_nobody_is_missing)
+{
+    world(4);
+    struct dsl_hang_verdict v = judge(4, 400, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 4);
+    ASSERT_CONTAINS(v.text, "every rank waits in allreduce #100 (ranks 0-3)");
+}
+
+TEST(judge_should_name_a_rank_that_exited_without_entering)
+{
+    world(2);
+    R[0].life = DSL_HANG_EXITED;
+    R[0].code = 0;
+    R[0].t_exit = 12;
+    R[0].v.coll_seq = 99;
+    R[0].v.in_coll = 0;
+    struct dsl_hang_verdict v = judge(2, 312, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.first, 0);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.stuck[0], 1);
+    ASSERT_STR_EQ(v.text, "rank 0 exited 0 at 12.0 s without entering allreduce #100; "
+                          "rank 1 (node2, pid 1001) still running at 312.0 s, waiting in it");
+}
+
+TEST(judge_should_report_a_rank_outliving_one_that_exited_0)
+{
+    /* no collectives: a program that only prints; rank 1 sleeps forever */
+    world(2);
+    for (int i = 0; i < 2; i++) {
+        R[i].v.form = DSL_PROGRESS_EMPTY;
+        R[i].v.has_step = 0;
+        R[i].reports = 0;
+    }
+    R[0].life = DSL_HANG_EXITED;
+    R[0].t_exit = 12;
+    R[1].t_advance = 12;
+    struct dsl_hang_verdict v = judge(2, 311, 300);
+    ASSERT_EQ(v.hang, 0);
+    v = judge(2, 312, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_STR_EQ(v.text, "rank 0 exited 0 at 12.0 s; rank 1 (node2, pid 1001) still "
+                          "running at 312.0 s, no progress for 300.0 s");
+}
+
+TEST(judge_should_name_the_quiet_rank_when_others_advance)
+{
+    world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].v.form = DSL_PROGRESS_TEXT;
+        R[i].v.coll_seq = 0;
+        R[i].v.step = 97;
+        R[i].t_advance = 350;
+    }
+    R[1].v.step = 41;
+    R[1].t_advance = 40;
+    struct dsl_hang_verdict v = judge(4, 360, 300);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node1, pid 1001) made no progress for 320.0 s (at step "
+                          "41); ranks 0,2-3 advanced meanwhile");
+}
+
+TEST(judge_should_name_the_lowest_step_when_all_stall)
+{
+    world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].v.form = DSL_PROGRESS_TEXT;
+        R[i].v.coll_seq = 0;
+        R[i].v.step = 97;
+    }
+    R[3].v.step = 41;
+    struct dsl_hang_verdict v = judge(4, 400, 300);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 3);
+    ASSERT_CONTAINS(v.text, "rank 3 (node2, pid 1003) stopped at step 41 while others "
+                            "reached step 97");
+    R[3].v.step = 97; /* all equal: all named */
+    v = judge(4, 400, 300);
+    ASSERT_EQ(v.nstuck, 4);
+    ASSERT_CONTAINS(v.text, "made no progress for 395.0 s");
+}
+
+TEST(judge_should_leave_unarmed_ranks_alone)
+{
+    world(2);
+    R[0].armed = R[1].armed = 0;
+    struct dsl_hang_verdict v = judge(2, 1e5, 300);
+    ASSERT_EQ(v.hang, 0);
+    R[1].armed = 1; /* one armed rank is enough; the unarmed one still counts as behind */
+    R[0].v.form = DSL_PROGRESS_EMPTY;
+    v = judge(2, 1e5, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.first, 0);
+    ASSERT_CONTAINS(v.text, "never entered allreduce #100");
+}
+
+TEST(cause_should_name_the_peer_a_timed_out_rank_waited_for)
+{
+    world(2);
+    /* rank 0 waited in #100 from t = 5 and timed out at 15; rank 1 never entered it */
+    R[0].life = DSL_HANG_EXITED;
+    R[0].code = 1;
+    R[0].t_exit = 15;
+    R[1].v.coll_seq = 99;
+    R[1].v.in_coll = 0;
+    R[1].t_advance = 4.9;
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node2, pid 1001) never entered allreduce #100 (no "
+                          "progress for 10.2 s); rank 0 waited in it and exited with code 1 "
+                          "after 15.0 s");
+    /* a peer that advanced moments ago is not the cause */
+    R[1].t_advance = 14.5;
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 0);
+    /* unless it is stopped */
+    R[1].pstate = 'T';
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 1);
+    ASSERT_CONTAINS(v.text, "stopped");
+    /* a peer inside the same collective is a fellow victim, not the cause */
+    R[1].pstate = 'S';
+    R[1].v.coll_seq = 100;
+    R[1].v.in_coll = 1;
+    R[1].t_advance = 5;
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 0);
+}
+
+TEST(cause_should_ignore_signals_and_clean_exits)
+{
+    world(2);
+    R[0].life = DSL_HANG_EXITED;
+    R[0].sig = 9;
+    R[0].t_exit = 15;
+    R[1].v.coll_seq = 99;
+    R[1].v.in_coll = 0;
+    R[1].t_advance = 1;
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 0); /* a killed rank is its own cause */
+    R[0].sig = 0;
+    R[0].code = 0;
+    ASSERT_EQ(dsl_hang_cause(R, 2, 0, 15.1, &v), 0);
+    ASSERT_EQ(dsl_hang_cause(R, 2, 7, 15.1, &v), 0);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
