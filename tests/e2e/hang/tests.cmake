@@ -1,0 +1,10 @@
+# Hang detection end to end: dslaunch with dstrain, the flow worker and a Python
+# heartbeat (tests/e2e/hang/hang.sh). RUN_SERIAL: its timing bounds (hang, comm and
+# capture timeouts) should not compete with other suites for the cores, and its jobs
+# take the default master port as flow_launch's do.
+if(TARGET dstrain)
+  add_test(NAME flow_hang
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hang.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:dstrain> $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(flow_hang PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
+endif()
