@@ -25,9 +25,10 @@
  * When stdout and stderr are the same file (2>&1, or one terminal), both streams share
  * one queue, so their order is kept and a line is never cut by the other stream's.
  *
- * Memory: the bytes queued in all destinations together stay within the budget. A rank
- * line that does not fit (after trying to write) is dropped whole and counted, never
- * split; the launcher's own messages (errors, the summary) are few and always queued.
+ * Memory: the bytes queued in all destinations together stay within the budget (or one
+ * line, when the queues are empty). A rank line that does not fit (after trying to
+ * write) is dropped whole and counted, never split; the launcher's own messages
+ * (errors, the summary) are few and always queued.
  * --log-dir files are written directly by the job, so they hold every line regardless.
  *
  * A write failing with EPIPE means the reader went away (`| head -3`): the destination
@@ -248,7 +249,9 @@ int dsl_output_line(struct dsl_output *o, int stream, const char *prefix, const 
         dest_flush(o, d);
         if (d->broken)
             return 0;
-        if (dsl_output_queued(o) + n > o->budget) {
+        /* an empty queue takes any one line, so even a budget of 0 passes what the
+         * reader takes at once */
+        if (dsl_output_queued(o) && dsl_output_queued(o) + n > o->budget) {
             d->dropped++;
             return 1;
         }

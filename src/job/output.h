@@ -46,7 +46,8 @@ void dsl_output_open(struct dsl_output *o, int out_fd, int err_fd, size_t budget
 void dsl_output_close(struct dsl_output *o);
 /**
  * Queue prefix, line and a newline for stream (1 or 2) as one unit. When the budget
- * cannot hold it even after a non-blocking flush, the whole line is dropped and counted.
+ * cannot hold it even after a non-blocking flush (and the queues are not empty), the
+ * whole line is dropped and counted.
  * 1 if it was dropped, else 0 (also when the destination is broken and it is discarded).
  */
 int dsl_output_line(struct dsl_output *o, int stream, const char *prefix, const char *line);

@@ -151,6 +151,37 @@ TEST(the_poll_fallback_should_not_block_either)
     alarm(0);
 }
 
+TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
+{
+    guard();
+    int p[2];
+    ASSERT_OK(pipe(p));
+    struct dsl_output o;
+    dsl_output_open(&o, p[1], -1, 0);
+    long dropped = 0, total = 20000;
+    char line[64];
+    for (long i = 0; i < total; i++) {
+        snprintf(line, sizeof(line), "%ld", i);
+        dropped += dsl_output_line(&o, 1, "z ", line);
+        dsl_output_flush(&o);
+    }
+    ASSERT(dropped > 0 && dropped < total);
+    pid_t c = fork();
+    if (c == 0) {
+        close_writers(&o, p[1]);
+        size_t n;
+        char *all = slurp(p[0], &n);
+        _exit(check_lines(all, "z") + dropped == total ? 0 : 1);
+    }
+    close(p[0]);
+    dsl_output_close(&o);
+    close(p[1]);
+    int st;
+    ASSERT_EQ(waitpid(c, &st, 0), c);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    alarm(0);
+}
+
 TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)
 {
     guard();
@@ -217,12 +248,12 @@ TEST(a_regular_file_should_be_written_at_once)
     dsl_output_open(&o, fd, -1, 16);
     ASSERT_EQ(o.dest[0].how, DSL_OUTPUT_BLOCKING);
     ASSERT_EQ(dsl_output_line(&o, 1, "[rank 1] ", "short"), 0);
-    ASSERT_EQ(dsl_output_line(&o, 1, "[rank 1] ", "a line longer than the budget"), 1);
+    ASSERT_EQ(dsl_output_line(&o, 1, "[rank 1] ", "longer than the budget"), 0);
     dsl_output_flush(&o);
     ASSERT_EQ(dsl_output_queued(&o), 0);
     char buf[64] = "";
-    ASSERT_EQ(pread(fd, buf, sizeof(buf) - 1, 0), 15);
-    ASSERT_STR_EQ(buf, "[rank 1] short\n");
+    ASSERT_EQ(pread(fd, buf, sizeof(buf) - 1, 0), 47);
+    ASSERT_STR_EQ(buf, "[rank 1] short\n[rank 1] longer than the budget\n");
     dsl_output_close(&o);
     close(fd);
     alarm(0);
