@@ -84,8 +84,8 @@ static const struct dsl_opt opts[] = {
     STR("log_dir", 0, log_dir, "DIR", "also write each rank's output to DIR/rank<N>.log", NULL),
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SIZE("output_buffer", output_buffer, "SIZE",
-         "memory for output that stdout and stderr have not taken yet; past it whole "
-         "lines are dropped and counted (the job never waits for a reader)", "64M"),
+         "memory for output stdout/stderr have not taken yet; past it whole lines are "
+         "dropped and counted, the job never waits", "64M"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
     FLAG("local_rank_arg", local_rank_arg,

@@ -299,7 +299,7 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
 expect_success "--help lists every option with defaults; --version" '
     run_capture rc out err "$DSL" --help
     assert_eq "$rc" 0
-    for o in hostfile include exclude num-nodes num-gpus master-addr master-port launcher export log-dir no-prefix term-timeout local-rank-arg dry-run check fanout connect-timeout keepalive ssh-config ssh-port ssh-identity ssh-accept-new remote-dslaunch remote-cwd; do
+    for o in hostfile include exclude num-nodes num-gpus master-addr master-port launcher export log-dir output-buffer no-prefix term-timeout local-rank-arg dry-run check fanout connect-timeout keepalive ssh-config ssh-port ssh-identity ssh-accept-new remote-dslaunch remote-cwd; do
         assert_grep "\-\-$o" out
     done
     assert_grep "default: 29500" out
