@@ -24,6 +24,8 @@
     {n, 0, DSL_OPT_INT, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
 #define SECS(n, f, arg, help, def)                                                             \
     {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
+#define SIZE(n, f, arg, help, def)                                                             \
+    {n, 0, DSL_OPT_SIZE, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define LIST(n, f, arg, help) {n, 0, DSL_OPT_LIST, OFF(f), arg, help, NULL, 0, 0, NULL, 0, NULL}
 #define FLAG(n, f, help) {n, 0, DSL_OPT_FLAG, OFF(f), NULL, help, NULL, 0, 0, NULL, 0, NULL}
 #define CALL(n, sh, arg, help, def, fn)                                                        \
@@ -73,6 +75,9 @@ static const struct dsl_opt opts[] = {
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
     STR("log_dir", 0, log_dir, "DIR", "also write each rank's output to DIR/rank<N>.log", NULL),
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
+    SIZE("output_buffer", output_buffer, "SIZE",
+         "memory for output stdout/stderr have not taken yet; past it whole lines are "
+         "dropped and counted, the job never waits", "64M"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
     FLAG("local_rank_arg", local_rank_arg,
@@ -120,6 +125,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->num_gpus = -1;
     o->master_port = 29500;
     o->term_timeout = 10.0;
+    o->output_buffer = (size_t)64 << 20;
     o->fanout = 256;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;

@@ -28,6 +28,8 @@ enum dsl_exit_code {
     DSL_EXIT_AGENT = 204,
 };
 
+struct dsl_output;
+
 /* What the launcher knows about one node. */
 enum dsl_node_state {
     DSL_NODE_PENDING = 0,
@@ -58,6 +60,7 @@ struct dsl_job_node {
 struct dsl_job_rank {
     int rank, node, local_rank, device;
     int pid, started, exited, code, sig;
+    int exited_in_stop;        /* it exited after the job began to stop */
     double wall;
     struct dsl_strvec tail;
     FILE *log;
@@ -80,6 +83,11 @@ struct dsl_job {
     int exit_code;
     int stopping;
     int stop_sig;                 /* the first signal the stop sent to the ranks */
+    int stop_requested;           /* the user ended the job: the signal dslaunch got
+                                     (SIGINT, SIGTERM, SIGHUP), or SIGPIPE when a reader
+                                     of its stdout or stderr went away; 0 */
+    int killed_now;               /* a second interrupt killed the ranks without grace */
+    struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     double t_begin, t_stop, t_first_fail;
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every

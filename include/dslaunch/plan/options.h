@@ -58,6 +58,7 @@ struct dsl_launch_opts {
     struct dsl_strvec exports; /* --export VAR[=VALUE], repeatable */
     int no_prefix;             /* --no-prefix */
     char *log_dir;             /* --log-dir */
+    size_t output_buffer;      /* --output-buffer bytes (64M): console output not yet read */
     double term_timeout;       /* --term-timeout (10 s) */
     int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
     int fanout;                /* --fanout (256) */
