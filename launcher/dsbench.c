@@ -181,15 +181,6 @@ static int set_op(void *target, const struct dsl_opt *d, const char *v, char *er
     return 0;
 }
 
-static int set_help(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    (void)d;
-    (void)v;
-    (void)err;
-    ((struct bench_opts *)target)->help = 1;
-    return 0;
-}
-
 #define OFF(f) offsetof(struct bench_opts, f)
 static const struct dsl_opt opts[] = {
     {"minbytes", 'b', DSL_OPT_SIZE, OFF(min_bytes), "BYTES", "smallest size (K/M/G suffixes)",
@@ -214,7 +205,8 @@ static const struct dsl_opt opts[] = {
     {"malloc", 0, DSL_OPT_FLAG, OFF(plain_malloc), NULL,
      "host buffers from plain malloc (copied paths) instead of dsl_comm_alloc (shared with "
      "same-host peers, so collectives need no copy)", NULL, 0, 0, NULL, 0, NULL},
-    {"help", 'h', DSL_OPT_CALL, 0, NULL, "show this help", NULL, 0, 0, set_help, 0, NULL},
+    {"help", 'h', DSL_OPT_FLAG, offsetof(struct bench_opts, help), NULL, "show this help", NULL, 0, 0,
+     NULL, 0, NULL},
 };
 static const struct dsl_opt_parser parser = {
     .prog = "dsbench", .opts = opts, .nopts = sizeof(opts) / sizeof(opts[0])};

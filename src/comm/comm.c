@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
@@ -100,13 +101,13 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     c->deterministic = o->deterministic;
     c->device = o->device;
     c->prog = dsl_progress_self(NULL);
-    if ((r = env_int("WORLD_SIZE", 1, 1, 1 << 20, &c->world, err)) < 0)
+    if ((r = env_int(DSL_ENV_WORLD_SIZE, 1, 1, 1 << 20, &c->world, err)) < 0)
         goto out;
-    if ((r = env_int("RANK", 0, 0, c->world - 1, &c->rank, err)) < 0)
+    if ((r = env_int(DSL_ENV_RANK, 0, 0, c->world - 1, &c->rank, err)) < 0)
         goto out;
     c->timeout_s = o->timeout_s;
     if (c->timeout_s <= 0) {
-        const char *s = getenv("DSLAUNCH_COMM_TIMEOUT");
+        const char *s = getenv(DSL_ENV_COMM_TIMEOUT);
         c->timeout_s = 300;
         if (s && *s && (dsl_parse_seconds(s, &c->timeout_s) < 0 || c->timeout_s <= 0)) {
             r = dsl_seterr(err, DSL_EUSAGE, "bad DSLAUNCH_COMM_TIMEOUT '%s'", s);

@@ -42,6 +42,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
@@ -392,8 +393,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
 {
     struct tcp *t = dsl_xcalloc(1, sizeof(*t));
     int w = c->world, me = c->rank, lfd = -1, r;
-    const char *token = getenv("DSLAUNCH_RUN_TOKEN");
-    const char *master = getenv("MASTER_ADDR");
+    const char *token = getenv(DSL_ENV_RUN_TOKEN);
+    const char *master = getenv(DSL_ENV_MASTER_ADDR);
     const char *algo = getenv("DSL_COMM_ALGO");
     char addr[64], key[64], val[128];
     size_t sockbuf;

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/net.h"
@@ -48,25 +49,25 @@ int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err)
 {
     const char *s;
     memset(o, 0, sizeof(*o));
-    o->addr = getenv("MASTER_ADDR");
+    o->addr = getenv(DSL_ENV_MASTER_ADDR);
     if (!o->addr || !*o->addr)
         o->addr = "127.0.0.1";
-    o->run_id = getenv("DSLAUNCH_RUN_ID");
-    o->token = getenv("DSLAUNCH_RUN_TOKEN");
+    o->run_id = getenv(DSL_ENV_RUN_ID);
+    o->token = getenv(DSL_ENV_RUN_TOKEN);
     if (!o->run_id)
         o->run_id = "";
     if (!o->token)
         o->token = "";
     o->timeout_s = 300;
     o->world_size = 1;
-    if (!(s = getenv("MASTER_PORT")) || dsl_parse_int(s, 1, 65535, &o->port) < 0)
+    if (!(s = getenv(DSL_ENV_MASTER_PORT)) || dsl_parse_int(s, 1, 65535, &o->port) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad or missing MASTER_PORT '%s'", s ? s : "");
-    if ((s = getenv("DSLAUNCH_STORE_TIMEOUT")) && *s &&
+    if ((s = getenv(DSL_ENV_STORE_TIMEOUT)) && *s &&
         (dsl_parse_seconds(s, &o->timeout_s) < 0 || o->timeout_s <= 0))
         return dsl_seterr(err, DSL_EUSAGE, "bad DSLAUNCH_STORE_TIMEOUT '%s'", s);
-    if ((s = getenv("WORLD_SIZE")) && *s && dsl_parse_int(s, 1, 1 << 20, &o->world_size) < 0)
+    if ((s = getenv(DSL_ENV_WORLD_SIZE)) && *s && dsl_parse_int(s, 1, 1 << 20, &o->world_size) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad WORLD_SIZE '%s'", s);
-    if ((s = getenv("RANK")) && *s && dsl_parse_int(s, 0, o->world_size - 1, &o->rank) < 0)
+    if ((s = getenv(DSL_ENV_RANK)) && *s && dsl_parse_int(s, 0, o->world_size - 1, &o->rank) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad RANK '%s'", s);
     return 0;
 }

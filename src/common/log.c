@@ -1,4 +1,8 @@
-/* Messages for people: errors and warnings on stderr, rank-0 chatter on stdout. */
+/*
+ * Messages for people: errors and warnings on stderr, rank-0 chatter on stdout. While
+ * a sink is set (the launcher's job, whose stderr must never block it), the stderr
+ * messages go to the sink instead, one whole line at a time.
+ */
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -8,11 +12,19 @@
 static const char *prog = "dslaunch";
 static int my_rank = 0;
 static int level = 1;
+static void (*sink)(void *arg, const char *line);
+static void *sink_arg;
 
 void dsl_log_set_prog(const char *p) { prog = p; }
 void dsl_log_set_rank(int rank) { my_rank = rank; }
 void dsl_log_set_level(int l) { level = l; }
 int dsl_log_level(void) { return level; }
+
+void dsl_log_set_sink(void (*fn)(void *arg, const char *line), void *arg)
+{
+    sink = fn;
+    sink_arg = arg;
+}
 
 static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
@@ -23,6 +35,10 @@ static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
     if (n < 0 || (size_t)n >= sizeof(line))
         n = 0;
     vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    if (sink && f == stderr) {
+        sink(sink_arg, line);
+        return;
+    }
     /* one fputs per line keeps lines from different processes whole */
     fprintf(f, "%s\n", line);
     fflush(f);

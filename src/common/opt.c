@@ -41,7 +41,8 @@ static const struct dsl_opt *find_short(const struct dsl_opt_parser *p, char c)
 
 static int takes_value(const struct dsl_opt *d)
 {
-    return d->kind != DSL_OPT_FLAG && !(d->kind == DSL_OPT_CALL && !d->arg);
+    return d->kind != DSL_OPT_FLAG && d->kind != DSL_OPT_SET &&
+           !(d->kind == DSL_OPT_CALL && !d->arg);
 }
 
 static int apply(const struct dsl_opt *d, void *target, const char *val, char *err)
@@ -50,6 +51,9 @@ static int apply(const struct dsl_opt *d, void *target, const char *val, char *e
     switch (d->kind) {
     case DSL_OPT_FLAG:
         *(int *)field = 1;
+        return 0;
+    case DSL_OPT_SET:
+        *(int *)field = d->tag;
         return 0;
     case DSL_OPT_STRING:
         free(*(char **)field);

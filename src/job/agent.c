@@ -13,7 +13,8 @@
  *             bars gently); each reaped rank is reported with an "exit" message once its
  *             pipes have been drained of what was already written
  *   STOPPING  a stop request, a signal, or the launcher gone: every live rank's process
- *             group got the stop signal; at kill_at the survivors get SIGKILL
+ *             group got the stop signal; at kill_at (the job's grace later, whatever
+ *             started the stop) the survivors get SIGKILL
  *   DONE      every rank reported: leftover processes in the ranks' groups are killed,
  *             "bye" is flushed, the agent exits
  *
@@ -87,6 +88,7 @@ struct agent {
     int nranks;
     double grace, keepalive;
     double kill_at, last_rx, last_ping;
+    int stop_sig;                 /* the signal the stop sent to the ranks */
     int probe_lfd;
     int sigpipe[2];
     struct dsl_agent_progress prog; /* progress files, stack captures */
@@ -396,11 +398,20 @@ static void signal_ranks(struct agent *a, int sig)
         }
 }
 
+/*
+ * Stop every rank with sig, SIGKILL after grace. A repeat of the signal the stop already
+ * sent, with no shorter grace, is dropped: the launcher's going away (EOF, and for a
+ * local agent its parent-death SIGTERM) and repeated stop requests must not signal a
+ * rank's group again while its handler runs (that would kill the handler's children).
+ */
 static void begin_stop(struct agent *a, int sig, double grace)
 {
     if (a->state == AG_STOPPING) {
+        if (sig == a->stop_sig && dsl_now() + grace >= a->kill_at)
+            return;
         if (dsl_now() + grace < a->kill_at)
             a->kill_at = dsl_now() + grace;
+        a->stop_sig = sig;
         signal_ranks(a, sig);
         return;
     }
@@ -408,6 +419,7 @@ static void begin_stop(struct agent *a, int sig, double grace)
         return;
     a->state = AG_STOPPING;
     a->kill_at = dsl_now() + grace;
+    a->stop_sig = sig;
     signal_ranks(a, sig);
 }
 
@@ -621,12 +633,15 @@ int dsl_agent_main(int in_fd, int out_fd)
                     now - a.last_rx);
             a.in_eof = 1;
         }
-        if (a.in_eof && a.state != AG_DONE) {
-            /* the launcher is gone: nobody will read output; stop fast */
+        if (a.in_eof && (a.state == AG_WAITING || a.state == AG_RUNNING)) {
+            /*
+             * The launcher is gone. The ranks still get the job's whole grace: a rank
+             * saving a checkpoint on SIGTERM needs it most when the job is being lost.
+             */
             if (a.state == AG_WAITING)
                 a.state = AG_DONE;
             else
-                begin_stop(&a, SIGTERM, a.grace < 2.0 ? a.grace : 2.0);
+                begin_stop(&a, SIGTERM, a.grace);
         }
         if (a.state == AG_STOPPING && now >= a.kill_at)
             signal_ranks(&a, SIGKILL);

@@ -29,8 +29,17 @@
  *             closes every channel, which makes agents kill whatever is left
  *
  * Signals: SIGINT/SIGTERM/SIGHUP only set a flag. The first forwards that signal to every
- * rank with the normal grace; a second SIGINT kills at once. SIGPIPE is ignored.
- * If the launcher itself is SIGKILLed, every agent sees EOF and kills its ranks.
+ * rank with the normal grace; a second SIGINT kills at once. Such a stop exits 128 + the
+ * signal (unless a rank or node had failed first) with a calm summary, whatever the
+ * ranks do on the way down. SIGPIPE is ignored: EPIPE on stdout or stderr (the reader
+ * went away) stops the job the same way and exits 141. If the launcher itself is
+ * SIGKILLed, every agent sees EOF and stops its ranks with the job's grace.
+ *
+ * Console: from the start of dsl_job_run() to its end, stdout and stderr (rank lines,
+ * and the launcher's own messages through the log sink) are queued and written without
+ * blocking (output.c), within --output-buffer; what is left is written at the end,
+ * waiting for the reader, once every node is done, and lines dropped meanwhile are
+ * counted in one warning.
  *
  * This file holds the phases; sending, receiving, the poll pass and the signal flag are
  * job_loop.c's, which the preflight (job_preflight.c) uses as well.
@@ -190,7 +199,8 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
         if (!failed)
             dsl_error("cannot start the job: %s unreachable or refused", "some hosts are");
         failed++;
-        fprintf(stderr, "  %-20s %s\n", n->pn->host, n->err[0] ? n->err : dsl_strerror(n->err_code));
+        dsl_job_eprintf(job, "  %-20s %s\n", n->pn->host,
+                        n->err[0] ? n->err : dsl_strerror(n->err_code));
         int c = n->err_code == DSL_EAUTH ? DSL_EXIT_AUTH
                 : (n->err_code == DSL_ECONNECT || n->err_code == DSL_ETIMEDOUT ||
                    n->err_code == -ECONNREFUSED || n->err_code == -EHOSTUNREACH)
@@ -288,6 +298,50 @@ static int all_ranks_done(struct dsl_job *job)
     return 1;
 }
 
+/*
+ * The summary of a stop the user asked for: not an error, whatever the ranks did on the
+ * way down, so one calm line (debug level when the reader of the output went away, as a
+ * shell says nothing when `| head` ends a pipeline), and a warning per node lost.
+ */
+static void print_stop(struct dsl_job *job)
+{
+    int stopped = 0, killed = 0, unconfirmed = 0;
+    for (int i = 0; i < job->nranks; i++) {
+        struct dsl_job_rank *r = &job->ranks[i];
+        if (!r->started || (r->exited && !r->exited_in_stop))
+            continue;
+        if (!r->exited)
+            unconfirmed++;
+        else if (r->sig == SIGKILL)
+            killed++;
+        else
+            stopped++;
+    }
+    char why[64], grace[64], left[64] = "";
+    if (job->stop_requested == SIGPIPE)
+        snprintf(why, sizeof(why), "stopped: the reader of the output went away");
+    else
+        snprintf(why, sizeof(why), "stopped by %s", dsl_signame(job->stop_requested));
+    if (job->killed_now)
+        snprintf(grace, sizeof(grace), "at the second interrupt");
+    else
+        snprintf(grace, sizeof(grace), "after the %g s grace", job->opts->term_timeout);
+    if (unconfirmed)
+        snprintf(left, sizeof(left), ", %d not confirmed by %s node", unconfirmed,
+                 unconfirmed == 1 ? "its" : "their");
+    if (job->stop_requested == SIGPIPE)
+        dsl_debug("%s; %d rank%s stopped, %d killed %s%s", why, stopped, stopped == 1 ? "" : "s",
+                  killed, grace, left);
+    else
+        dsl_info("%s; %d rank%s stopped, %d killed %s%s", why, stopped, stopped == 1 ? "" : "s",
+                 killed, grace, left);
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        if (n->state == DSL_NODE_FAILED && n->err[0])
+            dsl_warn("node %d (%s) was lost while stopping: %s", i, n->pn->host, n->err);
+    }
+}
+
 static void print_summary(struct dsl_job *job)
 {
     if (dsl_job_hang_summary(job))
@@ -304,13 +358,16 @@ static void print_summary(struct dsl_job *job)
             dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s", r->rank,
                       host, r->pid, r->code, r->wall);
         if (r->tail.nr) {
-            fprintf(stderr, "  last lines of rank %d's stderr:\n", r->rank);
+            dsl_job_eprintf(job, "  last lines of rank %d's stderr:\n", r->rank);
             for (size_t i = 0; i < r->tail.nr; i++)
-                fprintf(stderr, "  | %s\n", r->tail.v[i]);
+                dsl_job_eprintf(job, "  | %s\n", r->tail.v[i]);
         }
     } else if (job->failed_node >= 0) {
         struct dsl_job_node *n = &job->nodes[job->failed_node];
         dsl_error("node %d (%s) lost: %s", job->failed_node, n->pn->host, n->err);
+    } else if (job->stop_requested) {
+        print_stop(job);
+        return;
     }
     if (job->failed_rank >= 0 || job->failed_node >= 0 || job->exit_code) {
         int stopped = 0, killed = 0;
@@ -327,6 +384,26 @@ static void print_summary(struct dsl_job *job)
     }
 }
 
+/*
+ * The job is over: write what the console still holds (waiting for its readers, as any
+ * program would; a signal now has its default effect), then say what was dropped.
+ */
+static void close_console(struct dsl_job *job)
+{
+    struct dsl_output *o = job->out;
+    dsl_output_drain(o);
+    dsl_log_set_sink(NULL, NULL);
+    job->out = NULL;
+    for (int i = 0; i < o->ndest; i++)
+        if (o->dest[i].dropped)
+            dsl_warn("%zu output line%s dropped because %s was not read; %s",
+                     o->dest[i].dropped, o->dest[i].dropped == 1 ? " was" : "s were",
+                     o->dest[i].name,
+                     job->opts->log_dir ? "--log-dir has them all"
+                                        : "--log-dir would keep them all");
+    dsl_output_close(o);
+}
+
 int dsl_job_run(struct dsl_job *job)
 {
     int code = 0;
@@ -339,6 +416,12 @@ int dsl_job_run(struct dsl_job *job)
         dsl_error("cannot create pipe: %s", strerror(errno));
         return DSL_EXIT_AGENT;
     }
+    struct dsl_output console;
+    fflush(stdout);
+    fflush(stderr);
+    dsl_output_open(&console, STDOUT_FILENO, STDERR_FILENO, job->opts->output_buffer);
+    job->out = &console;
+    dsl_log_set_sink(dsl_job_log_sink, job);
     dsl_job_signals_catch(sp[1]);
 
     dsl_strvec_push(&remote_argv,
@@ -424,7 +507,7 @@ int dsl_job_run(struct dsl_job *job)
         (!job->plan->all_local && job->opts->verbose >= 1))
         dsl_job_print_preflight(job);
     if (job->opts->mode == DSL_MODE_CHECK) {
-        fprintf(stderr, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
+        dsl_job_eprintf(job, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
         goto out;
     }
 
@@ -494,5 +577,6 @@ out:
     close(sp[0]);
     close(sp[1]);
     dsl_strvec_release(&remote_argv);
+    close_console(job);
     return code;
 }

@@ -374,8 +374,7 @@ int dsl_job_hang_summary(struct dsl_job *job)
     else
         dsl_error("hang: %s", h->verdict.text);
     if (h->report_txt)
-        fprintf(stderr, "  report with every rank's progress and stack: %s (and .json)\n",
-                h->report_txt);
+        dsl_info("report with every rank's progress and stack: %s (and .json)", h->report_txt);
     int stopped = 0, killed = 0;
     for (int i = 0; i < job->nranks; i++) {
         const struct dsl_job_rank *r = &job->ranks[i];

@@ -8,6 +8,7 @@
 #define DSLAUNCH_JOB_IMPL_H
 
 #include "dslaunch/job/job.h"
+#include "output.h"
 
 /* Bound of a node's output queue: an agent that stops reading fails instead of making
  * the launcher buffer without limit. */
@@ -28,8 +29,16 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
                        ...) __attribute__((format(printf, 4, 5)));
 /** One pass of the event loop: poll for at most timeout_ms, handle what is ready. */
 void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms);
-/** Act on a signal the launcher received since the last call (stop or kill). */
+/**
+ * Act on a signal the launcher received since the last call (stop or kill), and on a
+ * reader of its stdout or stderr gone away (a stop, as SIGPIPE would be in a shell).
+ */
 void dsl_job_handle_signals(struct dsl_job *job);
+/** The launcher's own text for stderr (whole lines): through job->out while it is set. */
+void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/** For dsl_log_set_sink(): a log line (arg: the job) to job->out's stderr. */
+void dsl_job_log_sink(void *arg, const char *line);
 /** Stop the job: sig to every rank, SIGKILL after grace (the first call sets t_stop). */
 void dsl_job_stop(struct dsl_job *job, int sig, double grace);
 

@@ -12,9 +12,17 @@
  * The first failure anywhere (a rank's non-zero exit or signal death, a lost node)
  * starts the stop: "stop" goes to every agent that is still there.
  *
+ * Output lines go to the launcher's console queue (output.c), never straight to
+ * stdout: the poll set includes its destinations while they have a backlog, and every
+ * pass writes what they take, so a reader that does not read never stalls the loop
+ * (keepalives, stops, exits all go on); --log-dir files are written as lines arrive.
+ *
  * Signals (SIGINT, SIGTERM, SIGHUP) only set a flag and write to the self-pipe;
  * dsl_job_handle_signals() acts on them between passes: the first forwards that
- * signal to every rank with the normal grace, a second SIGINT kills at once.
+ * signal to every rank with the normal grace, a second SIGINT kills at once. A stop
+ * the user asked for (those signals, or the console's reader gone: EPIPE, as SIGPIPE)
+ * decides the exit code unless a failure came first, and what ranks do on the way
+ * down (exit 1 on SIGTERM, outlive the grace) is part of that stop, not a failure.
  *
  * This file calls nothing in job.c or job_preflight.c: both phases sit on top of it,
  * so the loop can be read, and changed, without them.
@@ -155,7 +163,7 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
     va_end(ap);
     n->err_code = code;
     n->state = DSL_NODE_FAILED;
-    if (was_running && job->failed_rank < 0 && job->failed_node < 0) {
+    if (was_running && job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested) {
         job->failed_node = (int)(n - job->nodes);
         job->exit_code = code == DSL_ETIMEDOUT || code == DSL_ECONNECT ? DSL_EXIT_UNREACHABLE
                                                                        : DSL_EXIT_AGENT;
@@ -168,14 +176,62 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
 
 static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, const char *line)
 {
-    FILE *f = stream == 2 ? stderr : stdout;
+    char small[256], *prefix = small;
+    small[0] = '\0';
     if (job->opts->no_prefix)
-        fprintf(f, "%s\n", line);
-    else if (job->nnodes > 1 || !job->plan->all_local)
-        fprintf(f, "[%s:rank %d] %s\n", job->pl->nodes[r->node].host, r->rank, line);
-    else
-        fprintf(f, "[rank %d] %s\n", r->rank, line);
-    fflush(f);
+        ;
+    else if (job->nnodes > 1 || !job->plan->all_local) {
+        const char *host = job->pl->nodes[r->node].host;
+        int n = snprintf(small, sizeof(small), "[%s:rank %d] ", host, r->rank);
+        if (n < 0 || (size_t)n >= sizeof(small))
+            prefix = dsl_xasprintf("[%s:rank %d] ", host, r->rank);
+    } else {
+        snprintf(small, sizeof(small), "[rank %d] ", r->rank);
+    }
+    if (job->out) {
+        dsl_output_line(job->out, stream, prefix, line);
+    } else {
+        FILE *f = stream == 2 ? stderr : stdout;
+        fprintf(f, "%s%s\n", prefix, line);
+        fflush(f);
+    }
+    if (prefix != small)
+        free(prefix);
+}
+
+void dsl_job_log_sink(void *arg, const char *line)
+{
+    struct dsl_job *job = arg;
+    if (!job->out) {
+        fprintf(stderr, "%s\n", line);
+        return;
+    }
+    dsl_output_text(job->out, 2, line);
+    dsl_output_text(job->out, 2, "\n");
+    dsl_output_flush(job->out);
+}
+
+void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!job->out) {
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        return;
+    }
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) {
+        char *text = dsl_xmalloc((size_t)n + 1);
+        vsnprintf(text, (size_t)n + 1, fmt, ap2);
+        dsl_output_text(job->out, 2, text);
+        dsl_output_flush(job->out);
+        free(text);
+    }
+    va_end(ap2);
 }
 
 static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct dsl_msg *m)
@@ -248,6 +304,7 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         if (!(r = rank_of(job, n, m->rank)) || r->exited)
             break;
         r->exited = 1;
+        r->exited_in_stop = job->stopping;
         r->code = m->code;
         r->sig = m->sig;
         r->wall = m->wall;
@@ -262,7 +319,8 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         }
         if (dsl_job_hang_on_exit(job, r))
             break; /* a hang's verdict stands for the job's outcome (job_hang.c) */
-        if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0) {
+        if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0 &&
+            !job->stop_requested) {
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
             job->t_first_fail = dsl_now();
@@ -351,12 +409,15 @@ static void node_read(struct dsl_job *job, struct dsl_job_node *n)
 /* One pass: poll everything in flight for at most timeout_ms, handle what is ready. */
 void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
 {
-    struct pollfd *pf = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(*pf));
-    int *owner = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
+    struct pollfd *pf = dsl_xcalloc((size_t)job->nnodes + 3, sizeof(*pf));
+    int *owner = dsl_xcalloc((size_t)job->nnodes + 3, sizeof(int));
     nfds_t npf = 0;
     pf[npf].fd = sig_rfd;
     pf[npf].events = POLLIN;
     owner[npf++] = -1;
+    if (job->out) /* the console, while it has a backlog */
+        for (int k = dsl_output_pollfds(job->out, pf + npf); k > 0; k--)
+            owner[npf++] = -2;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         if (n->state == DSL_NODE_PENDING || n->state == DSL_NODE_FAILED || n->eof ||
@@ -376,6 +437,8 @@ void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
     for (nfds_t k = 0; pr > 0 && k < npf; k++) {
         if (!pf[k].revents)
             continue;
+        if (owner[k] == -2)
+            continue; /* the console is written below */
         if (owner[k] < 0) {
             char drain[64];
             while (read(sig_rfd, drain, sizeof(drain)) > 0)
@@ -409,25 +472,44 @@ void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
         if (n->conn.state == DSL_CONN_OPEN && n->outq.len)
             dsl_job_node_flush(n);
     }
+    if (job->out)
+        dsl_output_flush(job->out);
     free(pf);
     free(owner);
 }
 
+/*
+ * The user ends the job (why: the signal, SIGPIPE for a reader gone): unless a failure
+ * came first, the exit code is 128 + why whatever the ranks do from here on.
+ */
+static void request_stop(struct dsl_job *job, int why, int sig, double grace)
+{
+    if (!job->stop_requested)
+        job->stop_requested = why;
+    if (job->failed_rank < 0 && job->failed_node < 0 && !job->exit_code)
+        job->exit_code = 128 + why;
+    begin_stop(job, sig, grace);
+}
+
 void dsl_job_handle_signals(struct dsl_job *job)
 {
+    if (job->out && job->out->reader_gone && !job->stop_requested) {
+        /* `dslaunch ... | head`: end as a pipeline member does on SIGPIPE, quietly */
+        dsl_debug("the reader of the output went away: stopping every rank");
+        request_stop(job, SIGPIPE, SIGTERM, job->opts->term_timeout);
+    }
     if (!sig_pending)
         return;
     int sig = sig_pending;
     sig_pending = 0;
     if (sig_count >= 2 && sig == SIGINT) {
         dsl_info("second interrupt: killing every rank now");
-        begin_stop(job, SIGKILL, 0);
+        job->killed_now = 1;
+        request_stop(job, sig, SIGKILL, 0);
     } else {
         dsl_info("got %s: stopping every rank (SIGKILL in %.0f s; ^C again to kill now)",
                  dsl_signame(sig), job->opts->term_timeout);
-        if (job->failed_rank < 0 && job->failed_node < 0 && !job->exit_code)
-            job->exit_code = 128 + sig;
-        begin_stop(job, sig, job->opts->term_timeout);
+        request_stop(job, sig, sig, job->opts->term_timeout);
     }
 }
 

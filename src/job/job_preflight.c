@@ -169,11 +169,12 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                   n0->pn->host, job->plan->master_port);
         for (int i = 1; i < job->nnodes; i++)
             for (size_t k = 0; k < cand.nr; k++)
-                fprintf(stderr, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host, cand.v[k],
-                        job->plan->master_port,
-                        (int)k < job->nodes[i].probed.nreach && job->nodes[i].probed.reach[k]
-                            ? "ok"
-                            : "unreachable");
+                dsl_job_eprintf(job, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host,
+                                cand.v[k], job->plan->master_port,
+                                (int)k < job->nodes[i].probed.nreach &&
+                                        job->nodes[i].probed.reach[k]
+                                    ? "ok"
+                                    : "unreachable");
         bad = 1;
     } else {
         free(job->plan->master_addr);
@@ -222,16 +223,17 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
 
 void dsl_job_print_preflight(struct dsl_job *job)
 {
-    fprintf(stderr, "%-4s %-20s %-20s %-8s %4s %4s %5s  %-10s %s\n", "node", "host", "hostname",
-            "version", "cpus", "gpus", "ranks", "iface", "first rank");
+    dsl_job_eprintf(job, "%-4s %-20s %-20s %-8s %4s %4s %5s  %-10s %s\n", "node", "host",
+                    "hostname", "version", "cpus", "gpus", "ranks", "iface", "first rank");
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
-        fprintf(stderr, "%-4d %-20s %-20s %-8s %4d %4d %5d  %-10s %d\n", i, n->pn->host,
-                n->hello.host ? n->hello.host : "?", n->hello.version ? n->hello.version : "?",
-                n->hello.cpus, n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
-                n->pn->first_rank);
+        dsl_job_eprintf(job, "%-4d %-20s %-20s %-8s %4d %4d %5d  %-10s %d\n", i, n->pn->host,
+                        n->hello.host ? n->hello.host : "?",
+                        n->hello.version ? n->hello.version : "?", n->hello.cpus,
+                        n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
+                        n->pn->first_rank);
     }
-    fprintf(stderr, DSL_ENV_MASTER_ADDR "=%s " DSL_ENV_MASTER_PORT "=%d\n", job->plan->master_addr,
-            job->plan->master_port);
+    dsl_job_eprintf(job, DSL_ENV_MASTER_ADDR "=%s " DSL_ENV_MASTER_PORT "=%d\n",
+                    job->plan->master_addr, job->plan->master_port);
 }
 

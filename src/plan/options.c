@@ -17,12 +17,21 @@
 #include "dslaunch/common/banned.h"
 
 #define OFF(f) offsetof(struct dsl_launch_opts, f)
-#define STR(n, sh, f, arg, help, def) {n, sh, DSL_OPT_STRING, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
-#define INT(n, f, arg, help, def, lo, hi) {n, 0, DSL_OPT_INT, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
-#define SECS(n, f, arg, help, def) {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
+/* one line per kind of entry (struct dsl_opt's fields in order) */
+#define STR(n, sh, f, arg, help, def)                                                          \
+    {n, sh, DSL_OPT_STRING, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
+#define INT(n, f, arg, help, def, lo, hi)                                                      \
+    {n, 0, DSL_OPT_INT, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
+#define SECS(n, f, arg, help, def)                                                             \
+    {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
+#define SIZE(n, f, arg, help, def)                                                             \
+    {n, 0, DSL_OPT_SIZE, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define LIST(n, f, arg, help) {n, 0, DSL_OPT_LIST, OFF(f), arg, help, NULL, 0, 0, NULL, 0, NULL}
 #define FLAG(n, f, help) {n, 0, DSL_OPT_FLAG, OFF(f), NULL, help, NULL, 0, 0, NULL, 0, NULL}
-#define CALL(n, sh, arg, help, def, fn, tag) {n, sh, DSL_OPT_CALL, 0, arg, help, def, 0, 0, fn, tag, NULL}
+#define CALL(n, sh, arg, help, def, fn)                                                        \
+    {n, sh, DSL_OPT_CALL, 0, arg, help, def, 0, 0, fn, 0, NULL}
+#define SET(n, sh, f, help, tag)                                                               \
+    {n, sh, DSL_OPT_SET, OFF(f), NULL, help, NULL, 0, 0, NULL, tag, NULL}
 
 static int set_launcher(void *target, const struct dsl_opt *d, const char *val, char *err)
 {
@@ -49,22 +58,6 @@ static int set_master_port(void *target, const struct dsl_opt *d, const char *va
     return 0;
 }
 
-static int set_mode(void *target, const struct dsl_opt *d, const char *val, char *err)
-{
-    (void)val;
-    (void)err;
-    ((struct dsl_launch_opts *)target)->mode = (enum dsl_mode)d->tag;
-    return 0;
-}
-
-static int set_verbose(void *target, const struct dsl_opt *d, const char *val, char *err)
-{
-    (void)val;
-    (void)err;
-    ((struct dsl_launch_opts *)target)->verbose = d->tag;
-    return 0;
-}
-
 static const struct dsl_opt opts[] = {
     STR("hostfile", 'H', hostfile, "FILE", "DeepSpeed hostfile ('host slots=N' lines)",
         "/job/hostfile if present, else localhost"),
@@ -77,11 +70,14 @@ static const struct dsl_opt opts[] = {
         "chosen by the handshake"),
     CALL("master_port", 0, "PORT",
          "rendezvous port; a busy default is replaced, a busy given one is an error", "29500",
-         set_master_port, 0),
-    CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh or openmpi", "auto", set_launcher, 0),
+         set_master_port),
+    CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh or openmpi", "auto", set_launcher),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
     STR("log_dir", 0, log_dir, "DIR", "also write each rank's output to DIR/rank<N>.log", NULL),
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
+    SIZE("output_buffer", output_buffer, "SIZE",
+         "memory for output stdout/stderr have not taken yet; past it whole lines are "
+         "dropped and counted, the job never waits", "64M"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
     SECS("hang_timeout", hang_timeout, "SECONDS",
@@ -91,10 +87,9 @@ static const struct dsl_opt opts[] = {
          "stop the job after this long, with stacks and a report", "none"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
-    CALL("dry_run", 0, NULL, "resolve everything, print the plan as JSON, start nothing", NULL,
-         set_mode, DSL_MODE_DRY_RUN),
-    CALL("check", 0, NULL, "run only the preflight handshake on every host", NULL, set_mode,
-         DSL_MODE_CHECK),
+    SET("dry_run", 0, mode, "resolve everything, print the plan as JSON, start nothing",
+        DSL_MODE_DRY_RUN),
+    SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
     INT("fanout", fanout, "N", "hosts connecting at once", "256", 1, 1 << 24),
     SECS("connect_timeout", tr.connect_timeout, "SECONDS",
          "give up on a host that does not answer", "30"),
@@ -112,13 +107,13 @@ static const struct dsl_opt opts[] = {
          "copy PATH to every host first (as dslaunch sync); start only if all succeeded"),
     STR("remote_cwd", 0, remote_cwd, "DIR", "working directory on the other hosts",
         "the current directory"),
-    CALL("verbose", 'v', NULL, "say more", NULL, set_verbose, 2),
-    CALL("quiet", 'q', NULL, "say only errors", NULL, set_verbose, 0),
-    CALL("agent", 0, NULL, NULL, NULL, set_mode, DSL_MODE_AGENT), /* internal: node agent */
+    SET("verbose", 'v', verbose, "say more", 2),
+    SET("quiet", 'q', verbose, "say only errors", 0),
+    SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
     STR("connect", 0, agent_connect, "ADDR:PORT", NULL, NULL),    /* internal */
     STR("token", 0, agent_token, "T", NULL, NULL),                /* internal */
-    CALL("help", 'h', NULL, "show this help", NULL, set_mode, DSL_MODE_HELP),
-    CALL("version", 'V', NULL, "show the version", NULL, set_mode, DSL_MODE_VERSION),
+    SET("help", 'h', mode, "show this help", DSL_MODE_HELP),
+    SET("version", 'V', mode, "show the version", DSL_MODE_VERSION),
 };
 
 static const struct dsl_opt_parser parser = {
@@ -136,6 +131,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->master_port = 29500;
     o->term_timeout = 10.0;
     o->hang_timeout = -1.0; /* auto: docs/reliability.md */
+    o->output_buffer = (size_t)64 << 20;
     o->fanout = 256;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/remote/transport.h"
@@ -40,6 +41,7 @@ static const int agent_sigdfl[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGCHLD, 0}
 static int run_agent(void *arg)
 {
     struct dsl_conn *c = arg;
+    dsl_log_set_sink(NULL, NULL); /* the launcher's console queue is not this process's */
     return c->agent_main(0, 1);
 }
 

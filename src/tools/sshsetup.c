@@ -617,14 +617,6 @@ struct setup_args {
     double connect_timeout;
 };
 
-static int set_verbose(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    (void)v;
-    (void)err;
-    ((struct setup_args *)target)->verbose = d->tag;
-    return 0;
-}
-
 static int set_timeout(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
     double t;
@@ -655,8 +647,10 @@ static const struct dsl_opt setup_opts[] = {
      65535, NULL, 0, NULL},
     {"connect_timeout", 0, DSL_OPT_CALL, 0, "SECONDS", "per host", "10", 0, 0, set_timeout, 0,
      NULL},
-    {"verbose", 'v', DSL_OPT_CALL, 0, NULL, "more output", NULL, 0, 0, set_verbose, 2, NULL},
-    {"quiet", 'q', DSL_OPT_CALL, 0, NULL, "errors only", NULL, 0, 0, set_verbose, 0, NULL},
+    {"verbose", 'v', DSL_OPT_SET, AOFF(verbose), NULL, "more output",
+     NULL, 0, 0, NULL, 2, NULL},
+    {"quiet", 'q', DSL_OPT_SET, AOFF(verbose), NULL, "errors only",
+     NULL, 0, 0, NULL, 0, NULL},
     {"help", 'h', DSL_OPT_FLAG, AOFF(help), NULL, "show this help", NULL, 0, 0, NULL, 0, NULL},
 };
 static const struct dsl_opt_parser setup_parser = {

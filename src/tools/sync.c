@@ -921,14 +921,6 @@ struct sync_args {
     double connect_timeout;
 };
 
-static int set_verbose(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    (void)v;
-    (void)err;
-    ((struct sync_args *)target)->verbose = d->tag;
-    return 0;
-}
-
 #define SOFF(f) offsetof(struct sync_args, f)
 static const struct dsl_opt sync_opts[] = {
     {"hostfile", 'H', DSL_OPT_STRING, SOFF(hostfile), "FILE", "hosts ('host slots=N' lines)",
@@ -955,9 +947,10 @@ static const struct dsl_opt sync_opts[] = {
      "trust unknown host keys on first use", NULL, 0, 0, NULL, 0, NULL},
     {"connect_timeout", 0, DSL_OPT_SECONDS, SOFF(connect_timeout), "SECONDS",
      "give up on a host that does not answer", "10", 0, 0, NULL, 0, NULL},
-    {"verbose", 'v', DSL_OPT_CALL, 0, NULL, "one line per copied or deleted entry", NULL, 0, 0,
-     set_verbose, 1, NULL},
-    {"quiet", 'q', DSL_OPT_CALL, 0, NULL, "errors only", NULL, 0, 0, set_verbose, -1, NULL},
+    {"verbose", 'v', DSL_OPT_SET, SOFF(verbose), NULL, "one line per copied or deleted entry",
+     NULL, 0, 0, NULL, 1, NULL},
+    {"quiet", 'q', DSL_OPT_SET, SOFF(verbose), NULL, "errors only",
+     NULL, 0, 0, NULL, -1, NULL},
     {"help", 'h', DSL_OPT_FLAG, SOFF(help), NULL, "show this help", NULL, 0, 0, NULL, 0, NULL},
 };
 static const struct dsl_opt_parser sync_parser = {

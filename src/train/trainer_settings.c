@@ -72,15 +72,6 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     return 0;
 }
 
-static int set_help(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    (void)d;
-    (void)v;
-    (void)err;
-    ((struct pending *)target)->help = 1;
-    return 0;
-}
-
 /* a flag that sets config key k: tag 's' quotes the value, 'l' makes it a list, 'b' is
    a bare flag (true), 0 passes the value as it is */
 #define KEY(n, k, tag, help)                                                                   \
@@ -127,7 +118,8 @@ static const struct dsl_opt opts[] = {
     KEY("overlap_comm", "zero_optimization.overlap_comm", 0, "overlap_comm (true/false)"),
     KEY("lr", "optimizer.params.lr", 0, "learning rate"),
     KEY("gradient_clipping", "gradient_clipping", 0, "global L2 norm clip (0: off)"),
-    {"help", 'h', DSL_OPT_CALL, 0, NULL, "show this help", NULL, 0, 0, set_help, 0, NULL},
+    {"help", 'h', DSL_OPT_FLAG, offsetof(struct pending, help), NULL, "show this help", NULL, 0, 0,
+     NULL, 0, NULL},
 };
 
 static const struct dsl_opt_parser parser = {

@@ -34,6 +34,8 @@ static const struct dsl_opt opts[] = {
     {"fast", 0, DSL_OPT_CALL, 0, NULL, "mode 7", NULL, 0, 0, set_mode, 7, NULL},
     {"mode", 0, DSL_OPT_CALL, 0, "M", "any mode", NULL, 0, 0, set_mode, 0, NULL},
     {"secret", 0, DSL_OPT_FLAG, OFF(flag), NULL, NULL, NULL, 0, 0, NULL, 0, NULL},
+    {"quiet", 'q', DSL_OPT_SET, OFF(num), NULL, "num becomes 0", NULL, 0, 0, NULL, 0, NULL},
+    {"loud", 0, DSL_OPT_SET, OFF(num), NULL, "num becomes 9", NULL, 0, 0, NULL, 9, NULL},
 };
 
 static int parse(unsigned flags, struct args *a, struct dsl_strvec *rest, char *err,
@@ -77,6 +79,14 @@ TEST(opt_should_accept_both_spellings_and_both_value_forms)
     ASSERT_EQ(parse(0, &a, NULL, err, w2), 0);
     ASSERT_EQ(a.num, 7);
     ASSERT_STR_EQ(a.name, "z"); /* the last one wins, the first is freed */
+    release(&a);
+    const char *w3[] = {"--loud", "-q", "--loud", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w3), 0);
+    ASSERT_EQ(a.num, 9);
+    release(&a);
+    const char *w4[] = {"--quiet=1", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w4), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "option '--quiet' takes no value");
     release(&a);
 }
 

@@ -11,6 +11,12 @@ void dsl_log_set_rank(int rank);
 /** 0 = quiet (errors only), 1 = normal, 2 = verbose. */
 void dsl_log_set_level(int level);
 int dsl_log_level(void);
+/**
+ * Send what would go to stderr to fn instead (a line without its newline), until
+ * called again with NULL. A forked child that keeps running this program's code must
+ * clear it: the sink belongs to its parent.
+ */
+void dsl_log_set_sink(void (*fn)(void *arg, const char *line), void *arg);
 
 void dsl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dsl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -22,6 +22,7 @@
 
 enum dsl_opt_kind {
     DSL_OPT_FLAG,    /* no value: the int at offset becomes 1 */
+    DSL_OPT_SET,     /* no value: the int at offset becomes tag (-v/-q, modes) */
     DSL_OPT_STRING,  /* char * at offset: a copy of the value (a previous one is freed) */
     DSL_OPT_INT,     /* int at offset, from min to max */
     DSL_OPT_SIZE,    /* size_t at offset: bytes, with an optional K/M/G suffix */

@@ -30,6 +30,8 @@ enum dsl_exit_code {
     DSL_EXIT_JOB_TIMEOUT = 206, /* --job-timeout ran out */
 };
 
+struct dsl_output;
+
 /* What the launcher knows about one node. */
 enum dsl_node_state {
     DSL_NODE_PENDING = 0,
@@ -60,6 +62,7 @@ struct dsl_job_node {
 struct dsl_job_rank {
     int rank, node, local_rank, device;
     int pid, started, exited, code, sig;
+    int exited_in_stop;        /* it exited after the job began to stop */
     double wall;
     struct dsl_strvec tail;
     FILE *log;
@@ -82,6 +85,11 @@ struct dsl_job {
     int exit_code;
     int stopping;
     int stop_sig;                 /* the first signal the stop sent to the ranks */
+    int stop_requested;           /* the user ended the job: the signal dslaunch got
+                                     (SIGINT, SIGTERM, SIGHUP), or SIGPIPE when a reader
+                                     of its stdout or stderr went away; 0 */
+    int killed_now;               /* a second interrupt killed the ranks without grace */
+    struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     double t_begin, t_stop, t_first_fail;
     struct dsl_job_hang *hang;    /* progress, hang detection, stacks (job_hang.c; owned) */
     /*

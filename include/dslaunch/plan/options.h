@@ -58,6 +58,7 @@ struct dsl_launch_opts {
     struct dsl_strvec exports; /* --export VAR[=VALUE], repeatable */
     int no_prefix;             /* --no-prefix */
     char *log_dir;             /* --log-dir */
+    size_t output_buffer;      /* --output-buffer bytes (64M): console output not yet read */
     double term_timeout;       /* --term-timeout (10 s) */
     double hang_timeout;       /* --hang-timeout (-1: auto, 0: off) */
     double job_timeout;        /* --job-timeout (0: none) */

@@ -129,6 +129,95 @@ expect_success "SIGTERM to dslaunch is forwarded and reported" '
     wait_gone 5 $ranks
 '
 
+# A stop the user asked for exits 128 + the signal whatever the ranks do about it, and
+# is not reported as an error (docs/exit-codes.md).
+for sig in INT:130 TERM:143 HUP:129; do
+expect_success "SIG${sig%:*} to dslaunch: ranks exiting 1 on it still give ${sig#*:}, no error line" '
+    export FLOW_TAG=stop'"${sig%:*}"'.$$ FLOW_PIDFILE=$T_TMP/stop'"${sig%:*}"'
+    "$DSL" --term-timeout 20 --include localhost:0,1 "$W" on-signal 1 0 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    kill -'"${sig%:*}"' $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" '"${sig#*:}"' "exit code"
+    [ -s "$FLOW_PIDFILE.0.done" ] && [ -s "$FLOW_PIDFILE.1.done" ] || fail "a rank did not run its handler"
+    assert_not_grep "error:" err
+    assert_grep "stopped by SIG'"${sig%:*}"'; 2 ranks stopped, 0 killed after the 20 s grace" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+done
+
+expect_success "ranks outliving the grace after SIGTERM: still 143, killed ranks counted, no error line" '
+    export FLOW_TAG=outlive.$$ FLOW_PIDFILE=$T_TMP/outlive
+    "$DSL" --term-timeout 1 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    kill -TERM $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 143 "exit code"
+    assert_not_grep "error:" err
+    assert_grep "stopped by SIGTERM; 0 ranks stopped, 2 killed after the 1 s grace" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "a second Ctrl-C kills at once: still 130, no error line" '
+    export FLOW_TAG=twice.$$ FLOW_PIDFILE=$T_TMP/twice
+    "$DSL" --term-timeout 300 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
+    pid=$!
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    kill -INT $pid
+    i=0; until grep -q "got SIGINT" err || [ $i -ge 200 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 130 "exit code"
+    assert_grep "second interrupt" err
+    assert_not_grep "error:" err
+    assert_grep "stopped by SIGINT; 0 ranks stopped, 2 killed at the second interrupt" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "stdout not read for 8 s while ranks print: the job runs on, lines delivered or counted, logs complete" '
+    export FLOW_TAG=unread.$$ FLOW_PIDFILE=$T_TMP/unread
+    # The reader first sleeps (3x --keepalive), then waits (bounded) until both ranks
+    # have printed everything: with a launcher blocked in write they never would.
+    set +e
+    "$DSL" --keepalive 2 --output-buffer 256K --log-dir unread_logs --include localhost:0,1 \
+        "$W" print 30000 2 2>err |
+        ( sleep 8
+          i=0; while { [ ! -s "$FLOW_PIDFILE.0" ] || [ ! -s "$FLOW_PIDFILE.1" ]; } && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+          ls "$FLOW_PIDFILE".0 "$FLOW_PIDFILE".1 > done_before_reading 2>/dev/null
+          cat > out )
+    rc=${PIPESTATUS[0]}
+    set -e
+    assert_eq "$rc" 0 "exit code"
+    [ "$(wc -l < done_before_reading)" = 2 ] || fail "the ranks did not finish while stdout was not read"
+    for r in 0 1; do
+        assert_eq "$(wc -l < unread_logs/rank$r.log)" 30000 "lines in rank$r.log"
+        assert_eq "$(tail -n 1 unread_logs/rank$r.log | cut -d" " -f1-3)" "out $r 30000"
+    done
+    delivered=$(grep -c "^\[rank [01]\] out [01] [0-9]* the quick brown fox jumps over the lazy dog$" out || true)
+    assert_eq "$(wc -l < out)" "$delivered" "every delivered line is whole"
+    dropped=$(sed -n "s/.*: \([0-9]*\) output lines* w[a-z]* dropped because stdout was not read; --log-dir has them all$/\1/p" err)
+    assert_eq "$((delivered + ${dropped:-0}))" 60000 "lines delivered ($delivered) + dropped (${dropped:-0})"
+    assert_not_grep "error:" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "dslaunch | head -3 with ranks printing forever: exits 141 at once, no rank left, no error" '
+    export FLOW_TAG=head.$$
+    set +e
+    timeout 30 "$DSL" --include localhost:0,1 "$W" print 0 0 2>err | head -n 3 > out
+    rc=${PIPESTATUS[0]}
+    set -e
+    assert_eq "$rc" 141 "exit code (124: still running after 30 s)"
+    assert_eq "$(wc -l < out)" 3
+    assert_not_grep "error:" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
 expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
     export FLOW_TAG=sigkill.$$ FLOW_PIDFILE=$T_TMP/sigkill
     "$DSL" --include localhost:0,1 "$W" grandchild 600 >out 2>err &
@@ -210,7 +299,7 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
 expect_success "--help lists every option with defaults; --version" '
     run_capture rc out err "$DSL" --help
     assert_eq "$rc" 0
-    for o in hostfile include exclude num-nodes num-gpus master-addr master-port launcher export log-dir no-prefix term-timeout local-rank-arg dry-run check fanout connect-timeout keepalive ssh-config ssh-port ssh-identity ssh-accept-new remote-dslaunch remote-cwd; do
+    for o in hostfile include exclude num-nodes num-gpus master-addr master-port launcher export log-dir output-buffer no-prefix term-timeout local-rank-arg dry-run check fanout connect-timeout keepalive ssh-config ssh-port ssh-identity ssh-accept-new remote-dslaunch remote-cwd; do
         assert_grep "\-\-$o" out
     done
     assert_grep "default: 29500" out

@@ -14,6 +14,12 @@
  *   stderr N            print N numbered lines to stderr, then exit 5
  *   progress            write '\r'-updated progress, then a final line
  *   pidfile S           write own pid to $FLOW_PIDFILE.<rank>, then sleep S
+ *   print N S           print N numbered stdout lines ("out <rank> <i> ...") over about
+ *                       S seconds, then write own pid to $FLOW_PIDFILE.<rank>; N = 0
+ *                       prints forever
+ *   on-signal CODE D    write own pid to $FLOW_PIDFILE.<rank>, wait for SIGINT, SIGTERM
+ *                       or SIGHUP, then take D seconds (a checkpoint saved on the
+ *                       signal), write $FLOW_PIDFILE.<rank>.done and exit CODE
  *
  * "only R CMD ..." runs CMD on rank R and "sleep 600" on the others, so tests can make
  * one rank fail while its siblings wait to be torn down.
@@ -58,6 +64,13 @@ static void write_pidfile_as(const char *suffix, pid_t pid)
 static void write_pidfile(pid_t pid)
 {
     write_pidfile_as("", pid);
+}
+
+static volatile sig_atomic_t got_stop;
+
+static void on_stop(int sig)
+{
+    got_stop = sig;
 }
 
 int main(int argc, char **argv)
@@ -162,6 +175,37 @@ int main(int argc, char **argv)
         }
         printf("\ndone\n");
         return 0;
+    }
+    if (!strcmp(cmd, "print") && argc >= 4) {
+        long n = strtol(argv[2], NULL, 10);
+        double secs = strtod(argv[3], NULL);
+        long batch = n > 0 && secs > 0 ? n / (long)(secs * 20 + 1) + 1 : 1000;
+        for (long i = 1; n == 0 || i <= n; i++) {
+            printf("out %d %ld the quick brown fox jumps over the lazy dog\n", rank(), i);
+            if (i % batch == 0) {
+                fflush(stdout);
+                if (n > 0 && secs > 0)
+                    nap(0.05);
+            }
+        }
+        fflush(stdout);
+        write_pidfile(getpid());
+        return 0;
+    }
+    if (!strcmp(cmd, "on-signal") && argc >= 4) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.sa_handler = on_stop;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+        write_pidfile(getpid());
+        while (!got_stop)
+            nap(0.02);
+        nap(strtod(argv[3], NULL));
+        write_pidfile_as(".done", getpid());
+        return (int)strtol(argv[2], NULL, 10);
     }
     fprintf(stderr, "worker: unknown command '%s'\n", cmd);
     return 2;

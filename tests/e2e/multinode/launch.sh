@@ -138,6 +138,43 @@ expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks" '
     wait_gone 20 $gcs
 '
 
+expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: the job survives" '
+    export FLOW_PIDFILE=$T_TMP/unread
+    # With a launcher blocked in write, no keepalive went out and every agent stopped
+    # its healthy ranks after 2 s. The reader sleeps, then waits (bounded) until the
+    # ranks have printed everything, which they can only do if the launcher reads on.
+    set +e
+    "$DSL" --keepalive 2 --output-buffer 256K --log-dir unread_logs "${SSH[@]}" \
+        --export FLOW_PIDFILE "$W" print 20000 4 2>err |
+        ( sleep 8
+          i=0; while [ $(ls "$FLOW_PIDFILE".[0-3] 2>/dev/null | wc -l) -lt 4 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+          cat > out )
+    rc=${PIPESTATUS[0]}
+    set -e
+    assert_eq "$rc" 0 "exit code"
+    assert_not_grep "error:" err
+    for r in 0 1 2 3; do
+        assert_eq "$(wc -l < unread_logs/rank$r.log)" 20000 "lines in rank$r.log"
+    done
+    delivered=$(grep -c "^\[node[12]:rank [0-3]\] out [0-3] [0-9]* the quick brown fox jumps over the lazy dog$" out || true)
+    assert_eq "$(wc -l < out)" "$delivered" "every delivered line is whole"
+    dropped=$(sed -n "s/.*: \([0-9]*\) output lines* w[a-z]* dropped because stdout was not read.*/\1/p" err)
+    assert_eq "$((delivered + ${dropped:-0}))" 80000 "lines delivered ($delivered) + dropped (${dropped:-0})"
+    wait_ns_clean 10
+'
+
+expect_success "SIGKILL of the launcher: ranks still get the whole --term-timeout to finish a save" '
+    export FLOW_PIDFILE=$T_TMP/lostgrace
+    # each rank needs 4 s after SIGTERM (a checkpoint); the grace is 10 s
+    "$DSL" --term-timeout 10 "${SSH[@]}" --export FLOW_PIDFILE "$W" on-signal 0 4 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    kill -KILL $pid
+    set +e; wait $pid; set -e
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.done" 30; done
+    wait_ns_clean 20
+'
+
 expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
     run_capture rc out err "$DSL" --launcher pdsh "${SSH[@]}" "$W" env
     assert_eq "$rc" 0
