@@ -198,10 +198,19 @@ static int judge_collective(const struct dsl_hang_rank *r, int n, double now,
     if (!F || !nwait)
         return 0;
     const char *what = dsl_progress_coll_name(kind);
-    /* live ranks not in F: never entered it, or left it and went quiet */
-    int left = 0;
+    /*
+     * Live ranks not in F: never entered it, or left it and went quiet. Those of them
+     * waiting inside an older collective are victims too (of a rank that stopped in
+     * the middle of it) when a culprit is among the others: one that is stopped, or
+     * in no collective at all.
+     */
+    int left = 0, culprits = 0;
     for (int i = 0; i < n; i++)
-        if (live(&r[i]) && !wait[i]) {
+        if (live(&r[i]) && !wait[i])
+            culprits += stopped(&r[i]) || !has_coll(&r[i]) || !r[i].v.in_coll;
+    for (int i = 0; i < n; i++)
+        if (live(&r[i]) && !wait[i] &&
+            (!culprits || stopped(&r[i]) || !has_coll(&r[i]) || !r[i].v.in_coll)) {
             name(v, r, i);
             left += has_coll(&r[i]) && r[i].v.coll_seq >= F;
         }

@@ -94,6 +94,25 @@ TEST(judge_should_name_a_rank_that_left_the_collective_and_went_quiet)
                             "progress since; rank 0 waits in it");
 }
 
+TEST(judge_should_not_name_victims_inside_an_older_collective)
+{
+    /* rank 3 stopped inside #99 after ranks 0-1 completed it; ranks 2 and 4 still
+       wait in #99 for its data, ranks 0-1 wait in #100 */
+    world(5);
+    for (int i = 2; i < 5; i++)
+        R[i].v.coll_seq = 99;
+    R[3].pstate = 'T';
+    struct dsl_hang_verdict v = judge(5, 400, 300);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 3);
+    ASSERT_CONTAINS(v.text, "rank 3 (node2, pid 1003, stopped) never entered allreduce #100; "
+                            "ranks 0-1 wait in it");
+    /* nobody stopped, nobody outside a collective: every rank not in #100 is named */
+    R[3].pstate = 'S';
+    v = judge(5, 400, 300);
+    ASSERT_EQ(v.nstuck, 3);
+}
+
 TEST(judge_should_name_a_stopped_rank_when_all_are_inside)
 {
     world(4);
