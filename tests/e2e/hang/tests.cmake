@@ -8,3 +8,11 @@ if(TARGET dstrain)
                    $<TARGET_FILE:dstrain> $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
   set_tests_properties(flow_hang PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
 endif()
+# The same across nodes: world 6 on a 3-node namespace cluster over SSH (label cluster).
+if(TARGET dstrain)
+  add_test(NAME cluster_hang
+           COMMAND ${dsl_with_cluster} 3
+                   bash ${CMAKE_CURRENT_LIST_DIR}/cluster_hang.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(cluster_hang PROPERTIES LABELS cluster TIMEOUT 600 RUN_SERIAL TRUE)
+endif()
