@@ -86,6 +86,12 @@ static const struct dsl_opt opts[] = {
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
+    INT("max_restarts", max_restarts, "N",
+        "after a rank fails or a node is lost, tear down and start again, N times at most",
+        "0", 0, 1000),
+    FLAG("exclude_failed_nodes", exclude_failed_nodes,
+         "restart without the nodes whose rank failed or that were lost"),
+    INT("min_nodes", min_nodes, "N", "do not restart on fewer than N nodes", "1", 1, 1 << 24),
     CALL("dry_run", 0, NULL, "resolve everything, print the plan as JSON, start nothing", NULL,
          set_mode, DSL_MODE_DRY_RUN),
     CALL("check", 0, NULL, "run only the preflight handshake on every host", NULL, set_mode,
@@ -131,6 +137,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->master_port = 29500;
     o->term_timeout = 10.0;
     o->fanout = 256;
+    o->min_nodes = 1;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;
     o->verbose = 1;
