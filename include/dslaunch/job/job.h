@@ -81,6 +81,10 @@ struct dsl_job {
     int stopping;
     int stop_sig;                 /* the first signal the stop sent to the ranks */
     double t_begin, t_stop, t_first_fail;
+    int started;                  /* the ranks were sent "start" */
+    int user_sig;                 /* a signal to the launcher stopped the job (0: none) */
+    int restart_count;            /* attempt of the job (restart.h), 0 for the first: the
+                                     ranks' DSLAUNCH_RESTART_COUNT */
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every
      * node has said hello or failed (connect_code: what the connect phase would have
