@@ -213,5 +213,6 @@ void dsl_launch_opts_help(FILE *f)
     fprintf(f, "\nexit codes: 0 all ranks succeeded; the first failing rank's code, or 128+signal;\n"
                "  2 usage or input error; 126 program not executable; 127 program not found;\n"
                "  200 host unreachable; 201 authentication or host key failure; 202 preflight\n"
-               "  mismatch; 203 launcher timeout; 204 node agent failed. See docs/exit-codes.md.\n");
+               "  mismatch; 203 launcher timeout; 204 node agent failed. With --max-restarts, the\n"
+               "  last attempt's code. See docs/exit-codes.md.\n");
 }
