@@ -215,7 +215,7 @@ static void print_attempts(const struct attempt *att, int n)
 {
     if (dsl_log_level() < 1)
         return;
-    dsl_info("%d attempts:", n);
+    dsl_info("%d attempt%s:", n, n == 1 ? "" : "s");
     for (int i = 0; i < n; i++) {
         const struct attempt *a = &att[i];
         fprintf(stderr, "  attempt %d: %s %s %.1f s%s%s\n", i + 1, a->cause,
@@ -228,14 +228,12 @@ int dsl_restart_run(struct dsl_plan *p)
     const struct dsl_launch_opts *o = p->opts;
     int restartable = o->mode == DSL_MODE_RUN && o->max_restarts > 0;
     struct attempt *att = NULL;
-    int natt = 0, code = 0;
+    int natt = 0, code = 0, cancelled = 0;
     char err[DSL_ERR_LEN];
 
     between_sig = 0;
     for (int k = 0;; k++) {
         struct dsl_job job;
-        dsl_job_init(&job, p);
-        job.restart_count = k;
         if (k > 0) {
             /* the job's handler from now on: a signal is acted on by the attempt */
             dsl_job_signals_catch(-1);
@@ -245,10 +243,15 @@ int dsl_restart_run(struct dsl_plan *p)
                 snprintf(att[natt - 1].next, sizeof(att[natt - 1].next),
                          "not restarting: got %s", dsl_signame(between_sig));
                 code = 128 + between_sig;
-                dsl_job_release(&job);
+                cancelled = 1;
                 break;
             }
+            dsl_info("attempt %d: %d node%s, %d rank%s, run id %s", k + 1, p->pl.nr,
+                     p->pl.nr == 1 ? "" : "s", p->pl.world_size,
+                     p->pl.world_size == 1 ? "" : "s", p->run_id);
         }
+        dsl_job_init(&job, p);
+        job.restart_count = k;
         code = dsl_job_run(&job);
         if (!restartable) {
             dsl_job_release(&job);
@@ -289,15 +292,13 @@ int dsl_restart_run(struct dsl_plan *p)
             snprintf(att[natt - 1].next, sizeof(att[natt - 1].next),
                      "not restarting: %.200s", err);
             code = DSL_EXIT_USAGE;
+            cancelled = 1;
             break;
         }
-        dsl_info("attempt %d: %d node%s, %d rank%s, run id %s", k + 2, p->pl.nr,
-                 p->pl.nr == 1 ? "" : "s", p->pl.world_size, p->pl.world_size == 1 ? "" : "s",
-                 p->run_id);
     }
     if (restartable)
         dsl_job_signals_restore();
-    if (natt > 1)
+    if (natt > 1 || cancelled)
         print_attempts(att, natt);
     free(att);
     return code;

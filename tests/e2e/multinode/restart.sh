@@ -62,6 +62,43 @@ expect_success "--min-nodes 3: no restart without node3; exit is the rank code" 
     wait_ns_clean 10
 '
 
+if [ "$MODE" = netns ]; then
+expect_success "node3 network lost and back: the restart waits for its agent, keeps node3 and finishes" '
+    ( sleep 1.5; "$CL" exec "$D" 3 ip link set "$IFNAME_3" down; sleep 4;
+      "$CL" exec "$D" 3 ip link set "$IFNAME_3" up ) &
+    run_capture rc out err "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" --max-restarts 1 \
+        sh -c "if [ \$DSLAUNCH_RESTART_COUNT = 0 ]; then exec $W sleep 600; fi; exec $W sleep 1"
+    wait
+    assert_eq "$rc" 0
+    assert_grep "attempt 1: node node3 lost: .*restarting (1 of 1)$" err
+    assert_grep "waiting 6 s for the agents of the lost nodes" err
+    assert_grep "attempt 2: 3 nodes, 6 ranks" err
+    assert_grep "^  attempt 2: every rank exited 0" err
+    wait_ns_clean 10
+'
+
+expect_success "Ctrl-C while waiting for a lost node: no restart, exit 130" '
+    ( sleep 1.5; "$CL" exec "$D" 3 ip link set "$IFNAME_3" down ) &
+    "$DSL" --keepalive 3 --term-timeout 2 "${SSH[@]}" --max-restarts 1 "$W" sleep 600 >out 2>err &
+    pid=$!
+    i=0
+    until grep -q "waiting 6 s" err; do
+        i=$((i + 1)); [ $i -le 200 ] || { kill $pid; fail "no wait for the lost node"; }
+        sleep 0.1
+    done
+    t0=$SECONDS
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
+    wait
+    "$CL" exec "$D" 3 ip link set "$IFNAME_3" up
+    assert_eq "$rc" 130
+    [ $((SECONDS - t0)) -le 3 ] || fail "the wait was not cut short"
+    assert_grep "got SIGINT between attempts: not restarting" err
+    assert_grep "^  attempt 1: node node3 lost: .*not restarting: got SIGINT$" err
+    wait_ns_clean 15
+'
+fi
+
 expect_success "dstrain at world 6 loses node3 after a checkpoint and resumes at world 4" '
     [ -x "$DSTRAIN" ] || { echo "# no dstrain: skipped"; exit 0; }
     ck=$T_TMP/ck
