@@ -242,7 +242,9 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
-    dsl_strvec_push(&m->env, DSL_ENV_RESTART_COUNT "=0");
+    dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);
+    dsl_strvec_pushf(&m->env, DSL_ENV_TE_RESTART_COUNT "=%d", job->restart_count);
+    dsl_strvec_pushf(&m->env, DSL_ENV_TE_MAX_RESTARTS "=%d", job->opts->max_restarts);
     if (n->iface) {
         if (!dsl_env_get(&job->plan->exported, DSL_ENV_NCCL_SOCKET_IFNAME))
             dsl_strvec_pushf(&m->env, DSL_ENV_NCCL_SOCKET_IFNAME "=%s", n->iface);
@@ -444,7 +446,8 @@ int dsl_job_run(struct dsl_job *job)
         }
         for (int i = 0; i < job->nranks; i++) {
             char *path = dsl_xasprintf("%s/rank%d.log", job->opts->log_dir, i);
-            job->ranks[i].log = fopen(path, "we");
+            /* a restart appends: the logs keep every attempt */
+            job->ranks[i].log = fopen(path, job->restart_count ? "ae" : "we");
             if (!job->ranks[i].log) {
                 dsl_error("cannot write log file '%s': %s", path, strerror(errno));
                 free(path);
@@ -506,6 +509,7 @@ int dsl_job_run(struct dsl_job *job)
     }
 
     /* start */
+    job->started = 1;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_msg m;
         build_start(job, &job->nodes[i], &m);

@@ -488,6 +488,7 @@ void dsl_job_handle_signals(struct dsl_job *job)
         return;
     int sig = sig_pending;
     sig_pending = 0;
+    job->user_sig = sig;
     if (sig_count >= 2 && sig == SIGINT) {
         dsl_info("second interrupt: killing every rank now");
         job->killed_now = 1;

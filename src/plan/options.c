@@ -82,6 +82,12 @@ static const struct dsl_opt opts[] = {
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
+    INT("max_restarts", max_restarts, "N",
+        "after a rank fails or a node is lost, tear down and start again, N times at most",
+        "0", 0, 1000),
+    FLAG("exclude_failed_nodes", exclude_failed_nodes,
+         "restart without the nodes whose rank failed or that were lost"),
+    INT("min_nodes", min_nodes, "N", "do not restart on fewer than N nodes", "1", 1, 1 << 24),
     SET("dry_run", 0, mode, "resolve everything, print the plan as JSON, start nothing",
         DSL_MODE_DRY_RUN),
     SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
@@ -127,6 +133,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->term_timeout = 10.0;
     o->output_buffer = (size_t)64 << 20;
     o->fanout = 256;
+    o->min_nodes = 1;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;
     o->verbose = 1;
@@ -202,5 +209,6 @@ void dsl_launch_opts_help(FILE *f)
     fprintf(f, "\nexit codes: 0 all ranks succeeded; the first failing rank's code, or 128+signal;\n"
                "  2 usage or input error; 126 program not executable; 127 program not found;\n"
                "  200 host unreachable; 201 authentication or host key failure; 202 preflight\n"
-               "  mismatch; 203 launcher timeout; 204 node agent failed. See docs/exit-codes.md.\n");
+               "  mismatch; 203 launcher timeout; 204 node agent failed. With --max-restarts, the\n"
+               "  last attempt's code. See docs/exit-codes.md.\n");
 }

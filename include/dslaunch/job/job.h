@@ -89,6 +89,10 @@ struct dsl_job {
     int killed_now;               /* a second interrupt killed the ranks without grace */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     double t_begin, t_stop, t_first_fail;
+    int started;                  /* the ranks were sent "start" */
+    int user_sig;                 /* a signal to the launcher stopped the job (0: none) */
+    int restart_count;            /* attempt of the job (restart.h), 0 for the first: the
+                                     ranks' DSLAUNCH_RESTART_COUNT */
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every
      * node has said hello or failed (connect_code: what the connect phase would have

@@ -61,6 +61,9 @@ struct dsl_launch_opts {
     size_t output_buffer;      /* --output-buffer bytes (64M): console output not yet read */
     double term_timeout;       /* --term-timeout (10 s) */
     int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
+    int max_restarts;          /* --max-restarts: run again after a failure, N times (0) */
+    int exclude_failed_nodes;  /* --exclude-failed-nodes: restarts leave failed nodes out */
+    int min_nodes;             /* --min-nodes: no restart on fewer nodes (1) */
     int fanout;                /* --fanout (256) */
     char *remote_dslaunch;     /* --remote-dslaunch */
     char *remote_cwd;          /* --remote-cwd */
