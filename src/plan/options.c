@@ -19,6 +19,7 @@
 #define OFF(f) offsetof(struct dsl_launch_opts, f)
 #define STR(n, sh, f, arg, help, def) {n, sh, DSL_OPT_STRING, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define INT(n, f, arg, help, def, lo, hi) {n, 0, DSL_OPT_INT, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
+#define SIZE(n, f, arg, help, def) {n, 0, DSL_OPT_SIZE, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define SECS(n, f, arg, help, def) {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define LIST(n, f, arg, help) {n, 0, DSL_OPT_LIST, OFF(f), arg, help, NULL, 0, 0, NULL, 0, NULL}
 #define FLAG(n, f, help) {n, 0, DSL_OPT_FLAG, OFF(f), NULL, help, NULL, 0, 0, NULL, 0, NULL}
@@ -84,6 +85,10 @@ static const struct dsl_opt opts[] = {
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
+    SIZE("rank_memory_limit", rank_memory_limit, "BYTES",
+         "memory each rank (with everything it starts) may use, e.g. 8G; needs a memory "
+         "cgroup on every node (--check shows it); over it, the OOM killer ends the rank",
+         "no limit"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
     CALL("dry_run", 0, NULL, "resolve everything, print the plan as JSON, start nothing", NULL,

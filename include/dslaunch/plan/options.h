@@ -8,6 +8,7 @@
 #ifndef DSLAUNCH_OPTIONS_H
 #define DSLAUNCH_OPTIONS_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "dslaunch/common/strvec.h"
@@ -59,6 +60,7 @@ struct dsl_launch_opts {
     int no_prefix;             /* --no-prefix */
     char *log_dir;             /* --log-dir */
     double term_timeout;       /* --term-timeout (10 s) */
+    size_t rank_memory_limit;  /* --rank-memory-limit bytes per rank's cgroup (0: none) */
     int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
     int fanout;                /* --fanout (256) */
     char *remote_dslaunch;     /* --remote-dslaunch */
