@@ -469,7 +469,9 @@ static void clean_step(struct agent *a, double now)
                 "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
                 "SIGKILL; the clean-up process keeps trying\n",
                 left, CLEAN_PATIENCE);
-    dsl_contain_finish(&a->contain);
+    if (dsl_contain_finish(&a->contain) < 0 && left <= 0)
+        fprintf(stderr, "dslaunch agent: the ranks' cgroups are not empty yet; the clean-up "
+                        "process takes over\n");
     a->state = AG_DONE;
 }
 
