@@ -381,8 +381,9 @@ static void reap(struct agent *a)
                 r->code = WEXITSTATUS(status);
             }
             /* the evidence is read now, while the rank's cgroup still says it */
-            dsl_contain_cause(&a->contain, i, r->sig, &r->cause);
-            r->cause.by_stop = r->sig > 0 && r->sig < 64 && ((r->sent_sigs >> r->sig) & 1);
+            dsl_contain_cause(&a->contain, i, r->sig,
+                              r->sig > 0 && r->sig < 64 && ((r->sent_sigs >> r->sig) & 1),
+                              &r->cause);
             found = 1;
         }
     }
@@ -404,16 +405,19 @@ static void reap(struct agent *a)
 /* sig to every live rank's process group and to the ranks' other processes */
 static void signal_ranks(struct agent *a, int sig)
 {
+    char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
     for (int i = 0; i < a->nranks; i++)
         if (a->ranks[i].pid > 0 && !a->ranks[i].exited) {
             if (sig > 0 && sig < 64)
                 a->ranks[i].sent_sigs |= 1ull << sig;
             kill(-a->ranks[i].pid, sig);
+            signalled[i] = 1;
         }
     if (sig == SIGKILL)
         dsl_contain_kill(&a->contain);
-    else
-        dsl_contain_signal(&a->contain, sig, 1);
+    else /* once each: the members of the groups just signalled are skipped */
+        dsl_contain_signal(&a->contain, sig, signalled);
+    free(signalled);
 }
 
 static void begin_stop(struct agent *a, int sig, double grace)
@@ -441,10 +445,14 @@ static void begin_stop(struct agent *a, int sig, double grace)
 static void begin_cleaning(struct agent *a)
 {
     if (a->state == AG_RUNNING) {
+        char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
         for (int i = 0; i < a->nranks; i++)
-            if (a->ranks[i].pid > 0)
+            if (a->ranks[i].pid > 0) {
                 kill(-a->ranks[i].pid, SIGTERM); /* leftovers in the ranks' groups */
-        dsl_contain_signal(&a->contain, SIGTERM, 1);
+                signalled[i] = 1;
+            }
+        dsl_contain_signal(&a->contain, SIGTERM, signalled);
+        free(signalled);
         a->kill_at = dsl_now() + a->grace;
     }
     a->state = AG_CLEANING;

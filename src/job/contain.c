@@ -213,10 +213,10 @@ static int live_descendants(const struct dsl_contain *c, struct dsl_procstat **p
     return n;
 }
 
-static int is_rank_group(const struct dsl_contain *c, pid_t pgid)
+static int is_skipped_group(const struct dsl_contain *c, const char *skip, pid_t pgid)
 {
-    for (int i = 0; i < c->nranks; i++)
-        if (c->ranks[i].pid > 0 && c->ranks[i].pid == pgid)
+    for (int i = 0; skip && i < c->nranks; i++)
+        if (skip[i] && c->ranks[i].pid > 0 && c->ranks[i].pid == pgid)
             return 1;
     return 0;
 }
@@ -520,11 +520,12 @@ void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid)
     }
 }
 
-void dsl_contain_signal(struct dsl_contain *c, int sig, int skip_groups)
+void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group)
 {
     if (c->cgroups) {
         for (int i = 0; i < c->nranks; i++)
-            dsl_cgrank_signal(&c->ranks[i].cg, sig, skip_groups ? c->ranks[i].pid : 0);
+            dsl_cgrank_signal(&c->ranks[i].cg, sig,
+                              skip_group && skip_group[i] ? c->ranks[i].pid : 0);
         return;
     }
     if (!c->ranks)
@@ -533,7 +534,7 @@ void dsl_contain_signal(struct dsl_contain *c, int sig, int skip_groups)
     char *mark;
     int n = live_descendants(c, &ps, &mark);
     for (int i = 0; i < n; i++)
-        if (mark[i] && !(skip_groups && is_rank_group(c, ps[i].pgid)))
+        if (mark[i] && !is_skipped_group(c, skip_group, ps[i].pgid))
             kill(ps[i].pid, sig);
     free(ps);
     free(mark);
@@ -631,10 +632,12 @@ static int kmsg_named(const struct dsl_contain *c, pid_t pid)
     return 0;
 }
 
-void dsl_contain_cause(struct dsl_contain *c, int i, int sig, struct dsl_exit_cause *out)
+void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
+                       struct dsl_exit_cause *out)
 {
     memset(out, 0, sizeof(*out));
     out->known = 1;
+    out->by_stop = by_stop;
     if (i < 0 || i >= c->nranks)
         return;
     struct dsl_contain_rank *r = &c->ranks[i];
@@ -647,7 +650,8 @@ void dsl_contain_cause(struct dsl_contain *c, int i, int sig, struct dsl_exit_ca
         int hit = m.oom_kills > 0 ||
                   (m.oom_kills < 0 && m.failcnt > 0 && m.limit > 0 && sig == SIGKILL);
         if (hit) {
-            out->oom = sig == SIGKILL ? DSL_OOM_RANK : DSL_OOM_OTHER;
+            /* a SIGKILL of the stop's own is the stop's, whatever else the OOM killer did */
+            out->oom = sig == SIGKILL && !by_stop ? DSL_OOM_RANK : DSL_OOM_OTHER;
             out->oom_src = DSL_OOMSRC_CGROUP;
             out->oom_kills = m.oom_kills > 0 ? (int)m.oom_kills : 1;
             if (out->oom == DSL_OOM_RANK)
@@ -655,8 +659,9 @@ void dsl_contain_cause(struct dsl_contain *c, int i, int sig, struct dsl_exit_ca
         }
     } else if (sig == SIGKILL && c->kmsg_fd >= 0 && r->pid > 0) {
         kmsg_drain(c);
-        if (!kmsg_named(c, r->pid)) {
-            /* the report is logged as the kill is sent; give a late line a moment */
+        if (!kmsg_named(c, r->pid) && !by_stop) {
+            /* the report is logged as the kill is sent; give a late line a moment (not
+               for the stop's own SIGKILLs: a teardown of many ranks would wait for each) */
             struct pollfd pf = {.fd = c->kmsg_fd, .events = POLLIN};
             if (poll(&pf, 1, 50) > 0)
                 kmsg_drain(c);

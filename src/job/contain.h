@@ -71,18 +71,20 @@ int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *rank
 const char *const *dsl_contain_procs(const struct dsl_contain *c, int i);
 /** Rank i was started as pid. */
 void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid);
-/** Send sig to every contained process; with skip_groups, not to members of the
-    ranks' own process groups (the caller signalled those with killpg). */
-void dsl_contain_signal(struct dsl_contain *c, int sig, int skip_groups);
+/** Send sig to every contained process except the members of the process groups of
+    the ranks i with skip_group[i] set (the caller signalled those with killpg); NULL:
+    skip none. */
+void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group);
 /** SIGKILL every contained process (call again until dsl_contain_count() is 0). */
 void dsl_contain_kill(struct dsl_contain *c);
 /** Contained processes still alive (ranks not yet reaped included). */
 int dsl_contain_count(struct dsl_contain *c);
 /** Periodic work (process tracking: tell the clean-up process what is new). */
 void dsl_contain_tick(struct dsl_contain *c, double now);
-/** Why rank i (reaped just now; sig: the signal that ended it, or 0) ended, as far as
-    the node can tell. by_stop is the caller's to set. */
-void dsl_contain_cause(struct dsl_contain *c, int i, int sig, struct dsl_exit_cause *out);
+/** Why rank i (reaped just now; sig: the signal that ended it, or 0; by_stop: the agent
+    had sent it that signal) ended, as far as the node can tell. */
+void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
+                       struct dsl_exit_cause *out);
 /**
  * The job is over on this node: remove the cgroups and dismiss the clean-up process.
  * -EBUSY when processes are left (the clean-up process then keeps trying after the
