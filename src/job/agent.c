@@ -818,6 +818,9 @@ int dsl_agent_main(int in_fd, int out_fd)
     }
     free(a.ranks);
     dsl_contain_release(&a.contain);
+    /* what the clean-up killed last is dead but, as the subreaper's, still ours to reap */
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
     if (a.probe_lfd >= 0)
         close(a.probe_lfd);
     dsl_linebuf_release(&a.in);

@@ -495,6 +495,22 @@ for mode in auto v1 v2 tracking; do
     descendant_cases $mode
 done
 
+expect_success "an unprivileged user (no cgroup may be made): process tracking, and no descendant survives" '
+    [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null || skip "needs root and setpriv to become nobody"
+    chmod a+x "$T_TMP" && mkdir -m 777 nobody
+    cd nobody  # a working directory nobody may use
+    as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$T_TMP/nobody" "$@"; }
+    as_nobody "$DSL" --check --include localhost:0 >out 2>err || { cat err; skip "nobody cannot run $DSL here (build directory not readable?)"; }
+    assert_grep "^node 0 ranks contained by: process tracking$" err
+    export FLOW_TAG=nobody.$$ FLOW_PIDFILE=$T_TMP/nobody/p
+    run_capture rc out err as_nobody "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend exit 0
+    assert_eq "$rc" 0 "exit code"
+    left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
+    wait_gone 0 $left
+    assert_not_grep "clean-up process" err
+    wait_no_procs "$FLOW_TAG" 5
+'
+
 # ---- why a rank died ----
 
 expect_success "a rank over --rank-memory-limit is killed by the OOM killer, and the summary says so" '
