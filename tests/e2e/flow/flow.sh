@@ -495,6 +495,21 @@ for mode in auto v1 v2 tracking; do
     descendant_cases $mode
 done
 
+expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
+    [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
+    unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
+    export FLOW_TAG=rocg.$$ FLOW_PIDFILE=$T_TMP/rocg
+    # every cgroup mount remounted read-only in a mount namespace of the job alone
+    ro='"'"'for m in $(awk "/ - cgroup2? /{print \$5}" /proc/self/mountinfo); do mount -o remount,bind,ro "$m" || exit 99; done; exec "$@"'"'"'
+    unshare --mount --propagation private sh -c "$ro" sh "$DSL" --check --include localhost:0 >out 2>err
+    assert_grep "^node 0 ranks contained by: process tracking$" err
+    run_capture rc out err unshare --mount --propagation private sh -c "$ro" sh "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend exit 0
+    assert_eq "$rc" 0 "exit code"
+    left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
+    wait_gone 0 $left
+    wait_no_procs "$FLOW_TAG" 5
+'
+
 expect_success "an unprivileged user (no cgroup may be made): process tracking, and no descendant survives" '
     [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null || skip "needs root and setpriv to become nobody"
     chmod a+x "$T_TMP" && mkdir -m 777 nobody
