@@ -60,6 +60,7 @@
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "cause.h"
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
@@ -221,6 +222,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     m->cwd = dsl_xstrdup(job->plan->cwd);
     m->grace = job->opts->term_timeout;
     m->keepalive = n->local ? 0 : job->opts->tr.keepalive;
+    m->mem_limit = (double)job->opts->rank_memory_limit;
     for (size_t i = 0; i < job->plan->argv.nr; i++)
         dsl_strvec_push(&m->argv, job->plan->argv.v[i]);
     for (size_t i = 0; i < job->plan->exported.nr; i++)
@@ -346,14 +348,17 @@ static void print_summary(struct dsl_job *job)
     if (job->failed_rank >= 0) {
         struct dsl_job_rank *r = &job->ranks[job->failed_rank];
         const char *host = job->pl->nodes[r->node].host;
+        char why[512];
+        dsl_cause_describe(&r->cause, r->sig, why, sizeof(why));
         if (r->sig)
-            dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s", r->rank, host,
-                      r->pid, dsl_signame(r->sig), r->wall);
+            dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s%s", r->rank, host,
+                      r->pid, r->cause.oom == DSL_OOM_RANK ? "the OOM killer" : dsl_signame(r->sig),
+                      r->wall, why);
         else if (r->code == 127 && !r->started)
             dsl_error("rank %d (host %s) could not be started", r->rank, host);
         else
-            dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s", r->rank,
-                      host, r->pid, r->code, r->wall);
+            dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,
+                      host, r->pid, r->code, r->wall, why);
         if (r->tail.nr) {
             dsl_job_eprintf(job, "  last lines of rank %d's stderr:\n", r->rank);
             for (size_t i = 0; i < r->tail.nr; i++)

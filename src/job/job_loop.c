@@ -301,6 +301,7 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         r->sig = m->sig;
         r->wall = m->wall;
         r->pid = m->pid;
+        r->cause = m->cause;
         dsl_strvec_release(&r->tail);
         for (size_t i = 0; i < m->tail.nr; i++)
             dsl_strvec_push(&r->tail, m->tail.v[i]);

@@ -80,6 +80,10 @@ static const struct dsl_opt opts[] = {
          "dropped and counted, the job never waits", "64M"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
+    SIZE("rank_memory_limit", rank_memory_limit, "BYTES",
+         "memory each rank (with everything it starts) may use, e.g. 8G; needs a memory "
+         "cgroup on every node (--check shows it); over it, the OOM killer ends the rank",
+         "no limit"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
     INT("max_restarts", max_restarts, "N",

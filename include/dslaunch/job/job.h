@@ -63,6 +63,7 @@ struct dsl_job_rank {
     int exited_in_stop;        /* it exited after the job began to stop */
     double wall;
     struct dsl_strvec tail;
+    struct dsl_exit_cause cause; /* why it ended, as its node saw it */
     FILE *log;
     char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
     double last_cr_shown;
