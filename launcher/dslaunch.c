@@ -6,7 +6,8 @@
  * data flow of docs/design.md:
  *
  *   options -> plan (plan/plan.c: hostfile, placement, export set, program, rendezvous)
- *     -> local checks (program, master port) -> --dry-run JSON | --sync | the job (job.c)
+ *     -> local checks (program, master port) -> --dry-run JSON | --sync | the job (job.c),
+ *     run again after a failure as --max-restarts says (job_restart.c)
  *
  * Nothing is started before every input has been validated, so a typo never leaves
  * half a job running.
@@ -23,6 +24,7 @@
 #include "dslaunch/common/net.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "dslaunch/job/restart.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/plan.h"
@@ -99,13 +101,11 @@ static int cmd_run(int argc, char **argv)
 {
     struct dsl_launch_opts opts;
     struct dsl_plan plan;
-    struct dsl_job job;
     char err[DSL_ERR_LEN] = "";
     int code = DSL_EXIT_USAGE;
 
     dsl_launch_opts_init(&opts);
     dsl_plan_init(&plan, &opts);
-    dsl_job_init(&job, &plan);
 
     if (dsl_launch_opts_parse(&opts, argc, argv, err) < 0) {
         dsl_error("%s", err);
@@ -152,10 +152,9 @@ static int cmd_run(int argc, char **argv)
     }
     if (opts.sync_paths.nr && (code = sync_first(&opts, &plan.pl)) != 0)
         goto out;
-    code = dsl_job_run(&job);
+    code = dsl_restart_run(&plan);
 
 out:
-    dsl_job_release(&job);
     dsl_plan_release(&plan);
     dsl_launch_opts_release(&opts);
     return code;

@@ -4,6 +4,10 @@
  * Theory of operation. The parent prepares everything before fork(): argv, env, the
  * path to exec, the fds the child gets, and (with report_errors) a CLOEXEC notify pipe.
  * The child then only makes async-signal-safe calls, in a fixed order:
+ *   0. "0" written into each listed cgroup.procs file (open, write, close), so the
+ *      child and everything it will start belong to its cgroups before any of its own
+ *      code runs: a descendant that leaves the process group or the session is still
+ *      found there, and its memory is charged there;
  *   1. setpgid(0, 0) when it is to lead its own group, so the whole subtree can be
  *      signalled with one killpg();
  *   2. PR_SET_PDEATHSIG, so it dies when its spawner is SIGKILLed; the parent may have
@@ -15,9 +19,10 @@
  *   4. dup2 of the given fds onto 0, 1, 2 (dup2 clears CLOEXEC on the copy);
  *   5. chdir, close_range(3, ...) when asked (the notify pipe survives it; it is CLOEXEC);
  *   6. execve / execvpe, or run() and _exit with its result.
- * A failing step writes errno into the notify pipe and exits. The parent blocks on the
- * pipe, which closes at a successful exec (or just before run()): zero bytes means the
- * child started; an errno means it did not, and the parent reaps it and says why.
+ * A failing step writes errno and the step into the notify pipe and exits. The parent
+ * blocks on the pipe, which closes at a successful exec (or just before run()): zero
+ * bytes means the child started; an errno means it did not, and the parent reaps it
+ * and says why (and, for step 0, that it was the cgroup that failed).
  *
  * dsl_spawn() is a worker on pipes: stdout and stderr each into a pipe whose read end
  * the caller polls, the program resolved in the child's PATH before the fork so that
@@ -113,14 +118,36 @@ char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int
     return NULL;
 }
 
+/* Which set-up step failed, as the child reports it with the errno. */
+enum child_step { STEP_SETUP = 0, STEP_CGROUP = 1 };
+
 /* The child's end: tell the parent why (when it listens) and exit. */
-static _Noreturn void child_fail(int notify, int e, int code)
+static _Noreturn void child_fail(int notify, int e, enum child_step step, int code)
 {
     if (notify >= 0) {
-        ssize_t w = write(notify, &e, sizeof(e));
+        int msg[2] = {e, (int)step};
+        ssize_t w = write(notify, msg, sizeof(msg));
         (void)w;
     }
     _exit(code);
+}
+
+/* Step 0: move the calling process into each cgroup (writing "0" means "the writer"). */
+static int child_join_cgroups(const char *const *procs)
+{
+    for (; procs && *procs; procs++) {
+        int fd = open(*procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0)
+            return -1;
+        ssize_t w = write(fd, "0", 1);
+        int e = errno;
+        close(fd);
+        if (w != 1) {
+            errno = w < 0 ? e : EIO;
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Put src onto fd target of the child. */
@@ -146,8 +173,10 @@ static int child_fd(int src, int target)
 static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int notify)
 {
     int fail = o->setup_exit ? o->setup_exit : 127;
+    if (child_join_cgroups(o->cgroup_procs) < 0)
+        child_fail(notify, errno, STEP_CGROUP, fail);
     if (o->new_pgroup && setpgid(0, 0) < 0)
-        child_fail(notify, errno, fail);
+        child_fail(notify, errno, STEP_SETUP, fail);
     if (o->pdeathsig) {
         prctl(PR_SET_PDEATHSIG, o->pdeathsig);
         if (getppid() != parent)
@@ -169,9 +198,9 @@ static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int no
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     if (child_fd(o->fd_in, 0) < 0 || child_fd(o->fd_out, 1) < 0 || child_fd(o->fd_err, 2) < 0)
-        child_fail(notify, errno, fail);
+        child_fail(notify, errno, STEP_SETUP, fail);
     if (o->cwd && chdir(o->cwd) < 0)
-        child_fail(notify, errno, fail);
+        child_fail(notify, errno, STEP_SETUP, fail);
     if (o->run) {
         if (notify >= 0)
             close(notify); /* started: the parent stops waiting */
@@ -189,7 +218,7 @@ static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int no
         execve(o->path, o->argv, env);
     else
         execvpe(o->argv[0], o->argv, env);
-    child_fail(notify, errno, 127);
+    child_fail(notify, errno, STEP_SETUP, 127);
 }
 
 int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
@@ -216,14 +245,18 @@ int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
         child(o, parent, notify[1]);
     if (notify[0] >= 0) {
         close(notify[1]);
-        int e = 0;
+        int msg[2] = {0, STEP_SETUP};
         ssize_t n;
         do {
-            n = read(notify[0], &e, sizeof(e));
+            n = read(notify[0], msg, sizeof(msg));
         } while (n < 0 && errno == EINTR);
         close(notify[0]);
         if (n > 0) {
+            int e = msg[0];
             waitpid(pid, NULL, 0);
+            if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP)
+                return dsl_seterr(err, -e, "cannot put '%s' into its cgroup: %s",
+                                  o->argv ? o->argv[0] : "?", strerror(e));
             return dsl_seterr(err, -e, "cannot start '%s': %s",
                               o->argv ? o->argv[0] : "?", strerror(e));
         }
@@ -257,6 +290,7 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .cwd = o->cwd,
         .new_pgroup = o->new_pgroup,
         .pdeathsig = o->pdeathsig,
+        .cgroup_procs = o->cgroup_procs,
         .sigdfl = NULL, /* a worker starts from a clean slate: every signal */
         .report_errors = 1,
         .setup_exit = 127,

@@ -13,15 +13,28 @@
  *             bars gently); each reaped rank is reported with an "exit" message once its
  *             pipes have been drained of what was already written
  *   STOPPING  a stop request, a signal, or the launcher gone: every live rank's process
- *             group got the stop signal; at kill_at (the job's grace later, whatever
- *             started the stop) the survivors get SIGKILL
- *   DONE      every rank reported: leftover processes in the ranks' groups are killed,
- *             "bye" is flushed, the agent exits
+ *             group and every other process of the ranks got the stop signal; at
+ *             kill_at (the job's grace later, whatever started the stop) the survivors
+ *             get SIGKILL
+ *   CLEANING  every rank reported; what the ranks left behind (a daemon, a `setsid`
+ *             child, a grandchild in the group) is still contained: after a clean end
+ *             it gets SIGTERM now and SIGKILL after the grace, after a stop SIGKILL at
+ *             the stop's kill_at, until nothing is left
+ *   DONE      nothing is left: the ranks' cgroups are removed, "bye" is flushed, the
+ *             agent exits
  *
  * Timeouts: the launcher pings every keepalive/3 s; when nothing arrived for keepalive s
  * the launcher is considered gone (its host died, the network is down) and the node is
  * torn down. The agent is a child subreaper, so grandchildren orphaned by a rank are
- * reparented here, reaped, and killed with their group.
+ * reparented here and reaped.
+ *
+ * Containment (contain.c): each rank runs in cgroups of its own where the machine
+ * allows it, else the agent tracks its descendants through /proc; either way a process
+ * that left the rank's group or session is still found, and a clean-up process that
+ * outlives the agent finishes the teardown if the agent itself is killed. Each exit
+ * report says why the rank ended as far as the node can tell: the OOM killer (the
+ * rank cgroup's counter or the kernel log), a signal of dslaunch's own stop, or
+ * neither (struct dsl_exit_cause).
  *
  * Backpressure: when the control output queue is full (the launcher reads slowly) the
  * rank pipes are not polled, so ranks block on write instead of the agent growing
@@ -45,8 +58,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "contain.h"
 #include "dslaunch/job/agent.h"
 #include "agent_progress.h"
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/facts.h"
 #include "dslaunch/common/log.h"
@@ -64,7 +79,9 @@ extern char **environ;
 #define OUTQ_PAUSE (4u << 20)    /* stop reading rank pipes above this */
 #define LINE_MAX_BYTES (1u << 20) /* a longer line is forwarded in pieces */
 
-enum agent_state { AG_WAITING, AG_RUNNING, AG_STOPPING, AG_DONE };
+enum agent_state { AG_WAITING, AG_RUNNING, AG_STOPPING, AG_CLEANING, AG_DONE };
+
+#define CLEAN_PATIENCE 5.0 /* seconds past the SIGKILL before leftovers go to the keeper */
 
 struct rank_proc {
     int rank, local_rank;
@@ -76,11 +93,13 @@ struct rank_proc {
     double t_start;
     int exited, reported, code, sig;
     double wall;
+    unsigned long long sent_sigs; /* bit n: this agent sent signal n to the rank's group */
+    struct dsl_exit_cause cause;  /* read when the rank was reaped */
 };
 
 struct agent {
     int in_fd, out_fd;
-    int in_eof;
+    int in_eof, eof_acted;
     struct dsl_linebuf in;
     struct dsl_dynbuf outq;
     enum agent_state state;
@@ -89,8 +108,10 @@ struct agent {
     double grace, keepalive;
     double kill_at, last_rx, last_ping;
     int stop_sig;                 /* the signal the stop sent to the ranks */
+    double give_up_at;            /* CLEANING: leave what will not die to the keeper */
     int probe_lfd;
     int sigpipe[2];
+    struct dsl_contain contain;   /* the ranks' cgroups or process tracking */
     struct dsl_agent_progress prog; /* progress files, stack captures */
 };
 
@@ -168,6 +189,8 @@ static void send_hello(struct agent *a)
         m.nifaces++;
     }
     dsl_netinfo_release(&ni);
+    m.contain = dsl_xstrdup(dsl_contain_mode(&a->contain));
+    m.memcg = dsl_contain_memory(&a->contain);
     send_msg(a, &m);
     dsl_msg_release(&m);
 }
@@ -334,6 +357,7 @@ static void report_exit(struct agent *a, struct rank_proc *r)
     m.code = r->code;
     m.sig = r->sig;
     m.wall = r->wall;
+    m.cause = r->cause;
     for (int i = 0; i < r->ntail; i++) {
         int idx = (r->tail_pos - r->ntail + i + DSL_PROTO_MAX_TAIL) % DSL_PROTO_MAX_TAIL;
         dsl_strvec_push(&m.tail, r->tail[idx]);
@@ -370,6 +394,10 @@ static void reap(struct agent *a)
             } else {
                 r->code = WEXITSTATUS(status);
             }
+            /* the evidence is read now, while the rank's cgroup still says it */
+            dsl_contain_cause(&a->contain, i, r->sig,
+                              r->sig > 0 && r->sig < 64 && ((r->sent_sigs >> r->sig) & 1),
+                              &r->cause);
             found = 1;
         }
     }
@@ -388,14 +416,24 @@ static void reap(struct agent *a)
 
 /* ---- stopping ---- */
 
+/* sig to every live rank's process group and to the ranks' other processes */
 static void signal_ranks(struct agent *a, int sig)
 {
+    char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
     for (int i = 0; i < a->nranks; i++)
         if (a->ranks[i].pid > 0 && !a->ranks[i].exited) {
+            if (sig > 0 && sig < 64)
+                a->ranks[i].sent_sigs |= 1ull << sig;
             kill(-a->ranks[i].pid, sig);
             if (sig != SIGKILL)
                 kill(-a->ranks[i].pid, SIGCONT); /* a stopped rank acts on it now */
+            signalled[i] = 1;
         }
+    if (sig == SIGKILL)
+        dsl_contain_kill(&a->contain);
+    else /* once each: the members of the groups just signalled are skipped */
+        dsl_contain_signal(&a->contain, sig, signalled);
+    free(signalled);
 }
 
 /*
@@ -406,11 +444,13 @@ static void signal_ranks(struct agent *a, int sig)
  */
 static void begin_stop(struct agent *a, int sig, double grace)
 {
-    if (a->state == AG_STOPPING) {
+    if (a->state == AG_STOPPING || a->state == AG_CLEANING) {
         if (sig == a->stop_sig && dsl_now() + grace >= a->kill_at)
             return;
         if (dsl_now() + grace < a->kill_at)
             a->kill_at = dsl_now() + grace;
+        if (a->state == AG_CLEANING && a->kill_at + CLEAN_PATIENCE < a->give_up_at)
+            a->give_up_at = a->kill_at + CLEAN_PATIENCE;
         a->stop_sig = sig;
         signal_ranks(a, sig);
         return;
@@ -421,6 +461,52 @@ static void begin_stop(struct agent *a, int sig, double grace)
     a->kill_at = dsl_now() + grace;
     a->stop_sig = sig;
     signal_ranks(a, sig);
+}
+
+/*
+ * Every rank has been reported: from now on only what they left behind is killed.
+ * After a clean end it gets SIGTERM and the grace; after a stop it already got the
+ * stop's signal, and the stop's deadline stands.
+ */
+static void begin_cleaning(struct agent *a)
+{
+    if (a->state == AG_RUNNING) {
+        char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
+        for (int i = 0; i < a->nranks; i++)
+            if (a->ranks[i].pid > 0) {
+                kill(-a->ranks[i].pid, SIGTERM); /* leftovers in the ranks' groups */
+                signalled[i] = 1;
+            }
+        dsl_contain_signal(&a->contain, SIGTERM, signalled);
+        free(signalled);
+        a->kill_at = dsl_now() + a->grace;
+    }
+    a->state = AG_CLEANING;
+    a->give_up_at = a->kill_at + CLEAN_PATIENCE;
+}
+
+/* One step of CLEANING: done when nothing is left, SIGKILL once the deadline passed. */
+static void clean_step(struct agent *a, double now)
+{
+    int left = dsl_contain_count(&a->contain);
+    if (left > 0 && now >= a->kill_at) {
+        for (int i = 0; i < a->nranks; i++)
+            if (a->ranks[i].pid > 0)
+                kill(-a->ranks[i].pid, SIGKILL);
+        dsl_contain_kill(&a->contain);
+        left = dsl_contain_count(&a->contain);
+    }
+    if (left > 0 && now < a->give_up_at)
+        return;
+    if (left > 0)
+        fprintf(stderr,
+                "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
+                "SIGKILL; the clean-up process keeps trying\n",
+                left, CLEAN_PATIENCE);
+    if (dsl_contain_finish(&a->contain) < 0 && left <= 0)
+        fprintf(stderr, "dslaunch agent: the ranks' cgroups are not empty yet; the clean-up "
+                        "process takes over\n");
+    a->state = AG_DONE;
 }
 
 static int all_reported(const struct agent *a)
@@ -448,6 +534,16 @@ static void apply_env(struct dsl_strvec *env, const struct dsl_strvec *add)
     }
 }
 
+/* The value of key in a list of "K=V" entries, or NULL. */
+static const char *env_value(const struct dsl_strvec *env, const char *key)
+{
+    size_t kl = strlen(key);
+    for (size_t k = 0; k < env->nr; k++)
+        if (!strncmp(env->v[k], key, kl) && env->v[k][kl] == '=')
+            return env->v[k] + kl + 1;
+    return NULL;
+}
+
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
     if (a->probe_lfd >= 0) {
@@ -469,6 +565,28 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             dsl_dynbuf_init(&r->part[s], LINE_MAX_BYTES * 2);
         r->reported = 0;
     }
+    int *ids = dsl_xcalloc((size_t)sm->nranks, sizeof(int));
+    for (int i = 0; i < sm->nranks; i++)
+        ids[i] = sm->ranks[i].rank;
+    char cerr[DSL_ERR_LEN];
+    int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
+                                sm->nranks, (unsigned long long)sm->mem_limit, cerr);
+    free(ids);
+    if (crc < 0) {
+        struct dsl_msg m;
+        dsl_msg_init(&m, DSL_MSG_SPAWNERR);
+        m.rank = a->ranks[0].rank;
+        m.error = dsl_xstrdup(cerr);
+        send_msg(a, &m);
+        dsl_msg_release(&m);
+        for (int j = 0; j < sm->nranks; j++) {
+            a->ranks[j].exited = 1;
+            a->ranks[j].code = 127;
+            a->ranks[j].reported = 1;
+        }
+        begin_stop(a, SIGTERM, a->grace);
+        return;
+    }
     for (int i = 0; i < sm->nranks; i++) {
         struct rank_proc *r = &a->ranks[i];
         struct dsl_strvec env;
@@ -489,6 +607,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .stdin_null = 1,
             .new_pgroup = 1,
             .pdeathsig = SIGKILL,
+            .cgroup_procs = dsl_contain_procs(&a->contain, i),
         };
         struct dsl_proc p;
         char err[DSL_ERR_LEN];
@@ -513,6 +632,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             return;
         }
         r->pid = p.pid;
+        dsl_contain_started(&a->contain, i, p.pid);
         dsl_agent_progress_started(&a->prog, i, p.pid);
         r->fd[1] = p.out_fd;
         r->fd[2] = p.err_fd;
@@ -610,6 +730,7 @@ int dsl_agent_main(int in_fd, int out_fd)
     dsl_agent_progress_init(&a.prog);
     dsl_log_set_prog("dslaunch agent");
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    dsl_contain_init(&a.contain);
     if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) == 0)
         sigfd = a.sigpipe[1];
     install_signals();
@@ -633,11 +754,13 @@ int dsl_agent_main(int in_fd, int out_fd)
                     now - a.last_rx);
             a.in_eof = 1;
         }
-        if (a.in_eof && (a.state == AG_WAITING || a.state == AG_RUNNING)) {
+        if (a.in_eof && !a.eof_acted && a.state != AG_DONE) {
             /*
-             * The launcher is gone. The ranks still get the job's whole grace: a rank
-             * saving a checkpoint on SIGTERM needs it most when the job is being lost.
+             * The launcher is gone (acted on once: the stop then runs its course). The
+             * ranks still get the job's whole grace: a rank saving a checkpoint on
+             * SIGTERM needs it most when the job is being lost.
              */
+            a.eof_acted = 1;
             if (a.state == AG_WAITING)
                 a.state = AG_DONE;
             else
@@ -650,12 +773,12 @@ int dsl_agent_main(int in_fd, int out_fd)
             send_msg(&a, &pm);
             dsl_msg_release(&pm);
         }
-        if (a.nranks && all_reported(&a) && a.state != AG_DONE) {
-            for (int i = 0; i < a.nranks; i++)
-                if (a.ranks[i].pid > 0)
-                    kill(-a.ranks[i].pid, SIGKILL); /* leftovers in the groups */
-            a.state = AG_DONE;
-        }
+        if (a.nranks && all_reported(&a) && (a.state == AG_RUNNING || a.state == AG_STOPPING))
+            begin_cleaning(&a);
+        if (a.state == AG_CLEANING)
+            clean_step(&a, now);
+        if (a.state == AG_RUNNING || a.state == AG_STOPPING)
+            dsl_contain_tick(&a.contain, now);
         if (a.state == AG_DONE) {
             struct dsl_msg m;
             dsl_msg_init(&m, DSL_MSG_BYE);
@@ -690,7 +813,7 @@ int dsl_agent_main(int in_fd, int out_fd)
                     if (a.ranks[i].fd[s] >= 0)
                         pf[npf++] = (struct pollfd){.fd = a.ranks[i].fd[s], .events = POLLIN};
         npf += dsl_agent_progress_pollfds(&a.prog, pf + npf);
-        int timeout = 200;
+        int timeout = a.state == AG_CLEANING ? 20 : 200; /* no event says "empty" */
         if (a.state == AG_STOPPING) {
             double left = a.kill_at - now;
             int ms = left <= 0 ? 50 : (int)(left * 1000) + 1;
@@ -740,6 +863,10 @@ int dsl_agent_main(int in_fd, int out_fd)
     }
     free(a.ranks);
     dsl_agent_progress_release(&a.prog);
+    dsl_contain_release(&a.contain);
+    /* what the clean-up killed last is dead but, as the subreaper's, still ours to reap */
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        ;
     if (a.probe_lfd >= 0)
         close(a.probe_lfd);
     dsl_linebuf_release(&a.in);

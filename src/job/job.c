@@ -60,6 +60,7 @@
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "cause.h"
 #include "job_hang.h"
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
@@ -223,6 +224,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     m->cwd = dsl_xstrdup(job->plan->cwd);
     m->grace = job->opts->term_timeout;
     m->keepalive = n->local ? 0 : job->opts->tr.keepalive;
+    m->mem_limit = (double)job->opts->rank_memory_limit;
     for (size_t i = 0; i < job->plan->argv.nr; i++)
         dsl_strvec_push(&m->argv, job->plan->argv.v[i]);
     for (size_t i = 0; i < job->plan->exported.nr; i++)
@@ -244,7 +246,9 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
-    dsl_strvec_push(&m->env, DSL_ENV_RESTART_COUNT "=0");
+    dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);
+    dsl_strvec_pushf(&m->env, DSL_ENV_TE_RESTART_COUNT "=%d", job->restart_count);
+    dsl_strvec_pushf(&m->env, DSL_ENV_TE_MAX_RESTARTS "=%d", job->opts->max_restarts);
     if (n->iface) {
         if (!dsl_env_get(&job->plan->exported, DSL_ENV_NCCL_SOCKET_IFNAME))
             dsl_strvec_pushf(&m->env, DSL_ENV_NCCL_SOCKET_IFNAME "=%s", n->iface);
@@ -349,14 +353,17 @@ static void print_summary(struct dsl_job *job)
     if (job->failed_rank >= 0) {
         struct dsl_job_rank *r = &job->ranks[job->failed_rank];
         const char *host = job->pl->nodes[r->node].host;
+        char why[512];
+        dsl_cause_describe(&r->cause, r->sig, why, sizeof(why));
         if (r->sig)
-            dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s", r->rank, host,
-                      r->pid, dsl_signame(r->sig), r->wall);
+            dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s%s", r->rank, host,
+                      r->pid, r->cause.oom == DSL_OOM_RANK ? "the OOM killer" : dsl_signame(r->sig),
+                      r->wall, why);
         else if (r->code == 127 && !r->started)
             dsl_error("rank %d (host %s) could not be started", r->rank, host);
         else
-            dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s", r->rank,
-                      host, r->pid, r->code, r->wall);
+            dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,
+                      host, r->pid, r->code, r->wall, why);
         if (r->tail.nr) {
             dsl_job_eprintf(job, "  last lines of rank %d's stderr:\n", r->rank);
             for (size_t i = 0; i < r->tail.nr; i++)
@@ -450,7 +457,8 @@ int dsl_job_run(struct dsl_job *job)
         }
         for (int i = 0; i < job->nranks; i++) {
             char *path = dsl_xasprintf("%s/rank%d.log", job->opts->log_dir, i);
-            job->ranks[i].log = fopen(path, "we");
+            /* a restart appends: the logs keep every attempt */
+            job->ranks[i].log = fopen(path, job->restart_count ? "ae" : "we");
             if (!job->ranks[i].log) {
                 dsl_error("cannot write log file '%s': %s", path, strerror(errno));
                 free(path);
@@ -512,6 +520,7 @@ int dsl_job_run(struct dsl_job *job)
     }
 
     /* start */
+    job->started = 1;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_msg m;
         build_start(job, &job->nodes[i], &m);

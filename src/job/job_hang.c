@@ -112,6 +112,7 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
             struct dsl_job_hang_rank *r = rank_of(job, n, p->rank);
             if (!r)
                 continue;
+            r->heard = 1;
             if (p->advanced) {
                 r->t_advance = now;
                 r->reports = 1;
@@ -170,6 +171,8 @@ void dsl_job_hang_declare(struct dsl_job *job, int code)
     h->state = DSL_HANG_DECLARED;
     h->reason = code;
     h->t_declared = dsl_now();
+    snprintf(h->said, sizeof(h->said), "%s: %s",
+             code == DSL_EXIT_JOB_TIMEOUT ? "job timeout" : "hang", h->verdict.text);
     job->exit_code = code;
     job->failed_node = -1;
     job->failed_rank = h->verdict.first >= 0 ? h->verdict.first
@@ -363,16 +366,18 @@ void dsl_job_hang_report(struct dsl_job *job)
     }
 }
 
+const char *dsl_job_hang_verdict(const struct dsl_job *job)
+{
+    return job->hang && job->hang->state != DSL_HANG_WATCH ? job->hang->said : NULL;
+}
+
 int dsl_job_hang_summary(struct dsl_job *job)
 {
     struct dsl_job_hang *h = job->hang;
     if (!h || h->state == DSL_HANG_WATCH)
         return 0;
     dsl_job_hang_report(job);
-    if (h->reason == DSL_EXIT_JOB_TIMEOUT)
-        dsl_error("job timeout: %s", h->verdict.text);
-    else
-        dsl_error("hang: %s", h->verdict.text);
+    dsl_error("%s", h->said);
     if (h->report_txt)
         dsl_info("report with every rank's progress and stack: %s (and .json)", h->report_txt);
     int stopped = 0, killed = 0;

@@ -29,6 +29,7 @@ struct dsl_job_hang_rank {
     double t_advance;             /* last progress (dsl_now() time) */
     double t_exit;
     int reports;                  /* its progress file changed at least once */
+    int heard;                    /* its agent sent progress for it: it knows "stacks" */
     struct dsl_progress_view v;
     char pstate;
     char *stack_tool, *stack;     /* from the agent (owned) */
@@ -43,6 +44,7 @@ struct dsl_job_hang {
     enum dsl_hang_state state;
     int reason;                   /* DSL_EXIT_HANG or DSL_EXIT_JOB_TIMEOUT */
     struct dsl_hang_verdict verdict;
+    char said[1100];              /* "hang: " or "job timeout: " + the verdict */
     double t_declared, collect_deadline;
     unsigned char *answered;      /* per node: its stacks arrived */
     int warned_finished;
@@ -77,6 +79,8 @@ void dsl_job_hang_declare(struct dsl_job *job, int code);
 void dsl_job_hang_report(struct dsl_job *job);
 /** The job's summary when there is a verdict (report written first); 1 if printed. */
 int dsl_job_hang_summary(struct dsl_job *job);
+/** "hang: <verdict>" or "job timeout: <verdict>" when there is one (job's), else NULL. */
+const char *dsl_job_hang_verdict(const struct dsl_job *job);
 
 /* ---- job_watch.c ---- */
 

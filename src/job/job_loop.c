@@ -309,6 +309,7 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         r->sig = m->sig;
         r->wall = m->wall;
         r->pid = m->pid;
+        r->cause = m->cause;
         dsl_strvec_release(&r->tail);
         for (size_t i = 0; i < m->tail.nr; i++)
             dsl_strvec_push(&r->tail, m->tail.v[i]);
@@ -502,6 +503,7 @@ void dsl_job_handle_signals(struct dsl_job *job)
         return;
     int sig = sig_pending;
     sig_pending = 0;
+    job->user_sig = sig;
     if (sig_count >= 2 && sig == SIGINT) {
         dsl_info("second interrupt: killing every rank now");
         job->killed_now = 1;

@@ -43,6 +43,12 @@ int dsl_job_check_hellos(struct dsl_job *job)
                       n->pn->host, h->version, DSL_VERSION);
             bad = 1;
         }
+        if (job->opts->rank_memory_limit && !h->memcg) {
+            dsl_error("'%s' cannot limit a rank's memory (--rank-memory-limit): %s",
+                      n->pn->host,
+                      h->contain ? "it has no memory cgroup for ranks" : "its dslaunch is older");
+            bad = 1;
+        }
         int maxslot = n->pn->slots[n->pn->nslots - 1];
         if (h->gpus > 0 && maxslot >= h->gpus) {
             dsl_error("'%s' has %d GPU(s) but the placement uses device %d there", n->pn->host,
@@ -232,6 +238,12 @@ void dsl_job_print_preflight(struct dsl_job *job)
                         n->hello.version ? n->hello.version : "?", n->hello.cpus,
                         n->hello.gpus, n->pn->nslots, n->iface ? n->iface : "-",
                         n->pn->first_rank);
+    }
+    for (int i = 0; i < job->nnodes; i++) {
+        const struct dsl_msg *h = &job->nodes[i].hello;
+        dsl_job_eprintf(job, "node %d ranks contained by: %s%s\n", i,
+                h->contain ? h->contain : "process groups (an older dslaunch)",
+                h->memcg ? "; memory limit and OOM kills per rank" : "");
     }
     dsl_job_eprintf(job, DSL_ENV_MASTER_ADDR "=%s " DSL_ENV_MASTER_PORT "=%d\n",
                     job->plan->master_addr, job->plan->master_port);

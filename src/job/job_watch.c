@@ -88,6 +88,15 @@ static void watch(struct dsl_job *job, double now)
     warn_outlived(job, now);
 }
 
+/* Node i's agent has sent progress, so it knows the stacks request (proto.h). */
+static int knows_stacks(const struct dsl_job *job, int i)
+{
+    for (int k = 0; k < job->nranks; k++)
+        if (job->ranks[k].node == i && job->hang->r[k].heard)
+            return 1;
+    return 0;
+}
+
 static void ask_stacks(struct dsl_job *job, double now)
 {
     struct dsl_job_hang *h = job->hang;
@@ -98,7 +107,7 @@ static void ask_stacks(struct dsl_job *job, double now)
     m.stack_timeout = DSL_HANG_STACK_TIMEOUT;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
-        if (n->state != DSL_NODE_RUNNING) {
+        if (n->state != DSL_NODE_RUNNING || !knows_stacks(job, i)) {
             h->answered[i] = 1;
             continue;
         }

@@ -42,6 +42,7 @@ void dsl_msg_release(struct dsl_msg *m)
 {
     free(m->version);
     free(m->host);
+    free(m->contain);
     for (int i = 0; i < m->nifaces; i++) {
         free(m->ifaces[i].name);
         dsl_strvec_release(&m->ifaces[i].addrs);
@@ -133,6 +134,10 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             add_strvec(f, "addrs", &m->ifaces[i].addrs);
             cJSON_AddItemToArray(a, f);
         }
+        if (m->contain)
+            add_str(o, "contain", m->contain);
+        if (m->memcg)
+            cJSON_AddNumberToObject(o, "memcg", m->memcg);
         break;
     }
     case DSL_MSG_PROBE:
@@ -179,6 +184,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "grace", m->grace);
         cJSON_AddNumberToObject(o, "keepalive", m->keepalive);
         cJSON_AddNumberToObject(o, "lra", m->local_rank_arg);
+        if (m->mem_limit > 0)
+            cJSON_AddNumberToObject(o, "mem_limit", m->mem_limit);
         dsl_proto_hang_encode(m, o);
         break;
     }
@@ -199,6 +206,16 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "sig", m->sig);
         cJSON_AddNumberToObject(o, "wall", m->wall);
         add_strvec(o, "tail", &m->tail);
+        if (m->cause.known) {
+            cJSON *c = cJSON_AddObjectToObject(o, "cause");
+            cJSON_AddNumberToObject(c, "oom", m->cause.oom);
+            cJSON_AddNumberToObject(c, "src", m->cause.oom_src);
+            cJSON_AddNumberToObject(c, "kills", m->cause.oom_kills);
+            cJSON_AddNumberToObject(c, "stop", m->cause.by_stop);
+            cJSON_AddNumberToObject(c, "limit", m->cause.mem_limit);
+            cJSON_AddNumberToObject(c, "peak", m->cause.mem_peak);
+            cJSON_AddNumberToObject(c, "avail", m->cause.mem_avail);
+        }
         break;
     case DSL_MSG_SPAWNERR:
         cJSON_AddNumberToObject(o, "rank", m->rank);
@@ -325,6 +342,34 @@ static int get_facts(const cJSON *o, struct dsl_facts *f, char *err)
     return 0;
 }
 
+/* A byte count: a finite number from 0 to 2^63. */
+static int get_bytes(const cJSON *o, const char *name, double *out, char *err)
+{
+    int r = get_double(o, name, out, err);
+    if (r == 0 && !(*out >= 0 && *out <= 9223372036854775807.0))
+        return dsl_seterr(err, DSL_EPROTO, "member '%s' is not a byte count", name);
+    return r;
+}
+
+static int get_cause(const cJSON *o, struct dsl_exit_cause *c, char *err)
+{
+    int r;
+    if (!cJSON_IsObject(o))
+        return dsl_seterr(err, DSL_EPROTO, "member 'cause' is not an object");
+    if ((r = get_int(o, "oom", &c->oom, err)) < 0 || (r = get_int(o, "src", &c->oom_src, err)) < 0 ||
+        (r = get_int(o, "kills", &c->oom_kills, err)) < 0 ||
+        (r = get_int(o, "stop", &c->by_stop, err)) < 0 ||
+        (r = get_bytes(o, "limit", &c->mem_limit, err)) < 0 ||
+        (r = get_bytes(o, "peak", &c->mem_peak, err)) < 0 ||
+        (r = get_bytes(o, "avail", &c->mem_avail, err)) < 0)
+        return r;
+    if (c->oom < DSL_OOM_NONE || c->oom > DSL_OOM_OTHER || c->oom_src < DSL_OOMSRC_NONE ||
+        c->oom_src > DSL_OOMSRC_KMSG || c->oom_kills < 0 || (c->by_stop != 0 && c->by_stop != 1))
+        return dsl_seterr(err, DSL_EPROTO, "member 'cause' out of range");
+    c->known = 1;
+    return 0;
+}
+
 static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
 {
     int r = 0;
@@ -358,6 +403,10 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             TRY(get_str(f, "name", &ifc->name, err));
             TRY(get_strvec(f, "addrs", &ifc->addrs, err));
         }
+        if (cJSON_GetObjectItemCaseSensitive(o, "contain"))
+            TRY(get_str(o, "contain", &m->contain, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "memcg"))
+            TRY(get_int(o, "memcg", &m->memcg, err));
         break;
     }
     case DSL_MSG_PROBE:
@@ -413,6 +462,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_double(o, "grace", &m->grace, err));
         TRY(get_double(o, "keepalive", &m->keepalive, err));
         TRY(get_int(o, "lra", &m->local_rank_arg, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "mem_limit"))
+            TRY(get_bytes(o, "mem_limit", &m->mem_limit, err));
         if (m->argv.nr == 0)
             return dsl_seterr(err, DSL_EPROTO, "empty argv");
         if (m->grace < 0 || m->keepalive < 0)
@@ -459,6 +510,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_int(o, "sig", &m->sig, err));
         TRY(get_double(o, "wall", &m->wall, err));
         TRY(get_strvec(o, "tail", &m->tail, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "cause"))
+            TRY(get_cause(cJSON_GetObjectItemCaseSensitive(o, "cause"), &m->cause, err));
         break;
     case DSL_MSG_SPAWNERR:
         TRY(get_int(o, "rank", &m->rank, err));

@@ -80,6 +80,10 @@ static const struct dsl_opt opts[] = {
          "dropped and counted, the job never waits", "64M"),
     SECS("term_timeout", term_timeout, "SECONDS",
          "grace between SIGTERM and SIGKILL when a job stops", "10"),
+    SIZE("rank_memory_limit", rank_memory_limit, "BYTES",
+         "memory each rank (with everything it starts) may use, e.g. 8G; needs a memory "
+         "cgroup on every node (--check shows it); over it, the OOM killer ends the rank",
+         "no limit"),
     SECS("hang_timeout", hang_timeout, "SECONDS",
          "a rank without progress this long is a hang: stacks, a report, stop; 0 = off",
          "300 for ranks that report progress (dstrain), else off"),
@@ -87,6 +91,12 @@ static const struct dsl_opt opts[] = {
          "stop the job after this long, with stacks and a report", "none"),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
+    INT("max_restarts", max_restarts, "N",
+        "after a rank fails or a node is lost, tear down and start again, N times at most",
+        "0", 0, 1000),
+    FLAG("exclude_failed_nodes", exclude_failed_nodes,
+         "restart without the nodes whose rank failed or that were lost"),
+    INT("min_nodes", min_nodes, "N", "do not restart on fewer than N nodes", "1", 1, 1 << 24),
     SET("dry_run", 0, mode, "resolve everything, print the plan as JSON, start nothing",
         DSL_MODE_DRY_RUN),
     SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
@@ -133,6 +143,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->hang_timeout = -1.0; /* auto: docs/reliability.md */
     o->output_buffer = (size_t)64 << 20;
     o->fanout = 256;
+    o->min_nodes = 1;
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;
     o->verbose = 1;
@@ -212,5 +223,6 @@ void dsl_launch_opts_help(FILE *f)
                "  2 usage or input error; 126 program not executable; 127 program not found;\n"
                "  200 host unreachable; 201 authentication or host key failure; 202 preflight\n"
                "  mismatch; 203 launcher timeout; 204 node agent failed; 205 hang detected;\n"
-               "  206 --job-timeout reached. See docs/exit-codes.md.\n");
+               "  206 --job-timeout reached. With --max-restarts, the last attempt's code.\n"
+               "  See docs/exit-codes.md.\n");
 }

@@ -68,6 +68,26 @@ void dsl_placement_release(struct dsl_placement *pl)
     dsl_placement_init(pl);
 }
 
+int dsl_placement_drop(struct dsl_placement *pl, const unsigned char *drop)
+{
+    int kept = 0;
+    pl->world_size = 0;
+    for (int i = 0; i < pl->nr; i++) {
+        struct dsl_node n = pl->nodes[i];
+        if (drop && drop[i]) {
+            free(n.host);
+            free(n.slots);
+            continue;
+        }
+        n.node_rank = kept;
+        n.first_rank = pl->world_size;
+        pl->world_size += n.nslots;
+        pl->nodes[kept++] = n;
+    }
+    pl->nr = kept;
+    return kept;
+}
+
 /* "known hosts: a, b, c, d, ..." for an unknown-host message. */
 static void known_hosts(const struct dsl_hostfile *hf, char *buf, size_t cap)
 {

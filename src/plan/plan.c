@@ -184,6 +184,28 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     cJSON_Delete(o);
 }
 
+static void set_all_local(struct dsl_plan *p)
+{
+    p->all_local = 1;
+    for (int i = 0; i < p->pl.nr; i++)
+        if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(p->pl.nodes[i].host))
+            p->all_local = 0;
+}
+
+/* The rendezvous before any probe: multi-node jobs get theirs from the probe. */
+static void first_rendezvous(struct dsl_plan *p)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    free(p->master_addr);
+    p->master_port = o->master_port;
+    if (o->master_addr)
+        p->master_addr = dsl_xstrdup(o->master_addr);
+    else if (p->all_local)
+        p->master_addr = dsl_xstrdup("127.0.0.1");
+    else
+        p->master_addr = dsl_xstrdup(p->pl.nodes[0].host);
+}
+
 int dsl_plan_build(struct dsl_plan *p, char *err)
 {
     const struct dsl_launch_opts *o = p->opts;
@@ -227,10 +249,7 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     /* program */
     p->self_exe = self_exe();
     p->cwd = dsl_xstrdup(o->remote_cwd ? o->remote_cwd : cwd);
-    p->all_local = 1;
-    for (int i = 0; i < pl->nr; i++)
-        if (o->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
-            p->all_local = 0;
+    set_all_local(p);
     if (o->argv.nr) {
         char *dir = dsl_xstrdup(p->self_exe);
         char *slash = strrchr(dir, '/');
@@ -243,15 +262,18 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
             dsl_strvec_push(&p->argv, o->argv.v[i]);
     }
 
-    /* rendezvous: a first choice; multi-node jobs get theirs from the probe */
-    p->master_port = o->master_port;
-    if (o->master_addr)
-        p->master_addr = dsl_xstrdup(o->master_addr);
-    else if (p->all_local)
-        p->master_addr = dsl_xstrdup("127.0.0.1");
-    else
-        p->master_addr = dsl_xstrdup(pl->nodes[0].host);
+    if (pl->nr < o->min_nodes)
+        return dsl_seterr(err, DSL_EUSAGE, "--min-nodes %d but the job has only %d node%s",
+                          o->min_nodes, pl->nr, pl->nr == 1 ? "" : "s");
+    first_rendezvous(p);
     return 0;
+}
+
+void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop)
+{
+    dsl_placement_drop(&p->pl, drop);
+    set_all_local(p);
+    first_rendezvous(p);
 }
 
 int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err)

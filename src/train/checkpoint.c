@@ -590,6 +590,19 @@ out:
     return r;
 }
 
+int dsl_ckpt_has_latest(const char *dir, char *err)
+{
+    char *path = dsl_xasprintf("%s/latest", dir);
+    struct stat st;
+    int r = 1;
+    if (stat(path, &st) < 0)
+        r = errno == ENOENT ? 0
+                            : dsl_seterr(err, -errno, "cannot look for '%s': %s", path,
+                                         strerror(errno));
+    free(path);
+    return r;
+}
+
 int dsl_ckpt_read_latest(const char *dir, char **tag, char *err)
 {
     char *path = dsl_xasprintf("%s/latest", dir), buf[256];

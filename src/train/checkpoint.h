@@ -81,6 +81,9 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err);
 
 /** Atomically make <dir>/latest hold tag (temp file, fsync, rename, fsync dir). */
 int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err);
+/** 1 if <dir>/latest exists (some checkpoint was committed), 0 if not (the directory
+ *  may be missing too), <0 with err when it cannot be told. */
+int dsl_ckpt_has_latest(const char *dir, char *err);
 /** Read <dir>/latest. *tag is malloc'ed, owned by the caller. */
 int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
 

@@ -19,6 +19,15 @@
  * and rescales exactly where the uninterrupted one would. A checkpoint without
  * "lossscale" (fp32, or written before loss scaling) resumes with none skipped and
  * the configured initial scale.
+ *
+ * Which checkpoint: "latest" (what <dir>/latest names), a tag, or "auto": latest when
+ * <dir>/latest exists, else a fresh start without a word. A launcher's restart
+ * (DSLAUNCH_RESTART_COUNT or TORCHELASTIC_RESTART_COUNT above 0) with a checkpoint_dir
+ * and no resume setting means "auto", so a restarted job goes on where it was. A rank
+ * killed in the middle of a save leaves at most <tag>.partial (or a committed tag that
+ * `latest` does not name yet): `latest` changes only after a complete, validated
+ * checkpoint is in place, and the load validates it again, so "auto" never takes a
+ * half-written one. Every rank must see the same answer (one shared directory).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,6 +36,7 @@
 
 #include "checkpoint.h"
 #include "dslaunch/comm/comm.h"
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/opt.h"
@@ -187,6 +197,43 @@ static int restore_lossscale(struct dsl_trainer *t, const struct dsl_ckpt *c, ch
     return 0;
 }
 
+/* The launcher's restart count (DSLAUNCH_RESTART_COUNT, else torchrun's
+ * TORCHELASTIC_RESTART_COUNT): 0 on a first attempt or outside a launcher. */
+static int restart_count(void)
+{
+    const char *e = getenv(DSL_ENV_RESTART_COUNT);
+    int n;
+    if (!e)
+        e = getenv(DSL_ENV_TE_RESTART_COUNT);
+    return e && dsl_parse_int(e, 0, 1 << 30, &n) == 0 ? n : 0;
+}
+
+/*
+ * resume "auto": 1 when <dir>/latest names a checkpoint, 0 when there is none yet.
+ * Collective: every rank looks, and all must see the same (a checkpoint_dir that is
+ * not shared between the nodes would make ranks resume from different states).
+ */
+static int auto_has_latest(struct dsl_trainer *t, const char *dir, char *err)
+{
+    char myerr[DSL_ERR_LEN] = "";
+    int have = dsl_ckpt_has_latest(dir, myerr);
+    /* MAX of (failed, have, -have): anyone failed, anyone has, everyone has */
+    int32_t f[3] = {have < 0, have > 0, -(have > 0)};
+    int r = dsl_trainer_allreduce_host(t, f, 3, DSL_INT32, DSL_MAX);
+    if (r < 0)
+        return dsl_seterr(err, r, "resume 'auto': %s", dsl_trainer_last_error(t));
+    if (have < 0)
+        return dsl_seterr(err, have, "resume 'auto': %s", myerr);
+    if (f[0])
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "resume 'auto': another rank cannot read checkpoint_dir '%s'", dir);
+    if (f[1] != -f[2])
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "resume 'auto': '%s/latest' exists for some ranks only; the "
+                          "checkpoint_dir must be one directory every rank sees", dir);
+    return f[1];
+}
+
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
@@ -194,10 +241,19 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
         s->ro.save = dsl_train_save_hook;
         s->ro.save_ctx = s;
     }
+    /* restarted by the launcher after a failure: go on from the last checkpoint */
+    if (!which && dir && *dir && restart_count() > 0)
+        which = "auto";
     if (!which)
         return 0;
     if (!dir || !*dir)
         return dsl_seterr(err, DSL_ECONFIG, "resume '%s' needs a checkpoint_dir", which);
+    if (!strcmp(which, "auto")) {
+        int have = auto_has_latest(t, dir, err);
+        if (have <= 0)
+            return have; /* none yet: a fresh start */
+        which = "latest";
+    }
     struct dsl_ckpt c;
     struct dsl_ckpt_param views[MAX_VIEWS];
     char names[MAX_VIEWS][48];

@@ -88,8 +88,60 @@ TEST(hello_and_exit_messages_should_round_trip)
     roundtrip(&m, &got);
     ASSERT_EQ(got.sig, 9);
     ASSERT_STR_EQ(got.tail.v[0], "Traceback (most recent call last):");
+    ASSERT_EQ(got.cause.known, 0); /* not sent: not known */
     dsl_msg_release(&m);
     dsl_msg_release(&got);
+}
+
+TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_EXIT);
+    m.rank = 3;
+    m.pid = 4242;
+    m.code = -1;
+    m.sig = 9;
+    m.cause.known = 1;
+    m.cause.oom = DSL_OOM_RANK;
+    m.cause.oom_src = DSL_OOMSRC_CGROUP;
+    m.cause.mem_limit = 52428800;
+    m.cause.mem_peak = 52428800;
+    m.cause.mem_avail = 1288490188.8;
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.cause.known, 1);
+    ASSERT_EQ(got.cause.oom, DSL_OOM_RANK);
+    ASSERT_EQ(got.cause.oom_src, DSL_OOMSRC_CGROUP);
+    ASSERT(got.cause.mem_limit == 52428800 && got.cause.mem_avail == 1288490188.8);
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+
+    dsl_msg_init(&m, DSL_MSG_HELLO);
+    m.version = strdup("1");
+    m.host = strdup("h");
+    m.contain = strdup("cgroup v2 (memory, cgroup.kill)");
+    m.memcg = 1;
+    roundtrip(&m, &got);
+    ASSERT_STR_EQ(got.contain, "cgroup v2 (memory, cgroup.kill)");
+    ASSERT_EQ(got.memcg, 1);
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+
+    /* an older agent's hello and exit, and an older launcher's start, still decode */
+    static const char *const old[] = {
+        "{\"t\":\"hello\",\"proto\":1,\"version\":\"0.1.0\",\"host\":\"n1\",\"cpus\":2,"
+        "\"gpus\":0,\"pid\":5,\"ifaces\":[]}",
+        "{\"t\":\"exit\",\"rank\":0,\"pid\":3,\"code\":1,\"sig\":0,\"wall\":1.5,\"tail\":[]}",
+        "{\"t\":\"start\",\"node_rank\":0,\"host_label\":\"h\",\"cwd\":\"\",\"argv\":[\"x\"],"
+        "\"env\":[],\"ranks\":[{\"rank\":0,\"local_rank\":0,\"env\":[]}],\"grace\":1,"
+        "\"keepalive\":0,\"lra\":0}",
+        NULL};
+    for (int i = 0; old[i]; i++) {
+        char err[DSL_ERR_LEN];
+        ASSERT_OK(dsl_msg_decode(&got, old[i], strlen(old[i]), err));
+        ASSERT(got.contain == NULL && got.memcg == 0 && got.cause.known == 0 &&
+               got.mem_limit == 0);
+        dsl_msg_release(&got);
+    }
 }
 
 TEST(decoder_should_reject_malformed_and_mistyped_messages)
@@ -117,6 +169,22 @@ TEST(decoder_should_reject_malformed_and_mistyped_messages)
         " \"program\": \"\", \"cwd\": \"\"}",
         "{\"t\": \"exit\", \"rank\": 1e300, \"pid\": 1, \"code\": 0, \"sig\": 0, \"wall\": 0,"
         " \"tail\": []}",
+        /* optional members, when present, must be well-formed */
+        "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 0, \"wall\": 0,"
+        " \"tail\": [], \"cause\": 1}",
+        "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 9, \"wall\": 0,"
+        " \"tail\": [], \"cause\": {\"oom\": 7, \"src\": 1, \"kills\": 0, \"stop\": 0,"
+        " \"limit\": 0, \"peak\": 0, \"avail\": 0}}",
+        "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 9, \"wall\": 0,"
+        " \"tail\": [], \"cause\": {\"oom\": 1, \"src\": 1, \"kills\": 0, \"stop\": 0,"
+        " \"limit\": -5, \"peak\": 0, \"avail\": 0}}",
+        "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 9, \"wall\": 0,"
+        " \"tail\": [], \"cause\": {\"oom\": 1}}",
+        "{\"t\":\"hello\",\"proto\":1,\"version\":\"0\",\"host\":\"n\",\"cpus\":2,\"gpus\":0,"
+        "\"pid\":5,\"ifaces\":[],\"contain\":5}",
+        "{\"t\":\"start\",\"node_rank\":0,\"host_label\":\"h\",\"cwd\":\"\",\"argv\":[\"x\"],"
+        "\"env\":[],\"ranks\":[{\"rank\":0,\"local_rank\":0,\"env\":[]}],\"grace\":1,"
+        "\"keepalive\":0,\"lra\":0,\"mem_limit\":-1}",
         NULL};
     for (int i = 0; bad[i]; i++) {
         struct dsl_msg m;

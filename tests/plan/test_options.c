@@ -46,6 +46,33 @@ TEST(options_should_accept_both_spellings_and_both_value_forms)
     dsl_launch_opts_release(&o);
 }
 
+TEST(options_should_take_the_restart_options_with_torchrun_spellings)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a0[] = {"prog", NULL};
+    ASSERT_OK(parse(&o, a0, err));
+    ASSERT_EQ(o.max_restarts, 0);
+    ASSERT_EQ(o.exclude_failed_nodes, 0);
+    ASSERT_EQ(o.min_nodes, 1);
+    dsl_launch_opts_release(&o);
+    const char *a1[] = {"--max_restarts=3", "--exclude-failed-nodes", "--min-nodes", "2",
+                        "prog", NULL};
+    ASSERT_OK(parse(&o, a1, err));
+    ASSERT_EQ(o.max_restarts, 3);
+    ASSERT(o.exclude_failed_nodes);
+    ASSERT_EQ(o.min_nodes, 2);
+    dsl_launch_opts_release(&o);
+    const char *a2[] = {"--max-restarts", "-1", "prog", NULL};
+    ASSERT_EQ(parse(&o, a2, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--max_restarts");
+    dsl_launch_opts_release(&o);
+    const char *a3[] = {"--min-nodes=0", "prog", NULL};
+    ASSERT_EQ(parse(&o, a3, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--min_nodes");
+    dsl_launch_opts_release(&o);
+}
+
 TEST(options_should_pass_everything_after_the_program_untouched)
 {
     struct dsl_launch_opts o;

@@ -1,9 +1,9 @@
 /*
  * Unit tests for placement: --include/--exclude/--num_nodes/--num_gpus against a fixed
  * hostfile (DeepSpeed's documented results plus dslaunch's stricter errors), rank
- * numbering, the world-info JSON and base64 encodings (checked against strings made by
- * Python's json.dumps and base64.urlsafe_b64encode), CUDA_VISIBLE_DEVICES and the
- * local slot count.
+ * numbering and renumbering without dropped nodes, the world-info JSON and base64
+ * encodings (checked against strings made by Python's json.dumps and
+ * base64.urlsafe_b64encode), CUDA_VISIBLE_DEVICES and the local slot count.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +223,39 @@ TEST(placement_should_number_ranks_across_nodes)
     ASSERT_EQ(pl.nodes[1].node_rank, 1);
     ASSERT_EQ(pl.nodes[1].first_rank, 2);
     ASSERT_EQ(pl.nodes[1].nslots, 2);
+    dsl_placement_release(&pl);
+    dsl_hostfile_release(&hf);
+}
+
+TEST(placement_drop_should_keep_the_order_and_number_again)
+{
+    struct dsl_hostfile hf;
+    struct dsl_placement pl;
+    char err[DSL_ERR_LEN];
+    load3(&hf);
+    struct dsl_placement_opts o = {NULL, NULL, NONE, 2};
+    ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
+    ASSERT_EQ(pl.world_size, 6);
+    /* the middle node out: the third moves up, its ranks follow the first node's */
+    unsigned char drop[3] = {0, 1, 0};
+    ASSERT_EQ(dsl_placement_drop(&pl, drop), 2);
+    ASSERT_EQ(pl.nr, 2);
+    ASSERT_EQ(pl.world_size, 4);
+    ASSERT_STR_EQ(pl.nodes[0].host, "worker-0");
+    ASSERT_EQ(pl.nodes[0].first_rank, 0);
+    ASSERT_STR_EQ(pl.nodes[1].host, "worker-2");
+    ASSERT_EQ(pl.nodes[1].node_rank, 1);
+    ASSERT_EQ(pl.nodes[1].first_rank, 2);
+    ASSERT_EQ(pl.nodes[1].nslots, 2);
+    ASSERT_EQ(pl.nodes[1].slots[1], 1);
+    /* NULL drops nothing; then node 0 out: the old third node becomes node 0 */
+    ASSERT_EQ(dsl_placement_drop(&pl, NULL), 2);
+    unsigned char first[2] = {1, 0};
+    ASSERT_EQ(dsl_placement_drop(&pl, first), 1);
+    ASSERT_STR_EQ(pl.nodes[0].host, "worker-2");
+    ASSERT_EQ(pl.nodes[0].node_rank, 0);
+    ASSERT_EQ(pl.nodes[0].first_rank, 0);
+    ASSERT_EQ(pl.world_size, 2);
     dsl_placement_release(&pl);
     dsl_hostfile_release(&hf);
 }

@@ -28,7 +28,9 @@
 #define DSL_ENV_CUDA_VISIBLE_DEVICES "CUDA_VISIBLE_DEVICES" /* the node's device ids */
 #define DSL_ENV_RUN_ID "DSLAUNCH_RUN_ID"            /* job id: scopes teardown and the store */
 #define DSL_ENV_RUN_TOKEN "DSLAUNCH_RUN_TOKEN"      /* the job's secret for its store */
-#define DSL_ENV_RESTART_COUNT "DSLAUNCH_RESTART_COUNT" /* restarts so far */
+#define DSL_ENV_RESTART_COUNT "DSLAUNCH_RESTART_COUNT" /* restarts so far (0: first attempt) */
+#define DSL_ENV_TE_RESTART_COUNT "TORCHELASTIC_RESTART_COUNT" /* the same, torchrun's name */
+#define DSL_ENV_TE_MAX_RESTARTS "TORCHELASTIC_MAX_RESTARTS" /* --max-restarts */
 #define DSL_ENV_OMP_NUM_THREADS "OMP_NUM_THREADS"   /* set when the user did not */
 #define DSL_ENV_NCCL_SOCKET_IFNAME "NCCL_SOCKET_IFNAME" /* interface toward MASTER_ADDR */
 #define DSL_ENV_GLOO_SOCKET_IFNAME "GLOO_SOCKET_IFNAME" /* the same, for Gloo */

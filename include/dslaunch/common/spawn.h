@@ -5,7 +5,7 @@
  * builds on it for a worker whose stdout and stderr the caller reads from pipes.
  *
  * Everything is built before fork(); the child only does async-signal-safe work, in
- * this order: its own process group, the parent-death signal (and a check that the
+ * this order: joining its cgroups, its own process group, the parent-death signal (and a check that the
  * parent did not die before it asked for it), default signal dispositions and an empty
  * signal mask, fds 0 to 2, the working directory, closing the other fds, then execve
  * (or a function run in the child itself). With report_errors, a CLOEXEC pipe carries
@@ -38,6 +38,9 @@ struct dsl_child_opts {
     int new_pgroup;     /* 1: the child leads a process group of its own (set in the
                            parent as well, so an early killpg() cannot miss it) */
     int pdeathsig;      /* signal the child gets when this process dies (0: none) */
+    const char *const *cgroup_procs; /* NULL-terminated cgroup.procs paths the child
+                           moves itself into first, before anything else (NULL: none);
+                           a failure is "cannot put 'argv[0]' into its cgroup: ..." */
     const int *sigdfl;  /* signals put back to SIG_DFL, 0-terminated; NULL: every one */
     int close_fds;      /* 1: close every fd above 2 before the exec or run */
     int report_errors;  /* 1: wait until the child has exec'd (or run has started);
@@ -62,6 +65,8 @@ struct dsl_spawn_opts {
     int stdin_null;    /* 1: stdin from /dev/null */
     int new_pgroup;    /* 1: the child leads its own process group */
     int pdeathsig;     /* signal the child gets when the spawner dies (0: none) */
+    const char *const *cgroup_procs; /* cgroup.procs files the child joins before its
+                          exec (NULL-terminated; NULL: none), see dsl_child_opts */
 };
 
 struct dsl_proc {

@@ -65,6 +65,7 @@ struct dsl_job_rank {
     int exited_in_stop;        /* it exited after the job began to stop */
     double wall;
     struct dsl_strvec tail;
+    struct dsl_exit_cause cause; /* why it ended, as its node saw it */
     FILE *log;
     char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
     double last_cr_shown;
@@ -91,6 +92,10 @@ struct dsl_job {
     int killed_now;               /* a second interrupt killed the ranks without grace */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     double t_begin, t_stop, t_first_fail;
+    int started;                  /* the ranks were sent "start" */
+    int user_sig;                 /* a signal to the launcher stopped the job (0: none) */
+    int restart_count;            /* attempt of the job (restart.h), 0 for the first: the
+                                     ranks' DSLAUNCH_RESTART_COUNT */
     struct dsl_job_hang *hang;    /* progress, hang detection, stacks (job_hang.c; owned) */
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every

@@ -9,7 +9,10 @@
  * members is a protocol error that ends the connection.
  *
  * Messages (direction, members):
- *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}]
+ *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}],
+ *                 contain (optional: how the node contains a rank's processes, e.g.
+ *                 "cgroup v2 (memory, cgroup.kill)" or "process tracking"), memcg
+ *                 (optional, 1: a rank's memory can be limited and its OOM kills seen)
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
  *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
@@ -22,11 +25,15 @@
  *                 disk_free, t_recv, t_send}, see facts.h)
  *   start   l->a  node_rank, host_label, cwd, argv[], env[] ("K=V" for all ranks),
  *                 ranks [{rank, local_rank, env[]}], grace, keepalive, lra (1: append
- *                 --local_rank=N to each rank's argv), progress (optional: seconds
- *                 between reads of the ranks' progress files; absent or 0: no files)
+ *                 --local_rank=N to each rank's argv), mem_limit (optional: bytes of
+ *                 memory each rank's cgroup may use; absent or 0: no limit), progress
+ *                 (optional: seconds between reads of the ranks' progress files; absent
+ *                 or 0: no files)
  *   started a->l  rank, pid
  *   out     a->l  rank, s (1 stdout, 2 stderr), line, cr (1 if ended by '\r')
- *   exit    a->l  rank, pid, code (-1 if signalled), sig, wall, tail[] (last stderr lines)
+ *   exit    a->l  rank, pid, code (-1 if signalled), sig, wall, tail[] (last stderr lines),
+ *                 cause (optional: {oom, src, kills, stop, limit, peak, avail}, why
+ *                 the rank ended as far as its node can tell; see struct dsl_exit_cause)
  *   spawnerr a->l rank, error
  *   stop    l->a  sig (signal to send first), grace (seconds before SIGKILL)
  *   ping    both  (keepalive; any message counts as a sign of life)
@@ -37,6 +44,14 @@
  *                 preceded by its rank's final progress, if that changed
  *   stacks  l->a  timeout: capture a stack of every live rank (seconds per process)
  *   stacked a->l  stacks [{rank, pid, tool, text}]: the answer, one entry per rank
+ *
+ * Optional members were added within protocol version 1: a peer that does not know
+ * one ignores it, and a missing one reads as "not known" (no containment reported, no
+ * memory limit, no cause), so launchers and agents of neighbouring versions still work
+ * together; a member that is present must be well-formed. The progress, stacks and
+ * stacked messages are new types within version 1 too, so each is sent only to a peer
+ * that showed it knows them: an agent sends progress only when start asked for it,
+ * and the launcher asks for stacks only agents that have sent progress.
  */
 #ifndef DSLAUNCH_PROTO_H
 #define DSLAUNCH_PROTO_H
@@ -80,6 +95,28 @@ struct dsl_rank_spec {
     struct dsl_strvec env;
 };
 
+/* Whether the OOM killer ended a rank, or another process of the rank's cgroup. */
+enum dsl_oom_kind { DSL_OOM_NONE = 0, DSL_OOM_RANK = 1, DSL_OOM_OTHER = 2 };
+/* How the agent knows: the rank cgroup's OOM counter, or the kernel log. */
+enum dsl_oom_source { DSL_OOMSRC_NONE = 0, DSL_OOMSRC_CGROUP = 1, DSL_OOMSRC_KMSG = 2 };
+
+/*
+ * Why a rank ended, as far as its node can tell (the exit message's "cause"). The
+ * memory figures are bytes; 0 means none or not known. mem_avail is the node's
+ * MemAvailable read when the rank was reaped, i.e. after the kernel took back what the
+ * rank held; the agent reads it for SIGKILL deaths and OOM kills only.
+ */
+struct dsl_exit_cause {
+    int known;        /* 1: the agent sent a cause; 0: an older agent, nothing known */
+    int oom;          /* enum dsl_oom_kind */
+    int oom_src;      /* enum dsl_oom_source */
+    int oom_kills;    /* processes the OOM killer ended in the rank's cgroup */
+    int by_stop;      /* 1: the signal that ended the rank came from dslaunch's stop */
+    double mem_limit; /* the rank cgroup's memory limit */
+    double mem_peak;  /* the most memory the rank's cgroup used */
+    double mem_avail; /* the node's available memory */
+};
+
 /* One rank's news in a progress message (view.hash does not travel). */
 struct dsl_rank_progress {
     int rank;
@@ -106,6 +143,8 @@ struct dsl_msg {
     char *version, *host;
     struct dsl_iface *ifaces;
     int nifaces;
+    char *contain;             /* optional (NULL: not sent) */
+    int memcg;                 /* optional (0: not sent) */
     /* probe / probed */
     int port, pick, cport, port_busy, program_ok, cwd_ok;
     struct dsl_strvec connect; /* probe: addresses to test */
@@ -123,11 +162,13 @@ struct dsl_msg {
     int nranks;
     double grace, keepalive;
     int local_rank_arg;
+    double mem_limit;          /* optional (0: none) */
     /* started / out / exit / spawnerr */
     int rank, stream, cr, code, sig;
     char *line, *error;
     double wall;
     struct dsl_strvec tail;
+    struct dsl_exit_cause cause; /* exit: optional (cause.known = 0: not sent) */
     /* start (optional) / stacks */
     double progress_tick;      /* start: seconds between progress reads, 0 = none */
     double stack_timeout;      /* stacks: seconds each capture may take */

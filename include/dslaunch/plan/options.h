@@ -8,6 +8,7 @@
 #ifndef DSLAUNCH_OPTIONS_H
 #define DSLAUNCH_OPTIONS_H
 
+#include <stddef.h>
 #include <stdio.h>
 
 #include "dslaunch/common/strvec.h"
@@ -60,9 +61,13 @@ struct dsl_launch_opts {
     char *log_dir;             /* --log-dir */
     size_t output_buffer;      /* --output-buffer bytes (64M): console output not yet read */
     double term_timeout;       /* --term-timeout (10 s) */
+    size_t rank_memory_limit;  /* --rank-memory-limit bytes per rank's cgroup (0: none) */
     double hang_timeout;       /* --hang-timeout (-1: auto, 0: off) */
     double job_timeout;        /* --job-timeout (0: none) */
     int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
+    int max_restarts;          /* --max-restarts: run again after a failure, N times (0) */
+    int exclude_failed_nodes;  /* --exclude-failed-nodes: restarts leave failed nodes out */
+    int min_nodes;             /* --min-nodes: no restart on fewer nodes (1) */
     int fanout;                /* --fanout (256) */
     char *remote_dslaunch;     /* --remote-dslaunch */
     char *remote_cwd;          /* --remote-cwd */

@@ -45,6 +45,14 @@ void dsl_placement_init(struct dsl_placement *pl);
 int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
                         const struct dsl_placement_opts *o, char *err);
 void dsl_placement_release(struct dsl_placement *pl);
+/**
+ * Leave out the nodes i with drop[i] set (drop has pl->nr entries; NULL drops none) and
+ * number the rest again: node_rank by position, first_rank by the running slot count,
+ * as dsl_placement_build() does, so the kept nodes keep their order. For a restart
+ * without the nodes that failed. Returns the number of nodes left (0 leaves an empty
+ * placement, still to be released).
+ */
+int dsl_placement_drop(struct dsl_placement *pl, const unsigned char *drop);
 
 /**
  * DeepSpeed's single-node rule: with no hostfile and no --include/--exclude/--num_nodes/

@@ -55,6 +55,15 @@ int dsl_plan_build(struct dsl_plan *p, char *err);
  */
 int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err);
 
+/**
+ * Make p the plan of another attempt of its job (a restart): the nodes i with drop[i]
+ * set (drop has p->pl.nr entries; NULL drops none) are left out and the rest numbered
+ * again (dsl_placement_drop()), and MASTER_ADDR and MASTER_PORT go back to their first
+ * choice, so that the attempt's preflight (or dsl_plan_check_local_port()) chooses them
+ * again. At least one node must be kept. Ids stay: call dsl_plan_new_ids() for fresh ones.
+ */
+void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop);
+
 /** A fresh run id (12 hex digits) and job token (32 hex digits). */
 void dsl_plan_new_ids(struct dsl_plan *p);
 

@@ -94,7 +94,9 @@ struct dsl_dstrain_config {
     int deterministic;           /* -1 (default): on for the tcp (CPU) backend */
     char *backend;               /* "auto" (default), "tcp", "nccl" */
     char *metrics;               /* JSON-lines file; NULL (default): none */
-    char *resume;                /* "latest" or a tag; NULL (default): fresh start */
+    char *resume;                /* "latest", a tag, or "auto" (latest if there is one,
+                                    else fresh); NULL (default): fresh start, or "auto"
+                                    when restarted by a launcher */
     int threads;                 /* BLAS threads per rank; 0 (default): automatic */
     int cpu_half;                /* default 0: fp16/bf16 on the CPU compute in fp32; 1:
                                     16-bit params and gradients (mixed precision) */

@@ -7,3 +7,8 @@ add_test(NAME flow_launch
 # RUN_SERIAL: one case holds the default master port 29500, which any other job of
 # the suite (whose rank 0 listens there) would otherwise race for.
 set_tests_properties(flow_launch PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
+# Restarts (--max-restarts, --exclude-failed-nodes, --min-nodes) with the same worker.
+add_test(NAME flow_restart
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+set_tests_properties(flow_restart PROPERTIES LABELS flow TIMEOUT 300)

@@ -20,16 +20,31 @@
  *   on-signal CODE D    write own pid to $FLOW_PIDFILE.<rank>, wait for SIGINT, SIGTERM
  *                       or SIGHUP, then take D seconds (a checkpoint saved on the
  *                       signal), write $FLOW_PIDFILE.<rank>.done and exit CODE
+ *   oom MB              allocate and touch MB MiB, 1 MiB at a time, then exit 0 (past
+ *                       a memory limit the OOM killer ends it first)
  *
- * "only R CMD ..." runs CMD on rank R and "sleep 600" on the others, so tests can make
- * one rank fail while its siblings wait to be torn down.
+ * Prefixes, which run before the command and may be combined:
+ *   only R CMD ...      run CMD on rank R and "sleep 600" on the others, so tests can
+ *                       make one rank fail while its siblings wait to be torn down
+ *   descend CMD ...     first leave two processes behind that escape the rank's process
+ *                       group and session, as `setsid sleep &` and a daemon do: a child
+ *                       that calls setsid() (keeps the rank's stdout and stderr), and a
+ *                       double-fork daemon (setsid, fork, the middle exits; stdio on
+ *                       /dev/null; ignores SIGTERM, so only SIGKILL ends it). Each writes
+ *                       its own pid to $FLOW_PIDFILE.<rank>.sid or .dmn and sleeps 600 s;
+ *                       once both files are written, $FLOW_PIDFILE.<rank>.ready is, with
+ *                       the job's DSLAUNCH_RUN_ID in it
+ *   await R CMD ...     wait (at most 30 s) for $FLOW_PIDFILE.R.ready, then run CMD
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -73,17 +88,102 @@ static void on_stop(int sig)
     got_stop = sig;
 }
 
+/* "descend": a setsid child and a double-fork daemon, both still running on return. */
+static int descend(void)
+{
+    int up[2];
+    if (pipe(up) != 0)
+        return -1;
+    pid_t c = fork();
+    if (c < 0)
+        return -1;
+    if (c == 0) { /* `setsid sleep 600 &` */
+        close(up[0]);
+        setsid();
+        write_pidfile_as(".sid", getpid());
+        close(up[1]);
+        nap(600);
+        _exit(0);
+    }
+    pid_t mid = fork();
+    if (mid < 0)
+        return -1;
+    if (mid == 0) { /* the daemon's first fork: new session, fork again, leave */
+        close(up[0]);
+        setsid();
+        pid_t d = fork();
+        if (d == 0) {
+            signal(SIGTERM, SIG_IGN);
+            int nul = open("/dev/null", O_RDWR);
+            if (nul >= 0) {
+                dup2(nul, 0);
+                dup2(nul, 1);
+                dup2(nul, 2);
+                if (nul > 2)
+                    close(nul);
+            }
+            write_pidfile_as(".dmn", getpid());
+            close(up[1]);
+            nap(600);
+            _exit(0);
+        }
+        _exit(d < 0 ? 1 : 0);
+    }
+    close(up[1]);
+    waitpid(mid, NULL, 0);
+    char b;
+    while (read(up[0], &b, 1) < 0 && errno == EINTR) /* EOF once both files are written */
+        ;
+    close(up[0]);
+    const char *base = getenv("FLOW_PIDFILE");
+    if (base) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s.%d.ready", base, rank());
+        FILE *f = fopen(path, "w");
+        if (f) {
+            const char *id = getenv("DSLAUNCH_RUN_ID");
+            fprintf(f, "%s\n", id ? id : "");
+            fclose(f);
+        }
+    }
+    return 0;
+}
+
+/* "await R": wait for rank R's descendants. */
+static void await_rank(int r)
+{
+    const char *base = getenv("FLOW_PIDFILE");
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.%d.ready", base ? base : "", r);
+    struct stat st;
+    for (int i = 0; i < 3000 && stat(path, &st) != 0; i++)
+        nap(0.01);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
         return 2;
-    if (!strcmp(argv[1], "only") && argc >= 4) {
-        if (rank() != (int)strtol(argv[2], NULL, 10)) {
-            nap(600);
-            return 0;
+    for (;;) {
+        if (!strcmp(argv[1], "only") && argc >= 4) {
+            if (rank() != (int)strtol(argv[2], NULL, 10)) {
+                nap(600);
+                return 0;
+            }
+            argv += 2;
+            argc -= 2;
+        } else if (!strcmp(argv[1], "descend") && argc >= 3) {
+            if (descend() < 0)
+                return 3;
+            argv += 1;
+            argc -= 1;
+        } else if (!strcmp(argv[1], "await") && argc >= 4) {
+            await_rank((int)strtol(argv[2], NULL, 10));
+            argv += 2;
+            argc -= 2;
+        } else {
+            break;
         }
-        argv += 2;
-        argc -= 2;
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "env")) {
@@ -206,6 +306,19 @@ int main(int argc, char **argv)
         nap(strtod(argv[3], NULL));
         write_pidfile_as(".done", getpid());
         return (int)strtol(argv[2], NULL, 10);
+    }
+    if (!strcmp(cmd, "oom") && argc >= 3) {
+        static void *held; /* a chain of the chunks: reachable, so no leak report */
+        long mb = strtol(argv[2], NULL, 10);
+        for (long i = 0; i < mb; i++) {
+            char *p = malloc(1 << 20);
+            if (!p)
+                return 4;
+            memset(p, (int)(i & 0x7f) + 1, 1 << 20); /* touched: really in use */
+            memcpy(p, &held, sizeof(held));
+            held = p;
+        }
+        return 0;
     }
     fprintf(stderr, "worker: unknown command '%s'\n", cmd);
     return 2;

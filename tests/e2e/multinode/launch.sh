@@ -34,6 +34,7 @@ expect_success "--check prints the preflight table and starts nothing" '
     assert_eq "$rc" 0
     assert_grep "MASTER_ADDR=$ADDR_1" err
     assert_grep "preflight ok: 2 node(s), 4 rank(s)" err
+    assert_grep "^node 1 ranks contained by: [a-z]" err
 '
 
 expect_success "a rank on node2 exits 7: node1 is torn down, exit 7, summary names node2" '
@@ -125,17 +126,51 @@ expect_success "Ctrl-C on the launcher tears the job down on every node" '
     wait_ns_clean 15
 '
 
-expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks" '
+expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks, grandchildren and daemons" '
     export FLOW_PIDFILE=$T_TMP/kk
-    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" grandchild 600 >out 2>err &
+    "$DSL" --term-timeout 2 "${SSH[@]}" --export FLOW_PIDFILE "$W" descend grandchild 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
     gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1 2 3)
-    assert_alive $gcs
+    ds=$(descendant_pids "$FLOW_PIDFILE" 0 1 2 3)
+    assert_alive $gcs $ds
     kill -KILL $pid
     set +e; wait $pid; set -e
     wait_ns_clean 20
-    wait_gone 20 $gcs
+    wait_gone 20 $gcs $ds
+'
+
+# agent_on N: the pid of the node agent (comm dslaunch) running under node N's sshd
+agent_on() {
+    local sshd p q
+    sshd=$(cat "$D/node$1/sshd.pid")
+    for p in $(pgrep -x dslaunch); do
+        q=$p
+        while [ -n "$q" ] && [ "$q" -gt 1 ]; do
+            [ "$q" = "$sshd" ] && { echo "$p"; return 0; }
+            q=$(awk '{ print $4 }' "/proc/$q/stat" 2>/dev/null)
+        done
+    done
+    return 1
+}
+
+expect_success "SIGKILL of node2's agent: the job stops (204) and nothing its ranks started survives" '
+    export FLOW_PIDFILE=$T_TMP/ak
+    "$DSL" --term-timeout 2 "${SSH[@]}" --export FLOW_PIDFILE "$W" descend sleep 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.ready" 20; done
+    left=$(descendant_pids "$FLOW_PIDFILE" 0 1 2 3)
+    assert_alive $left
+    # a node without cgroups (as a namespace node is: "ip netns exec" mounts a fresh /sys)
+    # tracks processes and tells its clean-up process every 0.5 s: let one report pass
+    sleep 1.2
+    agent=$(agent_on 2) || fail "no agent under the sshd of node2"
+    kill -KILL $agent
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 204 "exit code (a node agent died)"
+    assert_grep "node 1 (node2) lost" err
+    wait_gone 20 $left
+    wait_ns_clean 20
 '
 
 expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: the job survives" '

@@ -1,8 +1,16 @@
 # Multi-node flows of the real dslaunch against the namespace cluster (label cluster):
 # env contract across nodes, first-failure teardown, lost network, refused hosts,
-# host keys, Ctrl-C and SIGKILL of the launcher, quoting, and the pdsh transport.
+# host keys, Ctrl-C and SIGKILL of the launcher or of an agent (descendants that left
+# their rank's session included), quoting, and the pdsh transport.
 add_test(NAME cluster_launch
          COMMAND ${dsl_with_cluster} 2
                  bash ${CMAKE_CURRENT_LIST_DIR}/launch.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cluster_launch PROPERTIES LABELS cluster TIMEOUT 900)
+# Restarts across 3 nodes: a failed node left out (--exclude-failed-nodes), node 0
+# lost and MASTER_ADDR moved, --min-nodes, and dstrain resuming at a smaller world.
+add_test(NAME cluster_restart
+         COMMAND ${dsl_with_cluster} 3
+                 bash ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cluster_restart PROPERTIES LABELS cluster TIMEOUT 600)

@@ -8,3 +8,10 @@ if(TARGET dstrain)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# dstrain under dslaunch --max-restarts: killed once, restarted, resumed, bit for bit.
+if(TARGET dstrain AND TARGET dslaunch)
+  add_test(NAME train_restart
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:dstrain>)
+  set_tests_properties(train_restart PROPERTIES LABELS flow TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -1,0 +1,717 @@
+/*
+ * Containing a node's ranks: cgroups where the machine allows them, process tracking
+ * where it does not, and a clean-up process that outlives the agent.
+ *
+ * Theory of operation. A rank's process group is not a container: a program that calls
+ * setsid() (setsid(1), a daemon's double fork, Python's start_new_session) leaves it,
+ * and killpg() no longer reaches it. So every rank gets cgroups of its own below the
+ * agent's (cgroup.c): the child joins them before its exec (spawn.c), everything it
+ * ever starts is born inside, and teardown kills the cgroup instead of a group. The
+ * memory cgroup also carries the rank's memory limit and counts its OOM kills, which
+ * is how the agent tells "killed by the OOM killer" from "killed by SIGKILL".
+ *
+ * Where no cgroup can be made (no permission, a read-only /sys/fs/cgroup, no usable
+ * hierarchy, DSLAUNCH_CONTAIN=tracking), the agent tracks its descendants instead. It
+ * is a child subreaper, so a process whose parent dies is reparented to the agent
+ * rather than to init: every live process started under a rank stays in the agent's
+ * subtree, and walking /proc (each process's parent) finds all of them. Teardown
+ * signals what the walk finds, again until a walk finds nothing.
+ *
+ * The clean-up process ("keeper") covers the agent's own death. The agent starts it
+ * when the job starts, in a session of its own (a group kill of the agent misses it)
+ * and holding the read end of a pipe whose write end only the agent has. When the job
+ * is over and nothing is left, the agent writes "D" and the keeper exits. When the pipe
+ * reaches EOF without it, the agent died (SIGKILL, a crash, the OOM killer) and the
+ * keeper does the teardown the agent could not: it kills the ranks' cgroups until they
+ * are empty and removes them. Under process tracking the orphans now belong to init,
+ * so the agent's /proc walks are what the keeper knows: the agent tells it every
+ * process it finds (pid and start time, so a reused pid is never killed) twice a
+ * second; the keeper stops what it was told of and whatever descends from those,
+ * rescans until nothing new appears, then kills them all. A process started and
+ * orphaned in the last half second before the agent died is missed there; cgroups have
+ * no such gap.
+ *
+ * The kernel log (/dev/kmsg, readable by root) names OOM victims by pid; it is read
+ * from the job's start for ranks that have no memory cgroup, to explain a SIGKILL.
+ */
+#define _GNU_SOURCE /* pipe2 */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cause.h"
+#include "contain.h"
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/banned.h"
+
+#define SCAN_EVERY 0.5        /* seconds between reports to the keeper (tracking) */
+#define TOLD_MAX 65536        /* processes the keeper is told of at most */
+#define KEEPER_PATIENCE 10.0  /* seconds the keeper keeps killing before it gives up */
+
+/* ---- /proc ---- */
+
+int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out)
+{
+    char *end;
+    long pid = strtol(text, &end, 10);
+    const char *rp = strrchr(text, ')'); /* the command name may hold ')' and spaces */
+    if (end == text || pid <= 0 || !rp || rp[1] != ' ' || !rp[2])
+        return -EINVAL;
+    const char *p = rp + 2;
+    out->pid = (pid_t)pid;
+    out->state = *p;
+    /* after the state: ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+       cmajflt utime stime cutime cstime priority nice num_threads itrealvalue starttime */
+    unsigned long long v[19];
+    p++;
+    for (int i = 0; i < 19; i++) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            return -EINVAL;
+        v[i] = strtoull(p, &end, 10); /* a negative field (priority) is not used */
+        if (end == p)
+            return -EINVAL;
+        p = end;
+    }
+    out->ppid = (pid_t)v[0];
+    out->pgid = (pid_t)v[1];
+    out->start = v[18];
+    return 0;
+}
+
+/* Every process now, into *out (malloc'd). Returns the count. */
+static int scan_procs(struct dsl_procstat **out)
+{
+    size_t n = 0, cap = 256;
+    struct dsl_procstat *p = dsl_xcalloc(cap, sizeof(*p));
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (!isdigit((unsigned char)e->d_name[0]))
+            continue;
+        char path[300], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone meanwhile */
+        ssize_t got = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        if (got <= 0)
+            continue;
+        buf[got] = '\0';
+        if (n == cap) {
+            cap *= 2;
+            p = dsl_xrealloc(p, cap * sizeof(*p));
+        }
+        if (dsl_contain_parse_stat(buf, &p[n]) == 0)
+            n++;
+    }
+    if (d)
+        closedir(d);
+    *out = p;
+    return (int)n;
+}
+
+static const struct dsl_procstat *sort_base;
+
+static int by_pid(const void *a, const void *b)
+{
+    pid_t x = sort_base[*(const int *)a].pid, y = sort_base[*(const int *)b].pid;
+    return (x > y) - (x < y);
+}
+
+int dsl_contain_descendants(const struct dsl_procstat *p, int n, pid_t root, char *mark)
+{
+    if (n <= 0)
+        return 0;
+    int *idx = dsl_xcalloc((size_t)n, sizeof(int));
+    int *stack = dsl_xcalloc((size_t)n, sizeof(int));
+    char *st = dsl_xcalloc((size_t)n, 1); /* 0 unknown, 1 descends, 2 does not, 3 on stack */
+    for (int i = 0; i < n; i++)
+        idx[i] = i;
+    sort_base = p;
+    qsort(idx, (size_t)n, sizeof(int), by_pid);
+    int count = 0;
+    for (int i = 0; i < n; i++) {
+        int top = 0, cur = i;
+        char ans;
+        for (;;) {
+            if (st[cur] == 1 || st[cur] == 2) {
+                ans = st[cur];
+                break;
+            }
+            if (st[cur] == 3 || p[cur].pid == root) {
+                ans = 2; /* a loop (pids reused mid-scan), or root itself */
+                break;
+            }
+            if (p[cur].ppid == root) {
+                st[cur] = 1;
+                ans = 1;
+                break;
+            }
+            stack[top++] = cur;
+            st[cur] = 3;
+            /* the parent, by binary search over the sorted pids */
+            int lo = 0, hi = n - 1, j = -1;
+            while (lo <= hi) {
+                int mid = (lo + hi) / 2;
+                pid_t mp = p[idx[mid]].pid;
+                if (mp == p[cur].ppid) {
+                    j = idx[mid];
+                    break;
+                }
+                if (mp < p[cur].ppid)
+                    lo = mid + 1;
+                else
+                    hi = mid - 1;
+            }
+            if (j < 0) {
+                ans = 2;
+                break;
+            }
+            cur = j;
+        }
+        for (int k = 0; k < top; k++)
+            st[stack[k]] = ans;
+    }
+    for (int i = 0; i < n; i++) {
+        mark[i] = st[i] == 1;
+        count += mark[i];
+    }
+    free(idx);
+    free(stack);
+    free(st);
+    return count;
+}
+
+/* Live descendants of the agent other than the keeper: ps/mark filled, count returned. */
+static int live_descendants(const struct dsl_contain *c, struct dsl_procstat **ps, char **mark)
+{
+    int n = scan_procs(ps);
+    *mark = dsl_xcalloc((size_t)n + 1, 1);
+    dsl_contain_descendants(*ps, n, c->self, *mark);
+    int live = 0;
+    for (int i = 0; i < n; i++) {
+        if ((*ps)[i].state == 'Z' || (*ps)[i].pid == c->keeper)
+            (*mark)[i] = 0;
+        live += (*mark)[i];
+    }
+    (void)live;
+    return n;
+}
+
+static int is_skipped_group(const struct dsl_contain *c, const char *skip, pid_t pgid)
+{
+    for (int i = 0; skip && i < c->nranks; i++)
+        if (skip[i] && c->ranks[i].pid > 0 && c->ranks[i].pid == pgid)
+            return 1;
+    return 0;
+}
+
+/* ---- the keeper ---- */
+
+static void nap_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int told_has(const struct dsl_tracked *t, size_t n, pid_t pid, unsigned long long start)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i].pid == pid && t[i].start == start)
+            return 1;
+    return 0;
+}
+
+static void told_add(struct dsl_tracked **t, size_t *n, size_t *cap, pid_t pid,
+                     unsigned long long start)
+{
+    if (*n >= TOLD_MAX)
+        return;
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 64;
+        *t = dsl_xrealloc(*t, *cap * sizeof(**t));
+    }
+    (*t)[*n].pid = pid;
+    (*t)[*n].start = start;
+    (*n)++;
+}
+
+/* The agent is gone: empty and remove the ranks' cgroups. */
+static void keeper_clean_cgroups(struct dsl_contain *c)
+{
+    double give_up = dsl_now() + KEEPER_PATIENCE;
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < c->nranks; i++) {
+            dsl_cgrank_kill(&c->ranks[i].cg, &c->host);
+            int k = dsl_cgrank_count(&c->ranks[i].cg);
+            left += k > 0 ? k : 0;
+        }
+        if (!left || dsl_now() > give_up)
+            break;
+        nap_ms(20);
+    }
+    for (int i = 0; i < c->nranks; i++)
+        dsl_cgrank_remove(&c->ranks[i].cg);
+    dsl_cghost_remove_job(&c->host, c->job);
+}
+
+/*
+ * The agent is gone and its orphans belong to init: stop every process it told of
+ * (same pid and start time) and everything below those, rescan until nothing new
+ * stops (a stopped process cannot fork), then kill them all.
+ */
+static void keeper_clean_tracked(struct dsl_tracked *told, size_t ntold)
+{
+    struct dsl_tracked *held = NULL;
+    size_t nheld = 0, cap = 0;
+    double give_up = dsl_now() + KEEPER_PATIENCE;
+    for (int round = 0; dsl_now() < give_up; round++) {
+        struct dsl_procstat *ps;
+        int n = scan_procs(&ps);
+        char *mark = dsl_xcalloc((size_t)n + 1, 1);
+        for (int i = 0; i < n; i++)
+            mark[i] = told_has(told, ntold, ps[i].pid, ps[i].start) ||
+                      told_has(held, nheld, ps[i].pid, ps[i].start);
+        /* below a marked process (fixpoint over the parent links) */
+        for (int changed = 1; changed;) {
+            changed = 0;
+            for (int i = 0; i < n; i++) {
+                if (mark[i])
+                    continue;
+                for (int j = 0; j < n; j++)
+                    if (mark[j] && ps[j].pid == ps[i].ppid) {
+                        mark[i] = 1;
+                        changed = 1;
+                        break;
+                    }
+            }
+        }
+        int fresh = 0;
+        for (int i = 0; i < n; i++) {
+            if (!mark[i] || ps[i].state == 'Z' || ps[i].pid == getpid() ||
+                told_has(held, nheld, ps[i].pid, ps[i].start))
+                continue;
+            kill(ps[i].pid, SIGSTOP);
+            told_add(&held, &nheld, &cap, ps[i].pid, ps[i].start);
+            fresh++;
+        }
+        free(mark);
+        free(ps);
+        if (!fresh && round > 0)
+            break;
+        nap_ms(5);
+    }
+    for (size_t i = 0; i < nheld; i++) {
+        kill(held[i].pid, SIGKILL);
+        kill(held[i].pid, SIGCONT);
+    }
+    free(held);
+}
+
+/* The keeper's program: wait for "D" (dismissed) or EOF (the agent died). */
+static int keeper_main(void *arg)
+{
+    struct dsl_contain *c = arg; /* this process's copy, from the fork */
+    setsid();
+    struct dsl_tracked *told = NULL;
+    size_t ntold = 0, cap = 0;
+    char buf[4096];
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(0, buf + have, sizeof(buf) - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = '\0';
+        char *p = buf, *nl;
+        while ((nl = strchr(p, '\n'))) {
+            *nl = '\0';
+            if (p[0] == 'D')
+                return 0;
+            if (p[0] == 'P') {
+                char *end;
+                long pid = strtol(p + 1, &end, 10);
+                unsigned long long start = strtoull(end, NULL, 10);
+                if (pid > 1)
+                    told_add(&told, &ntold, &cap, (pid_t)pid, start);
+            }
+            p = nl + 1;
+        }
+        have = (size_t)(buf + have - p);
+        memmove(buf, p, have);
+        if (have >= sizeof(buf) - 1)
+            have = 0; /* not a line of ours */
+    }
+    if (c->cgroups)
+        keeper_clean_cgroups(c);
+    else
+        keeper_clean_tracked(told, ntold);
+    free(told);
+    return 0;
+}
+
+static void keeper_say(struct dsl_contain *c, const char *line)
+{
+    if (c->keeper_fd < 0)
+        return;
+    ssize_t w = write(c->keeper_fd, line, strlen(line));
+    (void)w; /* best effort: a full pipe means a keeper that stopped reading */
+}
+
+static void keeper_start(struct dsl_contain *c)
+{
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0)
+        return;
+    c->keeper_fd = pfd[1]; /* set before the fork: the keeper's copy must not write */
+    struct dsl_child_opts co = {
+        .run = keeper_main,
+        .run_arg = c,
+        .fd_in = pfd[0],
+        .fd_out = DSL_SPAWN_DEVNULL,
+        .fd_err = DSL_SPAWN_DEVNULL,
+        .close_fds = 1,
+        .report_errors = 1,
+        .setup_exit = 1,
+    };
+    char err[DSL_ERR_LEN];
+    pid_t pid;
+    int r = dsl_spawn_child(&co, &pid, err);
+    close(pfd[0]);
+    if (r < 0) {
+        fprintf(stderr, "dslaunch agent: cannot start the clean-up process: %s\n", err);
+        close(pfd[1]);
+        c->keeper_fd = -1;
+        return;
+    }
+    fcntl(pfd[1], F_SETFL, O_NONBLOCK);
+    c->keeper = pid;
+}
+
+/* ---- the agent's side ---- */
+
+void dsl_contain_init(struct dsl_contain *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->keeper_fd = -1;
+    c->kmsg_fd = -1;
+    c->self = getpid();
+    const char *want = getenv("DSLAUNCH_CONTAIN");
+    unsigned w = DSL_CG_WANT_V1 | DSL_CG_WANT_V2;
+    if (want && !strcmp(want, "v1"))
+        w = DSL_CG_WANT_V1;
+    else if (want && !strcmp(want, "v2"))
+        w = DSL_CG_WANT_V2;
+    else if (want && !strcmp(want, "tracking"))
+        w = 0;
+    dsl_cghost_detect(&c->host, w);
+    c->cgroups = dsl_cghost_usable(&c->host);
+}
+
+const char *dsl_contain_mode(const struct dsl_contain *c)
+{
+    return c->host.mode;
+}
+
+int dsl_contain_memory(const struct dsl_contain *c)
+{
+    return c->cgroups && dsl_cghost_memory(&c->host);
+}
+
+/* "dslaunch-<run_id>" when the id is a safe name, else one from the agent's pid. */
+static void job_name(struct dsl_contain *c, const char *run_id)
+{
+    int ok = run_id && run_id[0] && run_id[0] != '.' && strlen(run_id) <= 64;
+    for (const char *p = run_id; ok && *p; p++)
+        ok = isalnum((unsigned char)*p) || *p == '-' || *p == '_' || *p == '.';
+    if (ok)
+        snprintf(c->job, sizeof(c->job), "dslaunch-%s", run_id);
+    else
+        snprintf(c->job, sizeof(c->job), "dslaunch-pid%d", (int)c->self);
+}
+
+int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *ranks, int nranks,
+                      unsigned long long memory_limit, char *err)
+{
+    job_name(c, run_id);
+    c->nranks = nranks;
+    c->ranks = dsl_xcalloc((size_t)nranks + 1, sizeof(*c->ranks));
+    if (memory_limit && !dsl_contain_memory(c))
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "cannot limit a rank's memory here: no memory cgroup (%s)",
+                          c->host.mode);
+    for (int i = 0; c->cgroups && i < nranks; i++) {
+        if (dsl_cgrank_create(&c->ranks[i].cg, &c->host, c->job, ranks[i], memory_limit, err) < 0) {
+            for (int k = 0; k < i; k++) {
+                dsl_cgrank_remove(&c->ranks[k].cg);
+                dsl_cgrank_release(&c->ranks[k].cg);
+            }
+            dsl_cghost_remove_job(&c->host, c->job);
+            if (memory_limit)
+                return DSL_ENOTSUP;
+            fprintf(stderr, "dslaunch agent: %s; tracking the ranks' processes instead\n", err);
+            c->cgroups = 0;
+        }
+    }
+    if (!dsl_contain_memory(c)) {
+        c->kmsg_fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        if (c->kmsg_fd >= 0)
+            lseek(c->kmsg_fd, 0, SEEK_END); /* only what happens from now on */
+    }
+    keeper_start(c);
+    c->next_scan = dsl_now() + SCAN_EVERY;
+    return 0;
+}
+
+const char *const *dsl_contain_procs(const struct dsl_contain *c, int i)
+{
+    if (!c->cgroups || i < 0 || i >= c->nranks || !c->ranks[i].cg.nprocs)
+        return NULL;
+    return (const char *const *)c->ranks[i].cg.procs;
+}
+
+static void tell_keeper(struct dsl_contain *c, pid_t pid, unsigned long long start)
+{
+    if (told_has(c->told, c->ntold, pid, start))
+        return;
+    told_add(&c->told, &c->ntold, &c->told_cap, pid, start);
+    char line[64];
+    snprintf(line, sizeof(line), "P %d %llu\n", (int)pid, start);
+    keeper_say(c, line);
+}
+
+void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid)
+{
+    if (i < 0 || i >= c->nranks)
+        return;
+    c->ranks[i].pid = pid;
+    if (c->cgroups)
+        return;
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    struct dsl_procstat st;
+    if (n > 0) {
+        buf[n] = '\0';
+        if (dsl_contain_parse_stat(buf, &st) == 0)
+            tell_keeper(c, pid, st.start);
+    }
+}
+
+void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group)
+{
+    if (c->cgroups) {
+        for (int i = 0; i < c->nranks; i++)
+            dsl_cgrank_signal(&c->ranks[i].cg, sig,
+                              skip_group && skip_group[i] ? c->ranks[i].pid : 0);
+        return;
+    }
+    if (!c->ranks)
+        return;
+    struct dsl_procstat *ps;
+    char *mark;
+    int n = live_descendants(c, &ps, &mark);
+    for (int i = 0; i < n; i++)
+        if (mark[i] && !is_skipped_group(c, skip_group, ps[i].pgid))
+            kill(ps[i].pid, sig);
+    free(ps);
+    free(mark);
+}
+
+void dsl_contain_kill(struct dsl_contain *c)
+{
+    if (c->cgroups) {
+        for (int i = 0; i < c->nranks; i++)
+            dsl_cgrank_kill(&c->ranks[i].cg, &c->host);
+        return;
+    }
+    if (!c->ranks)
+        return;
+    /* a few rounds: children of a process killed in one round show up in the next */
+    for (int round = 0; round < 3; round++) {
+        struct dsl_procstat *ps;
+        char *mark;
+        int n = live_descendants(c, &ps, &mark), hit = 0;
+        for (int i = 0; i < n; i++)
+            if (mark[i] && kill(ps[i].pid, SIGKILL) == 0)
+                hit++;
+        free(ps);
+        free(mark);
+        if (!hit)
+            break;
+    }
+}
+
+int dsl_contain_count(struct dsl_contain *c)
+{
+    int left = 0;
+    if (c->cgroups) {
+        for (int i = 0; i < c->nranks; i++) {
+            int k = dsl_cgrank_count(&c->ranks[i].cg);
+            left += k > 0 ? k : 0;
+        }
+        return left;
+    }
+    if (!c->ranks)
+        return 0;
+    struct dsl_procstat *ps;
+    char *mark;
+    int n = live_descendants(c, &ps, &mark);
+    for (int i = 0; i < n; i++)
+        left += mark[i];
+    free(ps);
+    free(mark);
+    return left;
+}
+
+void dsl_contain_tick(struct dsl_contain *c, double now)
+{
+    if (c->cgroups || c->keeper_fd < 0 || now < c->next_scan)
+        return;
+    c->next_scan = now + SCAN_EVERY;
+    struct dsl_procstat *ps;
+    char *mark;
+    int n = live_descendants(c, &ps, &mark);
+    for (int i = 0; i < n; i++)
+        if (mark[i])
+            tell_keeper(c, ps[i].pid, ps[i].start);
+    free(ps);
+    free(mark);
+}
+
+/* Read what the kernel logged since the last call; remember the OOM victims. */
+static void kmsg_drain(struct dsl_contain *c)
+{
+    char rec[8192];
+    for (int guard = 0; guard < 100000; guard++) {
+        ssize_t n = read(c->kmsg_fd, rec, sizeof(rec) - 1);
+        if (n < 0 && errno == EPIPE)
+            continue; /* records were overwritten before we read them: go on */
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        rec[n] = '\0';
+        int pid = dsl_cause_kmsg_oom_pid(rec);
+        if (pid > 0) {
+            int len = (int)(sizeof(c->oom_seen) / sizeof(c->oom_seen[0]));
+            c->oom_seen[c->noom % len] = pid;
+            c->noom++;
+        }
+    }
+}
+
+static int kmsg_named(const struct dsl_contain *c, pid_t pid)
+{
+    int len = (int)(sizeof(c->oom_seen) / sizeof(c->oom_seen[0]));
+    for (int i = 0; i < c->noom && i < len; i++)
+        if (c->oom_seen[i] == pid)
+            return 1;
+    return 0;
+}
+
+void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
+                       struct dsl_exit_cause *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->known = 1;
+    out->by_stop = by_stop;
+    if (i < 0 || i >= c->nranks)
+        return;
+    struct dsl_contain_rank *r = &c->ranks[i];
+    if (dsl_contain_memory(c)) {
+        struct dsl_cgmem m;
+        dsl_cgrank_memory(&r->cg, &m);
+        out->mem_limit = m.limit > 0 ? m.limit : 0;
+        out->mem_peak = m.peak > 0 ? m.peak : 0;
+        /* without the oom_kill counter (kernels before 4.13), a SIGKILL at the limit */
+        int hit = m.oom_kills > 0 ||
+                  (m.oom_kills < 0 && m.failcnt > 0 && m.limit > 0 && sig == SIGKILL);
+        if (hit) {
+            /* a SIGKILL of the stop's own is the stop's, whatever else the OOM killer did */
+            out->oom = sig == SIGKILL && !by_stop ? DSL_OOM_RANK : DSL_OOM_OTHER;
+            out->oom_src = DSL_OOMSRC_CGROUP;
+            out->oom_kills = m.oom_kills > 0 ? (int)m.oom_kills : 1;
+            if (out->oom == DSL_OOM_RANK)
+                out->oom_kills--; /* the others, besides the rank */
+        }
+    } else if (sig == SIGKILL && c->kmsg_fd >= 0 && r->pid > 0) {
+        kmsg_drain(c);
+        if (!kmsg_named(c, r->pid) && !by_stop) {
+            /* the report is logged as the kill is sent; give a late line a moment (not
+               for the stop's own SIGKILLs: a teardown of many ranks would wait for each) */
+            struct pollfd pf = {.fd = c->kmsg_fd, .events = POLLIN};
+            if (poll(&pf, 1, 50) > 0)
+                kmsg_drain(c);
+        }
+        if (kmsg_named(c, r->pid)) {
+            out->oom = DSL_OOM_RANK;
+            out->oom_src = DSL_OOMSRC_KMSG;
+        }
+    }
+    if (sig == SIGKILL || out->oom) {
+        struct dsl_dynbuf b;
+        dsl_dynbuf_init(&b, 1u << 20);
+        double avail;
+        if (dsl_dynbuf_load_file(&b, "/proc/meminfo") == 0 &&
+            dsl_cause_meminfo_available(dsl_dynbuf_str(&b), &avail) == 0)
+            out->mem_avail = avail;
+        dsl_dynbuf_release(&b);
+    }
+}
+
+int dsl_contain_finish(struct dsl_contain *c)
+{
+    int busy = 0;
+    if (c->cgroups) {
+        for (int i = 0; i < c->nranks; i++)
+            if (dsl_cgrank_remove(&c->ranks[i].cg) < 0)
+                busy = 1;
+        dsl_cghost_remove_job(&c->host, c->job);
+    } else {
+        busy = dsl_contain_count(c) > 0;
+    }
+    if (!busy)
+        keeper_say(c, "D\n");
+    if (c->keeper_fd >= 0)
+        close(c->keeper_fd);
+    c->keeper_fd = -1;
+    return busy ? -EBUSY : 0;
+}
+
+void dsl_contain_release(struct dsl_contain *c)
+{
+    if (c->keeper_fd >= 0)
+        close(c->keeper_fd); /* without "D": the keeper cleans up */
+    if (c->kmsg_fd >= 0)
+        close(c->kmsg_fd);
+    for (int i = 0; i < c->nranks; i++)
+        dsl_cgrank_release(&c->ranks[i].cg);
+    free(c->ranks);
+    free(c->told);
+    dsl_cghost_release(&c->host);
+    memset(c, 0, sizeof(*c));
+    c->keeper_fd = c->kmsg_fd = -1;
+}

@@ -1,0 +1,105 @@
+/*
+ * Containing a node's ranks (private to src/job, used by the agent): every process a
+ * rank starts, in whatever session or group it puts itself, is found and killed when
+ * the node is done, and survives neither a SIGKILL of the agent nor its crash. Ranks
+ * go into cgroups of their own where the machine allows it (cgroup.h); elsewhere the
+ * agent tracks its descendants through /proc. See contain.c for how.
+ */
+#ifndef DSLAUNCH_JOB_CONTAIN_H
+#define DSLAUNCH_JOB_CONTAIN_H
+
+#include <sys/types.h>
+
+#include "cgroup.h"
+#include "dslaunch/job/proto.h"
+
+/* One process as /proc/<pid>/stat describes it. */
+struct dsl_procstat {
+    pid_t pid, ppid, pgid;
+    char state;                    /* 'R', 'S', 'Z', ... */
+    unsigned long long start;      /* start time in clock ticks after boot */
+};
+
+/* A process the clean-up process knows, by pid and start time (pids are reused). */
+struct dsl_tracked {
+    pid_t pid;
+    unsigned long long start;
+};
+
+struct dsl_contain_rank {
+    struct dsl_cgrank cg;  /* its cgroups (cgroup mode) */
+    pid_t pid;             /* the rank, leader of its process group; 0 until started */
+};
+
+struct dsl_contain {
+    struct dsl_cghost host;         /* what the machine offers */
+    int cgroups;                    /* 1: ranks are in cgroups; 0: process tracking */
+    char job[96];                   /* "dslaunch-<run_id>" */
+    struct dsl_contain_rank *ranks;
+    int nranks;
+    pid_t self;                     /* the agent */
+    pid_t keeper;                   /* the clean-up process; 0: none */
+    int keeper_fd;                  /* its pipe (write end); -1: none */
+    int kmsg_fd;                    /* /dev/kmsg from the job's start; -1: not readable */
+    pid_t oom_seen[64];             /* pids the kernel log named as OOM kills (a ring) */
+    int noom;
+    double next_scan;               /* tracking: when the keeper hears of new processes */
+    struct dsl_tracked *told;       /* tracking: what the keeper has been told */
+    size_t ntold, told_cap;
+};
+
+/**
+ * Find how this machine can contain ranks. DSLAUNCH_CONTAIN in the agent's environment
+ * narrows the choice: "v1" or "v2" (only that cgroup hierarchy), "tracking" (no
+ * cgroups); unset or "auto": everything usable.
+ */
+void dsl_contain_init(struct dsl_contain *c);
+/** "cgroup v1 memory+pids+freezer, v2 (cgroup.kill)", "process tracking", ... */
+const char *dsl_contain_mode(const struct dsl_contain *c);
+/** 1 when a rank's memory can be limited and its OOM kills counted. */
+int dsl_contain_memory(const struct dsl_contain *c);
+/**
+ * Prepare nranks ranks (global numbers in ranks[]) of the job run_id: make their
+ * cgroups (with memory_limit bytes each, 0: none), open the kernel log, start the
+ * clean-up process. Without cgroups, or when they cannot be made and no limit was
+ * asked for, the job runs under process tracking (a line on stderr says why). Fails,
+ * with err, only when a memory limit was asked for and cannot be set.
+ */
+int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *ranks, int nranks,
+                      unsigned long long memory_limit, char *err);
+/** cgroup.procs files rank i joins before its exec (dsl_child_opts.cgroup_procs). */
+const char *const *dsl_contain_procs(const struct dsl_contain *c, int i);
+/** Rank i was started as pid. */
+void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid);
+/** Send sig to every contained process except the members of the process groups of
+    the ranks i with skip_group[i] set (the caller signalled those with killpg); NULL:
+    skip none. */
+void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group);
+/** SIGKILL every contained process (call again until dsl_contain_count() is 0). */
+void dsl_contain_kill(struct dsl_contain *c);
+/** Contained processes still alive (ranks not yet reaped included). */
+int dsl_contain_count(struct dsl_contain *c);
+/** Periodic work (process tracking: tell the clean-up process what is new). */
+void dsl_contain_tick(struct dsl_contain *c, double now);
+/** Why rank i (reaped just now; sig: the signal that ended it, or 0; by_stop: the agent
+    had sent it that signal) ended, as far as the node can tell. */
+void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
+                       struct dsl_exit_cause *out);
+/**
+ * The job is over on this node: remove the cgroups and dismiss the clean-up process.
+ * -EBUSY when processes are left (the clean-up process then keeps trying after the
+ * agent exits).
+ */
+int dsl_contain_finish(struct dsl_contain *c);
+/** Free everything. Without a successful finish the clean-up process takes over. */
+void dsl_contain_release(struct dsl_contain *c);
+
+/** Parse the text of /proc/<pid>/stat. 0, or -EINVAL. */
+int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out);
+/**
+ * Mark the processes in p[0..n) that descend from root (root itself excluded): mark[i]
+ * = 1 for them, 0 for the rest. p need not be sorted. Returns how many were marked.
+ */
+int dsl_contain_descendants(const struct dsl_procstat *p, int n, pid_t root, char *mark);
+
+#endif
