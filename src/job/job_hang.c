@@ -141,7 +141,7 @@ void dsl_job_hang_on_output(struct dsl_job *job, const struct dsl_job_rank *r)
         job->hang->r[r->rank].t_advance = dsl_now();
 }
 
-void dsl_job_hang_look(struct dsl_job *job, double now)
+void dsl_job_hang_look(struct dsl_job *job)
 {
     struct dsl_job_hang *h = job->hang;
     for (int i = 0; i < job->nranks; i++) {
@@ -162,7 +162,6 @@ void dsl_job_hang_look(struct dsl_job *job, double now)
         v->v = r->v;
         v->pstate = r->pstate;
     }
-    (void)now;
 }
 
 void dsl_job_hang_declare(struct dsl_job *job, int code)
@@ -193,7 +192,7 @@ int dsl_job_hang_on_exit(struct dsl_job *job, const struct dsl_job_rank *r)
     if (h->off || r->sig || r->code == 0 || job->stopping || job->failed_rank >= 0 ||
         job->failed_node >= 0)
         return 0;
-    dsl_job_hang_look(job, now);
+    dsl_job_hang_look(job);
     if (!dsl_hang_cause(h->view, job->nranks, r->rank, now - h->t0, &h->verdict))
         return 0;
     dsl_job_hang_declare(job, DSL_EXIT_HANG);
@@ -345,7 +344,7 @@ void dsl_job_hang_report(struct dsl_job *job)
         return;
     h->reported = 1;
     double now = dsl_now();
-    dsl_job_hang_look(job, now);
+    dsl_job_hang_look(job);
     const char *dir = job->opts->log_dir ? job->opts->log_dir : ".";
     h->report_txt = dsl_xasprintf("%s/dslaunch-hang-%s.txt", dir, job->plan->run_id);
     h->report_json = dsl_xasprintf("%s/dslaunch-hang-%s.json", dir, job->plan->run_id);

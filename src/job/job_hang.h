@@ -71,8 +71,8 @@ void dsl_job_hang_on_output(struct dsl_job *job, const struct dsl_job_rank *r);
  * the caller then treats the exit as no failure of its own and starts no stop.
  */
 int dsl_job_hang_on_exit(struct dsl_job *job, const struct dsl_job_rank *r);
-/** Refresh job->hang->view from the job at time now (dsl_now()); times relative to t0. */
-void dsl_job_hang_look(struct dsl_job *job, double now);
+/** Refresh job->hang->view from the job (times relative to the ranks' start, t0). */
+void dsl_job_hang_look(struct dsl_job *job);
 /** Record verdict v (in job->hang->verdict already) as the job's outcome: code. */
 void dsl_job_hang_declare(struct dsl_job *job, int code);
 /** Write the hang report (once). */

@@ -66,7 +66,7 @@ static void watch(struct dsl_job *job, double now)
     struct dsl_job_hang *h = job->hang;
     double t = now - h->t0;
     if (job->opts->job_timeout > 0 && t >= job->opts->job_timeout) {
-        dsl_job_hang_look(job, now);
+        dsl_job_hang_look(job);
         h->verdict.nstuck = 0;
         h->verdict.first = -1;
         snprintf(h->verdict.text, sizeof(h->verdict.text),
@@ -78,7 +78,7 @@ static void watch(struct dsl_job *job, double now)
     }
     if (h->off)
         return;
-    dsl_job_hang_look(job, now);
+    dsl_job_hang_look(job);
     if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->verdict)) {
         dsl_job_hang_declare(job, DSL_EXIT_HANG);
         dsl_warn("hang after %.1f s: %s; collecting stacks, then stopping the job", t,
