@@ -40,6 +40,7 @@ struct dsl_agent_progress {
     struct dsl_agent_rank_watch *r;
     int n;
     int capturing;                /* a stacks request is being served */
+    int swept;                    /* the files of dead agents were removed */
     double stack_timeout;
 };
 

@@ -74,7 +74,9 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
     wait_metrics m.json
     victim=$(rank_pid "$FLOW_TAG" 1)
     run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
-    [ -e "/dev/shm/dslaunch-$run_id-1.progress" ] || fail "no progress file for rank 1"
+    pf=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_PROGRESS_FILE=//p")
+    case $pf in /dev/shm/dslaunch-$run_id-1.[0-9]*.progress) ;; *) fail "progress file $pf" ;; esac
+    [ -e "$pf" ] || fail "no progress file for rank 1"
     kill -STOP "$victim"
     t0=$(now)
     rc=0
@@ -93,7 +95,7 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
     # hang timeout + a progress tick + the capture + the grace + 2 s
     le "$t" $((3 + 1 + STACK_TIMEOUT + 2 + 2)) || fail "the job took $t s to go down"
     wait_no_procs "$FLOW_TAG" 10
-    [ ! -e "/dev/shm/dslaunch-$run_id-1.progress" ] || fail "progress file left behind"
+    [ ! -e "$pf" ] || fail "progress file left behind"
 '
 
 expect_success "dstrain: when the collective times out first, the summary names the stopped rank, not rank 0" '
@@ -213,10 +215,18 @@ expect_success "--job-timeout stops the job with 206, stacks and a report" '
     wait_no_procs "$FLOW_TAG" 10
 '
 
-expect_success "ranks get a progress file and PYTHONFAULTHANDLER, none with --hang-timeout 0" '
+expect_success "ranks get a progress file and PYTHONFAULTHANDLER, none with --hang-timeout 0; dead agents files are swept" '
+    # one left by an agent that was SIGKILLed (no such pid can exist), one of a live one
+    stale=/dev/shm/dslaunch-000000000000-0.4194305.progress
+    alive=/dev/shm/dslaunch-000000000000-0.$$.progress
+    : >"$stale"
+    : >"$alive"
     run_capture rc out err "$DSL" --include localhost:0,1 env
+    [ ! -e "$stale" ] || fail "the progress file of a dead agent was not swept"
+    [ -e "$alive" ] || fail "the progress file of a live agent was removed"
+    rm -f "$alive"
     assert_eq "$rc" 0
-    assert_grep "^\[rank 1\] DSLAUNCH_PROGRESS_FILE=/dev/shm/dslaunch-[0-9a-f]\{12\}-1.progress$" out
+    assert_grep "^\[rank 1\] DSLAUNCH_PROGRESS_FILE=/dev/shm/dslaunch-[0-9a-f]\{12\}-1\.[0-9]*\.progress$" out
     assert_grep "^\[rank 0\] PYTHONFAULTHANDLER=1$" out
     f=$(sed -n "s/^\[rank 1\] DSLAUNCH_PROGRESS_FILE=//p" out)
     [ ! -e "$f" ] || fail "progress file $f left behind"
