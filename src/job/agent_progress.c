@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "agent_progress.h"
+#include "contain.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
@@ -180,21 +181,11 @@ void dsl_agent_progress_started(struct dsl_agent_progress *p, int i, pid_t pid)
     p->r[i].pid = pid;
 }
 
-/* The state letter of /proc/PID/stat ("pid (comm) S ..."), 0 when unreadable. */
+/* The state letter of /proc/PID/stat ('R', 'S', 'T' ...), 0 when unreadable. */
 static char proc_state(pid_t pid)
 {
-    char path[64], buf[512];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    char *e = strrchr(buf, ')');
-    return e && e[1] == ' ' && e[2] ? e[2] : 0;
+    struct dsl_procstat st;
+    return dsl_contain_read_stat(pid, &st) == 0 ? st.state : 0;
 }
 
 /* Look at rank w; if anything changed, append an entry to m. */

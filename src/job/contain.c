@@ -92,6 +92,22 @@ int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out)
     return 0;
 }
 
+int dsl_contain_read_stat(pid_t pid, struct dsl_procstat *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    ssize_t got = read(fd, buf, sizeof(buf) - 1);
+    int e = errno;
+    close(fd);
+    if (got < 0)
+        return -e;
+    buf[got] = '\0';
+    return dsl_contain_parse_stat(buf, out);
+}
+
 /* Every process now, into *out (malloc'd). Returns the count. */
 static int scan_procs(struct dsl_procstat **out)
 {
@@ -102,22 +118,12 @@ static int scan_procs(struct dsl_procstat **out)
     while (d && (e = readdir(d))) {
         if (!isdigit((unsigned char)e->d_name[0]))
             continue;
-        char path[300], buf[1024];
-        snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue; /* gone meanwhile */
-        ssize_t got = read(fd, buf, sizeof(buf) - 1);
-        close(fd);
-        if (got <= 0)
-            continue;
-        buf[got] = '\0';
         if (n == cap) {
             cap *= 2;
             p = dsl_xrealloc(p, cap * sizeof(*p));
         }
-        if (dsl_contain_parse_stat(buf, &p[n]) == 0)
-            n++;
+        if (dsl_contain_read_stat((pid_t)strtol(e->d_name, NULL, 10), &p[n]) == 0)
+            n++; /* else gone meanwhile */
     }
     if (d)
         closedir(d);
@@ -505,19 +511,9 @@ void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid)
     c->ranks[i].pid = pid;
     if (c->cgroups)
         return;
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
     struct dsl_procstat st;
-    if (n > 0) {
-        buf[n] = '\0';
-        if (dsl_contain_parse_stat(buf, &st) == 0)
-            tell_keeper(c, pid, st.start);
-    }
+    if (dsl_contain_read_stat(pid, &st) == 0)
+        tell_keeper(c, pid, st.start);
 }
 
 void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group)
