@@ -11,15 +11,19 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <libssh/libssh.h>
 
 #include "dslaunch/common/parse.h"
 #include "dslaunch/remote/sshsession.h"
+#include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
 /*
@@ -42,6 +46,18 @@ static void prefer_bulk_ciphers(ssh_session s)
 #endif
 }
 
+char *dsl_ssh_home(void)
+{
+    const char *home = getenv("HOME");
+    struct stat st;
+    if (home && home[0] == '/' && stat(home, &st) == 0 && S_ISDIR(st.st_mode))
+        return dsl_xstrdup(home);
+    struct passwd *pw = getpwuid(getuid());
+    if (pw && pw->pw_dir && pw->pw_dir[0])
+        return dsl_xstrdup(pw->pw_dir);
+    return dsl_xstrdup(".");
+}
+
 static int session_new(ssh_session *out, const char *host, const struct dsl_transport_opts *o,
                        int flags, char *err)
 {
@@ -56,6 +72,11 @@ static int session_new(ssh_session *out, const char *host, const struct dsl_tran
         ssh_free(s);
         return DSL_EUSAGE;
     }
+    /* ~/.ssh as dsl_ssh_home() says, for the default config, known_hosts and keys */
+    char *home = dsl_ssh_home(), *sshdir = dsl_xasprintf("%s/.ssh", home);
+    ssh_options_set(s, SSH_OPTIONS_SSH_DIR, sshdir);
+    free(sshdir);
+    free(home);
     /* the host alias must be set first: Host blocks match against it */
     if (ssh_options_parse_config(s, o->ssh_config) < 0) {
         dsl_seterr(err, DSL_EUSAGE, "cannot read ssh config '%s': %s",
