@@ -164,6 +164,23 @@ int dsl_ssh_record_host_key(ssh_session s, const char *host, char *err)
                       khtext, ssh_get_error(s));
 }
 
+/* On a port other than 22, known_hosts lines are "[host]:port key"; with none for this
+ * host and port, OpenSSH also accepts the key of a port-less "host key" line ("found
+ * matching key w/out port") and records nothing new. So do we: the check again as if
+ * on port 22, and only a matching key counts (another key there is still "unknown",
+ * as in OpenSSH: a different service may listen on the other port). */
+static int known_without_port(ssh_session s)
+{
+    unsigned int port = 0, p22 = 22;
+    if (ssh_options_get_port(s, &port) < 0 || port == 22)
+        return 0;
+    if (ssh_options_set(s, SSH_OPTIONS_PORT, &p22) < 0)
+        return 0;
+    int ok = ssh_session_is_known_server(s) == SSH_KNOWN_HOSTS_OK;
+    ssh_options_set(s, SSH_OPTIONS_PORT, &port);
+    return ok;
+}
+
 int dsl_ssh_check_host_key(ssh_session s, const char *host, int accept_new, char *err)
 {
     char fp[256], khtext[300];
@@ -175,6 +192,8 @@ int dsl_ssh_check_host_key(ssh_session s, const char *host, int accept_new, char
         return 0;
     case SSH_KNOWN_HOSTS_UNKNOWN:
     case SSH_KNOWN_HOSTS_NOT_FOUND:
+        if (known_without_port(s))
+            return 0;
         if (accept_new)
             return dsl_ssh_record_host_key(s, host, err);
         return dsl_seterr(err, DSL_EAUTH,

@@ -115,6 +115,29 @@ expect_success "a changed host key is always refused" '
     assert_not_grep "RANK=" out
 '
 
+# OpenSSH accepts a port-less known_hosts line for a host on another port ("found
+# matching key w/out port") and records nothing: so must dslaunch (it refused with 201).
+expect_success "sshd on port 2222 with port-less known_hosts lines: accepted as OpenSSH does; another key is not" '
+    [ "$MODE" = netns ] || skip "loopback mode: known_hosts lines carry ports already"
+    for i in 1 2; do
+        grep -q "^Port 2222" "$D/node$i/sshd_config" || { echo "Port 22"; echo "Port 2222"; } >>"$D/node$i/sshd_config"
+        "$CL" sshd-stop "$D" "$i" && "$CL" sshd-start "$D" "$i"
+    done
+    grep -q "]:2222" "$D/known_hosts" && fail "known_hosts already has port lines"
+    cp "$D/known_hosts" before_known
+    run_capture rc out err "$DSL" --ssh_port 2222 "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_grep "RANK=3" out
+    cmp "$D/known_hosts" before_known || fail "known_hosts was changed"
+    ssh-keygen -q -t ed25519 -N "" -f portless_other
+    awk -v k="$(cut -d" " -f1,2 portless_other.pub)" "{ if (\$1 ~ /$ADDR_2|node2/) print \$1, k; else print }" "$D/known_hosts" > portless_changed
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/portless_changed|" "$D/ssh_config" > cfg_portless
+    run_capture rc out err "$DSL" --ssh_port 2222 --hostfile "$D/hostfile" --ssh-config cfg_portless "$W" env
+    assert_eq "$rc" 201
+    assert_grep "node2.*not known" err
+'
+
 expect_success "Ctrl-C on the launcher tears the job down on every node" '
     export FLOW_PIDFILE=$T_TMP/cc
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
