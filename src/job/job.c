@@ -377,17 +377,37 @@ static void print_summary(struct dsl_job *job)
         return;
     }
     if (job->failed_rank >= 0 || job->failed_node >= 0 || job->exit_code) {
-        int stopped = 0, killed = 0;
+        /* the ranks the stop ended; not those that had finished before it, nor those
+         * whose node was lost (they went with it, or dslaunch cannot know) */
+        int stopped = 0, killed = 0, lost = 0, done = 0;
         for (int i = 0; i < job->nranks; i++) {
             struct dsl_job_rank *r = &job->ranks[i];
             if (i == job->failed_rank || !r->started)
                 continue;
-            stopped++;
-            killed += r->sig == SIGKILL;
+            if (r->exited && !r->exited_in_stop) {
+                done++;
+            } else if (!r->exited) {
+                lost++;
+            } else {
+                stopped++;
+                killed += r->sig == SIGKILL;
+            }
         }
+        char extra[160] = "";
+        int k = 0;
+        if (killed)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k,
+                          " (%d needed SIGKILL after the grace period)", killed);
+        if (done)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k, "; %d had finished before",
+                          done);
+        if (lost)
+            snprintf(extra + k, sizeof(extra) - (size_t)k,
+                     "; %d on lost node(s), never confirmed", lost);
         if (stopped)
-            dsl_info("stopped %d other rank(s)%s", stopped,
-                     killed ? " (some needed SIGKILL after the grace period)" : "");
+            dsl_info("stopped %d other rank(s)%s", stopped, extra);
+        else if (done || lost)
+            dsl_info("no other rank was running%s", extra);
     }
 }
 

@@ -59,6 +59,14 @@ expect_success "a rank exiting 3 tears down its sleeping sibling; dslaunch exits
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "the summary counts only the ranks the stop ended, not those that had finished" '
+    run_capture rc out err "$DSL" --include localhost:0,1,2 sh -c \
+        "case \$RANK in 0) exit 0;; 1) sleep 1; exit 3;; *) exec sleep 30;; esac"
+    cat err
+    assert_eq "$rc" 3 "exit code"
+    assert_grep "stopped 1 other rank(s); 1 had finished before$" err
+'
+
 expect_success "a rank killed by SIGKILL gives 137 and names the signal" '
     run_capture rc out err "$DSL" --include localhost:0,1 "$W" only 0 kill 9 0.2
     assert_eq "$rc" 137
