@@ -243,7 +243,8 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_RANK "=%d", pn->node_rank);
     dsl_strvec_pushf(&m->env, DSL_ENV_NNODES "=%d", job->pl->nr);
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_SIZE "=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s",
+                     job->plan->no_devices ? job->plan->no_devices : devs);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
     dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);

@@ -323,6 +323,8 @@ int dsl_placement_cuda_visible(const char *cvd, const struct dsl_placement_opts 
     *include = NULL;
     if (!cvd || !*cvd)
         return 0;
+    if (cvd[0] == '-' && cvd[1] >= '0' && cvd[1] <= '9')
+        return 3;
     if ((o->include && *o->include) || (o->exclude && *o->exclude) || o->num_nodes != -1 ||
         o->num_gpus != -1)
         return 2;
@@ -453,7 +455,7 @@ static int nvidia_gpu_count(void)
     return n;
 }
 
-int dsl_local_slots(int *slots, char *err)
+int dsl_local_slots(int *slots, int cpus_only, char *err)
 {
     const char *env = getenv("DSLAUNCH_LOCAL_SLOTS");
     if (env) {
@@ -463,7 +465,7 @@ int dsl_local_slots(int *slots, char *err)
                               DSL_HOSTFILE_MAX_SLOTS);
         return 0;
     }
-    int n = nvidia_gpu_count();
+    int n = cpus_only ? 0 : nvidia_gpu_count();
     if (n <= 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         n = cpus < 1 ? 1 : cpus > DSL_HOSTFILE_MAX_SLOTS ? DSL_HOSTFILE_MAX_SLOTS : (int)cpus;

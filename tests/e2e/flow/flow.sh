@@ -468,6 +468,17 @@ expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else doe
     assert_eq "$rc" 2
 '
 
+expect_success "CUDA_VISIBLE_DEVICES=-1 (no GPUs, the CPU idiom): CPU slots, and ranks that see no device" '
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=-1 "$DSL" --num_gpus 2 "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "^\[rank [01]\] CUDA_VISIBLE_DEVICES=-1$" out)" 2 "ranks with -1"
+    assert_not_grep "RANK=2" out
+    run_capture rc out err env -u DSLAUNCH_LOCAL_SLOTS CUDA_VISIBLE_DEVICES=-1 "$DSL" --dry-run prog
+    assert_eq "$rc" 0
+    python3 -c "import json,os; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":list(range(os.cpu_count()))}], d"
+'
+
 expect_success "the README main job: two local ranks train on Fashion-MNIST and the loss falls" '
     [ -x "$(dirname "$DSL")/dstrain" ] || fail "dstrain is not built beside dslaunch"
     [ -e /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] || fail "dataset-fashion-mnist is not installed (scripts/setup.sh)"
