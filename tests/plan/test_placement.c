@@ -131,6 +131,13 @@ static const struct {
     {":0", NULL, NONE, NONE, "--include ':0': missing host name in ':0'"},
     {"worker-9", NULL, NONE, NONE,
      "--include 'worker-9': unknown host 'worker-9' (known hosts: worker-0, worker-1, worker-2)"},
+    {"worker-0,worker-1", NULL, NONE, NONE,
+     "--include 'worker-0,worker-1': unknown host 'worker-0,worker-1' (known hosts: worker-0, "
+     "worker-1, worker-2); hosts are joined with '@', e.g. 'worker-0@worker-1' (',' separates "
+     "slots: 'worker-0:0,1')"},
+    {"worker-0,worker-9", NULL, NONE, NONE,
+     "--include 'worker-0,worker-9': unknown host 'worker-0,worker-9' (known hosts: worker-0, "
+     "worker-1, worker-2)"},
     {"worker-0:7", NULL, NONE, NONE,
      "--include 'worker-0:7': host 'worker-0' has no slot 7 (it has slots 0-3)"},
     {"worker-2:2", NULL, NONE, NONE,

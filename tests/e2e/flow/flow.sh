@@ -466,6 +466,10 @@ expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else doe
     python3 -c "import json,sys; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":[1,2]}], d"
     run_capture rc out err env CUDA_VISIBLE_DEVICES=GPU-abc "$DSL" --dry-run prog
     assert_eq "$rc" 2
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=7 "$DSL" --dry-run prog
+    assert_eq "$rc" 2
+    assert_grep "error: CUDA_VISIBLE_DEVICES=.7. selects the local devices: host .localhost. has no slot 7" err
+    assert_not_grep "include" err
 '
 
 expect_success "CUDA_VISIBLE_DEVICES=-1 (no GPUs, the CPU idiom): CPU slots, and ranks that see no device" '
