@@ -132,6 +132,9 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_strvec_init(&cand);
     if (job->opts->master_addr) {
         dsl_strvec_push(&cand, job->opts->master_addr);
+    } else if (job->plan->all_local) {
+        /* every node is this machine: loopback, as the plan without a preflight says */
+        dsl_strvec_push(&cand, "127.0.0.1");
     } else {
         for (int i = 0; i < n0->hello.nifaces; i++)
             for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
@@ -139,7 +142,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                 if (!is_loopback(a) && !strchr(a, ':'))
                     dsl_strvec_push(&cand, a);
             }
-        if (job->plan->all_local || cand.nr == 0)
+        if (cand.nr == 0)
             dsl_strvec_push(&cand, "127.0.0.1");
     }
     dsl_msg_release(&m);

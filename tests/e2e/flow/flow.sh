@@ -460,6 +460,16 @@ expect_success "--dry-run rejects bad placements with the usage code" '
     assert_eq "$rc" 2
 '
 
+expect_success "--check without a hostfile shows the MASTER_ADDR the ranks get" '
+    run_capture rc out err "$DSL" --check --include localhost:0,1
+    assert_eq "$rc" 0
+    shown=$(cat out err | sed -n "s/^MASTER_ADDR=\([^ ]*\) .*/\1/p")
+    [ -n "$shown" ] || fail "--check printed no MASTER_ADDR: $(cat out)"
+    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "echo addr=\$MASTER_ADDR"
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "addr=$shown\$" out)" 2 "ranks with the MASTER_ADDR --check showed"
+'
+
 expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else does" '
     run_capture rc out err env CUDA_VISIBLE_DEVICES=1,2 "$DSL" --dry-run prog
     assert_eq "$rc" 0
