@@ -470,6 +470,21 @@ expect_success "--check without a hostfile shows the MASTER_ADDR the ranks get" 
     assert_eq "$(grep -c "addr=$shown\$" out)" 2 "ranks with the MASTER_ADDR --check showed"
 '
 
+expect_success "an exported NCCL_/GLOO_SOCKET_IFNAME that no interface satisfies stops the preflight (202)" '
+    run_capture rc out err env NCCL_SOCKET_IFNAME=nosuch0 "$DSL" --export NCCL_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .localhost. has no interface that NCCL_SOCKET_IFNAME=.nosuch0. allows (its interfaces: lo" err
+    assert_not_grep "RANK=" out
+    run_capture rc out err env GLOO_SOCKET_IFNAME=lo,nosuch0 "$DSL" --export GLOO_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    for v in NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME==lo GLOO_SOCKET_IFNAME=lo; do
+        run_capture rc out err env "$v" "$DSL" --export "${v%%=*}" --include localhost:0 "$W" env
+        assert_eq "$rc" 0 "exit code with $v"
+    done
+'
+
 expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else does" '
     run_capture rc out err env CUDA_VISIBLE_DEVICES=1,2 "$DSL" --dry-run prog
     assert_eq "$rc" 0

@@ -45,6 +45,23 @@ expect_success "a rank on node2 exits 7: node1 is torn down, exit 7, summary nam
     wait_ns_clean 10
 '
 
+expect_success "NCCL_SOCKET_IFNAME naming an interface of node1 only: refused naming node2 and its interfaces" '
+    [ "$MODE" = netns ] || skip "loopback mode: the nodes share the interfaces of this machine"
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 202
+    assert_grep "error: .node2. has no interface that NCCL_SOCKET_IFNAME=.$IFNAME_1. allows (its interfaces: .*$IFNAME_2" err
+    assert_not_grep "node1. has no interface" err
+    assert_not_grep "RANK=" out
+    # "^name": any interface but those (and lo): node1 keeps none, node2 its own
+    run_capture rc out err env NCCL_SOCKET_IFNAME="^$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .node1. has no interface that NCCL_SOCKET_IFNAME=.\^$IFNAME_1. allows" err
+    assert_not_grep "node2. has no interface" err
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1,$IFNAME_2" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0 "a list that names an interface of each node"
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "
