@@ -243,7 +243,8 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_RANK "=%d", pn->node_rank);
     dsl_strvec_pushf(&m->env, DSL_ENV_NNODES "=%d", job->pl->nr);
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_SIZE "=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s",
+                     job->plan->no_devices ? job->plan->no_devices : devs);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
     dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);
@@ -377,17 +378,37 @@ static void print_summary(struct dsl_job *job)
         return;
     }
     if (job->failed_rank >= 0 || job->failed_node >= 0 || job->exit_code) {
-        int stopped = 0, killed = 0;
+        /* the ranks the stop ended; not those that had finished before it, nor those
+         * whose node was lost (they went with it, or dslaunch cannot know) */
+        int stopped = 0, killed = 0, lost = 0, done = 0;
         for (int i = 0; i < job->nranks; i++) {
             struct dsl_job_rank *r = &job->ranks[i];
             if (i == job->failed_rank || !r->started)
                 continue;
-            stopped++;
-            killed += r->sig == SIGKILL;
+            if (r->exited && !r->exited_in_stop) {
+                done++;
+            } else if (!r->exited) {
+                lost++;
+            } else {
+                stopped++;
+                killed += r->sig == SIGKILL;
+            }
         }
+        char extra[160] = "";
+        int k = 0;
+        if (killed)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k,
+                          " (%d needed SIGKILL after the grace period)", killed);
+        if (done)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k, "; %d had finished before",
+                          done);
+        if (lost)
+            snprintf(extra + k, sizeof(extra) - (size_t)k,
+                     "; %d on lost node(s), never confirmed", lost);
         if (stopped)
-            dsl_info("stopped %d other rank(s)%s", stopped,
-                     killed ? " (some needed SIGKILL after the grace period)" : "");
+            dsl_info("stopped %d other rank(s)%s", stopped, extra);
+        else if (done || lost)
+            dsl_info("no other rank was running%s", extra);
     }
 }
 

@@ -12,7 +12,6 @@
 #define _DEFAULT_SOURCE /* explicit_bzero */
 #include <errno.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +23,16 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "sshlocal.h"
+#include "dslaunch/remote/sshsession.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
 char *dsl_sshlocal_path(const char *rel)
 {
-    /* the account's home, as ssh and libssh use for ~/.ssh, then $HOME */
-    struct passwd *pw = getpwuid(getuid());
-    const char *home = pw && pw->pw_dir && pw->pw_dir[0] ? pw->pw_dir : getenv("HOME");
-    return dsl_xasprintf("%s/%s", home && home[0] ? home : ".", rel);
+    /* the home whose .ssh/ the launcher's sessions use too */
+    char *home = dsl_ssh_home(), *path = dsl_xasprintf("%s/%s", home, rel);
+    free(home);
+    return path;
 }
 
 int dsl_sshlocal_read(const char *path, char **out, char *err)

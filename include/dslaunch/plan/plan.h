@@ -32,6 +32,9 @@ struct dsl_plan {
     int master_port;
     char run_id[32], token[80];   /* hex; filled by dsl_plan_new_ids() */
     int all_local;                /* every node is this machine */
+    char *no_devices;             /* CUDA_VISIBLE_DEVICES that hid every device ("-1") with
+                                     no hostfile: the ranks get it instead of device ids;
+                                     owned, NULL otherwise */
 };
 
 /** Set up an empty plan for the options o, which must outlive it. */

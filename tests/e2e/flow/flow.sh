@@ -59,6 +59,14 @@ expect_success "a rank exiting 3 tears down its sleeping sibling; dslaunch exits
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "the summary counts only the ranks the stop ended, not those that had finished" '
+    run_capture rc out err "$DSL" --include localhost:0,1,2 sh -c \
+        "case \$RANK in 0) exit 0;; 1) sleep 1; exit 3;; *) exec sleep 30;; esac"
+    cat err
+    assert_eq "$rc" 3 "exit code"
+    assert_grep "stopped 1 other rank(s); 1 had finished before$" err
+'
+
 expect_success "a rank killed by SIGKILL gives 137 and names the signal" '
     run_capture rc out err "$DSL" --include localhost:0,1 "$W" only 0 kill 9 0.2
     assert_eq "$rc" 137
@@ -452,12 +460,52 @@ expect_success "--dry-run rejects bad placements with the usage code" '
     assert_eq "$rc" 2
 '
 
+expect_success "--check without a hostfile shows the MASTER_ADDR the ranks get" '
+    run_capture rc out err "$DSL" --check --include localhost:0,1
+    assert_eq "$rc" 0
+    shown=$(cat out err | sed -n "s/^MASTER_ADDR=\([^ ]*\) .*/\1/p")
+    [ -n "$shown" ] || fail "--check printed no MASTER_ADDR: $(cat out)"
+    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "echo addr=\$MASTER_ADDR"
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "addr=$shown\$" out)" 2 "ranks with the MASTER_ADDR --check showed"
+'
+
+expect_success "an exported NCCL_/GLOO_SOCKET_IFNAME that no interface satisfies stops the preflight (202)" '
+    run_capture rc out err env NCCL_SOCKET_IFNAME=nosuch0 "$DSL" --export NCCL_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .localhost. has no interface that NCCL_SOCKET_IFNAME=.nosuch0. allows (its interfaces: lo" err
+    assert_not_grep "RANK=" out
+    run_capture rc out err env GLOO_SOCKET_IFNAME=lo,nosuch0 "$DSL" --export GLOO_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    for v in NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME==lo GLOO_SOCKET_IFNAME=lo; do
+        run_capture rc out err env "$v" "$DSL" --export "${v%%=*}" --include localhost:0 "$W" env
+        assert_eq "$rc" 0 "exit code with $v"
+    done
+'
+
 expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else does" '
     run_capture rc out err env CUDA_VISIBLE_DEVICES=1,2 "$DSL" --dry-run prog
     assert_eq "$rc" 0
     python3 -c "import json,sys; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":[1,2]}], d"
     run_capture rc out err env CUDA_VISIBLE_DEVICES=GPU-abc "$DSL" --dry-run prog
     assert_eq "$rc" 2
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=7 "$DSL" --dry-run prog
+    assert_eq "$rc" 2
+    assert_grep "error: CUDA_VISIBLE_DEVICES=.7. selects the local devices: host .localhost. has no slot 7" err
+    assert_not_grep "include" err
+'
+
+expect_success "CUDA_VISIBLE_DEVICES=-1 (no GPUs, the CPU idiom): CPU slots, and ranks that see no device" '
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=-1 "$DSL" --num_gpus 2 "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "^\[rank [01]\] CUDA_VISIBLE_DEVICES=-1$" out)" 2 "ranks with -1"
+    assert_not_grep "RANK=2" out
+    run_capture rc out err env -u DSLAUNCH_LOCAL_SLOTS CUDA_VISIBLE_DEVICES=-1 "$DSL" --dry-run prog
+    assert_eq "$rc" 0
+    python3 -c "import json,os; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":list(range(os.cpu_count()))}], d"
 '
 
 expect_success "the README main job: two local ranks train on Fashion-MNIST and the loss falls" '

@@ -45,6 +45,23 @@ expect_success "a rank on node2 exits 7: node1 is torn down, exit 7, summary nam
     wait_ns_clean 10
 '
 
+expect_success "NCCL_SOCKET_IFNAME naming an interface of node1 only: refused naming node2 and its interfaces" '
+    [ "$MODE" = netns ] || skip "loopback mode: the nodes share the interfaces of this machine"
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 202
+    assert_grep "error: .node2. has no interface that NCCL_SOCKET_IFNAME=.$IFNAME_1. allows (its interfaces: .*$IFNAME_2" err
+    assert_not_grep "node1. has no interface" err
+    assert_not_grep "RANK=" out
+    # "^name": any interface but those (and lo): node1 keeps none, node2 its own
+    run_capture rc out err env NCCL_SOCKET_IFNAME="^$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .node1. has no interface that NCCL_SOCKET_IFNAME=.\^$IFNAME_1. allows" err
+    assert_not_grep "node2. has no interface" err
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1,$IFNAME_2" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0 "a list that names an interface of each node"
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "
@@ -113,6 +130,29 @@ expect_success "a changed host key is always refused" '
     assert_eq "$rc" 201
     assert_grep "node2" err
     assert_not_grep "RANK=" out
+'
+
+# OpenSSH accepts a port-less known_hosts line for a host on another port ("found
+# matching key w/out port") and records nothing: so must dslaunch (it refused with 201).
+expect_success "sshd on port 2222 with port-less known_hosts lines: accepted as OpenSSH does; another key is not" '
+    [ "$MODE" = netns ] || skip "loopback mode: known_hosts lines carry ports already"
+    for i in 1 2; do
+        grep -q "^Port 2222" "$D/node$i/sshd_config" || { echo "Port 22"; echo "Port 2222"; } >>"$D/node$i/sshd_config"
+        "$CL" sshd-stop "$D" "$i" && "$CL" sshd-start "$D" "$i"
+    done
+    grep -q "]:2222" "$D/known_hosts" && fail "known_hosts already has port lines"
+    cp "$D/known_hosts" before_known
+    run_capture rc out err "$DSL" --ssh_port 2222 "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_grep "RANK=3" out
+    cmp "$D/known_hosts" before_known || fail "known_hosts was changed"
+    ssh-keygen -q -t ed25519 -N "" -f portless_other
+    awk -v k="$(cut -d" " -f1,2 portless_other.pub)" "{ if (\$1 ~ /$ADDR_2|node2/) print \$1, k; else print }" "$D/known_hosts" > portless_changed
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/portless_changed|" "$D/ssh_config" > cfg_portless
+    run_capture rc out err "$DSL" --ssh_port 2222 --hostfile "$D/hostfile" --ssh-config cfg_portless "$W" env
+    assert_eq "$rc" 201
+    assert_grep "node2.*not known" err
 '
 
 expect_success "Ctrl-C on the launcher tears the job down on every node" '

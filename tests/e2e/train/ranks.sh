@@ -121,6 +121,22 @@ cli)
         fail "missing data accepted"
     grep -q "$TMP/nothing" "$TMP/e3" && grep -q "dataset-fashion-mnist" "$TMP/e3" ||
         fail "missing data: $(cat "$TMP/e3")"
+    # progress lines carry elapsed time and an ETA (none left at the last step); the
+    # phases of the wall time are printed and, in the metrics, add up to wall_s
+    "$DSTRAIN" $TINY --steps-per-print 4 --checkpoint-dir "$TMP/ck" --save-interval 6 \
+        --metrics "$TMP/m.jsonl" >"$TMP/o4" 2>&1 || fail "progress run: $(cat "$TMP/o4")"
+    grep -Eq "^step 4/12 .* samples/s [0-9.]+ elapsed [0-9]+:[0-5][0-9] eta [0-9]+:[0-5][0-9]$" \
+        "$TMP/o4" || fail "no elapsed/eta on the progress line: $(cat "$TMP/o4")"
+    grep -Eq "^step 12/12 .* eta 0:00$" "$TMP/o4" || fail "eta at the last step is not 0:00"
+    grep -Eq "^dstrain: wall time by phase \(rank 0\): setup [0-9.]+ s, training [0-9.]+ s, evaluation [0-9.]+ s, checkpoints [0-9.]+ s$" \
+        "$TMP/o4" || fail "no phase line: $(cat "$TMP/o4")"
+    python3 - "$TMP/m.jsonl" <<'PY' || fail "metrics phases"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][0]
+parts = s["train_s"] + s["eval_s"] + s["save_s"]
+assert min(s["setup_s"], s["train_s"], s["eval_s"], s["save_s"]) >= 0, s
+assert abs(parts - s["wall_s"]) < 0.01, (parts, s)
+PY
     ;;
 stages)
     # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
