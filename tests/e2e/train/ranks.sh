@@ -238,6 +238,24 @@ resume)
     train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to2"
     cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
+    # a step edited in one file's header is refused, naming the file and the field,
+    # on every rank; a FIFO in place of a shard fails the resume instead of hanging it
+    cp -R "$TMP/ck2" "$TMP/cke"
+    f="$TMP/cke/global_step6/zero_pp_rank_1_mp_rank_00_optim_states.safetensors"
+    perl -pi -e 's/"step":"6"/"step":"7"/' "$f"
+    if run_world 2 edited $TINY --checkpoint-dir "$TMP/cke" --resume global_step6; then
+        fail "a checkpoint with an edited step was resumed"
+    fi
+    for r in 0 1; do
+        grep -q "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': metadata 'step' is '7' but the model file says '6'; its header does not match its checksum" \
+            "$TMP/edited.$r.err" || { show edited; fail "rank $r did not name the edited file and field"; }
+    done
+    rm "$f" && mkfifo "$f"
+    if run_world 2 fifo $TINY --checkpoint-dir "$TMP/cke" --resume global_step6; then
+        fail "a checkpoint with a FIFO shard was resumed"
+    fi
+    grep -q "zero_pp_rank_1_mp_rank_00_optim_states.safetensors' is not a regular file (a FIFO)" \
+        "$TMP/fifo.0.err" || { show fifo; fail "the FIFO shard was not named"; }
     ;;
 consolidate)
     # consolidate of a world-4 stage-2 checkpoint equals the world-1 parameters
