@@ -58,7 +58,9 @@ int dsl_dir_open_private(const char *dir, char *err)
                           "directory '%s' is a symbolic link owned by another user (uid %ld): "
                           "not following it; give the directory itself",
                           dir, (long)lst.st_uid);
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    /* not a link when looked at: not one when opened either, and the same directory */
+    int nofollow = S_ISLNK(lst.st_mode) ? 0 : O_NOFOLLOW;
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | nofollow);
     if (fd < 0)
         return dsl_seterr(err, -errno, "cannot open directory '%s': %s", dir, strerror(errno));
     if (fstat(fd, &st) < 0) {
@@ -66,6 +68,11 @@ int dsl_dir_open_private(const char *dir, char *err)
                            strerror(errno));
         close(fd);
         return r;
+    }
+    if (!S_ISLNK(lst.st_mode) && (st.st_dev != lst.st_dev || st.st_ino != lst.st_ino)) {
+        close(fd);
+        return dsl_seterr(err, DSL_EUSAGE, "directory '%s' was replaced while it was checked",
+                          dir);
     }
     if (st.st_uid != me) {
         close(fd);

@@ -106,7 +106,8 @@ static int sha256_hex(const void *a, size_t na, const void *b, size_t nb, const 
     return 0;
 }
 
-static const char zeros[SHA_HEX + 1] = "0000000000000000000000000000000000000000000000000000000000000000";
+static const char zeros[SHA_HEX + 1] = "00000000000000000000000000000000"
+                                       "00000000000000000000000000000000";
 
 /* The header's checksum: SHA-256 of the 8 length bytes and the header with the 64
  * digits of its own dsl.sha256 value (at offset at of the header) read as zeros. */

@@ -859,6 +859,10 @@ static int parse_st(const char *header, const void *data, size_t dlen, char *err
     return r;
 }
 
+/* 64 hex digits: eight times the 8 given */
+#define HEX64(x8) x8 x8 x8 x8 x8 x8 x8 x8
+#define HEX63_ZEROS "0000000" HEX64("0000000") /* 7 + 56 */
+
 static const struct {
     const char *header;
     size_t dlen;
@@ -904,13 +908,13 @@ static const struct {
     /* the checksums of dslaunch's files: 64 lowercase hex digits without escapes */
     {"{\"__metadata__\":{\"dsl.sha256\":\"abc\"}}", 0,
      "dsl.sha256 must be 64 lowercase hex digits"},
-    {"{\"__metadata__\":{\"dsl.data_sha256\":\"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\"}}", 0,
+    {"{\"__metadata__\":{\"dsl.data_sha256\":\"" HEX64("AAAAAAAA") "\"}}", 0,
      "dsl.data_sha256 must be 64 lowercase hex digits"},
-    {"{\"__metadata__\":{\"dsl.sha256\":\"\\u0030000000000000000000000000000000000000000000000000000000000000000\"}}", 0,
+    {"{\"__metadata__\":{\"dsl.sha256\":\"\\u0030" HEX63_ZEROS "\"}}", 0,
      "dsl.sha256 must be 64 lowercase hex digits"},
-    {"{\"__metadata__\":{\"dsl.sha256\":\"0000000000000000000000000000000000000000000000000000000000000000\"}}", 0,
+    {"{\"__metadata__\":{\"dsl.sha256\":\"" HEX64("00000000") "\"}}", 0,
      "'m.safetensors': the header does not match its checksum (dsl.sha256): it was edited"},
-    {"{\"__metadata__\":{\"dsl.data_sha256\":\"0000000000000000000000000000000000000000000000000000000000000000\"},"
+    {"{\"__metadata__\":{\"dsl.data_sha256\":\"" HEX64("00000000") "\"},"
      "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
      "the tensor data does not match its checksum (dsl.data_sha256 000000000000..."},
     /* numbers are exact 64-bit integers (a zero dimension makes this one 0 bytes) */
