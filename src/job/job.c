@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/envnames.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "cause.h"
@@ -471,23 +472,37 @@ int dsl_job_run(struct dsl_job *job)
         }
     dsl_job_hang_init(job);
     if (job->opts->log_dir) {
-        if (mkdir(job->opts->log_dir, 0777) < 0 && errno != EEXIST) {
-            dsl_error("cannot create log directory '%s': %s", job->opts->log_dir, strerror(errno));
+        /* ours and writable by no one else, so nothing in it was planted; a log file is
+         * replaced (a link at its name is removed, never written through), a restart
+         * appends so the logs keep every attempt (dsl_dir_open_private, file.h) */
+        char lerr[DSL_ERR_LEN];
+        int dfd = dsl_dir_open_private(job->opts->log_dir, lerr);
+        if (dfd < 0) {
+            dsl_error("--log-dir: %s", lerr);
             code = DSL_EXIT_USAGE;
             goto out;
         }
-        for (int i = 0; i < job->nranks; i++) {
-            char *path = dsl_xasprintf("%s/rank%d.log", job->opts->log_dir, i);
-            /* a restart appends: the logs keep every attempt */
-            job->ranks[i].log = fopen(path, job->restart_count ? "ae" : "we");
+        for (int i = 0; i < job->nranks && code == 0; i++) {
+            char name[32];
+            snprintf(name, sizeof(name), "rank%d.log", i);
+            char *path = dsl_xasprintf("%s/%s", job->opts->log_dir, name);
+            int fd = dsl_file_create(dfd, name, path, 0644,
+                                     job->restart_count ? DSL_FILE_APPEND : DSL_FILE_REPLACE,
+                                     lerr);
+            if (fd >= 0 && !(job->ranks[i].log = fdopen(fd, "a"))) {
+                snprintf(lerr, sizeof(lerr), "cannot write log file '%s': %s", path,
+                         strerror(errno));
+                close(fd);
+            }
             if (!job->ranks[i].log) {
-                dsl_error("cannot write log file '%s': %s", path, strerror(errno));
-                free(path);
+                dsl_error("--log-dir: %s", lerr);
                 code = DSL_EXIT_USAGE;
-                goto out;
             }
             free(path);
         }
+        close(dfd);
+        if (code)
+            goto out;
     }
 
     /* nodes */

@@ -18,7 +18,9 @@
  * resumes at any world size; with the scaler restored too, a resumed fp16 run skips
  * and rescales exactly where the uninterrupted one would. A checkpoint without
  * "lossscale" (fp32, or written before loss scaling) resumes with none skipped and
- * the configured initial scale.
+ * the configured initial scale. Every file carries step, seed and lossscale; the loader
+ * refuses files that fail their checksums or disagree on them (checkpoint.h), and a
+ * checkpoint of an older dstrain, without SHA-256 checksums, resumes with a warning.
  *
  * Which checkpoint: "latest" (what <dir>/latest names), a tag, or "auto": latest when
  * <dir>/latest exists, else a fresh start without a word. A launcher's restart
@@ -168,6 +170,17 @@ fail:
                       tag);
 }
 
+/* A checkpoint of an older dstrain (no SHA-256 in its files) loads: its data had a
+ * crc32, its files are still checked against each other, but an edit that is the same
+ * in every file cannot be seen. Said once, by rank 0 or the consolidate command. */
+static void warn_unprotected(const struct dsl_ckpt *c)
+{
+    if (c->sum != DSL_ST_SUM_SHA256)
+        dsl_warn("checkpoint '%s' has no SHA-256 checksums (written by an older dstrain): "
+                 "edits of its metadata cannot be detected; the next save writes them",
+                 c->path);
+}
+
 /*
  * The scaler from the checkpoint's "lossscale" (absent: nothing to restore). A dynamic
  * scaler takes all of it (scale, hysteresis, window position, skipped), as DeepSpeed
@@ -261,6 +274,8 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
     int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, err);
     if (r < 0)
         goto out;
+    if (t->rank == 0)
+        warn_unprotected(&c);
     if ((r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
         goto out;
     uint64_t step, gb;

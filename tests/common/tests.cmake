@@ -2,3 +2,5 @@
 dsl_unit_test(test_opt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_opt.c LIBS dslcommon)
 # dslcommon: the progress record (writer and reader).
 dsl_unit_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c LIBS dslcommon)
+# dslcommon: files made without following links (log dirs, logs, temp files, readers).
+dsl_unit_test(test_file SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_file.c LIBS dslcommon)

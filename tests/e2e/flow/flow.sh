@@ -325,6 +325,44 @@ expect_success "--log-dir writes one file per rank and still shows the console" 
     assert_grep "^\[rank 1\] RANK=1$" out
 '
 
+expect_success "--log-dir never writes through a link planted at a log name: the link is replaced" '
+    mkdir -m 0755 planted && echo precious >victim && ln -s "$PWD/victim" planted/rank0.log
+    ln -s "$PWD/victim" planted/rank1.log
+    run_capture rc out err "$DSL" --log-dir planted --include localhost:0,1 "$W" env
+    assert_eq "$rc" 0
+    assert_eq "$(cat victim)" precious "the link target"
+    [ ! -L planted/rank0.log ] && [ ! -L planted/rank1.log ] || fail "a log is still a link"
+    assert_grep "^RANK=0$" planted/rank0.log
+    assert_grep "^RANK=1$" planted/rank1.log
+'
+
+expect_success "--log-dir refuses a directory others can write or another user owns, writing nothing" '
+    echo precious >victim2
+    mkdir -m 1777 shared && ln -s "$PWD/victim2" shared/rank0.log
+    run_capture rc out err "$DSL" --log-dir shared --include localhost:0 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --log-dir: directory .shared. is writable by group and others (mode 1777)" err
+    assert_grep "chmod go-w" err
+    assert_eq "$(cat victim2)" precious "the link target"
+    mkdir -m 0775 grpdir
+    run_capture rc out err "$DSL" --log-dir grpdir --include localhost:0 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "directory .grpdir. is writable by its group (mode 0775)" err
+    [ -z "$(ls grpdir)" ] || fail "files written into grpdir"
+    if [ "$(id -u)" = 0 ]; then
+        mkdir -m 0755 foreign && chown 65534 foreign
+        run_capture rc out err "$DSL" --log-dir foreign --include localhost:0 "$W" env
+        assert_grep "directory .foreign. belongs to another user (uid 65534, not 0)" err
+        ln -s "$PWD/planted" foreign_link && chown -h 65534 foreign_link
+        run_capture rc out err "$DSL" --log-dir foreign_link --include localhost:0 "$W" env
+        assert_grep "directory .foreign_link. is a symbolic link owned by another user (uid 65534)" err
+    else
+        run_capture rc out err "$DSL" --log-dir / --include localhost:0 "$W" env
+        assert_grep "directory ./. belongs to another user (uid 0, not $(id -u))" err
+    fi
+    assert_eq "$rc" 2
+'
+
 expect_success "--no-prefix prints bare lines" '
     run_capture rc out err "$DSL" --no-prefix --include localhost:0 "$W" env
     assert_eq "$rc" 0
