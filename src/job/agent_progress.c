@@ -14,7 +14,8 @@
  * whatever the writer put there), the process state on its own is not. A rank's final
  * content is sent just before its exit is reported. The files are removed when the
  * agent ends; their names carry the agent's pid, so the files of an agent that was
- * killed before it could remove them are removed by the next agent on the host.
+ * killed before it could remove them are removed by its clean-up process, or by the
+ * next agent on the host when that died too (progress_files.c).
  *
  * Stacks. On a stacks request every live rank goes through, concurrently:
  *   TOOL    eu-stack -p PID, or gdb -p PID -batch 'thread apply all bt' (the first in
@@ -28,7 +29,6 @@
  * collects them like any other child.
  */
 #define _GNU_SOURCE /* pipe2, prlimit */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -46,6 +46,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
+#include "progress_files.h"
 #include "proto_hang.h"
 #include "dslaunch/common/banned.h"
 
@@ -84,51 +85,6 @@ void dsl_agent_progress_setup(struct dsl_agent_progress *p, double tick, int nra
 
 /* ---- progress files ---- */
 
-static const char *file_dir(void)
-{
-    struct stat st;
-    if (access("/dev/shm", W_OK | X_OK) == 0 && stat("/dev/shm", &st) == 0 &&
-        S_ISDIR(st.st_mode))
-        return "/dev/shm";
-    const char *t = getenv("TMPDIR");
-    return t && t[0] == '/' ? t : "/tmp";
-}
-
-/*
- * Remove this user's progress files in dir whose agent is gone: the pid in
- * "dslaunch-<run>-<rank>.<agent pid>.progress" names no process.
- */
-static void sweep(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "dslaunch-", 9) || n < 18 ||
-            strcmp(e->d_name + n - 9, ".progress"))
-            continue;
-        const char *dot = e->d_name + n - 9;
-        const char *p = dot;
-        while (p > e->d_name && p[-1] >= '0' && p[-1] <= '9')
-            p--;
-        if (p == dot || p[-1] != '.')
-            continue;
-        long pid = 0;
-        for (const char *q = p; q < dot && pid < (1L << 30); q++)
-            pid = pid * 10 + (*q - '0');
-        if (pid <= 0 || pid >= (1L << 30) || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue;
-        char *path = dsl_xasprintf("%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
-            unlink(path);
-        free(path);
-    }
-    closedir(d);
-}
-
 static int create_file(const char *path)
 {
     for (int tries = 0; tries < 2; tries++) {
@@ -159,12 +115,10 @@ void dsl_agent_progress_rank(struct dsl_agent_progress *p, int i, int rank,
         return;
     const char *id = dsl_env_get(env, DSL_ENV_RUN_ID);
     if (!p->swept) {
-        sweep(file_dir());
+        dsl_progress_files_sweep();
         p->swept = 1;
     }
-    char *path = dsl_xasprintf("%s/dslaunch-%.40s-%d.%d.progress", file_dir(),
-                               id && id[0] && !strchr(id, '/') ? id : "run", rank,
-                               (int)getpid());
+    char *path = dsl_progress_files_path(id, rank, getpid());
     int r = create_file(path);
     if (r < 0) {
         fprintf(stderr, "dslaunch agent: cannot create progress file '%s': %s\n", path,

@@ -23,7 +23,8 @@
  * is over and nothing is left, the agent writes "D" and the keeper exits. When the pipe
  * reaches EOF without it, the agent died (SIGKILL, a crash, the OOM killer) and the
  * keeper does the teardown the agent could not: it kills the ranks' cgroups until they
- * are empty and removes them. Under process tracking the orphans now belong to init,
+ * are empty and removes them, and then the ranks' progress files (progress_files.c).
+ * Under process tracking the orphans now belong to init,
  * so the agent's /proc walks are what the keeper knows: the agent tells it every
  * process it finds (pid and start time, so a reused pid is never killed) twice a
  * second; the keeper stops what it was told of and whatever descends from those,
@@ -49,6 +50,7 @@
 
 #include "cause.h"
 #include "contain.h"
+#include "progress_files.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
@@ -371,6 +373,7 @@ static int keeper_main(void *arg)
     else
         keeper_clean_tracked(told, ntold);
     free(told);
+    dsl_progress_files_remove(c->run_id, c->self);
     return 0;
 }
 
@@ -458,6 +461,7 @@ int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *rank
                       unsigned long long memory_limit, char *err)
 {
     job_name(c, run_id);
+    snprintf(c->run_id, sizeof(c->run_id), "%s", run_id ? run_id : "");
     c->nranks = nranks;
     c->ranks = dsl_xcalloc((size_t)nranks + 1, sizeof(*c->ranks));
     if (memory_limit && !dsl_contain_memory(c))

@@ -35,6 +35,7 @@ struct dsl_contain {
     struct dsl_cghost host;         /* what the machine offers */
     int cgroups;                    /* 1: ranks are in cgroups; 0: process tracking */
     char job[96];                   /* "dslaunch-<run_id>" */
+    char run_id[72];                /* as the job gave it (cut to fit) */
     struct dsl_contain_rank *ranks;
     int nranks;
     pid_t self;                     /* the agent */
