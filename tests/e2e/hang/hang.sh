@@ -98,6 +98,7 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
     le "$t" $((3 + 1 + STACK_TIMEOUT + 2 + 2)) || fail "the job took $t s to go down"
     wait_no_procs "$FLOW_TAG" 10
     [ ! -e "$pf" ] || fail "progress file left behind"
+    assert_job_clean 10 "$run_id"
 '
 
 expect_success "dstrain: when the collective times out first, the summary names the stopped rank, not rank 0" '
@@ -109,6 +110,7 @@ expect_success "dstrain: when the collective times out first, the summary names 
     wait_metrics m.json
     victim=$(rank_pid "$FLOW_TAG" 1)
     survivor=$(rank_pid "$FLOW_TAG" 0)
+    run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
     kill -STOP "$victim"
     t0=$(now)
     wait_gone 30 "$survivor"
@@ -126,6 +128,7 @@ expect_success "dstrain: when the collective times out first, the summary names 
     le "$ts" 5 || fail "rank 0 took $ts s to exit after its peer stopped (comm timeout 3 s)"
     le "$t" $((3 + STACK_TIMEOUT + 2 + 2)) || fail "the job took $t s to go down"
     wait_no_procs "$FLOW_TAG" 10
+    assert_job_clean 10 "$run_id"
 '
 
 # by_hand N NAME SIG: N dstrain ranks under the env contract (no launcher), rank 1 gets
