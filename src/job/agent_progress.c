@@ -269,7 +269,29 @@ static int is_python(pid_t pid)
     return !strncmp(base, "python", 6);
 }
 
-/* The tool is done (or out of time): a Python rank's dump next, else done. */
+/*
+ * The Python processes below a rank that is not Python itself (`sh -c 'python3 x.py'`,
+ * a wrapper script): at most max of them into py[], the count returned.
+ */
+static int python_below(pid_t rank, pid_t *py, int max)
+{
+    struct dsl_procstat *ps = NULL;
+    int n = dsl_contain_scan(&ps), k = 0;
+    char *mark = dsl_xcalloc((size_t)n + 1, 1);
+    dsl_contain_descendants(ps, n, rank, mark);
+    for (int i = 0; i < n && k < max; i++)
+        if (mark[i] && ps[i].state != 'Z' && is_python(ps[i].pid))
+            py[k++] = ps[i].pid;
+    free(mark);
+    free(ps);
+    return k;
+}
+
+/*
+ * The tool is done (or out of time): the Python dump next, else done. The dump is of
+ * the rank when it is Python, else of the Python processes below it, whose tracebacks
+ * reach the rank's stderr as theirs is inherited.
+ */
 static void after_tool(struct dsl_agent_rank_watch *w, double now)
 {
     if (w->st_fd >= 0) {
@@ -277,14 +299,21 @@ static void after_tool(struct dsl_agent_rank_watch *w, double now)
         w->st_fd = -1;
     }
     w->st = ST_DONE;
-    if (w->exited || !w->pyfault || !is_python(w->pid))
+    w->st_npy = 0;
+    if (w->exited || !w->pyfault)
         return;
-    struct rlimit none = {0, 0};
-    prlimit(w->pid, RLIMIT_CORE, &none, NULL); /* the dump is the point, not a core */
-    if (kill(w->pid, SIGABRT) == 0) {
-        kill(w->pid, SIGCONT);
-        w->st = ST_PYDUMP;
-        w->st_deadline = now + PYDUMP_WAIT;
+    pid_t py[DSL_AGENT_PY_MAX];
+    int npy = is_python(w->pid) ? (py[0] = w->pid, 1) : python_below(w->pid, py, DSL_AGENT_PY_MAX);
+    for (int k = 0; k < npy; k++) {
+        struct rlimit none = {0, 0};
+        prlimit(py[k], RLIMIT_CORE, &none, NULL); /* the dump is the point, not a core */
+        if (kill(py[k], SIGABRT) == 0) {
+            kill(py[k], SIGCONT);
+            w->st = ST_PYDUMP;
+            w->st_deadline = now + PYDUMP_WAIT;
+            if (py[k] != w->pid)
+                w->st_py_pid[w->st_npy++] = py[k];
+        }
     }
 }
 
@@ -371,7 +400,13 @@ static void stacked_msg(struct dsl_agent_progress *p, struct dsl_msg *m)
             dsl_dynbuf_addstr(&t, "(exited before the capture)\n");
         } else {
             dsl_dynbuf_add(&t, w->st_out.buf, w->st_out.len);
-            if (w->st_py.len) {
+            if (w->st_py.len && w->st_npy) {
+                dsl_dynbuf_addstr(&t, "--- Python traceback (faulthandler) of the rank's python");
+                for (int k = 0; k < w->st_npy; k++)
+                    dsl_dynbuf_addf(&t, "%s %d", k ? "," : " pid", (int)w->st_py_pid[k]);
+                dsl_dynbuf_addstr(&t, " ---\n");
+                dsl_dynbuf_add(&t, w->st_py.buf, w->st_py.len);
+            } else if (w->st_py.len) {
                 dsl_dynbuf_addstr(&t, "--- Python traceback (faulthandler) ---\n");
                 dsl_dynbuf_add(&t, w->st_py.buf, w->st_py.len);
             }

@@ -110,8 +110,7 @@ int dsl_contain_read_stat(pid_t pid, struct dsl_procstat *out)
     return dsl_contain_parse_stat(buf, out);
 }
 
-/* Every process now, into *out (malloc'd). Returns the count. */
-static int scan_procs(struct dsl_procstat **out)
+int dsl_contain_scan(struct dsl_procstat **out)
 {
     size_t n = 0, cap = 256;
     struct dsl_procstat *p = dsl_xcalloc(cap, sizeof(*p));
@@ -208,7 +207,7 @@ int dsl_contain_descendants(const struct dsl_procstat *p, int n, pid_t root, cha
 /* Live descendants of the agent other than the keeper: ps/mark filled, count returned. */
 static int live_descendants(const struct dsl_contain *c, struct dsl_procstat **ps, char **mark)
 {
-    int n = scan_procs(ps);
+    int n = dsl_contain_scan(ps);
     *mark = dsl_xcalloc((size_t)n + 1, 1);
     dsl_contain_descendants(*ps, n, c->self, *mark);
     int live = 0;
@@ -291,7 +290,7 @@ static void keeper_clean_tracked(struct dsl_tracked *told, size_t ntold)
     double give_up = dsl_now() + KEEPER_PATIENCE;
     for (int round = 0; dsl_now() < give_up; round++) {
         struct dsl_procstat *ps;
-        int n = scan_procs(&ps);
+        int n = dsl_contain_scan(&ps);
         char *mark = dsl_xcalloc((size_t)n + 1, 1);
         for (int i = 0; i < n; i++)
             mark[i] = told_has(told, ntold, ps[i].pid, ps[i].start) ||

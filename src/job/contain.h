@@ -99,6 +99,8 @@ void dsl_contain_release(struct dsl_contain *c);
 int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out);
 /** Read and parse /proc/<pid>/stat. 0, -errno (the process is gone) or -EINVAL. */
 int dsl_contain_read_stat(pid_t pid, struct dsl_procstat *out);
+/** Every process now, into *out (malloc'd, the caller frees it). Returns the count. */
+int dsl_contain_scan(struct dsl_procstat **out);
 /**
  * Mark the processes in p[0..n) that descend from root (root itself excluded): mark[i]
  * = 1 for them, 0 for the rest. p need not be sorted. Returns how many were marked.

@@ -199,6 +199,23 @@ expect_success "python: a rank whose heartbeat stops is named; its Python stack 
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "python below a shell rank (sh -c \"python3 hb.py; ...\"): named, and the Python stack of its python is in the report" '
+    export FLOW_TAG=hangQ.$$
+    mkdir Q && cd Q
+    # "; exit" keeps sh from exec-ing python: the rank is sh, python its child
+    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 \
+        sh -c "python3 ../hb.py; exit \$?"
+    assert_eq "$rc" 205 "exit code"
+    assert_grep "error: hang: rank 1 (localhost, pid [0-9]*) made no progress for [0-9.]* s (at step 20); rank 0 advanced meanwhile" err
+    report=$(ls dslaunch-hang-*.txt)
+    stacks_of "$report" 1 >s1
+    assert_grep "Python traceback (faulthandler) of the rank.s python pid [0-9]* ---" s1
+    assert_grep "line [0-9]* in stuck_here" s1
+    stacks_of "$report" 0 >s0
+    assert_grep "hb.py\", line [0-9]* in <module>" s0
+    wait_no_procs "$FLOW_TAG" 10
+'
+
 expect_success "a rank that exits 0 while another sleeps is reported after the hang timeout; report in --log-dir" '
     export FLOW_TAG=hangE.$$
     run_capture rc out err "$DSL" --hang-timeout 2 --log-dir logs --include localhost:0,1 "$W" only 0 exit 0 0.3
