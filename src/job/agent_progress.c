@@ -142,7 +142,32 @@ static char proc_state(pid_t pid)
     return dsl_contain_read_stat(pid, &st) == 0 ? st.state : 0;
 }
 
-/* Look at rank w; if anything changed, append an entry to m. */
+/* Bytes the process has read and written (rchar + wchar of /proc/PID/io); 0 when
+   unreadable. */
+static unsigned long long proc_io(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    unsigned long long sum = 0;
+    for (const char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, "rchar: ", 7) || !strncmp(p, "wchar: ", 7))
+            sum += strtoull(p + 7, NULL, 10);
+    return sum;
+}
+
+/*
+ * Look at rank w; if anything changed, append an entry to m. A change of the file is
+ * progress; so is, while the record names a phase (a checkpoint being written or
+ * read), a change of the bytes the rank has moved.
+ */
 static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
 {
     struct dsl_progress_view v;
@@ -151,6 +176,14 @@ static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
         v.hash != w->last.hash) {
         adv = 1;
         w->last = v;
+    }
+    if (!final && w->last.form == DSL_PROGRESS_RECORD && w->last.phase) {
+        unsigned long long io = proc_io(w->pid);
+        if (io && io != w->io)
+            adv |= w->io != 0; /* the first reading of a phase is a baseline */
+        w->io = io;
+    } else {
+        w->io = 0;
     }
     char ps = final ? w->pstate : proc_state(w->pid);
     if (!adv && ps == w->pstate)

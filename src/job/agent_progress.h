@@ -26,6 +26,7 @@ struct dsl_agent_rank_watch {
     char *path;                   /* the rank's progress file (owned), NULL: none */
     struct dsl_progress_view last; /* what was last reported */
     char pstate;                  /* last reported process state letter */
+    unsigned long long io;        /* in a phase: bytes moved at the last look; 0: none */
     int pyfault;                  /* PYTHONFAULTHANDLER set in the rank's environment */
     /* stack capture */
     int st;                       /* enum in agent_progress.c */
