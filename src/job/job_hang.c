@@ -233,7 +233,9 @@ static void progress_words(const struct dsl_hang_rank *v, char *buf, size_t cap)
                               dsl_progress_coll_name(v->v.coll_kind),
                               (unsigned long long)v->v.coll_seq);
     if (o < cap && v->v.form == DSL_PROGRESS_TEXT && !v->v.has_step)
-        snprintf(buf + o, cap - o, "\"%s\"", v->v.text);
+        o += (size_t)snprintf(buf + o, cap - o, "\"%s\"", v->v.text);
+    if (o < cap && dsl_progress_phase_name(v->v.phase))
+        snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", dsl_progress_phase_name(v->v.phase));
 }
 
 static void write_text(struct dsl_job *job, FILE *f, double now)
@@ -321,6 +323,8 @@ static char *write_json(struct dsl_job *job, double now)
         }
         if (v->v.form == DSL_PROGRESS_TEXT)
             cJSON_AddStringToObject(p, "text", v->v.text);
+        if (dsl_progress_phase_name(v->v.phase))
+            cJSON_AddStringToObject(p, "phase", dsl_progress_phase_name(v->v.phase));
         cJSON_AddStringToObject(e, "stack_tool", r->stack_tool ? r->stack_tool : "none");
         cJSON_AddStringToObject(e, "stack", r->stack ? r->stack : "");
         cJSON_AddItemToArray(a, e);

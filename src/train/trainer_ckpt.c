@@ -43,6 +43,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/common/xalloc.h"
 #include "trainer_config.h"
 #include "dslaunch/common/banned.h"
@@ -96,7 +97,7 @@ static int agree(struct dsl_trainer *t, int failed)
     return r < 0 ? r : f;
 }
 
-int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
 {
     struct dsl_train_settings *s = ctx;
     const char *dir = s->cfg.dstrain.checkpoint_dir;
@@ -181,6 +182,17 @@ static void warn_unprotected(const struct dsl_ckpt *c)
                  c->path);
 }
 
+/* The save in the progress record's phase: a save longer than the hang timeout is
+   progress while it moves bytes, not a hang (common/progress.h). */
+int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+{
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_SAVING);
+    int r = save(ctx, t, tag, err);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_NONE);
+    return r;
+}
+
 /*
  * The scaler from the checkpoint's "lossscale" (absent: nothing to restore). A dynamic
  * scaler takes all of it (scale, hysteresis, window position, skipped), as DeepSpeed
@@ -247,7 +259,7 @@ static int auto_has_latest(struct dsl_trainer *t, const char *dir, char *err)
     return f[1];
 }
 
-int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
+static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
     if (dir && *dir) {
@@ -316,6 +328,16 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
     r = 0;
 out:
     dsl_ckpt_release(&c);
+    return r;
+}
+
+/* Loading, in the progress record's phase like a save. */
+int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
+{
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_LOADING);
+    int r = resume(s, t, err);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_NONE);
     return r;
 }
 

@@ -216,7 +216,7 @@ expect_success "stdout not read for 8 s while ranks print: the job runs on, line
 '
 
 expect_success "dslaunch | head -3 with ranks printing forever: exits 141 at once, no rank left, no error" '
-    export FLOW_TAG=head.$$
+    export FLOW_TAG=head.$$ FLOW_RUNIDS=$T_TMP/head.ids
     set +e
     timeout 30 "$DSL" --include localhost:0,1 "$W" print 0 0 2>err | head -n 3 > out
     rc=${PIPESTATUS[0]}
@@ -225,6 +225,7 @@ expect_success "dslaunch | head -3 with ranks printing forever: exits 141 at onc
     assert_eq "$(wc -l < out)" 3
     assert_not_grep "error:" err
     wait_no_procs "$FLOW_TAG" 10
+    assert_job_clean 10 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
@@ -706,12 +707,13 @@ expect_success "an unprivileged user (no cgroup may be made): process tracking, 
 expect_success "a rank over --rank-memory-limit is killed by the OOM killer, and the summary says so" '
     line=$(contain_line auto)
     case $line in *"memory limit and OOM kills per rank"*) ;; *) skip "no memory cgroup for ranks here ($line)" ;; esac
-    export FLOW_TAG=oom.$$
+    export FLOW_TAG=oom.$$ FLOW_RUNIDS=$T_TMP/oom.ids
     run_capture rc out err "$DSL" --rank-memory-limit 50M --include localhost:0,1 "$W" only 1 oom 200
     assert_eq "$rc" 137 "exit code"
     assert_grep "rank 1 (host localhost, pid [0-9]*) was killed by the OOM killer after [0-9.]* s (SIGKILL; memory limit 50.0 MiB of its cgroup, peak [0-9.]* [KM]iB; node had [0-9.]* [KMGT]iB available)" err
     assert_grep "stopped 1 other rank" err
     wait_no_procs "$FLOW_TAG" 5
+    assert_job_clean 5 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "--rank-memory-limit on a node without a memory cgroup is refused before anything starts (202)" '
