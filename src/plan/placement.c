@@ -257,6 +257,12 @@ int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
     int r;
 
     dsl_placement_init(pl);
+    /* an empty filter would select every host (or none): a script's unset variable,
+       never what was meant */
+    if ((o->include && !*o->include) || (o->exclude && !*o->exclude))
+        return dsl_seterr(err, DSL_EPLACEMENT,
+                          "%s '' is empty (name hosts and slots, e.g. 'worker-0:0,1@worker-1')",
+                          o->include && !*o->include ? "--include" : "--exclude");
     if (inc && exc)
         return dsl_seterr(err, DSL_EPLACEMENT, "--include and --exclude cannot be used together");
     if ((r = check_count("--num_nodes", o->num_nodes, err)) < 0 ||

@@ -33,8 +33,6 @@ static const struct {
 } good[] = {
     {NULL, NULL, NONE, NONE,
      "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [0, 1]}"},
-    {"", "", NONE, NONE,
-     "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [0, 1]}"},
     /* DeepSpeed's documented examples */
     {"worker-0:0,2@worker-1", NULL, NONE, NONE, "{\"worker-0\": [0, 2], \"worker-1\": [0, 1, 2, 3]}"},
     {"worker-0@worker-1:0,2", NULL, NONE, NONE, "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 2]}"},
@@ -162,6 +160,13 @@ static const struct {
     {NULL, NULL, 0, NONE, "--num_nodes must be at least 1, not 0"},
     {NULL, NULL, NONE, 0, "--num_gpus must be at least 1, not 0"},
     {NULL, NULL, -2, NONE, "--num_nodes must be at least 1, not -2"},
+    /* an empty filter (an unset variable in a script) is not "every host" */
+    {"", NULL, NONE, NONE, "--include '' is empty (name hosts and slots, e.g. "
+                           "'worker-0:0,1@worker-1')"},
+    {NULL, "", NONE, NONE, "--exclude '' is empty (name hosts and slots, e.g. "
+                           "'worker-0:0,1@worker-1')"},
+    {"worker-\x1b[2J", NULL, NONE, NONE,
+     "--include 'worker-\\x1b[2J': bad host range 'worker-\\x1b[2J': unclosed '['"},
 };
 
 TEST(placement_should_reject_bad_filters_with_clear_messages)

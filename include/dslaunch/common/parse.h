@@ -19,8 +19,9 @@ int dsl_parse_seconds(const char *s, double *out);
 /** Room for a dsl_excerpt() of any input, with its terminating NUL. */
 #define DSL_EXCERPT_LEN 88
 /**
- * Copy the first n bytes of s into dst (cap bytes) for an error message: control bytes
- * become '?' and text past 80 bytes is cut with "...". Always NUL-terminates.
+ * Copy the first n bytes of s into dst (cap bytes) for an error message, escaped by
+ * dsl_quote_for_humans() (quote.h: "\x1b", "\n"...) and cut with "..." past
+ * DSL_EXCERPT_LEN bytes. Always NUL-terminates.
  */
 void dsl_excerpt(char *dst, size_t cap, const char *s, size_t n);
 
