@@ -175,12 +175,27 @@ static int load_fmnist(struct dsl_dataset *tr, struct dsl_dataset *te, const cha
     return 0;
 }
 
+/* n x dim floats (and n labels) for d, or an error with the size: the sizes come from
+   the user, so a failed allocation is reported, never an abort */
+static int synth_alloc(struct dsl_dataset *d, size_t n, const char *what, char *err)
+{
+    if (n > SIZE_MAX / sizeof(float) / (d->dim ? d->dim : 1) / 2)
+        return dsl_seterr(err, DSL_ECONFIG, "synthetic data: %s samples %zu x features %zu "
+                          "is more than this machine can address", what, n, d->dim);
+    size_t bytes = n * d->dim * sizeof(float);
+    d->x = malloc(bytes ? bytes : 1);
+    d->y = malloc(n ? n * sizeof(int32_t) : 1);
+    if (!d->x || !d->y)
+        return dsl_seterr(err, -ENOMEM,
+                          "synthetic data: cannot allocate %zu bytes for %zu %s samples of %zu "
+                          "features", bytes + n * sizeof(int32_t), n, what, d->dim);
+    d->n = n;
+    return 0;
+}
+
 /* Class prototypes in [-1, 1]; each sample is its prototype plus uniform noise. */
 static void synth_fill(struct dsl_dataset *d, const float *proto, size_t n, uint64_t seed)
 {
-    d->x = dsl_xmalloc(n * d->dim * sizeof(float));
-    d->y = dsl_xmalloc(n * sizeof(int32_t));
-    d->n = n;
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) {
         size_t c = (size_t)rand_below(&s, d->nclasses);
@@ -199,14 +214,24 @@ static int load_synthetic(struct dsl_dataset *tr, struct dsl_dataset *te,
     size_t nc = o->synth_classes ? o->synth_classes : 10;
     size_t ntr = o->synth_train ? o->synth_train : 60000;
     size_t nte = o->synth_test ? o->synth_test : 10000;
-    if (nc > dim * 1000 || dim > (1u << 24))
+    int r;
+    if (nc > dim * 1000 || dim > (1u << 24) || nc > (1u << 24))
         return dsl_seterr(err, DSL_ECONFIG, "synthetic data: bad shape %zu x %zu", dim, nc);
-    float *proto = dsl_xmalloc(nc * dim * sizeof(float));
+    tr->dim = te->dim = dim;
+    tr->nclasses = te->nclasses = nc;
+    float *proto = malloc(nc * dim * sizeof(float));
+    if (!proto)
+        return dsl_seterr(err, -ENOMEM,
+                          "synthetic data: cannot allocate %zu bytes for %zu class prototypes of "
+                          "%zu features", nc * dim * sizeof(float), nc, dim);
+    if ((r = synth_alloc(tr, ntr, "training", err)) < 0 ||
+        (r = synth_alloc(te, nte, "test", err)) < 0) {
+        free(proto);
+        return r;
+    }
     uint64_t s = o->seed ^ 0x5eedf00dull;
     for (size_t i = 0; i < nc * dim; i++)
         proto[i] = (float)(splitmix(&s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    tr->dim = te->dim = dim;
-    tr->nclasses = te->nclasses = nc;
     synth_fill(tr, proto, ntr, o->seed * 2 + 1);
     synth_fill(te, proto, nte, o->seed * 2 + 2);
     free(proto);

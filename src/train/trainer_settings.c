@@ -69,7 +69,12 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     int lr;
     (void)target;
     (void)d;
-    if (dsl_parse_int(v, 0, 1 << 20, &lr) < 0)
+    int r = dsl_parse_int(v, 0, 1 << 20, &lr);
+    if (r == -ERANGE)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "option '--local_rank' is out of range: allowed 0..%d, got '%s'",
+                          1 << 20, v);
+    if (r < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --local_rank", v);
     return 0;
 }
