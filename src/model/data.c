@@ -4,12 +4,17 @@
  *
  * The idx format: a big-endian magic 0x0000TTNN (TT = 0x08 for unsigned bytes, NN =
  * number of dimensions), NN big-endian uint32 dimensions, then the data. gzread reads
- * both gzip and plain files, so an unpacked copy works too.
+ * both gzip and plain files, so an unpacked copy works too. The header comes from a
+ * file, so its dimensions are checked against the file's size before anything is
+ * allocated (dsl_idx_read).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "dslaunch/model/data.h"
@@ -49,45 +54,106 @@ static int gz_read_all(gzFile f, void *buf, size_t n)
     return 0;
 }
 
+/* deflate's best ratio is 1032:1: a gzip file of s bytes never holds more than this */
+static size_t gz_max_plain(off_t s)
+{
+    return (size_t)s > SIZE_MAX / 1032 ? SIZE_MAX : (size_t)s * 1032 + 1024;
+}
+
+/*
+ * The header's dimensions are trusted only as far as the file can hold them: a plain
+ * file must be exactly header + data bytes long, a gzip file at most 1032 times its
+ * size (deflate's limit). The data buffer then grows with what is actually read, so a
+ * header claiming 4 GB in a truncated file never costs more than twice what is there.
+ */
 int dsl_idx_read(const char *path, uint8_t **out, size_t *count, size_t dims[4],
                  size_t *ndim, char *err)
 {
     *out = NULL;
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return dsl_seterr(err, errno ? -errno : DSL_EDATA, "cannot open '%s': %s", path,
-                          strerror(errno ? errno : ENOENT));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return dsl_seterr(err, -errno, "cannot open '%s': %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        int e = errno;
+        close(fd);
+        return dsl_seterr(err, -e, "'%s': %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dsl_seterr(err, DSL_EDATA, "'%s': not a regular file", path);
+    }
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dsl_seterr(err, -ENOMEM, "'%s': cannot start reading", path);
+    }
     unsigned char hdr[4], d[4];
     int r = DSL_EDATA;
     uint8_t *buf = NULL;
-    size_t n = 1;
+    size_t n = 1, have = 0, cap = 0;
+    size_t dn[4];
     if (gz_read_all(f, hdr, 4) < 0 || hdr[0] || hdr[1] || hdr[2] != 0x08 || !hdr[3] ||
         hdr[3] > 4) {
         dsl_seterr(err, r, "'%s': not an idx file of unsigned bytes", path);
         goto out;
     }
-    *ndim = hdr[3];
-    for (size_t i = 0; i < *ndim; i++) {
+    size_t nd = hdr[3];
+    for (size_t i = 0; i < nd; i++) {
         if (gz_read_all(f, d, 4) < 0) {
             dsl_seterr(err, r, "'%s': truncated idx header", path);
             goto out;
         }
-        dims[i] = (size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3];
-        if (!dims[i] || n > SIZE_MAX / dims[i] / 2) {
-            dsl_seterr(err, r, "'%s': bad idx dimension %zu", path, dims[i]);
+        dn[i] = (size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3];
+        if (!dn[i] || n > SIZE_MAX / dn[i] / 2) {
+            dsl_seterr(err, r, "'%s': bad idx dimension %zu", path, dn[i]);
             goto out;
         }
-        n *= dims[i];
+        n *= dn[i];
     }
-    buf = malloc(n);
-    if (!buf) {
-        r = dsl_seterr(err, -ENOMEM, "'%s': cannot allocate %zu bytes", path, n);
+    size_t hlen = 4 + 4 * nd;
+    if (gzdirect(f)) {
+        if ((off_t)hlen > st.st_size || (size_t)(st.st_size - (off_t)hlen) != n) {
+            dsl_seterr(err, r,
+                       "'%s': the idx header claims %zu bytes of data, the file holds %lld",
+                       path, n, (long long)st.st_size - (long long)hlen);
+            goto out;
+        }
+    } else if (n > gz_max_plain(st.st_size)) {
+        dsl_seterr(err, r,
+                   "'%s': the idx header claims %zu bytes of data, more than a gzip file of "
+                   "%lld bytes can hold",
+                   path, n, (long long)st.st_size);
         goto out;
     }
-    if (gz_read_all(f, buf, n) < 0) {
-        dsl_seterr(err, r, "'%s': truncated idx data (expected %zu bytes)", path, n);
-        goto out;
+    while (have < n) {
+        if (have == cap) {
+            cap = cap ? (cap > n / 2 ? n : 2 * cap) : (n < (1u << 20) ? n : 1u << 20);
+            uint8_t *nb = realloc(buf, cap);
+            if (!nb) {
+                r = dsl_seterr(err, -ENOMEM, "'%s': cannot allocate %zu bytes", path, cap);
+                goto out;
+            }
+            buf = nb;
+        }
+        size_t want = cap - have;
+        int k = gzread(f, buf + have, want > (1u << 30) ? 1u << 30 : (unsigned)want);
+        if (k < 0) {
+            int zerr;
+            const char *msg = gzerror(f, &zerr);
+            dsl_seterr(err, r, "'%s': cannot read the idx data: %s", path,
+                       msg && *msg ? msg : "gzip error");
+            goto out;
+        }
+        if (k == 0) {
+            dsl_seterr(err, r, "'%s': truncated idx data (the header claims %zu bytes, the "
+                       "file holds %zu)", path, n, have);
+            goto out;
+        }
+        have += (size_t)k;
     }
+    memcpy(dims, dn, nd * sizeof(dn[0]));
+    *ndim = nd;
     *out = buf;
     *count = n;
     buf = NULL;
