@@ -51,6 +51,9 @@ int dsl_parse_size(const char *s, size_t *out)
         case 'K': mult = 1ULL << 10; break;
         case 'M': mult = 1ULL << 20; break;
         case 'G': mult = 1ULL << 30; break;
+        case 'T': mult = 1ULL << 40; break;
+        case 'P': mult = 1ULL << 50; break;
+        case 'E': mult = 1ULL << 60; break;
         default: return -EINVAL;
         }
         end++;

@@ -483,7 +483,12 @@ int dsl_local_slots(int *slots, int cpus_only, char *err)
 {
     const char *env = getenv("DSLAUNCH_LOCAL_SLOTS");
     if (env) {
-        if (dsl_parse_int(env, 1, DSL_HOSTFILE_MAX_SLOTS, slots) < 0)
+        int r = dsl_parse_int(env, 1, DSL_HOSTFILE_MAX_SLOTS, slots);
+        if (r == -ERANGE)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "DSLAUNCH_LOCAL_SLOTS out of range: allowed 1..%d, got '%s'",
+                              DSL_HOSTFILE_MAX_SLOTS, env);
+        if (r < 0)
             return dsl_seterr(err, DSL_EUSAGE,
                               "DSLAUNCH_LOCAL_SLOTS='%s' is not a slot count (1 to %d)", env,
                               DSL_HOSTFILE_MAX_SLOTS);

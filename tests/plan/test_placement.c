@@ -422,15 +422,20 @@ TEST(local_slots_should_honour_the_override_and_validate_it)
     ASSERT_EQ(slots, 7);
     ASSERT_OK(dsl_local_slots(&slots, 1, err));
     ASSERT_EQ(slots, 7);
-    static const char *const bad_env[] = {"0", "-1", "x", "", "4abc", " 4", "4097"};
+    static const char *const bad_env[] = {"0", "-1", "x", "", "4abc", " 4", "4097",
+                                          "99999999999999999999"};
     for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
         setenv("DSLAUNCH_LOCAL_SLOTS", bad_env[i], 1);
         slots = -1;
         ASSERT_EQ(dsl_local_slots(&slots, 0, err), DSL_EUSAGE);
         ASSERT_EQ(slots, -1);
-        ASSERT_CONTAINS(err, "DSLAUNCH_LOCAL_SLOTS='");
+        ASSERT_CONTAINS(err, "DSLAUNCH_LOCAL_SLOTS");
         ASSERT_CONTAINS(err, bad_env[i]);
     }
+    setenv("DSLAUNCH_LOCAL_SLOTS", "99999999999999999999", 1);
+    ASSERT_EQ(dsl_local_slots(&slots, 0, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "DSLAUNCH_LOCAL_SLOTS out of range: allowed 1..4096, got "
+                       "'99999999999999999999'");
     unsetenv("DSLAUNCH_LOCAL_SLOTS");
     ASSERT_OK(dsl_local_slots(&slots, 0, err));
     ASSERT(slots >= 1);

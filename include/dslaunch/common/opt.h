@@ -27,7 +27,7 @@ enum dsl_opt_kind {
     DSL_OPT_SET,     /* no value: the int at offset becomes tag (-v/-q, modes) */
     DSL_OPT_STRING,  /* char * at offset: a copy of the value (a previous one is freed) */
     DSL_OPT_INT,     /* int at offset, from min to max */
-    DSL_OPT_SIZE,    /* size_t at offset: bytes, with an optional K/M/G suffix, from min
+    DSL_OPT_SIZE,    /* size_t at offset: bytes, with an optional K/M/G/T/P/E suffix, from min
                         to max bytes (min = max = 0: unbounded) */
     DSL_OPT_SECONDS, /* double at offset: a duration in seconds (ms/s/m/h suffixes), from
                         min to max whole seconds (min = max = 0: unbounded) */

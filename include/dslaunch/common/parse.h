@@ -9,7 +9,7 @@
 /** Parse a base-10 integer in [min, max]. Returns 0 or -EINVAL / -ERANGE. */
 int dsl_parse_long(const char *s, long min, long max, long *out);
 int dsl_parse_int(const char *s, int min, int max, int *out);
-/** Parse a size with an optional K/M/G suffix (powers of 1024), e.g. "512M". */
+/** Parse a size with an optional K/M/G/T/P/E suffix (powers of 1024), e.g. "512M". */
 int dsl_parse_size(const char *s, size_t *out);
 /** Parse a finite double. */
 int dsl_parse_double(const char *s, double *out);
