@@ -139,7 +139,10 @@ static const struct dsl_opt_parser parser = {
 void dsl_train_settings_help(FILE *f)
 {
     dsl_opt_help(&parser, f);
-    fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n");
+    fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n"
+               "Every value is checked against its key's range, as in the file (docs/config.md,\n"
+               "\"Ranges\"; e.g. the batch sizes and their product 1..%d).\n",
+            DSL_CFG_MAX_BATCH);
 }
 
 /* backend nccl: the GPU path must be built in and have a GPU to run on */
