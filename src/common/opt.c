@@ -120,10 +120,14 @@ static int apply(const struct dsl_opt *d, void *target, const char *val, char *e
             return dsl_seterr(err, DSL_EUSAGE,
                               "option '--%s' needs a duration in seconds (e.g. 30, 2.5, "
                               "500ms, 2m), not '%s'", d->name, val);
+        if (r < 0 && !bounded(d))
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' is out of range: a duration is finite and not "
+                              "negative, got '%s'", d->name, val);
         if (r < 0 || (bounded(d) && (v < (double)d->min || v > (double)d->max)))
             return dsl_seterr(err, DSL_EUSAGE,
                               "option '--%s' is out of range: allowed %ld..%ld seconds, got '%s'",
-                              d->name, d->min, bounded(d) ? d->max : 0L, val);
+                              d->name, d->min, d->max, val);
         *(double *)field = v;
         return 0;
     }

@@ -117,7 +117,8 @@ TEST(opt_should_name_the_option_in_every_error)
                              "500ms, 2m), not 'soon'"},
         {{"--wait", "nan"}, "option '--wait' needs a duration in seconds"},
         {{"--wait", "-1"}, "option '--wait' is out of range"},
-        {{"--wait", "1e308h"}, "option '--wait' is out of range"},
+        {{"--wait", "1e308h"}, "option '--wait' is out of range: a duration is finite and not "
+                               "negative, got '1e308h'"},
         {{"--beat", "0.2"}, "option '--beat' is out of range: allowed 2..3600 seconds, got '0.2'"},
         {{"--beat", "1e308"},
          "option '--beat' is out of range: allowed 2..3600 seconds, got '1e308'"},
