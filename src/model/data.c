@@ -9,16 +9,15 @@
  * allocated (dsl_idx_read).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "dslaunch/model/data.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -55,9 +54,9 @@ static int gz_read_all(gzFile f, void *buf, size_t n)
 }
 
 /* deflate's best ratio is 1032:1: a gzip file of s bytes never holds more than this */
-static size_t gz_max_plain(off_t s)
+static size_t gz_max_plain(size_t s)
 {
-    return (size_t)s > SIZE_MAX / 1032 ? SIZE_MAX : (size_t)s * 1032 + 1024;
+    return s > SIZE_MAX / 1032 ? SIZE_MAX : s * 1032 + 1024;
 }
 
 /*
@@ -70,19 +69,10 @@ int dsl_idx_read(const char *path, uint8_t **out, size_t *count, size_t dims[4],
                  size_t *ndim, char *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    size_t fsize;
+    int fd = dsl_file_open_regular(path, &fsize, err); /* a FIFO would block gzread */
     if (fd < 0)
-        return dsl_seterr(err, -errno, "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) < 0) {
-        int e = errno;
-        close(fd);
-        return dsl_seterr(err, -e, "'%s': %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dsl_seterr(err, DSL_EDATA, "'%s': not a regular file", path);
-    }
+        return fd;
     gzFile f = gzdopen(fd, "rb");
     if (!f) {
         close(fd);
@@ -113,17 +103,17 @@ int dsl_idx_read(const char *path, uint8_t **out, size_t *count, size_t dims[4],
     }
     size_t hlen = 4 + 4 * nd;
     if (gzdirect(f)) {
-        if ((off_t)hlen > st.st_size || (size_t)(st.st_size - (off_t)hlen) != n) {
+        if (hlen > fsize || fsize - hlen != n) {
             dsl_seterr(err, r,
                        "'%s': the idx header claims %zu bytes of data, the file holds %lld",
-                       path, n, (long long)st.st_size - (long long)hlen);
+                       path, n, (long long)fsize - (long long)hlen);
             goto out;
         }
-    } else if (n > gz_max_plain(st.st_size)) {
+    } else if (n > gz_max_plain(fsize)) {
         dsl_seterr(err, r,
                    "'%s': the idx header claims %zu bytes of data, more than a gzip file of "
                    "%lld bytes can hold",
-                   path, n, (long long)st.st_size);
+                   path, n, (long long)fsize);
         goto out;
     }
     while (have < n) {
