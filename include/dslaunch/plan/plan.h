@@ -67,8 +67,11 @@ int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err);
  */
 void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop);
 
-/** A fresh run id (12 hex digits) and job token (32 hex digits). */
-void dsl_plan_new_ids(struct dsl_plan *p);
+/**
+ * A fresh run id (12 hex digits) and job token (32 hex digits), from getrandom(); fails
+ * (err set) rather than make a guessable token.
+ */
+int dsl_plan_new_ids(struct dsl_plan *p, char *err);
 
 /** The transport the plan uses: local, ssh, pdsh or openmpi. */
 const char *dsl_plan_launcher_name(const struct dsl_plan *p);
