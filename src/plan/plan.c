@@ -113,6 +113,15 @@ int dsl_plan_new_ids(struct dsl_plan *p, char *err)
     return 0;
 }
 
+int dsl_plan_rank0_takes_port(const struct dsl_plan *p)
+{
+    if (p->pl.world_size < 2 || !p->argv.nr)
+        return 0;
+    const char *slash = strrchr(p->argv.v[0], '/');
+    const char *base = slash ? slash + 1 : p->argv.v[0];
+    return !strcmp(base, "dstrain") || !strcmp(base, "dsbench");
+}
+
 static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, int *synth,
                          int cpus_only, char *err)
 {
