@@ -3,7 +3,11 @@
  *
  * Theory of operation. Clients are blocking: one request, one reply, every read and
  * write bounded by the store timeout. Connecting retries refused connections with
- * backoff until the timeout, so ranks may start before rank 0's server is up. GET and
+ * backoff until the timeout, so ranks may start before rank 0's server is up, and so
+ * does a hello that was reset, closed or not answered within 10 s (a server shedding a
+ * flood, or a listener still waiting for rank 0 to take it over); a refusal is final.
+ * A multi-rank store without a token is refused on every rank unless the user asked
+ * for one (DSLAUNCH_STORE_INSECURE=1). GET and
  * WAIT block on the server until the keys exist; the client bounds them with its own
  * deadline and, when it runs out, drops the connection (a client is unusable after any
  * failure on its connection, as a communicator is after a timeout). dsl_store_open()

@@ -13,6 +13,26 @@
  * wait with its own deadline and, when it runs out, drops the connection (the client
  * is unusable afterwards, as a communicator is after a timeout).
  *
+ * Strangers. Whoever reaches the port may connect, so nothing a connection does before
+ * its hello may cost the job more than a bounded share: each connection has until
+ * t_open + hello_timeout (5 s) for a complete hello, and an authenticated client
+ * hello_timeout x 6 for a frame it has begun (t_partial); poll() sleeps until the next
+ * such deadline and server_expire() drops whoever missed it. Connections owing their
+ * hello do not count towards MAX_CLIENTS (which counts authenticated ones, refused with
+ * "full" at their hello); at most max_unauth of them are held (MAX_UNAUTH, and at most a
+ * quarter of RLIMIT_NOFILE, so a flood cannot take the rank's fds), the oldest dropped
+ * for each new one. When accept() fails for lack of fds, the oldest unauthenticated
+ * connection is dropped and accept retried; with none, the reserve fd (/dev/null, held
+ * for this) is closed to accept the waiting connection and close it at once, so the
+ * backlog drains instead of keeping the listener readable; failing that the listener
+ * is left out of the poll set for a rest (50 ms doubling to 1 s). The counters
+ * (struct dsl_store_stats) record every wake-up with nothing done, which is how the
+ * tests tell a busy loop from a rest.
+ *
+ * The listening socket is one the hosting rank inherited (DSLAUNCH_STORE_FD: its agent
+ * reserved the master port before any rank started), or bound on MASTER_ADDR when that
+ * is an address of this machine, else on every address.
+ *
  * Stopping: dsl_store_server_free() writes to the wake-up pipe and joins the thread;
  * dsl_store_server_wait_idle() lets the hosting rank wait for the others to leave first.
  */
