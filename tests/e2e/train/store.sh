@@ -6,7 +6,7 @@
 #   given      two jobs given the same --master_port at once: one runs, the other fails
 #              before any rank starts, naming the port
 #   handoff    rank 0 of dstrain gets the reserved socket (DSLAUNCH_STORE_FD), rank 1 not
-#   flood      thousands of idle connections before rank 1 joins and during training:
+#   flood      4,200 idle connections before rank 1 joins and during training:
 #              the job finishes
 #   ulimit     600 connections with rank 0 under `ulimit -n 256`, with checkpoints: the
 #              store keeps at most a quarter of its fds for strangers, so the job is
@@ -187,7 +187,7 @@ flood|ulimit)
     port=$(free_port)
     lim=""
     extra=""
-    n=3000
+    n=4200
     if [ "$TEST" = ulimit ]; then
         lim="ulimit -n 256;"
         n=600
