@@ -217,7 +217,10 @@ int dsl_hostlist_expand(const char *list, struct dsl_strvec *out, char *err)
         unsigned long c;
         dsl_strvec_push_nodup(&items, item);
         if ((r = count(item, &c, rerr)) < 0) {
-            dsl_seterr(err, r, "bad host list '%.200s': %s", list, rerr);
+            if (end - i == n) /* the whole list is one range: its message says it all */
+                dsl_seterr(err, r, "%s", rerr);
+            else
+                dsl_seterr(err, r, "bad host list '%.200s': %s", list, rerr);
             break;
         }
         total += c;

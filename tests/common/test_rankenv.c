@@ -187,7 +187,9 @@ TEST(rankenv_should_name_the_bad_variable)
         {"SLURM_NODEID", "2", "bad SLURM_NODEID '2' (expected 0..1)"},
         {"SLURM_STEP_TASKS_PER_NODE", "2,", "SLURM_STEP_TASKS_PER_NODE: bad tasks-per-node list"},
         {"SLURM_STEP_TASKS_PER_NODE", "2", "has 1 nodes, not node 1"},
-        {"SLURM_STEP_NODELIST", "n[2-1]", "SLURM_STEP_NODELIST: bad host list 'n[2-1]'"},
+        {"SLURM_STEP_NODELIST", "n[2-1]", "SLURM_STEP_NODELIST: bad host range 'n[2-1]'"},
+        {"SLURM_STEP_NODELIST", "n1,n[2-1]", "SLURM_STEP_NODELIST: bad host list 'n1,n[2-1]': "
+                                             "bad host range 'n[2-1]': reversed range '2-1'"},
         {"SLURM_JOB_ID", "-4", "bad SLURM_JOB_ID '-4'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -244,7 +246,8 @@ TEST(hostlist_should_split_at_commas_outside_brackets)
         {"", "empty"},
         {"n1,,n2", "empty item at offset 3"},
         {"n1,", "empty item at offset 3"},
-        {"n[1-2", "unclosed '['"},
+        {"n[1-2", "bad host range 'n[1-2': unclosed '['"},
+        {"a,n[1-2", "bad host list 'a,n[1-2': bad host range 'n[1-2': unclosed '['"},
         {"n1]", "unmatched ']'"},
         {"a[0-60000],b[0-9999]", "more than 65536 hosts"},
     };

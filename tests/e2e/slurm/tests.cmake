@@ -7,3 +7,12 @@ add_test(NAME slurm_selftest
          COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/selftest.sh
                  ${PROJECT_SOURCE_DIR})
 set_tests_properties(slurm_selftest PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+# dstrain and dsbench started by srun itself (no dslaunch) on the Slurm cluster.
+if(TARGET dstrain AND TARGET dsbench)
+  add_test(NAME slurm_srun_ranks
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/srun_ranks.sh
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> $<TARGET_FILE:dsbench>
+                   ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_srun_ranks PROPERTIES LABELS cluster TIMEOUT 300
+                       SKIP_RETURN_CODE 77)
+endif()
