@@ -16,3 +16,8 @@ if(TARGET dstrain AND TARGET dsbench)
   set_tests_properties(slurm_srun_ranks PROPERTIES LABELS cluster TIMEOUT 300
                        SKIP_RETURN_CODE 77)
 endif()
+# dslaunch inside a Slurm allocation (salloc, sbatch) with no hostfile: the plan.
+add_test(NAME slurm_allocation
+         COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/alloc.sh
+                 $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
+set_tests_properties(slurm_allocation PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
