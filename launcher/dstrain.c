@@ -180,6 +180,7 @@ out:
 
 int main(int argc, char **argv)
 {
+    double t_process = dsl_now(); /* the summary's setup phase starts here */
     char err[DSL_ERR_LEN] = "";
     dsl_log_set_prog("dstrain");
     if (argc > 1 && !strcmp(argv[1], "consolidate")) {
@@ -215,6 +216,7 @@ int main(int argc, char **argv)
         dsl_debug("rank environment taken from %s", source);
     /* before any work: may re-execute dstrain with better BLAS kernels */
     blas_note = dsl_blas_check_core(argv);
+    s.ro.t_process = t_process;
     r = train(&s);
     dsl_train_settings_release(&s);
     return r;

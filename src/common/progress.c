@@ -138,6 +138,8 @@ void dsl_progress_parse(const void *buf, size_t len, struct dsl_progress_view *v
             v->coll_kind = (int)((c >> 1) & 0x7f);
             v->in_coll = (int)(c & 1);
             v->beat = get64(b + offsetof(struct dsl_progress_rec, beat));
+            uint64_t ph = get64(b + offsetof(struct dsl_progress_rec, phase));
+            v->phase = ph <= DSL_PROGRESS_PHASE_MAX ? (int)ph : 0;
             v->hash = fnv1a(b, sizeof(struct dsl_progress_rec));
             return;
         }
@@ -191,5 +193,14 @@ const char *dsl_progress_coll_name(int kind)
     case DSL_PROGRESS_BROADCAST: return "broadcast";
     case DSL_PROGRESS_BARRIER: return "barrier";
     default: return "collective";
+    }
+}
+
+const char *dsl_progress_phase_name(int phase)
+{
+    switch (phase) {
+    case DSL_PROGRESS_PHASE_SAVING: return "saving a checkpoint";
+    case DSL_PROGRESS_PHASE_LOADING: return "loading a checkpoint";
+    default: return NULL;
     }
 }

@@ -14,7 +14,8 @@
  * whatever the writer put there), the process state on its own is not. A rank's final
  * content is sent just before its exit is reported. The files are removed when the
  * agent ends; their names carry the agent's pid, so the files of an agent that was
- * killed before it could remove them are removed by the next agent on the host.
+ * killed before it could remove them are removed by its clean-up process, or by the
+ * next agent on the host when that died too (progress_files.c).
  *
  * Stacks. On a stacks request every live rank goes through, concurrently:
  *   TOOL    eu-stack -p PID, or gdb -p PID -batch 'thread apply all bt' (the first in
@@ -28,7 +29,6 @@
  * collects them like any other child.
  */
 #define _GNU_SOURCE /* pipe2, prlimit */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -46,6 +46,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
+#include "progress_files.h"
 #include "proto_hang.h"
 #include "dslaunch/common/banned.h"
 
@@ -84,51 +85,6 @@ void dsl_agent_progress_setup(struct dsl_agent_progress *p, double tick, int nra
 
 /* ---- progress files ---- */
 
-static const char *file_dir(void)
-{
-    struct stat st;
-    if (access("/dev/shm", W_OK | X_OK) == 0 && stat("/dev/shm", &st) == 0 &&
-        S_ISDIR(st.st_mode))
-        return "/dev/shm";
-    const char *t = getenv("TMPDIR");
-    return t && t[0] == '/' ? t : "/tmp";
-}
-
-/*
- * Remove this user's progress files in dir whose agent is gone: the pid in
- * "dslaunch-<run>-<rank>.<agent pid>.progress" names no process.
- */
-static void sweep(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "dslaunch-", 9) || n < 18 ||
-            strcmp(e->d_name + n - 9, ".progress"))
-            continue;
-        const char *dot = e->d_name + n - 9;
-        const char *p = dot;
-        while (p > e->d_name && p[-1] >= '0' && p[-1] <= '9')
-            p--;
-        if (p == dot || p[-1] != '.')
-            continue;
-        long pid = 0;
-        for (const char *q = p; q < dot && pid < (1L << 30); q++)
-            pid = pid * 10 + (*q - '0');
-        if (pid <= 0 || pid >= (1L << 30) || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue;
-        char *path = dsl_xasprintf("%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
-            unlink(path);
-        free(path);
-    }
-    closedir(d);
-}
-
 static int create_file(const char *path)
 {
     for (int tries = 0; tries < 2; tries++) {
@@ -159,12 +115,10 @@ void dsl_agent_progress_rank(struct dsl_agent_progress *p, int i, int rank,
         return;
     const char *id = dsl_env_get(env, DSL_ENV_RUN_ID);
     if (!p->swept) {
-        sweep(file_dir());
+        dsl_progress_files_sweep();
         p->swept = 1;
     }
-    char *path = dsl_xasprintf("%s/dslaunch-%.40s-%d.%d.progress", file_dir(),
-                               id && id[0] && !strchr(id, '/') ? id : "run", rank,
-                               (int)getpid());
+    char *path = dsl_progress_files_path(id, rank, getpid());
     int r = create_file(path);
     if (r < 0) {
         fprintf(stderr, "dslaunch agent: cannot create progress file '%s': %s\n", path,
@@ -188,7 +142,32 @@ static char proc_state(pid_t pid)
     return dsl_contain_read_stat(pid, &st) == 0 ? st.state : 0;
 }
 
-/* Look at rank w; if anything changed, append an entry to m. */
+/* Bytes the process has read and written (rchar + wchar of /proc/PID/io); 0 when
+   unreadable. */
+static unsigned long long proc_io(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof(path), "/proc/%d/io", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    unsigned long long sum = 0;
+    for (const char *p = buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, "rchar: ", 7) || !strncmp(p, "wchar: ", 7))
+            sum += strtoull(p + 7, NULL, 10);
+    return sum;
+}
+
+/*
+ * Look at rank w; if anything changed, append an entry to m. A change of the file is
+ * progress; so is, while the record names a phase (a checkpoint being written or
+ * read), a change of the bytes the rank has moved.
+ */
 static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
 {
     struct dsl_progress_view v;
@@ -197,6 +176,14 @@ static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
         v.hash != w->last.hash) {
         adv = 1;
         w->last = v;
+    }
+    if (!final && w->last.form == DSL_PROGRESS_RECORD && w->last.phase) {
+        unsigned long long io = proc_io(w->pid);
+        if (io && io != w->io)
+            adv |= w->io != 0; /* the first reading of a phase is a baseline */
+        w->io = io;
+    } else {
+        w->io = 0;
     }
     char ps = final ? w->pstate : proc_state(w->pid);
     if (!adv && ps == w->pstate)
@@ -315,7 +302,29 @@ static int is_python(pid_t pid)
     return !strncmp(base, "python", 6);
 }
 
-/* The tool is done (or out of time): a Python rank's dump next, else done. */
+/*
+ * The Python processes below a rank that is not Python itself (`sh -c 'python3 x.py'`,
+ * a wrapper script): at most max of them into py[], the count returned.
+ */
+static int python_below(pid_t rank, pid_t *py, int max)
+{
+    struct dsl_procstat *ps = NULL;
+    int n = dsl_contain_scan(&ps), k = 0;
+    char *mark = dsl_xcalloc((size_t)n + 1, 1);
+    dsl_contain_descendants(ps, n, rank, mark);
+    for (int i = 0; i < n && k < max; i++)
+        if (mark[i] && ps[i].state != 'Z' && is_python(ps[i].pid))
+            py[k++] = ps[i].pid;
+    free(mark);
+    free(ps);
+    return k;
+}
+
+/*
+ * The tool is done (or out of time): the Python dump next, else done. The dump is of
+ * the rank when it is Python, else of the Python processes below it, whose tracebacks
+ * reach the rank's stderr as theirs is inherited.
+ */
 static void after_tool(struct dsl_agent_rank_watch *w, double now)
 {
     if (w->st_fd >= 0) {
@@ -323,14 +332,21 @@ static void after_tool(struct dsl_agent_rank_watch *w, double now)
         w->st_fd = -1;
     }
     w->st = ST_DONE;
-    if (w->exited || !w->pyfault || !is_python(w->pid))
+    w->st_npy = 0;
+    if (w->exited || !w->pyfault)
         return;
-    struct rlimit none = {0, 0};
-    prlimit(w->pid, RLIMIT_CORE, &none, NULL); /* the dump is the point, not a core */
-    if (kill(w->pid, SIGABRT) == 0) {
-        kill(w->pid, SIGCONT);
-        w->st = ST_PYDUMP;
-        w->st_deadline = now + PYDUMP_WAIT;
+    pid_t py[DSL_AGENT_PY_MAX];
+    int npy = is_python(w->pid) ? (py[0] = w->pid, 1) : python_below(w->pid, py, DSL_AGENT_PY_MAX);
+    for (int k = 0; k < npy; k++) {
+        struct rlimit none = {0, 0};
+        prlimit(py[k], RLIMIT_CORE, &none, NULL); /* the dump is the point, not a core */
+        if (kill(py[k], SIGABRT) == 0) {
+            kill(py[k], SIGCONT);
+            w->st = ST_PYDUMP;
+            w->st_deadline = now + PYDUMP_WAIT;
+            if (py[k] != w->pid)
+                w->st_py_pid[w->st_npy++] = py[k];
+        }
     }
 }
 
@@ -417,7 +433,13 @@ static void stacked_msg(struct dsl_agent_progress *p, struct dsl_msg *m)
             dsl_dynbuf_addstr(&t, "(exited before the capture)\n");
         } else {
             dsl_dynbuf_add(&t, w->st_out.buf, w->st_out.len);
-            if (w->st_py.len) {
+            if (w->st_py.len && w->st_npy) {
+                dsl_dynbuf_addstr(&t, "--- Python traceback (faulthandler) of the rank's python");
+                for (int k = 0; k < w->st_npy; k++)
+                    dsl_dynbuf_addf(&t, "%s %d", k ? "," : " pid", (int)w->st_py_pid[k]);
+                dsl_dynbuf_addstr(&t, " ---\n");
+                dsl_dynbuf_add(&t, w->st_py.buf, w->st_py.len);
+            } else if (w->st_py.len) {
                 dsl_dynbuf_addstr(&t, "--- Python traceback (faulthandler) ---\n");
                 dsl_dynbuf_add(&t, w->st_py.buf, w->st_py.len);
             }

@@ -16,6 +16,9 @@
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/job/proto.h"
 
+/* Python processes below one rank whose tracebacks a stack capture asks for, at most */
+#define DSL_AGENT_PY_MAX 8
+
 struct dsl_agent_rank_watch {
     int rank;
     pid_t pid;                    /* 0 until started */
@@ -23,6 +26,7 @@ struct dsl_agent_rank_watch {
     char *path;                   /* the rank's progress file (owned), NULL: none */
     struct dsl_progress_view last; /* what was last reported */
     char pstate;                  /* last reported process state letter */
+    unsigned long long io;        /* in a phase: bytes moved at the last look; 0: none */
     int pyfault;                  /* PYTHONFAULTHANDLER set in the rank's environment */
     /* stack capture */
     int st;                       /* enum in agent_progress.c */
@@ -32,6 +36,8 @@ struct dsl_agent_rank_watch {
     const char *st_tool;
     struct dsl_dynbuf st_out;     /* the tool's output */
     struct dsl_dynbuf st_py;      /* stderr lines after the faulthandler dump was asked */
+    pid_t st_py_pid[DSL_AGENT_PY_MAX]; /* the Python processes below the rank dumped */
+    int st_npy;                   /* how many; 0: the rank itself, or none */
 };
 
 struct dsl_agent_progress {

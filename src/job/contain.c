@@ -23,7 +23,8 @@
  * is over and nothing is left, the agent writes "D" and the keeper exits. When the pipe
  * reaches EOF without it, the agent died (SIGKILL, a crash, the OOM killer) and the
  * keeper does the teardown the agent could not: it kills the ranks' cgroups until they
- * are empty and removes them. Under process tracking the orphans now belong to init,
+ * are empty and removes them, and then the ranks' progress files (progress_files.c).
+ * Under process tracking the orphans now belong to init,
  * so the agent's /proc walks are what the keeper knows: the agent tells it every
  * process it finds (pid and start time, so a reused pid is never killed) twice a
  * second; the keeper stops what it was told of and whatever descends from those,
@@ -49,6 +50,7 @@
 
 #include "cause.h"
 #include "contain.h"
+#include "progress_files.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
@@ -108,8 +110,7 @@ int dsl_contain_read_stat(pid_t pid, struct dsl_procstat *out)
     return dsl_contain_parse_stat(buf, out);
 }
 
-/* Every process now, into *out (malloc'd). Returns the count. */
-static int scan_procs(struct dsl_procstat **out)
+int dsl_contain_scan(struct dsl_procstat **out)
 {
     size_t n = 0, cap = 256;
     struct dsl_procstat *p = dsl_xcalloc(cap, sizeof(*p));
@@ -206,7 +207,7 @@ int dsl_contain_descendants(const struct dsl_procstat *p, int n, pid_t root, cha
 /* Live descendants of the agent other than the keeper: ps/mark filled, count returned. */
 static int live_descendants(const struct dsl_contain *c, struct dsl_procstat **ps, char **mark)
 {
-    int n = scan_procs(ps);
+    int n = dsl_contain_scan(ps);
     *mark = dsl_xcalloc((size_t)n + 1, 1);
     dsl_contain_descendants(*ps, n, c->self, *mark);
     int live = 0;
@@ -289,7 +290,7 @@ static void keeper_clean_tracked(struct dsl_tracked *told, size_t ntold)
     double give_up = dsl_now() + KEEPER_PATIENCE;
     for (int round = 0; dsl_now() < give_up; round++) {
         struct dsl_procstat *ps;
-        int n = scan_procs(&ps);
+        int n = dsl_contain_scan(&ps);
         char *mark = dsl_xcalloc((size_t)n + 1, 1);
         for (int i = 0; i < n; i++)
             mark[i] = told_has(told, ntold, ps[i].pid, ps[i].start) ||
@@ -371,6 +372,7 @@ static int keeper_main(void *arg)
     else
         keeper_clean_tracked(told, ntold);
     free(told);
+    dsl_progress_files_remove(c->run_id, c->self);
     return 0;
 }
 
@@ -458,6 +460,7 @@ int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *rank
                       unsigned long long memory_limit, char *err)
 {
     job_name(c, run_id);
+    snprintf(c->run_id, sizeof(c->run_id), "%s", run_id ? run_id : "");
     c->nranks = nranks;
     c->ranks = dsl_xcalloc((size_t)nranks + 1, sizeof(*c->ranks));
     if (memory_limit && !dsl_contain_memory(c))

@@ -35,6 +35,7 @@ struct dsl_contain {
     struct dsl_cghost host;         /* what the machine offers */
     int cgroups;                    /* 1: ranks are in cgroups; 0: process tracking */
     char job[96];                   /* "dslaunch-<run_id>" */
+    char run_id[72];                /* as the job gave it (cut to fit) */
     struct dsl_contain_rank *ranks;
     int nranks;
     pid_t self;                     /* the agent */
@@ -98,6 +99,8 @@ void dsl_contain_release(struct dsl_contain *c);
 int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out);
 /** Read and parse /proc/<pid>/stat. 0, -errno (the process is gone) or -EINVAL. */
 int dsl_contain_read_stat(pid_t pid, struct dsl_procstat *out);
+/** Every process now, into *out (malloc'd, the caller frees it). Returns the count. */
+int dsl_contain_scan(struct dsl_procstat **out);
 /**
  * Mark the processes in p[0..n) that descend from root (root itself excluded): mark[i]
  * = 1 for them, 0 for the rest. p need not be sorted. Returns how many were marked.

@@ -19,6 +19,12 @@
  *     else every stalled rank. Ranks that already exited 0 are said first ("rank 0
  *     exited 0 at 12.0 s; rank 1 (...) still running at 312.0 s, no progress for ...").
  *
+ * Excused (dsl_hang_excuse): ranks waiting in F while every live rank outside it works
+ * in a phase (saving or loading a checkpoint) and still advances. The launcher counts
+ * such waiting as progress, so a long save is no hang, and the waiters get a whole
+ * timeout once the save is over. A rank in a phase is named with it: "rank 0 (node1, pid 77, saving a checkpoint) never
+ * entered allreduce #90".
+ *
  * dsl_hang_cause answers a different question at the moment a rank exits with an
  * error: was it the victim? A rank that timed out waiting in collective F while a
  * peer never entered F is; the peer is the cause, and the summary names the peer.
@@ -93,13 +99,16 @@ static int has_coll(const struct dsl_hang_rank *r)
     return r->v.form == DSL_PROGRESS_RECORD && r->v.coll_seq > 0;
 }
 
-/* "rank 5 (node2, pid 4242, stopped)" */
+/* "rank 5 (node2, pid 4242, stopped)", "rank 0 (node1, pid 77, saving a checkpoint)" */
 static void say_rank(struct out *o, const struct dsl_hang_rank *r)
 {
-    app(o, "rank %d (%s, pid %d%s)", r->rank, r->host ? r->host : "?", r->pid,
+    const char *phase = r->v.form == DSL_PROGRESS_RECORD ? dsl_progress_phase_name(r->v.phase)
+                                                         : NULL;
+    app(o, "rank %d (%s, pid %d%s%s%s)", r->rank, r->host ? r->host : "?", r->pid,
         stopped(r)                 ? ", stopped"
         : r->pstate == 'D'         ? ", in uninterruptible sleep"
-                                   : "");
+                                   : "",
+        phase ? ", " : "", phase ? phase : "");
 }
 
 /* The ranks idx[0..k) in words: one or a few in full, many as a list. */
@@ -262,6 +271,38 @@ static int judge_collective(const struct dsl_hang_rank *r, int n, double now,
     say_numbers(o, r, n, wait);
     app(o, "): none is missing, so the collective itself does not complete");
     return 1;
+}
+
+int dsl_hang_excuse(const struct dsl_hang_rank *r, int n, double now, double timeout,
+                    unsigned char *mark)
+{
+    uint64_t F = 0;
+    for (int i = 0; i < n; i++) {
+        mark[i] = 0;
+        if (has_coll(&r[i]) && r[i].v.coll_seq > F)
+            F = r[i].v.coll_seq;
+    }
+    int nwait = 0, working = 0;
+    for (int i = 0; i < n; i++) {
+        if (!live(&r[i]))
+            continue;
+        if (has_coll(&r[i]) && r[i].v.in_coll && r[i].v.coll_seq == F) {
+            mark[i] = 1;
+            nwait++;
+            continue;
+        }
+        if (r[i].v.form != DSL_PROGRESS_RECORD || !r[i].v.phase || stopped(&r[i]) ||
+            now - r[i].t_advance >= timeout) {
+            memset(mark, 0, (size_t)n); /* a peer that does not work in a phase */
+            return 0;
+        }
+        working++;
+    }
+    if (!F || !working) {
+        memset(mark, 0, (size_t)n);
+        return 0;
+    }
+    return nwait;
 }
 
 int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double timeout,

@@ -43,6 +43,15 @@ struct dsl_hang_verdict {
 };
 
 /**
+ * Ranks that wait for peers working in a phase (common/progress.h: a checkpoint save or
+ * load longer than the timeout) at time now: when the live ranks are those waiting in
+ * the newest collective and ranks outside it that are all in a phase, not stopped, and
+ * advanced within timeout, mark[i] = 1 for the waiters (mark: n bytes) and return how
+ * many; else all 0 and 0. The caller counts their waiting as progress.
+ */
+int dsl_hang_excuse(const struct dsl_hang_rank *r, int n, double now, double timeout,
+                    unsigned char *mark);
+/**
  * Is it a hang at time now? It is when a live armed rank has made no progress for
  * timeout seconds. The ranks named: those that did not enter the collective the
  * others wait in; else the stopped ones; else, without a collective to compare, the

@@ -58,6 +58,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/envnames.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "cause.h"
@@ -243,7 +244,8 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_RANK "=%d", pn->node_rank);
     dsl_strvec_pushf(&m->env, DSL_ENV_NNODES "=%d", job->pl->nr);
     dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_SIZE "=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s", devs);
+    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s",
+                     job->plan->no_devices ? job->plan->no_devices : devs);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
     dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
     dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);
@@ -377,17 +379,37 @@ static void print_summary(struct dsl_job *job)
         return;
     }
     if (job->failed_rank >= 0 || job->failed_node >= 0 || job->exit_code) {
-        int stopped = 0, killed = 0;
+        /* the ranks the stop ended; not those that had finished before it, nor those
+         * whose node was lost (they went with it, or dslaunch cannot know) */
+        int stopped = 0, killed = 0, lost = 0, done = 0;
         for (int i = 0; i < job->nranks; i++) {
             struct dsl_job_rank *r = &job->ranks[i];
             if (i == job->failed_rank || !r->started)
                 continue;
-            stopped++;
-            killed += r->sig == SIGKILL;
+            if (r->exited && !r->exited_in_stop) {
+                done++;
+            } else if (!r->exited) {
+                lost++;
+            } else {
+                stopped++;
+                killed += r->sig == SIGKILL;
+            }
         }
+        char extra[160] = "";
+        int k = 0;
+        if (killed)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k,
+                          " (%d needed SIGKILL after the grace period)", killed);
+        if (done)
+            k += snprintf(extra + k, sizeof(extra) - (size_t)k, "; %d had finished before",
+                          done);
+        if (lost)
+            snprintf(extra + k, sizeof(extra) - (size_t)k,
+                     "; %d on lost node(s), never confirmed", lost);
         if (stopped)
-            dsl_info("stopped %d other rank(s)%s", stopped,
-                     killed ? " (some needed SIGKILL after the grace period)" : "");
+            dsl_info("stopped %d other rank(s)%s", stopped, extra);
+        else if (done || lost)
+            dsl_info("no other rank was running%s", extra);
     }
 }
 
@@ -450,23 +472,37 @@ int dsl_job_run(struct dsl_job *job)
         }
     dsl_job_hang_init(job);
     if (job->opts->log_dir) {
-        if (mkdir(job->opts->log_dir, 0777) < 0 && errno != EEXIST) {
-            dsl_error("cannot create log directory '%s': %s", job->opts->log_dir, strerror(errno));
+        /* ours and writable by no one else, so nothing in it was planted; a log file is
+         * replaced (a link at its name is removed, never written through), a restart
+         * appends so the logs keep every attempt (dsl_dir_open_private, file.h) */
+        char lerr[DSL_ERR_LEN];
+        int dfd = dsl_dir_open_private(job->opts->log_dir, lerr);
+        if (dfd < 0) {
+            dsl_error("--log-dir: %s", lerr);
             code = DSL_EXIT_USAGE;
             goto out;
         }
-        for (int i = 0; i < job->nranks; i++) {
-            char *path = dsl_xasprintf("%s/rank%d.log", job->opts->log_dir, i);
-            /* a restart appends: the logs keep every attempt */
-            job->ranks[i].log = fopen(path, job->restart_count ? "ae" : "we");
+        for (int i = 0; i < job->nranks && code == 0; i++) {
+            char name[32];
+            snprintf(name, sizeof(name), "rank%d.log", i);
+            char *path = dsl_xasprintf("%s/%s", job->opts->log_dir, name);
+            int fd = dsl_file_create(dfd, name, path, 0644,
+                                     job->restart_count ? DSL_FILE_APPEND : DSL_FILE_REPLACE,
+                                     lerr);
+            if (fd >= 0 && !(job->ranks[i].log = fdopen(fd, "a"))) {
+                snprintf(lerr, sizeof(lerr), "cannot write log file '%s': %s", path,
+                         strerror(errno));
+                close(fd);
+            }
             if (!job->ranks[i].log) {
-                dsl_error("cannot write log file '%s': %s", path, strerror(errno));
-                free(path);
+                dsl_error("--log-dir: %s", lerr);
                 code = DSL_EXIT_USAGE;
-                goto out;
             }
             free(path);
         }
+        close(dfd);
+        if (code)
+            goto out;
     }
 
     /* nodes */

@@ -23,14 +23,17 @@
  * for people and .json for programs, with every rank's state, progress and stack.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "dslaunch/common/envnames.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/spawn.h"
@@ -230,7 +233,9 @@ static void progress_words(const struct dsl_hang_rank *v, char *buf, size_t cap)
                               dsl_progress_coll_name(v->v.coll_kind),
                               (unsigned long long)v->v.coll_seq);
     if (o < cap && v->v.form == DSL_PROGRESS_TEXT && !v->v.has_step)
-        snprintf(buf + o, cap - o, "\"%s\"", v->v.text);
+        o += (size_t)snprintf(buf + o, cap - o, "\"%s\"", v->v.text);
+    if (o < cap && dsl_progress_phase_name(v->v.phase))
+        snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", dsl_progress_phase_name(v->v.phase));
 }
 
 static void write_text(struct dsl_job *job, FILE *f, double now)
@@ -318,6 +323,8 @@ static char *write_json(struct dsl_job *job, double now)
         }
         if (v->v.form == DSL_PROGRESS_TEXT)
             cJSON_AddStringToObject(p, "text", v->v.text);
+        if (dsl_progress_phase_name(v->v.phase))
+            cJSON_AddStringToObject(p, "phase", dsl_progress_phase_name(v->v.phase));
         cJSON_AddStringToObject(e, "stack_tool", r->stack_tool ? r->stack_tool : "none");
         cJSON_AddStringToObject(e, "stack", r->stack ? r->stack : "");
         cJSON_AddItemToArray(a, e);
@@ -327,39 +334,76 @@ static char *write_json(struct dsl_job *job, double now)
     return s;
 }
 
-static int save_json(const char *path, const char *text)
+/*
+ * Create a report file: in --log-dir (checked to be ours alone) an old report of the
+ * same name is replaced; in the working directory, which may be shared, nothing that
+ * is already there is touched (file.h). NULL with err on failure.
+ */
+static FILE *report_open(int dfd, int replace, const char *path, char *err)
 {
-    FILE *f = fopen(path, "we");
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    int fd = dsl_file_create(dfd, name, path, 0644, replace ? DSL_FILE_REPLACE : DSL_FILE_FAIL,
+                             err);
+    if (fd < 0)
+        return NULL;
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        snprintf(err, DSL_ERR_LEN, "cannot write '%s': %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
+}
+
+static int save_json(int dfd, int replace, const char *path, const char *text, char *err)
+{
+    FILE *f = report_open(dfd, replace, path, err);
     if (!f)
-        return -errno;
+        return -1;
     fputs(text, f);
     fputc('\n', f);
-    return fclose(f) == 0 ? 0 : -errno;
+    if (fclose(f) != 0) {
+        snprintf(err, DSL_ERR_LEN, "cannot write '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 void dsl_job_hang_report(struct dsl_job *job)
 {
     struct dsl_job_hang *h = job->hang;
+    char err[DSL_ERR_LEN] = "";
     if (!h || h->reported || h->state == DSL_HANG_WATCH)
         return;
     h->reported = 1;
     double now = dsl_now();
     dsl_job_hang_look(job);
     const char *dir = job->opts->log_dir ? job->opts->log_dir : ".";
+    int dfd = job->opts->log_dir ? dsl_dir_open_private(dir, err) : AT_FDCWD;
+    int r = dfd == AT_FDCWD || dfd >= 0 ? 0 : -1;
     h->report_txt = dsl_xasprintf("%s/dslaunch-hang-%s.txt", dir, job->plan->run_id);
     h->report_json = dsl_xasprintf("%s/dslaunch-hang-%s.json", dir, job->plan->run_id);
-    FILE *f = fopen(h->report_txt, "we");
-    int r = f ? 0 : -errno;
+    FILE *f = r == 0 ? report_open(dfd, job->opts->log_dir != NULL, h->report_txt, err) : NULL;
     if (f) {
         write_text(job, f, now);
-        r = fclose(f) == 0 ? 0 : -errno;
+        if (fclose(f) != 0) {
+            snprintf(err, sizeof(err), "cannot write '%s': %s", h->report_txt, strerror(errno));
+            r = -1;
+        }
+    } else {
+        r = -1;
     }
-    char *js = write_json(job, now);
+    char *js = r == 0 ? write_json(job, now) : NULL;
+    if (r == 0 && !js) {
+        snprintf(err, sizeof(err), "cannot format '%s': out of memory", h->report_json);
+        r = -1;
+    }
     if (r == 0)
-        r = js ? save_json(h->report_json, js) : -ENOMEM;
+        r = save_json(dfd, job->opts->log_dir != NULL, h->report_json, js, err);
     cJSON_free(js);
+    if (dfd >= 0)
+        close(dfd);
     if (r < 0) {
-        dsl_warn("cannot write the hang report '%s': %s", h->report_txt, strerror(-r));
+        dsl_warn("cannot write the hang report: %s", err);
         free(h->report_txt);
         h->report_txt = NULL;
     }

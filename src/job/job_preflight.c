@@ -27,7 +27,61 @@
 #include "job_impl.h"
 #include "dslaunch/common/banned.h"
 
-/* Check hellos: versions and GPU counts. 0 or DSL_EXIT_PREFLIGHT. */
+/* Does the node have an interface that a socket-interface variable the user exported
+ * lets the library use? NCCL_SOCKET_IFNAME is a comma list of name prefixes, of exact
+ * names when it starts with '=', of names to avoid when it starts with '^' (then any
+ * other interface will do); GLOO_SOCKET_IFNAME is a comma list of exact names, each of
+ * which Gloo opens. */
+static int ifname_usable(const char *spec, int gloo, const struct dsl_msg *hello)
+{
+    int exact = gloo, avoid = 0;
+    if (!gloo && *spec == '^')
+        avoid = 1, spec++;
+    if (!gloo && *spec == '=')
+        exact = 1, spec++;
+    struct dsl_strvec items;
+    dsl_strvec_init(&items);
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n)
+            dsl_strvec_push_nodup(&items, dsl_xstrndup(p, n));
+        p += n + (p[n] == ',');
+    }
+    int ok = gloo ? items.nr > 0 : 0;
+    if (avoid) { /* any interface but loopback and the avoided ones */
+        for (int i = 0; i < hello->nifaces && !ok; i++) {
+            const char *name = hello->ifaces[i].name;
+            int hit = !strcmp(name, "lo");
+            for (size_t k = 0; k < items.nr && !hit; k++)
+                hit = exact ? !strcmp(name, items.v[k])
+                            : !strncmp(name, items.v[k], strlen(items.v[k]));
+            ok = !hit;
+        }
+    } else {
+        for (size_t k = 0; k < items.nr; k++) {
+            int found = 0;
+            for (int i = 0; i < hello->nifaces && !found; i++)
+                found = exact ? !strcmp(hello->ifaces[i].name, items.v[k])
+                              : !strncmp(hello->ifaces[i].name, items.v[k], strlen(items.v[k]));
+            ok = gloo ? ok && found : ok || found;
+        }
+    }
+    dsl_strvec_release(&items);
+    return ok;
+}
+
+/* The node's interfaces, "lo, eth0, ib0", for an error. */
+static void iface_list(const struct dsl_msg *hello, char *out, size_t len)
+{
+    size_t k = 0;
+    out[0] = '\0';
+    for (int i = 0; i < hello->nifaces && k + 1 < len; i++)
+        k += (size_t)snprintf(out + k, len - k, "%s%s", i ? ", " : "", hello->ifaces[i].name);
+    if (!hello->nifaces)
+        snprintf(out, len, "none");
+}
+
+/* Check hellos: versions, GPU counts, exported interface names. 0 or DSL_EXIT_PREFLIGHT. */
 int dsl_job_check_hellos(struct dsl_job *job)
 {
     int bad = 0;
@@ -47,6 +101,19 @@ int dsl_job_check_hellos(struct dsl_job *job)
             dsl_error("'%s' cannot limit a rank's memory (--rank-memory-limit): %s",
                       n->pn->host,
                       h->contain ? "it has no memory cgroup for ranks" : "its dslaunch is older");
+            bad = 1;
+        }
+        static const char *const ifvars[] = {DSL_ENV_NCCL_SOCKET_IFNAME,
+                                             DSL_ENV_GLOO_SOCKET_IFNAME};
+        for (int v = 0; v < 2; v++) {
+            const char *spec = dsl_env_get(&job->plan->exported, ifvars[v]);
+            if (!spec || !*spec || ifname_usable(spec, v == 1, h))
+                continue;
+            char names[512];
+            iface_list(h, names, sizeof(names));
+            dsl_error("'%s' has no interface that %s='%s' allows (its interfaces: %s); "
+                      "export a value every node satisfies, or unset it and let dslaunch "
+                      "choose per node", n->pn->host, ifvars[v], spec, names);
             bad = 1;
         }
         int maxslot = n->pn->slots[n->pn->nslots - 1];
@@ -132,6 +199,9 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_strvec_init(&cand);
     if (job->opts->master_addr) {
         dsl_strvec_push(&cand, job->opts->master_addr);
+    } else if (job->plan->all_local) {
+        /* every node is this machine: loopback, as the plan without a preflight says */
+        dsl_strvec_push(&cand, "127.0.0.1");
     } else {
         for (int i = 0; i < n0->hello.nifaces; i++)
             for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
@@ -139,7 +209,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                 if (!is_loopback(a) && !strchr(a, ':'))
                     dsl_strvec_push(&cand, a);
             }
-        if (job->plan->all_local || cand.nr == 0)
+        if (cand.nr == 0)
             dsl_strvec_push(&cand, "127.0.0.1");
     }
     dsl_msg_release(&m);

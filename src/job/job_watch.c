@@ -79,6 +79,15 @@ static void watch(struct dsl_job *job, double now)
     if (h->off)
         return;
     dsl_job_hang_look(job);
+    /* waiting for a rank that saves a checkpoint is progress (hang.c) */
+    unsigned char *excused = dsl_xcalloc((size_t)job->nranks + 1, 1);
+    if (dsl_hang_excuse(h->view, job->nranks, t, h->timeout, excused))
+        for (int i = 0; i < job->nranks; i++)
+            if (excused[i]) {
+                h->r[i].t_advance = now;
+                h->view[i].t_advance = t;
+            }
+    free(excused);
     if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->verdict)) {
         dsl_job_hang_declare(job, DSL_EXIT_HANG);
         dsl_warn("hang after %.1f s: %s; collecting stacks, then stopping the job", t,

@@ -79,6 +79,8 @@ static void encode_progress(const struct dsl_rank_progress *p, cJSON *e)
     cJSON_AddNumberToObject(e, "in", v->in_coll);
     cJSON_AddStringToObject(e, "text", v->text);
     cJSON_AddStringToObject(e, "ps", ps);
+    if (v->phase) /* optional: an older launcher ignores it, an older agent omits it */
+        cJSON_AddNumberToObject(e, "ph", v->phase);
 }
 
 void dsl_proto_hang_encode(const struct dsl_msg *m, cJSON *o)
@@ -157,6 +159,11 @@ static int decode_progress(const cJSON *e, struct dsl_rank_progress *p, char *er
     if ((r = str(e, "ps", 1, &s, err)) < 0)
         return r;
     p->pstate = s[0];
+    if (cJSON_GetObjectItemCaseSensitive(e, "ph")) {
+        if ((r = integer(e, "ph", 0, DSL_PROGRESS_PHASE_MAX, &d, err)) < 0)
+            return r;
+        v->phase = (int)d;
+    }
     return 0;
 }
 

@@ -73,7 +73,10 @@ static const struct dsl_opt opts[] = {
          set_master_port),
     CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh or openmpi", "auto", set_launcher),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
-    STR("log_dir", 0, log_dir, "DIR", "also write each rank's output to DIR/rank<N>.log", NULL),
+    STR("log_dir", 0, log_dir, "DIR",
+        "also write each rank's output to DIR/rank<N>.log (DIR must be yours, not group- or "
+        "world-writable)",
+        NULL),
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SIZE("output_buffer", output_buffer, "SIZE",
          "memory for output stdout/stderr have not taken yet; past it whole lines are "

@@ -130,6 +130,20 @@ static long parse_slot(const char *t, size_t n)
  * Apply one NODE_SPEC seg[0..n) of a filter (opt names it in messages, spec is the
  * whole filter text) to sel. include: add; otherwise remove.
  */
+/* "worker-0,worker-1": a comma list whose every item is a known host (the user meant
+ * '@'; DeepSpeed's ',' separates slots). */
+static int comma_joined_hosts(const struct dsl_hostfile *hf, const char *name)
+{
+    if (!strchr(name, ','))
+        return 0;
+    char *copy = dsl_xstrdup(name), *save = NULL;
+    int all = 1;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        all &= host_index(hf, t) >= 0;
+    free(copy);
+    return all;
+}
+
 static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int include,
                       const char *opt, const char *spec, const char *seg, size_t n, char *err)
 {
@@ -164,8 +178,12 @@ static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int 
         long hi = host_index(hf, names.v[k]);
         if (hi < 0) {
             known_hosts(hf, known, sizeof(known));
-            r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': unknown host '%s' (known hosts: %s)",
-                           opt, spec, names.v[k], known);
+            r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': unknown host '%s' (known hosts: %s)%s",
+                           opt, spec, names.v[k], known,
+                           comma_joined_hosts(hf, names.v[k])
+                               ? "; hosts are joined with '@', e.g. 'worker-0@worker-1' "
+                                 "(',' separates slots: 'worker-0:0,1')"
+                               : "");
             goto out;
         }
         const struct dsl_host *h = &hf->hosts[hi];
@@ -323,6 +341,8 @@ int dsl_placement_cuda_visible(const char *cvd, const struct dsl_placement_opts 
     *include = NULL;
     if (!cvd || !*cvd)
         return 0;
+    if (cvd[0] == '-' && cvd[1] >= '0' && cvd[1] <= '9')
+        return 3;
     if ((o->include && *o->include) || (o->exclude && *o->exclude) || o->num_nodes != -1 ||
         o->num_gpus != -1)
         return 2;
@@ -453,7 +473,7 @@ static int nvidia_gpu_count(void)
     return n;
 }
 
-int dsl_local_slots(int *slots, char *err)
+int dsl_local_slots(int *slots, int cpus_only, char *err)
 {
     const char *env = getenv("DSLAUNCH_LOCAL_SLOTS");
     if (env) {
@@ -463,7 +483,7 @@ int dsl_local_slots(int *slots, char *err)
                               DSL_HOSTFILE_MAX_SLOTS);
         return 0;
     }
-    int n = nvidia_gpu_count();
+    int n = cpus_only ? 0 : nvidia_gpu_count();
     if (n <= 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         n = cpus < 1 ? 1 : cpus > DSL_HOSTFILE_MAX_SLOTS ? DSL_HOSTFILE_MAX_SLOTS : (int)cpus;

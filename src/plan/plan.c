@@ -46,6 +46,7 @@ void dsl_plan_release(struct dsl_plan *p)
     free(p->self_exe);
     free(p->cwd);
     free(p->master_addr);
+    free(p->no_devices);
     dsl_placement_release(&p->pl);
     dsl_hostfile_release(&p->hf);
     memset(p, 0, sizeof(*p));
@@ -111,7 +112,7 @@ void dsl_plan_new_ids(struct dsl_plan *p)
  * resources of this very job, so before a machine-wide /job/hostfile), /job/hostfile,
  * this machine. p->hosts_from says which.
  */
-static int load_hostfile(struct dsl_plan *p, int *synth, char *err)
+static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *err)
 {
     const struct dsl_launch_opts *o = p->opts;
     struct dsl_hostfile *hf = &p->hf;
@@ -131,7 +132,7 @@ static int load_hostfile(struct dsl_plan *p, int *synth, char *err)
         return dsl_hostfile_load(hf, DEFAULT_HOSTFILE, err);
     }
     int slots;
-    if ((r = dsl_local_slots(&slots, err)) < 0)
+    if ((r = dsl_local_slots(&slots, cpus_only, err)) < 0)
         return r;
     dsl_hostfile_add(hf, "localhost", slots);
     snprintf(p->hosts_from, sizeof(p->hosts_from), "this machine");
@@ -232,26 +233,46 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     int r, synth = 0;
 
     /* hostfile -> placement */
-    if ((r = load_hostfile(p, &synth, err)) < 0)
-        return r;
     struct dsl_placement_opts po = {
         .include = o->include,
         .exclude = o->exclude,
         .num_nodes = o->num_nodes,
         .num_gpus = o->num_gpus,
     };
-    if (synth) {
-        /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices */
-        r = dsl_placement_cuda_visible(getenv(DSL_ENV_CUDA_VISIBLE_DEVICES), &po, &include_cvd, err);
+    /* DeepSpeed: with no hostfile, CUDA_VISIBLE_DEVICES selects the local devices; "-1"
+     * hides them all: CPU slots, and ranks that see no device */
+    const char *cvd = getenv(DSL_ENV_CUDA_VISIBLE_DEVICES);
+    int cvd_rule = dsl_placement_cuda_visible(cvd, &po, &include_cvd, err);
+    if ((r = load_hostfile(p, &synth, cvd_rule == 3, err)) < 0) {
+        free(include_cvd);
+        return r;
+    }
+    if (!synth) {
+        free(include_cvd);
+        include_cvd = NULL;
+    } else {
+        r = cvd_rule;
         if (r < 0)
             return r;
-        if (r == 1)
+        if (r == 3) {
+            free(p->no_devices);
+            p->no_devices = dsl_xstrdup(cvd);
+        }
+        else if (r == 1)
             po.include = include_cvd;
         else if (r == 2)
             dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
                      "--exclude, --num_nodes or --num_gpus");
     }
     r = dsl_placement_build(pl, &p->hf, &po, err);
+    if (r < 0 && include_cvd) {
+        /* the user typed CUDA_VISIBLE_DEVICES, not the --include it was read as */
+        char *prefix = dsl_xasprintf("--include '%s': ", include_cvd), why[DSL_ERR_LEN];
+        size_t pl_len = strlen(prefix);
+        snprintf(why, sizeof(why), "%s", strncmp(err, prefix, pl_len) ? err : err + pl_len);
+        dsl_seterr(err, r, "CUDA_VISIBLE_DEVICES='%s' selects the local devices: %s", cvd, why);
+        free(prefix);
+    }
     free(include_cvd);
     if (r < 0)
         return r;

@@ -11,15 +11,19 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <libssh/libssh.h>
 
 #include "dslaunch/common/parse.h"
 #include "dslaunch/remote/sshsession.h"
+#include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
 /*
@@ -42,6 +46,18 @@ static void prefer_bulk_ciphers(ssh_session s)
 #endif
 }
 
+char *dsl_ssh_home(void)
+{
+    const char *home = getenv("HOME");
+    struct stat st;
+    if (home && home[0] == '/' && stat(home, &st) == 0 && S_ISDIR(st.st_mode))
+        return dsl_xstrdup(home);
+    struct passwd *pw = getpwuid(getuid());
+    if (pw && pw->pw_dir && pw->pw_dir[0])
+        return dsl_xstrdup(pw->pw_dir);
+    return dsl_xstrdup(".");
+}
+
 static int session_new(ssh_session *out, const char *host, const struct dsl_transport_opts *o,
                        int flags, char *err)
 {
@@ -56,6 +72,11 @@ static int session_new(ssh_session *out, const char *host, const struct dsl_tran
         ssh_free(s);
         return DSL_EUSAGE;
     }
+    /* ~/.ssh as dsl_ssh_home() says, for the default config, known_hosts and keys */
+    char *home = dsl_ssh_home(), *sshdir = dsl_xasprintf("%s/.ssh", home);
+    ssh_options_set(s, SSH_OPTIONS_SSH_DIR, sshdir);
+    free(sshdir);
+    free(home);
     /* the host alias must be set first: Host blocks match against it */
     if (ssh_options_parse_config(s, o->ssh_config) < 0) {
         dsl_seterr(err, DSL_EUSAGE, "cannot read ssh config '%s': %s",
@@ -143,6 +164,23 @@ int dsl_ssh_record_host_key(ssh_session s, const char *host, char *err)
                       khtext, ssh_get_error(s));
 }
 
+/* On a port other than 22, known_hosts lines are "[host]:port key"; with none for this
+ * host and port, OpenSSH also accepts the key of a port-less "host key" line ("found
+ * matching key w/out port") and records nothing new. So do we: the check again as if
+ * on port 22, and only a matching key counts (another key there is still "unknown",
+ * as in OpenSSH: a different service may listen on the other port). */
+static int known_without_port(ssh_session s)
+{
+    unsigned int port = 0, p22 = 22;
+    if (ssh_options_get_port(s, &port) < 0 || port == 22)
+        return 0;
+    if (ssh_options_set(s, SSH_OPTIONS_PORT, &p22) < 0)
+        return 0;
+    int ok = ssh_session_is_known_server(s) == SSH_KNOWN_HOSTS_OK;
+    ssh_options_set(s, SSH_OPTIONS_PORT, &port);
+    return ok;
+}
+
 int dsl_ssh_check_host_key(ssh_session s, const char *host, int accept_new, char *err)
 {
     char fp[256], khtext[300];
@@ -154,6 +192,8 @@ int dsl_ssh_check_host_key(ssh_session s, const char *host, int accept_new, char
         return 0;
     case SSH_KNOWN_HOSTS_UNKNOWN:
     case SSH_KNOWN_HOSTS_NOT_FOUND:
+        if (known_without_port(s))
+            return 0;
         if (accept_new)
             return dsl_ssh_record_host_key(s, host, err);
         return dsl_seterr(err, DSL_EAUTH,

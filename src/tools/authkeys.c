@@ -236,27 +236,27 @@ int dsl_sshconfig_merge(const char *text, const char *block, char **out)
     struct dsl_dynbuf b;
     const char *beg = text ? find_marker_line(text, DSL_SSHCONFIG_BEGIN) : NULL;
     const char *end = beg ? find_marker_line(beg, DSL_SSHCONFIG_END) : NULL;
-    size_t blen = strlen(block);
     *out = NULL;
     dsl_dynbuf_init(&b, AUTHKEYS_MAX);
+    /* the new text: the managed block, "Host *" so that whatever follows is in the
+     * scope it had at the top of the file, then the rest without an old block */
+    dsl_dynbuf_addf(&b, "%s\n%s%s%s\n", DSL_SSHCONFIG_BEGIN, block, DSL_SSHCONFIG_RESET,
+                    DSL_SSHCONFIG_END);
+    size_t head = b.len;
     if (beg && end) {
-        const char *inner = strchr(beg, '\n') + 1; /* beg is followed by end's line */
-        if ((size_t)(end - inner) == blen && !memcmp(inner, block, blen))
-            return 0;
         const char *after = strchr(end, '\n');
         after = after ? after + 1 : end + strlen(end);
-        dsl_dynbuf_add(&b, text, (size_t)(beg - text));
-        dsl_dynbuf_addf(&b, "%s\n%s%s\n", DSL_SSHCONFIG_BEGIN, block, DSL_SSHCONFIG_END);
-        dsl_dynbuf_addstr(&b, after);
-    } else {
-        size_t tl = text ? strlen(text) : 0;
-        if (tl) {
-            dsl_dynbuf_add(&b, text, tl);
-            if (text[tl - 1] != '\n')
-                dsl_dynbuf_addstr(&b, "\n");
+        if (beg == text && (size_t)(after - text) == head && !memcmp(text, b.buf, head)) {
+            dsl_dynbuf_release(&b);
+            return 0;
         }
-        dsl_dynbuf_addf(&b, "%s\n%s%s\n", DSL_SSHCONFIG_BEGIN, block, DSL_SSHCONFIG_END);
+        dsl_dynbuf_add(&b, text, (size_t)(beg - text));
+        dsl_dynbuf_addstr(&b, after);
+    } else if (text && *text) {
+        dsl_dynbuf_addstr(&b, text);
     }
+    if (b.len > head && b.buf[b.len - 1] != '\n')
+        dsl_dynbuf_addstr(&b, "\n");
     *out = dsl_xstrdup(dsl_dynbuf_str(&b));
     dsl_dynbuf_release(&b);
     return 1;

@@ -52,10 +52,15 @@ int dsl_knownhosts_merge(const char *text, const char *line, char **out);
 /** The markers around the block ssh-setup manages in ~/.ssh/config. */
 #define DSL_SSHCONFIG_BEGIN "# >>> dslaunch ssh-setup >>> (managed, rewritten on each run)"
 #define DSL_SSHCONFIG_END "# <<< dslaunch ssh-setup <<<"
+/** The last line of the managed block: the text after it keeps its top-of-file scope. */
+#define DSL_SSHCONFIG_RESET "Host *\n"
 
 /**
- * Put block (lines, ending with a newline) between the markers in the ssh config text:
- * replaces an existing managed block in place, or appends one at the end. Returns 1 with
+ * Put block (lines, ending with a newline) between the markers at the top of the ssh
+ * config text, followed by a "Host *" line so that the options after it keep the scope
+ * they had; an existing managed block elsewhere is removed. The top, because the first
+ * value obtained wins in OpenSSH, and libssh matches the Host lines that follow a
+ * HostName against that HostName instead of the alias. Returns 1 with
  * *out the new text (caller frees) when that changes text, 0 with *out NULL when the
  * same block is there already.
  */

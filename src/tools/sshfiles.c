@@ -165,7 +165,8 @@ int dsl_sshfiles_write(struct dsl_sshfiles *fs, const char *path, const char *te
         sftp_attributes_free(a);
     }
     sftp_unlink(fs->sftp, tmp);
-    sftp_file fh = sftp_open(fs->sftp, tmp, O_WRONLY | O_CREAT | O_TRUNC, mode);
+    /* after the unlink, exclusive: a link planted at the name is never written through */
+    sftp_file fh = sftp_open(fs->sftp, tmp, O_WRONLY | O_CREAT | O_EXCL, mode);
     if (!fh) {
         r = files_fail(fs, DSL_EREMOTE, "cannot create '~/%s' on '%s': %s", tmp, fs->host,
                       ssh_get_error(fs->s));

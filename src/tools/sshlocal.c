@@ -2,9 +2,10 @@
  * The local side of ssh-setup: files under ~/.ssh of this host and the dedicated key
  * pair (see sshlocal.h).
  *
- * Theory of operation: plain blocking file I/O. A write goes to NAME.dslaunch-tmp with
- * the old file's mode (or the given one), then is renamed over NAME, so known_hosts or
- * config is never left half written. The key pair is generated with libssh
+ * Theory of operation: plain blocking file I/O. A write goes to a new NAME.tmp.<random>
+ * (created O_EXCL|O_NOFOLLOW, common/file.h) with the old file's mode (or the given
+ * one), then is renamed over NAME, so known_hosts or config is never left half written
+ * and no link planted beside it is written through. The key pair is generated with libssh
  * (ssh_pki_generate, ed25519) and written under umask 077, so the private key is never
  * readable by others, not even for a moment; an existing .pub must hold the same key
  * (it keeps its comment), a missing one is written.
@@ -12,7 +13,6 @@
 #define _DEFAULT_SOURCE /* explicit_bzero */
 #include <errno.h>
 #include <fcntl.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,17 +22,19 @@
 #include "authkeys.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/log.h"
 #include "sshlocal.h"
+#include "dslaunch/remote/sshsession.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
 char *dsl_sshlocal_path(const char *rel)
 {
-    /* the account's home, as ssh and libssh use for ~/.ssh, then $HOME */
-    struct passwd *pw = getpwuid(getuid());
-    const char *home = pw && pw->pw_dir && pw->pw_dir[0] ? pw->pw_dir : getenv("HOME");
-    return dsl_xasprintf("%s/%s", home && home[0] ? home : ".", rel);
+    /* the home whose .ssh/ the launcher's sessions use too */
+    char *home = dsl_ssh_home(), *path = dsl_xasprintf("%s/%s", home, rel);
+    free(home);
+    return path;
 }
 
 int dsl_sshlocal_read(const char *path, char **out, char *err)
@@ -61,16 +63,16 @@ int dsl_sshlocal_read(const char *path, char **out, char *err)
     return 0;
 }
 
-/* Write text to path via path.dslaunch-tmp and rename; mode for a new file. */
+/* Write text to path via a fresh temporary file and rename; mode for a new file. */
 int dsl_sshlocal_write(const char *path, const char *text, mode_t mode, char *err)
 {
-    char *tmp = dsl_xasprintf("%s.dslaunch-tmp", path);
+    char *tmp = NULL;
     struct stat st;
     if (stat(path, &st) == 0)
         mode = st.st_mode & 07777;
-    int r = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    int r = 0, fd = dsl_file_create_temp(path, mode & 0700, &tmp, err);
     if (fd < 0) {
-        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+        r = fd;
         goto out;
     }
     size_t len = strlen(text), off = 0;

@@ -17,7 +17,8 @@ char *dsl_sshlocal_path(const char *rel);
 /** Read path into *out (malloc'd, NUL-terminated); -errno with err on failure. */
 int dsl_sshlocal_read(const char *path, char **out, char *err);
 /**
- * Replace path with text via path.dslaunch-tmp and rename; the old file's mode is kept,
+ * Replace path with text via a new path.tmp.<random> (O_EXCL|O_NOFOLLOW) and rename; the
+ * old file's mode is kept,
  * a new file gets mode. -errno with err on failure (the old file is then untouched).
  */
 int dsl_sshlocal_write(const char *path, const char *text, mode_t mode, char *err);

@@ -533,21 +533,31 @@ static int mesh_check_finish(struct setup_host *h)
     return r;
 }
 
-/* With the default key, the local ~/.ssh/config names it for the hosts (the launcher
- * and ssh then find it); with --key the user chose a path and wires it up. */
-static void local_config(struct sshsetup *st, const char *block)
+/* With the default key, the ssh config the launcher will read (--ssh-config, else
+ * ~/.ssh/config) names it for the hosts, so a launch with the same --ssh-config finds
+ * it; the path is absolute because libssh expands "~" to the passwd home, not $HOME.
+ * With --key the user chose a path and wires it up (--ssh-identity). */
+static void local_config(struct sshsetup *st)
 {
     if (st->key_path_opt)
         return;
-    char *path = dsl_sshlocal_path(".ssh/config"), *text = NULL, *merged = NULL, err[DSL_ERR_LEN];
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, SETUP_FILE_MAX);
+    dsl_dynbuf_addstr(&b, "Host");
+    for (size_t i = 0; i < st->nr; i++)
+        dsl_dynbuf_addf(&b, " %s", st->h[i].name);
+    dsl_dynbuf_addf(&b, "\n  IdentityFile %s\n", st->kp.path);
+    char *path = st->ssh_config ? dsl_xstrdup(st->ssh_config) : dsl_sshlocal_path(".ssh/config");
+    char *text = NULL, *merged = NULL, err[DSL_ERR_LEN];
     if (dsl_sshlocal_read(path, &text, err) < 0)
         text = NULL;
-    if (dsl_sshconfig_merge(text, block, &merged) == 1) {
+    if (dsl_sshconfig_merge(text, dsl_dynbuf_str(&b), &merged) == 1) {
         if (dsl_sshlocal_write(path, merged, 0600, err) < 0)
             dsl_warn("%s", err);
         else
             dsl_info("'%s': IdentityFile %s set for the hosts", path, st->kp.path);
     }
+    dsl_dynbuf_release(&b);
     free(text);
     free(merged);
     free(path);
@@ -737,7 +747,7 @@ int dsl_sshsetup_main(int argc, char **argv)
             install_key(&st, h);
     }
     block = mesh_config_block(&st);
-    local_config(&st, block);
+    local_config(&st);
     if (st.mesh) {
         for (size_t i = 0; i < st.nr; i++)
             if (st.h[i].files.sftp && st.h[i].key != ROW_FAILED)

@@ -16,7 +16,9 @@
  *   file       skipped when the remote one is a regular file of the same size and mtime
  *              (seconds); with --checksum, when the SHA-256 of both sides match (the
  *              remote side hashes with `sha256sum` on an exec channel of the same
- *              session, in batches, so no file is read back over the network). Copies
+ *              session, in batches, so no file is read back over the network; its lines
+ *              are matched by path, and the local side hashes the batch meanwhile on
+ *              several threads). Copies
  *              go to ".NAME.dsl-sync-XXXX" in the same directory, are fsync'ed when the
  *              server offers fsync@openssh.com, get mode and mtime, and are renamed over
  *              NAME (libssh 0.10 uses posix-rename@openssh.com when the server offers
@@ -63,6 +65,8 @@
 
 #define SYNC_CHUNK (128u * 1024u)   /* bytes per SFTP write (OpenSSH takes 256 KiB) */
 #define SYNC_HASH_BATCH 64          /* files per remote sha256sum command */
+#define SYNC_HASH_THREADS 8         /* local hashing threads per batch, at most */
+#define SYNC_HASH_LOCKS 64          /* striped locks over the entries' hash state */
 
 struct sync_entry {
     char *name;                /* name in the parent directory; owned */
@@ -109,7 +113,7 @@ struct sync_run {
     struct sync_host *hosts;
     size_t nhosts;
     _Atomic size_t next;
-    pthread_mutex_t hash_lock;  /* local hashes are computed once, by whoever gets there */
+    pthread_mutex_t hash_locks[SYNC_HASH_LOCKS]; /* local hashes are computed once */
 };
 
 /* ---- local scan ---- */
@@ -525,26 +529,112 @@ out:
     return r;
 }
 
-/* --checksum: hash the local file once (several hosts may ask at once). */
-static int local_hash(struct sync_run *run, struct sync_host *h, struct sync_entry *e)
+/* --checksum: hash the local file once (several hosts may ask for it at once, and a
+ * host hashes its batch on several threads). Each entry's state is guarded by one of
+ * SYNC_HASH_LOCKS striped locks, so different files hash in parallel. */
+static pthread_mutex_t *hash_lock_of(struct sync_run *run, const struct sync_entry *e)
+{
+    return &run->hash_locks[((uintptr_t)e / sizeof(*e)) % SYNC_HASH_LOCKS];
+}
+
+static int local_hash(struct sync_run *run, struct sync_entry *e, char *err)
 {
     int r = 0;
-    pthread_mutex_lock(&run->hash_lock);
+    pthread_mutex_t *m = hash_lock_of(run, e);
+    pthread_mutex_lock(m);
     if (!e->hashed) {
-        char err[DSL_ERR_LEN];
         r = dsl_sha256_file(e->local, e->sha, err);
-        if (r < 0)
-            snprintf(h->err, sizeof(h->err), "%s: %.400s", h->name, err);
-        else
+        if (r == 0)
             e->hashed = 1;
     }
-    pthread_mutex_unlock(&run->hash_lock);
-    if (r < 0)
-        h->rc = r;
+    pthread_mutex_unlock(m);
     return r;
 }
 
-/* Hash the pending remote files with one sha256sum; copy those that differ. */
+struct hash_batch {
+    struct sync_run *run;
+    struct sync_entry **e;
+    size_t n;
+    _Atomic size_t next;
+    pthread_mutex_t lock;
+    int rc;                 /* first failure, under lock */
+    char err[DSL_ERR_LEN];
+};
+
+static void *hash_worker(void *arg)
+{
+    struct hash_batch *b = arg;
+    char err[DSL_ERR_LEN];
+    size_t i;
+    while ((i = atomic_fetch_add(&b->next, 1)) < b->n) {
+        int r = local_hash(b->run, b->e[i], err);
+        if (r < 0) {
+            pthread_mutex_lock(&b->lock);
+            if (!b->rc) {
+                b->rc = r;
+                snprintf(b->err, sizeof(b->err), "%s", err);
+            }
+            pthread_mutex_unlock(&b->lock);
+        }
+    }
+    return NULL;
+}
+
+/* Start hashing b's entries on up to SYNC_HASH_THREADS threads (and the cores there
+ * are); *nt says how many started, 0 when the caller must hash them itself. */
+static void hash_batch_start(struct hash_batch *b, pthread_t *t, size_t *nt)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t want = cpus > 1 ? (size_t)cpus : 1;
+    if (want > SYNC_HASH_THREADS)
+        want = SYNC_HASH_THREADS;
+    if (want > b->n)
+        want = b->n;
+    *nt = 0;
+    while (*nt < want && pthread_create(&t[*nt], NULL, hash_worker, b) == 0)
+        (*nt)++;
+}
+
+/* One line of sha256sum's output: "<64 hex>  <path>" or "<64 hex> *<path>"; a path with
+ * a backslash or newline makes GNU sha256sum start the line with '\' and escape them
+ * ("\\", "\n", and "\r" in newer versions). Returns 0 and fills hex/path (path owned by
+ * the caller), or -1 for a line that is not a hash (an error message, say). */
+static int parse_sum_line(const char *line, size_t len, char hex[65], char **path)
+{
+    int escaped = len > 0 && line[0] == '\\';
+    if (escaped) {
+        line++;
+        len--;
+    }
+    if (len < 67 || (line[64] != ' ') || (line[65] != ' ' && line[65] != '*'))
+        return -1;
+    for (int k = 0; k < 64; k++) {
+        char c = line[k];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return -1;
+        hex[k] = c;
+    }
+    hex[64] = '\0';
+    const char *s = line + 66;
+    size_t n = len - 66;
+    char *out = dsl_xmalloc(n + 1), *o = out;
+    for (size_t k = 0; k < n; k++) {
+        if (escaped && s[k] == '\\' && k + 1 < n) {
+            char c = s[++k];
+            *o++ = c == 'n' ? '\n' : c == 'r' ? '\r' : c;
+        } else {
+            *o++ = s[k];
+        }
+    }
+    *o = '\0';
+    *path = out;
+    return 0;
+}
+
+/* Hash the pending remote files with one sha256sum while the local side hashes them on
+ * several threads; copy those that differ. Remote lines are matched to files by path,
+ * not by position: a file sha256sum cannot read prints no line (its error goes to
+ * stderr), and any file without a matching line counts as different. */
 static int flush_pending(struct sync_run *run, struct sync_host *h)
 {
     if (!h->pending.nr)
@@ -553,8 +643,21 @@ static int flush_pending(struct sync_run *run, struct sync_host *h)
     dsl_dynbuf_init(&cmd, 1u << 20); /* SYNC_HASH_BATCH quoted paths */
     dsl_dynbuf_init(&out, 1u << 20); /* as many "<hash>  <path>" lines */
     int r = 0;
+    size_t n = h->pending.nr;
+    char (*remote)[65] = dsl_xcalloc(n, sizeof(*remote)); /* "" = no line for it */
+
+    struct hash_batch b;
+    memset(&b, 0, sizeof(b));
+    b.run = run;
+    b.e = h->pending_e;
+    b.n = n;
+    pthread_mutex_init(&b.lock, NULL);
+    pthread_t t[SYNC_HASH_THREADS];
+    size_t nt;
+    hash_batch_start(&b, t, &nt);
+
     dsl_dynbuf_addstr(&cmd, "exec sha256sum --");
-    for (size_t i = 0; i < h->pending.nr; i++) {
+    for (size_t i = 0; i < n; i++) {
         char *q = dsl_shell_quote(h->pending.v[i]);
         dsl_dynbuf_addf(&cmd, " %s", q);
         free(q);
@@ -568,30 +671,53 @@ static int flush_pending(struct sync_run *run, struct sync_host *h)
         snprintf(h->err, sizeof(h->err), "%s: cannot run sha256sum for --checksum: %s",
                  h->name, ssh_get_error(h->s));
         r = h->rc;
+    } else {
+        char buf[8192];
+        int got;
+        while ((got = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
+            dsl_dynbuf_add(&out, buf, (size_t)got);
+        ssh_channel_send_eof(ch);
+        ssh_channel_close(ch);
+        ssh_channel_free(ch);
+    }
+    if (nt == 0)
+        hash_worker(&b);
+    for (size_t k = 0; k < nt; k++)
+        pthread_join(t[k], NULL);
+    pthread_mutex_destroy(&b.lock);
+    if (r < 0)
+        goto out;
+    if (b.rc < 0) {
+        h->rc = r = b.rc;
+        snprintf(h->err, sizeof(h->err), "%s: %.400s", h->name, b.err);
         goto out;
     }
-    char buf[8192];
-    int n;
-    while ((n = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
-        dsl_dynbuf_add(&out, buf, (size_t)n);
-    ssh_channel_send_eof(ch);
-    ssh_channel_close(ch);
-    ssh_channel_free(ch);
-    /* lines "<64 hex>  <path>" in argument order; a missing line means "differs" */
-    const char *p = dsl_dynbuf_str(&out);
-    for (size_t i = 0; i < h->pending.nr && r == 0; i++) {
+
+    const char *p = dsl_dynbuf_str(&out), *end = p + strlen(p);
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        char hex[65], *path;
+        if (parse_sum_line(p, len, hex, &path) == 0) {
+            for (size_t i = 0; i < n; i++) {
+                if (!remote[i][0] && !strcmp(h->pending.v[i], path)) {
+                    memcpy(remote[i], hex, sizeof(hex));
+                    break;
+                }
+            }
+            free(path);
+        }
+        p += len + (nl ? 1 : 0);
+    }
+    for (size_t i = 0; i < n && r == 0; i++) {
         struct sync_entry *e = h->pending_e[i];
         int same = 0;
-        if (strlen(p) >= 64 && (r = local_hash(run, h, e)) == 0) {
+        if (remote[i][0]) {
             char hex[65];
             for (int k = 0; k < 32; k++)
                 snprintf(hex + 2 * k, 3, "%02x", e->sha[k]);
-            same = !strncmp(p, hex, 64);
-            const char *nl = strchr(p, '\n');
-            p = nl ? nl + 1 : p + strlen(p);
+            same = !strcmp(remote[i], hex);
         }
-        if (r < 0)
-            break;
         if (same) {
             h->same++;
             continue;
@@ -602,6 +728,7 @@ static int flush_pending(struct sync_run *run, struct sync_host *h)
         sftp_attributes_free(a);
     }
 out:
+    free(remote);
     dsl_strvec_clear(&h->pending);
     dsl_dynbuf_release(&cmd);
     dsl_dynbuf_release(&out);
@@ -822,7 +949,8 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     int rc = 0;
     memset(&run, 0, sizeof(run));
     run.o = o;
-    pthread_mutex_init(&run.hash_lock, NULL);
+    for (size_t i = 0; i < SYNC_HASH_LOCKS; i++)
+        pthread_mutex_init(&run.hash_locks[i], NULL);
     run.roots = dsl_xcalloc(o->npaths ? o->npaths : 1, sizeof(*run.roots));
     for (size_t i = 0; i < o->npaths; i++) {
         run.nroots++;
@@ -909,7 +1037,8 @@ out:
         free(run.hosts[i].pending_e);
     }
     free(run.hosts);
-    pthread_mutex_destroy(&run.hash_lock);
+    for (size_t i = 0; i < SYNC_HASH_LOCKS; i++)
+        pthread_mutex_destroy(&run.hash_locks[i]);
     return rc;
 }
 

@@ -30,6 +30,7 @@
 
 #include "checkpoint.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/parse.h"
 #include "safetensors.h"
 #include "dslaunch/common/xalloc.h"
@@ -90,21 +91,25 @@ static int mkdir_p(const char *path)
     return r;
 }
 
-/* Remove a directory of plain files (ours: never nested). */
+/* Remove a directory of plain files (ours: never nested). A link at path is not
+ * followed (O_NOFOLLOW), and links inside are removed, not their targets (unlinkat). */
 static int remove_flat_dir(const char *path)
 {
-    DIR *d = opendir(path);
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), r = 0;
+    DIR *d;
     struct dirent *e;
-    int r = 0;
-    if (!d)
+    if (dfd < 0)
         return errno == ENOENT ? 0 : -errno;
+    if (!(d = fdopendir(dfd))) {
+        r = -errno;
+        close(dfd);
+        return r;
+    }
     while ((e = readdir(d))) {
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        char *f = dsl_xasprintf("%s/%s", path, e->d_name);
-        if (unlink(f) < 0 && r == 0)
+        if (unlinkat(dfd, e->d_name, 0) < 0 && r == 0)
             r = -errno;
-        free(f);
     }
     closedir(d);
     if (rmdir(path) < 0 && r == 0)
@@ -294,13 +299,18 @@ void dsl_ckpt_release(struct dsl_ckpt *c)
     ckpt_init(c);
 }
 
-static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+/* The model file into c; *bad: its header failed its checksum (the load goes on, so
+ * that comparing it with the shards can name the field; load_dir refuses it). */
+static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
+                      char *err)
 {
     struct dsl_st_file f;
     uint64_t numel = 0, ws = 0;
     char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
-    int r = dsl_st_load(&f, fp, err);
+    int r = dsl_st_load(&f, fp, DSL_ST_HEADER_SUM_LATER, err);
     free(fp);
+    *bad = f.header_bad;
+    c->sum = f.sum;
     if (r < 0)
         goto out;
     const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
@@ -386,6 +396,73 @@ struct shard {
     uint64_t off, len;
 };
 
+/* Metadata that describes one file only; every other key describes the checkpoint
+ * (step, seed, lossscale, world size, tag, numel, the caller's own keys) and must be
+ * the same in the model file and every shard. */
+static int per_file_key(const char *k, size_t n)
+{
+    static const char *const own[] = {"dsl.kind",         "dsl.rank",  "dsl.shard_offset",
+                                      "dsl.shard_len",    "dsl.crc32", "dsl.sha256",
+                                      "dsl.data_sha256"};
+    for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+        if (strlen(own[i]) == n && strncmp(k, own[i], n) == 0)
+            return 1;
+    return 0;
+}
+
+#define EDITED "header does not match its checksum (dsl.sha256): it was edited or is corrupt"
+
+/* One key that differs between the model file (value mv) and shard s (sv); either may
+ * be NULL (missing). The file named first, by its path, is the one whose checksum
+ * failed when only one did; the other is in the same directory, named by its name. */
+static int meta_differs(const char *model, int model_bad, const struct dsl_st_file *s,
+                        const char *key, const char *mv, const char *sv, char *err)
+{
+    char a[96], b[96];
+    const char *sname = strrchr(s->path, '/') ? strrchr(s->path, '/') + 1 : s->path;
+    snprintf(a, sizeof(a), mv ? "'%.80s'" : "missing", mv);
+    snprintf(b, sizeof(b), sv ? "'%.80s'" : "missing", sv);
+    if (model_bad && !s->header_bad)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint file '%s': metadata '%s' is %s but '%s' says %s; "
+                          "the model file's " EDITED,
+                          model, key, a, sname, b);
+    return dsl_seterr(err, DSL_ECHECKPOINT,
+                      "checkpoint file '%s': metadata '%s' is %s but the model file says %s%s",
+                      s->path, key, b, a, s->header_bad ? "; its " EDITED : "");
+}
+
+static int compare_meta(const struct dsl_ckpt *c, const char *model, int model_bad,
+                        const struct dsl_st_file *s, char *err)
+{
+    for (size_t i = 0; i < c->meta.nr; i++) {
+        const char *kv = c->meta.v[i], *eq = strchr(kv, '=');
+        if (!eq || per_file_key(kv, (size_t)(eq - kv)))
+            continue;
+        char *k = dsl_xstrndup(kv, (size_t)(eq - kv));
+        const char *sv = dsl_env_get(&s->meta, k);
+        int r = 0;
+        if (!sv || strcmp(sv, eq + 1) != 0)
+            r = meta_differs(model, model_bad, s, k, eq + 1, sv, err);
+        free(k);
+        if (r < 0)
+            return r;
+    }
+    for (size_t i = 0; i < s->meta.nr; i++) {
+        const char *kv = s->meta.v[i], *eq = strchr(kv, '=');
+        if (!eq || per_file_key(kv, (size_t)(eq - kv)))
+            continue;
+        char *k = dsl_xstrndup(kv, (size_t)(eq - kv));
+        int r = dsl_env_get(&c->meta, k)
+                    ? 0
+                    : meta_differs(model, model_bad, s, k, NULL, eq + 1, err);
+        free(k);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static int cmp_shard_off(const void *a, const void *b)
 {
     const struct shard *x = a, *y = b;
@@ -394,7 +471,8 @@ static int cmp_shard_off(const void *a, const void *b)
     return x->rank - y->rank;
 }
 
-static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                       char *err)
 {
     int W = c->saved_world, r = 0;
     struct shard *sh = NULL;
@@ -404,11 +482,13 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, ch
     if (!d)
         return dsl_seterr(err, DSL_ECHECKPOINT, "cannot open checkpoint '%s': %s", path,
                           strerror(errno));
+    /* every shard file is read and compared with the model file before the shard set
+     * is judged, so that an edited world size is named as such */
     while ((e = readdir(d))) {
         int rk = shard_rank(e->d_name);
         if (rk == -1)
             continue;
-        if (rk == -2 || rk >= W) {
+        if (rk == -2) {
             r = dsl_seterr(err, DSL_ECHECKPOINT,
                            "unexpected shard file '%s/%s': the checkpoint was saved by %d "
                            "rank%s",
@@ -428,6 +508,37 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, ch
     closedir(d);
     if (r < 0)
         goto out;
+    char *model = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    int model_sha = dsl_ckpt_meta(c, "dsl.sha256") != NULL;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        struct shard *s = &sh[i];
+        if ((r = dsl_st_load(&s->f, s->file, DSL_ST_HEADER_SUM_LATER, err)) < 0 ||
+            (r = compare_meta(c, model, model_bad, &s->f, err)) < 0)
+            break;
+        if (s->f.header_bad)
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, s->file);
+        else if ((dsl_env_get(&s->f.meta, "dsl.sha256") != NULL) != model_sha)
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' %s a SHA-256 checksum but the model file '%s' "
+                           "%s: a checksum was removed",
+                           model_sha ? s->file : model, model_sha ? "lacks" : "has",
+                           model_sha ? model : s->file, model_sha ? "has one" : "does not");
+        else if (s->f.sum < c->sum)
+            c->sum = s->f.sum;
+    }
+    if (r == 0 && model_bad)
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, model);
+    free(model);
+    if (r < 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        if (sh[i].rank >= W) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "unexpected shard file '%s': the checkpoint was saved by %d rank%s",
+                           sh[i].file, W, W == 1 ? "" : "s");
+            goto out;
+        }
+    }
     /* every rank exactly once (names are unique in a directory, ranks < W) */
     for (int rk = 0; rk < W; rk++) {
         int found = 0;
@@ -444,8 +555,6 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, ch
     for (size_t i = 0; i < n; i++) {
         struct shard *s = &sh[i];
         uint64_t numel = 0, ws = 0, rank = 0;
-        if ((r = dsl_st_load(&s->f, s->file, err)) < 0)
-            goto out;
         const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");
         const char *ftag = dsl_env_get(&s->f.meta, "dsl.tag");
         if (!kind || strcmp(kind, "optim") != 0 || !ftag || strcmp(ftag, tag) != 0) {
@@ -539,27 +648,31 @@ out:
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
 static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
 {
-    int r;
+    int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
-    if ((r = load_model(c, path, tag, err)) < 0)
+    if ((r = load_model(c, path, tag, &bad, err)) < 0) {
+        if (bad && err) {
+            size_t n = strlen(err);
+            snprintf(err + n, DSL_ERR_LEN - n, "; its " EDITED);
+        }
         return r;
-    return load_shards(c, path, tag, err);
+    }
+    return load_shards(c, path, tag, bad, err);
 }
 
 int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
 {
     char *path = dsl_xasprintf("%s/latest", dir);
-    char *tmp = dsl_xasprintf("%s/latest.tmp.%ld", dir, (long)getpid());
+    char *tmp = NULL;
     size_t n = strlen(tag);
     int fd = -1, r = 0;
     if (bad_tag(tag)) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag);
         goto out;
     }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+    if ((fd = dsl_file_create_temp(path, 0644, &tmp, err)) < 0) {
+        r = fd;
         goto out;
     }
     if (write(fd, tag, n) != (ssize_t)n || fsync(fd) < 0) {
@@ -583,7 +696,7 @@ int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
 out:
     if (fd >= 0)
         close(fd);
-    if (r < 0)
+    if (r < 0 && tmp)
         unlink(tmp);
     free(tmp);
     free(path);
@@ -605,18 +718,25 @@ int dsl_ckpt_has_latest(const char *dir, char *err)
 
 int dsl_ckpt_read_latest(const char *dir, char **tag, char *err)
 {
-    char *path = dsl_xasprintf("%s/latest", dir), buf[256];
-    FILE *f = fopen(path, "rb");
-    size_t n;
+    char *path = dsl_xasprintf("%s/latest", dir), buf[256], why[DSL_ERR_LEN];
+    size_t n = 0, size;
     int r = 0;
     *tag = NULL;
-    if (!f) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint in '%s': cannot open '%s': %s", dir,
-                       path, strerror(errno));
+    /* a regular file only: a FIFO at 'latest' must not hang the resume */
+    int fd = dsl_file_open_regular(path, &size, why);
+    if (fd < 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint in '%s': %s", dir, why);
         goto out;
     }
-    n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
+    while (n < sizeof(buf) - 1) {
+        ssize_t k = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        n += (size_t)k;
+    }
+    close(fd);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         n--;
     buf[n] = '\0';
@@ -628,6 +748,37 @@ int dsl_ckpt_read_latest(const char *dir, char **tag, char *err)
 out:
     free(path);
     return r;
+}
+
+/*
+ * After a commit: what failed saves left in dir, <tag>.partial directories (a kill, a
+ * full disk) and latest.tmp.* files (a kill inside dsl_ckpt_write_latest). Only names
+ * of that shape, only real directories (a link is removed, not followed), best effort:
+ * the commit already succeeded.
+ */
+static void remove_leftovers(const char *dir)
+{
+    static const char part[] = ".partial", tmp[] = "latest.tmp.";
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        char *p = dsl_xasprintf("%s/%s", dir, e->d_name);
+        struct stat st;
+        if (n > sizeof(part) - 1 && strcmp(e->d_name + n - (sizeof(part) - 1), part) == 0 &&
+            lstat(p, &st) == 0) {
+            if (S_ISDIR(st.st_mode))
+                remove_flat_dir(p);
+            else if (S_ISLNK(st.st_mode))
+                unlink(p);
+        } else if (strncmp(e->d_name, tmp, sizeof(tmp) - 1) == 0) {
+            unlink(p);
+        }
+        free(p);
+    }
+    closedir(d);
 }
 
 int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
@@ -673,6 +824,7 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     if ((r = dsl_ckpt_write_latest(dir, tag, err)) < 0)
         goto out;
     remove_flat_dir(old);
+    remove_leftovers(dir);
     r = 0;
 out:
     dsl_ckpt_release(&c);

@@ -23,10 +23,18 @@
  *                                                 partial dir to <dir>/<tag>, fsyncs,
  *                                                 then dsl_ckpt_write_latest()
  * A save that fails anywhere before the commit leaves only a stale .partial
- * directory; the checkpoint `latest` names is never touched. Metadata added by the
- * writers: format=pt, dsl.kind, dsl.tag, dsl.numel, dsl.world_size, dsl.rank,
- * dsl.shard_offset, dsl.shard_len, dsl.crc32; the caller's own keys (step, loss scale,
- * scheduler step, data position, rng ...) are stored as given.
+ * directory, which the next successful commit removes; the checkpoint `latest` names
+ * is never touched. Metadata added by the writers: format=pt, dsl.kind, dsl.tag,
+ * dsl.numel, dsl.world_size, dsl.rank, dsl.shard_offset, dsl.shard_len and the
+ * checksums dsl.data_sha256 and dsl.sha256 (safetensors.h); the caller's own keys
+ * (step, loss scale, seed, data position ...) are stored as given, the same in every
+ * file of a save.
+ *
+ * Loading checks every file's checksums, and that the model file and every shard
+ * agree on every key that describes the checkpoint rather than one file (all but
+ * dsl.kind, dsl.rank, dsl.shard_offset, dsl.shard_len and the checksums): a mismatch
+ * is an error naming the file and the key, and the file whose checksum failed when
+ * one did. Checkpoints of older versions (crc32 only) load; c->sum says so.
  */
 #ifndef DSLAUNCH_CHECKPOINT_H
 #define DSLAUNCH_CHECKPOINT_H
@@ -35,6 +43,7 @@
 #include <stdint.h>
 
 #include "dslaunch/common/strvec.h"
+#include "safetensors.h"
 
 #define DSL_CKPT_MODEL_FILE "mp_rank_00_model_states.safetensors"
 #define DSL_CKPT_MAX_STATE 4
@@ -76,10 +85,13 @@ int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
                          const struct dsl_strvec *meta, char *err);
 
 /** Rank 0, after every rank's files are durable: validate the partial directory
- *  (world shards, full coverage), move it to <dir>/<tag>, write latest. */
+ *  (world shards, full coverage), move it to <dir>/<tag>, write latest, then remove
+ *  the <other tag>.partial directories and latest.tmp.* files that failed saves left
+ *  (a checkpoint_dir belongs to one job at a time). */
 int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err);
 
-/** Atomically make <dir>/latest hold tag (temp file, fsync, rename, fsync dir). */
+/** Atomically make <dir>/latest hold tag (temp file with a random name created
+ *  O_EXCL|O_NOFOLLOW, fsync, rename, fsync dir). */
 int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err);
 /** 1 if <dir>/latest exists (some checkpoint was committed), 0 if not (the directory
  *  may be missing too), <0 with err when it cannot be told. */
@@ -100,11 +112,14 @@ struct dsl_ckpt {
     size_t nstate;
     char *state_names[DSL_CKPT_MAX_STATE];
     float *state[DSL_CKPT_MAX_STATE]; /* numel floats each, reassembled */
+    enum dsl_st_sum sum;         /* the weakest checksum of its files: DSL_ST_SUM_SHA256,
+                                    or older files whose metadata nothing protects */
 };
 
 /**
  * Load <dir>/<tag> (tag NULL or "latest": the tag in <dir>/latest), validating every
- * file (see dsl_st_load()) and the shard coverage: a missing, extra, duplicate or
+ * file (see dsl_st_load(): regular files only, checksums), the metadata every file
+ * must share (see the top), and the shard coverage: a missing, extra, duplicate or
  * overlapping shard, a shard of another tag or world size, or a numel mismatch is an
  * error (DSL_ECHECKPOINT) naming the file. c is initialised either way.
  */

@@ -19,9 +19,13 @@
  * A file is read whole and validated before anyone looks at a tensor: header length
  * inside the file, entries well formed, sizes = product(shape) x dtype size without
  * overflow, offsets that tile the data region exactly (sorted, no gap, no overlap,
- * nothing after the last), unique names, and dsl.crc32 when present. Writes go to a
- * temporary file that is fsynced and renamed into place, then the directory is
- * fsynced, so a crash leaves either the old file or the new one.
+ * nothing after the last), unique names, then the checksums: the header's SHA-256
+ * over its own bytes with its digits zeroed (so any edited field fails), the data's
+ * SHA-256, or an older file's crc32. Writes go to a temporary file with a random name
+ * beside the target, created O_EXCL|O_NOFOLLOW so that no link planted there is
+ * followed, which is fsynced and renamed into place, then the directory is fsynced,
+ * so a crash leaves either the old file or the new one. Reads open the file O_NONBLOCK
+ * and accept only a regular file, so a FIFO in its place cannot hang a resume.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,16 +38,21 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 #include <zlib.h>
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "safetensors.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
 #define MAX_HEADER_BYTES (100u << 20) /* the limit of the reference implementation */
 #define META_CRC "dsl.crc32"
+#define META_SHA "dsl.sha256"
+#define META_DATA_SHA "dsl.data_sha256"
+#define SHA_HEX 64
 
 static const struct {
     const char *name;
@@ -77,6 +86,37 @@ static unsigned long crc_update(unsigned long crc, const unsigned char *p, uint6
     return crc;
 }
 
+/* SHA-256 (libcrypto) of up to three pieces, as 64 lowercase hex digits into hex. */
+static int sha256_hex(const void *a, size_t na, const void *b, size_t nb, const void *c,
+                      size_t nc, char hex[SHA_HEX + 1])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) == 1 &&
+             (!na || EVP_DigestUpdate(ctx, a, na) == 1) &&
+             (!nb || EVP_DigestUpdate(ctx, b, nb) == 1) &&
+             (!nc || EVP_DigestUpdate(ctx, c, nc) == 1) &&
+             EVP_DigestFinal_ex(ctx, md, &len) == 1 && len * 2 == SHA_HEX;
+    EVP_MD_CTX_free(ctx);
+    if (!ok)
+        return DSL_ENOTSUP;
+    for (unsigned i = 0; i < len; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return 0;
+}
+
+static const char zeros[SHA_HEX + 1] = "00000000000000000000000000000000"
+                                       "00000000000000000000000000000000";
+
+/* The header's checksum: SHA-256 of the 8 length bytes and the header with the 64
+ * digits of its own dsl.sha256 value (at offset at of the header) read as zeros. */
+static int header_sha(const unsigned char *file, size_t hlen, size_t at, char hex[SHA_HEX + 1])
+{
+    return sha256_hex(file, 8 + at, zeros, SHA_HEX, file + 8 + at + SHA_HEX,
+                      hlen - at - SHA_HEX, hex);
+}
+
 /* ---- writing ---------------------------------------------------------------------- */
 
 static void json_str(struct dsl_dynbuf *b, const char *s)
@@ -92,24 +132,6 @@ static void json_str(struct dsl_dynbuf *b, const char *s)
             dsl_dynbuf_add(b, s, 1);
     }
     dsl_dynbuf_addstr(b, "\"");
-}
-
-static int fsync_dir_of(const char *path)
-{
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? dsl_xstrndup(path, (size_t)(slash - path)) : dsl_xstrdup(".");
-    if (!dir[0]) {
-        free(dir);
-        dir = dsl_xstrdup("/");
-    }
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    int r = 0;
-    if (fd < 0 || fsync(fd) < 0)
-        r = -errno;
-    if (fd >= 0)
-        close(fd);
-    free(dir);
-    return r;
 }
 
 static int write_all(int fd, const void *p, uint64_t n)
@@ -147,14 +169,21 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
                  const struct dsl_strvec *meta, char *err)
 {
     struct dsl_dynbuf h;
-    unsigned long crc = crc32(0L, Z_NULL, 0);
     uint64_t off = 0, hlen;
-    char *tmp = NULL;
+    char *tmp = NULL, data_sha[SHA_HEX + 1], head_sha[SHA_HEX + 1];
     int fd = -1, r;
+    size_t sha_at;
     unsigned char lenbuf[8];
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
 
     /* no hard limit while building; the size is checked once at the end */
     dsl_dynbuf_init(&h, (size_t)-1 / 2);
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': libcrypto has no SHA-256", path);
+        goto out;
+    }
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = 0;
         if (tensor_nbytes(&t[i], &nb) < 0) {
@@ -162,15 +191,25 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
                            t[i].name);
             goto out;
         }
-        crc = crc_update(crc, t[i].data, nb);
+        if (nb && EVP_DigestUpdate(ctx, t[i].data, (size_t)nb) != 1) {
+            r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
+            goto out;
+        }
     }
+    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen * 2 != SHA_HEX) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
+        goto out;
+    }
+    for (unsigned i = 0; i < mdlen; i++)
+        snprintf(data_sha + 2 * i, 3, "%02x", md[i]);
     dsl_dynbuf_addstr(&h, "{\"__metadata__\":{");
     for (size_t i = 0; meta && i < meta->nr; i++) {
         const char *eq = strchr(meta->v[i], '=');
         if (!eq)
             continue;
         char *k = dsl_xstrndup(meta->v[i], (size_t)(eq - meta->v[i]));
-        if (strcmp(k, META_CRC) != 0) {
+        if (strcmp(k, META_CRC) != 0 && strcmp(k, META_SHA) != 0 &&
+            strcmp(k, META_DATA_SHA) != 0) {
             json_str(&h, k);
             dsl_dynbuf_addstr(&h, ":");
             json_str(&h, eq + 1);
@@ -178,7 +217,11 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
         }
         free(k);
     }
-    dsl_dynbuf_addf(&h, "\"" META_CRC "\":\"%08lx\"}", crc & 0xffffffffUL);
+    /* the data's checksum, then the header's own, which covers every other byte of
+     * the header (the data's checksum included); its digits are zeros while hashing */
+    dsl_dynbuf_addf(&h, "\"" META_DATA_SHA "\":\"%s\",\"" META_SHA "\":\"", data_sha);
+    sha_at = h.len;
+    dsl_dynbuf_addf(&h, "%s\"}", zeros);
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = 0;
         tensor_nbytes(&t[i], &nb);
@@ -200,11 +243,16 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
     hlen = h.len;
     for (int i = 0; i < 8; i++)
         lenbuf[i] = (unsigned char)(hlen >> (8 * i));
+    /* the digits are still zeros here, as the reader reads them (header_sha) */
+    if (sha256_hex(lenbuf, 8, h.buf, h.len, NULL, 0, head_sha) < 0) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
+        goto out;
+    }
+    memcpy(h.buf + sha_at, head_sha, SHA_HEX);
 
-    tmp = dsl_xasprintf("%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        r = dsl_seterr(err, -errno, "cannot create '%s': %s", tmp, strerror(errno));
+    /* O_EXCL|O_NOFOLLOW at a random name: nothing planted beside path is written */
+    if ((fd = dsl_file_create_temp(path, 0644, &tmp, err)) < 0) {
+        r = fd;
         goto out;
     }
     if ((r = write_all(fd, lenbuf, 8)) < 0 || (r = write_all(fd, h.buf, h.len)) < 0)
@@ -232,7 +280,7 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
     }
     free(tmp);
     tmp = NULL;
-    if ((r = fsync_dir_of(path)) < 0) {
+    if ((r = dsl_file_sync_dir_of(path)) < 0) {
         dsl_seterr(err, r, "cannot sync the directory of '%s': %s", path, strerror(-r));
         goto out;
     }
@@ -248,6 +296,7 @@ out:
         free(tmp);
     }
     dsl_dynbuf_release(&h);
+    EVP_MD_CTX_free(ctx);
     return r;
 }
 
@@ -281,6 +330,7 @@ struct rd {
     size_t k;       /* the walk's next token */
     size_t top_end; /* where the top-level object closed (0: not yet) */
     size_t bad_at;  /* where the token the scan failed in starts */
+    size_t sha_at;  /* where the 64 digits of dsl.sha256 start (0: no such key) */
 };
 
 __attribute__((format(printf, 3, 4))) static int rd_err(struct rd *p, size_t at,
@@ -609,6 +659,18 @@ static int rd_metadata(struct rd *p, const cJSON *o, struct dsl_strvec *meta)
             return lost(p);
         if (!cJSON_IsString(m))
             return rd_err(p, vt->start, "expected '\"'");
+        if (strcmp(m->string, META_SHA) == 0 || strcmp(m->string, META_DATA_SHA) == 0) {
+            /* 64 lowercase hex digits, spelled without escapes, so the header's own
+             * digits sit at a known place and read as zeros while hashing */
+            size_t k = 0;
+            while (k < SHA_HEX && hexval(m->valuestring[k]) >= 0 &&
+                   !(m->valuestring[k] >= 'A' && m->valuestring[k] <= 'F'))
+                k++;
+            if (k != SHA_HEX || m->valuestring[k] || vt->end - vt->start != SHA_HEX + 2)
+                return rd_err(p, vt->start, "%s must be 64 lowercase hex digits", m->string);
+            if (strcmp(m->string, META_SHA) == 0)
+                p->sha_at = vt->start + 1;
+        }
         dsl_env_set(meta, m->string, m->valuestring);
     }
     return 0;
@@ -703,8 +765,70 @@ static int cmp_begin(const void *a, const void *b)
     return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
 }
 
+/*
+ * The checksums, after the structure is known to be sound. The header's (dsl.sha256)
+ * comes first: when it fails, the header may also carry a wrong data checksum, so the
+ * data is not judged by it; with DSL_ST_HEADER_SUM_LATER that is noted in
+ * f->header_bad for the caller, who can name the field that changed. Files with only
+ * dsl.crc32 (older dslaunch) have their data checked by it.
+ */
+static int check_sums(struct dsl_st_file *f, size_t hlen, size_t sha_at, unsigned flags,
+                      char *err)
+{
+    const unsigned char *data = f->buf + 8 + hlen;
+    size_t datalen = f->len - 8 - hlen;
+    const char *head = dsl_env_get(&f->meta, META_SHA);
+    const char *want = dsl_env_get(&f->meta, META_DATA_SHA);
+    const char *crc = dsl_env_get(&f->meta, META_CRC);
+    char got[SHA_HEX + 1];
+    f->sum = DSL_ST_SUM_NONE;
+    if (head) {
+        if (header_sha(f->buf, hlen, sha_at, got) < 0)
+            return dsl_seterr(err, DSL_ENOTSUP,
+                              "safetensors file '%s': cannot check it: libcrypto has no "
+                              "SHA-256",
+                              f->path);
+        if (strcmp(got, head) != 0) {
+            if (flags & DSL_ST_HEADER_SUM_LATER) {
+                f->header_bad = 1;
+                return 0;
+            }
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "safetensors file '%s': the header does not match its checksum "
+                              "(" META_SHA "): it was edited or is corrupt",
+                              f->path);
+        }
+    }
+    if (want) {
+        if (sha256_hex(data, datalen, NULL, 0, NULL, 0, got) < 0)
+            return dsl_seterr(err, DSL_ENOTSUP,
+                              "safetensors file '%s': cannot check it: libcrypto has no "
+                              "SHA-256",
+                              f->path);
+        if (strcmp(got, want) != 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "safetensors file '%s': the tensor data does not match its "
+                              "checksum (" META_DATA_SHA " %.12s..., the data hashes to "
+                              "%.12s...): the data is corrupt",
+                              f->path, want, got);
+        if (head)
+            f->sum = DSL_ST_SUM_SHA256;
+    } else if (crc) {
+        char c[16];
+        snprintf(c, sizeof(c), "%08lx",
+                 crc_update(crc32(0L, Z_NULL, 0), data, datalen) & 0xffffffffUL);
+        if (strcmp(c, crc) != 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "safetensors file '%s': checksum mismatch (crc32 %s, header says "
+                              "%s): the data is corrupt",
+                              f->path, c, crc);
+        f->sum = DSL_ST_SUM_CRC32;
+    }
+    return 0;
+}
+
 /* Parse f->buf (f->len bytes). */
-static int st_validate(struct dsl_st_file *f, char *err)
+static int st_validate(struct dsl_st_file *f, unsigned flags, char *err)
 {
     uint64_t hlen = 0, datalen;
     int r;
@@ -733,6 +857,7 @@ static int st_validate(struct dsl_st_file *f, char *err)
     size_t n = 0;
     r = rd_header(&p, f, &t, &offs, &n);
     free(p.t);
+    size_t sha_at = p.sha_at;
     if (r < 0)
         goto fail;
     for (size_t i = 0; i < n; i++) {
@@ -784,19 +909,8 @@ static int st_validate(struct dsl_st_file *f, char *err)
                        name, datalen, pos);
         goto fail;
     }
-    const char *want = dsl_env_get(&f->meta, META_CRC);
-    if (want) {
-        char got[16];
-        snprintf(got, sizeof(got), "%08lx", crc_update(crc32(0L, Z_NULL, 0), data, datalen) &
-                                                 0xffffffffUL);
-        if (strcmp(got, want) != 0) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "safetensors file '%s': checksum mismatch (crc32 %s, header says "
-                           "%s): the data is corrupt",
-                           name, got, want);
-            goto fail;
-        }
-    }
+    if ((r = check_sums(f, (size_t)hlen, sha_at, flags, err)) < 0)
+        goto fail;
     f->t = t;
     f->n = n;
     free(offs);
@@ -810,7 +924,7 @@ fail:
 }
 
 int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_t len,
-                 char *err)
+                 unsigned flags, char *err)
 {
     memset(f, 0, sizeof(*f));
     dsl_strvec_init(&f->meta);
@@ -819,26 +933,20 @@ int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_
     if (len)
         memcpy(f->buf, buf, len);
     f->len = len;
-    return st_validate(f, err);
+    return st_validate(f, flags, err);
 }
 
-int dsl_st_load(struct dsl_st_file *f, const char *path, char *err)
+int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *err)
 {
-    struct stat st;
+    size_t len = 0;
     int fd, r;
     memset(f, 0, sizeof(*f));
     dsl_strvec_init(&f->meta);
     f->path = dsl_xstrdup(path);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* a regular file only: a FIFO in a shard's place fails here instead of hanging */
+    fd = dsl_file_open_regular(path, &len, err);
     if (fd < 0)
-        return dsl_seterr(err, errno == ENOENT ? DSL_ECHECKPOINT : -errno,
-                          "cannot open '%s': %s", path, strerror(errno));
-    if (fstat(fd, &st) < 0) {
-        r = dsl_seterr(err, -errno, "cannot stat '%s': %s", path, strerror(errno));
-        close(fd);
-        return r;
-    }
-    size_t len = (size_t)st.st_size;
+        return fd == -ENOENT || fd == -EINVAL ? DSL_ECHECKPOINT : fd;
     f->buf = malloc(len ? len : 1);
     if (!f->buf) {
         close(fd);
@@ -860,7 +968,7 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, char *err)
     }
     close(fd);
     f->len = got;
-    return st_validate(f, err);
+    return st_validate(f, flags, err);
 }
 
 const struct dsl_st_tensor *dsl_st_find(const struct dsl_st_file *f, const char *name)

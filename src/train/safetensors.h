@@ -6,9 +6,17 @@
  * padded with spaces to a multiple of 8, then the raw little-endian tensor data.
  * Offsets are relative to the start of the data; tensors tile the data without holes.
  *
- * dslaunch adds the metadata key "dsl.crc32" (hex crc32 of the whole data region,
- * zlib's crc32) so a flipped bit is caught; files from other tools have no such key
- * and are read without that check.
+ * dslaunch adds two metadata keys, each 64 lowercase hex digits of a SHA-256
+ * (libcrypto):
+ *   "dsl.data_sha256"  of the whole data region;
+ *   "dsl.sha256"       of the file's first 8 + N bytes (length and header) with the 64
+ *                      digits of this value read as '0's: every other byte of the
+ *                      header, the data's checksum included, is covered.
+ * So a flipped bit anywhere and an edit of any header field are caught. They are
+ * ordinary metadata strings: other safetensors readers load the files unchanged.
+ * Files from other tools have no such keys and are read without the checks; files of
+ * older dslaunch versions carry "dsl.crc32" (zlib crc32 of the data), still checked.
+ * A checksum is no signature: whoever can write a file can recompute it.
  */
 #ifndef DSLAUNCH_SAFETENSORS_H
 #define DSLAUNCH_SAFETENSORS_H
@@ -43,12 +51,25 @@ struct dsl_st_tensor {
 
 /**
  * Write n tensors (in this order in the data) and the metadata (a strvec of
- * "key=value" entries, see dsl_env_set(); NULL for none) to path, atomically: a
- * temporary file beside it, fsync, rename, fsync of the directory. Returns 0 or a
+ * "key=value" entries, see dsl_env_set(); NULL for none; the checksum keys are the
+ * writer's own) to path, atomically: a temporary file beside it with a random name
+ * (created O_EXCL|O_NOFOLLOW), fsync, rename, fsync of the directory. Returns 0 or a
  * negative code with err naming the file.
  */
 int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
                  const struct dsl_strvec *meta, char *err);
+
+/** The strongest checksum a loaded file carried (all that it carried matched). */
+enum dsl_st_sum {
+    DSL_ST_SUM_NONE = 0, /* none: another tool's file */
+    DSL_ST_SUM_CRC32,    /* the data's crc32 only (older dslaunch): the header unchecked */
+    DSL_ST_SUM_SHA256,   /* header and data */
+};
+
+/** Load flag: a header that does not match its dsl.sha256 is not an error of the load
+ *  but sets header_bad (the data is then not checked); the caller must refuse the file
+ *  (it can first tell which field differs from the files that agree). */
+#define DSL_ST_HEADER_SUM_LATER 1u
 
 struct dsl_st_file {
     char *path;                /* for messages */
@@ -57,19 +78,23 @@ struct dsl_st_file {
     struct dsl_st_tensor *t;   /* sorted by data offset; names owned by the file */
     size_t n;
     struct dsl_strvec meta;    /* "key=value" entries; read with dsl_env_get() */
+    enum dsl_st_sum sum;
+    int header_bad;            /* only with DSL_ST_HEADER_SUM_LATER */
 };
 
 /**
- * Read and validate a whole file: header length within the file, header JSON, every
- * entry's dtype, shape and offsets (in range, matching shape x dtype, contiguous,
- * covering the data exactly), and the crc32 when "dsl.crc32" is present. Returns 0 or
- * DSL_ECHECKPOINT (-errno when unreadable) with err naming the file. f is
- * initialised either way; release it with dsl_st_release().
+ * Read and validate a whole file: a regular file (a FIFO or device is refused without
+ * blocking), header length within the file, header JSON, every entry's dtype, shape
+ * and offsets (in range, matching shape x dtype, contiguous, covering the data
+ * exactly), and the checksums it carries (dsl.sha256, dsl.data_sha256, dsl.crc32).
+ * flags: 0 or DSL_ST_HEADER_SUM_LATER. Returns 0 or DSL_ECHECKPOINT (-errno when
+ * unreadable) with err naming the file. f is initialised either way; release it with
+ * dsl_st_release().
  */
-int dsl_st_load(struct dsl_st_file *f, const char *path, char *err);
+int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *err);
 /** The same over bytes in memory (copied); name is used in messages. */
 int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_t len,
-                 char *err);
+                 unsigned flags, char *err);
 /** The tensor called name, or NULL. */
 const struct dsl_st_tensor *dsl_st_find(const struct dsl_st_file *f, const char *name);
 void dsl_st_release(struct dsl_st_file *f);

@@ -18,7 +18,9 @@
  * resumes at any world size; with the scaler restored too, a resumed fp16 run skips
  * and rescales exactly where the uninterrupted one would. A checkpoint without
  * "lossscale" (fp32, or written before loss scaling) resumes with none skipped and
- * the configured initial scale.
+ * the configured initial scale. Every file carries step, seed and lossscale; the loader
+ * refuses files that fail their checksums or disagree on them (checkpoint.h), and a
+ * checkpoint of an older dstrain, without SHA-256 checksums, resumes with a warning.
  *
  * Which checkpoint: "latest" (what <dir>/latest names), a tag, or "auto": latest when
  * <dir>/latest exists, else a fresh start without a word. A launcher's restart
@@ -41,6 +43,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/progress.h"
 #include "dslaunch/common/xalloc.h"
 #include "trainer_config.h"
 #include "dslaunch/common/banned.h"
@@ -94,7 +97,7 @@ static int agree(struct dsl_trainer *t, int failed)
     return r < 0 ? r : f;
 }
 
-int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
 {
     struct dsl_train_settings *s = ctx;
     const char *dir = s->cfg.dstrain.checkpoint_dir;
@@ -168,6 +171,28 @@ fail:
                       tag);
 }
 
+/* A checkpoint of an older dstrain (no SHA-256 in its files) loads: its data had a
+ * crc32, its files are still checked against each other, but an edit that is the same
+ * in every file cannot be seen. Said once, by rank 0 or the consolidate command. */
+static void warn_unprotected(const struct dsl_ckpt *c)
+{
+    if (c->sum != DSL_ST_SUM_SHA256)
+        dsl_warn("checkpoint '%s' has no SHA-256 checksums (written by an older dstrain): "
+                 "edits of its metadata cannot be detected; the next save writes them",
+                 c->path);
+}
+
+/* The save in the progress record's phase: a save longer than the hang timeout is
+   progress while it moves bytes, not a hang (common/progress.h). */
+int dsl_train_save_hook(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+{
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_SAVING);
+    int r = save(ctx, t, tag, err);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_NONE);
+    return r;
+}
+
 /*
  * The scaler from the checkpoint's "lossscale" (absent: nothing to restore). A dynamic
  * scaler takes all of it (scale, hysteresis, window position, skipped), as DeepSpeed
@@ -234,7 +259,7 @@ static int auto_has_latest(struct dsl_trainer *t, const char *dir, char *err)
     return f[1];
 }
 
-int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
+static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
     if (dir && *dir) {
@@ -261,6 +286,8 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
     int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, err);
     if (r < 0)
         goto out;
+    if (t->rank == 0)
+        warn_unprotected(&c);
     if ((r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
         goto out;
     uint64_t step, gb;
@@ -301,6 +328,16 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
     r = 0;
 out:
     dsl_ckpt_release(&c);
+    return r;
+}
+
+/* Loading, in the progress record's phase like a save. */
+int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
+{
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_LOADING);
+    int r = resume(s, t, err);
+    dsl_progress_set_phase(prog, DSL_PROGRESS_PHASE_NONE);
     return r;
 }
 

@@ -141,6 +141,18 @@ static int save_ckpt(struct dsl_trainer *t, const struct dsl_run_opts *ro, uint6
     return r;
 }
 
+/* Seconds as "M:SS" or "H:MM:SS", for the progress line. */
+static void fmt_hms(double sec, char *out, size_t len)
+{
+    if (!(sec >= 0.0) || sec > 3.6e8)
+        sec = 0.0;
+    unsigned long s = (unsigned long)(sec + 0.5);
+    if (s >= 3600)
+        snprintf(out, len, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(out, len, "%lu:%02lu", s / 60, s % 60);
+}
+
 int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     const struct dsl_dataset *train, const struct dsl_dataset *test,
                     struct dsl_run_summary *sum, char *err)
@@ -167,7 +179,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     uint64_t eval_every = ro->eval_interval ? ro->eval_interval : spe;
     uint64_t first = t->step, saved_at = UINT64_MAX, bytes_other = 0;
     uint64_t bytes0 = dsl_comm_bytes_sent(t->comm);
-    double t_start = dsl_now(), t_eval = 0.0, t_print = t_start;
+    double t_start = dsl_now(), t_eval = 0.0, t_save = 0.0, t_print = t_start;
     uint64_t print_step = t->step;
     double brk[5] = {0}; /* step-time split since the last progress line */
     double acc = NAN, tloss = NAN;
@@ -215,10 +227,17 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                 snprintf(fp16j, sizeof(fp16j), ",\"loss_scale\":%.17g,\"skipped\":%" PRIu64,
                          res.loss_scale, t->ls.skipped);
             }
-            if (print)
+            if (print) {
+                /* the ETA from the mean time per step so far, evaluations included */
+                char el[32], eta[32];
+                double spent = now - t_start;
+                double left = spent / (double)(t->step - first) * (double)(total - t->step);
+                fmt_hms(spent, el, sizeof(el));
+                fmt_hms(left, eta, sizeof(eta));
                 printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e%s "
-                       "samples/s %.1f\n",
-                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps);
+                       "samples/s %.1f elapsed %s eta %s\n",
+                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps, el, eta);
+            }
             if (mf)
                 fprintf(mf,
                         "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
@@ -265,21 +284,26 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
             if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
                 goto out;
             saved_at = t->step;
-            t_eval += dsl_now() - s0;
+            t_save += dsl_now() - s0;
         }
         if (res.stop) {
             sum->stopped = 1;
             if (ro->save_on_signal && ro->save && saved_at != t->step) {
+                double s0 = dsl_now();
                 if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
                     goto out;
                 saved_at = t->step;
+                t_save += dsl_now() - s0;
             }
             break;
         }
     }
-    if (!sum->stopped && ro->save && saved_at != t->step && t->step > first)
+    if (!sum->stopped && ro->save && saved_at != t->step && t->step > first) {
+        double s0 = dsl_now();
         if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
             goto out;
+        t_save += dsl_now() - s0;
+    }
 
     if ((r = dsl_trainer_sync(t, err)) < 0)
         goto out;
@@ -289,7 +313,10 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     sum->steps = t->step;
     sum->skipped = t->ls.skipped;
     sum->wall_s = dsl_now() - t_start;
-    sum->train_s = sum->wall_s - t_eval;
+    sum->train_s = sum->wall_s - t_eval - t_save;
+    sum->eval_s = t_eval;
+    sum->save_s = t_save;
+    sum->setup_s = ro->t_process > 0 && ro->t_process < t_start ? t_start - ro->t_process : 0.0;
     sum->samples_per_s =
         sum->train_s > 0 ? (double)((t->step - first) * t->G) / sum->train_s : 0.0;
     sum->test_acc = acc;
@@ -316,16 +343,21 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     "\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"test_acc\":%.6g,"
                     "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
                     "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
-                    "\"ms_gather\":%.3f}\n",
+                    "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
+                    "\"save_s\":%.3f}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss,
                     sum->test_acc, sum->bytes_per_step, sum->stopped, fp16j, sum->t_compute,
-                    sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
+                    sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
+                    sum->train_s, sum->eval_s, sum->save_s);
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
                sum->bytes_per_step);
         printf("dstrain: ms per step (rank 0): forward+backward %.2f, gradient reduction "
                "wait %.2f, loss/norm reduction %.2f, optimizer %.2f, parameter all-gather "
                "%.2f\n",
                sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
+        printf("dstrain: wall time by phase (rank 0): setup %.2f s, training %.2f s, "
+               "evaluation %.2f s, checkpoints %.2f s\n",
+               sum->setup_s, sum->train_s, sum->eval_s, sum->save_s);
         printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
                "test_acc %.4f%s%s\n",
                sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,

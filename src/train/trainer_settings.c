@@ -18,9 +18,11 @@
  * goes on.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/model/device.h"
@@ -155,6 +157,32 @@ static int check_gpu(const struct dsl_train_settings *s, char *err)
 #endif
 }
 
+/* A --config that names no existing file and has no '/' may be one of the shipped
+ * configs: NAME or NAME.json in bin/../share/dslaunch/configs of an installed tree
+ * (dstrain's own directory is bin/). Returns a path to free, or NULL for "as given". */
+static char *shipped_config(const char *name)
+{
+    if (!*name || strchr(name, '/') || access(name, F_OK) == 0)
+        return NULL;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    static const char *const suffix[] = {"", ".json"};
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        char *path = dsl_xasprintf("%s/../share/dslaunch/configs/%s%s", self, name, suffix[i]);
+        if (access(path, R_OK) == 0)
+            return path;
+        free(path);
+    }
+    return NULL;
+}
+
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err)
 {
     memset(s, 0, sizeof(*s));
@@ -167,8 +195,11 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     if (r == 0 && p.help)
         r = 1;
     /* the config files first, so that flags override them */
-    for (size_t i = 0; r == 0 && i < p.configs.nr; i++)
-        r = dsl_train_config_load(&s->cfg, p.configs.v[i], 0, err);
+    for (size_t i = 0; r == 0 && i < p.configs.nr; i++) {
+        char *shipped = shipped_config(p.configs.v[i]);
+        r = dsl_train_config_load(&s->cfg, shipped ? shipped : p.configs.v[i], 0, err);
+        free(shipped);
+    }
     for (size_t i = 0; r == 0 && i + 1 < p.overrides.nr; i += 2)
         r = dsl_train_config_set(&s->cfg, p.overrides.v[i], p.overrides.v[i + 1], err);
     s->params_out = p.params_out;

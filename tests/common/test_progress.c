@@ -37,6 +37,31 @@ TEST(record_should_be_64_bytes_with_fixed_offsets)
     ASSERT_EQ(offsetof(struct dsl_progress_rec, step), 8);
     ASSERT_EQ(offsetof(struct dsl_progress_rec, coll), 16);
     ASSERT_EQ(offsetof(struct dsl_progress_rec, beat), 24);
+    ASSERT_EQ(offsetof(struct dsl_progress_rec, phase), 32);
+}
+
+TEST(phase_should_read_back_and_an_unknown_one_should_read_as_none)
+{
+    char *path = temp_file(DSL_PROGRESS_FILE_SIZE);
+    struct dsl_progress_rec *rec;
+    struct dsl_progress_view v;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_progress_attach(path, &rec, err));
+    ASSERT_OK(dsl_progress_read_file(path, &v));
+    ASSERT_EQ(v.phase, DSL_PROGRESS_PHASE_NONE);
+    uint64_t h0 = v.hash;
+    dsl_progress_set_phase(rec, DSL_PROGRESS_PHASE_SAVING);
+    ASSERT_OK(dsl_progress_read_file(path, &v));
+    ASSERT_EQ(v.phase, DSL_PROGRESS_PHASE_SAVING);
+    ASSERT(v.hash != h0); /* entering a phase is a change */
+    ASSERT_STR_EQ(dsl_progress_phase_name(v.phase), "saving a checkpoint");
+    ASSERT_STR_EQ(dsl_progress_phase_name(DSL_PROGRESS_PHASE_LOADING), "loading a checkpoint");
+    ASSERT(dsl_progress_phase_name(DSL_PROGRESS_PHASE_NONE) == NULL);
+    atomic_store(&rec->phase, 77); /* a newer writer's phase this reader does not know */
+    ASSERT_OK(dsl_progress_read_file(path, &v));
+    ASSERT_EQ(v.phase, DSL_PROGRESS_PHASE_NONE);
+    unlink(path);
+    free(path);
 }
 
 TEST(attached_record_should_read_back_step_and_collective)

@@ -2,6 +2,8 @@
 dsl_unit_test(test_opt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_opt.c LIBS dslcommon)
 # dslcommon: the progress record (writer and reader).
 dsl_unit_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c LIBS dslcommon)
+# dslcommon: files made without following links (log dirs, logs, temp files, readers).
+dsl_unit_test(test_file SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_file.c LIBS dslcommon)
 # dslcommon: host lists and the rank environment of srun, mpirun and PMIx.
 dsl_unit_test(test_rankenv SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rankenv.c LIBS dslcommon)
 dsl_fuzz_target(fuzz_slurmlist SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_slurmlist.c LIBS dslcommon)

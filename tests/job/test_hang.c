@@ -271,6 +271,58 @@ TEST(cause_should_ignore_signals_and_clean_exits)
     ASSERT_EQ(dsl_hang_cause(R, 2, 7, 15.1, &v), 0);
 }
 
+/* rank 0 saves a checkpoint (left #99, in the saving phase, advancing by the bytes it
+   writes); ranks 1..n-1 wait in #100 */
+static void saving(int n, double saver_advance)
+{
+    world(n);
+    R[0].v.coll_seq = 99;
+    R[0].v.in_coll = 0;
+    R[0].v.phase = DSL_PROGRESS_PHASE_SAVING;
+    R[0].t_advance = saver_advance;
+}
+
+TEST(excuse_should_cover_ranks_waiting_for_a_peer_that_saves_and_advances)
+{
+    unsigned char mark[N];
+    saving(4, 395);
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 3);
+    ASSERT_EQ(mark[0], 0);
+    ASSERT_EQ(mark[1] + mark[2] + mark[3], 3);
+    R[0].v.phase = DSL_PROGRESS_PHASE_LOADING;
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 3);
+}
+
+TEST(excuse_should_not_cover_a_saver_that_stopped_advancing_or_a_peer_without_a_phase)
+{
+    unsigned char mark[N];
+    saving(4, 3); /* no bytes moved for 397 s: a stuck save */
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 0);
+    ASSERT_EQ(mark[1], 0);
+    saving(4, 395);
+    R[0].pstate = 'T';
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 0);
+    saving(4, 395);
+    R[2].v.coll_seq = 99; /* a second rank outside the collective, not saving */
+    R[2].v.in_coll = 0;
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 0);
+    world(4); /* everybody inside: nobody to wait for */
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 0);
+    saving(4, 395);
+    R[0].v.form = DSL_PROGRESS_TEXT; /* a phase only counts in a record */
+    ASSERT_EQ(dsl_hang_excuse(R, 4, 400, 300, mark), 0);
+}
+
+TEST(judge_should_name_a_stuck_saver_with_its_phase)
+{
+    saving(4, 3);
+    R[0].pid = 77;
+    struct dsl_hang_verdict v = judge(4, 400, 300);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.first, 0);
+    ASSERT_CONTAINS(v.text, "rank 0 (node1, pid 77, saving a checkpoint) never entered allreduce #100");
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -41,6 +41,7 @@ TEST(progress_message_should_round_trip)
     m.progress[0].view.coll_seq = 1582;
     m.progress[0].view.coll_kind = DSL_PROGRESS_ALLGATHER;
     m.progress[0].view.in_coll = 1;
+    m.progress[0].view.phase = DSL_PROGRESS_PHASE_SAVING;
     m.progress[1].rank = 6;
     m.progress[1].view.form = DSL_PROGRESS_TEXT;
     strcpy(m.progress[1].view.text, "epoch \"2\"\t");
@@ -54,6 +55,8 @@ TEST(progress_message_should_round_trip)
     ASSERT_EQ(got.progress[0].view.coll_seq, 1582);
     ASSERT_EQ(got.progress[0].view.coll_kind, DSL_PROGRESS_ALLGATHER);
     ASSERT_EQ(got.progress[0].view.in_coll, 1);
+    ASSERT_EQ(got.progress[0].view.phase, DSL_PROGRESS_PHASE_SAVING);
+    ASSERT_EQ(got.progress[1].view.phase, DSL_PROGRESS_PHASE_NONE); /* none: not sent */
     ASSERT_EQ(got.progress[1].view.form, DSL_PROGRESS_TEXT);
     ASSERT_EQ(got.progress[1].pstate, 0);
     ASSERT_STR_EQ(got.progress[1].view.text, "epoch \"2\"\t");
@@ -136,6 +139,16 @@ TEST(bad_progress_members_should_be_refused)
     ASSERT_OK(decode("{\"t\":\"progress\",\"ranks\":[{\"rank\":1,\"adv\":1,\"form\":1,"
                      "\"hs\":1,\"step\":1,\"cseq\":1,\"ckind\":1,\"in\":1,\"text\":\"\","
                      "\"ps\":\"\"}]}",
+                     err));
+    /* the phase is optional (older agents send none) and bounded */
+    ASSERT_ERR(decode("{\"t\":\"progress\",\"ranks\":[{\"rank\":1,\"adv\":1,\"form\":1,"
+                      "\"hs\":1,\"step\":1,\"cseq\":1,\"ckind\":1,\"in\":1,\"text\":\"\","
+                      "\"ps\":\"S\",\"ph\":3}]}",
+                      err));
+    ASSERT_CONTAINS(err, "'ph'");
+    ASSERT_OK(decode("{\"t\":\"progress\",\"ranks\":[{\"rank\":1,\"adv\":1,\"form\":1,"
+                     "\"hs\":1,\"step\":1,\"cseq\":1,\"ckind\":1,\"in\":1,\"text\":\"\","
+                     "\"ps\":\"S\",\"ph\":2}]}",
                      err));
     ASSERT_ERR(decode("{\"t\":\"stacks\"}", err));
     ASSERT_ERR(decode("{\"t\":\"stacks\",\"timeout\":-1}", err));

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/plan/hostfile.h"
@@ -130,6 +131,13 @@ static const struct {
     {":0", NULL, NONE, NONE, "--include ':0': missing host name in ':0'"},
     {"worker-9", NULL, NONE, NONE,
      "--include 'worker-9': unknown host 'worker-9' (known hosts: worker-0, worker-1, worker-2)"},
+    {"worker-0,worker-1", NULL, NONE, NONE,
+     "--include 'worker-0,worker-1': unknown host 'worker-0,worker-1' (known hosts: worker-0, "
+     "worker-1, worker-2); hosts are joined with '@', e.g. 'worker-0@worker-1' (',' separates "
+     "slots: 'worker-0:0,1')"},
+    {"worker-0,worker-9", NULL, NONE, NONE,
+     "--include 'worker-0,worker-9': unknown host 'worker-0,worker-9' (known hosts: worker-0, "
+     "worker-1, worker-2)"},
     {"worker-0:7", NULL, NONE, NONE,
      "--include 'worker-0:7': host 'worker-0' has no slot 7 (it has slots 0-3)"},
     {"worker-2:2", NULL, NONE, NONE,
@@ -358,7 +366,12 @@ TEST(cuda_visible_devices_should_become_an_include_only_when_nothing_else_select
         ASSERT_EQ(dsl_placement_cuda_visible("1,2", &given[i], &inc, err), 2);
         ASSERT(inc == NULL);
     }
-    static const char *const bad_cvd[] = {"GPU-6f3c1a2b-0000", "MIG-1", "-1", "1,,2", "1,", ",1",
+    /* "-1" (any leading negative number) hides every device: CPU ranks, filters or not */
+    ASSERT_EQ(dsl_placement_cuda_visible("-1", &none, &inc, err), 3);
+    ASSERT(inc == NULL);
+    ASSERT_EQ(dsl_placement_cuda_visible("-1", &given[0], &inc, err), 3);
+    ASSERT_EQ(dsl_placement_cuda_visible("-2,0", &none, &inc, err), 3);
+    static const char *const bad_cvd[] = {"GPU-6f3c1a2b-0000", "MIG-1", "-", "-x", "1,,2", "1,", ",1",
                                           "1 2", "0x1", "1234567890"};
     for (size_t i = 0; i < sizeof(bad_cvd) / sizeof(bad_cvd[0]); i++) {
         ASSERT_EQ(dsl_placement_cuda_visible(bad_cvd[i], &none, &inc, err), DSL_EPLACEMENT);
@@ -400,20 +413,24 @@ TEST(local_slots_should_honour_the_override_and_validate_it)
     int slots = -1;
     char err[DSL_ERR_LEN];
     setenv("DSLAUNCH_LOCAL_SLOTS", "7", 1);
-    ASSERT_OK(dsl_local_slots(&slots, err));
+    ASSERT_OK(dsl_local_slots(&slots, 0, err));
+    ASSERT_EQ(slots, 7);
+    ASSERT_OK(dsl_local_slots(&slots, 1, err));
     ASSERT_EQ(slots, 7);
     static const char *const bad_env[] = {"0", "-1", "x", "", "4abc", " 4", "4097"};
     for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
         setenv("DSLAUNCH_LOCAL_SLOTS", bad_env[i], 1);
         slots = -1;
-        ASSERT_EQ(dsl_local_slots(&slots, err), DSL_EUSAGE);
+        ASSERT_EQ(dsl_local_slots(&slots, 0, err), DSL_EUSAGE);
         ASSERT_EQ(slots, -1);
         ASSERT_CONTAINS(err, "DSLAUNCH_LOCAL_SLOTS='");
         ASSERT_CONTAINS(err, bad_env[i]);
     }
     unsetenv("DSLAUNCH_LOCAL_SLOTS");
-    ASSERT_OK(dsl_local_slots(&slots, err));
+    ASSERT_OK(dsl_local_slots(&slots, 0, err));
     ASSERT(slots >= 1);
+    ASSERT_OK(dsl_local_slots(&slots, 1, err)); /* the online CPUs */
+    ASSERT_EQ(slots, (int)sysconf(_SC_NPROCESSORS_ONLN));
 }
 
 int main(int argc, char **argv)

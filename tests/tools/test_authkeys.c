@@ -143,30 +143,34 @@ TEST(knownhosts_merge_should_add_only_entries_not_covered)
     ASSERT_EQ(dsl_knownhosts_merge("", "@revoked n1 " KEY_A, &out), DSL_EUSAGE);
 }
 
-TEST(sshconfig_merge_should_replace_the_managed_block_in_place)
+#define MANAGED(block) DSL_SSHCONFIG_BEGIN "\n" block DSL_SSHCONFIG_RESET DSL_SSHCONFIG_END "\n"
+
+TEST(sshconfig_merge_should_put_the_managed_block_first_and_keep_the_rest_in_scope)
 {
     const char *block = "Host a b\n  IdentityFile ~/.ssh/id_dslaunch\n";
     char *out = NULL, *again = NULL, *moved = NULL;
-    ASSERT_EQ(dsl_sshconfig_merge("Host x\n  Port 2\n", block, &out), 1);
-    ASSERT_STR_EQ(out, "Host x\n  Port 2\n" DSL_SSHCONFIG_BEGIN "\n"
-                       "Host a b\n  IdentityFile ~/.ssh/id_dslaunch\n" DSL_SSHCONFIG_END "\n");
+    /* options before any Host line apply to every host: after the block's "Host *"
+     * they still do */
+    ASSERT_EQ(dsl_sshconfig_merge("User u\nHost x\n  Port 2\n", block, &out), 1);
+    ASSERT_STR_EQ(out, MANAGED("Host a b\n  IdentityFile ~/.ssh/id_dslaunch\n")
+                       "User u\nHost x\n  Port 2\n");
     ASSERT_EQ(dsl_sshconfig_merge(out, block, &again), 0);
     ASSERT(again == NULL);
     /* a changed host list replaces the block and keeps what follows it */
-    char *with_tail = NULL;
-    size_t n = strlen(out) + 32;
-    with_tail = malloc(n);
-    ASSERT(with_tail != NULL);
-    strcpy(with_tail, out);
-    strcat(with_tail, "Host y\n");
-    ASSERT_EQ(dsl_sshconfig_merge(with_tail, "Host c\n", &moved), 1);
-    ASSERT_STR_EQ(moved, "Host x\n  Port 2\n" DSL_SSHCONFIG_BEGIN "\nHost c\n"
-                         DSL_SSHCONFIG_END "\nHost y\n");
-    free(with_tail);
+    ASSERT_EQ(dsl_sshconfig_merge(out, "Host c\n", &moved), 1);
+    ASSERT_STR_EQ(moved, MANAGED("Host c\n") "User u\nHost x\n  Port 2\n");
     free(moved);
     free(out);
+    /* a block further down (older versions appended it) moves to the top */
+    ASSERT_EQ(dsl_sshconfig_merge("Host x\n  Port 2\n" MANAGED("Host c\n") "Host y\n",
+                                  "Host c\n", &moved), 1);
+    ASSERT_STR_EQ(moved, MANAGED("Host c\n") "Host x\n  Port 2\nHost y\n");
+    free(moved);
     ASSERT_EQ(dsl_sshconfig_merge(NULL, "Host c\n", &out), 1);
-    ASSERT_STR_EQ(out, DSL_SSHCONFIG_BEGIN "\nHost c\n" DSL_SSHCONFIG_END "\n");
+    ASSERT_STR_EQ(out, MANAGED("Host c\n"));
+    free(out);
+    ASSERT_EQ(dsl_sshconfig_merge("Host x", "Host c\n", &out), 1);
+    ASSERT_STR_EQ(out, MANAGED("Host c\n") "Host x\n");
     free(out);
 }
 

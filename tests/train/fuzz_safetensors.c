@@ -1,9 +1,14 @@
 /* libFuzzer target: arbitrary bytes as a safetensors file, read from memory. The
  * reader must reject or accept without crashing, and what it accepts must satisfy the
  * invariants the checkpoint loader relies on: every tensor's bytes inside the data
- * region, sizes that match the shapes, and tensors that tile the data exactly. */
+ * region, sizes that match the shapes, and tensors that tile the data exactly. Read a
+ * second time with DSL_ST_HEADER_SUM_LATER (the checkpoint loader's way), the verdict
+ * must be the same, except that a header failing its checksum is then accepted and
+ * flagged; a file read as verified by SHA-256 must carry both checksums. The seeds
+ * are files of both formats (dsl.sha256, and the older dsl.crc32). */
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dslaunch/common/error.h"
 #include "train/safetensors.h"
@@ -14,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct dsl_st_file f;
     char err[DSL_ERR_LEN] = "";
-    int r = dsl_st_parse(&f, "fuzz.safetensors", data, size, err);
+    int r = dsl_st_parse(&f, "fuzz.safetensors", data, size, 0, err);
     if (r < 0 && !err[0])
         __builtin_trap();
     if (r == 0) {
@@ -36,6 +41,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (f.n && (const unsigned char *)f.t[f.n - 1].data + f.t[f.n - 1].nbytes != hi)
             __builtin_trap();
         (void)total;
+    }
+    enum dsl_st_sum sum = r == 0 ? f.sum : DSL_ST_SUM_NONE;
+    if (r == 0 && sum == DSL_ST_SUM_SHA256 &&
+        (!dsl_env_get(&f.meta, "dsl.sha256") || !dsl_env_get(&f.meta, "dsl.data_sha256")))
+        __builtin_trap();
+    dsl_st_release(&f);
+
+    char err2[DSL_ERR_LEN] = "";
+    int r2 = dsl_st_parse(&f, "fuzz.safetensors", data, size, DSL_ST_HEADER_SUM_LATER, err2);
+    if (r2 < 0 && !err2[0])
+        __builtin_trap();
+    if (r2 == 0 && f.header_bad) {
+        /* strict: refused for exactly that */
+        if (r == 0 || !strstr(err, "the header does not match its checksum"))
+            __builtin_trap();
+    } else if (r2 != r || (r == 0 && f.sum != sum)) {
+        __builtin_trap();
     }
     dsl_st_release(&f);
     return 0;

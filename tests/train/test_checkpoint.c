@@ -78,6 +78,7 @@ static int save(const char *dir, const char *tag, int world, const struct state 
     snprintf(num, sizeof(num), "%llu", (unsigned long long)step);
     dsl_env_set(&meta, "step", num);
     dsl_env_set(&meta, "lossscale", "scale=65536 iter=3 last_overflow=-1 hysteresis=2 skipped=0");
+    dsl_env_set(&meta, "seed", "1234");
     if ((r = dsl_ckpt_prepare(dir, tag, err)) < 0)
         goto out;
     if ((r = dsl_ckpt_write_model(dir, tag, world, views, NVIEWS, s->p, NUMEL, &meta, err)) < 0)
@@ -290,8 +291,8 @@ TEST(consolidate_should_write_the_same_bytes_whatever_the_world_size)
     ASSERT_OK(dsl_ckpt_consolidate(dir, "a", o1, err));
     ASSERT_OK(dsl_ckpt_consolidate(dir, NULL, o3, err)); /* latest = b */
     struct dsl_st_file f1, f3;
-    ASSERT_OK(dsl_st_load(&f1, o1, err));
-    ASSERT_OK(dsl_st_load(&f3, o3, err));
+    ASSERT_OK(dsl_st_load(&f1, o1, 0, err));
+    ASSERT_OK(dsl_st_load(&f3, o3, 0, err));
     ASSERT_EQ(f1.len, f3.len);
     ASSERT(memcmp(f1.buf, f3.buf, f1.len) == 0);
     ASSERT_EQ(f1.n, NVIEWS);
@@ -335,13 +336,15 @@ static const struct {
     {TRUNCATE_DATA, "(truncated file?)"},
     {TRUNCATE_HEADER, "is truncated: header of"},
     {TRUNCATE_TINY, "is truncated: 5 bytes, no header length"},
-    {FLIP_DATA, "checksum mismatch"},
-    {FLIP_SHARD_DATA, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': checksum mismatch"},
+    {FLIP_DATA, "the tensor data does not match its checksum"},
+    {FLIP_SHARD_DATA, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': the tensor data "
+                      "does not match its checksum"},
     {BAD_HEADER, "bad header at byte"},
     {MISSING_SHARD, "missing shard file 'zero_pp_rank_1_mp_rank_00_optim_states.safetensors' "
                     "(rank 1 of 3)"},
     {EXTRA_SHARD, "unexpected shard file"},
-    {FOREIGN_SHARD, "is not an optimizer shard of tag 'global_step2'"},
+    {FOREIGN_SHARD, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': metadata 'step' is "
+                    "'1' but the model file"},
     {MISSING_MODEL, "mp_rank_00_model_states.safetensors': No such file"},
     {LATEST_DANGLING, "no checkpoint 'global_step9' in"},
 };
@@ -414,6 +417,260 @@ TEST(corrupt_checkpoints_should_fail_with_an_error_naming_the_file)
         rm_rf(dir);
         free(dir);
     }
+}
+
+/* Replace the first `from` in the header of the file at path with `to` (same length). */
+static void edit_header(const char *path, const char *from, const char *to)
+{
+    int fd = open(path, O_RDWR);
+    unsigned char len[8];
+    ASSERT(fd >= 0);
+    ASSERT(pread(fd, len, 8, 0) == 8);
+    size_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | len[i];
+    char *h = dsl_xmalloc(hlen + 1);
+    ASSERT(pread(fd, h, hlen, 8) == (ssize_t)hlen);
+    h[hlen] = '\0';
+    char *at = strstr(h, from);
+    ASSERT(at != NULL);
+    ASSERT_EQ(strlen(from), strlen(to));
+    memcpy(at, to, strlen(to));
+    ASSERT(pwrite(fd, h, hlen, 8) == (ssize_t)hlen);
+    free(h);
+    close(fd);
+}
+
+/* Make the file look like one of an older version: its checksum members become
+ * spaces (still valid JSON, same header length). */
+static void strip_sums(const char *path)
+{
+    static const char a[] = ",\"dsl.data_sha256\":\"", b[] = "\",\"dsl.sha256\":\"";
+    int fd = open(path, O_RDWR);
+    unsigned char len[8];
+    ASSERT(fd >= 0);
+    ASSERT(pread(fd, len, 8, 0) == 8);
+    size_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | len[i];
+    char *h = dsl_xmalloc(hlen + 1);
+    ASSERT(pread(fd, h, hlen, 8) == (ssize_t)hlen);
+    h[hlen] = '\0';
+    char *at = strstr(h, a);
+    ASSERT(at != NULL);
+    size_t n = (sizeof(a) - 1) + 64 + (sizeof(b) - 1) + 64 + 1;
+    ASSERT(strncmp(at + sizeof(a) - 1 + 64, b, sizeof(b) - 1) == 0);
+    memset(at, ' ', n);
+    ASSERT(pwrite(fd, h, hlen, 8) == (ssize_t)hlen);
+    free(h);
+    close(fd);
+}
+
+#define MODEL "mp_rank_00_model_states.safetensors"
+#define SHARD(r) "zero_pp_rank_" #r "_mp_rank_00_optim_states.safetensors"
+#define LS "\"lossscale\":\"scale=6553"
+
+static const struct {
+    const char *file; /* MODEL, a SHARD, or NULL: every file */
+    const char *from, *to;
+    const char *err[3];
+} edits[] = {
+    /* one file edited: named, with the field, as the one whose checksum failed */
+    {SHARD(1), "\"step\":\"2\"", "\"step\":\"3\"",
+     {SHARD(1) "': metadata 'step' is '3' but the model file", "says '2'",
+      "its header does not match its checksum (dsl.sha256)"}},
+    {MODEL, "\"step\":\"2\"", "\"step\":\"9\"",
+     {MODEL "': metadata 'step' is '9' but '" SHARD(0) "' says '2'",
+      "the model file's header does not match its checksum", "edited"}},
+    {SHARD(0), "\"seed\":\"1234\"", "\"seed\":\"1235\"",
+     {SHARD(0) "': metadata 'seed' is '1235' but the model file", "says '1234'",
+      "its header does not match"}},
+    {MODEL, "\"seed\":\"1234\"", "\"seed\":\"4321\"",
+     {MODEL "': metadata 'seed' is '4321' but '" SHARD(0) "' says '1234'",
+      "the model file's header", "edited"}},
+    {SHARD(2), LS "6 ", LS "7 ",
+     {SHARD(2) "': metadata 'lossscale' is 'scale=65537 iter=3", "says 'scale=65536",
+      "its header does not match"}},
+    {MODEL, LS "6 ", LS "0 ",
+     {MODEL "': metadata 'lossscale' is 'scale=65530", "says 'scale=65536",
+      "the model file's header"}},
+    {SHARD(1), "\"dsl.world_size\":\"3\"", "\"dsl.world_size\":\"4\"",
+     {SHARD(1) "': metadata 'dsl.world_size' is '4' but the model file", "says '3'",
+      "its header does not match"}},
+    {MODEL, "\"dsl.world_size\":\"3\"", "\"dsl.world_size\":\"2\"",
+     {MODEL "': metadata 'dsl.world_size' is '2'", "says '3'", "the model file's header"}},
+    /* the same edit in every file: no file disagrees, the checksum still catches it */
+    {NULL, "\"step\":\"2\"", "\"step\":\"5\"",
+     {"': its header does not match its checksum (dsl.sha256): it was edited or is corrupt",
+      "global_step2/", "global_step2/"}},
+    /* a tensor's shape is no shared field: the checksum catches it */
+    {MODEL, "\"shape\":[3,4]", "\"shape\":[4,3]",
+     {MODEL "': its header does not match its checksum", "global_step2/", "edited"}},
+};
+
+TEST(edited_checkpoint_headers_should_fail_naming_the_file_and_the_field)
+{
+    for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
+        char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+        struct state s;
+        struct dsl_ckpt c;
+        fill(&s, 0.0f);
+        ASSERT_OK(save(dir, "global_step2", 3, &s, 2, err));
+        static const char *const all[] = {MODEL, SHARD(0), SHARD(1), SHARD(2)};
+        for (size_t k = 0; k < 4; k++) {
+            if (edits[i].file && strcmp(edits[i].file, all[k]) != 0)
+                continue;
+            char *p = file_in(dir, "global_step2", all[k]);
+            edit_header(p, edits[i].from, edits[i].to);
+            free(p);
+        }
+        ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+        fprintf(stderr, "  %zu -> %s\n", i, err);
+        for (int k = 0; k < 3; k++)
+            ASSERT_CONTAINS(err, edits[i].err[k]);
+        ASSERT_CONTAINS(err, dir);
+        dsl_ckpt_release(&c);
+        rm_rf(dir);
+        free(dir);
+    }
+}
+
+TEST(checkpoints_of_older_versions_should_load_and_still_be_cross_checked)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 1.5f);
+    ASSERT_OK(save(dir, "global_step2", 2, &s, 2, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_EQ(c.sum, DSL_ST_SUM_SHA256);
+    dsl_ckpt_release(&c);
+    /* a checksum removed from one file only: refused */
+    char *model = file_in(dir, "global_step2", MODEL), *sh0 = shard_file(dir, "global_step2", 0);
+    char *sh1 = shard_file(dir, "global_step2", 1);
+    strip_sums(sh1);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, SHARD(1) "' lacks a SHA-256 checksum but the model file");
+    dsl_ckpt_release(&c);
+    /* none in any file (as before checksums): loads, and says so */
+    strip_sums(model);
+    strip_sums(sh0);
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_EQ(c.sum, DSL_ST_SUM_NONE);
+    assert_state(&c, &s);
+    dsl_ckpt_release(&c);
+    /* the files must still agree */
+    edit_header(sh0, "\"step\":\"2\"", "\"step\":\"7\"");
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, SHARD(0) "': metadata 'step' is '7' but the model file");
+    ASSERT(strstr(err, "checksum") == NULL);
+    dsl_ckpt_release(&c);
+    free(model);
+    free(sh0);
+    free(sh1);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(a_fifo_in_place_of_a_shard_or_latest_should_fail_the_load_at_once)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 0.0f);
+    ASSERT_OK(save(dir, "global_step2", 2, &s, 2, err));
+    char *sh1 = shard_file(dir, "global_step2", 1);
+    ASSERT(unlink(sh1) == 0 && mkfifo(sh1, 0644) == 0);
+    alarm(60); /* a hang guard: a blocking read of a FIFO without a writer never returns */
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, SHARD(1) "' is not a regular file (a FIFO)");
+    dsl_ckpt_release(&c);
+    char *latest = dsl_xasprintf("%s/latest", dir);
+    ASSERT(unlink(latest) == 0 && mkfifo(latest, 0644) == 0);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "latest' is not a regular file (a FIFO)");
+    alarm(0);
+    dsl_ckpt_release(&c);
+    free(latest);
+    free(sh1);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(links_at_the_old_predictable_temp_names_should_not_be_followed)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    char *victim = dsl_xasprintf("%s/victim", dir);
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 0.0f);
+    FILE *v = fopen(victim, "w");
+    ASSERT(v && fputs("precious", v) >= 0 && fclose(v) == 0);
+    /* what another user could plant when temp names were PATH.tmp.PID */
+    ASSERT_OK(dsl_ckpt_prepare(dir, "t", err));
+    char *m = dsl_xasprintf("%s/t.partial/" MODEL ".tmp.%ld", dir, (long)getpid());
+    char *l = dsl_xasprintf("%s/latest.tmp.%ld", dir, (long)getpid());
+    ASSERT(symlink(victim, m) == 0 && symlink(victim, l) == 0);
+    ASSERT_OK(dsl_ckpt_write_model(dir, "t", 1, views, NVIEWS, s.p, NUMEL, NULL, err));
+    const char *names[2] = {"exp_avg", "exp_avg_sq"};
+    const float *slices[2] = {s.m, s.v};
+    ASSERT_OK(dsl_ckpt_write_optim(dir, "t", 0, 1, names, slices, 2, 0, NUMEL, NUMEL, NULL,
+                                   err));
+    ASSERT_OK(dsl_ckpt_commit(dir, "t", 1, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    assert_state(&c, &s);
+    dsl_ckpt_release(&c);
+    struct stat st;
+    ASSERT(stat(victim, &st) == 0 && st.st_size == 8);
+    ASSERT(lstat(l, &st) < 0); /* the planted link was a leftover: removed, not followed */
+    free(m);
+    free(l);
+    free(victim);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(a_successful_save_should_remove_what_failed_saves_left)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    struct state s;
+    fill(&s, 0.0f);
+    ASSERT_OK(save(dir, "global_step1", 1, &s, 1, err));
+    /* a killed save, a full disk, a kill inside the latest rewrite */
+    char *p3 = dsl_xasprintf("%s/global_step3.partial", dir);
+    char *p4 = dsl_xasprintf("%s/global_step4.partial", dir);
+    char *tmp = dsl_xasprintf("%s/latest.tmp.0123456789abcdef", dir);
+    char *keep = dsl_xasprintf("%s/keep", dir), *keepf = dsl_xasprintf("%s/keep/data", dir);
+    char *in3 = dsl_xasprintf("%s/" MODEL ".tmp.1", p3);
+    ASSERT(mkdir(p3, 0755) == 0 && mkdir(keep, 0755) == 0);
+    FILE *f = fopen(in3, "w");
+    ASSERT(f && fclose(f) == 0);
+    f = fopen(keepf, "w");
+    ASSERT(f && fclose(f) == 0);
+    f = fopen(tmp, "w");
+    ASSERT(f && fclose(f) == 0);
+    /* a link named like a leftover: removed itself, what it points at is kept */
+    ASSERT(symlink(keep, p4) == 0);
+    ASSERT_OK(save(dir, "global_step5", 1, &s, 5, err));
+    struct stat st;
+    ASSERT(lstat(p3, &st) < 0 && lstat(p4, &st) < 0 && lstat(tmp, &st) < 0);
+    ASSERT(stat(keepf, &st) == 0);
+    char *latest;
+    ASSERT_OK(dsl_ckpt_read_latest(dir, &latest, err));
+    ASSERT_STR_EQ(latest, "global_step5");
+    free(latest);
+    /* the older checkpoint is no leftover */
+    struct dsl_ckpt c;
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", err));
+    dsl_ckpt_release(&c);
+    free(p3);
+    free(p4);
+    free(tmp);
+    free(keep);
+    free(keepf);
+    free(in3);
+    rm_rf(dir);
+    free(dir);
 }
 
 static int write_shard(const char *dir, const char *tag, int rank, int world, size_t off,
@@ -566,7 +823,7 @@ TEST(safetensors_should_round_trip_dtypes_shapes_and_escaped_metadata)
     dsl_env_set(&meta, "note", "tab\there \"q\" back\\slash \x01");
     ASSERT_OK(dsl_st_write(path, t, sizeof(t) / sizeof(t[0]), &meta, err));
     struct dsl_st_file r;
-    ASSERT_OK(dsl_st_load(&r, path, err));
+    ASSERT_OK(dsl_st_load(&r, path, 0, err));
     ASSERT_EQ(r.n, 5);
     ASSERT_EQ((8 + (r.buf[0] | r.buf[1] << 8)) % 8, 0); /* data aligned to 8 */
     const struct dsl_st_tensor *a = dsl_st_find(&r, "a \"quoted\"\nname");
@@ -578,7 +835,7 @@ TEST(safetensors_should_round_trip_dtypes_shapes_and_escaped_metadata)
     ASSERT(dsl_st_find(&r, "empty")->nbytes == 0);
     ASSERT(memcmp(dsl_st_find(&r, "bytes\xc3\xa9")->data, u, 3) == 0);
     ASSERT_STR_EQ(dsl_env_get(&r.meta, "note"), "tab\there \"q\" back\\slash \x01");
-    ASSERT(dsl_env_get(&r.meta, "dsl.crc32") != NULL);
+    ASSERT(dsl_env_get(&r.meta, "dsl.sha256") != NULL);
     dsl_st_release(&r);
     dsl_strvec_release(&meta);
     free(path);
@@ -596,11 +853,15 @@ static int parse_st(const char *header, const void *data, size_t dlen, char *err
     memcpy(buf + 8, header, hl);
     memcpy(buf + 8 + hl, data, dlen);
     struct dsl_st_file f;
-    int r = dsl_st_parse(&f, "m.safetensors", buf, len, err);
+    int r = dsl_st_parse(&f, "m.safetensors", buf, len, 0, err);
     dsl_st_release(&f);
     free(buf);
     return r;
 }
+
+/* 64 hex digits: eight times the 8 given */
+#define HEX64(x8) x8 x8 x8 x8 x8 x8 x8 x8
+#define HEX63_ZEROS "0000000" HEX64("0000000") /* 7 + 56 */
 
 static const struct {
     const char *header;
@@ -644,6 +905,18 @@ static const struct {
     {"{\"\\ud800\":{}}", 0, "lone surrogate"},
     {"{\"__metadata__\":{\"dsl.crc32\":\"00000000\"},"
      "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, "checksum mismatch"},
+    /* the checksums of dslaunch's files: 64 lowercase hex digits without escapes */
+    {"{\"__metadata__\":{\"dsl.sha256\":\"abc\"}}", 0,
+     "dsl.sha256 must be 64 lowercase hex digits"},
+    {"{\"__metadata__\":{\"dsl.data_sha256\":\"" HEX64("AAAAAAAA") "\"}}", 0,
+     "dsl.data_sha256 must be 64 lowercase hex digits"},
+    {"{\"__metadata__\":{\"dsl.sha256\":\"\\u0030" HEX63_ZEROS "\"}}", 0,
+     "dsl.sha256 must be 64 lowercase hex digits"},
+    {"{\"__metadata__\":{\"dsl.sha256\":\"" HEX64("00000000") "\"}}", 0,
+     "'m.safetensors': the header does not match its checksum (dsl.sha256): it was edited"},
+    {"{\"__metadata__\":{\"dsl.data_sha256\":\"" HEX64("00000000") "\"},"
+     "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+     "the tensor data does not match its checksum (dsl.data_sha256 000000000000..."},
     /* numbers are exact 64-bit integers (a zero dimension makes this one 0 bytes) */
     {"{\"a\":{\"dtype\":\"F32\",\"shape\":[0,18446744073709551615],\"data_offsets\":[0,0]}}", 0,
      NULL},
@@ -715,10 +988,10 @@ TEST(safetensors_reader_should_validate_every_header_rule)
     char err[DSL_ERR_LEN];
     struct dsl_st_file f;
     unsigned char huge[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f};
-    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 8, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 8, 0, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, "is truncated: header of");
     dsl_st_release(&f);
-    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 5, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_st_parse(&f, "m.safetensors", huge, 5, 0, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, "no header length");
     dsl_st_release(&f);
 }

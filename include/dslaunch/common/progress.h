@@ -9,7 +9,11 @@
  *  - dstrain and the comm map the file and keep one fixed binary record in it up to
  *    date with plain stores (struct dsl_progress_rec below): the optimizer step, and
  *    the sequence number and kind of the current collective with an in/out flag. A
- *    collective costs two 8-byte stores into a page shared with the agent.
+ *    collective costs two 8-byte stores into a page shared with the agent. Around
+ *    work that takes long between two collectives (writing or loading a checkpoint)
+ *    the writer sets a phase; while a rank is in a phase, the agent counts the bytes
+ *    it reads and writes (/proc/PID/io) as progress, and ranks waiting in a
+ *    collective for a rank that works in a phase are not a hang (src/job/hang.c).
  *  - any other program writes text into the file, whenever it likes ("step 12\n", or
  *    anything that changes); docs/reliability.md shows the one line of Python.
  *
@@ -43,6 +47,14 @@ enum dsl_progress_coll {
     DSL_PROGRESS_BARRIER = 5,
 };
 
+/* What a rank is doing outside collectives, in the record's phase. */
+enum dsl_progress_phase {
+    DSL_PROGRESS_PHASE_NONE = 0,
+    DSL_PROGRESS_PHASE_SAVING = 1,  /* writing a checkpoint */
+    DSL_PROGRESS_PHASE_LOADING = 2, /* loading a checkpoint (resume) */
+};
+#define DSL_PROGRESS_PHASE_MAX 2
+
 /*
  * The binary record, at offset 0 of the file (64 bytes). The writer sets version and
  * then magic when it attaches; after that each field has one writer at a time and is
@@ -54,7 +66,8 @@ struct dsl_progress_rec {
     _Atomic uint64_t step;    /* the program's step (dstrain: optimizer steps done) */
     _Atomic uint64_t coll;    /* (seq << 8) | (kind << 1) | inside; seq counts from 1 */
     _Atomic uint64_t beat;    /* other work that counts as progress (any change) */
-    uint64_t reserved[4];
+    _Atomic uint64_t phase;   /* enum dsl_progress_phase (0 in records of older writers) */
+    uint64_t reserved[3];
 };
 
 /* ---- writing (the ranks) ---- */
@@ -97,6 +110,13 @@ static inline void dsl_progress_beat(struct dsl_progress_rec *p)
                               memory_order_relaxed);
 }
 
+static inline void dsl_progress_set_phase(struct dsl_progress_rec *p,
+                                          enum dsl_progress_phase phase)
+{
+    if (p)
+        atomic_store_explicit(&p->phase, (uint64_t)phase, memory_order_relaxed);
+}
+
 /* ---- reading (the agent) ---- */
 
 enum dsl_progress_form {
@@ -115,6 +135,7 @@ struct dsl_progress_view {
     int coll_kind;      /* enum dsl_progress_coll */
     int in_coll;        /* 1 while inside coll_seq */
     uint64_t beat;
+    int phase;          /* record: enum dsl_progress_phase (an unknown one reads as 0) */
     char text[64];      /* text: its last non-empty line, cut to fit */
 };
 
@@ -127,5 +148,7 @@ void dsl_progress_parse(const void *buf, size_t len, struct dsl_progress_view *v
 int dsl_progress_read_file(const char *path, struct dsl_progress_view *v);
 /** "allreduce", "reduce_scatter", ... ("collective" for an unknown kind). */
 const char *dsl_progress_coll_name(int kind);
+/** "saving a checkpoint", "loading a checkpoint"; NULL for none (or an unknown one). */
+const char *dsl_progress_phase_name(int phase);
 
 #endif

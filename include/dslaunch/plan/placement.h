@@ -64,8 +64,11 @@ int dsl_placement_drop(struct dsl_placement *pl, const unsigned char *drop);
  *      o->include to dsl_placement_build, which checks the ids against the local slots);
  *   2  cvd set but ignored because a filter was given (*include = NULL; the caller may
  *      say so, as DeepSpeed does);
+ *   3  cvd hides every device ("-1", or any list whose first item is a negative number,
+ *      where CUDA stops reading): the common way to ask for CPU ranks; the caller
+ *      counts CPU slots and gives the ranks no device; filters apply as usual;
  *   DSL_EPLACEMENT when cvd is not a comma list of device numbers (GPU UUIDs,
- *      MIG names, "-1", empty items), with err saying so.
+ *      MIG names, empty items), with err saying so.
  */
 int dsl_placement_cuda_visible(const char *cvd, const struct dsl_placement_opts *o,
                                char **include, char *err);
@@ -84,8 +87,9 @@ char *dsl_base64url(const void *data, size_t n);
 /**
  * Number of local slots when no hostfile names this machine: DSLAUNCH_LOCAL_SLOTS if
  * set (1..DSL_HOSTFILE_MAX_SLOTS, else DSL_EUSAGE with err), else the GPU count (entries
- * of /proc/driver/nvidia/gpus), else the number of online CPUs (at least 1).
+ * of /proc/driver/nvidia/gpus) unless cpus_only, else the number of online CPUs (at
+ * least 1).
  */
-int dsl_local_slots(int *slots, char *err);
+int dsl_local_slots(int *slots, int cpus_only, char *err);
 
 #endif

@@ -34,6 +34,9 @@ struct dsl_plan {
     int all_local;                /* every node is this machine */
     char hosts_from[160];         /* where the hosts came from: "hostfile 'PATH'",
                                      "Slurm job 12: n[1-4], 7 slots", "this machine" */
+    char *no_devices;             /* CUDA_VISIBLE_DEVICES that hid every device ("-1") with
+                                     no hostfile: the ranks get it instead of device ids;
+                                     owned, NULL otherwise */
 };
 
 /** Set up an empty plan for the options o, which must outlive it. */

@@ -28,6 +28,14 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/transport.h"
 
+/**
+ * The home directory whose .ssh/ dslaunch uses: $HOME when it is an absolute path to an
+ * existing directory, else the account's home from the password database, else ".".
+ * Sessions take their default config, known_hosts and keys from <home>/.ssh, and
+ * ssh-setup writes there, so both agree with what the user's $HOME says. Caller frees.
+ */
+char *dsl_ssh_home(void);
+
 /* flags of dsl_ssh_session_open() */
 #define DSL_SSH_ALLOW_PASSWORD 0x1   /* try password (argument) when public keys fail */
 #define DSL_SSH_NO_HOSTKEY_CHECK 0x2 /* first contact: the caller checks the key itself

@@ -259,11 +259,14 @@ struct dsl_run_opts {
     const char *prefix;       /* "dstrain" for the progress lines */
     const char *params_out;   /* write the final fp32 parameters (raw, rank 0); NULL */
     int wall_clock_breakdown; /* add the step-time split to every progress line */
+    double t_process;         /* dsl_now() when the process started its work (0: unknown):
+                                 the summary's setup phase is the time until training */
 };
 
 struct dsl_run_summary {
     uint64_t steps;
     double wall_s, train_s, samples_per_s;
+    double setup_s, eval_s, save_s; /* phases of the wall time (setup: before wall_s) */
     double final_loss, test_acc;
     uint64_t bytes_per_step; /* this rank's comm bytes per step (mean) */
     double t_compute, t_reduce, t_small, t_optim, t_gather; /* per step, mean (s) */

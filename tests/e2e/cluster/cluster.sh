@@ -10,6 +10,11 @@
 #   cluster.sh ns DIR NODE        print the namespace name of a node (for ip netns pids)
 #   cluster.sh sshd-stop DIR NODE / sshd-start DIR NODE
 #   cluster.sh mnt DIR NODE CMD   run CMD in nodeN's namespaces, mount namespace included
+#   cluster.sh contain DIR NODE MODE  make the agents of nodeN contain ranks by MODE
+#                                 (DSLAUNCH_CONTAIN: auto, v1, v2, tracking); restarts its sshd
+#
+# Nodes see the machine's cgroup hierarchies (node_run below), so their agents contain
+# ranks in cgroups as the machine allows; `contain` narrows that per node.
 #
 # DSL_CLUSTER_PRIVATE_DIR=/abs/dir at `up`: each sshd runs in its own mount namespace
 # with a private tmpfs over that directory (DSL_CLUSTER_PRIVATE_SIZE, default 50%), so
@@ -154,18 +159,41 @@ EOF
     done
 }
 
+# Node namespaces. `ip netns exec` would mount a fresh sysfs over /sys in a new mount
+# namespace, and with it an empty /sys/fs/cgroup: agents on nodes could make no cgroup
+# and always tracked processes. So a node enters the network namespace with nsenter and
+# makes its own mount namespace (private propagation, nothing leaks back): the machine's
+# cgroup tree (a tmpfs of v1 hierarchies with a v2 one beside them, or one cgroup2
+# mount) is moved aside, a sysfs of the node's network is mounted over /sys like ip netns
+# exec does, and the cgroup tree is moved back into it. Whatever the machine mounts
+# there, the node sees the same; where nothing is mounted the node has nothing either.
+#
+# node_run NS STAGE_DIR CMD...: CMD in namespace NS with that mount namespace (STAGE_DIR:
+# an empty directory to move the cgroup tree through)
+node_run() {
+    local ns=$1 stage=$2
+    shift 2
+    nsenter --net="/run/netns/$ns" -- unshare --mount --propagation private /bin/sh -c '
+        stage=$1; shift
+        if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup "$stage"; else stage=; fi
+        umount -l /sys 2>/dev/null; mount -t sysfs sysfs /sys || exit 1
+        if [ -n "$stage" ]; then mount --move "$stage" /sys/fs/cgroup || exit 1; fi
+        exec "$@"' sh "$stage" "$@"
+}
+
 start_sshd() { # dir i
-    local dir=$1 i=$2 t
+    local dir=$1 i=$2 t ns
+    ns=${NS[$i]:-}
     rm -f "$dir/node$i/sshd.pid"
-    mkdir -p /run/sshd
+    mkdir -p /run/sshd "$dir/node$i/cgroup-stage"
     if [[ -n ${PRIVATE_DIR:-} ]]; then
         mkdir -p "$PRIVATE_DIR"
-        ${NS[$i]:+ip netns exec "${NS[$i]}"} unshare --uts --mount --propagation private /bin/sh -c \
+        ${ns:+node_run "$ns" "$dir/node$i/cgroup-stage"} unshare --uts --mount --propagation private /bin/sh -c \
             'hostname "$1" && mount -t tmpfs -o "size=$5,mode=0755" "dsl-$1" "$4" &&
              exec /usr/sbin/sshd -f "$2" -E "$3"' sh "node$i" \
             "$dir/node$i/sshd_config" "$dir/node$i/sshd.log" "$PRIVATE_DIR" "$PRIVATE_SIZE"
     elif [[ $MODE == netns ]]; then
-        ip netns exec "${NS[$i]}" unshare --uts /bin/sh -c \
+        node_run "$ns" "$dir/node$i/cgroup-stage" unshare --uts /bin/sh -c \
             'hostname "$1" && exec /usr/sbin/sshd -f "$2" -E "$3"' sh "node$i" \
             "$dir/node$i/sshd_config" "$dir/node$i/sshd.log"
     else
@@ -322,7 +350,24 @@ cmd_exec() {
     load_env "$dir"
     i=$(node_index "$node")
     ns=$(var "NS_$i")
-    if [[ $MODE == netns ]]; then exec ip netns exec "$ns" "$@"; else exec "$@"; fi
+    if [[ $MODE == netns ]]; then node_run "$ns" "$CLUSTER_DIR/node$i/cgroup-stage" "$@"; else exec "$@"; fi
+}
+
+# The agent's environment on a node is the one sshd gives its sessions, so the node's
+# containment choice (DSLAUNCH_CONTAIN, docs/reliability.md) is an sshd SetEnv line:
+# `auto` removes it. The sshd is restarted to read it; running sessions are not touched.
+cmd_contain() {
+    local dir=$1 i mode=$3 conf
+    load_env "$dir"
+    i=$(node_index "$2")
+    [[ $mode =~ ^(auto|v1|v2|tracking)$ ]] || die "bad containment mode '$mode' (auto, v1, v2, tracking)"
+    conf=$dir/node$i/sshd_config
+    sed -i '/^SetEnv DSLAUNCH_CONTAIN=/d' "$conf"
+    [[ $mode == auto ]] || echo "SetEnv DSLAUNCH_CONTAIN=$mode" >>"$conf"
+    declare -gA NS
+    NS[$i]=$(var "NS_$i")
+    stop_sshd "$dir" "$i"
+    start_sshd "$dir" "$i"
 }
 
 cmd_mnt() { # all namespaces of the node's sshd: its private mount namespace included
@@ -342,12 +387,13 @@ main() {
     down) (( $# == 1 )) || die "usage: cluster.sh down DIR"; cmd_down "$1" ;;
     exec) (( $# >= 3 )) || die "usage: cluster.sh exec DIR NODE CMD..."; cmd_exec "$@" ;;
     mnt) (( $# >= 3 )) || die "usage: cluster.sh mnt DIR NODE CMD..."; cmd_mnt "$@" ;;
+    contain) (( $# == 3 )) || die "usage: cluster.sh contain DIR NODE auto|v1|v2|tracking"; cmd_contain "$@" ;;
     ns) (( $# == 2 )) || die "usage: cluster.sh ns DIR NODE"; load_env "$1"; var "NS_$(node_index "$2")" ;;
     sshd-stop) load_env "$1"; stop_sshd "$1" "$(node_index "$2")" ;;
     sshd-start)
         load_env "$1"; i=$(node_index "$2")
         declare -gA NS; NS[$i]=$(var "NS_$i"); start_sshd "$1" "$i" ;;
-    *) die "usage: cluster.sh up N DIR [SLOTS] | down DIR | exec DIR NODE CMD... | mnt DIR NODE CMD... | ns DIR NODE | sshd-stop DIR NODE | sshd-start DIR NODE" ;;
+    *) die "usage: cluster.sh up N DIR [SLOTS] | down DIR | exec DIR NODE CMD... | mnt DIR NODE CMD... | contain DIR NODE MODE | ns DIR NODE | sshd-stop DIR NODE | sshd-start DIR NODE" ;;
     esac
 }
 

@@ -59,6 +59,14 @@ expect_success "a rank exiting 3 tears down its sleeping sibling; dslaunch exits
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "the summary counts only the ranks the stop ended, not those that had finished" '
+    run_capture rc out err "$DSL" --include localhost:0,1,2 sh -c \
+        "case \$RANK in 0) exit 0;; 1) sleep 1; exit 3;; *) exec sleep 30;; esac"
+    cat err
+    assert_eq "$rc" 3 "exit code"
+    assert_grep "stopped 1 other rank(s); 1 had finished before$" err
+'
+
 expect_success "a rank killed by SIGKILL gives 137 and names the signal" '
     run_capture rc out err "$DSL" --include localhost:0,1 "$W" only 0 kill 9 0.2
     assert_eq "$rc" 137
@@ -208,7 +216,7 @@ expect_success "stdout not read for 8 s while ranks print: the job runs on, line
 '
 
 expect_success "dslaunch | head -3 with ranks printing forever: exits 141 at once, no rank left, no error" '
-    export FLOW_TAG=head.$$
+    export FLOW_TAG=head.$$ FLOW_RUNIDS=$T_TMP/head.ids
     set +e
     timeout 30 "$DSL" --include localhost:0,1 "$W" print 0 0 2>err | head -n 3 > out
     rc=${PIPESTATUS[0]}
@@ -217,6 +225,7 @@ expect_success "dslaunch | head -3 with ranks printing forever: exits 141 at onc
     assert_eq "$(wc -l < out)" 3
     assert_not_grep "error:" err
     wait_no_procs "$FLOW_TAG" 10
+    assert_job_clean 10 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
@@ -315,6 +324,44 @@ expect_success "--log-dir writes one file per rank and still shows the console" 
     assert_grep "^RANK=0$" logs/rank0.log
     assert_grep "^RANK=1$" logs/rank1.log
     assert_grep "^\[rank 1\] RANK=1$" out
+'
+
+expect_success "--log-dir never writes through a link planted at a log name: the link is replaced" '
+    mkdir -m 0755 planted && echo precious >victim && ln -s "$PWD/victim" planted/rank0.log
+    ln -s "$PWD/victim" planted/rank1.log
+    run_capture rc out err "$DSL" --log-dir planted --include localhost:0,1 "$W" env
+    assert_eq "$rc" 0
+    assert_eq "$(cat victim)" precious "the link target"
+    [ ! -L planted/rank0.log ] && [ ! -L planted/rank1.log ] || fail "a log is still a link"
+    assert_grep "^RANK=0$" planted/rank0.log
+    assert_grep "^RANK=1$" planted/rank1.log
+'
+
+expect_success "--log-dir refuses a directory others can write or another user owns, writing nothing" '
+    echo precious >victim2
+    mkdir -m 1777 shared && ln -s "$PWD/victim2" shared/rank0.log
+    run_capture rc out err "$DSL" --log-dir shared --include localhost:0 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --log-dir: directory .shared. is writable by group and others (mode 1777)" err
+    assert_grep "chmod go-w" err
+    assert_eq "$(cat victim2)" precious "the link target"
+    mkdir -m 0775 grpdir
+    run_capture rc out err "$DSL" --log-dir grpdir --include localhost:0 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "directory .grpdir. is writable by its group (mode 0775)" err
+    [ -z "$(ls grpdir)" ] || fail "files written into grpdir"
+    if [ "$(id -u)" = 0 ]; then
+        mkdir -m 0755 foreign && chown 65534 foreign
+        run_capture rc out err "$DSL" --log-dir foreign --include localhost:0 "$W" env
+        assert_grep "directory .foreign. belongs to another user (uid 65534, not 0)" err
+        ln -s "$PWD/planted" foreign_link && chown -h 65534 foreign_link
+        run_capture rc out err "$DSL" --log-dir foreign_link --include localhost:0 "$W" env
+        assert_grep "directory .foreign_link. is a symbolic link owned by another user (uid 65534)" err
+    else
+        run_capture rc out err "$DSL" --log-dir / --include localhost:0 "$W" env
+        assert_grep "directory ./. belongs to another user (uid 0, not $(id -u))" err
+    fi
+    assert_eq "$rc" 2
 '
 
 expect_success "--no-prefix prints bare lines" '
@@ -452,12 +499,52 @@ expect_success "--dry-run rejects bad placements with the usage code" '
     assert_eq "$rc" 2
 '
 
+expect_success "--check without a hostfile shows the MASTER_ADDR the ranks get" '
+    run_capture rc out err "$DSL" --check --include localhost:0,1
+    assert_eq "$rc" 0
+    shown=$(cat out err | sed -n "s/^MASTER_ADDR=\([^ ]*\) .*/\1/p")
+    [ -n "$shown" ] || fail "--check printed no MASTER_ADDR: $(cat out)"
+    run_capture rc out err "$DSL" --include localhost:0,1 sh -c "echo addr=\$MASTER_ADDR"
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "addr=$shown\$" out)" 2 "ranks with the MASTER_ADDR --check showed"
+'
+
+expect_success "an exported NCCL_/GLOO_SOCKET_IFNAME that no interface satisfies stops the preflight (202)" '
+    run_capture rc out err env NCCL_SOCKET_IFNAME=nosuch0 "$DSL" --export NCCL_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .localhost. has no interface that NCCL_SOCKET_IFNAME=.nosuch0. allows (its interfaces: lo" err
+    assert_not_grep "RANK=" out
+    run_capture rc out err env GLOO_SOCKET_IFNAME=lo,nosuch0 "$DSL" --export GLOO_SOCKET_IFNAME \
+        --include localhost:0 "$W" env
+    assert_eq "$rc" 202
+    for v in NCCL_SOCKET_IFNAME=lo NCCL_SOCKET_IFNAME==lo GLOO_SOCKET_IFNAME=lo; do
+        run_capture rc out err env "$v" "$DSL" --export "${v%%=*}" --include localhost:0 "$W" env
+        assert_eq "$rc" 0 "exit code with $v"
+    done
+'
+
 expect_success "CUDA_VISIBLE_DEVICES selects local devices when nothing else does" '
     run_capture rc out err env CUDA_VISIBLE_DEVICES=1,2 "$DSL" --dry-run prog
     assert_eq "$rc" 0
     python3 -c "import json,sys; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":[1,2]}], d"
     run_capture rc out err env CUDA_VISIBLE_DEVICES=GPU-abc "$DSL" --dry-run prog
     assert_eq "$rc" 2
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=7 "$DSL" --dry-run prog
+    assert_eq "$rc" 2
+    assert_grep "error: CUDA_VISIBLE_DEVICES=.7. selects the local devices: host .localhost. has no slot 7" err
+    assert_not_grep "include" err
+'
+
+expect_success "CUDA_VISIBLE_DEVICES=-1 (no GPUs, the CPU idiom): CPU slots, and ranks that see no device" '
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=-1 "$DSL" --num_gpus 2 "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "^\[rank [01]\] CUDA_VISIBLE_DEVICES=-1$" out)" 2 "ranks with -1"
+    assert_not_grep "RANK=2" out
+    run_capture rc out err env -u DSLAUNCH_LOCAL_SLOTS CUDA_VISIBLE_DEVICES=-1 "$DSL" --dry-run prog
+    assert_eq "$rc" 0
+    python3 -c "import json,os; d=json.load(open(\"out\")); assert d[\"world_info\"]==[{\"host\":\"localhost\",\"slots\":list(range(os.cpu_count()))}], d"
 '
 
 expect_success "the README main job: two local ranks train on Fashion-MNIST and the loss falls" '
@@ -620,12 +707,13 @@ expect_success "an unprivileged user (no cgroup may be made): process tracking, 
 expect_success "a rank over --rank-memory-limit is killed by the OOM killer, and the summary says so" '
     line=$(contain_line auto)
     case $line in *"memory limit and OOM kills per rank"*) ;; *) skip "no memory cgroup for ranks here ($line)" ;; esac
-    export FLOW_TAG=oom.$$
+    export FLOW_TAG=oom.$$ FLOW_RUNIDS=$T_TMP/oom.ids
     run_capture rc out err "$DSL" --rank-memory-limit 50M --include localhost:0,1 "$W" only 1 oom 200
     assert_eq "$rc" 137 "exit code"
     assert_grep "rank 1 (host localhost, pid [0-9]*) was killed by the OOM killer after [0-9.]* s (SIGKILL; memory limit 50.0 MiB of its cgroup, peak [0-9.]* [KM]iB; node had [0-9.]* [KMGT]iB available)" err
     assert_grep "stopped 1 other rank" err
     wait_no_procs "$FLOW_TAG" 5
+    assert_job_clean 5 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "--rank-memory-limit on a node without a memory cgroup is refused before anything starts (202)" '

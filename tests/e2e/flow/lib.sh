@@ -173,6 +173,19 @@ wait_no_cgroups() {
     fail "cgroups left behind: $left"
 }
 
+. "$(dirname "${BASH_SOURCE[0]}")/census.sh"
+
+# assert_job_clean BOUND ID...: the census (census.sh) finds nothing of the jobs with
+# these run ids within BOUND s (a liveness bound): no process, cgroup or progress file
+assert_job_clean() {
+    wait_job_clean "$@" || fail "the job left processes, cgroups or files behind"
+}
+
+# run_ids FILE: the distinct run ids the flow worker appended to FILE ($FLOW_RUNIDS)
+run_ids() {
+    sort -u "$1" 2>/dev/null | grep .
+}
+
 # wait_for_file FILE BOUND
 wait_for_file() {
     local i=0

@@ -48,6 +48,7 @@ run_stopped() {
     wait_metrics "$name/m.json"
     victim=$(rank_pid "$name.$$" 3) || fail "rank 3 not found"
     echo "$victim" >"$name.victim"
+    tr '\0' '\n' <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p" >"$name.runid"
     kill -STOP "$victim"
     t0=$(date +%s.%N)
     wait $job || rc=$?
@@ -71,6 +72,7 @@ expect_success "world 6 on 3 nodes: a rank stopped on node2 is named by the hang
     assert_grep "error: hang: rank 3 (node2, pid $victim, stopped) \(never entered\|makes no progress inside\) [a-z_]* #[0-9]*; ranks* [0-9,-]* waits* in it" hangfirst/err
     json_stacks hangfirst/dslaunch-hang-*.json
     wait_ns_clean 15
+    assert_job_clean 15 "$(cat hangfirst.runid)"
 '
 
 expect_success "world 6 on 3 nodes: when the peers time out first, the stopped rank is named" '
@@ -82,6 +84,7 @@ expect_success "world 6 on 3 nodes: when the peers time out first, the stopped r
     assert_grep "timed out after 4.0 s" commfirst/err
     assert_grep "error: hang: rank 3 (node2, pid $victim, stopped)" commfirst/err
     wait_ns_clean 15
+    assert_job_clean 15 "$(cat commfirst.runid)"
 '
 
 [ -s measured ] && sed "s/^\([^#]\)/# \1/" measured

@@ -98,6 +98,7 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
     le "$t" $((3 + 1 + STACK_TIMEOUT + 2 + 2)) || fail "the job took $t s to go down"
     wait_no_procs "$FLOW_TAG" 10
     [ ! -e "$pf" ] || fail "progress file left behind"
+    assert_job_clean 10 "$run_id"
 '
 
 expect_success "dstrain: when the collective times out first, the summary names the stopped rank, not rank 0" '
@@ -109,6 +110,7 @@ expect_success "dstrain: when the collective times out first, the summary names 
     wait_metrics m.json
     victim=$(rank_pid "$FLOW_TAG" 1)
     survivor=$(rank_pid "$FLOW_TAG" 0)
+    run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
     kill -STOP "$victim"
     t0=$(now)
     wait_gone 30 "$survivor"
@@ -126,6 +128,7 @@ expect_success "dstrain: when the collective times out first, the summary names 
     le "$ts" 5 || fail "rank 0 took $ts s to exit after its peer stopped (comm timeout 3 s)"
     le "$t" $((3 + STACK_TIMEOUT + 2 + 2)) || fail "the job took $t s to go down"
     wait_no_procs "$FLOW_TAG" 10
+    assert_job_clean 10 "$run_id"
 '
 
 # by_hand N NAME SIG: N dstrain ranks under the env contract (no launcher), rank 1 gets
@@ -193,6 +196,77 @@ expect_success "python: a rank whose heartbeat stops is named; its Python stack 
     assert_grep "line [0-9]* in stuck_here" s1
     stacks_of "$report" 0 >s0
     assert_grep "hb.py\", line [0-9]* in <module>" s0
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "python below a shell rank (sh -c \"python3 hb.py; ...\"): named, and the Python stack of its python is in the report" '
+    export FLOW_TAG=hangQ.$$
+    mkdir Q && cd Q
+    # "; exit" keeps sh from exec-ing python: the rank is sh, python its child
+    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 \
+        sh -c "python3 ../hb.py; exit \$?"
+    assert_eq "$rc" 205 "exit code"
+    assert_grep "error: hang: rank 1 (localhost, pid [0-9]*) made no progress for [0-9.]* s (at step 20); rank 0 advanced meanwhile" err
+    report=$(ls dslaunch-hang-*.txt)
+    stacks_of "$report" 1 >s1
+    assert_grep "Python traceback (faulthandler) of the rank.s python pid [0-9]* ---" s1
+    assert_grep "line [0-9]* in stuck_here" s1
+    stacks_of "$report" 0 >s0
+    assert_grep "hb.py\", line [0-9]* in <module>" s0
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+# A checkpoint save longer than the hang timeout, in the binary record as dstrain writes
+# it: rank 0 left allreduce #4 and is "saving a checkpoint" (the record's phase) while
+# rank 1 waits inside #5, the collective that ends the save. "writes": the save writes
+# 4 KiB every 0.1 s for 6 s (3x --hang-timeout 2), then rank 0 enters #5 and both leave
+# it. "stuck": the save writes nothing.
+cat >phase.py <<'EOF'
+import mmap, os, struct, sys, time
+f = open(os.environ["DSLAUNCH_PROGRESS_FILE"], "r+b")
+m = mmap.mmap(f.fileno(), 64)
+def rec(step, seq, inside, phase):  # magic, version, step, coll, beat, phase
+    m[0:40] = struct.pack("<IIQQQQ", 0x504C5344, 1, step, seq << 8 | 1 << 1 | inside, 0, phase)
+def wait_for(path):
+    while not os.path.exists(path):
+        time.sleep(0.02)
+if os.environ["RANK"] == "1":
+    rec(4, 5, 1, 0)
+    wait_for("saved")
+    rec(5, 5, 0, 0)
+    sys.exit(0)
+rec(4, 4, 0, 1)
+if sys.argv[1] == "stuck":
+    time.sleep(1000)
+fd = os.open("ckpt.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+end = time.time() + 6
+while time.time() < end:
+    os.write(fd, b"x" * 4096)
+    time.sleep(0.1)
+os.close(fd)
+rec(4, 5, 1, 0)
+open("saved", "w").close()
+time.sleep(0.2)
+rec(5, 5, 0, 0)
+EOF
+
+expect_success "a checkpoint save 3x longer than the hang timeout is no hang while it writes (the saving phase of the record)" '
+    export FLOW_TAG=hangS.$$
+    mkdir S && cd S
+    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 python3 ../phase.py writes
+    assert_eq "$rc" 0 "exit code"
+    assert_not_grep "hang" err
+    [ "$(stat -c %s ckpt.bin)" -ge $((40 * 4096)) ] || fail "the save wrote $(stat -c %s ckpt.bin) bytes"
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "a checkpoint save that writes nothing is a hang that names the saving rank with its phase" '
+    export FLOW_TAG=hangT.$$
+    mkdir T && cd T
+    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 python3 ../phase.py stuck
+    assert_eq "$rc" 205 "exit code"
+    assert_grep "error: hang: rank 0 (localhost, pid [0-9]*, saving a checkpoint) never entered allreduce #5; rank 1 waits in it" err
+    json_check dslaunch-hang-*.json "d[\"ranks\"][0][\"progress\"][\"phase\"] == \"saving a checkpoint\""
     wait_no_procs "$FLOW_TAG" 10
 '
 

@@ -45,6 +45,23 @@ expect_success "a rank on node2 exits 7: node1 is torn down, exit 7, summary nam
     wait_ns_clean 10
 '
 
+expect_success "NCCL_SOCKET_IFNAME naming an interface of node1 only: refused naming node2 and its interfaces" '
+    [ "$MODE" = netns ] || skip "loopback mode: the nodes share the interfaces of this machine"
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 202
+    assert_grep "error: .node2. has no interface that NCCL_SOCKET_IFNAME=.$IFNAME_1. allows (its interfaces: .*$IFNAME_2" err
+    assert_not_grep "node1. has no interface" err
+    assert_not_grep "RANK=" out
+    # "^name": any interface but those (and lo): node1 keeps none, node2 its own
+    run_capture rc out err env NCCL_SOCKET_IFNAME="^$IFNAME_1" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 202
+    assert_grep "error: .node1. has no interface that NCCL_SOCKET_IFNAME=.\^$IFNAME_1. allows" err
+    assert_not_grep "node2. has no interface" err
+    run_capture rc out err env NCCL_SOCKET_IFNAME="$IFNAME_1,$IFNAME_2" "$DSL" --export NCCL_SOCKET_IFNAME "${SSH[@]}" "$W" env
+    assert_eq "$rc" 0 "a list that names an interface of each node"
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "
@@ -115,6 +132,29 @@ expect_success "a changed host key is always refused" '
     assert_not_grep "RANK=" out
 '
 
+# OpenSSH accepts a port-less known_hosts line for a host on another port ("found
+# matching key w/out port") and records nothing: so must dslaunch (it refused with 201).
+expect_success "sshd on port 2222 with port-less known_hosts lines: accepted as OpenSSH does; another key is not" '
+    [ "$MODE" = netns ] || skip "loopback mode: known_hosts lines carry ports already"
+    for i in 1 2; do
+        grep -q "^Port 2222" "$D/node$i/sshd_config" || { echo "Port 22"; echo "Port 2222"; } >>"$D/node$i/sshd_config"
+        "$CL" sshd-stop "$D" "$i" && "$CL" sshd-start "$D" "$i"
+    done
+    grep -q "]:2222" "$D/known_hosts" && fail "known_hosts already has port lines"
+    cp "$D/known_hosts" before_known
+    run_capture rc out err "$DSL" --ssh_port 2222 "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 0
+    assert_grep "RANK=3" out
+    cmp "$D/known_hosts" before_known || fail "known_hosts was changed"
+    ssh-keygen -q -t ed25519 -N "" -f portless_other
+    awk -v k="$(cut -d" " -f1,2 portless_other.pub)" "{ if (\$1 ~ /$ADDR_2|node2/) print \$1, k; else print }" "$D/known_hosts" > portless_changed
+    sed "s|UserKnownHostsFile .*|UserKnownHostsFile $T_TMP/portless_changed|" "$D/ssh_config" > cfg_portless
+    run_capture rc out err "$DSL" --ssh_port 2222 --hostfile "$D/hostfile" --ssh-config cfg_portless "$W" env
+    assert_eq "$rc" 201
+    assert_grep "node2.*not known" err
+'
+
 expect_success "Ctrl-C on the launcher tears the job down on every node" '
     export FLOW_PIDFILE=$T_TMP/cc
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
@@ -154,15 +194,57 @@ agent_on() {
     return 1
 }
 
-expect_success "SIGKILL of node2's agent: the job stops (204) and nothing its ranks started survives" '
-    export FLOW_PIDFILE=$T_TMP/ak
+# node_contain N: the containment --check reports for node index N (0-based)
+node_contain() {
+    "$DSL" --check "${SSH[@]}" 2>&1 | sed -n "s/^node $1 ranks contained by: //p"
+}
+
+# Nodes see the machine's cgroup hierarchies (cluster.sh), so a node's agent contains
+# ranks by whatever its --check line says; `cluster.sh contain` sets DSLAUNCH_CONTAIN
+# for a node's agents through its sshd, the way a real node would (sshd SetEnv).
+# contained_as N MODE-LINE: rank N of a 2x2 job ran in cgroups named for the job
+# exactly when MODE-LINE says cgroup
+contained_as() {
+    local rank=$1 line=$2
+    run_capture rc out err "$DSL" "${SSH[@]}" cat /proc/self/cgroup
+    assert_eq "$rc" 0
+    case $line in
+        cgroup*) assert_grep "^\[node[12]:rank $rank\] [0-9]*:[^:]*:.*/dslaunch-[0-9a-f]*/rank$rank$" out ;;
+        "process tracking") assert_not_grep "^\[node[12]:rank $rank\] .*/dslaunch-" out ;;
+        *) fail "unknown containment '$line'" ;;
+    esac
+}
+
+expect_success "every node's ranks are contained the way --check reports it, and DSLAUNCH_CONTAIN=tracking on a node switches it to process tracking" '
+    trap "\"\$CL\" contain \"\$D\" node2 auto" EXIT
+    one=$(node_contain 0); two=$(node_contain 1)
+    [ -n "$one" ] && [ "$one" = "$two" ] || fail "the nodes report \"$one\" and \"$two\""
+    echo "# nodes contained by: $one" >>"$T_TMP/measured"
+    for r in 0 1 2 3; do contained_as $r "$one"; done
+    "$CL" contain "$D" node2 tracking
+    assert_eq "$(node_contain 1)" "process tracking" "node2 with DSLAUNCH_CONTAIN=tracking"
+    assert_eq "$(node_contain 0)" "$one" "node1 unchanged"
+    for r in 0 1; do contained_as $r "$one"; done
+    for r in 2 3; do contained_as $r "process tracking"; done
+    wait_ns_clean 10
+'
+
+# agent_killed MODE: SIGKILL of node2's agent while node2 contains by MODE (auto: the
+# machine's cgroups where it has them; tracking)
+agent_killed() {
+    "$CL" contain "$D" node2 "$1"
+    trap "\"\$CL\" contain \"\$D\" node2 auto" EXIT
+    local line
+    line=$(node_contain 1)
+    echo "# agent SIGKILL case, node2 contained by: $line" >>"$T_TMP/measured"
+    export FLOW_PIDFILE=$T_TMP/ak.$1
     "$DSL" --term-timeout 2 "${SSH[@]}" --export FLOW_PIDFILE "$W" descend sleep 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.ready" 20; done
     left=$(descendant_pids "$FLOW_PIDFILE" 0 1 2 3)
     assert_alive $left
-    # a node without cgroups (as a namespace node is: "ip netns exec" mounts a fresh /sys)
-    # tracks processes and tells its clean-up process every 0.5 s: let one report pass
+    # under process tracking the agent tells its clean-up process every 0.5 s what it
+    # found: let one report pass
     sleep 1.2
     agent=$(agent_on 2) || fail "no agent under the sshd of node2"
     kill -KILL $agent
@@ -171,16 +253,25 @@ expect_success "SIGKILL of node2's agent: the job stops (204) and nothing its ra
     assert_grep "node 1 (node2) lost" err
     wait_gone 20 $left
     wait_ns_clean 20
+    assert_job_clean 20 "$(head -n 1 "$FLOW_PIDFILE.0.ready")"
+}
+
+expect_success "SIGKILL of node2's agent (node2 in cgroups where the machine has them): the job stops (204) and nothing its ranks started survives" '
+    agent_killed auto
+'
+
+expect_success "SIGKILL of node2's agent (node2 tracking processes): the job stops (204) and nothing its ranks started survives" '
+    agent_killed tracking
 '
 
 expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: the job survives" '
-    export FLOW_PIDFILE=$T_TMP/unread
+    export FLOW_PIDFILE=$T_TMP/unread FLOW_RUNIDS=$T_TMP/unread.ids
     # With a launcher blocked in write, no keepalive went out and every agent stopped
     # its healthy ranks after 2 s. The reader sleeps, then waits (bounded) until the
     # ranks have printed everything, which they can only do if the launcher reads on.
     set +e
     "$DSL" --keepalive 2 --output-buffer 256K --log-dir unread_logs "${SSH[@]}" \
-        --export FLOW_PIDFILE "$W" print 20000 4 2>err |
+        --export FLOW_PIDFILE --export FLOW_RUNIDS "$W" print 20000 4 2>err |
         ( sleep 8
           i=0; while [ $(ls "$FLOW_PIDFILE".[0-3] 2>/dev/null | wc -l) -lt 4 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
           cat > out )
@@ -196,18 +287,21 @@ expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: th
     dropped=$(sed -n "s/.*: \([0-9]*\) output lines* w[a-z]* dropped because stdout was not read.*/\1/p" err)
     assert_eq "$((delivered + ${dropped:-0}))" 80000 "lines delivered ($delivered) + dropped (${dropped:-0})"
     wait_ns_clean 10
+    assert_job_clean 10 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "SIGKILL of the launcher: ranks still get the whole --term-timeout to finish a save" '
-    export FLOW_PIDFILE=$T_TMP/lostgrace
+    export FLOW_PIDFILE=$T_TMP/lostgrace FLOW_RUNIDS=$T_TMP/lostgrace.ids
     # each rank needs 4 s after SIGTERM (a checkpoint); the grace is 10 s
-    "$DSL" --term-timeout 10 "${SSH[@]}" --export FLOW_PIDFILE "$W" on-signal 0 4 >out 2>err &
+    "$DSL" --term-timeout 10 "${SSH[@]}" --export FLOW_PIDFILE --export FLOW_RUNIDS \
+        "$W" on-signal 0 4 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
     kill -KILL $pid
     set +e; wait $pid; set -e
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.done" 30; done
     wait_ns_clean 20
+    assert_job_clean 20 $(run_ids "$FLOW_RUNIDS")
 '
 
 expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
@@ -220,4 +314,5 @@ expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
     wait_ns_clean 10
 '
 
+[ -s "$T_TMP/measured" ] && cat "$T_TMP/measured"
 done_testing

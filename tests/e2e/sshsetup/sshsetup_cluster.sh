@@ -32,11 +32,12 @@ PW="pw-$$-ok 'quote"
 PW2="other-$$"
 HOMEU=/home/$U
 KEY=$T_TMP/id_dslaunch
+BIN=$(mktemp -d /tmp/dslss-bin.XXXXXX) && chmod 755 "$BIN"
 
 cleanup() {
     userdel -r -f "$U" >/dev/null 2>&1 || true
     userdel -r -f "$U2" >/dev/null 2>&1 || true
-    rm -rf "$T_TMP"
+    rm -rf "$T_TMP" "$BIN"
 }
 trap cleanup EXIT
 
@@ -221,6 +222,29 @@ expect_success "--ssh_port: host keys recorded as [name]:port, checked on that p
             -o StrictHostKeyChecking=yes "node$i" true || fail "launcher -> node$i port $P2"
     done
     assert_grep "  Port $P2" "$HOMEU/.ssh/config"
+'
+
+# The default key under $HOME (not the passwd home) and the IdentityFile block in the
+# config the user names: a launch with that same --ssh-config then logs in with the key
+# (it used to go to ~/.ssh/config, which --ssh-config replaces, and the launch was denied).
+expect_success "without --key: ssh-setup --ssh-config F under HOME=H, then a launch with --ssh-config F logs in" '
+    H=$T_TMP/home; mkdir -p "$H"
+    sed "s|$T_TMP/known_hosts\$|$T_TMP/known_hosts_home|" "$T_TMP/ssh_config" >"$T_TMP/ssh_config_home"
+    run_capture rc out err env HOME="$H" setsid -w "$DSL" ssh-setup --hostfile "$D/hostfile" \
+        --ssh-config "$T_TMP/ssh_config_home" --yes --password-fd 3 3<<<"$PW" </dev/null
+    cat out err
+    assert_eq "$rc" 0 "exit code"
+    [ -s "$H/.ssh/id_dslaunch" ] || fail "the default key is not under \$HOME"
+    assert_grep "^  IdentityFile $H/.ssh/id_dslaunch\$" "$T_TMP/ssh_config_home"
+    [ ! -e "$H/.ssh/config" ] || fail "wrote ~/.ssh/config although --ssh-config was given"
+    # the agent runs as the user on every node: the binary and the cwd must be theirs to use
+    cp "$DSL" "$BIN/dslaunch"
+    cd "$BIN"
+    run_capture rc out err env HOME="$H" "$BIN/dslaunch" --launcher ssh --hostfile "$D/hostfile" \
+        --num-gpus 1 --ssh-config "$T_TMP/ssh_config_home" -- id -un
+    cat out err
+    assert_eq "$rc" 0 "exit code of the launch"
+    assert_eq "$(grep -c "^\[node[0-9]*:rank [0-9]*\] $U\$" out)" "$NODES" "ranks that ran as $U"
 '
 
 expect_success "usage errors exit 2 with the reason" '

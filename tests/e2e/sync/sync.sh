@@ -14,7 +14,7 @@ CL=$DSL_CLUSTER_SH
 P=$PRIVATE_DIR
 [ -n "$P" ] || { echo "Bail out! the cluster has no private directory"; exit 1; }
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
-trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one' EXIT
+trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one "$P"/cs "$P"/cs2' EXIT
 cd "$T_TMP"
 
 # What a node (or this host with node 0) holds under $P/tree: types, modes, sizes,
@@ -99,6 +99,51 @@ expect_success "--checksum finds a same-size, same-mtime change that size+mtime 
     assert_eq "$rc" 0
     for n in 1 2 3; do assert_grep "^node$n: 1 copied (7 B), 7 up to date" out; done
     same_on_nodes 1 2 3
+'
+
+expect_success "--checksum matches names with a backslash or a newline (sha256sum escapes them)" '
+    mkdir -p "$P/cs"
+    printf one >"$P/cs/back\\slash"
+    printf two >"$P/cs/new
+line"
+    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/cs"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 2 copied (6 B), 0 up to date" out; done
+    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/cs"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), 2 up to date" out; done
+'
+
+# As root every file is readable, so node1 gets a sha256sum that drops the line of
+# cs2/w, as for a file it cannot read. Remote lines used to be matched by position:
+# w without a line made x (stale, same size and mtime) compare with the line of y, and
+# y holds exactly what x should now hold, so x was judged current.
+expect_success "--checksum matches sha256sum lines by path: a file without a line shifts nothing" '
+    mkdir -p "$P/cs2"
+    printf www >"$P/cs2/w"; printf old >"$P/cs2/x"; printf new >"$P/cs2/y"
+    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/cs2"
+    assert_eq "$rc" 0
+    touch -r "$P/cs2/x" ref
+    printf new >"$P/cs2/x"
+    touch -r ref "$P/cs2/x"
+    real=$(command -v sha256sum)
+    cp "$real" "$T_TMP/sha256sum.real"
+    printf "#!/bin/sh\n%s \"\$@\" | grep -v \"/cs2/w\\\$\"\nexit 0\n" "$T_TMP/sha256sum.real" >"$T_TMP/sha256sum"
+    chmod 755 "$T_TMP/sha256sum"
+    "$CL" mnt "$D" 1 mount --bind "$T_TMP/sha256sum" "$real" || fail "cannot wrap sha256sum on node1"
+    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/cs2"
+    "$CL" mnt "$D" 1 umount "$real"
+    cat out err
+    assert_eq "$rc" 0
+    assert_grep "^node1: 2 copied (6 B), 1 up to date" out
+    for n in 2 3; do assert_grep "^node$n: 1 copied (3 B), 2 up to date" out; done
+    for n in 1 2 3; do
+        [ "$("$CL" mnt "$D" $n cat "$P/cs2/x")" = new ] || fail "node$n: x is still stale"
+    done
+    rm -rf "$P/cs" "$P/cs2"
+    for n in 1 2 3; do "$CL" mnt "$D" $n rm -rf "$P/cs" "$P/cs2"; done
 '
 
 expect_success "--delete removes what is gone at the source; without it nothing is removed" '

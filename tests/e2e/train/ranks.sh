@@ -121,6 +121,22 @@ cli)
         fail "missing data accepted"
     grep -q "$TMP/nothing" "$TMP/e3" && grep -q "dataset-fashion-mnist" "$TMP/e3" ||
         fail "missing data: $(cat "$TMP/e3")"
+    # progress lines carry elapsed time and an ETA (none left at the last step); the
+    # phases of the wall time are printed and, in the metrics, add up to wall_s
+    "$DSTRAIN" $TINY --steps-per-print 4 --checkpoint-dir "$TMP/ck" --save-interval 6 \
+        --metrics "$TMP/m.jsonl" >"$TMP/o4" 2>&1 || fail "progress run: $(cat "$TMP/o4")"
+    grep -Eq "^step 4/12 .* samples/s [0-9.]+ elapsed [0-9]+:[0-5][0-9] eta [0-9]+:[0-5][0-9]$" \
+        "$TMP/o4" || fail "no elapsed/eta on the progress line: $(cat "$TMP/o4")"
+    grep -Eq "^step 12/12 .* eta 0:00$" "$TMP/o4" || fail "eta at the last step is not 0:00"
+    grep -Eq "^dstrain: wall time by phase \(rank 0\): setup [0-9.]+ s, training [0-9.]+ s, evaluation [0-9.]+ s, checkpoints [0-9.]+ s$" \
+        "$TMP/o4" || fail "no phase line: $(cat "$TMP/o4")"
+    python3 - "$TMP/m.jsonl" <<'PY' || fail "metrics phases"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][0]
+parts = s["train_s"] + s["eval_s"] + s["save_s"]
+assert min(s["setup_s"], s["train_s"], s["eval_s"], s["save_s"]) >= 0, s
+assert abs(parts - s["wall_s"]) < 0.01, (parts, s)
+PY
     ;;
 stages)
     # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
@@ -238,6 +254,36 @@ resume)
     train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to2"
     cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
+    # a checkpoint of an older dstrain (its SHA-256 members blanked out) still resumes
+    # at another world size, bit for bit, with a warning that its metadata is unprotected
+    cp -R "$TMP/ck4" "$TMP/ckold"
+    for f in "$TMP"/ckold/global_step6/*.safetensors; do
+        perl -pi -e 's/,"dsl\.data_sha256":"[0-9a-f]{64}","dsl\.sha256":"[0-9a-f]{64}"/" " x length($&)/e' "$f"
+    done
+    ! grep -q "dsl.sha256" "$TMP"/ckold/global_step6/*.safetensors || fail "checksums not blanked"
+    train_ok 2 old $TINY --checkpoint-dir "$TMP/ckold" --resume global_step6 \
+        --save-params "$TMP/p.old"
+    cmp -s "$TMP/p.full" "$TMP/p.old" || fail "an older world-4 checkpoint resumed at world 2 differs"
+    grep -q "has no SHA-256 checksums (written by an older dstrain)" "$TMP/old.0.err" ||
+        { show old; fail "no warning for a checkpoint without checksums"; }
+    # a step edited in one file's header is refused, naming the file and the field,
+    # on every rank; a FIFO in place of a shard fails the resume instead of hanging it
+    cp -R "$TMP/ck2" "$TMP/cke"
+    f="$TMP/cke/global_step6/zero_pp_rank_1_mp_rank_00_optim_states.safetensors"
+    perl -pi -e 's/"step":"6"/"step":"7"/' "$f"
+    if run_world 2 edited $TINY --checkpoint-dir "$TMP/cke" --resume global_step6; then
+        fail "a checkpoint with an edited step was resumed"
+    fi
+    for r in 0 1; do
+        grep -q "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': metadata 'step' is '7' but the model file says '6'; its header does not match its checksum" \
+            "$TMP/edited.$r.err" || { show edited; fail "rank $r did not name the edited file and field"; }
+    done
+    rm "$f" && mkfifo "$f"
+    if run_world 2 fifo $TINY --checkpoint-dir "$TMP/cke" --resume global_step6; then
+        fail "a checkpoint with a FIFO shard was resumed"
+    fi
+    grep -q "zero_pp_rank_1_mp_rank_00_optim_states.safetensors' is not a regular file (a FIFO)" \
+        "$TMP/fifo.0.err" || { show fifo; fail "the FIFO shard was not named"; }
     ;;
 consolidate)
     # consolidate of a world-4 stage-2 checkpoint equals the world-1 parameters

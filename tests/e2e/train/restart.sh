@@ -16,6 +16,7 @@ export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-120}
 unset CUDA_VISIBLE_DEVICES
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+. "$(dirname "$0")/../flow/census.sh"
 skip() { echo "SKIP: $*" >&2; exit 77; }
 [ -x "$DSL" ] && [ -x "$DSTRAIN" ] || skip "no dslaunch or dstrain"
 
@@ -38,6 +39,7 @@ show() { for f in "$TMP/$1".out "$TMP/$1".err; do echo "== $f"; tail -n 30 "$f";
 # soon as a checkpoint is committed; any other rank or attempt is dstrain itself.
 cat >"$TMP/victim" <<EOF
 #!/bin/sh
+echo "\$DSLAUNCH_RUN_ID" >>"$TMP/ids"
 if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && [ "\$RANK" = 1 ]; then
     "$DSTRAIN" "\$@" &
     pid=\$!
@@ -62,6 +64,11 @@ at=$(sed -n "s/.*dstrain: resumed from '.*global_step\([0-9]*\)' at step \([0-9]
     "$TMP/restart.out")
 [ -n "$at" ] || { show restart; fail "the second attempt did not resume from a checkpoint"; }
 [ "$at" -ge 50 ] && [ "$at" -lt "$STEPS" ] || fail "resumed at step $at"
+# nothing of either attempt is left: processes, cgroups, progress files
+ids=$(sort -u "$TMP/ids")
+[ "$(echo "$ids" | wc -l)" -eq 2 ] || fail "expected the run ids of 2 attempts, got: $ids"
+# shellcheck disable=SC2086
+wait_job_clean 10 $ids || fail "the restarted job left processes, cgroups or files behind"
 echo "# rank 1 killed after the checkpoint at step $at; resumed there"
 
 # 2. the same by hand: stopped at that checkpoint, resumed with --resume latest
