@@ -9,6 +9,7 @@ DSTRAIN=$2
 DSBENCH=$3
 SRC=$4
 . "$SRC/tests/e2e/flow/lib.sh"
+cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
 command -v mpirun >/dev/null || { echo "1..0 # SKIP mpirun is not installed (apt-get install openmpi-bin)"; exit 77; }
 export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
 export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')

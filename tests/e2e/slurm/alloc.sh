@@ -8,6 +8,7 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
+cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
 unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE
 
 # summary FILE: "world N; host:slots ...; master M; from F" from a --dry-run JSON

@@ -6,6 +6,7 @@
 set -u
 SRC=$1
 . "$SRC/tests/e2e/flow/lib.sh"
+cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
 SC=$DSL_SLURM_SH
 
 # alive PID: a live process (a zombie waiting for a slow init counts as gone)
