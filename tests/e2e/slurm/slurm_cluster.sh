@@ -24,7 +24,10 @@
 # private` (not `ip netns exec`, which remounts /sys and hides the cgroup mounts slurmd
 # wants), sets its host name nK, bind-mounts a private /run/munge, /var/lib/munge,
 # /var/log/munge and DIR/hosts over /etc/hosts (munged blocks on name lookups of an
-# unknown host name), starts its own munged and execs `slurmd -D -N nK`. slurmctld runs
+# unknown host name), starts its own munged and execs `slurmd -D -N nK`. A bind mount
+# needs its mount point: /run/munge, /var/lib/munge and /var/log/munge are made (empty)
+# in the machine's tree when missing (munge's package makes the last two, its service
+# the first). slurmctld runs
 # in the root namespace with SlurmctldHost=<host>(10.213.X.1). One munge key, made for
 # this cluster, is shared by every munged. The root namespace's munged listens on
 # DIR/munge/munge.socket.2 (AuthInfo in slurm.conf), never on the system's /run/munge;
