@@ -193,14 +193,21 @@ static int from_slurm(struct adopt *a, char *err)
         a->local_world = dsl_xasprintf("%d", local_world);
     }
     if (!env(DSL_ENV_MASTER_ADDR)) {
-        const char *list = env("SLURM_STEP_NODELIST"), *lname = "SLURM_STEP_NODELIST";
-        if (!list) {
-            list = env("SLURM_JOB_NODELIST");
-            lname = "SLURM_JOB_NODELIST";
-        }
+        static const char *const lists[] = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",
+                                            "SLURM_NODELIST"};
+        const char *list = NULL, *lname = NULL, *dist = env("SLURM_DISTRIBUTION");
+        for (size_t i = 0; !list && i < sizeof(lists) / sizeof(lists[0]); i++)
+            if ((list = env(lists[i])))
+                lname = lists[i];
         if (!list)
             return dsl_seterr(err, DSL_EUSAGE, "started by srun without MASTER_ADDR, and "
                               "SLURM_STEP_NODELIST is not set to take the first host from");
+        /* block, cyclic and plane put task 0 on the step's first node; arbitrary
+         * (SLURM_HOSTFILE) may put it anywhere */
+        if (dist && !strncmp(dist, "arbitrary", 9))
+            return dsl_seterr(err, DSL_EUSAGE, "started by srun with the arbitrary "
+                              "distribution, where task 0 need not run on the first node of "
+                              "%s: set MASTER_ADDR to task 0's node", lname);
         struct dsl_strvec hosts;
         char e[DSL_ERR_LEN];
         dsl_strvec_init(&hosts);

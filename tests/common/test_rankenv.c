@@ -15,7 +15,7 @@ static const char *const all_vars[] = {
     "GROUP_RANK", "CROSS_RANK", "NNODES", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "DSLAUNCH_RUN_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
     "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_STEP_NODELIST",
-    "SLURM_JOB_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_STEP_ID",
+    "SLURM_JOB_NODELIST", "SLURM_NODELIST", "SLURM_DISTRIBUTION", "SLURM_STEP_TASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_STEP_ID",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
     "OMPI_COMM_WORLD_LOCAL_SIZE", "PMIX_RANK", "PMIX_NAMESPACE", NULL};
 
@@ -93,6 +93,29 @@ TEST(rankenv_should_keep_what_the_user_and_dslaunch_set)
     ASSERT_STR_EQ(get("MASTER_ADDR"), "10.1.2.3");
     ASSERT_STR_EQ(get("MASTER_PORT"), "23456");
     ASSERT_STR_EQ(get("DSLAUNCH_RUN_ID"), "mine");
+    /* no step list: the job's, then the old name */
+    slurm_step();
+    unsetenv("SLURM_STEP_NODELIST");
+    ASSERT_OK(dsl_rankenv_adopt(&src, err));
+    ASSERT_STR_EQ(get("MASTER_ADDR"), "x1");
+    slurm_step();
+    unsetenv("SLURM_STEP_NODELIST");
+    unsetenv("SLURM_JOB_NODELIST");
+    setenv("SLURM_NODELIST", "old[3-4]", 1);
+    ASSERT_OK(dsl_rankenv_adopt(&src, err));
+    ASSERT_STR_EQ(get("MASTER_ADDR"), "old3");
+    /* cyclic still starts on the first node; arbitrary needs MASTER_ADDR */
+    slurm_step();
+    setenv("SLURM_DISTRIBUTION", "cyclic", 1);
+    ASSERT_OK(dsl_rankenv_adopt(&src, err));
+    ASSERT_STR_EQ(get("MASTER_ADDR"), "n1");
+    slurm_step();
+    setenv("SLURM_DISTRIBUTION", "arbitrary", 1);
+    ASSERT_EQ(dsl_rankenv_adopt(&src, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "set MASTER_ADDR to task 0's node");
+    setenv("MASTER_ADDR", "n2", 1);
+    ASSERT_OK(dsl_rankenv_adopt(&src, err));
+    ASSERT_STR_EQ(get("MASTER_ADDR"), "n2");
     /* a WORLD_SIZE that disagrees with the launcher is refused, and nothing is set */
     slurm_step();
     setenv("WORLD_SIZE", "4", 1);

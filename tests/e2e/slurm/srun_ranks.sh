@@ -67,6 +67,18 @@ expect_success "a dstrain in a batch script, not under srun, runs alone and equa
     cmp p1.dsl p1.batch || fail "parameters differ from the world-1 run"
 '
 
+expect_success "srun -m arbitrary puts task 0 on n2: refused without MASTER_ADDR, right with it" '
+    printf "n2\nn1\nn2\nn1\n" >hosts
+    run_capture rc out err env SLURM_HOSTFILE=$PWD/hosts srun -n4 -m arbitrary "$DSBENCH" -b 1K -e 1K
+    assert_eq "$rc" 2
+    assert_grep "arbitrary distribution, where task 0 need not run on the first node of SLURM_STEP_NODELIST: set MASTER_ADDR" err
+    run_capture rc out err env SLURM_HOSTFILE=$PWD/hosts MASTER_ADDR=n2 srun -n4 -m arbitrary \
+        "$DSBENCH" -b 1K -e 16K -f 4 -o allreduce
+    cat err >&2
+    assert_eq "$rc" 0
+    assert_grep "^# ranks agree: yes$" out
+'
+
 expect_success "a rank of an srun step with a wrong SLURM_STEP_NODELIST names the variable" '
     # srun sets SLURM_STEP_NODELIST itself, so the rank overrides it
     run_capture rc out err srun -N1 -n1 sh -c \
