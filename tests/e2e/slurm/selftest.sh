@@ -77,6 +77,21 @@ expect_success "a failed up (a slurmd that cannot start) tears down what it made
     [ ! -e "$d" ] || fail "files left: $(find "$d")"
 '
 
+expect_success "a failed up whose stderr reader went away (up | head -1) still tears down" '
+    d=$(mktemp -d /tmp/dsl-slurm-self.XXXXXX)
+    mkdir -p fake
+    printf "#!/bin/sh\necho fake slurmd refuses >&2\nexit 1\n" >fake/slurmd
+    chmod +x fake/slurmd
+    # env execs the script, so its pid names the namespaces (dsls<pid>)
+    env PATH="$PWD/fake:$PATH" "$SC" up 1 "$d" 2> >(head -n 1 >first) >/dev/null &
+    pid=$!
+    wait $pid || true
+    assert_grep "slurmd of n1 exited" first
+    ! ip netns list | grep -q "^dsls$pid" || fail "namespace of dsls$pid left"
+    ! ip link show "dsls${pid}h0" >/dev/null 2>&1 || fail "link dsls${pid}h0 left"
+    [ ! -e "$d" ] || fail "files left: $(find "$d")"
+'
+
 expect_success "with_slurm.sh stops a command that runs too long and still tears down" '
     run_capture rc out err env DSL_SLURM_TIMEOUT=3 "$(dirname "$SC")/with_slurm.sh" 1 \
         sh -c ". \"\$DSL_SLURM_DIR/slurm.env\"; echo \$PREFIX \$SLURM_DIR >$PWD/seen; srun -N1 sleep 600"

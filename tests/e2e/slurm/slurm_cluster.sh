@@ -219,6 +219,7 @@ start_node() { # i
         mount --bind "$3/hosts" /etc/hosts
         mount --bind "$2/run" "$3/munge"
         munged --key-file="$3/munge.key" --num-threads=2
+        export SLURM_CONF="$3/slurm.conf"
         exec slurmd -D -f "$3/slurm.conf" -N "n$1" >"$2/slurmd.out" 2>&1
         ' sh "$i" "$nd" "$DIR" </dev/null >"$nd/start.log" 2>&1 &
     echo $! >"$nd/slurmd.launch.pid"
@@ -252,7 +253,11 @@ cmd_up() {
     CTL_HOST=$(hostname -s)
     # from here on a failure (die, or set -e) tears down what exists
     UP_DONE=0
-    trap 'if [[ $UP_DONE != 1 ]]; then echo "slurm_cluster.sh: setup failed, tearing down $PREFIX" >&2; show_logs "$DIR"; cmd_down "$DIR" || true; fi' EXIT
+    # (SIGPIPE ignored first: a reader of stderr that went away, `up ... | head`, must
+    # not kill the teardown half way)
+    trap 'if [[ $UP_DONE != 1 ]]; then trap "" PIPE; set +e
+              echo "slurm_cluster.sh: setup failed, tearing down $PREFIX" >&2; show_logs "$DIR"
+              cmd_down "$DIR"; fi' EXIT
     exec 9>/run/lock/dslaunch-cluster.lock
     flock 9
     SUBNET=$(pick_subnet)
@@ -294,8 +299,15 @@ cmd_up() {
     export SLURM_CONF=$dir/slurm.conf
     local idle=0
     for (( t = 0; t < 600; t++ )); do
-        idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2=="idle"' | wc -l) || idle=0
+        local states
+        states=$(sinfo -h -N -o '%N %t' 2>/dev/null) || states=
+        idle=$(awk '$2=="idle"' <<<"$states" | wc -l)
         (( idle == nodes )) && break
+        # a node the controller refused (its slurmd disagrees with slurm.conf) stays so
+        if grep -q ' inval' <<<"$states"; then
+            sinfo -N -o '%N %t %E' >&2 || true
+            die "the controller refused a node (state INVAL)"
+        fi
         our_pid "$dir/ctl/slurmctld.launch.pid" slurmctld >/dev/null ||
             die "slurmctld exited (see $dir/ctl/slurmctld.log and slurmctld.out)"
         for (( i = 1; i <= nodes; i++ )); do
