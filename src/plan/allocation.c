@@ -11,6 +11,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/hostrange.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/strvec.h"
 #include "allocation.h"
@@ -38,6 +39,21 @@ int dsl_allocation_load(struct dsl_hostfile *hf, char *desc, size_t desclen, cha
     if (dsl_hostlist_expand(list, &hosts, e) < 0) {
         r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_JOB_NODELIST: %s", e);
         goto out;
+    }
+    /* --gpus-per-node: a GPU is a slot, on every node alike (the usual one task per node
+     * with a launcher that starts the ranks) */
+    const char *gpn = env("SLURM_GPUS_PER_NODE");
+    char gtpn[48];
+    if (gpn) {
+        const char *colon = strrchr(gpn, ':');
+        int gpus;
+        if (dsl_parse_int(colon ? colon + 1 : gpn, 1, DSL_HOSTFILE_MAX_SLOTS, &gpus) < 0) {
+            r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: bad SLURM_GPUS_PER_NODE "
+                           "'%.40s' (expected [TYPE:]N, N 1..%d)", gpn, DSL_HOSTFILE_MAX_SLOTS);
+            goto out;
+        }
+        snprintf(gtpn, sizeof(gtpn), "%d(x%zu)", gpus, hosts.nr);
+        tpn = gtpn;
     }
     if (!tpn) {
         r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation of job %.20s: SLURM_TASKS_PER_NODE "
@@ -77,8 +93,9 @@ int dsl_allocation_load(struct dsl_hostfile *hf, char *desc, size_t desclen, cha
         dsl_hostfile_add(hf, hosts.v[i], slots);
         total += slots;
     }
-    snprintf(desc, desclen, "Slurm job %.20s: %.80s%s, %ld slot%s", job, list,
-             strlen(list) > 80 ? "..." : "", total, total == 1 ? "" : "s");
+    snprintf(desc, desclen, "Slurm job %.20s: %.80s%s, %ld slot%s%s", job, list,
+             strlen(list) > 80 ? "..." : "", total, total == 1 ? "" : "s",
+             gpn ? " (SLURM_GPUS_PER_NODE)" : "");
     r = 1;
 out:
     if (r < 0) {

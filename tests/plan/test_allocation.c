@@ -9,6 +9,7 @@
 
 static void alloc_env(const char *job, const char *list, const char *tpn)
 {
+    unsetenv("SLURM_GPUS_PER_NODE");
     const char *names[] = {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"};
     const char *values[] = {job, list, tpn};
     for (int i = 0; i < 3; i++) {
@@ -35,6 +36,31 @@ TEST(allocation_should_give_every_node_its_task_count_in_list_order)
     }
     ASSERT_STR_EQ(desc, "Slurm job 12: gpu[07-09],cpu1, 9 slots");
     dsl_hostfile_release(&hf);
+}
+
+TEST(allocation_should_make_every_gpu_a_slot_with_gpus_per_node)
+{
+    struct dsl_hostfile hf;
+    char desc[160] = "", err[DSL_ERR_LEN];
+    dsl_hostfile_init(&hf);
+    alloc_env("13", "g[1-3]", "1(x3)");
+    setenv("SLURM_GPUS_PER_NODE", "a100:8", 1);
+    ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(hf.nr, 3);
+    for (size_t i = 0; i < hf.nr; i++)
+        ASSERT_EQ(hf.hosts[i].slots, 8);
+    ASSERT_STR_EQ(desc, "Slurm job 13: g[1-3], 24 slots (SLURM_GPUS_PER_NODE)");
+    dsl_hostfile_release(&hf);
+    static const char *const bad[] = {"a100:", "0", "x", "8:a100", "5000"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        dsl_hostfile_init(&hf);
+        setenv("SLURM_GPUS_PER_NODE", bad[i], 1);
+        ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), DSL_EHOSTFILE);
+        ASSERT_CONTAINS(err, "bad SLURM_GPUS_PER_NODE");
+        ASSERT_EQ(hf.nr, 0);
+        dsl_hostfile_release(&hf);
+    }
+    unsetenv("SLURM_GPUS_PER_NODE");
 }
 
 TEST(allocation_should_do_nothing_outside_an_allocation)
