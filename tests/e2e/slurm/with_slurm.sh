@@ -36,6 +36,7 @@ fi
 dir=$(mktemp -d /tmp/dsl-slurm.XXXXXX)
 child=
 cleanup() {
+    trap '' PIPE # a reader of our output that went away must not stop the teardown
     if [[ -n $child ]]; then # timeout leads CMD's process group: end that group only
         kill -TERM "$child" 2>/dev/null
         for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$child" 2>/dev/null || break; sleep 0.2; done
