@@ -41,8 +41,8 @@
 /* ---- Slurm's tasks-per-node lists: "2(x3),1" ---- */
 
 /*
- * Walk the list; for each item call back with (count, repeat). Returns 0 or -EINVAL.
- * A visitor returning 1 stops the walk early (found).
+ * One pass over the whole list (every item is checked, also after the wanted node):
+ * counts the nodes and, when want_node is one of them, records its task count.
  */
 struct tpn_walk {
     int want_node; /* -1: count nodes */
@@ -51,6 +51,7 @@ struct tpn_walk {
     int found;
 };
 
+/* Returns 0, or -EINVAL with err naming the list and the bad item. */
 static int tpn_parse(const char *list, struct tpn_walk *w, char *err)
 {
     size_t n = strlen(list), i = 0;
