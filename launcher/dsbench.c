@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "dslaunch/common/envnames.h"
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/opt.h"
@@ -300,6 +301,12 @@ int main(int argc, char **argv)
     if (pr != 0) {
         free(o.backend);
         return pr > 0 ? 0 : 2;
+    }
+    const char *source; /* ranks of srun or mpirun: their variables into the contract */
+    if (dsl_rankenv_adopt(&source, err) < 0) {
+        fprintf(stderr, "dsbench: error: %s\n", err);
+        free(o.backend);
+        return 2;
     }
     struct dsl_comm_opts co = {.backend = o.backend ? o.backend : "tcp",
                                .deterministic = o.deterministic};

@@ -7,7 +7,9 @@
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
  * one), then verification. The env contract (RANK, WORLD_SIZE, MASTER_ADDR, ...) is
- * read by the comm; without it dstrain runs alone (world size 1).
+ * read by the comm; without it dstrain runs alone (world size 1). Started by srun or
+ * mpirun instead of dslaunch, their rank variables are first turned into the contract
+ * (common/rankenv.h).
  *
  * The backend picks the path: tcp trains on the CPU (OpenBLAS); nccl (or auto on a
  * machine with a GPU per local rank) trains on CUDA device LOCAL_RANK with the CUDA
@@ -35,6 +37,7 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/train/trainer_settings.h"
 #include "dslaunch/common/banned.h"
@@ -202,6 +205,15 @@ int main(int argc, char **argv)
         dsl_train_settings_release(&s);
         return 2;
     }
+    /* ranks of srun or mpirun: their environment into the contract, before any reader */
+    const char *source;
+    if ((r = dsl_rankenv_adopt(&source, err)) < 0) {
+        dsl_error("%s", err);
+        dsl_train_settings_release(&s);
+        return 2;
+    }
+    if (source)
+        dsl_debug("rank environment taken from %s", source);
     /* before any work: may re-execute dstrain with better BLAS kernels */
     blas_note = dsl_blas_check_core(argv);
     s.ro.t_process = t_process;

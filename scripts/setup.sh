@@ -10,6 +10,7 @@ PKGS=(
   openssh-server openssh-client iproute2 procps # test cluster (network namespaces + sshd)
   iptables                                      # doctor test: a port blocked inside a node
   pdsh openmpi-bin libopenmpi-dev               # optional transports, peers
+  slurmctld slurmd slurm-client munge          # Slurm test cluster (tests/e2e/slurm), srun ranks
   python3                                       # flow tests read the --dry-run JSON
   dataset-fashion-mnist                         # the trainer's data set
   clang libclang-rt-14-dev                      # libFuzzer targets

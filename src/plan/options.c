@@ -70,7 +70,7 @@ static int set_master_port(void *target, const struct dsl_opt *d, const char *va
 
 static const struct dsl_opt opts[] = {
     STR("hostfile", 'H', hostfile, "FILE", "DeepSpeed hostfile ('host slots=N' lines)",
-        "/job/hostfile if present, else localhost"),
+        "the Slurm allocation, else /job/hostfile if present, else localhost"),
     STR("include", 'i', include, "SPEC",
         "use only these hosts/slots, e.g. 'worker-0:0,2@worker-1'", NULL),
     STR("exclude", 'e', exclude, "SPEC", "use all but these hosts/slots", NULL),

@@ -21,6 +21,7 @@
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
+#include "allocation.h"
 #include "dslaunch/plan/envexport.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/common/banned.h"
@@ -122,19 +123,35 @@ int dsl_plan_rank0_takes_port(const struct dsl_plan *p)
     return !strcmp(base, "dstrain") || !strcmp(base, "dsbench");
 }
 
-static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, int *synth,
-                         int cpus_only, char *err)
+/*
+ * The hosts, first match wins: --hostfile, the Slurm allocation this runs in (the
+ * resources of this very job, so before a machine-wide /job/hostfile), /job/hostfile,
+ * this machine. p->hosts_from says which.
+ */
+static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *err)
 {
+    const struct dsl_launch_opts *o = p->opts;
+    struct dsl_hostfile *hf = &p->hf;
+    int r;
     *synth = 0;
-    if (o->hostfile)
+    if (o->hostfile) {
+        snprintf(p->hosts_from, sizeof(p->hosts_from), "hostfile '%.140s'", o->hostfile);
         return dsl_hostfile_load(hf, o->hostfile, err);
-    if (access(DEFAULT_HOSTFILE, F_OK) == 0)
+    }
+    if ((r = dsl_allocation_load(hf, p->hosts_from, sizeof(p->hosts_from), err)) != 0) {
+        if (r > 0)
+            dsl_info("no --hostfile: the hosts are those of %s", p->hosts_from);
+        return r < 0 ? r : 0;
+    }
+    if (access(DEFAULT_HOSTFILE, F_OK) == 0) {
+        snprintf(p->hosts_from, sizeof(p->hosts_from), "hostfile '%s'", DEFAULT_HOSTFILE);
         return dsl_hostfile_load(hf, DEFAULT_HOSTFILE, err);
+    }
     int slots;
-    int r = dsl_local_slots(&slots, cpus_only, err);
-    if (r < 0)
+    if ((r = dsl_local_slots(&slots, cpus_only, err)) < 0)
         return r;
     dsl_hostfile_add(hf, "localhost", slots);
+    snprintf(p->hosts_from, sizeof(p->hosts_from), "this machine");
     *synth = 1;
     return 0;
 }
@@ -167,6 +184,7 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     cJSON_AddStringToObject(o, "master_addr", p->master_addr);
     cJSON_AddNumberToObject(o, "master_port", p->master_port);
     cJSON_AddStringToObject(o, "launcher", dsl_plan_launcher_name(p));
+    cJSON_AddStringToObject(o, "hosts_from", p->hosts_from);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {
@@ -241,7 +259,7 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
      * hides them all: CPU slots, and ranks that see no device */
     const char *cvd = getenv(DSL_ENV_CUDA_VISIBLE_DEVICES);
     int cvd_rule = dsl_placement_cuda_visible(cvd, &po, &include_cvd, err);
-    if ((r = load_hostfile(o, &p->hf, &synth, cvd_rule == 3, err)) < 0) {
+    if ((r = load_hostfile(p, &synth, cvd_rule == 3, err)) < 0) {
         free(include_cvd);
         return r;
     }

@@ -8,3 +8,6 @@ dsl_unit_test(test_file SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_file.c LIBS dslco
 dsl_unit_test(test_quote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_quote.c LIBS dslcommon)
 # dslcommon: spawning children (the fd a child keeps across its exec).
 dsl_unit_test(test_spawn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_spawn.c LIBS dslcommon)
+# dslcommon: host lists and the rank environment of srun, mpirun and PMIx.
+dsl_unit_test(test_rankenv SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rankenv.c LIBS dslcommon)
+dsl_fuzz_target(fuzz_slurmlist SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_slurmlist.c LIBS dslcommon)

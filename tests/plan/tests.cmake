@@ -7,3 +7,5 @@ dsl_unit_test(test_options SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_options.c LIBS
 dsl_fuzz_target(fuzz_hostfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_hostfile.c LIBS dslplan)
 dsl_fuzz_target(fuzz_filter SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_filter.c LIBS dslplan)
 dsl_fuzz_target(fuzz_envfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_envfile.c LIBS dslplan)
+# dslplan: a Slurm allocation as the job's hosts.
+dsl_unit_test(test_allocation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_allocation.c LIBS dslplan)

@@ -56,15 +56,7 @@ void dsl_hostfile_release(struct dsl_hostfile *hf);
  */
 int dsl_host_name_valid(const char *name);
 
-/**
- * Expand a pdsh-style host range "pre[01-04,7]post" into out (appends copies, in
- * order; several bracket groups expand left to right, the leftmost varying slowest).
- * A lower bound with a leading zero sets the width ("[08-10]" gives 08 09 10).
- * A name without brackets appends itself. Names are not checked with
- * dsl_host_name_valid(). Returns 0, or -EINVAL with err describing the problem
- * (malformed, reversed, more than DSL_HOSTFILE_MAX_HOSTS names) and out unchanged.
- */
-struct dsl_strvec;
-int dsl_hostrange_expand(const char *spec, struct dsl_strvec *out, char *err);
+/* pdsh-style host ranges ("node[01-04,7]"): dsl_hostrange_expand() */
+#include "dslaunch/common/hostrange.h"
 
 #endif

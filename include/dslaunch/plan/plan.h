@@ -32,6 +32,8 @@ struct dsl_plan {
     int master_port;
     char run_id[32], token[80];   /* hex; filled by dsl_plan_new_ids() */
     int all_local;                /* every node is this machine */
+    char hosts_from[160];         /* where the hosts came from: "hostfile 'PATH'",
+                                     "Slurm job 12: n[1-4], 7 slots", "this machine" */
     char *no_devices;             /* CUDA_VISIBLE_DEVICES that hid every device ("-1") with
                                      no hostfile: the ranks get it instead of device ids;
                                      owned, NULL otherwise */
@@ -43,8 +45,9 @@ void dsl_plan_init(struct dsl_plan *p, const struct dsl_launch_opts *o);
 void dsl_plan_release(struct dsl_plan *p);
 
 /**
- * Turn p->opts into a plan: the hostfile (--hostfile, /job/hostfile, or localhost with
- * its local slots and DeepSpeed's CUDA_VISIBLE_DEVICES rule), the placement, the export
+ * Turn p->opts into a plan: the hostfile (--hostfile, the Slurm allocation dslaunch runs
+ * in, /job/hostfile, or localhost with its local slots and DeepSpeed's
+ * CUDA_VISIBLE_DEVICES rule), the placement, the export
  * set (from environ), this dslaunch's path, the ranks' working directory, the resolved
  * program (p->argv) and a first MASTER_ADDR and MASTER_PORT. Used by the launch itself
  * and by `dslaunch doctor`. On error err says why and the plan is left for release.

@@ -7,6 +7,9 @@
  * every number of its item, as pdsh does. Several groups expand as a cartesian
  * product, leftmost group varying slowest, so "r[1-2]n[1-2]" is r1n1 r1n2 r2n1 r2n2.
  *
+ * A host list (Slurm's SLURM_JOB_NODELIST) is ranges separated by commas outside the
+ * brackets; each item is checked and counted before anything is appended.
+ *
  * Expansion runs in two passes: count() checks the whole spec and multiplies the group
  * sizes (saturating), so a spec like "n[0-999999999]" is refused before anything is
  * allocated; emit() then writes the names and may assume the spec is well formed.
@@ -17,7 +20,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/plan/hostfile.h"
+#include "dslaunch/common/hostrange.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -25,6 +28,7 @@
 #define NUM_DIGITS_MAX 9
 #define GROUPS_MAX 8     /* bounds emit()'s recursion */
 #define SPEC_LEN_MAX 1024 /* a host name is at most 253 bytes anyway */
+#define LIST_LEN_MAX 65536 /* a whole host list (Slurm lists are ranges, so short) */
 
 struct range_item {
     unsigned long lo, hi;
@@ -78,9 +82,9 @@ static int parse_group(const char *spec, const char *b, size_t n, struct range_i
                                   spec, (int)len, it);
         }
         total += hi - lo + 1;
-        if (total > DSL_HOSTFILE_MAX_HOSTS)
+        if (total > DSL_HOSTRANGE_MAX_HOSTS)
             return dsl_seterr(err, -EINVAL, "bad host range '%s': more than %d hosts", spec,
-                              DSL_HOSTFILE_MAX_HOSTS);
+                              DSL_HOSTRANGE_MAX_HOSTS);
         if (items) {
             *items = dsl_xreallocarray(*items, *nitems + 1, sizeof(**items));
             (*items)[*nitems] = (struct range_item){
@@ -119,7 +123,8 @@ static int next_group(const char *spec, const char *p, const char **lb, const ch
     return 1;
 }
 
-static int count(const char *spec, char *err)
+/* Check spec; *n gets the number of names it expands to. */
+static int count(const char *spec, unsigned long *n, char *err)
 {
     const char *p = spec, *lb = NULL, *rb = NULL;
     unsigned long total = 1;
@@ -135,11 +140,13 @@ static int count(const char *spec, char *err)
         if ((r = parse_group(spec, lb + 1, (size_t)(rb - lb - 1), NULL, NULL, &c, err)) < 0)
             return r;
         total *= c; /* both <= MAX_HOSTS, so no overflow */
-        if (total > DSL_HOSTFILE_MAX_HOSTS)
+        if (total > DSL_HOSTRANGE_MAX_HOSTS)
             return dsl_seterr(err, -EINVAL, "bad host range '%s': more than %d hosts", spec,
-                              DSL_HOSTFILE_MAX_HOSTS);
+                              DSL_HOSTRANGE_MAX_HOSTS);
         p = rb + 1;
     }
+    if (r == 0)
+        *n = total;
     return r;
 }
 
@@ -168,9 +175,62 @@ static void emit(const char *spec, const char *p, const char *prefix, struct dsl
 
 int dsl_hostrange_expand(const char *spec, struct dsl_strvec *out, char *err)
 {
-    int r = count(spec, err);
+    unsigned long n;
+    int r = count(spec, &n, err);
     if (r < 0)
         return r;
     emit(spec, spec, "", out);
     return 0;
+}
+
+int dsl_hostlist_expand(const char *list, struct dsl_strvec *out, char *err)
+{
+    size_t n = strlen(list), i = 0;
+    unsigned long total = 0;
+    struct dsl_strvec items;
+    char rerr[DSL_ERR_LEN];
+    int r = 0;
+
+    if (n == 0)
+        return dsl_seterr(err, -EINVAL, "bad host list '': empty");
+    if (n > LIST_LEN_MAX)
+        return dsl_seterr(err, -EINVAL, "bad host list '%.40s...': longer than %d bytes", list,
+                          LIST_LEN_MAX);
+    dsl_strvec_init(&items);
+    /* split at the commas outside brackets; count() checks each item */
+    while (i <= n && r == 0) {
+        size_t end = i;
+        int depth = 0;
+        while (end < n && (list[end] != ',' || depth > 0)) {
+            if (list[end] == '[')
+                depth++;
+            else if (list[end] == ']' && depth > 0)
+                depth--;
+            end++;
+        }
+        if (end == i) {
+            r = dsl_seterr(err, -EINVAL, "bad host list '%.200s': empty item at offset %zu",
+                           list, i);
+            break;
+        }
+        char *item = dsl_xasprintf("%.*s", (int)(end - i), list + i);
+        unsigned long c;
+        dsl_strvec_push_nodup(&items, item);
+        if ((r = count(item, &c, rerr)) < 0) {
+            if (end - i == n) /* the whole list is one range: its message says it all */
+                dsl_seterr(err, r, "%s", rerr);
+            else
+                dsl_seterr(err, r, "bad host list '%.200s': %s", list, rerr);
+            break;
+        }
+        total += c;
+        if (total > DSL_HOSTRANGE_MAX_HOSTS)
+            r = dsl_seterr(err, -EINVAL, "bad host list '%.40s%s': more than %d hosts", list,
+                           n > 40 ? "..." : "", DSL_HOSTRANGE_MAX_HOSTS);
+        i = end + 1;
+    }
+    for (size_t k = 0; r == 0 && k < items.nr; k++)
+        emit(items.v[k], items.v[k], "", out);
+    dsl_strvec_release(&items);
+    return r;
 }

@@ -1,0 +1,23 @@
+# The Slurm tier: a real slurmctld and slurmd per node in network namespaces
+# (tests/e2e/slurm/slurm_cluster.sh), brought up and down around each test by
+# with_slurm.sh. Label: cluster. Skips (77, with the reason) only when not root or
+# when the Slurm packages cannot be installed. Run: ctest -L cluster -R slurm
+set(dsl_with_slurm ${CMAKE_CURRENT_LIST_DIR}/with_slurm.sh)
+add_test(NAME slurm_selftest
+         COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/selftest.sh
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(slurm_selftest PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+# dstrain and dsbench started by srun itself (no dslaunch) on the Slurm cluster.
+if(TARGET dstrain AND TARGET dsbench)
+  add_test(NAME slurm_srun_ranks
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/srun_ranks.sh
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> $<TARGET_FILE:dsbench>
+                   ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_srun_ranks PROPERTIES LABELS cluster TIMEOUT 300
+                       SKIP_RETURN_CODE 77)
+endif()
+# dslaunch inside a Slurm allocation (salloc, sbatch) with no hostfile: the plan.
+add_test(NAME slurm_allocation
+         COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/alloc.sh
+                 $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
+set_tests_properties(slurm_allocation PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
