@@ -163,7 +163,7 @@ static int set_factor(void *target, const struct dsl_opt *d, const char *v, char
     long f;
     if (dsl_parse_long(v, 2, 1024, &f) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs an integer from 2 to 1024, not '%s'",
-                          d->name, v);
+                          d->name, v); /* parse_long: the text, in or out of range */
     ((struct bench_opts *)target)->factor = (size_t)f;
     return 0;
 }
@@ -184,9 +184,9 @@ static int set_op(void *target, const struct dsl_opt *d, const char *v, char *er
 #define OFF(f) offsetof(struct bench_opts, f)
 static const struct dsl_opt opts[] = {
     {"minbytes", 'b', DSL_OPT_SIZE, OFF(min_bytes), "BYTES", "smallest size (K/M/G suffixes)",
-     "1K", 0, 0, NULL, 0, NULL},
-    {"maxbytes", 'e', DSL_OPT_SIZE, OFF(max_bytes), "BYTES", "largest size", "32M", 0, 0, NULL,
-     0, NULL},
+     "1K", 4, 16L << 30, NULL, 0, NULL},
+    {"maxbytes", 'e', DSL_OPT_SIZE, OFF(max_bytes), "BYTES", "largest size", "32M", 4,
+     16L << 30, NULL, 0, NULL},
     {"stepfactor", 'f', DSL_OPT_CALL, 0, "N", "multiply the size by N each step", "4", 0, 0,
      set_factor, 0, NULL},
     {"op", 'o', DSL_OPT_CALL, 0, "OP",

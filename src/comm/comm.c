@@ -81,7 +81,8 @@ static int env_int(const char *name, int def, int min, int max, int *out, char *
         return 0;
     }
     if (dsl_parse_int(s, min, max, out) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad %s '%s'", name, s);
+        return dsl_seterr(err, DSL_EUSAGE, "bad %s: allowed %d..%d, got '%s'", name, min, max,
+                          s);
     return 0;
 }
 
@@ -109,8 +110,12 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     if (c->timeout_s <= 0) {
         const char *s = getenv(DSL_ENV_COMM_TIMEOUT);
         c->timeout_s = 300;
-        if (s && *s && (dsl_parse_seconds(s, &c->timeout_s) < 0 || c->timeout_s <= 0)) {
-            r = dsl_seterr(err, DSL_EUSAGE, "bad DSLAUNCH_COMM_TIMEOUT '%s'", s);
+        /* a collective may wait this long for its peers: a week at most */
+        if (s && *s && (dsl_parse_seconds(s, &c->timeout_s) < 0 || c->timeout_s <= 0 ||
+                        c->timeout_s > 7 * 86400.0)) {
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "bad DSLAUNCH_COMM_TIMEOUT: allowed a duration over 0 and up to "
+                           "604800 seconds, got '%s'", s);
             goto out;
         }
     }

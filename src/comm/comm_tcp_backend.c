@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,7 @@
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/net.h"
+#include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
@@ -380,12 +382,19 @@ static void tune_socket(int fd, int bufsize)
         dsl_net_set_bufsize(fd, bufsize);
 }
 
-static int env_size(const char *name, size_t def, size_t *out, char *err)
+/* a tuning knob from the environment (bytes, a count or microseconds) in [min, max] */
+static int env_size(const char *name, size_t def, size_t min, size_t max, size_t *out,
+                    char *err)
 {
     const char *s = getenv(name);
     *out = def;
-    if (s && *s && dsl_parse_size(s, out) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad %s '%s'", name, s);
+    if (s && *s && (dsl_parse_size(s, out) < 0 || *out < min || *out > max)) {
+        char lo[32], hi[32];
+        dsl_opt_format_size(lo, sizeof(lo), min);
+        dsl_opt_format_size(hi, sizeof(hi), max);
+        return dsl_seterr(err, DSL_EUSAGE, "bad %s: allowed %s..%s, got '%s'", name, lo,
+                          max == SIZE_MAX ? "any size" : hi, s);
+    }
     return 0;
 }
 
@@ -415,14 +424,19 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         goto out;
     }
     size_t use_cma, spin;
-    if ((r = env_size("DSL_COMM_SMALL", 16 << 10, &t->small_max, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_CMA", 1, &use_cma, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, &t->cma_min, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, &t->shm_small, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_CMA_CHUNK", 256 << 10, &t->cma_chunk, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, &t->stream_min, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SPIN_US", 50, &spin, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, &sockbuf, c->err)) < 0)
+    /* thresholds may be anything (a huge one means never); the CMA chunk is a buffer,
+       the spin budget a wait, the socket buffer memory: those have bounds */
+    if ((r = env_size("DSL_COMM_SMALL", 16 << 10, 0, SIZE_MAX, &t->small_max, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_CMA", 1, 0, 1, &use_cma, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, 0, SIZE_MAX, &t->cma_min, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, 0, SIZE_MAX, &t->shm_small, c->err)) <
+            0 ||
+        (r = env_size("DSL_COMM_CMA_CHUNK", 256 << 10, 4096, 64 << 20, &t->cma_chunk,
+                      c->err)) < 0 ||
+        (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, 0, SIZE_MAX, &t->stream_min, c->err)) <
+            0 ||
+        (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &spin, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0)
         goto out;
     if (sockbuf > (1u << 30))
         sockbuf = 1u << 30;

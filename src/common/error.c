@@ -1,4 +1,4 @@
-/* Error codes to text, the DSL_TRY trace switch and DSL_BUG. */
+/* Error codes to text, the DSL_TRY trace switch, DSL_BUG and dsl_seterr. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/common/banned.h"
 
 const char *dsl_strerror(int code)
@@ -56,10 +57,14 @@ _Noreturn void dsl_bug_at(const char *file, int line, const char *msg)
 int dsl_seterr(char *err, int code, const char *fmt, ...)
 {
     if (err) {
+        /* formatted aside first: the arguments may include err itself; then escaped,
+           so that no message carries a control character, whatever it quotes */
+        char tmp[DSL_ERR_LEN];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err, DSL_ERR_LEN, fmt, ap);
+        vsnprintf(tmp, sizeof(tmp), fmt, ap);
         va_end(ap);
+        dsl_quote_for_humans(err, DSL_ERR_LEN, tmp, strlen(tmp));
     }
     return code;
 }

@@ -5,8 +5,10 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "dslaunch/common/log.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/common/banned.h"
 
 static const char *prog = "dslaunch";
@@ -35,12 +37,15 @@ static void vlog(FILE *f, const char *kind, const char *fmt, va_list ap)
     if (n < 0 || (size_t)n >= sizeof(line))
         n = 0;
     vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    /* one line, whatever the message quotes: no control character reaches the terminal */
+    char safe[sizeof(line)];
+    dsl_quote_for_humans(safe, sizeof(safe), line, strlen(line));
     if (sink && f == stderr) {
-        sink(sink_arg, line);
+        sink(sink_arg, safe);
         return;
     }
     /* one fputs per line keeps lines from different processes whole */
-    fprintf(f, "%s\n", line);
+    fprintf(f, "%s\n", safe);
     fflush(f);
 }
 

@@ -5,6 +5,8 @@
  * value is taken from "=value", the rest of a short option's word, or the next word.
  * Nothing is global and nothing is kept between calls.
  */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +47,26 @@ static int takes_value(const struct dsl_opt *d)
            !(d->kind == DSL_OPT_CALL && !d->arg);
 }
 
+/* SIZE and SECONDS entries with min = max = 0 take any value their parser accepts */
+static int bounded(const struct dsl_opt *d)
+{
+    return d->min != 0 || d->max != 0;
+}
+
+void dsl_opt_format_size(char *buf, size_t cap, size_t v)
+{
+    static const char units[] = "KMGTPE";
+    int u = -1;
+    while (v >= 1024 && v % 1024 == 0 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u < 0)
+        snprintf(buf, cap, "%zu", v);
+    else
+        snprintf(buf, cap, "%zu%c", v, units[u]);
+}
+
 static int apply(const struct dsl_opt *d, void *target, const char *val, char *err)
 {
     char *field = (char *)target + d->offset;
@@ -61,25 +83,54 @@ static int apply(const struct dsl_opt *d, void *target, const char *val, char *e
         return 0;
     case DSL_OPT_INT: {
         long v;
-        if (dsl_parse_long(val, d->min, d->max, &v) < 0)
+        int r = dsl_parse_long(val, d->min, d->max, &v);
+        if (r == -ERANGE)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' is out of range: allowed %ld..%ld, got '%s'",
+                              d->name, d->min, d->max, val);
+        if (r < 0)
             return dsl_seterr(err, DSL_EUSAGE,
                               "option '--%s' needs an integer from %ld to %ld, not '%s'",
                               d->name, d->min, d->max, val);
         *(int *)field = (int)v;
         return 0;
     }
-    case DSL_OPT_SIZE:
-        if (dsl_parse_size(val, (size_t *)field) < 0)
+    case DSL_OPT_SIZE: {
+        size_t v;
+        int r = dsl_parse_size(val, &v);
+        if (r == -EINVAL)
             return dsl_seterr(err, DSL_EUSAGE,
                               "option '--%s' needs a size in bytes (e.g. 4096, 64K, 1M), "
                               "not '%s'", d->name, val);
-        return 0;
-    case DSL_OPT_SECONDS:
-        if (dsl_parse_seconds(val, (double *)field) < 0)
+        if (r < 0 || (bounded(d) && (v < (size_t)d->min || v > (size_t)d->max))) {
+            char lo[32], hi[32];
+            dsl_opt_format_size(lo, sizeof(lo), (size_t)d->min);
+            dsl_opt_format_size(hi, sizeof(hi), bounded(d) ? (size_t)d->max : SIZE_MAX);
             return dsl_seterr(err, DSL_EUSAGE,
-                              "option '--%s' needs a duration in seconds, not '%s'", d->name,
-                              val);
+                              "option '--%s' is out of range: allowed %s..%s bytes, got '%s'",
+                              d->name, lo, hi, val);
+        }
+        *(size_t *)field = v;
         return 0;
+    }
+    case DSL_OPT_SECONDS: {
+        double v;
+        int r = dsl_parse_seconds(val, &v);
+        if (r == -EINVAL)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' needs a duration in seconds (e.g. 30, 2.5, "
+                              "500ms, 2m), not '%s'", d->name, val);
+        if (r < 0 && !bounded(d))
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' is out of range: a duration is finite and not "
+                              "negative, got '%s'", d->name, val);
+        if (r < 0 || (bounded(d) && (v < (double)d->min || v > (double)d->max)))
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "option '--%s' is out of range: allowed %ld..%ld seconds, got '%s'",
+                              d->name, d->min, d->max, val);
+        *(double *)field = v;
+        return 0;
+    }
     case DSL_OPT_LIST:
         dsl_strvec_push((struct dsl_strvec *)field, val);
         return 0;
@@ -185,7 +236,22 @@ void dsl_opt_help(const struct dsl_opt_parser *p, FILE *f)
             snprintf(left, sizeof(left), "    --%s%s%s", dashed, arg ? " " : "",
                      arg ? arg : "");
         fprintf(f, "  %-34s %s", left, d->help);
-        if (d->def)
+        char range[80] = "";
+        if (d->kind == DSL_OPT_INT)
+            snprintf(range, sizeof(range), "%ld..%ld", d->min, d->max);
+        else if (d->kind == DSL_OPT_SECONDS && bounded(d))
+            snprintf(range, sizeof(range), "%ld..%ld s", d->min, d->max);
+        else if (d->kind == DSL_OPT_SIZE && bounded(d)) {
+            char lo[32], hi[32];
+            dsl_opt_format_size(lo, sizeof(lo), (size_t)d->min);
+            dsl_opt_format_size(hi, sizeof(hi), (size_t)d->max);
+            snprintf(range, sizeof(range), "%s..%s", lo, hi);
+        }
+        if (range[0] && d->def)
+            fprintf(f, " (allowed %s, default: %s)", range, d->def);
+        else if (range[0])
+            fprintf(f, " (allowed %s)", range);
+        else if (d->def)
             fprintf(f, " (default: %s)", d->def);
         fputc('\n', f);
     }

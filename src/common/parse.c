@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/common/banned.h"
 
 int dsl_parse_long(const char *s, long min, long max, long *out)
@@ -50,6 +51,9 @@ int dsl_parse_size(const char *s, size_t *out)
         case 'K': mult = 1ULL << 10; break;
         case 'M': mult = 1ULL << 20; break;
         case 'G': mult = 1ULL << 30; break;
+        case 'T': mult = 1ULL << 40; break;
+        case 'P': mult = 1ULL << 50; break;
+        case 'E': mult = 1ULL << 60; break;
         default: return -EINVAL;
         }
         end++;
@@ -71,9 +75,9 @@ int dsl_parse_double(const char *s, double *out)
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (*end != '\0')
+    if (*end != '\0' || isnan(v))
         return -EINVAL;
-    if (errno == ERANGE || !isfinite(v))
+    if ((errno == ERANGE && v != 0.0) || !isfinite(v))
         return -ERANGE;
     *out = v;
     return 0;
@@ -105,7 +109,7 @@ int dsl_parse_seconds(const char *s, double *out)
     int r = dsl_parse_double(buf, &v);
     if (r < 0)
         return r;
-    if (v < 0)
+    if (v < 0 || !isfinite(v * mult))
         return -ERANGE;
     *out = v * mult;
     return 0;
@@ -113,17 +117,7 @@ int dsl_parse_seconds(const char *s, double *out)
 
 void dsl_excerpt(char *dst, size_t cap, const char *s, size_t n)
 {
-    size_t o = 0;
-    for (size_t i = 0; i < n && o + 4 < cap; i++) {
-        if (i == DSL_EXCERPT_LEN - 8) {
-            memcpy(dst + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char c = (unsigned char)s[i];
-        dst[o++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    dst[o] = '\0';
+    dsl_quote_for_humans(dst, cap < DSL_EXCERPT_LEN ? cap : DSL_EXCERPT_LEN, s, n);
 }
 
 double dsl_now(void)

@@ -4,16 +4,20 @@
  *
  * The idx format: a big-endian magic 0x0000TTNN (TT = 0x08 for unsigned bytes, NN =
  * number of dimensions), NN big-endian uint32 dimensions, then the data. gzread reads
- * both gzip and plain files, so an unpacked copy works too.
+ * both gzip and plain files, so an unpacked copy works too. The header comes from a
+ * file, so its dimensions are checked against the file's size before anything is
+ * allocated (dsl_idx_read).
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "dslaunch/model/data.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -49,45 +53,97 @@ static int gz_read_all(gzFile f, void *buf, size_t n)
     return 0;
 }
 
+/* deflate's best ratio is 1032:1: a gzip file of s bytes never holds more than this */
+static size_t gz_max_plain(size_t s)
+{
+    return s > SIZE_MAX / 1032 ? SIZE_MAX : s * 1032 + 1024;
+}
+
+/*
+ * The header's dimensions are trusted only as far as the file can hold them: a plain
+ * file must be exactly header + data bytes long, a gzip file at most 1032 times its
+ * size (deflate's limit). The data buffer then grows with what is actually read, so a
+ * header claiming 4 GB in a truncated file never costs more than twice what is there.
+ */
 int dsl_idx_read(const char *path, uint8_t **out, size_t *count, size_t dims[4],
                  size_t *ndim, char *err)
 {
     *out = NULL;
-    gzFile f = gzopen(path, "rb");
-    if (!f)
-        return dsl_seterr(err, errno ? -errno : DSL_EDATA, "cannot open '%s': %s", path,
-                          strerror(errno ? errno : ENOENT));
+    size_t fsize;
+    int fd = dsl_file_open_regular(path, &fsize, err); /* a FIFO would block gzread */
+    if (fd < 0)
+        return fd;
+    gzFile f = gzdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return dsl_seterr(err, -ENOMEM, "'%s': cannot start reading", path);
+    }
     unsigned char hdr[4], d[4];
     int r = DSL_EDATA;
     uint8_t *buf = NULL;
-    size_t n = 1;
+    size_t n = 1, have = 0, cap = 0;
+    size_t dn[4];
     if (gz_read_all(f, hdr, 4) < 0 || hdr[0] || hdr[1] || hdr[2] != 0x08 || !hdr[3] ||
         hdr[3] > 4) {
         dsl_seterr(err, r, "'%s': not an idx file of unsigned bytes", path);
         goto out;
     }
-    *ndim = hdr[3];
-    for (size_t i = 0; i < *ndim; i++) {
+    size_t nd = hdr[3];
+    for (size_t i = 0; i < nd; i++) {
         if (gz_read_all(f, d, 4) < 0) {
             dsl_seterr(err, r, "'%s': truncated idx header", path);
             goto out;
         }
-        dims[i] = (size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3];
-        if (!dims[i] || n > SIZE_MAX / dims[i] / 2) {
-            dsl_seterr(err, r, "'%s': bad idx dimension %zu", path, dims[i]);
+        dn[i] = (size_t)d[0] << 24 | (size_t)d[1] << 16 | (size_t)d[2] << 8 | d[3];
+        if (!dn[i] || n > SIZE_MAX / dn[i] / 2) {
+            dsl_seterr(err, r, "'%s': bad idx dimension %zu", path, dn[i]);
             goto out;
         }
-        n *= dims[i];
+        n *= dn[i];
     }
-    buf = malloc(n);
-    if (!buf) {
-        r = dsl_seterr(err, -ENOMEM, "'%s': cannot allocate %zu bytes", path, n);
+    size_t hlen = 4 + 4 * nd;
+    if (gzdirect(f)) {
+        if (hlen > fsize || fsize - hlen != n) {
+            dsl_seterr(err, r,
+                       "'%s': the idx header claims %zu bytes of data, the file holds %lld",
+                       path, n, (long long)fsize - (long long)hlen);
+            goto out;
+        }
+    } else if (n > gz_max_plain(fsize)) {
+        dsl_seterr(err, r,
+                   "'%s': the idx header claims %zu bytes of data, more than a gzip file of "
+                   "%lld bytes can hold",
+                   path, n, (long long)fsize);
         goto out;
     }
-    if (gz_read_all(f, buf, n) < 0) {
-        dsl_seterr(err, r, "'%s': truncated idx data (expected %zu bytes)", path, n);
-        goto out;
+    while (have < n) {
+        if (have == cap) {
+            cap = cap ? (cap > n / 2 ? n : 2 * cap) : (n < (1u << 20) ? n : 1u << 20);
+            uint8_t *nb = realloc(buf, cap);
+            if (!nb) {
+                r = dsl_seterr(err, -ENOMEM, "'%s': cannot allocate %zu bytes", path, cap);
+                goto out;
+            }
+            buf = nb;
+        }
+        size_t want = cap - have;
+        int k = gzread(f, buf + have, want > (1u << 30) ? 1u << 30 : (unsigned)want);
+        if (k < 0) {
+            int zerr;
+            const char *msg = gzerror(f, &zerr);
+            dsl_seterr(err, r, "'%s': cannot read the idx data: %s", path,
+                       msg && *msg ? msg : "gzip error");
+            goto out;
+        }
+        if (k == 0) {
+            dsl_seterr(err, r, "'%s': truncated idx data (the header claims %zu bytes, the "
+                       "file holds %zu)", path, n, have);
+            goto out;
+        }
+        have += (size_t)k;
     }
+    memcpy(dims, dn, nd * sizeof(dn[0]));
+    *ndim = nd;
     *out = buf;
     *count = n;
     buf = NULL;
@@ -175,12 +231,27 @@ static int load_fmnist(struct dsl_dataset *tr, struct dsl_dataset *te, const cha
     return 0;
 }
 
+/* n x dim floats (and n labels) for d, or an error with the size: the sizes come from
+   the user, so a failed allocation is reported, never an abort */
+static int synth_alloc(struct dsl_dataset *d, size_t n, const char *what, char *err)
+{
+    if (n > SIZE_MAX / sizeof(float) / (d->dim ? d->dim : 1) / 2)
+        return dsl_seterr(err, DSL_ECONFIG, "synthetic data: %s samples %zu x features %zu "
+                          "is more than this machine can address", what, n, d->dim);
+    size_t bytes = n * d->dim * sizeof(float);
+    d->x = malloc(bytes ? bytes : 1);
+    d->y = malloc(n ? n * sizeof(int32_t) : 1);
+    if (!d->x || !d->y)
+        return dsl_seterr(err, -ENOMEM,
+                          "synthetic data: cannot allocate %zu bytes for %zu %s samples of %zu "
+                          "features", bytes + n * sizeof(int32_t), n, what, d->dim);
+    d->n = n;
+    return 0;
+}
+
 /* Class prototypes in [-1, 1]; each sample is its prototype plus uniform noise. */
 static void synth_fill(struct dsl_dataset *d, const float *proto, size_t n, uint64_t seed)
 {
-    d->x = dsl_xmalloc(n * d->dim * sizeof(float));
-    d->y = dsl_xmalloc(n * sizeof(int32_t));
-    d->n = n;
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) {
         size_t c = (size_t)rand_below(&s, d->nclasses);
@@ -199,14 +270,24 @@ static int load_synthetic(struct dsl_dataset *tr, struct dsl_dataset *te,
     size_t nc = o->synth_classes ? o->synth_classes : 10;
     size_t ntr = o->synth_train ? o->synth_train : 60000;
     size_t nte = o->synth_test ? o->synth_test : 10000;
-    if (nc > dim * 1000 || dim > (1u << 24))
+    int r;
+    if (nc > dim * 1000 || dim > (1u << 24) || nc > (1u << 24))
         return dsl_seterr(err, DSL_ECONFIG, "synthetic data: bad shape %zu x %zu", dim, nc);
-    float *proto = dsl_xmalloc(nc * dim * sizeof(float));
+    tr->dim = te->dim = dim;
+    tr->nclasses = te->nclasses = nc;
+    float *proto = malloc(nc * dim * sizeof(float));
+    if (!proto)
+        return dsl_seterr(err, -ENOMEM,
+                          "synthetic data: cannot allocate %zu bytes for %zu class prototypes of "
+                          "%zu features", nc * dim * sizeof(float), nc, dim);
+    if ((r = synth_alloc(tr, ntr, "training", err)) < 0 ||
+        (r = synth_alloc(te, nte, "test", err)) < 0) {
+        free(proto);
+        return r;
+    }
     uint64_t s = o->seed ^ 0x5eedf00dull;
     for (size_t i = 0; i < nc * dim; i++)
         proto[i] = (float)(splitmix(&s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    tr->dim = te->dim = dim;
-    tr->nclasses = te->nclasses = nc;
     synth_fill(tr, proto, ntr, o->seed * 2 + 1);
     synth_fill(te, proto, nte, o->seed * 2 + 2);
     free(proto);

@@ -9,6 +9,10 @@
  * sorted: the order is the rank order. A hash of the names finds duplicates in O(1) so
  * that a file of many ranges stays linear.
  *
+ * A UTF-8 byte order mark at the start is skipped. Every message quotes the offending
+ * text escaped (dsl_excerpt: "\x1b", "\t"), so a hostfile cannot drive the terminal
+ * that shows its errors.
+ *
  * DeepSpeed's own parser matches the regex '^(\S+)\s+slots=(\d+)' and so accepts
  * "w slots=4abc" as 4 slots and silently ignores the rest of the line; every such case
  * is an error here, reported as "hostfile 'PATH':LINE: what 'offending text'".
@@ -25,6 +29,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
@@ -121,8 +126,8 @@ struct parser {
 
 static int fail(struct parser *p, const char *what, const char *text, size_t n)
 {
-    char ex[DSL_EXCERPT_LEN];
-    dsl_excerpt(ex, sizeof(ex), text, n);
+    char ex[DSL_EXCERPT_LEN]; /* a short excerpt, escaped: "\x1b" instead of ESC */
+    dsl_quote_for_humans(ex, sizeof(ex), text, n);
     return dsl_seterr(p->err, DSL_EHOSTFILE, "hostfile '%s':%d: %s '%s'", p->path, p->line,
                       what, ex);
 }
@@ -262,6 +267,9 @@ int dsl_hostfile_parse(struct dsl_hostfile *hf, const char *path, const char *te
     int r = 0;
     size_t i = 0;
 
+    /* a UTF-8 byte order mark (editors on Windows write one) says nothing: skip it */
+    if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+        i = 3;
     while (i < len && r == 0) {
         const char *nl = memchr(text + i, '\n', len - i);
         size_t end = nl ? (size_t)(nl - text) : len;

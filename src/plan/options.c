@@ -22,10 +22,16 @@
     {n, sh, DSL_OPT_STRING, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
 #define INT(n, f, arg, help, def, lo, hi)                                                      \
     {n, 0, DSL_OPT_INT, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
-#define SECS(n, f, arg, help, def)                                                             \
-    {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
-#define SIZE(n, f, arg, help, def)                                                             \
-    {n, 0, DSL_OPT_SIZE, OFF(f), arg, help, def, 0, 0, NULL, 0, NULL}
+#define SECS(n, f, arg, help, def, lo, hi)                                                     \
+    {n, 0, DSL_OPT_SECONDS, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
+#define SIZE(n, f, arg, help, def, lo, hi)                                                     \
+    {n, 0, DSL_OPT_SIZE, OFF(f), arg, help, def, lo, hi, NULL, 0, NULL}
+/* the ranges of the durations and sizes (docs/reliability.md says why) */
+#define HOUR 3600L
+#define DAY (24 * HOUR)
+#define KIB 1024L
+#define MIB (1024 * KIB)
+#define GIB (1024 * MIB)
 #define LIST(n, f, arg, help) {n, 0, DSL_OPT_LIST, OFF(f), arg, help, NULL, 0, 0, NULL, 0, NULL}
 #define FLAG(n, f, help) {n, 0, DSL_OPT_FLAG, OFF(f), NULL, help, NULL, 0, 0, NULL, 0, NULL}
 #define CALL(n, sh, arg, help, def, fn)                                                        \
@@ -50,7 +56,11 @@ static int set_launcher(void *target, const struct dsl_opt *d, const char *val, 
 static int set_master_port(void *target, const struct dsl_opt *d, const char *val, char *err)
 {
     struct dsl_launch_opts *o = target;
-    if (dsl_parse_int(val, 1, 65535, &o->master_port) < 0)
+    int r = dsl_parse_int(val, 1, 65535, &o->master_port);
+    if (r == -ERANGE)
+        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' is out of range: allowed 1..65535, "
+                          "got '%s'", d->name, val);
+    if (r < 0)
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--%s' needs an integer from 1 to 65535, not '%s'", d->name,
                           val);
@@ -69,7 +79,8 @@ static const struct dsl_opt opts[] = {
     STR("master_addr", 0, master_addr, "ADDR", "rendezvous address (an IP of the first node)",
         "chosen by the handshake"),
     CALL("master_port", 0, "PORT",
-         "rendezvous port; a busy default is replaced, a busy given one is an error", "29500",
+         "rendezvous port, 1..65535; a busy default is replaced, a busy given one is an "
+         "error", "29500",
          set_master_port),
     CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh or openmpi", "auto", set_launcher),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
@@ -80,18 +91,19 @@ static const struct dsl_opt opts[] = {
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SIZE("output_buffer", output_buffer, "SIZE",
          "memory for output stdout/stderr have not taken yet; past it whole lines are "
-         "dropped and counted, the job never waits", "64M"),
+         "dropped and counted, the job never waits", "64M", 64 * KIB, 64 * GIB),
     SECS("term_timeout", term_timeout, "SECONDS",
-         "grace between SIGTERM and SIGKILL when a job stops", "10"),
+         "grace between SIGTERM and SIGKILL when a job stops", "10", 0, HOUR),
     SIZE("rank_memory_limit", rank_memory_limit, "BYTES",
          "memory each rank (with everything it starts) may use, e.g. 8G; needs a memory "
          "cgroup on every node (--check shows it); over it, the OOM killer ends the rank",
-         "no limit"),
+         "no limit", 16 * MIB, 1024 * 1024 * GIB),
     SECS("hang_timeout", hang_timeout, "SECONDS",
          "a rank without progress this long is a hang: stacks, a report, stop; 0 = off",
-         "300 for ranks that report progress (dstrain), else off"),
+         "300 for ranks that report progress (dstrain), else off", 0, 7 * DAY),
     SECS("job_timeout", job_timeout, "SECONDS",
-         "stop the job after this long, with stacks and a report", "none"),
+         "stop the job after this long, with stacks and a report; 0 = none", "none", 0,
+         366 * DAY),
     FLAG("local_rank_arg", local_rank_arg,
          "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
     INT("max_restarts", max_restarts, "N",
@@ -105,9 +117,10 @@ static const struct dsl_opt opts[] = {
     SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
     INT("fanout", fanout, "N", "hosts connecting at once", "256", 1, 1 << 24),
     SECS("connect_timeout", tr.connect_timeout, "SECONDS",
-         "give up on a host that does not answer", "30"),
-    SECS("keepalive", tr.keepalive, "SECONDS", "declare a silent host lost after this long",
-         "15"),
+         "give up on a host that does not answer", "30", 1, HOUR),
+    SECS("keepalive", tr.keepalive, "SECONDS",
+         "declare a silent host lost after this long (heartbeats every third of it)", "15",
+         2, HOUR),
     STR("ssh_config", 0, tr.ssh_config, "FILE", "ssh client configuration", "~/.ssh/config"),
     INT("ssh_port", tr.ssh_port, "PORT", "ssh port", "from ssh config, or 22", 1, 65535),
     STR("ssh_identity", 0, tr.ssh_identity, "FILE", "ssh private key",
@@ -190,11 +203,10 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
         return dsl_seterr(err, DSL_EUSAGE, "--connect and --token are for --agent only");
     if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
-    if (o->term_timeout > 3600)
-        return dsl_seterr(err, DSL_EUSAGE, "option '--term-timeout' is over an hour");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)
         return dsl_seterr(err, DSL_EUSAGE,
-                          "option '--hang-timeout' is under a second (0 turns it off)");
+                          "option '--hang-timeout' is under a second: allowed 0 (off) or "
+                          "1..%ld seconds", 7 * DAY);
     for (size_t k = 0; k < o->exports.nr; k++) {
         const char *e = o->exports.v[k];
         const char *eq = strchr(e, '=');

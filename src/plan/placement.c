@@ -257,6 +257,12 @@ int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
     int r;
 
     dsl_placement_init(pl);
+    /* an empty filter would select every host (or none): a script's unset variable,
+       never what was meant */
+    if ((o->include && !*o->include) || (o->exclude && !*o->exclude))
+        return dsl_seterr(err, DSL_EPLACEMENT,
+                          "%s '' is empty (name hosts and slots, e.g. 'worker-0:0,1@worker-1')",
+                          o->include && !*o->include ? "--include" : "--exclude");
     if (inc && exc)
         return dsl_seterr(err, DSL_EPLACEMENT, "--include and --exclude cannot be used together");
     if ((r = check_count("--num_nodes", o->num_nodes, err)) < 0 ||
@@ -477,7 +483,12 @@ int dsl_local_slots(int *slots, int cpus_only, char *err)
 {
     const char *env = getenv("DSLAUNCH_LOCAL_SLOTS");
     if (env) {
-        if (dsl_parse_int(env, 1, DSL_HOSTFILE_MAX_SLOTS, slots) < 0)
+        int r = dsl_parse_int(env, 1, DSL_HOSTFILE_MAX_SLOTS, slots);
+        if (r == -ERANGE)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "DSLAUNCH_LOCAL_SLOTS out of range: allowed 1..%d, got '%s'",
+                              DSL_HOSTFILE_MAX_SLOTS, env);
+        if (r < 0)
             return dsl_seterr(err, DSL_EUSAGE,
                               "DSLAUNCH_LOCAL_SLOTS='%s' is not a slot count (1 to %d)", env,
                               DSL_HOSTFILE_MAX_SLOTS);

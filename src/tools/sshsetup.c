@@ -627,16 +627,6 @@ struct setup_args {
     double connect_timeout;
 };
 
-static int set_timeout(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    double t;
-    if (dsl_parse_seconds(v, &t) < 0 || t < 1)
-        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs at least 1 second, not '%s'",
-                          d->name, v);
-    ((struct setup_args *)target)->connect_timeout = t;
-    return 0;
-}
-
 #define AOFF(f) offsetof(struct setup_args, f)
 static const struct dsl_opt setup_opts[] = {
     {"hostfile", 'H', DSL_OPT_STRING, AOFF(hostfile), "FILE", "hosts", "/job/hostfile", 0, 0,
@@ -655,8 +645,8 @@ static const struct dsl_opt setup_opts[] = {
      "~/.ssh/config", 0, 0, NULL, 0, NULL},
     {"ssh_port", 0, DSL_OPT_INT, AOFF(ssh_port), "PORT", "ssh port over the config", NULL, 1,
      65535, NULL, 0, NULL},
-    {"connect_timeout", 0, DSL_OPT_CALL, 0, "SECONDS", "per host", "10", 0, 0, set_timeout, 0,
-     NULL},
+    {"connect_timeout", 0, DSL_OPT_SECONDS, AOFF(connect_timeout), "SECONDS", "per host",
+     "10", 1, 3600, NULL, 0, NULL},
     {"verbose", 'v', DSL_OPT_SET, AOFF(verbose), NULL, "more output",
      NULL, 0, 0, NULL, 2, NULL},
     {"quiet", 'q', DSL_OPT_SET, AOFF(verbose), NULL, "errors only",

@@ -1075,7 +1075,7 @@ static const struct dsl_opt sync_opts[] = {
     {"ssh_accept_new", 0, DSL_OPT_FLAG, SOFF(accept_new), NULL,
      "trust unknown host keys on first use", NULL, 0, 0, NULL, 0, NULL},
     {"connect_timeout", 0, DSL_OPT_SECONDS, SOFF(connect_timeout), "SECONDS",
-     "give up on a host that does not answer", "10", 0, 0, NULL, 0, NULL},
+     "give up on a host that does not answer", "10", 1, 3600, NULL, 0, NULL},
     {"verbose", 'v', DSL_OPT_SET, SOFF(verbose), NULL, "one line per copied or deleted entry",
      NULL, 0, 0, NULL, 1, NULL},
     {"quiet", 'q', DSL_OPT_SET, SOFF(verbose), NULL, "errors only",

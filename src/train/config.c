@@ -30,6 +30,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -51,6 +52,7 @@ struct parse_ctx {
     struct keypos *kp;
     size_t nkp;
     int cli;            /* 1: values come from dsl_train_config_set */
+    const char *cli_value; /* the value text as given on the command line */
     int world_size;
     char *err;
 };
@@ -175,7 +177,85 @@ __attribute__((format(printf, 3, 4))) static void cwarn(struct parse_ctx *c,
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    dsl_strvec_pushf(&c->cfg->warnings, "%s%s", w, msg);
+    /* escaped now, as dsl_seterr() does for errors: the warnings outlive this call */
+    char safe[DSL_ERR_LEN];
+    dsl_quote_for_humans(safe, sizeof(safe), msg, strlen(msg));
+    dsl_strvec_pushf(&c->cfg->warnings, "%s%s", w, safe);
+}
+
+/*
+ * The value of key path as the user wrote it, escaped, for messages: a number such as
+ * 1e9 or 9223372036854775808 is echoed as typed, not as the double cJSON made of it.
+ * From the command line it is the flag's value; from a file, the text after the key's
+ * ':' up to the next ',', '}', ']' or line end. v formats it when neither is known.
+ */
+static const char *raw_value(const struct parse_ctx *c, const char *path, const cJSON *v,
+                             char *buf, size_t cap)
+{
+    const char *t = NULL;
+    size_t n = 0;
+    if (c->cli && c->cli_value) {
+        t = c->cli_value;
+        n = strlen(t);
+    }
+    for (size_t i = 0; !t && c->text && path && i < c->nkp; i++) {
+        if (strcmp(c->kp[i].path, path) != 0)
+            continue;
+        size_t o = c->kp[i].off + 1; /* past the key's opening quote */
+        while (o < c->len && c->text[o] != '"')
+            o += c->text[o] == '\\' ? 2 : 1;
+        while (o < c->len && (c->text[o] == '"' || c->text[o] == ':' ||
+                              isspace((unsigned char)c->text[o])))
+            o++;
+        size_t e = o;
+        if (o < c->len && c->text[o] == '[') { /* an array, to its closing bracket */
+            int depth = 0;
+            for (; e < c->len && c->text[e] != '\n'; e++) {
+                depth += c->text[e] == '[' ? 1 : c->text[e] == ']' ? -1 : 0;
+                if (depth == 0) {
+                    e++;
+                    break;
+                }
+            }
+        } else {
+            while (e < c->len && !strchr(",}]\r\n", c->text[e]))
+                e++;
+        }
+        while (e > o && isspace((unsigned char)c->text[e - 1]))
+            e--;
+        if (e > o) {
+            t = c->text + o;
+            n = e - o;
+        }
+    }
+    if (t) {
+        dsl_quote_for_humans(buf, cap, t, n);
+    } else if (cJSON_IsNumber(v)) {
+        snprintf(buf, cap, "%.17g", v->valuedouble);
+    } else {
+        snprintf(buf, cap, "?");
+    }
+    return buf;
+}
+
+/* a bound as people write it: integers in full, others in %g */
+static const char *bound_text(double d, char *buf, size_t cap)
+{
+    if (d == floor(d) && fabs(d) < 1e16)
+        snprintf(buf, cap, "%.0f", d);
+    else
+        snprintf(buf, cap, "%g", d);
+    return buf;
+}
+
+/* "'key' out of range: allowed min..max, got 'text'" */
+static int range_err(struct parse_ctx *c, const char *path, const cJSON *v, double min,
+                     double max)
+{
+    char raw[96], lo[40], hi[40];
+    return cerr(c, path, "'%s' out of range: allowed %s..%s, got '%s'", path,
+                bound_text(min, lo, sizeof(lo)), bound_text(max, hi, sizeof(hi)),
+                raw_value(c, path, v, raw, sizeof(raw)));
 }
 
 /* ---- the key table ---------------------------------------------------------------- */
@@ -342,18 +422,17 @@ static const char *json_type_name(const cJSON *v)
 static int get_integer(struct parse_ctx *c, const struct key *k, const cJSON *v, double min,
                        double max, double *out)
 {
+    char raw[96], lo[40], hi[40];
     if (!cJSON_IsNumber(v))
         return cerr(c, k->path, "expected an integer for '%s', got %s", k->path,
                     json_type_name(v));
     double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d))
-        return cerr(c, k->path, "expected an integer for '%s', got %g", k->path, d);
-    if (d < min || d > max) {
-        if (max >= BIG)
-            return cerr(c, k->path, "'%s' must be at least %.0f, got %.0f", k->path, min, d);
-        return cerr(c, k->path, "'%s' must be between %.0f and %.0f, got %.0f", k->path, min,
-                    max, d);
-    }
+    if (isfinite(d) && d != floor(d))
+        return cerr(c, k->path, "expected an integer from %s to %s for '%s', got '%s'",
+                    bound_text(min, lo, sizeof(lo)), bound_text(max, hi, sizeof(hi)), k->path,
+                    raw_value(c, k->path, v, raw, sizeof(raw)));
+    if (!isfinite(d) || d < min || d > max)
+        return range_err(c, k->path, v, min, max);
     *out = d;
     return 0;
 }
@@ -392,12 +471,8 @@ static int apply_leaf(struct parse_ctx *c, const struct key *k, const cJSON *v)
             return cerr(c, k->path, "expected a number for '%s', got %s", k->path,
                         json_type_name(v));
         d = v->valuedouble;
-        if (!isfinite(d) || d < k->min || d > k->max) {
-            if (k->max >= 1e30)
-                return cerr(c, k->path, "'%s' must be at least %g, got %g", k->path, k->min, d);
-            return cerr(c, k->path, "'%s' must be between %g and %g, got %g", k->path, k->min,
-                        k->max, d);
-        }
+        if (!isfinite(d) || d < k->min || d > k->max)
+            return range_err(c, k->path, v, k->min, k->max);
         *FIELD(c, k, double) = d;
         return 0;
     case K_STRING: {
@@ -437,10 +512,8 @@ static int sp_batch(struct parse_ctx *c, const struct key *k, const cJSON *v)
         *dst = -2;
         return 0;
     }
-    if ((r = get_integer(c, k, v, -BIG, BIG, &d)) < 0)
+    if ((r = get_integer(c, k, v, 1, DSL_CFG_MAX_BATCH, &d)) < 0)
         return r;
-    if (d <= 0)
-        return cerr(c, k->path, "'%s' must be greater than 0, got %.0f", k->path, d);
     *dst = (long)d;
     return 0;
 }
@@ -474,8 +547,11 @@ static int sp_betas(struct parse_ctx *c, const struct key *k, const cJSON *v)
         return cerr(c, k->path, "expected two numbers [beta1, beta2] for '%s'", k->path);
     for (int i = 0; i < 2; i++) {
         const cJSON *e = cJSON_GetArrayItem(v, i);
-        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0.0 && e->valuedouble < 1.0))
-            return cerr(c, k->path, "'%s' must hold two numbers in [0, 1)", k->path);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0.0 && e->valuedouble < 1.0)) {
+            char raw[96];
+            return cerr(c, k->path, "'%s' must hold two numbers in [0, 1), got %s", k->path,
+                        raw_value(c, k->path, v, raw, sizeof(raw)));
+        }
         b[i] = e->valuedouble;
     }
     c->cfg->optimizer.beta1 = b[0];
@@ -523,8 +599,7 @@ static int sp_max_lr(struct parse_ctx *c, const struct key *k, const cJSON *v)
         return cerr(c, k->path, "expected a number for '%s', got %s", k->path,
                     json_type_name(v));
     if (!isfinite(v->valuedouble) || v->valuedouble < k->min || v->valuedouble > k->max)
-        return cerr(c, k->path, "'%s' must be between %g and %g, got %g", k->path, k->min,
-                    k->max, v->valuedouble);
+        return range_err(c, k->path, v, k->min, k->max);
     c->cfg->scheduler.warmup_max_lr = v->valuedouble;
     c->cfg->scheduler.warmup_max_lr_set = 1;
     return 0;
@@ -555,9 +630,11 @@ static int sp_hidden(struct parse_ctx *c, const struct key *k, const cJSON *v)
     for (int i = 0; i < n; i++) {
         const cJSON *e = cJSON_GetArrayItem(v, i);
         double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        if (!(d >= 1 && d <= 1e6) || d != floor(d))
-            return cerr(c, k->path, "'%s' must hold integers between 1 and 1000000",
-                        k->path);
+        if (!(d >= 1 && d <= DSL_CFG_MAX_LAYER) || d != floor(d)) {
+            char raw[96];
+            return cerr(c, k->path, "'%s' out of range: each layer size allowed 1..%d, got %s",
+                        k->path, DSL_CFG_MAX_LAYER, raw_value(c, k->path, v, raw, sizeof(raw)));
+        }
         tmp[i] = (size_t)d;
     }
     memcpy(ds->hidden, tmp, (size_t)n * sizeof(tmp[0]));
@@ -802,7 +879,8 @@ int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int wo
 int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
                          char *err)
 {
-    struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err};
+    struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err,
+                          .cli_value = value};
     const struct key *k = find_key(key);
     cJSON *v;
     int r;
@@ -821,12 +899,26 @@ int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const ch
 
 /* ---- cross-field rules ------------------------------------------------------------ */
 
+/* The samples of one optimizer step, micro x accum x world, within DSL_CFG_MAX_BATCH. */
+static int global_batch(const char *file, long mb, long ga, long ws, char *err)
+{
+    double g = (double)mb * (double)ga * (double)ws;
+    if (g <= DSL_CFG_MAX_BATCH)
+        return 0;
+    return dsl_seterr(err, DSL_ECONFIG,
+                      "%s: global batch out of range: train_micro_batch_size_per_gpu %ld x "
+                      "gradient_accumulation_steps %ld x world size %ld = %.0f samples per "
+                      "step, allowed 1..%d",
+                      file, mb, ga, ws, g, DSL_CFG_MAX_BATCH);
+}
+
 int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
 {
     const char *file = cfg->path ? cfg->path : "<string>";
     long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
     long ws = world_size;
     char inferred[128] = "";
+    int r;
 
     if (world_size <= 0)
         return dsl_seterr(err, DSL_ECONFIG, "%s: world size %d is not positive", file,
@@ -836,7 +928,8 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
         long want;
         if (tb == -2) {
             name = "train_batch_size";
-            want = (mb > 0 ? mb : 1) * (ga > 0 ? ga : 1) * ws;
+            double w = (double)(mb > 0 ? mb : 1) * (double)(ga > 0 ? ga : 1) * (double)ws;
+            want = w <= DSL_CFG_MAX_BATCH ? (long)w : 0;
         } else if (mb == -2) {
             name = "train_micro_batch_size_per_gpu";
             want = tb > 0 ? tb / ws / (ga > 0 ? ga : 1) : 0;
@@ -858,7 +951,8 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
                           "world size %ld), or leave the key out",
                           file, name, want, ws);
     }
-    /* deepspeed/runtime/config.py _set_batch_related_parameters */
+    /* deepspeed/runtime/config.py _set_batch_related_parameters; each given value is at
+       most DSL_CFG_MAX_BATCH, so products are exact in a double and never overflow */
     if (tb > 0 && mb > 0 && ga > 0) {
         /* all given */
     } else if (tb > 0 && mb > 0) {
@@ -868,6 +962,8 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
         mb = tb / ws / ga;
         snprintf(inferred, sizeof(inferred), " (train_micro_batch_size_per_gpu inferred)");
     } else if (mb > 0 && ga > 0) {
+        if ((r = global_batch(file, mb, ga, ws, err)) < 0)
+            return r;
         tb = mb * ga * ws;
     } else if (tb > 0) {
         ga = 1;
@@ -876,6 +972,8 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
                  " (train_micro_batch_size_per_gpu inferred, gradient_accumulation_steps 1)");
     } else if (mb > 0) {
         ga = 1;
+        if ((r = global_batch(file, mb, ga, ws, err)) < 0)
+            return r;
         tb = mb * ws;
     } else {
         return dsl_seterr(err, DSL_ECONFIG,
@@ -883,7 +981,7 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
                           "must be given",
                           file);
     }
-    if (mb <= 0 || ga <= 0 || tb != mb * ga * ws)
+    if (mb <= 0 || ga <= 0 || (double)tb != (double)mb * (double)ga * (double)ws)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: batch sizes do not add up: train_batch_size %ld != "
                           "train_micro_batch_size_per_gpu %ld x gradient_accumulation_steps "

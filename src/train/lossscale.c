@@ -14,11 +14,13 @@
  * increase comes after scale_window - 1 clean steps.
  */
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/common/banned.h"
@@ -105,21 +107,48 @@ int dsl_lossscale_format(const struct dsl_lossscale *ls, char *buf, size_t n)
                     ls->skipped);
 }
 
+/* The value of "key=VALUE" at *p (VALUE up to a space or the end) into buf; *p moves
+   past it and one space. 0, or -1 when the key is not there or the value too long. */
+static int take_field(const char **p, const char *key, char *buf, size_t cap)
+{
+    size_t kl = strlen(key);
+    if (strncmp(*p, key, kl) != 0 || (*p)[kl] != '=')
+        return -1;
+    const char *v = *p + kl + 1, *e = strchr(v, ' ');
+    size_t n = e ? (size_t)(e - v) : strlen(v);
+    if (n == 0 || n >= cap)
+        return -1;
+    memcpy(buf, v, n);
+    buf[n] = '\0';
+    *p = e ? e + 1 : v + n;
+    return 0;
+}
+
 int dsl_lossscale_restore(struct dsl_lossscale *ls, const char *s, char *err)
 {
+    /* every number from the checkpoint is checked whole and in range (sscanf's %ld
+       would be undefined on an overflowing one) */
+    char f[5][40];
+    static const char *const keys[5] = {"scale", "iter", "last_overflow", "hysteresis",
+                                        "skipped"};
+    const char *p = s;
     double scale;
-    long iter, last;
-    int hyst, used = 0;
-    uint64_t skipped;
-    if (sscanf(s, "scale=%lg iter=%ld last_overflow=%ld hysteresis=%d skipped=%" SCNu64 "%n",
-               &scale, &iter, &last, &hyst, &skipped, &used) != 5 ||
-        s[used] != '\0' || !(scale > 0.0) || !isfinite(scale) || iter < 0 || last < -1 ||
-        hyst < 0)
-        return dsl_seterr(err, DSL_ECHECKPOINT, "bad loss-scale state '%s'", s);
+    long iter, last, hyst, sk;
+    for (int i = 0; i < 5; i++)
+        if (take_field(&p, keys[i], f[i], sizeof(f[i])) < 0)
+            goto bad;
+    if (*p || dsl_parse_double(f[0], &scale) < 0 || !(scale > 0.0) ||
+        dsl_parse_long(f[1], 0, LONG_MAX, &iter) < 0 ||
+        dsl_parse_long(f[2], -1, LONG_MAX, &last) < 0 ||
+        dsl_parse_long(f[3], 0, INT_MAX, &hyst) < 0 ||
+        dsl_parse_long(f[4], 0, LONG_MAX, &sk) < 0)
+        goto bad;
     ls->cur_scale = scale;
     ls->cur_iter = iter;
     ls->last_overflow_iter = last;
-    ls->cur_hysteresis = hyst;
-    ls->skipped = skipped;
+    ls->cur_hysteresis = (int)hyst;
+    ls->skipped = (uint64_t)sk;
     return 0;
+bad:
+    return dsl_seterr(err, DSL_ECHECKPOINT, "bad loss-scale state '%s'", s);
 }

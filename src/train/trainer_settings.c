@@ -69,7 +69,12 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     int lr;
     (void)target;
     (void)d;
-    if (dsl_parse_int(v, 0, 1 << 20, &lr) < 0)
+    int r = dsl_parse_int(v, 0, 1 << 20, &lr);
+    if (r == -ERANGE)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "option '--local_rank' is out of range: allowed 0..%d, got '%s'",
+                          1 << 20, v);
+    if (r < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad value '%s' for --local_rank", v);
     return 0;
 }
@@ -134,7 +139,10 @@ static const struct dsl_opt_parser parser = {
 void dsl_train_settings_help(FILE *f)
 {
     dsl_opt_help(&parser, f);
-    fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n");
+    fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n"
+               "Every value is checked against its key's range, as in the file (docs/config.md,\n"
+               "\"Ranges\"; e.g. the batch sizes and their product 1..%d).\n",
+            DSL_CFG_MAX_BATCH);
 }
 
 /* backend nccl: the GPU path must be built in and have a GPU to run on */

@@ -30,6 +30,10 @@ static const struct dsl_opt opts[] = {
     {"name", 0, DSL_OPT_STRING, OFF(name), "NAME", "a name", NULL, 0, 0, NULL, 0, NULL},
     {"bytes", 'b', DSL_OPT_SIZE, OFF(bytes), "SIZE", "a size", NULL, 0, 0, NULL, 0, NULL},
     {"wait", 0, DSL_OPT_SECONDS, OFF(secs), "S", "a duration", NULL, 0, 0, NULL, 0, NULL},
+    {"beat", 0, DSL_OPT_SECONDS, OFF(secs), "S", "a bounded duration", "15", 2, 3600, NULL, 0,
+     NULL},
+    {"buffer", 0, DSL_OPT_SIZE, OFF(bytes), "SIZE", "a bounded size", NULL, 64 << 10,
+     64L << 30, NULL, 0, NULL},
     {"add", 0, DSL_OPT_LIST, OFF(list), "X", "repeatable", NULL, 0, 0, NULL, 0, NULL},
     {"fast", 0, DSL_OPT_CALL, 0, NULL, "mode 7", NULL, 0, 0, set_mode, 7, NULL},
     {"mode", 0, DSL_OPT_CALL, 0, "M", "any mode", NULL, 0, 0, set_mode, 0, NULL},
@@ -98,10 +102,33 @@ TEST(opt_should_name_the_option_in_every_error)
         const char *w[4];
         const char *msg;
     } cases[] = {
-        {{"--num-items", "11"}, "option '--num_items' needs an integer from 1 to 10, not '11'"},
+        {{"--num-items", "11"}, "option '--num_items' is out of range: allowed 1..10, got '11'"},
+        {{"--num-items", "9223372036854775808"},
+         "option '--num_items' is out of range: allowed 1..10, got '9223372036854775808'"},
+        {{"--num-items", "-9223372036854775809"},
+         "option '--num_items' is out of range: allowed 1..10, got '-9223372036854775809'"},
+        {{"--num-items", "1.5"}, "option '--num_items' needs an integer from 1 to 10, not '1.5'"},
         {{"--num-items", "x"}, "option '--num_items' needs an integer from 1 to 10, not 'x'"},
         {{"--bytes", "1Q"}, "option '--bytes' needs a size in bytes"},
-        {{"--wait", "soon"}, "option '--wait' needs a duration in seconds, not 'soon'"},
+        {{"--bytes", "99999999999999999999K"},
+         "option '--bytes' is out of range: allowed 0..18446744073709551615 bytes, "
+         "got '99999999999999999999K'"},
+        {{"--wait", "soon"}, "option '--wait' needs a duration in seconds (e.g. 30, 2.5, "
+                             "500ms, 2m), not 'soon'"},
+        {{"--wait", "nan"}, "option '--wait' needs a duration in seconds"},
+        {{"--wait", "-1"}, "option '--wait' is out of range"},
+        {{"--wait", "1e308h"}, "option '--wait' is out of range: a duration is finite and not "
+                               "negative, got '1e308h'"},
+        {{"--beat", "0.2"}, "option '--beat' is out of range: allowed 2..3600 seconds, got '0.2'"},
+        {{"--beat", "1e308"},
+         "option '--beat' is out of range: allowed 2..3600 seconds, got '1e308'"},
+        {{"--beat", "inf"}, "option '--beat' is out of range: allowed 2..3600 seconds, got 'inf'"},
+        {{"--beat", "61m"}, "option '--beat' is out of range: allowed 2..3600 seconds, got '61m'"},
+        {{"--buffer", "1K"}, "option '--buffer' is out of range: allowed 64K..64G bytes, got '1K'"},
+        {{"--buffer", "65G"}, "option '--buffer' is out of range: allowed 64K..64G bytes"},
+        {{"--name=\x1b[2J"}, NULL}, /* strings are anyone's: no error */
+        {{"--num-items", "\x1b[31mred\n"},
+         "option '--num_items' needs an integer from 1 to 10, not '\\x1b[31mred\\n'"},
         {{"--flag=1"}, "option '--flag' takes no value"},
         {{"-f1"}, "option '-f' takes no value"},
         {{"--name"}, "option '--name' needs a value"},
@@ -110,10 +137,31 @@ TEST(opt_should_name_the_option_in_every_error)
         {{"word"}, "unexpected argument 'word' (see prog --help)"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
-        ASSERT_CONTAINS(err, cases[i].msg);
+        if (!cases[i].msg) {
+            ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), 0);
+        } else {
+            ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
+            ASSERT_CONTAINS(err, cases[i].msg);
+        }
         release(&a);
     }
+}
+
+TEST(opt_should_accept_bounded_values_at_both_ends)
+{
+    struct args a;
+    char err[DSL_ERR_LEN];
+    const char *w[] = {"--beat", "2", "--buffer", "64K", "-n", "10", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w), 0);
+    ASSERT(a.secs == 2.0);
+    ASSERT_EQ(a.bytes, 65536);
+    ASSERT_EQ(a.num, 10);
+    release(&a);
+    const char *w2[] = {"--beat", "1h", "--buffer", "64G", "-n", "1", NULL};
+    ASSERT_EQ(parse(0, &a, NULL, err, w2), 0);
+    ASSERT(a.secs == 3600.0);
+    ASSERT_EQ(a.bytes, (size_t)64 << 30);
+    release(&a);
 }
 
 TEST(opt_should_stop_at_the_program_and_keep_its_arguments)
@@ -174,13 +222,16 @@ TEST(opt_should_collect_words_and_unknown_options_when_asked)
 TEST(opt_help_should_list_visible_options_with_dashes_and_defaults)
 {
     struct dsl_opt_parser p = {"prog", opts, sizeof(opts) / sizeof(opts[0]), 0};
-    char buf[4096];
+    char buf[8192] = "";
     FILE *f = fmemopen(buf, sizeof(buf), "w");
     ASSERT(f != NULL);
     dsl_opt_help(&p, f);
     fclose(f);
     ASSERT_CONTAINS(buf, "  -n, --num-items N");
-    ASSERT_CONTAINS(buf, "a number (default: 3)");
+    ASSERT_CONTAINS(buf, "a number (allowed 1..10, default: 3)");
+    ASSERT_CONTAINS(buf, "a bounded duration (allowed 2..3600 s, default: 15)");
+    ASSERT_CONTAINS(buf, "a bounded size (allowed 64K..64G)");
+    ASSERT_CONTAINS(buf, "a duration\n"); /* unbounded: no range */
     ASSERT_CONTAINS(buf, "      --fast ");
     ASSERT_CONTAINS(buf, "      --mode M");
     ASSERT(strstr(buf, "secret") == NULL);

@@ -4,3 +4,5 @@ dsl_unit_test(test_opt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_opt.c LIBS dslcomm
 dsl_unit_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c LIBS dslcommon)
 # dslcommon: files made without following links (log dirs, logs, temp files, readers).
 dsl_unit_test(test_file SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_file.c LIBS dslcommon)
+# dslcommon: user text made safe for messages (quote.h), in dsl_seterr and excerpts.
+dsl_unit_test(test_quote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_quote.c LIBS dslcommon)

@@ -6,3 +6,5 @@ dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.
               LIBS dslmodel)
 dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
               LIBS dslmodel)
+# The idx reader (Fashion-MNIST's format) on arbitrary files, plain and gzip.
+dsl_fuzz_target(fuzz_idx SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_idx.c LIBS dslmodel)

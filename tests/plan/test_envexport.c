@@ -98,7 +98,7 @@ static const struct {
     {"A='open\"\n", "env file 'e':1: unterminated quote in 'A='open\"'"},
     {"A=\"\n", "env file 'e':1: unterminated quote in 'A=\"'"},
     {"A=\"a b\" # c\n", "env file 'e':1: unterminated quote in 'A=\"a b\" # c'"},
-    {"\n\n\nA\tB\n", "env file 'e':4: expected KEY=VALUE, not 'A?B'"},
+    {"\n\n\nA\tB\n", "env file 'e':4: expected KEY=VALUE, not 'A\\tB'"},
 };
 
 TEST(envfile_should_reject_malformed_lines_with_path_and_line)
@@ -124,7 +124,7 @@ TEST(envfile_should_reject_malformed_lines_with_path_and_line)
     char err[DSL_ERR_LEN];
     dsl_strvec_init(&env);
     ASSERT_EQ(dsl_envfile_parse(&env, NULL, nul, sizeof(nul) - 1, err), DSL_ECONFIG);
-    ASSERT_STR_EQ(err, "env file '-':2: NUL byte in 'B=x?y'");
+    ASSERT_STR_EQ(err, "env file '-':2: NUL byte in 'B=x\\x00y'");
     ASSERT_EQ(env.nr, 0);
 }
 

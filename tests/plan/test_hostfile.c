@@ -55,6 +55,8 @@ static const struct {
     {"n[3] slots=1", "n3:1@1"},
     {"w slots=4096", "w:4096@1"},
     {"w slots=1", "w:1@1"}, /* no final newline */
+    /* a UTF-8 byte order mark at the very start is skipped */
+    {"\xef\xbb\xbfw slots=2\nv slots=1\n", "w:2@1 v:1@2"},
 };
 
 TEST(hostfile_should_accept_every_documented_form)
@@ -111,7 +113,14 @@ static const struct {
     {"-oProxyCommand=x slots=1\n", "hostfile 'h.txt':1:", "missing host name before"},
     {"-w slots=1\n", "hostfile 'h.txt':1:", "bad host name '-w'"},
     {"a,b slots=1\n", "hostfile 'h.txt':1:", "bad host name 'a,b'"},
-    {"w\x01 slots=1\n", "hostfile 'h.txt':1:", "bad host name 'w?'"},
+    {"w\x01 slots=1\n", "hostfile 'h.txt':1:", "bad host name 'w\\x01'"},
+    /* terminal escape sequences are shown, not sent to the terminal */
+    {"w\x1b[31m slots=1\n", "hostfile 'h.txt':1:", "bad host range 'w\\x1b[31m': unclosed '['"},
+    {"w\x1b]0;title\x07 slots=1\n", "hostfile 'h.txt':1:", "bad host range 'w\\x1b]0;title\\x07': unmatched ']'"},
+    {"w slots=1\x1b[2J\n", "hostfile 'h.txt':1:", "bad slot count '1\\x1b[2J'"},
+    {"w\xc2\x9b" "2J slots=1\n", "hostfile 'h.txt':1:", "bad host name 'w\\u009b2J'"},
+    /* a byte order mark anywhere but the start is text like any other */
+    {"w slots=1\n\xef\xbb\xbfv slots=1\n", "hostfile 'h.txt':2:", "bad host name '\xef\xbb\xbfv'"},
     {"node[1-2 slots=1\n", "hostfile 'h.txt':1:", "bad host range 'node[1-2': unclosed '['"},
     {"node1-2] slots=1\n", "hostfile 'h.txt':1:", "bad host range 'node1-2]': unmatched ']'"},
     {"node[4-1] slots=1\n", "hostfile 'h.txt':1:", "bad host range 'node[4-1]': reversed range '4-1'"},
@@ -154,7 +163,7 @@ TEST(hostfile_should_reject_a_nul_byte_and_read_only_len_bytes)
     char err[DSL_ERR_LEN];
     dsl_hostfile_init(&hf);
     ASSERT_EQ(dsl_hostfile_parse(&hf, "h.txt", text, sizeof(text) - 1, err), DSL_EHOSTFILE);
-    ASSERT_STR_EQ(err, "hostfile 'h.txt':2: NUL byte in 'x? slots=1'");
+    ASSERT_STR_EQ(err, "hostfile 'h.txt':2: NUL byte in 'x\\x00 slots=1'");
     /* not NUL-terminated: only the first len bytes count */
     static const char cut[] = {'w', ' ', 's', 'l', 'o', 't', 's', '=', '1', 'x'};
     ASSERT_OK(dsl_hostfile_parse(&hf, NULL, cut, 9, err));

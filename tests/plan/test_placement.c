@@ -33,8 +33,6 @@ static const struct {
 } good[] = {
     {NULL, NULL, NONE, NONE,
      "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [0, 1]}"},
-    {"", "", NONE, NONE,
-     "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3], \"worker-2\": [0, 1]}"},
     /* DeepSpeed's documented examples */
     {"worker-0:0,2@worker-1", NULL, NONE, NONE, "{\"worker-0\": [0, 2], \"worker-1\": [0, 1, 2, 3]}"},
     {"worker-0@worker-1:0,2", NULL, NONE, NONE, "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 2]}"},
@@ -162,6 +160,13 @@ static const struct {
     {NULL, NULL, 0, NONE, "--num_nodes must be at least 1, not 0"},
     {NULL, NULL, NONE, 0, "--num_gpus must be at least 1, not 0"},
     {NULL, NULL, -2, NONE, "--num_nodes must be at least 1, not -2"},
+    /* an empty filter (an unset variable in a script) is not "every host" */
+    {"", NULL, NONE, NONE, "--include '' is empty (name hosts and slots, e.g. "
+                           "'worker-0:0,1@worker-1')"},
+    {NULL, "", NONE, NONE, "--exclude '' is empty (name hosts and slots, e.g. "
+                           "'worker-0:0,1@worker-1')"},
+    {"worker-\x1b[2J", NULL, NONE, NONE,
+     "--include 'worker-\\x1b[2J': bad host range 'worker-\\x1b[2J': unclosed '['"},
 };
 
 TEST(placement_should_reject_bad_filters_with_clear_messages)
@@ -417,15 +422,20 @@ TEST(local_slots_should_honour_the_override_and_validate_it)
     ASSERT_EQ(slots, 7);
     ASSERT_OK(dsl_local_slots(&slots, 1, err));
     ASSERT_EQ(slots, 7);
-    static const char *const bad_env[] = {"0", "-1", "x", "", "4abc", " 4", "4097"};
+    static const char *const bad_env[] = {"0", "-1", "x", "", "4abc", " 4", "4097",
+                                          "99999999999999999999"};
     for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
         setenv("DSLAUNCH_LOCAL_SLOTS", bad_env[i], 1);
         slots = -1;
         ASSERT_EQ(dsl_local_slots(&slots, 0, err), DSL_EUSAGE);
         ASSERT_EQ(slots, -1);
-        ASSERT_CONTAINS(err, "DSLAUNCH_LOCAL_SLOTS='");
+        ASSERT_CONTAINS(err, "DSLAUNCH_LOCAL_SLOTS");
         ASSERT_CONTAINS(err, bad_env[i]);
     }
+    setenv("DSLAUNCH_LOCAL_SLOTS", "99999999999999999999", 1);
+    ASSERT_EQ(dsl_local_slots(&slots, 0, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "DSLAUNCH_LOCAL_SLOTS out of range: allowed 1..4096, got "
+                       "'99999999999999999999'");
     unsetenv("DSLAUNCH_LOCAL_SLOTS");
     ASSERT_OK(dsl_local_slots(&slots, 0, err));
     ASSERT(slots >= 1);

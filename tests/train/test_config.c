@@ -68,10 +68,35 @@ static const struct {
      "\"gradient_accumulation_steps\": \"auto\"}", 4, 0, 0, 0, "write 2"},
     /* zero, negative, fractional, wrong type */
     {"{\"train_micro_batch_size_per_gpu\": 0}", 1, 0, 0, 0,
-     "t.json:1:2: 'train_micro_batch_size_per_gpu' must be greater than 0, got 0"},
-    {"{\"train_batch_size\": -8}", 1, 0, 0, 0, "'train_batch_size' must be greater than 0"},
+     "t.json:1:2: 'train_micro_batch_size_per_gpu' out of range: allowed 1..16777216, got '0'"},
+    {"{\"train_batch_size\": -8}", 1, 0, 0, 0,
+     "'train_batch_size' out of range: allowed 1..16777216, got '-8'"},
     {"{\"train_batch_size\": 64.5}", 1, 0, 0, 0,
-     "expected an integer for 'train_batch_size', got 64.5"},
+     "expected an integer from 1 to 16777216 for 'train_batch_size', got '64.5'"},
+    /* huge: the number as written, never an abort or a wrapped value */
+    {"{\"train_micro_batch_size_per_gpu\": 4,\n \"gradient_accumulation_steps\": 1e9}", 1, 0,
+     0, 0, "t.json:2:2: 'gradient_accumulation_steps' out of range: allowed 1..16777216, got "
+     "'1e9'"},
+    {"{\"train_batch_size\": 9223372036854775808}", 1, 0, 0, 0,
+     "'train_batch_size' out of range: allowed 1..16777216, got '9223372036854775808'"},
+    {"{\"train_batch_size\": 1e400}", 1, 0, 0, 0,
+     "'train_batch_size' out of range: allowed 1..16777216, got '1e400'"},
+    /* each in range, the product not (and no overflow on the way) */
+    {"{\"train_micro_batch_size_per_gpu\": 8192, \"gradient_accumulation_steps\": 4096}", 1,
+     0, 0, 0, "t.json: global batch out of range: train_micro_batch_size_per_gpu 8192 x "
+     "gradient_accumulation_steps 4096 x world size 1 = 33554432 samples per step, allowed "
+     "1..16777216"},
+    {"{\"train_micro_batch_size_per_gpu\": 16777216, \"gradient_accumulation_steps\": "
+     "16777216}", 1048576, 0, 0, 0, "= 295147905179352825856 samples per step"},
+    {"{\"train_micro_batch_size_per_gpu\": 16777216}", 2, 0, 0, 0,
+     "global batch out of range"},
+    {"{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 16777216, "
+     "\"gradient_accumulation_steps\": 16777216}", 1048576, 0, 0, 0,
+     "'train_batch_size' is \"auto\""},
+    {"{\"train_batch_size\": 16777216, \"train_micro_batch_size_per_gpu\": 16777216, "
+     "\"gradient_accumulation_steps\": 16777216}", 1048576, 0, 0, 0,
+     "batch sizes do not add up"},
+    {"{\"train_batch_size\": 16777216}", 1, 16777216, 16777216, 1, NULL},
     {"{\"train_batch_size\": \"64\"}", 1, 0, 0, 0,
      "expected an integer for 'train_batch_size', got a string"},
     /* null means not given */
@@ -121,15 +146,46 @@ static const struct {
     {"{\"train_batch_size\": 8, \"zero_optimization\": {\"overlap_comm\": 1}}",
      "expected true or false for 'zero_optimization.overlap_comm', got a number"},
     {"{\"train_batch_size\": 8, \"zero_optimization\": {\"reduce_bucket_size\": 0}}",
-     "'zero_optimization.reduce_bucket_size' must be at least 1, got 0"},
+     "'zero_optimization.reduce_bucket_size' out of range: allowed 1..9007199254740992, got "
+     "'0'"},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lamb\"}}",
      "unsupported optimizer 'Lamb' for 'optimizer.type' (supported: Adam, AdamW, SGD)"},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\", \"params\": {\"lr\": -1}}}",
-     "'optimizer.params.lr' must be between 0 and"},
+     "'optimizer.params.lr' out of range: allowed 0..1000000, got '-1'"},
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"lr\": 1e999}}}",
+     "t.json:1:50: 'optimizer.params.lr' out of range: allowed 0..1000000, got '1e999'"},
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"eps\": -1e-8}}}",
+     "'optimizer.params.eps' out of range: allowed 0..1, got '-1e-8'"},
+    {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"weight_decay\": -0.1}}}",
+     "'optimizer.params.weight_decay' out of range: allowed 0..1000000, got '-0.1'"},
+    {"{\"train_batch_size\": 8, \"seed\": -1}",
+     "'seed' out of range: allowed 0..9007199254740992, got '-1'"},
+    {"{\"train_batch_size\": 8, \"seed\": 1.5}",
+     "expected an integer from 0 to 9007199254740992 for 'seed', got '1.5'"},
+    {"{\"train_batch_size\": 8, \"steps_per_print\": 9223372036854775808}",
+     "'steps_per_print' out of range: allowed 0..9007199254740992, got '9223372036854775808'"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"save_interval\": 1e300}}",
+     "'dstrain.save_interval' out of range: allowed 0..9007199254740992, got '1e300'"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"threads\": 5000}}",
+     "'dstrain.threads' out of range: allowed 0..4096, got '5000'"},
+    {"{\"train_batch_size\": 8, \"fp16\": {\"loss_scale_window\": 0}}",
+     "'fp16.loss_scale_window' out of range: allowed 1..9007199254740992, got '0'"},
+    {"{\"train_batch_size\": 8, \"fp16\": {\"hysteresis\": 1e10}}",
+     "'fp16.hysteresis' out of range: allowed 1..1000000000, got '1e10'"},
+    {"{\"train_batch_size\": 8, \"fp16\": {\"min_loss_scale\": 0}}",
+     "'fp16.min_loss_scale' out of range: allowed 1e-30..1e+30, got '0'"},
+    {"{\"train_batch_size\": 8, \"fp16\": {\"loss_scale\": 1e31}}",
+     "'fp16.loss_scale' out of range: allowed 0..1e+30, got '1e31'"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"data\": {\"synthetic\": {\"features\": 1e8}}}}",
+     "'dstrain.data.synthetic.features' out of range: allowed 1..10000000, got '1e8'"},
+    {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
+     "{\"warmup_max_lr\": 2e6}}}",
+     "'scheduler.params.warmup_max_lr' out of range: allowed 0..1000000, got '2e6'"},
+
     {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"betas\": [0.9]}}}",
      "expected two numbers [beta1, beta2] for 'optimizer.params.betas'"},
     {"{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"betas\": [0.9, 1.5]}}}",
-     "'optimizer.params.betas' must hold two numbers in [0, 1)"},
+     "'optimizer.params.betas' must hold two numbers in [0, 1), got [0.9, 1.5]"},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"OneCycle\"}}",
      "unsupported scheduler 'OneCycle' for 'scheduler.type'"},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
@@ -137,21 +193,21 @@ static const struct {
      "'scheduler.params.warmup_type' must be \"log\" or \"linear\""},
     {"{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\", \"params\": "
      "{\"warmup_num_steps\": -5}}}",
-     "'scheduler.params.warmup_num_steps' must be at least 0, got -5"},
+     "'scheduler.params.warmup_num_steps' out of range: allowed 0..9007199254740992, got '-5'"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true}, \"bf16\": {\"enabled\": true}}",
      "t.json: 'fp16.enabled' and 'bf16.enabled' cannot both be true"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"enabled\": \"yes\"}}",
      "expected true or false for 'fp16.enabled', got a string"},
     {"{\"train_batch_size\": 8, \"fp16\": {\"initial_scale_power\": 128}}",
-     "'fp16.initial_scale_power' must be between 0 and 127, got 128"},
+     "'fp16.initial_scale_power' out of range: allowed 0..127, got '128'"},
     {"{\"train_batch_size\": 8, \"gradient_clipping\": -1.0}",
-     "'gradient_clipping' must be at least 0, got -1"},
+     "'gradient_clipping' out of range: allowed 0..1e+30, got '-1.0'"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"backend\": \"mpi\"}}",
      "bad value 'mpi' for 'dstrain.backend' (expected one of \"auto\", \"tcp\", \"nccl\")"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": \"gpt\"}}}",
      "bad value 'gpt' for 'dstrain.model.type'"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"hidden\": [128, 0]}}}",
-     "'dstrain.model.hidden' must hold integers between 1 and 1000000"},
+     "'dstrain.model.hidden' out of range: each layer size allowed 1..1000000, got [128, 0]"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"data\": {\"dataset\": \"cifar\"}}}",
      "bad value 'cifar' for 'dstrain.data.dataset' (expected one of \"fashion_mnist\", "
      "\"synthetic\")"},
@@ -484,6 +540,20 @@ TEST(every_shipped_config_should_load_without_warnings)
     }
     closedir(d);
     ASSERT(n >= 5);
+}
+
+TEST(config_should_escape_control_characters_in_warnings_and_errors)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"\\u001b[2Jx\\n\": 1}", 1, err));
+    ASSERT_EQ(cfg.warnings.nr, 1);
+    ASSERT_CONTAINS(cfg.warnings.v[0], "unknown key '\\x1b[2Jx\\n' (ignored)");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8, \"optimizer\": {\"type\": "
+                          "\"\\u001b]0;x\\u0007\"}}", 1, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "unsupported optimizer '\\x1b]0;x\\x07'");
+    dsl_train_config_release(&cfg);
 }
 
 int main(int argc, char **argv)

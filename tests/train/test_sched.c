@@ -305,6 +305,23 @@ TEST(loss_scale_state_should_round_trip_through_its_string)
     ASSERT_ERR(dsl_lossscale_restore(&b, "scale=abc", err));
     ASSERT_ERR(dsl_lossscale_restore(&b, "scale=0 iter=1 last_overflow=-1 hysteresis=2 skipped=0", err));
     ASSERT_ERR(dsl_lossscale_restore(&b, "scale=2 iter=1 last_overflow=-1 hysteresis=2 skipped=0 x", err));
+    /* numbers from a file: overflowing, negative, not finite, not whole are all refused */
+    static const char *const bad_state[] = {
+        "scale=2 iter=9223372036854775808 last_overflow=-1 hysteresis=2 skipped=0",
+        "scale=2 iter=1 last_overflow=-2 hysteresis=2 skipped=0",
+        "scale=2 iter=1 last_overflow=-1 hysteresis=2147483648 skipped=0",
+        "scale=2 iter=1 last_overflow=-1 hysteresis=2 skipped=-1",
+        "scale=inf iter=1 last_overflow=-1 hysteresis=2 skipped=0",
+        "scale=nan iter=1 last_overflow=-1 hysteresis=2 skipped=0",
+        "scale=2 iter=1.5 last_overflow=-1 hysteresis=2 skipped=0",
+        "scale=2 iter=1 last_overflow=-1 hysteresis=2",
+        "scale=2 iter= last_overflow=-1 hysteresis=2 skipped=0",
+        "scale=2  iter=1 last_overflow=-1 hysteresis=2 skipped=0",
+    };
+    for (size_t i = 0; i < sizeof(bad_state) / sizeof(bad_state[0]); i++) {
+        ASSERT_EQ(dsl_lossscale_restore(&b, bad_state[i], err), DSL_ECHECKPOINT);
+        ASSERT_CONTAINS(err, "bad loss-scale state '");
+    }
 }
 
 int main(int argc, char **argv)

@@ -5,8 +5,10 @@
  * Long names are written with '_' between words and match either spelling (--num-gpus
  * and --num_gpus); --name=value and --name value both work, as do -x value, -xvalue and
  * -x=value for a short name. "--" ends the options. Values are checked as they are
- * parsed (integers with their bounds, sizes, durations), and every error names the
- * option: "option '--master_port' needs an integer from 1 to 65535, not 'x'".
+ * parsed (integers, sizes and durations, each with its bounds), and every error names
+ * the option and quotes the value as given: "option '--master_port' needs an integer
+ * from 1 to 65535, not 'x'", "option '--keepalive' is out of range: allowed 2..3600
+ * seconds, got '0.2'". --help shows every bounded option's range.
  *
  * The parser writes into a caller's struct through each option's offset; strings and
  * lists it stores are copies, owned by that struct (free() them and release the
@@ -25,8 +27,10 @@ enum dsl_opt_kind {
     DSL_OPT_SET,     /* no value: the int at offset becomes tag (-v/-q, modes) */
     DSL_OPT_STRING,  /* char * at offset: a copy of the value (a previous one is freed) */
     DSL_OPT_INT,     /* int at offset, from min to max */
-    DSL_OPT_SIZE,    /* size_t at offset: bytes, with an optional K/M/G suffix */
-    DSL_OPT_SECONDS, /* double at offset: a duration in seconds (s/m/h suffixes) */
+    DSL_OPT_SIZE,    /* size_t at offset: bytes, with an optional K/M/G/T/P/E suffix, from min
+                        to max bytes (min = max = 0: unbounded) */
+    DSL_OPT_SECONDS, /* double at offset: a duration in seconds (ms/s/m/h suffixes), from
+                        min to max whole seconds (min = max = 0: unbounded) */
     DSL_OPT_LIST,    /* struct dsl_strvec at offset: the value appended (repeatable) */
     DSL_OPT_CALL,    /* fn decides; it takes a value only when arg is set */
 };
@@ -39,7 +43,7 @@ struct dsl_opt {
     const char *arg;    /* value placeholder in --help (DSL_OPT_CALL: NULL = no value) */
     const char *help;   /* NULL hides the option from --help */
     const char *def;    /* default shown in --help, or NULL */
-    long min, max;      /* DSL_OPT_INT bounds */
+    long min, max;      /* DSL_OPT_INT, _SIZE, _SECONDS bounds, shown in --help */
     /* DSL_OPT_CALL: apply the option (val is NULL without arg) to the caller's struct;
        0, or a negative code with err set */
     int (*fn)(void *target, const struct dsl_opt *o, const char *val, char *err);
@@ -72,6 +76,9 @@ struct dsl_opt_parser {
  */
 int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char **argv,
                   struct dsl_strvec *rest, char *err);
+
+/** v bytes as --help writes sizes: the largest exact K/M/G/T/P/E unit ("64K", "1000"). */
+void dsl_opt_format_size(char *buf, size_t cap, size_t v);
 
 /** One line per visible option: "  -H, --hostfile FILE   help (default: d)". */
 void dsl_opt_help(const struct dsl_opt_parser *p, FILE *f);

@@ -29,7 +29,7 @@ struct dsl_placement {
 };
 
 struct dsl_placement_opts {
-    const char *include; /* NULL or "" when not given; NODE_SPEC[@NODE_SPEC...] */
+    const char *include; /* NULL when not given (""  is an error); NODE_SPEC[@NODE_SPEC...] */
     const char *exclude;
     int num_nodes;       /* -1 when not given; other values below 1 are errors */
     int num_gpus;        /* -1 when not given; other values below 1 are errors */

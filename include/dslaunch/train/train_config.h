@@ -28,6 +28,11 @@
 #include "dslaunch/common/strvec.h"
 
 #define DSL_CFG_MAX_HIDDEN 16
+/* The largest hidden layer (dstrain.model.hidden[i]) */
+#define DSL_CFG_MAX_LAYER 1000000
+/* The most samples per optimizer step (train_batch_size, and micro x accumulation x
+   world size): the sampler holds an index per sample of an epoch, rounded up to it */
+#define DSL_CFG_MAX_BATCH 16777216
 
 enum dsl_cfg_optim {
     DSL_CFG_OPTIM_ADAM = 0, /* "Adam": decoupled weight decay unless adam_w_mode false */

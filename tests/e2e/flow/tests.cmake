@@ -12,3 +12,11 @@ add_test(NAME flow_restart
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
 set_tests_properties(flow_restart PROPERTIES LABELS flow TIMEOUT 300)
+# Bad numbers and hostile text on the command lines of dslaunch and dstrain (refused
+# before anything starts, with the allowed range and the input escaped).
+if(TARGET dstrain)
+  add_test(NAME flow_numbers
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/numbers.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(flow_numbers PROPERTIES LABELS flow TIMEOUT 120)
+endif()

@@ -25,7 +25,7 @@ expect_success "usage errors exit 2 and name the problem" '
     assert_grep "missing" err
     run_capture rc out err "$DSL" ssh-setup --hostfile hostfile --ssh_port 70000
     assert_eq "$rc" 2 "exit code"
-    assert_grep "option .--ssh_port. needs an integer from 1 to 65535, not .70000." err
+    assert_grep "option .--ssh_port. is out of range: allowed 1..65535, got .70000." err
     run_capture rc out err "$DSL" ssh-setup --hostfile
     assert_eq "$rc" 2 "exit code"
     assert_grep "needs a value" err
