@@ -136,7 +136,11 @@ static int cmd_run(int argc, char **argv)
         dsl_error("%s", err);
         goto out;
     }
-    dsl_plan_new_ids(&plan);
+    if (dsl_plan_new_ids(&plan, err) < 0) {
+        dsl_error("%s", err);
+        code = DSL_EXIT_USAGE;
+        goto out;
+    }
 
     if (opts.mode == DSL_MODE_DRY_RUN) {
         dsl_plan_print_json(&plan, stdout);

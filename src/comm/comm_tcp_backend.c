@@ -43,6 +43,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/net.h"
@@ -369,7 +371,7 @@ static int read_hello(int fd, int world, const char *token, double deadline)
     size_t n = ntohs(tl);
     if (n > 1024 || dsl_net_read_all(fd, tok, n, deadline) < 0)
         return DSL_EPROTO;
-    if (n != strlen(token) || memcmp(tok, token, n))
+    if (n != strlen(token) || CRYPTO_memcmp(tok, token, n) != 0) /* constant time */
         return DSL_ETOKEN;
     uint32_t rank = ntohl(v[1]);
     return rank < (uint32_t)world ? (int)rank : DSL_EPROTO;

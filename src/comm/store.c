@@ -3,7 +3,11 @@
  *
  * Theory of operation. Clients are blocking: one request, one reply, every read and
  * write bounded by the store timeout. Connecting retries refused connections with
- * backoff until the timeout, so ranks may start before rank 0's server is up. GET and
+ * backoff until the timeout, so ranks may start before rank 0's server is up, and so
+ * does a hello that was reset, closed or not answered within 10 s (a server shedding a
+ * flood, or a listener still waiting for rank 0 to take it over); a refusal is final.
+ * A multi-rank store without a token is refused on every rank unless the user asked
+ * for one (DSLAUNCH_STORE_INSECURE=1). GET and
  * WAIT block on the server until the keys exist; the client bounds them with its own
  * deadline and, when it runs out, drops the connection (a client is unusable after any
  * failure on its connection, as a communicator is after a timeout). dsl_store_open()
@@ -19,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dslaunch/common/envnames.h"
@@ -69,6 +74,17 @@ int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err)
         return dsl_seterr(err, DSL_EUSAGE, "bad WORLD_SIZE '%s'", s);
     if ((s = getenv(DSL_ENV_RANK)) && *s && dsl_parse_int(s, 0, o->world_size - 1, &o->rank) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "bad RANK '%s'", s);
+    if ((s = getenv(DSL_ENV_STORE_INSECURE)) && *s) {
+        if (strcmp(s, "0") && strcmp(s, "1"))
+            return dsl_seterr(err, DSL_EUSAGE, "bad " DSL_ENV_STORE_INSECURE " '%s' (0 or 1)", s);
+        o->insecure = !strcmp(s, "1");
+    }
+    if ((s = getenv(DSL_ENV_STORE_DEBUG)) && *s)
+        o->debug = strcmp(s, "0") != 0;
+    /* only the rank that hosts the store serves on the socket its agent reserved */
+    if ((s = getenv(DSL_ENV_STORE_FD)) && *s && o->rank == 0 &&
+        dsl_parse_int(s, 3, 1 << 20, &o->inherited_fd) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "bad " DSL_ENV_STORE_FD " '%s'", s);
     return 0;
 }
 
@@ -82,11 +98,13 @@ static int client_fail(struct dsl_store *st, int code, const char *what)
     return code;
 }
 
-/* Send the frame in st->req; read one reply. *val (malloc'd) gets a VALUE payload. */
-static int roundtrip(struct dsl_store *st, const char *what, void **val, size_t *vlen)
+/* Send the frame in st->req; read one reply by deadline. *val (malloc'd) gets a VALUE
+ * payload. */
+static int roundtrip_until(struct dsl_store *st, const char *what, void **val, size_t *vlen,
+                           double deadline)
 {
     unsigned char h[4];
-    double deadline = dsl_now() + st->timeout_s;
+    double t0 = dsl_now();
     int r;
     char msg[DSL_ERR_LEN];
 
@@ -97,7 +115,7 @@ static int roundtrip(struct dsl_store *st, const char *what, void **val, size_t 
     if ((r = dsl_net_write_all(st->fd, st->req.buf, st->req.len, deadline)) < 0 ||
         (r = dsl_net_read_all(st->fd, h, 4, deadline)) < 0) {
         if (r == DSL_ETIMEDOUT)
-            snprintf(msg, sizeof(msg), "%s timed out after %.1f s", what, st->timeout_s);
+            snprintf(msg, sizeof(msg), "%s timed out after %.1f s", what, deadline - t0);
         else
             snprintf(msg, sizeof(msg), "%s failed: %s (the store is gone)", what,
                      dsl_strerror(r));
@@ -149,11 +167,19 @@ static int roundtrip(struct dsl_store *st, const char *what, void **val, size_t 
     return 0;
 }
 
+static int roundtrip(struct dsl_store *st, const char *what, void **val, size_t *vlen)
+{
+    return roundtrip_until(st, what, val, vlen, dsl_now() + st->timeout_s);
+}
+
+#define HELLO_ATTEMPT 10.0 /* seconds one hello may wait for its answer before a retry */
+
 int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, char *err)
 {
     struct dsl_store *st = dsl_xcalloc(1, sizeof(*st));
     int r;
     *out = NULL;
+    st->fd = -1;
     st->addr = dsl_xstrdup(o->addr);
     st->port = o->port;
     st->rank = o->rank;
@@ -161,28 +187,49 @@ int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, ch
     st->timeout_s = o->timeout_s > 0 ? o->timeout_s : 300;
     st->linger_s = st->timeout_s;
     dsl_dynbuf_init(&st->req, DSL_STORE_MAX_FRAME + 16);
-    st->fd = dsl_net_connect(o->addr, o->port, st->timeout_s, err);
-    if (st->fd < 0) {
-        r = st->fd;
-        goto out;
-    }
     const char *id = o->run_id ? o->run_id : "", *tok = o->token ? o->token : "";
     if (strlen(id) > 1024 || strlen(tok) > 1024) {
         r = dsl_seterr(err, -EINVAL, "run id or token longer than 1024 bytes");
         goto out;
     }
-    unsigned char h[6];
-    put32(h, DSL_STORE_MAGIC);
-    put16(h + 4, DSL_STORE_VERSION);
-    fr_begin(&st->req, DSL_STORE_HELLO);
-    dsl_dynbuf_add(&st->req, h, 6);
-    fr_str(&st->req, id, strlen(id));
-    fr_str(&st->req, tok, strlen(tok));
-    put32(h, (uint32_t)o->rank);
-    dsl_dynbuf_add(&st->req, h, 4);
-    if ((r = roundtrip(st, "hello", NULL, NULL)) < 0) {
-        dsl_seterr(err, r, "%s", st->err);
-        goto out;
+    /*
+     * A hello that is reset or closed (a store shedding connections under a flood or
+     * out of fds, a listener handed over to rank 0) or not answered in HELLO_ATTEMPT is
+     * tried again until the store timeout; a refusal is final.
+     */
+    double deadline = dsl_now() + st->timeout_s, backoff = 0.05;
+    for (int attempt = 1;; attempt++) {
+        double left = deadline - dsl_now();
+        st->fd = dsl_net_connect(o->addr, o->port, left > 0 ? left : 0.001, err);
+        if (st->fd < 0) {
+            r = st->fd;
+            st->fd = -1;
+            goto out;
+        }
+        unsigned char h[6];
+        put32(h, DSL_STORE_MAGIC);
+        put16(h + 4, DSL_STORE_VERSION);
+        fr_begin(&st->req, DSL_STORE_HELLO);
+        dsl_dynbuf_add(&st->req, h, 6);
+        fr_str(&st->req, id, strlen(id));
+        fr_str(&st->req, tok, strlen(tok));
+        put32(h, (uint32_t)o->rank);
+        dsl_dynbuf_add(&st->req, h, 4);
+        double now = dsl_now();
+        double until = now + HELLO_ATTEMPT < deadline ? now + HELLO_ATTEMPT : deadline;
+        r = roundtrip_until(st, "hello", NULL, NULL, until);
+        if (r == 0)
+            break;
+        if ((r != DSL_EPEER && r != DSL_ETIMEDOUT) || dsl_now() + backoff >= deadline) {
+            if (attempt > 1)
+                dsl_seterr(err, r, "%s (after %d attempts)", st->err, attempt);
+            else
+                dsl_seterr(err, r, "%s", st->err);
+            goto out;
+        }
+        struct timespec ts = {(time_t)backoff, (long)((backoff - (double)(time_t)backoff) * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
     *out = st;
     return 0;
@@ -200,6 +247,12 @@ int dsl_store_open(struct dsl_store **out, const struct dsl_store_opts *o, char 
     struct dsl_store_server *sv = NULL;
     int r;
     *out = NULL;
+    if ((!o->token || !*o->token) && o->world_size > 1 && !o->insecure)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "refusing to use an open store: " DSL_ENV_RUN_TOKEN " is not set, so "
+                          "anyone who can reach %s:%d could join the job; set it to a secret "
+                          "all ranks share (dslaunch does), or " DSL_ENV_STORE_INSECURE
+                          "=1 to run without one", o->addr ? o->addr : "", o->port);
     if (o->rank == 0 && (r = dsl_store_server_start(&sv, o, err)) < 0)
         return r;
     struct dsl_store_opts co = *o;

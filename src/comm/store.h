@@ -31,22 +31,50 @@ struct dsl_store_opts {
     const char *token;   /* DSLAUNCH_RUN_TOKEN ("" if unset) */
     double timeout_s;    /* DSLAUNCH_STORE_TIMEOUT, default 300 */
     int rank, world_size;
+    int insecure;        /* DSLAUNCH_STORE_INSECURE=1: allow an empty token with world > 1 */
+    int inherited_fd;    /* DSLAUNCH_STORE_FD: a listening socket on port to serve on
+                            instead of binding (0: none; fds 0-2 never are one) */
+    double hello_timeout_s; /* a new connection's hello must be complete within this
+                            (0: 5 s); an authenticated client's frame within 6 times it */
+    int debug;           /* DSLAUNCH_STORE_DEBUG=1: the server prints its counters when freed */
+};
+
+/* What the server thread did, for debugging and for tests of its resource handling. */
+struct dsl_store_stats {
+    unsigned long accepted;        /* connections accepted */
+    unsigned long wakeups;         /* poll() returns with events */
+    unsigned long idle_wakeups;    /* ... of which nothing came (no byte, accept or drop) */
+    unsigned long accept_failures; /* accept() failed (EMFILE, ENFILE, ...) */
+    unsigned long shed;            /* accepted on the reserve fd and closed at once */
+    unsigned long backoffs;        /* the listener rested after a failure */
+    unsigned long dropped_unauth;  /* unauthenticated connections dropped to make room */
+    unsigned long timed_out;       /* dropped at their hello or frame deadline */
 };
 
 /** Fill opts from the environment (RANK, WORLD_SIZE, MASTER_*, DSLAUNCH_*). */
 int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err);
 
 /**
- * Start a server listening on opts->port on all addresses (port 0 = any; the chosen
- * port is returned by dsl_store_server_port). The server is owned by the caller and
- * stopped with dsl_store_server_free().
+ * Start a server on opts->port (port 0 = any; the chosen port is returned by
+ * dsl_store_server_port): on opts->inherited_fd when set, else listening on opts->addr
+ * when that is an address of this machine, else on all addresses. Refuses an empty
+ * token when world_size > 1 unless opts->insecure. Connections owe a hello within
+ * opts->hello_timeout_s; those that have not said it do not count towards the client
+ * limit and are the first dropped when connections or fds run short. The server is owned
+ * by the caller and stopped with dsl_store_server_free().
  */
 int dsl_store_server_start(struct dsl_store_server **out, const struct dsl_store_opts *o,
                            char *err);
 int dsl_store_server_port(const struct dsl_store_server *s);
+/** A snapshot of the server's counters. */
+void dsl_store_server_stats(struct dsl_store_server *s, struct dsl_store_stats *out);
 void dsl_store_server_free(struct dsl_store_server *s);
 
-/** Connect (with retry and backoff until the timeout) and say hello. */
+/**
+ * Connect and say hello, retrying refused connections and hellos that got no answer
+ * (reset, closed, or silent for 10 s) with backoff until the timeout. A refusal (wrong
+ * token, job or version) is final.
+ */
 int dsl_store_connect(struct dsl_store **out, const struct dsl_store_opts *o, char *err);
 /**
  * Rank 0 starts the server and connects to it; other ranks connect. The server, if

@@ -170,6 +170,30 @@ static int child_fd(int src, int target)
     return 0;
 }
 
+/* Close every fd above 2 but a and b (either <= 2: none), with close_range only. */
+static void close_above_2(int a, int b)
+{
+    if (a <= 2) {
+        a = b;
+        b = -1;
+    }
+    if (b > 2 && b < a) {
+        int t = a;
+        a = b;
+        b = t;
+    }
+    int keep[2] = {a, b}; /* ascending, or with b <= 2 */
+    unsigned lo = 3;
+    for (int i = 0; i < 2; i++) {
+        if (keep[i] <= 2 || (unsigned)keep[i] < lo)
+            continue;
+        if ((unsigned)keep[i] > lo)
+            close_range(lo, (unsigned)keep[i] - 1, 0);
+        lo = (unsigned)keep[i] + 1;
+    }
+    close_range(lo, ~0U, 0);
+}
+
 static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int notify)
 {
     int fail = o->setup_exit ? o->setup_exit : 127;
@@ -201,18 +225,17 @@ static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int no
         child_fail(notify, errno, STEP_SETUP, fail);
     if (o->cwd && chdir(o->cwd) < 0)
         child_fail(notify, errno, STEP_SETUP, fail);
+    if (o->keep_fd > 2 && fcntl(o->keep_fd, F_SETFD, 0) < 0)
+        child_fail(notify, errno, STEP_SETUP, fail);
     if (o->run) {
         if (notify >= 0)
             close(notify); /* started: the parent stops waiting */
         if (o->close_fds)
-            close_range(3, ~0U, 0);
+            close_above_2(o->keep_fd, -1);
         _exit(o->run(o->run_arg));
     }
-    if (o->close_fds) {
-        if (notify > 3)
-            close_range(3, (unsigned)notify - 1, 0);
-        close_range(notify >= 3 ? (unsigned)notify + 1 : 3, ~0U, 0);
-    }
+    if (o->close_fds)
+        close_above_2(notify, o->keep_fd);
     char *const *env = o->env ? o->env : environ;
     if (o->path)
         execve(o->path, o->argv, env);
@@ -291,6 +314,7 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .new_pgroup = o->new_pgroup,
         .pdeathsig = o->pdeathsig,
         .cgroup_procs = o->cgroup_procs,
+        .keep_fd = o->keep_fd,
         .sigdfl = NULL, /* a worker starts from a clean slate: every signal */
         .report_errors = 1,
         .setup_exit = 127,

@@ -208,10 +208,16 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
         a->probe_lfd = -1;
     }
     if (pm->port > 0) {
-        int fd = dsl_net_listen(NULL, pm->port, 64, err);
+        /* backlog as the store's: ranks may queue here before rank 0 takes it over */
+        const char *bind = pm->bind;
+        int fd = dsl_net_listen(bind, pm->port, 1024, err);
+        if (fd == -EADDRNOTAVAIL || fd == -EINVAL) { /* not an address of this node */
+            bind = NULL;
+            fd = dsl_net_listen(NULL, pm->port, 1024, err);
+        }
         if (fd < 0 && pm->pick) {
             m.port_busy = 1;
-            fd = dsl_net_listen(NULL, 0, 64, err);
+            fd = dsl_net_listen(bind, 0, 1024, err);
         } else if (fd < 0) {
             m.port_busy = 1;
         }
@@ -546,9 +552,19 @@ static const char *env_value(const struct dsl_strvec *env, const char *key)
 
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
-    if (a->probe_lfd >= 0) {
-        close(a->probe_lfd); /* release the master port for rank 0's store */
-        a->probe_lfd = -1;
+    /*
+     * A master port still held now is rank 0's: its store serves on this very socket
+     * (DSLAUNCH_STORE_FD), so no other job can take the port in between. Without
+     * rank 0 here it is released.
+     */
+    int store_fd = a->probe_lfd;
+    a->probe_lfd = -1;
+    int hosts_rank0 = 0;
+    for (int i = 0; i < sm->nranks; i++)
+        hosts_rank0 |= sm->ranks[i].rank == 0;
+    if (store_fd >= 0 && !hosts_rank0) {
+        close(store_fd);
+        store_fd = -1;
     }
     a->grace = sm->grace;
     a->keepalive = sm->keepalive;
@@ -585,6 +601,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             a->ranks[j].reported = 1;
         }
         begin_stop(a, SIGTERM, a->grace);
+        if (store_fd >= 0)
+            close(store_fd);
         return;
     }
     for (int i = 0; i < sm->nranks; i++) {
@@ -595,6 +613,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         apply_env(&env, &sm->env);
         apply_env(&env, &sm->ranks[i].env);
         dsl_agent_progress_rank(&a->prog, i, r->rank, &env);
+        if (r->rank == 0 && store_fd >= 0)
+            dsl_strvec_pushf(&env, DSL_ENV_STORE_FD "=%d", store_fd);
         struct dsl_strvec argv;
         dsl_strvec_init(&argv);
         dsl_strvec_pushv(&argv, (const char *const *)sm->argv.v);
@@ -608,6 +628,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .new_pgroup = 1,
             .pdeathsig = SIGKILL,
             .cgroup_procs = dsl_contain_procs(&a->contain, i),
+            .keep_fd = r->rank == 0 && store_fd >= 0 ? store_fd : 0,
         };
         struct dsl_proc p;
         char err[DSL_ERR_LEN];
@@ -615,6 +636,10 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         int rc = dsl_spawn(&p, &so, err);
         dsl_strvec_release(&env);
         dsl_strvec_release(&argv);
+        if (r->rank == 0 && store_fd >= 0) {
+            close(store_fd); /* rank 0 has it now (or failed to start) */
+            store_fd = -1;
+        }
         if (rc < 0) {
             struct dsl_msg m;
             dsl_msg_init(&m, DSL_MSG_SPAWNERR);
@@ -629,6 +654,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
                 a->ranks[j].reported = 1;
             }
             begin_stop(a, SIGTERM, a->grace);
+            if (store_fd >= 0)
+                close(store_fd);
             return;
         }
         r->pid = p.pid;
@@ -643,6 +670,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         send_msg(a, &m);
         dsl_msg_release(&m);
     }
+    if (store_fd >= 0)
+        close(store_fd);
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)

@@ -546,6 +546,9 @@ int dsl_job_run(struct dsl_job *job)
     if (!job->plan->all_local || job->opts->mode == DSL_MODE_CHECK) {
         if ((code = dsl_job_probe(job, sp[0])) != 0)
             goto out;
+    } else if (dsl_plan_rank0_takes_port(job->plan)) {
+        if ((code = dsl_job_reserve_port(job, sp[0])) != 0)
+            goto out;
     }
     if (job->opts->mode == DSL_MODE_CHECK || (job->opts->verbose >= 2) ||
         (!job->plan->all_local && job->opts->verbose >= 1))

@@ -47,5 +47,11 @@ void dsl_job_stop(struct dsl_job *job, int sig, double grace);
 /** Preflight on the hellos: protocol and dslaunch versions, slots within GPU counts. */
 int dsl_job_check_hellos(struct dsl_job *job);
 void dsl_job_print_preflight(struct dsl_job *job);
+/**
+ * For a job on this machine whose rank 0 takes the port (dsl_plan_rank0_takes_port):
+ * node 0's agent binds the master port on 127.0.0.1 (or a free one when the default is
+ * busy) and holds it for rank 0; sets the plan's master_port. 0 or an exit code.
+ */
+int dsl_job_reserve_port(struct dsl_job *job, int sig_rfd);
 
 #endif

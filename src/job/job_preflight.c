@@ -10,10 +10,18 @@
  *      (or --master_addr) on that port, reports which it reached, the interface its
  *      kernel routes through to the first one, and checks the program and the cwd.
  * The first address every node reached becomes MASTER_ADDR; node 0's interface is the
- * one that holds it. A third round (an empty probe) makes node 0 release the port
- * before anything starts, so rank 0's rendezvous store can bind it and no rank can
- * reach a listener that is about to close.
+ * one that holds it. When rank 0 is dstrain or dsbench (dsl_plan_rank0_takes_port),
+ * node 0's agent keeps the socket and hands it to rank 0, whose store serves on it: the
+ * port is never free between the probe and the store, and a rank that connects early
+ * waits in the listener's backlog. For any other program a third round (an empty probe)
+ * makes node 0 release the port before anything starts, so that program can bind it and
+ * no rank can reach a listener that is about to close.
+ *
+ * Jobs on this machine alone skip the probe, but for dstrain and dsbench the agent
+ * still reserves the port (round 1 without checks, dsl_job_reserve_port): two jobs
+ * started at once then never both choose 29500.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +170,52 @@ static int is_loopback(const char *a)
 }
 
 /*
+ * Round 1: node 0's agent binds the master port and holds it, or, when the port was not
+ * given and is busy, binds a free one. It listens on --master_addr (or 127.0.0.1 for a
+ * job on this machine) when that is known now, else on every address. Sets the plan's
+ * master_port. 0 or an exit code.
+ */
+static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const char *cwd)
+{
+    struct dsl_job_node *n0 = &job->nodes[0];
+    struct dsl_msg m;
+    struct in_addr ia;
+    int r;
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.port = job->plan->master_port;
+    m.pick = !job->opts->master_port_given;
+    m.program = dsl_xstrdup(prog);
+    m.cwd = dsl_xstrdup(cwd);
+    const char *bind = job->opts->master_addr ? job->opts->master_addr
+                       : job->plan->all_local ? "127.0.0.1"
+                                              : NULL;
+    if (bind && inet_pton(AF_INET, bind, &ia) == 1)
+        m.bind = dsl_xstrdup(bind);
+    n0->have_probed = 0;
+    dsl_job_node_send(n0, &m);
+    dsl_job_node_flush(n0);
+    dsl_msg_release(&m);
+    if ((r = wait_probed(job, sig_rfd, 0, 1)) != 0)
+        return r;
+    if (!n0->probed.port) {
+        dsl_error("preflight: master port %d is busy on '%s'%s; nothing was started",
+                  job->plan->master_port, n0->pn->host,
+                  job->opts->master_port_given ? "; choose another with --master_port" : "");
+        return DSL_EXIT_PREFLIGHT;
+    }
+    if (n0->probed.port_busy)
+        dsl_info("master port %d is busy on '%s'; using %d", job->plan->master_port, n0->pn->host,
+                 n0->probed.port);
+    job->plan->master_port = n0->probed.port;
+    return 0;
+}
+
+int dsl_job_reserve_port(struct dsl_job *job, int sig_rfd)
+{
+    return hold_port(job, sig_rfd, "", "");
+}
+
+/*
  * The multi-node probe (see the theory above). Fills master_addr, master_port and
  * every node's iface. Returns 0 or an exit code.
  */
@@ -172,27 +226,8 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     int r;
     const char *prog = job->plan->argv.nr ? job->plan->argv.v[0] : "";
     /* round 1: node 0 holds the port */
-    dsl_msg_init(&m, DSL_MSG_PROBE);
-    m.port = job->plan->master_port;
-    m.pick = !job->opts->master_port_given;
-    m.program = dsl_xstrdup(prog);
-    m.cwd = dsl_xstrdup(job->plan->cwd);
-    dsl_job_node_send(n0, &m);
-    dsl_job_node_flush(n0);
-    if ((r = wait_probed(job, sig_rfd, 0, 1)) != 0) {
-        dsl_msg_release(&m);
+    if ((r = hold_port(job, sig_rfd, prog, job->plan->cwd)) != 0)
         return r;
-    }
-    if (!n0->probed.port) {
-        dsl_error("preflight: master port %d is busy on '%s'%s", job->plan->master_port, n0->pn->host,
-                  job->opts->master_port_given ? "; choose another with --master_port" : "");
-        dsl_msg_release(&m);
-        return DSL_EXIT_PREFLIGHT;
-    }
-    if (n0->probed.port_busy)
-        dsl_info("master port %d is busy on '%s'; using %d", job->plan->master_port, n0->pn->host,
-                 n0->probed.port);
-    job->plan->master_port = n0->probed.port;
 
     /* round 2: everyone else test-connects to node 0's candidate addresses */
     struct dsl_strvec cand;
@@ -212,7 +247,6 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
         if (cand.nr == 0)
             dsl_strvec_push(&cand, "127.0.0.1");
     }
-    dsl_msg_release(&m);
     dsl_msg_init(&m, DSL_MSG_PROBE);
     m.port = 0;
     m.cport = job->plan->master_port;
@@ -276,6 +310,8 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_strvec_release(&cand);
     if (bad)
         return DSL_EXIT_PREFLIGHT;
+    if (dsl_plan_rank0_takes_port(job->plan))
+        return 0; /* node 0's agent hands the held socket to rank 0's store */
     /*
      * Round 3: node 0 lets go of the master port before any rank starts anywhere. Were
      * it released only when node 0 gets "start", a rank of a faster node could connect

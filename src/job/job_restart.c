@@ -289,8 +289,8 @@ int dsl_restart_run(struct dsl_plan *p)
         }
         dsl_plan_restart(p, drop);
         free(drop);
-        dsl_plan_new_ids(p);
-        if (p->all_local && dsl_plan_check_local_port(p, o->verbose < 1, err) < 0) {
+        if (dsl_plan_new_ids(p, err) < 0 ||
+            (p->all_local && dsl_plan_check_local_port(p, o->verbose < 1, err) < 0)) {
             dsl_error("%s", err);
             snprintf(att[natt - 1].next, sizeof(att[natt - 1].next),
                      "not restarting: %.200s", err);

@@ -55,6 +55,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->detail);
     free(m->program);
     free(m->ld_path);
+    free(m->bind);
     if (m->facts) {
         dsl_facts_release(m->facts);
         free(m->facts);
@@ -151,6 +152,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             cJSON_AddNumberToObject(o, "diag", m->diag);
         if (m->ld_path)
             add_str(o, "ld_path", m->ld_path);
+        if (m->bind)
+            add_str(o, "bind", m->bind);
         break;
     case DSL_MSG_PROBED: {
         cJSON_AddNumberToObject(o, "port", m->port);
@@ -420,6 +423,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             TRY(get_int(o, "diag", &m->diag, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "ld_path"))
             TRY(get_str(o, "ld_path", &m->ld_path, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "bind"))
+            TRY(get_str(o, "bind", &m->bind, err));
         if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
             return dsl_seterr(err, DSL_EPROTO, "port out of range");
         break;

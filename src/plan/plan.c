@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -79,31 +80,46 @@ char *dsl_plan_program_name(const char *prog, const char *self_dir)
     return dsl_xstrdup(prog);
 }
 
-static void random_hex(char *out, size_t nbytes)
+/*
+ * Random bytes as hex, from getrandom() (the kernel's CSPRNG, blocking only until it is
+ * seeded at boot). There is no fallback: the token is the store's only credential.
+ */
+static int random_hex(char *out, size_t nbytes, char *err)
 {
     unsigned char raw[64];
+    size_t got = 0;
     if (nbytes > sizeof(raw))
         nbytes = sizeof(raw);
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    ssize_t got = fd >= 0 ? read(fd, raw, nbytes) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (got != (ssize_t)nbytes) {
-        /* no urandom: still unique enough to scope a job, not secret */
-        unsigned long x = (unsigned long)getpid() * 2654435761u ^ (unsigned long)dsl_now();
-        for (size_t i = 0; i < nbytes; i++) {
-            x = x * 6364136223846793005ul + 1442695040888963407ul;
-            raw[i] = (unsigned char)(x >> 33);
-        }
+    while (got < nbytes) {
+        ssize_t n = getrandom(raw + got, nbytes - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return dsl_seterr(err, n < 0 ? -errno : -EIO,
+                              "cannot make the job's secret token: getrandom: %s",
+                              n < 0 ? strerror(errno) : "no bytes");
+        got += (size_t)n;
     }
     for (size_t i = 0; i < nbytes; i++)
         snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
 }
 
-void dsl_plan_new_ids(struct dsl_plan *p)
+int dsl_plan_new_ids(struct dsl_plan *p, char *err)
 {
-    random_hex(p->run_id, 6);
-    random_hex(p->token, 16);
+    int r;
+    if ((r = random_hex(p->run_id, 6, err)) < 0 || (r = random_hex(p->token, 16, err)) < 0)
+        return r;
+    return 0;
+}
+
+int dsl_plan_rank0_takes_port(const struct dsl_plan *p)
+{
+    if (p->pl.world_size < 2 || !p->argv.nr)
+        return 0;
+    const char *slash = strrchr(p->argv.v[0], '/');
+    const char *base = slash ? slash + 1 : p->argv.v[0];
+    return !strcmp(base, "dstrain") || !strcmp(base, "dsbench");
 }
 
 static int load_hostfile(const struct dsl_launch_opts *o, struct dsl_hostfile *hf, int *synth,

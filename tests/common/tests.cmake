@@ -6,3 +6,5 @@ dsl_unit_test(test_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_progress.c LI
 dsl_unit_test(test_file SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_file.c LIBS dslcommon)
 # dslcommon: user text made safe for messages (quote.h), in dsl_seterr and excerpts.
 dsl_unit_test(test_quote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_quote.c LIBS dslcommon)
+# dslcommon: spawning children (the fd a child keeps across its exec).
+dsl_unit_test(test_spawn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_spawn.c LIBS dslcommon)

@@ -41,5 +41,10 @@
 /* ---- read by the ranks (set by the user when the defaults do not fit) ---- */
 #define DSL_ENV_COMM_TIMEOUT "DSLAUNCH_COMM_TIMEOUT"   /* seconds a collective may wait */
 #define DSL_ENV_STORE_TIMEOUT "DSLAUNCH_STORE_TIMEOUT" /* seconds to reach the store */
+#define DSL_ENV_STORE_INSECURE "DSLAUNCH_STORE_INSECURE" /* 1: a multi-rank store without
+                                                              a token is allowed */
+#define DSL_ENV_STORE_FD "DSLAUNCH_STORE_FD"   /* rank 0: the listening socket its agent
+                                                  reserved on MASTER_PORT, to serve on */
+#define DSL_ENV_STORE_DEBUG "DSLAUNCH_STORE_DEBUG" /* 1: the store prints its counters */
 
 #endif

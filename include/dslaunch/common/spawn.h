@@ -43,6 +43,8 @@ struct dsl_child_opts {
                            a failure is "cannot put 'argv[0]' into its cgroup: ..." */
     const int *sigdfl;  /* signals put back to SIG_DFL, 0-terminated; NULL: every one */
     int close_fds;      /* 1: close every fd above 2 before the exec or run */
+    int keep_fd;        /* an fd above 2 the child keeps at its number, CLOEXEC or not
+                           (an inherited listening socket; 0: none); close_fds spares it */
     int report_errors;  /* 1: wait until the child has exec'd (or run has started);
                            a failure is this call's error, and the child is reaped */
     int setup_exit;     /* exit status of a child whose set-up failed (0: 127); a failed
@@ -67,6 +69,7 @@ struct dsl_spawn_opts {
     int pdeathsig;     /* signal the child gets when the spawner dies (0: none) */
     const char *const *cgroup_procs; /* cgroup.procs files the child joins before its
                           exec (NULL-terminated; NULL: none), see dsl_child_opts */
+    int keep_fd;       /* an fd above 2 the child inherits at its number (0: none) */
 };
 
 struct dsl_proc {

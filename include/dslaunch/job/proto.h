@@ -16,7 +16,9 @@
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
  *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
- *                 ld_path (optional, the ranks' LD_LIBRARY_PATH for those facts)
+ *                 ld_path (optional, the ranks' LD_LIBRARY_PATH for those facts),
+ *                 bind (optional: the address to hold port on). A port still held when
+ *                 "start" arrives is handed to rank 0 (DSLAUNCH_STORE_FD)
  *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
  *                 iface, src (the interface and source address routing to the first
  *                 reached address), program_ok, cwd_ok, detail, facts (only when
@@ -153,6 +155,8 @@ struct dsl_msg {
     char *iface, *src, *detail, *program;
     int diag;                  /* probe: also collect facts (optional member) */
     char *ld_path;             /* probe: the ranks' LD_LIBRARY_PATH (optional, owned) */
+    char *bind;                /* probe: the IPv4 address to hold port on (optional,
+                                  owned; absent: every address) */
     struct dsl_facts *facts;   /* probed: NULL unless the probe asked (owned) */
     /* start */
     int node_rank;

@@ -67,8 +67,19 @@ int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err);
  */
 void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop);
 
-/** A fresh run id (12 hex digits) and job token (32 hex digits). */
-void dsl_plan_new_ids(struct dsl_plan *p);
+/**
+ * A fresh run id (12 hex digits) and job token (32 hex digits), from getrandom(); fails
+ * (err set) rather than make a guessable token.
+ */
+int dsl_plan_new_ids(struct dsl_plan *p, char *err);
+
+/**
+ * 1 when rank 0 takes over the listening socket its agent reserved on the master port
+ * (DSLAUNCH_STORE_FD): the program is dstrain or dsbench and there is more than one
+ * rank. Any other program binds MASTER_PORT itself, so the port is released before it
+ * starts.
+ */
+int dsl_plan_rank0_takes_port(const struct dsl_plan *p);
 
 /** The transport the plan uses: local, ssh, pdsh or openmpi. */
 const char *dsl_plan_launcher_name(const struct dsl_plan *p);

@@ -15,3 +15,15 @@ if(TARGET dstrain AND TARGET dslaunch)
                    $<TARGET_FILE:dstrain>)
   set_tests_properties(train_restart PROPERTIES LABELS flow TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# The store against strangers and the master port against a second job (store.sh).
+if(TARGET dstrain AND TARGET dslaunch)
+  foreach(t pairs given handoff flood ulimit token)
+    add_test(NAME train_store_${t}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/store.sh $<TARGET_FILE:dslaunch>
+                     $<TARGET_FILE:dstrain> ${t})
+    set_tests_properties(train_store_${t} PROPERTIES LABELS flow TIMEOUT 300
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+  # pairs holds the default master port 29500, as one case of flow_launch does
+  set_tests_properties(train_store_pairs PROPERTIES RUN_SERIAL TRUE)
+endif()

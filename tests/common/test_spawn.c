@@ -1,0 +1,65 @@
+/*
+ * dsl_spawn_child's keep_fd: the one fd a child keeps across its exec (the master port's
+ * listening socket an agent hands to rank 0), CLOEXEC or not, with or without close_fds,
+ * while the other fds are closed as before.
+ */
+#define _GNU_SOURCE /* pipe2 */
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/spawn.h"
+#include "test.h"
+
+/* Run sh -c "check" with keep_fd = keep; its exit status. */
+static int run_sh(const char *check, int keep, int close_fds)
+{
+    char *argv[] = {(char *)"sh", (char *)"-c", (char *)check, NULL};
+    struct dsl_child_opts o = {
+        .argv = argv,
+        .fd_in = DSL_SPAWN_DEVNULL,
+        .fd_out = DSL_SPAWN_KEEP,
+        .fd_err = DSL_SPAWN_KEEP,
+        .keep_fd = keep,
+        .close_fds = close_fds,
+        .report_errors = 1,
+    };
+    pid_t pid;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_spawn_child(&o, &pid, err));
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+TEST(spawn_should_keep_only_the_kept_fd_across_exec)
+{
+    int a[2], b[2];
+    ASSERT_OK(pipe2(a, O_CLOEXEC));
+    ASSERT_OK(pipe(b)); /* not CLOEXEC: close_fds must close it */
+    char check[256];
+    snprintf(check, sizeof(check), "[ -e /proc/$$/fd/%d ] && ! [ -e /proc/$$/fd/%d ]", a[0],
+             a[1]);
+    /* a CLOEXEC fd survives when kept; its CLOEXEC sibling does not */
+    ASSERT_EQ(run_sh(check, a[0], 0), 0);
+    ASSERT_EQ(run_sh(check, 0, 0), 1);
+    /* close_fds closes everything else, the kept fd excepted, on either side of it */
+    snprintf(check, sizeof(check),
+             "[ -e /proc/$$/fd/%d ] && ! [ -e /proc/$$/fd/%d ] && ! [ -e /proc/$$/fd/%d ]", a[0],
+             b[0], b[1]);
+    ASSERT_EQ(run_sh(check, a[0], 1), 0);
+    snprintf(check, sizeof(check), "[ -e /proc/$$/fd/%d ] && ! [ -e /proc/$$/fd/%d ]", b[1],
+             a[0]);
+    ASSERT_EQ(run_sh(check, b[1], 1), 0);
+    /* the parent's copy keeps its CLOEXEC flag */
+    ASSERT((fcntl(a[0], F_GETFD) & FD_CLOEXEC) != 0);
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
+int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }
