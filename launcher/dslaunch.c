@@ -13,6 +13,7 @@
  * half a job running.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@
 
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
+#include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/job/agent.h"
@@ -97,6 +100,22 @@ static int check_local(struct dsl_plan *plan, char *err)
     return 0;
 }
 
+/* --save_pid (DeepSpeed's): "/tmp/<pid>.ds" holds this launcher's pid while it runs;
+ * made without following a link someone else planted at the name. */
+static int save_pid(char **path, char *err)
+{
+    char *p = dsl_xasprintf("/tmp/%ld.ds", (long)getpid());
+    int fd = dsl_file_create(AT_FDCWD, p, p, 0644, DSL_FILE_REPLACE, err);
+    if (fd < 0) {
+        free(p);
+        return fd;
+    }
+    dprintf(fd, "%ld\n", (long)getpid());
+    close(fd);
+    *path = p;
+    return 0;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     struct dsl_launch_opts opts;
@@ -156,7 +175,17 @@ static int cmd_run(int argc, char **argv)
     }
     if (opts.sync_paths.nr && (code = sync_first(&opts, &plan.pl)) != 0)
         goto out;
+    char *pidfile = NULL;
+    if (opts.save_pid && save_pid(&pidfile, err) < 0) {
+        dsl_error("%s", err);
+        code = DSL_EXIT_USAGE;
+        goto out;
+    }
     code = dsl_restart_run(&plan);
+    if (pidfile) {
+        unlink(pidfile);
+        free(pidfile);
+    }
 
 out:
     dsl_plan_release(&plan);

@@ -617,9 +617,13 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             dsl_strvec_pushf(&env, DSL_ENV_STORE_FD "=%d", store_fd);
         struct dsl_strvec argv;
         dsl_strvec_init(&argv);
-        dsl_strvec_pushv(&argv, (const char *const *)sm->argv.v);
-        if (sm->local_rank_arg)
-            dsl_strvec_pushf(&argv, "--local_rank=%d", r->local_rank);
+        /* "--local_rank=N" goes before argv[local_rank_arg] (0: nowhere) */
+        for (size_t k = 0; k <= sm->argv.nr; k++) {
+            if (sm->local_rank_arg > 0 && (size_t)sm->local_rank_arg == k)
+                dsl_strvec_pushf(&argv, "--local_rank=%d", r->local_rank);
+            if (k < sm->argv.nr)
+                dsl_strvec_push(&argv, sm->argv.v[k]);
+        }
         struct dsl_spawn_opts so = {
             .argv = argv.v,
             .env = env.v,

@@ -271,7 +271,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
         dsl_strvec_pushf(&rs->env, DSL_ENV_RANK "=%d", rs->rank);
         dsl_strvec_pushf(&rs->env, DSL_ENV_LOCAL_RANK "=%d", s);
     }
-    m->local_rank_arg = job->opts->local_rank_arg;
+    m->local_rank_arg = job->plan->local_rank_at;
     dsl_job_hang_start_msg(job, m);
 }
 

@@ -68,6 +68,17 @@ static int set_master_port(void *target, const struct dsl_opt *d, const char *va
     return 0;
 }
 
+/* DeepSpeed launcher flags dslaunch has no feature for: say what to use instead */
+static int not_here(void *target, const struct dsl_opt *d, const char *val, char *err)
+{
+    (void)target;
+    (void)val;
+    return dsl_seterr(err, DSL_EUSAGE, "option '--%s' is DeepSpeed's; dslaunch has no such "
+                      "feature: %s", d->name, d->data);
+}
+
+#define NOT_HERE(n, arg, what) {n, 0, DSL_OPT_CALL, 0, arg, NULL, NULL, 0, 0, not_here, 0, what}
+
 static const struct dsl_opt opts[] = {
     STR("hostfile", 'H', hostfile, "FILE", "DeepSpeed hostfile ('host slots=N' lines)",
         "the Slurm allocation, else /job/hostfile if present, else localhost"),
@@ -105,7 +116,17 @@ static const struct dsl_opt opts[] = {
          "stop the job after this long, with stacks and a report; 0 = none", "none", 0,
          366 * DAY),
     FLAG("local_rank_arg", local_rank_arg,
-         "append --local_rank=N to the program's arguments (old DeepSpeed scripts)"),
+         "append --local_rank=N to any program's arguments (Python scripts get it anyway)"),
+    FLAG("no_local_rank", no_local_rank,
+         "do not pass --local_rank=N to a Python script (LOCAL_RANK is in the env either way)"),
+    FLAG("no_python", no_python,
+         "run PROGRAM itself even when it ends in .py (by default python3 -u runs it)"),
+    {"module", 'm', DSL_OPT_FLAG, OFF(module), NULL,
+     "PROGRAM is a Python module: python3 -u -m PROGRAM", NULL, 0, 0, NULL, 0, NULL},
+    FLAG("force_multi", force_multi,
+         "the ssh transport even when every host is this machine (DeepSpeed's name)"),
+    FLAG("save_pid", save_pid, "write dslaunch's pid to /tmp/<pid>.ds while it runs (DeepSpeed's name)"),
+    STR("enable_each_rank_log", 0, log_dir, "DIR", "DeepSpeed's name for --log-dir", NULL),
     INT("max_restarts", max_restarts, "N",
         "after a rank fails or a node is lost, tear down and start again, N times at most",
         "0", 0, 1000),
@@ -138,6 +159,15 @@ static const struct dsl_opt opts[] = {
     SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
     STR("connect", 0, agent_connect, "ADDR:PORT", NULL, NULL),    /* internal */
     STR("token", 0, agent_token, "T", NULL, NULL),                /* internal */
+    NOT_HERE("autotuning", "MODE", "tune the batch size and ZeRO settings with DeepSpeed's "
+             "autotuner, then launch the result here"),
+    NOT_HERE("elastic_training", NULL, "for a job that survives lost nodes use --max-restarts N "
+             "with --exclude-failed-nodes and --min-nodes (docs/reliability.md, Restarts)"),
+    NOT_HERE("min_elastic_nodes", "N", "use --min-nodes with --max-restarts and "
+             "--exclude-failed-nodes (docs/reliability.md, Restarts)"),
+    NOT_HERE("max_elastic_nodes", "N", "the job runs on the hosts of the hostfile; restarts "
+             "(--max-restarts) can only leave nodes out"),
+    NOT_HERE("no_ssh_check", NULL, "the preflight always checks every host; leave the flag out"),
     SET("help", 'h', mode, "show this help", DSL_MODE_HELP),
     SET("version", 'V', mode, "show the version", DSL_MODE_VERSION),
 };
@@ -201,6 +231,11 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
         return 0;
     if (o->agent_connect || o->agent_token)
         return dsl_seterr(err, DSL_EUSAGE, "--connect and --token are for --agent only");
+    if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
+        o->launcher = DSL_LAUNCHER_SSH;
+    if (o->module && o->no_python)
+        return dsl_seterr(err, DSL_EUSAGE, "--module runs PROGRAM with python3, --no_python "
+                          "without: give one of them");
     if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)

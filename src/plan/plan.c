@@ -210,8 +210,13 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
         free(key);
     }
     cJSON *argv = cJSON_AddArrayToObject(o, "argv");
-    for (size_t i = 0; i < p->argv.nr; i++)
+    for (size_t i = 0; i < p->argv.nr; i++) {
+        if (p->local_rank_at && (size_t)p->local_rank_at == i)
+            cJSON_AddItemToArray(argv, cJSON_CreateString("--local_rank=<LOCAL_RANK>"));
         cJSON_AddItemToArray(argv, cJSON_CreateString(p->argv.v[i]));
+    }
+    if (p->local_rank_at && (size_t)p->local_rank_at == p->argv.nr)
+        cJSON_AddItemToArray(argv, cJSON_CreateString("--local_rank=<LOCAL_RANK>"));
     char *s = cJSON_Print(o);
     fputs(s, out);
     fputc('\n', out);
@@ -310,11 +315,27 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         char *slash = strrchr(dir, '/');
         if (slash)
             *slash = '\0';
-        char *prog = dsl_plan_program_name(o->argv.v[0], slash ? dir : NULL);
+        const char *first = o->argv.v[0];
+        size_t flen = strlen(first);
+        int python = !o->no_python &&
+                     (o->module || (flen > 3 && !strcmp(first + flen - 3, ".py")));
+        if (python) {
+            /* as DeepSpeed runs a script: python3 -u SCRIPT --local_rank=N ARGS */
+            dsl_strvec_push(&p->argv, "python3");
+            dsl_strvec_push(&p->argv, "-u");
+            if (o->module)
+                dsl_strvec_push(&p->argv, "-m");
+            dsl_strvec_push(&p->argv, first);
+        } else {
+            dsl_strvec_push_nodup(&p->argv, dsl_plan_program_name(first, slash ? dir : NULL));
+        }
         free(dir);
-        dsl_strvec_push_nodup(&p->argv, prog);
+        if (python && !o->no_local_rank)
+            p->local_rank_at = (int)p->argv.nr;
         for (size_t i = 1; i < o->argv.nr; i++)
             dsl_strvec_push(&p->argv, o->argv.v[i]);
+        if (!p->local_rank_at && o->local_rank_arg)
+            p->local_rank_at = (int)p->argv.nr;
     }
 
     if (pl->nr < o->min_nodes)

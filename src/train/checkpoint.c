@@ -151,6 +151,56 @@ int dsl_ckpt_prepare(const char *dir, const char *tag, char *err)
     return r;
 }
 
+#define PROBE_PREFIX ".dstrain-shared-"
+
+int dsl_ckpt_probe_write(const char *dir, const char *hex, char *err)
+{
+    int r;
+    if ((r = mkdir_p(dir)) < 0)
+        return dsl_seterr(err, r, "cannot create checkpoint directory '%s': %s", dir,
+                          strerror(-r));
+    char *path = dsl_xasprintf("%s/" PROBE_PREFIX "%s", dir, hex);
+    int fd = dsl_file_create(AT_FDCWD, path, path, 0644, DSL_FILE_FAIL, err);
+    if (fd >= 0) {
+        size_t len = strlen(hex);
+        if (write(fd, hex, len) != (ssize_t)len)
+            fd = dsl_seterr(err, -EIO, "cannot write '%s': %s", path, strerror(errno));
+        else if (close(fd) < 0)
+            fd = dsl_seterr(err, -errno, "cannot write '%s': %s", path, strerror(errno));
+        if (fd < 0)
+            unlink(path);
+    }
+    free(path);
+    return fd < 0 ? fd : 0;
+}
+
+int dsl_ckpt_probe_sees(const char *dir, const char *hex, char *err)
+{
+    char *path = dsl_xasprintf("%s/" PROBE_PREFIX "%s", dir, hex);
+    size_t size;
+    int fd = dsl_file_open_regular(path, &size, err), r = 0;
+    if (fd == -ENOENT) {
+        r = 0;
+    } else if (fd < 0) {
+        r = fd;
+    } else {
+        char buf[128];
+        size_t len = strlen(hex);
+        ssize_t n = size == len && len < sizeof(buf) ? read(fd, buf, len) : -1;
+        r = n == (ssize_t)len && !memcmp(buf, hex, len);
+        close(fd);
+    }
+    free(path);
+    return r;
+}
+
+void dsl_ckpt_probe_remove(const char *dir, const char *hex)
+{
+    char *path = dsl_xasprintf("%s/" PROBE_PREFIX "%s", dir, hex);
+    unlink(path);
+    free(path);
+}
+
 static void meta_common(struct dsl_strvec *m, const struct dsl_strvec *user, const char *kind,
                         const char *tag, size_t numel)
 {

@@ -66,6 +66,16 @@ void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len)
  *  <dir>/<tag>.partial (removing a stale one). */
 int dsl_ckpt_prepare(const char *dir, const char *tag, char *err);
 
+/*
+ * Is dir one directory every rank sees? Rank 0 writes <dir>/.dstrain-shared-<hex> with
+ * hex as its content (creating dir if needed; the name must be new), every rank reads
+ * it back, rank 0 removes it. dsl_ckpt_probe_sees returns 1 when the file holds hex,
+ * 0 when it is missing or holds something else, a negative code with err otherwise.
+ */
+int dsl_ckpt_probe_write(const char *dir, const char *hex, char *err);
+int dsl_ckpt_probe_sees(const char *dir, const char *hex, char *err);
+void dsl_ckpt_probe_remove(const char *dir, const char *hex);
+
 /** Rank 0: the parameters, one tensor per view, into the partial directory; world is
  *  the number of optimizer shards that will be written. meta: the caller's
  *  "key=value" entries (may be NULL). */

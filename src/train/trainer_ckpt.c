@@ -35,6 +35,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "dslaunch/comm/comm.h"
@@ -259,10 +262,65 @@ static int auto_has_latest(struct dsl_trainer *t, const char *dir, char *err)
     return f[1];
 }
 
+/*
+ * Before the first save or load: is checkpoint_dir one directory every rank sees? Rank
+ * 0 writes a probe file with a random name, every rank reads it back, and all agree.
+ * On storage the nodes do not share, the job stops now, naming the directory and the
+ * host that cannot see rank 0's file, instead of at the first save with a bare ENOENT
+ * from some rank. Collective.
+ */
+static int check_shared_dir(struct dsl_trainer *t, const char *dir, char *err)
+{
+    char myerr[DSL_ERR_LEN] = "", hex[17];
+    int32_t v[3] = {0, INT32_MIN, INT32_MIN}; /* rank 0 failed; its nonce (MAX wins) */
+    if (t->rank == 0) {
+        uint32_t raw[2] = {0, 0};
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+            raw[0] = (uint32_t)getpid(), raw[1] = (uint32_t)time(NULL);
+        v[1] = (int32_t)(raw[0] & 0x7fffffffu);
+        v[2] = (int32_t)(raw[1] & 0x7fffffffu);
+        snprintf(hex, sizeof(hex), "%08" PRIx32 "%08" PRIx32, (uint32_t)v[1], (uint32_t)v[2]);
+        v[0] = dsl_ckpt_probe_write(dir, hex, myerr) < 0;
+    }
+    int r = dsl_trainer_allreduce_host(t, v, 3, DSL_INT32, DSL_MAX);
+    if (r < 0)
+        return dsl_seterr(err, r, "checkpoint_dir '%s': %s", dir, dsl_trainer_last_error(t));
+    if (v[0])
+        return t->rank == 0 ? dsl_seterr(err, DSL_ECHECKPOINT, "%s", myerr)
+                            : dsl_seterr(err, DSL_ECHECKPOINT,
+                                         "rank 0 cannot write to checkpoint_dir '%s'", dir);
+    snprintf(hex, sizeof(hex), "%08" PRIx32 "%08" PRIx32, (uint32_t)v[1], (uint32_t)v[2]);
+    int sees = dsl_ckpt_probe_sees(dir, hex, myerr);
+    int32_t w[1] = {sees == 1 ? -1 : t->rank}; /* the highest rank that does not see it */
+    r = dsl_trainer_allreduce_host(t, w, 1, DSL_INT32, DSL_MAX);
+    if (t->rank == 0)
+        dsl_ckpt_probe_remove(dir, hex);
+    if (r < 0)
+        return dsl_seterr(err, r, "checkpoint_dir '%s': %s", dir, dsl_trainer_last_error(t));
+    if (w[0] < 0)
+        return 0;
+    char host[256] = "?";
+    gethostname(host, sizeof(host) - 1);
+    if (sees != 1)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint_dir '%s' is not shared: this rank (host '%s') does not "
+                          "see the file rank 0 wrote there%s%s; every node must see the same "
+                          "directory, on a filesystem they share (docs/trainer.md)",
+                          dir, host, sees < 0 ? ": " : "", sees < 0 ? myerr : "");
+    return dsl_seterr(err, DSL_ECHECKPOINT,
+                      "checkpoint_dir '%s' is not shared: rank %d does not see the file rank 0 "
+                      "wrote there; every node must see the same directory, on a filesystem "
+                      "they share (docs/trainer.md)",
+                      dir, (int)w[0]);
+}
+
 static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
     if (dir && *dir) {
+        int r = check_shared_dir(t, dir, err);
+        if (r < 0)
+            return r;
         s->ro.save = dsl_train_save_hook;
         s->ro.save_ctx = s;
     }

@@ -165,7 +165,7 @@ struct dsl_msg {
     struct dsl_rank_spec *ranks;
     int nranks;
     double grace, keepalive;
-    int local_rank_arg;
+    int local_rank_arg;  /* "--local_rank=N" goes before argv[local_rank_arg]; 0: none */
     double mem_limit;          /* optional (0: none) */
     /* started / out / exit / spawnerr */
     int rank, stream, cr, code, sig;

@@ -64,7 +64,12 @@ struct dsl_launch_opts {
     size_t rank_memory_limit;  /* --rank-memory-limit bytes per rank's cgroup (0: none) */
     double hang_timeout;       /* --hang-timeout (-1: auto, 0: off) */
     double job_timeout;        /* --job-timeout (0: none) */
-    int local_rank_arg;        /* --local_rank_arg: append --local_rank=N */
+    int local_rank_arg;        /* --local_rank_arg: append --local_rank=N to any program */
+    int no_local_rank;         /* --no_local_rank: not even to a Python script */
+    int no_python;             /* --no_python: run a .py PROGRAM itself, not with python3 */
+    int module;                /* --module, -m: PROGRAM is a module: python3 -u -m PROGRAM */
+    int force_multi;           /* --force_multi: the ssh transport even for this machine */
+    int save_pid;              /* --save_pid: write /tmp/<pid>.ds while running */
     int max_restarts;          /* --max-restarts: run again after a failure, N times (0) */
     int exclude_failed_nodes;  /* --exclude-failed-nodes: restarts leave failed nodes out */
     int min_nodes;             /* --min-nodes: no restart on fewer nodes (1) */

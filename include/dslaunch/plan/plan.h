@@ -25,7 +25,9 @@ struct dsl_plan {
     struct dsl_hostfile hf;
     struct dsl_placement pl;
     struct dsl_strvec exported;   /* the export set: "K=V" entries */
-    struct dsl_strvec argv;       /* resolved program + args */
+    struct dsl_strvec argv;       /* resolved program + args (python3 -u [-m] for Python) */
+    int local_rank_at;            /* each rank gets "--local_rank=N" inserted before
+                                     argv[local_rank_at] (== argv.nr: appended); 0: none */
     char *self_exe;               /* this dslaunch */
     char *cwd;                    /* working directory for ranks */
     char *master_addr;

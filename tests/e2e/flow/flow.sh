@@ -265,6 +265,51 @@ expect_success "--local_rank_arg appends --local_rank=N" '
     assert_not_grep "$(printf %s --local_rank | od -An -tx1 | tr -d " \n")" out
 '
 
+expect_success "a .py PROGRAM runs with python3 -u and gets --local_rank=N after the script, as DeepSpeed does" '
+    printf "import os, sys\nprint(\"argv\", os.environ[\"LOCAL_RANK\"], sys.argv[1:], open(\"/proc/self/cmdline\").read().split(chr(0))[1])\n" >train.py
+    run_capture rc out err "$DSL" --include localhost:0,1 train.py --epochs 3 -- x
+    cat err
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] argv 0 \[.--local_rank=0., .--epochs., .3., .--., .x.\] -u$" out
+    assert_grep "^\[rank 1\] argv 1 \[.--local_rank=1., .--epochs., .3., .--., .x.\] -u$" out
+    run_capture rc out err "$DSL" --include localhost:0 --no_local_rank train.py a
+    assert_grep "^\[rank 0\] argv 0 \[.a.\] -u$" out
+    run_capture rc out err "$DSL" --include localhost:0 --dry-run train.py a
+    python3 -c "import json; d=json.load(open(\"out\")); assert d[\"argv\"]==[\"python3\",\"-u\",\"train.py\",\"--local_rank=<LOCAL_RANK>\",\"a\"], d[\"argv\"]"
+    chmod 755 train.py
+    sed -i "1i #!/usr/bin/env python3" train.py
+    run_capture rc out err "$DSL" --include localhost:0 --no_python ./train.py a
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] argv 0 \[.a.\]" out
+'
+
+expect_success "--module runs python3 -u -m MODULE; DeepSpeed flags without a feature here say what to use" '
+    mkdir -p pkg && printf "import os, sys\nprint(\"mod\", os.environ[\"RANK\"], sys.argv[1:])\n" >pkg/__main__.py
+    run_capture rc out err "$DSL" --include localhost:0,1 -m pkg y
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 1\] mod 1 \[.--local_rank=1., .y.\]$" out
+    run_capture rc out err "$DSL" --module --no_python pkg
+    assert_eq "$rc" 2
+    run_capture rc out err "$DSL" --elastic_training "$W" env
+    assert_eq "$rc" 2
+    assert_grep "option .--elastic_training. is DeepSpeed.s; dslaunch has no such feature: .*--max-restarts" err
+    run_capture rc out err "$DSL" --autotuning tune "$W" env
+    assert_eq "$rc" 2
+    assert_grep "autotuner" err
+    run_capture rc out err "$DSL" --include localhost:0 --enable_each_rank_log logs "$W" env
+    assert_eq "$rc" 0
+    assert_grep "RANK=0" logs/rank0.log
+'
+
+expect_success "--save_pid writes /tmp/<pid>.ds while dslaunch runs and removes it" '
+    "$DSL" --include localhost:0 --save_pid sh -c "cat /tmp/\$PPID.ds >/dev/null; sleep 0.5" &
+    pid=$!
+    for i in $(seq 50); do [ -f /tmp/$pid.ds ] && break; sleep 0.1; done
+    assert_eq "$(cat /tmp/$pid.ds)" "$pid"
+    wait $pid
+    [ ! -e /tmp/$pid.ds ] || fail "/tmp/$pid.ds left behind"
+'
+
 expect_success "a missing program is reported before anything starts (127)" '
     run_capture rc out err "$DSL" --include localhost:0,1 ./no-such-program
     assert_eq "$rc" 127

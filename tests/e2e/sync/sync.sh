@@ -14,7 +14,7 @@ CL=$DSL_CLUSTER_SH
 P=$PRIVATE_DIR
 [ -n "$P" ] || { echo "Bail out! the cluster has no private directory"; exit 1; }
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
-trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one "$P"/cs "$P"/cs2' EXIT
+trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one "$P"/cs "$P"/cs2 "$P"/ckpt' EXIT
 cd "$T_TMP"
 
 # What a node (or this host with node 0) holds under $P/tree: types, modes, sizes,
@@ -230,6 +230,28 @@ expect_success "an unreachable node fails with exit 200 naming it; the others ar
     assert_grep "sync: cannot connect to node3" err
     assert_grep "sync failed on 1 of 3 hosts" err
     same_on_nodes 1 2
+'
+
+# The nodes do not share $P: a checkpoint_dir there is refused before the first step,
+# by the rank that cannot see rank 0's probe file, instead of a bare ENOENT at the
+# first save; a directory every node sees (this host's /tmp) works.
+expect_success "dstrain checkpoints on storage the nodes do not share: refused at start, naming it" '
+    TINY="--data synthetic --synthetic-train 256 --synthetic-test 64 --synthetic-dim 16 --hidden 16 --train-batch 12 --micro-batch 2 --steps 4 --backend tcp --steps-per-print 0"
+    run_capture rc out err "$DSL" "${SSH[@]}" train $TINY --checkpoint-dir "$P/ckpt"
+    cat out err
+    [ "$rc" != 0 ] || fail "a job with an unshared checkpoint_dir succeeded"
+    assert_grep "checkpoint_dir .$P/ckpt. is not shared" err
+    assert_grep "on a filesystem they share" err
+    assert_not_grep "step 4/4" out
+    [ -z "$(ls -A "$P/ckpt" 2>/dev/null)" ] || fail "probe left on this host: $(ls -A "$P/ckpt")"
+    for n in 1 2 3; do
+        [ -z "$("$CL" mnt "$D" $n sh -c "ls -A \"$P/ckpt\" 2>/dev/null")" ] || fail "probe left on node$n"
+    done
+    run_capture rc out err "$DSL" "${SSH[@]}" train $TINY --checkpoint-dir "$T_TMP/ckpt"
+    cat err
+    assert_eq "$rc" 0 "exit code with a shared checkpoint_dir"
+    [ -f "$T_TMP/ckpt/latest" ] || fail "no checkpoint in the shared directory"
+    [ -z "$(ls -A "$T_TMP/ckpt" | grep dstrain-shared)" ] || fail "probe file left behind"
 '
 
 expect_success "usage errors: no paths, missing source" '
