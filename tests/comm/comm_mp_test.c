@@ -102,9 +102,18 @@ static int run_world(int world, rank_fn fn, int det, const char *timeout, int ex
     snprintf(port, sizeof(port), "%d", free_port());
     snprintf(ws, sizeof(ws), "%d", world);
     pid_t pids[16];
+    /* With a rank killed, a survivor must not exit before every survivor has its error:
+     * its exit would be a second death for the slower ones to see first (a real job's
+     * launcher names the first death itself). Survivors report on done, then wait for
+     * the gate to close. */
+    int done[2], gate[2];
+    if (pipe(done) < 0 || pipe(gate) < 0)
+        return 1;
     for (int r = 0; r < world; r++) {
         pid_t pid = fork();
         if (pid == 0) {
+            close(done[0]);
+            close(gate[1]);
             char rs[16], err[DSL_ERR_LEN] = "";
             snprintf(rs, sizeof(rs), "%d", r);
             setenv("RANK", rs, 1);
@@ -125,11 +134,25 @@ static int run_world(int world, rank_fn fn, int det, const char *timeout, int ex
                 _exit(2);
             }
             int bad = fn(c, r, world);
+            if (expect_kill) {
+                char b = 1, x;
+                if (write(done[1], &b, 1) != 1 || read(gate[0], &x, 1) < 0)
+                    bad = 1;
+            }
             dsl_comm_close(c);
             _exit(bad ? 1 : 0);
         }
         pids[r] = pid;
     }
+    close(done[1]);
+    close(gate[0]);
+    if (expect_kill) {
+        char b;
+        for (int k = 0; k < world - 1 && read(done[0], &b, 1) == 1; k++)
+            ;
+    }
+    close(gate[1]); /* every survivor has its error (or one failed): let them go */
+    close(done[0]);
     int failed = 0;
     for (int r = 0; r < world; r++) {
         int st;
