@@ -338,6 +338,11 @@ expect_success "usage errors exit 2 and start nothing" '
     run_capture rc out err "$DSL"
     assert_eq "$rc" 2
     assert_grep "no program" err
+    run_capture rc out err "$DSL" --log-dir --dry-run "$W" env
+    assert_eq "$rc" 2
+    assert_grep "option .--log_dir. needs a value, and .--dry-run. is an option" err
+    [ ! -e ./--dry-run ] || fail "made a directory named --dry-run"
+    assert_not_grep "RANK=" out
 '
 
 expect_success "a bad hostfile names path and line; a missing one is an error" '
