@@ -219,6 +219,8 @@ ssize_t dsl_cb_stream_read(struct dsl_cb_stream *st, void *buf, size_t n)
         size_t k = dsl_seal_read(&st->seal, buf, n);
         if (k)
             return (ssize_t)k;
+        if (st->seal.state == DSL_SEAL_FAILED)
+            return DSL_EAUTH; /* a held-back frame failed when the reader caught up */
         ssize_t got = pull(st);
         if (got <= 0)
             return got; /* EOF, -EAGAIN, or the error */

@@ -191,7 +191,7 @@ static int pdsh_progress(struct dsl_conn *c)
     if (!p || c->state != DSL_CONN_CONNECTING)
         return 0;
     drain_out(p);
-    if (!p->expecting && p->keys.have[0]) {
+    if (!p->expecting && p->st.fd < 0 && p->keys.have[0]) {
         p->expecting = 1;
         int ready = dsl_cb_listener_expect(p->l, p->keys.key[0]);
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = ready};
