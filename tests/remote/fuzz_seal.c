@@ -102,6 +102,8 @@ static void fuzz_on_path(const uint8_t *data, size_t size)
     /* the attacker's move */
     struct dsl_dynbuf evil;
     dsl_dynbuf_init(&evil, 1 << 23);
+    if (!nframes)
+        goto done; /* nothing was sent */
     int f = nframes ? where % nframes : 0;
     switch (op % 5) {
     case 0: /* untouched */
@@ -147,6 +149,7 @@ static void fuzz_on_path(const uint8_t *data, size_t size)
     if (evil.len == wire.len && (!wire.len || !memcmp(evil.buf, wire.buf, wire.len)) &&
         got.len != sent.len)
         __builtin_trap(); /* an untouched stream must arrive whole */
+done:
     dsl_dynbuf_release(&evil);
     dsl_dynbuf_release(&wire);
     dsl_dynbuf_release(&sent);
