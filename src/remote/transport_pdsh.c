@@ -68,9 +68,22 @@ struct pdsh_priv {
     struct dsl_dynbuf out; /* pdsh's output, tail only */
 };
 
+/*
+ * Read pdsh's output. The agent's key line, whenever a drain finds it, registers the
+ * key at once (its hello may be parked already; the ready fd then wakes us): a key
+ * read by the drain at the end of one progress() must not wait for a wake-up that
+ * never comes.
+ */
 static void drain_out(struct pdsh_priv *p)
 {
     dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX, &p->keys);
+    if (!p->expecting && p->st.fd < 0 && p->keys.have[0] && p->l) {
+        p->expecting = 1;
+        int ready = dsl_cb_listener_expect(p->l, p->keys.key[0]);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = ready};
+        if (ready >= 0 && p->epfd >= 0)
+            epoll_ctl(p->epfd, EPOLL_CTL_ADD, ready, &ev);
+    }
 }
 
 static int reap(struct pdsh_priv *p)
@@ -191,13 +204,6 @@ static int pdsh_progress(struct dsl_conn *c)
     if (!p || c->state != DSL_CONN_CONNECTING)
         return 0;
     drain_out(p);
-    if (!p->expecting && p->st.fd < 0 && p->keys.have[0]) {
-        p->expecting = 1;
-        int ready = dsl_cb_listener_expect(p->l, p->keys.key[0]);
-        struct epoll_event ev = {.events = EPOLLIN, .data.fd = ready};
-        if (ready >= 0)
-            epoll_ctl(p->epfd, EPOLL_CTL_ADD, ready, &ev);
-    }
     dsl_cb_listener_service(p->l);
     if (p->expecting && p->st.fd < 0) {
         int fd = dsl_cb_listener_take(p->l, p->keys.key[0]);
