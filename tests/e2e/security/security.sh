@@ -22,7 +22,8 @@ rand() { od -An -N8 -tx1 /dev/urandom | tr -d " \n"; }
 wait_lines() {
     local i=0
     while [ $i -lt $(($4 * 10)) ]; do
-        [ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0
+        n=$(grep -c -- "$2" "$1" 2>/dev/null || true)
+        [ "${n:-0}" -ge "$3" ] && return 0
         sleep 0.1; i=$((i + 1))
     done
     fail "fewer than $3 lines '$2' in $1"
@@ -42,7 +43,9 @@ expect_success "pdsh: no plaintext of --export, env or argv canaries or the run 
         /bin/sh -c "env; echo \"arg \$0\"; sleep 2" "$can_arg" >"$T_TMP/out" 2>"$T_TMP/err" &
     job=$!
     wait_lines "$T_TMP/out" DSLAUNCH_RUN_TOKEN= 4 60
-    ps -eo args >"$T_TMP/ps"
+    # this job'"'"'s processes only (other jobs may run on this machine): everything
+    # that names this dslaunch or this cluster
+    ps -eo args | grep -F -e "$DSL" -e "$D/" >"$T_TMP/ps" || true
     rc=0; wait $job || rc=$?
     kill -TERM $sniff; wait $sniff || true
     cat "$T_TMP/err" "$T_TMP/sniff.err"
@@ -92,7 +95,8 @@ expect_success "an agent the launcher did not start cannot join a pdsh job, even
     "$DSL" --launcher pdsh "${SSH[@]}" "$W" sleep 14 >"$T_TMP/out" 2>"$T_TMP/err" &
     job=$!
     i=0
-    while ! line=$(ps -eo args | grep -- "--agent .*--launcher-key" | grep -v grep | head -n 1) ||
+    while ! line=$(ps -eo args | grep -F -- "$DSL --agent" | grep -- "--launcher-key" |
+                   grep -v grep | head -n 1) ||
           [ -z "$line" ]; do
         [ $i -lt 300 ] || fail "no agent appeared"
         sleep 0.1; i=$((i + 1))
