@@ -37,8 +37,9 @@ expect_success "pdsh: no plaintext of --export, env or argv canaries or the run 
     "$CL" exec "$D" 2 python3 "$HERE/sniff.py" "$IFNAME_2" "$T_TMP/cap" "$T_TMP/cap.ready" \
         2>"$T_TMP/sniff.err" &
     sniff=$!
-    trap "kill -TERM $sniff 2>/dev/null || true" EXIT
     wait_for_file "$T_TMP/cap.ready" 20
+    spid=$(cat "$T_TMP/cap.ready")
+    trap "kill -TERM $spid 2>/dev/null || true" EXIT
     "$DSL" --launcher pdsh "${SSH[@]}" --export "CANARY=$can_exp" \
         /bin/sh -c "env; echo \"arg \$0\"; sleep 2" "$can_arg" >"$T_TMP/out" 2>"$T_TMP/err" &
     job=$!
@@ -47,7 +48,7 @@ expect_success "pdsh: no plaintext of --export, env or argv canaries or the run 
     # that names this dslaunch or this cluster
     ps -eo args | grep -F -e "$DSL" -e "$D/" >"$T_TMP/ps" || true
     rc=0; wait $job || rc=$?
-    kill -TERM $sniff; wait $sniff || true
+    kill -TERM "$spid"; wait $sniff || true
     cat "$T_TMP/err" "$T_TMP/sniff.err"
     assert_eq "$rc" 0
     # the values did travel: every rank got them

@@ -6,8 +6,10 @@ usage: sniff.py IFNAME OUTFILE READYFILE
 No tcpdump needed: run it inside a node's network namespace (cluster.sh exec). The
 output is the raw frames back to back (no pcap headers): the security tests only
 search it for bytes that must never appear and for the handshake's magic that must.
-READYFILE is created once the socket is bound, so the caller knows the capture runs.
+READYFILE gets this process's pid once the socket is bound, so the caller knows the
+capture runs and whom to send SIGTERM (cluster.sh exec may run it below a wrapper).
 """
+import os
 import signal
 import socket
 import sys
@@ -25,7 +27,7 @@ def main():
     frames = 0
     with open(outfile, "wb") as out:
         with open(ready, "w") as f:
-            f.write("ready\n")
+            f.write("%d\n" % os.getpid())
         while not stop:
             try:
                 data = s.recv(1 << 18)
