@@ -92,7 +92,8 @@ struct mpi_batch {
     int aconns;
     struct dsl_cb_keys keys; /* the agents' key lines, by index (from the launch on) */
     char *ssh_agent;       /* plm_rsh_agent value */
-    struct dsl_cb_sshfiles files;
+    struct dsl_cb_sshfiles files; /* released once every agent connected */
+    int nopen;             /* connections of the batch that reached OPEN */
     struct dsl_dynbuf out; /* mpirun's output, tail only */
     int failed_launch;
 };
@@ -405,6 +406,10 @@ static int mpi_progress(struct dsl_conn *c)
         if (h == 1) {
             close(p->epfd);
             p->epfd = -1;
+            /* once every orted is up, ssh needs the links no more: none left behind
+               even if we are SIGKILLed later */
+            if (++b->nopen == (int)b->hosts.nr)
+                dsl_cb_sshfiles_release(&b->files);
             c->state = DSL_CONN_OPEN;
             c->t_open = dsl_now();
             return 0;

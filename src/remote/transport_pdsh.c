@@ -224,6 +224,8 @@ static int pdsh_progress(struct dsl_conn *c)
                 close(p->epfd);
                 p->epfd = -1;
             }
+            /* ssh has read its files long ago: no link left even if we are SIGKILLed */
+            dsl_cb_sshfiles_release(&p->files);
             c->state = DSL_CONN_OPEN;
             c->t_open = dsl_now();
             return 0;
