@@ -67,6 +67,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/remote/netinfo.h"
+#include "dslaunch/remote/seal.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/spawn.h"
@@ -99,6 +100,7 @@ struct rank_proc {
 
 struct agent {
     int in_fd, out_fd;
+    struct dsl_seal *seal;        /* connect-back: frames on in_fd == out_fd; else NULL */
     int in_eof, eof_acted;
     struct dsl_linebuf in;
     struct dsl_dynbuf outq;
@@ -142,12 +144,34 @@ static void send_msg(struct agent *a, const struct dsl_msg *m)
     }
 }
 
+/* The bytes to write next: the queue itself, or the frames sealed from it. */
+static struct dsl_dynbuf *wire(struct agent *a)
+{
+    if (!a->seal)
+        return &a->outq;
+    while (!a->seal->out.len && a->outq.len) {
+        size_t k = a->outq.len < DSL_SEAL_FRAME_MAX ? a->outq.len : DSL_SEAL_FRAME_MAX;
+        if (dsl_seal_write(a->seal, a->outq.buf, k) < 0) {
+            dsl_dynbuf_reset(&a->outq);
+            break;
+        }
+        dsl_dynbuf_consume(&a->outq, k);
+    }
+    return &a->seal->out;
+}
+
+static int want_write(struct agent *a)
+{
+    return a->outq.len || (a->seal && a->seal->out.len);
+}
+
 static void flush_out(struct agent *a, int block)
 {
-    while (a->out_fd >= 0 && a->outq.len) {
-        ssize_t w = write(a->out_fd, a->outq.buf, a->outq.len);
+    struct dsl_dynbuf *q;
+    while (a->out_fd >= 0 && (q = wire(a))->len) {
+        ssize_t w = write(a->out_fd, q->buf, q->len);
         if (w > 0) {
-            dsl_dynbuf_consume(&a->outq, (size_t)w);
+            dsl_dynbuf_consume(q, (size_t)w);
             continue;
         }
         if (w < 0 && errno == EINTR)
@@ -716,7 +740,19 @@ static void read_control(struct agent *a)
     }
     a->last_rx = dsl_now();
     char err[DSL_ERR_LEN];
-    if (dsl_linebuf_feed(&a->in, buf, (size_t)n) < 0) {
+    if (a->seal) {
+        if (dsl_seal_feed(a->seal, buf, (size_t)n) < 0) {
+            fprintf(stderr, "dslaunch agent: %s\n", a->seal->err);
+            a->in_eof = 1; /* a tampered channel is treated as a gone launcher */
+            return;
+        }
+        size_t k;
+        while ((k = dsl_seal_read(a->seal, buf, sizeof(buf))) > 0)
+            if (dsl_linebuf_feed(&a->in, buf, k) < 0) {
+                a->in_eof = 1;
+                return;
+            }
+    } else if (dsl_linebuf_feed(&a->in, buf, (size_t)n) < 0) {
         a->in_eof = 1;
         return;
     }
@@ -749,12 +785,25 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal);
+
 int dsl_agent_main(int in_fd, int out_fd)
+{
+    return agent_run(in_fd, out_fd, NULL);
+}
+
+int dsl_agent_main_sealed(int fd, struct dsl_seal *seal)
+{
+    return agent_run(fd, fd, seal);
+}
+
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
 {
     struct agent a;
     memset(&a, 0, sizeof(a));
     a.in_fd = in_fd;
     a.out_fd = out_fd;
+    a.seal = seal;
     a.probe_lfd = -1;
     a.grace = 10.0;
     a.keepalive = 0;
@@ -838,7 +887,7 @@ int dsl_agent_main(int in_fd, int out_fd)
         pf[npf++] = (struct pollfd){.fd = a.sigpipe[0], .events = POLLIN};
         if (!a.in_eof)
             pf[npf++] = (struct pollfd){.fd = a.in_fd, .events = POLLIN};
-        if (a.out_fd >= 0 && a.outq.len)
+        if (a.out_fd >= 0 && want_write(&a))
             pf[npf++] = (struct pollfd){.fd = a.out_fd, .events = POLLOUT};
         if (a.outq.len < OUTQ_PAUSE || a.out_fd < 0)
             for (int i = 0; i < a.nranks; i++)

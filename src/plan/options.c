@@ -158,7 +158,8 @@ static const struct dsl_opt opts[] = {
     SET("quiet", 'q', verbose, "say only errors", 0),
     SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
     STR("connect", 0, agent_connect, "ADDR:PORT", NULL, NULL),    /* internal */
-    STR("token", 0, agent_token, "T", NULL, NULL),                /* internal */
+    STR("launcher_key", 0, agent_key, "KEY", NULL, NULL),         /* internal */
+    INT("connect_index", agent_index, "I", NULL, NULL, 0, 99999), /* internal */
     NOT_HERE("autotuning", "MODE", "tune the batch size and ZeRO settings with DeepSpeed's "
              "autotuner, then launch the result here"),
     NOT_HERE("elastic_training", NULL, "for a job that survives lost nodes use --max-restarts N "
@@ -208,7 +209,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->remote_dslaunch);
     free(o->remote_cwd);
     free(o->agent_connect);
-    free(o->agent_token);
+    free(o->agent_key);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
     dsl_strvec_release(&o->exports);
@@ -225,12 +226,14 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     o->hostfile_given = o->hostfile != NULL;
 
     /* verify */
-    if (o->mode == DSL_MODE_AGENT && !o->agent_connect != !o->agent_token)
-        return dsl_seterr(err, DSL_EUSAGE, "--agent needs both --connect and --token, or neither");
+    if (o->mode == DSL_MODE_AGENT && !o->agent_connect != !o->agent_key)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "--agent needs both --connect and --launcher-key, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
-    if (o->agent_connect || o->agent_token)
-        return dsl_seterr(err, DSL_EUSAGE, "--connect and --token are for --agent only");
+    if (o->agent_connect || o->agent_key || o->agent_index)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "--connect, --launcher-key and --connect-index are for --agent only");
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
     if (o->module && o->no_python)

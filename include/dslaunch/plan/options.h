@@ -81,7 +81,8 @@ struct dsl_launch_opts {
                                      --ssh-accept-new, --connect-timeout, --keepalive */
     int verbose;               /* -v / -q */
     char *agent_connect;       /* --agent --connect ADDR:PORT[,...]: dial the launcher */
-    char *agent_token;         /* --agent --token T: one-time connect-back token */
+    char *agent_key;           /* --agent --launcher-key L: the launcher's public key (hex) */
+    int agent_index;           /* --agent --connect-index I: the agent's index in its batch */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 
