@@ -221,6 +221,8 @@ static void send_hello(struct agent *a)
 
 /* ---- probe: hold or pick the master port, test reachability, find the route ---- */
 
+static void apply_env(struct dsl_strvec *env, const struct dsl_strvec *add);
+
 static void handle_probe(struct agent *a, const struct dsl_msg *pm)
 {
     struct dsl_msg m;
@@ -274,9 +276,15 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
     m.program_ok = 1;
     m.detail = dsl_xstrdup("");
     if (pm->program[0]) {
+        /* as the rank's exec will: this environment with the export set applied */
+        struct dsl_strvec env;
+        dsl_strvec_init(&env);
+        dsl_strvec_pushv(&env, (const char *const *)environ);
+        apply_env(&env, &pm->env);
         int code;
-        char *path = dsl_spawn_resolve(pm->program, environ,
+        char *path = dsl_spawn_resolve(pm->program, env.v,
                                        m.cwd_ok && pm->cwd[0] ? pm->cwd : NULL, &code, err);
+        dsl_strvec_release(&env);
         if (!path) {
             m.program_ok = 0;
             free(m.detail);

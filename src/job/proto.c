@@ -154,6 +154,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             add_str(o, "ld_path", m->ld_path);
         if (m->bind)
             add_str(o, "bind", m->bind);
+        if (m->env.nr)
+            add_strvec(o, "env", &m->env);
         break;
     case DSL_MSG_PROBED: {
         cJSON_AddNumberToObject(o, "port", m->port);
@@ -425,6 +427,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             TRY(get_str(o, "ld_path", &m->ld_path, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "bind"))
             TRY(get_str(o, "bind", &m->bind, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "env"))
+            TRY(get_strvec(o, "env", &m->env, err));
         if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
             return dsl_seterr(err, DSL_EPROTO, "port out of range");
         break;
