@@ -44,11 +44,12 @@
  * progress tick and changes go out as "progress" messages; a "stacks" request runs a
  * stack tool per rank, whose output pipes join the poll set.
  */
-#define _GNU_SOURCE /* pipe2, prctl */
+#define _GNU_SOURCE /* pipe2, prctl, sched_getaffinity */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,7 @@
 #include "contain.h"
 #include "dslaunch/job/agent.h"
 #include "agent_progress.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/facts.h"
@@ -582,6 +584,57 @@ static const char *env_value(const struct dsl_strvec *env, const char *key)
     return NULL;
 }
 
+/*
+ * --bind_cores_to_rank: the cores this agent may use (its own affinity: a Slurm or
+ * container cpuset stays respected), narrowed to --bind_core_list, split evenly between
+ * this node's ranks in NUMA order (common/cpubind.h). *bind holds nranks x *per cores.
+ */
+static int plan_binding(const struct dsl_msg *sm, int **bind, int *per, char *err)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) < 0)
+        return dsl_seterr(err, -errno, "cannot read this node's usable cores: %s",
+                          strerror(errno));
+    int *allowed = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int)), *cores = allowed;
+    int *want = NULL, *node_of = NULL, r = 0;
+    size_t n = 0;
+    for (int c = 0; c < CPU_SETSIZE && c < DSL_CPUBIND_MAX; c++)
+        if (CPU_ISSET((size_t)c, &set))
+            allowed[n++] = c;
+    if (sm->core_list) {
+        want = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int));
+        int nw = dsl_cpubind_parse(sm->core_list, want, DSL_CPUBIND_MAX, err);
+        if (nw < 0) {
+            r = nw;
+            goto out;
+        }
+        for (int k = 0; k < nw; k++) {
+            if (want[k] >= CPU_SETSIZE || !CPU_ISSET((size_t)want[k], &set)) {
+                char have[512];
+                dsl_cpubind_format(allowed, n, have, sizeof(have));
+                r = dsl_seterr(err, DSL_EUSAGE, "core %d of --bind_core_list '%s' is not one "
+                               "this node lets dslaunch use (%s)", want[k], sm->core_list, have);
+                goto out;
+            }
+        }
+        cores = want;
+        n = (size_t)nw;
+    }
+    node_of = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int));
+    dsl_cpubind_numa("/sys/devices/system/node", node_of, DSL_CPUBIND_MAX);
+    *bind = dsl_xmalloc(n * sizeof(int) + 1);
+    if ((r = dsl_cpubind_split(cores, n, node_of, sm->nranks, *bind, per, err)) < 0) {
+        free(*bind);
+        *bind = NULL;
+    }
+out:
+    free(allowed);
+    free(want);
+    free(node_of);
+    return r;
+}
+
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
     /*
@@ -620,6 +673,9 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
                                 sm->nranks, (unsigned long long)sm->mem_limit, cerr);
     free(ids);
+    int *bind = NULL, per = 0;
+    if (crc >= 0 && sm->cpubind)
+        crc = plan_binding(sm, &bind, &per, cerr);
     if (crc < 0) {
         struct dsl_msg m;
         dsl_msg_init(&m, DSL_MSG_SPAWNERR);
@@ -647,6 +703,17 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         dsl_agent_progress_rank(&a->prog, i, r->rank, &env);
         if (r->rank == 0 && store_fd >= 0)
             dsl_strvec_pushf(&env, DSL_ENV_STORE_FD "=%d", store_fd);
+        cpu_set_t cores;
+        CPU_ZERO(&cores);
+        if (bind) {
+            for (int k = 0; k < per; k++)
+                CPU_SET((size_t)bind[i * per + k], &cores);
+            if (!env_value(&sm->env, DSL_ENV_OMP_NUM_THREADS)) {
+                char t[16];
+                snprintf(t, sizeof(t), "%d", per);
+                dsl_env_set(&env, DSL_ENV_OMP_NUM_THREADS, t);
+            }
+        }
         struct dsl_strvec argv;
         dsl_strvec_init(&argv);
         /* "--local_rank=N" goes before argv[local_rank_arg] (0: nowhere) */
@@ -665,6 +732,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .pdeathsig = SIGKILL,
             .cgroup_procs = dsl_contain_procs(&a->contain, i),
             .keep_fd = r->rank == 0 && store_fd >= 0 ? store_fd : 0,
+            .affinity = bind ? &cores : NULL,
+            .affinity_size = sizeof(cores),
         };
         struct dsl_proc p;
         char err[DSL_ERR_LEN];
@@ -692,6 +761,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             begin_stop(a, SIGTERM, a->grace);
             if (store_fd >= 0)
                 close(store_fd);
+            free(bind);
             return;
         }
         r->pid = p.pid;
@@ -708,6 +778,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     }
     if (store_fd >= 0)
         close(store_fd);
+    free(bind);
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)

@@ -56,6 +56,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->program);
     free(m->ld_path);
     free(m->bind);
+    free(m->core_list);
     if (m->facts) {
         dsl_facts_release(m->facts);
         free(m->facts);
@@ -191,6 +192,10 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "lra", m->local_rank_arg);
         if (m->mem_limit > 0)
             cJSON_AddNumberToObject(o, "mem_limit", m->mem_limit);
+        if (m->cpubind)
+            cJSON_AddNumberToObject(o, "cpubind", m->cpubind);
+        if (m->core_list)
+            add_str(o, "cores", m->core_list);
         dsl_proto_hang_encode(m, o);
         break;
     }
@@ -473,6 +478,10 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_int(o, "lra", &m->local_rank_arg, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "mem_limit"))
             TRY(get_bytes(o, "mem_limit", &m->mem_limit, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "cpubind"))
+            TRY(get_int(o, "cpubind", &m->cpubind, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "cores"))
+            TRY(get_str(o, "cores", &m->core_list, err));
         if (m->argv.nr == 0)
             return dsl_seterr(err, DSL_EPROTO, "empty argv");
         if (m->grace < 0 || m->keepalive < 0)

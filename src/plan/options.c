@@ -11,6 +11,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/opt.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
@@ -127,6 +128,11 @@ static const struct dsl_opt opts[] = {
          "the ssh transport even when every host is this machine (DeepSpeed's name)"),
     FLAG("save_pid", save_pid, "write dslaunch's pid to /tmp/<pid>.ds while it runs (DeepSpeed's name)"),
     STR("enable_each_rank_log", 0, log_dir, "DIR", "DeepSpeed's name for --log-dir", NULL),
+    FLAG("bind_cores_to_rank", bind_cores,
+         "bind each rank to an equal share of its node's cores, NUMA node by NUMA node; "
+         "OMP_NUM_THREADS becomes the share"),
+    STR("bind_core_list", 0, bind_core_list, "CORES",
+        "with binding, share only these cores, e.g. 0-15,32-47", "every core the node allows"),
     INT("max_restarts", max_restarts, "N",
         "after a rank fails or a node is lost, tear down and start again, N times at most",
         "0", 0, 1000),
@@ -208,6 +214,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->log_dir);
     free(o->remote_dslaunch);
     free(o->remote_cwd);
+    free(o->bind_core_list);
     free(o->agent_connect);
     free(o->agent_key);
     free((char *)o->tr.ssh_config);
@@ -236,6 +243,12 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
                           "--connect, --launcher-key and --connect-index are for --agent only");
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
+    if (o->bind_core_list) {
+        int cores[DSL_CPUBIND_MAX];
+        if (dsl_cpubind_parse(o->bind_core_list, cores, DSL_CPUBIND_MAX, err) < 0)
+            return dsl_seterr(err, DSL_EUSAGE, "option '--bind_core_list': %s", err);
+        o->bind_cores = 1;
+    }
     if (o->module && o->no_python)
         return dsl_seterr(err, DSL_EUSAGE, "--module runs PROGRAM with python3, --no_python "
                           "without: give one of them");
