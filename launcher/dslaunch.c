@@ -25,6 +25,7 @@
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/restart.h"
@@ -68,18 +69,28 @@ static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_place
 #endif
 }
 
-/* `dslaunch --agent [--connect H:P --token T]`: the node agent on the control channel. */
+/*
+ * `dslaunch --agent [--connect H:P --launcher-key L [--connect-index I]]`: the node
+ * agent on the control channel: stdin/stdout, or a sealed connection back to the
+ * launcher (connectback.h).
+ */
 static int run_agent(const struct dsl_launch_opts *opts)
 {
     if (!opts->agent_connect)
         return dsl_agent_main(0, 1);
     char err[DSL_ERR_LEN] = "";
     int fd;
-    if (dsl_agent_connect_back(opts->agent_connect, opts->agent_token, &fd, err) < 0) {
+    struct dsl_seal seal;
+    double deadline = dsl_now() + 30.0;
+    if (dsl_agent_cb_dial(opts->agent_connect, opts->agent_key, opts->agent_index, 30.0, 1,
+                          &fd, &seal, err) < 0 ||
+        dsl_agent_cb_handshake(fd, &seal, deadline, err) < 0) {
         dsl_error("%s", err);
+        dsl_seal_release(&seal);
         return DSL_EXIT_UNREACHABLE;
     }
-    int code = dsl_agent_main(fd, fd);
+    int code = dsl_agent_main_sealed(fd, &seal);
+    dsl_seal_release(&seal);
     close(fd);
     return code;
 }
@@ -166,7 +177,8 @@ static int cmd_run(int argc, char **argv)
         code = 0;
         goto out;
     }
-    if (plan.all_local && !dsl_env_get(&plan.exported, DSL_ENV_OMP_NUM_THREADS) && opts.verbose >= 1) {
+    if (plan.all_local && !dsl_env_get(&plan.exported, DSL_ENV_OMP_NUM_THREADS) &&
+        !opts.bind_cores && opts.verbose >= 1) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int per = plan.pl.nodes[0].nslots;
         long t = cpus / (per ? per : 1);

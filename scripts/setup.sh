@@ -11,7 +11,8 @@ PKGS=(
   iptables                                      # doctor test: a port blocked inside a node
   pdsh openmpi-bin libopenmpi-dev               # optional transports, peers
   slurmctld slurmd slurm-client munge          # Slurm test cluster (tests/e2e/slurm), srun ranks
-  python3                                       # flow tests read the --dry-run JSON
+  python3                                       # flow tests read the --dry-run JSON; the
+                                                # security test captures with AF_PACKET
   dataset-fashion-mnist                         # the trainer's data set
   clang libclang-rt-14-dev                      # libFuzzer targets
 )

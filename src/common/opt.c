@@ -209,6 +209,17 @@ int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char *
         if (takes_value(d) && !val) {
             if (i + 1 >= argc)
                 return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs a value", d->name);
+            /* "--log-dir --dry-run": a forgotten value, not a directory named --dry-run */
+            const char *next = argv[i + 1];
+            if (next[0] == '-' && next[1] == '-' && next[2]) {
+                const char *eq2 = strchr(next + 2, '=');
+                size_t l2 = eq2 ? (size_t)(eq2 - next - 2) : strlen(next + 2);
+                if (find_long(p, next + 2, l2))
+                    return dsl_seterr(err, DSL_EUSAGE,
+                                      "option '--%s' needs a value, and '%s' is an option; "
+                                      "write --%s=%s if you mean that value",
+                                      d->name, next, d->name, next);
+            }
             val = argv[++i];
         }
         int r = apply(d, target, val, err);

@@ -28,9 +28,10 @@
  * the caller polls, the program resolved in the child's PATH before the fork so that
  * "not found" and "not executable" are told apart, errors reported synchronously.
  */
-#define _GNU_SOURCE /* pipe2, execvpe, close_range */
+#define _GNU_SOURCE /* pipe2, execvpe, close_range, sched_setaffinity */
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +228,8 @@ static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int no
         child_fail(notify, errno, STEP_SETUP, fail);
     if (o->keep_fd > 2 && fcntl(o->keep_fd, F_SETFD, 0) < 0)
         child_fail(notify, errno, STEP_SETUP, fail);
+    if (o->affinity && sched_setaffinity(0, o->affinity_size, o->affinity) < 0)
+        child_fail(notify, errno, STEP_SETUP, fail);
     if (o->run) {
         if (notify >= 0)
             close(notify); /* started: the parent stops waiting */
@@ -315,6 +318,8 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .pdeathsig = o->pdeathsig,
         .cgroup_procs = o->cgroup_procs,
         .keep_fd = o->keep_fd,
+        .affinity = o->affinity,
+        .affinity_size = o->affinity_size,
         .sigdfl = NULL, /* a worker starts from a clean slate: every signal */
         .report_errors = 1,
         .setup_exit = 127,

@@ -44,11 +44,12 @@
  * progress tick and changes go out as "progress" messages; a "stacks" request runs a
  * stack tool per rank, whose output pipes join the poll set.
  */
-#define _GNU_SOURCE /* pipe2, prctl */
+#define _GNU_SOURCE /* pipe2, prctl, sched_getaffinity */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,12 +62,14 @@
 #include "contain.h"
 #include "dslaunch/job/agent.h"
 #include "agent_progress.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/facts.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/remote/netinfo.h"
+#include "dslaunch/remote/seal.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/spawn.h"
@@ -99,6 +102,7 @@ struct rank_proc {
 
 struct agent {
     int in_fd, out_fd;
+    struct dsl_seal *seal;        /* connect-back: frames on in_fd == out_fd; else NULL */
     int in_eof, eof_acted;
     struct dsl_linebuf in;
     struct dsl_dynbuf outq;
@@ -142,12 +146,34 @@ static void send_msg(struct agent *a, const struct dsl_msg *m)
     }
 }
 
+/* The bytes to write next: the queue itself, or the frames sealed from it. */
+static struct dsl_dynbuf *wire(struct agent *a)
+{
+    if (!a->seal)
+        return &a->outq;
+    while (!a->seal->out.len && a->outq.len) {
+        size_t k = a->outq.len < DSL_SEAL_FRAME_MAX ? a->outq.len : DSL_SEAL_FRAME_MAX;
+        if (dsl_seal_write(a->seal, a->outq.buf, k) < 0) {
+            dsl_dynbuf_reset(&a->outq);
+            break;
+        }
+        dsl_dynbuf_consume(&a->outq, k);
+    }
+    return &a->seal->out;
+}
+
+static int want_write(struct agent *a)
+{
+    return a->outq.len || (a->seal && a->seal->out.len);
+}
+
 static void flush_out(struct agent *a, int block)
 {
-    while (a->out_fd >= 0 && a->outq.len) {
-        ssize_t w = write(a->out_fd, a->outq.buf, a->outq.len);
+    struct dsl_dynbuf *q;
+    while (a->out_fd >= 0 && (q = wire(a))->len) {
+        ssize_t w = write(a->out_fd, q->buf, q->len);
         if (w > 0) {
-            dsl_dynbuf_consume(&a->outq, (size_t)w);
+            dsl_dynbuf_consume(q, (size_t)w);
             continue;
         }
         if (w < 0 && errno == EINTR)
@@ -196,6 +222,8 @@ static void send_hello(struct agent *a)
 }
 
 /* ---- probe: hold or pick the master port, test reachability, find the route ---- */
+
+static void apply_env(struct dsl_strvec *env, const struct dsl_strvec *add);
 
 static void handle_probe(struct agent *a, const struct dsl_msg *pm)
 {
@@ -250,9 +278,15 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
     m.program_ok = 1;
     m.detail = dsl_xstrdup("");
     if (pm->program[0]) {
+        /* as the rank's exec will: this environment with the export set applied */
+        struct dsl_strvec env;
+        dsl_strvec_init(&env);
+        dsl_strvec_pushv(&env, (const char *const *)environ);
+        apply_env(&env, &pm->env);
         int code;
-        char *path = dsl_spawn_resolve(pm->program, environ,
+        char *path = dsl_spawn_resolve(pm->program, env.v,
                                        m.cwd_ok && pm->cwd[0] ? pm->cwd : NULL, &code, err);
+        dsl_strvec_release(&env);
         if (!path) {
             m.program_ok = 0;
             free(m.detail);
@@ -550,6 +584,57 @@ static const char *env_value(const struct dsl_strvec *env, const char *key)
     return NULL;
 }
 
+/*
+ * --bind_cores_to_rank: the cores this agent may use (its own affinity: a Slurm or
+ * container cpuset stays respected), narrowed to --bind_core_list, split evenly between
+ * this node's ranks in NUMA order (common/cpubind.h). *bind holds nranks x *per cores.
+ */
+static int plan_binding(const struct dsl_msg *sm, int **bind, int *per, char *err)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) < 0)
+        return dsl_seterr(err, -errno, "cannot read this node's usable cores: %s",
+                          strerror(errno));
+    int *allowed = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int)), *cores = allowed;
+    int *want = NULL, *node_of = NULL, r = 0;
+    size_t n = 0;
+    for (int c = 0; c < CPU_SETSIZE && c < DSL_CPUBIND_MAX; c++)
+        if (CPU_ISSET((size_t)c, &set))
+            allowed[n++] = c;
+    if (sm->core_list) {
+        want = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int));
+        int nw = dsl_cpubind_parse(sm->core_list, want, DSL_CPUBIND_MAX, err);
+        if (nw < 0) {
+            r = nw;
+            goto out;
+        }
+        for (int k = 0; k < nw; k++) {
+            if (want[k] >= CPU_SETSIZE || !CPU_ISSET((size_t)want[k], &set)) {
+                char have[512];
+                dsl_cpubind_format(allowed, n, have, sizeof(have));
+                r = dsl_seterr(err, DSL_EUSAGE, "core %d of --bind_core_list '%s' is not one "
+                               "this node lets dslaunch use (%s)", want[k], sm->core_list, have);
+                goto out;
+            }
+        }
+        cores = want;
+        n = (size_t)nw;
+    }
+    node_of = dsl_xmalloc(DSL_CPUBIND_MAX * sizeof(int));
+    dsl_cpubind_numa("/sys/devices/system/node", node_of, DSL_CPUBIND_MAX);
+    *bind = dsl_xmalloc(n * sizeof(int) + 1);
+    if ((r = dsl_cpubind_split(cores, n, node_of, sm->nranks, *bind, per, err)) < 0) {
+        free(*bind);
+        *bind = NULL;
+    }
+out:
+    free(allowed);
+    free(want);
+    free(node_of);
+    return r;
+}
+
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
     /*
@@ -588,6 +673,9 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
                                 sm->nranks, (unsigned long long)sm->mem_limit, cerr);
     free(ids);
+    int *bind = NULL, per = 0;
+    if (crc >= 0 && sm->cpubind)
+        crc = plan_binding(sm, &bind, &per, cerr);
     if (crc < 0) {
         struct dsl_msg m;
         dsl_msg_init(&m, DSL_MSG_SPAWNERR);
@@ -615,6 +703,17 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         dsl_agent_progress_rank(&a->prog, i, r->rank, &env);
         if (r->rank == 0 && store_fd >= 0)
             dsl_strvec_pushf(&env, DSL_ENV_STORE_FD "=%d", store_fd);
+        cpu_set_t cores;
+        CPU_ZERO(&cores);
+        if (bind) {
+            for (int k = 0; k < per; k++)
+                CPU_SET((size_t)bind[i * per + k], &cores);
+            if (!env_value(&sm->env, DSL_ENV_OMP_NUM_THREADS)) {
+                char t[16];
+                snprintf(t, sizeof(t), "%d", per);
+                dsl_env_set(&env, DSL_ENV_OMP_NUM_THREADS, t);
+            }
+        }
         struct dsl_strvec argv;
         dsl_strvec_init(&argv);
         /* "--local_rank=N" goes before argv[local_rank_arg] (0: nowhere) */
@@ -633,6 +732,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .pdeathsig = SIGKILL,
             .cgroup_procs = dsl_contain_procs(&a->contain, i),
             .keep_fd = r->rank == 0 && store_fd >= 0 ? store_fd : 0,
+            .affinity = bind ? &cores : NULL,
+            .affinity_size = sizeof(cores),
         };
         struct dsl_proc p;
         char err[DSL_ERR_LEN];
@@ -660,6 +761,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             begin_stop(a, SIGTERM, a->grace);
             if (store_fd >= 0)
                 close(store_fd);
+            free(bind);
             return;
         }
         r->pid = p.pid;
@@ -676,6 +778,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     }
     if (store_fd >= 0)
         close(store_fd);
+    free(bind);
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)
@@ -716,7 +819,19 @@ static void read_control(struct agent *a)
     }
     a->last_rx = dsl_now();
     char err[DSL_ERR_LEN];
-    if (dsl_linebuf_feed(&a->in, buf, (size_t)n) < 0) {
+    if (a->seal) {
+        if (dsl_seal_feed(a->seal, buf, (size_t)n) < 0) {
+            fprintf(stderr, "dslaunch agent: %s\n", a->seal->err);
+            a->in_eof = 1; /* a tampered channel is treated as a gone launcher */
+            return;
+        }
+        size_t k;
+        while ((k = dsl_seal_read(a->seal, buf, sizeof(buf))) > 0)
+            if (dsl_linebuf_feed(&a->in, buf, k) < 0) {
+                a->in_eof = 1;
+                return;
+            }
+    } else if (dsl_linebuf_feed(&a->in, buf, (size_t)n) < 0) {
         a->in_eof = 1;
         return;
     }
@@ -749,12 +864,25 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal);
+
 int dsl_agent_main(int in_fd, int out_fd)
+{
+    return agent_run(in_fd, out_fd, NULL);
+}
+
+int dsl_agent_main_sealed(int fd, struct dsl_seal *seal)
+{
+    return agent_run(fd, fd, seal);
+}
+
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
 {
     struct agent a;
     memset(&a, 0, sizeof(a));
     a.in_fd = in_fd;
     a.out_fd = out_fd;
+    a.seal = seal;
     a.probe_lfd = -1;
     a.grace = 10.0;
     a.keepalive = 0;
@@ -838,7 +966,7 @@ int dsl_agent_main(int in_fd, int out_fd)
         pf[npf++] = (struct pollfd){.fd = a.sigpipe[0], .events = POLLIN};
         if (!a.in_eof)
             pf[npf++] = (struct pollfd){.fd = a.in_fd, .events = POLLIN};
-        if (a.out_fd >= 0 && a.outq.len)
+        if (a.out_fd >= 0 && want_write(&a))
             pf[npf++] = (struct pollfd){.fd = a.out_fd, .events = POLLOUT};
         if (a.outq.len < OUTQ_PAUSE || a.out_fd < 0)
             for (int i = 0; i < a.nranks; i++)

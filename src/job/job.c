@@ -257,7 +257,11 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
         if (!dsl_env_get(&job->plan->exported, DSL_ENV_GLOO_SOCKET_IFNAME))
             dsl_strvec_pushf(&m->env, DSL_ENV_GLOO_SOCKET_IFNAME "=%s", n->iface);
     }
-    if (!dsl_env_get(&job->plan->exported, DSL_ENV_OMP_NUM_THREADS)) {
+    m->cpubind = job->opts->bind_cores;
+    if (job->opts->bind_core_list)
+        m->core_list = dsl_xstrdup(job->opts->bind_core_list);
+    /* with binding, the agent sets it to each rank's share of the cores */
+    if (!dsl_env_get(&job->plan->exported, DSL_ENV_OMP_NUM_THREADS) && !m->cpubind) {
         int cpus = n->hello.cpus > 0 ? n->hello.cpus : 1;
         int t = cpus / pn->nslots;
         dsl_strvec_pushf(&m->env, DSL_ENV_OMP_NUM_THREADS "=%d", t < 1 ? 1 : t);

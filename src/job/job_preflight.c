@@ -175,6 +175,14 @@ static int is_loopback(const char *a)
  * job on this machine) when that is known now, else on every address. Sets the plan's
  * master_port. 0 or an exit code.
  */
+/* The export set travels with the probe: the agent looks the program up in the PATH the
+ * rank will have, not in its own login environment. */
+static void probe_env(struct dsl_job *job, struct dsl_msg *m)
+{
+    for (size_t i = 0; i < job->plan->exported.nr; i++)
+        dsl_strvec_push(&m->env, job->plan->exported.v[i]);
+}
+
 static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const char *cwd)
 {
     struct dsl_job_node *n0 = &job->nodes[0];
@@ -186,6 +194,7 @@ static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const c
     m.pick = !job->opts->master_port_given;
     m.program = dsl_xstrdup(prog);
     m.cwd = dsl_xstrdup(cwd);
+    probe_env(job, &m);
     const char *bind = job->opts->master_addr ? job->opts->master_addr
                        : job->plan->all_local ? "127.0.0.1"
                                               : NULL;
@@ -254,6 +263,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
         dsl_strvec_push(&m.connect, cand.v[k]);
     m.program = dsl_xstrdup(prog);
     m.cwd = dsl_xstrdup(job->plan->cwd);
+    probe_env(job, &m);
     for (int i = 1; i < job->nnodes; i++) {
         job->nodes[i].have_probed = 0;
         dsl_job_node_send(&job->nodes[i], &m);

@@ -56,6 +56,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->program);
     free(m->ld_path);
     free(m->bind);
+    free(m->core_list);
     if (m->facts) {
         dsl_facts_release(m->facts);
         free(m->facts);
@@ -154,6 +155,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             add_str(o, "ld_path", m->ld_path);
         if (m->bind)
             add_str(o, "bind", m->bind);
+        if (m->env.nr)
+            add_strvec(o, "env", &m->env);
         break;
     case DSL_MSG_PROBED: {
         cJSON_AddNumberToObject(o, "port", m->port);
@@ -189,6 +192,10 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "lra", m->local_rank_arg);
         if (m->mem_limit > 0)
             cJSON_AddNumberToObject(o, "mem_limit", m->mem_limit);
+        if (m->cpubind)
+            cJSON_AddNumberToObject(o, "cpubind", m->cpubind);
+        if (m->core_list)
+            add_str(o, "cores", m->core_list);
         dsl_proto_hang_encode(m, o);
         break;
     }
@@ -425,6 +432,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             TRY(get_str(o, "ld_path", &m->ld_path, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "bind"))
             TRY(get_str(o, "bind", &m->bind, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "env"))
+            TRY(get_strvec(o, "env", &m->env, err));
         if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
             return dsl_seterr(err, DSL_EPROTO, "port out of range");
         break;
@@ -469,6 +478,10 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_int(o, "lra", &m->local_rank_arg, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "mem_limit"))
             TRY(get_bytes(o, "mem_limit", &m->mem_limit, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "cpubind"))
+            TRY(get_int(o, "cpubind", &m->cpubind, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "cores"))
+            TRY(get_str(o, "cores", &m->core_list, err));
         if (m->argv.nr == 0)
             return dsl_seterr(err, DSL_EPROTO, "empty argv");
         if (m->grace < 0 || m->keepalive < 0)

@@ -11,6 +11,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/opt.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
@@ -127,6 +128,11 @@ static const struct dsl_opt opts[] = {
          "the ssh transport even when every host is this machine (DeepSpeed's name)"),
     FLAG("save_pid", save_pid, "write dslaunch's pid to /tmp/<pid>.ds while it runs (DeepSpeed's name)"),
     STR("enable_each_rank_log", 0, log_dir, "DIR", "DeepSpeed's name for --log-dir", NULL),
+    FLAG("bind_cores_to_rank", bind_cores,
+         "bind each rank to an equal share of its node's cores, NUMA node by NUMA node; "
+         "OMP_NUM_THREADS becomes the share"),
+    STR("bind_core_list", 0, bind_core_list, "CORES",
+        "with binding, share only these cores, e.g. 0-15,32-47", "every core the node allows"),
     INT("max_restarts", max_restarts, "N",
         "after a rank fails or a node is lost, tear down and start again, N times at most",
         "0", 0, 1000),
@@ -158,7 +164,8 @@ static const struct dsl_opt opts[] = {
     SET("quiet", 'q', verbose, "say only errors", 0),
     SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
     STR("connect", 0, agent_connect, "ADDR:PORT", NULL, NULL),    /* internal */
-    STR("token", 0, agent_token, "T", NULL, NULL),                /* internal */
+    STR("launcher_key", 0, agent_key, "KEY", NULL, NULL),         /* internal */
+    INT("connect_index", agent_index, "I", NULL, NULL, 0, 99999), /* internal */
     NOT_HERE("autotuning", "MODE", "tune the batch size and ZeRO settings with DeepSpeed's "
              "autotuner, then launch the result here"),
     NOT_HERE("elastic_training", NULL, "for a job that survives lost nodes use --max-restarts N "
@@ -207,8 +214,9 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->log_dir);
     free(o->remote_dslaunch);
     free(o->remote_cwd);
+    free(o->bind_core_list);
     free(o->agent_connect);
-    free(o->agent_token);
+    free(o->agent_key);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
     dsl_strvec_release(&o->exports);
@@ -225,14 +233,22 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     o->hostfile_given = o->hostfile != NULL;
 
     /* verify */
-    if (o->mode == DSL_MODE_AGENT && !o->agent_connect != !o->agent_token)
-        return dsl_seterr(err, DSL_EUSAGE, "--agent needs both --connect and --token, or neither");
+    if (o->mode == DSL_MODE_AGENT && !o->agent_connect != !o->agent_key)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "--agent needs both --connect and --launcher-key, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
-    if (o->agent_connect || o->agent_token)
-        return dsl_seterr(err, DSL_EUSAGE, "--connect and --token are for --agent only");
+    if (o->agent_connect || o->agent_key || o->agent_index)
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "--connect, --launcher-key and --connect-index are for --agent only");
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
+    if (o->bind_core_list) {
+        int cores[DSL_CPUBIND_MAX];
+        if (dsl_cpubind_parse(o->bind_core_list, cores, DSL_CPUBIND_MAX, err) < 0)
+            return dsl_seterr(err, DSL_EUSAGE, "option '--bind_core_list': %s", err);
+        o->bind_cores = 1;
+    }
     if (o->module && o->no_python)
         return dsl_seterr(err, DSL_EUSAGE, "--module runs PROGRAM with python3, --no_python "
                           "without: give one of them");

@@ -1,25 +1,28 @@
 /*
- * Connect-back: agents reach the launcher over TCP instead of stdin/stdout.
+ * Connect-back: agents reach the launcher over TCP instead of stdin/stdout; the bytes
+ * on that socket are sealed (seal.h, cbstream.c).
  *
  * Theory of operation (launcher side). One listening socket and an epoll set holding
- * it and every accepted socket whose first line has not arrived yet ("pending"). The
+ * it and every accepted socket whose hello has not been matched yet ("pending"). The
  * fan-out loop polls the epoll fd (dsl_cb_listener_pollfd) among its others; whenever
- * it is readable, service() accepts what is waiting and reads first lines without
- * blocking. A complete line "DSLCB1 <token>" whose token is expected moves the socket
- * into that token's slot and makes the token's eventfd ("ready fd", given out by
- * expect()) readable, where the owning connection picks it up with take(). Whoever
- * called service(), every owner whose socket it set aside is woken through its own
- * ready fd: the listener's epoll fd is drained by the one service() and cannot wake
- * the others. Any
- * other first line, a line longer than CB_LINE_MAX, EOF, or silence for
- * CB_PENDING_TIMEOUT seconds closes the socket, so a port scanner or a stray client
- * can neither stall the loop nor hold resources. Tokens are compared in constant time
+ * it is readable, service() accepts what is waiting and peeks at hellos without
+ * blocking or consuming them (the connection's seal reads the hello itself). A
+ * complete hello whose agent key is expected moves the socket into that key's slot and
+ * makes the key's eventfd ("ready fd", given out by expect()) readable, where the owning
+ * connection picks it up with take(). Whoever called service(), every owner whose
+ * socket it set aside is woken through its own ready fd: the listener's epoll fd is
+ * drained by the one service() and cannot wake the others. A complete hello whose key
+ * is not expected yet (the TCP connection can overtake the key line, which comes the
+ * long way through ssh or mpirun) is parked: out of the epoll set, so it cannot spin
+ * the loop, and matched again by the next expect() or service(). Anything that is not
+ * a hello, EOF, or no match within CB_PENDING_TIMEOUT seconds closes the socket, so a
+ * port scanner or a stray client can neither stall the loop nor hold resources, and
+ * knows no key that gets it further than the hello. Keys are compared in constant time
  * and used once.
  *
  * The listener is shared by every connect-back connection of the process
  * (dsl_cb_shared_get), and the pieces both such transports need (spawning pdsh or
- * mpirun, keeping the tail of its output, their ssh options, the socket's read/write)
- * live here once.
+ * mpirun, their ssh options) live here once.
  *
  * Agent side: every address of the --connect list is connected non-blocking at once;
  * the first that completes wins (an unroutable address of a multi-homed launcher fails
@@ -27,6 +30,7 @@
  */
 #define _GNU_SOURCE /* accept4, pipe2 */
 #include <arpa/inet.h>
+#include <openssl/crypto.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
@@ -57,8 +61,6 @@
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
-#define CB_MAGIC "DSLCB1 "
-#define CB_LINE_MAX 128
 #define CB_PENDING_TIMEOUT 10.0
 #define CB_MAX_ADDRS 32
 
@@ -118,10 +120,39 @@ static int start_tries(const char *hostports, struct cb_try *t, int max, char *e
     return n;
 }
 
-int dsl_agent_connect_back_timeout(const char *hostports, const char *token,
-                                   double timeout_s, int *fd_out, char *err)
+int dsl_agent_cb_dial(const char *hostports, const char *launcher_key, int index,
+                      double timeout_s, int key_fd, int *fd_out, struct dsl_seal *seal,
+                      char *err)
 {
     *fd_out = -1;
+    memset(seal, 0, sizeof(*seal));
+    seal->state = DSL_SEAL_FAILED;
+    unsigned char lpub[DSL_SEAL_KEY_LEN], apriv[DSL_SEAL_KEY_LEN], apub[DSL_SEAL_KEY_LEN];
+    if (!launcher_key || dsl_seal_key_parse(launcher_key, strlen(launcher_key), lpub) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "bad --launcher-key (want %d hex digits)",
+                          2 * DSL_SEAL_KEY_LEN);
+    if (index < 0 || index > 99999)
+        return dsl_seterr(err, DSL_EUSAGE, "bad --connect-index %d", index);
+    int r = dsl_seal_keypair(apriv, apub, err);
+    if (r < 0)
+        return r;
+    r = dsl_seal_init_agent(seal, apriv, lpub, NULL);
+    memset(apriv, 0, sizeof(apriv));
+    if (r < 0)
+        return dsl_seterr(err, r, "%s", seal->err);
+    /* the key line goes the authentic way (ssh, mpirun) before the socket is dialled */
+    char hex[2 * DSL_SEAL_KEY_LEN + 1], line[64 + 2 * DSL_SEAL_KEY_LEN];
+    dsl_seal_key_hex(apub, hex);
+    int len = snprintf(line, sizeof(line), DSL_CB_KEY_LINE "%d %s\n", index, hex);
+    for (int off = 0; off < len;) { /* a pipe or a pty: write(), not send() */
+        ssize_t w = write(key_fd, line + off, (size_t)(len - off));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return dsl_seterr(err, DSL_ECONNECT, "cannot write the agent's key line to stdout: "
+                              "%s", w < 0 ? strerror(errno) : "short write");
+        off += (int)w;
+    }
     struct cb_try t[CB_MAX_ADDRS];
     int n = start_tries(hostports, t, CB_MAX_ADDRS, err);
     if (n < 0)
@@ -140,10 +171,10 @@ int dsl_agent_connect_back_timeout(const char *hostports, const char *token,
         double left = deadline - dsl_now();
         if (!live || left <= 0)
             break;
-        int r = poll(pf, (nfds_t)n, (int)(left * 1000) + 1);
-        if (r < 0 && errno != EINTR)
+        int pr = poll(pf, (nfds_t)n, (int)(left * 1000) + 1);
+        if (pr < 0 && errno != EINTR)
             break;
-        for (int i = 0; i < n && r > 0; i++) {
+        for (int i = 0; i < n && pr > 0; i++) {
             if (!pf[i].revents || t[i].fd < 0)
                 continue;
             int soerr = 0;
@@ -170,7 +201,6 @@ int dsl_agent_connect_back_timeout(const char *hostports, const char *token,
         if (t[i].fd >= 0)
             close(t[i].fd);
     }
-    int r;
     if (winner < 0) {
         r = dsl_seterr(err, DSL_ECONNECT, "cannot connect back to the launcher (%s)",
                        dsl_dynbuf_str(&why));
@@ -179,20 +209,14 @@ int dsl_agent_connect_back_timeout(const char *hostports, const char *token,
     int fd = t[winner].fd;
     dsl_net_set_nonblock(fd, 0);
     dsl_net_set_nodelay(fd);
-    char line[CB_LINE_MAX];
-    int len = snprintf(line, sizeof(line), CB_MAGIC "%s\n", token);
-    if (len <= 0 || (size_t)len >= sizeof(line)) {
+    if ((r = dsl_net_write_all(fd, seal->out.buf, seal->out.len, deadline)) < 0) {
         close(fd);
-        r = dsl_seterr(err, DSL_EUSAGE, "connect-back token too long");
-        goto out;
-    }
-    if ((r = dsl_net_write_all(fd, line, (size_t)len, deadline)) < 0) {
-        close(fd);
-        dsl_seterr(err, DSL_ECONNECT, "cannot send the token to %s: %s", t[winner].text,
+        dsl_seterr(err, DSL_ECONNECT, "cannot send the hello to %s: %s", t[winner].text,
                    dsl_strerror(r));
         r = DSL_ECONNECT;
         goto out;
     }
+    dsl_dynbuf_reset(&seal->out);
     *fd_out = fd;
     r = 0;
 out:
@@ -200,22 +224,17 @@ out:
     return r;
 }
 
-int dsl_agent_connect_back(const char *hostport, const char *token, int *fd_out, char *err)
-{
-    return dsl_agent_connect_back_timeout(hostport, token, 30.0, fd_out, err);
-}
-
 /* ---- launcher side ---- */
 
 struct cb_pending {
     int fd;
     double t_accept;
-    size_t len;
-    char line[CB_LINE_MAX];
+    int parked; /* a complete hello with a key nobody expects yet; out of the epoll set */
+    unsigned char key[DSL_SEAL_KEY_LEN]; /* once parked */
 };
 
 struct cb_expect {
-    char *token;
+    unsigned char key[DSL_SEAL_KEY_LEN];
     int fd;    /* -1 until its agent arrived */
     int ready; /* eventfd, readable once fd arrived; -1 if none could be made */
 };
@@ -228,33 +247,6 @@ struct dsl_cb_listener {
     struct cb_expect *expect;
     int nexpect, aexpect;
 };
-
-int dsl_cb_token_new(char out[DSL_CB_TOKEN_LEN + 1])
-{
-    unsigned char raw[DSL_CB_TOKEN_LEN / 2];
-    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    size_t got = 0;
-    while (got < sizeof(raw)) {
-        ssize_t n = read(fd, raw + got, sizeof(raw) - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            close(fd);
-            return n < 0 ? -errno : -EIO;
-        }
-        got += (size_t)n;
-    }
-    close(fd);
-    static const char hex[] = "0123456789abcdef";
-    for (size_t i = 0; i < sizeof(raw); i++) {
-        out[2 * i] = hex[raw[i] >> 4];
-        out[2 * i + 1] = hex[raw[i] & 15];
-    }
-    out[DSL_CB_TOKEN_LEN] = '\0';
-    return 0;
-}
 
 /* "a:P,b:P,...,127.0.0.1:P": addresses that are up, loopback last. */
 static char *all_addrs(int port)
@@ -329,7 +321,6 @@ void dsl_cb_listener_free(struct dsl_cb_listener *l)
             close(l->expect[i].fd);
         if (l->expect[i].ready >= 0)
             close(l->expect[i].ready);
-        free(l->expect[i].token);
     }
     if (l->lfd >= 0)
         close(l->lfd);
@@ -351,27 +342,11 @@ int dsl_cb_listener_pollfd(const struct dsl_cb_listener *l)
     return l->epfd;
 }
 
-int dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token)
+static int find_expect(struct dsl_cb_listener *l, const unsigned char *key)
 {
-    DSL_ALLOC_GROW(l->expect, l->nexpect, l->aexpect);
-    struct cb_expect *e = &l->expect[l->nexpect++];
-    e->token = dsl_xstrdup(token);
-    e->fd = -1;
-    e->ready = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    return e->ready >= 0 ? e->ready : -errno;
-}
-
-static int find_expect(struct dsl_cb_listener *l, const char *token, size_t len)
-{
-    for (int i = 0; i < l->nexpect; i++) {
-        const char *t = l->expect[i].token;
-        size_t tl = strlen(t);
-        unsigned char diff = (unsigned char)(tl != len);
-        for (size_t k = 0; k < tl && k < len; k++)
-            diff |= (unsigned char)(t[k] ^ token[k]);
-        if (!diff)
+    for (int i = 0; i < l->nexpect; i++)
+        if (!CRYPTO_memcmp(l->expect[i].key, key, DSL_SEAL_KEY_LEN))
             return i;
-    }
     return -1;
 }
 
@@ -379,13 +354,50 @@ static void drop_expect(struct dsl_cb_listener *l, int i)
 {
     if (l->expect[i].ready >= 0)
         close(l->expect[i].ready);
-    free(l->expect[i].token);
     l->expect[i] = l->expect[--l->nexpect];
 }
 
-void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const char *token)
+static void drop_pending(struct dsl_cb_listener *l, int i, int close_it)
 {
-    int i = find_expect(l, token, strlen(token));
+    if (!l->pending[i].parked)
+        epoll_ctl(l->epfd, EPOLL_CTL_DEL, l->pending[i].fd, NULL);
+    if (close_it)
+        close(l->pending[i].fd);
+    l->pending[i] = l->pending[--l->npending];
+}
+
+/* Hand pending socket i to the owner of key, if one waits for it; 1 if handed over. */
+static int hand_over(struct dsl_cb_listener *l, int i, const unsigned char *key)
+{
+    int e = find_expect(l, key);
+    if (e < 0 || l->expect[e].fd >= 0)
+        return 0;
+    l->expect[e].fd = l->pending[i].fd;
+    if (l->expect[e].ready >= 0)
+        (void)eventfd_write(l->expect[e].ready, 1);
+    drop_pending(l, i, 0);
+    return 1;
+}
+
+int dsl_cb_listener_expect(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN])
+{
+    DSL_ALLOC_GROW(l->expect, l->nexpect, l->aexpect);
+    struct cb_expect *e = &l->expect[l->nexpect++];
+    memcpy(e->key, key, DSL_SEAL_KEY_LEN);
+    e->fd = -1;
+    e->ready = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int ready = e->ready >= 0 ? e->ready : -errno;
+    for (int i = l->npending - 1; i >= 0; i--) /* its hello may be here already */
+        if (l->pending[i].parked &&
+            !CRYPTO_memcmp(l->pending[i].key, key, DSL_SEAL_KEY_LEN) &&
+            hand_over(l, i, l->pending[i].key))
+            break;
+    return ready;
+}
+
+void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN])
+{
+    int i = find_expect(l, key);
     if (i < 0)
         return;
     if (l->expect[i].fd >= 0)
@@ -393,51 +405,33 @@ void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const char *token)
     drop_expect(l, i);
 }
 
-static void drop_pending(struct dsl_cb_listener *l, int i, int close_it)
-{
-    epoll_ctl(l->epfd, EPOLL_CTL_DEL, l->pending[i].fd, NULL);
-    if (close_it)
-        close(l->pending[i].fd);
-    l->pending[i] = l->pending[--l->npending];
-}
-
 /*
- * Look at what a pending socket has sent. The agent speaks right after its token line,
- * so the line is peeked and then exactly its bytes consumed: whatever follows stays
- * in the socket for the control channel. 1: done with it (handed over or closed).
+ * Look at what a pending socket has sent, without consuming it: the connection's seal
+ * reads the hello itself. 1: done with it (handed over, parked or closed).
  */
-static int read_first_line(struct dsl_cb_listener *l, int i)
+static int read_hello(struct dsl_cb_listener *l, int i)
 {
     struct cb_pending *p = &l->pending[i];
-    ssize_t r = recv(p->fd, p->line, sizeof(p->line), MSG_PEEK);
+    unsigned char buf[DSL_SEAL_HELLO_LEN];
+    ssize_t r = recv(p->fd, buf, sizeof(buf), MSG_PEEK);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
     if (r <= 0) {
         drop_pending(l, i, 1);
         return 1;
     }
-    p->len = (size_t)r;
-    char *nl = memchr(p->line, '\n', p->len);
-    if (!nl) {
-        if (p->len < sizeof(p->line))
-            return 0;
+    int h = dsl_seal_hello_key(buf, (size_t)r, p->key);
+    if (h < 0) {
         drop_pending(l, i, 1);
         return 1;
     }
-    size_t mlen = strlen(CB_MAGIC);
-    size_t linelen = (size_t)(nl - p->line);
-    int e = -1;
-    if (linelen > mlen && !memcmp(p->line, CB_MAGIC, mlen))
-        e = find_expect(l, p->line + mlen, linelen - mlen);
-    if (e < 0 || l->expect[e].fd >= 0 ||
-        recv(p->fd, p->line, linelen + 1, 0) != (ssize_t)(linelen + 1)) {
-        drop_pending(l, i, 1);
+    if (h == 0)
+        return 0;
+    if (hand_over(l, i, p->key))
         return 1;
-    }
-    l->expect[e].fd = p->fd;
-    if (l->expect[e].ready >= 0)
-        (void)eventfd_write(l->expect[e].ready, 1);
-    drop_pending(l, i, 0);
+    /* not expected (yet): park it, its unread hello would keep epoll readable */
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, p->fd, NULL);
+    p->parked = 1;
     return 1;
 }
 
@@ -461,16 +455,20 @@ void dsl_cb_listener_service(struct dsl_cb_listener *l)
     }
     double now = dsl_now();
     for (int i = l->npending - 1; i >= 0; i--) {
-        if (read_first_line(l, i))
+        if (l->pending[i].parked) {
+            if (hand_over(l, i, l->pending[i].key))
+                continue;
+        } else if (read_hello(l, i)) {
             continue;
+        }
         if (now - l->pending[i].t_accept > CB_PENDING_TIMEOUT)
             drop_pending(l, i, 1);
     }
 }
 
-int dsl_cb_listener_take(struct dsl_cb_listener *l, const char *token)
+int dsl_cb_listener_take(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN])
 {
-    int i = find_expect(l, token, strlen(token));
+    int i = find_expect(l, key);
     if (i < 0 || l->expect[i].fd < 0)
         return -EAGAIN;
     int fd = l->expect[i].fd;
@@ -502,38 +500,124 @@ void dsl_cb_shared_put(void)
 
 /* ---- helpers of the connect-back transports ---- */
 
-char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, char *err)
+void dsl_cb_sshfiles_init(struct dsl_cb_sshfiles *f)
 {
-    const char *paths[] = {o->ssh_config, o->ssh_identity, o->known_hosts, o->ssh_user};
-    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++)
-        if (paths[i] && strpbrk(paths[i], " \t\n'\"\\")) {
-            dsl_seterr(err, DSL_EUSAGE,
-                       "%s cannot pass '%s' to ssh (it contains a space or a quote)", prog,
-                       paths[i]);
+    f->dir = NULL;
+}
+
+static const char *const sshfile_names[] = {"config", "identity", "identity.pub",
+                                            "identity-cert.pub", "known_hosts"};
+
+void dsl_cb_sshfiles_release(struct dsl_cb_sshfiles *f)
+{
+    if (!f->dir)
+        return;
+    for (size_t i = 0; i < sizeof(sshfile_names) / sizeof(sshfile_names[0]); i++) {
+        char *link = dsl_xasprintf("%s/%s", f->dir, sshfile_names[i]);
+        unlink(link);
+        free(link);
+    }
+    rmdir(f->dir);
+    free(f->dir);
+    f->dir = NULL;
+}
+
+/* Only characters that no shell and no word splitting treat specially. */
+static int shell_safe(const char *s)
+{
+    return s[0] && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                             "0123456789/._-") == strlen(s);
+}
+
+/* f->dir/name -> path (made absolute), creating the private directory on first use. */
+static char *sshfile_link(struct dsl_cb_sshfiles *f, const char *name, const char *path,
+                          char *err)
+{
+    if (!f->dir) {
+        const char *tmp = getenv("TMPDIR");
+        if (!tmp || tmp[0] != '/' || !shell_safe(tmp) || strlen(tmp) > 200)
+            tmp = "/tmp";
+        char *dir = dsl_xasprintf("%s/dslaunch-ssh.XXXXXX", tmp);
+        if (!mkdtemp(dir)) { /* mode 0700 */
+            dsl_seterr(err, -errno, "cannot create a private directory in '%s': %s", tmp,
+                       strerror(errno));
+            free(dir);
             return NULL;
         }
+        f->dir = dir;
+    }
+    char *target = NULL;
+    if (path[0] == '/') {
+        target = dsl_xstrdup(path);
+    } else {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof(cwd))) {
+            dsl_seterr(err, -errno, "cannot resolve '%s': %s", path, strerror(errno));
+            return NULL;
+        }
+        target = dsl_xasprintf("%s/%s", cwd, path);
+    }
+    char *link = dsl_xasprintf("%s/%s", f->dir, name);
+    if (symlink(target, link) < 0) {
+        dsl_seterr(err, -errno, "cannot link '%s' for ssh: %s", path, strerror(errno));
+        free(link);
+        link = NULL;
+    }
+    free(target);
+    return link;
+}
+
+char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, struct dsl_cb_sshfiles *f,
+                         char *err)
+{
+    if (o->ssh_user && !shell_safe(o->ssh_user)) {
+        dsl_seterr(err, DSL_EUSAGE, "ssh user name '%s' has characters that cannot be passed "
+                   "safely (allowed: letters, digits, '.', '_', '-')", o->ssh_user);
+        return NULL;
+    }
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, 8192);
+    char *cfg = NULL, *id = NULL, *kh = NULL;
+    char *r = NULL;
+    if (o->ssh_config && !(cfg = sshfile_link(f, "config", o->ssh_config, err)))
+        goto out;
+    if (o->ssh_identity) {
+        if (!(id = sshfile_link(f, "identity", o->ssh_identity, err)))
+            goto out;
+        /* ssh looks for the public key and certificate beside the private key */
+        char *pub = dsl_xasprintf("%s.pub", o->ssh_identity);
+        char *cert = dsl_xasprintf("%s-cert.pub", o->ssh_identity);
+        free(sshfile_link(f, "identity.pub", pub, err));
+        free(sshfile_link(f, "identity-cert.pub", cert, err));
+        free(pub);
+        free(cert);
+    }
+    if (o->known_hosts && !(kh = sshfile_link(f, "known_hosts", o->known_hosts, err)))
+        goto out;
     dsl_dynbuf_addstr(&b, "-o BatchMode=yes");
-    if (o->ssh_config)
-        dsl_dynbuf_addf(&b, " -F %s", o->ssh_config);
+    if (cfg)
+        dsl_dynbuf_addf(&b, " -F %s", cfg);
     if (o->ssh_port > 0)
         dsl_dynbuf_addf(&b, " -p %d", o->ssh_port);
-    if (o->ssh_identity)
-        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", o->ssh_identity);
+    if (id)
+        dsl_dynbuf_addf(&b, " -i %s -o IdentitiesOnly=yes", id);
     if (o->ssh_user)
         dsl_dynbuf_addf(&b, " -l %s", o->ssh_user);
-    if (o->known_hosts)
-        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", o->known_hosts);
+    if (kh)
+        dsl_dynbuf_addf(&b, " -o UserKnownHostsFile=%s", kh);
     dsl_dynbuf_addf(&b, " -o StrictHostKeyChecking=%s", o->accept_new ? "accept-new" : "yes");
     if (o->connect_timeout > 0)
         dsl_dynbuf_addf(&b, " -o ConnectTimeout=%d", (int)o->connect_timeout + 1);
     if (o->keepalive > 0)
         dsl_dynbuf_addf(&b, " -o ServerAliveInterval=%d -o ServerAliveCountMax=2",
                         (int)(o->keepalive / 2) > 0 ? (int)(o->keepalive / 2) : 1);
-    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
+    r = dsl_xstrdup(dsl_dynbuf_str(&b));
+out:
+    free(cfg);
+    free(id);
+    free(kh);
     dsl_dynbuf_release(&b);
-    return s;
+    return r;
 }
 
 /* pdsh and mpirun start with the default SIGPIPE that this process ignores. */
@@ -570,46 +654,6 @@ int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, in
     *outfd = pipefd[0];
     *pidfd = (int)syscall(SYS_pidfd_open, child, 0);
     return 0;
-}
-
-void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max)
-{
-    char buf[2048];
-    while (*fd >= 0) {
-        ssize_t n = read(*fd, buf, sizeof(buf));
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            return;
-        if (n <= 0) {
-            close(*fd); /* also leaves every epoll set it was in */
-            *fd = -1;
-            return;
-        }
-        size_t keep = max > (size_t)n ? max - (size_t)n : 0;
-        if (out->len > keep)
-            dsl_dynbuf_consume(out, out->len - keep);
-        if (dsl_dynbuf_add(out, buf, (size_t)n) < 0)
-            dsl_dynbuf_reset(out);
-    }
-}
-
-ssize_t dsl_cb_sock_read(int fd, void *buf, size_t n)
-{
-    if (fd < 0)
-        return -EIO;
-    ssize_t r = read(fd, buf, n);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
-    return r;
-}
-
-ssize_t dsl_cb_sock_write(int fd, const void *buf, size_t n)
-{
-    if (fd < 0)
-        return -EPIPE;
-    ssize_t r = send(fd, buf, n, MSG_NOSIGNAL);
-    if (r < 0)
-        return (errno == EAGAIN || errno == EINTR) ? -EAGAIN : -errno;
-    return r;
 }
 
 int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd)

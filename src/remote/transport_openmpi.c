@@ -8,17 +8,24 @@
  * current batch and gets index i; the batch's first progress() (woken at once by an
  * eventfd that is readable from the batch's creation) forks
  *
- *   mpirun -np N --host h0:1,h1:1,.. --map-by node /bin/sh -c SCRIPT dslaunch T --agent ...
+ *   mpirun -np N --host h0:1,h1:1,.. --map-by node --mca plm_rsh_no_tree_spawn 1
+ *          --mca plm_rsh_agent "ssh OPTS" /bin/sh -c SCRIPT dslaunch --agent ...
+ *          --connect A:P,.. --launcher-key L
  *
  * where SCRIPT drops what orted put into the environment (OMPI_*, PMIX_*) and execs
- * the agent with `--token T.$OMPI_COMM_WORLD_RANK`: rank i runs on
- * host i and presents token "T.i", which the connection of host i expects. No user data
- * is in the script or its arguments: the plan travels over the socket. Opens in a later
- * pass start another batch (another mpirun).
+ * the agent with `--connect-index $OMPI_COMM_WORLD_RANK`: rank i runs on host i and
+ * prints its public key as "DSLCB2-KEY i A" (connectback.h), which mpirun forwards to
+ * our pipe; the connection of host i then expects a hello naming A, and the handshake
+ * (L being the batch's key pair) proves both ends. No user data is in the script or
+ * its arguments: the plan travels sealed over the socket. OPTS names the user's ssh
+ * paths only through links in a private directory (dsl_cb_ssh_files), because
+ * plm_rsh_agent reaches a shell; tree spawn is off, so every orted is started from this
+ * host, where those links are. Opens in a later pass start another batch (another mpirun).
  *
  * While CONNECTING, pollfd() is a per-connection epoll set of the listener's epoll fd,
- * the batch's epoll fd (the eventfd, mpirun's output pipe and a pidfd of mpirun) and
- * the token's ready fd from the listener. The fan-out loop calls progress() only for a
+ * the batch's epoll fd (the eventfd, mpirun's output pipe and a pidfd of mpirun) and,
+ * once whoever drained mpirun's output found the agent's key line, the key's ready fd
+ * from the listener, then the socket during the handshake. The fan-out loop calls progress() only for a
  * connection whose fd is readable, and the events are consumed by whichever connection
  * handles them first: a socket that another connection's service() read wakes its
  * owner through the owner's ready fd (connectback.h), and the end of mpirun makes the
@@ -55,7 +62,7 @@
 extern char **environ;
 
 /*
- * The agent launcher script run by mpirun: $0 dslaunch, $1 token base, rest args. It
+ * The agent launcher script run by mpirun: $0 dslaunch, the rest its arguments. It
  * drops what orted put into the environment (OMPI_*, PMIX_*, PRTE_*, ...) before the
  * agent starts: the agent's environment is the base of every rank's, and those values
  * describe the agents' job, not the ranks' (a rank calling MPI_Init would join it as
@@ -63,11 +70,11 @@ extern char **environ;
  * export set names travel on the control channel and are set again for the ranks.
  */
 static const char agent_script[] =
-    "t=$1; shift; r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}; "
+    "r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}; "
     "for v in $(env | sed -n -e 's/^\\(OMPI_[A-Za-z0-9_]*\\)=.*/\\1/p' "
     "-e 's/^\\(PMIX_[A-Za-z0-9_]*\\)=.*/\\1/p' -e 's/^\\(PRTE_[A-Za-z0-9_]*\\)=.*/\\1/p'); "
     "do unset \"$v\"; done; unset HFI_NO_BACKTRACE IPATH_NO_BACKTRACE; "
-    "exec \"$0\" \"$@\" --token \"$t.$r\"";
+    "exec \"$0\" \"$@\" --connect-index \"$r\"";
 
 struct mpi_batch {
     int refs;
@@ -78,9 +85,15 @@ struct mpi_batch {
     int evfd;              /* readable: launch me; drained at launch, readable again for
                               good once mpirun ended or could not be started */
     int epfd;              /* {evfd, outfd, pidfd}; in every conn's set */
-    char token[DSL_CB_TOKEN_LEN + 1];
+    unsigned char lpriv[DSL_SEAL_KEY_LEN];
+    char lhex[2 * DSL_SEAL_KEY_LEN + 1]; /* the public key, for the agents' --launcher-key */
     struct dsl_strvec hosts, agent_argv;
+    struct mpi_priv **conns; /* by index; NULL once closed */
+    int aconns;
+    struct dsl_cb_keys keys; /* the agents' key lines, by index (from the launch on) */
     char *ssh_agent;       /* plm_rsh_agent value */
+    struct dsl_cb_sshfiles files; /* released once every agent connected */
+    int nopen;             /* connections of the batch that reached OPEN */
     struct dsl_dynbuf out; /* mpirun's output, tail only */
     int failed_launch;
 };
@@ -88,8 +101,9 @@ struct mpi_batch {
 struct mpi_priv {
     struct mpi_batch *b;
     int index;
-    int epfd, sock;
-    char token[DSL_CB_TOKEN_LEN + 16];
+    int epfd;
+    int expecting;          /* its key is registered with the listener */
+    struct dsl_cb_stream st; /* fd -1 until taken */
     double connect_timeout;
 };
 
@@ -110,9 +124,23 @@ static void epoll_add(int epfd, int fd)
         epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
 }
 
+/*
+ * Read mpirun's output. A key line found here may belong to any connection of the
+ * batch: its key is registered at once and its ready fd put into that connection's
+ * set, so the owner wakes when its socket is (or was already) there.
+ */
 static void batch_drain(struct mpi_batch *b)
 {
-    dsl_cb_drain_tail(&b->outfd, &b->out, MPI_OUT_MAX);
+    dsl_cb_drain_tail(&b->outfd, &b->out, MPI_OUT_MAX, b->keys.n ? &b->keys : NULL);
+    for (int i = 0; i < b->keys.n; i++) {
+        struct mpi_priv *p = b->conns[i];
+        if (!p || p->expecting || p->st.fd >= 0 || !b->keys.have[i])
+            continue;
+        p->expecting = 1;
+        int ready = dsl_cb_listener_expect(shared_l, b->keys.key[i]);
+        if (p->epfd >= 0)
+            epoll_add(p->epfd, ready);
+    }
 }
 
 /* Lines of mpirun's output that say why a daemon or agent did not start. */
@@ -211,15 +239,19 @@ static void batch_free(struct mpi_batch *b)
         close(b->epfd);
     dsl_strvec_release(&b->hosts);
     dsl_strvec_release(&b->agent_argv);
+    free(b->conns);
+    dsl_cb_keys_release(&b->keys);
+    memset(b->lpriv, 0, sizeof(b->lpriv));
+    dsl_cb_sshfiles_release(&b->files);
     free(b->ssh_agent);
     dsl_dynbuf_release(&b->out);
     free(b);
 }
 
 /* "ssh -F cfg -p P ..." for plm_rsh_agent; NULL with err on a bad value. */
-static char *rsh_agent(const struct dsl_transport_opts *o, char *err)
+static char *rsh_agent(const struct dsl_transport_opts *o, struct dsl_cb_sshfiles *f, char *err)
 {
-    char *opts = dsl_cb_ssh_options(o, "mpirun", err);
+    char *opts = dsl_cb_ssh_options(o, f, err);
     if (!opts)
         return NULL;
     char *s = dsl_xasprintf("ssh %s", opts);
@@ -247,14 +279,16 @@ static int batch_launch(struct mpi_batch *b, char *err)
     dsl_strvec_pushf(&argv, "%zu", b->hosts.nr);
     dsl_strvec_pushv(&argv, (const char *const[]){"--host", dsl_dynbuf_str(&hostlist),
                                                   "--map-by", "node", "--mca",
+                                                  "plm_rsh_no_tree_spawn", "1", "--mca",
                                                   "plm_rsh_agent", b->ssh_agent, "/bin/sh",
                                                   "-c", agent_script, NULL});
-    dsl_strvec_push(&argv, b->agent_argv.v[0]);
-    dsl_strvec_push(&argv, b->token);
-    for (size_t i = 1; i < b->agent_argv.nr; i++)
+    for (size_t i = 0; i < b->agent_argv.nr; i++)
         dsl_strvec_push(&argv, b->agent_argv.v[i]);
     dsl_strvec_push(&argv, "--connect");
     dsl_strvec_push(&argv, dsl_cb_listener_connect_arg(shared_l));
+    dsl_strvec_push(&argv, "--launcher-key");
+    dsl_strvec_push(&argv, b->lhex);
+    dsl_cb_keys_init(&b->keys, (int)b->hosts.nr);
     for (char **e = environ; *e; e++)
         dsl_strvec_push(&env, *e);
     dsl_dynbuf_release(&hostlist);
@@ -277,31 +311,39 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->err_code = 0;
     c->err[0] = '\0';
     struct mpi_priv *p = dsl_xcalloc(1, sizeof(*p));
-    p->epfd = p->sock = -1;
+    p->epfd = p->st.fd = -1;
     p->connect_timeout = o->connect_timeout;
     c->priv = p;
     if (strpbrk(c->host, ", \t\n:") || !c->host[0])
         return dsl_cb_conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to mpirun --host",
                                 c->host);
     char err[DSL_ERR_LEN];
-    char *agent = open_batch ? NULL : rsh_agent(o, err);
-    if (!open_batch && !agent)
+    struct dsl_cb_sshfiles files;
+    dsl_cb_sshfiles_init(&files);
+    char *agent = open_batch ? NULL : rsh_agent(o, &files, err);
+    if (!open_batch && !agent) {
+        dsl_cb_sshfiles_release(&files);
         return dsl_cb_conn_fail(c, DSL_EUSAGE, "%s", err);
+    }
     shared_l = dsl_cb_shared_get(o->connect_back_addr, err);
     if (!shared_l) {
         free(agent);
+        dsl_cb_sshfiles_release(&files);
         return dsl_cb_conn_fail(c, DSL_ECONNECT, "%s", err);
     }
     if (!open_batch) {
         struct mpi_batch *b = dsl_xcalloc(1, sizeof(*b));
         b->outfd = b->pidfd = b->epfd = -1;
         b->ssh_agent = agent;
+        b->files = files;
         dsl_strvec_init(&b->hosts);
         dsl_strvec_init(&b->agent_argv);
         dsl_dynbuf_init(&b->out, MPI_OUT_MAX * 2);
         for (size_t i = 0; agent_argv[i]; i++)
             dsl_strvec_push(&b->agent_argv, agent_argv[i]);
-        int r = dsl_cb_token_new(b->token);
+        unsigned char lpub[DSL_SEAL_KEY_LEN];
+        int r = dsl_seal_keypair(b->lpriv, lpub, err);
+        dsl_seal_key_hex(lpub, b->lhex);
         b->evfd = eventfd(1, EFD_CLOEXEC | EFD_NONBLOCK); /* readable: launch me */
         b->epfd = epoll_create1(EPOLL_CLOEXEC);
         epoll_add(b->epfd, b->evfd);
@@ -316,14 +358,13 @@ static int mpi_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->b->refs++;
     p->index = (int)p->b->hosts.nr;
     dsl_strvec_push(&p->b->hosts, c->host);
-    snprintf(p->token, sizeof(p->token), "%s.%d", p->b->token, p->index);
-    int ready = dsl_cb_listener_expect(shared_l, p->token);
+    DSL_ALLOC_GROW(p->b->conns, p->index, p->b->aconns);
+    p->b->conns[p->index] = p;
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (p->epfd < 0)
         return dsl_cb_conn_fail(c, -errno, "cannot create an epoll set: %s", strerror(errno));
     epoll_add(p->epfd, dsl_cb_listener_pollfd(shared_l));
     epoll_add(p->epfd, p->b->epfd);
-    epoll_add(p->epfd, ready);
     return 0;
 }
 
@@ -347,15 +388,32 @@ static int mpi_progress(struct dsl_conn *c)
     }
     if (b->failed_launch)
         return dsl_cb_conn_fail(c, DSL_ESPAWN, "mpirun could not be started for '%s'", c->host);
+    batch_drain(b);
     dsl_cb_listener_service(shared_l);
-    int fd = dsl_cb_listener_take(shared_l, p->token);
-    if (fd >= 0) {
-        p->sock = fd;
-        close(p->epfd);
-        p->epfd = -1;
-        c->state = DSL_CONN_OPEN;
-        c->t_open = dsl_now();
-        return 0;
+    if (p->expecting && p->st.fd < 0) {
+        int fd = dsl_cb_listener_take(shared_l, b->keys.key[p->index]);
+        if (fd >= 0) {
+            p->expecting = 0;
+            dsl_cb_stream_init(&p->st, fd, b->lpriv, b->keys.key[p->index]);
+            epoll_add(p->epfd, fd);
+        }
+    }
+    if (p->st.fd >= 0) {
+        char err[DSL_ERR_LEN];
+        int h = dsl_cb_stream_handshake(&p->st, c->host, err);
+        if (h < 0)
+            return dsl_cb_conn_fail(c, h, "%s", err);
+        if (h == 1) {
+            close(p->epfd);
+            p->epfd = -1;
+            /* once every orted is up, ssh needs the links no more: none left behind
+               even if we are SIGKILLed later */
+            if (++b->nopen == (int)b->hosts.nr)
+                dsl_cb_sshfiles_release(&b->files);
+            c->state = DSL_CONN_OPEN;
+            c->t_open = dsl_now();
+            return 0;
+        }
     }
     batch_drain(b);
     if (batch_reap(b)) {
@@ -392,16 +450,22 @@ static int mpi_pollfd(struct dsl_conn *c, short *events)
     *events = POLLIN;
     if (!p || c->state == DSL_CONN_FAILED)
         return -1;
-    return c->state == DSL_CONN_OPEN ? p->sock : p->epfd;
+    if (c->state != DSL_CONN_OPEN)
+        return p->epfd;
+    if (dsl_cb_stream_want_write(&p->st))
+        *events |= POLLOUT;
+    return p->st.fd;
 }
 
 static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
 {
     struct mpi_priv *p = c->priv;
-    if (!p || p->sock < 0)
+    if (!p || p->st.fd < 0)
         return -EIO;
     batch_drain(p->b);
-    ssize_t r = dsl_cb_sock_read(p->sock, buf, n);
+    ssize_t r = dsl_cb_stream_read(&p->st, buf, n);
+    if (r < 0 && r != -EAGAIN && p->st.seal.state == DSL_SEAL_FAILED)
+        snprintf(c->err, sizeof(c->err), "sealed channel to '%.100s': %.300s", c->host, p->st.seal.err);
     if (r == 0)
         c->state = DSL_CONN_CLOSED;
     return r;
@@ -410,14 +474,14 @@ static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
 static ssize_t mpi_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct mpi_priv *p = c->priv;
-    return p ? dsl_cb_sock_write(p->sock, buf, n) : -EPIPE;
+    return p ? dsl_cb_stream_write(&p->st, buf, n) : -EPIPE;
 }
 
 static void mpi_close_write(struct dsl_conn *c)
 {
     struct mpi_priv *p = c->priv;
-    if (p && p->sock >= 0)
-        shutdown(p->sock, SHUT_WR);
+    if (p)
+        dsl_cb_stream_shutdown(&p->st);
 }
 
 static void mpi_close(struct dsl_conn *c)
@@ -425,12 +489,13 @@ static void mpi_close(struct dsl_conn *c)
     struct mpi_priv *p = c->priv;
     if (!p)
         return;
-    if (p->sock >= 0)
-        close(p->sock);
+    dsl_cb_stream_close(&p->st);
     if (p->epfd >= 0)
         close(p->epfd);
     if (p->b) {
-        dsl_cb_listener_cancel(shared_l, p->token);
+        p->b->conns[p->index] = NULL;
+        if (p->expecting)
+            dsl_cb_listener_cancel(shared_l, p->b->keys.key[p->index]);
         if (--p->b->refs == 0) {
             /* agents see EOF and exit, then mpirun ends; give it a moment first */
             double deadline = dsl_now() + 2.0;

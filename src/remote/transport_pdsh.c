@@ -4,23 +4,27 @@
  * Theory of operation. pdsh never feeds a remote command's stdin (its rcmd modules
  * leave it an idle pipe), so the control channel cannot be the agent's stdin as with
  * ssh. Instead every agent connects back (connectback.h): one pdsh process per host
- * runs `pdsh -R ssh -w HOST "exec '<dslaunch>' '--agent' '--connect' 'A:P,..' '--token' 'T'"`,
- * the agent dials the launcher's listener and presents its one-time token, and the
- * accepted socket becomes this connection's byte stream. One listener serves every
- * connect-back connection of the process (dsl_cb_shared_get).
+ * runs `pdsh -R ssh -w HOST "exec '<dslaunch>' '--agent' '--connect' 'A:P,..'
+ * '--launcher-key' 'L'"` with L the public half of a key pair made for this connection;
+ * the agent prints its own public key through pdsh's ssh (the key line of
+ * connectback.h), dials the launcher's listener, and the socket becomes this
+ * connection's sealed byte stream once both ends proved their keys (cbstream.c). One
+ * listener serves every connect-back connection of the process (dsl_cb_shared_get).
  *
- * States: CONNECTING from fork until the token arrives, then OPEN. While CONNECTING,
- * pollfd() is a per-connection epoll set holding the shared listener's epoll fd, the
- * token's ready fd (readable once this agent's socket arrived, whichever connection's
- * progress() read it), the pipe carrying pdsh's stdout+stderr and a pidfd of pdsh, so
- * a connecting agent or pdsh dying (wrong key, unknown host, refused) wakes the loop.
- * progress() accepts, collects
- * pdsh's output (last PDSH_OUT_MAX bytes), and when pdsh exits before its agent
- * connected, classifies its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE.
- * Once OPEN, read() also drains pdsh's pipe so a chatty agent stderr never blocks it.
+ * States: CONNECTING from fork until the handshake is done, then OPEN. While
+ * CONNECTING, pollfd() is a per-connection epoll set holding the shared listener's
+ * epoll fd, the pipe carrying pdsh's stdout+stderr, a pidfd of pdsh, then (once the key
+ * line was read) the key's ready fd (readable once this agent's socket arrived,
+ * whichever connection's progress() read it) and (once taken) the socket itself, so a
+ * connecting agent or pdsh dying (wrong key, unknown host, refused) wakes the loop.
+ * progress() accepts, collects pdsh's output (last PDSH_OUT_MAX bytes, key lines taken
+ * out), runs the handshake, and when pdsh exits before its agent connected, classifies
+ * its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE. Once OPEN, read() also drains
+ * pdsh's pipe so a chatty agent stderr never blocks it.
  *
- * ssh options reach pdsh's ssh through PDSH_SSH_ARGS_APPEND (split on spaces by pdsh,
- * so a path with a space is refused). close() closes the socket (the agent sees EOF
+ * ssh options reach pdsh's ssh through PDSH_SSH_ARGS_APPEND (split on spaces by pdsh);
+ * the user's paths are links in a private directory (dsl_cb_ssh_files), so no path
+ * is split or interpreted. close() closes the socket (the agent sees EOF
  * and stops its ranks), then SIGTERMs pdsh's process group and reaps it, SIGKILL after
  * two seconds. pdsh gets PR_SET_PDEATHSIG, so a SIGKILLed launcher takes it along.
  */
@@ -53,17 +57,33 @@ struct pdsh_priv {
     int status;            /* its wait status once reaped */
     int outfd;             /* pdsh stdout+stderr, non-blocking; -1 at EOF */
     int pidfd;             /* readable when pdsh exits (pidfd_open), -1 if unsupported */
-    int epfd;              /* CONNECTING: {listener, ready fd, outfd, pidfd} */
-    int sock;              /* OPEN: the agent's socket */
-    char token[DSL_CB_TOKEN_LEN + 1];
+    int epfd;              /* CONNECTING: {listener, outfd, pidfd, ready fd, socket} */
+    int expecting;         /* the agent's key is registered with the listener */
+    struct dsl_cb_stream st; /* the agent's socket (fd -1 until taken) */
+    unsigned char lpriv[DSL_SEAL_KEY_LEN];
+    struct dsl_cb_keys keys; /* the agent's key line */
+    struct dsl_cb_sshfiles files; /* the user's ssh paths, passed safely */
     struct dsl_cb_listener *l; /* a reference on the shared listener, or NULL */
     double connect_timeout;
     struct dsl_dynbuf out; /* pdsh's output, tail only */
 };
 
+/*
+ * Read pdsh's output. The agent's key line, whenever a drain finds it, registers the
+ * key at once (its hello may be parked already; the ready fd then wakes us): a key
+ * read by the drain at the end of one progress() must not wait for a wake-up that
+ * never comes.
+ */
 static void drain_out(struct pdsh_priv *p)
 {
-    dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX);
+    dsl_cb_drain_tail(&p->outfd, &p->out, PDSH_OUT_MAX, &p->keys);
+    if (!p->expecting && p->st.fd < 0 && p->keys.have[0] && p->l) {
+        p->expecting = 1;
+        int ready = dsl_cb_listener_expect(p->l, p->keys.key[0]);
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = ready};
+        if (ready >= 0 && p->epfd >= 0)
+            epoll_ctl(p->epfd, EPOLL_CTL_ADD, ready, &ev);
+    }
 }
 
 static int reap(struct pdsh_priv *p)
@@ -106,9 +126,11 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     c->err_code = 0;
     c->err[0] = '\0';
     struct pdsh_priv *p = dsl_xcalloc(1, sizeof(*p));
-    p->outfd = p->epfd = p->sock = p->pidfd = -1;
+    p->outfd = p->epfd = p->st.fd = p->pidfd = -1;
     p->connect_timeout = o->connect_timeout;
     dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
+    dsl_cb_keys_init(&p->keys, 1);
+    dsl_cb_sshfiles_init(&p->files);
     c->priv = p;
     if (strpbrk(c->host, ",[] \t\n") || c->host[0] == '-' || c->host[0] == '^')
         return dsl_cb_conn_fail(c, DSL_EUSAGE, "host name '%s' cannot be passed to pdsh -w",
@@ -117,14 +139,14 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->l = dsl_cb_shared_get(o->connect_back_addr, err);
     if (!p->l)
         return dsl_cb_conn_fail(c, DSL_ECONNECT, "%s", err);
-    int r = dsl_cb_token_new(p->token);
-    if (r < 0) {
-        p->token[0] = '\0';
-        return dsl_cb_conn_fail(c, r, "cannot make a token: %s", dsl_strerror(r));
-    }
-    int ready = dsl_cb_listener_expect(p->l, p->token);
+    unsigned char lpub[DSL_SEAL_KEY_LEN];
+    char lhex[2 * DSL_SEAL_KEY_LEN + 1];
+    int r = dsl_seal_keypair(p->lpriv, lpub, err);
+    if (r < 0)
+        return dsl_cb_conn_fail(c, r, "%s", err);
+    dsl_seal_key_hex(lpub, lhex);
 
-    char *sshargs = dsl_cb_ssh_options(o, "pdsh", err);
+    char *sshargs = dsl_cb_ssh_options(o, &p->files, err);
     if (!sshargs)
         return dsl_cb_conn_fail(c, DSL_EUSAGE, "%s", err);
     struct dsl_strvec remote, argv, env;
@@ -135,8 +157,8 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         dsl_strvec_push(&remote, agent_argv[i]);
     dsl_strvec_push(&remote, "--connect");
     dsl_strvec_push(&remote, dsl_cb_listener_connect_arg(p->l));
-    dsl_strvec_push(&remote, "--token");
-    dsl_strvec_push(&remote, p->token);
+    dsl_strvec_push(&remote, "--launcher-key");
+    dsl_strvec_push(&remote, lhex);
     char *cmd = dsl_shell_command(remote.v);
     const char *pdsh = getenv("DSLAUNCH_PDSH");
     dsl_strvec_push(&argv, pdsh && pdsh[0] ? pdsh : "pdsh");
@@ -153,7 +175,7 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
         goto out;
     }
     /* pdsh exiting must wake the loop even after its output pipe is gone: the pidfd */
-    const int fds[] = {p->outfd, dsl_cb_listener_pollfd(p->l), ready, p->pidfd};
+    const int fds[] = {p->outfd, dsl_cb_listener_pollfd(p->l), p->pidfd};
     p->epfd = epoll_create1(EPOLL_CLOEXEC);
     for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]) && p->epfd >= 0; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
@@ -181,17 +203,33 @@ static int pdsh_progress(struct dsl_conn *c)
         return c->err_code;
     if (!p || c->state != DSL_CONN_CONNECTING)
         return 0;
+    drain_out(p);
     dsl_cb_listener_service(p->l);
-    int fd = dsl_cb_listener_take(p->l, p->token);
-    if (fd >= 0) {
-        p->sock = fd;
-        if (p->epfd >= 0) {
-            close(p->epfd);
-            p->epfd = -1;
+    if (p->expecting && p->st.fd < 0) {
+        int fd = dsl_cb_listener_take(p->l, p->keys.key[0]);
+        if (fd >= 0) {
+            p->expecting = 0;
+            dsl_cb_stream_init(&p->st, fd, p->lpriv, p->keys.key[0]);
+            struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+            epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev);
         }
-        c->state = DSL_CONN_OPEN;
-        c->t_open = dsl_now();
-        return 0;
+    }
+    if (p->st.fd >= 0) {
+        char err[DSL_ERR_LEN];
+        int h = dsl_cb_stream_handshake(&p->st, c->host, err);
+        if (h < 0)
+            return dsl_cb_conn_fail(c, h, "%s", err);
+        if (h == 1) {
+            if (p->epfd >= 0) {
+                close(p->epfd);
+                p->epfd = -1;
+            }
+            /* ssh has read its files long ago: no link left even if we are SIGKILLed */
+            dsl_cb_sshfiles_release(&p->files);
+            c->state = DSL_CONN_OPEN;
+            c->t_open = dsl_now();
+            return 0;
+        }
     }
     drain_out(p);
     if (reap(p)) {
@@ -221,16 +259,22 @@ static int pdsh_pollfd(struct dsl_conn *c, short *events)
     *events = POLLIN;
     if (!p || c->state == DSL_CONN_FAILED)
         return -1;
-    return c->state == DSL_CONN_OPEN ? p->sock : p->epfd;
+    if (c->state != DSL_CONN_OPEN)
+        return p->epfd;
+    if (dsl_cb_stream_want_write(&p->st))
+        *events |= POLLOUT;
+    return p->st.fd;
 }
 
 static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
 {
     struct pdsh_priv *p = c->priv;
-    if (!p || p->sock < 0)
+    if (!p || p->st.fd < 0)
         return -EIO;
     drain_out(p);
-    ssize_t r = dsl_cb_sock_read(p->sock, buf, n);
+    ssize_t r = dsl_cb_stream_read(&p->st, buf, n);
+    if (r < 0 && r != -EAGAIN && p->st.seal.state == DSL_SEAL_FAILED)
+        snprintf(c->err, sizeof(c->err), "sealed channel to '%.100s': %.300s", c->host, p->st.seal.err);
     if (r == 0) {
         char tail[300];
         drain_out(p);
@@ -246,14 +290,14 @@ static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
 static ssize_t pdsh_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct pdsh_priv *p = c->priv;
-    return p ? dsl_cb_sock_write(p->sock, buf, n) : -EPIPE;
+    return p ? dsl_cb_stream_write(&p->st, buf, n) : -EPIPE;
 }
 
 static void pdsh_close_write(struct dsl_conn *c)
 {
     struct pdsh_priv *p = c->priv;
-    if (p && p->sock >= 0)
-        shutdown(p->sock, SHUT_WR);
+    if (p)
+        dsl_cb_stream_shutdown(&p->st);
 }
 
 static void pdsh_close(struct dsl_conn *c)
@@ -261,8 +305,7 @@ static void pdsh_close(struct dsl_conn *c)
     struct pdsh_priv *p = c->priv;
     if (!p)
         return;
-    if (p->sock >= 0)
-        close(p->sock);
+    dsl_cb_stream_close(&p->st);
     if (p->pid > 0) {
         /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
         double deadline = dsl_now() + 2.0;
@@ -289,10 +332,13 @@ static void pdsh_close(struct dsl_conn *c)
     if (p->epfd >= 0)
         close(p->epfd);
     if (p->l) {
-        if (p->token[0])
-            dsl_cb_listener_cancel(p->l, p->token);
+        if (p->expecting)
+            dsl_cb_listener_cancel(p->l, p->keys.key[0]);
         dsl_cb_shared_put();
     }
+    memset(p->lpriv, 0, sizeof(p->lpriv));
+    dsl_cb_keys_release(&p->keys);
+    dsl_cb_sshfiles_release(&p->files);
     dsl_dynbuf_release(&p->out);
     free(p);
     c->priv = NULL;

@@ -55,6 +55,7 @@ struct parse_ctx {
     const char *cli_value; /* the value text as given on the command line */
     int world_size;
     char *err;
+    struct dsl_strvec autos; /* known keys whose value is "auto" (one error at the end) */
 };
 
 /* Scan already-valid JSON and record the dotted path and offset of every object key. */
@@ -393,6 +394,21 @@ static const char *const ignored_ds_keys[] = {
     "nebula", "compile", "quantize_training", "eigenvalue", "progressive_layer_drop",
 };
 
+/* Nested DeepSpeed keys dstrain knows of but does not implement (any other key under
+ * zero_optimization is DeepSpeed's too, and said so). */
+static const char *const ignored_ds_paths[] = {
+    "fp16_master_weights_and_grads", "zero_optimization.allgather_partitions",
+    "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_params",
+    "zero_optimization.cpu_offload_use_pin_memory", "zero_optimization.offload_optimizer",
+    "zero_optimization.offload_param", "zero_optimization.sub_group_size",
+    "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
+    "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters",
+    "zero_optimization.fp16_master_weights_and_grads", "zero_optimization.mics_shard_size",
+    "zero_optimization.zero_hpz_partition_size", "zero_optimization.zero_quantized_weights",
+    "zero_optimization.zero_quantized_gradients", "fp16.auto_cast",
+    "fp16.consecutive_hysteresis", "bf16.immediate_grad_update",
+};
+
 static const struct key *find_key(const char *path)
 {
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
@@ -697,18 +713,40 @@ static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v)
 
 /* ---- walking the tree ------------------------------------------------------------- */
 
-static int is_ignored_ds_key(const char *name)
+static int is_ignored_ds_key(const char *prefix, const char *name, const char *path)
 {
-    for (size_t i = 0; i < sizeof(ignored_ds_keys) / sizeof(ignored_ds_keys[0]); i++)
+    for (size_t i = 0; !prefix[0] && i < sizeof(ignored_ds_keys) / sizeof(ignored_ds_keys[0]);
+         i++)
         if (strcmp(ignored_ds_keys[i], name) == 0)
             return 1;
-    return 0;
+    for (size_t i = 0; i < sizeof(ignored_ds_paths) / sizeof(ignored_ds_paths[0]); i++)
+        if (strcmp(ignored_ds_paths[i], path) == 0)
+            return 1;
+    return !strncmp(path, "zero_optimization.", 18) && !strchr(path + 18, '.');
+}
+
+/* "auto" for a key that is not a string: only DeepSpeed's HuggingFace integration fills
+ * it in. Noted here, reported once for all such keys when the file is read. The batch
+ * keys have their own message (it can say which number to write); "dstrain.backend"
+ * takes "auto" as one of its values. */
+static int auto_value(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "auto") != 0 || k->kind == K_STRING ||
+        k->kind == K_SECTION || (k->kind == K_SPECIAL && (k->fn == sp_batch || k->fn == sp_choice)))
+        return 0;
+    for (size_t i = 0; i < c->autos.nr; i++)
+        if (!strcmp(c->autos.v[i], k->path))
+            return 1;
+    dsl_strvec_push(&c->autos, k->path);
+    return 1;
 }
 
 static int walk(struct parse_ctx *c, const char *prefix, const cJSON *obj);
 
 static int apply(struct parse_ctx *c, const char *path, const struct key *k, const cJSON *v)
 {
+    if (auto_value(c, k, v))
+        return 0;
     if (k->kind != K_SECTION)
         return apply_leaf(c, k, v);
     /* DeepSpeed's legacy "zero_optimization": true|false means stage 1|0 */
@@ -740,8 +778,8 @@ static int walk(struct parse_ctx *c, const char *prefix, const cJSON *obj)
             const struct key *k = find_key(path);
             if (k)
                 r = apply(c, path, k, it);
-            else if (!prefix[0] && is_ignored_ds_key(it->string))
-                cwarn(c, path, "DeepSpeed key '%s' is not supported by dstrain and is ignored",
+            else if (is_ignored_ds_key(prefix, it->string, path))
+                cwarn(c, path, "DeepSpeed key '%s' is not implemented by dstrain and is ignored",
                       path);
             else
                 cwarn(c, path, "unknown key '%s' (ignored)", path);
@@ -849,8 +887,25 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path, const
                           c.file);
     }
     index_keys(&c);
+    dsl_strvec_init(&c.autos);
     r = walk(&c, "", root);
     cJSON_Delete(root);
+    if (r == 0 && c.autos.nr) {
+        struct dsl_dynbuf b;
+        dsl_dynbuf_init(&b, 4096);
+        for (size_t i = 0; i < c.autos.nr; i++)
+            dsl_dynbuf_addf(&b, "%s'%s'", i == 0 ? "" : i + 1 == c.autos.nr ? " and " : ", ",
+                            c.autos.v[i]);
+        r = dsl_seterr(err, DSL_ECONFIG,
+                       "%s: %s %s \"auto\", which only the HuggingFace integration of "
+                       "DeepSpeed fills in: write %s, or leave %s out for dstrain's default "
+                       "(docs/config.md)",
+                       c.file, dsl_dynbuf_str(&b), c.autos.nr == 1 ? "is" : "are",
+                       c.autos.nr == 1 ? "a value" : "a value for each",
+                       c.autos.nr == 1 ? "the key" : "them");
+        dsl_dynbuf_release(&b);
+    }
+    dsl_strvec_release(&c.autos);
     ctx_release(&c);
     if (r < 0)
         return r;
@@ -892,8 +947,15 @@ int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const ch
         v = cJSON_CreateString(value);
     if (!v)
         DSL_BUG("cJSON out of memory");
+    dsl_strvec_init(&c.autos);
     r = apply(&c, key, k, v);
     cJSON_Delete(v);
+    if (r == 0 && c.autos.nr)
+        r = dsl_seterr(err, DSL_ECONFIG,
+                       "command line: '%s' cannot be \"auto\" (only DeepSpeed's HuggingFace "
+                       "integration fills that in): give a value",
+                       key);
+    dsl_strvec_release(&c.autos);
     return r;
 }
 

@@ -132,6 +132,12 @@ TEST(opt_should_name_the_option_in_every_error)
         {{"--flag=1"}, "option '--flag' takes no value"},
         {{"-f1"}, "option '-f' takes no value"},
         {{"--name"}, "option '--name' needs a value"},
+        {{"--name", "--flag"},
+         "option '--name' needs a value, and '--flag' is an option; write --name=--flag if you "
+         "mean that value"},
+        {{"--name", "--beat=3"}, "option '--name' needs a value, and '--beat=3' is an option"},
+        {{"--name", "--not-an-option"}, NULL}, /* not one of ours: a value */
+        {{"--name=--flag"}, NULL},
         {{"--bogus"}, "unknown option '--bogus' (see prog --help)"},
         {{"-z"}, "unknown option '-z' (see prog --help)"},
         {{"word"}, "unexpected argument 'word' (see prog --help)"},

@@ -11,3 +11,4 @@ dsl_unit_test(test_spawn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_spawn.c LIBS dsl
 # dslcommon: host lists and the rank environment of srun, mpirun and PMIx.
 dsl_unit_test(test_rankenv SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rankenv.c LIBS dslcommon)
 dsl_fuzz_target(fuzz_slurmlist SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_slurmlist.c LIBS dslcommon)
+dsl_unit_test(test_cpubind SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpubind.c LIBS dslcommon)

@@ -8,4 +8,3 @@ dsl_unit_test(test_contain SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_contain.c LIBS
 # dsljob: hang verdicts (pure functions) and the progress/stack messages.
 dsl_unit_test(test_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hang.c LIBS dsljob)
 dsl_unit_test(test_proto_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto_hang.c LIBS dsljob)
-dsl_unit_test(test_cpubind SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpubind.c LIBS dsljob)

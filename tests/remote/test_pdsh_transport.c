@@ -1,9 +1,10 @@
 /*
  * The pdsh transport against the namespace cluster: pdsh -R ssh starts this very
- * binary on every node as the "agent" (`--agent --connect A:P --token T`, it shares the
- * file system), which connects back and echoes the socket like cat, so the test checks
- * the whole path: pdsh, ssh, the remote shell and its quoting, connect-back and the
- * token, bytes both ways, EOF. Then each per-host failure and its error class.
+ * binary on every node as the "agent" (`--agent --connect A:P --launcher-key L`, it
+ * shares the file system), which connects back and echoes what it is sent like cat, so
+ * the test checks the whole path: pdsh, ssh, the remote shell and its quoting, the key
+ * line through pdsh's output, connect-back and the sealed channel's handshake, bytes
+ * both ways, EOF. Then each per-host failure and its error class.
  *
  * Needs DSL_CLUSTER_DIR and DSL_CLUSTER_SH (tests/e2e/cluster/with_cluster.sh).
  */
@@ -26,31 +27,45 @@
 
 static char self[PATH_MAX];
 
-/* The helper "agent": connect back, then echo everything until EOF. */
+/* The helper "agent": connect back, then echo everything until EOF (sealed). */
 static int helper_agent(int argc, char **argv)
 {
-    const char *connect = NULL, *token = NULL;
+    const char *connect = NULL, *key = NULL;
+    long index = 0;
     for (int i = 2; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--connect"))
             connect = argv[i + 1];
-        if (!strcmp(argv[i], "--token"))
-            token = argv[i + 1];
+        if (!strcmp(argv[i], "--launcher-key"))
+            key = argv[i + 1];
+        if (!strcmp(argv[i], "--connect-index"))
+            index = strtol(argv[i + 1], NULL, 10);
     }
-    if (!connect || !token) {
-        fprintf(stderr, "helper: missing --connect or --token\n");
+    if (!connect || !key) {
+        fprintf(stderr, "helper: missing --connect or --launcher-key\n");
         return 2;
     }
     int fd;
     char err[DSL_ERR_LEN];
-    if (dsl_agent_connect_back(connect, token, &fd, err) < 0) {
+    struct dsl_seal seal;
+    if (dsl_agent_cb_dial(connect, key, (int)index, 30, 1, &fd, &seal, err) < 0 ||
+        dsl_agent_cb_handshake(fd, &seal, dsl_now() + 30, err) < 0) {
         fprintf(stderr, "helper: %s\n", err);
         return 3;
     }
     char buf[65536];
     ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        if (dsl_net_write_all(fd, buf, (size_t)n, -1) < 0)
+    while ((n = read(fd, buf, sizeof(buf))) > 0) {
+        if (dsl_seal_feed(&seal, buf, (size_t)n) < 0)
+            return 5;
+        size_t k;
+        while ((k = dsl_seal_read(&seal, buf, sizeof(buf))) > 0)
+            if (dsl_seal_write(&seal, buf, k) < 0)
+                return 6;
+        if (dsl_net_write_all(fd, seal.out.buf, seal.out.len, -1) < 0)
             return 4;
+        dsl_dynbuf_reset(&seal.out);
+    }
+    dsl_seal_release(&seal);
     close(fd);
     return 0;
 }

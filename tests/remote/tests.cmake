@@ -29,3 +29,7 @@ if(DSL_WITH_SSH)
   dsl_test_executable(dsl_ssh_fanout SOURCES ${CMAKE_CURRENT_LIST_DIR}/ssh_fanout.c
                       LIBS dslremote)
 endif()
+# the sealed control channel of pdsh/openmpi: handshake, frames, forged and tampered
+# input (in memory); its fuzz target's seeds are replayed as a unit test
+dsl_unit_test(test_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seal.c LIBS dslremote)
+dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dslremote)

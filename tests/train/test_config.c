@@ -249,10 +249,53 @@ TEST(unknown_keys_should_warn_once_each_and_not_fail)
     ASSERT_EQ(cfg.warnings.nr, 4);
     ASSERT_STR_EQ(cfg.warnings.v[0], "t.json:3:3: unknown key 'foo' (ignored)");
     ASSERT_STR_EQ(cfg.warnings.v[1], "t.json:4:3: DeepSpeed key 'tensorboard' is not "
-                                     "supported by dstrain and is ignored");
+                                     "implemented by dstrain and is ignored");
     ASSERT_STR_EQ(cfg.warnings.v[2], "t.json:5:44: unknown key 'optimizer.params.amsgrad' "
                                      "(ignored)");
     ASSERT_STR_EQ(cfg.warnings.v[3], "t.json:6:15: unknown key 'dstrain.colour' (ignored)");
+    dsl_train_config_release(&cfg);
+}
+
+TEST(deepspeed_keys_dstrain_lacks_should_say_not_implemented_also_when_nested)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    const char *json = "{\"train_batch_size\": 8, \"fp16_master_weights_and_grads\": false,\n"
+                       " \"zero_optimization\": {\"stage\": 1, \"allgather_partitions\": true,\n"
+                       "   \"cpu_offload\": false, \"stage3_gather_x\": 1, \"overlap_comm\": true},\n"
+                       " \"fp16\": {\"enabled\": false, \"auto_cast\": false}}";
+    ASSERT_OK(parse(&cfg, json, 1, err));
+    ASSERT_EQ(cfg.warnings.nr, 5);
+    ASSERT_CONTAINS(cfg.warnings.v[0], "'fp16_master_weights_and_grads' is not implemented");
+    ASSERT_CONTAINS(cfg.warnings.v[1], "'zero_optimization.allgather_partitions' is not "
+                                       "implemented by dstrain and is ignored");
+    ASSERT_CONTAINS(cfg.warnings.v[2], "'zero_optimization.cpu_offload' is not implemented");
+    ASSERT_CONTAINS(cfg.warnings.v[3], "'zero_optimization.stage3_gather_x' is not implemented");
+    ASSERT_CONTAINS(cfg.warnings.v[4], "'fp16.auto_cast' is not implemented");
+    ASSERT_EQ(cfg.zero.overlap_comm, 1);
+    dsl_train_config_release(&cfg);
+}
+
+TEST(auto_in_any_non_batch_key_should_be_one_error_naming_every_such_key)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    const char *json = "{\"fp16\": {\"enabled\": \"auto\"}, \"gradient_clipping\": \"auto\",\n"
+                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": \"auto\", "
+                       "\"betas\": \"auto\"}}, \"dstrain\": {\"backend\": \"auto\"}}";
+    ASSERT_EQ(parse(&cfg, json, 1, err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "t.json: 'fp16.enabled', 'gradient_clipping', 'optimizer.params.lr' and "
+                       "'optimizer.params.betas' are \"auto\", which only the HuggingFace "
+                       "integration of DeepSpeed fills in: write a value for each, or leave "
+                       "them out for dstrain's default (docs/config.md)");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"gradient_clipping\": \"auto\"}", 1, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "t.json: 'gradient_clipping' is \"auto\", which only the HuggingFace "
+                         "integration of DeepSpeed fills in: write a value, or leave the key out");
+    dsl_train_config_release(&cfg);
+    dsl_train_config_init(&cfg);
+    ASSERT_EQ(dsl_train_config_set(&cfg, "optimizer.params.lr", "auto", err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "'optimizer.params.lr' cannot be \"auto\"");
     dsl_train_config_release(&cfg);
 }
 

@@ -43,6 +43,8 @@ struct dsl_child_opts {
                            a failure is "cannot put 'argv[0]' into its cgroup: ..." */
     const int *sigdfl;  /* signals put back to SIG_DFL, 0-terminated; NULL: every one */
     int close_fds;      /* 1: close every fd above 2 before the exec or run */
+    const void *affinity; /* a cpu_set_t the child binds itself to (NULL: inherit) */
+    size_t affinity_size;
     int keep_fd;        /* an fd above 2 the child keeps at its number, CLOEXEC or not
                            (an inherited listening socket; 0: none); close_fds spares it */
     int report_errors;  /* 1: wait until the child has exec'd (or run has started);
@@ -70,6 +72,8 @@ struct dsl_spawn_opts {
     const char *const *cgroup_procs; /* cgroup.procs files the child joins before its
                           exec (NULL-terminated; NULL: none), see dsl_child_opts */
     int keep_fd;       /* an fd above 2 the child inherits at its number (0: none) */
+    const void *affinity; /* a cpu_set_t the child binds itself to (NULL: inherit) */
+    size_t affinity_size;
 };
 
 struct dsl_proc {

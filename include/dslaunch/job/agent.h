@@ -12,7 +12,15 @@
 #ifndef DSLAUNCH_AGENT_H
 #define DSLAUNCH_AGENT_H
 
+struct dsl_seal;
+
 /** Run the agent until the job on this node is over. Returns the process exit code. */
 int dsl_agent_main(int in_fd, int out_fd);
+/**
+ * The same on a connect-back socket fd whose handshake is done (seal OPEN, the
+ * caller's): every byte in and out goes through the seal's frames. A frame that fails
+ * authentication is treated as EOF from the launcher (the ranks are stopped).
+ */
+int dsl_agent_main_sealed(int fd, struct dsl_seal *seal);
 
 #endif

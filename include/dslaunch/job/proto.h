@@ -167,6 +167,8 @@ struct dsl_msg {
     double grace, keepalive;
     int local_rank_arg;  /* "--local_rank=N" goes before argv[local_rank_arg]; 0: none */
     double mem_limit;          /* optional (0: none) */
+    int cpubind;               /* start, optional: bind the ranks to shares of the cores */
+    char *core_list;           /* start, optional: the cores to share (NULL: all allowed) */
     /* started / out / exit / spawnerr */
     int rank, stream, cr, code, sig;
     char *line, *error;

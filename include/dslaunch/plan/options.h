@@ -70,6 +70,9 @@ struct dsl_launch_opts {
     int module;                /* --module, -m: PROGRAM is a module: python3 -u -m PROGRAM */
     int force_multi;           /* --force_multi: the ssh transport even for this machine */
     int save_pid;              /* --save_pid: write /tmp/<pid>.ds while running */
+    int bind_cores;            /* --bind_cores_to_rank: split each node's cores between its
+                                  ranks (common/cpubind.h) */
+    char *bind_core_list;      /* --bind_core_list: only these cores (implies binding) */
     int max_restarts;          /* --max-restarts: run again after a failure, N times (0) */
     int exclude_failed_nodes;  /* --exclude-failed-nodes: restarts leave failed nodes out */
     int min_nodes;             /* --min-nodes: no restart on fewer nodes (1) */
@@ -81,7 +84,8 @@ struct dsl_launch_opts {
                                      --ssh-accept-new, --connect-timeout, --keepalive */
     int verbose;               /* -v / -q */
     char *agent_connect;       /* --agent --connect ADDR:PORT[,...]: dial the launcher */
-    char *agent_token;         /* --agent --token T: one-time connect-back token */
+    char *agent_key;           /* --agent --launcher-key L: the launcher's public key (hex) */
+    int agent_index;           /* --agent --connect-index I: the agent's index in its batch */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 

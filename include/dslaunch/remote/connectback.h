@@ -2,17 +2,19 @@
  * Connect-back: the control channel for transports that cannot carry a per-host stdin
  * (pdsh, whose remote stdin is never fed; mpirun, which forwards stdin to rank 0 only).
  *
- * The launcher opens one TCP listener and gives every agent a one-time random token on
- * its command line: `dslaunch --agent --connect ADDR:PORT[,ADDR:PORT...] --token T`.
- * The agent connects to the first address that answers and sends the line
- * "DSLCB1 <token>\n"; from then on the socket is the byte stream to the launcher that
- * stdin/stdout would have been. The launcher hands each accepted socket to the
- * connection that expects its token; an unknown token, a malformed or slow first line
- * closes the socket. A token is consumed by its first use.
- *
- * NEEDSWORK: the token travels on the remote command line, so it is visible to other
- * users of that node (ps) until the agent connects; a user who races the agent gets
- * the job's plan instead of it. Use the ssh transport where that matters.
+ * The launcher opens one TCP listener and starts every agent as
+ * `dslaunch --agent --connect ADDR:PORT[,...] --launcher-key L [--connect-index I]`,
+ * L being the public half of an X25519 key pair the launcher made for that connection
+ * (or mpirun batch; I is then the agent's rank in the batch). Nothing on that command
+ * line is a secret. The agent makes its own key pair, prints the public half A on its
+ * stdout as the line "DSLCB2-KEY I A" (pdsh and mpirun carry it back to the launcher,
+ * which reads their output), connects to the first address that answers and starts the
+ * handshake of seal.h with a hello naming A. The listener hands each accepted socket to
+ * the connection that expects its A; the connection completes the handshake (both ends
+ * prove their keys) and from then on the socket carries AES-GCM frames, in which the
+ * bytes travel that stdin/stdout would have carried. A hello naming no expected key is
+ * held until its key is read (at most CB_PENDING_TIMEOUT) and then closed; anything
+ * that is not a hello is closed at once; a key is used once.
  */
 #ifndef DSLAUNCH_CONNECTBACK_H
 #define DSLAUNCH_CONNECTBACK_H
@@ -20,27 +22,35 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define DSL_CB_TOKEN_LEN 32 /* hex characters */
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/remote/seal.h"
+
+#define DSL_CB_KEY_LINE "DSLCB2-KEY " /* the agent's stdout line: "DSLCB2-KEY I A\n" */
 
 /* ---- agent side ---- */
 
 /**
- * Connect to the launcher: hostports is "ADDR:PORT" or a comma-separated list of them
+ * Dial the launcher: hostports is "ADDR:PORT" or a comma-separated list of them
  * ("[v6addr]:PORT" for IPv6), all tried at once; the first that connects wins, within
- * timeout_s seconds. Sends the token line. On success *fd_out is a blocking socket
- * owned by the caller; otherwise a negative code with err set.
+ * timeout_s seconds. launcher_key is L in hex, index the agent's I (0..99999). Makes
+ * the agent's key pair, writes its key line to key_fd (the agent's stdout) before it
+ * connects, and sends the hello; seal (caller's, released by the caller in every case)
+ * is then waiting for the launcher's reply. *fd_out is a blocking socket owned by the
+ * caller. Negative code with err set otherwise.
  */
-int dsl_agent_connect_back_timeout(const char *hostports, const char *token,
-                                   double timeout_s, int *fd_out, char *err);
-/** The same with a 30 s bound. */
-int dsl_agent_connect_back(const char *hostport, const char *token, int *fd_out, char *err);
+int dsl_agent_cb_dial(const char *hostports, const char *launcher_key, int index,
+                      double timeout_s, int key_fd, int *fd_out, struct dsl_seal *seal,
+                      char *err);
+/**
+ * Finish the agent's handshake on fd (from dial) by deadline (dsl_now() clock): read the
+ * launcher's reply, check it, send the confirm. 0 (seal OPEN) or negative with err
+ * (DSL_EAUTH: whoever answered does not hold the launcher's key).
+ */
+int dsl_agent_cb_handshake(int fd, struct dsl_seal *seal, double deadline, char *err);
 
 /* ---- launcher side ---- */
 
-struct dsl_cb_listener; /* opaque: sockets, pending connections, expected tokens */
-
-/** A fresh random token (DSL_CB_TOKEN_LEN hex characters + NUL) into out. */
-int dsl_cb_token_new(char out[DSL_CB_TOKEN_LEN + 1]);
+struct dsl_cb_listener; /* opaque: sockets, pending connections, expected keys */
 
 /**
  * Listen on bind_addr (NULL: every IPv4 address) on an ephemeral port. The listener is
@@ -56,22 +66,23 @@ const char *dsl_cb_listener_connect_arg(const struct dsl_cb_listener *l);
 /** An fd to poll for POLLIN (an epoll set): readable when service() has work. */
 int dsl_cb_listener_pollfd(const struct dsl_cb_listener *l);
 /**
- * Register a token to wait for (a copy is kept). Returns its ready fd: an eventfd owned
- * by the listener that becomes readable (POLLIN) once the token's socket has arrived,
- * whichever caller's service() read it, and is closed by take() or cancel(). Put it
+ * Register an agent key to wait for (a copy is kept). Returns its ready fd: an eventfd
+ * owned by the listener that becomes readable (POLLIN) once a connection whose hello
+ * names the key has arrived, whichever caller's service() read it (a hello that came
+ * before its key was registered counts), and is closed by take() or cancel(). Put it
  * into the owner's poll set next to dsl_cb_listener_pollfd(). -errno if none could be
- * made (the token is still expected; the owner then learns of it by polling take()).
+ * made (the key is still expected; the owner then learns of it by polling take()).
  */
-int dsl_cb_listener_expect(struct dsl_cb_listener *l, const char *token);
-/** Forget a token (its socket, if it arrived and was not taken, is closed). */
-void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const char *token);
-/** Accept new connections and read first lines; never blocks. */
+int dsl_cb_listener_expect(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN]);
+/** Forget a key (its socket, if it arrived and was not taken, is closed). */
+void dsl_cb_listener_cancel(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN]);
+/** Accept new connections and look at their hellos; never blocks. */
 void dsl_cb_listener_service(struct dsl_cb_listener *l);
 /**
- * The socket (non-blocking, owned by the caller from now on) whose agent presented
- * token, or -EAGAIN while it has not arrived. The token is then forgotten.
+ * The socket (non-blocking, owned by the caller from now on, its hello still unread)
+ * whose hello named key, or -EAGAIN while it has not arrived. The key is then forgotten.
  */
-int dsl_cb_listener_take(struct dsl_cb_listener *l, const char *token);
+int dsl_cb_listener_take(struct dsl_cb_listener *l, const unsigned char key[DSL_SEAL_KEY_LEN]);
 
 /*
  * The listener shared by every connect-back connection of this process, reference
@@ -87,12 +98,25 @@ struct dsl_transport_opts;
 struct dsl_dynbuf;
 struct dsl_conn;
 
+/*
+ * The user's ssh paths (--ssh-config, --ssh-identity, --known-hosts) as symbolic links
+ * in a private directory (mkdtemp, 0700, a name of [A-Za-z0-9/._-] only), made on first
+ * use and removed by release(). Owned by the caller.
+ */
+struct dsl_cb_sshfiles {
+    char *dir; /* NULL until a link was needed */
+};
+void dsl_cb_sshfiles_init(struct dsl_cb_sshfiles *f);
+void dsl_cb_sshfiles_release(struct dsl_cb_sshfiles *f);
 /**
  * The ssh options of o as one space-separated string ("-o BatchMode=yes -F cfg ..."),
- * for programs that split it on spaces (PDSH_SSH_ARGS_APPEND, plm_rsh_agent). A path
- * with a space or quote is refused: NULL with err naming prog. Owned by the caller.
+ * for programs that split it on spaces and may hand it to a shell (PDSH_SSH_ARGS_APPEND,
+ * plm_rsh_agent). Every user path in it is a link in f's directory, so no space, quote,
+ * newline or `$(...)` of the user's path is split or interpreted anywhere; a user name
+ * outside [A-Za-z0-9._-] is refused (NULL with err). Owned by the caller.
  */
-char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, const char *prog, char *err);
+char *dsl_cb_ssh_options(const struct dsl_transport_opts *o, struct dsl_cb_sshfiles *f,
+                         char *err);
 /**
  * Fork and exec argv with env as the leader of its own process group, stdin /dev/null,
  * stdout and stderr into *outfd (non-blocking read end), SIGTERM when this process
@@ -112,17 +136,59 @@ int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd);
 /** Set c FAILED with err_code code and the message; returns code. */
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/**
- * read() / send() on an accepted socket as a dsl_conn's read()/write() report them:
- * bytes, 0 at EOF (read), -EAGAIN when it would block, else -errno; -EIO / -EPIPE for
- * fd < 0. The write never raises SIGPIPE.
+
+/*
+ * Key lines ("DSLCB2-KEY I A", see above) in pdsh's or mpirun's output: the first
+ * line for each index 0..n-1 wins. Owned by the caller; dsl_cb_keys_release() frees.
  */
-ssize_t dsl_cb_sock_read(int fd, void *buf, size_t n);
-ssize_t dsl_cb_sock_write(int fd, const void *buf, size_t n);
+struct dsl_cb_keys {
+    int n;
+    unsigned char (*key)[DSL_SEAL_KEY_LEN];
+    unsigned char *have; /* have[i]: key[i] was read */
+    char line[160];      /* the line being assembled */
+    size_t len;
+    int skipping;        /* the line being read is too long to be a key line */
+};
+void dsl_cb_keys_init(struct dsl_cb_keys *k, int n);
+void dsl_cb_keys_release(struct dsl_cb_keys *k);
+
 /**
- * Read what *fd has without blocking, keeping the last max bytes in out (max > 2048);
- * at EOF closes *fd and sets it to -1.
+ * Read what *fd has without blocking. With keys, key lines are taken out into keys;
+ * all other output is kept in out, its last max bytes (max > 2048). At EOF closes *fd
+ * and sets it to -1.
  */
-void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max);
+void dsl_cb_drain_tail(int *fd, struct dsl_dynbuf *out, size_t max, struct dsl_cb_keys *keys);
+
+/*
+ * The launcher's end of an agent's socket (cbstream.c): the handshake and then a
+ * dsl_conn's read()/write() over sealed frames. The fd is owned by the stream.
+ */
+struct dsl_cb_stream {
+    int fd;
+    struct dsl_seal seal;
+};
+/** Take over fd (from dsl_cb_listener_take) for the agent whose key is apub. */
+int dsl_cb_stream_init(struct dsl_cb_stream *st, int fd,
+                       const unsigned char lpriv[DSL_SEAL_KEY_LEN],
+                       const unsigned char apub[DSL_SEAL_KEY_LEN]);
+/**
+ * Advance the handshake without blocking: 1 once both ends proved their keys, 0 while
+ * waiting, or a negative code with err naming host (DSL_EAUTH: a forged agent).
+ */
+int dsl_cb_stream_handshake(struct dsl_cb_stream *st, const char *host, char *err);
+/**
+ * Plaintext read()/write() as a dsl_conn reports them: bytes, 0 at EOF (read), -EAGAIN
+ * when it would block, else negative (DSL_EAUTH / DSL_EPROTO from the seal, whose err
+ * says why, or -errno). write() takes at most one frame per call and never raises
+ * SIGPIPE; sealed bytes the socket did not take are sent by later calls of either.
+ */
+ssize_t dsl_cb_stream_read(struct dsl_cb_stream *st, void *buf, size_t n);
+ssize_t dsl_cb_stream_write(struct dsl_cb_stream *st, const void *buf, size_t n);
+/** 1 while sealed bytes wait for the socket (poll it for POLLOUT too). */
+int dsl_cb_stream_want_write(const struct dsl_cb_stream *st);
+/** Send what waits (at most 2 s), then EOF to the agent. */
+void dsl_cb_stream_shutdown(struct dsl_cb_stream *st);
+/** Close the socket and wipe the keys (also for a stream never initialised: fd -1). */
+void dsl_cb_stream_close(struct dsl_cb_stream *st);
 
 #endif

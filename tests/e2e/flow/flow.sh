@@ -301,6 +301,38 @@ expect_success "--module runs python3 -u -m MODULE; DeepSpeed flags without a fe
     assert_grep "RANK=0" logs/rank0.log
 '
 
+expect_success "--bind_cores_to_rank: each rank runs on its own equal share of the cores, OMP_NUM_THREADS its size" '
+    n=$(nproc)
+    [ "$n" -ge 2 ] || skip "one usable core"
+    run_capture rc out err "$DSL" --include localhost:0,1 --bind_cores_to_rank python3 -c \
+        "import os; print(\"cores\", sorted(os.sched_getaffinity(0)), os.environ[\"OMP_NUM_THREADS\"])"
+    cat err
+    assert_eq "$rc" 0
+    python3 - out "$n" <<PY
+import ast, os, re, sys
+got = {}
+for line in open(sys.argv[1]):
+    m = re.match(r"\[rank (\d)\] cores (\[.*\]) (\d+)$", line.strip())
+    if m:
+        got[int(m.group(1))] = (set(ast.literal_eval(m.group(2))), int(m.group(3)))
+per = int(sys.argv[2]) // 2
+assert sorted(got) == [0, 1], got
+a, b = got[0][0], got[1][0]
+assert len(a) == per and len(b) == per and not (a & b), got
+assert a | b <= os.sched_getaffinity(0), got
+assert got[0][1] == per and got[1][1] == per, got
+PY
+    run_capture rc out err "$DSL" --include localhost:0 --bind_core_list 1 sh -c "grep Cpus_allowed_list /proc/self/status"
+    assert_eq "$rc" 0
+    assert_grep "Cpus_allowed_list:.1$" out
+    run_capture rc out err "$DSL" --include localhost:0,1 --bind_core_list 1 true
+    assert_eq "$rc" 127
+    assert_grep "1 core(s) cannot be bound to 2 rank(s)" err
+    run_capture rc out err "$DSL" --bind_core_list 0-x true
+    assert_eq "$rc" 2
+    assert_grep "option .--bind_core_list.: bad core list item .0-x." err
+'
+
 expect_success "--save_pid writes /tmp/<pid>.ds while dslaunch runs and removes it" '
     "$DSL" --include localhost:0 --save_pid sh -c "cat /tmp/\$PPID.ds >/dev/null; sleep 0.5" &
     pid=$!
@@ -338,6 +370,11 @@ expect_success "usage errors exit 2 and start nothing" '
     run_capture rc out err "$DSL"
     assert_eq "$rc" 2
     assert_grep "no program" err
+    run_capture rc out err "$DSL" --log-dir --dry-run "$W" env
+    assert_eq "$rc" 2
+    assert_grep "option .--log_dir. needs a value, and .--dry-run. is an option" err
+    [ ! -e ./--dry-run ] || fail "made a directory named --dry-run"
+    assert_not_grep "RANK=" out
 '
 
 expect_success "a bad hostfile names path and line; a missing one is an error" '

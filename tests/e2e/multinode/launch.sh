@@ -62,6 +62,21 @@ expect_success "NCCL_SOCKET_IFNAME naming an interface of node1 only: refused na
     assert_eq "$rc" 0 "a list that names an interface of each node"
 '
 
+# The preflight looks the program up in the PATH the rank will have (the export set),
+# not in the node's login PATH: it used to refuse a program only the exported PATH has.
+expect_success "a program only in the exported PATH (a venv) passes the preflight on every node and runs" '
+    mkdir -p venv/bin
+    printf "#!/bin/sh\necho onlyvenv \$RANK\n" >venv/bin/onlyvenv-$$
+    chmod 755 venv/bin/onlyvenv-$$
+    run_capture rc out err env PATH="$T_TMP/venv/bin:$PATH" "$DSL" --export PATH "${SSH[@]}" onlyvenv-$$
+    cat err
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "onlyvenv [0-3]\$" out)" 4 "ranks that ran it"
+    run_capture rc out err "$DSL" "${SSH[@]}" onlyvenv-$$
+    assert_eq "$rc" 202 "without the exported PATH"
+    assert_grep "cannot start .onlyvenv-$$.: command not found in PATH" err
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "

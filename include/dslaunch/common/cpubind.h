@@ -9,8 +9,8 @@
  * as DeepSpeed does; the remainder stays unused. Fewer cores than ranks is an error.
  * Pure functions over plain arrays, so the tests can give any topology.
  */
-#ifndef DSLAUNCH_JOB_CPUBIND_H
-#define DSLAUNCH_JOB_CPUBIND_H
+#ifndef DSLAUNCH_COMMON_CPUBIND_H
+#define DSLAUNCH_COMMON_CPUBIND_H
 
 #include <stddef.h>
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpubind.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"

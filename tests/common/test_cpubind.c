@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "job/cpubind.h"
+#include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/error.h"
 #include "test.h"
 
