@@ -370,6 +370,13 @@ expect_success "usage errors exit 2 and start nothing" '
     run_capture rc out err "$DSL"
     assert_eq "$rc" 2
     assert_grep "no program" err
+    mkdir -p nopdsh && printf "worker-0 slots=1\n" >hf.nopdsh
+    run_capture rc out err env PATH="$T_TMP/nopdsh" "$DSL" --launcher pdsh -H hf.nopdsh --dry-run true
+    assert_eq "$rc" 2
+    assert_grep "error: --launcher pdsh needs .pdsh., which is not in PATH (Debian: apt install pdsh)" err
+    run_capture rc out err env PATH="$T_TMP/nopdsh" "$DSL" --launcher openmpi -H hf.nopdsh true
+    assert_eq "$rc" 2
+    assert_grep "needs .mpirun." err
     run_capture rc out err "$DSL" --log-dir --dry-run "$W" env
     assert_eq "$rc" 2
     assert_grep "option .--log_dir. needs a value, and .--dry-run. is an option" err
