@@ -467,6 +467,25 @@ expect_success "progress lines redrawn with \\r come out whole, not garbled" '
     grep "progress" out | grep -qv "^\[rank 0\] progress *[0-9]*%$" && fail "torn progress line" || true
 '
 
+expect_success "output exactly as written: NUL, \\r, \\r\\n and 2 MB of random bytes through stdout (--no-prefix) and --log-dir" '
+    head -c 2000000 /dev/urandom >rand.bin
+    printf "a\0b\n\rprog 1\rprog 2\r\nend\r\nno newline" >mixed.bin
+    mkdir -m 700 lg
+    for f in rand.bin mixed.bin; do
+        run_capture rc out err "$DSL" --include localhost:0 --no-prefix --log-dir lg cat "$f"
+        assert_eq "$rc" 0
+        cmp "$f" out || fail "stdout differs from $f"
+        cmp "$f" lg/rank0.log || fail "--log-dir differs from $f"
+    done
+    # with prefixes: every line whole, NUL kept, and no empty line for a leading \r
+    run_capture rc out err "$DSL" --include localhost:0 cat mixed.bin
+    python3 - out <<PY
+got = open(__import__("sys").argv[1], "rb").read()
+want = b"[rank 0] a\0b\n[rank 0] prog 1\n[rank 0] prog 2\n[rank 0] end\n[rank 0] no newline\n"
+assert got == want, got
+PY
+'
+
 expect_success "a busy default master port is replaced; a busy given port is an error" '
     # wait (bounded) for the port if another program holds it right now, then hold it
     python3 -c "
