@@ -406,7 +406,7 @@ static const char *const ignored_ds_paths[] = {
     "zero_optimization.fp16_master_weights_and_grads", "zero_optimization.mics_shard_size",
     "zero_optimization.zero_hpz_partition_size", "zero_optimization.zero_quantized_weights",
     "zero_optimization.zero_quantized_gradients", "fp16.auto_cast",
-    "fp16.consecutive_hysteresis", "bf16.immediate_grad_update",
+    "bf16.immediate_grad_update",
 };
 
 static const struct key *find_key(const char *path)

@@ -106,7 +106,7 @@ TEST(out_lines_should_carry_every_byte_and_their_line_end)
         {"", 0, DSL_END_CR},                /* tqdm's leading "\r" */
         {"50% |###", 8, DSL_END_CR},
         {"dos", 3, DSL_END_CRLF},
-        {"\xff\xfe\x80 not utf-8", 15, DSL_END_NONE},
+        {"\xff\xfe\x80 not utf-8", 13, DSL_END_NONE},
         {"ab\0", 3, DSL_END_CRLF},           /* one and two bytes of base64 padding */
         {"abcd\0", 5, DSL_END_CR},
     };
