@@ -45,7 +45,7 @@ static int set_launcher(void *target, const struct dsl_opt *d, const char *val, 
     static const char *const names[] = {"auto", "local", "ssh", "pdsh", "openmpi", "slurm"};
     struct dsl_launch_opts *o = target;
     (void)d;
-    for (int i = 0; i < 5; i++)
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(val, names[i])) {
             o->launcher = (enum dsl_launcher_kind)i;
             return 0;
