@@ -4,6 +4,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/plan/srun.h"
 #include "dslaunch/common/banned.h"
 
@@ -33,6 +34,12 @@ int dsl_srun_argv(struct dsl_strvec *out, const char *launcher_args, char *const
     dsl_strvec_push(out, "--kill-on-bad-exit=1");
     dsl_strvec_pushf(out, "--nodelist=%s", dsl_dynbuf_str(&list));
     dsl_strvec_push(out, "--job-name=dslaunch");
+    /* run from inside a job step (srun --pty bash, a task of another srun): that step
+     * holds the job's CPUs, and a step that does not overlap it would wait for them */
+    const char *step = getenv("SLURM_STEP_ID");
+    long id;
+    if (step && dsl_parse_long(step, 0, 0xfffffff0L, &id) == 0)
+        dsl_strvec_push(out, "--overlap");
     for (const char *s = launcher_args ? launcher_args : ""; *s;) {
         size_t sp = strspn(s, " \t\n\r\v\f");
         s += sp;

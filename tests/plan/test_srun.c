@@ -27,6 +27,7 @@ TEST(srun_argv_should_start_one_agent_per_host_in_the_plans_order)
     const char *agent[] = {"/opt/my dslaunch", "--agent", NULL};
     dsl_strvec_init(&v);
     unsetenv("DSLAUNCH_SRUN");
+    unsetenv("SLURM_STEP_ID");
     ASSERT_OK(dsl_srun_argv(&v, NULL, (char **)hosts, 3, (char **)agent, "10.0.0.1:4000", "abcd", err));
     ASSERT_STR_EQ(joined(&v), "srun|--nodes=3|--ntasks=3|--ntasks-per-node=1|--kill-on-bad-exit=1|"
                               "--nodelist=gpu9,gpu1,cpu3|--job-name=dslaunch|/opt/my dslaunch|"
@@ -52,6 +53,30 @@ TEST(srun_argv_should_split_launcher_args_on_whitespace_only)
                               "--comment='a|b'|--x=$(id)*|dslaunch|--agent|--slurm-nodes|n1|"
                               "--connect|c|--launcher-key|k");
     dsl_strvec_release(&v);
+}
+
+TEST(srun_argv_should_overlap_the_step_it_runs_in)
+{
+    struct dsl_strvec v;
+    char err[DSL_ERR_LEN];
+    const char *hosts[] = {"n1", NULL};
+    const char *agent[] = {"dslaunch", NULL};
+    static const struct {
+        const char *step;
+        int overlap;
+    } cases[] = {{"0", 1}, {"17", 1}, {"4294967294", 0}, {"batch", 0}, {NULL, 0}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (cases[i].step)
+            setenv("SLURM_STEP_ID", cases[i].step, 1);
+        else
+            unsetenv("SLURM_STEP_ID");
+        dsl_strvec_init(&v);
+        ASSERT_OK(dsl_srun_argv(&v, NULL, (char **)hosts, 1, (char **)agent, "c", "k", err));
+        ASSERT_EQ(strstr(joined(&v), "|--job-name=dslaunch|--overlap|dslaunch|") != NULL,
+                  cases[i].overlap);
+        dsl_strvec_release(&v);
+    }
+    unsetenv("SLURM_STEP_ID");
 }
 
 TEST(srun_argv_should_refuse_a_host_that_nodelist_would_read_as_a_range_or_option)

@@ -14,10 +14,12 @@
  * Append to out the argv (executed directly, never by a shell):
  *
  *   srun --nodes=N --ntasks=N --ntasks-per-node=1 --kill-on-bad-exit=1
- *        --nodelist=H0,H1,.. --job-name=dslaunch [LAUNCHER_ARGS..] AGENT_ARGV..
+ *        --nodelist=H0,H1,.. --job-name=dslaunch [--overlap] [LAUNCHER_ARGS..] AGENT_ARGV..
  *        --slurm-nodes H0,H1,.. --connect CONNECT --launcher-key KEY
  *
- * srun is $DSLAUNCH_SRUN when set. launcher_args (NULL: none) is split on whitespace
+ * --overlap when this runs inside a job step (SLURM_STEP_ID a step number): that step
+ * holds the job's CPUs, and the agents' step would wait for them. srun is $DSLAUNCH_SRUN
+ * when set. launcher_args (NULL: none) is split on whitespace
  * only: no quote, `$` or glob means anything. The agent finds its index as the place of
  * its SLURMD_NODENAME in the --slurm-nodes list, so the hosts' order is kept whatever
  * order Slurm gives the step's tasks. A host name that srun's --nodelist would read as

@@ -35,6 +35,7 @@ fi
 exec sleep 300
 EOS
 chmod +x envp.sh worker.sh
+printf "n1 slots=1\nn2 slots=1\n" >hf2
 
 # ranks FILE: the "R ..." lines without the [host:rank N] prefix, sorted by rank
 ranks() { grep -o 'R rank=.*' "$1" | sort -t= -k2 -n; }
@@ -111,6 +112,17 @@ expect_success "salloc -N2 -n3: uneven tasks per node (2 + 1)" '
 "R rank=0 local=0 node=0 world=3 host=n1 slurmd=n1 procid=unset step=unset
 R rank=1 local=1 node=0 world=3 host=n1 slurmd=n1 procid=unset step=unset
 R rank=2 local=0 node=1 world=3 host=n2 slurmd=n2 procid=unset step=unset"
+'
+
+expect_success "dslaunch run by a task of another step: its srun overlaps that step" '
+    run_capture rc out err salloc -N2 --ntasks-per-node=2 srun -N2 --ntasks-per-node=2 sh -c \
+        "[ \$SLURM_PROCID = 0 ] || exit 0; exec \"\$0\" --hostfile hf2 --launcher slurm ./envp.sh" \
+        "$DSL"
+    cat err >&2
+    assert_eq "$rc" 0 "exit"
+    assert_eq "$(ranks out | sed "s/ addr=.*//")" \
+"R rank=0 local=0 node=0 world=2 master=$(field out 0 addr) host=n1
+R rank=1 local=0 node=1 world=2 master=$(field out 0 addr) host=n2"
 '
 
 TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-dim 24
