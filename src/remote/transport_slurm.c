@@ -68,7 +68,6 @@ struct srun_batch {
     int aconns;
     struct dsl_cb_keys keys; /* the agents' key lines, by index (from the launch on) */
     char *launcher_args;   /* --launcher_args, or NULL */
-    int nopen;             /* connections of the batch that reached OPEN */
     struct dsl_dynbuf out; /* srun's output, tail only */
     int failed_launch;
 };
@@ -241,7 +240,7 @@ static int batch_launch(struct srun_batch *b, char *err)
 }
 
 static int slurm_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
-                    char *const *agent_argv)
+                      char *const *agent_argv)
 {
     c->t_start = dsl_now();
     c->state = DSL_CONN_CONNECTING;
@@ -332,7 +331,6 @@ static int slurm_progress(struct dsl_conn *c)
         if (h == 1) {
             close(p->epfd);
             p->epfd = -1;
-            b->nopen++;
             c->state = DSL_CONN_OPEN;
             c->t_open = dsl_now();
             return 0;

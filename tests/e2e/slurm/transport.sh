@@ -95,6 +95,18 @@ expect_success "salloc -N2 --ntasks-per-node=2: 4 ranks on 2 nodes through srun,
     assert_grep "no --hostfile: the hosts are those of Slurm job" err
 '
 
+expect_success "sbatch: a batch script s dslaunch starts its ranks through srun too" '
+    printf "#!/bin/sh\nexec %s %s/envp.sh\n" "$DSL" "$PWD" >job.sh
+    run_capture rc out err sbatch --wait -N2 --ntasks-per-node=2 -o "$PWD/batch.out" job.sh
+    cat err >&2
+    assert_eq "$rc" 0 "sbatch --wait exit"
+    assert_eq "$(ranks batch.out | sed "s/ addr=[^ ]*//; s/ master=[^ ]*//; s/ job=.*//")" \
+"R rank=0 local=0 node=0 world=4 host=n1 slurmd=n1 procid=unset step=unset
+R rank=1 local=1 node=0 world=4 host=n1 slurmd=n1 procid=unset step=unset
+R rank=2 local=0 node=1 world=4 host=n2 slurmd=n2 procid=unset step=unset
+R rank=3 local=1 node=1 world=4 host=n2 slurmd=n2 procid=unset step=unset"
+'
+
 expect_success "--dry-run inside an allocation: launcher slurm and the srun line" '
     run_capture rc out err salloc -N2 --ntasks-per-node=2 "$DSL" --dry-run \
         --launcher_args "--exclusive  --time=5" ./envp.sh
