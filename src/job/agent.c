@@ -322,17 +322,21 @@ static void tail_push(struct rank_proc *r, const char *line, size_t len)
 }
 
 static void emit_line(struct agent *a, struct rank_proc *r, int s, const char *p, size_t n,
-                      int cr)
+                      int end)
 {
     struct dsl_msg m;
     dsl_msg_init(&m, DSL_MSG_OUT);
     m.rank = r->rank;
     m.stream = s;
-    m.cr = cr;
-    m.line = dsl_xstrndup(p, n);
+    m.cr = end == DSL_END_CR;
+    m.end = end;
+    m.line = dsl_xmalloc(n + 1); /* every byte, NULs included */
+    memcpy(m.line, p, n);
+    m.line[n] = '\0';
+    m.line_len = n;
     send_msg(a, &m);
     dsl_msg_release(&m);
-    if (s == 2 && !cr)
+    if (s == 2 && end != DSL_END_CR)
         tail_push(r, p, n);
     if (s == 2)
         dsl_agent_progress_stderr(&a->prog, (int)(r - a->ranks), p, n);
@@ -350,7 +354,8 @@ static void split_lines(struct agent *a, struct rank_proc *r, int s, int final)
             int cr = c == '\r' && !(i + 1 < b->len && b->buf[i + 1] == '\n');
             if (c == '\r' && i + 1 == b->len && !final)
                 break; /* wait: a '\n' may follow */
-            emit_line(a, r, s, b->buf + start, i - start, cr);
+            emit_line(a, r, s, b->buf + start, i - start,
+                      c == '\n' ? DSL_END_LF : cr ? DSL_END_CR : DSL_END_CRLF);
             if (c == '\r' && !cr)
                 i++;
             start = i + 1;
@@ -358,7 +363,8 @@ static void split_lines(struct agent *a, struct rank_proc *r, int s, int final)
     }
     dsl_dynbuf_consume(b, start);
     if (b->len >= LINE_MAX_BYTES || (final && b->len)) {
-        emit_line(a, r, s, b->buf, b->len, 0);
+        /* a piece of a longer line, or the last bytes: no line end of their own */
+        emit_line(a, r, s, b->buf, b->len, DSL_END_NONE);
         dsl_dynbuf_reset(b);
     }
 }

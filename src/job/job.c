@@ -455,6 +455,8 @@ int dsl_job_run(struct dsl_job *job)
     fflush(stdout);
     fflush(stderr);
     dsl_output_open(&console, STDOUT_FILENO, STDERR_FILENO, job->opts->output_buffer);
+    job->tty[1] = isatty(STDOUT_FILENO);
+    job->tty[2] = isatty(STDERR_FILENO);
     job->out = &console;
     dsl_log_set_sink(dsl_job_log_sink, job);
     dsl_job_signals_catch(sp[1]);

@@ -174,7 +174,8 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
 
 /* ---- output ---- */
 
-static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, const char *line)
+static void print_bytes(struct dsl_job *job, struct dsl_job_rank *r, int stream,
+                        const char *line, size_t len, const char *end)
 {
     char small[256], *prefix = small;
     small[0] = '\0';
@@ -189,14 +190,21 @@ static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, 
         snprintf(small, sizeof(small), "[rank %d] ", r->rank);
     }
     if (job->out) {
-        dsl_output_line(job->out, stream, prefix, line);
+        dsl_output_bytes(job->out, stream, prefix, line, len, end);
     } else {
         FILE *f = stream == 2 ? stderr : stdout;
-        fprintf(f, "%s%s\n", prefix, line);
+        fputs(prefix, f);
+        fwrite(line, 1, len, f);
+        fputs(end, f);
         fflush(f);
     }
     if (prefix != small)
         free(prefix);
+}
+
+static void print_line(struct dsl_job *job, struct dsl_job_rank *r, int stream, const char *line)
+{
+    print_bytes(job, r, stream, line, strlen(line), "\n");
 }
 
 void dsl_job_log_sink(void *arg, const char *line)
@@ -234,20 +242,40 @@ void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
     va_end(ap2);
 }
 
+/*
+ * A line of a rank's output. The --log-dir file gets its bytes exactly as written, line
+ * end included. So does the console with --no-prefix when it is not a terminal (a pipe
+ * or a file: `dslaunch --no-prefix ... > out` holds what the rank wrote). Otherwise each
+ * line is shown with its prefix and a newline; on a terminal a progress bar redrawing
+ * itself with "\r" is shown at most once a second, and a "\r" with nothing before it
+ * (tqdm starts each update so) shows nothing.
+ */
 static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct dsl_msg *m)
 {
+    const char *end = dsl_line_end_text(m->end);
+    size_t len = m->line_len;
     if (r->log) {
-        fputs(m->line, r->log);
-        fputc('\n', r->log);
+        fwrite(m->line, 1, len, r->log);
+        fputs(end, r->log);
         fflush(r->log);
     }
-    if (m->cr) {
+    if (job->opts->no_prefix && !job->tty[m->stream == 2 ? 2 : 1]) {
+        print_bytes(job, r, m->stream, m->line, len, end);
+        return;
+    }
+    if (m->end == DSL_END_CR) {
+        if (len == 0)
+            return;
+        if (!job->tty[m->stream == 2 ? 2 : 1]) {
+            print_bytes(job, r, m->stream, m->line, len, "\n"); /* every update, a line */
+            return;
+        }
         /* a progress bar redrawing itself: show at most one update a second */
         double now = dsl_now();
         free(r->pending_cr);
         r->pending_cr = NULL;
         if (now - r->last_cr_shown >= 1.0) {
-            print_line(job, r, m->stream, m->line);
+            print_bytes(job, r, m->stream, m->line, len, "\n");
             r->last_cr_shown = now;
         } else {
             r->pending_cr = dsl_xstrdup(m->line);
@@ -256,7 +284,7 @@ static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct
     }
     free(r->pending_cr);
     r->pending_cr = NULL;
-    print_line(job, r, m->stream, m->line);
+    print_bytes(job, r, m->stream, m->line, len, "\n");
 }
 
 /* ---- receiving ---- */

@@ -241,10 +241,16 @@ int dsl_output_pollfds(const struct dsl_output *o, struct pollfd *pf)
 
 int dsl_output_line(struct dsl_output *o, int stream, const char *prefix, const char *line)
 {
+    return dsl_output_bytes(o, stream, prefix, line, strlen(line), "\n");
+}
+
+int dsl_output_bytes(struct dsl_output *o, int stream, const char *prefix, const char *line,
+                     size_t ll, const char *end)
+{
     struct dsl_output_dest *d = dsl_output_dest_of(o, stream);
     if (d->broken || d->how == DSL_OUTPUT_DISCARD)
         return 0;
-    size_t pl = strlen(prefix), ll = strlen(line), n = pl + ll + 1;
+    size_t pl = strlen(prefix), el = strlen(end), n = pl + ll + el;
     if (dsl_output_queued(o) + n > o->budget) {
         dest_flush(o, d);
         if (d->broken)
@@ -258,7 +264,7 @@ int dsl_output_line(struct dsl_output *o, int stream, const char *prefix, const 
     }
     dest_append(d, prefix, pl);
     dest_append(d, line, ll);
-    dest_append(d, "\n", 1);
+    dest_append(d, end, el);
     return 0;
 }
 

@@ -51,6 +51,9 @@ void dsl_output_close(struct dsl_output *o);
  * 1 if it was dropped, else 0 (also when the destination is broken and it is discarded).
  */
 int dsl_output_line(struct dsl_output *o, int stream, const char *prefix, const char *line);
+/** The same for len bytes of line (NULs included) ended by end ("\n", "\r\n", "" ...). */
+int dsl_output_bytes(struct dsl_output *o, int stream, const char *prefix, const char *line,
+                     size_t len, const char *end);
 /** Queue text for stream as it is, outside the budget: the launcher's own few messages. */
 void dsl_output_text(struct dsl_output *o, int stream, const char *text);
 /** Write what each destination takes now, without waiting. */

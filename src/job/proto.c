@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/job/proto.h"
@@ -203,12 +204,25 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         cJSON_AddNumberToObject(o, "rank", m->rank);
         cJSON_AddNumberToObject(o, "pid", m->pid);
         break;
-    case DSL_MSG_OUT:
+    case DSL_MSG_OUT: {
         cJSON_AddNumberToObject(o, "rank", m->rank);
         cJSON_AddNumberToObject(o, "s", m->stream);
-        add_str(o, "line", m->line);
+        size_t len = m->line ? (m->line_len ? m->line_len : strlen(m->line)) : 0;
+        if (m->line && memchr(m->line, '\0', len)) {
+            /* a JSON string cannot carry a NUL through cJSON: the bytes as base64 */
+            char *b64 = dsl_xmalloc(4 * ((len + 2) / 3) + 1);
+            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)m->line, (int)len);
+            add_str(o, "line", "");
+            add_str(o, "x", b64);
+            free(b64);
+        } else {
+            add_str(o, "line", m->line);
+        }
         cJSON_AddNumberToObject(o, "cr", m->cr);
+        if (m->end != (m->cr ? DSL_END_CR : DSL_END_LF)) /* the usual end is implied */
+            cJSON_AddNumberToObject(o, "end", m->end);
         break;
+    }
     case DSL_MSG_EXIT:
         cJSON_AddNumberToObject(o, "rank", m->rank);
         cJSON_AddNumberToObject(o, "pid", m->pid);
@@ -517,7 +531,33 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_int(o, "rank", &m->rank, err));
         TRY(get_int(o, "s", &m->stream, err));
         TRY(get_str(o, "line", &m->line, err));
+        m->line_len = strlen(m->line);
         TRY(get_int(o, "cr", &m->cr, err));
+        m->end = m->cr ? DSL_END_CR : DSL_END_LF;
+        if (cJSON_GetObjectItemCaseSensitive(o, "end")) {
+            TRY(get_int(o, "end", &m->end, err));
+            if (m->end < DSL_END_NONE || m->end > DSL_END_CRLF)
+                return dsl_seterr(err, DSL_EPROTO, "bad line end %d", m->end);
+        }
+        if (cJSON_GetObjectItemCaseSensitive(o, "x")) {
+            char *b64 = NULL;
+            TRY(get_str(o, "x", &b64, err));
+            size_t bl = strlen(b64);
+            unsigned char *raw = bl % 4 == 0 ? dsl_xmalloc(bl / 4 * 3 + 1) : NULL;
+            int n = raw ? EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)bl) : -1;
+            /* EVP_DecodeBlock counts the bytes of '=' padding as zeros */
+            for (size_t k = bl; n > 0 && k > 0 && b64[k - 1] == '=' && k + 2 > bl; k--)
+                n--;
+            free(b64);
+            if (n < 0) {
+                free(raw);
+                return dsl_seterr(err, DSL_EPROTO, "bad base64 in an output line");
+            }
+            raw[n] = '\0';
+            free(m->line);
+            m->line = (char *)raw;
+            m->line_len = (size_t)n;
+        }
         if (m->stream != 1 && m->stream != 2)
             return dsl_seterr(err, DSL_EPROTO, "bad stream %d", m->stream);
         break;
@@ -608,4 +648,14 @@ int dsl_msg_next(struct dsl_linebuf *lb, struct dsl_msg *m, char *err)
 void dsl_linebuf_release(struct dsl_linebuf *lb)
 {
     dsl_dynbuf_release(&lb->buf);
+}
+
+const char *dsl_line_end_text(int end)
+{
+    switch (end) {
+    case DSL_END_LF: return "\n";
+    case DSL_END_CR: return "\r";
+    case DSL_END_CRLF: return "\r\n";
+    default: return "";
+    }
 }

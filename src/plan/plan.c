@@ -24,6 +24,7 @@
 #include "allocation.h"
 #include "dslaunch/plan/srun.h"
 #include "dslaunch/plan/envexport.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/common/banned.h"
 
@@ -370,6 +371,26 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     if (pl->nr < o->min_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--min-nodes %d but the job has only %d node%s",
                           o->min_nodes, pl->nr, pl->nr == 1 ? "" : "s");
+    /* a transport that runs a program of this machine: it must be here, before any
+     * host is contacted (a missing pdsh looked like a failed agent, 204) */
+    static const struct {
+        enum dsl_launcher_kind kind;
+        const char *prog, *pkg;
+    } tools[] = {{DSL_LAUNCHER_PDSH, "pdsh", "pdsh"},
+                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"}};
+    for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
+        if (o->launcher != tools[i].kind)
+            continue;
+        int code;
+        char rerr[DSL_ERR_LEN];
+        char *path = dsl_spawn_resolve(tools[i].prog, environ, NULL, &code, rerr);
+        if (!path)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "--launcher %s needs '%s', which is not in PATH (Debian: apt "
+                              "install %s), or use --launcher ssh, which needs nothing",
+                              dsl_plan_launcher_name(p), tools[i].prog, tools[i].pkg);
+        free(path);
+    }
     first_rendezvous(p);
     return 0;
 }

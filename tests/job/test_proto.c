@@ -93,6 +93,46 @@ TEST(hello_and_exit_messages_should_round_trip)
     dsl_msg_release(&got);
 }
 
+TEST(out_lines_should_carry_every_byte_and_their_line_end)
+{
+    static const struct {
+        const char *bytes;
+        size_t len;
+        int end;
+    } cases[] = {
+        {"plain", 5, DSL_END_LF},
+        {"a\0b\0", 4, DSL_END_LF},         /* NULs: sent as base64 */
+        {"\0", 1, DSL_END_NONE},
+        {"", 0, DSL_END_CR},                /* tqdm's leading "\r" */
+        {"50% |###", 8, DSL_END_CR},
+        {"dos", 3, DSL_END_CRLF},
+        {"\xff\xfe\x80 not utf-8", 15, DSL_END_NONE},
+        {"ab\0", 3, DSL_END_CRLF},           /* one and two bytes of base64 padding */
+        {"abcd\0", 5, DSL_END_CR},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dsl_msg m, got;
+        dsl_msg_init(&m, DSL_MSG_OUT);
+        m.rank = 3;
+        m.stream = 1 + (int)(i % 2);
+        m.end = cases[i].end;
+        m.cr = m.end == DSL_END_CR;
+        m.line = malloc(cases[i].len + 1);
+        memcpy(m.line, cases[i].bytes, cases[i].len);
+        m.line[cases[i].len] = '\0';
+        m.line_len = cases[i].len;
+        roundtrip(&m, &got);
+        ASSERT_EQ(got.line_len, cases[i].len);
+        ASSERT(memcmp(got.line, cases[i].bytes, cases[i].len) == 0);
+        ASSERT_EQ(got.end, cases[i].end);
+        ASSERT_EQ(got.cr, m.cr);
+        dsl_msg_release(&m);
+        dsl_msg_release(&got);
+    }
+    ASSERT_STR_EQ(dsl_line_end_text(DSL_END_CRLF), "\r\n");
+    ASSERT_STR_EQ(dsl_line_end_text(DSL_END_NONE), "");
+}
+
 TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
 {
     struct dsl_msg m, got;

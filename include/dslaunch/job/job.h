@@ -91,6 +91,7 @@ struct dsl_job {
                                      of its stdout or stderr went away; 0 */
     int killed_now;               /* a second interrupt killed the ranks without grace */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
+    int tty[3];                   /* tty[1], tty[2]: stdout, stderr is a terminal */
     double t_begin, t_stop, t_first_fail;
     int started;                  /* the ranks were sent "start" */
     int user_sig;                 /* a signal to the launcher stopped the job (0: none) */

@@ -172,6 +172,8 @@ struct dsl_msg {
     /* started / out / exit / spawnerr */
     int rank, stream, cr, code, sig;
     char *line, *error;
+    size_t line_len;           /* out: the bytes of line (it may hold NULs; NUL-terminated) */
+    int end;                   /* out: what ended it, DSL_END_* (optional; cr says "\r") */
     double wall;
     struct dsl_strvec tail;
     struct dsl_exit_cause cause; /* exit: optional (cause.known = 0: not sent) */
@@ -192,6 +194,16 @@ void dsl_msg_release(struct dsl_msg *m);
 int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out);
 /** Decode one line (without its '\n'). On error m is released and err says why. */
 int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err);
+
+/* How a rank's output line ended (out messages): the bytes that follow line. */
+enum dsl_line_end {
+    DSL_END_NONE = 0, /* a piece of a longer line, or the last bytes before EOF */
+    DSL_END_LF = 1,   /* "\n" */
+    DSL_END_CR = 2,   /* "\r": a progress bar redrawing itself */
+    DSL_END_CRLF = 3, /* "\r\n" */
+};
+/** The bytes of an ending: "", "\n", "\r" or "\r\n". */
+const char *dsl_line_end_text(int end);
 
 /**
  * Split a stream into lines: feed bytes with dsl_linebuf_feed, then take complete

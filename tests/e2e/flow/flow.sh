@@ -370,6 +370,13 @@ expect_success "usage errors exit 2 and start nothing" '
     run_capture rc out err "$DSL"
     assert_eq "$rc" 2
     assert_grep "no program" err
+    mkdir -p nopdsh && printf "worker-0 slots=1\n" >hf.nopdsh
+    run_capture rc out err env PATH="$T_TMP/nopdsh" "$DSL" --launcher pdsh -H hf.nopdsh --dry-run true
+    assert_eq "$rc" 2
+    assert_grep "error: --launcher pdsh needs .pdsh., which is not in PATH (Debian: apt install pdsh)" err
+    run_capture rc out err env PATH="$T_TMP/nopdsh" "$DSL" --launcher openmpi -H hf.nopdsh true
+    assert_eq "$rc" 2
+    assert_grep "needs .mpirun." err
     run_capture rc out err "$DSL" --log-dir --dry-run "$W" env
     assert_eq "$rc" 2
     assert_grep "option .--log_dir. needs a value, and .--dry-run. is an option" err
@@ -458,6 +465,25 @@ expect_success "progress lines redrawn with \\r come out whole, not garbled" '
     assert_grep "^\[rank 0\] done$" out
     ! grep -q "$(printf "\r")" out || fail "raw carriage return in output"
     grep "progress" out | grep -qv "^\[rank 0\] progress *[0-9]*%$" && fail "torn progress line" || true
+'
+
+expect_success "output exactly as written: NUL, \\r, \\r\\n and 2 MB of random bytes through stdout (--no-prefix) and --log-dir" '
+    head -c 2000000 /dev/urandom >rand.bin
+    printf "a\0b\n\rprog 1\rprog 2\r\nend\r\nno newline" >mixed.bin
+    mkdir -m 700 lg
+    for f in rand.bin mixed.bin; do
+        run_capture rc out err "$DSL" --include localhost:0 --no-prefix --log-dir lg cat "$f"
+        assert_eq "$rc" 0
+        cmp "$f" out || fail "stdout differs from $f"
+        cmp "$f" lg/rank0.log || fail "--log-dir differs from $f"
+    done
+    # with prefixes: every line whole, NUL kept, and no empty line for a leading \r
+    run_capture rc out err "$DSL" --include localhost:0 cat mixed.bin
+    python3 - out <<PY
+got = open(__import__("sys").argv[1], "rb").read()
+want = b"[rank 0] a\0b\n[rank 0] prog 1\n[rank 0] prog 2\n[rank 0] end\n[rank 0] no newline\n"
+assert got == want, got
+PY
 '
 
 expect_success "a busy default master port is replaced; a busy given port is an error" '
