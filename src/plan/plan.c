@@ -377,7 +377,8 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         enum dsl_launcher_kind kind;
         const char *prog, *pkg;
     } tools[] = {{DSL_LAUNCHER_PDSH, "pdsh", "pdsh"},
-                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"}};
+                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"},
+                 {DSL_LAUNCHER_SLURM, "srun", "slurm-client"}};
     for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
         if (o->launcher != tools[i].kind)
             continue;

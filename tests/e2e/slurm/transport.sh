@@ -215,4 +215,10 @@ expect_success "--launcher slurm with a host Slurm does not know: srun s reason,
     assert_eq "$(ranks out | wc -l)" 0 "ranks"
 '
 
+expect_success "--launcher slurm without srun in PATH: a usage error naming the package" '
+    run_capture rc out err env PATH=/nonexistent "$DSL" --launcher slurm --hostfile hf2 ./envp.sh
+    assert_eq "$rc" 2 "exit"
+    assert_grep "needs .srun., which is not in PATH (Debian: apt install slurm-client)" err
+'
+
 done_testing
