@@ -30,3 +30,10 @@ if(TARGET dstrain)
   set_tests_properties(slurm_transport PROPERTIES LABELS cluster TIMEOUT 300
                        SKIP_RETURN_CODE 77)
 endif()
+# Slurm's warning signal (SIGUSR1) stops dstrain --save-on-signal with a checkpoint and 138.
+if(TARGET dstrain)
+  add_test(NAME slurm_signal
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/signal.sh
+                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_signal PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Slurm's warning signal reaching dstrain (issue 16 item 2, the trainer's part; run under
+# with_slurm.sh 2): ranks started by srun get SIGUSR1 from Slurm (`scancel -s USR1`, the
+# same delivery as `--signal=USR1@SECONDS` before the time limit), stop together after
+# the current step with --save-on-signal, save a checkpoint and exit 138 (128 + SIGUSR1,
+# for requeue scripts); the resumed run equals the uninterrupted one bit for bit.
+# usage: with_slurm.sh 2 signal.sh DSTRAIN SOURCE_DIR
+set -u
+DSTRAIN=$1
+SRC=$2
+. "$SRC/tests/e2e/flow/lib.sh"
+cd "$T_TMP" || exit 1 # the nodes see this machine's files
+export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
+export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+unset CUDA_VISIBLE_DEVICES RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_ID
+SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
+     --hidden 256,256 --train-batch 64 --micro-batch 16 --steps 400 --lr 0.001
+     --steps-per-print 0 --eval-interval 0 --deterministic true"
+
+expect_success "SIGUSR1 from Slurm: the ranks save, exit 138, and the resumed run equals the full one" '
+    srun -N2 -n4 -J dsl-usr1 "$DSTRAIN" $SIG --save-on-signal --checkpoint-dir "$PWD/ck" \
+        --metrics "$PWD/m.json" >run.out 2>run.err &
+    bg=$!
+    for _ in $(seq 600); do grep -q "\"type\":\"step\"" m.json 2>/dev/null && break; sleep 0.1; done
+    grep -q "\"type\":\"step\"" m.json || { kill $bg; cat run.err >&2; fail "no training step"; }
+    job=$(squeue -h -n dsl-usr1 -o %i)
+    [ -n "$job" ] || fail "no job named dsl-usr1"
+    scancel -s USR1 "$job"
+    rc=0
+    wait $bg || rc=$?
+    cat run.err >&2
+    assert_eq "$rc" 138 "srun exit (128 + SIGUSR1)"
+    tag=$(cat ck/latest) || fail "no checkpoint written on SIGUSR1"
+    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ck" \
+        --resume latest --save-params p.resumed
+    cat err >&2
+    assert_eq "$rc" 0 "resumed run"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full
+    assert_eq "$rc" 0 "full run"
+    cmp p.full p.resumed || fail "the resumed run differs from the uninterrupted one"
+'
+
+done_testing
