@@ -34,6 +34,6 @@ endif()
 if(TARGET dstrain)
   add_test(NAME slurm_signal
            COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/signal.sh
-                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
   set_tests_properties(slurm_signal PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
