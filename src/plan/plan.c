@@ -392,6 +392,10 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                               dsl_plan_launcher_name(p), tools[i].prog, tools[i].pkg);
         free(path);
     }
+    if (o->tr.launcher_args && strcmp(dsl_plan_launcher_name(p), "slurm"))
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options, but this job "
+                          "uses the %s transport (the hosts are not a Slurm allocation's): "
+                          "add --launcher slurm", dsl_plan_launcher_name(p));
     first_rendezvous(p);
     return 0;
 }

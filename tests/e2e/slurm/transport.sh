@@ -215,6 +215,12 @@ expect_success "--launcher slurm with a host Slurm does not know: srun s reason,
     assert_eq "$(ranks out | wc -l)" 0 "ranks"
 '
 
+expect_success "--launcher_args where the job would not use srun: a usage error" '
+    run_capture rc out err "$DSL" --hostfile hf2 --launcher_args "-p x" ./envp.sh
+    assert_eq "$rc" 2 "exit"
+    assert_grep "launcher_args passes srun options, but this job uses the ssh transport" err
+'
+
 expect_success "--launcher slurm without srun in PATH: a usage error naming the package" '
     run_capture rc out err env PATH=/nonexistent "$DSL" --launcher slurm --hostfile hf2 ./envp.sh
     assert_eq "$rc" 2 "exit"
