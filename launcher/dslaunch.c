@@ -33,6 +33,7 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/remote/connectback.h"
+#include "dslaunch/remote/transport.h"
 #include "dslaunch/tools/doctor.h"
 #include "dslaunch/tools/sshsetup.h"
 #include "dslaunch/tools/sync.h"
@@ -79,10 +80,15 @@ static int run_agent(const struct dsl_launch_opts *opts)
     if (!opts->agent_connect)
         return dsl_agent_main(0, 1);
     char err[DSL_ERR_LEN] = "";
-    int fd;
+    int fd, index = opts->agent_index;
     struct dsl_seal seal;
+    if (opts->agent_slurm_nodes && dsl_slurm_agent_prepare(opts->agent_slurm_nodes, &index,
+                                                           err) < 0) {
+        dsl_error("%s", err);
+        return DSL_EXIT_UNREACHABLE;
+    }
     double deadline = dsl_now() + 30.0;
-    if (dsl_agent_cb_dial(opts->agent_connect, opts->agent_key, opts->agent_index, 30.0, 1,
+    if (dsl_agent_cb_dial(opts->agent_connect, opts->agent_key, index, 30.0, 1,
                           &fd, &seal, err) < 0 ||
         dsl_agent_cb_handshake(fd, &seal, deadline, err) < 0) {
         dsl_error("%s", err);

@@ -16,9 +16,10 @@
  * model and the CUDA device, through the same trainer code (docs/trainer.md).
  *
  * Die-fast is fine here: the node agent sees the exit status and stops the job. A
- * SIGTERM kills at once, unless --save-on-signal: then the ranks agree to stop after
- * the current step, write a checkpoint and exit with 128+15; a second signal exits
- * at once.
+ * SIGTERM kills at once, unless --save-on-signal: then SIGTERM, SIGINT and SIGUSR1
+ * (Slurm's warning signal) make the ranks agree to stop after the current step, write a
+ * checkpoint and exit with 128 + the signal (143, 130, 138; a rank that stopped because
+ * another one was signalled: 143); a second signal exits at once.
  */
 #include <errno.h>
 #include <signal.h>
@@ -43,12 +44,14 @@
 #include "dslaunch/common/banned.h"
 
 static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_sig; /* the first stop signal: the exit code says which */
 static const char *blas_note; /* the OpenBLAS kernels were corrected (blascore.h) */
 
 static void on_signal(int sig)
 {
     if (stop_flag)
         _exit(128 + sig);
+    stop_sig = sig;
     stop_flag = 1;
 }
 
@@ -156,6 +159,7 @@ static int train(struct dsl_train_settings *s)
         sa.sa_handler = on_signal;
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGUSR1, &sa, NULL); /* Slurm's warning signal (--signal=USR1@SECONDS) */
         s->ro.stop_flag = &stop_flag;
     }
     r = dsl_trainer_run(&t, &s->ro, &tr, &te, &sum, err);
@@ -171,8 +175,8 @@ out:
     dsl_dataset_release(&te);
     if (comm)
         dsl_comm_close(comm);
-    if (r == DSL_ECANCELED)
-        return 128 + SIGTERM;
+    if (r == DSL_ECANCELED) /* 138 after SIGUSR1: saved, requeue me (docs/trainer.md) */
+        return 128 + (stop_sig ? stop_sig : SIGTERM);
     if (r == DSL_ECONFIG || r == DSL_EUSAGE)
         return 2;
     return r < 0 ? 1 : 0;

@@ -804,6 +804,10 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
         else
             begin_stop(a, m->sig ? m->sig : SIGTERM, m->grace);
         break;
+    case DSL_MSG_SIGNAL: /* dslaunch got SIGUSR1 (Slurm's warning): pass it on */
+        if (a->state == AG_RUNNING)
+            signal_ranks(a, m->sig);
+        break;
     case DSL_MSG_STACKS:
         if (a->state == AG_RUNNING)
             dsl_agent_progress_stacks(&a->prog, m->stack_timeout);

@@ -294,6 +294,8 @@ static const struct dsl_transport_ops *transport_for(enum dsl_launcher_kind k)
     if (k == DSL_LAUNCHER_OPENMPI)
         return &dsl_transport_openmpi;
 #endif
+    if (k == DSL_LAUNCHER_SLURM)
+        return &dsl_transport_slurm;
     (void)k;
     return NULL;
 }
@@ -514,11 +516,15 @@ int dsl_job_run(struct dsl_job *job)
     /* nodes */
     job->nnodes = job->pl->nr;
     job->nodes = dsl_xcalloc((size_t)job->nnodes, sizeof(*job->nodes));
+    /* auto with the hosts of a Slurm allocation: one srun step, this node's agent too */
+    enum dsl_launcher_kind kind = job->opts->launcher;
+    if (kind == DSL_LAUNCHER_AUTO && !strcmp(dsl_plan_launcher_name(job->plan), "slurm"))
+        kind = DSL_LAUNCHER_SLURM;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         n->pn = &job->pl->nodes[i];
-        n->local = job->opts->launcher == DSL_LAUNCHER_LOCAL ||
-                   (job->opts->launcher == DSL_LAUNCHER_AUTO && dsl_host_is_local(n->pn->host));
+        n->local = kind == DSL_LAUNCHER_LOCAL ||
+                   (kind == DSL_LAUNCHER_AUTO && dsl_host_is_local(n->pn->host));
         n->conn.host = dsl_xstrdup(n->pn->host);
         dsl_linebuf_init(&n->in);
         dsl_dynbuf_init(&n->outq, DSL_JOB_OUTQ_MAX);
@@ -528,11 +534,11 @@ int dsl_job_run(struct dsl_job *job)
             n->conn.ops = &dsl_transport_local;
             n->conn.agent_main = dsl_agent_main;
         } else {
-            const struct dsl_transport_ops *ops = transport_for(job->opts->launcher);
+            const struct dsl_transport_ops *ops = transport_for(kind);
             if (!ops) {
                 dsl_error("host '%s' is not this machine, and this dslaunch was built without "
                           "the %s transport", n->pn->host,
-                          job->opts->launcher == DSL_LAUNCHER_PDSH ? "pdsh" : "ssh");
+                          dsl_plan_launcher_name(job->plan));
                 code = DSL_EXIT_USAGE;
                 goto out;
             }

@@ -52,13 +52,18 @@
 #define SIGKILL_BY_US(job) (dsl_now() - (job)->t_stop >= (job)->opts->term_timeout ? SIGKILL : 0)
 
 static volatile sig_atomic_t sig_pending, sig_count;
+static volatile sig_atomic_t usr1_pending; /* SIGUSR1: passed to the ranks, no stop */
 static int sig_wfd = -1;
 
 static void on_signal(int sig)
 {
     int saved = errno;
-    sig_pending = sig;
-    sig_count++;
+    if (sig == SIGUSR1) {
+        usr1_pending = 1;
+    } else {
+        sig_pending = sig;
+        sig_count++;
+    }
     if (sig_wfd >= 0) {
         char c = 0;
         ssize_t w = write(sig_wfd, &c, 1);
@@ -78,6 +83,7 @@ void dsl_job_signals_catch(int wfd)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -86,6 +92,7 @@ void dsl_job_signals_restore(void)
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
     sig_wfd = -1;
 }
 
@@ -526,6 +533,22 @@ void dsl_job_handle_signals(struct dsl_job *job)
         /* `dslaunch ... | head`: end as a pipeline member does on SIGPIPE, quietly */
         dsl_debug("the reader of the output went away: stopping every rank");
         request_stop(job, SIGPIPE, SIGTERM, job->opts->term_timeout);
+    }
+    if (usr1_pending) {
+        /* Slurm's warning signal (--signal=B:USR1@SECONDS): every rank gets it, the
+           job goes on (dstrain --save-on-signal saves and exits 138) */
+        usr1_pending = 0;
+        struct dsl_msg m;
+        dsl_msg_init(&m, DSL_MSG_SIGNAL);
+        m.sig = SIGUSR1;
+        int n = 0;
+        for (int i = 0; i < job->nnodes; i++)
+            if (job->nodes[i].state == DSL_NODE_RUNNING) {
+                dsl_job_node_send(&job->nodes[i], &m);
+                dsl_job_node_flush(&job->nodes[i]);
+                n++;
+            }
+        dsl_info("got SIGUSR1: passed it to the ranks of %d node%s", n, n == 1 ? "" : "s");
     }
     if (!sig_pending)
         return;

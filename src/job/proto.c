@@ -9,6 +9,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,6 +28,7 @@ static const char *const type_names[] = {
     [DSL_MSG_EXIT] = "exit",       [DSL_MSG_SPAWNERR] = "spawnerr", [DSL_MSG_STOP] = "stop",
     [DSL_MSG_PING] = "ping",       [DSL_MSG_BYE] = "bye",
     [DSL_MSG_PROGRESS] = "progress", [DSL_MSG_STACKS] = "stacks", [DSL_MSG_STACKED] = "stacked",
+    [DSL_MSG_SIGNAL] = "signal",
 };
 
 void dsl_msg_init(struct dsl_msg *m, enum dsl_msg_type type)
@@ -248,6 +250,9 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
     case DSL_MSG_STOP:
         cJSON_AddNumberToObject(o, "sig", m->sig);
         cJSON_AddNumberToObject(o, "grace", m->grace);
+        break;
+    case DSL_MSG_SIGNAL:
+        cJSON_AddNumberToObject(o, "sig", m->sig);
         break;
     case DSL_MSG_PING:
     case DSL_MSG_BYE:
@@ -580,6 +585,11 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_double(o, "grace", &m->grace, err));
         if (m->sig < 0 || m->sig > 64 || m->grace < 0)
             return dsl_seterr(err, DSL_EPROTO, "bad stop request");
+        break;
+    case DSL_MSG_SIGNAL:
+        TRY(get_int(o, "sig", &m->sig, err));
+        if (m->sig != SIGUSR1 && m->sig != SIGUSR2)
+            return dsl_seterr(err, DSL_EPROTO, "bad signal request %d", m->sig);
         break;
     case DSL_MSG_PING:
     case DSL_MSG_BYE:

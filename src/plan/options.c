@@ -42,16 +42,16 @@
 
 static int set_launcher(void *target, const struct dsl_opt *d, const char *val, char *err)
 {
-    static const char *const names[] = {"auto", "local", "ssh", "pdsh", "openmpi"};
+    static const char *const names[] = {"auto", "local", "ssh", "pdsh", "openmpi", "slurm"};
     struct dsl_launch_opts *o = target;
     (void)d;
-    for (int i = 0; i < 5; i++)
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(val, names[i])) {
             o->launcher = (enum dsl_launcher_kind)i;
             return 0;
         }
     return dsl_seterr(err, DSL_EUSAGE,
-                      "unknown launcher '%s' (use auto, local, ssh, pdsh or openmpi)", val);
+                      "unknown launcher '%s' (use auto, local, ssh, pdsh, openmpi or slurm)", val);
 }
 
 static int set_master_port(void *target, const struct dsl_opt *d, const char *val, char *err)
@@ -94,7 +94,10 @@ static const struct dsl_opt opts[] = {
          "rendezvous port, 1..65535; a busy default is replaced, a busy given one is an "
          "error", "29500",
          set_master_port),
-    CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh or openmpi", "auto", set_launcher),
+    CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh, openmpi or slurm (auto: slurm "
+         "for the hosts of a Slurm allocation)", "auto", set_launcher),
+    STR("launcher_args", 0, tr.launcher_args, "ARGS",
+        "extra srun options for --launcher slurm, split on whitespace (no shell)", NULL),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
     STR("log_dir", 0, log_dir, "DIR",
         "also write each rank's output to DIR/rank<N>.log (DIR must be yours, not group- or "
@@ -165,6 +168,7 @@ static const struct dsl_opt opts[] = {
     SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
     STR("connect", 0, agent_connect, "ADDR:PORT", NULL, NULL),    /* internal */
     STR("launcher_key", 0, agent_key, "KEY", NULL, NULL),         /* internal */
+    STR("slurm_nodes", 0, agent_slurm_nodes, "H0,H1,..", NULL, NULL), /* internal */
     INT("connect_index", agent_index, "I", NULL, NULL, 0, 99999), /* internal */
     NOT_HERE("autotuning", "MODE", "tune the batch size and ZeRO settings with DeepSpeed's "
              "autotuner, then launch the result here"),
@@ -217,6 +221,8 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->bind_core_list);
     free(o->agent_connect);
     free(o->agent_key);
+    free(o->agent_slurm_nodes);
+    free((char *)o->tr.launcher_args);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
     dsl_strvec_release(&o->exports);
@@ -238,9 +244,13 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
                           "--agent needs both --connect and --launcher-key, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
-    if (o->agent_connect || o->agent_key || o->agent_index)
-        return dsl_seterr(err, DSL_EUSAGE,
-                          "--connect, --launcher-key and --connect-index are for --agent only");
+    if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
+        return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
+                          "--slurm-nodes are for --agent only");
+    if (o->tr.launcher_args && o->launcher != DSL_LAUNCHER_AUTO &&
+        o->launcher != DSL_LAUNCHER_SLURM)
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options: it needs "
+                          "--launcher slurm (or auto inside a Slurm allocation)");
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
     if (o->bind_core_list) {

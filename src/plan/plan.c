@@ -22,6 +22,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "allocation.h"
+#include "dslaunch/plan/srun.h"
 #include "dslaunch/plan/envexport.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/plan.h"
@@ -142,6 +143,7 @@ static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *er
     if ((r = dsl_allocation_load(hf, p->hosts_from, sizeof(p->hosts_from), err)) != 0) {
         if (r > 0)
             dsl_info("no --hostfile: the hosts are those of %s", p->hosts_from);
+        p->from_allocation = r > 0;
         return r < 0 ? r : 0;
     }
     if (access(DEFAULT_HOSTFILE, F_OK) == 0) {
@@ -164,9 +166,34 @@ const char *dsl_plan_launcher_name(const struct dsl_plan *p)
     case DSL_LAUNCHER_SSH: return "ssh";
     case DSL_LAUNCHER_PDSH: return "pdsh";
     case DSL_LAUNCHER_OPENMPI: return "openmpi";
+    case DSL_LAUNCHER_SLURM: return "slurm";
     case DSL_LAUNCHER_AUTO: break;
     }
-    return p->all_local ? "local" : "ssh";
+    return p->all_local ? "local" : p->from_allocation ? "slurm" : "ssh";
+}
+
+/* --launcher slurm: the srun line a run would execute (its last two values are made
+ * at the start: the listener's addresses and a fresh key) */
+static void add_srun(cJSON *o, const struct dsl_plan *p)
+{
+    struct dsl_strvec hosts, argv;
+    char err[DSL_ERR_LEN];
+    dsl_strvec_init(&hosts);
+    dsl_strvec_init(&argv);
+    for (int i = 0; i < p->pl.nr; i++)
+        dsl_strvec_push(&hosts, p->pl.nodes[i].host);
+    const char *agent[] = {p->opts->remote_dslaunch ? p->opts->remote_dslaunch : p->self_exe,
+                           "--agent", NULL};
+    if (dsl_srun_argv(&argv, p->opts->tr.launcher_args, hosts.v, hosts.nr, (char **)agent,
+                      "<ADDR:PORT>", "<KEY>", err) == 0) {
+        cJSON *a = cJSON_AddArrayToObject(o, "srun");
+        for (size_t i = 0; i < argv.nr; i++)
+            cJSON_AddItemToArray(a, cJSON_CreateString(argv.v[i]));
+    } else {
+        cJSON_AddStringToObject(o, "srun_error", err);
+    }
+    dsl_strvec_release(&argv);
+    dsl_strvec_release(&hosts);
 }
 
 void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
@@ -186,6 +213,8 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     cJSON_AddNumberToObject(o, "master_port", p->master_port);
     cJSON_AddStringToObject(o, "launcher", dsl_plan_launcher_name(p));
     cJSON_AddStringToObject(o, "hosts_from", p->hosts_from);
+    if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
+        add_srun(o, p);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {
@@ -348,7 +377,8 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         enum dsl_launcher_kind kind;
         const char *prog, *pkg;
     } tools[] = {{DSL_LAUNCHER_PDSH, "pdsh", "pdsh"},
-                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"}};
+                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"},
+                 {DSL_LAUNCHER_SLURM, "srun", "slurm-client"}};
     for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
         if (o->launcher != tools[i].kind)
             continue;
@@ -362,6 +392,10 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                               dsl_plan_launcher_name(p), tools[i].prog, tools[i].pkg);
         free(path);
     }
+    if (o->tr.launcher_args && strcmp(dsl_plan_launcher_name(p), "slurm"))
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options, but this job "
+                          "uses the %s transport (the hosts are not a Slurm allocation's): "
+                          "add --launcher slurm", dsl_plan_launcher_name(p));
     first_rendezvous(p);
     return 0;
 }

@@ -92,7 +92,8 @@ static const struct dsl_opt opts[] = {
     {"local_rank", 0, DSL_OPT_CALL, 0, "N", "accepted for DeepSpeed (LOCAL_RANK from the env wins)",
      NULL, 0, 0, set_local_rank, 0, NULL},
     KEY("save_on_signal", "dstrain.save_on_signal", 'b',
-        "on SIGTERM finish the step and write a checkpoint"),
+        "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
+        "checkpoint, exit 128 + the signal"),
     KEY("metrics", "dstrain.metrics", 's', "JSON lines, one object per step, to FILE"),
     KEY("threads", "dstrain.threads", 0, "compute threads per rank (0: fair share)"),
     KEY("model", "dstrain.model.type", 's', "model type (mlp)"),

@@ -1,4 +1,5 @@
 /* Unit tests of the control protocol: round trips and strict rejection. */
+#include <signal.h>
 #include <string.h>
 
 #include "dslaunch/common/error.h"
@@ -225,6 +226,9 @@ TEST(decoder_should_reject_malformed_and_mistyped_messages)
         "{\"t\":\"start\",\"node_rank\":0,\"host_label\":\"h\",\"cwd\":\"\",\"argv\":[\"x\"],"
         "\"env\":[],\"ranks\":[{\"rank\":0,\"local_rank\":0,\"env\":[]}],\"grace\":1,"
         "\"keepalive\":0,\"lra\":0,\"mem_limit\":-1}",
+        "{\"t\":\"signal\",\"sig\":9}",  /* only SIGUSR1/2 pass through, never a kill */
+        "{\"t\":\"signal\",\"sig\":15}",
+        "{\"t\":\"signal\"}",
         NULL};
     for (int i = 0; bad[i]; i++) {
         struct dsl_msg m;
@@ -235,6 +239,18 @@ TEST(decoder_should_reject_malformed_and_mistyped_messages)
         ASSERT_EQ(r, DSL_EPROTO);
         ASSERT(err[0] != '\0');
     }
+}
+
+TEST(signal_message_should_round_trip_sigusr1)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_SIGNAL);
+    m.sig = SIGUSR1;
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.type, DSL_MSG_SIGNAL);
+    ASSERT_EQ(got.sig, SIGUSR1);
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
 }
 
 TEST(line_buffer_should_split_a_stream_into_messages_across_reads)

@@ -128,6 +128,9 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         {{"--master-port", "99999999999999999999", "p", NULL},
          "option '--master_port' is out of range: allowed 1..65535, got '99999999999999999999'"},
         {{"--launcher", "slurmish", "p", NULL}, "slurmish"},
+        {{"--launcher", "ssh", "--launcher_args", "-p x", "p", NULL},
+         "--launcher_args passes srun options: it needs --launcher slurm"},
+        {{"--slurm-nodes", "n1", "p", NULL}, "are for --agent only"},
         {{"--bogus", "p", NULL}, "--bogus"},
         {{"--dry-run=yes", "p", NULL}, "takes no value"},
         {{"--hostfile", NULL}, "needs a value"},
@@ -142,6 +145,21 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         ASSERT_CONTAINS(err, cases[i].msg);
         dsl_launch_opts_release(&o);
     }
+}
+
+TEST(options_should_take_the_slurm_launcher_and_its_srun_options)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a[] = {"--launcher", "slurm", "--launcher_args", "-p gpu --time=10", "p", NULL};
+    ASSERT_OK(parse(&o, a, err));
+    ASSERT_EQ(o.launcher, DSL_LAUNCHER_SLURM);
+    ASSERT_STR_EQ(o.tr.launcher_args, "-p gpu --time=10");
+    dsl_launch_opts_release(&o);
+    const char *b[] = {"--launcher-args=-N2", "p", NULL}; /* auto: slurm in an allocation */
+    ASSERT_OK(parse(&o, b, err));
+    ASSERT_STR_EQ(o.tr.launcher_args, "-N2");
+    dsl_launch_opts_release(&o);
 }
 
 TEST(options_should_allow_check_without_a_program)

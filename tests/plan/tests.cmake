@@ -9,3 +9,5 @@ dsl_fuzz_target(fuzz_filter SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_filter.c LIBS
 dsl_fuzz_target(fuzz_envfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_envfile.c LIBS dslplan)
 # dslplan: a Slurm allocation as the job's hosts.
 dsl_unit_test(test_allocation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_allocation.c LIBS dslplan)
+# dslplan: the srun command line of the slurm transport.
+dsl_unit_test(test_srun SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_srun.c LIBS dslplan)

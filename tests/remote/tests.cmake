@@ -33,3 +33,5 @@ endif()
 # input (in memory); its fuzz target's seeds are replayed as a unit test
 dsl_unit_test(test_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seal.c LIBS dslremote)
 dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dslremote)
+# dslremote: the slurm agent's index and environment.
+dsl_unit_test(test_slurm_agent SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_slurm_agent.c LIBS dslremote)

@@ -84,6 +84,7 @@ enum dsl_msg_type {
     DSL_MSG_PROGRESS,
     DSL_MSG_STACKS,
     DSL_MSG_STACKED,
+    DSL_MSG_SIGNAL, /* launcher -> agent: pass sig to every running rank (SIGUSR1) */
     DSL_MSG_NTYPES /* not a type: one past the last */
 };
 

@@ -25,6 +25,8 @@ struct dsl_transport_opts {
     const char *known_hosts;    /* NULL: ~/.ssh/known_hosts */
     const char *connect_back_addr; /* pdsh/openmpi: the launcher address agents connect
                                       back to (NULL: every IPv4 address of this host) */
+    const char *launcher_args;  /* --launcher_args: extra srun options (slurm), split on
+                                   whitespace, never by a shell */
 };
 
 enum dsl_launcher_kind {
@@ -33,6 +35,7 @@ enum dsl_launcher_kind {
     DSL_LAUNCHER_SSH,
     DSL_LAUNCHER_PDSH,
     DSL_LAUNCHER_OPENMPI,
+    DSL_LAUNCHER_SLURM,    /* one srun step starts every agent (transport_slurm.c) */
 };
 
 enum dsl_mode {
@@ -85,6 +88,8 @@ struct dsl_launch_opts {
     int verbose;               /* -v / -q */
     char *agent_connect;       /* --agent --connect ADDR:PORT[,...]: dial the launcher */
     char *agent_key;           /* --agent --launcher-key L: the launcher's public key (hex) */
+    char *agent_slurm_nodes;   /* --agent --slurm-nodes H0,H1,..: started by srun; the
+                                  agent's index is its SLURMD_NODENAME's place here */
     int agent_index;           /* --agent --connect-index I: the agent's index in its batch */
     struct dsl_strvec argv;    /* program and its arguments */
 };

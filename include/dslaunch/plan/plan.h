@@ -34,6 +34,7 @@ struct dsl_plan {
     int master_port;
     char run_id[32], token[80];   /* hex; filled by dsl_plan_new_ids() */
     int all_local;                /* every node is this machine */
+    int from_allocation;          /* the hosts are those of the Slurm allocation */
     char hosts_from[160];         /* where the hosts came from: "hostfile 'PATH'",
                                      "Slurm job 12: n[1-4], 7 slots", "this machine" */
     char *no_devices;             /* CUDA_VISIBLE_DEVICES that hid every device ("-1") with

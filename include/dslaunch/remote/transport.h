@@ -87,6 +87,15 @@ extern const struct dsl_transport_ops dsl_transport_ssh;
 extern const struct dsl_transport_ops dsl_transport_pdsh;
 /* one mpirun per batch of hosts opened in the same pass; agents connect back */
 extern const struct dsl_transport_ops dsl_transport_openmpi;
+/* one srun step per batch of hosts opened in the same pass; agents connect back */
+extern const struct dsl_transport_ops dsl_transport_slurm;
+/**
+ * The agent's side of the slurm transport (`--agent --slurm-nodes H0,H1,..`): its index
+ * is the place of its SLURMD_NODENAME in nodes; the srun step's own SLURM_* variables
+ * (task and node ids, step id, the step's tasks per node) are removed from the
+ * environment, which the ranks inherit. Negative with err if this node is not listed.
+ */
+int dsl_slurm_agent_prepare(const char *nodes, int *index, char *err);
 
 /** Quote s for a POSIX shell as one word ('...' with '\'' for quotes). malloc'd. */
 char *dsl_shell_quote(const char *s);

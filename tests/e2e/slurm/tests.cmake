@@ -21,3 +21,19 @@ add_test(NAME slurm_allocation
          COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/alloc.sh
                  $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
 set_tests_properties(slurm_allocation PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+# --launcher slurm (and auto inside an allocation): one srun step of agents connecting
+# back; ranks, uneven slots, dstrain bit for bit, teardown on failure and scancel.
+if(TARGET dstrain)
+  add_test(NAME slurm_transport
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/transport.sh
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_transport PROPERTIES LABELS cluster TIMEOUT 300
+                       SKIP_RETURN_CODE 77)
+endif()
+# Slurm's warning signal (SIGUSR1) stops dstrain --save-on-signal with a checkpoint and 138.
+if(TARGET dstrain)
+  add_test(NAME slurm_signal
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/signal.sh
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_signal PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

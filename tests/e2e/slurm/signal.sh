@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Slurm's warning signal reaching dstrain (issue 16 item 2, the trainer's part; run under
+# with_slurm.sh 2): ranks started by srun get SIGUSR1 from Slurm (`scancel -s USR1`, the
+# same delivery as `--signal=USR1@SECONDS` before the time limit), stop together after
+# the current step with --save-on-signal, save a checkpoint and exit 138 (128 + SIGUSR1,
+# for requeue scripts); the resumed run equals the uninterrupted one bit for bit.
+# The same through dslaunch: `--signal=B:USR1@SECONDS` signals the batch shell, which
+# is dslaunch when the script execs it; dslaunch passes SIGUSR1 to every rank on the
+# control channel (the slurm transport here) and exits with the ranks' 138.
+# usage: with_slurm.sh 2 signal.sh DSLAUNCH DSTRAIN SOURCE_DIR
+set -u
+DSL=$1
+DSTRAIN=$2
+SRC=$3
+. "$SRC/tests/e2e/flow/lib.sh"
+cd "$T_TMP" || exit 1 # the nodes see this machine's files
+export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
+export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+unset CUDA_VISIBLE_DEVICES RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_ID
+SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
+     --hidden 256,256 --train-batch 64 --micro-batch 16 --steps 400 --lr 0.001
+     --steps-per-print 0 --eval-interval 0 --deterministic true"
+
+expect_success "SIGUSR1 from Slurm: the ranks save, exit 138, and the resumed run equals the full one" '
+    srun -N2 -n4 -J dsl-usr1 "$DSTRAIN" $SIG --save-on-signal --checkpoint-dir "$PWD/ck" \
+        --metrics "$PWD/m.json" >run.out 2>run.err &
+    bg=$!
+    for _ in $(seq 600); do grep -q "\"type\":\"step\"" m.json 2>/dev/null && break; sleep 0.1; done
+    grep -q "\"type\":\"step\"" m.json || { kill $bg; cat run.err >&2; fail "no training step"; }
+    job=$(squeue -h -n dsl-usr1 -o %i)
+    [ -n "$job" ] || fail "no job named dsl-usr1"
+    scancel -s USR1 "$job"
+    rc=0
+    wait $bg || rc=$?
+    cat run.err >&2
+    assert_eq "$rc" 138 "srun exit (128 + SIGUSR1)"
+    tag=$(cat ck/latest) || fail "no checkpoint written on SIGUSR1"
+    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ck" \
+        --resume latest --save-params p.resumed
+    cat err >&2
+    assert_eq "$rc" 0 "resumed run"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full
+    assert_eq "$rc" 0 "full run"
+    cmp p.full p.resumed || fail "the resumed run differs from the uninterrupted one"
+'
+
+expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every rank saves, exit 138" '
+    [ -e p.full ] || srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full >/dev/null
+    printf "#!/bin/sh\nexec %s %s %s --save-on-signal --checkpoint-dir %s/ckb --metrics %s/mb.json\n" \
+        "$DSL" "$DSTRAIN" "$(echo $SIG)" "$PWD" "$PWD" >job.sh
+    sbatch --wait -N2 --ntasks-per-node=2 -J dsl-busr1 -o "$PWD/batch.out" job.sh >sb.out 2>&1 &
+    bg=$!
+    for _ in $(seq 600); do grep -q "\"type\":\"step\"" mb.json 2>/dev/null && break; sleep 0.1; done
+    grep -q "\"type\":\"step\"" mb.json || { kill $bg; cat batch.out >&2; fail "no training step"; }
+    job=$(squeue -h -n dsl-busr1 -o %i)
+    [ -n "$job" ] || fail "no job named dsl-busr1"
+    scancel -b -s USR1 "$job"
+    rc=0
+    wait $bg || rc=$?
+    cat batch.out >&2
+    assert_eq "$rc" 138 "sbatch --wait exit (the job s: dslaunch s, the ranks 128 + SIGUSR1)"
+    assert_grep "got SIGUSR1: passed it to the ranks of 2 nodes" batch.out
+    tag=$(cat ckb/latest) || fail "no checkpoint written on SIGUSR1"
+    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ckb" \
+        --resume latest --save-params p.bresumed
+    cat err >&2
+    assert_eq "$rc" 0 "resumed run"
+    cmp p.full p.bresumed || fail "the resumed run differs from the uninterrupted one"
+'
+
+done_testing
