@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "dslaunch/remote/connectback.h"
+#include "dslaunch/remote/transport.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
@@ -288,4 +289,41 @@ int dsl_agent_cb_handshake(int fd, struct dsl_seal *seal, double deadline, char 
         return dsl_seterr(err, DSL_ECONNECT, "cannot send the handshake's confirm");
     dsl_dynbuf_reset(&seal->out);
     return 0;
+}
+
+int dsl_cb_conn_pollfd(const struct dsl_conn *c, const struct dsl_cb_stream *st, int wait_fd,
+                       short *events)
+{
+    *events = POLLIN;
+    if (!st || c->state == DSL_CONN_FAILED)
+        return -1;
+    if (c->state != DSL_CONN_OPEN)
+        return wait_fd;
+    if (dsl_cb_stream_want_write(st))
+        *events |= POLLOUT;
+    return st->fd;
+}
+
+ssize_t dsl_cb_conn_read(struct dsl_conn *c, struct dsl_cb_stream *st, void *buf, size_t n)
+{
+    if (!st || st->fd < 0)
+        return -EIO;
+    ssize_t r = dsl_cb_stream_read(st, buf, n);
+    if (r < 0 && r != -EAGAIN && st->seal.state == DSL_SEAL_FAILED)
+        snprintf(c->err, sizeof(c->err), "sealed channel to '%.100s': %.300s", c->host,
+                 st->seal.err);
+    if (r == 0)
+        c->state = DSL_CONN_CLOSED;
+    return r;
+}
+
+ssize_t dsl_cb_conn_write(struct dsl_cb_stream *st, const void *buf, size_t n)
+{
+    return st ? dsl_cb_stream_write(st, buf, n) : -EPIPE;
+}
+
+void dsl_cb_conn_close_write(struct dsl_cb_stream *st)
+{
+    if (st)
+        dsl_cb_stream_shutdown(st);
 }

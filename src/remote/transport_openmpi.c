@@ -447,41 +447,27 @@ static int mpi_progress(struct dsl_conn *c)
 static int mpi_pollfd(struct dsl_conn *c, short *events)
 {
     struct mpi_priv *p = c->priv;
-    *events = POLLIN;
-    if (!p || c->state == DSL_CONN_FAILED)
-        return -1;
-    if (c->state != DSL_CONN_OPEN)
-        return p->epfd;
-    if (dsl_cb_stream_want_write(&p->st))
-        *events |= POLLOUT;
-    return p->st.fd;
+    return dsl_cb_conn_pollfd(c, p ? &p->st : NULL, p ? p->epfd : -1, events);
 }
 
 static ssize_t mpi_read(struct dsl_conn *c, void *buf, size_t n)
 {
     struct mpi_priv *p = c->priv;
-    if (!p || p->st.fd < 0)
-        return -EIO;
-    batch_drain(p->b);
-    ssize_t r = dsl_cb_stream_read(&p->st, buf, n);
-    if (r < 0 && r != -EAGAIN && p->st.seal.state == DSL_SEAL_FAILED)
-        snprintf(c->err, sizeof(c->err), "sealed channel to '%.100s': %.300s", c->host, p->st.seal.err);
-    if (r == 0)
-        c->state = DSL_CONN_CLOSED;
-    return r;
+    if (p && p->st.fd >= 0)
+        batch_drain(p->b);
+    return dsl_cb_conn_read(c, p ? &p->st : NULL, buf, n);
 }
 
 static ssize_t mpi_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct mpi_priv *p = c->priv;
-    return p ? dsl_cb_stream_write(&p->st, buf, n) : -EPIPE;
+    return dsl_cb_conn_write(p ? &p->st : NULL, buf, n);
 }
 
 static void mpi_close_write(struct dsl_conn *c)
 {
     struct mpi_priv *p = c->priv;
-    if (p)
-        dsl_cb_stream_shutdown(&p->st);
+    dsl_cb_conn_close_write(p ? &p->st : NULL);
 }
 
 static void mpi_close(struct dsl_conn *c)

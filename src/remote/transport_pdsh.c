@@ -256,25 +256,15 @@ static int pdsh_progress(struct dsl_conn *c)
 static int pdsh_pollfd(struct dsl_conn *c, short *events)
 {
     struct pdsh_priv *p = c->priv;
-    *events = POLLIN;
-    if (!p || c->state == DSL_CONN_FAILED)
-        return -1;
-    if (c->state != DSL_CONN_OPEN)
-        return p->epfd;
-    if (dsl_cb_stream_want_write(&p->st))
-        *events |= POLLOUT;
-    return p->st.fd;
+    return dsl_cb_conn_pollfd(c, p ? &p->st : NULL, p ? p->epfd : -1, events);
 }
 
 static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
 {
     struct pdsh_priv *p = c->priv;
-    if (!p || p->st.fd < 0)
-        return -EIO;
-    drain_out(p);
-    ssize_t r = dsl_cb_stream_read(&p->st, buf, n);
-    if (r < 0 && r != -EAGAIN && p->st.seal.state == DSL_SEAL_FAILED)
-        snprintf(c->err, sizeof(c->err), "sealed channel to '%.100s': %.300s", c->host, p->st.seal.err);
+    if (p && p->st.fd >= 0)
+        drain_out(p);
+    ssize_t r = dsl_cb_conn_read(c, p ? &p->st : NULL, buf, n);
     if (r == 0) {
         char tail[300];
         drain_out(p);
@@ -282,7 +272,6 @@ static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
         if (tail[0])
             snprintf(c->err, sizeof(c->err), "agent on '%s' closed its connection: %s", c->host,
                      tail);
-        c->state = DSL_CONN_CLOSED;
     }
     return r;
 }
@@ -290,14 +279,13 @@ static ssize_t pdsh_read(struct dsl_conn *c, void *buf, size_t n)
 static ssize_t pdsh_write(struct dsl_conn *c, const void *buf, size_t n)
 {
     struct pdsh_priv *p = c->priv;
-    return p ? dsl_cb_stream_write(&p->st, buf, n) : -EPIPE;
+    return dsl_cb_conn_write(p ? &p->st : NULL, buf, n);
 }
 
 static void pdsh_close_write(struct dsl_conn *c)
 {
     struct pdsh_priv *p = c->priv;
-    if (p)
-        dsl_cb_stream_shutdown(&p->st);
+    dsl_cb_conn_close_write(p ? &p->st : NULL);
 }
 
 static void pdsh_close(struct dsl_conn *c)

@@ -191,4 +191,18 @@ void dsl_cb_stream_shutdown(struct dsl_cb_stream *st);
 /** Close the socket and wipe the keys (also for a stream never initialised: fd -1). */
 void dsl_cb_stream_close(struct dsl_cb_stream *st);
 
+/*
+ * A connect-back transport's dsl_conn operations over its stream (pdsh, openmpi,
+ * slurm): st may be NULL (the connection has no state). pollfd returns wait_fd (the
+ * transport's own) until the connection is open, then the stream's socket, POLLOUT
+ * while sealed bytes wait; read names the sealed channel in c->err when the seal
+ * failed and marks the connection closed at EOF.
+ */
+struct dsl_conn;
+int dsl_cb_conn_pollfd(const struct dsl_conn *c, const struct dsl_cb_stream *st, int wait_fd,
+                       short *events);
+ssize_t dsl_cb_conn_read(struct dsl_conn *c, struct dsl_cb_stream *st, void *buf, size_t n);
+ssize_t dsl_cb_conn_write(struct dsl_cb_stream *st, const void *buf, size_t n);
+void dsl_cb_conn_close_write(struct dsl_cb_stream *st);
+
 #endif
