@@ -222,15 +222,7 @@ cmd_up() {
         local sw="${PREFIX}sw"
         # record first, so that down can clean up a half-built cluster
         write_env "$dir"
-        ip netns add "$sw"
-        ip -n "$sw" link set lo up
-        ip -n "$sw" link add br0 type bridge
-        ip -n "$sw" link set br0 up
-        ip link add "${PREFIX}h0" type veth peer name "${PREFIX}s0"
-        ip link set "${PREFIX}s0" netns "$sw"
-        ip -n "$sw" link set "${PREFIX}s0" master br0 up
-        ip addr add "10.213.$SUBNET.1/24" dev "${PREFIX}h0"
-        ip link set "${PREFIX}h0" up
+        make_switch "$PREFIX" "$SUBNET"
         flock -u 9
         exec 9>&-
         for (( i = 1; i <= nodes; i++ )); do

@@ -1,5 +1,6 @@
-# Choosing a free 10.213.X.0/24 for a test cluster (sourced by cluster.sh and
-# tests/e2e/slurm/slurm_cluster.sh). pick_subnet calls the caller's die() when none is free.
+# Choosing a free 10.213.X.0/24 for a test cluster and making its switch (sourced by
+# cluster.sh and tests/e2e/slurm/slurm_cluster.sh). pick_subnet calls the caller's die()
+# when none is free.
 
 ip2int() { local IFS=.; read -r a b c d <<<"$1"; echo $(( (a << 24) | (b << 16) | (c << 8) | d )); }
 
@@ -32,4 +33,20 @@ pick_subnet() {
         if subnet_free "$x"; then echo "$x"; return 0; fi
     done
     die "no free 10.213.x.0/24 subnet"
+}
+
+# make_switch PREFIX X: the bridge in a namespace of its own (<PREFIX>sw, so that the
+# host's firewall never sees the test traffic) and this host's leg, <PREFIX>h0 with
+# 10.213.X.1/24; the nodes' veths are added to br0 by the caller.
+make_switch() {
+    local prefix=$1 x=$2 sw="$1sw"
+    ip netns add "$sw"
+    ip -n "$sw" link set lo up
+    ip -n "$sw" link add br0 type bridge
+    ip -n "$sw" link set br0 up
+    ip link add "${prefix}h0" type veth peer name "${prefix}s0"
+    ip link set "${prefix}s0" netns "$sw"
+    ip -n "$sw" link set "${prefix}s0" master br0 up
+    ip addr add "10.213.$x.1/24" dev "${prefix}h0"
+    ip link set "${prefix}h0" up
 }
