@@ -126,10 +126,6 @@ static long parse_slot(const char *t, size_t n)
     return v;
 }
 
-/*
- * Apply one NODE_SPEC seg[0..n) of a filter (opt names it in messages, spec is the
- * whole filter text) to sel. include: add; otherwise remove.
- */
 /* "worker-0,worker-1": a comma list whose every item is a known host (the user meant
  * '@'; DeepSpeed's ',' separates slots). */
 static int comma_joined_hosts(const struct dsl_hostfile *hf, const char *name)
@@ -144,8 +140,12 @@ static int comma_joined_hosts(const struct dsl_hostfile *hf, const char *name)
     return all;
 }
 
+/*
+ * Apply one NODE_SPEC seg[0..n) of a filter to sel (what names the filter in messages:
+ * "--include 'SPEC'"). include: add; otherwise remove.
+ */
 static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int include,
-                      const char *opt, const char *spec, const char *seg, size_t n, char *err)
+                      const char *what, const char *seg, size_t n, char *err)
 {
     const char *colon = memchr(seg, ':', n);
     size_t hn = colon ? (size_t)(colon - seg) : n;
@@ -155,31 +155,31 @@ static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int 
 
     if (n == 0)
         return dsl_seterr(err, DSL_EPLACEMENT,
-                          "%s '%s': empty node spec (expected HOST[:SLOT[,SLOT...]] joined by '@')",
-                          opt, spec);
+                          "%s: empty node spec (expected HOST[:SLOT[,SLOT...]] joined by '@')",
+                          what);
     if (colon && memchr(colon + 1, ':', n - hn - 1))
         return dsl_seterr(err, DSL_EPLACEMENT,
-                          "%s '%s': bad node spec '%.*s' (expected HOST[:SLOT[,SLOT...]])", opt,
-                          spec, (int)n, seg);
+                          "%s: bad node spec '%.*s' (expected HOST[:SLOT[,SLOT...]])", what,
+                          (int)n, seg);
     if (hn == 0)
-        return dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': missing host name in '%.*s'", opt, spec,
+        return dsl_seterr(err, DSL_EPLACEMENT, "%s: missing host name in '%.*s'", what,
                           (int)n, seg);
     if (colon && hn + 1 == n)
-        return dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': empty slot list in '%.*s'", opt, spec,
+        return dsl_seterr(err, DSL_EPLACEMENT, "%s: empty slot list in '%.*s'", what,
                           (int)n, seg);
 
     char *host = dsl_xstrndup(seg, hn);
     dsl_strvec_init(&names);
     if (dsl_hostrange_expand(host, &names, rerr) < 0) {
-        r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': %s", opt, spec, rerr);
+        r = dsl_seterr(err, DSL_EPLACEMENT, "%s: %s", what, rerr);
         goto out;
     }
     for (size_t k = 0; k < names.nr; k++) {
         long hi = host_index(hf, names.v[k]);
         if (hi < 0) {
             known_hosts(hf, known, sizeof(known));
-            r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': unknown host '%s' (known hosts: %s)%s",
-                           opt, spec, names.v[k], known,
+            r = dsl_seterr(err, DSL_EPLACEMENT, "%s: unknown host '%s' (known hosts: %s)%s",
+                           what, names.v[k], known,
                            comma_joined_hosts(hf, names.v[k])
                                ? "; hosts are joined with '@', e.g. 'worker-0@worker-1' "
                                  "(',' separates slots: 'worker-0:0,1')"
@@ -200,16 +200,16 @@ static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int 
             size_t len = comma ? (size_t)(comma - p) : (size_t)(end - p);
             long slot = parse_slot(p, len);
             if (slot < 0) {
-                r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': bad slot '%.*s' for host '%s'", opt,
-                               spec, (int)len, p, h->name);
+                r = dsl_seterr(err, DSL_EPLACEMENT, "%s: bad slot '%.*s' for host '%s'", what
+                               , (int)len, p, h->name);
                 goto out;
             }
             if (slot >= h->slots) {
                 char has[32] = "slot 0";
                 if (h->slots > 1)
                     snprintf(has, sizeof(has), "slots 0-%d", h->slots - 1);
-                r = dsl_seterr(err, DSL_EPLACEMENT, "%s '%s': host '%s' has no slot %ld (it has %s)",
-                               opt, spec, h->name, slot, has);
+                r = dsl_seterr(err, DSL_EPLACEMENT, "%s: host '%s' has no slot %ld (it has %s)",
+                               what, h->name, slot, has);
                 goto out;
             }
             sel_to_bits(s, h->slots);
@@ -224,22 +224,24 @@ out:
     return r;
 }
 
+/* what names the filter in messages: "--include 'SPEC'", or how the caller came by it */
 static int apply_filter(const struct dsl_hostfile *hf, struct selection *sel, int include,
-                        const char *spec, char *err)
+                        const char *spec, const char *as, char *err)
 {
-    const char *opt = include ? "--include" : "--exclude";
+    char *what = as ? dsl_xstrdup(as)
+                    : dsl_xasprintf("%s '%s'", include ? "--include" : "--exclude", spec);
     const char *p = spec, *end = spec + strlen(spec);
-    int r;
+    int r = 0;
     for (size_t i = 0; i < hf->nr; i++)
         sel[i].lim = include ? 0 : hf->hosts[i].slots;
-    while (p <= end) {
+    while (p <= end && r == 0) {
         const char *at = memchr(p, '@', (size_t)(end - p));
         size_t len = at ? (size_t)(at - p) : (size_t)(end - p);
-        if ((r = apply_spec(hf, sel, include, opt, spec, p, len, err)) < 0)
-            return r;
+        r = apply_spec(hf, sel, include, what, p, len, err);
         p += len + 1;
     }
-    return 0;
+    free(what);
+    return r;
 }
 
 static int check_count(const char *opt, int v, char *err)
@@ -278,9 +280,9 @@ int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
     sel = dsl_xcalloc(hf->nr, sizeof(*sel));
     for (size_t i = 0; i < hf->nr; i++)
         sel[i].lim = hf->hosts[i].slots;
-    if (inc && (r = apply_filter(hf, sel, 1, o->include, err)) < 0)
+    if (inc && (r = apply_filter(hf, sel, 1, o->include, o->include_as, err)) < 0)
         goto out;
-    if (exc && (r = apply_filter(hf, sel, 0, o->exclude, err)) < 0)
+    if (exc && (r = apply_filter(hf, sel, 0, o->exclude, NULL, err)) < 0)
         goto out;
     if (o->num_nodes != -1) {
         if ((size_t)o->num_nodes > hf->nr) {

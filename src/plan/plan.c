@@ -315,15 +315,13 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
             dsl_info("CUDA_VISIBLE_DEVICES is ignored: the devices are chosen by --include, "
                      "--exclude, --num_nodes or --num_gpus");
     }
+    /* the user typed CUDA_VISIBLE_DEVICES, not the --include it is read as */
+    char *cvd_as = include_cvd && po.include == include_cvd
+                       ? dsl_xasprintf("CUDA_VISIBLE_DEVICES='%s' selects the local devices", cvd)
+                       : NULL;
+    po.include_as = cvd_as;
     r = dsl_placement_build(pl, &p->hf, &po, err);
-    if (r < 0 && include_cvd) {
-        /* the user typed CUDA_VISIBLE_DEVICES, not the --include it was read as */
-        char *prefix = dsl_xasprintf("--include '%s': ", include_cvd), why[DSL_ERR_LEN];
-        size_t pl_len = strlen(prefix);
-        snprintf(why, sizeof(why), "%s", strncmp(err, prefix, pl_len) ? err : err + pl_len);
-        dsl_seterr(err, r, "CUDA_VISIBLE_DEVICES='%s' selects the local devices: %s", cvd, why);
-        free(prefix);
-    }
+    free(cvd_as);
     free(include_cvd);
     if (r < 0)
         return r;

@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     uint8_t mode = data[0];
     char *spec = dsl_xstrndup((const char *)data + 1, size - 1);
-    struct dsl_placement_opts o = {NULL, NULL, -1, -1};
+    struct dsl_placement_opts o = {NULL, NULL, -1, -1, NULL};
     switch (mode & 3) {
     case 0: o.include = spec; break;
     case 1: o.exclude = spec; break;

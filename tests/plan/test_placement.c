@@ -76,7 +76,7 @@ TEST(placement_should_follow_deepspeed_semantics)
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
         struct dsl_placement pl;
         struct dsl_placement_opts o = {good[i].include, good[i].exclude, good[i].num_nodes,
-                                       good[i].num_gpus};
+                                       good[i].num_gpus, NULL};
         char err[DSL_ERR_LEN] = "";
         int r = dsl_placement_build(&pl, &hf, &o, err);
         if (r < 0)
@@ -176,7 +176,7 @@ TEST(placement_should_reject_bad_filters_with_clear_messages)
     for (size_t i = 0; i < sizeof(bad_filters) / sizeof(bad_filters[0]); i++) {
         struct dsl_placement pl;
         struct dsl_placement_opts o = {bad_filters[i].include, bad_filters[i].exclude,
-                                       bad_filters[i].num_nodes, bad_filters[i].num_gpus};
+                                       bad_filters[i].num_nodes, bad_filters[i].num_gpus, NULL};
         char err[DSL_ERR_LEN] = "";
         int r = dsl_placement_build(&pl, &hf, &o, err);
         if (r >= 0)
@@ -198,7 +198,7 @@ TEST(placement_should_cap_the_known_hosts_list_and_name_a_single_slot)
     char err[DSL_ERR_LEN];
     dsl_hostfile_init(&hf);
     ASSERT_OK(dsl_hostfile_parse(&hf, "h", text, strlen(text), err));
-    struct dsl_placement_opts o = {"z", NULL, NONE, NONE};
+    struct dsl_placement_opts o = {"z", NULL, NONE, NONE, NULL};
     ASSERT_EQ(dsl_placement_build(&pl, &hf, &o, err), DSL_EPLACEMENT);
     ASSERT_STR_EQ(err, "--include 'z': unknown host 'z' (known hosts: a, b, c, d, ...)");
     o.include = "a:1";
@@ -208,7 +208,7 @@ TEST(placement_should_cap_the_known_hosts_list_and_name_a_single_slot)
 
     dsl_hostfile_init(&hf);
     dsl_hostfile_add(&hf, "localhost", 1);
-    o = (struct dsl_placement_opts){NULL, NULL, 2, NONE};
+    o = (struct dsl_placement_opts){NULL, NULL, 2, NONE, NULL};
     ASSERT_EQ(dsl_placement_build(&pl, &hf, &o, err), DSL_EPLACEMENT);
     ASSERT_STR_EQ(err, "--num_nodes 2 but there is only 1 host");
     dsl_hostfile_release(&hf);
@@ -222,7 +222,7 @@ TEST(placement_should_number_ranks_across_nodes)
     struct dsl_placement pl;
     char err[DSL_ERR_LEN];
     load3(&hf);
-    struct dsl_placement_opts o = {NULL, "worker-0:0,1@worker-1", NONE, NONE};
+    struct dsl_placement_opts o = {NULL, "worker-0:0,1@worker-1", NONE, NONE, NULL};
     ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
     ASSERT_EQ(pl.nr, 2);
     ASSERT_EQ(pl.world_size, 4);
@@ -246,7 +246,7 @@ TEST(placement_drop_should_keep_the_order_and_number_again)
     struct dsl_placement pl;
     char err[DSL_ERR_LEN];
     load3(&hf);
-    struct dsl_placement_opts o = {NULL, NULL, NONE, 2};
+    struct dsl_placement_opts o = {NULL, NULL, NONE, 2, NULL};
     ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
     ASSERT_EQ(pl.world_size, 6);
     /* the middle node out: the third moves up, its ranks follow the first node's */
@@ -291,7 +291,7 @@ TEST(world_info_should_match_python_json_and_urlsafe_base64)
         char err[DSL_ERR_LEN];
         dsl_hostfile_init(&hf);
         ASSERT_OK(dsl_hostfile_parse(&hf, "h", cases[i].hosts, strlen(cases[i].hosts), err));
-        struct dsl_placement_opts o = {cases[i].include, NULL, NONE, NONE};
+        struct dsl_placement_opts o = {cases[i].include, NULL, NONE, NONE, NULL};
         ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
         char *json = dsl_placement_world_info_json(&pl), *b64 = dsl_placement_world_info_b64(&pl);
         ASSERT_STR_EQ(json, cases[i].json);
@@ -319,7 +319,7 @@ TEST(world_info_should_escape_names_as_python_does)
     char err[DSL_ERR_LEN];
     dsl_hostfile_init(&hf);
     dsl_hostfile_add(&hf, "a\"b\\\n\x7f\x01\xc3\xa9\xf0\x9f\x98\x80", 1);
-    struct dsl_placement_opts o = {NULL, NULL, NONE, NONE};
+    struct dsl_placement_opts o = {NULL, NULL, NONE, NONE, NULL};
     ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
     char *json = dsl_placement_world_info_json(&pl);
     /* python3 -c 'import json; print(json.dumps({"a\"b\\\n\x7f\x01é😀": [0]}))' */
@@ -347,7 +347,7 @@ TEST(base64url_should_pad_and_use_the_urlsafe_alphabet)
 
 TEST(cuda_visible_devices_should_become_an_include_only_when_nothing_else_selects)
 {
-    struct dsl_placement_opts none = {NULL, NULL, NONE, NONE};
+    struct dsl_placement_opts none = {NULL, NULL, NONE, NONE, NULL};
     char *inc = (char *)"untouched";
     char err[DSL_ERR_LEN];
     ASSERT_EQ(dsl_placement_cuda_visible(NULL, &none, &inc, err), 0);
@@ -362,10 +362,10 @@ TEST(cuda_visible_devices_should_become_an_include_only_when_nothing_else_select
     free(inc);
 
     static const struct dsl_placement_opts given[] = {
-        {"localhost:0", NULL, NONE, NONE},
-        {NULL, "localhost:0", NONE, NONE},
-        {NULL, NULL, 1, NONE},
-        {NULL, NULL, NONE, 2},
+        {"localhost:0", NULL, NONE, NONE, NULL},
+        {NULL, "localhost:0", NONE, NONE, NULL},
+        {NULL, NULL, 1, NONE, NULL},
+        {NULL, NULL, NONE, 2, NULL},
     };
     for (size_t i = 0; i < sizeof(given) / sizeof(given[0]); i++) {
         ASSERT_EQ(dsl_placement_cuda_visible("1,2", &given[i], &inc, err), 2);
@@ -393,7 +393,7 @@ TEST(cuda_visible_devices_include_should_place_physical_ids_sorted)
     struct dsl_hostfile hf;
     struct dsl_placement pl;
     char err[DSL_ERR_LEN], *inc;
-    struct dsl_placement_opts o = {NULL, NULL, NONE, NONE};
+    struct dsl_placement_opts o = {NULL, NULL, NONE, NONE, NULL};
     dsl_hostfile_init(&hf);
     dsl_hostfile_add(&hf, "localhost", 4);
     ASSERT_EQ(dsl_placement_cuda_visible("3,1", &o, &inc, err), 1);
@@ -404,7 +404,7 @@ TEST(cuda_visible_devices_include_should_place_physical_ids_sorted)
     free(json);
     dsl_placement_release(&pl);
     free(inc);
-    ASSERT_EQ(dsl_placement_cuda_visible("5", &(struct dsl_placement_opts){NULL, NULL, NONE, NONE},
+    ASSERT_EQ(dsl_placement_cuda_visible("5", &(struct dsl_placement_opts){NULL, NULL, NONE, NONE, NULL},
                                          &inc, err), 1);
     o.include = inc;
     ASSERT_EQ(dsl_placement_build(&pl, &hf, &o, err), DSL_EPLACEMENT);

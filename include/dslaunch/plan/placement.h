@@ -33,6 +33,8 @@ struct dsl_placement_opts {
     const char *exclude;
     int num_nodes;       /* -1 when not given; other values below 1 are errors */
     int num_gpus;        /* -1 when not given; other values below 1 are errors */
+    const char *include_as; /* how messages name the include (NULL: "--include 'SPEC'");
+                            for an include the caller made from what the user typed */
 };
 
 void dsl_placement_init(struct dsl_placement *pl);
