@@ -204,6 +204,8 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     for (int i = 0; i < pl->nr; i++) {
         cJSON *h = cJSON_CreateObject();
         cJSON_AddStringToObject(h, "host", pl->nodes[i].host);
+        if (pl->nodes[i].user)
+            cJSON_AddStringToObject(h, "user", pl->nodes[i].user);
         cJSON_AddItemToObject(h, "slots", cJSON_CreateIntArray(pl->nodes[i].slots,
                                                                pl->nodes[i].nslots));
         cJSON_AddItemToArray(wi, h);
@@ -258,7 +260,7 @@ static void set_all_local(struct dsl_plan *p)
 {
     p->all_local = 1;
     for (int i = 0; i < p->pl.nr; i++)
-        if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(p->pl.nodes[i].host))
+        if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_node_is_local(&p->pl.nodes[i]))
             p->all_local = 0;
 }
 
@@ -394,6 +396,15 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options, but this job "
                           "uses the %s transport (the hosts are not a Slurm allocation's): "
                           "add --launcher slurm", dsl_plan_launcher_name(p));
+    /* srun starts every agent as the Slurm job's user: a login user cannot be honoured */
+    if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
+        for (int i = 0; i < pl->nr; i++)
+            if (pl->nodes[i].user)
+                return dsl_seterr(err, DSL_EUSAGE, "the slurm transport starts the agents as "
+                                  "the Slurm job's user, so the login user of '%s@%s' (%s) "
+                                  "cannot be honoured: remove '%s@' from the hostfile, or use "
+                                  "--launcher ssh", pl->nodes[i].user, pl->nodes[i].host,
+                                  p->hosts_from, pl->nodes[i].user);
     first_rendezvous(p);
     return 0;
 }

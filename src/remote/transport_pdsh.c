@@ -162,7 +162,12 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     char *cmd = dsl_shell_command(remote.v);
     const char *pdsh = getenv("DSLAUNCH_PDSH");
     dsl_strvec_push(&argv, pdsh && pdsh[0] ? pdsh : "pdsh");
-    dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", c->host, cmd, NULL});
+    /* pdsh's own "user@host" form: its ssh module then runs ssh -l user (the hostfile
+       checked the name: [A-Za-z0-9._-], so pdsh reads nothing else into it) */
+    char *target = c->user ? dsl_xasprintf("%s@%s", c->user, c->host) : dsl_xstrdup(c->host);
+    dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", target, NULL});
+    free(target);
+    dsl_strvec_push(&argv, cmd);
     for (char **e = environ; *e; e++)
         dsl_strvec_push(&env, *e);
     dsl_env_set(&env, "PDSH_RCMD_TYPE", "ssh");
