@@ -22,6 +22,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "allocation.h"
+#include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/plan/srun.h"
 #include "dslaunch/plan/envexport.h"
 #include "dslaunch/common/spawn.h"
@@ -217,6 +218,16 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     cJSON_AddStringToObject(o, "hosts_from", p->hosts_from);
     if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
         add_srun(o, p);
+    if (p->opts->tr.launcher_args) {
+        /* the words the launcher command gets, as a run splits them */
+        struct dsl_strvec words;
+        dsl_strvec_init(&words);
+        dsl_launcher_args_split(&words, p->opts->tr.launcher_args);
+        cJSON *la = cJSON_AddArrayToObject(o, "launcher_args");
+        for (size_t i = 0; i < words.nr; i++)
+            cJSON_AddItemToArray(la, cJSON_CreateString(words.v[i]));
+        dsl_strvec_release(&words);
+    }
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {
@@ -392,10 +403,13 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                               dsl_plan_launcher_name(p), tools[i].prog, tools[i].pkg);
         free(path);
     }
-    if (o->tr.launcher_args && strcmp(dsl_plan_launcher_name(p), "slurm"))
-        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options, but this job "
-                          "uses the %s transport (the hosts are not a Slurm allocation's): "
-                          "add --launcher slurm", dsl_plan_launcher_name(p));
+    const char *tname = dsl_plan_launcher_name(p);
+    if (o->tr.launcher_args && (!strcmp(tname, "local") || !strcmp(tname, "ssh")))
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes options to a launcher "
+                          "command (pdsh, mpirun, srun), but this job uses the %s transport, "
+                          "which runs none%s: add --launcher pdsh, openmpi or slurm", tname,
+                          !strcmp(tname, "ssh") ? " (the hosts are not a Slurm allocation's)"
+                                                : "");
     /* srun starts every agent as the Slurm job's user: a login user cannot be honoured */
     if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
         for (int i = 0; i < pl->nr; i++)

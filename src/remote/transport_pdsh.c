@@ -22,6 +22,9 @@
  * its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE. Once OPEN, read() also drains
  * pdsh's pipe so a chatty agent stderr never blocks it.
  *
+ * The hostfile's login user goes into -w as "user@host"; --launcher_args words go in
+ * after -w, before the command (as DeepSpeed's pdsh runner places them).
+ *
  * ssh options reach pdsh's ssh through PDSH_SSH_ARGS_APPEND (split on spaces by pdsh);
  * the user's paths are links in a private directory (dsl_cb_ssh_files), so no path
  * is split or interpreted. close() closes the socket (the agent sees EOF
@@ -44,6 +47,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/strvec.h"
+#include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -167,6 +171,9 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     char *target = c->user ? dsl_xasprintf("%s@%s", c->user, c->host) : dsl_xstrdup(c->host);
     dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", target, NULL});
     free(target);
+    /* --launcher_args: after -w, before the command, where DeepSpeed's pdsh runner puts
+       them; split on whitespace only, never by a shell */
+    dsl_launcher_args_split(&argv, o->launcher_args);
     dsl_strvec_push(&argv, cmd);
     for (char **e = environ; *e; e++)
         dsl_strvec_push(&env, *e);
