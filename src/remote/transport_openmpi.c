@@ -44,6 +44,14 @@
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/banned.h"
 
+/*
+ * The agent launcher script run by mpirun: $0 dslaunch, the rest its arguments. It
+ * drops what orted put into the environment (OMPI_*, PMIX_*, PRTE_*, ...) before the
+ * agent starts: the agent's environment is the base of every rank's, and those values
+ * describe the agents' job, not the ranks' (a rank calling MPI_Init would join it as
+ * rank <node index>). Names only ([A-Za-z0-9_]) reach unset; user variables that the
+ * export set names travel on the control channel and are set again for the ranks.
+ */
 static const char agent_script[] =
     "r=${OMPI_COMM_WORLD_RANK:?not started by mpirun}; "
     "for v in $(env | sed -n -e 's/^\\(OMPI_[A-Za-z0-9_]*\\)=.*/\\1/p' "
