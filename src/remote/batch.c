@@ -163,19 +163,7 @@ static void batch_free(struct dsl_batch *b)
 {
     if (b == b->kind->open)
         b->kind->open = NULL;
-    if (b->pid > 0) {
-        kill(-b->pid, SIGTERM);
-        double deadline = dsl_now() + 3.0;
-        while (b->pid > 0 && waitpid(b->pid, &b->status, WNOHANG) == 0) {
-            if (dsl_now() > deadline) {
-                kill(-b->pid, SIGKILL);
-                waitpid(b->pid, &b->status, 0);
-                break;
-            }
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
+    dsl_cb_stop(&b->pid, &b->status, b->outfd, &b->pidfd, 0, 3.0);
     if (b->outfd >= 0)
         close(b->outfd);
     if (b->pidfd >= 0)

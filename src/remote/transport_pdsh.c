@@ -306,25 +306,8 @@ static void pdsh_close(struct dsl_conn *c)
     if (!p)
         return;
     dsl_cb_stream_close(&p->st);
-    if (p->pid > 0) {
-        /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
-        double deadline = dsl_now() + 2.0;
-        int termed = 0;
-        while (!reap(p)) {
-            if (!termed && dsl_now() > deadline - 1.5) {
-                kill(-p->pid, SIGTERM);
-                termed = 1;
-            }
-            if (dsl_now() > deadline) {
-                kill(-p->pid, SIGKILL);
-                waitpid(p->pid, &p->status, 0);
-                p->pid = 0;
-                break;
-            }
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
+    /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
+    dsl_cb_stop(&p->pid, &p->status, p->outfd, &p->pidfd, 0.5, 2.0);
     if (p->outfd >= 0)
         close(p->outfd);
     if (p->pidfd >= 0)
