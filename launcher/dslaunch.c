@@ -48,8 +48,12 @@ static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_place
     struct dsl_strvec hosts;
     dsl_strvec_init(&hosts);
     for (int i = 0; i < pl->nr; i++)
-        if (opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(pl->nodes[i].host))
-            dsl_strvec_push(&hosts, pl->nodes[i].host);
+        if (opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_node_is_local(&pl->nodes[i])) {
+            if (pl->nodes[i].user) /* sync logs in as the hostfile's user */
+                dsl_strvec_pushf(&hosts, "%s@%s", pl->nodes[i].user, pl->nodes[i].host);
+            else
+                dsl_strvec_push(&hosts, pl->nodes[i].host);
+        }
     struct dsl_sync_opts so = {
         .paths = opts->sync_paths.v,
         .npaths = opts->sync_paths.nr,

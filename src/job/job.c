@@ -88,6 +88,7 @@ void dsl_job_release(struct dsl_job *job)
         if (n->conn.priv && n->conn.ops)
             n->conn.ops->close(&n->conn);
         free(n->conn.host);
+        free(n->conn.user);
         dsl_linebuf_release(&n->in);
         dsl_dynbuf_release(&n->outq);
         dsl_msg_release(&n->hello);
@@ -524,8 +525,9 @@ int dsl_job_run(struct dsl_job *job)
         struct dsl_job_node *n = &job->nodes[i];
         n->pn = &job->pl->nodes[i];
         n->local = kind == DSL_LAUNCHER_LOCAL ||
-                   (kind == DSL_LAUNCHER_AUTO && dsl_host_is_local(n->pn->host));
+                   (kind == DSL_LAUNCHER_AUTO && dsl_node_is_local(n->pn));
         n->conn.host = dsl_xstrdup(n->pn->host);
+        n->conn.user = n->pn->user ? dsl_xstrdup(n->pn->user) : NULL;
         dsl_linebuf_init(&n->in);
         dsl_dynbuf_init(&n->outq, DSL_JOB_OUTQ_MAX);
         dsl_msg_init(&n->hello, 0);

@@ -1,10 +1,12 @@
 /*
- * The DeepSpeed hostfile: "host slots=N [max_slots=M] [# comment]" per line.
+ * The DeepSpeed hostfile: "[user@]host slots=N [max_slots=M] [# comment]" per line.
  *
  * Theory of operation: the text is split into lines ('\n', with a trailing '\r'
  * dropped), each line is cut at its first '#', trimmed, and split into words at blanks
  * (spaces and tabs). Word one is the host, or a pdsh range expanded by
- * dsl_hostrange_expand(); the other words must be "slots=N" (required) and
+ * dsl_hostrange_expand(), optionally after "user@" (the login user, as DeepSpeed passes
+ * it to pdsh and ssh; it applies to every host of a range and is kept apart from the
+ * name, which alone is what filters, duplicates and messages use); the other words must be "slots=N" (required) and
  * "max_slots=M" (optional), each once. Hosts are appended in file order and are never
  * sorted: the order is the rank order. A hash of the names finds duplicates in O(1) so
  * that a file of many ranges stays linear.
@@ -76,23 +78,26 @@ void dsl_hostfile_init(struct dsl_hostfile *hf)
 
 void dsl_hostfile_release(struct dsl_hostfile *hf)
 {
-    for (size_t i = 0; i < hf->nr; i++)
+    for (size_t i = 0; i < hf->nr; i++) {
         free(hf->hosts[i].name);
+        free(hf->hosts[i].user);
+    }
     free(hf->hosts);
     free(hf->path);
     dsl_hostfile_init(hf);
 }
 
-static void add_host(struct dsl_hostfile *hf, const char *name, int slots, int max_slots,
-                     int line)
+static void add_host(struct dsl_hostfile *hf, const char *name, const char *user, int slots,
+                     int max_slots, int line)
 {
     DSL_ALLOC_GROW(hf->hosts, hf->nr, hf->alloc);
-    hf->hosts[hf->nr++] = (struct dsl_host){dsl_xstrdup(name), slots, max_slots, line};
+    hf->hosts[hf->nr++] = (struct dsl_host){dsl_xstrdup(name), user ? dsl_xstrdup(user) : NULL,
+                                            slots, max_slots, line};
 }
 
 void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots)
 {
-    add_host(hf, name, slots, -1, 0);
+    add_host(hf, name, NULL, slots, -1, 0);
 }
 
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name)
@@ -103,17 +108,32 @@ const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const ch
     return NULL;
 }
 
+/* [A-Za-z0-9._-]: the POSIX portable filename characters */
+static int portable_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '.' || c == '-' || c == '_';
+}
+
+int dsl_user_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > DSL_USER_NAME_MAX || name[0] == '-')
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!portable_char(name[i]))
+            return 0;
+    return 1;
+}
+
 int dsl_host_name_valid(const char *name)
 {
     size_t n = strlen(name);
     if (n == 0 || n > DSL_HOST_NAME_MAX || name[0] == '-')
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = name[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '-' || c == '_'))
+    for (size_t i = 0; i < n; i++)
+        if (!portable_char(name[i]))
             return 0;
-    }
     return 1;
 }
 
@@ -221,7 +241,23 @@ static int parse_line(struct parser *p, struct dsl_hostfile *hf, struct name_set
     if (max_slots != -1 && max_slots < slots)
         return fail(p, "slots above max_slots in", s, n);
 
-    char *spec = dsl_xstrndup(w[0], wl[0]);
+    /* "user@host": the login user is kept apart; the host part alone is the name */
+    char *user = NULL;
+    const char *ua = memchr(w[0], '@', wl[0]);
+    if (ua) {
+        user = dsl_xstrndup(w[0], (size_t)(ua - w[0]));
+        if (!dsl_user_name_valid(user)) {
+            r = fail(p, "bad user name", w[0], (size_t)(ua - w[0]));
+            free(user);
+            return r;
+        }
+        if (ua + 1 == w[0] + wl[0]) {
+            free(user);
+            return fail(p, "missing host name after", w[0], wl[0]);
+        }
+    }
+    const char *hs = ua ? ua + 1 : w[0];
+    char *spec = dsl_xstrndup(hs, wl[0] - (size_t)(hs - w[0]));
     struct dsl_strvec names;
     char rerr[DSL_ERR_LEN];
     dsl_strvec_init(&names);
@@ -249,13 +285,14 @@ static int parse_line(struct parser *p, struct dsl_hostfile *hf, struct name_set
                            p->line, name, hf->hosts[ns->slot[at] - 1].line);
             goto out;
         }
-        add_host(hf, name, slots, max_slots, p->line);
+        add_host(hf, name, user, slots, max_slots, p->line);
         ns->slot[at] = hf->nr;
     }
     r = 0;
 out:
     dsl_strvec_release(&names);
     free(spec);
+    free(user);
     return r;
 }
 

@@ -97,7 +97,8 @@ static const struct dsl_opt opts[] = {
     CALL("launcher", 0, "KIND", "auto, local, ssh, pdsh, openmpi or slurm (auto: slurm "
          "for the hosts of a Slurm allocation)", "auto", set_launcher),
     STR("launcher_args", 0, tr.launcher_args, "ARGS",
-        "extra srun options for --launcher slurm, split on whitespace (no shell)", NULL),
+        "extra options for the launcher command of --launcher pdsh, openmpi or slurm "
+        "(pdsh, mpirun, srun), split on whitespace (no shell)", NULL),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
     STR("log_dir", 0, log_dir, "DIR",
         "also write each rank's output to DIR/rank<N>.log (DIR must be yours, not group- or "
@@ -247,12 +248,14 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
                           "--slurm-nodes are for --agent only");
-    if (o->tr.launcher_args && o->launcher != DSL_LAUNCHER_AUTO &&
-        o->launcher != DSL_LAUNCHER_SLURM)
-        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options: it needs "
-                          "--launcher slurm (or auto inside a Slurm allocation)");
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
+    if (o->tr.launcher_args &&
+        (o->launcher == DSL_LAUNCHER_LOCAL || o->launcher == DSL_LAUNCHER_SSH))
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes options to a launcher "
+                          "command (pdsh, mpirun, srun), which --launcher %s does not run: "
+                          "use --launcher pdsh, openmpi or slurm",
+                          o->launcher == DSL_LAUNCHER_SSH ? "ssh" : "local");
     if (o->bind_core_list) {
         int cores[DSL_CPUBIND_MAX];
         if (dsl_cpubind_parse(o->bind_core_list, cores, DSL_CPUBIND_MAX, err) < 0)

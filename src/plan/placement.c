@@ -17,6 +17,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/net.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
@@ -53,6 +55,16 @@ static void sel_to_bits(struct selection *s, int n)
         s->bits[i] = 1;
 }
 
+int dsl_node_is_local(const struct dsl_node *n)
+{
+    if (!dsl_host_is_local(n->host))
+        return 0;
+    if (!n->user)
+        return 1;
+    struct passwd *pw = getpwuid(geteuid());
+    return pw && pw->pw_name && strcmp(pw->pw_name, n->user) == 0;
+}
+
 void dsl_placement_init(struct dsl_placement *pl)
 {
     memset(pl, 0, sizeof(*pl));
@@ -62,6 +74,7 @@ void dsl_placement_release(struct dsl_placement *pl)
 {
     for (int i = 0; i < pl->nr; i++) {
         free(pl->nodes[i].host);
+        free(pl->nodes[i].user);
         free(pl->nodes[i].slots);
     }
     free(pl->nodes);
@@ -76,6 +89,7 @@ int dsl_placement_drop(struct dsl_placement *pl, const unsigned char *drop)
         struct dsl_node n = pl->nodes[i];
         if (drop && drop[i]) {
             free(n.host);
+            free(n.user);
             free(n.slots);
             continue;
         }
@@ -140,6 +154,16 @@ static int comma_joined_hosts(const struct dsl_hostfile *hf, const char *name)
     return all;
 }
 
+/* "alice" of "-i alice@node1": the login user of a hostfile line, typed as part of a
+ * filter, where '@' separates hosts. */
+static int is_a_user(const struct dsl_hostfile *hf, const char *name)
+{
+    for (size_t i = 0; i < hf->nr; i++)
+        if (hf->hosts[i].user && strcmp(hf->hosts[i].user, name) == 0)
+            return 1;
+    return 0;
+}
+
 /*
  * Apply one NODE_SPEC seg[0..n) of a filter to sel (what names the filter in messages:
  * "--include 'SPEC'"). include: add; otherwise remove.
@@ -183,6 +207,10 @@ static int apply_spec(const struct dsl_hostfile *hf, struct selection *sel, int 
                            comma_joined_hosts(hf, names.v[k])
                                ? "; hosts are joined with '@', e.g. 'worker-0@worker-1' "
                                  "(',' separates slots: 'worker-0:0,1')"
+                           : is_a_user(hf, names.v[k])
+                               ? "; that is a login user of the hostfile: filters name "
+                                 "hosts alone ('@' joins hosts), e.g. 'node1' for "
+                                 "'user@node1'"
                                : "");
             goto out;
         }
@@ -319,6 +347,7 @@ int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
             continue;
         struct dsl_node *node = &pl->nodes[pl->nr];
         node->host = dsl_xstrdup(h->name);
+        node->user = h->user ? dsl_xstrdup(h->user) : NULL;
         node->node_rank = pl->nr;
         node->slots = dsl_xcalloc((size_t)n, sizeof(int));
         for (int s = 0; s < h->slots; s++)

@@ -22,6 +22,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
 #include "allocation.h"
+#include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/plan/srun.h"
 #include "dslaunch/plan/envexport.h"
 #include "dslaunch/common/spawn.h"
@@ -204,6 +205,8 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     for (int i = 0; i < pl->nr; i++) {
         cJSON *h = cJSON_CreateObject();
         cJSON_AddStringToObject(h, "host", pl->nodes[i].host);
+        if (pl->nodes[i].user)
+            cJSON_AddStringToObject(h, "user", pl->nodes[i].user);
         cJSON_AddItemToObject(h, "slots", cJSON_CreateIntArray(pl->nodes[i].slots,
                                                                pl->nodes[i].nslots));
         cJSON_AddItemToArray(wi, h);
@@ -215,6 +218,16 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
     cJSON_AddStringToObject(o, "hosts_from", p->hosts_from);
     if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
         add_srun(o, p);
+    if (p->opts->tr.launcher_args) {
+        /* the words the launcher command gets, as a run splits them */
+        struct dsl_strvec words;
+        dsl_strvec_init(&words);
+        dsl_launcher_args_split(&words, p->opts->tr.launcher_args);
+        cJSON *la = cJSON_AddArrayToObject(o, "launcher_args");
+        for (size_t i = 0; i < words.nr; i++)
+            cJSON_AddItemToArray(la, cJSON_CreateString(words.v[i]));
+        dsl_strvec_release(&words);
+    }
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {
@@ -258,7 +271,7 @@ static void set_all_local(struct dsl_plan *p)
 {
     p->all_local = 1;
     for (int i = 0; i < p->pl.nr; i++)
-        if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_host_is_local(p->pl.nodes[i].host))
+        if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_node_is_local(&p->pl.nodes[i]))
             p->all_local = 0;
 }
 
@@ -390,10 +403,22 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                               dsl_plan_launcher_name(p), tools[i].prog, tools[i].pkg);
         free(path);
     }
-    if (o->tr.launcher_args && strcmp(dsl_plan_launcher_name(p), "slurm"))
-        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes srun options, but this job "
-                          "uses the %s transport (the hosts are not a Slurm allocation's): "
-                          "add --launcher slurm", dsl_plan_launcher_name(p));
+    const char *tname = dsl_plan_launcher_name(p);
+    if (o->tr.launcher_args && (!strcmp(tname, "local") || !strcmp(tname, "ssh")))
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher_args passes options to a launcher "
+                          "command (pdsh, mpirun, srun), but this job uses the %s transport, "
+                          "which runs none%s: add --launcher pdsh, openmpi or slurm", tname,
+                          !strcmp(tname, "ssh") ? " (the hosts are not a Slurm allocation's)"
+                                                : "");
+    /* srun starts every agent as the Slurm job's user: a login user cannot be honoured */
+    if (!strcmp(dsl_plan_launcher_name(p), "slurm"))
+        for (int i = 0; i < pl->nr; i++)
+            if (pl->nodes[i].user)
+                return dsl_seterr(err, DSL_EUSAGE, "the slurm transport starts the agents as "
+                                  "the Slurm job's user, so the login user of '%s@%s' (%s) "
+                                  "cannot be honoured: remove '%s@' from the hostfile, or use "
+                                  "--launcher ssh", pl->nodes[i].user, pl->nodes[i].host,
+                                  p->hosts_from, pl->nodes[i].user);
     first_rendezvous(p);
     return 0;
 }

@@ -5,6 +5,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/plan/srun.h"
 #include "dslaunch/common/banned.h"
 
@@ -40,14 +41,7 @@ int dsl_srun_argv(struct dsl_strvec *out, const char *launcher_args, char *const
     long id;
     if (step && dsl_parse_long(step, 0, 0xfffffff0L, &id) == 0)
         dsl_strvec_push(out, "--overlap");
-    for (const char *s = launcher_args ? launcher_args : ""; *s;) {
-        size_t sp = strspn(s, " \t\n\r\v\f");
-        s += sp;
-        size_t w = strcspn(s, " \t\n\r\v\f");
-        if (w)
-            dsl_strvec_pushf(out, "%.*s", (int)w, s);
-        s += w;
-    }
+    dsl_launcher_args_split(out, launcher_args);
     for (size_t i = 0; agent_argv[i]; i++)
         dsl_strvec_push(out, agent_argv[i]);
     dsl_strvec_push(out, "--slurm-nodes");

@@ -676,6 +676,27 @@ int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd)
     return *pid == 0;
 }
 
+void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_after,
+                 double kill_after)
+{
+    double t0 = dsl_now();
+    int termed = 0;
+    while (*pid > 0 && !dsl_cb_reap(pid, status, outfd, pidfd)) {
+        if (!termed && dsl_now() >= t0 + term_after) {
+            kill(-*pid, SIGTERM);
+            termed = 1;
+        }
+        if (dsl_now() > t0 + kill_after) {
+            kill(-*pid, SIGKILL);
+            waitpid(*pid, status, 0);
+            *pid = 0;
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
 {
     va_list ap;

@@ -122,7 +122,7 @@ void dsl_ssh_target_text(ssh_session s, const char *alias, char *out, size_t len
     ssh_options_get(s, SSH_OPTIONS_HOST, &host);
     ssh_options_get_port(s, &port);
     if (host && strcmp(host, alias) != 0)
-        snprintf(out, len, "%s (%s@%s:%u)", alias, user ? user : "?", host, port);
+        snprintf(out, len, "%s@%s (%s:%u)", user ? user : "?", alias, host, port);
     else
         snprintf(out, len, "%s@%s:%u", user ? user : "?", alias, port);
     ssh_string_free_char(user);

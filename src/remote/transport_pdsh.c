@@ -22,6 +22,9 @@
  * its output into DSL_EAUTH / DSL_ECONNECT / DSL_EREMOTE. Once OPEN, read() also drains
  * pdsh's pipe so a chatty agent stderr never blocks it.
  *
+ * The hostfile's login user goes into -w as "user@host"; --launcher_args words go in
+ * after -w, before the command (as DeepSpeed's pdsh runner places them).
+ *
  * ssh options reach pdsh's ssh through PDSH_SSH_ARGS_APPEND (split on spaces by pdsh);
  * the user's paths are links in a private directory (dsl_cb_ssh_files), so no path
  * is split or interpreted. close() closes the socket (the agent sees EOF
@@ -44,6 +47,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/strvec.h"
+#include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -162,7 +166,15 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     char *cmd = dsl_shell_command(remote.v);
     const char *pdsh = getenv("DSLAUNCH_PDSH");
     dsl_strvec_push(&argv, pdsh && pdsh[0] ? pdsh : "pdsh");
-    dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", c->host, cmd, NULL});
+    /* pdsh's own "user@host" form: its ssh module then runs ssh -l user (the hostfile
+       checked the name: [A-Za-z0-9._-], so pdsh reads nothing else into it) */
+    char *target = c->user ? dsl_xasprintf("%s@%s", c->user, c->host) : dsl_xstrdup(c->host);
+    dsl_strvec_pushv(&argv, (const char *const[]){"-R", "ssh", "-S", "-w", target, NULL});
+    free(target);
+    /* --launcher_args: after -w, before the command, where DeepSpeed's pdsh runner puts
+       them; split on whitespace only, never by a shell */
+    dsl_launcher_args_split(&argv, o->launcher_args);
+    dsl_strvec_push(&argv, cmd);
     for (char **e = environ; *e; e++)
         dsl_strvec_push(&env, *e);
     dsl_env_set(&env, "PDSH_RCMD_TYPE", "ssh");
@@ -294,25 +306,8 @@ static void pdsh_close(struct dsl_conn *c)
     if (!p)
         return;
     dsl_cb_stream_close(&p->st);
-    if (p->pid > 0) {
-        /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
-        double deadline = dsl_now() + 2.0;
-        int termed = 0;
-        while (!reap(p)) {
-            if (!termed && dsl_now() > deadline - 1.5) {
-                kill(-p->pid, SIGTERM);
-                termed = 1;
-            }
-            if (dsl_now() > deadline) {
-                kill(-p->pid, SIGKILL);
-                waitpid(p->pid, &p->status, 0);
-                p->pid = 0;
-                break;
-            }
-            struct timespec ts = {0, 10 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-        }
-    }
+    /* pdsh's ssh ends when the agent exits on EOF; give it a moment, then make sure */
+    dsl_cb_stop(&p->pid, &p->status, p->outfd, &p->pidfd, 0.5, 2.0);
     if (p->outfd >= 0)
         close(p->outfd);
     if (p->pidfd >= 0)

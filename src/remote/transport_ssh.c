@@ -204,7 +204,11 @@ static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->keepalive = o->keepalive;
     if (o->ssh_identity)
         p->identity = dsl_xstrdup(o->ssh_identity);
-    int r = dsl_ssh_session_new(&p->s, c->host, o, c->err);
+    /* the hostfile's "user@host" wins over the ssh config's User (as ssh -l does) */
+    struct dsl_transport_opts uo = *o;
+    if (c->user)
+        uo.ssh_user = c->user;
+    int r = dsl_ssh_session_new(&p->s, c->host, &uo, c->err);
     if (r < 0)
         return conn_fail_code(c, r);
     ssh_set_blocking(p->s, 0);

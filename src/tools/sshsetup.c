@@ -78,6 +78,7 @@ enum row_state { ROW_NOTRUN = 0, ROW_OK, ROW_CHANGED, ROW_FAILED };
 
 struct setup_host {
     const char *name;        /* the hostfile's name (owned by the hostfile) */
+    const char *user;        /* its "user@" login user, or NULL (owned by the hostfile) */
     ssh_session s;
     char *hostname;          /* as the config resolved it; owned */
     unsigned int port;
@@ -361,6 +362,7 @@ static int host_connect(struct sshsetup *st, struct setup_host *h)
     o.ssh_config = st->ssh_config;
     o.ssh_port = st->ssh_port;
     o.connect_timeout = st->connect_timeout;
+    o.ssh_user = h->user; /* the hostfile's "user@host" wins over the config's User */
     r = dsl_ssh_session_open(&h->s, h->name, &o, DSL_SSH_NO_HOSTKEY_CHECK | DSL_SSH_NO_AUTH,
                              NULL, err);
     if (r < 0) {
@@ -728,6 +730,7 @@ int dsl_sshsetup_main(int argc, char **argv)
         if (j < st.nr)
             continue; /* a host listed twice is set up once */
         st.h[st.nr].name = hf.hosts[i].name;
+        st.h[st.nr].user = hf.hosts[i].user;
         dsl_sshfiles_init(&st.h[st.nr].files, st.h[st.nr].name);
         st.nr++;
     }

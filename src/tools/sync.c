@@ -810,7 +810,15 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
     const struct dsl_sync_opts *o = run->o;
     int r;
     h->t0 = dsl_now();
-    if ((r = dsl_ssh_session_open(&h->s, h->name, &o->tr, DSL_SSH_BULK, NULL, h->err)) < 0) {
+    /* "user@host" (a hostfile's login user): that user, over the ssh config's User */
+    struct dsl_transport_opts tr = o->tr;
+    const char *at = strchr(h->name, '@');
+    char *user = at ? dsl_xstrndup(h->name, (size_t)(at - h->name)) : NULL;
+    if (user)
+        tr.ssh_user = user;
+    r = dsl_ssh_session_open(&h->s, at ? at + 1 : h->name, &tr, DSL_SSH_BULK, NULL, h->err);
+    free(user);
+    if (r < 0) {
         h->rc = r;
         goto out;
     }
@@ -1152,8 +1160,12 @@ int dsl_sync_main(int argc, char **argv)
         dsl_error("%s", err);
         goto out;
     }
-    for (int i = 0; i < pl.nr; i++)
-        dsl_strvec_push(&hosts, pl.nodes[i].host);
+    for (int i = 0; i < pl.nr; i++) {
+        if (pl.nodes[i].user)
+            dsl_strvec_pushf(&hosts, "%s@%s", pl.nodes[i].user, pl.nodes[i].host);
+        else
+            dsl_strvec_push(&hosts, pl.nodes[i].host);
+    }
     o.paths = paths.v;
     o.npaths = paths.nr;
     code = dsl_sync_exit_code(dsl_sync_run(&o, hosts.v, hosts.nr));

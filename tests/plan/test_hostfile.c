@@ -14,14 +14,15 @@
 #include "dslaunch/common/strvec.h"
 #include "test.h"
 
-/* "name:slots[:max]@line" for every host, space-separated. */
+/* "[user!]name:slots[:max]@line" for every host, space-separated. */
 static char *describe(const struct dsl_hostfile *hf)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, 1 << 24);
     for (size_t i = 0; i < hf->nr; i++) {
         const struct dsl_host *h = &hf->hosts[i];
-        dsl_dynbuf_addf(&b, "%s%s:%d", i ? " " : "", h->name, h->slots);
+        dsl_dynbuf_addf(&b, "%s%s%s%s:%d", i ? " " : "", h->user ? h->user : "",
+                        h->user ? "!" : "", h->name, h->slots);
         if (h->max_slots >= 0)
             dsl_dynbuf_addf(&b, ":%d", h->max_slots);
         dsl_dynbuf_addf(&b, "@%d", h->line);
@@ -57,6 +58,13 @@ static const struct {
     {"w slots=1", "w:1@1"}, /* no final newline */
     /* a UTF-8 byte order mark at the very start is skipped */
     {"\xef\xbb\xbfw slots=2\nv slots=1\n", "w:2@1 v:1@2"},
+    /* "user@host": the login user is kept apart from the name (DeepSpeed passes it to
+       pdsh and ssh); a range's hosts all get it */
+    {"alice@w slots=2\nv slots=1\n", "alice!w:2@1 v:1@2"},
+    {"bob.smith_2-x@node[1-2] slots=1 max_slots=1", "bob.smith_2-x!node1:1:1@1 "
+                                                     "bob.smith_2-x!node2:1:1@1"},
+    {"u@10.0.0.7 slots=1 # comment", "u!10.0.0.7:1@1"},
+    {"abcdefghijklmnopqrstuvwxyz012345@w slots=1", "abcdefghijklmnopqrstuvwxyz012345!w:1@1"},
 };
 
 TEST(hostfile_should_accept_every_documented_form)
@@ -108,7 +116,17 @@ static const struct {
     {"w slots=2 ; x\n", "hostfile 'h.txt':1:", "unexpected text '; x'"},
     {"slots=4\n", "hostfile 'h.txt':1:", "missing host name before 'slots=4'"},
     {"a b c d e f g h i\n", "hostfile 'h.txt':1:", "unexpected text"},
-    {"user@w slots=2\n", "hostfile 'h.txt':1:", "bad host name 'user@w'"},
+    {"a b@w slots=2\n", "hostfile 'h.txt':1:", "unexpected text 'b@w slots=2'"},
+    {"a$b@w slots=2\n", "hostfile 'h.txt':1:", "bad user name 'a$b'"},
+    {"@w slots=2\n", "hostfile 'h.txt':1:", "bad user name ''"},
+    {"-l@w slots=2\n", "hostfile 'h.txt':1:", "bad user name '-l'"},
+    {"r\xc3\xa9mi@w slots=2\n", "hostfile 'h.txt':1:", "bad user name 'r\xc3\xa9mi'"},
+    {"abcdefghijklmnopqrstuvwxyz0123456@w slots=1\n", "hostfile 'h.txt':1:",
+     "bad user name 'abcdefghijklmnopqrstuvwxyz0123456'"},
+    {"u@ slots=2\n", "hostfile 'h.txt':1:", "missing host name after 'u@'"},
+    {"u@v@w slots=2\n", "hostfile 'h.txt':1:", "bad host name 'v@w'"},
+    {"u@-w slots=2\n", "hostfile 'h.txt':1:", "bad host name '-w'"},
+    {"a@w slots=1\nb@w slots=1\n", "hostfile 'h.txt':2:", "duplicate host 'w' (first on line 1)"},
     {"w:22 slots=2\n", "hostfile 'h.txt':1:", "bad host name 'w:22'"},
     {"-oProxyCommand=x slots=1\n", "hostfile 'h.txt':1:", "missing host name before"},
     {"-w slots=1\n", "hostfile 'h.txt':1:", "bad host name '-w'"},

@@ -129,7 +129,12 @@ TEST(options_should_reject_bad_values_with_the_option_named)
          "option '--master_port' is out of range: allowed 1..65535, got '99999999999999999999'"},
         {{"--launcher", "slurmish", "p", NULL}, "slurmish"},
         {{"--launcher", "ssh", "--launcher_args", "-p x", "p", NULL},
-         "--launcher_args passes srun options: it needs --launcher slurm"},
+         "--launcher_args passes options to a launcher command (pdsh, mpirun, srun), which "
+         "--launcher ssh does not run: use --launcher pdsh, openmpi or slurm"},
+        {{"--launcher", "local", "--launcher_args", "-f 1", "p", NULL},
+         "which --launcher local does not run"},
+        {{"--force_multi", "--launcher_args", "-f 1", "p", NULL},
+         "which --launcher ssh does not run"},
         {{"--slurm-nodes", "n1", "p", NULL}, "are for --agent only"},
         {{"--bogus", "p", NULL}, "--bogus"},
         {{"--dry-run=yes", "p", NULL}, "takes no value"},
@@ -159,6 +164,15 @@ TEST(options_should_take_the_slurm_launcher_and_its_srun_options)
     const char *b[] = {"--launcher-args=-N2", "p", NULL}; /* auto: slurm in an allocation */
     ASSERT_OK(parse(&o, b, err));
     ASSERT_STR_EQ(o.tr.launcher_args, "-N2");
+    dsl_launch_opts_release(&o);
+    /* pdsh and mpirun take them too */
+    const char *c[] = {"--launcher", "pdsh", "--launcher_args", "-f 1", "p", NULL};
+    ASSERT_OK(parse(&o, c, err));
+    ASSERT_STR_EQ(o.tr.launcher_args, "-f 1");
+    dsl_launch_opts_release(&o);
+    const char *d[] = {"--launcher", "openmpi", "--launcher_args", "--mca x 1", "p", NULL};
+    ASSERT_OK(parse(&o, d, err));
+    ASSERT_STR_EQ(o.tr.launcher_args, "--mca x 1");
     dsl_launch_opts_release(&o);
 }
 

@@ -190,6 +190,45 @@ TEST(placement_should_reject_bad_filters_with_clear_messages)
     dsl_hostfile_release(&hf);
 }
 
+TEST(placement_should_filter_user_at_host_lines_by_the_host_alone)
+{
+    const char *text = "alice@n1 slots=2\nn2 slots=1\nbob@n[3-4] slots=1\n";
+    struct dsl_hostfile hf;
+    struct dsl_placement pl;
+    char err[DSL_ERR_LEN];
+    dsl_hostfile_init(&hf);
+    ASSERT_OK(dsl_hostfile_parse(&hf, "h", text, strlen(text), err));
+    /* the filters name bare hosts; the users ride along to the nodes */
+    struct dsl_placement_opts o = {"n1:1@n4", NULL, NONE, NONE, NULL};
+    ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
+    ASSERT_EQ(pl.nr, 2);
+    ASSERT_STR_EQ(pl.nodes[0].host, "n1");
+    ASSERT_STR_EQ(pl.nodes[0].user, "alice");
+    ASSERT_STR_EQ(pl.nodes[1].host, "n4");
+    ASSERT_STR_EQ(pl.nodes[1].user, "bob");
+    char *json = dsl_placement_world_info_json(&pl);
+    ASSERT_STR_EQ(json, "{\"n1\": [1], \"n4\": [0]}");
+    free(json);
+    dsl_placement_release(&pl);
+    o = (struct dsl_placement_opts){NULL, "n1@n3", NONE, NONE, NULL};
+    ASSERT_OK(dsl_placement_build(&pl, &hf, &o, err));
+    ASSERT_EQ(pl.nr, 2);
+    ASSERT(pl.nodes[0].user == NULL);
+    ASSERT_STR_EQ(pl.nodes[1].user, "bob");
+    /* a restart keeps each node's user */
+    unsigned char drop[2] = {1, 0};
+    ASSERT_EQ(dsl_placement_drop(&pl, drop), 1);
+    ASSERT_STR_EQ(pl.nodes[0].host, "n4");
+    ASSERT_STR_EQ(pl.nodes[0].user, "bob");
+    dsl_placement_release(&pl);
+    /* "alice@n1" in a filter is two hosts, and alice is none: say what '@' means there */
+    o = (struct dsl_placement_opts){"alice@n1", NULL, NONE, NONE, NULL};
+    ASSERT_EQ(dsl_placement_build(&pl, &hf, &o, err), DSL_EPLACEMENT);
+    ASSERT_CONTAINS(err, "--include 'alice@n1': unknown host 'alice' (known hosts: n1, n2, n3, n4)");
+    ASSERT_CONTAINS(err, "that is a login user of the hostfile: filters name hosts alone");
+    dsl_hostfile_release(&hf);
+}
+
 TEST(placement_should_cap_the_known_hosts_list_and_name_a_single_slot)
 {
     const char *text = "a slots=1\nb slots=1\nc slots=1\nd slots=1\ne slots=1\nf slots=1\n";

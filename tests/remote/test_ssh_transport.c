@@ -320,7 +320,7 @@ TEST(ssh_to_a_node_whose_sshd_is_stopped_should_fail_with_econnect)
     cluster_sh("sshd-start", "node2");
     ASSERT_EQ(c.state, DSL_CONN_FAILED);
     ASSERT_EQ(c.err_code, DSL_ECONNECT);
-    ASSERT_CONTAINS(c.err, "cannot connect to node2 (root@");
+    ASSERT_CONTAINS(c.err, "cannot connect to root@node2 (");
     conn_free(&c);
     free(cfg);
 }

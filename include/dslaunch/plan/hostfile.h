@@ -1,5 +1,5 @@
 /*
- * DeepSpeed-format hostfiles: one "host slots=N [max_slots=M] [# comment]" per line.
+ * DeepSpeed-format hostfiles: one "[user@]host slots=N [max_slots=M] [# comment]" per line.
  *
  * Order is rank order and is never sorted. pdsh-style ranges ("node[01-04,7]") expand
  * in place. Errors name the file and line: "hostfile 'hosts.txt':7: bad slot count 'x4'".
@@ -15,9 +15,12 @@
 #define DSL_HOSTFILE_MAX_SLOTS 4096
 /** The longest host name accepted (DNS limit). */
 #define DSL_HOST_NAME_MAX 253
+/** The longest login user name accepted ("user@host"; useradd's limit). */
+#define DSL_USER_NAME_MAX 32
 
 struct dsl_host {
-    char *name;    /* owned by the hostfile */
+    char *name;    /* owned by the hostfile; the host alone, what filters name */
+    char *user;    /* login user of "user@host", owned; NULL when the line names none */
     int slots;     /* >= 1 */
     int max_slots; /* -1 when not given */
     int line;      /* 1-based source line (0 when synthesised) */
@@ -48,6 +51,13 @@ void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots);
 /** The host called name, or NULL. The pointer is owned by hf. */
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name);
 void dsl_hostfile_release(struct dsl_hostfile *hf);
+
+/**
+ * 1 if name is a usable login user name (the "user" of "user@host"): a POSIX portable
+ * login name, 1..DSL_USER_NAME_MAX characters of [A-Za-z0-9._-], not starting with '-'.
+ * It reaches ssh's -l, pdsh's -w and Open MPI's ssh, so nothing else is let through.
+ */
+int dsl_user_name_valid(const char *name);
 
 /**
  * 1 if name is a usable host name: 1..DSL_HOST_NAME_MAX characters of [A-Za-z0-9._-],

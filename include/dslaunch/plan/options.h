@@ -25,8 +25,9 @@ struct dsl_transport_opts {
     const char *known_hosts;    /* NULL: ~/.ssh/known_hosts */
     const char *connect_back_addr; /* pdsh/openmpi: the launcher address agents connect
                                       back to (NULL: every IPv4 address of this host) */
-    const char *launcher_args;  /* --launcher_args: extra srun options (slurm), split on
-                                   whitespace, never by a shell */
+    const char *launcher_args;  /* --launcher_args: extra options of the launcher command
+                                   (pdsh, mpirun, srun), split on whitespace, never by a
+                                   shell (plan/launcherargs.h) */
 };
 
 enum dsl_launcher_kind {

@@ -15,7 +15,8 @@
 struct dsl_hostfile;
 
 struct dsl_node {
-    char *host;       /* owned */
+    char *host;       /* owned; the host name alone */
+    char *user;       /* login user from the hostfile's "user@host", owned; NULL: none */
     int node_rank;
     int *slots;       /* device ids, ascending; owned */
     int nslots;
@@ -36,6 +37,14 @@ struct dsl_placement_opts {
     const char *include_as; /* how messages name the include (NULL: "--include 'SPEC'");
                             for an include the caller made from what the user typed */
 };
+
+/**
+ * 1 when node n is this machine as the user running dslaunch: its host is one of this
+ * machine's names (dsl_host_is_local) and it names no login user, or this process's own
+ * ("me@localhost"). Another user's node is reached like a remote one, so that the login
+ * as that user happens.
+ */
+int dsl_node_is_local(const struct dsl_node *n);
 
 void dsl_placement_init(struct dsl_placement *pl);
 /**

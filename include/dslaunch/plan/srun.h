@@ -20,7 +20,7 @@
  * --overlap when this runs inside a job step (SLURM_STEP_ID a step number): that step
  * holds the job's CPUs, and the agents' step would wait for them. srun is $DSLAUNCH_SRUN
  * when set. launcher_args (NULL: none) is split on whitespace
- * only: no quote, `$` or glob means anything. The agent finds its index as the place of
+ * only (dsl_launcher_args_split): no quote, `$` or glob means anything. The agent finds its index as the place of
  * its SLURMD_NODENAME in the --slurm-nodes list, so the hosts' order is kept whatever
  * order Slurm gives the step's tasks. A host name that srun's --nodelist would read as
  * a range or list (',', '[', ']', whitespace) or an option is refused: negative with err.

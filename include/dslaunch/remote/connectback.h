@@ -133,6 +133,13 @@ int dsl_cb_spawn(char *const *argv, char *const *env, pid_t *pid, int *outfd, in
  * 1 once reaped.
  */
 int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd);
+/**
+ * End the spawned *pid and its process group: reap it (dsl_cb_reap) as soon as it has
+ * exited; SIGTERM to the group once term_after seconds have passed, SIGKILL (and a
+ * blocking wait) after kill_after. *pid is 0 afterwards.
+ */
+void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_after,
+                 double kill_after);
 /** Set c FAILED with err_code code and the message; returns code. */
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -63,7 +63,8 @@ void dsl_ssh_fingerprint(ssh_session s, char *out, size_t len);
 /** Append the connected server's host key to the session's known_hosts file. */
 int dsl_ssh_record_host_key(ssh_session s, const char *host, char *err);
 
-/** "alias (user@hostname:port)" or "user@alias:port" as resolved, for messages. */
+/** "user@alias (hostname:port)" or "user@alias:port" as resolved, for messages: the
+ *  login user always beside the name the user wrote. */
 void dsl_ssh_target_text(ssh_session s, const char *alias, char *out, size_t len);
 
 /**

@@ -70,6 +70,8 @@ struct dsl_transport_ops {
 struct dsl_conn {
     const struct dsl_transport_ops *ops;
     char *host;                /* owned */
+    char *user;                /* login user ("user@host" in the hostfile), owned: it wins
+                                  over the ssh config's User; NULL: the config's or ours */
     enum dsl_conn_state state;
     double t_start, t_open;    /* dsl_now() when opened and when OPEN was reached */
     int err_code;

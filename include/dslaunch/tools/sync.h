@@ -26,7 +26,8 @@ struct dsl_sync_opts {
 };
 
 /**
- * Copy o->paths to every host in hosts (nhosts of them). Prints the progress line
+ * Copy o->paths to every host in hosts (nhosts of them; "user@host" logs in as user, over
+ * the ssh config's User). Prints the progress line
  * (stderr), one summary line per host and a total (stdout). Returns 0 when every host
  * succeeded, else the first failure's negative code (DSL_ECONNECT, DSL_EAUTH,
  * DSL_EREMOTE for a file that could not be written, -errno for a local file that

@@ -592,6 +592,40 @@ PY
     check "{\"worker-0\": [0, 1, 2, 3], \"worker-1\": [0, 1, 2, 3]}" --exclude worker-2
 '
 
+expect_success "--dry-run shows the hostfile login users and the --launcher_args words of pdsh and openmpi" '
+    printf "alice@worker-0 slots=2\nworker-1 slots=1\n" > hu.txt
+    for l in pdsh openmpi; do
+        run_capture rc out err "$DSL" --dry-run --hostfile hu.txt --launcher $l \
+            --launcher_args " -f 1  --x=\$(y);* " -i worker-0 prog
+        assert_eq "$rc" 0 "exit ($l)"
+        python3 - out "$l" <<PY
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["launcher"] == sys.argv[2], d["launcher"]
+assert d["world_info"] == [{"host": "worker-0", "user": "alice", "slots": [0, 1]}], d["world_info"]
+assert d["master_addr"] == "worker-0", d["master_addr"]
+assert d["launcher_args"] == ["-f", "1", "--x=\$(y);*"], d["launcher_args"]
+assert [r["host"] for r in d["ranks"]] == ["worker-0", "worker-0"], d["ranks"]
+PY
+    done
+    run_capture rc out err "$DSL" --dry-run --hostfile hu.txt --launcher_args "-f 1" prog
+    assert_eq "$rc" 2 "launcher_args on ssh"
+    assert_grep "launcher_args passes options to a launcher command (pdsh, mpirun, srun), but this job uses the ssh transport, which runs none" err
+    run_capture rc out err "$DSL" --dry-run --launcher_args "-f 1" prog
+    assert_eq "$rc" 2 "launcher_args on local"
+    assert_grep "but this job uses the local transport, which runs none" err
+    run_capture rc out err "$DSL" --dry-run --hostfile hu.txt -i alice@worker-0 prog
+    assert_eq "$rc" 2 "a user in a filter"
+    assert_grep "unknown host .alice. .*that is a login user of the hostfile: filters name hosts alone" err
+    run_capture rc out err "$DSL" --dry-run --hostfile hu.txt --launcher slurm prog
+    assert_eq "$rc" 2 "a user with slurm"
+    assert_grep "the slurm transport starts the agents as the Slurm job.s user, so the login user of .alice@worker-0. (hostfile .hu.txt.) cannot be honoured" err
+    printf "w slots=1\na+b@v slots=1\n" > hb.txt
+    run_capture rc out err "$DSL" --dry-run --hostfile hb.txt prog
+    assert_eq "$rc" 2 "a bad user"
+    assert_grep "hostfile .hb.txt.:2: bad user name .a+b." err
+'
+
 expect_success "--dry-run rejects bad placements with the usage code" '
     printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
     for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do

@@ -329,5 +329,45 @@ expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
     wait_ns_clean 10
 '
 
+# "user@host" in the hostfile (DeepSpeed passes it to pdsh/ssh as the login): the
+# cluster's ssh_config says "User root"; the hostfile's user wins over it.
+expect_success "user@host in the hostfile: our own user runs on ssh and pdsh; a user the nodes lack is denied naming user@host" '
+    me=$(id -un)
+    printf "%s@node1 slots=2\nnode2 slots=2\n" "$me" > hf.user
+    for l in ssh pdsh; do
+        run_capture rc out err "$DSL" --launcher $l --hostfile hf.user --ssh-config "$D/ssh_config" "$W" env
+        cat err
+        assert_eq "$rc" 0 "exit ($l)"
+        for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
+        assert_grep "^\[node1:rank 0\] MASTER_ADDR=$ADDR_1$" out
+    done
+    printf "node1 slots=2\ndslnouser@node2 slots=2\n" > hf.nouser
+    run_capture rc out err "$DSL" --hostfile hf.nouser --ssh-config "$D/ssh_config" "$W" env
+    cat err
+    assert_eq "$rc" 201 "exit for an unknown user"
+    assert_grep "permission denied for dslnouser@node2 (" err
+    assert_not_grep "RANK=" out
+    run_capture rc out err "$DSL" --launcher pdsh --hostfile hf.nouser --ssh-config "$D/ssh_config" "$W" env
+    cat err
+    assert_eq "$rc" 201 "exit for an unknown user (pdsh)"
+    assert_grep "dslnouser@.*Permission denied" err
+    assert_not_grep "RANK=" out
+    wait_ns_clean 10
+'
+
+# --launcher_args reach pdsh: -l sets its login user for the hosts -w names without one
+expect_success "--launcher_args reach pdsh: -l dslnouser is its login for the hosts without a user" '
+    run_capture rc out err "$DSL" --launcher pdsh --launcher_args "-l  dslnouser" "${SSH[@]}" "$W" env
+    cat err
+    assert_eq "$rc" 201 "exit"
+    assert_grep "dslnouser@.*Permission denied" err
+    assert_not_grep "RANK=" out
+    printf "root@node1 slots=2\nroot@node2 slots=2\n" > hf.root
+    [ "$(id -un)" = root ] || skip "the cluster logs in as root"
+    run_capture rc out err "$DSL" --launcher pdsh --launcher_args "-l dslnouser" --hostfile hf.root --ssh-config "$D/ssh_config" "$W" env
+    assert_eq "$rc" 0 "the hostfile user wins over -l"
+    wait_ns_clean 10
+'
+
 [ -s "$T_TMP/measured" ] && cat "$T_TMP/measured"
 done_testing

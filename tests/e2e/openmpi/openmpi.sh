@@ -172,4 +172,28 @@ expect_success "SIGKILL of the launcher: mpirun and the agents go, nothing left 
     wait_gone 20 $gcs
 '
 
+# "user@host": the login user reaches mpirun's ssh (-l, one mpirun per user); and
+# --launcher_args reach mpirun: -x passes a variable that dslaunch does not export to
+# the agents, whose environment is the base of the ranks'.
+expect_success "user@host and --launcher_args reach mpirun (-x VAR arrives at every rank); an unknown user is denied" '
+    printf "%s@node1 slots=2\nnode2 slots=2\n" "$(id -un)" > hf.user
+    run_capture rc out err env DSL_LA_MARK=via-mpirun "$DSL" --launcher openmpi --hostfile hf.user \
+        --ssh-config "$D/ssh_config" --launcher_args " -x  DSL_LA_MARK" /usr/bin/env
+    cat err
+    assert_eq "$rc" 0
+    for r in 0 1 2 3; do assert_grep "rank $r\] DSL_LA_MARK=via-mpirun$" out; done
+    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
+    run_capture rc out err env DSL_LA_MARK=via-mpirun "$DSL" --launcher openmpi --hostfile hf.user \
+        --ssh-config "$D/ssh_config" /usr/bin/env
+    assert_eq "$rc" 0 "without --launcher_args"
+    assert_not_grep "DSL_LA_MARK" out
+    printf "node1 slots=2\ndslnouser@node2 slots=2\n" > hf.nouser
+    run_capture rc out err "$DSL" --launcher openmpi --hostfile hf.nouser --ssh-config "$D/ssh_config" "$W" env
+    cat err
+    assert_eq "$rc" 201 "exit for an unknown user"
+    assert_grep "mpirun for .node2. ended .*dslnouser@.*Permission denied" err
+    assert_not_grep "RANK=" out
+    wait_all_clean 10
+'
+
 done_testing

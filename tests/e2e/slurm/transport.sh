@@ -215,10 +215,10 @@ expect_success "--launcher slurm with a host Slurm does not know: srun s reason,
     assert_eq "$(ranks out | wc -l)" 0 "ranks"
 '
 
-expect_success "--launcher_args where the job would not use srun: a usage error" '
+expect_success "--launcher_args where the job would run no launcher command: a usage error" '
     run_capture rc out err "$DSL" --hostfile hf2 --launcher_args "-p x" ./envp.sh
     assert_eq "$rc" 2 "exit"
-    assert_grep "launcher_args passes srun options, but this job uses the ssh transport" err
+    assert_grep "launcher_args passes options to a launcher command (pdsh, mpirun, srun), but this job uses the ssh transport" err
 '
 
 expect_success "--launcher slurm without srun in PATH: a usage error naming the package" '

@@ -227,7 +227,7 @@ expect_success "an unreachable node fails with exit 200 naming it; the others ar
     "$CL" sshd-start "$D" 3 # a fresh, empty tmpfs: nothing below looks at node3 data
     cat out err
     assert_eq "$rc" 200
-    assert_grep "sync: cannot connect to node3" err
+    assert_grep "sync: cannot connect to root@node3 (" err
     assert_grep "sync failed on 1 of 3 hosts" err
     same_on_nodes 1 2
 '
