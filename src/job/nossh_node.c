@@ -123,7 +123,14 @@ int dsl_nossh_coordinate(struct dsl_plan *p)
     wait_sig = 0;
     wait_signals(on_wait_signal);
     double t0 = dsl_now(), deadline = t0 + o->join_timeout;
+    int refused_seen = 0;
     while (in < n) {
+        const char *seen_why = NULL;
+        int nref = dsl_join_refused(&seen_why);
+        if (nref > refused_seen) { /* say it now: the wait may be long */
+            dsl_warn("no-ssh coordinator: refused %s", seen_why);
+            refused_seen = nref;
+        }
         if (wait_sig) {
             code = 128 + wait_sig;
             dsl_error("stopped while waiting for the nodes to dial in (%d of %d here)", in, n);
