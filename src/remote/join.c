@@ -122,6 +122,19 @@ void dsl_join_close(void)
     memset(&J, 0, sizeof(J));
 }
 
+int dsl_join_port(void)
+{
+    const char *arg = J.l ? dsl_cb_listener_connect_arg(J.l) : NULL;
+    const char *colon = arg ? strchr(arg, ':') : NULL; /* IPv4 "a:P,b:P": the first */
+    if (!colon)
+        return -1;
+    char digits[8];
+    size_t n = strcspn(colon + 1, ",");
+    int port;
+    snprintf(digits, sizeof(digits), "%.*s", (int)(n < 7 ? n : 7), colon + 1);
+    return dsl_parse_int(digits, 1, 65535, &port) == 0 ? port : -1;
+}
+
 int dsl_join_pollfd(void)
 {
     return J.l ? dsl_cb_listener_pollfd(J.l) : -1;

@@ -35,6 +35,8 @@ void dsl_join_agent_label(int k, char *buf, size_t len);
 int dsl_join_open(int port, const void *secret, size_t len, int nnodes, char *err);
 /** Close the listener and every channel not taken by a connection. */
 void dsl_join_close(void);
+/** The port listened on (tests open port 0), or -1. */
+int dsl_join_port(void);
 /** The listener's fd to poll for POLLIN, -1 when closed. */
 int dsl_join_pollfd(void);
 /** Accept, match, advance handshakes; never blocks. */
