@@ -254,7 +254,9 @@ int dsl_nossh_join(struct dsl_plan *p)
             dsl_seal_release(&seal);
             break;
         }
-        if (dsl_agent_cb_handshake(fd, &seal, dsl_now() + 10.0, err) < 0) {
+        /* a dial for a restart waits in the coordinator's backlog until its next attempt
+         * begins, which may be after a lost node's keepalive: as long as the join */
+        if (dsl_agent_cb_handshake(fd, &seal, attempt ? deadline : dsl_now() + 10.0, err) < 0) {
             dsl_error("node rank %d: the coordinator at %s did not accept this node (%s): the "
                       "job secret (%s) must be the same on every node, and node rank %d must "
                       "be below --nnodes there and not taken", ns->node_rank, hostport, err,

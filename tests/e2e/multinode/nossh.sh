@@ -141,6 +141,55 @@ expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s
     wait_ns_clean 10
 '
 
+expect_success "uneven slots: node1 runs 1 rank, node2 3; a rank on node2 exits 7: both torn down, 7" '
+    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
+        --master_port $((PORT + 60)) --nproc_per_node 3 "$W" env >out2 2>err2 &
+    p2=$!
+    run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 \
+        --nproc_per_node 1 --master_port $((PORT + 60)) "$W" only 2 exit 7 0.5
+    rc2=0; wait $p2 || rc2=$?
+    cat err err2
+    assert_eq "$rc" 7
+    assert_eq "$rc2" 7 "node rank 1 (its rank failed)"
+    assert_grep "rank 2 (host node2, pid [0-9]*) exited with code 7" err
+    assert_grep "rank 2 exiting with 7" err
+    wait_ns_clean 10
+'
+
+expect_success "--max-restarts across nodes: a failed attempt runs again, node2 dialling in again" '
+    on_node 2 "$DSL" --max-restarts 1 --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
+        --master_port $((PORT + 70)) "$W" env >out2 2>err2 &
+    p2=$!
+    printf "%s\n" "#!/bin/sh" \
+        "[ \"\$DSLAUNCH_RESTART_COUNT\" = 0 ] && [ \"\$NODE_RANK\" = 1 ] && [ \"\$LOCAL_RANK\" = 0 ] && exit 3" \
+        "exec \"$W\" env" >prog
+    chmod +x prog
+    run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --max-restarts 1 --node_rank 0 \
+        --nnodes 2 --master_port $((PORT + 70)) "$T_TMP/prog"
+    rc2=0; wait $p2 || rc2=$?
+    cat err err2
+    assert_eq "$rc" 0
+    assert_eq "$rc2" 0
+    assert_grep "restarting (1 of 1)" err
+    assert_grep "^\[node2:rank [0-9]*\] DSLAUNCH_RESTART_COUNT=1$" out
+    wait_ns_clean 10
+'
+
+expect_success "hang detection sees node2s ranks: --hang-timeout stops the job with 205" '
+    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
+        --master_port $((PORT + 80)) "$W" env >out2 2>err2 &
+    p2=$!
+    run_capture rc out err on_node 1 "$DSL" --term-timeout 2 --hang-timeout 2 --node_rank 0 \
+        --nnodes 2 --master_port $((PORT + 80)) "$W" sleep 600
+    rc2=0; wait $p2 || rc2=$?
+    cat err err2
+    assert_eq "$rc" 205
+    assert_eq "$rc2" 1 "node rank 1, stopped by the coordinator"
+    assert_grep "node2" err
+    assert_grep "the coordinator stopped the job" err2
+    wait_ns_clean 10
+'
+
 expect_success "dstrain trains at world 4 across the two nodes" '
     [ -x "$DSTRAIN" ] || skip "no dstrain"
     ARGS=(--backend tcp --data synthetic --synthetic-train 512 --synthetic-test 64
