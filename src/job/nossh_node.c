@@ -256,14 +256,23 @@ int dsl_nossh_join(struct dsl_plan *p)
         }
         /* a dial for a restart waits in the coordinator's backlog until its next attempt
          * begins, which may be after a lost node's keepalive: as long as the join */
-        if (dsl_agent_cb_handshake(fd, &seal, attempt ? deadline : dsl_now() + 10.0, err) < 0) {
+        int hr = dsl_agent_cb_handshake(fd, &seal, attempt ? deadline : dsl_now() + 10.0, err);
+        if (hr < 0 && attempt > 0) {
+            /* the coordinator ended, or its next attempt left this node out: its
+             * summary says why; this node keeps its last attempt's code */
+            if (o->verbose >= 1)
+                dsl_info("node rank %d: the coordinator took this node into no further "
+                         "attempt", ns->node_rank);
+        } else if (hr < 0) {
             dsl_error("node rank %d: the coordinator at %s did not accept this node (%s): the "
                       "job secret (%s) must be the same on every node, and node rank %d must "
                       "be below --nnodes there and not taken", ns->node_rank, hostport, err,
                       ns->from_secret, ns->node_rank);
+            code = DSL_EXIT_AUTH;
+        }
+        if (hr < 0) {
             dsl_seal_release(&seal);
             close(fd);
-            code = DSL_EXIT_AUTH;
             break;
         }
         if (o->verbose >= 2)

@@ -25,7 +25,6 @@ static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *e
     struct dsl_launch_opts o;
     dsl_launch_opts_init(&o);
     int r = dsl_launch_opts_parse(&o, argc, argv, err);
-    dsl_nossh_init(ns);
     if (r == 0)
         r = dsl_nossh_resolve(ns, &o, env, err);
     dsl_launch_opts_release(&o);
@@ -35,6 +34,7 @@ static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *e
 TEST(nossh_should_be_off_without_its_options_or_pet_nnodes)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {NULL};
     char *env[] = {(char *)"PET_NODE_RANK=1", (char *)"JOB_COMPLETION_INDEX=3", NULL};
@@ -51,6 +51,7 @@ TEST(nossh_should_be_off_without_its_options_or_pet_nnodes)
 TEST(nossh_should_take_options_first_and_say_so)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {"--node_rank", "1", "--nnodes", "3", "--master_addr", "10.0.0.1",
                           "--master_port", "4000", NULL};
@@ -77,6 +78,7 @@ TEST(nossh_should_take_options_first_and_say_so)
 TEST(nossh_should_take_kubeflow_variables_alone)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {NULL};
     char *env[] = {(char *)"PET_NNODES=4", (char *)"PET_NODE_RANK=2",
@@ -98,6 +100,7 @@ TEST(nossh_should_take_kubeflow_variables_alone)
 TEST(nossh_should_read_the_rank_of_an_indexed_job_and_fixed_torchrun_ranges)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {"--no_ssh", "--master_addr", "h0", NULL};
     char *env[] = {(char *)"PET_NNODES=2:2", (char *)"JOB_COMPLETION_INDEX=1", (char *)SECRET,
@@ -118,6 +121,7 @@ TEST(nossh_should_read_the_rank_of_an_indexed_job_and_fixed_torchrun_ranges)
 TEST(nossh_should_name_what_is_missing_or_wrong)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     char *env[] = {(char *)SECRET, NULL};
     const char *no_count[] = {"--node_rank", "0", NULL};
@@ -150,6 +154,7 @@ TEST(nossh_should_name_what_is_missing_or_wrong)
 TEST(nossh_should_refuse_to_run_several_nodes_without_a_long_enough_secret)
 {
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {"--nnodes", "2", "--node_rank", "0", NULL};
     char *none[] = {NULL};
@@ -173,6 +178,7 @@ TEST(nossh_should_read_the_secret_file_without_its_final_newline_before_the_env)
     ASSERT_EQ(write(fd, "file-secret-0123456789\n", 23), 23);
     close(fd);
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     const char *args[] = {"--nnodes", "2", "--node_rank", "0", "--job_secret_file", path, NULL};
     char *env[] = {(char *)SECRET, NULL};
@@ -190,6 +196,7 @@ TEST(nossh_should_count_slots_from_nproc_per_node_then_num_gpus)
 {
     struct dsl_launch_opts o;
     struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
     char *argv[] = {(char *)"dslaunch", (char *)"--nproc_per_node", (char *)"3", (char *)"p",
                     NULL};
