@@ -122,7 +122,7 @@ static int start_tries(const char *hostports, struct cb_try *t, int max, char *e
 
 /*
  * Connect to the first address of hostports that answers, within deadline; with retry,
- * refused or unreachable addresses are tried again every half second (no-ssh agents
+ * refused or unreachable addresses are tried again every 0.2 s (no-ssh agents
  * may come up before their coordinator). Then send seal's hello. 0 with *fd_out set.
  */
 static int dial(const char *hostports, double deadline, int retry, int *fd_out,
@@ -182,8 +182,8 @@ again:
         if (t[i].fd >= 0)
             close(t[i].fd);
     }
-    if (winner < 0 && retry && dsl_now() + 0.5 < deadline) {
-        struct timespec ts = {0, 500 * 1000 * 1000};
+    if (winner < 0 && retry && dsl_now() + 0.2 < deadline) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
         goto again;
     }
