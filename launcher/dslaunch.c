@@ -28,6 +28,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "dslaunch/job/nossh_node.h"
 #include "dslaunch/job/restart.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/options.h"
@@ -168,6 +169,20 @@ static int cmd_run(int argc, char **argv)
         break;
     }
 
+    /* no-ssh mode: node K > 0 joins node 0; node 0 waits for the others, then plans */
+    if (dsl_plan_nossh(&plan, err) < 0) {
+        dsl_error("%s", err);
+        goto out;
+    }
+    if (plan.nossh.on && opts.mode != DSL_MODE_DRY_RUN) {
+        if (plan.nossh.node_rank > 0) {
+            code = dsl_nossh_join(&plan);
+            goto out;
+        }
+        if ((code = dsl_nossh_coordinate(&plan)) != 0)
+            goto out;
+        code = DSL_EXIT_USAGE;
+    }
     if (dsl_plan_build(&plan, err) < 0) {
         dsl_error("%s", err);
         goto out;
@@ -210,6 +225,7 @@ static int cmd_run(int argc, char **argv)
     }
 
 out:
+    dsl_nossh_end();
     dsl_plan_release(&plan);
     dsl_launch_opts_release(&opts);
     return code;

@@ -117,7 +117,23 @@ struct agent {
     int sigpipe[2];
     struct dsl_contain contain;   /* the ranks' cgroups or process tracking */
     struct dsl_agent_progress prog; /* progress files, stack captures */
+    struct dsl_agent_join *join; /* no-ssh mode: this node, for the hello; or NULL */
+    /* the node's outcome, for an agent that is its node's launcher (no-ssh mode) */
+    int first_fail;               /* first rank exit that was not 0 before any stop:
+                                     its code or 128 + signal; 0 none */
+    int stop_cause;               /* what stopped the node first: STOP_* */
+    int stop_signo;               /* STOP_SIGNAL: the signal */
 };
+
+enum { STOP_NONE = 0, STOP_ASKED, STOP_LOST, STOP_SIGNAL };
+
+static void note_stop(struct agent *a, int cause, int sig)
+{
+    if (!a->stop_cause) {
+        a->stop_cause = cause;
+        a->stop_signo = sig;
+    }
+}
 
 static volatile sig_atomic_t got_signal;
 static int sigfd = -1; /* write end of the self-pipe */
@@ -217,6 +233,11 @@ static void send_hello(struct agent *a)
     dsl_netinfo_release(&ni);
     m.contain = dsl_xstrdup(dsl_contain_mode(&a->contain));
     m.memcg = dsl_contain_memory(&a->contain);
+    if (a->join) {
+        m.slots = a->join->slots;
+        m.node_rank = a->join->node_rank;
+        m.nnodes = a->join->nnodes;
+    }
     send_msg(a, &m);
     dsl_msg_release(&m);
 }
@@ -440,6 +461,8 @@ static void reap(struct agent *a)
             } else {
                 r->code = WEXITSTATUS(status);
             }
+            if ((r->code != 0) && !a->first_fail && !a->stop_cause)
+                a->first_fail = r->sig ? 128 + r->sig : r->code;
             /* the evidence is read now, while the rank's cgroup still says it */
             dsl_contain_cause(&a->contain, i, r->sig,
                               r->sig > 0 && r->sig < 64 && ((r->sent_sigs >> r->sig) & 1),
@@ -799,6 +822,7 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
             handle_start(a, m);
         break;
     case DSL_MSG_STOP:
+        note_stop(a, STOP_ASKED, 0);
         if (a->state == AG_WAITING)
             a->state = AG_DONE;
         else
@@ -874,22 +898,54 @@ static void install_signals(void)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal);
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
+                     struct dsl_agent_join *join);
 
 int dsl_agent_main(int in_fd, int out_fd)
 {
-    return agent_run(in_fd, out_fd, NULL);
+    return agent_run(in_fd, out_fd, NULL, NULL);
 }
 
 int dsl_agent_main_sealed(int fd, struct dsl_seal *seal)
 {
-    return agent_run(fd, fd, seal);
+    return agent_run(fd, fd, seal, NULL);
 }
 
-static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
+int dsl_agent_main_joined(int fd, struct dsl_seal *seal, struct dsl_agent_join *join)
+{
+    return agent_run(fd, fd, seal, join);
+}
+
+/* The node's exit code when this agent is its launcher (dsl_agent_main_joined). */
+static int outcome(const struct agent *a)
+{
+    if (a->stop_cause == STOP_SIGNAL)
+        return 128 + a->stop_signo;
+    if (a->first_fail)
+        return a->first_fail;
+    if (!a->nranks) { /* nothing started: the coordinator ended or went away first */
+        fprintf(stderr, "dslaunch: the coordinator %s before this node's ranks started\n",
+                a->stop_cause == STOP_ASKED ? "ended the job" : "went away");
+        return a->stop_cause == STOP_ASKED ? 1 : DSL_AGENT_EXIT_LOST;
+    }
+    if (a->stop_cause == STOP_LOST) {
+        fprintf(stderr, "dslaunch: lost the coordinator; this node's ranks were stopped\n");
+        return DSL_AGENT_EXIT_LOST;
+    }
+    if (a->stop_cause == STOP_ASKED) {
+        fprintf(stderr, "dslaunch: the coordinator stopped the job (its summary says why)\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
+                     struct dsl_agent_join *join)
 {
     struct agent a;
     memset(&a, 0, sizeof(a));
+    a.sigpipe[0] = a.sigpipe[1] = -1;
+    a.join = join;
     a.in_fd = in_fd;
     a.out_fd = out_fd;
     a.seal = seal;
@@ -915,6 +971,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
         if (got_signal) {
             int sig = got_signal;
             got_signal = 0;
+            note_stop(&a, STOP_SIGNAL, sig);
             if (a.state == AG_WAITING)
                 a.state = AG_DONE;
             else
@@ -932,6 +989,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
              * SIGTERM needs it most when the job is being lost.
              */
             a.eof_acted = 1;
+            note_stop(&a, STOP_LOST, 0);
             if (a.state == AG_WAITING)
                 a.state = AG_DONE;
             else
@@ -1042,5 +1100,13 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal)
         close(a.probe_lfd);
     dsl_linebuf_release(&a.in);
     dsl_dynbuf_release(&a.outq);
-    return 0;
+    if (a.sigpipe[0] >= 0 && sigfd == a.sigpipe[1]) { /* a no-ssh node runs us again */
+        sigfd = -1;
+        close(a.sigpipe[0]);
+        close(a.sigpipe[1]);
+    }
+    if (!join)
+        return 0;
+    join->signalled = a.stop_cause == STOP_SIGNAL ? a.stop_signo : 0;
+    return outcome(&a);
 }

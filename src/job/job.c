@@ -61,6 +61,7 @@
 #include "dslaunch/common/file.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
+#include "dslaunch/remote/join.h"
 #include "cause.h"
 #include "job_hang.h"
 #include "job_impl.h"
@@ -526,6 +527,8 @@ int dsl_job_run(struct dsl_job *job)
         n->pn = &job->pl->nodes[i];
         n->local = kind == DSL_LAUNCHER_LOCAL ||
                    (kind == DSL_LAUNCHER_AUTO && dsl_node_is_local(n->pn));
+        if (job->plan->nossh.on) /* no-ssh: node 0 is here, the others dialled in */
+            n->local = dsl_join_rank_of(n->pn->host) < 0;
         n->conn.host = dsl_xstrdup(n->pn->host);
         n->conn.user = n->pn->user ? dsl_xstrdup(n->pn->user) : NULL;
         dsl_linebuf_init(&n->in);
@@ -536,7 +539,8 @@ int dsl_job_run(struct dsl_job *job)
             n->conn.ops = &dsl_transport_local;
             n->conn.agent_main = dsl_agent_main;
         } else {
-            const struct dsl_transport_ops *ops = transport_for(kind);
+            const struct dsl_transport_ops *ops =
+                job->plan->nossh.on ? &dsl_transport_joined : transport_for(kind);
             if (!ops) {
                 dsl_error("host '%s' is not this machine, and this dslaunch was built without "
                           "the %s transport", n->pn->host,

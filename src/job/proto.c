@@ -143,6 +143,11 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             add_str(o, "contain", m->contain);
         if (m->memcg)
             cJSON_AddNumberToObject(o, "memcg", m->memcg);
+        if (m->slots > 0) {
+            cJSON_AddNumberToObject(o, "slots", m->slots);
+            cJSON_AddNumberToObject(o, "node_rank", m->node_rank);
+            cJSON_AddNumberToObject(o, "nnodes", m->nnodes);
+        }
         break;
     }
     case DSL_MSG_PROBE:
@@ -436,6 +441,14 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
             TRY(get_str(o, "contain", &m->contain, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "memcg"))
             TRY(get_int(o, "memcg", &m->memcg, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "slots")) {
+            TRY(get_int(o, "slots", &m->slots, err));
+            TRY(get_int(o, "node_rank", &m->node_rank, err));
+            TRY(get_int(o, "nnodes", &m->nnodes, err));
+            if (m->slots < 1 || m->slots > (1 << 24) || m->node_rank < 0 || m->nnodes < 1 ||
+                m->node_rank >= m->nnodes)
+                return dsl_seterr(err, DSL_EPROTO, "bad slots, node_rank or nnodes");
+        }
         break;
     }
     case DSL_MSG_PROBE:

@@ -164,6 +164,20 @@ static const struct dsl_opt opts[] = {
          "copy PATH to every host first (as dslaunch sync); start only if all succeeded"),
     STR("remote_cwd", 0, remote_cwd, "DIR", "working directory on the other hosts",
         "the current directory"),
+    /* no-ssh mode (plan/nossh.h): every node runs dslaunch; node 0 coordinates */
+    FLAG("no_ssh", no_ssh, "no-ssh mode: every node runs dslaunch itself, node 0's "
+         "coordinates and the others dial in to it (docs/no-ssh.md)"),
+    INT("nnodes", nnodes, "N", "no-ssh mode: the number of nodes", "PET_NNODES", 1, 1 << 20),
+    INT("node_rank", node_rank, "K", "no-ssh mode: this node's rank, 0 = the coordinator",
+        "PET_NODE_RANK, else JOB_COMPLETION_INDEX", 0, (1 << 20) - 1),
+    INT("nproc_per_node", nproc_per_node, "N", "ranks on this node (torchrun's name; "
+        "elsewhere the same as --num_gpus)", "the devices found", 1, 1 << 24),
+    INT("control_port", control_port, "PORT", "no-ssh mode: the coordinator's port for "
+        "the agents, the same on every node", "the master port + 1", 1, 65535),
+    STR("job_secret_file", 0, job_secret_file, "FILE", "no-ssh mode: the job's shared "
+        "secret, the same on every node (at least 16 bytes)", "$DSLAUNCH_JOB_SECRET"),
+    SECS("join_timeout", join_timeout, "SECONDS", "no-ssh mode: how long node 0 waits for "
+         "the others and they try to reach it", "300", 1, DAY),
     SET("verbose", 'v', verbose, "say more", 2),
     SET("quiet", 'q', verbose, "say only errors", 0),
     SET("agent", 0, mode, NULL, DSL_MODE_AGENT), /* internal: node agent */
@@ -205,6 +219,10 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->tr.connect_timeout = 30.0;
     o->tr.keepalive = 15.0;
     o->verbose = 1;
+    o->nnodes = -1;
+    o->node_rank = -1;
+    o->nproc_per_node = -1;
+    o->join_timeout = 300.0;
     dsl_strvec_init(&o->exports);
     dsl_strvec_init(&o->sync_paths);
     dsl_strvec_init(&o->argv);
@@ -223,6 +241,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->agent_connect);
     free(o->agent_key);
     free(o->agent_slurm_nodes);
+    free(o->job_secret_file);
     free((char *)o->tr.launcher_args);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
@@ -248,6 +267,11 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
                           "--slurm-nodes are for --agent only");
+    if (o->nproc_per_node > 0 && o->num_gpus > 0 && o->nproc_per_node != o->num_gpus)
+        return dsl_seterr(err, DSL_EUSAGE, "--nproc_per_node %d and --num_gpus %d disagree: "
+                          "give one of them", o->nproc_per_node, o->num_gpus);
+    if (o->nproc_per_node > 0 && !o->no_ssh && o->node_rank < 0 && o->nnodes < 0)
+        o->num_gpus = o->nproc_per_node; /* torchrun's name outside no-ssh mode */
     if (o->force_multi && o->launcher == DSL_LAUNCHER_AUTO)
         o->launcher = DSL_LAUNCHER_SSH;
     if (o->tr.launcher_args &&

@@ -37,6 +37,7 @@ void dsl_plan_init(struct dsl_plan *p, const struct dsl_launch_opts *o)
 {
     memset(p, 0, sizeof(*p));
     p->opts = o;
+    dsl_nossh_init(&p->nossh);
     dsl_hostfile_init(&p->hf);
     dsl_placement_init(&p->pl);
     dsl_strvec_init(&p->exported);
@@ -51,6 +52,7 @@ void dsl_plan_release(struct dsl_plan *p)
     free(p->cwd);
     free(p->master_addr);
     free(p->no_devices);
+    dsl_nossh_release(&p->nossh);
     dsl_placement_release(&p->pl);
     dsl_hostfile_release(&p->hf);
     memset(p, 0, sizeof(*p));
@@ -137,6 +139,19 @@ static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *er
     struct dsl_hostfile *hf = &p->hf;
     int r;
     *synth = 0;
+    if (p->nossh.on) { /* node 0 first, then the nodes that dialled in */
+        if (hf->nr == 0) {
+            char me[256];
+            if (gethostname(me, sizeof(me)) < 0 || !me[0])
+                snprintf(me, sizeof(me), "localhost");
+            me[sizeof(me) - 1] = '\0';
+            dsl_plan_add_node(p, me, p->nossh.slots);
+        }
+        snprintf(p->hosts_from, sizeof(p->hosts_from), "no-ssh mode: node rank %d of %d%s",
+                 p->nossh.node_rank, p->nossh.nnodes,
+                 hf->nr == (size_t)p->nossh.nnodes ? ", every node dialled in" : "");
+        return 0;
+    }
     if (o->hostfile) {
         snprintf(p->hosts_from, sizeof(p->hosts_from), "hostfile '%.140s'", o->hostfile);
         return dsl_hostfile_load(hf, o->hostfile, err);
@@ -170,6 +185,8 @@ const char *dsl_plan_launcher_name(const struct dsl_plan *p)
     case DSL_LAUNCHER_SLURM: return "slurm";
     case DSL_LAUNCHER_AUTO: break;
     }
+    if (p->nossh.on)
+        return "no-ssh";
     return p->all_local ? "local" : p->from_allocation ? "slurm" : "ssh";
 }
 
@@ -195,6 +212,36 @@ static void add_srun(cJSON *o, const struct dsl_plan *p)
     }
     dsl_strvec_release(&argv);
     dsl_strvec_release(&hosts);
+}
+
+/* no-ssh mode: each value and where it came from (the secret itself never) */
+static void add_nossh(cJSON *o, const struct dsl_plan *p)
+{
+    const struct dsl_nossh *ns = &p->nossh;
+    cJSON *n = cJSON_AddObjectToObject(o, "no_ssh");
+    cJSON_AddStringToObject(n, "role", ns->node_rank == 0 ? "coordinator" : "agent");
+    cJSON_AddNumberToObject(n, "nnodes", ns->nnodes);
+    cJSON_AddNumberToObject(n, "node_rank", ns->node_rank);
+    if (ns->master_addr)
+        cJSON_AddStringToObject(n, "master_addr", ns->master_addr);
+    else
+        cJSON_AddNullToObject(n, "master_addr");
+    cJSON_AddNumberToObject(n, "master_port", ns->master_port);
+    cJSON_AddNumberToObject(n, "control_port", ns->control_port);
+    cJSON_AddNumberToObject(n, "slots", ns->slots);
+    cJSON *from = cJSON_AddObjectToObject(n, "from");
+    cJSON_AddStringToObject(from, "nnodes", ns->from_nnodes);
+    cJSON_AddStringToObject(from, "node_rank", ns->from_node_rank);
+    cJSON_AddStringToObject(from, "master_addr", ns->from_master_addr);
+    cJSON_AddStringToObject(from, "master_port", ns->from_master_port);
+    cJSON_AddStringToObject(from, "control_port", ns->from_control_port);
+    cJSON_AddStringToObject(from, "slots", ns->from_slots);
+    cJSON_AddStringToObject(from, "secret", ns->from_secret);
+    if (ns->nnodes > 1)
+        cJSON_AddStringToObject(n, "note", ns->node_rank == 0
+                                ? "the other nodes are placed once they dial in; world_info "
+                                  "and ranks show this node only"
+                                : "this node's ranks are numbered by the coordinator");
 }
 
 void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
@@ -228,6 +275,8 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
             cJSON_AddItemToArray(la, cJSON_CreateString(words.v[i]));
         dsl_strvec_release(&words);
     }
+    if (p->nossh.on)
+        add_nossh(o, p);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {
@@ -269,6 +318,10 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
 
 static void set_all_local(struct dsl_plan *p)
 {
+    if (p->nossh.on) { /* names say nothing: the nodes are those that dialled in */
+        p->all_local = p->pl.nr == 1;
+        return;
+    }
     p->all_local = 1;
     for (int i = 0; i < p->pl.nr; i++)
         if (p->opts->launcher != DSL_LAUNCHER_LOCAL && !dsl_node_is_local(&p->pl.nodes[i]))
@@ -280,8 +333,10 @@ static void first_rendezvous(struct dsl_plan *p)
 {
     const struct dsl_launch_opts *o = p->opts;
     free(p->master_addr);
-    p->master_port = o->master_port;
-    if (o->master_addr)
+    p->master_port = p->nossh.on ? p->nossh.master_port : o->master_port;
+    if (p->nossh.on && p->nossh.master_addr && !p->all_local)
+        p->master_addr = dsl_xstrdup(p->nossh.master_addr);
+    else if (o->master_addr)
         p->master_addr = dsl_xstrdup(o->master_addr);
     else if (p->all_local)
         p->master_addr = dsl_xstrdup("127.0.0.1");
@@ -295,6 +350,9 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     struct dsl_placement *pl = &p->pl;
     char *include_cvd = NULL;
     int r, synth = 0;
+
+    if ((r = dsl_plan_nossh(p, err)) < 0)
+        return r;
 
     /* hostfile -> placement */
     struct dsl_placement_opts po = {
@@ -333,6 +391,8 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                        ? dsl_xasprintf("CUDA_VISIBLE_DEVICES='%s' selects the local devices", cvd)
                        : NULL;
     po.include_as = cvd_as;
+    if (p->nossh.on)
+        po.num_gpus = -1; /* each node's count is its own (dsl_nossh_resolve_slots) */
     r = dsl_placement_build(pl, &p->hf, &po, err);
     free(cvd_as);
     free(include_cvd);
@@ -421,6 +481,33 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                                   p->hosts_from, pl->nodes[i].user);
     first_rendezvous(p);
     return 0;
+}
+
+int dsl_plan_nossh(struct dsl_plan *p, char *err)
+{
+    if (p->nossh_done)
+        return 0;
+    int r = dsl_nossh_resolve(&p->nossh, p->opts, environ, err);
+    if (r == 0 && p->nossh.on)
+        r = dsl_nossh_resolve_slots(&p->nossh, p->opts, err);
+    if (r == 0)
+        p->nossh_done = 1;
+    return r;
+}
+
+const char *dsl_plan_add_node(struct dsl_plan *p, const char *host, int slots)
+{
+    size_t k = p->hf.nr;
+    char *name = dsl_xstrdup(host);
+    for (size_t i = 0; i < p->hf.nr; i++)
+        if (!strcmp(p->hf.hosts[i].name, name)) {
+            free(name);
+            name = dsl_xasprintf("%s#%zu", host, k);
+            break;
+        }
+    dsl_hostfile_add(&p->hf, name, slots);
+    free(name);
+    return p->hf.hosts[k].name;
 }
 
 void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop)

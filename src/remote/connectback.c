@@ -120,6 +120,96 @@ static int start_tries(const char *hostports, struct cb_try *t, int max, char *e
     return n;
 }
 
+/*
+ * Connect to the first address of hostports that answers, within deadline; with retry,
+ * refused or unreachable addresses are tried again every 0.2 s (no-ssh agents
+ * may come up before their coordinator). Then send seal's hello. 0 with *fd_out set.
+ */
+static int dial(const char *hostports, double deadline, int retry, int *fd_out,
+                struct dsl_seal *seal, char *err)
+{
+    struct cb_try t[CB_MAX_ADDRS];
+    struct pollfd pf[CB_MAX_ADDRS];
+    int n, winner = -1, r;
+    struct dsl_dynbuf why;
+    dsl_dynbuf_init(&why, DSL_ERR_LEN);
+again:
+    n = start_tries(hostports, t, CB_MAX_ADDRS, err);
+    if (n < 0) {
+        dsl_dynbuf_release(&why);
+        return n;
+    }
+    double round_end = retry ? dsl_now() + 2.0 : deadline;
+    if (round_end > deadline)
+        round_end = deadline;
+    while (winner < 0) {
+        int live = 0;
+        for (int i = 0; i < n; i++) {
+            pf[i].fd = t[i].fd;
+            pf[i].events = POLLOUT;
+            pf[i].revents = 0;
+            live += t[i].fd >= 0;
+        }
+        double left = round_end - dsl_now();
+        if (!live || left <= 0)
+            break;
+        int pr = poll(pf, (nfds_t)n, (int)(left * 1000) + 1);
+        if (pr < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < n && pr > 0; i++) {
+            if (!pf[i].revents || t[i].fd < 0)
+                continue;
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            getsockopt(t[i].fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+            if (soerr == 0 && winner < 0) {
+                winner = i;
+                continue;
+            }
+            t[i].err = soerr ? soerr : ECONNREFUSED;
+            close(t[i].fd);
+            t[i].fd = -1;
+        }
+    }
+    /* report every address and why it failed */
+    dsl_dynbuf_reset(&why);
+    for (int i = 0; i < n; i++) {
+        if (i == winner)
+            continue;
+        if (winner < 0)
+            dsl_dynbuf_addf(&why, "%s%s: %s", why.len ? "; " : "", t[i].text,
+                            t[i].err ? strerror(t[i].err) : "timed out");
+        if (t[i].fd >= 0)
+            close(t[i].fd);
+    }
+    if (winner < 0 && retry && dsl_now() + 0.2 < deadline) {
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        goto again;
+    }
+    if (winner < 0) {
+        r = dsl_seterr(err, DSL_ECONNECT, "cannot connect back to the launcher (%s)",
+                       dsl_dynbuf_str(&why));
+        goto out;
+    }
+    int fd = t[winner].fd;
+    dsl_net_set_nonblock(fd, 0);
+    dsl_net_set_nodelay(fd);
+    if ((r = dsl_net_write_all(fd, seal->out.buf, seal->out.len, deadline)) < 0) {
+        close(fd);
+        dsl_seterr(err, DSL_ECONNECT, "cannot send the hello to %s: %s", t[winner].text,
+                   dsl_strerror(r));
+        r = DSL_ECONNECT;
+        goto out;
+    }
+    dsl_dynbuf_reset(&seal->out);
+    *fd_out = fd;
+    r = 0;
+out:
+    dsl_dynbuf_release(&why);
+    return r;
+}
+
 int dsl_agent_cb_dial(const char *hostports, const char *launcher_key, int index,
                       double timeout_s, int key_fd, int *fd_out, struct dsl_seal *seal,
                       char *err)
@@ -153,75 +243,20 @@ int dsl_agent_cb_dial(const char *hostports, const char *launcher_key, int index
                               "%s", w < 0 ? strerror(errno) : "short write");
         off += (int)w;
     }
-    struct cb_try t[CB_MAX_ADDRS];
-    int n = start_tries(hostports, t, CB_MAX_ADDRS, err);
-    if (n < 0)
-        return n;
-    double deadline = dsl_now() + timeout_s;
-    int winner = -1;
-    struct pollfd pf[CB_MAX_ADDRS];
-    while (winner < 0) {
-        int live = 0;
-        for (int i = 0; i < n; i++) {
-            pf[i].fd = t[i].fd;
-            pf[i].events = POLLOUT;
-            pf[i].revents = 0;
-            live += t[i].fd >= 0;
-        }
-        double left = deadline - dsl_now();
-        if (!live || left <= 0)
-            break;
-        int pr = poll(pf, (nfds_t)n, (int)(left * 1000) + 1);
-        if (pr < 0 && errno != EINTR)
-            break;
-        for (int i = 0; i < n && pr > 0; i++) {
-            if (!pf[i].revents || t[i].fd < 0)
-                continue;
-            int soerr = 0;
-            socklen_t sl = sizeof(soerr);
-            getsockopt(t[i].fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
-            if (soerr == 0 && winner < 0) {
-                winner = i;
-                continue;
-            }
-            t[i].err = soerr ? soerr : ECONNREFUSED;
-            close(t[i].fd);
-            t[i].fd = -1;
-        }
-    }
-    /* report every address and why it failed */
-    struct dsl_dynbuf why;
-    dsl_dynbuf_init(&why, DSL_ERR_LEN);
-    for (int i = 0; i < n; i++) {
-        if (i == winner)
-            continue;
-        if (winner < 0)
-            dsl_dynbuf_addf(&why, "%s%s: %s", why.len ? "; " : "", t[i].text,
-                            t[i].err ? strerror(t[i].err) : "timed out");
-        if (t[i].fd >= 0)
-            close(t[i].fd);
-    }
-    if (winner < 0) {
-        r = dsl_seterr(err, DSL_ECONNECT, "cannot connect back to the launcher (%s)",
-                       dsl_dynbuf_str(&why));
-        goto out;
-    }
-    int fd = t[winner].fd;
-    dsl_net_set_nonblock(fd, 0);
-    dsl_net_set_nodelay(fd);
-    if ((r = dsl_net_write_all(fd, seal->out.buf, seal->out.len, deadline)) < 0) {
-        close(fd);
-        dsl_seterr(err, DSL_ECONNECT, "cannot send the hello to %s: %s", t[winner].text,
-                   dsl_strerror(r));
-        r = DSL_ECONNECT;
-        goto out;
-    }
-    dsl_dynbuf_reset(&seal->out);
-    *fd_out = fd;
-    r = 0;
-out:
-    dsl_dynbuf_release(&why);
-    return r;
+    return dial(hostports, dsl_now() + timeout_s, 0, fd_out, seal, err);
+}
+
+int dsl_agent_cb_dial_keyed(const char *hostports, const unsigned char apriv[DSL_SEAL_KEY_LEN],
+                            const unsigned char lpub[DSL_SEAL_KEY_LEN], double deadline,
+                            int retry, int *fd_out, struct dsl_seal *seal, char *err)
+{
+    *fd_out = -1;
+    memset(seal, 0, sizeof(*seal));
+    seal->state = DSL_SEAL_FAILED;
+    int r = dsl_seal_init_agent(seal, apriv, lpub, NULL);
+    if (r < 0)
+        return dsl_seterr(err, r, "%s", seal->err);
+    return dial(hostports, deadline, retry, fd_out, seal, err);
 }
 
 /* ---- launcher side ---- */
@@ -241,6 +276,9 @@ struct cb_expect {
 
 struct dsl_cb_listener {
     int lfd, epfd;
+    int strict;        /* a hello with no expected key is refused at once */
+    int nrefused;      /* strict: hellos refused */
+    char refused_from[64]; /* strict: the address of the last one */
     char *connect_arg;
     struct cb_pending *pending;
     int npending, apending;
@@ -278,11 +316,29 @@ static char *all_addrs(int port)
 
 int dsl_cb_listener_open(struct dsl_cb_listener **out, const char *bind_addr, char *err)
 {
+    return dsl_cb_listener_open_at(out, bind_addr, 0, err);
+}
+
+void dsl_cb_listener_strict(struct dsl_cb_listener *l)
+{
+    l->strict = 1;
+}
+
+int dsl_cb_listener_refused(const struct dsl_cb_listener *l, const char **from)
+{
+    if (from)
+        *from = l->refused_from;
+    return l->nrefused;
+}
+
+int dsl_cb_listener_open_at(struct dsl_cb_listener **out, const char *bind_addr, int port,
+                            char *err)
+{
     *out = NULL;
     struct dsl_cb_listener *l = dsl_xcalloc(1, sizeof(*l));
     l->epfd = -1;
     int r;
-    l->lfd = dsl_net_listen(bind_addr, 0, 512, err);
+    l->lfd = dsl_net_listen(bind_addr, port, 512, err);
     if (l->lfd < 0) {
         r = l->lfd;
         goto fail;
@@ -297,12 +353,12 @@ int dsl_cb_listener_open(struct dsl_cb_listener **out, const char *bind_addr, ch
         r = dsl_seterr(err, -errno, "cannot create an epoll set: %s", strerror(errno));
         goto fail;
     }
-    int port = dsl_net_local_port(l->lfd);
+    int bound = dsl_net_local_port(l->lfd);
     if (bind_addr && bind_addr[0])
-        l->connect_arg = strchr(bind_addr, ':') ? dsl_xasprintf("[%s]:%d", bind_addr, port)
-                                                : dsl_xasprintf("%s:%d", bind_addr, port);
+        l->connect_arg = strchr(bind_addr, ':') ? dsl_xasprintf("[%s]:%d", bind_addr, bound)
+                                                : dsl_xasprintf("%s:%d", bind_addr, bound);
     else
-        l->connect_arg = all_addrs(port);
+        l->connect_arg = all_addrs(bound);
     *out = l;
     return 0;
 fail:
@@ -429,6 +485,17 @@ static int read_hello(struct dsl_cb_listener *l, int i)
         return 0;
     if (hand_over(l, i, p->key))
         return 1;
+    if (l->strict) { /* every key is known up front: a stranger, or a wrong secret */
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        l->nrefused++;
+        if (getpeername(p->fd, (struct sockaddr *)&ss, &sl) == 0 &&
+            getnameinfo((struct sockaddr *)&ss, sl, l->refused_from, sizeof(l->refused_from),
+                        NULL, 0, NI_NUMERICHOST) != 0)
+            snprintf(l->refused_from, sizeof(l->refused_from), "an unknown address");
+        drop_pending(l, i, 1);
+        return 1;
+    }
     /* not expected (yet): park it, its unread hello would keep epoll readable */
     epoll_ctl(l->epfd, EPOLL_CTL_DEL, p->fd, NULL);
     p->parked = 1;

@@ -65,6 +65,34 @@ int dsl_seal_keypair(unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL
     return 0;
 }
 
+int dsl_seal_key_derive(const void *secret, size_t len, const char *label,
+                        unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL_SEAL_KEY_LEN],
+                        char *err)
+{
+    static const char salt[] = "dslaunch no-ssh v1";
+    if (len < 16)
+        return dsl_seterr(err, DSL_EAUTH, "the job secret is shorter than 16 bytes");
+    unsigned char k[DSL_SEAL_KEY_LEN];
+    size_t klen = sizeof(k), ql = DSL_SEAL_KEY_LEN;
+    EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
+    int ok = ctx && EVP_PKEY_derive_init(ctx) > 0 &&
+             EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) > 0 &&
+             EVP_PKEY_CTX_set1_hkdf_salt(ctx, (const unsigned char *)salt, sizeof(salt) - 1) > 0 &&
+             EVP_PKEY_CTX_set1_hkdf_key(ctx, secret, (int)len) > 0 &&
+             EVP_PKEY_CTX_add1_hkdf_info(ctx, (const unsigned char *)label, (int)strlen(label)) > 0 &&
+             EVP_PKEY_derive(ctx, k, &klen) > 0 && klen == sizeof(k);
+    EVP_PKEY_CTX_free(ctx);
+    EVP_PKEY *key = ok ? EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, k, sizeof(k)) : NULL;
+    ok = key && EVP_PKEY_get_raw_public_key(key, pub, &ql) > 0 && ql == DSL_SEAL_KEY_LEN;
+    EVP_PKEY_free(key);
+    if (ok)
+        memcpy(priv, k, sizeof(k));
+    OPENSSL_cleanse(k, sizeof(k));
+    if (!ok)
+        return dsl_seterr(err, DSL_EAUTH, "cannot derive a key from the job secret (libcrypto)");
+    return 0;
+}
+
 /* The X25519 shared secret of priv and peer; 0 or -1 (a low-order peer key included). */
 static int x25519(const unsigned char *priv, const unsigned char *peer, unsigned char out[32])
 {

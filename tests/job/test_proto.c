@@ -18,6 +18,40 @@ static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)
     dsl_dynbuf_release(&b);
 }
 
+TEST(hello_of_a_no_ssh_node_should_carry_its_slots_and_rank_and_refuse_bad_ones)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_HELLO);
+    m.proto = 1;
+    m.version = strdup("0.1.0");
+    m.host = strdup("node2");
+    m.slots = 3;
+    m.node_rank = 1;
+    m.nnodes = 4;
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.slots, 3);
+    ASSERT_EQ(got.node_rank, 1);
+    ASSERT_EQ(got.nnodes, 4);
+    dsl_msg_release(&got);
+    m.slots = 0; /* an ordinary agent's hello says nothing of it */
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.slots, 0);
+    dsl_msg_release(&got);
+    dsl_msg_release(&m);
+    static const char *const bad[] = {
+        "{\"t\":\"hello\",\"proto\":1,\"version\":\"0\",\"host\":\"n\",\"cpus\":2,"
+        "\"gpus\":0,\"pid\":5,\"ifaces\":[],\"slots\":2,\"node_rank\":2,\"nnodes\":2}",
+        "{\"t\":\"hello\",\"proto\":1,\"version\":\"0\",\"host\":\"n\",\"cpus\":2,"
+        "\"gpus\":0,\"pid\":5,\"ifaces\":[],\"slots\":0,\"node_rank\":0,\"nnodes\":2}",
+        "{\"t\":\"hello\",\"proto\":1,\"version\":\"0\",\"host\":\"n\",\"cpus\":2,"
+        "\"gpus\":0,\"pid\":5,\"ifaces\":[],\"slots\":2}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char err[DSL_ERR_LEN];
+        ASSERT_EQ(dsl_msg_decode(&got, bad[i], strlen(bad[i]), err), DSL_EPROTO);
+    }
+}
+
 TEST(start_message_should_round_trip_nasty_argv_and_env)
 {
     struct dsl_msg m, got;

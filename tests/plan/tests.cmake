@@ -11,3 +11,5 @@ dsl_fuzz_target(fuzz_envfile SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_envfile.c LI
 dsl_unit_test(test_allocation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_allocation.c LIBS dslplan)
 # dslplan: the srun command line of the slurm transport.
 dsl_unit_test(test_srun SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_srun.c LIBS dslplan)
+# dslplan: no-ssh mode's settings (options, PET_*, JOB_COMPLETION_INDEX, the secret).
+dsl_unit_test(test_nossh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nossh.c LIBS dslplan)

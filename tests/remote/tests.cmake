@@ -35,3 +35,5 @@ dsl_unit_test(test_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seal.c LIBS dslre
 dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dslremote)
 # dslremote: the slurm agent's index and environment.
 dsl_unit_test(test_slurm_agent SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_slurm_agent.c LIBS dslremote)
+# dslremote: no-ssh mode's derived keys and coordinator listener, on loopback.
+dsl_unit_test(test_join SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_join.c LIBS dslremote)

@@ -23,4 +23,20 @@ int dsl_agent_main(int in_fd, int out_fd);
  */
 int dsl_agent_main_sealed(int fd, struct dsl_seal *seal);
 
+/* No-ssh mode (remote/join.h): what the agent's hello says about its node. */
+struct dsl_agent_join {
+    int node_rank, nnodes, slots;
+    int signalled;             /* out: the signal to this process that stopped it, or 0 */
+};
+#define DSL_AGENT_EXIT_LOST 200 /* the coordinator went away (DSL_EXIT_UNREACHABLE) */
+/**
+ * The same for the agent of a no-ssh node, which is its node's launcher: the hello
+ * carries join's slots and node rank, and the return value is the node's exit code:
+ * 0 when every rank exited 0 and nothing stopped the job; else the first failing rank's
+ * code (or 128 + signal), 128 + signal for a signal to this process, 1 when the
+ * coordinator stopped the job, 200 when the coordinator went away (a line on stderr
+ * says which).
+ */
+int dsl_agent_main_joined(int fd, struct dsl_seal *seal, struct dsl_agent_join *join);
+
 #endif

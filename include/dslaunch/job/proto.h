@@ -12,7 +12,9 @@
  *   hello   a->l  proto, version, host, cpus, gpus, pid, ifaces [{name, addrs[]}],
  *                 contain (optional: how the node contains a rank's processes, e.g.
  *                 "cgroup v2 (memory, cgroup.kill)" or "process tracking"), memcg
- *                 (optional, 1: a rank's memory can be limited and its OOM kills seen)
+ *                 (optional, 1: a rank's memory can be limited and its OOM kills seen),
+ *                 slots, node_rank, nnodes (optional, together: an agent of no-ssh mode
+ *                 that dialled in says how many ranks its node runs and which node it is)
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
  *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
@@ -148,6 +150,7 @@ struct dsl_msg {
     int nifaces;
     char *contain;             /* optional (NULL: not sent) */
     int memcg;                 /* optional (0: not sent) */
+    int slots, nnodes;         /* optional, with node_rank (slots 0: not sent; no-ssh) */
     /* probe / probed */
     int port, pick, cport, port_busy, program_ok, cwd_ok;
     struct dsl_strvec connect; /* probe: addresses to test */

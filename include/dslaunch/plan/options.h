@@ -92,6 +92,14 @@ struct dsl_launch_opts {
     char *agent_slurm_nodes;   /* --agent --slurm-nodes H0,H1,..: started by srun; the
                                   agent's index is its SLURMD_NODENAME's place here */
     int agent_index;           /* --agent --connect-index I: the agent's index in its batch */
+    /* no-ssh mode (plan/nossh.h, docs/no-ssh.md): every node runs dslaunch itself */
+    int no_ssh;                /* --no_ssh (DeepSpeed's) */
+    int nnodes;                /* --nnodes N (torchrun's; -1: PET_NNODES) */
+    int node_rank;             /* --node_rank K (-1: PET_NODE_RANK, JOB_COMPLETION_INDEX) */
+    int nproc_per_node;        /* --nproc_per_node N (torchrun's; -1: devices found) */
+    int control_port;          /* --control_port (0: the master port + 1) */
+    char *job_secret_file;     /* --job_secret_file FILE (NULL: DSLAUNCH_JOB_SECRET) */
+    double join_timeout;       /* --join_timeout: nodes dial in within this (300 s) */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 

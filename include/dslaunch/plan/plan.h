@@ -17,6 +17,7 @@
 
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/plan/hostfile.h"
+#include "dslaunch/plan/nossh.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/placement.h"
 
@@ -37,6 +38,8 @@ struct dsl_plan {
     int from_allocation;          /* the hosts are those of the Slurm allocation */
     char hosts_from[160];         /* where the hosts came from: "hostfile 'PATH'",
                                      "Slurm job 12: n[1-4], 7 slots", "this machine" */
+    struct dsl_nossh nossh;       /* no-ssh mode's settings (nossh.on: the mode is on) */
+    int nossh_done;               /* dsl_plan_nossh() ran */
     char *no_devices;             /* CUDA_VISIBLE_DEVICES that hid every device ("-1") with
                                      no hostfile: the ranks get it instead of device ids;
                                      owned, NULL otherwise */
@@ -56,6 +59,19 @@ void dsl_plan_release(struct dsl_plan *p);
  * and by `dslaunch doctor`. On error err says why and the plan is left for release.
  */
 int dsl_plan_build(struct dsl_plan *p, char *err);
+
+/**
+ * Resolve no-ssh mode (nossh.h) and this node's slots into p->nossh; runs once (build
+ * calls it too). The coordinator calls it first, waits for the other nodes and adds
+ * them with dsl_plan_add_node() before dsl_plan_build().
+ */
+int dsl_plan_nossh(struct dsl_plan *p, char *err);
+/**
+ * No-ssh mode: append a node (in node-rank order, node 0 first) with its slot count to
+ * the hosts dsl_plan_build() will place. A name already taken gets "#K" appended (K its
+ * position); the name used is returned (owned by the plan).
+ */
+const char *dsl_plan_add_node(struct dsl_plan *p, const char *host, int slots);
 
 /**
  * If MASTER_PORT is taken on this machine: an error when the user chose it

@@ -42,6 +42,15 @@ int dsl_agent_cb_dial(const char *hostports, const char *launcher_key, int index
                       double timeout_s, int key_fd, int *fd_out, struct dsl_seal *seal,
                       char *err);
 /**
+ * The same with a key pair the caller has (no-ssh mode: both derived from the job
+ * secret, seal.h) and no key line: dial by deadline (dsl_now() clock); with retry,
+ * addresses that refuse or do not answer are tried again until then (the coordinator
+ * may start later than its agents).
+ */
+int dsl_agent_cb_dial_keyed(const char *hostports, const unsigned char apriv[DSL_SEAL_KEY_LEN],
+                            const unsigned char lpub[DSL_SEAL_KEY_LEN], double deadline,
+                            int retry, int *fd_out, struct dsl_seal *seal, char *err);
+/**
  * Finish the agent's handshake on fd (from dial) by deadline (dsl_now() clock): read the
  * launcher's reply, check it, send the confirm. 0 (seal OPEN) or negative with err
  * (DSL_EAUTH: whoever answered does not hold the launcher's key).
@@ -57,7 +66,18 @@ struct dsl_cb_listener; /* opaque: sockets, pending connections, expected keys *
  * owned by the caller and freed with dsl_cb_listener_free().
  */
 int dsl_cb_listener_open(struct dsl_cb_listener **out, const char *bind_addr, char *err);
+/** The same on a given port (0: ephemeral); no-ssh mode's coordinator listens so. */
+int dsl_cb_listener_open_at(struct dsl_cb_listener **out, const char *bind_addr, int port,
+                            char *err);
 void dsl_cb_listener_free(struct dsl_cb_listener *l);
+/**
+ * Strict mode, for a listener whose every key is expected from the start (no-ssh mode):
+ * a hello naming no expected key, or one whose key's socket already arrived, is closed
+ * at once and counted instead of parked. refused() is that count; *from (if given) the
+ * numeric address of the last one, owned by the listener.
+ */
+void dsl_cb_listener_strict(struct dsl_cb_listener *l);
+int dsl_cb_listener_refused(const struct dsl_cb_listener *l, const char **from);
 /**
  * The --connect argument for agents: bind_addr:PORT, or every IPv4 address of this host
  * that is up, non-loopback ones first. Owned by the listener.

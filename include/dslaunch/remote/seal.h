@@ -72,6 +72,17 @@ int dsl_seal_keypair(unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL
                      char *err);
 
 /**
+ * A key pair derived from a pre-shared secret (no-ssh mode, where every node holds the
+ * job's secret and nothing else is shared): priv = HKDF-SHA256(secret, salt
+ * "dslaunch no-ssh v1", info label), pub its X25519 public half. The same secret and
+ * label give the same pair on every node. secret must be at least 16 bytes. 0, or
+ * DSL_EAUTH with err.
+ */
+int dsl_seal_key_derive(const void *secret, size_t len, const char *label,
+                        unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL_SEAL_KEY_LEN],
+                        char *err);
+
+/**
  * The launcher's end: its private key and the public key of the one agent it accepts
  * (read from that agent's stdout). Waits for the hello. nonce: 32 bytes to use as nl,
  * or NULL for random ones (tests pass fixed ones). 0 or negative with s->err.

@@ -14,3 +14,12 @@ add_test(NAME cluster_restart
                  bash ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cluster_restart PROPERTIES LABELS cluster TIMEOUT 600)
+# No-ssh mode: a dslaunch per node in two namespaces, node2's dialling in to node1's
+# (env contract, PET_* variables, a wrong secret refused, either launcher killed, uneven
+# slots and fail-fast, restarts, hang detection,
+# dstrain at world 4).
+add_test(NAME cluster_nossh
+         COMMAND ${dsl_with_cluster} 2
+                 bash ${CMAKE_CURRENT_LIST_DIR}/nossh.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cluster_nossh PROPERTIES LABELS cluster TIMEOUT 300)

@@ -1,0 +1,290 @@
+/*
+ * No-ssh mode's coordinator wait and a joining node's loop (nossh_node.h).
+ *
+ * Theory of operation, node 0. Before the plan is built: the join listener
+ * (remote/join.c) is opened on the control port with every node rank's key derived from
+ * the secret; a poll loop of 100 ms turns services it, reads what each open channel has
+ * sent and decodes its first line, the agent's hello (proto.h: slots, node_rank,
+ * nnodes). A hello that contradicts this node (another --nnodes, another node rank than
+ * its key says) ends the wait with 202; a channel that fails or closes makes its slot
+ * wait again. When every node is in, the nodes go into the plan in node-rank order, so
+ * ranks are numbered by node rank, and each slot is named after its node for the job's
+ * connections, which replay the hello. SIGINT/SIGTERM/SIGHUP end the wait (128 +
+ * signal). At --join_timeout the missing node ranks are named, with the connections the
+ * listener refused (a different secret), and the launcher exits 203: nothing was started.
+ *
+ * Node K. The keys come from the secret; the agent dials node 0's address (retrying
+ * while the coordinator is not up yet, until --join_timeout), the handshake proves both
+ * ends, and the node agent runs on the channel in this process. Its result is the
+ * node's exit code. After a failed attempt the node dials again once: the coordinator
+ * keeps its listener for restarts, so "connection refused" means it has exited and the
+ * node exits too; --max-restarts bounds the attempts here as there.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/job/agent.h"
+#include "dslaunch/job/job.h"
+#include "dslaunch/job/nossh_node.h"
+#include "dslaunch/job/proto.h"
+#include "dslaunch/remote/connectback.h"
+#include "dslaunch/remote/join.h"
+#include "dslaunch/common/banned.h"
+
+static volatile sig_atomic_t wait_sig;
+static int join_opened;
+
+static void on_wait_signal(int sig)
+{
+    wait_sig = sig;
+}
+
+static void wait_signals(void (*handler)(int))
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+}
+
+/* The agent's hello from what node rank k sent: 1 decoded, 0 not complete, <0 bad. */
+static int take_hello(int k, struct dsl_msg *m, char *err)
+{
+    size_t len = 0;
+    const char *buf = dsl_join_peek(k, &len);
+    if (!buf)
+        return 0;
+    const char *nl = memchr(buf, '\n', len);
+    if (!nl)
+        return len >= (1u << 20) ? dsl_seterr(err, DSL_EPROTO, "no hello in its first MiB") : 0;
+    int r = dsl_msg_decode(m, buf, (size_t)(nl - buf), err);
+    if (r < 0)
+        return r;
+    if (m->type != DSL_MSG_HELLO)
+        return dsl_seterr(err, DSL_EPROTO, "its first message is not a hello");
+    return 1;
+}
+
+static char *missing_list(const int *have, int n)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1 << 16);
+    int shown = 0, more = 0;
+    for (int k = 1; k < n; k++) {
+        if (have[k])
+            continue;
+        if (shown < 20)
+            dsl_dynbuf_addf(&b, "%s%d", shown ? ", " : "", k);
+        else
+            more++;
+        shown++;
+    }
+    if (more)
+        dsl_dynbuf_addf(&b, " and %d more", more);
+    char *s = dsl_xstrdup(dsl_dynbuf_str(&b));
+    dsl_dynbuf_release(&b);
+    return s;
+}
+
+int dsl_nossh_coordinate(struct dsl_plan *p)
+{
+    const struct dsl_nossh *ns = &p->nossh;
+    const struct dsl_launch_opts *o = p->opts;
+    int n = ns->nnodes, code = 0;
+    char err[DSL_ERR_LEN] = "";
+    if (n < 2)
+        return 0;
+    if (dsl_join_open(ns->control_port, ns->secret, ns->secret_len, n, err) < 0) {
+        dsl_error("%s", err);
+        return DSL_EXIT_USAGE;
+    }
+    join_opened = 1;
+    struct dsl_msg *hello = dsl_xcalloc((size_t)n, sizeof(*hello));
+    int *have = dsl_xcalloc((size_t)n, sizeof(*have));
+    for (int k = 0; k < n; k++)
+        dsl_msg_init(&hello[k], 0);
+    int in = 1;
+    if (o->verbose >= 1)
+        dsl_info("no-ssh coordinator: waiting up to %.0f s for %d node%s to dial in on port %d",
+                 o->join_timeout, n - 1, n == 2 ? "" : "s", ns->control_port);
+    wait_sig = 0;
+    wait_signals(on_wait_signal);
+    double t0 = dsl_now(), deadline = t0 + o->join_timeout;
+    int refused_seen = 0;
+    while (in < n) {
+        const char *seen_why = NULL;
+        int nref = dsl_join_refused(&seen_why);
+        if (nref > refused_seen) { /* say it now: the wait may be long */
+            dsl_warn("no-ssh coordinator: refused %s", seen_why);
+            refused_seen = nref;
+        }
+        if (wait_sig) {
+            code = 128 + wait_sig;
+            dsl_error("stopped while waiting for the nodes to dial in (%d of %d here)", in, n);
+            goto out;
+        }
+        dsl_join_service();
+        for (int k = 1; k < n; k++) {
+            if (have[k] || !dsl_join_ready(k))
+                continue;
+            int r = take_hello(k, &hello[k], err);
+            if (r < 0) {
+                dsl_error("node rank %d dialled in but its hello is bad: %s", k, err);
+                code = DSL_EXIT_PREFLIGHT;
+                goto out;
+            }
+            if (r == 0)
+                continue;
+            const struct dsl_msg *h = &hello[k];
+            if (h->slots < 1) {
+                dsl_error("node rank %d ('%s') dialled in without saying its slots: its "
+                          "dslaunch (%s) does not know no-ssh mode", k, h->host, h->version);
+                code = DSL_EXIT_PREFLIGHT;
+                goto out;
+            }
+            if (h->nnodes != n || h->node_rank != k) {
+                dsl_error("node rank %d ('%s') was started with --nnodes %d (node rank %d), "
+                          "this node with --nnodes %d (from %s): every node needs the same "
+                          "count", k, h->host, h->nnodes, h->node_rank, n, ns->from_nnodes);
+                code = DSL_EXIT_PREFLIGHT;
+                goto out;
+            }
+            have[k] = 1;
+            in++;
+            if (o->verbose >= 2)
+                dsl_info("node rank %d ('%s', %d slot%s) dialled in after %.1f s", k, h->host,
+                         h->slots, h->slots == 1 ? "" : "s", dsl_now() - t0);
+        }
+        if (in == n)
+            break;
+        if (dsl_now() > deadline) {
+            char *miss = missing_list(have, n);
+            const char *why = NULL;
+            int refused = dsl_join_refused(&why);
+            dsl_error("no-ssh: %d of %d nodes dialled in within %.0f s; node rank%s %s never "
+                      "came (each runs dslaunch --node_rank K --nnodes %d with node 0's address "
+                      "and the same job secret, and must reach port %d here)%s%s%s", in, n,
+                      o->join_timeout, n - in == 1 ? "" : "s", miss, n, ns->control_port,
+                      refused ? "; refused: " : "", refused ? why : "",
+                      refused ? "" : "; nothing was started");
+            if (refused)
+                dsl_error("nothing was started");
+            free(miss);
+            code = DSL_EXIT_TIMEOUT;
+            goto out;
+        }
+        struct pollfd pf = {.fd = dsl_join_pollfd(), .events = POLLIN};
+        poll(&pf, 1, 100);
+    }
+    /* every node is in: the plan's nodes in node-rank order, this one first */
+    char me[256];
+    if (gethostname(me, sizeof(me)) < 0 || !me[0])
+        snprintf(me, sizeof(me), "localhost");
+    me[sizeof(me) - 1] = '\0';
+    dsl_plan_add_node(p, me, ns->slots);
+    for (int k = 1; k < n; k++)
+        dsl_join_set_host(k, dsl_plan_add_node(p, hello[k].host, hello[k].slots));
+    if (o->verbose >= 1)
+        dsl_info("no-ssh coordinator: all %d nodes are in after %.1f s", n, dsl_now() - t0);
+out:
+    wait_signals(SIG_DFL);
+    for (int k = 0; k < n; k++)
+        dsl_msg_release(&hello[k]);
+    free(hello);
+    free(have);
+    return code;
+}
+
+void dsl_nossh_end(void)
+{
+    if (join_opened)
+        dsl_join_close();
+    join_opened = 0;
+}
+
+int dsl_nossh_join(struct dsl_plan *p)
+{
+    const struct dsl_nossh *ns = &p->nossh;
+    const struct dsl_launch_opts *o = p->opts;
+    char err[DSL_ERR_LEN] = "", label[32];
+    unsigned char lpriv[DSL_SEAL_KEY_LEN], lpub[DSL_SEAL_KEY_LEN];
+    unsigned char apriv[DSL_SEAL_KEY_LEN], apub[DSL_SEAL_KEY_LEN];
+    dsl_join_agent_label(ns->node_rank, label, sizeof(label));
+    if (dsl_seal_key_derive(ns->secret, ns->secret_len, "launcher", lpriv, lpub, err) < 0 ||
+        dsl_seal_key_derive(ns->secret, ns->secret_len, label, apriv, apub, err) < 0) {
+        dsl_error("%s", err);
+        return DSL_EXIT_AUTH;
+    }
+    memset(lpriv, 0, sizeof(lpriv)); /* only the coordinator needs it */
+    char *hostport = strchr(ns->master_addr, ':')
+                         ? dsl_xasprintf("[%s]:%d", ns->master_addr, ns->control_port)
+                         : dsl_xasprintf("%s:%d", ns->master_addr, ns->control_port);
+    struct dsl_agent_join join = {.node_rank = ns->node_rank, .nnodes = ns->nnodes,
+                                  .slots = ns->slots};
+    int code = DSL_EXIT_UNREACHABLE;
+    for (int attempt = 0;; attempt++) {
+        int fd = -1;
+        struct dsl_seal seal;
+        double deadline = dsl_now() + o->join_timeout;
+        if (attempt == 0 && o->verbose >= 1)
+            dsl_info("node rank %d of %d: dialling the coordinator at %s (up to %.0f s)",
+                     ns->node_rank, ns->nnodes, hostport, o->join_timeout);
+        if (dsl_agent_cb_dial_keyed(hostport, apriv, lpub, deadline, attempt == 0, &fd, &seal,
+                                    err) < 0) {
+            if (attempt == 0) {
+                dsl_error("node rank %d: cannot reach the coordinator (node 0) at %s within "
+                          "%.0f s: %s", ns->node_rank, hostport, o->join_timeout, err);
+                code = DSL_EXIT_UNREACHABLE;
+            } else if (o->verbose >= 2) {
+                dsl_info("the coordinator has ended; no further attempt");
+            }
+            dsl_seal_release(&seal);
+            break;
+        }
+        /* a dial for a restart waits in the coordinator's backlog until its next attempt
+         * begins, which may be after a lost node's keepalive: as long as the join */
+        int hr = dsl_agent_cb_handshake(fd, &seal, attempt ? deadline : dsl_now() + 10.0, err);
+        if (hr < 0 && attempt > 0) {
+            /* the coordinator ended, or its next attempt left this node out: its
+             * summary says why; this node keeps its last attempt's code */
+            if (o->verbose >= 1)
+                dsl_info("node rank %d: the coordinator took this node into no further "
+                         "attempt", ns->node_rank);
+        } else if (hr < 0) {
+            dsl_error("node rank %d: the coordinator at %s did not accept this node (%s): the "
+                      "job secret (%s) must be the same on every node, and node rank %d must "
+                      "be below --nnodes there and not taken", ns->node_rank, hostport, err,
+                      ns->from_secret, ns->node_rank);
+            code = DSL_EXIT_AUTH;
+        }
+        if (hr < 0) {
+            dsl_seal_release(&seal);
+            close(fd);
+            break;
+        }
+        if (o->verbose >= 2)
+            dsl_info("node rank %d: joined the coordinator at %s", ns->node_rank, hostport);
+        join.signalled = 0;
+        code = dsl_agent_main_joined(fd, &seal, &join);
+        dsl_seal_release(&seal);
+        close(fd);
+        if (code == 0 || join.signalled || attempt >= o->max_restarts)
+            break;
+    }
+    memset(apriv, 0, sizeof(apriv));
+    free(hostport);
+    return code;
+}

@@ -1,0 +1,230 @@
+/* No-ssh mode's settings: options, then PET_* and JOB_COMPLETION_INDEX, then defaults
+ * (plan/nossh.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/plan/nossh.h"
+#include "dslaunch/plan/options.h"
+#include "test.h"
+
+#define SECRET "DSLAUNCH_JOB_SECRET=0123456789abcdef"
+
+/* Parse args (a NULL-terminated list after "dslaunch") and resolve with env. */
+static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *env, char *err)
+{
+    char *argv[32];
+    int argc = 0;
+    argv[argc++] = (char *)"dslaunch";
+    for (; *args; args++)
+        argv[argc++] = (char *)*args;
+    argv[argc++] = (char *)"prog";
+    argv[argc] = NULL;
+    struct dsl_launch_opts o;
+    dsl_launch_opts_init(&o);
+    int r = dsl_launch_opts_parse(&o, argc, argv, err);
+    if (r == 0)
+        r = dsl_nossh_resolve(ns, &o, env, err);
+    dsl_launch_opts_release(&o);
+    return r;
+}
+
+TEST(nossh_should_be_off_without_its_options_or_pet_nnodes)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {NULL};
+    char *env[] = {(char *)"PET_NODE_RANK=1", (char *)"JOB_COMPLETION_INDEX=3", NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.on, 0);
+    /* PET_NNODES with a hostfile: the hostfile wins, the mode stays off */
+    const char *hf[] = {"--hostfile", "h", NULL};
+    char *pet[] = {(char *)"PET_NNODES=2", NULL};
+    ASSERT_EQ(resolve(&ns, hf, pet, err), 0);
+    ASSERT_EQ(ns.on, 0);
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_take_options_first_and_say_so)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {"--node_rank", "1", "--nnodes", "3", "--master_addr", "10.0.0.1",
+                          "--master_port", "4000", NULL};
+    char *env[] = {(char *)"PET_NNODES=5", (char *)"PET_NODE_RANK=4",
+                   (char *)"PET_MASTER_ADDR=other", (char *)"PET_MASTER_PORT=5000",
+                   (char *)SECRET, NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.on, 1);
+    ASSERT_EQ(ns.nnodes, 3);
+    ASSERT_EQ(ns.node_rank, 1);
+    ASSERT_STR_EQ(ns.master_addr, "10.0.0.1");
+    ASSERT_EQ(ns.master_port, 4000);
+    ASSERT_EQ(ns.control_port, 4001);
+    ASSERT_STR_EQ(ns.from_nnodes, "--nnodes");
+    ASSERT_STR_EQ(ns.from_node_rank, "--node_rank");
+    ASSERT_STR_EQ(ns.from_master_addr, "--master_addr");
+    ASSERT_STR_EQ(ns.from_master_port, "--master_port");
+    ASSERT_STR_EQ(ns.from_control_port, "master port + 1");
+    ASSERT_STR_EQ(ns.from_secret, "DSLAUNCH_JOB_SECRET");
+    ASSERT_EQ(ns.secret_len, 16);
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_take_kubeflow_variables_alone)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {NULL};
+    char *env[] = {(char *)"PET_NNODES=4", (char *)"PET_NODE_RANK=2",
+                   (char *)"PET_MASTER_ADDR=job-master-0", (char *)"PET_MASTER_PORT=23456",
+                   (char *)SECRET, NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.on, 1);
+    ASSERT_EQ(ns.nnodes, 4);
+    ASSERT_EQ(ns.node_rank, 2);
+    ASSERT_STR_EQ(ns.master_addr, "job-master-0");
+    ASSERT_EQ(ns.master_port, 23456);
+    ASSERT_STR_EQ(ns.from_nnodes, "PET_NNODES");
+    ASSERT_STR_EQ(ns.from_node_rank, "PET_NODE_RANK");
+    ASSERT_STR_EQ(ns.from_master_addr, "PET_MASTER_ADDR");
+    ASSERT_STR_EQ(ns.from_master_port, "PET_MASTER_PORT");
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_read_the_rank_of_an_indexed_job_and_fixed_torchrun_ranges)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {"--no_ssh", "--master_addr", "h0", NULL};
+    char *env[] = {(char *)"PET_NNODES=2:2", (char *)"JOB_COMPLETION_INDEX=1", (char *)SECRET,
+                   NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.nnodes, 2);
+    ASSERT_EQ(ns.node_rank, 1);
+    ASSERT_STR_EQ(ns.from_node_rank, "JOB_COMPLETION_INDEX");
+    ASSERT_STR_EQ(ns.from_master_port, "default");
+    ASSERT_EQ(ns.master_port, 29500);
+    char *elastic[] = {(char *)"PET_NNODES=1:4", (char *)"PET_NODE_RANK=0", (char *)SECRET,
+                       NULL};
+    ASSERT_EQ(resolve(&ns, args, elastic, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "PET_NNODES='1:4' is an elastic range");
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_name_what_is_missing_or_wrong)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    char *env[] = {(char *)SECRET, NULL};
+    const char *no_count[] = {"--node_rank", "0", NULL};
+    ASSERT_EQ(resolve(&ns, no_count, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "needs the number of nodes: --nnodes N (or PET_NNODES)");
+    const char *no_rank[] = {"--nnodes", "2", NULL};
+    ASSERT_EQ(resolve(&ns, no_rank, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--node_rank K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX");
+    const char *too_high[] = {"--nnodes", "2", "--node_rank", "2", NULL};
+    ASSERT_EQ(resolve(&ns, too_high, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "node rank 2 (from --node_rank) is not below the node count 2");
+    const char *no_addr[] = {"--nnodes", "2", "--node_rank", "1", NULL};
+    ASSERT_EQ(resolve(&ns, no_addr, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "node rank 1 needs node 0's address: --master_addr");
+    const char *hostfile[] = {"--nnodes", "2", "--node_rank", "0", "--hostfile", "h", NULL};
+    ASSERT_EQ(resolve(&ns, hostfile, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "leave out --hostfile");
+    const char *same_port[] = {"--nnodes", "2", "--node_rank", "0", "--control_port", "29500",
+                               NULL};
+    ASSERT_EQ(resolve(&ns, same_port, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--control_port 29500 is the master port");
+    char *bad_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=one", (char *)SECRET,
+                        NULL};
+    const char *none[] = {NULL};
+    ASSERT_EQ(resolve(&ns, none, bad_rank, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "PET_NODE_RANK='one' is not an integer");
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_refuse_to_run_several_nodes_without_a_long_enough_secret)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {"--nnodes", "2", "--node_rank", "0", NULL};
+    char *none[] = {NULL};
+    ASSERT_EQ(resolve(&ns, args, none, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "needs the job's shared secret");
+    char *shortone[] = {(char *)"DSLAUNCH_JOB_SECRET=abc", NULL};
+    ASSERT_EQ(resolve(&ns, args, shortone, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "is 3 bytes; it needs at least 16");
+    /* one node needs none */
+    const char *one[] = {"--nnodes", "1", "--node_rank", "0", NULL};
+    ASSERT_EQ(resolve(&ns, one, none, err), 0);
+    ASSERT(ns.secret == NULL);
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_read_the_secret_file_without_its_final_newline_before_the_env)
+{
+    char path[] = "/tmp/dsl-test-secret.XXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, "file-secret-0123456789\n", 23), 23);
+    close(fd);
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    const char *args[] = {"--nnodes", "2", "--node_rank", "0", "--job_secret_file", path, NULL};
+    char *env[] = {(char *)SECRET, NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.secret_len, 22);
+    ASSERT_EQ(memcmp(ns.secret, "file-secret-0123456789", 22), 0);
+    ASSERT_CONTAINS(ns.from_secret, "--job_secret_file");
+    unlink(path);
+    ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--job_secret_file '/tmp/dsl-test-secret.");
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_count_slots_from_nproc_per_node_then_num_gpus)
+{
+    struct dsl_launch_opts o;
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    char *argv[] = {(char *)"dslaunch", (char *)"--nproc_per_node", (char *)"3", (char *)"p",
+                    NULL};
+    dsl_launch_opts_init(&o);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 4, argv, err), 0);
+    dsl_nossh_init(&ns);
+    ASSERT_EQ(dsl_nossh_resolve_slots(&ns, &o, err), 0);
+    ASSERT_EQ(ns.slots, 3);
+    ASSERT_STR_EQ(ns.from_slots, "--nproc_per_node");
+    dsl_launch_opts_release(&o);
+    char *argv2[] = {(char *)"dslaunch", (char *)"--num_gpus", (char *)"5", (char *)"p", NULL};
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 4, argv2, err), 0);
+    ASSERT_EQ(dsl_nossh_resolve_slots(&ns, &o, err), 0);
+    ASSERT_EQ(ns.slots, 5);
+    dsl_launch_opts_release(&o);
+    /* the two disagreeing is an error; outside no-ssh mode nproc_per_node is num_gpus */
+    char *argv3[] = {(char *)"dslaunch", (char *)"--nproc_per_node", (char *)"2",
+                     (char *)"--num_gpus", (char *)"4", (char *)"p", NULL};
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 6, argv3, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--nproc_per_node 2 and --num_gpus 4 disagree");
+    dsl_launch_opts_release(&o);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 4, argv, err), 0);
+    ASSERT_EQ(o.num_gpus, 3);
+    dsl_launch_opts_release(&o);
+    dsl_nossh_release(&ns);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
