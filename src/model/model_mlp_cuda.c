@@ -42,6 +42,7 @@
 #include "dslaunch/common/xalloc.h"
 #include "cuda_kernels.h"
 #include "model_mlp_impl.h"
+#include "gemm_dims.h"
 #include "dslaunch/common/banned.h"
 
 struct mlp_cuda {
@@ -58,11 +59,6 @@ struct mlp_cuda {
     float *hloss;                         /* host copies of the two */
     int32_t *hcorrect;
 };
-
-static int to_int(size_t v)
-{
-    return (int)v;
-}
 
 static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
 {
@@ -82,12 +78,6 @@ static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
         if (cu_e_ != cudaSuccess)                                              \
             return cuda_err((m), (what), cu_e_);                               \
     } while (0)
-#define BLAS(m, what, expr)                                                    \
-    do {                                                                       \
-        cublasStatus_t bl_s_ = (expr);                                         \
-        if (bl_s_ != CUBLAS_STATUS_SUCCESS)                                    \
-            return blas_err((m), (what), bl_s_);                               \
-    } while (0)
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -98,18 +88,28 @@ static void *el(const struct mlp_cuda *p, const void *base, size_t off)
 }
 
 /* C = op(A) op(B), column-major: sgemm in fp32, cublasGemmEx with 16-bit A, B and C and
- * fp32 accumulation (CUBLAS_COMPUTE_32F) otherwise */
-static cublasStatus_t gemm(const struct mlp_cuda *p, cublasOperation_t ta,
-                           cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A,
-                           size_t lda, const void *B, size_t ldb, void *C, size_t ldc)
+ * fp32 accumulation (CUBLAS_COMPUTE_32F) otherwise. Every size goes through the checked
+ * conversion (gemm_dims.h); the model's shapes were checked when it was built, so a
+ * failure here is a bug, reported with its size rather than truncated. */
+static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
+                cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A, size_t lda,
+                const void *B, size_t ldb, void *C, size_t ldc)
 {
-    if (!p->half)
-        return cublasSgemm(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A,
-                           to_int(lda), B, to_int(ldb), &zero, C, to_int(ldc));
-    cudaDataType_t ty = p->bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    return cublasGemmEx(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A, ty,
-                        to_int(lda), B, ty, to_int(ldb), &zero, C, ty, to_int(ldc),
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const struct mlp_cuda *p = mo->impl;
+    int im, in, ik, ia, ib, ic;
+    cublasStatus_t st;
+    if (dsl_gemm_dim(m, "m", &im, mo->err) < 0 || dsl_gemm_dim(n, "n", &in, mo->err) < 0 ||
+        dsl_gemm_dim(k, "k", &ik, mo->err) < 0 || dsl_gemm_dim(lda, "lda", &ia, mo->err) < 0 ||
+        dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0)
+        return DSL_ECONFIG;
+    if (!p->half) {
+        st = cublasSgemm(p->blas, ta, tb, im, in, ik, &one, A, ia, B, ib, &zero, C, ic);
+    } else {
+        cudaDataType_t ty = p->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+        st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &one, A, ty, ia, B, ty, ib, &zero, C,
+                          ty, ic, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(mo, what, st);
 }
 
 static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
@@ -153,16 +153,16 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
 {
     struct mlp_cuda *p = m->impl;
     size_t nl = p->L.nlayers;
+    int r;
     for (size_t l = 0; l < nl; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1];
         if (sink && sink->need)
             sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
         const void *w = el(p, params, p->L.woff[l]);
         /* z^T (out x n) = W (out x in, i.e. column-major in x out, transposed) x act^T */
-        if (n)
-            BLAS(m, "forward sgemm",
-                 gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, p->act[l], in,
-                      p->act[l + 1], out));
+        if (n && (r = gemm(m, "forward sgemm", CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in,
+                           p->act[l], in, p->act[l + 1], out)) < 0)
+            return r;
         if (p->half)
             CU(m, "bias kernel",
                dsl_cuda_mlp_half_bias_act(p->bf16, p->act[l + 1], el(p, w, in * out), n, out,
@@ -229,22 +229,23 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
             const struct dsl_model_seg *sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             void *dw = sink->dest(sink->ctx, seg);
-            if (n)
-                BLAS(m, "weight gradient sgemm",
-                     gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, p->act[li], in,
-                          el(p, dz, r0), out, dw, in));
-            else
+            if (n) {
+                if ((r = gemm(m, "weight gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_T, in, rows,
+                              n, p->act[li], in, el(p, dz, r0), out, dw, in)) < 0)
+                    return r;
+            } else {
                 CU(m, "cudaMemsetAsync",
                    cudaMemsetAsync(dw, 0, sg->len * p->esz, cudaStreamLegacy));
+            }
             sink->done(sink->ctx, seg++);
         }
         if (li == 0)
             break;
         /* gradient of the layer input, through the ReLU of the layer below:
          * dnext^T (in x n) = W^T (in x out) x dz^T (out x n) */
-        if (n)
-            BLAS(m, "input gradient sgemm",
-                 gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dz, out, dnext, in));
+        if (n && (r = gemm(m, "input gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w,
+                           in, dz, out, dnext, in)) < 0)
+            return r;
         if (p->half)
             CU(m, "ReLU gradient kernel",
                dsl_cuda_mlp_half_relu_mask(p->bf16, dnext, p->act[li], n * in));
@@ -336,9 +337,30 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
         return dsl_seterr(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
                           "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
     }
-    /* plain fp32 sgemm (no TF32): the CPU model is the reference; 16-bit GEMMs use
-     * tensor cores under the default math mode anyway, accumulating in fp32 */
-    cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH);
+    /* plain fp32 sgemm (no TF32): the CPU model is the reference. 16-bit GEMMs use
+     * tensor cores and accumulate in fp32 (CUBLAS_COMPUTE_32F), and the disallow flag
+     * keeps cuBLAS from reducing split-K partial sums in 16 bits, which the default
+     * math mode allows: the documented fp32 accumulation holds for the whole sum. */
+    if ((bs = cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH |
+                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_EREMOTE, "cublas: cannot set the math mode: %s",
+                          cublasGetStatusString(bs));
+    }
+    /* every GEMM size must fit cuBLAS's int: refuse the model now, not mid-step */
+    {
+        int dim;
+        for (size_t l = 0; l <= lay.nlayers; l++)
+            if ((r = dsl_gemm_dim(lay.dims[l], "layer width", &dim, err)) < 0) {
+                dsl_model_release(m);
+                return r;
+            }
+        if ((r = dsl_gemm_dim(spec->max_batch, "batch", &dim, err)) < 0) {
+            dsl_model_release(m);
+            return r;
+        }
+    }
 
     size_t B = spec->max_batch, total = 0;
     int fail = 0;

@@ -5,6 +5,7 @@
  * of a file's header against its size.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/model/optimizer.h"
 
+#include "model/gemm_dims.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
@@ -145,6 +147,23 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     free(g1);
     free(gs);
     dsl_model_release(&m);
+}
+
+TEST(gemm_dims_should_convert_up_to_int_max_and_name_a_larger_one)
+{
+    char err[DSL_ERR_LEN] = "";
+    int v = -1;
+    ASSERT_OK(dsl_gemm_dim(0, "m", &v, err));
+    ASSERT_EQ(v, 0);
+    ASSERT_OK(dsl_gemm_dim((size_t)INT_MAX, "m", &v, err));
+    ASSERT_EQ(v, INT_MAX);
+    v = 7;
+    ASSERT_EQ(dsl_gemm_dim((size_t)INT_MAX + 1, "lda", &v, err), DSL_ECONFIG);
+    ASSERT_EQ(v, 7); /* untouched: no truncated value escapes */
+    ASSERT_CONTAINS(err, "'lda' is 2147483648");
+    /* a value that truncation would have turned into a small positive int */
+    ASSERT_EQ(dsl_gemm_dim(((size_t)1 << 32) + 5, "n", &v, NULL), DSL_ECONFIG);
+    ASSERT_EQ(v, 7);
 }
 
 TEST(model_should_reject_an_unknown_type_and_bad_labels)
