@@ -72,6 +72,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/fixedsum.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/train/trainer.h"
@@ -352,11 +353,14 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
             sum += part;
         }
     if (shared) {
-        int32_t limb[3] = {(int32_t)(sum & 0x3fffff), (int32_t)((sum >> 22) & 0x3fffff),
-                           (int32_t)(sum >> 44)};
-        if ((r = dsl_trainer_allreduce_host(t, limb, 3, DSL_INT32, DSL_SUM)) < 0)
+        /* int32 limb sums, exact up to 2^20 ranks (fixedsum.h; trainer_setup.c
+         * refuses a larger world) */
+        int32_t limb[DSL_FIXEDSUM_LIMBS];
+        dsl_fixedsum_split(sum, limb);
+        if ((r = dsl_trainer_allreduce_host(t, limb, DSL_FIXEDSUM_LIMBS, DSL_INT32,
+                                            DSL_SUM)) < 0)
             return r;
-        sum = (uint64_t)limb[0] + ((uint64_t)limb[1] << 22) + ((uint64_t)limb[2] << 44);
+        sum = dsl_fixedsum_join(limb);
     }
     if (!isfinite(mx) || mx == 0.0f)
         *norm = mx;

@@ -24,6 +24,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/fixedsum.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/xalloc.h"
@@ -124,6 +125,9 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     int rs = dsl_mixed_setup(t, err);
     if (rs < 0)
         return rs;
+    if (!dsl_fixedsum_fits(t->world)) /* the gradient norm's exact limb sums */
+        return dsl_seterr(err, DSL_ECONFIG, "%d ranks: the gradient norm's exact sums "
+                          "allow at most %d", t->world, DSL_FIXEDSUM_MAX_RANKS);
     if (o->zero_stage < 0 || o->zero_stage > 2)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
                           o->zero_stage);
