@@ -166,6 +166,10 @@ static int train(struct dsl_train_settings *s)
 out:
     if (r < 0 && r != DSL_ECANCELED)
         dsl_error("%s", *err ? err : dsl_strerror(r));
+    /* a failed GPU run: abort the communicator before any device memory is freed,
+     * since cudaFree waits for every kernel, an NCCL kernel stuck on a dead peer too */
+    if (r < 0 && r != DSL_ECANCELED && comm && have_gpu)
+        dsl_comm_abort(comm);
     if (have_trainer)
         dsl_trainer_release(&t);
     dsl_model_release(&model);
