@@ -123,6 +123,7 @@ static int train(struct dsl_train_settings *s)
             goto out;
         have_gpu = 1;
         s->to.dev = &gpu_dev;
+        s->model.stream = gpu_dev.stream; /* one stream for the model and the device */
         r = dsl_model_create_cuda(&model, &s->model, err);
 #else
         r = dsl_seterr(err, DSL_ENOTSUP, "backend 'nccl': built without CUDA");

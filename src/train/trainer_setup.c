@@ -103,6 +103,11 @@ static void build_buckets(struct dsl_trainer *t)
     t->S = t->o.zero_stage == 0 ? t->P : soff;
 }
 
+static int comm_stream_wait(void *ctx, void *stream)
+{
+    return dsl_comm_stream_wait_host(ctx, stream);
+}
+
 int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
                      struct dsl_comm *comm, struct dsl_model *model, char *err)
 {
@@ -125,6 +130,21 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     int rs = dsl_mixed_setup(t, err);
     if (rs < 0)
         return rs;
+    if (!d->host_memory) {
+        /* one stream for the model, the device ops and the comm's ordering */
+        if (model->stream != d->stream)
+            return dsl_seterr(err, DSL_ECONFIG, "the GPU model runs on another CUDA stream "
+                              "than device '%s' (set the model spec's stream to the "
+                              "device's)", d->name);
+        dsl_comm_set_compute_stream(comm, d->stream);
+        if (dsl_comm_stream(comm)) {
+            /* nccl: every host wait is the comm's bounded one, which a dead peer ends */
+            d->wait = comm_stream_wait;
+            d->wait_ctx = comm;
+            model->wait = comm_stream_wait;
+            model->wait_ctx = comm;
+        }
+    }
     if (!dsl_fixedsum_fits(t->world)) /* the gradient norm's exact limb sums */
         return dsl_seterr(err, DSL_ECONFIG, "%d ranks: the gradient norm's exact sums "
                           "allow at most %d", t->world, DSL_FIXEDSUM_MAX_RANKS);
@@ -194,6 +214,16 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->scratch = d->ops->alloc(d, t->scratch_bytes);
         if (!t->scratch)
             fail = 1;
+        /* the step's scalars: stats (2 ga + 2 floats), max (uint32, padded to 8),
+         * sum (uint64), limbs (int32) */
+        t->off_max = ((2 * o->grad_accum + 2) * sizeof(float) + 7) / 8 * 8;
+        t->off_sum = t->off_max + 8;
+        t->off_limb = t->off_sum + 8;
+        t->scal_bytes = (t->off_limb + DSL_FIXEDSUM_LIMBS * sizeof(int32_t) + 7) / 8 * 8;
+        t->dscal = d->ops->alloc(d, t->scal_bytes);
+        t->hscal = d->ops->host_alloc ? d->ops->host_alloc(d, t->scal_bytes) : NULL;
+        if (!t->dscal || !t->hscal)
+            fail = 1;
     }
     if (fail) {
         uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
@@ -201,6 +231,14 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s",
                           (unsigned long long)total, d->host_memory ? "" : " on ",
                           d->host_memory ? "" : d->name);
+    }
+    /* the padded scratch of uneven shards, sized once for the largest bucket (in fp32:
+     * checkpoints gather fp32 state bucket by bucket), so no step allocates */
+    if (!d->host_memory && (fail = dsl_comm_reserve(comm, maxb * sizeof(float))) < 0) {
+        int rr = fail;
+        dsl_seterr(err, rr, "%s", dsl_comm_last_error(comm));
+        dsl_trainer_release(t);
+        return rr;
     }
     r->total = r->params + r->grads + r->optim + r->buckets + r->accum;
     r->shard_elems = t->S;
@@ -242,6 +280,17 @@ void dsl_trainer_release(struct dsl_trainer *t)
     for (int i = 0; i < t->nacc; i++)
         d->ops->free(d, t->acc[i]);
     d->ops->free(d, t->scratch);
+    d->ops->free(d, t->dscal);
+    if (t->hscal && d->ops->host_free)
+        d->ops->host_free(d, t->hscal);
+    if (!d->host_memory) { /* the comm may be closed after us */
+        d->wait = NULL;
+        d->wait_ctx = NULL;
+        if (t->model) {
+            t->model->wait = NULL;
+            t->model->wait_ctx = NULL;
+        }
+    }
     free(t->acc);
     free(t->acc_used);
     free(t->bk);
