@@ -20,7 +20,8 @@
  * it completes.
  *
  * After the last micro step the gradient pieces are divided by the global batch (the
- * model gives gradients of the summed loss), optionally clipped with the global L2
+ * model gives fp32 gradients of the summed loss; 16-bit ones already of the mean, see
+ * lavg in dsl_trainer_step), optionally clipped with the global L2
  * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
  * 1/2 then all-gather the parameters bucket by bucket, in place.
  *
@@ -502,6 +503,15 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     /* the loss scale of this step; one beyond fp32's range (a dynamic scale doubled
      * past 2^127) becomes inf, so the gradient overflows and the scaler halves it */
     float scale = t->o.loss_scaling ? (float)t->ls.cur_scale : 1.0f;
+    /* 16-bit gradients are those of the mean loss over the global batch, times the
+     * scale (DeepSpeed's magnitudes: the mean over the micro batch, divided by the
+     * accumulation steps, and, as with its prescale_gradients, by the world size
+     * before the reduction), so that a 16-bit gradient is not G times too large and
+     * fp16 does not overflow at the default scale; 1/G is the same at every world
+     * size, so deterministic mode keeps its bits across them. fp32 gradients stay
+     * those of the summed loss (bit for bit what the CPU trainer always computed):
+     * the division by G happens once, after the reduction. */
+    float lavg = t->gtype != DSL_FLOAT32 ? 1.0f / (float)t->G : 1.0f;
     int r;
     memset(res, 0, sizeof(*res));
 
@@ -521,8 +531,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             sink.dev_stats = (float *)t->dscal + k;
             sink.dev_stats_stride = ga;
         }
-        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb, scale,
-                                     &sink, &st);
+        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb,
+                                     scale * lavg, &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
                               (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
@@ -611,7 +621,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 
     /* mean over the global batch and 1/scale in one factor, then clipping with the
      * global norm of the true gradient */
-    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G, pre = 1.0f;
+    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (lavg != 1.0f ? 1.0f : (float)t->G),
+          pre = 1.0f;
     if (scale != 1.0f) {
         /* inv / scale is exact for a power-of-two scale unless it is subnormal: then
          * divide by the scale first (exact for a power of two), inv second */
