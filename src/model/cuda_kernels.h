@@ -99,6 +99,12 @@ cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int 
 cudaError_t dsl_cuda_to_half(cudaStream_t s, int bf16, void *dst, const float *src, size_t n);
 /** dst[i] = half(float(dst[i]) + float(src[i])) */
 cudaError_t dsl_cuda_half_add(cudaStream_t s, int bf16, void *dst, const void *src, size_t n);
+/** dst[i] = float(src[i]), or dst[i] += float(src[i]) when add (fp32 accumulation) */
+cudaError_t dsl_cuda_widen(cudaStream_t s, int bf16, float *dst, const void *src, size_t n,
+                           int add);
+/** dst[i] = half(float(dst[i]) + src[i]) (src fp32) */
+cudaError_t dsl_cuda_half_add_f32(cudaStream_t s, int bf16, void *dst, const float *src,
+                                  size_t n);
 /** p[i] = half(float(p[i]) * f) */
 cudaError_t dsl_cuda_half_scale(cudaStream_t s, int bf16, void *p, size_t n, float f);
 /** dsl_cuda_absmax_bits / dsl_cuda_sumsq_fixed of float(p[i]) */

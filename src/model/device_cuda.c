@@ -311,6 +311,30 @@ static int cu_half_add(struct dsl_device *d, enum dsl_dtype ht, void *dst, const
                              dsl_cuda_half_add(st(d), ht == DSL_BFLOAT16, dst, src, n));
 }
 
+static int cu_widen(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                    size_t n)
+{
+    return d->failed ? d->failed
+                     : check(d, "launching dsl_k_widen",
+                             dsl_cuda_widen(st(d), ht == DSL_BFLOAT16, dst, src, n, 0));
+}
+
+static int cu_widen_add(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                        size_t n)
+{
+    return d->failed ? d->failed
+                     : check(d, "launching dsl_k_widen (add)",
+                             dsl_cuda_widen(st(d), ht == DSL_BFLOAT16, dst, src, n, 1));
+}
+
+static int cu_half_add_f32(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                           size_t n)
+{
+    return d->failed ? d->failed
+                     : check(d, "launching dsl_k_half_add_f32",
+                             dsl_cuda_half_add_f32(st(d), ht == DSL_BFLOAT16, dst, src, n));
+}
+
 static int cu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f)
 {
     return d->failed ? d->failed
@@ -439,6 +463,9 @@ static const struct dsl_device_ops cuda_ops = {
     .optim_step = cu_optim_step,
     .to_half = cu_to_half,
     .half_add = cu_half_add,
+    .widen = cu_widen,
+    .widen_add = cu_widen_add,
+    .half_add_f32 = cu_half_add_f32,
     .half_scale = cu_half_scale,
     .half_absmax_bits = cu_half_absmax_bits,
     .half_sumsq_fixed = cu_half_sumsq_fixed,

@@ -426,3 +426,49 @@ extern "C" cudaError_t dsl_cuda_scalars_finish(cudaStream_t s, const unsigned lo
     dsl_k_scalars_finish<<<1, 1, 0, s>>>(dsum, limb, dmax, flag);
     return cudaGetLastError();
 }
+
+/* fp32 accumulation of 16-bit gradients: dst = float(src) or dst += float(src) */
+template <typename H> __global__ void dsl_k_widen(float *dst, const H *src, size_t n, int add)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = add ? __fadd_rn(dst[i], dsl_tof(src[i])) : dsl_tof(src[i]);
+}
+
+/* dst (16-bit) = half(float(dst) + src) */
+template <typename H> __global__ void dsl_k_half_add_f32(H *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = dsl_fromf<H>(__fadd_rn(dsl_tof(dst[i]), src[i]));
+}
+
+template <typename H>
+static cudaError_t widen_t(cudaStream_t s, float *dst, const void *src, size_t n, int add)
+{
+    dsl_k_widen<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(dst, (const H *)src, n, add);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_widen(cudaStream_t s, int bf16, float *dst, const void *src,
+                                      size_t n, int add)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? widen_t<__nv_bfloat16>(s, dst, src, n, add)
+                : widen_t<__half>(s, dst, src, n, add);
+}
+
+template <typename H>
+static cudaError_t half_add_f32_t(cudaStream_t s, void *dst, const float *src, size_t n)
+{
+    dsl_k_half_add_f32<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_add_f32(cudaStream_t s, int bf16, void *dst,
+                                             const float *src, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_add_f32_t<__nv_bfloat16>(s, dst, src, n)
+                : half_add_f32_t<__half>(s, dst, src, n);
+}

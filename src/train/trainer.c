@@ -95,6 +95,7 @@
 #define dadd dsl_mixed_add
 #define dcopy dsl_mixed_copy
 #define EL(base, off) dsl_mixed_el(t, (base), (off))
+#define ACC(base, off) dsl_mixed_acc_el(t, (base), (off)) /* levels: t->atype */
 
 
 static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err);
@@ -152,7 +153,7 @@ static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
     void *dst = t->o.zero_stage == 2 ? EL(t->gshard, b->soff) : EL(src, b->poff);
     enum dsl_dtype ty = t->gtype;
     int r;
-    if (t->defer && (r = dadd(t, src, EL(t->acc[0], b->lo), b->len)) < 0)
+    if (t->defer && (r = dsl_mixed_acc_out(t, src, ACC(t->acc[0], b->lo), b->len)) < 0)
         return r;
     if (t->o.prescale && t->o.predivide != 1.0f &&
         (r = dscale(t, src, b->len, 1.0f / t->o.predivide)) < 0)
@@ -243,9 +244,10 @@ static int accumulate(struct dsl_trainer *t)
         int deterministic = t->o.deterministic;
         for (size_t j = 0; j < t->nbk; j++) {
             const struct dsl_bucket *b = &t->bk[j];
-            const void *src = carry_acc ? EL(carry_acc, b->soff) : leaf_ptr(t, j);
-            r = !t->acc_used[i] ? dcopy(t, EL(lv, b->soff), src, b->plen)
-                                : dadd(t, EL(lv, b->soff), src, b->plen);
+            r = !carry_acc ? dsl_mixed_acc_in(t, ACC(lv, b->soff), leaf_ptr(t, j), b->plen,
+                                              !t->acc_used[i])
+                           : dsl_mixed_acc_level(t, ACC(lv, b->soff), ACC(carry_acc, b->soff),
+                                                 b->plen, !t->acc_used[i]);
             if (r < 0)
                 return r;
         }
@@ -271,12 +273,19 @@ static int fold_levels(struct dsl_trainer *t)
             continue;
         if (top >= 0)
             for (size_t k = 0; k < t->nbk; k++)
-                if ((r = dadd(t, EL(t->acc[i], t->bk[k].soff), EL(t->acc[top], t->bk[k].soff),
-                              t->bk[k].plen)) < 0)
+                if ((r = dsl_mixed_acc_level(t, ACC(t->acc[i], t->bk[k].soff),
+                                             ACC(t->acc[top], t->bk[k].soff), t->bk[k].plen,
+                                             0)) < 0)
                     return r;
         top = i;
     }
     return 0;
+}
+
+/* The element type of the final gradient: a leaf's, or an accumulation level's */
+static enum dsl_dtype final_type(const struct dsl_trainer *t)
+{
+    return t->o.grad_accum == 1 || t->defer ? t->gtype : t->atype;
 }
 
 /* The final gradient of this step, per bucket piece (after fold_levels). */
@@ -288,7 +297,7 @@ static void *final_grads(struct dsl_trainer *t, size_t j)
     for (int i = 0; i < t->nacc; i++)
         if (t->acc_used[i])
             top = i;
-    return EL(t->acc[top], t->bk[j].soff);
+    return ACC(t->acc[top], t->bk[j].soff);
 }
 
 /* ---- the step --------------------------------------------------------------------- */
@@ -334,7 +343,7 @@ static int local_absmax(struct dsl_trainer *t, int stop_at_inf, uint32_t *out)
     *out = 0;
     for (size_t j = 0; j < t->nbk && !(stop_at_inf && *out >= 0x7f800000u); j++) {
         uint32_t b;
-        int r = dsl_mixed_absmax(t, final_grads(t, j), t->bk[j].plen, &b);
+        int r = dsl_mixed_absmax(t, final_type(t), final_grads(t, j), t->bk[j].plen, &b);
         if (r < 0)
             return r;
         *out = b > *out ? b : *out;
@@ -366,7 +375,8 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
     if (isfinite(mx) && mx > 0.0f)
         for (size_t j = 0; j < t->nbk; j++) {
             uint64_t part;
-            if ((r = dsl_mixed_sumsq(t, final_grads(t, j), t->bk[j].plen, k, &part)) < 0)
+            if ((r = dsl_mixed_sumsq(t, final_type(t), final_grads(t, j), t->bk[j].plen, k,
+                                     &part)) < 0)
                 return r;
             sum += part;
         }
@@ -428,8 +438,8 @@ static int device_scalars(struct dsl_trainer *t, int stop_request, int clip, siz
         return r;
     if (t->o.loss_scaling || clip)
         for (size_t j = 0; j < t->nbk; j++)
-            if ((r = d->ops->absmax_bits_acc(d, t->gtype, final_grads(t, j), t->bk[j].plen,
-                                             dmax)) < 0)
+            if ((r = d->ops->absmax_bits_acc(d, final_type(t), final_grads(t, j),
+                                             t->bk[j].plen, dmax)) < 0)
                 return r;
     if (t->o.loss_scaling &&
         (r = d->ops->scalars_finish(d, dsum, dlimb, dmax, dstats + 2 * ga + 1)) < 0)
@@ -445,8 +455,8 @@ static int device_scalars(struct dsl_trainer *t, int stop_request, int clip, siz
                        (r = dsl_comm_wait(t->comm, req)) < 0))
             return r;
         for (size_t j = 0; j < t->nbk; j++)
-            if ((r = d->ops->sumsq_fixed_acc(d, t->gtype, final_grads(t, j), t->bk[j].plen,
-                                             dmax, NORM_FRAC, dsum)) < 0)
+            if ((r = d->ops->sumsq_fixed_acc(d, final_type(t), final_grads(t, j),
+                                             t->bk[j].plen, dmax, NORM_FRAC, dsum)) < 0)
                 return r;
         if ((r = d->ops->scalars_finish(d, dsum, dlimb, dmax, NULL)) < 0)
             return r;
@@ -542,8 +552,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         res->t_compute += c1 - c0;
         if (t->defer && !t->last_micro) {
             /* deferred: keep a local sum of the micro steps, reduce at the last one */
-            r = k == 0 ? dcopy(t, t->acc[0], t->grads, t->P)
-                       : dadd(t, t->acc[0], t->grads, t->P);
+            r = dsl_mixed_acc_in(t, t->acc[0], t->grads, t->P, k == 0);
             if (r < 0)
                 return comm_fail(t, r, "gradient accumulation", err);
         } else if (t->o.overlap_comm) {
@@ -691,7 +700,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
          * the optimizer; 16-bit: all of them, in fp32 (pre, when there is one, first) */
         float g1 = !half ? 1.0f : pre != 1.0f ? pre : inv;
         float gs = !half ? (fold ? inv : coef) : pre != 1.0f ? inv * coef : coef;
-        if ((r = dsl_mixed_optim(t, jj, final_grads(t, jj), lr, applied + 1, g1, gs)) < 0)
+        if ((r = dsl_mixed_optim(t, jj, final_type(t), final_grads(t, jj), lr, applied + 1, g1,
+                                 gs)) < 0)
             return comm_fail(t, r, "optimizer", err);
         if (gather) {
             double i0 = dsl_now();

@@ -187,6 +187,9 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
      * full-size buffer, and reduce once per step (as DeepSpeed does); otherwise every
      * micro step is reduced and the reduced pieces are accumulated (shard-size levels) */
     t->defer = o->grad_accum > 1 && !o->deterministic && o->zero_stage < 2;
+    /* micro steps accumulate in fp32, 16-bit gradients too (DeepSpeed's fp32
+     * accumulation), except in deterministic mode (see trainer.h: atype) */
+    t->atype = t->gtype != DSL_FLOAT32 && o->deterministic ? t->gtype : DSL_FLOAT32;
     if (o->grad_accum > 1) {
         int levels = 1;
         if (o->deterministic)
@@ -195,11 +198,11 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->nacc = levels;
         t->acc = dsl_xcalloc((size_t)levels, sizeof(void *));
         t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
-        size_t na = t->defer ? t->P : t->S;
+        size_t na = t->defer ? t->P : t->S, asz = dsl_dtype_size(t->atype);
         for (int i = 0; i < levels; i++) {
-            t->acc[i] = d->ops->alloc(d, (na ? na : 1) * t->esz);
+            t->acc[i] = d->ops->alloc(d, (na ? na : 1) * asz);
             fail |= !t->acc[i];
-            r->accum += na * t->esz;
+            r->accum += na * asz;
         }
     }
     size_t nx = o->micro_batch * model->in_dim; /* host: the trainer gathers here */

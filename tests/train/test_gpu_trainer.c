@@ -682,7 +682,7 @@ TEST(gpu_mixed_precision_should_track_the_cpu_fp32_trainer_and_match_the_formula
     static const struct variant vs[] = {
         {2, 1, 0, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16},  /* the shipped config's shape */
         {0, 0, 0, 0, 1, 0.05f, 0, 0, DSL_BFLOAT16},   /* clipping on the raw 16-bit norm */
-        {1, 1, 0, 100, 3, 0.0f, 0, 0, DSL_BFLOAT16},  /* deferred accumulation in 16 bits */
+        {1, 1, 0, 100, 3, 0.0f, 0, 0, DSL_BFLOAT16},  /* deferred accumulation in fp32 */
         {2, 0, 0, 30, 1, 0.05f, 0, 8, DSL_FLOAT16},   /* dynamic loss scale 2^8.. */
         {1, 0, 0, 100, 2, 0.0f, 0, 4, DSL_FLOAT16},
         {0, 1, 0, 100, 2, 0.0f, 1, 6, DSL_FLOAT16},   /* SGD with momentum */

@@ -80,6 +80,15 @@ struct dsl_device_ops {
                     size_t n);
     /** p[i] = half(float(p[i]) * f) */
     int (*half_scale)(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f);
+    /** fp32 accumulation of 16-bit gradients: dst[i] = float(src[i]) (widen),
+     *  dst[i] += float(src[i]) (widen_add; one fp32 addition), and
+     *  dst[i] = half(float(dst[i]) + src[i]) (half_add_f32; dst 16-bit, src fp32) */
+    int (*widen)(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                 size_t n);
+    int (*widen_add)(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                     size_t n);
+    int (*half_add_f32)(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                        size_t n);
     /** absmax_bits of float(p[i]): inf and NaN in the half buffer show as they are */
     int (*half_absmax_bits)(struct dsl_device *d, enum dsl_dtype ht, const void *p, size_t n,
                             uint32_t *out);

@@ -155,7 +155,10 @@ struct dsl_trainer {
     int nslots;
     float *master;     /* mixed precision: fp32 master weights, S (P at stage 0); else NULL */
     float *m, *v;      /* optimizer state: P (stage 0) or S */
-    void **acc;        /* gradient accumulation levels (grad_accum > 1) */
+    void **acc;        /* gradient accumulation levels (grad_accum > 1), of atype */
+    enum dsl_dtype atype; /* fp32, except 16-bit gradients in deterministic mode (the
+                             comm's 16-bit sums over ranks must equal the accumulation's
+                             over micro steps for bit-identity across world sizes) */
     int *acc_used;
     int nacc;
     int defer;          /* stages 0/1 outside deterministic mode: reduce once per step */
