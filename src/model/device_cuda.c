@@ -109,10 +109,10 @@ static int host_wait(struct dsl_device *d, const char *what)
         return d->failed;
     if (d->wait) {
         int r = d->wait(d->wait_ctx, d->stream);
-        if (r < 0 && !d->failed) {
+        if (r < 0 && !d->failed) { /* the waiter normally left its own text */
             d->failed = r;
-            snprintf(d->err, sizeof(d->err), "cuda: waiting for %s on device %d failed "
-                     "(the communicator's error says why)", what, d->id);
+            snprintf(d->err, sizeof(d->err), "cuda: waiting for %s on device %d failed",
+                     what, d->id);
         }
         if (r < 0)
             return r;

@@ -78,11 +78,11 @@ static int model_wait(struct dsl_model *m)
 {
     struct mlp_cuda *p = m->impl;
     if (m->wait) {
+        m->err[0] = '\0';
         int r = m->wait(m->wait_ctx, p->stream);
-        if (r < 0)
-            return dsl_seterr(m->err, r, "waiting for the GPU failed (the communicator's "
-                              "error says why)");
-        return 0;
+        if (r < 0 && !m->err[0])
+            dsl_seterr(m->err, r, "waiting for the GPU failed");
+        return r < 0 ? r : 0;
     }
     dsl_hostsync_note();
     cudaError_t e = cudaStreamSynchronize(p->stream);

@@ -18,6 +18,7 @@
  * concurrently with anything; the comm must outlive the trainer.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -103,9 +104,26 @@ static void build_buckets(struct dsl_trainer *t)
     t->S = t->o.zero_stage == 0 ? t->P : soff;
 }
 
-static int comm_stream_wait(void *ctx, void *stream)
+/* The host waits of the GPU device and model: the comm's bounded wait. A failure (a
+ * dead peer, a timeout) puts the comm's text where the waiter reports from. */
+static int dev_stream_wait(void *ctx, void *stream)
 {
-    return dsl_comm_stream_wait_host(ctx, stream);
+    struct dsl_trainer *t = ctx;
+    int r = dsl_comm_stream_wait_host(t->comm, stream);
+    if (r < 0 && !t->dev->failed) {
+        t->dev->failed = r;
+        snprintf(t->dev->err, sizeof(t->dev->err), "%s", dsl_comm_last_error(t->comm));
+    }
+    return r;
+}
+
+static int model_stream_wait(void *ctx, void *stream)
+{
+    struct dsl_trainer *t = ctx;
+    int r = dsl_comm_stream_wait_host(t->comm, stream);
+    if (r < 0)
+        snprintf(t->model->err, sizeof(t->model->err), "%s", dsl_comm_last_error(t->comm));
+    return r;
 }
 
 int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
@@ -139,10 +157,10 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         dsl_comm_set_compute_stream(comm, d->stream);
         if (dsl_comm_stream(comm)) {
             /* nccl: every host wait is the comm's bounded one, which a dead peer ends */
-            d->wait = comm_stream_wait;
-            d->wait_ctx = comm;
-            model->wait = comm_stream_wait;
-            model->wait_ctx = comm;
+            d->wait = dev_stream_wait;
+            d->wait_ctx = t;
+            model->wait = model_stream_wait;
+            model->wait_ctx = t;
         }
     }
     if (!dsl_fixedsum_fits(t->world)) /* the gradient norm's exact limb sums */
