@@ -1,7 +1,7 @@
 /*
  * Where the trainer's model state lives and the few buffer operations the trainer runs
  * on it, behind a small ops table: "cpu" (host memory, plain loops: src/model/
- * device_cpu.c) and "cuda" (device memory, kernels on the legacy default stream:
+ * device_cpu.c) and "cuda" (device memory, kernels on the device's own stream:
  * src/model/device_cuda.c, src/model/device_kernels.cu). The trainer touches
  * parameters, gradients, shards, staging buckets, accumulation levels and optimizer
  * state only through these calls, so ZeRO stages 0/1/2 are the same code on both.
