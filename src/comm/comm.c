@@ -17,8 +17,9 @@
  * wake-up). On the nccl backend every call is enqueued on the stream at issue time; a
  * wait orders the caller's compute stream after the request with an event (no host
  * wait), a blocking call drains the stream on the host (bounded), and
- * dsl_comm_stream_wait_host() is the bounded host wait for a compute stream. The first failure is sticky: every later call returns it.
- * The communicator is used by one user thread at a time.
+ * dsl_comm_stream_wait_host() is the bounded host wait for a compute stream. The
+ * first failure is sticky: every later call returns it. The communicator is used by
+ * one user thread at a time.
  *
  * Progress (common/progress.h): when the rank has a progress record, every call gets
  * the next collective number at issue, and the thread that runs it stores "inside #n"

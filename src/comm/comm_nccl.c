@@ -35,8 +35,9 @@
  * reserves its largest bucket), so no step allocates or frees; a larger collective
  * first drains the stream (bounded, as above) and reallocates.
  * DSLAUNCH_NCCL_PAD_ALWAYS=1 sends every reduce-scatter and all-gather through the
- * padded path, so a test at world size 1 (where every shard divides) runs it. NCCL cannot say which rank it waits for, so timeouts say
- * "the other ranks". Bytes sent are counted by algorithm (ring volumes).
+ * padded path, so a test at world size 1 (where every shard divides) runs it. NCCL
+ * cannot say which rank it waits for, so timeouts say "the other ranks". Bytes sent
+ * are counted by algorithm (ring volumes).
  */
 #include <cuda_runtime.h>
 #include <errno.h>

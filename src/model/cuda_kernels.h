@@ -69,7 +69,8 @@ cudaError_t dsl_cuda_add(cudaStream_t s, float *dst, const float *src, size_t n)
 /** *dmax = max(*dmax, max_i bits(|p[i]|)); *dmax must be initialised */
 cudaError_t dsl_cuda_absmax_bits(cudaStream_t s, const float *p, size_t n, unsigned int *dmax);
 /** *dsum += sum_i (uint64)(int64)(p[i]*p[i]*k + 0.5) in double; *dsum initialised */
-cudaError_t dsl_cuda_sumsq_fixed(cudaStream_t s, const float *p, size_t n, double k, unsigned long long *dsum);
+cudaError_t dsl_cuda_sumsq_fixed(cudaStream_t s, const float *p, size_t n, double k,
+                                 unsigned long long *dsum);
 
 /** dsl_cuda_sumsq_fixed with k = frac / (m x m), m the float of the bits *dmax (device
  *  memory); nothing when m is 0, inf or NaN. type: 0 fp32, 1 fp16, 2 bf16 elements. */
@@ -88,11 +89,11 @@ struct dsl_cuda_adam {
     float gscale; /* the gradient is g * gscale (dsl_optim_step) */
     int adam_w_mode;
 };
-cudaError_t dsl_cuda_adam_step(cudaStream_t s, const struct dsl_cuda_adam *a, float *p, const float *g,
-                               float *m, float *v, size_t n);
+cudaError_t dsl_cuda_adam_step(cudaStream_t s, const struct dsl_cuda_adam *a, float *p,
+                               const float *g, float *m, float *v, size_t n);
 /** SGD: momentum mu (0: none; m unused), first step t == 1 */
-cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first, float gscale, float *p,
-                              const float *g, float *m, size_t n);
+cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first, float gscale,
+                              float *p, const float *g, float *m, size_t n);
 
 /* mixed precision: 16-bit buffers (void *) hold bf16 when bf16 is non-zero, else fp16 */
 /** dst[i] = half(src[i]) */
@@ -108,28 +109,32 @@ cudaError_t dsl_cuda_half_add_f32(cudaStream_t s, int bf16, void *dst, const flo
 /** p[i] = half(float(p[i]) * f) */
 cudaError_t dsl_cuda_half_scale(cudaStream_t s, int bf16, void *p, size_t n, float f);
 /** dsl_cuda_absmax_bits / dsl_cuda_sumsq_fixed of float(p[i]) */
-cudaError_t dsl_cuda_half_absmax_bits(cudaStream_t s, int bf16, const void *p, size_t n, unsigned int *dmax);
+cudaError_t dsl_cuda_half_absmax_bits(cudaStream_t s, int bf16, const void *p, size_t n,
+                                      unsigned int *dmax);
 cudaError_t dsl_cuda_half_sumsq_fixed(cudaStream_t s, int bf16, const void *p, size_t n, double k,
                                       unsigned long long *dsum);
 /** Adam / SGD on fp32 p with the gradient (float(g[i]) * ga) * a->gscale, then
  *  hp[i] = half(p[i]) */
-cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16, const struct dsl_cuda_adam *a, float ga, float *p,
-                                    void *hp, const void *g, float *m, float *v, size_t n);
-cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd, float mu, int first, float ga,
-                                   float gscale, float *p, void *hp, const void *g, float *m,
-                                   size_t n);
+cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16, const struct dsl_cuda_adam *a,
+                                    float ga, float *p, void *hp, const void *g, float *m, float *v,
+                                    size_t n);
+cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd, float mu,
+                                   int first, float ga, float gscale, float *p, void *hp,
+                                   const void *g, float *m, size_t n);
 
 /* ---- model_mlp_kernels.cu: the MLP (model_mlp_cuda.c) ---- */
 
 /** z[i][k] = z[i][k] + b[k] over n rows of out, then ReLU if relu */
-cudaError_t dsl_cuda_mlp_bias_act(cudaStream_t s, float *z, const float *b, size_t n, size_t out, int relu);
+cudaError_t dsl_cuda_mlp_bias_act(cudaStream_t s, float *z, const float *b, size_t n, size_t out,
+                                  int relu);
 /** Softmax cross-entropy per sample over n rows of c logits: loss[i], correct[i]
  *  (argmax == y[i]) and, if dz is not NULL, dz = (softmax - onehot) x scale (the
  *  loss scale; 1 for the plain gradient) */
-cudaError_t dsl_cuda_mlp_loss(cudaStream_t s, const float *logits, const int32_t *y, size_t n, size_t c,
-                              float *loss, int32_t *correct, float *dz, float scale);
+cudaError_t dsl_cuda_mlp_loss(cudaStream_t s, const float *logits, const int32_t *y, size_t n,
+                              size_t c, float *loss, int32_t *correct, float *dz, float scale);
 /** db[k] = sum over rows i of dz[i][k] (a fixed-order column reduction) */
-cudaError_t dsl_cuda_mlp_bias_grad(cudaStream_t s, const float *dz, size_t n, size_t out, float *db);
+cudaError_t dsl_cuda_mlp_bias_grad(cudaStream_t s, const float *dz, size_t n, size_t out,
+                                   float *db);
 /** d[i] = 0 where a[i] <= 0 (the ReLU's gradient), over len elements */
 cudaError_t dsl_cuda_mlp_relu_mask(cudaStream_t s, float *d, const float *a, size_t len);
 /** out[0] = sum of the n losses (in double, rounded to float), out[stride] = the number
@@ -140,14 +145,15 @@ cudaError_t dsl_cuda_mlp_loss_stats(cudaStream_t s, const float *loss, const int
  *  bias add and the bias gradient's column sum in fp32, rounded once at the end; the
  *  loss from the widened logits, in fp32 (loss[] stays fp32), dz rounded to 16 bits
  *  after the multiply by the scale. */
-cudaError_t dsl_cuda_mlp_half_bias_act(cudaStream_t s, int bf16, void *z, const void *b, size_t n, size_t out,
-                                       int relu);
-cudaError_t dsl_cuda_mlp_half_loss(cudaStream_t s, int bf16, const void *logits, const int32_t *y, size_t n,
-                                   size_t c, float *loss, int32_t *correct, void *dz,
+cudaError_t dsl_cuda_mlp_half_bias_act(cudaStream_t s, int bf16, void *z, const void *b, size_t n,
+                                       size_t out, int relu);
+cudaError_t dsl_cuda_mlp_half_loss(cudaStream_t s, int bf16, const void *logits, const int32_t *y,
+                                   size_t n, size_t c, float *loss, int32_t *correct, void *dz,
                                    float scale);
-cudaError_t dsl_cuda_mlp_half_bias_grad(cudaStream_t s, int bf16, const void *dz, size_t n, size_t out,
-                                        void *db);
-cudaError_t dsl_cuda_mlp_half_relu_mask(cudaStream_t s, int bf16, void *d, const void *a, size_t len);
+cudaError_t dsl_cuda_mlp_half_bias_grad(cudaStream_t s, int bf16, const void *dz, size_t n,
+                                        size_t out, void *db);
+cudaError_t dsl_cuda_mlp_half_relu_mask(cudaStream_t s, int bf16, void *d, const void *a,
+                                        size_t len);
 
 #ifdef __cplusplus
 }

@@ -205,12 +205,14 @@ static int cu_set_zero(struct dsl_device *d, float *p, size_t n)
 
 static int cu_scale(struct dsl_device *d, float *p, size_t n, float f)
 {
-    return d->failed ? d->failed : check(d, "launching dsl_k_scale", dsl_cuda_scale(st(d), p, n, f));
+    return d->failed ? d->failed
+                     : check(d, "launching dsl_k_scale", dsl_cuda_scale(st(d), p, n, f));
 }
 
 static int cu_add(struct dsl_device *d, float *dst, const float *src, size_t n)
 {
-    return d->failed ? d->failed : check(d, "launching dsl_k_add", dsl_cuda_add(st(d), dst, src, n));
+    return d->failed ? d->failed
+                     : check(d, "launching dsl_k_add", dsl_cuda_add(st(d), dst, src, n));
 }
 
 /* The value-returning ops: zero a word of the device scratch, launch the kernel that
@@ -240,7 +242,8 @@ static int cu_absmax_bits(struct dsl_device *d, const float *p, size_t n, uint32
     if (d->failed || !n)
         return d->failed;
     if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
-        (r = check(d, "launching dsl_k_absmax_bits", dsl_cuda_absmax_bits(st(d), p, n, dmax))) < 0 ||
+        (r = check(d, "launching dsl_k_absmax_bits", dsl_cuda_absmax_bits(st(d), p, n, dmax))) <
+            0 ||
         (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
         return r;
     *out = h;
@@ -257,7 +260,8 @@ static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double
     if (d->failed || !n)
         return d->failed;
     if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0 ||
-        (r = check(d, "launching dsl_k_sumsq_fixed", dsl_cuda_sumsq_fixed(st(d), p, n, k, dsum))) < 0 ||
+        (r = check(d, "launching dsl_k_sumsq_fixed", dsl_cuda_sumsq_fixed(st(d), p, n, k, dsum))) <
+            0 ||
         (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
         return r;
     *out = (uint64_t)h;
@@ -387,8 +391,8 @@ static int cu_half_optim_step(struct dsl_device *d, const struct dsl_optim_hpara
         return d->failed;
     if (h->type == DSL_OPTIM_SGD)
         return check(d, "launching dsl_k_half_sgd",
-                     dsl_cuda_half_sgd_step(st(d), bf16, lr, h->weight_decay, h->momentum, t <= 1, ga,
-                                            gscale, p, hp, g, m, len));
+                     dsl_cuda_half_sgd_step(st(d), bf16, lr, h->weight_decay, h->momentum, t <= 1,
+                                            ga, gscale, p, hp, g, m, len));
     struct dsl_cuda_adam a = adam_consts(h, lr, t, gscale);
     return check(d, "launching dsl_k_half_adam",
                  dsl_cuda_half_adam_step(st(d), bf16, &a, ga, p, hp, g, m, v, len));

@@ -297,7 +297,8 @@ extern "C" cudaError_t dsl_cuda_add(cudaStream_t s, float *dst, const float *src
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_absmax_bits(cudaStream_t s, const float *p, size_t n, unsigned int *dmax)
+extern "C" cudaError_t dsl_cuda_absmax_bits(cudaStream_t s, const float *p, size_t n,
+                                            unsigned int *dmax)
 {
     if (!n)
         return cudaSuccess;
@@ -326,8 +327,8 @@ extern "C" cudaError_t dsl_cuda_adam_step(cudaStream_t s, const struct dsl_cuda_
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first, float gscale,
-                                         float *p, const float *g, float *m, size_t n)
+extern "C" cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first,
+                                         float gscale, float *p, const float *g, float *m, size_t n)
 {
     if (!n)
         return cudaSuccess;
@@ -338,27 +339,30 @@ extern "C" cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, flo
 
 /* ---- mixed precision: one launcher per operation, the element type from bf16 ---- */
 
-template <typename H> static cudaError_t to_half_t(cudaStream_t s, void *dst, const float *src, size_t n)
+template <typename H>
+static cudaError_t to_half_t(cudaStream_t s, void *dst, const float *src, size_t n)
 {
     dsl_k_to_half<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, src, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t s, int bf16, void *dst, const float *src, size_t n)
+extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t s, int bf16, void *dst, const float *src,
+                                        size_t n)
 {
     if (!n)
         return cudaSuccess;
     return bf16 ? to_half_t<__nv_bfloat16>(s, dst, src, n) : to_half_t<__half>(s, dst, src, n);
 }
 
-template <typename H> static cudaError_t half_add_t(cudaStream_t s, void *dst, const void *src, size_t n)
+template <typename H>
+static cudaError_t half_add_t(cudaStream_t s, void *dst, const void *src, size_t n)
 {
-    dsl_k_half_add<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst,
-                                                                       (const H *)src, n);
+    dsl_k_half_add<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, (const H *)src, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_add(cudaStream_t s, int bf16, void *dst, const void *src, size_t n)
+extern "C" cudaError_t dsl_cuda_half_add(cudaStream_t s, int bf16, void *dst, const void *src,
+                                         size_t n)
 {
     if (!n)
         return cudaSuccess;
@@ -391,37 +395,40 @@ extern "C" cudaError_t dsl_cuda_half_absmax_bits(cudaStream_t s, int bf16, const
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_absmax_t<__nv_bfloat16>(s, p, n, dmax) : half_absmax_t<__half>(s, p, n, dmax);
+    return bf16 ? half_absmax_t<__nv_bfloat16>(s, p, n, dmax)
+                : half_absmax_t<__half>(s, p, n, dmax);
 }
 
 template <typename H>
-static cudaError_t half_sumsq_t(cudaStream_t s, const void *p, size_t n, double k, unsigned long long *dsum)
+static cudaError_t half_sumsq_t(cudaStream_t s, const void *p, size_t n, double k,
+                                unsigned long long *dsum)
 {
-    dsl_k_sumsq_fixed<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((const H *)p, n, k,
-                                                                          dsum);
+    dsl_k_sumsq_fixed<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((const H *)p, n, k, dsum);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_sumsq_fixed(cudaStream_t s, int bf16, const void *p, size_t n, double k,
-                                                 unsigned long long *dsum)
+extern "C" cudaError_t dsl_cuda_half_sumsq_fixed(cudaStream_t s, int bf16, const void *p, size_t n,
+                                                 double k, unsigned long long *dsum)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_sumsq_t<__nv_bfloat16>(s, p, n, k, dsum) : half_sumsq_t<__half>(s, p, n, k, dsum);
+    return bf16 ? half_sumsq_t<__nv_bfloat16>(s, p, n, k, dsum)
+                : half_sumsq_t<__half>(s, p, n, k, dsum);
 }
 
 template <typename H>
-static cudaError_t half_adam_t(cudaStream_t s, const struct dsl_cuda_adam *a, float ga, float *p, void *hp,
-                               const void *g, float *m, float *v, size_t n)
+static cudaError_t half_adam_t(cudaStream_t s, const struct dsl_cuda_adam *a, float ga, float *p,
+                               void *hp, const void *g, float *m, float *v, size_t n)
 {
-    dsl_k_half_adam<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(*a, ga, p, (H *)hp,
-                                                                        (const H *)g, m, v, n);
+    dsl_k_half_adam<H>
+        <<<dsl_cuda_blocks(n), THREADS, 0, s>>>(*a, ga, p, (H *)hp, (const H *)g, m, v, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16, const struct dsl_cuda_adam *a, float ga,
-                                               float *p, void *hp, const void *g, float *m,
-                                               float *v, size_t n)
+extern "C" cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16,
+                                               const struct dsl_cuda_adam *a, float ga, float *p,
+                                               void *hp, const void *g, float *m, float *v,
+                                               size_t n)
 {
     if (!n)
         return cudaSuccess;
@@ -430,17 +437,17 @@ extern "C" cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16, const s
 }
 
 template <typename H>
-static cudaError_t half_sgd_t(cudaStream_t s, float lr, float wd, float mu, int first, float ga, float gs,
-                              float *p, void *hp, const void *g, float *m, size_t n)
+static cudaError_t half_sgd_t(cudaStream_t s, float lr, float wd, float mu, int first, float ga,
+                              float gs, float *p, void *hp, const void *g, float *m, size_t n)
 {
-    dsl_k_half_sgd<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(
-        lr, wd, mu, first, ga, gs, p, (H *)hp, (const H *)g, m, n);
+    dsl_k_half_sgd<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(lr, wd, mu, first, ga, gs, p, (H *)hp,
+                                                             (const H *)g, m, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd, float mu, int first,
-                                              float ga, float gscale, float *p, void *hp,
-                                              const void *g, float *m, size_t n)
+extern "C" cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd,
+                                              float mu, int first, float ga, float gscale, float *p,
+                                              void *hp, const void *g, float *m, size_t n)
 {
     if (!n)
         return cudaSuccess;

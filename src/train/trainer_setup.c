@@ -248,10 +248,13 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     }
     if (fail) {
         uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
+        char why[DSL_ERR_LEN + 2] = "";
+        if (d->err[0]) /* the device's own text (CUDA: which allocation, and why) */
+            snprintf(why, sizeof(why), ": %s", d->err);
         dsl_trainer_release(t);
-        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s",
+        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s%s",
                           (unsigned long long)total, d->host_memory ? "" : " on ",
-                          d->host_memory ? "" : d->name);
+                          d->host_memory ? "" : d->name, why);
     }
     /* the padded scratch of uneven shards, sized once for the largest bucket (in fp32:
      * checkpoints gather fp32 state bucket by bucket), so no step allocates */

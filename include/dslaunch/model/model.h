@@ -100,8 +100,9 @@ struct dsl_model;
 struct dsl_model_ops {
     const char *name;
     /** Fill params (nparams floats, fp32 for every dtype, in the model's memory: see
-     *  the top of this file) from seed; the same seed gives the same bits on the CPU and the GPU. Returns 0
-     *  or a negative code (GPU: the copy failed), with the text in m->err. */
+     *  the top of this file) from seed; the same seed gives the same bits on the CPU and
+     *  the GPU. Returns 0 or a negative code (GPU: the copy failed), with the text in
+     *  m->err. */
     int (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
     /** Forward + backward over n samples (x: n x in_dim, y: n labels; host memory).
      *  loss_scale: the gradient delivered is that of loss_scale x the summed loss (the
