@@ -123,6 +123,7 @@ static int train(struct dsl_train_settings *s)
             goto out;
         have_gpu = 1;
         s->to.dev = &gpu_dev;
+        s->model.stream = gpu_dev.stream; /* one stream for the model and the device */
         r = dsl_model_create_cuda(&model, &s->model, err);
 #else
         r = dsl_seterr(err, DSL_ENOTSUP, "backend 'nccl': built without CUDA");
@@ -166,6 +167,10 @@ static int train(struct dsl_train_settings *s)
 out:
     if (r < 0 && r != DSL_ECANCELED)
         dsl_error("%s", *err ? err : dsl_strerror(r));
+    /* a failed GPU run: abort the communicator before any device memory is freed,
+     * since cudaFree waits for every kernel, an NCCL kernel stuck on a dead peer too */
+    if (r < 0 && r != DSL_ECANCELED && comm && have_gpu)
+        dsl_comm_abort(comm);
     if (have_trainer)
         dsl_trainer_release(&t);
     dsl_model_release(&model);

@@ -14,9 +14,12 @@
  * issue order and complete in that order, so dsl_comm_wait(req) waits until
  * `completed >= req`. A blocking call first waits for everything issued before it and
  * then runs in the caller's thread (no hand-off, so small blocking calls pay no thread
- * wake-up). On the nccl backend every call is enqueued on the stream at issue time and
- * a wait drains the stream. The first failure is sticky: every later call returns it.
- * The communicator is used by one user thread at a time.
+ * wake-up). On the nccl backend every call is enqueued on the stream at issue time; a
+ * wait orders the caller's compute stream after the request with an event (no host
+ * wait), a blocking call drains the stream on the host (bounded), and
+ * dsl_comm_stream_wait_host() is the bounded host wait for a compute stream. The
+ * first failure is sticky: every later call returns it. The communicator is used by
+ * one user thread at a time.
  *
  * Progress (common/progress.h): when the rank has a progress record, every call gets
  * the next collective number at issue, and the thread that runs it stores "inside #n"
@@ -334,8 +337,59 @@ static int enqueue(struct dsl_comm *c, const struct dsl_comm_call *k, uint64_t s
     return 0;
 }
 
+void dsl_comm_set_compute_stream(struct dsl_comm *c, void *stream)
+{
+    c->compute_stream = stream;
+}
+
+int dsl_comm_reserve(struct dsl_comm *c, size_t bytes)
+{
+    if (c->failed)
+        return c->failed;
+    return c->ops->reserve ? c->ops->reserve(c, bytes) : 0;
+}
+
+int dsl_comm_stream_wait_host(struct dsl_comm *c, void *stream)
+{
+    int r = c->failed;
+    if (r || !c->ops->stream_wait)
+        return r;
+    if ((r = c->ops->stream_wait(c, stream)) < 0) {
+        c->failed = r;
+        return r;
+    }
+    if (c->open_seq) { /* everything enqueued so far is complete */
+        coll_done(c, c->open_seq, c->open_kind);
+        c->open_seq = 0;
+    }
+    return 0;
+}
+
+void dsl_comm_abort(struct dsl_comm *c)
+{
+    if (!c || !c->ops)
+        return;
+    if (c->ops->abort)
+        c->ops->abort(c);
+    if (!c->failed) {
+        c->failed = DSL_EPEER;
+        if (!c->err[0])
+            snprintf(c->err, sizeof(c->err), "the communicator was aborted");
+    }
+}
+
 int dsl_comm_wait(struct dsl_comm *c, int req)
 {
+    if (!c->ops->threaded && c->ops->order) {
+        /* nccl: order the compute stream after the request; the collective stays
+         * "inside" in the progress record until the host sees it complete */
+        int r = c->failed;
+        if (!r && req > c->issued)
+            return dsl_seterr(c->err, -EINVAL, "wait: request %d was never issued", req);
+        if (!r && (r = c->ops->order(c, req)) < 0)
+            c->failed = r;
+        return r;
+    }
     if (!c->ops->threaded) {
         int r = c->failed;
         if (!r && c->ops->sync && (r = c->ops->sync(c)) < 0)

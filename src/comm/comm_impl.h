@@ -51,6 +51,12 @@ struct dsl_comm_ops {
      * its collectives take device memory only) */
     void *(*alloc)(struct dsl_comm *c, size_t bytes);
     void (*free)(struct dsl_comm *c, void *p);
+    /* nccl (NULL elsewhere): dsl_comm_wait as stream ordering, no host wait */
+    int (*order)(struct dsl_comm *c, int req);
+    /* nccl: dsl_comm_reserve, dsl_comm_stream_wait_host, dsl_comm_abort */
+    int (*reserve)(struct dsl_comm *c, size_t bytes);
+    int (*stream_wait)(struct dsl_comm *c, void *stream);
+    void (*abort)(struct dsl_comm *c);
 };
 
 struct dsl_comm_queue_item {
@@ -66,6 +72,7 @@ struct dsl_comm {
     double timeout_s;
     int deterministic;
     int device;
+    void *compute_stream;    /* nccl: the caller's cudaStream_t; NULL: legacy default */
     struct dsl_store *store; /* owned; NULL at world size 1 */
     _Atomic uint64_t bytes_sent;
     int failed;              /* first fatal error; sticky */

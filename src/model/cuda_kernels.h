@@ -1,9 +1,11 @@
 /*
  * Inside the CUDA path of dstrain: the kernel launchers of device_kernels.cu (the
  * device's buffer operations) and model_mlp_kernels.cu (the MLP's elementwise parts),
- * callable from C. Every launcher enqueues on the legacy default stream (the stream
- * cuBLAS, cudaMemcpy and the nccl comm's ordering event use), returns the launch's
- * cudaError_t and does nothing for empty input. Pointers are device pointers.
+ * callable from C. Every launcher enqueues on the stream s it is given (the device's
+ * stream, which the model's cuBLAS handle and the nccl comm's ordering events use too),
+ * returns cudaGetLastError() read right after its launch (the caller names the kernel
+ * in the message) and does nothing for empty input. Pointers are device pointers.
+ * Kernel symbols are prefixed dsl_k_ so that they cannot clash with another library's.
  *
  * Each kernel mirrors a CPU loop, its test oracle, with the same float operations in
  * the same order, written with round-to-nearest intrinsics so that nvcc cannot
@@ -61,13 +63,23 @@ extern "C" {
 /* ---- device_kernels.cu: the device ops (device.h) ---- */
 
 /** p[i] *= f */
-cudaError_t dsl_cuda_scale(float *p, size_t n, float f);
+cudaError_t dsl_cuda_scale(cudaStream_t s, float *p, size_t n, float f);
 /** dst[i] += src[i] */
-cudaError_t dsl_cuda_add(float *dst, const float *src, size_t n);
+cudaError_t dsl_cuda_add(cudaStream_t s, float *dst, const float *src, size_t n);
 /** *dmax = max(*dmax, max_i bits(|p[i]|)); *dmax must be initialised */
-cudaError_t dsl_cuda_absmax_bits(const float *p, size_t n, unsigned int *dmax);
+cudaError_t dsl_cuda_absmax_bits(cudaStream_t s, const float *p, size_t n, unsigned int *dmax);
 /** *dsum += sum_i (uint64)(int64)(p[i]*p[i]*k + 0.5) in double; *dsum initialised */
-cudaError_t dsl_cuda_sumsq_fixed(const float *p, size_t n, double k, unsigned long long *dsum);
+cudaError_t dsl_cuda_sumsq_fixed(cudaStream_t s, const float *p, size_t n, double k,
+                                 unsigned long long *dsum);
+
+/** dsl_cuda_sumsq_fixed with k = frac / (m x m), m the float of the bits *dmax (device
+ *  memory); nothing when m is 0, inf or NaN. type: 0 fp32, 1 fp16, 2 bf16 elements. */
+cudaError_t dsl_cuda_sumsq_fixed_dev(cudaStream_t s, int type, const void *p, size_t n,
+                                     const unsigned int *dmax, double frac,
+                                     unsigned long long *dsum);
+/** limb[] = fixedsum split of *dsum; *flag = (*dmax >= inf bits) unless flag is NULL */
+cudaError_t dsl_cuda_scalars_finish(cudaStream_t s, const unsigned long long *dsum,
+                                    int32_t *limb, const unsigned int *dmax, float *flag);
 
 /** The per-step constants of Adam, computed on the host as optimizer.c does. */
 struct dsl_cuda_adam {
@@ -77,56 +89,71 @@ struct dsl_cuda_adam {
     float gscale; /* the gradient is g * gscale (dsl_optim_step) */
     int adam_w_mode;
 };
-cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p, const float *g,
-                               float *m, float *v, size_t n);
+cudaError_t dsl_cuda_adam_step(cudaStream_t s, const struct dsl_cuda_adam *a, float *p,
+                               const float *g, float *m, float *v, size_t n);
 /** SGD: momentum mu (0: none; m unused), first step t == 1 */
-cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale, float *p,
-                              const float *g, float *m, size_t n);
+cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first, float gscale,
+                              float *p, const float *g, float *m, size_t n);
 
 /* mixed precision: 16-bit buffers (void *) hold bf16 when bf16 is non-zero, else fp16 */
 /** dst[i] = half(src[i]) */
-cudaError_t dsl_cuda_to_half(int bf16, void *dst, const float *src, size_t n);
+cudaError_t dsl_cuda_to_half(cudaStream_t s, int bf16, void *dst, const float *src, size_t n);
 /** dst[i] = half(float(dst[i]) + float(src[i])) */
-cudaError_t dsl_cuda_half_add(int bf16, void *dst, const void *src, size_t n);
+cudaError_t dsl_cuda_half_add(cudaStream_t s, int bf16, void *dst, const void *src, size_t n);
+/** dst[i] = float(src[i]), or dst[i] += float(src[i]) when add (fp32 accumulation) */
+cudaError_t dsl_cuda_widen(cudaStream_t s, int bf16, float *dst, const void *src, size_t n,
+                           int add);
+/** dst[i] = half(float(dst[i]) + src[i]) (src fp32) */
+cudaError_t dsl_cuda_half_add_f32(cudaStream_t s, int bf16, void *dst, const float *src,
+                                  size_t n);
 /** p[i] = half(float(p[i]) * f) */
-cudaError_t dsl_cuda_half_scale(int bf16, void *p, size_t n, float f);
+cudaError_t dsl_cuda_half_scale(cudaStream_t s, int bf16, void *p, size_t n, float f);
 /** dsl_cuda_absmax_bits / dsl_cuda_sumsq_fixed of float(p[i]) */
-cudaError_t dsl_cuda_half_absmax_bits(int bf16, const void *p, size_t n, unsigned int *dmax);
-cudaError_t dsl_cuda_half_sumsq_fixed(int bf16, const void *p, size_t n, double k,
+cudaError_t dsl_cuda_half_absmax_bits(cudaStream_t s, int bf16, const void *p, size_t n,
+                                      unsigned int *dmax);
+cudaError_t dsl_cuda_half_sumsq_fixed(cudaStream_t s, int bf16, const void *p, size_t n, double k,
                                       unsigned long long *dsum);
 /** Adam / SGD on fp32 p with the gradient (float(g[i]) * ga) * a->gscale, then
  *  hp[i] = half(p[i]) */
-cudaError_t dsl_cuda_half_adam_step(int bf16, const struct dsl_cuda_adam *a, float ga, float *p,
-                                    void *hp, const void *g, float *m, float *v, size_t n);
-cudaError_t dsl_cuda_half_sgd_step(int bf16, float lr, float wd, float mu, int first, float ga,
-                                   float gscale, float *p, void *hp, const void *g, float *m,
-                                   size_t n);
+cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16, const struct dsl_cuda_adam *a,
+                                    float ga, float *p, void *hp, const void *g, float *m, float *v,
+                                    size_t n);
+cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd, float mu,
+                                   int first, float ga, float gscale, float *p, void *hp,
+                                   const void *g, float *m, size_t n);
 
 /* ---- model_mlp_kernels.cu: the MLP (model_mlp_cuda.c) ---- */
 
 /** z[i][k] = z[i][k] + b[k] over n rows of out, then ReLU if relu */
-cudaError_t dsl_cuda_mlp_bias_act(float *z, const float *b, size_t n, size_t out, int relu);
+cudaError_t dsl_cuda_mlp_bias_act(cudaStream_t s, float *z, const float *b, size_t n, size_t out,
+                                  int relu);
 /** Softmax cross-entropy per sample over n rows of c logits: loss[i], correct[i]
  *  (argmax == y[i]) and, if dz is not NULL, dz = (softmax - onehot) x scale (the
  *  loss scale; 1 for the plain gradient) */
-cudaError_t dsl_cuda_mlp_loss(const float *logits, const int32_t *y, size_t n, size_t c,
-                              float *loss, int32_t *correct, float *dz, float scale);
-/** db[k] = sum over rows i (in order) of dz[i][k] */
-cudaError_t dsl_cuda_mlp_bias_grad(const float *dz, size_t n, size_t out, float *db);
+cudaError_t dsl_cuda_mlp_loss(cudaStream_t s, const float *logits, const int32_t *y, size_t n,
+                              size_t c, float *loss, int32_t *correct, float *dz, float scale);
+/** db[k] = sum over rows i of dz[i][k] (a fixed-order column reduction) */
+cudaError_t dsl_cuda_mlp_bias_grad(cudaStream_t s, const float *dz, size_t n, size_t out,
+                                   float *db);
 /** d[i] = 0 where a[i] <= 0 (the ReLU's gradient), over len elements */
-cudaError_t dsl_cuda_mlp_relu_mask(float *d, const float *a, size_t len);
+cudaError_t dsl_cuda_mlp_relu_mask(cudaStream_t s, float *d, const float *a, size_t len);
+/** out[0] = sum of the n losses (in double, rounded to float), out[stride] = the number
+ *  of non-zero correct[i]: the micro batch's stats, left in device memory */
+cudaError_t dsl_cuda_mlp_loss_stats(cudaStream_t s, const float *loss, const int32_t *correct,
+                                    size_t n, float *out, size_t stride);
 /** The same four on 16-bit buffers (bf16 or fp16), with fp32 arithmetic inside: the
  *  bias add and the bias gradient's column sum in fp32, rounded once at the end; the
  *  loss from the widened logits, in fp32 (loss[] stays fp32), dz rounded to 16 bits
  *  after the multiply by the scale. */
-cudaError_t dsl_cuda_mlp_half_bias_act(int bf16, void *z, const void *b, size_t n, size_t out,
-                                       int relu);
-cudaError_t dsl_cuda_mlp_half_loss(int bf16, const void *logits, const int32_t *y, size_t n,
-                                   size_t c, float *loss, int32_t *correct, void *dz,
+cudaError_t dsl_cuda_mlp_half_bias_act(cudaStream_t s, int bf16, void *z, const void *b, size_t n,
+                                       size_t out, int relu);
+cudaError_t dsl_cuda_mlp_half_loss(cudaStream_t s, int bf16, const void *logits, const int32_t *y,
+                                   size_t n, size_t c, float *loss, int32_t *correct, void *dz,
                                    float scale);
-cudaError_t dsl_cuda_mlp_half_bias_grad(int bf16, const void *dz, size_t n, size_t out,
-                                        void *db);
-cudaError_t dsl_cuda_mlp_half_relu_mask(int bf16, void *d, const void *a, size_t len);
+cudaError_t dsl_cuda_mlp_half_bias_grad(cudaStream_t s, int bf16, const void *dz, size_t n,
+                                        size_t out, void *db);
+cudaError_t dsl_cuda_mlp_half_relu_mask(cudaStream_t s, int bf16, void *d, const void *a,
+                                        size_t len);
 
 #ifdef __cplusplus
 }

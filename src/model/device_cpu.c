@@ -170,6 +170,39 @@ static int cpu_half_add(struct dsl_device *d, enum dsl_dtype ht, void *dst, cons
     return 0;
 }
 
+static int cpu_widen(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                     size_t n)
+{
+    (void)d;
+    widen(ht, dst, src, n);
+    return 0;
+}
+
+static int cpu_widen_add(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
+                         size_t n)
+{
+    float b[HBLK];
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        widen(ht, b, chel(src, i), k);
+        cpu_add(d, dst + i, b, k);
+    }
+    return 0;
+}
+
+static int cpu_half_add_f32(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
+                            size_t n)
+{
+    float a[HBLK];
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        widen(ht, a, hel(dst, i), k);
+        cpu_add(d, a, src + i, k);
+        narrow(ht, hel(dst, i), a, k);
+    }
+    return 0;
+}
+
 static int cpu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f)
 {
     float a[HBLK];
@@ -274,6 +307,9 @@ static const struct dsl_device_ops cpu_ops = {
     .optim_step = cpu_optim_step,
     .to_half = cpu_to_half,
     .half_add = cpu_half_add,
+    .widen = cpu_widen,
+    .widen_add = cpu_widen_add,
+    .half_add_f32 = cpu_half_add_f32,
     .half_scale = cpu_half_scale,
     .half_absmax_bits = cpu_half_absmax_bits,
     .half_sumsq_fixed = cpu_half_sumsq_fixed,

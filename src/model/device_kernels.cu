@@ -3,7 +3,9 @@
  * order-free reductions of the global gradient norm, and Adam/SGD.
  *
  * Theory of operation. Every kernel is a grid-stride loop over flat float buffers,
- * launched on the legacy default stream by a launcher that returns the launch error.
+ * launched on the caller's stream by a launcher that returns the launch error; add and
+ * scale use 16-byte float4 loads and stores when the buffers are aligned (a scalar
+ * kernel takes the last n % 4 elements), the same operations per element.
  * Each mirrors its CPU reference in device_cpu.c / optimizer.c operation for
  * operation, with __f*_rn / __d*_rn intrinsics where a plain expression would let nvcc
  * fuse a multiply and an add into an FMA (nvcc's default --fmad=true); sqrtf and
@@ -18,24 +20,59 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "dslaunch/common/fixedsum.h"
 
 #define THREADS DSL_CUDA_THREADS
 #define GRID_STRIDE DSL_GRID_STRIDE
 
-__global__ void k_scale(float *p, size_t n, float f)
+__global__ void dsl_k_scale(float *p, size_t n, float f)
 {
     GRID_STRIDE(i, n)
     p[i] = __fmul_rn(p[i], f);
 }
 
-__global__ void k_add(float *dst, const float *src, size_t n)
+__global__ void dsl_k_add(float *dst, const float *src, size_t n)
 {
     GRID_STRIDE(i, n)
     dst[i] = __fadd_rn(dst[i], src[i]);
 }
 
+/* the same two on float4 (16-byte loads and stores) for aligned buffers */
+__global__ void dsl_k_scale4(float4 *p, size_t n4, float f)
+{
+    GRID_STRIDE(i, n4)
+    {
+        float4 a = p[i];
+        a.x = __fmul_rn(a.x, f);
+        a.y = __fmul_rn(a.y, f);
+        a.z = __fmul_rn(a.z, f);
+        a.w = __fmul_rn(a.w, f);
+        p[i] = a;
+    }
+}
+
+__global__ void dsl_k_add4(float4 *dst, const float4 *src, size_t n4)
+{
+    GRID_STRIDE(i, n4)
+    {
+        float4 a = dst[i], b = src[i];
+        a.x = __fadd_rn(a.x, b.x);
+        a.y = __fadd_rn(a.y, b.y);
+        a.z = __fadd_rn(a.z, b.z);
+        a.w = __fadd_rn(a.w, b.w);
+        dst[i] = a;
+    }
+}
+
+/* elements handled as float4: all whole groups of 4 when every pointer is 16-byte
+ * aligned, else none */
+static size_t vec4_count(size_t n, const void *a, const void *b)
+{
+    return ((uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0) ? n / 4 : 0;
+}
+
 template <typename T>
-__global__ void k_absmax_bits(const T *p, size_t n, unsigned int *dmax)
+__global__ void dsl_k_absmax_bits(const T *p, size_t n, unsigned int *dmax)
 {
     __shared__ unsigned int sh[THREADS];
     unsigned int mb = 0;
@@ -56,7 +93,8 @@ __global__ void k_absmax_bits(const T *p, size_t n, unsigned int *dmax)
 }
 
 template <typename T>
-__global__ void k_sumsq_fixed(const T *p, size_t n, double k, unsigned long long *dsum)
+static __device__ void sumsq_fixed_block(const T *p, size_t n, double k,
+                                         unsigned long long *dsum)
 {
     __shared__ unsigned long long sh[THREADS];
     unsigned long long acc = 0;
@@ -76,6 +114,40 @@ __global__ void k_sumsq_fixed(const T *p, size_t n, double k, unsigned long long
     }
     if (threadIdx.x == 0 && sh[0])
         atomicAdd(dsum, sh[0]);
+}
+
+template <typename T>
+__global__ void dsl_k_sumsq_fixed(const T *p, size_t n, double k, unsigned long long *dsum)
+{
+    sumsq_fixed_block(p, n, k, dsum);
+}
+
+/* k from the agreed maximum in device memory, as trainer.c computes it on the host:
+ * m2 = (double)m * (double)m, k = frac / m2, both rounded once */
+template <typename T>
+__global__ void dsl_k_sumsq_fixed_dev(const T *p, size_t n, const unsigned int *dmax,
+                                      double frac, unsigned long long *dsum)
+{
+    float m = __uint_as_float(*dmax);
+    if (!(isfinite(m) && m > 0.0f))
+        return;
+    double m2 = __dmul_rn((double)m, (double)m);
+    sumsq_fixed_block(p, n, __ddiv_rn(frac, m2), dsum);
+}
+
+/* the step's scalars: the fixed-point sum in int32 limbs (common/fixedsum.h), and the
+ * overflow flag from the maximum's bits (inf and NaN sort at and above 0x7f800000) */
+__global__ void dsl_k_scalars_finish(const unsigned long long *dsum, int32_t *limb,
+                                     const unsigned int *dmax, float *flag)
+{
+    if (threadIdx.x != 0 || blockIdx.x != 0)
+        return;
+    unsigned long long v = *dsum;
+    for (int i = 0; i < DSL_FIXEDSUM_LIMBS; i++)
+        limb[i] = (int32_t)((v >> (i * DSL_FIXEDSUM_BITS)) &
+                            ((1ull << DSL_FIXEDSUM_BITS) - 1));
+    if (flag)
+        *flag = *dmax >= 0x7f800000u ? 1.0f : 0.0f;
 }
 
 /* optimizer.c, the AdamW loop: pi = p - lr*wd*p; m, v; p = pi - step*m/(sqrt(v)/bc2s + eps)
@@ -110,7 +182,7 @@ static __device__ __forceinline__ float adaml2_one(const struct dsl_cuda_adam &a
 /* The fp32 kernels read g as it is and write no 16-bit copy. The mixed-precision ones
  * (G, H 16-bit) widen g, multiply by ga first (the unscaling that the fp32 trainer
  * does in place, which a 16-bit gradient cannot take) and write hp[i] = half(p[i]). */
-__global__ void k_adamw(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
+__global__ void dsl_k_adamw(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
                         size_t n)
 {
     float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
@@ -119,7 +191,7 @@ __global__ void k_adamw(struct dsl_cuda_adam a, float *p, const float *g, float 
     p[i] = adamw_one(a, omb1, omb2, lrwd, p[i], __fmul_rn(g[i], a.gscale), &m[i], &v[i]);
 }
 
-__global__ void k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
+__global__ void dsl_k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, float *m, float *v,
                           size_t n)
 {
     float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
@@ -128,7 +200,7 @@ __global__ void k_adam_l2(struct dsl_cuda_adam a, float *p, const float *g, floa
 }
 
 template <typename H>
-__global__ void k_half_adam(struct dsl_cuda_adam a, float ga, float *p, H *hp, const H *g,
+__global__ void dsl_k_half_adam(struct dsl_cuda_adam a, float ga, float *p, H *hp, const H *g,
                             float *m, float *v, size_t n)
 {
     float omb1 = __fsub_rn(1.0f, a.b1), omb2 = __fsub_rn(1.0f, a.b2);
@@ -156,7 +228,7 @@ static __device__ __forceinline__ float sgd_one(float lr, float wd, float mu, in
     return __fsub_rn(p0, __fmul_rn(lr, d));
 }
 
-__global__ void k_sgd(float lr, float wd, float mu, int first, float gs, float *p,
+__global__ void dsl_k_sgd(float lr, float wd, float mu, int first, float gs, float *p,
                       const float *g, float *m, size_t n)
 {
     GRID_STRIDE(i, n)
@@ -164,7 +236,7 @@ __global__ void k_sgd(float lr, float wd, float mu, int first, float gs, float *
 }
 
 template <typename H>
-__global__ void k_half_sgd(float lr, float wd, float mu, int first, float ga, float gs,
+__global__ void dsl_k_half_sgd(float lr, float wd, float mu, int first, float ga, float gs,
                            float *p, H *hp, const H *g, float *m, size_t n)
 {
     GRID_STRIDE(i, n)
@@ -176,187 +248,285 @@ __global__ void k_half_sgd(float lr, float wd, float mu, int first, float ga, fl
     }
 }
 
-template <typename H> __global__ void k_to_half(H *dst, const float *src, size_t n)
+template <typename H> __global__ void dsl_k_to_half(H *dst, const float *src, size_t n)
 {
     GRID_STRIDE(i, n)
     dst[i] = dsl_fromf<H>(src[i]);
 }
 
-template <typename H> __global__ void k_half_add(H *dst, const H *src, size_t n)
+template <typename H> __global__ void dsl_k_half_add(H *dst, const H *src, size_t n)
 {
     GRID_STRIDE(i, n)
     dst[i] = dsl_fromf<H>(__fadd_rn(dsl_tof(dst[i]), dsl_tof(src[i])));
 }
 
-template <typename H> __global__ void k_half_scale(H *p, size_t n, float f)
+template <typename H> __global__ void dsl_k_half_scale(H *p, size_t n, float f)
 {
     GRID_STRIDE(i, n)
     p[i] = dsl_fromf<H>(__fmul_rn(dsl_tof(p[i]), f));
 }
 
-extern "C" cudaError_t dsl_cuda_scale(float *p, size_t n, float f)
+extern "C" cudaError_t dsl_cuda_scale(cudaStream_t s, float *p, size_t n, float f)
 {
-    if (!n)
+    size_t n4 = vec4_count(n, p, p), tail = n - 4 * n4;
+    cudaError_t e;
+    if (n4) {
+        dsl_k_scale4<<<dsl_cuda_blocks(n4), THREADS, 0, s>>>((float4 *)p, n4, f);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    if (!tail)
         return cudaSuccess;
-    k_scale<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, f);
+    dsl_k_scale<<<dsl_cuda_blocks(tail), THREADS, 0, s>>>(p + 4 * n4, tail, f);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_add(float *dst, const float *src, size_t n)
+extern "C" cudaError_t dsl_cuda_add(cudaStream_t s, float *dst, const float *src, size_t n)
 {
-    if (!n)
+    size_t n4 = vec4_count(n, dst, src), tail = n - 4 * n4;
+    cudaError_t e;
+    if (n4) {
+        dsl_k_add4<<<dsl_cuda_blocks(n4), THREADS, 0, s>>>((float4 *)dst, (const float4 *)src,
+                                                           n4);
+        if ((e = cudaGetLastError()) != cudaSuccess)
+            return e;
+    }
+    if (!tail)
         return cudaSuccess;
-    k_add<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(dst, src, n);
+    dsl_k_add<<<dsl_cuda_blocks(tail), THREADS, 0, s>>>(dst + 4 * n4, src + 4 * n4, tail);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_absmax_bits(const float *p, size_t n, unsigned int *dmax)
+extern "C" cudaError_t dsl_cuda_absmax_bits(cudaStream_t s, const float *p, size_t n,
+                                            unsigned int *dmax)
 {
     if (!n)
         return cudaSuccess;
-    k_absmax_bits<float><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, dmax);
+    dsl_k_absmax_bits<float><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(p, n, dmax);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_sumsq_fixed(const float *p, size_t n, double k,
+extern "C" cudaError_t dsl_cuda_sumsq_fixed(cudaStream_t s, const float *p, size_t n, double k,
                                             unsigned long long *dsum)
 {
     if (!n)
         return cudaSuccess;
-    k_sumsq_fixed<float><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(p, n, k, dsum);
+    dsl_k_sumsq_fixed<float><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(p, n, k, dsum);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_adam_step(const struct dsl_cuda_adam *a, float *p,
+extern "C" cudaError_t dsl_cuda_adam_step(cudaStream_t s, const struct dsl_cuda_adam *a, float *p,
                                           const float *g, float *m, float *v, size_t n)
 {
     if (!n)
         return cudaSuccess;
     if (a->adam_w_mode)
-        k_adamw<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, p, g, m, v, n);
+        dsl_k_adamw<<<dsl_cuda_blocks(n), THREADS, 0, s>>>(*a, p, g, m, v, n);
     else
-        k_adam_l2<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, p, g, m, v, n);
+        dsl_k_adam_l2<<<dsl_cuda_blocks(n), THREADS, 0, s>>>(*a, p, g, m, v, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_sgd_step(float lr, float wd, float mu, int first, float gscale,
-                                         float *p, const float *g, float *m, size_t n)
+extern "C" cudaError_t dsl_cuda_sgd_step(cudaStream_t s, float lr, float wd, float mu, int first,
+                                         float gscale, float *p, const float *g, float *m, size_t n)
 {
     if (!n)
         return cudaSuccess;
-    k_sgd<<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(lr, wd, mu, first, gscale, p, g, m,
+    dsl_k_sgd<<<dsl_cuda_blocks(n), THREADS, 0, s>>>(lr, wd, mu, first, gscale, p, g, m,
                                                                   n);
     return cudaGetLastError();
 }
 
 /* ---- mixed precision: one launcher per operation, the element type from bf16 ---- */
 
-template <typename H> static cudaError_t to_half_t(void *dst, const float *src, size_t n)
+template <typename H>
+static cudaError_t to_half_t(cudaStream_t s, void *dst, const float *src, size_t n)
 {
-    k_to_half<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)dst, src, n);
+    dsl_k_to_half<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, src, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_to_half(int bf16, void *dst, const float *src, size_t n)
+extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t s, int bf16, void *dst, const float *src,
+                                        size_t n)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? to_half_t<__nv_bfloat16>(dst, src, n) : to_half_t<__half>(dst, src, n);
-}
-
-template <typename H> static cudaError_t half_add_t(void *dst, const void *src, size_t n)
-{
-    k_half_add<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)dst,
-                                                                       (const H *)src, n);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t dsl_cuda_half_add(int bf16, void *dst, const void *src, size_t n)
-{
-    if (!n)
-        return cudaSuccess;
-    return bf16 ? half_add_t<__nv_bfloat16>(dst, src, n) : half_add_t<__half>(dst, src, n);
-}
-
-template <typename H> static cudaError_t half_scale_t(void *p, size_t n, float f)
-{
-    k_half_scale<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((H *)p, n, f);
-    return cudaGetLastError();
-}
-
-extern "C" cudaError_t dsl_cuda_half_scale(int bf16, void *p, size_t n, float f)
-{
-    if (!n)
-        return cudaSuccess;
-    return bf16 ? half_scale_t<__nv_bfloat16>(p, n, f) : half_scale_t<__half>(p, n, f);
+    return bf16 ? to_half_t<__nv_bfloat16>(s, dst, src, n) : to_half_t<__half>(s, dst, src, n);
 }
 
 template <typename H>
-static cudaError_t half_absmax_t(const void *p, size_t n, unsigned int *dmax)
+static cudaError_t half_add_t(cudaStream_t s, void *dst, const void *src, size_t n)
 {
-    k_absmax_bits<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((const H *)p, n,
+    dsl_k_half_add<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, (const H *)src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_add(cudaStream_t s, int bf16, void *dst, const void *src,
+                                         size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_add_t<__nv_bfloat16>(s, dst, src, n) : half_add_t<__half>(s, dst, src, n);
+}
+
+template <typename H> static cudaError_t half_scale_t(cudaStream_t s, void *p, size_t n, float f)
+{
+    dsl_k_half_scale<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)p, n, f);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_scale(cudaStream_t s, int bf16, void *p, size_t n, float f)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_scale_t<__nv_bfloat16>(s, p, n, f) : half_scale_t<__half>(s, p, n, f);
+}
+
+template <typename H>
+static cudaError_t half_absmax_t(cudaStream_t s, const void *p, size_t n, unsigned int *dmax)
+{
+    dsl_k_absmax_bits<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((const H *)p, n,
                                                                           dmax);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_absmax_bits(int bf16, const void *p, size_t n,
+extern "C" cudaError_t dsl_cuda_half_absmax_bits(cudaStream_t s, int bf16, const void *p, size_t n,
                                                  unsigned int *dmax)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_absmax_t<__nv_bfloat16>(p, n, dmax) : half_absmax_t<__half>(p, n, dmax);
+    return bf16 ? half_absmax_t<__nv_bfloat16>(s, p, n, dmax)
+                : half_absmax_t<__half>(s, p, n, dmax);
 }
 
 template <typename H>
-static cudaError_t half_sumsq_t(const void *p, size_t n, double k, unsigned long long *dsum)
+static cudaError_t half_sumsq_t(cudaStream_t s, const void *p, size_t n, double k,
+                                unsigned long long *dsum)
 {
-    k_sumsq_fixed<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>((const H *)p, n, k,
-                                                                          dsum);
+    dsl_k_sumsq_fixed<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((const H *)p, n, k, dsum);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_sumsq_fixed(int bf16, const void *p, size_t n, double k,
-                                                 unsigned long long *dsum)
+extern "C" cudaError_t dsl_cuda_half_sumsq_fixed(cudaStream_t s, int bf16, const void *p, size_t n,
+                                                 double k, unsigned long long *dsum)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_sumsq_t<__nv_bfloat16>(p, n, k, dsum) : half_sumsq_t<__half>(p, n, k, dsum);
+    return bf16 ? half_sumsq_t<__nv_bfloat16>(s, p, n, k, dsum)
+                : half_sumsq_t<__half>(s, p, n, k, dsum);
 }
 
 template <typename H>
-static cudaError_t half_adam_t(const struct dsl_cuda_adam *a, float ga, float *p, void *hp,
-                               const void *g, float *m, float *v, size_t n)
+static cudaError_t half_adam_t(cudaStream_t s, const struct dsl_cuda_adam *a, float ga, float *p,
+                               void *hp, const void *g, float *m, float *v, size_t n)
 {
-    k_half_adam<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(*a, ga, p, (H *)hp,
-                                                                        (const H *)g, m, v, n);
+    dsl_k_half_adam<H>
+        <<<dsl_cuda_blocks(n), THREADS, 0, s>>>(*a, ga, p, (H *)hp, (const H *)g, m, v, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_adam_step(int bf16, const struct dsl_cuda_adam *a, float ga,
-                                               float *p, void *hp, const void *g, float *m,
-                                               float *v, size_t n)
+extern "C" cudaError_t dsl_cuda_half_adam_step(cudaStream_t s, int bf16,
+                                               const struct dsl_cuda_adam *a, float ga, float *p,
+                                               void *hp, const void *g, float *m, float *v,
+                                               size_t n)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_adam_t<__nv_bfloat16>(a, ga, p, hp, g, m, v, n)
-                : half_adam_t<__half>(a, ga, p, hp, g, m, v, n);
+    return bf16 ? half_adam_t<__nv_bfloat16>(s, a, ga, p, hp, g, m, v, n)
+                : half_adam_t<__half>(s, a, ga, p, hp, g, m, v, n);
 }
 
 template <typename H>
-static cudaError_t half_sgd_t(float lr, float wd, float mu, int first, float ga, float gs,
-                              float *p, void *hp, const void *g, float *m, size_t n)
+static cudaError_t half_sgd_t(cudaStream_t s, float lr, float wd, float mu, int first, float ga,
+                              float gs, float *p, void *hp, const void *g, float *m, size_t n)
 {
-    k_half_sgd<H><<<dsl_cuda_blocks(n), THREADS, 0, cudaStreamLegacy>>>(
-        lr, wd, mu, first, ga, gs, p, (H *)hp, (const H *)g, m, n);
+    dsl_k_half_sgd<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(lr, wd, mu, first, ga, gs, p, (H *)hp,
+                                                             (const H *)g, m, n);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_half_sgd_step(int bf16, float lr, float wd, float mu, int first,
-                                              float ga, float gscale, float *p, void *hp,
-                                              const void *g, float *m, size_t n)
+extern "C" cudaError_t dsl_cuda_half_sgd_step(cudaStream_t s, int bf16, float lr, float wd,
+                                              float mu, int first, float ga, float gscale, float *p,
+                                              void *hp, const void *g, float *m, size_t n)
 {
     if (!n)
         return cudaSuccess;
-    return bf16 ? half_sgd_t<__nv_bfloat16>(lr, wd, mu, first, ga, gscale, p, hp, g, m, n)
-                : half_sgd_t<__half>(lr, wd, mu, first, ga, gscale, p, hp, g, m, n);
+    return bf16 ? half_sgd_t<__nv_bfloat16>(s, lr, wd, mu, first, ga, gscale, p, hp, g, m, n)
+                : half_sgd_t<__half>(s, lr, wd, mu, first, ga, gscale, p, hp, g, m, n);
+}
+
+template <typename T>
+static cudaError_t sumsq_dev_t(cudaStream_t s, const void *p, size_t n, const unsigned int *dmax,
+                               double frac, unsigned long long *dsum)
+{
+    dsl_k_sumsq_fixed_dev<T><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((const T *)p, n, dmax, frac,
+                                                                    dsum);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_sumsq_fixed_dev(cudaStream_t s, int type, const void *p,
+                                                size_t n, const unsigned int *dmax, double frac,
+                                                unsigned long long *dsum)
+{
+    if (!n)
+        return cudaSuccess;
+    switch (type) {
+    case 2: return sumsq_dev_t<__nv_bfloat16>(s, p, n, dmax, frac, dsum);
+    case 1: return sumsq_dev_t<__half>(s, p, n, dmax, frac, dsum);
+    default: return sumsq_dev_t<float>(s, p, n, dmax, frac, dsum);
+    }
+}
+
+extern "C" cudaError_t dsl_cuda_scalars_finish(cudaStream_t s, const unsigned long long *dsum,
+                                               int32_t *limb, const unsigned int *dmax,
+                                               float *flag)
+{
+    dsl_k_scalars_finish<<<1, 1, 0, s>>>(dsum, limb, dmax, flag);
+    return cudaGetLastError();
+}
+
+/* fp32 accumulation of 16-bit gradients: dst = float(src) or dst += float(src) */
+template <typename H> __global__ void dsl_k_widen(float *dst, const H *src, size_t n, int add)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = add ? __fadd_rn(dst[i], dsl_tof(src[i])) : dsl_tof(src[i]);
+}
+
+/* dst (16-bit) = half(float(dst) + src) */
+template <typename H> __global__ void dsl_k_half_add_f32(H *dst, const float *src, size_t n)
+{
+    GRID_STRIDE(i, n)
+    dst[i] = dsl_fromf<H>(__fadd_rn(dsl_tof(dst[i]), src[i]));
+}
+
+template <typename H>
+static cudaError_t widen_t(cudaStream_t s, float *dst, const void *src, size_t n, int add)
+{
+    dsl_k_widen<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>(dst, (const H *)src, n, add);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_widen(cudaStream_t s, int bf16, float *dst, const void *src,
+                                      size_t n, int add)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? widen_t<__nv_bfloat16>(s, dst, src, n, add)
+                : widen_t<__half>(s, dst, src, n, add);
+}
+
+template <typename H>
+static cudaError_t half_add_f32_t(cudaStream_t s, void *dst, const float *src, size_t n)
+{
+    dsl_k_half_add_f32<H><<<dsl_cuda_blocks(n), THREADS, 0, s>>>((H *)dst, src, n);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t dsl_cuda_half_add_f32(cudaStream_t s, int bf16, void *dst,
+                                             const float *src, size_t n)
+{
+    if (!n)
+        return cudaSuccess;
+    return bf16 ? half_add_f32_t<__nv_bfloat16>(s, dst, src, n)
+                : half_add_f32_t<__half>(s, dst, src, n);
 }

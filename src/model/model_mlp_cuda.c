@@ -4,19 +4,26 @@
  * and the initial values are model_mlp_layout.c's, shared with the CPU model, so the
  * trainer's buckets and shards are the same on both.
  *
- * Theory of operation. Every call runs in the caller's thread on the legacy default
- * stream (cuBLAS's default stream, the kernels', cudaMemcpy's), so the work is ordered
- * without events; the nccl comm orders its collectives after this stream. A call
- * uploads the micro batch (host x, y) into device workspace, runs forward (each layer:
- * sink->need, sgemm, bias + ReLU) and the loss (its gradient dz multiplied by the
- * trainer's loss scale, as on the CPU), and, for forward_backward, backward
- * in the CPU model's order: per layer from the last, the bias gradient (a column sum
- * in sample order), then the weight gradient row blocks (last block first), each
- * written straight into the device buffer sink->dest returns and then handed over
- * with sink->done (where the trainer may start a reduction on the comm's stream while
- * the remaining kernels run), and last the gradient of the layer's input. The per
- * sample losses and hits are copied back at the end (which waits for the stream) and
- * summed in sample order on the host, as the CPU model sums them.
+ * Theory of operation. Every call runs in the caller's thread on the model's stream
+ * (spec.stream: the trainer's device stream; cuBLAS is bound to it with
+ * cublasSetStream), so the work is ordered with the device's buffer ops without events;
+ * the nccl comm orders its collectives after this stream with events. A call uploads
+ * the micro batch asynchronously: the host samples are copied into one of two
+ * page-locked staging buffers (alternating, each guarded by an event recorded after
+ * its upload, so that a buffer is rewritten only once its previous copy is done) and
+ * sent with cudaMemcpyAsync, so the host goes on to gather the next micro batch while
+ * the GPU computes this one. Then forward (each layer: sink->need, GEMM, bias + ReLU)
+ * and the loss (its gradient dz multiplied by the trainer's loss factor, as on the
+ * CPU), and, for forward_backward, backward in the CPU model's order: per layer from the
+ * last, the bias gradient, then the weight gradient row blocks (last block first), each
+ * written straight into the device buffer sink->dest returns and then handed over with
+ * sink->done (where the trainer may start a reduction on the comm's stream while the
+ * remaining kernels run), and last the gradient of the layer's input. The loss sum and
+ * hit count of the micro batch are summed on the device into the sink's dev_stats when
+ * the trainer gives one (no host wait per micro step: the trainer reads them with its
+ * one wait per step); otherwise (evaluation) they are copied back to page-locked
+ * memory and the host waits, through m->wait when the trainer set it (the comm's
+ * bounded wait), counting one host synchronisation.
  *
  * 16-bit compute (spec.dtype fp16 or bf16): parameters, activations, dz and the
  * gradients are 16-bit; the GEMMs are cublasGemmEx with 16-bit inputs and outputs and
@@ -42,6 +49,8 @@
 #include "dslaunch/common/xalloc.h"
 #include "cuda_kernels.h"
 #include "model_mlp_impl.h"
+#include "gemm_dims.h"
+#include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/banned.h"
 
 struct mlp_cuda {
@@ -55,13 +64,32 @@ struct mlp_cuda {
     void *dz, *dz2;                       /* device, max_batch x maxdim each */
     float *loss;                          /* device, per sample */
     int32_t *correct;                     /* device, per sample */
-    float *hloss;                         /* host copies of the two */
+    float *hloss;                         /* page-locked host copies of the two */
     int32_t *hcorrect;
+    cudaStream_t stream;                  /* spec.stream (NULL: legacy default) */
+    float *hx[2];                         /* page-locked upload staging, alternating */
+    int32_t *hy[2];
+    cudaEvent_t up[2];                    /* recorded after each staging buffer's copy */
+    int slot;
 };
 
-static int to_int(size_t v)
+/* wait on the host for the stream (bounded through m->wait when set); one host sync */
+static int model_wait(struct dsl_model *m)
 {
-    return (int)v;
+    struct mlp_cuda *p = m->impl;
+    if (m->wait) {
+        m->err[0] = '\0';
+        int r = m->wait(m->wait_ctx, p->stream);
+        if (r < 0 && !m->err[0])
+            dsl_seterr(m->err, r, "waiting for the GPU failed");
+        return r < 0 ? r : 0;
+    }
+    dsl_hostsync_note();
+    cudaError_t e = cudaStreamSynchronize(p->stream);
+    if (e != cudaSuccess)
+        return dsl_seterr(m->err, e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE,
+                          "cuda: waiting for the stream failed: %s", cudaGetErrorString(e));
+    return 0;
 }
 
 static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
@@ -82,12 +110,6 @@ static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
         if (cu_e_ != cudaSuccess)                                              \
             return cuda_err((m), (what), cu_e_);                               \
     } while (0)
-#define BLAS(m, what, expr)                                                    \
-    do {                                                                       \
-        cublasStatus_t bl_s_ = (expr);                                         \
-        if (bl_s_ != CUBLAS_STATUS_SUCCESS)                                    \
-            return blas_err((m), (what), bl_s_);                               \
-    } while (0)
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -98,18 +120,28 @@ static void *el(const struct mlp_cuda *p, const void *base, size_t off)
 }
 
 /* C = op(A) op(B), column-major: sgemm in fp32, cublasGemmEx with 16-bit A, B and C and
- * fp32 accumulation (CUBLAS_COMPUTE_32F) otherwise */
-static cublasStatus_t gemm(const struct mlp_cuda *p, cublasOperation_t ta,
-                           cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A,
-                           size_t lda, const void *B, size_t ldb, void *C, size_t ldc)
+ * fp32 accumulation (CUBLAS_COMPUTE_32F) otherwise. Every size goes through the checked
+ * conversion (gemm_dims.h); the model's shapes were checked when it was built, so a
+ * failure here is a bug, reported with its size rather than truncated. */
+static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
+                cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A, size_t lda,
+                const void *B, size_t ldb, void *C, size_t ldc)
 {
-    if (!p->half)
-        return cublasSgemm(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A,
-                           to_int(lda), B, to_int(ldb), &zero, C, to_int(ldc));
-    cudaDataType_t ty = p->bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    return cublasGemmEx(p->blas, ta, tb, to_int(m), to_int(n), to_int(k), &one, A, ty,
-                        to_int(lda), B, ty, to_int(ldb), &zero, C, ty, to_int(ldc),
-                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const struct mlp_cuda *p = mo->impl;
+    int im, in, ik, ia, ib, ic;
+    cublasStatus_t st;
+    if (dsl_gemm_dim(m, "m", &im, mo->err) < 0 || dsl_gemm_dim(n, "n", &in, mo->err) < 0 ||
+        dsl_gemm_dim(k, "k", &ik, mo->err) < 0 || dsl_gemm_dim(lda, "lda", &ia, mo->err) < 0 ||
+        dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0)
+        return DSL_ECONFIG;
+    if (!p->half) {
+        st = cublasSgemm(p->blas, ta, tb, im, in, ik, &one, A, ia, B, ib, &zero, C, ic);
+    } else {
+        cudaDataType_t ty = p->bf16 ? CUDA_R_16BF : CUDA_R_16F;
+        st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &one, A, ty, ia, B, ty, ib, &zero, C,
+                          ty, ic, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(mo, what, st);
 }
 
 static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
@@ -120,7 +152,9 @@ static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
         return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
                           "parameters", m->nparams * sizeof(float));
     dsl_mlp_layout_init(&p->L, h, seed);
-    cudaError_t e = cudaMemcpy(params, h, m->nparams * sizeof(float), cudaMemcpyHostToDevice);
+    /* from pageable memory the data is staged before the call returns: h may go */
+    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
+                                    cudaMemcpyHostToDevice, p->stream);
     free(h);
     CU(m, "copying the initial parameters", e);
     return 0;
@@ -136,14 +170,30 @@ static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t 
         return DSL_EDATA;
     if (!n)
         return 0;
+    int k = p->slot;
+    p->slot ^= 1;
+    /* the staging buffer's previous upload must be done; it almost always is (a whole
+     * micro step ran since), else wait (bounded) */
+    cudaError_t q = cudaEventQuery(p->up[k]);
+    if (q == cudaErrorNotReady) {
+        int r = model_wait(m);
+        if (r < 0)
+            return r;
+    } else if (q != cudaSuccess) {
+        CU(m, "checking the upload buffer", q);
+    }
+    memcpy(p->hx[k], x, n * m->in_dim * sizeof(float));
+    memcpy(p->hy[k], y, n * sizeof(int32_t));
     CU(m, "uploading the samples",
-       cudaMemcpy(p->half ? p->x32 : p->act[0], x, n * m->in_dim * sizeof(float),
-                  cudaMemcpyHostToDevice));
-    if (p->half)
-        CU(m, "rounding the samples to 16 bits",
-           dsl_cuda_to_half(p->bf16, p->act[0], p->x32, n * m->in_dim));
+       cudaMemcpyAsync(p->half ? p->x32 : p->act[0], p->hx[k], n * m->in_dim * sizeof(float),
+                       cudaMemcpyHostToDevice, p->stream));
     CU(m, "uploading the labels",
-       cudaMemcpy(p->y, y, n * sizeof(int32_t), cudaMemcpyHostToDevice));
+       cudaMemcpyAsync(p->y, p->hy[k], n * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       p->stream));
+    CU(m, "recording the upload", cudaEventRecord(p->up[k], p->stream));
+    if (p->half)
+        CU(m, "launching dsl_k_to_half (samples)",
+           dsl_cuda_to_half(p->stream, p->bf16, p->act[0], p->x32, n * m->in_dim));
     return 0;
 }
 
@@ -153,47 +203,65 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
 {
     struct mlp_cuda *p = m->impl;
     size_t nl = p->L.nlayers;
+    int r;
     for (size_t l = 0; l < nl; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1];
         if (sink && sink->need)
             sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
         const void *w = el(p, params, p->L.woff[l]);
         /* z^T (out x n) = W (out x in, i.e. column-major in x out, transposed) x act^T */
-        if (n)
-            BLAS(m, "forward sgemm",
-                 gemm(p, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, p->act[l], in,
-                      p->act[l + 1], out));
+        if (n && (r = gemm(m, "forward sgemm", CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in,
+                           p->act[l], in, p->act[l + 1], out)) < 0)
+            return r;
         if (p->half)
-            CU(m, "bias kernel",
-               dsl_cuda_mlp_half_bias_act(p->bf16, p->act[l + 1], el(p, w, in * out), n, out,
-                                          l + 1 < nl));
+            CU(m, "launching dsl_k_bias_act",
+               dsl_cuda_mlp_half_bias_act(p->stream, p->bf16, p->act[l + 1], el(p, w, in * out),
+                                          n, out, l + 1 < nl));
         else
-            CU(m, "bias kernel", dsl_cuda_mlp_bias_act(p->act[l + 1], el(p, w, in * out), n,
-                                                       out, l + 1 < nl));
+            CU(m, "launching dsl_k_bias_act",
+               dsl_cuda_mlp_bias_act(p->stream, p->act[l + 1], el(p, w, in * out), n, out,
+                                     l + 1 < nl));
     }
     if (p->half)
-        CU(m, "loss kernel",
-           dsl_cuda_mlp_half_loss(p->bf16, p->act[nl], p->y, n, m->out_dim, p->loss,
+        CU(m, "launching dsl_k_loss",
+           dsl_cuda_mlp_half_loss(p->stream, p->bf16, p->act[nl], p->y, n, m->out_dim, p->loss,
                                   p->correct, want_dz ? p->dz : NULL, loss_scale));
     else
-        CU(m, "loss kernel", dsl_cuda_mlp_loss(p->act[nl], p->y, n, m->out_dim, p->loss,
-                                               p->correct, want_dz ? p->dz : NULL,
-                                               loss_scale));
+        CU(m, "launching dsl_k_loss",
+           dsl_cuda_mlp_loss(p->stream, p->act[nl], p->y, n, m->out_dim, p->loss, p->correct,
+                             want_dz ? p->dz : NULL, loss_scale));
     return 0;
 }
 
-/* copy the per-sample results back (waits for the stream) and sum them in order */
-static int stats(struct dsl_model *m, size_t n, struct dsl_model_stats *st)
+/* the micro batch's loss sum and hits: left on the device in dev_stats when the sink
+ * has one, else copied back (page-locked) after a wait and summed in sample order */
+static int stats(struct dsl_model *m, size_t n, const struct dsl_grad_sink *sink,
+                 struct dsl_model_stats *st)
 {
     struct mlp_cuda *p = m->impl;
     st->loss_sum = 0.0;
     st->correct = 0;
+    st->deferred = 0;
+    if (sink && sink->dev_stats) {
+        if (n)
+            CU(m, "launching dsl_k_loss_stats",
+               dsl_cuda_mlp_loss_stats(p->stream, p->loss, p->correct, n, sink->dev_stats,
+                                       sink->dev_stats_stride));
+        else
+            CU(m, "cudaMemsetAsync", cudaMemsetAsync(sink->dev_stats, 0, sizeof(float),
+                                                     p->stream));
+        st->deferred = 1;
+        return 0;
+    }
     if (!n)
         return 0;
-    CU(m, "copying the loss", cudaMemcpy(p->hloss, p->loss, n * sizeof(float),
-                                         cudaMemcpyDeviceToHost));
-    CU(m, "copying the hits", cudaMemcpy(p->hcorrect, p->correct, n * sizeof(int32_t),
-                                         cudaMemcpyDeviceToHost));
+    CU(m, "copying the loss", cudaMemcpyAsync(p->hloss, p->loss, n * sizeof(float),
+                                              cudaMemcpyDeviceToHost, p->stream));
+    CU(m, "copying the hits", cudaMemcpyAsync(p->hcorrect, p->correct, n * sizeof(int32_t),
+                                              cudaMemcpyDeviceToHost, p->stream));
+    int r = model_wait(m);
+    if (r < 0)
+        return r;
     for (size_t i = 0; i < n; i++) {
         st->loss_sum += (double)p->hloss[i];
         st->correct += p->hcorrect[i] != 0;
@@ -219,9 +287,11 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
         /* bias: column sums in sample order */
         void *db = sink->dest(sink->ctx, seg);
         if (p->half)
-            CU(m, "bias gradient kernel", dsl_cuda_mlp_half_bias_grad(p->bf16, dz, n, out, db));
+            CU(m, "launching dsl_k_bias_grad",
+               dsl_cuda_mlp_half_bias_grad(p->stream, p->bf16, dz, n, out, db));
         else
-            CU(m, "bias gradient kernel", dsl_cuda_mlp_bias_grad(dz, n, out, db));
+            CU(m, "launching dsl_k_bias_grad",
+               dsl_cuda_mlp_bias_grad(p->stream, dz, n, out, db));
         sink->done(sink->ctx, seg++);
         /* weight, in row blocks, last block first:
          * dW^T (in x rows) = act^T (in x n) x dz[:, r0:r0+rows] (n x rows) */
@@ -229,32 +299,34 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
             const struct dsl_model_seg *sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             void *dw = sink->dest(sink->ctx, seg);
-            if (n)
-                BLAS(m, "weight gradient sgemm",
-                     gemm(p, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, p->act[li], in,
-                          el(p, dz, r0), out, dw, in));
-            else
+            if (n) {
+                if ((r = gemm(m, "weight gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_T, in, rows,
+                              n, p->act[li], in, el(p, dz, r0), out, dw, in)) < 0)
+                    return r;
+            } else {
                 CU(m, "cudaMemsetAsync",
-                   cudaMemsetAsync(dw, 0, sg->len * p->esz, cudaStreamLegacy));
+                   cudaMemsetAsync(dw, 0, sg->len * p->esz, p->stream));
+            }
             sink->done(sink->ctx, seg++);
         }
         if (li == 0)
             break;
         /* gradient of the layer input, through the ReLU of the layer below:
          * dnext^T (in x n) = W^T (in x out) x dz^T (out x n) */
-        if (n)
-            BLAS(m, "input gradient sgemm",
-                 gemm(p, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dz, out, dnext, in));
+        if (n && (r = gemm(m, "input gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w,
+                           in, dz, out, dnext, in)) < 0)
+            return r;
         if (p->half)
-            CU(m, "ReLU gradient kernel",
-               dsl_cuda_mlp_half_relu_mask(p->bf16, dnext, p->act[li], n * in));
+            CU(m, "launching dsl_k_relu_mask",
+               dsl_cuda_mlp_half_relu_mask(p->stream, p->bf16, dnext, p->act[li], n * in));
         else
-            CU(m, "ReLU gradient kernel", dsl_cuda_mlp_relu_mask(dnext, p->act[li], n * in));
+            CU(m, "launching dsl_k_relu_mask",
+               dsl_cuda_mlp_relu_mask(p->stream, dnext, p->act[li], n * in));
         void *t = dz;
         dz = dnext;
         dnext = t;
     }
-    return stats(m, n, st);
+    return stats(m, n, sink, st);
 }
 
 static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *x,
@@ -263,7 +335,7 @@ static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *
     int r;
     if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0, 1.0f)) < 0)
         return r;
-    return stats(m, n, st);
+    return stats(m, n, NULL, st);
 }
 
 static void mlpc_release(struct dsl_model *m)
@@ -279,8 +351,18 @@ static void mlpc_release(struct dsl_model *m)
     cudaFree(p->dz2);
     cudaFree(p->loss);
     cudaFree(p->correct);
-    free(p->hloss);
-    free(p->hcorrect);
+    if (p->hloss)
+        cudaFreeHost(p->hloss);
+    if (p->hcorrect)
+        cudaFreeHost(p->hcorrect);
+    for (int k = 0; k < 2; k++) {
+        if (p->hx[k])
+            cudaFreeHost(p->hx[k]);
+        if (p->hy[k])
+            cudaFreeHost(p->hy[k]);
+        if (p->up[k])
+            cudaEventDestroy(p->up[k]);
+    }
     if (p->blas)
         cublasDestroy(p->blas);
     free(p);
@@ -329,6 +411,8 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
     m->on_device = 1;
     m->dtype = spec->dtype;
 
+    p->stream = (cudaStream_t)spec->stream;
+    m->stream = spec->stream;
     cublasStatus_t bs = cublasCreate(&p->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         p->blas = NULL;
@@ -336,9 +420,35 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
         return dsl_seterr(err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
                           "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
     }
-    /* plain fp32 sgemm (no TF32): the CPU model is the reference; 16-bit GEMMs use
-     * tensor cores under the default math mode anyway, accumulating in fp32 */
-    cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH);
+    if ((bs = cublasSetStream(p->blas, p->stream)) != CUBLAS_STATUS_SUCCESS) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_EREMOTE, "cublas: cannot set the stream: %s",
+                          cublasGetStatusString(bs));
+    }
+    /* plain fp32 sgemm (no TF32): the CPU model is the reference. 16-bit GEMMs use
+     * tensor cores and accumulate in fp32 (CUBLAS_COMPUTE_32F), and the disallow flag
+     * keeps cuBLAS from reducing split-K partial sums in 16 bits, which the default
+     * math mode allows: the documented fp32 accumulation holds for the whole sum. */
+    if ((bs = cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH |
+                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_EREMOTE, "cublas: cannot set the math mode: %s",
+                          cublasGetStatusString(bs));
+    }
+    /* every GEMM size must fit cuBLAS's int: refuse the model now, not mid-step */
+    {
+        int dim;
+        for (size_t l = 0; l <= lay.nlayers; l++)
+            if ((r = dsl_gemm_dim(lay.dims[l], "layer width", &dim, err)) < 0) {
+                dsl_model_release(m);
+                return r;
+            }
+        if ((r = dsl_gemm_dim(spec->max_batch, "batch", &dim, err)) < 0) {
+            dsl_model_release(m);
+            return r;
+        }
+    }
 
     size_t B = spec->max_batch, total = 0;
     int fail = 0;
@@ -351,9 +461,22 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
     p->dz2 = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
     p->loss = dev_alloc(B * sizeof(float), &total, &fail);
     p->correct = dev_alloc(B * sizeof(int32_t), &total, &fail);
-    p->hloss = malloc(B * sizeof(float));
-    p->hcorrect = malloc(B * sizeof(int32_t));
-    if (fail || !p->hloss || !p->hcorrect) {
+    if (cudaMallocHost((void **)&p->hloss, (B ? B : 1) * sizeof(float)) != cudaSuccess)
+        p->hloss = NULL, fail = 1;
+    if (cudaMallocHost((void **)&p->hcorrect, (B ? B : 1) * sizeof(int32_t)) != cudaSuccess)
+        p->hcorrect = NULL, fail = 1;
+    for (int k = 0; k < 2; k++) {
+        total += B * (lay.dims[0] * sizeof(float) + sizeof(int32_t));
+        if (cudaMallocHost((void **)&p->hx[k], (B ? B : 1) * lay.dims[0] * sizeof(float)) !=
+            cudaSuccess)
+            p->hx[k] = NULL, fail = 1;
+        if (cudaMallocHost((void **)&p->hy[k], (B ? B : 1) * sizeof(int32_t)) != cudaSuccess)
+            p->hy[k] = NULL, fail = 1;
+        if (cudaEventCreateWithFlags(&p->up[k], cudaEventDisableTiming) != cudaSuccess)
+            p->up[k] = NULL, fail = 1;
+    }
+    if (fail) {
+        (void)cudaGetLastError();
         dsl_model_release(m);
         return dsl_seterr(err, -ENOMEM,
                           "cannot allocate %zu bytes of GPU workspace for batch %zu", total,

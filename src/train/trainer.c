@@ -20,7 +20,8 @@
  * it completes.
  *
  * After the last micro step the gradient pieces are divided by the global batch (the
- * model gives gradients of the summed loss), optionally clipped with the global L2
+ * model gives fp32 gradients of the summed loss; 16-bit ones already of the mean, see
+ * lavg in dsl_trainer_step), optionally clipped with the global L2
  * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
  * 1/2 then all-gather the parameters bucket by bucket, in place.
  *
@@ -45,14 +46,22 @@
  * accumulation levels, optimizer state) lives on t->dev (device.h) and is allocated,
  * copied, scaled, summed and updated only through its ops: host memory and plain loops
  * on the CPU device (the loops this file always ran, so CPU results are unchanged), GPU
- * memory and kernels on the CUDA device, whose calls are ordered with the model's
- * cuBLAS work and the nccl comm's collectives by the legacy default stream (device.h).
- * The comm is handed the same buffers: host memory for tcp, device memory for nccl.
- * The small host arrays that are reduced (per micro step loss/accuracy and the stop
- * flag, the norm's maximum and integer limbs, evaluation counts) go straight to the
- * comm on the CPU and through a small device scratch buffer on a GPU
- * (dsl_trainer_allreduce_host), since nccl takes device pointers only. The micro
- * batch is gathered on the host; the model uploads it.
+ * memory and kernels on the CUDA device, whose calls run on the device's stream with
+ * the model's cuBLAS work; the nccl comm orders its collectives after that stream with
+ * events, and every dsl_comm_wait() makes the stream wait for a collective with an
+ * event, so the step never waits on the host for a bucket, a staging slot or a
+ * parameter all-gather (device.h, comm.h). The comm is handed the same buffers: host
+ * memory for tcp, device memory for nccl. On the CPU the small host arrays that are
+ * reduced (per micro step loss/accuracy and the stop flag, the norm's maximum and
+ * integer limbs) go straight to the comm. On a GPU they never leave the device during
+ * the step: the model sums each micro step's loss and hits into device memory, the
+ * overflow check and the norm accumulate over the buckets on the device, the ranks
+ * reduce them there, and device_scalars() reads the whole block back with the step's
+ * one host synchronisation, bounded by the comm's timeout (res->host_syncs counts the
+ * waits; --metrics reports them). Evaluation counts still go through a small device
+ * scratch buffer (dsl_trainer_allreduce_host). The micro batch is gathered on the
+ * host; the model uploads it asynchronously from page-locked memory while the host
+ * gathers the next one.
  *
  * Mixed precision (fp16/bf16 on a GPU, or on the CPU with dstrain.cpu_half): params,
  * grads, shard, staging and accumulation hold 16-bit elements and go over the comm as
@@ -72,6 +81,8 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/fixedsum.h"
+#include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/train/trainer.h"
@@ -84,6 +95,7 @@
 #define dadd dsl_mixed_add
 #define dcopy dsl_mixed_copy
 #define EL(base, off) dsl_mixed_el(t, (base), (off))
+#define ACC(base, off) dsl_mixed_acc_el(t, (base), (off)) /* levels: t->atype */
 
 
 static int comm_fail(struct dsl_trainer *t, int r, const char *what, char *err);
@@ -141,11 +153,19 @@ static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
     void *dst = t->o.zero_stage == 2 ? EL(t->gshard, b->soff) : EL(src, b->poff);
     enum dsl_dtype ty = t->gtype;
     int r;
-    if (t->defer && (r = dadd(t, src, EL(t->acc[0], b->lo), b->len)) < 0)
+    if (t->defer && (r = dsl_mixed_acc_out(t, src, ACC(t->acc[0], b->lo), b->len)) < 0)
         return r;
     if (t->o.prescale && t->o.predivide != 1.0f &&
         (r = dscale(t, src, b->len, 1.0f / t->o.predivide)) < 0)
         return r;
+    if (!async && !t->dev->host_memory) {
+        /* GPU: never a host wait inside the step; the compute stream waits instead */
+        int req;
+        r = t->o.zero_stage == 0
+                ? dsl_comm_iallreduce(t->comm, src, src, b->len, ty, DSL_SUM, &req)
+                : dsl_comm_ireduce_scatter(t->comm, src, dst, b->len, ty, DSL_SUM, &req);
+        return r < 0 ? r : dsl_comm_wait(t->comm, req);
+    }
     if (t->o.zero_stage == 0)
         return async ? dsl_comm_iallreduce(t->comm, src, src, b->len, ty, DSL_SUM, &b->req)
                      : dsl_comm_allreduce(t->comm, src, src, b->len, ty, DSL_SUM);
@@ -224,9 +244,10 @@ static int accumulate(struct dsl_trainer *t)
         int deterministic = t->o.deterministic;
         for (size_t j = 0; j < t->nbk; j++) {
             const struct dsl_bucket *b = &t->bk[j];
-            const void *src = carry_acc ? EL(carry_acc, b->soff) : leaf_ptr(t, j);
-            r = !t->acc_used[i] ? dcopy(t, EL(lv, b->soff), src, b->plen)
-                                : dadd(t, EL(lv, b->soff), src, b->plen);
+            r = !carry_acc ? dsl_mixed_acc_in(t, ACC(lv, b->soff), leaf_ptr(t, j), b->plen,
+                                              !t->acc_used[i])
+                           : dsl_mixed_acc_level(t, ACC(lv, b->soff), ACC(carry_acc, b->soff),
+                                                 b->plen, !t->acc_used[i]);
             if (r < 0)
                 return r;
         }
@@ -252,12 +273,19 @@ static int fold_levels(struct dsl_trainer *t)
             continue;
         if (top >= 0)
             for (size_t k = 0; k < t->nbk; k++)
-                if ((r = dadd(t, EL(t->acc[i], t->bk[k].soff), EL(t->acc[top], t->bk[k].soff),
-                              t->bk[k].plen)) < 0)
+                if ((r = dsl_mixed_acc_level(t, ACC(t->acc[i], t->bk[k].soff),
+                                             ACC(t->acc[top], t->bk[k].soff), t->bk[k].plen,
+                                             0)) < 0)
                     return r;
         top = i;
     }
     return 0;
+}
+
+/* The element type of the final gradient: a leaf's, or an accumulation level's */
+static enum dsl_dtype final_type(const struct dsl_trainer *t)
+{
+    return t->o.grad_accum == 1 || t->defer ? t->gtype : t->atype;
 }
 
 /* The final gradient of this step, per bucket piece (after fold_levels). */
@@ -269,7 +297,7 @@ static void *final_grads(struct dsl_trainer *t, size_t j)
     for (int i = 0; i < t->nacc; i++)
         if (t->acc_used[i])
             top = i;
-    return EL(t->acc[top], t->bk[j].soff);
+    return ACC(t->acc[top], t->bk[j].soff);
 }
 
 /* ---- the step --------------------------------------------------------------------- */
@@ -315,7 +343,7 @@ static int local_absmax(struct dsl_trainer *t, int stop_at_inf, uint32_t *out)
     *out = 0;
     for (size_t j = 0; j < t->nbk && !(stop_at_inf && *out >= 0x7f800000u); j++) {
         uint32_t b;
-        int r = dsl_mixed_absmax(t, final_grads(t, j), t->bk[j].plen, &b);
+        int r = dsl_mixed_absmax(t, final_type(t), final_grads(t, j), t->bk[j].plen, &b);
         if (r < 0)
             return r;
         *out = b > *out ? b : *out;
@@ -347,16 +375,20 @@ static int global_norm(struct dsl_trainer *t, float *norm, const uint32_t *local
     if (isfinite(mx) && mx > 0.0f)
         for (size_t j = 0; j < t->nbk; j++) {
             uint64_t part;
-            if ((r = dsl_mixed_sumsq(t, final_grads(t, j), t->bk[j].plen, k, &part)) < 0)
+            if ((r = dsl_mixed_sumsq(t, final_type(t), final_grads(t, j), t->bk[j].plen, k,
+                                     &part)) < 0)
                 return r;
             sum += part;
         }
     if (shared) {
-        int32_t limb[3] = {(int32_t)(sum & 0x3fffff), (int32_t)((sum >> 22) & 0x3fffff),
-                           (int32_t)(sum >> 44)};
-        if ((r = dsl_trainer_allreduce_host(t, limb, 3, DSL_INT32, DSL_SUM)) < 0)
+        /* int32 limb sums, exact up to 2^20 ranks (fixedsum.h; trainer_setup.c
+         * refuses a larger world) */
+        int32_t limb[DSL_FIXEDSUM_LIMBS];
+        dsl_fixedsum_split(sum, limb);
+        if ((r = dsl_trainer_allreduce_host(t, limb, DSL_FIXEDSUM_LIMBS, DSL_INT32,
+                                            DSL_SUM)) < 0)
             return r;
-        sum = (uint64_t)limb[0] + ((uint64_t)limb[1] << 22) + ((uint64_t)limb[2] << 44);
+        sum = dsl_fixedsum_join(limb);
     }
     if (!isfinite(mx) || mx == 0.0f)
         *norm = mx;
@@ -374,6 +406,86 @@ static int grad_overflow(struct dsl_trainer *t, int *overflow, uint32_t *max_bit
     int r = local_absmax(t, 1, max_bits);
     *overflow = *max_bits >= 0x7f800000u;
     return r;
+}
+
+/*
+ * GPU: every scalar the step's decisions need, with one host synchronisation. On the
+ * device, in stream order: this rank's max |g| bits over its final pieces (when loss
+ * scaling or clipping needs it), the overflow flag from it, the sum of the per micro
+ * step stats and flags over the ranks, then (clipping) the agreed maximum, each
+ * element's fixed-point square relative to it (the same integers global_norm() sums on
+ * the host, k computed from the agreed maximum on the device in the same double
+ * arithmetic) and the sum's limbs summed over the ranks; the collectives are
+ * asynchronous and the compute stream waits for them. Then one copy of the whole block
+ * to page-locked memory, whose wait (the comm's bounded one) is the step's only host
+ * synchronisation. Out: t->stats (host), *gmax (the agreed maximum's bits) and *sum.
+ */
+static int device_scalars(struct dsl_trainer *t, int stop_request, int clip, size_t nstats,
+                          uint32_t *gmax, uint64_t *sum)
+{
+    struct dsl_device *d = t->dev;
+    size_t ga = t->o.grad_accum;
+    char *ds = t->dscal;
+    float *dstats = (float *)(void *)ds;
+    uint32_t *dmax = (uint32_t *)(void *)(ds + t->off_max);
+    uint64_t *dsum = (uint64_t *)(void *)(ds + t->off_sum);
+    int32_t *dlimb = (int32_t *)(void *)(ds + t->off_limb);
+    int shared = t->o.zero_stage > 0 && t->world > 1, req, r;
+    float stop = stop_request ? 1.0f : 0.0f;
+    /* the host's flag (staged before the call returns), max and sum from zero */
+    if ((r = d->ops->copy(d, dstats + 2 * ga, &stop, sizeof(stop), DSL_COPY_H2D)) < 0 ||
+        (r = d->ops->set_zero(d, (float *)(void *)dmax, (t->off_limb - t->off_max) / 4)) < 0)
+        return r;
+    if (t->o.loss_scaling || clip)
+        for (size_t j = 0; j < t->nbk; j++)
+            if ((r = d->ops->absmax_bits_acc(d, final_type(t), final_grads(t, j),
+                                             t->bk[j].plen, dmax)) < 0)
+                return r;
+    if (t->o.loss_scaling &&
+        (r = d->ops->scalars_finish(d, dsum, dlimb, dmax, dstats + 2 * ga + 1)) < 0)
+        return r;
+    if ((r = dsl_comm_iallreduce(t->comm, dstats, dstats, nstats, DSL_FLOAT32, DSL_SUM,
+                                 &req)) < 0 ||
+        (r = dsl_comm_wait(t->comm, req)) < 0)
+        return r;
+    if (clip) {
+        /* the bits of a non-negative float order as the float: MAX on them as floats */
+        if (shared && ((r = dsl_comm_iallreduce(t->comm, dmax, dmax, 1, DSL_FLOAT32, DSL_MAX,
+                                                &req)) < 0 ||
+                       (r = dsl_comm_wait(t->comm, req)) < 0))
+            return r;
+        for (size_t j = 0; j < t->nbk; j++)
+            if ((r = d->ops->sumsq_fixed_acc(d, final_type(t), final_grads(t, j),
+                                             t->bk[j].plen, dmax, NORM_FRAC, dsum)) < 0)
+                return r;
+        if ((r = d->ops->scalars_finish(d, dsum, dlimb, dmax, NULL)) < 0)
+            return r;
+        if (shared && ((r = dsl_comm_iallreduce(t->comm, dlimb, dlimb, DSL_FIXEDSUM_LIMBS,
+                                                DSL_INT32, DSL_SUM, &req)) < 0 ||
+                       (r = dsl_comm_wait(t->comm, req)) < 0))
+            return r;
+    }
+    /* the one host synchronisation of the step */
+    if ((r = d->ops->copy(d, t->hscal, t->dscal, t->scal_bytes, DSL_COPY_D2H)) < 0)
+        return r;
+    const char *hs = t->hscal;
+    memcpy(t->stats, hs, nstats * sizeof(float));
+    memcpy(gmax, hs + t->off_max, sizeof(*gmax));
+    int32_t limb[DSL_FIXEDSUM_LIMBS];
+    memcpy(limb, hs + t->off_limb, sizeof(limb));
+    *sum = dsl_fixedsum_join(limb);
+    return 0;
+}
+
+/* the norm from the agreed maximum and the fixed-point sum, as global_norm() ends */
+static float norm_of(uint32_t gmax, uint64_t sum)
+{
+    float mx;
+    memcpy(&mx, &gmax, sizeof(mx));
+    if (!isfinite(mx) || mx == 0.0f)
+        return mx;
+    double m2 = (double)mx * (double)mx;
+    return (float)sqrt((double)sum / NORM_FRAC * m2);
 }
 
 /* A step skipped on gradient overflow: drop the gradients (the accumulation levels
@@ -395,26 +507,42 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 {
     struct dsl_model *m = t->model;
     size_t mb = t->o.micro_batch, ga = t->o.grad_accum, N = (size_t)t->world;
-    struct dsl_grad_sink sink = {sink_dest, sink_done, sink_need, t};
-    uint64_t sent0 = dsl_comm_bytes_sent(t->comm);
+    struct dsl_grad_sink sink = {sink_dest, sink_done, sink_need, t, NULL, 0};
+    uint64_t sent0 = dsl_comm_bytes_sent(t->comm), syncs0 = dsl_hostsync_count();
+    int gpu = !t->dev->host_memory;
     /* the loss scale of this step; one beyond fp32's range (a dynamic scale doubled
      * past 2^127) becomes inf, so the gradient overflows and the scaler halves it */
     float scale = t->o.loss_scaling ? (float)t->ls.cur_scale : 1.0f;
+    /* 16-bit gradients are those of the mean loss over the global batch, times the
+     * scale (DeepSpeed's magnitudes: the mean over the micro batch, divided by the
+     * accumulation steps, and, as with its prescale_gradients, by the world size
+     * before the reduction), so that a 16-bit gradient is not G times too large and
+     * fp16 does not overflow at the default scale; 1/G is the same at every world
+     * size, so deterministic mode keeps its bits across them. fp32 gradients stay
+     * those of the summed loss (bit for bit what the CPU trainer always computed):
+     * the division by G happens once, after the reduction. */
+    float lavg = t->gtype != DSL_FLOAT32 ? 1.0f / (float)t->G : 1.0f;
     int r;
     memset(res, 0, sizeof(*res));
 
     double c0, c1 = dsl_now();
     t->gather_wait = 0.0;
+    if (gpu && (r = t->dev->ops->set_zero(t->dev, t->dscal, t->scal_bytes / 4)) < 0)
+        return comm_fail(t, r, "step setup", err);
     for (size_t k = 0; k < ga; k++) {
         c0 = c1;
         size_t chunk = k * N + (size_t)t->rank;
         dsl_dataset_gather(train, idx + chunk * mb, mb, t->xb, t->yb);
-        struct dsl_model_stats st;
+        struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
         for (size_t j = 0; j < t->nbk; j++)
             t->bk[j].req = -1;
         t->last_micro = k + 1 == ga;
-        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb, scale,
-                                     &sink, &st);
+        if (gpu) { /* the micro step's loss and hits stay on the device */
+            sink.dev_stats = (float *)t->dscal + k;
+            sink.dev_stats_stride = ga;
+        }
+        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb,
+                                     scale * lavg, &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
                               (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
@@ -424,8 +552,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         res->t_compute += c1 - c0;
         if (t->defer && !t->last_micro) {
             /* deferred: keep a local sum of the micro steps, reduce at the last one */
-            r = k == 0 ? dcopy(t, t->acc[0], t->grads, t->P)
-                       : dadd(t, t->acc[0], t->grads, t->P);
+            r = dsl_mixed_acc_in(t, t->acc[0], t->grads, t->P, k == 0);
             if (r < 0)
                 return comm_fail(t, r, "gradient accumulation", err);
         } else if (t->o.overlap_comm) {
@@ -443,8 +570,16 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             return comm_fail(t, r, "gradient accumulation", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;
-        t->stats[k] = (float)st.loss_sum;
-        t->stats[ga + k] = (float)st.correct;
+        if (!st.deferred) {
+            t->stats[k] = (float)st.loss_sum;
+            t->stats[ga + k] = (float)st.correct;
+            if (gpu && ((r = t->dev->ops->copy(t->dev, (float *)t->dscal + k, &t->stats[k],
+                                               sizeof(float), DSL_COPY_H2D)) < 0 ||
+                        (r = t->dev->ops->copy(t->dev, (float *)t->dscal + ga + k,
+                                               &t->stats[ga + k], sizeof(float),
+                                               DSL_COPY_H2D)) < 0))
+                return comm_fail(t, r, "loss statistics", err);
+        }
     }
 
     res->t_compute -= t->gather_wait;
@@ -454,17 +589,25 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         return comm_fail(t, r, "gradient accumulation", err);
     /* loss, accuracy, the stop flag and (loss scaling) the overflow flag, summed over
      * the ranks per micro step */
-    size_t nstats = 2 * ga + 1;
+    size_t nstats = 2 * ga + 1 + (t->o.loss_scaling ? 1 : 0);
     uint32_t lmax = 0; /* loss scaling: this rank's largest |g| (bits), still scaled */
-    t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
-    if (t->o.loss_scaling) {
-        int overflow;
-        if ((r = grad_overflow(t, &overflow, &lmax)) < 0)
-            return comm_fail(t, r, "gradient overflow check", err);
-        t->stats[nstats++] = overflow ? 1.0f : 0.0f;
+    uint32_t gmax = 0; /* GPU: the agreed max |g| (bits) of the raw gradient */
+    uint64_t gsum = 0; /* GPU: its fixed-point sum of squares over every rank */
+    if (gpu) {
+        if ((r = device_scalars(t, stop_request, t->o.grad_clip > 0.0f, nstats, &gmax,
+                                &gsum)) < 0)
+            return comm_fail(t, r, "loss, overflow and norm reduction", err);
+    } else {
+        t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
+        if (t->o.loss_scaling) {
+            int overflow;
+            if ((r = grad_overflow(t, &overflow, &lmax)) < 0)
+                return comm_fail(t, r, "gradient overflow check", err);
+            t->stats[2 * ga + 1] = overflow ? 1.0f : 0.0f;
+        }
+        if ((r = dsl_trainer_allreduce_host(t, t->stats, nstats, DSL_FLOAT32, DSL_SUM)) < 0)
+            return comm_fail(t, r, "loss reduction", err);
     }
-    if ((r = dsl_trainer_allreduce_host(t, t->stats, nstats, DSL_FLOAT32, DSL_SUM)) < 0)
-        return comm_fail(t, r, "loss reduction", err);
     res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
     res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
     res->stop = t->stats[2 * ga] > 0.0f;
@@ -480,13 +623,15 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if (r == 1) {
             skip_step(t, res, sent0);
             res->t_small = dsl_now() - c1;
+            res->host_syncs = dsl_hostsync_count() - syncs0;
             return 0;
         }
     }
 
     /* mean over the global batch and 1/scale in one factor, then clipping with the
      * global norm of the true gradient */
-    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G, pre = 1.0f;
+    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (lavg != 1.0f ? 1.0f : (float)t->G),
+          pre = 1.0f;
     if (scale != 1.0f) {
         /* inv / scale is exact for a power-of-two scale unless it is subnormal: then
          * divide by the scale first (exact for a power of two), inv second */
@@ -517,7 +662,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
          * floats round as the device's scale op does); one pass over the gradient
          * saved */
         uint32_t umax;
-        if (t->o.loss_scaling) {
+        if (gpu) {
+            /* the norm of the raw gradient, reduced with the step's one wait; scaled
+             * like the 16-bit one below */
+            res->grad_norm = norm_of(gmax, gsum);
+        } else if (t->o.loss_scaling) {
             float mx;
             memcpy(&mx, &lmax, sizeof(mx));
             if (pre != 1.0f && !half)
@@ -526,9 +675,10 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                 mx *= inv;
             memcpy(&umax, &mx, sizeof(umax));
         }
-        if ((r = global_norm(t, &res->grad_norm, t->o.loss_scaling ? &umax : NULL)) < 0)
+        if (!gpu &&
+            (r = global_norm(t, &res->grad_norm, t->o.loss_scaling ? &umax : NULL)) < 0)
             return comm_fail(t, r, "gradient norm", err);
-        if (half)
+        if (half || gpu)
             res->grad_norm = (float)((double)res->grad_norm * (double)pre * (double)inv);
         float c = t->o.grad_clip / (res->grad_norm + 1e-6f);
         if (c < 1.0f)
@@ -550,7 +700,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
          * the optimizer; 16-bit: all of them, in fp32 (pre, when there is one, first) */
         float g1 = !half ? 1.0f : pre != 1.0f ? pre : inv;
         float gs = !half ? (fold ? inv : coef) : pre != 1.0f ? inv * coef : coef;
-        if ((r = dsl_mixed_optim(t, jj, final_grads(t, jj), lr, applied + 1, g1, gs)) < 0)
+        if ((r = dsl_mixed_optim(t, jj, final_type(t), final_grads(t, jj), lr, applied + 1, g1,
+                                 gs)) < 0)
             return comm_fail(t, r, "optimizer", err);
         if (gather) {
             double i0 = dsl_now();
@@ -564,15 +715,14 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
-    /* GPU: the optimizer's kernels finish here (and a fault shows up), not in the next
-     * step's forward; the all-gathers on the comm's stream keep running */
-    if ((r = t->dev->ops->synchronize(t->dev)) < 0)
-        return comm_fail(t, r, "optimizer", err);
+    /* GPU: no wait here: the optimizer's kernels and the all-gathers run on while the
+     * host gathers the next batch; a fault shows up at the next step's one wait */
     res->t_optim = dsl_now() - c0 - t_issue;
     /* the all-gather's cost shows up as the next forward's wait; count it here */
     res->t_gather = t_issue + t->gather_wait;
     t->step++;
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
+    res->host_syncs = dsl_hostsync_count() - syncs0;
     return 0;
 }
 
@@ -588,7 +738,7 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
     double correct = 0.0, lsum = 0.0;
     for (size_t i = 0; i < len; i += bs) {
         size_t n = len - i < bs ? len - i : bs;
-        struct dsl_model_stats st;
+        struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
         int r = m->ops->evaluate(m, (const float *)t->params, d->x + (off + i) * d->dim,
                                  d->y + off + i, n, &st);
         if (r < 0)

@@ -7,8 +7,10 @@
  * Theory of operation. The model computes with 16-bit parameters (t->params, P
  * elements, identical on every rank) and delivers 16-bit gradients; the trainer's
  * buckets reduce them over the comm as DSL_FLOAT16 / DSL_BFLOAT16 (half the bytes of
- * fp32), accumulate micro steps in 16 bits (as DeepSpeed does), and look for inf/NaN
- * in the 16-bit pieces (fp16 loss scaling). Nothing ever scales a 16-bit gradient in
+ * fp32), accumulate micro steps in fp32 levels (widened, one fp32 addition per micro
+ * step, so accumulation adds no 16-bit rounding), and look for inf/NaN in the final
+ * pieces (fp16 loss scaling). The model already scaled a 16-bit gradient to the mean
+ * over the global batch (trainer.c), so the 16-bit values have DeepSpeed's magnitudes. Nothing ever scales a 16-bit gradient in
  * place (except prescale_gradients, as DeepSpeed): the division by the global batch,
  * 1/loss scale and the clipping coefficient are fp32 multiplies inside the optimizer
  * kernel, after widening, and the global norm is taken on the raw 16-bit values and
@@ -56,31 +58,76 @@ int dsl_mixed_copy(struct dsl_trainer *t, void *dst, const void *src, size_t n)
     return t->dev->ops->copy(t->dev, dst, src, n * t->esz, DSL_COPY_D2D);
 }
 
-int dsl_mixed_absmax(struct dsl_trainer *t, const void *p, size_t n, uint32_t *out)
+void *dsl_mixed_acc_el(const struct dsl_trainer *t, const void *base, size_t off)
+{
+    return (char *)(uintptr_t)base + off * dsl_dtype_size(t->atype);
+}
+
+int dsl_mixed_acc_level(struct dsl_trainer *t, void *acc, const void *src, size_t n,
+                        int first)
 {
     struct dsl_device *d = t->dev;
-    if (t->gtype == DSL_FLOAT32)
+    if (first)
+        return d->ops->copy(d, acc, src, n * dsl_dtype_size(t->atype), DSL_COPY_D2D);
+    if (t->atype == DSL_FLOAT32)
+        return d->ops->add(d, acc, src, n);
+    return d->ops->half_add(d, t->atype, acc, src, n);
+}
+
+int dsl_mixed_acc_in(struct dsl_trainer *t, void *acc, const void *g, size_t n, int first)
+{
+    struct dsl_device *d = t->dev;
+    if (t->atype == t->gtype)
+        return dsl_mixed_acc_level(t, acc, g, n, first);
+    return first ? d->ops->widen(d, t->gtype, acc, g, n)
+                 : d->ops->widen_add(d, t->gtype, acc, g, n);
+}
+
+int dsl_mixed_acc_out(struct dsl_trainer *t, void *g, const void *acc, size_t n)
+{
+    struct dsl_device *d = t->dev;
+    if (t->atype == t->gtype)
+        return dsl_mixed_add(t, g, acc, n);
+    return d->ops->half_add_f32(d, t->gtype, g, acc, n);
+}
+
+int dsl_mixed_absmax(struct dsl_trainer *t, enum dsl_dtype ty, const void *p, size_t n,
+                     uint32_t *out)
+{
+    struct dsl_device *d = t->dev;
+    if (ty == DSL_FLOAT32)
         return d->ops->absmax_bits(d, p, n, out);
-    return d->ops->half_absmax_bits(d, t->gtype, p, n, out);
+    return d->ops->half_absmax_bits(d, ty, p, n, out);
 }
 
-int dsl_mixed_sumsq(struct dsl_trainer *t, const void *p, size_t n, double k, uint64_t *out)
+int dsl_mixed_sumsq(struct dsl_trainer *t, enum dsl_dtype ty, const void *p, size_t n,
+                    double k, uint64_t *out)
 {
     struct dsl_device *d = t->dev;
-    if (t->gtype == DSL_FLOAT32)
+    if (ty == DSL_FLOAT32)
         return d->ops->sumsq_fixed(d, p, n, k, out);
-    return d->ops->half_sumsq_fixed(d, t->gtype, p, n, k, out);
+    return d->ops->half_sumsq_fixed(d, ty, p, n, k, out);
 }
 
-int dsl_mixed_optim(struct dsl_trainer *t, size_t j, const void *g, float lr, uint64_t step,
-                    float ga, float gscale)
+int dsl_mixed_optim(struct dsl_trainer *t, size_t j, enum dsl_dtype gty, void *g, float lr,
+                    uint64_t step, float ga, float gscale)
 {
     struct dsl_device *d = t->dev;
     const struct dsl_bucket *b = &t->bk[j];
     void *p = dsl_mixed_el(t, t->params, b->lo + b->poff);
     float *m = t->m ? t->m + b->soff : NULL, *v = t->v ? t->v + b->soff : NULL;
+    int r;
     if (t->gtype == DSL_FLOAT32)
         return d->ops->optim_step(d, &t->o.optim, lr, step, gscale, p, g, m, v, b->plen);
+    if (gty == DSL_FLOAT32) {
+        /* an fp32 accumulation level: the fp32 step on the master piece, then round */
+        float *mp = t->master + b->soff;
+        if ((ga != 1.0f && (r = d->ops->scale(d, g, b->plen, ga)) < 0) ||
+            (r = d->ops->optim_step(d, &t->o.optim, lr, step, gscale, mp, g, m, v,
+                                    b->plen)) < 0)
+            return r;
+        return d->ops->to_half(d, t->gtype, p, mp, b->plen);
+    }
     return d->ops->half_optim_step(d, &t->o.optim, lr, step, t->gtype, ga, gscale,
                                    t->master + b->soff, p, g, m, v, b->plen);
 }
@@ -110,7 +157,8 @@ int dsl_mixed_setup(struct dsl_trainer *t, char *err)
         return dsl_seterr(err, DSL_ECONFIG, "unsupported parameter type %d", (int)want);
     if (want != DSL_FLOAT32 && (!ops->to_half || !ops->half_add || !ops->half_scale ||
                                 !ops->half_absmax_bits || !ops->half_sumsq_fixed ||
-                                !ops->half_optim_step))
+                                !ops->half_optim_step || !ops->widen || !ops->widen_add ||
+                                !ops->half_add_f32))
         return dsl_seterr(err, DSL_ENOTSUP, "%s compute is not available on device '%s'",
                           want == DSL_FLOAT16 ? "fp16" : "bf16", t->dev->name);
     if (t->model->dtype != want)

@@ -227,6 +227,12 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                 snprintf(fp16j, sizeof(fp16j), ",\"loss_scale\":%.17g,\"skipped\":%" PRIu64,
                          res.loss_scale, t->ls.skipped);
             }
+            if (!t->dev->host_memory) { /* GPU: the host waits of this step (goal: 1) */
+                size_t l = strlen(fp16), lj = strlen(fp16j);
+                snprintf(fp16 + l, sizeof(fp16) - l, " host_syncs %" PRIu64, res.host_syncs);
+                snprintf(fp16j + lj, sizeof(fp16j) - lj, ",\"host_syncs\":%" PRIu64,
+                         res.host_syncs);
+            }
             if (print) {
                 /* the ETA from the mean time per step so far, evaluations included */
                 char el[32], eta[32];

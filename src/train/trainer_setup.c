@@ -18,12 +18,14 @@
  * concurrently with anything; the comm must outlive the trainer.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/fixedsum.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/xalloc.h"
@@ -102,6 +104,28 @@ static void build_buckets(struct dsl_trainer *t)
     t->S = t->o.zero_stage == 0 ? t->P : soff;
 }
 
+/* The host waits of the GPU device and model: the comm's bounded wait. A failure (a
+ * dead peer, a timeout) puts the comm's text where the waiter reports from. */
+static int dev_stream_wait(void *ctx, void *stream)
+{
+    struct dsl_trainer *t = ctx;
+    int r = dsl_comm_stream_wait_host(t->comm, stream);
+    if (r < 0 && !t->dev->failed) {
+        t->dev->failed = r;
+        snprintf(t->dev->err, sizeof(t->dev->err), "%s", dsl_comm_last_error(t->comm));
+    }
+    return r;
+}
+
+static int model_stream_wait(void *ctx, void *stream)
+{
+    struct dsl_trainer *t = ctx;
+    int r = dsl_comm_stream_wait_host(t->comm, stream);
+    if (r < 0)
+        snprintf(t->model->err, sizeof(t->model->err), "%s", dsl_comm_last_error(t->comm));
+    return r;
+}
+
 int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
                      struct dsl_comm *comm, struct dsl_model *model, char *err)
 {
@@ -124,6 +148,24 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     int rs = dsl_mixed_setup(t, err);
     if (rs < 0)
         return rs;
+    if (!d->host_memory) {
+        /* one stream for the model, the device ops and the comm's ordering */
+        if (model->stream != d->stream)
+            return dsl_seterr(err, DSL_ECONFIG, "the GPU model runs on another CUDA stream "
+                              "than device '%s' (set the model spec's stream to the "
+                              "device's)", d->name);
+        dsl_comm_set_compute_stream(comm, d->stream);
+        if (dsl_comm_stream(comm)) {
+            /* nccl: every host wait is the comm's bounded one, which a dead peer ends */
+            d->wait = dev_stream_wait;
+            d->wait_ctx = t;
+            model->wait = model_stream_wait;
+            model->wait_ctx = t;
+        }
+    }
+    if (!dsl_fixedsum_fits(t->world)) /* the gradient norm's exact limb sums */
+        return dsl_seterr(err, DSL_ECONFIG, "%d ranks: the gradient norm's exact sums "
+                          "allow at most %d", t->world, DSL_FIXEDSUM_MAX_RANKS);
     if (o->zero_stage < 0 || o->zero_stage > 2)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
                           o->zero_stage);
@@ -163,6 +205,9 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
      * full-size buffer, and reduce once per step (as DeepSpeed does); otherwise every
      * micro step is reduced and the reduced pieces are accumulated (shard-size levels) */
     t->defer = o->grad_accum > 1 && !o->deterministic && o->zero_stage < 2;
+    /* micro steps accumulate in fp32, 16-bit gradients too (DeepSpeed's fp32
+     * accumulation), except in deterministic mode (see trainer.h: atype) */
+    t->atype = t->gtype != DSL_FLOAT32 && o->deterministic ? t->gtype : DSL_FLOAT32;
     if (o->grad_accum > 1) {
         int levels = 1;
         if (o->deterministic)
@@ -171,11 +216,11 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->nacc = levels;
         t->acc = dsl_xcalloc((size_t)levels, sizeof(void *));
         t->acc_used = dsl_xcalloc((size_t)levels, sizeof(int));
-        size_t na = t->defer ? t->P : t->S;
+        size_t na = t->defer ? t->P : t->S, asz = dsl_dtype_size(t->atype);
         for (int i = 0; i < levels; i++) {
-            t->acc[i] = d->ops->alloc(d, (na ? na : 1) * t->esz);
+            t->acc[i] = d->ops->alloc(d, (na ? na : 1) * asz);
             fail |= !t->acc[i];
-            r->accum += na * t->esz;
+            r->accum += na * asz;
         }
     }
     size_t nx = o->micro_batch * model->in_dim; /* host: the trainer gathers here */
@@ -190,13 +235,34 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         t->scratch = d->ops->alloc(d, t->scratch_bytes);
         if (!t->scratch)
             fail = 1;
+        /* the step's scalars: stats (2 ga + 2 floats), max (uint32, padded to 8),
+         * sum (uint64), limbs (int32) */
+        t->off_max = ((2 * o->grad_accum + 2) * sizeof(float) + 7) / 8 * 8;
+        t->off_sum = t->off_max + 8;
+        t->off_limb = t->off_sum + 8;
+        t->scal_bytes = (t->off_limb + DSL_FIXEDSUM_LIMBS * sizeof(int32_t) + 7) / 8 * 8;
+        t->dscal = d->ops->alloc(d, t->scal_bytes);
+        t->hscal = d->ops->host_alloc ? d->ops->host_alloc(d, t->scal_bytes) : NULL;
+        if (!t->dscal || !t->hscal)
+            fail = 1;
     }
     if (fail) {
         uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
+        char why[DSL_ERR_LEN + 2] = "";
+        if (d->err[0]) /* the device's own text (CUDA: which allocation, and why) */
+            snprintf(why, sizeof(why), ": %s", d->err);
         dsl_trainer_release(t);
-        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s",
+        return dsl_seterr(err, -ENOMEM, "cannot allocate %llu bytes of model state%s%s%s",
                           (unsigned long long)total, d->host_memory ? "" : " on ",
-                          d->host_memory ? "" : d->name);
+                          d->host_memory ? "" : d->name, why);
+    }
+    /* the padded scratch of uneven shards, sized once for the largest bucket (in fp32:
+     * checkpoints gather fp32 state bucket by bucket), so no step allocates */
+    if (!d->host_memory && (fail = dsl_comm_reserve(comm, maxb * sizeof(float))) < 0) {
+        int rr = fail;
+        dsl_seterr(err, rr, "%s", dsl_comm_last_error(comm));
+        dsl_trainer_release(t);
+        return rr;
     }
     r->total = r->params + r->grads + r->optim + r->buckets + r->accum;
     r->shard_elems = t->S;
@@ -238,6 +304,17 @@ void dsl_trainer_release(struct dsl_trainer *t)
     for (int i = 0; i < t->nacc; i++)
         d->ops->free(d, t->acc[i]);
     d->ops->free(d, t->scratch);
+    d->ops->free(d, t->dscal);
+    if (t->hscal && d->ops->host_free)
+        d->ops->host_free(d, t->hscal);
+    if (!d->host_memory) { /* the comm may be closed after us */
+        d->wait = NULL;
+        d->wait_ctx = NULL;
+        if (t->model) {
+            t->model->wait = NULL;
+            t->model->wait_ctx = NULL;
+        }
+    }
     free(t->acc);
     free(t->acc_used);
     free(t->bk);

@@ -4,10 +4,11 @@
  * checkpoints, resume and --save-params.
  *
  * Theory of operation. On the CPU device these are the memcpys and per-bucket
- * all-gathers they always were. On a GPU the same steps run in device memory and one
- * copy crosses to or from the host at the end: gathering the ZeRO shards of the
- * optimizer state needs a temporary device buffer of P floats (the collectives take
- * device pointers), which lives only for the call. Everything here runs between steps,
+ * all-gathers they always were. On a GPU at stages 1/2 the shards go bucket by bucket
+ * through one temporary device buffer of the largest bucket's size (the collectives
+ * take device pointers): a piece in, the bucket all-gathered in place, the bucket out
+ * to the host; never a buffer of P floats, which a model near the GPU's memory could
+ * not afford next to its state. Everything here runs between steps,
  * after dsl_trainer_sync() has waited for the parameter all-gathers a step leaves
  * running, so nothing else touches the buffers meanwhile. Gathering is collective:
  * every rank calls it in the same order.
@@ -53,41 +54,63 @@ void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, f
     }
 }
 
+/* the largest bucket, in elements */
+static size_t max_bucket(const struct dsl_trainer *t)
+{
+    size_t m = 0;
+    for (size_t j = 0; j < t->nbk; j++)
+        m = t->bk[j].len > m ? t->bk[j].len : m;
+    return m;
+}
+
+/* A staging buffer of one bucket of floats in device memory (GPU, stages 1/2), or NULL
+ * with err set; bounded by the bucket size, never P floats */
+static float *dev_staging(struct dsl_trainer *t, const char *what, char *err)
+{
+    struct dsl_device *d = t->dev;
+    size_t n = max_bucket(t);
+    float *p = d->ops->alloc(d, (n ? n : 1) * sizeof(float));
+    if (!p)
+        dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes on %s %s", n * sizeof(float),
+                   d->name, what);
+    return p;
+}
+
 /* One fp32 shard vector (S, or P at stage 0) in full flat order into host memory full;
- * dfull: device memory of P floats on a GPU at stages 1/2, else NULL. Collective. */
-static int gather_vec(struct dsl_trainer *t, const float *vec, float *full, float *dfull)
+ * stage: device memory of one bucket of floats on a GPU at stages 1/2, else NULL: each
+ * bucket is gathered there and copied out, so no full-size device buffer is needed.
+ * Collective. */
+static int gather_vec(struct dsl_trainer *t, const float *vec, float *full, float *stage)
 {
     struct dsl_device *d = t->dev;
     int r = 0;
     if (t->o.zero_stage == 0)
         return d->ops->copy(d, full, vec, t->P * sizeof(float), DSL_COPY_D2H);
-    float *buf = dfull ? dfull : full; /* in the device's memory */
-    for (size_t j = 0; j < t->nbk && r >= 0; j++) {
-        const struct dsl_bucket *b = &t->bk[j];
-        r = d->ops->copy(d, buf + b->lo + b->poff, vec + b->soff, b->plen * sizeof(float),
-                         DSL_COPY_D2D);
+    if (stage) {
+        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+            const struct dsl_bucket *b = &t->bk[j];
+            if ((r = d->ops->copy(d, stage + b->poff, vec + b->soff, b->plen * sizeof(float),
+                                  DSL_COPY_D2D)) >= 0 &&
+                (r = dsl_comm_allgather(t->comm, stage + b->poff, stage, b->len,
+                                        DSL_FLOAT32)) >= 0)
+                r = d->ops->copy(d, full + b->lo, stage, b->len * sizeof(float),
+                                 DSL_COPY_D2H);
+        }
+    } else {
+        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+            const struct dsl_bucket *b = &t->bk[j];
+            r = d->ops->copy(d, full + b->lo + b->poff, vec + b->soff, b->plen * sizeof(float),
+                             DSL_COPY_D2D);
+        }
+        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+            const struct dsl_bucket *b = &t->bk[j];
+            r = dsl_comm_allgather(t->comm, full + b->lo + b->poff, full + b->lo, b->len,
+                                   DSL_FLOAT32);
+        }
     }
-    for (size_t j = 0; j < t->nbk && r >= 0; j++) {
-        const struct dsl_bucket *b = &t->bk[j];
-        r = dsl_comm_allgather(t->comm, buf + b->lo + b->poff, buf + b->lo, b->len,
-                               DSL_FLOAT32);
-    }
-    if (r >= 0 && dfull)
-        r = d->ops->copy(d, full, dfull, t->P * sizeof(float), DSL_COPY_D2H);
     if (r < 0)
         t->ngather = t->gather_done = 0; /* the comm may be unusable now */
     return r;
-}
-
-/* P floats of device memory for a call, or NULL with err set */
-static float *dev_full(struct dsl_trainer *t, const char *what, char *err)
-{
-    struct dsl_device *d = t->dev;
-    float *p = d->ops->alloc(d, t->P ? t->P * sizeof(float) : 1);
-    if (!p)
-        dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes on %s %s", t->P * sizeof(float),
-                   d->name, what);
-    return p;
 }
 
 int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err)
@@ -97,11 +120,13 @@ int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err)
     if (r < 0)
         return r;
     if (t->master) {
-        float *dfull = t->o.zero_stage > 0 ? dev_full(t, "to gather the parameters", err) : NULL;
-        if (t->o.zero_stage > 0 && !dfull)
+        float *stage = t->o.zero_stage > 0 && !d->host_memory
+                           ? dev_staging(t, "to gather the parameters", err)
+                           : NULL;
+        if (t->o.zero_stage > 0 && !d->host_memory && !stage)
             return -ENOMEM;
-        r = gather_vec(t, t->master, host, dfull);
-        d->ops->free(d, dfull);
+        r = gather_vec(t, t->master, host, stage);
+        d->ops->free(d, stage);
         if (r < 0)
             return state_fail(t, r, "parameter gather", err);
         return 0;
@@ -118,12 +143,26 @@ int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char 
     if (r < 0)
         return r;
     if (t->master) {
-        float *dfull = dev_full(t, "to load the parameters", err);
-        if (!dfull)
+        if (d->host_memory) { /* the host vector is the device's memory */
+            if ((r = dsl_mixed_load(t, host)) < 0)
+                return state_fail(t, r, "loading the parameters", err);
+            return 0;
+        }
+        /* bucket by bucket through one bucket of device memory: this rank's piece into
+         * the master weights, the whole bucket rounded into the 16-bit parameters */
+        float *stage = dev_staging(t, "to load the parameters", err);
+        if (!stage)
             return -ENOMEM;
-        if ((r = d->ops->copy(d, dfull, host, t->P * sizeof(float), DSL_COPY_H2D)) >= 0)
-            r = dsl_mixed_load(t, dfull);
-        d->ops->free(d, dfull);
+        for (size_t j = 0; j < t->nbk && r >= 0; j++) {
+            const struct dsl_bucket *b = &t->bk[j];
+            if ((r = d->ops->copy(d, stage, host + b->lo, b->len * sizeof(float),
+                                  DSL_COPY_H2D)) >= 0 &&
+                (r = d->ops->copy(d, t->master + b->soff, stage + b->poff,
+                                  b->plen * sizeof(float), DSL_COPY_D2D)) >= 0)
+                r = d->ops->to_half(d, t->gtype, dsl_mixed_el(t, t->params, b->lo), stage,
+                                    b->len);
+        }
+        d->ops->free(d, stage);
         if (r < 0)
             return state_fail(t, r, "loading the parameters", err);
         return 0;
@@ -137,19 +176,15 @@ int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate,
 {
     struct dsl_device *d = t->dev;
     float *vecs[2] = {t->m, t->v};
-    float *dfull = NULL; /* GPU, stages 1/2: the full vector in device memory */
+    float *stage = NULL; /* GPU, stages 1/2: one bucket of device memory */
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
-    if (!d->host_memory && nstate && t->o.zero_stage > 0) {
-        dfull = d->ops->alloc(d, t->P * sizeof(float));
-        if (!dfull)
-            return dsl_seterr(err, -ENOMEM,
-                              "cannot allocate %zu bytes on %s to gather the optimizer state",
-                              t->P * sizeof(float), d->name);
-    }
+    if (!d->host_memory && nstate && t->o.zero_stage > 0 &&
+        !(stage = dev_staging(t, "to gather the optimizer state", err)))
+        return -ENOMEM;
     for (size_t s = 0; s < nstate && s < 2; s++) {
-        if ((r = gather_vec(t, vecs[s], state + s * t->P, dfull)) < 0) {
+        if ((r = gather_vec(t, vecs[s], state + s * t->P, stage)) < 0) {
             r = state_fail(t, r, t->o.zero_stage == 0 ? "optimizer state copy"
                                                       : "optimizer state gather", err);
             goto out;
@@ -157,7 +192,7 @@ int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate,
     }
     r = 0;
 out:
-    d->ops->free(d, dfull);
+    d->ops->free(d, stage);
     return r;
 }
 

@@ -1,8 +1,11 @@
 /*
  * The nccl backend at world size 1 on a real GPU (label gpu): every collective on fp32,
  * fp16, bf16 and int32, in-place and out-of-place, against the values the CPU expects
- * (at world 1 every reduction is the identity, so results must match bit for bit).
- * Exits 77 (skip) without a CUDA device.
+ * (at world 1 every reduction is the identity, so results must match bit for bit), also
+ * through the padded path of uneven shards (DSLAUNCH_NCCL_PAD_ALWAYS=1: at world 1 no
+ * shard is uneven), and the host-synchronisation accounting: an asynchronous call and
+ * its wait never wait on the host, a blocking call and dsl_comm_stream_wait_host() do
+ * once each. Exits 77 (skip) without a CUDA device.
  */
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -11,10 +14,12 @@
 #include <string.h>
 
 #include "dslaunch/comm/comm.h"
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/hostsync.h"
 #include "test.h"
 
-static struct dsl_comm *c;
+static struct dsl_comm *comm, *cpad; /* cpad: every shard through the padded path */
 
 static void fill(unsigned char *h, size_t bytes, int seed)
 {
@@ -22,7 +27,7 @@ static void fill(unsigned char *h, size_t bytes, int seed)
         h[i] = (unsigned char)((i * 37 + (size_t)seed * 11) % 251 % 120); /* no NaN patterns */
 }
 
-static void check_one(enum dsl_dtype t, size_t n, int inplace)
+static void check_one(struct dsl_comm *c, enum dsl_dtype t, size_t n, int inplace)
 {
     size_t esz = dsl_dtype_size(t), bytes = n * esz;
     unsigned char *h = malloc(bytes + 1), *out = malloc(bytes + 1);
@@ -79,10 +84,53 @@ TEST(nccl_should_run_every_collective_at_world_1)
     for (size_t ti = 0; ti < 4; ti++)
         for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
             for (int inplace = 0; inplace < 2; inplace++)
-                check_one(types[ti], counts[ci], inplace);
-    ASSERT_OK(dsl_comm_barrier(c));
-    ASSERT(dsl_comm_stream(c) != NULL);
-    ASSERT_STR_EQ(dsl_comm_backend(c), "nccl");
+                check_one(comm, types[ti], counts[ci], inplace);
+    ASSERT_OK(dsl_comm_barrier(comm));
+    ASSERT(dsl_comm_stream(comm) != NULL);
+    ASSERT_STR_EQ(dsl_comm_backend(comm), "nccl");
+}
+
+TEST(nccl_padded_path_should_give_the_same_results)
+{
+    static const enum dsl_dtype types[] = {DSL_FLOAT32, DSL_FLOAT16, DSL_BFLOAT16, DSL_INT32};
+    static const size_t counts[] = {1, 7, 1000, 12345};
+    /* reserved once: none of these reallocates */
+    ASSERT_OK(dsl_comm_reserve(cpad, 12345 * 4));
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++)
+            for (int inplace = 0; inplace < 2; inplace++)
+                check_one(cpad, types[ti], counts[ci], inplace);
+}
+
+TEST(nccl_waits_should_order_the_stream_and_not_the_host)
+{
+    size_t n = 1u << 16, bytes = n * sizeof(float);
+    float *h = NULL, *d = NULL;
+    cudaStream_t s;
+    ASSERT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    ASSERT(cudaMallocHost((void **)&h, bytes) == cudaSuccess);
+    ASSERT(cudaMalloc((void **)&d, bytes) == cudaSuccess);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)(i % 1000);
+    dsl_comm_set_compute_stream(comm, s);
+    ASSERT(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s) == cudaSuccess);
+    uint64_t h0 = dsl_hostsync_count();
+    int req;
+    ASSERT_OK(dsl_comm_iallreduce(comm, d, d, n, DSL_FLOAT32, DSL_SUM, &req));
+    ASSERT_OK(dsl_comm_wait(comm, req));
+    ASSERT(dsl_hostsync_count() == h0); /* no host wait so far */
+    memset(h, 0, bytes);
+    ASSERT(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    ASSERT_OK(dsl_comm_stream_wait_host(comm, s));
+    ASSERT(dsl_hostsync_count() == h0 + 1);
+    for (size_t i = 0; i < n; i++)
+        ASSERT(h[i] == (float)(i % 1000));
+    ASSERT_OK(dsl_comm_allreduce(comm, d, d, n, DSL_FLOAT32, DSL_SUM)); /* blocking: one */
+    ASSERT(dsl_hostsync_count() == h0 + 2);
+    dsl_comm_set_compute_stream(comm, NULL);
+    cudaFree(d);
+    cudaFreeHost(h);
+    cudaStreamDestroy(s);
 }
 
 int main(int argc, char **argv)
@@ -96,11 +144,18 @@ int main(int argc, char **argv)
     struct dsl_comm_opts o = {.backend = "nccl"};
     unsetenv("WORLD_SIZE");
     unsetenv("RANK");
-    if (dsl_comm_open_env(&c, &o, err) < 0) {
+    if (dsl_comm_open_env(&comm, &o, err) < 0) {
         fprintf(stderr, "open: %s\n", err);
         return 1;
     }
+    setenv(DSL_ENV_NCCL_PAD_ALWAYS, "1", 1);
+    if (dsl_comm_open_env(&cpad, &o, err) < 0) {
+        fprintf(stderr, "open (padded): %s\n", err);
+        return 1;
+    }
+    unsetenv(DSL_ENV_NCCL_PAD_ALWAYS);
     int r = RUN_TESTS(argc, argv);
-    dsl_comm_close(c);
+    dsl_comm_close(cpad);
+    dsl_comm_close(comm);
     return r;
 }

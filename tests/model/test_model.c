@@ -5,6 +5,7 @@
  * of a file's header against its size.
  */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/model/optimizer.h"
 
+#include "model/gemm_dims.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
@@ -67,7 +69,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
     struct full_sink fs = {g, &m, 0, m.nparams};
-    struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs};
+    struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs, NULL, 0};
     struct dsl_model_stats st;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &sink, &st));
     ASSERT_EQ(fs.ndone, m.nsegs);
@@ -107,7 +109,8 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     a.ops->init_params(&a, p, 3);
     fill(x, 3 * 7, 9);
     struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
-    struct dsl_grad_sink ka = {fs_dest, fs_done, NULL, &sa}, kb = {fs_dest, fs_done, NULL, &sb};
+    struct dsl_grad_sink ka = {fs_dest, fs_done, NULL, &sa, NULL, 0},
+                         kb = {fs_dest, fs_done, NULL, &sb, NULL, 0};
     struct dsl_model_stats st;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, 3, 1.0f, &ka, &st));
     ASSERT_OK(b.ops->forward_backward(&b, p, x, y, 3, 1.0f, &kb, &st));
@@ -132,7 +135,8 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
     struct full_sink f1 = {g1, &m, 0, m.nparams}, fs = {gs, &m, 0, m.nparams};
-    struct dsl_grad_sink k1 = {fs_dest, fs_done, NULL, &f1}, ks = {fs_dest, fs_done, NULL, &fs};
+    struct dsl_grad_sink k1 = {fs_dest, fs_done, NULL, &f1, NULL, 0},
+                         ks = {fs_dest, fs_done, NULL, &fs, NULL, 0};
     struct dsl_model_stats s1, ss;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &k1, &s1));
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1024.0f, &ks, &ss));
@@ -145,6 +149,23 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     free(g1);
     free(gs);
     dsl_model_release(&m);
+}
+
+TEST(gemm_dims_should_convert_up_to_int_max_and_name_a_larger_one)
+{
+    char err[DSL_ERR_LEN] = "";
+    int v = -1;
+    ASSERT_OK(dsl_gemm_dim(0, "m", &v, err));
+    ASSERT_EQ(v, 0);
+    ASSERT_OK(dsl_gemm_dim((size_t)INT_MAX, "m", &v, err));
+    ASSERT_EQ(v, INT_MAX);
+    v = 7;
+    ASSERT_EQ(dsl_gemm_dim((size_t)INT_MAX + 1, "lda", &v, err), DSL_ECONFIG);
+    ASSERT_EQ(v, 7); /* untouched: no truncated value escapes */
+    ASSERT_CONTAINS(err, "'lda' is 2147483648");
+    /* a value that truncation would have turned into a small positive int */
+    ASSERT_EQ(dsl_gemm_dim(((size_t)1 << 32) + 5, "n", &v, NULL), DSL_ECONFIG);
+    ASSERT_EQ(v, 7);
 }
 
 TEST(model_should_reject_an_unknown_type_and_bad_labels)

@@ -212,7 +212,8 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
     struct dsl_device *d = dsl_device_cpu();
     const struct dsl_device_ops *o = d->ops;
     ASSERT(o->to_half && o->half_add && o->half_scale && o->half_absmax_bits &&
-           o->half_sumsq_fixed && o->half_optim_step);
+           o->half_sumsq_fixed && o->half_optim_step && o->widen && o->widen_add &&
+           o->half_add_f32);
     enum dsl_dtype types[2] = {DSL_BFLOAT16, DSL_FLOAT16};
     size_t n = 70001; /* several stack blocks, two pool pieces, a ragged end */
     float *f = malloc(n * sizeof(float)), *f2 = malloc(n * sizeof(float));
@@ -238,6 +239,34 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
         ASSERT_OK(o->half_add(d, ht, c, b, n));
         for (size_t i = 0; i < n; i++)
             ASSERT_EQ(c[i], ref_from(ht, ref_to(ht, a[i]) + ref_to(ht, b[i])));
+        /* fp32 accumulation: widen, widen_add, half_add_f32 */
+        float *acc = malloc(n * sizeof(float));
+        ASSERT(acc);
+        ASSERT_OK(o->widen(d, ht, acc, a, n));
+        for (size_t i = 0; i < n; i++)
+            ASSERT(bits(acc[i]) == bits(ref_to(ht, a[i])));
+        ASSERT_OK(o->widen_add(d, ht, acc, b, n));
+        for (size_t i = 0; i < n; i++)
+            ASSERT(bits(acc[i]) == bits(ref_to(ht, a[i]) + ref_to(ht, b[i])));
+        memcpy(c, b, n * 2);
+        ASSERT_OK(o->half_add_f32(d, ht, c, f, n));
+        for (size_t i = 0; i < n; i++)
+            ASSERT_EQ(c[i], ref_from(ht, ref_to(ht, b[i]) + f[i]));
+        /* three micro steps in fp32 keep what 16-bit accumulation rounds away */
+        size_t lost = 0;
+        for (size_t i = 0; i < n; i++) {
+            float s16 = ref_to(ht, ref_from(ht, ref_to(ht, ref_from(ht, ref_to(ht, a[i]) +
+                                                                        ref_to(ht, b[i]))) +
+                                                    ref_to(ht, a[i])));
+            float s32 = (ref_to(ht, a[i]) + ref_to(ht, b[i])) + ref_to(ht, a[i]);
+            lost += bits(s16) != bits(s32);
+        }
+        ASSERT_OK(o->widen_add(d, ht, acc, a, n));
+        for (size_t i = 0; i < n; i++)
+            ASSERT(bits(acc[i]) == bits((ref_to(ht, a[i]) + ref_to(ht, b[i])) +
+                                        ref_to(ht, a[i])));
+        ASSERT(lost > n / 4); /* the difference is real, not a rounding curiosity */
+        free(acc);
         /* half_scale */
         memcpy(c, a, n * 2);
         ASSERT_OK(o->half_scale(d, ht, c, n, 0.3f));

@@ -78,6 +78,37 @@ uint64_t dsl_comm_bytes_sent(const struct dsl_comm *c);
 struct dsl_store *dsl_comm_store(struct dsl_comm *c);
 /** nccl: the communication cudaStream_t (as void *); tcp: NULL. */
 void *dsl_comm_stream(struct dsl_comm *c);
+/**
+ * nccl: the CUDA stream the caller computes on (a cudaStream_t as void *; NULL, the
+ * default, is the legacy default stream). Every collective starts after the work
+ * queued on it before the call (an event, no host wait), and dsl_comm_wait() makes
+ * that stream wait for the request (an event, no host wait). Other backends: ignored.
+ */
+void dsl_comm_set_compute_stream(struct dsl_comm *c, void *stream);
+/**
+ * Size the backend's scratch for collectives of up to bytes (count x element size)
+ * now, at setup, so that no later collective allocates or frees (nccl: the padded
+ * buffer of shards that do not divide evenly; a larger collective still works but
+ * reallocates, after a bounded wait). Returns 0 or a negative code (out of device
+ * memory) with the text in dsl_comm_last_error(). Other backends: 0.
+ */
+int dsl_comm_reserve(struct dsl_comm *c, size_t bytes);
+/**
+ * nccl: wait on the host until the work queued on stream (a cudaStream_t as void *,
+ * the caller's compute stream) so far has finished, bounded by the comm timeout and
+ * watching the communicator for a failed peer (ncclCommGetAsyncError); the collectives
+ * the stream waits for complete with it. This is the safe way to wait for a stream
+ * ordered after collectives: a plain cudaStreamSynchronize would hang on a dead peer.
+ * Counts one host synchronisation (common/hostsync.h). Other backends: 0.
+ */
+int dsl_comm_stream_wait_host(struct dsl_comm *c, void *stream);
+/**
+ * Give up the communicator without waiting for the peers (nccl: ncclCommAbort, which
+ * also ends a collective stuck on a dead peer). Call it on an error path before
+ * freeing device memory that a collective may still use: cudaFree waits for every
+ * kernel, a stuck NCCL kernel included. Later calls fail; dsl_comm_close() still frees.
+ */
+void dsl_comm_abort(struct dsl_comm *c);
 
 /**
  * Zeroed host memory for collective buffers (tcp backend and world size 1; the nccl
@@ -111,7 +142,10 @@ int dsl_comm_ireduce_scatter(struct dsl_comm *c, const void *send, void *recv, s
                              enum dsl_dtype t, enum dsl_redop op, int *req);
 int dsl_comm_iallgather(struct dsl_comm *c, const void *send, void *recv, size_t count,
                         enum dsl_dtype t, int *req);
-/** Wait for one request (and, implicitly, every request issued before it). */
+/** Wait for one request (and, implicitly, every request issued before it). nccl: the
+ *  compute stream (dsl_comm_set_compute_stream) is made to wait for it, the host does
+ *  not: work queued afterwards sees the result; dsl_comm_stream_wait_host() or a
+ *  blocking call observe completion and failures on the host. */
 int dsl_comm_wait(struct dsl_comm *c, int req);
 
 #endif

@@ -46,5 +46,8 @@
 #define DSL_ENV_STORE_FD "DSLAUNCH_STORE_FD"   /* rank 0: the listening socket its agent
                                                   reserved on MASTER_PORT, to serve on */
 #define DSL_ENV_STORE_DEBUG "DSLAUNCH_STORE_DEBUG" /* 1: the store prints its counters */
+#define DSL_ENV_NCCL_PAD_ALWAYS "DSLAUNCH_NCCL_PAD_ALWAYS" /* 1: every nccl reduce-scatter
+                                                  and all-gather takes the padded path of
+                                                  uneven shards (a test at world 1) */
 
 #endif

@@ -64,12 +64,19 @@ struct dsl_grad_sink {
      *  everything is in place. */
     void (*need)(void *ctx, size_t off, size_t len);
     void *ctx;
+    /** GPU models, optional: when not NULL, forward_backward may leave the micro batch's
+     *  loss sum and hit count in device memory instead of waiting for them: dev_stats[0]
+     *  = the loss sum, dev_stats[ga] = the hit count (fp32; ga = dev_stats_stride), and
+     *  it then sets st->deferred. A model that does not sets st as usual. */
+    float *dev_stats;
+    size_t dev_stats_stride;
 };
 
 /** Loss statistics of one forward pass. */
 struct dsl_model_stats {
     double loss_sum; /* sum of per-sample cross-entropy, summed in sample order */
     size_t correct;  /* samples whose argmax equals the label */
+    int deferred;    /* 1: both are in the sink's dev_stats instead (GPU), not here */
 };
 
 /** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy. */
@@ -84,6 +91,8 @@ struct dsl_model_spec {
     enum dsl_dtype dtype; /* DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16: 16-bit
                              params and gradients (GPU: 16-bit compute; CPU: 16-bit
                              storage, fp32 arithmetic) */
+    void *stream; /* GPU: the cudaStream_t to run on, the trainer's device stream
+                     (struct dsl_device .stream); NULL: the legacy default stream */
 };
 
 struct dsl_model;
@@ -91,8 +100,9 @@ struct dsl_model;
 struct dsl_model_ops {
     const char *name;
     /** Fill params (nparams floats, fp32 for every dtype, in the model's memory: see
-     *  the top of this file) from seed; the same seed gives the same bits on the CPU and the GPU. Returns 0
-     *  or a negative code (GPU: the copy failed), with the text in m->err. */
+     *  the top of this file) from seed; the same seed gives the same bits on the CPU and
+     *  the GPU. Returns 0 or a negative code (GPU: the copy failed), with the text in
+     *  m->err. */
     int (*init_params)(struct dsl_model *m, float *params, uint64_t seed);
     /** Forward + backward over n samples (x: n x in_dim, y: n labels; host memory).
      *  loss_scale: the gradient delivered is that of loss_scale x the summed loss (the
@@ -120,6 +130,11 @@ struct dsl_model {
     size_t nsegs;
     size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
     int on_device;           /* params and gradients are CUDA device pointers */
+    void *stream;            /* GPU: the cudaStream_t it runs on (spec.stream) */
+    /* GPU: how to wait on the host for the stream (set by the trainer to the comm's
+     * bounded wait); NULL: cudaStreamSynchronize */
+    int (*wait)(void *ctx, void *stream);
+    void *wait_ctx;
     enum dsl_dtype dtype;    /* element type of params and gradients (see the top) */
     char err[DSL_ERR_LEN];   /* text of the last failed op ("" if none given) */
     void *impl;              /* the implementation's state (activations) */

@@ -132,6 +132,9 @@ struct dsl_step_result {
      * waiting for gradient reductions after backward, loss/norm reductions,
      * optimizer, parameter all-gather */
     double t_compute, t_reduce, t_small, t_optim, t_gather;
+    /* times the host waited for the GPU during this step (common/hostsync.h; the goal,
+     * and what a GPU step does without evaluation or checkpoints, is 1); 0 on the CPU */
+    uint64_t host_syncs;
 };
 
 struct dsl_trainer {
@@ -152,7 +155,10 @@ struct dsl_trainer {
     int nslots;
     float *master;     /* mixed precision: fp32 master weights, S (P at stage 0); else NULL */
     float *m, *v;      /* optimizer state: P (stage 0) or S */
-    void **acc;        /* gradient accumulation levels (grad_accum > 1) */
+    void **acc;        /* gradient accumulation levels (grad_accum > 1), of atype */
+    enum dsl_dtype atype; /* fp32, except 16-bit gradients in deterministic mode (the
+                             comm's 16-bit sums over ranks must equal the accumulation's
+                             over micro steps for bit-identity across world sizes) */
     int *acc_used;
     int nacc;
     int defer;          /* stages 0/1 outside deterministic mode: reduce once per step */
@@ -165,6 +171,12 @@ struct dsl_trainer {
     float *stats;       /* per micro step: loss, correct (+ stop flag) */
     void *scratch;      /* GPU: device copy of the small host arrays that are reduced */
     size_t scratch_bytes;
+    /* GPU: the step's scalars in device memory (the per micro step loss and hits, the
+     * stop and overflow flags, the gradient's maximum, its fixed-point sum of squares
+     * and that sum's limbs; offsets below) and their page-locked host copy, read with
+     * the step's one host synchronisation */
+    void *dscal, *hscal;
+    size_t scal_bytes, off_max, off_sum, off_limb;
 
     int *gq;            /* all-gather requests of the last step, in issue order */
     size_t *gb;         /* ... and their buckets */
