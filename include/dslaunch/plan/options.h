@@ -91,13 +91,27 @@ struct dsl_launch_opts {
     char *agent_slurm_nodes;   /* --agent --slurm-nodes H0,H1,..: started by srun; the
                                   agent's index is its SLURMD_NODENAME's place here */
     int agent_index;           /* --agent --connect-index I: the agent's index in its batch */
+    int emit;                  /* --emit sbatch[=FILE] with --dry-run: the batch script
+                                  (DSL_EMIT_*) instead of the plan's JSON */
+    char *emit_file;           /* --emit sbatch=FILE: write it there (new file); NULL: stdout */
     struct dsl_strvec argv;    /* program and its arguments */
 };
+
+enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1 };
 
 void dsl_launch_opts_init(struct dsl_launch_opts *o);
 /** Parse argv (argv[0] is skipped). Errors are usage errors described in err. */
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err);
 void dsl_launch_opts_release(struct dsl_launch_opts *o);
 void dsl_launch_opts_help(FILE *f);
+
+/**
+ * The options of a dslaunch command line that parsed (argv[0] skipped, up to the
+ * program), each with its value word, appended to out in their order, except those
+ * whose long name (with '_', e.g. "num_nodes") is in drop (NULL-terminated): what
+ * `--emit sbatch` passes on to the dslaunch of the batch script.
+ */
+void dsl_launch_opts_forward(int argc, char **argv, const char *const *drop,
+                             struct dsl_strvec *out);
 
 #endif
