@@ -23,4 +23,13 @@ int dsl_agent_main(int in_fd, int out_fd);
  */
 int dsl_agent_main_sealed(int fd, struct dsl_seal *seal);
 
+/**
+ * An agent started by srun (the slurm transport): list is its step's
+ * CUDA_VISIBLE_DEVICES, the GPUs Slurm gave this job on this node ("2,3"). The plan's
+ * device ids for the node are then places in that list, and each rank gets the
+ * list's items (docs/slurm.md, "GPUs"). NULL or "": the ids are used as they are.
+ * Call before dsl_agent_main*; the copy lives as long as the process.
+ */
+void dsl_agent_set_node_devices(const char *list);
+
 #endif
