@@ -54,12 +54,13 @@ cd "$dir"
 cat >rank.sh <<'EOS'
 #!/bin/sh
 r=${RANK:-$SLURM_PROCID}
-date +%s.%N >"$RUNDIR/start.$r"
+# stamps are written whole, then renamed: a reader never sees an empty one
+date +%s.%N >"$RUNDIR/.start.$r" && mv "$RUNDIR/.start.$r" "$RUNDIR/start.$r"
 case $MODE in
 exit) exit 0 ;;
 fail) if [ "$r" = 3 ]; then
           while [ "$(ls "$RUNDIR" | grep -c '^start\.')" -lt 4 ]; do sleep 0.01; done
-          date +%s.%N >"$RUNDIR/fail"
+          date +%s.%N >"$RUNDIR/.fail" && mv "$RUNDIR/.fail" "$RUNDIR/fail"
           exit 3
       fi ;;
 esac
