@@ -20,6 +20,7 @@ DSL=$1
 DSTRAIN=$2
 SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # the nodes see this machine's files
 unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
@@ -91,6 +92,7 @@ expect_success "the emitted script runs under sbatch: 4 ranks on 2 nodes, argv a
     assert_eq "$(grep -c "host=n2" who)" 2 "ranks on n2"
     assert_grep "rank=3 local=1 node=1 world=4 host=n2" who
     no_leftovers "$(sed -n "s/^Submitted batch job //p" out)" "$(cat runid.0)"
+    assert_slurm_clean
 '
 
 expect_success "an emitted file is never written through an existing one" '
@@ -99,6 +101,7 @@ expect_success "an emitted file is never written through an existing one" '
     assert_eq "$rc" 2 "exit"
     assert_grep "taken.sh" err
     assert_eq "$(cat taken.sh)" keep "the existing file"
+    assert_slurm_clean
 '
 
 SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
@@ -147,6 +150,7 @@ expect_success "requeue: the warning saves, the script requeues on 138, the next
     cat err >&2
     assert_eq "$rc" 0 "uninterrupted run"
     cmp p.full p.requeued || fail "the requeued run differs from the uninterrupted one"
+    assert_slurm_clean
 '
 
 done_testing

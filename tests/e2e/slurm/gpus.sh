@@ -10,6 +10,7 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # the nodes see this machine's files
 unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_GPUS_PER_NODE SLURM_GPUS SLURM_GPUS_ON_NODE
@@ -36,6 +37,7 @@ expect_success "--gpus-per-node=2 while another job holds GPUs 0,1: 4 ranks, eac
     assert_eq "$(grep -c "world=4 host=n[12] cvd=2,3$" r)" 4 "ranks on GPUs 2,3"
     assert_grep "rank=1 local=1 world=4 host=n1 cvd=2,3" r
     assert_grep "rank=2 local=0 world=4 host=n2 cvd=2,3" r
+    assert_slurm_clean
 '
 
 expect_success "sbatch --gres=gpu:2 (SLURM_GPUS_ON_NODE): 2 ranks a node on GPUs 0,1" '
@@ -46,6 +48,7 @@ expect_success "sbatch --gres=gpu:2 (SLURM_GPUS_ON_NODE): 2 ranks a node on GPUs
     ranks job.out >r
     assert_eq "$(grep -c "world=4 host=n[12] cvd=0,1$" r)" 4 "ranks on GPUs 0,1"
     assert_grep "SLURM_GPUS_ON_NODE" job.out
+    assert_slurm_clean
 '
 
 expect_success "salloc --gres=gpu:3 sets no GPU variable there: --num_gpus 3 says it" '
@@ -54,12 +57,14 @@ expect_success "salloc --gres=gpu:3 sets no GPU variable there: --num_gpus 3 say
     assert_eq "$rc" 0 "exit"
     ranks out >r
     assert_eq "$(grep -c "world=6 host=n[12] cvd=0,1,2$" r)" 6 "ranks on GPUs 0,1,2"
+    assert_slurm_clean
 '
 
 expect_success "--gpus=3 on 2 nodes: Slurm splits it unevenly, so dslaunch asks for --gpus-per-node" '
     run_capture rc out err salloc -N2 --gpus=3 "$DSL" ./envp.sh
     assert_eq "$rc" 2 "exit"
     assert_grep "does not say how many GPUs each of the 2 nodes got" err
+    assert_slurm_clean
 '
 
 expect_success "more slots than the step has GPUs: the rank start fails naming Slurm s list" '
@@ -68,6 +73,7 @@ expect_success "more slots than the step has GPUs: the rank start fails naming S
     [ "$rc" != 0 ] || fail "it ran"
     assert_grep "device 1 is not among the GPUs Slurm gave this node" err
     [ -z "$(grep -o "R rank=.*" out)" ] || fail "a rank started"
+    assert_slurm_clean
 '
 
 done_testing
