@@ -178,6 +178,9 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
     code = 0;
     if (file && plan->opts->verbose >= 1)
         dsl_info("wrote the batch script '%s' (submit it with: sbatch %s)", file, file);
+    if (rq.requeue && !rq.resumes && plan->opts->verbose >= 1)
+        dsl_info("--save-on-signal without --resume: the script requeues the job on exit 138, "
+                 "but its next start begins afresh (dstrain: add --resume auto)");
 out:
     if (file && fd > 1) {
         close(fd);

@@ -90,6 +90,9 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
             dsl_dynbuf_addf(out, "#SBATCH --gpus=%ld\n", total);
     }
     if (rq->requeue) {
+        if (!rq->resumes)
+            dsl_dynbuf_addstr(out, "# the program has no --resume: a requeued start begins "
+                              "afresh (dstrain: add --resume auto)\n");
         dsl_dynbuf_addf(out, "#SBATCH --signal=B:USR1@%d\n", rq->signal_secs);
         dsl_dynbuf_addstr(out, "#SBATCH --requeue\n#SBATCH --open-mode=append\n");
     }
@@ -156,6 +159,8 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
         if (!strcmp(o->argv.v[k], "--save-on-signal") ||
             !strcmp(o->argv.v[k], "--save_on_signal"))
             rq->requeue = 1;
+        else if (!strncmp(o->argv.v[k], "--resume", 8))
+            rq->resumes = 1;
     rq->signal_secs = 90;
     /* the program's base name, as a job name sbatch's own parser reads as one word */
     const char *base = strrchr(o->argv.v[0], '/');

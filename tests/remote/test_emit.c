@@ -129,6 +129,7 @@ static int run_requeue(const char *program, int *requeued)
     ASSERT_OK(dsl_emit_sbatch(&rq, &out, err));
     const char *s = dsl_dynbuf_str(&out);
     ASSERT_CONTAINS(s, "\n#SBATCH --signal=B:USR1@90\n#SBATCH --requeue\n");
+    ASSERT_CONTAINS(s, "# the program has no --resume: a requeued start begins afresh");
     snprintf(path, sizeof(path), "%s/scontrol.called", dir);
     unlink(path);
     int rc = run_script(s);

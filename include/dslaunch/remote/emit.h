@@ -22,6 +22,8 @@ struct dsl_emit_req {
                                --signal=B:USR1@signal_secs, --requeue, and a requeue when
                                dslaunch exits 138 */
     int signal_secs;
+    int resumes;            /* the program's arguments hold --resume (dstrain's): a
+                               requeued start takes up the checkpoint */
     const char *job_name;   /* --job-name (letters, digits, '.', '_', '-' only; NULL: none) */
     const char *hosts_from; /* for the header comment: where the plan's hosts came from */
     const char *cwd;        /* cd there first */
