@@ -84,9 +84,12 @@ static int run_agent(const struct dsl_launch_opts *opts)
     int fd, index = opts->agent_index;
     struct dsl_seal seal;
     /* started by srun with the job's GPUs on this node (Slurm's gres sets SLURM_STEP_GPUS
-     * with CUDA_VISIBLE_DEVICES): the plan's device ids are places in that list */
-    if (opts->agent_slurm_nodes && getenv("SLURM_STEP_GPUS"))
-        dsl_agent_set_node_devices(getenv("CUDA_VISIBLE_DEVICES"));
+     * with CUDA_VISIBLE_DEVICES): the plan's device ids are places in that list; a gres
+     * without device files gets "NoDevFiles", which names no device */
+    const char *step_cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (opts->agent_slurm_nodes && getenv("SLURM_STEP_GPUS") && step_cvd &&
+        strcmp(step_cvd, "NoDevFiles") != 0)
+        dsl_agent_set_node_devices(step_cvd);
     if (opts->agent_slurm_nodes && dsl_slurm_agent_prepare(opts->agent_slurm_nodes, &index,
                                                            err) < 0) {
         dsl_error("%s", err);

@@ -9,8 +9,12 @@
  *
  * Without --save-on-signal the script execs dslaunch: Slurm's signals to the batch
  * shell (scancel -b, --signal=B:...) then reach dslaunch itself. With it, the shell
- * stays to requeue: dslaunch runs in the background, a USR1 trap passes Slurm's warning
- * on, and the shell waits until dslaunch has really ended (a wait interrupted by the
+ * stays to requeue: dslaunch runs in the background, a USR1 trap (set before it
+ * starts, so that no warning ends the shell; one that comes before dslaunch's pid is
+ * known is sent right after, best effort: a signal that lands between the fork and
+ * dslaunch's own handler is lost, which a warning minutes before the time limit never
+ * does) passes Slurm's warning on once, and the shell
+ * waits until dslaunch has really ended (a wait interrupted by the
  * trap returns 138 too, so it waits again while the process exists); exit 138 means
  * the ranks saved a checkpoint, and `scontrol requeue` puts the job back in the queue,
  * where its next start resumes from it (dstrain --resume auto).
@@ -105,7 +109,16 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         add_quoted(out, rq->env[k] + n + 1);
         dsl_dynbuf_addstr(out, "\n");
     }
-    if (!rq->requeue)
+    if (rq->requeue)
+        dsl_dynbuf_addstr(
+            out,
+            "# Slurm's warning (--signal=B:USR1) comes to this shell: it passes it to dslaunch,\n"
+            "# which passes it to every rank; they save a checkpoint and exit 138. The trap\n"
+            "# is set first (an untrapped USR1 would end this shell); one that comes before\n"
+            "# dslaunch has a pid waits in 'early'\n"
+            "pid= early=\n"
+            "trap 'if [ -n \"$pid\" ]; then kill -USR1 \"$pid\" 2>/dev/null; else early=1; fi' USR1\n");
+    else
         dsl_dynbuf_addstr(out, "exec");
     for (size_t k = 0; rq->argv[k]; k++) {
         if (k || !rq->requeue)
@@ -120,9 +133,7 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         out,
         " &\n"
         "pid=$!\n"
-        "# Slurm's warning (--signal=B:USR1) comes to this shell: pass it to dslaunch, which\n"
-        "# passes it to every rank; they save a checkpoint and exit 138\n"
-        "trap 'kill -USR1 \"$pid\" 2>/dev/null' USR1\n"
+        "[ -z \"$early\" ] || kill -USR1 \"$pid\"\n"
         "wait \"$pid\"\n"
         "rc=$?\n"
         "while kill -0 \"$pid\" 2>/dev/null; do wait \"$pid\"; rc=$?; done\n"

@@ -158,13 +158,47 @@ TEST(emitted_script_should_pass_the_warning_on_and_wait_for_the_real_exit)
     int requeued;
     /* the "dslaunch" signals the batch shell as Slurm would, then gets the USR1 the
      * trap passes on, and exits 5 (not 138) a moment later: the shell's wait, cut
-     * short by its trap with 138 itself, must not be taken for the exit */
+     * short by its trap with 138 itself, must not be taken for the exit. (The loops
+     * end after 20 s, so a broken script cannot leave them behind.) */
     ASSERT_EQ(run_requeue("trap 'sleep 0.2; exit 5' USR1; kill -USR1 $PPID; "
-                          "while :; do sleep 0.05; done", &requeued), 5);
+                          "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done", &requeued), 5);
     ASSERT(!requeued);
     ASSERT_EQ(run_requeue("trap 'exit 138' USR1; kill -USR1 $PPID; "
-                          "while :; do sleep 0.05; done", &requeued), 0);
+                          "i=0; while [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done", &requeued), 0);
     ASSERT(requeued);
+}
+
+TEST(emitted_script_should_survive_a_warning_that_comes_before_dslaunch_starts)
+{
+    /* USR1 to the shell right after its trap is set, before its "dslaunch" runs: the
+     * shell lives on (an untrapped USR1 would end it: run_script asserts a normal
+     * exit), passes the warning on once dslaunch has a pid and reports the real exit:
+     * 138 from the signal, so a requeue and 0, or, where the signal landed between
+     * the fork and the exec (a window no script can close), dslaunch's own 7 */
+    static const int slots[] = {1};
+    const char *argv[] = {"/bin/sh", "-c", "sleep 0.2; exit 7", NULL};
+    struct dsl_emit_req rq = {.nodes = 1, .slots = slots, .requeue = 1, .signal_secs = 90,
+                              .cwd = dir, .argv = argv};
+    struct dsl_dynbuf out, s2;
+    char err[DSL_ERR_LEN], path[256];
+    dsl_dynbuf_init(&out, 1 << 20);
+    dsl_dynbuf_init(&s2, 1 << 20);
+    ASSERT_OK(dsl_emit_sbatch(&rq, &out, err));
+    const char *s = dsl_dynbuf_str(&out);
+    const char *trap = strstr(s, "\ntrap '");
+    ASSERT(trap != NULL);
+    const char *eol = strchr(trap + 1, '\n');
+    ASSERT(eol != NULL);
+    ASSERT_OK(dsl_dynbuf_add(&s2, s, (size_t)(eol + 1 - s)));
+    ASSERT_OK(dsl_dynbuf_addstr(&s2, "kill -USR1 $$\n"));
+    ASSERT_OK(dsl_dynbuf_addstr(&s2, eol + 1));
+    snprintf(path, sizeof(path), "%s/scontrol.called", dir);
+    unlink(path);
+    int rc = run_script(dsl_dynbuf_str(&s2));
+    int requeued = access(path, F_OK) == 0;
+    ASSERT((rc == 0 && requeued) || (rc == 7 && !requeued));
+    dsl_dynbuf_release(&out);
+    dsl_dynbuf_release(&s2);
 }
 
 TEST(emitted_script_should_ask_for_the_total_when_nodes_are_uneven)
