@@ -50,7 +50,7 @@ static int shell_name(const char *s, size_t n)
 
 int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char *err)
 {
-    int even = 1, most = 0;
+    int even = 1;
     long total = 0;
     if (rq->nodes < 1)
         return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: a job of %d nodes", rq->nodes);
@@ -58,7 +58,6 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         if (rq->slots[i] < 1)
             return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: node %d has no slot", i);
         even &= rq->slots[i] == rq->slots[0];
-        most = rq->slots[i] > most ? rq->slots[i] : most;
         total += rq->slots[i];
     }
     for (size_t k = 0; rq->env && rq->env[k]; k++)
@@ -83,13 +82,14 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         if (rq->gpus)
             dsl_dynbuf_addf(out, "#SBATCH --gpus-per-node=%d\n", rq->slots[0]);
     } else {
-        /* Slurm has no per-node list: ask for the total on at most `most` a node, and
-         * dslaunch follows the spread Slurm chose (SLURM_TASKS_PER_NODE) */
+        /* Slurm has no per-node list: ask for the total and let dslaunch follow the
+         * spread Slurm chooses (SLURM_TASKS_PER_NODE). With --ntasks-per-node as well,
+         * Slurm 22.05 gives every node that many tasks, more than the total */
         dsl_dynbuf_addstr(out, "# the plan's nodes have unequal slots (");
         for (int i = 0; i < rq->nodes; i++)
             dsl_dynbuf_addf(out, "%s%d", i ? "," : "", rq->slots[i]);
         dsl_dynbuf_addstr(out, "): Slurm spreads the ranks itself\n");
-        dsl_dynbuf_addf(out, "#SBATCH --ntasks=%ld\n#SBATCH --ntasks-per-node=%d\n", total, most);
+        dsl_dynbuf_addf(out, "#SBATCH --ntasks=%ld\n", total);
         if (rq->gpus)
             dsl_dynbuf_addf(out, "#SBATCH --gpus=%ld\n", total);
     }

@@ -213,7 +213,7 @@ TEST(emitted_script_should_ask_for_the_total_when_nodes_are_uneven)
     const char *s = dsl_dynbuf_str(&out);
     ASSERT_CONTAINS(s, "# the plan's nodes have unequal slots (2,1,2)");
     ASSERT_CONTAINS(s, "\n#SBATCH --nodes=3\n");
-    ASSERT_CONTAINS(s, "\n#SBATCH --ntasks=5\n#SBATCH --ntasks-per-node=2\n#SBATCH --gpus=5\n");
+    ASSERT_CONTAINS(s, "\n#SBATCH --ntasks=5\n#SBATCH --gpus=5\n");
     dsl_dynbuf_release(&out);
     dsl_dynbuf_init(&out, 1 << 20);
     static const int even[] = {4, 4};

@@ -95,6 +95,26 @@ expect_success "the emitted script runs under sbatch: 4 ranks on 2 nodes, argv a
     assert_slurm_clean
 '
 
+expect_success "emitted inside an uneven allocation (2 + 1): the script asks for the total and gets 3 ranks" '
+    rm -f args.[0-9]* env.[0-9]* who.[0-9]* runid.[0-9]*
+    run_capture rc out err salloc -N2 -n3 "$DSL" --dry-run --emit sbatch=uneven.sh \
+        ./printargs.sh "${NASTY[@]}"
+    cat err >&2
+    assert_eq "$rc" 0 "emit"
+    assert_grep "^# the plan.s nodes have unequal slots (2,1)" uneven.sh
+    assert_grep "^#SBATCH --ntasks=3$" uneven.sh
+    assert_not_grep "^#SBATCH --ntasks-per-node" uneven.sh
+    run_capture rc out err sbatch --wait -o "$PWD/uneven.out" uneven.sh
+    cat uneven.out >&2
+    assert_eq "$rc" 0 "sbatch --wait"
+    cat who.* >who
+    assert_eq "$(grep -c "world=3" who)" 3 "ranks of world 3"
+    assert_eq "$(grep -c "host=n1" who)" 2 "ranks on n1"
+    assert_grep "rank=2 local=0 node=1 world=3 host=n2" who
+    cmp args.expected args.2 || fail "rank 2 got other arguments"
+    assert_slurm_clean
+'
+
 expect_success "an emitted file is never written through an existing one" '
     echo keep >taken.sh
     run_capture rc out err "$DSL" --dry-run --emit sbatch=taken.sh ./printargs.sh
