@@ -60,6 +60,16 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         even &= rq->slots[i] == rq->slots[0];
         total += rq->slots[i];
     }
+    if (!even && rq->gpus) {
+        char list[128] = "";
+        size_t l = 0;
+        for (int i = 0; i < rq->nodes && l < sizeof(list) - 16; i++)
+            l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%d", i ? "," : "", rq->slots[i]);
+        return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: the plan's nodes have unequal GPU "
+                          "counts (%s), which Slurm cannot be asked for per node (--gpus=N "
+                          "spreads N as Slurm likes); give every node the same with --num_gpus",
+                          list);
+    }
     for (size_t k = 0; rq->env && rq->env[k]; k++)
         if (!shell_name(rq->env[k], strcspn(rq->env[k], "=")) || !strchr(rq->env[k], '='))
             return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: the exported variable '%.*s' "
@@ -90,8 +100,6 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
             dsl_dynbuf_addf(out, "%s%d", i ? "," : "", rq->slots[i]);
         dsl_dynbuf_addstr(out, "): Slurm spreads the ranks itself\n");
         dsl_dynbuf_addf(out, "#SBATCH --ntasks=%ld\n", total);
-        if (rq->gpus)
-            dsl_dynbuf_addf(out, "#SBATCH --gpus=%ld\n", total);
     }
     if (rq->requeue) {
         if (!rq->resumes)

@@ -201,19 +201,27 @@ TEST(emitted_script_should_survive_a_warning_that_comes_before_dslaunch_starts)
     dsl_dynbuf_release(&s2);
 }
 
-TEST(emitted_script_should_ask_for_the_total_when_nodes_are_uneven)
+TEST(emitted_script_should_ask_for_the_total_when_nodes_are_uneven_but_not_for_gpus)
 {
     static const int slots[] = {2, 1, 2};
     const char *argv[] = {"prog", NULL};
-    struct dsl_emit_req rq = {.nodes = 3, .slots = slots, .gpus = 1, .argv = argv};
+    struct dsl_emit_req rq = {.nodes = 3, .slots = slots, .argv = argv};
     struct dsl_dynbuf out;
     char err[DSL_ERR_LEN];
     dsl_dynbuf_init(&out, 1 << 20);
     ASSERT_OK(dsl_emit_sbatch(&rq, &out, err));
     const char *s = dsl_dynbuf_str(&out);
     ASSERT_CONTAINS(s, "# the plan's nodes have unequal slots (2,1,2)");
-    ASSERT_CONTAINS(s, "\n#SBATCH --nodes=3\n");
-    ASSERT_CONTAINS(s, "\n#SBATCH --ntasks=5\n#SBATCH --gpus=5\n");
+    ASSERT_CONTAINS(s, "\n#SBATCH --nodes=3\n# the plan's nodes have unequal slots (2,1,2): Slurm "
+                       "spreads the ranks itself\n#SBATCH --ntasks=5\ncd ");
+    dsl_dynbuf_release(&out);
+    /* unequal GPUs: Slurm has no way to ask for them */
+    rq.gpus = 1;
+    dsl_dynbuf_init(&out, 1 << 20);
+    ASSERT_EQ(dsl_emit_sbatch(&rq, &out, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "--emit sbatch: the plan's nodes have unequal GPU counts (2,1,2), which "
+                       "Slurm cannot be asked for per node (--gpus=N spreads N as Slurm likes); "
+                       "give every node the same with --num_gpus");
     dsl_dynbuf_release(&out);
     dsl_dynbuf_init(&out, 1 << 20);
     static const int even[] = {4, 4};

@@ -34,7 +34,7 @@ struct dsl_emit_req {
 /**
  * Append the batch script of rq to out. Returns 0, or DSL_EUSAGE with err set for what
  * a script cannot carry: an environment name that is no shell variable name, a node
- * count or slot count below 1.
+ * count or slot count below 1, GPU slots that differ between nodes.
  */
 int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char *err);
 
