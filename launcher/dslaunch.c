@@ -34,6 +34,7 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/remote/connectback.h"
+#include "dslaunch/remote/emit.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/tools/doctor.h"
 #include "dslaunch/tools/sshsetup.h"
@@ -87,6 +88,13 @@ static int run_agent(const struct dsl_launch_opts *opts)
     char err[DSL_ERR_LEN] = "";
     int fd, index = opts->agent_index;
     struct dsl_seal seal;
+    /* started by srun with the job's GPUs on this node (Slurm's gres sets SLURM_STEP_GPUS
+     * with CUDA_VISIBLE_DEVICES): the plan's device ids are places in that list; a gres
+     * without device files gets "NoDevFiles", which names no device */
+    const char *step_cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (opts->agent_slurm_nodes && getenv("SLURM_STEP_GPUS") && step_cvd &&
+        strcmp(step_cvd, "NoDevFiles") != 0)
+        dsl_agent_set_node_devices(step_cvd);
     if (opts->agent_slurm_nodes && dsl_slurm_agent_prepare(opts->agent_slurm_nodes, &index,
                                                            err) < 0) {
         dsl_error("%s", err);
@@ -138,6 +146,61 @@ static int save_pid(char **path, char *err)
     return 0;
 }
 
+/* --dry-run --emit sbatch[=FILE]: the plan as a batch script, on stdout or in a new
+ * file (O_EXCL: an existing file, or a link planted at the name, is an error) */
+static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int nodes, int gpus)
+{
+    char err[DSL_ERR_LEN] = "";
+    struct dsl_emit_req rq;
+    struct dsl_emit_store st;
+    struct dsl_dynbuf out;
+    int code = DSL_EXIT_USAGE, fd = 1;
+    dsl_dynbuf_init(&out, (size_t)1 << 26);
+    dsl_emit_req_from_plan(plan, argc, argv, nodes, gpus, &rq, &st);
+    if (dsl_emit_sbatch(&rq, &out, err) < 0)
+        goto out;
+    const char *file = plan->opts->emit_file;
+    if (file && (fd = dsl_file_create(AT_FDCWD, file, file, 0755, DSL_FILE_FAIL, err)) < 0)
+        goto out;
+    const char *s = dsl_dynbuf_str(&out);
+    size_t left = strlen(s);
+    while (left) {
+        ssize_t w = write(fd, s, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0) {
+            snprintf(err, DSL_ERR_LEN, "cannot write the batch script to '%s': %s",
+                     file ? file : "stdout", strerror(errno));
+            goto out;
+        }
+        s += w;
+        left -= (size_t)w;
+    }
+    if (file && close(fd) < 0) {
+        fd = -1;
+        snprintf(err, DSL_ERR_LEN, "cannot write the batch script to '%s': %s", file,
+                 strerror(errno));
+        goto out;
+    }
+    fd = -1;
+    code = 0;
+    if (file && plan->opts->verbose >= 1)
+        dsl_info("wrote the batch script '%s' (submit it with: sbatch %s)", file, file);
+    if (rq.requeue && !rq.resumes && plan->opts->verbose >= 1)
+        dsl_info("--save-on-signal without --resume: the script requeues the job on exit 138, "
+                 "but its next start begins afresh (dstrain: add --resume auto)");
+out:
+    if (file && fd > 1) {
+        close(fd);
+        unlink(file); /* half a script must not be submitted */
+    }
+    if (code)
+        dsl_error("%s", err);
+    dsl_emit_req_release(&st);
+    dsl_dynbuf_release(&out);
+    return code;
+}
+
 static int cmd_run(int argc, char **argv)
 {
     struct dsl_launch_opts opts;
@@ -183,6 +246,19 @@ static int cmd_run(int argc, char **argv)
             goto out;
         code = DSL_EXIT_USAGE;
     }
+    if (plan.nossh.on && opts.emit) {
+        dsl_error("--emit writes a batch script for a plan dslaunch starts itself; no-ssh "
+                  "mode (--node_rank, --nnodes, PET_*) has every node start its own dslaunch");
+        code = DSL_EXIT_USAGE;
+        goto out;
+    }
+    /* --emit from a login node (no hostfile, no allocation): --num_nodes and --num_gpus
+     * are what the script asks Slurm for, not a filter on this machine's slots */
+    int emit_nodes = -1, emit_gpus = opts.num_gpus;
+    if (opts.emit && !opts.hostfile_given && !getenv("SLURM_JOB_ID")) {
+        emit_nodes = opts.num_nodes;
+        opts.num_nodes = opts.num_gpus = -1;
+    }
     if (dsl_plan_build(&plan, err) < 0) {
         dsl_error("%s", err);
         goto out;
@@ -197,6 +273,10 @@ static int cmd_run(int argc, char **argv)
         goto out;
     }
 
+    if (opts.emit) {
+        code = emit_script(&plan, argc, argv, emit_nodes, emit_gpus);
+        goto out;
+    }
     if (opts.mode == DSL_MODE_DRY_RUN) {
         dsl_plan_print_json(&plan, stdout);
         code = 0;

@@ -152,6 +152,29 @@ static int rest_from(const struct dsl_opt_parser *p, int i, int argc, char **arg
     return 0;
 }
 
+const struct dsl_opt *dsl_opt_at(const struct dsl_opt_parser *p, int argc, char **argv, int i,
+                                 int *words)
+{
+    const char *a = argv[i];
+    const struct dsl_opt *d;
+    int inline_val;
+    *words = 0;
+    if (a[0] != '-' || a[1] == '\0' || !strcmp(a, "--"))
+        return NULL;
+    if (a[1] == '-') {
+        const char *eq = strchr(a + 2, '=');
+        d = find_long(p, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
+        inline_val = eq != NULL;
+    } else {
+        d = find_short(p, a[1]);
+        inline_val = a[2] != '\0';
+    }
+    if (!d)
+        return NULL;
+    *words = takes_value(d) && !inline_val && i + 1 < argc ? 2 : 1;
+    return d;
+}
+
 int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char **argv,
                   struct dsl_strvec *rest, char *err)
 {

@@ -60,6 +60,7 @@
 #include <unistd.h>
 
 #include "contain.h"
+#include "devmap.h"
 #include "dslaunch/job/agent.h"
 #include "agent_progress.h"
 #include "dslaunch/common/cpubind.h"
@@ -664,6 +665,15 @@ out:
     return r;
 }
 
+/* the GPUs Slurm gave the agent's step on this node (dsl_agent_set_node_devices) */
+static char *node_devices;
+
+void dsl_agent_set_node_devices(const char *list)
+{
+    free(node_devices);
+    node_devices = list && list[0] ? dsl_xstrdup(list) : NULL;
+}
+
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
     /*
@@ -705,6 +715,11 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     int *bind = NULL, per = 0;
     if (crc >= 0 && sm->cpubind)
         crc = plan_binding(sm, &bind, &per, cerr);
+    /* under srun: the plan's device ids are places in the step's own GPU list */
+    char *devices = NULL;
+    const char *plan_devices = env_value(&sm->env, DSL_ENV_CUDA_VISIBLE_DEVICES);
+    if (crc >= 0 && node_devices && plan_devices)
+        crc = dsl_devmap_apply(plan_devices, node_devices, &devices, cerr);
     if (crc < 0) {
         struct dsl_msg m;
         dsl_msg_init(&m, DSL_MSG_SPAWNERR);
@@ -720,6 +735,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         begin_stop(a, SIGTERM, a->grace);
         if (store_fd >= 0)
             close(store_fd);
+        free(bind);
+        free(devices);
         return;
     }
     for (int i = 0; i < sm->nranks; i++) {
@@ -729,6 +746,8 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         dsl_strvec_pushv(&env, (const char *const *)environ);
         apply_env(&env, &sm->env);
         apply_env(&env, &sm->ranks[i].env);
+        if (devices)
+            dsl_env_set(&env, DSL_ENV_CUDA_VISIBLE_DEVICES, devices);
         dsl_agent_progress_rank(&a->prog, i, r->rank, &env);
         if (r->rank == 0 && store_fd >= 0)
             dsl_strvec_pushf(&env, DSL_ENV_STORE_FD "=%d", store_fd);
@@ -791,6 +810,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             if (store_fd >= 0)
                 close(store_fd);
             free(bind);
+            free(devices);
             return;
         }
         r->pid = p.pid;
@@ -808,6 +828,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     if (store_fd >= 0)
         close(store_fd);
     free(bind);
+    free(devices);
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)

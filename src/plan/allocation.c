@@ -24,7 +24,78 @@ static const char *env(const char *name)
     return s && *s ? s : NULL;
 }
 
-int dsl_allocation_load(struct dsl_hostfile *hf, char *desc, size_t desclen, char *err)
+/* "[TYPE:]N[,[TYPE:]N...]" (--gpus-per-node, --gpus): the sum of the counts; 0, or -1
+ * for a list that does not parse */
+static int gpu_count(const char *s)
+{
+    long total = 0;
+    while (*s) {
+        size_t n = strcspn(s, ",");
+        char item[64];
+        if (n == 0 || n >= sizeof(item))
+            return -1;
+        memcpy(item, s, n);
+        item[n] = '\0';
+        const char *colon = strrchr(item, ':');
+        int g;
+        if (dsl_parse_int(colon ? colon + 1 : item, 1, DSL_HOSTFILE_MAX_SLOTS, &g) < 0)
+            return -1;
+        total += g;
+        if (total > DSL_HOSTFILE_MAX_SLOTS)
+            return -1;
+        s += n + (s[n] == ',');
+        if (s[-1] == ',' && !*s)
+            return -1;
+    }
+    return (int)total;
+}
+
+/*
+ * The GPUs of every node, first match wins (Slurm 22.05 sets these; docs/slurm.md):
+ *   SLURM_GPUS_PER_NODE  --gpus-per-node=[TYPE:]N (salloc, sbatch and the steps)
+ *   SLURM_GPUS           --gpus=N, the job's total: one node has them all; on more
+ *                        nodes Slurm spreads them as it likes (3 on 2 nodes: 2 and 1),
+ *                        which no variable tells the launcher: an error unless
+ *                        --num_gpus says how many every node has
+ *   SLURM_GPUS_ON_NODE   --gres=gpu:N (per node, so the same on every node): set in the
+ *                        batch script and in steps, not in salloc's shell
+ *   --num_gpus N         the user's word for it (salloc --gres=gpu:N sets nothing)
+ * *gpus 0: no GPU information, the slots are the tasks.
+ */
+static int gpu_slots(size_t nodes, int num_gpus, int *gpus, const char **src, char *err)
+{
+    static const char *const vars[] = {"SLURM_GPUS_PER_NODE", "SLURM_GPUS",
+                                       "SLURM_GPUS_ON_NODE"};
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+        const char *v = env(vars[i]);
+        if (!v)
+            continue;
+        int g = gpu_count(v);
+        if (g < 1)
+            return dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: bad %s '%.40s' "
+                              "(expected [TYPE:]N, N 1..%d)", vars[i], v,
+                              DSL_HOSTFILE_MAX_SLOTS);
+        if (i == 1 && nodes > 1) {
+            if (num_gpus > 0)
+                break;
+            return dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: --gpus=%.40s "
+                              "(SLURM_GPUS) does not say how many GPUs each of the %zu nodes "
+                              "got; ask Slurm with --gpus-per-node, or give --num_gpus", v,
+                              nodes);
+        }
+        *gpus = g;
+        *src = vars[i];
+        return 0;
+    }
+    if (num_gpus > 0) {
+        *gpus = num_gpus;
+        *src = "--num_gpus";
+    }
+    return 0;
+}
+
+int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_t desclen,
+                        char *err)
 {
     const char *job = env("SLURM_JOB_ID"), *list = env("SLURM_JOB_NODELIST");
     const char *tpn = env("SLURM_TASKS_PER_NODE");
@@ -40,18 +111,15 @@ int dsl_allocation_load(struct dsl_hostfile *hf, char *desc, size_t desclen, cha
         r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_JOB_NODELIST: %s", e);
         goto out;
     }
-    /* --gpus-per-node: a GPU is a slot, on every node alike (the usual one task per node
-     * with a launcher that starts the ranks) */
-    const char *gpn = env("SLURM_GPUS_PER_NODE");
+    /* GPUs: a GPU is a slot, on every node alike (the usual one task per node with a
+     * launcher that starts the ranks); see gpu_slots() for where the count comes from */
     char gtpn[48];
-    if (gpn) {
-        const char *colon = strrchr(gpn, ':');
-        int gpus;
-        if (dsl_parse_int(colon ? colon + 1 : gpn, 1, DSL_HOSTFILE_MAX_SLOTS, &gpus) < 0) {
-            r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: bad SLURM_GPUS_PER_NODE "
-                           "'%.40s' (expected [TYPE:]N, N 1..%d)", gpn, DSL_HOSTFILE_MAX_SLOTS);
-            goto out;
-        }
+    const char *gsrc = NULL;
+    int gpus = 0;
+    if ((r = gpu_slots(hosts.nr, num_gpus, &gpus, &gsrc, err)) < 0)
+        goto out;
+    r = 0;
+    if (gpus > 0) {
         snprintf(gtpn, sizeof(gtpn), "%d(x%zu)", gpus, hosts.nr);
         tpn = gtpn;
     }
@@ -93,9 +161,9 @@ int dsl_allocation_load(struct dsl_hostfile *hf, char *desc, size_t desclen, cha
         dsl_hostfile_add(hf, hosts.v[i], slots);
         total += slots;
     }
-    snprintf(desc, desclen, "Slurm job %.20s: %.80s%s, %ld slot%s%s", job, list,
+    snprintf(desc, desclen, "Slurm job %.20s: %.80s%s, %ld slot%s%s%s%s", job, list,
              strlen(list) > 80 ? "..." : "", total, total == 1 ? "" : "s",
-             gpn ? " (SLURM_GPUS_PER_NODE)" : "");
+             gsrc ? " (" : "", gsrc ? gsrc : "", gsrc ? ")" : "");
     r = 1;
 out:
     if (r < 0) {

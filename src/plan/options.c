@@ -54,6 +54,21 @@ static int set_launcher(void *target, const struct dsl_opt *d, const char *val, 
                       "unknown launcher '%s' (use auto, local, ssh, pdsh, openmpi or slurm)", val);
 }
 
+static int set_emit(void *target, const struct dsl_opt *d, const char *val, char *err)
+{
+    struct dsl_launch_opts *o = target;
+    (void)d;
+    if (strncmp(val, "sbatch", 6) || (val[6] && val[6] != '='))
+        return dsl_seterr(err, DSL_EUSAGE, "option '--emit' writes 'sbatch' (a batch script, "
+                          "to stdout) or 'sbatch=FILE', not '%s'", val);
+    if (val[6] == '=' && !val[7])
+        return dsl_seterr(err, DSL_EUSAGE, "option '--emit sbatch=FILE' needs a file name");
+    o->emit = DSL_EMIT_SBATCH;
+    free(o->emit_file);
+    o->emit_file = val[6] ? dsl_xstrdup(val + 7) : NULL;
+    return 0;
+}
+
 static int set_master_port(void *target, const struct dsl_opt *d, const char *val, char *err)
 {
     struct dsl_launch_opts *o = target;
@@ -145,6 +160,9 @@ static const struct dsl_opt opts[] = {
     INT("min_nodes", min_nodes, "N", "do not restart on fewer than N nodes", "1", 1, 1 << 24),
     SET("dry_run", 0, mode, "resolve everything, print the plan as JSON, start nothing",
         DSL_MODE_DRY_RUN),
+    CALL("emit", 0, "sbatch[=FILE]",
+         "with --dry-run: write an sbatch script that runs this plan (docs/slurm.md) to "
+         "stdout, or to FILE (a new file)", NULL, set_emit),
     SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
     INT("fanout", fanout, "N", "hosts connecting at once", "256", 1, 1 << 24),
     SECS("connect_timeout", tr.connect_timeout, "SECONDS",
@@ -242,6 +260,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->agent_key);
     free(o->agent_slurm_nodes);
     free(o->job_secret_file);
+    free(o->emit_file);
     free((char *)o->tr.launcher_args);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
@@ -289,6 +308,9 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->module && o->no_python)
         return dsl_seterr(err, DSL_EUSAGE, "--module runs PROGRAM with python3, --no_python "
                           "without: give one of them");
+    if (o->emit && o->mode != DSL_MODE_DRY_RUN)
+        return dsl_seterr(err, DSL_EUSAGE, "--emit writes a batch script instead of running: "
+                          "it needs --dry-run");
     if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)
@@ -307,6 +329,21 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
             return dsl_seterr(err, DSL_EUSAGE, "bad variable name in '--export %s'", e);
     }
     return 0;
+}
+
+void dsl_launch_opts_forward(int argc, char **argv, const char *const *drop,
+                             struct dsl_strvec *out)
+{
+    for (int i = 1, words; i < argc; i += words) {
+        const struct dsl_opt *d = dsl_opt_at(&parser, argc, argv, i, &words);
+        if (!d)
+            return; /* the program, or "--" before it */
+        int keep = 1;
+        for (size_t k = 0; keep && drop && drop[k]; k++)
+            keep = strcmp(d->name, drop[k]) != 0;
+        for (int w = 0; keep && w < words; w++)
+            dsl_strvec_push(out, argv[i + w]);
+    }
 }
 
 void dsl_launch_opts_help(FILE *f)

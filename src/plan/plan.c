@@ -156,7 +156,8 @@ static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *er
         snprintf(p->hosts_from, sizeof(p->hosts_from), "hostfile '%.140s'", o->hostfile);
         return dsl_hostfile_load(hf, o->hostfile, err);
     }
-    if ((r = dsl_allocation_load(hf, p->hosts_from, sizeof(p->hosts_from), err)) != 0) {
+    if ((r = dsl_allocation_load(hf, o->num_gpus, p->hosts_from, sizeof(p->hosts_from),
+                                 err)) != 0) {
         if (r > 0)
             dsl_info("no --hostfile: the hosts are those of %s", p->hosts_from);
         p->from_allocation = r > 0;

@@ -4,6 +4,9 @@ dsl_unit_test(test_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto.c LIBS dsl
 # the launcher's console queue: never blocks, drops whole lines, reports EPIPE
 dsl_unit_test(test_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output.c LIBS dsljob)
 dsl_fuzz_target(fuzz_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_proto.c LIBS dsljob)
+# the plan's device ids as places in the GPUs Slurm gave an agent's step
+dsl_unit_test(test_devmap SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_devmap.c LIBS dsljob)
+dsl_fuzz_target(fuzz_devmap SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_devmap.c LIBS dsljob)
 dsl_unit_test(test_contain SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_contain.c LIBS dsljob)
 # dsljob: hang verdicts (pure functions) and the progress/stack messages.
 dsl_unit_test(test_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hang.c LIBS dsljob)

@@ -10,6 +10,8 @@
 static void alloc_env(const char *job, const char *list, const char *tpn)
 {
     unsetenv("SLURM_GPUS_PER_NODE");
+    unsetenv("SLURM_GPUS");
+    unsetenv("SLURM_GPUS_ON_NODE");
     const char *names[] = {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"};
     const char *values[] = {job, list, tpn};
     for (int i = 0; i < 3; i++) {
@@ -26,7 +28,7 @@ TEST(allocation_should_give_every_node_its_task_count_in_list_order)
     char desc[160] = "", err[DSL_ERR_LEN];
     dsl_hostfile_init(&hf);
     alloc_env("12", "gpu[07-09],cpu1", "2(x2),1,4");
-    ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 1);
     ASSERT_EQ(hf.nr, 4);
     static const char *const names[] = {"gpu07", "gpu08", "gpu09", "cpu1"};
     static const int slots[] = {2, 2, 1, 4};
@@ -45,7 +47,7 @@ TEST(allocation_should_make_every_gpu_a_slot_with_gpus_per_node)
     dsl_hostfile_init(&hf);
     alloc_env("13", "g[1-3]", "1(x3)");
     setenv("SLURM_GPUS_PER_NODE", "a100:8", 1);
-    ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 1);
     ASSERT_EQ(hf.nr, 3);
     for (size_t i = 0; i < hf.nr; i++)
         ASSERT_EQ(hf.hosts[i].slots, 8);
@@ -55,7 +57,7 @@ TEST(allocation_should_make_every_gpu_a_slot_with_gpus_per_node)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         dsl_hostfile_init(&hf);
         setenv("SLURM_GPUS_PER_NODE", bad[i], 1);
-        ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), DSL_EHOSTFILE);
+        ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), DSL_EHOSTFILE);
         ASSERT_CONTAINS(err, "bad SLURM_GPUS_PER_NODE");
         ASSERT_EQ(hf.nr, 0);
         dsl_hostfile_release(&hf);
@@ -69,9 +71,9 @@ TEST(allocation_should_do_nothing_outside_an_allocation)
     char desc[160] = "", err[DSL_ERR_LEN];
     dsl_hostfile_init(&hf);
     alloc_env(NULL, NULL, NULL);
-    ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), 0);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 0);
     alloc_env(NULL, "n[1-2]", "1(x2)"); /* no job id: not an allocation */
-    ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), 0);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 0);
     ASSERT_EQ(hf.nr, 0);
     dsl_hostfile_release(&hf);
 }
@@ -96,12 +98,71 @@ TEST(allocation_should_name_the_variable_that_is_wrong)
         char desc[160] = "", err[DSL_ERR_LEN] = "";
         dsl_hostfile_init(&hf);
         alloc_env("7", cases[i].list, cases[i].tpn);
-        ASSERT_EQ(dsl_allocation_load(&hf, desc, sizeof(desc), err), DSL_EHOSTFILE);
+        ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), DSL_EHOSTFILE);
         ASSERT_CONTAINS(err, "Slurm allocation");
         ASSERT_CONTAINS(err, cases[i].msg);
         ASSERT_EQ(hf.nr, 0);
         dsl_hostfile_release(&hf);
     }
+}
+
+/* load the allocation n[1-2] (one task a node) and return node 0's slots, or the error */
+static int gpu_alloc(int num_gpus, char *desc, char *err)
+{
+    struct dsl_hostfile hf;
+    dsl_hostfile_init(&hf);
+    int r = dsl_allocation_load(&hf, num_gpus, desc, 160, err);
+    if (r == 1) {
+        ASSERT_EQ(hf.nr, 2);
+        ASSERT_EQ(hf.hosts[1].slots, hf.hosts[0].slots);
+        r = hf.hosts[0].slots;
+    }
+    dsl_hostfile_release(&hf);
+    return r;
+}
+
+TEST(allocation_should_count_gpus_from_what_slurm_sets_for_each_way_to_ask)
+{
+    char desc[160], err[DSL_ERR_LEN];
+    alloc_env("20", "n[1-2]", "1(x2)");
+    ASSERT_EQ(gpu_alloc(-1, desc, err), 1); /* no GPU variable: the tasks */
+    setenv("SLURM_GPUS_ON_NODE", "2", 1);   /* sbatch --gres=gpu:2 */
+    ASSERT_EQ(gpu_alloc(-1, desc, err), 2);
+    ASSERT_STR_EQ(desc, "Slurm job 20: n[1-2], 4 slots (SLURM_GPUS_ON_NODE)");
+    ASSERT_EQ(gpu_alloc(1, desc, err), 2); /* --num_gpus then filters (placement) */
+    setenv("SLURM_GPUS_PER_NODE", "a100:2,v100:1", 1); /* wins: the per-node request */
+    ASSERT_EQ(gpu_alloc(-1, desc, err), 3);
+    unsetenv("SLURM_GPUS_PER_NODE");
+    unsetenv("SLURM_GPUS_ON_NODE");
+    ASSERT_EQ(gpu_alloc(4, desc, err), 4); /* salloc --gres=gpu:4 sets nothing */
+    ASSERT_STR_EQ(desc, "Slurm job 20: n[1-2], 8 slots (--num_gpus)");
+}
+
+TEST(allocation_should_refuse_a_gpu_total_it_cannot_split_between_nodes)
+{
+    char desc[160], err[DSL_ERR_LEN];
+    alloc_env("21", "n[1-2]", "1(x2)");
+    setenv("SLURM_GPUS", "3", 1);
+    setenv("SLURM_GPUS_ON_NODE", "2", 1); /* the batch node's share, not the other's */
+    ASSERT_EQ(gpu_alloc(-1, desc, err), DSL_EHOSTFILE);
+    ASSERT_STR_EQ(err, "Slurm allocation: --gpus=3 (SLURM_GPUS) does not say how many GPUs "
+                       "each of the 2 nodes got; ask Slurm with --gpus-per-node, or give "
+                       "--num_gpus");
+    ASSERT_EQ(gpu_alloc(1, desc, err), 1);
+    struct dsl_hostfile hf;
+    dsl_hostfile_init(&hf);
+    alloc_env("22", "n1", "1");
+    setenv("SLURM_GPUS", "3", 1);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(hf.hosts[0].slots, 3); /* one node has them all */
+    dsl_hostfile_release(&hf);
+    static const char *const bad[] = {"", ",", "a100:2,", "x:0", ":", "2,,1"};
+    for (size_t i = 1; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        setenv("SLURM_GPUS", bad[i], 1);
+        ASSERT_EQ(gpu_alloc(-1, desc, err), DSL_EHOSTFILE);
+        ASSERT_CONTAINS(err, "bad SLURM_GPUS '");
+    }
+    unsetenv("SLURM_GPUS");
 }
 
 int main(int argc, char **argv)

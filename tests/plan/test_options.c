@@ -199,6 +199,51 @@ TEST(train_should_resolve_to_the_dstrain_beside_dslaunch)
     free(p);
 }
 
+TEST(options_forward_should_keep_other_options_with_their_values_up_to_the_program)
+{
+    static const char *const args[] = {
+        "dslaunch", "--dry-run", "-H", "hosts", "--term-timeout", "5", "--emit=sbatch=j.sh",
+        "-v", "--export", "A=1", "--num-nodes=2", "--launcher_args", "-p gpu", "-i", "n1",
+        "prog", "--term-timeout", "9"};
+    char *argv[sizeof(args) / sizeof(args[0])];
+    int argc = (int)(sizeof(args) / sizeof(args[0]));
+    for (int i = 0; i < argc; i++)
+        argv[i] = (char *)args[i];
+    static const char *const drop[] = {"dry_run", "emit", "hostfile", "include",
+                                       "num_nodes", NULL};
+    struct dsl_strvec out;
+    dsl_strvec_init(&out);
+    dsl_launch_opts_forward(argc, argv, drop, &out);
+    static const char *const want[] = {"--term-timeout", "5", "-v", "--export", "A=1",
+                                       "--launcher_args", "-p gpu"};
+    ASSERT_EQ(out.nr, sizeof(want) / sizeof(want[0]));
+    for (size_t i = 0; i < out.nr; i++)
+        ASSERT_STR_EQ(out.v[i], want[i]);
+    dsl_strvec_release(&out);
+}
+
+TEST(options_should_take_emit_only_with_dry_run_and_a_known_kind)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *ok[] = {"--dry-run", "--emit", "sbatch=x.sh", "prog", NULL};
+    ASSERT_OK(parse(&o, ok, err));
+    ASSERT_EQ(o.emit, DSL_EMIT_SBATCH);
+    ASSERT_STR_EQ(o.emit_file, "x.sh");
+    dsl_launch_opts_release(&o);
+    const char *no_dry[] = {"--emit", "sbatch", "prog", NULL};
+    ASSERT_EQ(parse(&o, no_dry, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "--emit writes a batch script instead of running: it needs --dry-run");
+    dsl_launch_opts_release(&o);
+    const char *kind[] = {"--dry-run", "--emit", "pbs", "prog", NULL};
+    ASSERT_EQ(parse(&o, kind, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "not 'pbs'");
+    dsl_launch_opts_release(&o);
+    const char *empty[] = {"--dry-run", "--emit", "sbatch=", "prog", NULL};
+    ASSERT_EQ(parse(&o, empty, err), DSL_EUSAGE);
+    dsl_launch_opts_release(&o);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

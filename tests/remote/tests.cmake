@@ -3,6 +3,7 @@
 # link the remote library alone, not the rest of the launcher.
 dsl_unit_test(test_shellquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shellquote.c
               LIBS dslremote)
+dsl_unit_test(test_emit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_emit.c LIBS dslremote)
 dsl_unit_test(test_net SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_net.c LIBS dslremote)
 
 # The transports against a real cluster: these binaries run under with_cluster.sh,

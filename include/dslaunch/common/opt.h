@@ -77,6 +77,15 @@ struct dsl_opt_parser {
 int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char **argv,
                   struct dsl_strvec *rest, char *err);
 
+/**
+ * The option that argv[i] starts (for a caller that passes options on, as dsl_opt_parse
+ * read them: argv must have parsed), with *words set to how many words it takes, 1 or 2
+ * (its value in the next word). NULL with *words 0 where argv[i] is no option of the
+ * table: the program, "--", or an unknown option.
+ */
+const struct dsl_opt *dsl_opt_at(const struct dsl_opt_parser *p, int argc, char **argv, int i,
+                                 int *words);
+
 /** v bytes as --help writes sizes: the largest exact K/M/G/T/P/E unit ("64K", "1000"). */
 void dsl_opt_format_size(char *buf, size_t cap, size_t v);
 

@@ -39,4 +39,13 @@ struct dsl_agent_join {
  */
 int dsl_agent_main_joined(int fd, struct dsl_seal *seal, struct dsl_agent_join *join);
 
+/**
+ * An agent started by srun (the slurm transport): list is its step's
+ * CUDA_VISIBLE_DEVICES, the GPUs Slurm gave this job on this node ("2,3"). The plan's
+ * device ids for the node are then places in that list, and each rank gets the
+ * list's items (docs/slurm.md, "GPUs"). NULL or "": the ids are used as they are.
+ * Call before dsl_agent_main*; the copy lives as long as the process.
+ */
+void dsl_agent_set_node_devices(const char *list);
+
 #endif

@@ -100,13 +100,27 @@ struct dsl_launch_opts {
     int control_port;          /* --control_port (0: the master port + 1) */
     char *job_secret_file;     /* --job_secret_file FILE (NULL: DSLAUNCH_JOB_SECRET) */
     double join_timeout;       /* --join_timeout: nodes dial in within this (300 s) */
+    int emit;                  /* --emit sbatch[=FILE] with --dry-run: the batch script
+                                  (DSL_EMIT_*) instead of the plan's JSON */
+    char *emit_file;           /* --emit sbatch=FILE: write it there (new file); NULL: stdout */
     struct dsl_strvec argv;    /* program and its arguments */
 };
+
+enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1 };
 
 void dsl_launch_opts_init(struct dsl_launch_opts *o);
 /** Parse argv (argv[0] is skipped). Errors are usage errors described in err. */
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err);
 void dsl_launch_opts_release(struct dsl_launch_opts *o);
 void dsl_launch_opts_help(FILE *f);
+
+/**
+ * The options of a dslaunch command line that parsed (argv[0] skipped, up to the
+ * program), each with its value word, appended to out in their order, except those
+ * whose long name (with '_', e.g. "num_nodes") is in drop (NULL-terminated): what
+ * `--emit sbatch` passes on to the dslaunch of the batch script.
+ */
+void dsl_launch_opts_forward(int argc, char **argv, const char *const *drop,
+                             struct dsl_strvec *out);
 
 #endif

@@ -8,6 +8,7 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
 unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE
 
@@ -40,11 +41,13 @@ expect_success "salloc -N2 --ntasks-per-node=2: 4 ranks on the allocation's 2 no
     assert_eq "$(python3 -c "import json; print(\" \".join(h[\"host\"] for h in json.load(open(\"plan.json\"))[\"world_info\"]))")" \
         "$(echo $(cat hosts.txt))" "hosts against scontrol show hostnames"
     assert_grep "no --hostfile: the hosts are those of Slurm job $job" dry.err
+    assert_slurm_clean
 '
 
 expect_success "salloc -N2 -n3: uneven slots (2 and 1)" '
     in_alloc -N2 -n3 -- /bin/true || { cat dry.err salloc.err >&2; fail "dry run failed"; }
     assert_eq "$(summary plan.json)" "world 3; n1:0,1 n2:0; master n1; ranks 0@n1/0/0 1@n1/0/1 2@n2/1/0; from Slurm job $(cat job.txt): n[1-2], 3 slots"
+    assert_slurm_clean
 '
 
 expect_success "sbatch: a batch script sees the same plan" '
@@ -54,6 +57,7 @@ expect_success "sbatch: a batch script sees the same plan" '
     assert_eq "$rc" 0
     summary plan.json | grep -q "^world 4; n1:0,1 n2:0,1; master n1; .*from Slurm job [0-9]*: n\[1-2\], 4 slots$" ||
         fail "plan: $(summary plan.json)"
+    assert_slurm_clean
 '
 
 expect_success "--include, --num_nodes and --hostfile act on the allocation" '
@@ -67,11 +71,13 @@ expect_success "--include, --num_nodes and --hostfile act on the allocation" '
     in_alloc -N2 --ntasks-per-node=2 -- --hostfile hf /bin/true || { cat dry.err >&2; fail "hostfile"; }
     assert_eq "$(summary plan.json)" "world 3; localhost:0,1,2; master 127.0.0.1; ranks 0@localhost/0/0 1@localhost/0/1 2@localhost/0/2; from hostfile '"'"'hf'"'"'"
     assert_not_grep "no --hostfile" dry.err
+    assert_slurm_clean
 '
 
 expect_success "outside an allocation nothing changes: this machine" '
     DSLAUNCH_LOCAL_SLOTS=2 "$DSL" --dry-run /bin/true >plan.json
     assert_eq "$(summary plan.json)" "world 2; localhost:0,1; master 127.0.0.1; ranks 0@localhost/0/0 1@localhost/0/1; from this machine"
+    assert_slurm_clean
 '
 
 done_testing

@@ -13,6 +13,7 @@ DSL=$1
 DSTRAIN=$2
 SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # the nodes see this machine's files
 export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
 export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -43,6 +44,7 @@ expect_success "SIGUSR1 from Slurm: the ranks save, exit 138, and the resumed ru
     run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full
     assert_eq "$rc" 0 "full run"
     cmp p.full p.resumed || fail "the resumed run differs from the uninterrupted one"
+    assert_slurm_clean
 '
 
 expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every rank saves, exit 138" '
@@ -68,6 +70,7 @@ expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every ra
     cat err >&2
     assert_eq "$rc" 0 "resumed run"
     cmp p.full p.bresumed || fail "the resumed run differs from the uninterrupted one"
+    assert_slurm_clean
 '
 
 done_testing

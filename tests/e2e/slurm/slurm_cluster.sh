@@ -33,6 +33,11 @@
 # DIR/munge/munge.socket.2 (AuthInfo in slurm.conf), never on the system's /run/munge;
 # inside a node the same path is bound to that node's own /run/munge.
 #
+# GPUs: DSL_SLURM_GPUS=G gives every node G "GPUs" (gres gpu, Type none), each a
+# character device made under DIR/dev (the major and minor of /dev/null: no program
+# ever opens them); Slurm allocates them, sets SLURM_*GPUS* and CUDA_VISIBLE_DEVICES as
+# on a GPU node, and constrains nothing (TaskPlugin=task/none). Default 0: none.
+#
 # Ports: slurmctld listens on a port free in the root namespace, chosen at `up`; each
 # slurmd listens on 6818 inside its own namespace. Everything created is recorded in
 # DIR/slurm.env before it is made, removed by `down`, and `up` tears down what it made
@@ -128,8 +133,16 @@ MinJobAge=2
 SlurmctldDebug=info
 SlurmdDebug=info
 EOF
+    local gres=
+    if (( GPUS > 0 )); then
+        echo "GresTypes=gpu" >>"$dir/slurm.conf"
+        gres=" Gres=gpu:$GPUS"
+        mkdir -p "$dir/dev"
+        for (( i = 0; i < GPUS; i++ )); do mknod "$dir/dev/gpu$i" c 1 3; done
+        echo "Name=gpu File=$dir/dev/gpu[0-$((GPUS - 1))]" >"$dir/gres.conf"
+    fi
     for (( i = 1; i <= NODES; i++ )); do
-        echo "NodeName=n$i NodeAddr=10.213.$SUBNET.$((i + 1)) CPUs=$CPUS State=UNKNOWN" >>"$dir/slurm.conf"
+        echo "NodeName=n$i NodeAddr=10.213.$SUBNET.$((i + 1)) CPUs=$CPUS$gres State=UNKNOWN" >>"$dir/slurm.conf"
     done
     echo "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO" >>"$dir/slurm.conf"
     {
@@ -219,6 +232,8 @@ cmd_up() {
             die "munged needs every directory above '$dir' searchable by all, and '$up' is not"
     done
     DIR=$dir NODES=$nodes PREFIX="dsls$$" CPUS=${DSL_SLURM_CPUS:-2}
+    GPUS=${DSL_SLURM_GPUS:-0}
+    [[ $GPUS =~ ^[0-9]+$ ]] && (( GPUS <= 16 )) || die "DSL_SLURM_GPUS must be 0..16, not '$GPUS'"
     CTL_HOST=$(hostname -s)
     # from here on a failure (die, or set -e) tears down what exists
     UP_DONE=0
@@ -302,7 +317,8 @@ cmd_down() {
     ip link del "${PREFIX}h0" 2>/dev/null || true
     ip netns del "${PREFIX}sw" 2>/dev/null || true
     # the files: only what up writes, then the directory if it is empty
-    rm -rf "$dir/ctl" "$dir/munge" "$dir/munge.key" "$dir/slurm.conf" "$dir/hosts"
+    rm -rf "$dir/ctl" "$dir/munge" "$dir/munge.key" "$dir/slurm.conf" "$dir/hosts" \
+        "$dir/gres.conf" "$dir/dev"
     for (( i = 1; i <= NODES; i++ )); do rm -rf "${dir:?}/n$i"; done
     rm -f "$dir/slurm.env"
     rmdir "$dir" 2>/dev/null || true

@@ -11,6 +11,7 @@ DSTRAIN=$2
 DSBENCH=$3
 SRC=$4
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
 export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
 export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
@@ -36,6 +37,7 @@ expect_success "srun -N2 -n4 dstrain: 2 nodes x 2 ranks, bit for bit as dslaunch
     assert_eq "$rc" 0 "srun exit"
     assert_grep "ZeRO stage 0, 4 ranks" out
     cmp p.dsl p.srun || fail "parameters differ from the dslaunch run"
+    assert_slurm_clean
 '
 
 expect_success "srun -N2 -n3 dstrain: uneven (2+1) tasks per node, bit for bit as dslaunch at world 3" '
@@ -45,6 +47,7 @@ expect_success "srun -N2 -n3 dstrain: uneven (2+1) tasks per node, bit for bit a
     assert_eq "$rc" 0 "srun exit"
     assert_grep "ZeRO stage 0, 3 ranks" out
     cmp p3.dsl p3.srun || fail "parameters differ from the dslaunch run"
+    assert_slurm_clean
 '
 
 expect_success "srun -N2 -n4 dsbench: every rank right across the two nodes, the ranks agree" '
@@ -54,6 +57,7 @@ expect_success "srun -N2 -n4 dsbench: every rank right across the two nodes, the
     assert_grep "world 4" out
     assert_grep "^# wrong values: 0$" out
     assert_grep "^# ranks agree: yes$" out
+    assert_slurm_clean
 '
 
 expect_success "a dstrain in a batch script, not under srun, runs alone and equals world 1" '
@@ -65,6 +69,7 @@ expect_success "a dstrain in a batch script, not under srun, runs alone and equa
     assert_eq "$rc" 0 "sbatch --wait exit"
     assert_grep ", 1 ranks" batch.out
     cmp p1.dsl p1.batch || fail "parameters differ from the world-1 run"
+    assert_slurm_clean
 '
 
 expect_success "srun -m arbitrary puts task 0 on n2: refused without MASTER_ADDR, right with it" '
@@ -77,6 +82,7 @@ expect_success "srun -m arbitrary puts task 0 on n2: refused without MASTER_ADDR
     cat err >&2
     assert_eq "$rc" 0
     assert_grep "^# ranks agree: yes$" out
+    assert_slurm_clean
 '
 
 expect_success "a rank of an srun step with a wrong SLURM_STEP_NODELIST names the variable" '
@@ -85,6 +91,7 @@ expect_success "a rank of an srun step with a wrong SLURM_STEP_NODELIST names th
         "SLURM_STEP_NODELIST=\"n[2-1]\" exec \"$DSTRAIN\" $(echo $TINY) --train-batch 32"
     assert_eq "$rc" 2
     assert_grep "dstrain: error: SLURM_STEP_NODELIST: bad host range .n\[2-1\].: reversed range .2-1.$" err
+    assert_slurm_clean
 '
 
 done_testing

@@ -37,3 +37,18 @@ if(TARGET dstrain)
                    $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
   set_tests_properties(slurm_signal PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# --dry-run --emit sbatch: the script runs under sbatch as written (argv byte for byte),
+# and with --save-on-signal requeues itself and resumes bit for bit.
+if(TARGET dstrain)
+  add_test(NAME slurm_emit
+           COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/emit.sh
+                   $<TARGET_FILE:dslaunch> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(slurm_emit PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
+# GPUs (4 gres "GPUs" a node, DSL_SLURM_GPUS): slots from each way a job asks for them,
+# and every rank on the GPUs Slurm gave its node's step.
+add_test(NAME slurm_gpus
+         COMMAND ${dsl_with_slurm} 2 bash ${CMAKE_CURRENT_LIST_DIR}/gpus.sh
+                 $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
+set_tests_properties(slurm_gpus PROPERTIES LABELS cluster TIMEOUT 300 SKIP_RETURN_CODE 77
+                     ENVIRONMENT DSL_SLURM_GPUS=4)

@@ -12,6 +12,7 @@ DSL=$1
 DSTRAIN=$2
 SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
+. "$SRC/tests/e2e/slurm/census.sh"
 cd "$T_TMP" || exit 1 # the nodes see this machine's files: the test's directory is theirs
 unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
 unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
@@ -93,6 +94,7 @@ expect_success "salloc -N2 --ntasks-per-node=2: 4 ranks on 2 nodes through srun,
         assert_eq "$(field out $r step)" unset "SLURM_STEP_ID of the agents step, rank $r"
     done
     assert_grep "no --hostfile: the hosts are those of Slurm job" err
+    assert_slurm_clean
 '
 
 expect_success "sbatch: a batch script s dslaunch starts its ranks through srun too" '
@@ -105,6 +107,7 @@ expect_success "sbatch: a batch script s dslaunch starts its ranks through srun 
 R rank=1 local=1 node=0 world=4 host=n1 slurmd=n1 procid=unset step=unset
 R rank=2 local=0 node=1 world=4 host=n2 slurmd=n2 procid=unset step=unset
 R rank=3 local=1 node=1 world=4 host=n2 slurmd=n2 procid=unset step=unset"
+    assert_slurm_clean
 '
 
 expect_success "--dry-run inside an allocation: launcher slurm and the srun line" '
@@ -114,6 +117,7 @@ expect_success "--dry-run inside an allocation: launcher slurm and the srun line
     assert_eq "$(python3 -c "import json,sys; p=json.load(open(\"out\")); print(p[\"launcher\"]); print(\" \".join(p[\"srun\"][1:10]))")" \
         "slurm
 --nodes=2 --ntasks=2 --ntasks-per-node=1 --kill-on-bad-exit=1 --nodelist=n1,n2 --job-name=dslaunch --exclusive --time=5 $DSL"
+    assert_slurm_clean
 '
 
 expect_success "salloc -N2 -n3: uneven tasks per node (2 + 1)" '
@@ -124,6 +128,7 @@ expect_success "salloc -N2 -n3: uneven tasks per node (2 + 1)" '
 "R rank=0 local=0 node=0 world=3 host=n1 slurmd=n1 procid=unset step=unset
 R rank=1 local=1 node=0 world=3 host=n1 slurmd=n1 procid=unset step=unset
 R rank=2 local=0 node=1 world=3 host=n2 slurmd=n2 procid=unset step=unset"
+    assert_slurm_clean
 '
 
 expect_success "dslaunch run by a task of another step: its srun overlaps that step" '
@@ -135,6 +140,7 @@ expect_success "dslaunch run by a task of another step: its srun overlaps that s
     assert_eq "$(ranks out | sed "s/ addr=.*//")" \
 "R rank=0 local=0 node=0 world=2 master=$(field out 0 addr) host=n1
 R rank=1 local=0 node=1 world=2 master=$(field out 0 addr) host=n2"
+    assert_slurm_clean
 '
 
 TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-dim 24
@@ -149,6 +155,7 @@ expect_success "dstrain at world 4 over srun equals the run on this machine bit 
     assert_eq "$rc" 0 "exit"
     assert_grep "ZeRO stage 0, 4 ranks" out
     cmp p.local p.slurm || fail "parameters differ from the run on this machine"
+    assert_slurm_clean
 '
 
 # in_alloc: run dslaunch with the worker inside salloc, then count what is left while
@@ -173,6 +180,7 @@ expect_success "a rank failing on n2: the job is down and nothing is left on eit
     assert_grep "rank 2" run.err
     wait_gone 0 $(cat launcher.pid)
     census "$(cat job.txt)" $(cat runid.*)
+    assert_slurm_clean
 '
 
 expect_success "scancel during a run: every agent, rank and step is gone" '
@@ -191,6 +199,7 @@ expect_success "scancel during a run: every agent, rank and step is gone" '
     wait $spid
     wait_gone 10 $(cat launcher.pid)
     census "$job" $(cat runid.*)
+    assert_slurm_clean
 '
 
 expect_success "--launcher_args from outside an allocation: srun asks for one, words reach it unsplit by any shell" '
@@ -205,6 +214,7 @@ expect_success "--launcher_args from outside an allocation: srun asks for one, w
     [ "$job" != unset ] || fail "no Slurm job id: not run by srun"
     assert_eq "$(field out 0 name)" "dsl\$(>pwned)*;x" "job name given through --launcher_args"
     [ ! -e pwned ] || fail "a shell ran the launcher args"
+    assert_slurm_clean
 '
 
 expect_success "--launcher slurm with a host Slurm does not know: srun s reason, nothing started" '
@@ -213,18 +223,21 @@ expect_success "--launcher slurm with a host Slurm does not know: srun s reason,
     [ "$rc" != 0 ] || fail "started"
     assert_grep "srun for .* ended (exit [0-9]*) before its agent connected back: .*error" err
     assert_eq "$(ranks out | wc -l)" 0 "ranks"
+    assert_slurm_clean
 '
 
 expect_success "--launcher_args where the job would run no launcher command: a usage error" '
     run_capture rc out err "$DSL" --hostfile hf2 --launcher_args "-p x" ./envp.sh
     assert_eq "$rc" 2 "exit"
     assert_grep "launcher_args passes options to a launcher command (pdsh, mpirun, srun), but this job uses the ssh transport" err
+    assert_slurm_clean
 '
 
 expect_success "--launcher slurm without srun in PATH: a usage error naming the package" '
     run_capture rc out err env PATH=/nonexistent "$DSL" --launcher slurm --hostfile hf2 ./envp.sh
     assert_eq "$rc" 2 "exit"
     assert_grep "needs .srun., which is not in PATH (Debian: apt install slurm-client)" err
+    assert_slurm_clean
 '
 
 done_testing

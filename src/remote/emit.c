@@ -1,0 +1,215 @@
+/*
+ * The batch script of `--emit sbatch` (emit.h). Text only: nothing is started, nothing
+ * is looked up beyond the plan already built. The script is for /bin/sh; every word
+ * that comes from the user (options, program, arguments, exported values, the working
+ * directory) is single-quoted by dsl_shell_quote, inside which sh interprets nothing,
+ * so spaces, quotes, '$', backquotes and newlines reach dslaunch byte for byte. The
+ * #SBATCH lines carry only numbers and a sanitised job name (sbatch reads them with
+ * its own, simpler quoting).
+ *
+ * Without --save-on-signal the script execs dslaunch: Slurm's signals to the batch
+ * shell (scancel -b, --signal=B:...) then reach dslaunch itself. With it, the shell
+ * stays to requeue: dslaunch runs in the background, a USR1 trap (set before it
+ * starts, so that no warning ends the shell; one that comes before dslaunch's pid is
+ * known is sent right after, best effort: a signal that lands between the fork and
+ * dslaunch's own handler is lost, which a warning minutes before the time limit never
+ * does) passes Slurm's warning on once, and the shell
+ * waits until dslaunch has really ended (a wait interrupted by the
+ * trap returns 138 too, so it waits again while the process exists); exit 138 means
+ * the ranks saved a checkpoint, and `scontrol requeue` puts the job back in the queue,
+ * where its next start resumes from it (dstrain --resume auto).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/plan/options.h"
+#include "dslaunch/plan/plan.h"
+#include "dslaunch/remote/emit.h"
+#include "dslaunch/remote/transport.h"
+#include "dslaunch/common/banned.h"
+
+static void add_quoted(struct dsl_dynbuf *out, const char *s)
+{
+    char *q = dsl_shell_quote(s);
+    dsl_dynbuf_addstr(out, q);
+    free(q);
+}
+
+static int shell_name(const char *s, size_t n)
+{
+    if (n == 0 || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '_' || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
+              (s[i] >= '0' && s[i] <= '9')))
+            return 0;
+    return 1;
+}
+
+int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char *err)
+{
+    int even = 1;
+    long total = 0;
+    if (rq->nodes < 1)
+        return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: a job of %d nodes", rq->nodes);
+    for (int i = 0; i < rq->nodes; i++) {
+        if (rq->slots[i] < 1)
+            return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: node %d has no slot", i);
+        even &= rq->slots[i] == rq->slots[0];
+        total += rq->slots[i];
+    }
+    if (!even && rq->gpus) {
+        char list[128] = "";
+        size_t l = 0;
+        for (int i = 0; i < rq->nodes && l < sizeof(list) - 16; i++)
+            l += (size_t)snprintf(list + l, sizeof(list) - l, "%s%d", i ? "," : "", rq->slots[i]);
+        return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: the plan's nodes have unequal GPU "
+                          "counts (%s), which Slurm cannot be asked for per node (--gpus=N "
+                          "spreads N as Slurm likes); give every node the same with --num_gpus",
+                          list);
+    }
+    for (size_t k = 0; rq->env && rq->env[k]; k++)
+        if (!shell_name(rq->env[k], strcspn(rq->env[k], "=")) || !strchr(rq->env[k], '='))
+            return dsl_seterr(err, DSL_EUSAGE, "--emit sbatch: the exported variable '%.*s' "
+                              "has a name sh cannot export", (int)strcspn(rq->env[k], "="),
+                              rq->env[k]);
+
+    dsl_dynbuf_addstr(out, "#!/bin/sh\n");
+    dsl_dynbuf_addf(out, "# written by dslaunch --dry-run --emit sbatch: %d node%s, %ld rank%s "
+                    "(the plan's hosts: ", rq->nodes, rq->nodes == 1 ? "" : "s", total,
+                    total == 1 ? "" : "s");
+    for (const char *h = rq->hosts_from ? rq->hosts_from : "?"; *h; h++)
+        dsl_dynbuf_add(out, *h == '\n' ? " " : h, 1);
+    dsl_dynbuf_addstr(out, ")\n# submit it with: sbatch FILE (more #SBATCH lines, e.g. "
+                      "--partition, --time, may be added here)\n");
+    if (rq->job_name && rq->job_name[0])
+        dsl_dynbuf_addf(out, "#SBATCH --job-name=%s\n", rq->job_name);
+    dsl_dynbuf_addf(out, "#SBATCH --nodes=%d\n", rq->nodes);
+    if (even) {
+        dsl_dynbuf_addf(out, "#SBATCH --ntasks-per-node=%d\n", rq->slots[0]);
+        if (rq->gpus)
+            dsl_dynbuf_addf(out, "#SBATCH --gpus-per-node=%d\n", rq->slots[0]);
+    } else {
+        /* Slurm has no per-node list: ask for the total and let dslaunch follow the
+         * spread Slurm chooses (SLURM_TASKS_PER_NODE). With --ntasks-per-node as well,
+         * Slurm 22.05 gives every node that many tasks, more than the total */
+        dsl_dynbuf_addstr(out, "# the plan's nodes have unequal slots (");
+        for (int i = 0; i < rq->nodes; i++)
+            dsl_dynbuf_addf(out, "%s%d", i ? "," : "", rq->slots[i]);
+        dsl_dynbuf_addstr(out, "): Slurm spreads the ranks itself\n");
+        dsl_dynbuf_addf(out, "#SBATCH --ntasks=%ld\n", total);
+    }
+    if (rq->requeue) {
+        if (!rq->resumes)
+            dsl_dynbuf_addstr(out, "# the program has no --resume: a requeued start begins "
+                              "afresh (dstrain: add --resume auto)\n");
+        dsl_dynbuf_addf(out, "#SBATCH --signal=B:USR1@%d\n", rq->signal_secs);
+        dsl_dynbuf_addstr(out, "#SBATCH --requeue\n#SBATCH --open-mode=append\n");
+    }
+    dsl_dynbuf_addstr(out, "cd ");
+    add_quoted(out, rq->cwd ? rq->cwd : ".");
+    dsl_dynbuf_addstr(out, " || exit 1\n");
+    for (size_t k = 0; rq->env && rq->env[k]; k++) {
+        size_t n = strcspn(rq->env[k], "=");
+        dsl_dynbuf_addf(out, "export %.*s=", (int)n, rq->env[k]);
+        add_quoted(out, rq->env[k] + n + 1);
+        dsl_dynbuf_addstr(out, "\n");
+    }
+    if (rq->requeue)
+        dsl_dynbuf_addstr(
+            out,
+            "# Slurm's warning (--signal=B:USR1) comes to this shell: it passes it to dslaunch,\n"
+            "# which passes it to every rank; they save a checkpoint and exit 138. The trap\n"
+            "# is set first (an untrapped USR1 would end this shell); one that comes before\n"
+            "# dslaunch has a pid waits in 'early'\n"
+            "pid= early=\n"
+            "trap 'if [ -n \"$pid\" ]; then kill -USR1 \"$pid\" 2>/dev/null; else early=1; fi' USR1\n");
+    else
+        dsl_dynbuf_addstr(out, "exec");
+    for (size_t k = 0; rq->argv[k]; k++) {
+        if (k || !rq->requeue)
+            dsl_dynbuf_addstr(out, " ");
+        add_quoted(out, rq->argv[k]);
+    }
+    if (!rq->requeue) {
+        dsl_dynbuf_addstr(out, "\n");
+        return 0;
+    }
+    dsl_dynbuf_addstr(
+        out,
+        " &\n"
+        "pid=$!\n"
+        "[ -z \"$early\" ] || kill -USR1 \"$pid\"\n"
+        "wait \"$pid\"\n"
+        "rc=$?\n"
+        "while kill -0 \"$pid\" 2>/dev/null; do wait \"$pid\"; rc=$?; done\n"
+        "if [ \"$rc\" -eq 138 ]; then\n"
+        "    echo \"dslaunch saved on Slurm's warning (exit 138): requeueing job $SLURM_JOB_ID\" >&2\n"
+        "    scontrol requeue \"$SLURM_JOB_ID\" && exit 0\n"
+        "fi\n"
+        "exit \"$rc\"\n");
+    return 0;
+}
+
+/* the options that do not apply inside the allocation the script runs in: the emit
+ * itself, and the choice of hosts, which the allocation makes */
+static const char *const not_forwarded[] = {
+    "dry_run", "emit", "hostfile", "include", "exclude", "num_nodes", "num_gpus",
+    "launcher", "master_addr", "force_multi", NULL};
+
+void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int nodes,
+                            int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    int login = !p->from_allocation && !strcmp(p->hosts_from, "this machine");
+    memset(rq, 0, sizeof(*rq));
+    memset(st, 0, sizeof(*st));
+    dsl_strvec_init(&st->argv);
+    rq->nodes = login ? (nodes > 0 ? nodes : 1) : p->pl.nr;
+    st->slots = dsl_xcalloc((size_t)rq->nodes, sizeof(int));
+    for (int i = 0; i < rq->nodes; i++)
+        st->slots[i] = login ? (gpus > 0 ? gpus : p->pl.nodes[0].nslots) : p->pl.nodes[i].nslots;
+    rq->slots = st->slots;
+    const char *gpn = getenv("SLURM_GPUS_PER_NODE");
+    rq->gpus = gpus > 0 || (p->from_allocation && gpn && gpn[0]);
+    for (size_t k = 1; k < o->argv.nr; k++)
+        if (!strcmp(o->argv.v[k], "--save-on-signal") ||
+            !strcmp(o->argv.v[k], "--save_on_signal"))
+            rq->requeue = 1;
+        else if (!strncmp(o->argv.v[k], "--resume", 8))
+            rq->resumes = 1;
+    rq->signal_secs = 90;
+    /* the program's base name, as a job name sbatch's own parser reads as one word */
+    const char *base = strrchr(o->argv.v[0], '/');
+    base = base ? base + 1 : o->argv.v[0];
+    size_t n = 0;
+    for (; base[n] && n < sizeof(st->name) - 1; n++) {
+        char c = base[n];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        st->name[n] = ok ? c : '_';
+    }
+    st->name[n] = '\0';
+    rq->job_name = st->name;
+    rq->hosts_from = p->hosts_from;
+    rq->cwd = p->cwd;
+    rq->env = (const char *const *)p->exported.v;
+    dsl_strvec_push(&st->argv, p->self_exe);
+    dsl_strvec_push(&st->argv, "--launcher");
+    dsl_strvec_push(&st->argv, "slurm");
+    dsl_launch_opts_forward(argc, argv, not_forwarded, &st->argv);
+    dsl_strvec_push(&st->argv, "--");
+    for (size_t k = 0; k < o->argv.nr; k++)
+        dsl_strvec_push(&st->argv, o->argv.v[k]);
+    rq->argv = (const char *const *)st->argv.v;
+}
+
+void dsl_emit_req_release(struct dsl_emit_store *st)
+{
+    free(st->slots);
+    dsl_strvec_release(&st->argv);
+    memset(st, 0, sizeof(*st));
+    dsl_strvec_init(&st->argv);
+}
