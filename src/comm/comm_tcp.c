@@ -112,15 +112,28 @@ static size_t chunk_floor(size_t done, size_t len)
     return done == len ? len : done / SUM_CHUNK * SUM_CHUNK;
 }
 
+/*
+ * A ring step received into a window (rg->wrap) sums every complete element at once,
+ * while the bytes are still in cache and before the window is written again; the
+ * window is a multiple of every element size and each recv stops at its end, so no
+ * element straddles the wrap and [red, upto) lies in one pass of the window.
+ */
 static void hook_ring(struct tcp *t, const struct region *rg)
 {
     size_t *red = &t->ring_reduced[rg->tag];
-    size_t upto = chunk_floor(rg->done, rg->len);
+    size_t upto = rg->wrap ? (rg->done == rg->len ? rg->len : rg->done - rg->done % t->esz)
+                           : chunk_floor(rg->done, rg->len);
     if (upto <= *red)
         return;
-    dsl_comm_combine(t->ring_dst[rg->tag] + *red, t->ring_src[rg->tag] + *red, rg->buf + *red,
+    const char *in = rg->buf + (rg->wrap ? *red % rg->wrap : *red);
+    dsl_comm_combine(t->ring_dst[rg->tag] + *red, t->ring_src[rg->tag] + *red, in,
                      (upto - *red) / t->esz, t->dtype, t->op);
     *red = upto;
+}
+
+size_t dsl_tcp_ring_window(const struct tcp *t, size_t len)
+{
+    return t->recv_win && len > t->recv_win ? t->recv_win : len;
 }
 
 static void hook_mesh(struct dsl_comm *c, struct tcp *t)
@@ -241,8 +254,14 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             if (pe->recv.i < pe->recv.n) {
                 struct region *rg = &pe->recv.r[pe->recv.i];
                 size_t n = rg->len - rg->done;
-                ssize_t got = recv(pe->fd, rg->buf + rg->done, n < IO_MAX ? n : IO_MAX,
-                                   MSG_DONTWAIT);
+                char *at = rg->buf + rg->done;
+                if (rg->wrap) { /* up to the window's end, then from its start again */
+                    size_t off = rg->done % rg->wrap;
+                    at = rg->buf + off;
+                    if (n > rg->wrap - off)
+                        n = rg->wrap - off;
+                }
+                ssize_t got = recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT);
                 if (got > 0) {
                     rg->done += (size_t)got;
                     progress = 1;

@@ -24,6 +24,8 @@ struct region {
     const size_t *avail; /* send: bytes ready to go (NULL: all) */
     enum rg_kind kind;   /* recv: what to do as bytes arrive */
     int tag;             /* ring: the step */
+    size_t wrap;         /* recv: nonzero: buf is a window of this many bytes, reused
+                            from its start once full (the ring's in-cache scratch) */
 };
 
 struct queue {
@@ -44,6 +46,8 @@ struct tcp {
     int *pfd_peer;
     enum algo algo;
     size_t small_max; /* bytes: direct algorithm up to here */
+    size_t recv_win;  /* ring: bytes of the in-cache window a reduce-scatter step
+                         receives into (0: the whole segment) */
     size_t cma_min;   /* allreduce: same-host path above this many bytes */
     size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
@@ -99,6 +103,8 @@ struct region *dsl_tcp_plan_send(struct tcp *t, int p, const void *buf, size_t l
                                  const size_t *avail);
 struct region *dsl_tcp_plan_recv(struct tcp *t, int p, void *buf, size_t len, enum rg_kind k,
                                  int tag);
+/* The window (bytes, a multiple of 64) the ring receives a segment of len bytes into. */
+size_t dsl_tcp_ring_window(const struct tcp *t, size_t len);
 /* Record whether a spin ended with the awaited event (adapts spin_cur). */
 void dsl_tcp_spin_paid(struct tcp *t, int paid);
 /* Move every planned region, bounded by the communicator timeout. */

@@ -122,7 +122,8 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
 {
     int w = c->world, me = c->rank, right = mod(me + 1, w), left = mod(me - 1, w), r;
     size_t esz = t->esz, off, len, maxseg = dsl_shard_size(n, w) * esz;
-    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, maxseg)) < 0)
+    size_t win = dsl_tcp_ring_window(t, maxseg);
+    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, win)) < 0)
         return r;
     for (int k = 0; k < w - 1; k++) {
         int a = mod(me - k - 1, w), b = mod(me - k - 2, w);
@@ -136,7 +137,7 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
         t->ring_src[k] = src + off;
         t->ring_reduced[k] = 0;
         t->ring_dst[k] = seg_dst(accum, own_dst, n, b, me, w, esz);
-        dsl_tcp_plan_recv(t, left, t->scratch, len, RG_RING, k);
+        dsl_tcp_plan_recv(t, left, t->scratch, len, RG_RING, k)->wrap = len > win ? win : 0;
     }
     if (do_ag) {
         struct region *prev = NULL;
@@ -438,7 +439,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, 0, SIZE_MAX, &t->stream_min, c->err)) <
             0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &spin, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0)
+        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_RECV_WIN", 256 << 10, 0, 1 << 30, &t->recv_win, c->err)) < 0)
         goto out;
     if (sockbuf > (1u << 30))
         sockbuf = 1u << 30;
@@ -552,6 +554,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             dsl_net_set_nonblock(t->peer[p].fd, 1);
     t->cma_chunk = t->cma_chunk < 4096 ? 4096 : t->cma_chunk > (64u << 20) ? 64u << 20 : t->cma_chunk;
     t->cma_chunk &= ~(size_t)63;
+    t->recv_win &= ~(size_t)63; /* a multiple of every element size */
     if (t->shm_small > DSL_CMA_SLOT)
         t->shm_small = DSL_CMA_SLOT;
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;
