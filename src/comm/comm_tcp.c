@@ -76,6 +76,7 @@ void dsl_tcp_plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, en
     t->op = op;
     t->esz = dsl_dtype_size(dt);
     t->mesh_reduced = 0;
+    t->mesh_win = 0;
     t->mesh_len = 0;
 }
 
@@ -136,21 +137,30 @@ size_t dsl_tcp_ring_window(const struct tcp *t, size_t len)
     return t->recv_win && len > t->recv_win ? t->recv_win : len;
 }
 
+/*
+ * The mesh sums a range once it has arrived from every peer. With windows (mesh_win)
+ * it sums every complete element at once, in pieces that stop at the window's end
+ * (the window is a multiple of every element size), and no peer is read further than
+ * a window ahead of the sum (see the engine), so nothing is overwritten unsummed.
+ */
 static void hook_mesh(struct dsl_comm *c, struct tcp *t)
 {
-    size_t m = t->mesh_len;
+    size_t m = t->mesh_len, win = t->mesh_win;
     for (int p = 0; p < c->world; p++)
         if (p != c->rank && t->mesh_rg[p]->done < m)
             m = t->mesh_rg[p]->done;
-    size_t upto = chunk_floor(m, t->mesh_len);
-    if (upto <= t->mesh_reduced)
-        return;
+    size_t upto = win ? (m == t->mesh_len ? m : m - m % t->esz) : chunk_floor(m, t->mesh_len);
     const void **s = t->srcv;
-    for (int p = 0; p < c->world; p++)
-        s[p] = t->mesh_src[p] + t->mesh_reduced;
-    dsl_comm_tree_reduce(t->mesh_dst + t->mesh_reduced, s, c->world,
-                         (upto - t->mesh_reduced) / t->esz, t->dtype, t->op, t->tree_tmp);
-    t->mesh_reduced = upto;
+    while (t->mesh_reduced < upto) {
+        size_t at = t->mesh_reduced, n = upto - at, woff = win ? at % win : at;
+        if (win && n > win - woff)
+            n = win - woff;
+        for (int p = 0; p < c->world; p++)
+            s[p] = p == c->rank ? t->mesh_src[p] + at : t->mesh_src[p] + woff;
+        dsl_comm_tree_reduce(t->mesh_dst + at, s, c->world, n / t->esz, t->dtype, t->op,
+                             t->tree_tmp);
+        t->mesh_reduced = at + n;
+    }
 }
 
 /* ---- the engine ---- */
@@ -227,6 +237,7 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             if (p == c->rank)
                 continue;
             short ev = 0;
+            int held = 0;
             skip_done(&pe->send);
             skip_done(&pe->recv);
             if (pe->send.i < pe->send.n) {
@@ -260,9 +271,15 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
                     at = rg->buf + off;
                     if (n > rg->wrap - off)
                         n = rg->wrap - off;
+                    /* the mesh: not past what is summed plus a window (the ring sums all
+                       it receives at once, so it is never ahead) */
+                    if (rg->kind == RG_MESH && n > t->mesh_reduced + rg->wrap - rg->done)
+                        n = t->mesh_reduced + rg->wrap - rg->done;
                 }
-                ssize_t got = recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT);
-                if (got > 0) {
+                ssize_t got = n ? recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT) : -1;
+                if (!n) {
+                    held = 1; /* until the slower peers' data is summed: they wake us */
+                } else if (got > 0) {
                     rg->done += (size_t)got;
                     progress = 1;
                     if (rg->kind == RG_RING)
@@ -283,6 +300,10 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             skip_done(&pe->recv);
             if (peer_pending(pe)) {
                 busy = 1;
+                /* a peer read no further until the slower ones catch up: their data
+                   wakes us, not its (a hang-up shows once it is read again) */
+                if (held && !ev && pe->send.i >= pe->send.n)
+                    continue;
                 /* a send blocked only on a dependency needs no POLLOUT; still watch for
                  * the peer going away */
                 t->pfd[npfd] = (struct pollfd){.fd = pe->fd, .events = (short)(ev | POLLRDHUP)};
@@ -313,6 +334,10 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
         if (timeout_ms <= 0) {
             r = fail_timeout(c, t, what);
             goto out;
+        }
+        if (!npfd) { /* only held peers: cannot last, the slowest is never held */
+            sched_yield();
+            continue;
         }
         int n = poll(t->pfd, (nfds_t)npfd, timeout_ms);
         if (n < 0 && errno != EINTR) {

@@ -46,8 +46,8 @@ struct tcp {
     int *pfd_peer;
     enum algo algo;
     size_t small_max; /* bytes: direct algorithm up to here */
-    size_t recv_win;  /* ring: bytes of the in-cache window a reduce-scatter step
-                         receives into (0: the whole segment) */
+    size_t recv_win;  /* ring and mesh: bytes of the in-cache window a reduce-scatter
+                         receives each peer's data into (0: the whole segment) */
     size_t cma_min;   /* allreduce: same-host path above this many bytes */
     size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
@@ -88,6 +88,8 @@ struct tcp {
     const char **ring_src;
     size_t mesh_reduced;
     size_t mesh_len;
+    size_t mesh_win;       /* nonzero: each peer's contribution arrives in a window of this
+                              many bytes, at most this far ahead of mesh_reduced */
     char *mesh_dst;
     const char **mesh_src; /* [world]: contributions to this rank's segment */
     struct region **mesh_rg; /* [world]: the RS receive region of each peer */
