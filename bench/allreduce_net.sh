@@ -112,14 +112,16 @@ ranks() {
 tcpref() {
     local w=$1 out=$2 b r port it
     for (( b = minb; b <= maxb; b *= 2 )); do
-        port=$(free_port)
         it=$(( b >= 16 << 20 ? 5 : 20 ))
+        local -a lp=()
+        port=$(free_port)
+        for (( r = 0; r < w; r++ )); do # one address per node; on loopback one port per rank
+            if [[ $mode == local ]]; then lp[r]=$(free_port); else lp[r]=$port; fi
+        done
         pids=()
         for (( r = 0; r < w; r++ )); do
             local nx=$(( (r + 1) % w ))
-            local lp=$port np=$port
-            [[ $mode == local ]] && { lp=$((port + r)); np=$((port + nx)); }
-            on $((r + 1)) "$work/tcp_ref" "${addr[r + 1]}" "$lp" "${addr[nx + 1]}" "$np" "$b" "$it" \
+            on $((r + 1)) "$work/tcp_ref" "${addr[r + 1]}" "${lp[r]}" "${addr[nx + 1]}" "${lp[nx]}" "$b" "$it" \
                 > "$out.$r" &
             pids+=($!)
         done

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,11 @@ int main(int argc, char **argv)
         if (now() > give_up)
             die("connect");
         usleep(20000);
+    }
+    struct pollfd pl = {.fd = lfd, .events = POLLIN};
+    if (poll(&pl, 1, 60000) != 1) { /* the previous process never came */
+        fprintf(stderr, "tcp_ref: nobody connected within 60 s\n");
+        return 1;
     }
     if ((in_fd = accept(lfd, NULL, NULL)) < 0)
         die("accept");

@@ -77,6 +77,7 @@ void dsl_tcp_plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, en
     t->esz = dsl_dtype_size(dt);
     t->mesh_reduced = 0;
     t->mesh_win = 0;
+    t->bulk = 0;
     t->mesh_len = 0;
 }
 
@@ -318,8 +319,12 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             idle_since = 0;
             continue;
         }
-        /* busy-poll a little before sleeping: a wake-up costs more than a short spin */
-        if (t->spin_cur > 0) {
+        /* busy-poll a little before sleeping: a wake-up costs more than a short spin.
+         * Not in bulk transfers: there the wait is for bandwidth, not a round trip, and
+         * measured on a loaded 2-core host (docs/benchmarks.md, issue 17) the yields of
+         * a 50 us spin cost a 256 KiB..1 MiB allreduce 2-10x its busbw, the peers'
+         * work queueing behind whatever else the core runs */
+        if (t->spin_cur > 0 && !t->bulk) {
             double now = dsl_now();
             if (idle_since == 0)
                 idle_since = now;

@@ -52,6 +52,8 @@ struct tcp {
     size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
     double spin_cur;  /* the current (adaptive) spin budget, <= spin_s */
+    int bulk;         /* this plan moves more than small_max bytes: the engine does not
+                         spin (reset by dsl_tcp_plan_reset) */
     int oversubscribed; /* same host, more ranks than cores: waiters yield the core */
 
     /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */

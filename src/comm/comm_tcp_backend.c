@@ -184,6 +184,7 @@ static int tcp_run_once(struct dsl_comm *c, const struct dsl_comm_call *k)
     if (t->cma && bytes > t->small_max && k->kind != DSL_COLL_BARRIER &&
         (k->kind != DSL_COLL_ALLREDUCE || bytes > t->cma_min))
         return dsl_cma_run(c, t, k);
+    t->bulk = bytes > t->small_max;
     switch (k->kind) {
     case DSL_COLL_ALLREDUCE:
         if (bytes == 0)
