@@ -665,12 +665,12 @@ TEST(deterministic_half_collectives_should_equal_the_rounded_tree_bitwise)
     }
 }
 
-/* A window of one cache line (DSL_COMM_RECV_WIN): every recv of a reduce-scatter wraps
- * or stops at the window's end, elements sit at every offset of it, and the mesh holds
- * back peers that are a window ahead of its sum all the time. */
-TEST(socket_reductions_should_be_exact_with_a_window_of_one_cache_line)
+/* A window of one page (DSL_COMM_RECV_WIN): every recv of a reduce-scatter stops at the
+ * window's end and starts again at its beginning, and the mesh holds back peers that are
+ * a window ahead of its sum all the time. */
+TEST(socket_reductions_should_be_exact_with_a_window_of_one_page)
 {
-    setenv("DSL_COMM_RECV_WIN", "64", 1);
+    setenv("DSL_COMM_RECV_WIN", "4K", 1);
     use_path("ring");
     ASSERT_EQ(run_world(3, check_all_collectives, 0, "60", 0), 0);
     ASSERT_EQ(run_world(4, check_deterministic, 1, "60", 0), 0); /* the mesh */
