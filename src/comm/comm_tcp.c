@@ -10,7 +10,11 @@
  * or the mesh's tree sum once a chunk has arrived from everyone). One engine
  * (dsl_tcp_engine_run) then drives all sockets with non-blocking send/recv and poll()
  * until every region is done, so sending, receiving and summing overlap at chunk
- * granularity and nothing is copied except into its destination. The direct plan
+ * granularity and nothing is copied except into its destination. A reduce-scatter
+ * receives into a small window per peer (region.wrap, DSL_COMM_RECV_WIN) that stays in
+ * cache and is summed from there into the destination as bytes arrive; the mesh reads
+ * no peer more than a window ahead of its sum. Bulk plans (struct tcp.bulk) sleep in
+ * poll() at once when nothing moves; small ones spin first. The direct plan
  * (everyone sends everything to everyone, then a local sum in the tree order of
  * comm.h) lives here too, because the same-host path uses it to agree at open.
  *
