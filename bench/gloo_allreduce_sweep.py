@@ -1,10 +1,12 @@
 # PyTorch Gloo peer for bench/allreduce.sh: a Gloo all-reduce loop (torch.distributed,
-# the same timing method as dsbench) swept over 1 KiB .. MAX bytes by factors of 2. Launch with torchrun.
+# the same timing method as dsbench) swept over MIN (default 1 KiB) .. MAX bytes by factors of 2.
+# Launch with torchrun, or start every rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+# set (bench/allreduce_net.sh): gloo_allreduce_sweep.py [MAX [MIN]]
 import os, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
 r, n = dist.get_rank(), dist.get_world_size()
 maxb = int(sys.argv[1]) if len(sys.argv) > 1 else 512 << 20
-nbytes = 1024
+nbytes = int(sys.argv[2]) if len(sys.argv) > 2 else 1024
 while nbytes <= maxb:
     t = torch.ones(nbytes // 4)
     iters = 5 if nbytes >= (16 << 20) else 50

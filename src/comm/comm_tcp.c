@@ -10,7 +10,11 @@
  * or the mesh's tree sum once a chunk has arrived from everyone). One engine
  * (dsl_tcp_engine_run) then drives all sockets with non-blocking send/recv and poll()
  * until every region is done, so sending, receiving and summing overlap at chunk
- * granularity and nothing is copied except into its destination. The direct plan
+ * granularity and nothing is copied except into its destination. A reduce-scatter
+ * receives into a small window per peer (region.wrap, DSL_COMM_RECV_WIN) that stays in
+ * cache and is summed from there into the destination as bytes arrive; the mesh reads
+ * no peer more than a window ahead of its sum. Bulk plans (struct tcp.bulk) sleep in
+ * poll() at once when nothing moves; small ones spin first. The direct plan
  * (everyone sends everything to everyone, then a local sum in the tree order of
  * comm.h) lives here too, because the same-host path uses it to agree at open.
  *
@@ -76,6 +80,8 @@ void dsl_tcp_plan_reset(struct dsl_comm *c, struct tcp *t, enum dsl_dtype dt, en
     t->op = op;
     t->esz = dsl_dtype_size(dt);
     t->mesh_reduced = 0;
+    t->mesh_win = 0;
+    t->bulk = 0;
     t->mesh_len = 0;
 }
 
@@ -112,32 +118,54 @@ static size_t chunk_floor(size_t done, size_t len)
     return done == len ? len : done / SUM_CHUNK * SUM_CHUNK;
 }
 
+/*
+ * A ring step received into a window (rg->wrap) sums every complete element at once,
+ * while the bytes are still in cache and before the window is written again; the
+ * window is a multiple of every element size and each recv stops at its end, so no
+ * element straddles the wrap and [red, upto) lies in one pass of the window.
+ */
 static void hook_ring(struct tcp *t, const struct region *rg)
 {
     size_t *red = &t->ring_reduced[rg->tag];
-    size_t upto = chunk_floor(rg->done, rg->len);
+    size_t upto = rg->wrap ? (rg->done == rg->len ? rg->len : rg->done - rg->done % t->esz)
+                           : chunk_floor(rg->done, rg->len);
     if (upto <= *red)
         return;
-    dsl_comm_combine(t->ring_dst[rg->tag] + *red, t->ring_src[rg->tag] + *red, rg->buf + *red,
+    const char *in = rg->buf + (rg->wrap ? *red % rg->wrap : *red);
+    dsl_comm_combine(t->ring_dst[rg->tag] + *red, t->ring_src[rg->tag] + *red, in,
                      (upto - *red) / t->esz, t->dtype, t->op);
     *red = upto;
 }
 
+size_t dsl_tcp_ring_window(const struct tcp *t, size_t len)
+{
+    return t->recv_win && len > t->recv_win ? t->recv_win : len;
+}
+
+/*
+ * The mesh sums a range once it has arrived from every peer. With windows (mesh_win)
+ * it sums every complete element at once, in pieces that stop at the window's end
+ * (the window is a multiple of every element size), and no peer is read further than
+ * a window ahead of the sum (see the engine), so nothing is overwritten unsummed.
+ */
 static void hook_mesh(struct dsl_comm *c, struct tcp *t)
 {
-    size_t m = t->mesh_len;
+    size_t m = t->mesh_len, win = t->mesh_win;
     for (int p = 0; p < c->world; p++)
         if (p != c->rank && t->mesh_rg[p]->done < m)
             m = t->mesh_rg[p]->done;
-    size_t upto = chunk_floor(m, t->mesh_len);
-    if (upto <= t->mesh_reduced)
-        return;
+    size_t upto = win ? (m == t->mesh_len ? m : m - m % t->esz) : chunk_floor(m, t->mesh_len);
     const void **s = t->srcv;
-    for (int p = 0; p < c->world; p++)
-        s[p] = t->mesh_src[p] + t->mesh_reduced;
-    dsl_comm_tree_reduce(t->mesh_dst + t->mesh_reduced, s, c->world,
-                         (upto - t->mesh_reduced) / t->esz, t->dtype, t->op, t->tree_tmp);
-    t->mesh_reduced = upto;
+    while (t->mesh_reduced < upto) {
+        size_t at = t->mesh_reduced, n = upto - at, woff = win ? at % win : at;
+        if (win && n > win - woff)
+            n = win - woff;
+        for (int p = 0; p < c->world; p++)
+            s[p] = p == c->rank ? t->mesh_src[p] + at : t->mesh_src[p] + woff;
+        dsl_comm_tree_reduce(t->mesh_dst + at, s, c->world, n / t->esz, t->dtype, t->op,
+                             t->tree_tmp);
+        t->mesh_reduced = at + n;
+    }
 }
 
 /* ---- the engine ---- */
@@ -214,6 +242,7 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             if (p == c->rank)
                 continue;
             short ev = 0;
+            int held = 0;
             skip_done(&pe->send);
             skip_done(&pe->recv);
             if (pe->send.i < pe->send.n) {
@@ -241,9 +270,21 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             if (pe->recv.i < pe->recv.n) {
                 struct region *rg = &pe->recv.r[pe->recv.i];
                 size_t n = rg->len - rg->done;
-                ssize_t got = recv(pe->fd, rg->buf + rg->done, n < IO_MAX ? n : IO_MAX,
-                                   MSG_DONTWAIT);
-                if (got > 0) {
+                char *at = rg->buf + rg->done;
+                if (rg->wrap) { /* up to the window's end, then from its start again */
+                    size_t off = rg->done % rg->wrap;
+                    at = rg->buf + off;
+                    if (n > rg->wrap - off)
+                        n = rg->wrap - off;
+                    /* the mesh: not past what is summed plus a window (the ring sums all
+                       it receives at once, so it is never ahead) */
+                    if (rg->kind == RG_MESH && n > t->mesh_reduced + rg->wrap - rg->done)
+                        n = t->mesh_reduced + rg->wrap - rg->done;
+                }
+                ssize_t got = n ? recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT) : -1;
+                if (!n) {
+                    held = 1; /* until the slower peers' data is summed: they wake us */
+                } else if (got > 0) {
                     rg->done += (size_t)got;
                     progress = 1;
                     if (rg->kind == RG_RING)
@@ -264,6 +305,10 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             skip_done(&pe->recv);
             if (peer_pending(pe)) {
                 busy = 1;
+                /* a peer read no further until the slower ones catch up: their data
+                   wakes us, not its (a hang-up shows once it is read again) */
+                if (held && !ev && pe->send.i >= pe->send.n)
+                    continue;
                 /* a send blocked only on a dependency needs no POLLOUT; still watch for
                  * the peer going away */
                 t->pfd[npfd] = (struct pollfd){.fd = pe->fd, .events = (short)(ev | POLLRDHUP)};
@@ -278,8 +323,12 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             idle_since = 0;
             continue;
         }
-        /* busy-poll a little before sleeping: a wake-up costs more than a short spin */
-        if (t->spin_cur > 0) {
+        /* busy-poll a little before sleeping: a wake-up costs more than a short spin.
+         * Not in bulk transfers: there the wait is for bandwidth, not a round trip, and
+         * measured on a loaded 2-core host (docs/benchmarks.md, issue 17) the yields of
+         * a 50 us spin cost a 256 KiB..1 MiB allreduce 2-10x its busbw, the peers'
+         * work queueing behind whatever else the core runs */
+        if (t->spin_cur > 0 && !t->bulk) {
             double now = dsl_now();
             if (idle_since == 0)
                 idle_since = now;
@@ -294,6 +343,10 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
         if (timeout_ms <= 0) {
             r = fail_timeout(c, t, what);
             goto out;
+        }
+        if (!npfd) { /* only held peers: cannot last, the slowest is never held */
+            sched_yield();
+            continue;
         }
         int n = poll(t->pfd, (nfds_t)npfd, timeout_ms);
         if (n < 0 && errno != EINTR) {

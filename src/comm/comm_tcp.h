@@ -24,6 +24,8 @@ struct region {
     const size_t *avail; /* send: bytes ready to go (NULL: all) */
     enum rg_kind kind;   /* recv: what to do as bytes arrive */
     int tag;             /* ring: the step */
+    size_t wrap;         /* recv: nonzero: buf is a window of this many bytes, reused
+                            from its start once full (the ring's in-cache scratch) */
 };
 
 struct queue {
@@ -44,10 +46,14 @@ struct tcp {
     int *pfd_peer;
     enum algo algo;
     size_t small_max; /* bytes: direct algorithm up to here */
+    size_t recv_win;  /* ring and mesh: bytes of the in-cache window a reduce-scatter
+                         receives each peer's data into (0: the whole segment) */
     size_t cma_min;   /* allreduce: same-host path above this many bytes */
     size_t shm_small; /* collectives up to this size go through the shared segment */
     double spin_s;    /* busy-poll this long before sleeping in poll() */
     double spin_cur;  /* the current (adaptive) spin budget, <= spin_s */
+    int bulk;         /* this plan moves more than small_max bytes: the engine does not
+                         spin (reset by dsl_tcp_plan_reset) */
     int oversubscribed; /* same host, more ranks than cores: waiters yield the core */
 
     /* same-host path: read peers' buffers with process_vm_readv (see cma_*) */
@@ -84,6 +90,8 @@ struct tcp {
     const char **ring_src;
     size_t mesh_reduced;
     size_t mesh_len;
+    size_t mesh_win;       /* nonzero: each peer's contribution arrives in a window of this
+                              many bytes, at most this far ahead of mesh_reduced */
     char *mesh_dst;
     const char **mesh_src; /* [world]: contributions to this rank's segment */
     struct region **mesh_rg; /* [world]: the RS receive region of each peer */
@@ -99,6 +107,8 @@ struct region *dsl_tcp_plan_send(struct tcp *t, int p, const void *buf, size_t l
                                  const size_t *avail);
 struct region *dsl_tcp_plan_recv(struct tcp *t, int p, void *buf, size_t len, enum rg_kind k,
                                  int tag);
+/* The window (bytes, a multiple of 64) the ring receives a segment of len bytes into. */
+size_t dsl_tcp_ring_window(const struct tcp *t, size_t len);
 /* Record whether a spin ended with the awaited event (adapts spin_cur). */
 void dsl_tcp_spin_paid(struct tcp *t, int paid);
 /* Move every planned region, bounded by the communicator timeout. */

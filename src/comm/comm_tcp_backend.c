@@ -77,9 +77,11 @@ static int plan_mesh(struct dsl_comm *c, struct tcp *t, const char *src, char *a
     size_t esz = t->esz, moff, mlen;
     dsl_tcp_seg(n, me, w, esz, &moff, &mlen);
     if (do_rs) {
-        if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, mlen * (size_t)w)) < 0)
+        size_t win = dsl_tcp_ring_window(t, mlen);
+        if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, win * (size_t)w)) < 0)
             return r;
         t->mesh_len = mlen;
+        t->mesh_win = win < mlen ? win : 0;
         t->mesh_dst = own_dst;
         for (int p = 0; p < w; p++) {
             size_t off, len;
@@ -89,8 +91,9 @@ static int plan_mesh(struct dsl_comm *c, struct tcp *t, const char *src, char *a
             }
             dsl_tcp_seg(n, p, w, esz, &off, &len);
             dsl_tcp_plan_send(t, p, src + off, len, NULL);
-            t->mesh_src[p] = t->scratch + (size_t)p * mlen;
-            t->mesh_rg[p] = dsl_tcp_plan_recv(t, p, t->scratch + (size_t)p * mlen, mlen, RG_MESH, 0);
+            t->mesh_src[p] = t->scratch + (size_t)p * win;
+            t->mesh_rg[p] = dsl_tcp_plan_recv(t, p, t->scratch + (size_t)p * win, mlen, RG_MESH, 0);
+            t->mesh_rg[p]->wrap = t->mesh_win;
         }
     }
     if (do_ag) {
@@ -122,7 +125,8 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
 {
     int w = c->world, me = c->rank, right = mod(me + 1, w), left = mod(me - 1, w), r;
     size_t esz = t->esz, off, len, maxseg = dsl_shard_size(n, w) * esz;
-    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, maxseg)) < 0)
+    size_t win = dsl_tcp_ring_window(t, maxseg);
+    if ((r = dsl_tcp_ensure(c, &t->scratch, &t->scratch_cap, win)) < 0)
         return r;
     for (int k = 0; k < w - 1; k++) {
         int a = mod(me - k - 1, w), b = mod(me - k - 2, w);
@@ -136,7 +140,7 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
         t->ring_src[k] = src + off;
         t->ring_reduced[k] = 0;
         t->ring_dst[k] = seg_dst(accum, own_dst, n, b, me, w, esz);
-        dsl_tcp_plan_recv(t, left, t->scratch, len, RG_RING, k);
+        dsl_tcp_plan_recv(t, left, t->scratch, len, RG_RING, k)->wrap = len > win ? win : 0;
     }
     if (do_ag) {
         struct region *prev = NULL;
@@ -153,6 +157,12 @@ static int plan_ring(struct dsl_comm *c, struct tcp *t, const char *src, char *a
     return 0;
 }
 
+/*
+ * The ring unless asked otherwise. At world 2 ring and mesh are the same exchange; from
+ * 3 ranks on they move the same bytes per rank, and measured side by side on one 2-core
+ * host at worlds 3 and 4, 64 KiB..64 MiB (docs/benchmarks.md, issue 17), neither won
+ * consistently, so the ring, which talks to two peers whatever the world, stays.
+ */
 static int use_mesh(struct dsl_comm *c, struct tcp *t)
 {
     return c->deterministic || t->algo == ALGO_MESH;
@@ -174,6 +184,7 @@ static int tcp_run_once(struct dsl_comm *c, const struct dsl_comm_call *k)
     if (t->cma && bytes > t->small_max && k->kind != DSL_COLL_BARRIER &&
         (k->kind != DSL_COLL_ALLREDUCE || bytes > t->cma_min))
         return dsl_cma_run(c, t, k);
+    t->bulk = bytes > t->small_max;
     switch (k->kind) {
     case DSL_COLL_ALLREDUCE:
         if (bytes == 0)
@@ -438,7 +449,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, 0, SIZE_MAX, &t->stream_min, c->err)) <
             0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &spin, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0)
+        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_RECV_WIN", 256 << 10, 0, 1 << 30, &t->recv_win, c->err)) < 0)
         goto out;
     if (sockbuf > (1u << 30))
         sockbuf = 1u << 30;
@@ -552,6 +564,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             dsl_net_set_nonblock(t->peer[p].fd, 1);
     t->cma_chunk = t->cma_chunk < 4096 ? 4096 : t->cma_chunk > (64u << 20) ? 64u << 20 : t->cma_chunk;
     t->cma_chunk &= ~(size_t)63;
+    t->recv_win &= ~(size_t)63; /* a multiple of every element size */
     if (t->shm_small > DSL_CMA_SLOT)
         t->shm_small = DSL_CMA_SLOT;
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;

@@ -665,6 +665,20 @@ TEST(deterministic_half_collectives_should_equal_the_rounded_tree_bitwise)
     }
 }
 
+/* A window of one page (DSL_COMM_RECV_WIN): every recv of a reduce-scatter stops at the
+ * window's end and starts again at its beginning, and the mesh holds back peers that are
+ * a window ahead of its sum all the time. */
+TEST(socket_reductions_should_be_exact_with_a_window_of_one_page)
+{
+    setenv("DSL_COMM_RECV_WIN", "4K", 1);
+    use_path("ring");
+    ASSERT_EQ(run_world(3, check_all_collectives, 0, "60", 0), 0);
+    ASSERT_EQ(run_world(4, check_deterministic, 1, "60", 0), 0); /* the mesh */
+    use_path("mesh");
+    ASSERT_EQ(run_world(4, check_half_collectives, 1, "60", 0), 0);
+    unsetenv("DSL_COMM_RECV_WIN");
+}
+
 /* 2^24 + 3 16-bit elements (32 MiB): beyond the streaming threshold of the zero-copy
  * path and many chunks of every other */
 static int check_large_half(struct dsl_comm *c, int rank, int world)

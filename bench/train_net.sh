@@ -1,0 +1,143 @@
+#!/bin/bash
+# dstrain at world 2 across two namespace nodes (tests/e2e/cluster/cluster.sh) against
+# PyTorch DDP (Gloo) across the same two nodes (issue 17): the MLP 784-1024-1024-10 on
+# Fashion-MNIST, global batch 128 (micro batch 64 per rank), AdamW, ZeRO stage 0 with
+# overlapped gradient reduction (bench/train.sh's settings), 1 thread per rank, REPS
+# rounds, each running both one after the other; medians.
+#
+#   bench/train_net.sh [--reps 3] [--local]
+#
+# Time per step, split: dstrain prints its own split (forward+backward, the gradient
+# reduction wait that overlap did not hide, loss/norm reduction, optimizer). For DDP
+# the peer trains two epochs: the first inside DDP.no_sync() (no all-reduce: its time
+# per step is the compute), the second as usual; the difference per step is what the
+# all-reduce costs. dstrain runs one epoch. Ranks run with DSL_COMM_CMA=0 (the nodes
+# share this kernel; no pair of real hosts could take the same-host path). --local: the
+# same over loopback. Needs root, python3-torch, dataset-fashion-mnist.
+set -euo pipefail
+here=$(dirname "$(readlink -f "$0")")
+root=$(dirname "$here")
+build=${BUILD:-$root/build}
+reps=3
+mode=netns
+while (( $# )); do
+    case $1 in
+    --reps) reps=$2; shift 2 ;;
+    --local) mode=local; shift ;;
+    *) echo "usage: $0 [--reps N] [--local]" >&2; exit 2 ;;
+    esac
+done
+python=/usr/bin/python3
+work=$(mktemp -d /tmp/dsl-trnet.XXXXXX)
+cdir=""
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    [[ -n $cdir ]] && { "$root/tests/e2e/cluster/cluster.sh" down "$cdir" || true; rm -rf "$cdir"; }
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+declare -a addr
+if [[ $mode == netns ]]; then
+    cdir=$(mktemp -d /tmp/dsl-trnet-cluster.XXXXXX)
+    "$root/tests/e2e/cluster/cluster.sh" up 2 "$cdir" 1
+    # shellcheck disable=SC1091
+    source "$cdir/cluster.env"
+    [[ $MODE == netns ]] || { echo "train_net.sh: no network namespaces here (needs root)" >&2; exit 1; }
+    addr[1]=$ADDR_1; addr[2]=$ADDR_2; ifn=("" "$IFNAME_1" "$IFNAME_2")
+else
+    addr[1]=127.0.0.1; addr[2]=127.0.0.1; ifn=("" lo lo)
+fi
+on() {
+    local n=$1
+    shift
+    if [[ $mode == netns ]]; then "$root/tests/e2e/cluster/cluster.sh" exec "$cdir" "node$n" "$@"; else "$@"; fi
+}
+
+# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
+# replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know,
+# src/model/blascore.c), so PyTorch gets them too (as bench/train.sh does).
+if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
+    core=$(RANK=0 WORLD_SIZE=1 "$build/dstrain" --data synthetic --synthetic-train 64 \
+        --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |
+        sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1 || true)
+    [[ -n $core ]] && export OPENBLAS_CORETYPE=$core
+fi
+echo "# OpenBLAS kernels (OPENBLAS_CORETYPE): ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}" >&2
+
+cat >"$work/bench.json" <<EOF
+{
+  "train_batch_size": 128,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.999],
+                "eps": 1e-8, "weight_decay": 0.01}},
+  "steps_per_print": 100000,
+  "seed": 1234,
+  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": 500000},
+  "dstrain": {"model": {"type": "mlp", "hidden": [1024, 1024]},
+              "data": {"dataset": "fashion_mnist"}, "epochs": 1}
+}
+EOF
+
+# two W ranks of CMD (rank r on node r+1), rank 0's output into OUT
+two() {
+    local out=$1 r rc=0 port token
+    shift
+    port=$(( 20000 + RANDOM % 12000 ))
+    token=$(od -An -N8 -tx8 /dev/urandom | tr -d ' ')
+    pids=()
+    for r in 0 1; do
+        on $((r + 1)) env RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 \
+            MASTER_ADDR="${addr[1]}" MASTER_PORT="$port" DSLAUNCH_RUN_ID="trnet-$$" \
+            DSLAUNCH_RUN_TOKEN="$token" DSLAUNCH_STORE_TIMEOUT=60 DSLAUNCH_COMM_TIMEOUT=120 \
+            DSL_COMM_CMA=0 GLOO_SOCKET_IFNAME="${ifn[r + 1]}" OMP_NUM_THREADS=1 \
+            "$@" >"$out.$r" 2>&1 &
+        pids+=($!)
+    done
+    for r in 0 1; do wait "${pids[r]}" || rc=1; done
+    pids=()
+    (( rc == 0 )) || { echo "train_net.sh: failed: $*" >&2; tail -n 5 "$out".* >&2; return 1; }
+    cp "$out.0" "$out"
+}
+
+echo "# $mode, $reps rounds; load before: $(uptime)" >&2
+for (( k = 1; k <= reps; k++ )); do
+    echo "## round $k: $(uptime)" >&2
+    two "$work/ds.$k" "$build/dstrain" --config "$work/bench.json" --micro-batch 64
+    grep -E "^summary:|ms per step" "$work/ds.$k" >&2
+    two "$work/pt.$k" "$python" "$here/peers/torch_mlp_fmnist.py" --env-rank --epochs 2 \
+        --no-sync-epochs 1 --micro-batch 64 --threads 1
+    grep -E "^[12] \|" "$work/pt.$k" >&2
+done
+load_after=$(uptime)
+echo "# load after: $load_after" >&2
+
+"$python" - "$work" "$reps" "$mode" "$load_after" <<'PY'
+import re, statistics, sys
+work, reps, mode, load = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+steps = 60000 // 128  # optimizer steps per epoch (global batch 128), the last partial one aside
+ds, pt = [], []
+for k in range(1, reps + 1):
+    t = open(f"{work}/ds.{k}").read()
+    sps = float(re.search(r"^summary: .*samples/s ([\d.]+)", t, re.M).group(1))
+    m = re.search(r"forward\+backward ([\d.]+), gradient reduction wait ([\d.]+), "
+                  r"loss/norm reduction ([\d.]+), optimizer ([\d.]+)", t)
+    ds.append((sps, *map(float, m.groups())))
+    t = open(f"{work}/pt.{k}").read()
+    ep = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+          for m in re.finditer(r"^(\d) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| [\d.]+ \| ([\d.]+)", t, re.M)}
+    nosync_s, sync_s, sps2 = ep[1][0], ep[2][0], ep[2][1]
+    pt.append((sps2, nosync_s / steps * 1e3, (sync_s - nosync_s) / steps * 1e3))
+med = lambda v: statistics.median(v)
+d = [med([x[i] for x in ds]) for i in range(5)]
+p = [med([x[i] for x in pt]) for i in range(3)]
+print(f"\n{mode}, world 2, medians of {reps} rounds; load average at the end: "
+      f"{load.split('load average:')[-1].strip()}\n")
+print("| trainer | samples/s | ms/step compute | ms/step communication (not hidden) | ms/step other |")
+print("|---|---:|---:|---:|---:|")
+print(f"| dstrain | {d[0]:.0f} | {d[1]:.2f} (forward+backward) | {d[2] + d[3]:.2f} (reduction wait + loss/norm) | {d[4]:.2f} (optimizer) |")
+print(f"| PyTorch DDP (Gloo) | {p[0]:.0f} | {p[1]:.2f} (no_sync epoch) | {p[2]:.2f} (synced minus no_sync) | - |")
+print(f"\ndstrain / DDP samples/s: {d[0] / p[0]:.2f}x")
+PY
