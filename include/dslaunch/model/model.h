@@ -47,6 +47,9 @@
 #include "dslaunch/common/error.h"
 
 #define DSL_MODEL_MAX_LAYERS 16
+#define DSL_GPT_MAX_LAYERS 48
+/* named tensors of any model: the MLP's 2 per layer, the GPT's 12 per block + 4 */
+#define DSL_MODEL_MAX_TENSORS (12 * DSL_GPT_MAX_LAYERS + 4)
 
 /** One gradient segment: flat offset and length, and the layer it belongs to. */
 struct dsl_model_seg {
@@ -69,10 +72,18 @@ struct dsl_grad_sink {
 /** Loss statistics of one forward pass. */
 struct dsl_model_stats {
     double loss_sum; /* sum of per-sample cross-entropy, summed in sample order */
-    size_t correct;  /* samples whose argmax equals the label */
+    size_t correct;  /* samples whose argmax equals the label (gpt: whose prediction at
+                        the last position equals the last target) */
 };
 
-/** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy. */
+/** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy.
+ *  type "gpt" (model_gpt.c): a GPT-2 language model with gpt.layers blocks of width
+ *  gpt.dim and gpt.heads heads over windows of gpt.context tokens; out_dim is the
+ *  vocabulary and in_dim must be gpt.context + 1: a sample is context + 1 token ids
+ *  carried as floats (exact below 2^24), inputs the first context, targets the last
+ *  context; the labels y are not used. Its per-sample loss is the MEAN cross-entropy
+ *  over the sample's context positions (nats per token), so the trainer's division by
+ *  the global batch gives the mean over every token of the step, as llm.c reports it. */
 struct dsl_model_spec {
     const char *type;
     size_t in_dim;
@@ -84,6 +95,9 @@ struct dsl_model_spec {
     enum dsl_dtype dtype; /* DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16: 16-bit
                              params and gradients (GPU: 16-bit compute; CPU: 16-bit
                              storage, fp32 arithmetic) */
+    struct {
+        size_t layers, dim, heads, context; /* type "gpt" only */
+    } gpt;
 };
 
 struct dsl_model;
@@ -119,6 +133,7 @@ struct dsl_model {
     struct dsl_model_seg *segs; /* backward order; owned by the model */
     size_t nsegs;
     size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
+    size_t tokens_per_sample; /* gpt: the context (progress reports tokens/s); mlp: 0 */
     int on_device;           /* params and gradients are CUDA device pointers */
     enum dsl_dtype dtype;    /* element type of params and gradients (see the top) */
     char err[DSL_ERR_LEN];   /* text of the last failed op ("" if none given) */
@@ -144,10 +159,19 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
 #endif
 void dsl_model_release(struct dsl_model *m);
 
-/** Per-tensor name and range of the MLP's flat buffer ("layers.0.weight", ...), for
- *  checkpoints and tools. Returns the number of tensors written (at most max). */
-size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], size_t *off,
-                         size_t *len, size_t max);
+/** One named tensor of a model's flat buffer (checkpoints and tools). */
+struct dsl_model_tensor {
+    char name[48]; /* "0.weight" (mlp), "h.0.attn.c_attn.weight" (gpt) */
+    size_t off, len;
+    int ndim;
+    size_t shape[2];
+};
+
+/** The named tensors of the model spec describes, in flat order, with PyTorch's
+ *  names and shapes (nn.Sequential for the MLP, Hugging Face's GPT2Model for the
+ *  GPT). Returns the number written (at most max), 0 for a bad spec. */
+size_t dsl_model_tensor_list(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
+                             size_t max);
 
 /** Set the number of compute threads of this process on the CPU: the pool
  *  (cpupool.h) that the CPU model cuts each sgemm over and the optimizer runs on;
