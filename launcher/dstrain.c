@@ -4,6 +4,7 @@
  *   dstrain [--config ds_config.json] [options]     train (alone, or as one rank)
  *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
  *   dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...
+ *   dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]
  *
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
@@ -61,7 +62,9 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: dstrain [--config ds_config.json] [options]\n"
             "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n"
-            "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...\n\n");
+            "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...\n"
+            "       dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] "
+            "[--temperature X]\n\n");
     dsl_train_settings_help(f);
     return f == stdout ? 0 : 2;
 }
@@ -199,8 +202,9 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "tokenize")) {
-        int r = dsl_train_tokenize_main(argc - 1, argv + 1, err);
+    if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "sample"))) {
+        int r = !strcmp(argv[1], "sample") ? dsl_train_sample_main(argc - 1, argv + 1, err)
+                                           : dsl_train_tokenize_main(argc - 1, argv + 1, err);
         if (r < 0) {
             dsl_error("%s", err);
             return r == DSL_EUSAGE ? 2 : 1;

@@ -36,6 +36,15 @@ size_t dsl_model_tensor_list(const struct dsl_model_spec *spec, struct dsl_model
     return dsl_mlp_tensors(spec, t, max);
 }
 
+int dsl_model_next_logits(struct dsl_model *m, const float *params, const int32_t *tokens,
+                          size_t n, float *logits)
+{
+    if (!m->ops || strcmp(m->ops->name, "gpt") != 0 || m->on_device)
+        return dsl_seterr(m->err, DSL_ENOTSUP, "model '%s' is not a language model on the CPU",
+                          m->ops ? m->ops->name : "");
+    return dsl_gpt_next_logits(m, params, tokens, n, logits);
+}
+
 void dsl_model_release(struct dsl_model *m)
 {
     if (m->ops && m->ops->release)

@@ -599,6 +599,32 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
     deliver(p, sink, GPT_WTE, p->dwte);
 }
 
+/* ---- sampling --------------------------------------------------------------------- */
+
+int dsl_gpt_next_logits(struct dsl_model *m, const float *params, const int32_t *tokens,
+                        size_t n, float *logits)
+{
+    struct gpt *p = m->impl;
+    const struct dsl_gpt_layout *L = &p->L;
+    size_t T = L->T, C = L->C;
+    if (!n || n > T)
+        return dsl_seterr(m->err, DSL_EDATA, "gpt: %zu tokens of context, 1..%zu allowed", n,
+                          T);
+    /* one sample, the positions after n padded with token 0: attention is causal, so
+     * they change nothing at position n - 1 */
+    float *x = dsl_xcalloc(T + 1, sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)tokens[i];
+    int r = gpt_tokens(p, x, 1);
+    free(x);
+    if (r < 0)
+        return dsl_seterr(m->err, r, "gpt: a token id outside 0..%zu", L->V - 1);
+    const float *wp = gpt_forward(p, params, 1, NULL);
+    gemm(CblasNoTrans, CblasTrans, 1, L->V, C, 1.0f, p->lnf + (n - 1) * C, C,
+         wp + L->t[GPT_WTE].off, C, 0.0f, logits, L->V, NULL, 0);
+    return 0;
+}
+
 /* ---- the ops table ---------------------------------------------------------------- */
 
 static int gpt_init_params(struct dsl_model *m, float *params, uint64_t seed)

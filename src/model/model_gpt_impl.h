@@ -55,6 +55,10 @@ int dsl_gpt_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
 size_t dsl_gpt_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
                        size_t max);
 
+/** dsl_model_next_logits() for the CPU GPT. */
+int dsl_gpt_next_logits(struct dsl_model *m, const float *params, const int32_t *tokens,
+                        size_t n, float *logits);
+
 /** The tanh of the GELU (model_gpt.c): a rational approximation within a few ulp of
  *  tanhf, which GPU kernels tested against the CPU path must share. */
 float dsl_gpt_tanh(float x);

@@ -115,6 +115,10 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
         dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
         dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
+        if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
+            dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
+                             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
+                             t->model->out_dim);
         char ls[160];
         dsl_lossscale_format(&t->ls, ls, sizeof(ls));
         dsl_strvec_pushf(&meta, "lossscale=%s", ls);

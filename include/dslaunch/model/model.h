@@ -159,6 +159,12 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
 #endif
 void dsl_model_release(struct dsl_model *m);
 
+/** A language model (the CPU GPT): the logits (out_dim floats, host memory) of the
+ *  token after tokens[0..n), 1 <= n <= context. DSL_ENOTSUP for other models,
+ *  DSL_EDATA for a bad n or token id; the text in m->err. Sampling reads these. */
+int dsl_model_next_logits(struct dsl_model *m, const float *params, const int32_t *tokens,
+                          size_t n, float *logits);
+
 /** One named tensor of a model's flat buffer (checkpoints and tools). */
 struct dsl_model_tensor {
     char name[48]; /* "0.weight" (mlp), "h.0.attn.c_attn.weight" (gpt) */

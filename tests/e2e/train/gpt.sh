@@ -3,7 +3,8 @@
 # model (2 layers, d=32) trains under dslaunch at world 2 with falling loss;
 # deterministic mode is bit-identical across worlds 1/2 and ZeRO stages 0/1/2 and
 # thread counts; a checkpoint resumes bit for bit, also at another world size, with
-# Hugging Face's GPT-2 tensor names; consolidate writes them. The text is generated
+# Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
+# a sentence the model learned. The text is generated
 # here, so no package is needed.
 #
 #   gpt.sh <dslaunch> <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
@@ -67,7 +68,8 @@ launch)
     # below the first's), the progress lines count tokens, the eval line is in nats
     # and bits per byte
     "$DSL" --include localhost:0,1 "$DSTRAIN" $GPT --steps 300 --eval-interval 50 \
-        --steps-per-print 50 --metrics "$TMP/m.jsonl" >"$TMP/l.out" 2>"$TMP/l.err" ||
+        --steps-per-print 50 --metrics "$TMP/m.jsonl" --checkpoint-dir "$TMP/ck" \
+        >"$TMP/l.out" 2>"$TMP/l.err" ||
         { tail -n 30 "$TMP/l.out" "$TMP/l.err" >&2; fail "dslaunch run failed"; }
     grep -Eq "step 50/300 .* tokens/s [0-9]+ elapsed" "$TMP/l.out" ||
         fail "no tokens/s on the progress line: $(cat "$TMP/l.out")"
@@ -84,6 +86,13 @@ assert len(ev) == 6, ev
 assert first < math.log(256) and last < 0.2 * first, (first, last)
 assert st[0]["loss"] > 5.0 and st[-1]["loss"] < 0.1 * st[0]["loss"], (st[0], st[-1])
 PY
+    # what it learned, as text: the sentence goes on from its first words
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --prompt "3 the quick" --tokens 24 \
+        --temperature 0 >"$TMP/s.out" 2>&1 || fail "sample failed: $(cat "$TMP/s.out")"
+    grep -q "^3 the quick brown fox jumps over" "$TMP/s.out" ||
+        fail "sample does not continue the sentence: $(cat "$TMP/s.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/nothing" >"$TMP/s2.out" 2>&1 && fail "no checkpoint accepted"
+    grep -q "no checkpoint in '$TMP/nothing'" "$TMP/s2.out" || fail "sample error: $(cat "$TMP/s2.out")"
     ;;
 worlds)
     # deterministic mode: worlds 1 and 2 and every stage, and 2 threads, same bits
