@@ -30,6 +30,22 @@ if [ -z "${OPENBLAS_CORETYPE:-}" ]; then # dstrain's kernel choice for everyone 
         sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1)
     [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
 fi
+# the peer's settings exactly (the shipped configs/gpt_fortunes.json trains longer, with
+# a schedule)
+cat >"$TMP/bench.json" <<EOF
+{
+  "train_micro_batch_size_per_gpu": 16,
+  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.95], "eps": 1e-8,
+                                           "weight_decay": 0.0}},
+  "gradient_clipping": 1.0,
+  "seed": 1234,
+  "zero_optimization": {"stage": 1},
+  "dstrain": {
+    "model": {"type": "gpt", "layers": 4, "dim": 128, "heads": 4, "context": 128, "vocab": 256},
+    "data": {"dataset": "text", "path": "/usr/share/games/fortunes", "stride": 1}
+  }
+}
+EOF
 port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
 
 dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
@@ -37,7 +53,7 @@ dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
     while [ "$r" -lt "$n" ]; do
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
-            DSLAUNCH_COMM_TIMEOUT=120 "$DSTRAIN" --config "$ROOT/configs/gpt_fortunes.json" \
+            DSLAUNCH_COMM_TIMEOUT=120 "$DSTRAIN" --config "$TMP/bench.json" \
             --backend tcp --threads "$th" --steps "$STEPS" --eval-interval "$STEPS" \
             --steps-per-print 0 >"$TMP/d.$r" 2>&1 &
         pids="$pids $!"

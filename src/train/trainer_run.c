@@ -361,7 +361,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
                     "\"save_s\":%.3f}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
-                    sum->final_loss, sum->test_acc, sum->test_loss, sum->bytes_per_step, sum->stopped, fp16j, sum->t_compute,
+                    sum->final_loss, sum->test_acc, sum->test_loss, sum->bytes_per_step,
+                    sum->stopped, fp16j, sum->t_compute,
                     sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
                     sum->train_s, sum->eval_s, sum->save_s);
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",

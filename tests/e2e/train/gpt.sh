@@ -2,7 +2,7 @@
 # The GPT (dstrain.model.type "gpt") end to end, with the MLP's guarantees: a tiny
 # model (2 layers, d=32) trains under dslaunch at world 2 with falling loss;
 # deterministic mode is bit-identical across worlds 1/2 and ZeRO stages 0/1/2 and
-# thread counts; a checkpoint resumes bit for bit, also at another world size, with
+# thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
 # a sentence the model learned. The text is generated
 # here, so no package is needed.
@@ -108,6 +108,18 @@ worlds)
     train_ok 1 t2 --steps 12 --eval-interval 6 --threads 2 --save-params "$TMP/p.t2"
     cmp -s "$TMP/p.w1" "$TMP/p.t2" || fail "world 1 with 2 threads differs from 1 thread"
     grep -q "val_loss" "$TMP/w1.0.out" || fail "no evaluation line"
+    # --cpu-half (bf16 parameters and gradients, fp32 arithmetic): worlds 1 and 2
+    # (stage 2) agree too, and train
+    echo '{"bf16": {"enabled": true}}' >"$TMP/bf16.json"
+    train_ok 1 h1 --config "$TMP/bf16.json" --cpu-half --steps 12 --eval-interval 12 \
+        --save-params "$TMP/p.h1"
+    train_ok 2 h2 --config "$TMP/bf16.json" --cpu-half --steps 12 --eval-interval 12 \
+        --zero-stage 2 --save-params "$TMP/p.h2"
+    grep -q "bf16 with fp32 master weights" "$TMP/h1.0.out" || fail "not the bf16 path"
+    cmp -s "$TMP/p.h1" "$TMP/p.h2" || fail "bf16 world 2 stage 2 differs from world 1"
+    cmp -s "$TMP/p.h1" "$TMP/p.w1" && fail "bf16 gave the fp32 parameters"
+    grep -Eq "^summary: .* val_loss [0-4]\.[0-9]+ nats/byte" "$TMP/h1.0.out" ||
+        fail "bf16 did not train: $(grep summary "$TMP/h1.0.out")"
     ;;
 resume)
     # stopped at step 6 and resumed equals the uninterrupted run; a world-2 stage-2
