@@ -4,7 +4,8 @@
 # deterministic mode is bit-identical across worlds 1/2 and ZeRO stages 0/1/2 and
 # thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
-# a sentence the model learned. The text is generated
+# a sentence the model learned; and (with python3-torch) PyTorch computes the same
+# validation loss from the consolidated weights. The text is generated
 # here, so no package is needed.
 #
 #   gpt.sh <dslaunch> <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
@@ -146,6 +147,46 @@ want = {"wte.weight": [256, 32], "wpe.weight": [32, 32], "h.0.ln_1.weight": [32]
 for k, s in want.items():
     assert h[k]["shape"] == s, (k, h.get(k))
 assert len([k for k in h if k != "__metadata__"]) == 4 + 12 * 2, sorted(h)
+PY
+    ;;
+torch)
+    # the forward against an independent PyTorch GPT-2 (Hugging Face's layout, Conv1D
+    # weights) on the trained, consolidated parameters: the same validation loss
+    /usr/bin/python3 -c "import torch, numpy" 2>/dev/null || skip "no python3-torch"
+    train_ok 1 tr --steps 200 --eval-interval 200 --checkpoint-dir "$TMP/ck"
+    want=$(sed -n 's/^summary: .* val_loss \([0-9.]*\) nats.*/\1/p' "$TMP/tr.0.out")
+    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/m.st" >/dev/null || fail "consolidate failed"
+    /usr/bin/python3 - "$TMP/m.st" "$TMP/text" "$want" <<'PY' || fail "PyTorch disagrees"
+import json, math, struct, sys
+import numpy as np, torch, torch.nn.functional as F
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, base = json.loads(b[8:8 + n]), 8 + n
+W = {k: torch.from_numpy(np.frombuffer(b[base + v["data_offsets"][0]:base + v["data_offsets"][1]],
+                                       dtype=np.float32).reshape(v["shape"]).copy())
+     for k, v in h.items() if k != "__metadata__"}
+L, C, NH, T = 2, 32, 4, 32
+data = np.frombuffer(open(sys.argv[2], "rb").read(), dtype=np.uint8).astype(np.int64)
+val = data[int(len(data) * 0.9):]
+nw = (len(val) - 1) // T
+X = torch.tensor(np.stack([val[i * T:i * T + T] for i in range(nw)]))
+Y = torch.tensor(np.stack([val[i * T + 1:i * T + T + 1] for i in range(nw)]))
+ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
+x = W["wte.weight"][X] + W["wpe.weight"][:T]
+mask = torch.tril(torch.ones(T, T)).bool()
+for l in range(L):
+    p = lambda s: W["h.%d.%s" % (l, s)]
+    a = ln(x, p("ln_1.weight"), p("ln_1.bias")) @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
+    q, k, v = [t.view(nw, T, NH, C // NH).transpose(1, 2) for t in a.split(C, dim=2)]
+    att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf"))
+    y = (att.softmax(-1) @ v).transpose(1, 2).reshape(nw, T, C)
+    x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+    m = ln(x, p("ln_2.weight"), p("ln_2.bias")) @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")
+    x = x + F.gelu(m, approximate="tanh") @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+logits = ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].t()
+got = F.cross_entropy(logits.reshape(-1, 256), Y.reshape(-1)).item()
+print("# validation loss: dstrain %s, PyTorch %.6f" % (sys.argv[3], got))
+assert abs(got - float(sys.argv[3])) < 1e-3 and got < 1.0, got
 PY
     ;;
 *)
