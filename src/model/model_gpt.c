@@ -97,6 +97,7 @@ struct job {
     float *o, *o2, *o3;
     size_t C, T;
     float f;
+    int back; /* loss_rows: write dlogits */
 };
 
 /* ---- forward pieces --------------------------------------------------------------- */
@@ -317,7 +318,7 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
 
 /* ---- the LM head and the loss ----------------------------------------------------- */
 
-/* per row of a logits chunk: loss, argmax and (f != 0) dlogits = (softmax - onehot) f */
+/* per row of a logits chunk: loss, argmax and (back) dlogits = (softmax - onehot) f */
 static void loss_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
@@ -338,7 +339,7 @@ static void loss_rows(void *arg, size_t lo, size_t hi)
         }
         p->rowloss[r0 + i] = mx + logf(sum) - zy;
         p->rowarg[r0 + i] = (int32_t)am;
-        if (j->f != 0.0f) {
+        if (j->back) {
             float inv = 1.0f / sum;
             for (size_t k = 0; k < V; k++)
                 z[k] = (z[k] * inv - (k == y ? 1.0f : 0.0f)) * j->f;
@@ -356,7 +357,7 @@ static void gpt_head(struct gpt *p, const float *wp, size_t B, int backward, flo
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
         gemm(CblasNoTrans, CblasTrans, rows, V, C, 1.0f, p->lnf + r0 * C, C, wte, C, 0.0f,
              p->logits, V, NULL, 0);
-        struct job j = {.p = p, .T = r0, .f = backward ? scale / (float)L->T : 0.0f};
+        struct job j = {.p = p, .T = r0, .f = scale / (float)L->T, .back = backward};
         par(rows, loss_rows, &j);
         if (!backward)
             continue;
