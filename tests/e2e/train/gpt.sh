@@ -1,7 +1,7 @@
 #!/bin/sh
 # The GPT (dstrain.model.type "gpt") end to end, with the MLP's guarantees: a tiny
 # model (2 layers, d=32) trains under dslaunch at world 2 with falling loss;
-# deterministic mode is bit-identical across worlds 1/2 and ZeRO stages 0/1/2 and
+# deterministic mode is bit-identical across worlds 1/2/4 and ZeRO stages 0/1/2 and
 # thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
 # a sentence the model learned; and (with python3-torch) PyTorch computes the same
@@ -103,6 +103,12 @@ worlds)
             --save-params "$TMP/p.w2s$st"
         cmp -s "$TMP/p.w1" "$TMP/p.w2s$st" || fail "world 2 stage $st differs from world 1"
     done
+    # world 4: micro batch 4 at every world size (the deterministic order is per micro
+    # batch), so worlds 1 and 4 run 4 and 1 micro steps per step
+    train_ok 1 m1 --steps 6 --eval-interval 6 --micro-batch 4 --save-params "$TMP/p.m1"
+    train_ok 4 m4 --steps 6 --eval-interval 6 --micro-batch 4 --zero-stage 2 \
+        --save-params "$TMP/p.m4"
+    cmp -s "$TMP/p.m1" "$TMP/p.m4" || fail "world 4 stage 2 differs from world 1"
     train_ok 2 ov --steps 12 --eval-interval 6 --zero-stage 2 --overlap-comm true \
         --save-params "$TMP/p.ov"
     cmp -s "$TMP/p.w1" "$TMP/p.ov" || fail "world 2 stage 2 with overlap differs"
