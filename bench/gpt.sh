@@ -12,7 +12,10 @@
 # Tokens/s of both are over the training steps only (the peer leaves out its first 10
 # as warm-up; dstrain counts all of them and leaves out its evaluation). The validation
 # loss after the same steps at the same global batch is printed for both (PyTorch: 20
-# random batches of 16 windows; dstrain: every non-overlapping window).
+# random batches of 16 windows; dstrain: every non-overlapping window, and with
+# python3-torch its consolidated checkpoint on the peer's 20 batches too, through
+# peers/gpt_val_subset.py: the peer's batches are 0.03 nats/byte easier than the
+# whole split).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
@@ -55,7 +58,7 @@ dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
             MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
             DSLAUNCH_COMM_TIMEOUT=120 "$DSTRAIN" --config "$TMP/bench.json" \
             --backend tcp --threads "$th" --steps "$STEPS" --eval-interval "$STEPS" \
-            --steps-per-print 0 >"$TMP/d.$r" 2>&1 &
+            --steps-per-print 0 --checkpoint-dir "$TMP/ck$n" >"$TMP/d.$r" 2>&1 &
         pids="$pids $!"
         r=$((r + 1))
     done
@@ -63,6 +66,13 @@ dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
     grep "^summary:" "$TMP/d.0" | sed 's/^/    /'
     sed -n 's/^summary: .*tokens\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/tps"
     sed -n 's/^summary: .*val_loss \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/vl"
+    # the same model on the peer's own 20 validation batches (needs python3-torch)
+    echo - >"$TMP/vs"
+    if /usr/bin/python3 -c "import torch" 2>/dev/null &&
+        "$DSTRAIN" consolidate "$TMP/ck$n" --out "$TMP/m$n.st" >/dev/null; then
+        /usr/bin/python3 "$(dirname "$0")/peers/gpt_val_subset.py" "$TMP/m$n.st" |
+            sed -n "s/.*: //p" >"$TMP/vs"
+    fi
 }
 
 torch_world() { # world threads
@@ -100,7 +110,7 @@ for w in 1 2; do
     echo "# world $w, $th thread(s) per rank"
     A=$(sgemm_rate "$w" "$th")
     dstrain_world "$w" "$th"
-    D=$(cat "$TMP/tps") DV=$(cat "$TMP/vl")
+    D=$(cat "$TMP/tps") DV="$(cat "$TMP/vl") ($(cat "$TMP/vs"))"
     B=$(sgemm_rate "$w" "$th")
     torch_world "$w" "$th"
     T=$(cat "$TMP/tps") TV=$(cat "$TMP/vl")
@@ -113,7 +123,7 @@ for w in 1 2; do
     }' >>"$TMP/table"
 done
 echo
-echo "| run | dstrain tokens/s | PyTorch DDP tokens/s | ratio | dstrain GFLOP/s | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | dstrain val loss (nats/byte) | PyTorch val loss |"
+echo "| run | dstrain tokens/s | PyTorch DDP tokens/s | ratio | dstrain GFLOP/s | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | dstrain val loss, all windows (the peer's 20 batches) | PyTorch val loss (its 20 batches) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 cat "$TMP/table"
 echo "# load after: $(uptime | sed 's/.*load average: //')"
