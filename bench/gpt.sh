@@ -6,8 +6,11 @@
 # the OpenBLAS sgemm rate on the step's largest shapes (bench/sgemm.c) that the
 # training FLOP rate is compared with.
 #
-#   bench/gpt.sh [build dir] [steps]       (default: build, 60 steps)
+#   bench/gpt.sh [build dir] [steps] [reps]     (default: build, 60 steps, 1 rep)
 #
+# With reps > 1 each world runs dstrain and the peer alternately reps times and the
+# medians count (every run's figure is printed): on a shared 2-core machine two runs of
+# the same job can differ by 2x.
 # world 1: 2 threads; world 2: global batch 32, 1 thread per rank, ZeRO stage 1.
 # Tokens/s of both are over the training steps only (the peer leaves out its first 10
 # as warm-up; dstrain counts all of them and leaves out its evaluation). The validation
@@ -20,6 +23,7 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 STEPS=${2:-60}
+REPS=${3:-1}
 DSTRAIN=$BUILD/dstrain
 PEER=${TORCH_PEER:-$(dirname "$0")/peers/torch_gpt_text.py}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench-gpt.XXXXXX")
@@ -108,12 +112,28 @@ echo "# OpenBLAS kernels: ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}; $F FLOP per 
 for w in 1 2; do
     th=$((2 / w))
     echo "# world $w, $th thread(s) per rank"
-    A=$(sgemm_rate "$w" "$th")
-    dstrain_world "$w" "$th"
-    D=$(cat "$TMP/tps") DV="$(cat "$TMP/vl") ($(cat "$TMP/vs"))"
-    B=$(sgemm_rate "$w" "$th")
-    torch_world "$w" "$th"
-    T=$(cat "$TMP/tps") TV=$(cat "$TMP/vl")
+    : >"$TMP/dl"
+    : >"$TMP/tl"
+    : >"$TMP/sa"
+    : >"$TMP/sb"
+    k=0
+    while [ "$k" -lt "$REPS" ]; do
+        sgemm_rate "$w" "$th" >>"$TMP/sa"
+        echo >>"$TMP/sa"
+        dstrain_world "$w" "$th"
+        cat "$TMP/tps" >>"$TMP/dl"
+        DV="$(cat "$TMP/vl") ($(cat "$TMP/vs"))"
+        sgemm_rate "$w" "$th" >>"$TMP/sb"
+        echo >>"$TMP/sb"
+        torch_world "$w" "$th"
+        cat "$TMP/tps" >>"$TMP/tl"
+        TV=$(cat "$TMP/vl")
+        k=$((k + 1))
+    done
+    med() { sort -n "$1" | awk 'NF {v[++n] = $1} END {print n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2}'; }
+    mean() { awk 'NF {s += $1; n++} END {printf "%.2f", s / n}' "$1"; }
+    D=$(med "$TMP/dl") T=$(med "$TMP/tl") A=$(mean "$TMP/sa") B=$(mean "$TMP/sb")
+    echo "    medians of $REPS: dstrain $D, PyTorch $T tokens/s"
     awk -v l="world $w, global batch $((16 * w)), $th thread(s) per rank" -v d="$D" -v t="$T" \
         -v a="$A" -v b="$B" -v f="$F" -v dv="$DV" -v tv="$TV" 'BEGIN {
         g = f * d / 1e9; s = (a + b) / 2
@@ -123,7 +143,7 @@ for w in 1 2; do
     }' >>"$TMP/table"
 done
 echo
-echo "| run | dstrain tokens/s | PyTorch DDP tokens/s | ratio | dstrain GFLOP/s | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | dstrain val loss, all windows (the peer's 20 batches) | PyTorch val loss (its 20 batches) |"
+echo "| run | dstrain tokens/s (median of $REPS) | PyTorch DDP tokens/s (median of $REPS) | ratio | dstrain GFLOP/s | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | dstrain val loss, all windows (the peer's 20 batches) | PyTorch val loss (its 20 batches) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 cat "$TMP/table"
 echo "# load after: $(uptime | sed 's/.*load average: //')"
