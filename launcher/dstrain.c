@@ -3,6 +3,8 @@
  *
  *   dstrain [--config ds_config.json] [options]     train (alone, or as one rank)
  *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
+ *   dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...
+ *   dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]
  *
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
@@ -59,7 +61,10 @@ static int usage(FILE *f)
 {
     fprintf(f,
             "usage: dstrain [--config ds_config.json] [options]\n"
-            "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n\n");
+            "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n"
+            "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...\n"
+            "       dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] "
+            "[--temperature X]\n\n");
     dsl_train_settings_help(f);
     return f == stdout ? 0 : 2;
 }
@@ -113,10 +118,17 @@ static int train(struct dsl_train_settings *s)
     if ((r = dsl_data_load(&tr, &te, &s->data, err)) < 0)
         goto out;
     dsl_train_settings_bind(s, tr.n, s->to.micro_batch * s->to.grad_accum * (size_t)world);
+    if (tr.tokens) /* a language model's losses are per token: per byte for text */
+        s->ro.token_unit = tr.byte_level ? "byte" : "token";
     s->model.in_dim = tr.dim;
     s->model.out_dim = tr.nclasses;
     if (s->model.max_batch < s->to.micro_batch)
         s->model.max_batch = s->to.micro_batch;
+    if (gpu && s->model.type && !strcmp(s->model.type, "gpt")) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "model 'gpt' has no GPU implementation yet: train "
+                       "it with --backend tcp");
+        goto out;
+    }
     if (gpu) {
 #ifdef DSL_HAVE_CUDA
         if ((r = dsl_device_cuda_open(&gpu_dev, device, err)) < 0)
@@ -194,6 +206,15 @@ int main(int argc, char **argv)
     dsl_log_set_prog("dstrain");
     if (argc > 1 && !strcmp(argv[1], "consolidate")) {
         int r = dsl_train_consolidate_main(argc - 1, argv + 1, err);
+        if (r < 0) {
+            dsl_error("%s", err);
+            return r == DSL_EUSAGE ? 2 : 1;
+        }
+        return 0;
+    }
+    if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "sample"))) {
+        int r = !strcmp(argv[1], "sample") ? dsl_train_sample_main(argc - 1, argv + 1, err)
+                                           : dsl_train_tokenize_main(argc - 1, argv + 1, err);
         if (r < 0) {
             dsl_error("%s", err);
             return r == DSL_EUSAGE ? 2 : 1;

@@ -14,6 +14,7 @@ PKGS=(
   python3                                       # flow tests read the --dry-run JSON; the
                                                 # security test captures with AF_PACKET
   dataset-fashion-mnist                         # the trainer's data set
+  fortunes                                      # English text for the GPT (configs/gpt_fortunes.json)
   clang libclang-rt-14-dev                      # libFuzzer targets
 )
 # The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="python3-torch rsync"

@@ -305,9 +305,14 @@ int dsl_data_load(struct dsl_dataset *train, struct dsl_dataset *test,
         r = load_fmnist(train, test, o->path && *o->path ? o->path : DSL_FMNIST_DIR, err);
     else if (!strcmp(name, "synthetic"))
         r = load_synthetic(train, test, o, err);
+    else if (!strcmp(name, "text"))
+        r = dsl_data_load_text(train, test, o, err);
+    else if (!strcmp(name, "tokens"))
+        r = dsl_data_load_tokens(train, test, o, err);
     else
         r = dsl_seterr(err, DSL_ECONFIG,
-                       "unknown dataset '%s' (known: fashion_mnist, synthetic)", name);
+                       "unknown dataset '%s' (known: fashion_mnist, synthetic, text, tokens)",
+                       name);
     if (r < 0) {
         dsl_dataset_release(train);
         dsl_dataset_release(test);
@@ -319,6 +324,7 @@ void dsl_dataset_release(struct dsl_dataset *d)
 {
     free(d->x);
     free(d->y);
+    free(d->tokens);
     memset(d, 0, sizeof(*d));
 }
 
@@ -326,6 +332,13 @@ void dsl_dataset_gather(const struct dsl_dataset *d, const size_t *idx, size_t k
                         int32_t *y)
 {
     for (size_t i = 0; i < k; i++) {
+        if (d->tokens) { /* a window of token data */
+            const uint16_t *t = d->tokens + idx[i] * d->stride;
+            for (size_t j = 0; j < d->dim; j++)
+                x[i * d->dim + j] = (float)t[j];
+            y[i] = 0;
+            continue;
+        }
         memcpy(x + i * d->dim, d->x + idx[i] * d->dim, d->dim * sizeof(float));
         y[i] = d->y[idx[i]];
     }

@@ -35,13 +35,12 @@
  * Not thread-safe: one model object per thread of computation (the workspace is
  * shared by forward and backward).
  */
-#include <cblas.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/model/cpupool.h"
+#include "cpugemm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/xalloc.h"
@@ -71,79 +70,6 @@ static void mlp_narrow(const struct mlp *p, float *dst, const float *src, size_t
     dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, src, n);
 }
 
-static int to_int(size_t v)
-{
-    return (int)v;
-}
-
-/*
- * C = alpha op(A) op(B) + beta C (row-major) with the rank's threads: OpenBLAS runs
- * single-threaded and the pool (cpupool.h) cuts C into column blocks (by_rows 0) or
- * row blocks (by_rows 1), one single-threaded sgemm each. Every element of C is the
- * same K-long dot product in the same order whatever the cut, as it is under
- * OpenBLAS's own threading; what changes is that the threads are the pool's, which
- * spin briefly and then sleep, where OpenBLAS's idle workers spin on sched_yield for
- * a long while after every call and take the second core from the optimizer.
- *
- * The elementwise work around a product rides along on the same block while it is in
- * cache (column blocks only): `bias` fills each row of the block with the bias before
- * the product (which then adds to it, beta 1), `relu` clamps the block at 0 after it,
- * and `mask` zeroes the block's elements where the same element of mask (same layout
- * as C) is <= 0. The same operations on the same values as whole-matrix loops.
- */
-struct gemm_job {
-    enum CBLAS_TRANSPOSE ta, tb;
-    size_t m, n, k, lda, ldb, ldc;
-    const float *a, *b;
-    float alpha, beta;
-    float *c;
-    int by_rows;
-    const float *bias, *mask;
-    int relu;
-};
-
-static void gemm_piece(void *arg, size_t lo, size_t hi)
-{
-    const struct gemm_job *g = arg;
-    const float *a = g->a, *b = g->b;
-    float *c = g->c;
-    size_t m = g->m, n = g->n;
-    if (g->by_rows) {
-        a += g->ta == CblasNoTrans ? lo * g->lda : lo;
-        c += lo * g->ldc;
-        m = hi - lo;
-    } else {
-        b += g->tb == CblasNoTrans ? lo : lo * g->ldb;
-        c += lo;
-        n = hi - lo;
-    }
-    if (g->bias)
-        for (size_t i = 0; i < m; i++)
-            memcpy(c + i * g->ldc, g->bias + lo, n * sizeof(float));
-    cblas_sgemm(CblasRowMajor, g->ta, g->tb, to_int(m), to_int(n), to_int(g->k), g->alpha, a,
-                to_int(g->lda), b, to_int(g->ldb), g->beta, c, to_int(g->ldc));
-    for (size_t i = 0; g->relu && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
-    }
-    for (size_t i = 0; g->mask && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        const float *mi = g->mask + lo + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            if (mi[j] <= 0.0f)
-                ci[j] = 0.0f;
-    }
-}
-
-static void gemm_run(struct gemm_job *g)
-{
-    size_t dim = g->by_rows ? g->m : g->n, th = (size_t)dsl_cpupool_threads();
-    /* one block per thread, whole cache lines of C */
-    size_t chunk = ((dim + th - 1) / th + 15) / 16 * 16;
-    dsl_cpupool_for(dim, chunk, gemm_piece, g);
-}
-
 static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
 {
     struct mlp *p = m->impl;
@@ -167,11 +93,11 @@ static const float *mlp_forward(struct mlp *p, const float *params, const float 
         const float *w = wp + p->L.woff[l];
         const float *b = w + in * out;
         float *z = p->act[l + 1];
-        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
+        struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
                              .a = p->act[l], .lda = in, .b = w, .ldb = in, .alpha = 1.0f,
                              .beta = 1.0f, .c = z, .ldc = out, .bias = b,
                              .relu = l + 1 < p->L.nlayers};
-        gemm_run(&g);
+        dsl_gemm_run(&g);
     }
     return wp;
 }
@@ -253,11 +179,11 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             hdst = sink->dest(sink->ctx, seg);
             float *dw = p->g32 ? p->g32 : hdst;
-            struct gemm_job g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
+            struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
                                  .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
                                  .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
                                  .by_rows = 1};
-            gemm_run(&g);
+            dsl_gemm_run(&g);
             if (p->g32)
                 mlp_narrow(p, hdst, dw, sg->len);
             sink->done(sink->ctx, seg++);
@@ -265,10 +191,10 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         if (li == 0)
             break;
         /* gradient of the layer input, through the ReLU of the layer below */
-        struct gemm_job g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
+        struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
                              .k = out, .a = dz, .lda = out, .b = w, .ldb = in, .alpha = 1.0f,
                              .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li]};
-        gemm_run(&g);
+        dsl_gemm_run(&g);
         float *t = dz;
         dz = dnext;
         dnext = t;
@@ -320,7 +246,7 @@ static void *big_alloc(size_t n, int *fail)
     return v;
 }
 
-int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
 {
     struct dsl_mlp_layout lay;
     if (spec->dtype != DSL_FLOAT32 && spec->dtype != DSL_FLOAT16 &&
@@ -350,28 +276,11 @@ int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, cha
         p->g32 = big_alloc(gmax * sizeof(float), &fail);
     }
     if (fail) {
-        dsl_model_release(m);
+        mlp_release(m);
+        free(m->segs);
+        memset(m, 0, sizeof(*m));
         return dsl_seterr(err, -ENOMEM, "cannot allocate activations for batch %zu",
                           spec->max_batch);
     }
     return 0;
-}
-
-void dsl_model_release(struct dsl_model *m)
-{
-    if (m->ops && m->ops->release)
-        m->ops->release(m);
-    free(m->segs);
-    memset(m, 0, sizeof(*m));
-}
-
-int dsl_blas_set_threads(int n)
-{
-    if (n < 1)
-        n = 1;
-    /* the rank's threads are the pool's: sgemm() above cuts each product over them
-     * and runs OpenBLAS on one thread per piece, and the optimizer's loop uses them
-     * too (device_cpu.c) */
-    openblas_set_num_threads(1);
-    return dsl_cpupool_set_threads(n);
 }

@@ -30,4 +30,11 @@ int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
 /** The initial parameters (PyTorch's nn.Linear init from seed) into host memory. */
 void dsl_mlp_layout_init(const struct dsl_mlp_layout *lay, float *params, uint64_t seed);
 
+/** The CPU MLP (model_mlp.c): dsl_model_create() for type "mlp". */
+int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+
+/** The MLP's named tensors (dsl_model_tensor_list() for type "mlp"). */
+size_t dsl_mlp_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
+                       size_t max);
+
 #endif

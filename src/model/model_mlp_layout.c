@@ -108,8 +108,8 @@ int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
     return 0;
 }
 
-size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], size_t *off,
-                         size_t *len, size_t max)
+size_t dsl_mlp_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
+                       size_t max)
 {
     size_t dims[DSL_MODEL_MAX_LAYERS + 2], nl = spec->nhidden + 1, k = 0, o = 0;
     if (nl > DSL_MODEL_MAX_LAYERS)
@@ -120,14 +120,19 @@ size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], si
     dims[nl] = spec->out_dim;
     for (size_t l = 0; l < nl && k + 2 <= max; l++) {
         /* PyTorch's nn.Sequential(Linear, ReLU, ...) names: layers 0, 2, 4, ... */
-        snprintf(names[k], 48, "%zu.weight", 2 * l);
-        off[k] = o;
-        len[k] = dims[l + 1] * dims[l];
-        o += len[k++];
-        snprintf(names[k], 48, "%zu.bias", 2 * l);
-        off[k] = o;
-        len[k] = dims[l + 1];
-        o += len[k++];
+        struct dsl_model_tensor *w = &t[k++], *b = &t[k++];
+        snprintf(w->name, sizeof(w->name), "%zu.weight", 2 * l);
+        w->off = o;
+        w->ndim = 2;
+        w->shape[0] = dims[l + 1];
+        w->shape[1] = dims[l];
+        w->len = dims[l + 1] * dims[l];
+        o += w->len;
+        snprintf(b->name, sizeof(b->name), "%zu.bias", 2 * l);
+        b->off = o;
+        b->ndim = 1;
+        b->shape[0] = b->len = dims[l + 1];
+        o += b->len;
     }
     return k;
 }

@@ -31,6 +31,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/quote.h"
+#include "dslaunch/model/model.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -358,11 +359,18 @@ static const struct key keys[] = {
     {"dstrain.model", K_SECTION, 0, 0, 0, NULL},
     {"dstrain.model.type", K_SPECIAL, OFF(dstrain.model_type), 0, 0, sp_choice},
     {"dstrain.model.hidden", K_SPECIAL, 0, 0, 0, sp_hidden},
+    {"dstrain.model.layers", K_SIZE, OFF(dstrain.gpt_layers), 1, DSL_GPT_MAX_LAYERS, NULL},
+    {"dstrain.model.dim", K_SIZE, OFF(dstrain.gpt_dim), 1, 65536, NULL},
+    {"dstrain.model.heads", K_SIZE, OFF(dstrain.gpt_heads), 1, 65536, NULL},
+    {"dstrain.model.context", K_SIZE, OFF(dstrain.gpt_context), 1, 65536, NULL},
+    {"dstrain.model.vocab", K_SIZE, OFF(dstrain.gpt_vocab), 2, 65536, NULL},
     {"dstrain.data", K_SECTION, 0, 0, 0, NULL},
     {"dstrain.data.dataset", K_SPECIAL, OFF(dstrain.dataset), 0, 0, sp_choice},
     {"dstrain.data.path", K_STRING, OFF(dstrain.data_path), 0, 0, NULL},
     {"dstrain.data.shuffle", K_BOOL, OFF(dstrain.shuffle), 0, 0, NULL},
     {"dstrain.data.drop_last", K_BOOL, OFF(dstrain.drop_last), 0, 0, NULL},
+    {"dstrain.data.stride", K_SIZE, OFF(dstrain.data_stride), 0, 65536, NULL},
+    {"dstrain.data.val_fraction", K_DOUBLE, OFF(dstrain.val_fraction), 0.001, 0.999, NULL},
     {"dstrain.data.synthetic", K_SECTION, 0, 0, 0, NULL},
     {"dstrain.data.synthetic.train_samples", K_SIZE, OFF(dstrain.synthetic_train), 1, 1e9,
      NULL},
@@ -664,9 +672,12 @@ static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v)
         const char *path, *accept, *store;
     } choices[] = {
         {"dstrain.model.type", "mlp", "mlp"},
+        {"dstrain.model.type", "gpt", "gpt"},
         {"dstrain.data.dataset", "fashion_mnist", "fashion_mnist"},
         {"dstrain.data.dataset", "fashion-mnist", "fashion_mnist"},
         {"dstrain.data.dataset", "synthetic", "synthetic"},
+        {"dstrain.data.dataset", "text", "text"},
+        {"dstrain.data.dataset", "tokens", "tokens"},
         {"dstrain.backend", "auto", "auto"},
         {"dstrain.backend", "tcp", "tcp"},
         {"dstrain.backend", "nccl", "nccl"},
@@ -827,7 +838,13 @@ void dsl_train_config_init(struct dsl_train_config *cfg)
     ds->hidden[0] = ds->hidden[1] = 1024;
     ds->nhidden = 2;
     ds->dataset = dsl_xstrdup("fashion_mnist");
-    ds->data_path = dsl_xstrdup("/usr/share/datasets/fashion-mnist");
+    ds->data_path = NULL; /* the dataset's own default */
+    ds->gpt_layers = 4;
+    ds->gpt_dim = 128;
+    ds->gpt_heads = 4;
+    ds->gpt_context = 128;
+    ds->gpt_vocab = 256;
+    ds->val_fraction = 0.1;
     ds->synthetic_train = 60000;
     ds->synthetic_test = 10000;
     ds->synthetic_features = 784;
@@ -1072,6 +1089,28 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: 'dstrain.cpu_half' needs 'bf16.enabled' or 'fp16.enabled'",
                           file);
+    const struct dsl_dstrain_config *ds = &cfg->dstrain;
+    int gpt = ds->model_type && !strcmp(ds->model_type, "gpt");
+    int tokens = ds->dataset && (!strcmp(ds->dataset, "text") || !strcmp(ds->dataset, "tokens"));
+    if (gpt && !tokens)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: model 'gpt' trains on token data: set 'dstrain.data.dataset' "
+                          "to \"text\" (byte-level text files) or \"tokens\" (llm.c shards), "
+                          "not \"%s\"",
+                          file, ds->dataset ? ds->dataset : "");
+    if (!gpt && tokens)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: dataset '%s' holds tokens, which only 'dstrain.model.type' "
+                          "\"gpt\" trains on", file, ds->dataset);
+    if (gpt && ds->gpt_dim % ds->gpt_heads)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'dstrain.model.heads' (%zu) must divide 'dstrain.model.dim' "
+                          "(%zu): each head has dim / heads channels",
+                          file, ds->gpt_heads, ds->gpt_dim);
+    if (gpt && !strcmp(ds->dataset, "text") && ds->gpt_vocab < 256)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: dataset \"text\" is byte-level: 'dstrain.model.vocab' must be at "
+                          "least 256, got %zu", file, ds->gpt_vocab);
     if (cfg->dstrain.steps == 0 && cfg->dstrain.epochs == 0)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: nothing to train: 'dstrain.steps' and 'dstrain.epochs' are both 0",

@@ -51,37 +51,25 @@
 #include "trainer_config.h"
 #include "dslaunch/common/banned.h"
 
-#define MAX_VIEWS (2 * DSL_MODEL_MAX_LAYERS)
+#define MAX_VIEWS DSL_MODEL_MAX_TENSORS
 
 static const char *const adam_names[] = {"exp_avg", "exp_avg_sq"};
 static const char *const sgd_names[] = {"momentum_buffer"};
 
-/* named views of the MLP's flat buffer, PyTorch nn.Sequential style */
+/* named views of the model's flat buffer (dsl_model_tensor_list: PyTorch's names) */
 static size_t make_views(const struct dsl_model_spec *sp, size_t in, size_t out,
-                         struct dsl_ckpt_param *v, char names[][48])
+                         struct dsl_ckpt_param *v, struct dsl_model_tensor *tl)
 {
-    size_t off[MAX_VIEWS], len[MAX_VIEWS];
     struct dsl_model_spec s = *sp;
     s.in_dim = in;
     s.out_dim = out;
-    size_t n = dsl_model_tensors(&s, names, off, len, MAX_VIEWS);
-    size_t dims[DSL_MODEL_MAX_LAYERS + 2];
-    dims[0] = in;
-    for (size_t i = 0; i < s.nhidden; i++)
-        dims[i + 1] = s.hidden[i];
-    dims[s.nhidden + 1] = out;
+    size_t n = dsl_model_tensor_list(&s, tl, MAX_VIEWS);
     for (size_t k = 0; k < n; k++) {
-        size_t l = k / 2;
-        v[k].name = names[k];
-        v[k].offset = off[k];
-        if (k % 2 == 0) {
-            v[k].ndim = 2;
-            v[k].shape[0] = dims[l + 1];
-            v[k].shape[1] = dims[l];
-        } else {
-            v[k].ndim = 1;
-            v[k].shape[0] = dims[l + 1];
-        }
+        v[k].name = tl[k].name;
+        v[k].offset = tl[k].off;
+        v[k].ndim = tl[k].ndim;
+        v[k].shape[0] = tl[k].shape[0];
+        v[k].shape[1] = tl[k].shape[1];
     }
     return n;
 }
@@ -105,7 +93,7 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
     struct dsl_train_settings *s = ctx;
     const char *dir = s->cfg.dstrain.checkpoint_dir;
     struct dsl_ckpt_param views[MAX_VIEWS];
-    char names[MAX_VIEWS][48];
+    struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
     size_t nstate;
     const char *const *sn = state_names(t, &nstate);
@@ -127,6 +115,10 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
         dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
         dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
+        if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
+            dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
+                             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
+                             t->model->out_dim);
         char ls[160];
         dsl_lossscale_format(&t->ls, ls, sizeof(ls));
         dsl_strvec_pushf(&meta, "lossscale=%s", ls);
@@ -339,7 +331,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     }
     struct dsl_ckpt c;
     struct dsl_ckpt_param views[MAX_VIEWS];
-    char names[MAX_VIEWS][48];
+    struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
     int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, err);
     if (r < 0)

@@ -184,6 +184,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     double brk[5] = {0}; /* step-time split since the last progress line */
     double acc = NAN, tloss = NAN;
     struct dsl_step_result res = {0};
+    size_t tpsample = t->model->tokens_per_sample;
+    const char *unit = ro->token_unit ? ro->token_unit : "token";
     if (t->rank == 0)
         printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
@@ -240,9 +242,13 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                 double left = spent / (double)(t->step - first) * (double)(total - t->step);
                 fmt_hms(spent, el, sizeof(el));
                 fmt_hms(left, eta, sizeof(eta));
+                char tps[48] = ""; /* a language model: its throughput in tokens */
+                if (tpsample)
+                    snprintf(tps, sizeof(tps), " tokens/s %.0f", sps * (double)tpsample);
                 printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e%s "
-                       "samples/s %.1f elapsed %s eta %s\n",
-                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps, el, eta);
+                       "samples/s %.1f%s elapsed %s eta %s\n",
+                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps, tps, el,
+                       eta);
             }
             if (mf)
                 fprintf(mf,
@@ -273,9 +279,15 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                 goto out;
             bytes_other += dsl_comm_bytes_sent(t->comm) - c0;
             t_eval += dsl_now() - e0;
-            if (t->rank == 0) {
+            if (t->rank == 0 && tpsample) /* the loss is per token: in nats and bits */
+                printf("eval step %" PRIu64 " epoch %.2f val_loss %.4f nats/%s %.4f bits/%s "
+                       "last-position accuracy %.4f\n",
+                       t->step, (double)t->step / (double)spe, tloss, unit,
+                       tloss / log(2.0), unit, acc);
+            else if (t->rank == 0)
                 printf("eval step %" PRIu64 " epoch %.2f test_acc %.4f test_loss %.4f\n",
                        t->step, (double)t->step / (double)spe, acc, tloss);
+            if (t->rank == 0) {
                 if (mf)
                     fprintf(mf,
                             "{\"type\":\"eval\",\"step\":%" PRIu64
@@ -326,6 +338,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     sum->samples_per_s =
         sum->train_s > 0 ? (double)((t->step - first) * t->G) / sum->train_s : 0.0;
     sum->test_acc = acc;
+    sum->test_loss = tloss;
+    sum->tokens_per_s = sum->samples_per_s * (double)tpsample;
     sum->bytes_per_step = t->step > first ? bytes / (t->step - first) : 0;
     if (t->step > first) {
         double k = 1e3 / (double)(t->step - first); /* ms per step */
@@ -346,13 +360,15 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if (mf)
             fprintf(mf,
                     "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
-                    "\"samples_per_s\":%.1f,\"final_loss\":%.6g,\"test_acc\":%.6g,"
+                    "\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"final_loss\":%.6g,"
+                    "\"test_acc\":%.6g,\"test_loss\":%.6g,"
                     "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
                     "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
                     "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
                     "\"save_s\":%.3f}\n",
-                    sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss,
-                    sum->test_acc, sum->bytes_per_step, sum->stopped, fp16j, sum->t_compute,
+                    sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
+                    sum->final_loss, sum->test_acc, sum->test_loss, sum->bytes_per_step,
+                    sum->stopped, fp16j, sum->t_compute,
                     sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
                     sum->train_s, sum->eval_s, sum->save_s);
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
@@ -364,10 +380,16 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         printf("dstrain: wall time by phase (rank 0): setup %.2f s, training %.2f s, "
                "evaluation %.2f s, checkpoints %.2f s\n",
                sum->setup_s, sum->train_s, sum->eval_s, sum->save_s);
-        printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
-               "test_acc %.4f%s%s\n",
-               sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
-               fp16, sum->stopped ? " (stopped by signal)" : "");
+        if (tpsample)
+            printf("summary: steps %" PRIu64 " wall %.2f s tokens/s %.0f final_loss %.4f "
+                   "val_loss %.4f nats/%s %.4f bits/%s%s%s\n",
+                   sum->steps, sum->wall_s, sum->tokens_per_s, sum->final_loss, tloss, unit,
+                   tloss / log(2.0), unit, fp16, sum->stopped ? " (stopped by signal)" : "");
+        else
+            printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
+                   "test_acc %.4f%s%s\n",
+                   sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
+                   fp16, sum->stopped ? " (stopped by signal)" : "");
         fflush(stdout);
     }
     r = sum->stopped ? DSL_ECANCELED : 0;

@@ -96,10 +96,17 @@ static const struct dsl_opt opts[] = {
         "checkpoint, exit 128 + the signal"),
     KEY("metrics", "dstrain.metrics", 's', "JSON lines, one object per step, to FILE"),
     KEY("threads", "dstrain.threads", 0, "compute threads per rank (0: fair share)"),
-    KEY("model", "dstrain.model.type", 's', "model type (mlp)"),
+    KEY("model", "dstrain.model.type", 's', "model type (mlp or gpt)"),
+    KEY("layers", "dstrain.model.layers", 0, "gpt: transformer blocks"),
+    KEY("dim", "dstrain.model.dim", 0, "gpt: model width"),
+    KEY("heads", "dstrain.model.heads", 0, "gpt: attention heads (dividing dim)"),
+    KEY("context", "dstrain.model.context", 0, "gpt: tokens per window"),
+    KEY("vocab", "dstrain.model.vocab", 0, "gpt: vocabulary size"),
     KEY("hidden", "dstrain.model.hidden", 'l', "hidden sizes, e.g. 1024,1024"),
-    KEY("data", "dstrain.data.dataset", 's', "fashion_mnist or synthetic"),
-    KEY("data_path", "dstrain.data.path", 's', "directory of the Fashion-MNIST files"),
+    KEY("data", "dstrain.data.dataset", 's', "fashion_mnist, synthetic, text or tokens"),
+    KEY("data_path", "dstrain.data.path", 's',
+        "the dataset's files (Fashion-MNIST or token shard directory, text file or directory)"),
+    KEY("stride", "dstrain.data.stride", 0, "gpt: tokens between training windows (0: context)"),
     KEY("synthetic_train", "dstrain.data.synthetic.train_samples", 0,
         "synthetic training samples"),
     KEY("synthetic_test", "dstrain.data.synthetic.test_samples", 0, "synthetic test samples"),
@@ -306,6 +313,14 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     for (size_t i = 0; i < m->nhidden && i < DSL_MODEL_MAX_LAYERS; i++)
         m->hidden[i] = c->dstrain.hidden[i];
     m->max_batch = 1000; /* evaluation batch */
+    if (m->type && !strcmp(m->type, "gpt")) {
+        /* activations grow with the batch: evaluate in micro batches */
+        m->max_batch = to->micro_batch;
+        m->gpt.layers = c->dstrain.gpt_layers;
+        m->gpt.dim = c->dstrain.gpt_dim;
+        m->gpt.heads = c->dstrain.gpt_heads;
+        m->gpt.context = c->dstrain.gpt_context;
+    }
     /* segments depend only on the bucket size, never on the world size or stage */
     m->seg_max = to->bucket_elems;
     m->dtype = to->dtype; /* DSL_FLOAT32 on the CPU unless cpu_half (prec says so) */
@@ -318,6 +333,10 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     d->synth_dim = c->dstrain.synthetic_features;
     d->synth_classes = c->dstrain.synthetic_classes;
     d->seed = c->seed;
+    d->context = c->dstrain.gpt_context;
+    d->stride = c->dstrain.data_stride;
+    d->vocab = c->dstrain.gpt_vocab;
+    d->val_fraction = c->dstrain.val_fraction;
 
     struct dsl_run_opts *ro = &s->ro;
     ro->steps = c->dstrain.steps;

@@ -204,13 +204,27 @@ static const struct {
      "'gradient_clipping' out of range: allowed 0..1e+30, got '-1.0'"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"backend\": \"mpi\"}}",
      "bad value 'mpi' for 'dstrain.backend' (expected one of \"auto\", \"tcp\", \"nccl\")"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": \"rnn\"}}}",
+     "bad value 'rnn' for 'dstrain.model.type' (expected one of \"mlp\", \"gpt\")"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": \"gpt\"}}}",
-     "bad value 'gpt' for 'dstrain.model.type'"},
+     "model 'gpt' trains on token data: set 'dstrain.data.dataset' to \"text\""},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"data\": {\"dataset\": \"text\"}}}",
+     "dataset 'text' holds tokens, which only 'dstrain.model.type' \"gpt\" trains on"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": \"gpt\", \"dim\": 100, "
+     "\"heads\": 3}, \"data\": {\"dataset\": \"text\"}}}",
+     "'dstrain.model.heads' (3) must divide 'dstrain.model.dim' (100)"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": \"gpt\", \"vocab\": 100},"
+     " \"data\": {\"dataset\": \"text\"}}}",
+     "'dstrain.model.vocab' must be at least 256, got 100"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"layers\": 49}}}",
+     "'dstrain.model.layers' out of range"},
+    {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"context\": 0}}}",
+     "'dstrain.model.context' out of range"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"hidden\": [128, 0]}}}",
      "'dstrain.model.hidden' out of range: each layer size allowed 1..1000000, got [128, 0]"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"data\": {\"dataset\": \"cifar\"}}}",
      "bad value 'cifar' for 'dstrain.data.dataset' (expected one of \"fashion_mnist\", "
-     "\"synthetic\")"},
+     "\"synthetic\", \"text\", \"tokens\")"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"epochs\": 0, \"steps\": 0}}",
      "nothing to train"},
     {"{\"train_batch_size\": 8, \"dstrain\": {\"deterministic\": \"on\"}}",
@@ -357,7 +371,7 @@ TEST(defaults_should_be_deepspeeds)
     ASSERT_EQ(cfg.dstrain.nhidden, 2);
     ASSERT_EQ(cfg.dstrain.hidden[0], 1024);
     ASSERT_STR_EQ(cfg.dstrain.dataset, "fashion_mnist");
-    ASSERT_STR_EQ(cfg.dstrain.data_path, "/usr/share/datasets/fashion-mnist");
+    ASSERT(cfg.dstrain.data_path == NULL); /* the dataset's own default */
     ASSERT_STR_EQ(cfg.dstrain.backend, "auto");
     ASSERT_EQ(cfg.dstrain.deterministic, -1);
     ASSERT(cfg.dstrain.checkpoint_dir == NULL && cfg.dstrain.resume == NULL);

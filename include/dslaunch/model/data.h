@@ -23,16 +23,34 @@
 #include <stdint.h>
 
 #define DSL_FMNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define DSL_TEXT_DIR "/usr/share/games/fortunes" /* Debian's fortunes: English text */
+
+/* llm.c's token shards (tokens.c): 256 int32 of header, then uint16 tokens */
+#define DSL_TOKENS_MAGIC 20240520u
+#define DSL_TOKENS_HEADER 1024
 
 struct dsl_dataset {
     size_t n, dim, nclasses;
-    float *x;   /* n x dim, owned */
-    int32_t *y; /* n, owned */
+    float *x;   /* n x dim, owned; NULL for a lazy token dataset (below) */
+    int32_t *y; /* n, owned; NULL as x */
+    /* token data ("text", "tokens"; the GPT): a lazy dataset has x and y NULL, and
+     * sample i is tokens [i*stride, i*stride + dim) as floats (labels 0); the
+     * validation split is materialised into x (zero labels), tokens NULL */
+    uint16_t *tokens; /* ntokens, owned */
+    size_t ntokens, stride;
+    int byte_level;   /* a token is a byte (text data): losses per token are per byte */
 };
 
 struct dsl_data_opts {
-    const char *name;   /* "fashion_mnist" or "synthetic" */
-    const char *path;   /* fashion_mnist: directory of the idx.gz files (NULL: default) */
+    const char *name;   /* "fashion_mnist", "synthetic", "text" or "tokens" */
+    const char *path;   /* fashion_mnist: directory of the idx.gz files; text: a file or
+                           a directory of text files; tokens: a directory of llm.c
+                           shards, *train*.bin and *val*.bin (NULL: the default, none
+                           for tokens) */
+    size_t context;     /* text, tokens: a sample is context + 1 tokens */
+    size_t stride;      /* text, tokens: tokens between training windows (0: context) */
+    size_t vocab;       /* text, tokens: token ids must be below it */
+    double val_fraction; /* text: the last fraction of the bytes is validation */
     size_t synth_train; /* synthetic: sample counts and shape */
     size_t synth_test;
     size_t synth_dim;
@@ -45,6 +63,27 @@ struct dsl_data_opts {
 int dsl_data_load(struct dsl_dataset *train, struct dsl_dataset *test,
                   const struct dsl_data_opts *o, char *err);
 void dsl_dataset_release(struct dsl_dataset *d);
+
+/** Text (tokens.c): path a file, or a directory whose regular files (no symbolic
+ *  links, no fortune ".dat" indexes) are read in name order; *out (malloc'd, the
+ *  caller's) their concatenated bytes, *nfiles how many. */
+int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, char *err);
+
+/** Check the 1024-byte header of an llm.c token shard of file_size bytes (have: bytes
+ *  of it read, short for a short file); *ntok the token count. DSL_EDATA naming path
+ *  and what is wrong: short, bad magic or version, truncated, trailing bytes. */
+int dsl_tokens_check_header(const uint8_t *hdr, size_t have, uint64_t file_size,
+                            const char *path, uint64_t *ntok, char *err);
+/** Read a whole shard; *out (malloc'd, the caller's) holds *count token ids. */
+int dsl_tokens_read(const char *path, uint16_t **out, size_t *count, char *err);
+/** Write tok as a shard at path (a temporary file renamed into place). */
+int dsl_tokens_write(const char *path, const uint16_t *tok, size_t n, char *err);
+
+/** The token datasets of dsl_data_load() (tokens.c): "text" and "tokens". */
+int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
+                       const struct dsl_data_opts *o, char *err);
+int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
+                         const struct dsl_data_opts *o, char *err);
 
 /** Read one idx file (gzip or plain, via zlib) of unsigned bytes. *out is malloc'd,
  *  owned by the caller; dims[0..*ndim) receive the shape. */

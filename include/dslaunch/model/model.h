@@ -47,6 +47,9 @@
 #include "dslaunch/common/error.h"
 
 #define DSL_MODEL_MAX_LAYERS 16
+#define DSL_GPT_MAX_LAYERS 48
+/* named tensors of any model: the MLP's 2 per layer, the GPT's 12 per block + 4 */
+#define DSL_MODEL_MAX_TENSORS (12 * DSL_GPT_MAX_LAYERS + 4)
 
 /** One gradient segment: flat offset and length, and the layer it belongs to. */
 struct dsl_model_seg {
@@ -75,11 +78,19 @@ struct dsl_grad_sink {
 /** Loss statistics of one forward pass. */
 struct dsl_model_stats {
     double loss_sum; /* sum of per-sample cross-entropy, summed in sample order */
-    size_t correct;  /* samples whose argmax equals the label */
+    size_t correct;  /* samples whose argmax equals the label (gpt: whose prediction at
+                        the last position equals the last target) */
     int deferred;    /* 1: both are in the sink's dev_stats instead (GPU), not here */
 };
 
-/** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy. */
+/** What to build. type "mlp": in_dim - hidden[0] - ... - out_dim, ReLU, cross-entropy.
+ *  type "gpt" (model_gpt.c): a GPT-2 language model with gpt.layers blocks of width
+ *  gpt.dim and gpt.heads heads over windows of gpt.context tokens; out_dim is the
+ *  vocabulary and in_dim must be gpt.context + 1: a sample is context + 1 token ids
+ *  carried as floats (exact below 2^24), inputs the first context, targets the last
+ *  context; the labels y are not used. Its per-sample loss is the MEAN cross-entropy
+ *  over the sample's context positions (nats per token), so the trainer's division by
+ *  the global batch gives the mean over every token of the step, as llm.c reports it. */
 struct dsl_model_spec {
     const char *type;
     size_t in_dim;
@@ -93,6 +104,9 @@ struct dsl_model_spec {
                              storage, fp32 arithmetic) */
     void *stream; /* GPU: the cudaStream_t to run on, the trainer's device stream
                      (struct dsl_device .stream); NULL: the legacy default stream */
+    struct {
+        size_t layers, dim, heads, context; /* type "gpt" only */
+    } gpt;
 };
 
 struct dsl_model;
@@ -129,6 +143,7 @@ struct dsl_model {
     struct dsl_model_seg *segs; /* backward order; owned by the model */
     size_t nsegs;
     size_t flops_per_sample; /* forward+backward multiply-adds x 2 (about 6 x nparams) */
+    size_t tokens_per_sample; /* gpt: the context (progress reports tokens/s); mlp: 0 */
     int on_device;           /* params and gradients are CUDA device pointers */
     void *stream;            /* GPU: the cudaStream_t it runs on (spec.stream) */
     /* GPU: how to wait on the host for the stream (set by the trainer to the comm's
@@ -159,10 +174,25 @@ int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec
 #endif
 void dsl_model_release(struct dsl_model *m);
 
-/** Per-tensor name and range of the MLP's flat buffer ("layers.0.weight", ...), for
- *  checkpoints and tools. Returns the number of tensors written (at most max). */
-size_t dsl_model_tensors(const struct dsl_model_spec *spec, char names[][48], size_t *off,
-                         size_t *len, size_t max);
+/** A language model (the CPU GPT): the logits (out_dim floats, host memory) of the
+ *  token after tokens[0..n), 1 <= n <= context. DSL_ENOTSUP for other models,
+ *  DSL_EDATA for a bad n or token id; the text in m->err. Sampling reads these. */
+int dsl_model_next_logits(struct dsl_model *m, const float *params, const int32_t *tokens,
+                          size_t n, float *logits);
+
+/** One named tensor of a model's flat buffer (checkpoints and tools). */
+struct dsl_model_tensor {
+    char name[48]; /* "0.weight" (mlp), "h.0.attn.c_attn.weight" (gpt) */
+    size_t off, len;
+    int ndim;
+    size_t shape[2];
+};
+
+/** The named tensors of the model spec describes, in flat order, with PyTorch's
+ *  names and shapes (nn.Sequential for the MLP, Hugging Face's GPT2Model for the
+ *  GPT). Returns the number written (at most max), 0 for a bad spec. */
+size_t dsl_model_tensor_list(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
+                             size_t max);
 
 /** Set the number of compute threads of this process on the CPU: the pool
  *  (cpupool.h) that the CPU model cuts each sgemm over and the optimizer runs on;

@@ -79,11 +79,22 @@ enum dsl_precision {
 
 /** "dstrain": {...}: the trainer's own settings, each also a command-line flag. */
 struct dsl_dstrain_config {
-    char *model_type;            /* model.type; default "mlp" */
+    char *model_type;            /* model.type: "mlp" (default) or "gpt" */
+    size_t gpt_layers;           /* model.layers (gpt); default 4 */
+    size_t gpt_dim;              /* model.dim (gpt); default 128 */
+    size_t gpt_heads;            /* model.heads (gpt), dividing dim; default 4 */
+    size_t gpt_context;          /* model.context (gpt): tokens per window; default 128 */
+    size_t gpt_vocab;            /* model.vocab (gpt); default 256 (bytes) */
     size_t hidden[DSL_CFG_MAX_HIDDEN]; /* model.hidden; default [1024, 1024] */
     size_t nhidden;
-    char *dataset;               /* data.dataset: "fashion_mnist" (default), "synthetic" */
-    char *data_path;             /* data.path; default /usr/share/datasets/fashion-mnist */
+    char *dataset;               /* data.dataset: "fashion_mnist" (default), "synthetic",
+                                    "text", "tokens" (the last two for gpt) */
+    char *data_path;             /* data.path; NULL (default): the dataset's own
+                                    (/usr/share/datasets/fashion-mnist,
+                                    /usr/share/games/fortunes) */
+    size_t data_stride;          /* data.stride: tokens between training windows; 0
+                                    (default): the context */
+    double val_fraction;         /* data.val_fraction (text): default 0.1 */
     size_t synthetic_train;      /* data.synthetic.train_samples; default 60000 */
     size_t synthetic_test;       /* data.synthetic.test_samples; default 10000 */
     size_t synthetic_features;   /* data.synthetic.features; default 784 */

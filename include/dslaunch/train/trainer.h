@@ -273,6 +273,8 @@ struct dsl_run_opts {
     int wall_clock_breakdown; /* add the step-time split to every progress line */
     double t_process;         /* dsl_now() when the process started its work (0: unknown):
                                  the summary's setup phase is the time until training */
+    const char *token_unit;   /* a language model (the model's tokens_per_sample > 0):
+                                 "byte" or "token", the unit its losses are per */
 };
 
 struct dsl_run_summary {
@@ -280,6 +282,8 @@ struct dsl_run_summary {
     double wall_s, train_s, samples_per_s;
     double setup_s, eval_s, save_s; /* phases of the wall time (setup: before wall_s) */
     double final_loss, test_acc;
+    double test_loss;        /* the last evaluation's mean loss */
+    double tokens_per_s;     /* a language model: samples_per_s x tokens per sample */
     uint64_t bytes_per_step; /* this rank's comm bytes per step (mean) */
     double t_compute, t_reduce, t_small, t_optim, t_gather; /* per step, mean (s) */
     int stopped;             /* ended by a signal */

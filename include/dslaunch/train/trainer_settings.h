@@ -50,5 +50,11 @@ void dsl_train_settings_help(FILE *f);
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err);
 /** `dstrain consolidate <dir> [--tag T] [--out FILE]` (argv[0] = "consolidate"). */
 int dsl_train_consolidate_main(int argc, char **argv, char *err);
+/** `dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...` (argv[0] =
+ *  "tokenize", tokenize.c): text into llm.c token shards, byte-level. */
+int dsl_train_tokenize_main(int argc, char **argv, char *err);
+/** `dstrain sample --checkpoint DIR [--prompt TEXT] ...` (argv[0] = "sample",
+ *  sample.c): a GPT checkpoint continues a prompt. */
+int dsl_train_sample_main(int argc, char **argv, char *err);
 
 #endif

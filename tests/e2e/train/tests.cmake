@@ -27,3 +27,15 @@ if(TARGET dstrain AND TARGET dslaunch)
   # pairs holds the default master port 29500, as one case of flow_launch does
   set_tests_properties(train_store_pairs PROPERTIES RUN_SERIAL TRUE)
 endif()
+# The GPT with the MLP's guarantees (gpt.sh): training under dslaunch, determinism
+# across worlds, stages and threads, resume and reshard, GPT-2's tensor names, and
+# (skipped without python3-torch) the forward against PyTorch.
+if(TARGET dstrain AND TARGET dslaunch)
+  foreach(t launch worlds resume torch)
+    add_test(NAME train_gpt_${t}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
+                     $<TARGET_FILE:dstrain> ${t})
+    set_tests_properties(train_gpt_${t} PROPERTIES LABELS flow TIMEOUT 300
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

@@ -1,0 +1,450 @@
+/*
+ * Token data of the GPT: llm.c's shard format, byte-level text, and the datasets
+ * ("text", "tokens") of windows over them (data.h).
+ *
+ * The shard format (karpathy/llm.c, dev/data): a header of 256 little-endian int32 —
+ * [0] the magic 20240520, [1] the version 1, [2] the number of tokens — then that many
+ * little-endian uint16 token ids, nothing after. The header comes from a file, so it is
+ * checked against the file's size before anything is allocated, and every message
+ * names the file and what is wrong with it.
+ *
+ * Text: every regular file of a directory that is not a symbolic link and not a
+ * fortune(6) ".dat" index, in name order (strcmp, Python's sorted() for the ASCII
+ * names of /usr/share/games/fortunes), concatenated as bytes; or one file. A byte is a
+ * token (vocabulary 256).
+ *
+ * Windows: sample i of a split is tokens [i*stride, i*stride + context + 1); the
+ * training split is read lazily by dsl_dataset_gather (stride 1 would otherwise hold
+ * context + 1 floats per token), the validation split, which the trainer's evaluation
+ * reads as rows, is materialised with stride = context (every token predicted once).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/model/data.h"
+#include "dslaunch/common/banned.h"
+
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+int dsl_tokens_check_header(const uint8_t *hdr, size_t have, uint64_t file_size,
+                            const char *path, uint64_t *ntok, char *err)
+{
+    if (have < DSL_TOKENS_HEADER)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': %llu bytes, shorter than the %d-byte header",
+                          path, (unsigned long long)have, DSL_TOKENS_HEADER);
+    uint32_t magic = le32(hdr), version = le32(hdr + 4), n = le32(hdr + 8);
+    if (magic != DSL_TOKENS_MAGIC)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': bad magic %u (expected %u: llm.c's uint16 "
+                          "shards)",
+                          path, magic, DSL_TOKENS_MAGIC);
+    if (version != 1)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': version %u not supported (expected 1)", path,
+                          version);
+    if ((int32_t)n < 0)
+        return dsl_seterr(err, DSL_EDATA, "token shard '%s': negative token count %d", path,
+                          (int32_t)n);
+    uint64_t want = DSL_TOKENS_HEADER + 2 * (uint64_t)n;
+    if (file_size < want)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': truncated: the header claims %u tokens (%llu "
+                          "bytes), the file holds %llu",
+                          path, n, (unsigned long long)want, (unsigned long long)file_size);
+    if (file_size > want)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': %llu bytes after the %u tokens the header claims",
+                          path, (unsigned long long)(file_size - want), n);
+    *ntok = n;
+    return 0;
+}
+
+static int read_full(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n) {
+        ssize_t k = read(fd, p, n > (1u << 30) ? 1u << 30 : n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : DSL_EDATA;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int dsl_tokens_read(const char *path, uint16_t **out, size_t *count, char *err)
+{
+    size_t fsize;
+    *out = NULL;
+    int fd = dsl_file_open_regular(path, &fsize, err);
+    if (fd < 0)
+        return fd;
+    uint8_t hdr[DSL_TOKENS_HEADER];
+    uint64_t n = 0;
+    size_t have = fsize < sizeof(hdr) ? fsize : sizeof(hdr);
+    int r = read_full(fd, hdr, have);
+    if (r < 0) {
+        close(fd);
+        return dsl_seterr(err, r, "token shard '%s': cannot read the header", path);
+    }
+    if ((r = dsl_tokens_check_header(hdr, have, fsize, path, &n, err)) < 0) {
+        close(fd);
+        return r;
+    }
+    uint16_t *t = malloc(n ? n * 2 : 1);
+    uint8_t *raw = (uint8_t *)t;
+    if (!t) {
+        close(fd);
+        return dsl_seterr(err, -ENOMEM, "token shard '%s': cannot allocate %llu tokens", path,
+                          (unsigned long long)n);
+    }
+    if ((r = read_full(fd, raw, n * 2)) < 0) {
+        close(fd);
+        free(t);
+        return dsl_seterr(err, r, "token shard '%s': cannot read %llu tokens (%s)", path,
+                          (unsigned long long)n,
+                          r == DSL_EDATA ? "the file shrank" : dsl_strerror(r));
+    }
+    close(fd);
+    for (size_t i = 0; i < n; i++) /* little-endian on disk, whatever this machine is */
+        t[i] = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8);
+    *out = t;
+    *count = n;
+    return 0;
+}
+
+int dsl_tokens_write(const char *path, const uint16_t *tok, size_t n, char *err)
+{
+    if (n > INT32_MAX)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': %zu tokens, more than one shard holds (%d)", path,
+                          n, INT32_MAX);
+    char *tmp = NULL;
+    int fd = dsl_file_create_temp(path, 0644, &tmp, err);
+    if (fd < 0)
+        return fd;
+    uint8_t hdr[DSL_TOKENS_HEADER] = {0};
+    put_le32(hdr, DSL_TOKENS_MAGIC);
+    put_le32(hdr + 4, 1);
+    put_le32(hdr + 8, (uint32_t)n);
+    FILE *f = fdopen(fd, "wb");
+    int bad = !f || fwrite(hdr, 1, sizeof(hdr), f) != sizeof(hdr);
+    for (size_t i = 0; !bad && i < n; i++) {
+        uint8_t b[2] = {(uint8_t)tok[i], (uint8_t)(tok[i] >> 8)};
+        bad = fwrite(b, 1, 2, f) != 2;
+    }
+    if (f ? fclose(f) != 0 : close(fd) != 0)
+        bad = 1;
+    if (bad || rename(tmp, path) != 0) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        free(tmp);
+        return dsl_seterr(err, -e, "cannot write token shard '%s': %s", path, strerror(e));
+    }
+    free(tmp);
+    return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* the regular files (not links) of dir whose names pass keep(), sorted by name */
+static int list_dir(const char *dir, int (*keep)(const char *name, const void *arg),
+                    const void *arg, char ***names, size_t *count, char *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return dsl_seterr(err, -errno, "cannot read directory '%s': %s", dir, strerror(errno));
+    char **v = NULL;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat st;
+        char *p = dsl_xasprintf("%s/%s", dir, e->d_name);
+        int ok = e->d_name[0] != '.' && lstat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+                 keep(e->d_name, arg);
+        if (ok) {
+            v = dsl_xreallocarray(v, n + 1, sizeof(*v));
+            v[n++] = p;
+        } else {
+            free(p);
+        }
+    }
+    closedir(d);
+    qsort(v, n, sizeof(*v), by_name);
+    *names = v;
+    *count = n;
+    return 0;
+}
+
+static void free_names(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int keep_text(const char *name, const void *arg)
+{
+    (void)arg;
+    return !ends_with(name, ".dat");
+}
+
+int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, char *err)
+{
+    struct stat st;
+    char **names = NULL;
+    size_t n = 0, total = 0;
+    *out = NULL;
+    if (stat(path, &st) != 0)
+        return dsl_seterr(err, -errno, "text data '%s': %s", path, strerror(errno));
+    int r;
+    if (S_ISDIR(st.st_mode)) {
+        if ((r = list_dir(path, keep_text, NULL, &names, &n, err)) < 0)
+            return r;
+    } else {
+        names = dsl_xmalloc(sizeof(*names));
+        names[n++] = dsl_xstrdup(path);
+    }
+    if (!n) {
+        free_names(names, n);
+        return dsl_seterr(err, DSL_EDATA, "text data '%s': no regular files in it", path);
+    }
+    uint8_t *buf = NULL;
+    for (size_t i = 0; i < n; i++) {
+        size_t sz;
+        int fd = dsl_file_open_regular(names[i], &sz, err);
+        if (fd < 0) {
+            r = fd;
+            goto fail;
+        }
+        uint8_t *nb = realloc(buf, total + sz + 1);
+        if (!nb) {
+            close(fd);
+            r = dsl_seterr(err, -ENOMEM, "text data: cannot allocate %zu bytes", total + sz);
+            goto fail;
+        }
+        buf = nb;
+        r = read_full(fd, buf + total, sz);
+        close(fd);
+        if (r < 0) {
+            dsl_seterr(err, r, "text data '%s': cannot read %zu bytes", names[i], sz);
+            goto fail;
+        }
+        total += sz;
+    }
+    free_names(names, n);
+    *out = buf ? buf : dsl_xmalloc(1);
+    *len = total;
+    *nfiles = n;
+    return 0;
+fail:
+    free(buf);
+    free_names(names, n);
+    return r;
+}
+
+/* ---- datasets of windows ------------------------------------------------------------ */
+
+/* the split [0, n) of tok as a lazy dataset of windows (takes tok) */
+static int lazy_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
+                      size_t stride, size_t vocab, const char *what, char *err)
+{
+    if (n < win) {
+        free(tok);
+        return dsl_seterr(err, DSL_EDATA,
+                          "%s: %zu tokens, fewer than one window of context + 1 = %zu", what,
+                          n, win);
+    }
+    d->tokens = tok;
+    d->ntokens = n;
+    d->stride = stride;
+    d->dim = win;
+    d->nclasses = vocab;
+    d->n = (n - win) / stride + 1;
+    return 0;
+}
+
+/* the same, materialised as rows of floats (the trainer's evaluation reads d->x) */
+static int dense_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
+                       size_t vocab, const char *what, char *err)
+{
+    int r = lazy_split(d, tok, n, win, win - 1, vocab, what, err);
+    if (r < 0)
+        return r;
+    d->x = malloc(d->n * win * sizeof(float));
+    d->y = calloc(d->n, sizeof(int32_t));
+    if (!d->x || !d->y)
+        return dsl_seterr(err, -ENOMEM, "%s: cannot allocate %zu windows", what, d->n);
+    for (size_t i = 0; i < d->n; i++)
+        for (size_t j = 0; j < win; j++)
+            d->x[i * win + j] = (float)d->tokens[i * d->stride + j];
+    free(d->tokens);
+    d->tokens = NULL;
+    d->ntokens = 0;
+    return 0;
+}
+
+static int check_vocab(const uint16_t *t, size_t n, size_t vocab, const char *what, char *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (t[i] >= vocab)
+            return dsl_seterr(err, DSL_EDATA,
+                              "%s: token %u at position %zu is outside the vocabulary of "
+                              "%zu (set \"dstrain\": {\"model\": {\"vocab\": ...}})",
+                              what, t[i], i, vocab);
+    return 0;
+}
+
+int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
+                       const struct dsl_data_opts *o, char *err)
+{
+    const char *path = o->path && *o->path ? o->path : DSL_TEXT_DIR;
+    uint8_t *bytes;
+    size_t n, nfiles;
+    int r = dsl_text_read(path, &bytes, &n, &nfiles, err);
+    if (r == -ENOENT && !strcmp(path, DSL_TEXT_DIR))
+        return dsl_seterr(err, r, "text data '%s' not found (apt-get install fortunes, or "
+                          "set \"dstrain\": {\"data\": {\"path\": ...}})", path);
+    if (r < 0)
+        return r;
+    if (o->vocab < 256) {
+        free(bytes);
+        return dsl_seterr(err, DSL_ECONFIG, "text data is bytes: it needs a vocabulary of at "
+                          "least 256, the model has %zu", o->vocab);
+    }
+    /* the last val_fraction for validation, as int(len * 0.9) in Python */
+    size_t split = (size_t)((double)n * (1.0 - o->val_fraction));
+    uint16_t *tr = malloc((split ? split : 1) * 2), *te = malloc((n - split + 1) * 2);
+    if (!tr || !te) {
+        free(bytes);
+        free(tr);
+        free(te);
+        return dsl_seterr(err, -ENOMEM, "text data: cannot allocate %zu tokens", n);
+    }
+    for (size_t i = 0; i < n; i++)
+        (i < split ? tr : te)[i < split ? i : i - split] = bytes[i];
+    free(bytes);
+    size_t win = o->context + 1, stride = o->stride ? o->stride : o->context;
+    char what[64];
+    snprintf(what, sizeof(what), "text data (%zu files)", nfiles);
+    if ((r = lazy_split(train, tr, split, win, stride, o->vocab, what, err)) < 0) {
+        free(te);
+        return r;
+    }
+    if ((r = dense_split(test, te, n - split, win, o->vocab, what, err)) < 0)
+        return r;
+    train->byte_level = test->byte_level = 1;
+    return 0;
+}
+
+static int keep_split(const char *name, const void *arg)
+{
+    return ends_with(name, ".bin") && strstr(name, (const char *)arg);
+}
+
+/* every shard of dir whose name holds which ("train", "val"), concatenated */
+static int read_shards(const char *dir, const char *which, uint16_t **out, size_t *n,
+                       char *err)
+{
+    char **names = NULL;
+    size_t k = 0;
+    int r = list_dir(dir, keep_split, which, &names, &k, err);
+    if (r < 0)
+        return r;
+    if (!k) {
+        free_names(names, k);
+        return dsl_seterr(err, DSL_EDATA,
+                          "token data '%s': no shard named *%s*.bin (write them with dstrain "
+                          "tokenize, or llm.c's dev/data scripts)",
+                          dir, which);
+    }
+    uint16_t *all = NULL;
+    size_t total = 0;
+    for (size_t i = 0; i < k; i++) {
+        uint16_t *t;
+        size_t m;
+        if ((r = dsl_tokens_read(names[i], &t, &m, err)) < 0)
+            break;
+        uint16_t *na = realloc(all, (total + m + 1) * 2);
+        if (!na) {
+            free(t);
+            r = dsl_seterr(err, -ENOMEM, "token data: cannot allocate %zu tokens", total + m);
+            break;
+        }
+        all = na;
+        memcpy(all + total, t, m * 2);
+        total += m;
+        free(t);
+    }
+    free_names(names, k);
+    if (r < 0) {
+        free(all);
+        return r;
+    }
+    *out = all;
+    *n = total;
+    return 0;
+}
+
+int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
+                         const struct dsl_data_opts *o, char *err)
+{
+    if (!o->path || !*o->path)
+        return dsl_seterr(err, DSL_ECONFIG, "dataset 'tokens' needs \"dstrain\": {\"data\": "
+                          "{\"path\": DIR}}, a directory of *train*.bin and *val*.bin shards");
+    uint16_t *tr = NULL, *te = NULL;
+    size_t ntr, nte;
+    char what[64];
+    int r = read_shards(o->path, "train", &tr, &ntr, err);
+    if (r < 0)
+        return r;
+    if ((r = read_shards(o->path, "val", &te, &nte, err)) < 0 ||
+        (r = check_vocab(tr, ntr, o->vocab, "training shards", err)) < 0 ||
+        (r = check_vocab(te, nte, o->vocab, "validation shards", err)) < 0) {
+        free(tr);
+        free(te);
+        return r;
+    }
+    size_t win = o->context + 1, stride = o->stride ? o->stride : o->context;
+    snprintf(what, sizeof(what), "training shards");
+    if ((r = lazy_split(train, tr, ntr, win, stride, o->vocab, what, err)) < 0) {
+        free(te);
+        return r;
+    }
+    snprintf(what, sizeof(what), "validation shards");
+    if ((r = dense_split(test, te, nte, win, o->vocab, what, err)) < 0)
+        return r;
+    train->byte_level = test->byte_level = o->vocab == 256;
+    return 0;
+}

@@ -1,0 +1,156 @@
+/*
+ * `dstrain sample`: what a trained GPT has learned, as text.
+ *
+ *   dstrain sample --checkpoint DIR [--tag T] [--prompt TEXT] [--tokens N]
+ *                  [--temperature X] [--seed S]
+ *
+ * Loads the checkpoint's parameters (the shape from its "gpt" metadata: layers, dim,
+ * heads, context, vocab), feeds the prompt's bytes (byte-level vocabulary) and draws
+ * N tokens one at a time from softmax(logits / X) (X 0: the most likely one), the
+ * last `context` tokens as the window. Prints the prompt and the continuation, bytes
+ * as they are. A seed makes the draw repeatable.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/opt.h"
+#include "dslaunch/common/parse.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/train/trainer_settings.h"
+#include "dslaunch/common/banned.h"
+
+struct sample_args {
+    char *dir, *tag, *prompt, *temp;
+    size_t tokens, seed;
+};
+
+static const struct dsl_opt sample_opts[] = {
+    {"checkpoint", 0, DSL_OPT_STRING, offsetof(struct sample_args, dir), "DIR",
+     "the checkpoint directory (dstrain.checkpoint_dir)", NULL, 0, 0, NULL, 0, NULL},
+    {"tag", 0, DSL_OPT_STRING, offsetof(struct sample_args, tag), "TAG",
+     "the checkpoint to read", "latest", 0, 0, NULL, 0, NULL},
+    {"prompt", 0, DSL_OPT_STRING, offsetof(struct sample_args, prompt), "TEXT",
+     "the text to continue", "a newline", 0, 0, NULL, 0, NULL},
+    {"tokens", 0, DSL_OPT_SIZE, offsetof(struct sample_args, tokens), "N",
+     "tokens to draw", "200", 1, 1000000, NULL, 0, NULL},
+    {"temperature", 0, DSL_OPT_STRING, offsetof(struct sample_args, temp), "X",
+     "softmax temperature (0: always the most likely token)", "0.8", 0, 0, NULL, 0, NULL},
+    {"seed", 0, DSL_OPT_SIZE, offsetof(struct sample_args, seed), "S", "random seed", "1",
+     0, 1000000000, NULL, 0, NULL},
+};
+static const struct dsl_opt_parser sample_parser = {
+    .prog = "dstrain sample",
+    .opts = sample_opts,
+    .nopts = sizeof(sample_opts) / sizeof(sample_opts[0]),
+};
+
+static uint64_t rng(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* the next token from logits (V of them) at temperature temp */
+static int32_t draw(const float *logits, size_t V, double temp, uint64_t *s)
+{
+    size_t am = 0;
+    for (size_t k = 1; k < V; k++)
+        if (logits[k] > logits[am])
+            am = k;
+    if (temp <= 0.0)
+        return (int32_t)am;
+    double sum = 0.0, u = (double)(rng(s) >> 11) / 9007199254740992.0;
+    for (size_t k = 0; k < V; k++)
+        sum += exp(((double)logits[k] - logits[am]) / temp);
+    double acc = 0.0;
+    for (size_t k = 0; k < V; k++) {
+        acc += exp(((double)logits[k] - logits[am]) / temp) / sum;
+        if (u < acc)
+            return (int32_t)k;
+    }
+    return (int32_t)am;
+}
+
+static int run(const struct sample_args *a, char *err)
+{
+    double temp = 0.8;
+    if (!a->dir)
+        return dsl_seterr(err, DSL_EUSAGE, "dstrain sample: --checkpoint DIR is required");
+    if (a->temp && (dsl_parse_double(a->temp, &temp) < 0 || !(temp >= 0.0 && temp <= 100.0)))
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "option '--temperature' must be a number from 0 to 100, got '%s'",
+                          a->temp);
+    struct dsl_ckpt c;
+    int r = dsl_ckpt_load(&c, a->dir, a->tag, err);
+    if (r < 0) {
+        dsl_ckpt_release(&c);
+        return r;
+    }
+    const char *g = dsl_ckpt_meta(&c, "gpt");
+    struct dsl_model_spec sp = {.type = "gpt", .max_batch = 1};
+    if (!g || sscanf(g, "%zu,%zu,%zu,%zu,%zu", &sp.gpt.layers, &sp.gpt.dim, &sp.gpt.heads,
+                     &sp.gpt.context, &sp.out_dim) != 5) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint '%s' holds no GPT (no \"gpt\" metadata): sample needs a "
+                       "checkpoint of dstrain.model.type \"gpt\"",
+                       c.path);
+        dsl_ckpt_release(&c);
+        return r;
+    }
+    sp.in_dim = sp.gpt.context + 1;
+    struct dsl_model m;
+    if ((r = dsl_model_create(&m, &sp, err)) < 0) {
+        dsl_ckpt_release(&c);
+        return r;
+    }
+    if (m.nparams != c.numel) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %zu parameters, its GPT has %zu",
+                       c.path, c.numel, m.nparams);
+        goto out;
+    }
+    const char *prompt = a->prompt && *a->prompt ? a->prompt : "\n";
+    size_t np = strlen(prompt), total = np + (a->tokens ? a->tokens : 200), T = sp.gpt.context;
+    int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
+    float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));
+    for (size_t i = 0; i < np; i++)
+        tok[i] = (unsigned char)prompt[i];
+    uint64_t s = a->seed ? a->seed : 1;
+    fputs(prompt, stdout);
+    for (size_t n = np; n < total; n++) {
+        size_t w = n < T ? n : T;
+        if ((r = dsl_model_next_logits(&m, c.params, tok + n - w, w, logits)) < 0) {
+            dsl_seterr(err, r, "%s", m.err);
+            break;
+        }
+        tok[n] = draw(logits, sp.out_dim, temp, &s);
+        putchar(tok[n] < 256 ? tok[n] : '?');
+        fflush(stdout);
+    }
+    putchar('\n');
+    free(tok);
+    free(logits);
+out:
+    dsl_model_release(&m);
+    dsl_ckpt_release(&c);
+    return r < 0 ? r : 0;
+}
+
+int dsl_train_sample_main(int argc, char **argv, char *err)
+{
+    struct sample_args a = {NULL, NULL, NULL, NULL, 200, 1};
+    int r = dsl_opt_parse(&sample_parser, &a, argc, argv, NULL, err);
+    if (r == 0)
+        r = run(&a, err);
+    free(a.dir);
+    free(a.tag);
+    free(a.prompt);
+    free(a.temp);
+    return r;
+}

@@ -1,0 +1,202 @@
+#!/bin/sh
+# The GPT (dstrain.model.type "gpt") end to end, with the MLP's guarantees: a tiny
+# model (2 layers, d=32) trains under dslaunch at world 2 with falling loss;
+# deterministic mode is bit-identical across worlds 1/2/4 and ZeRO stages 0/1/2 and
+# thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
+# Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
+# a sentence the model learned; and (with python3-torch) PyTorch computes the same
+# validation loss from the consolidated weights. The text is generated
+# here, so no package is needed.
+#
+#   gpt.sh <dslaunch> <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
+set -u
+DSL=$1
+DSTRAIN=$2
+TEST=$3
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-gpt.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-60}
+export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-60}
+unset CUDA_VISIBLE_DEVICES
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+skip() { echo "SKIP: $*" >&2; exit 77; }
+[ -x "$DSL" ] && [ -x "$DSTRAIN" ] || skip "no dslaunch or dstrain"
+
+# a few sentences over and over: structure a tiny model learns in a hundred steps
+seq 1 600 | awk '{ print $1 % 7, "the quick brown fox jumps over the lazy dog" }' >"$TMP/text"
+# every run of a test uses the same global batch (16); CPU path (--backend tcp)
+GPT="--backend tcp --model gpt --layers 2 --dim 32 --heads 4 --context 32 --vocab 256
+     --data text --data-path $TMP/text --stride 1 --train-batch 16 --micro-batch 8
+     --lr 0.003 --steps-per-print 0 --bucket-size 3000"
+
+free_port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
+
+# run_world N NAME ARGS...: N ranks started by hand under the env contract, output in
+# $TMP/NAME.<rank>.{out,err}; returns the first non-zero exit status
+run_world() {
+    n=$1 name=$2
+    shift 2
+    port=$(free_port)
+    pids=""
+    r=0
+    while [ "$r" -lt "$n" ]; do
+        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port DSLAUNCH_RUN_ID="gpt-$name" DSLAUNCH_RUN_TOKEN=secret \
+            "$DSTRAIN" $GPT "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
+        pids="$pids $!"
+        r=$((r + 1))
+    done
+    rc=0
+    for p in $pids; do
+        wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }
+    done
+    return "$rc"
+}
+show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
+train_ok() { # n name args... (one retry when the random port was taken)
+    run_world "$@" && return 0
+    if grep -qi "in use" "$TMP/$2".*.err 2>/dev/null; then
+        run_world "$@" && return 0
+    fi
+    show "$2"
+    fail "run '$2' at world $1 failed"
+}
+
+case $TEST in
+launch)
+    # under dslaunch, 2 local ranks, 300 steps: the loss falls (the last eval's far
+    # below the first's), the progress lines count tokens, the eval line is in nats
+    # and bits per byte
+    "$DSL" --include localhost:0,1 "$DSTRAIN" $GPT --steps 300 --eval-interval 50 \
+        --steps-per-print 50 --metrics "$TMP/m.jsonl" --checkpoint-dir "$TMP/ck" \
+        >"$TMP/l.out" 2>"$TMP/l.err" ||
+        { tail -n 30 "$TMP/l.out" "$TMP/l.err" >&2; fail "dslaunch run failed"; }
+    grep -Eq "step 50/300 .* tokens/s [0-9]+ elapsed" "$TMP/l.out" ||
+        fail "no tokens/s on the progress line: $(cat "$TMP/l.out")"
+    grep -Eq "eval step 300 .* val_loss [0-9.]+ nats/byte [0-9.]+ bits/byte" "$TMP/l.out" ||
+        fail "no validation loss in nats and bits per byte: $(cat "$TMP/l.out")"
+    python3 - "$TMP/m.jsonl" <<'PY' || fail "the loss did not fall: $(grep eval "$TMP/l.out")"
+import json, math, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+ev = [x for x in m if x["type"] == "eval"]
+st = [x for x in m if x["type"] == "step"]
+first, last = ev[0]["test_loss"], ev[-1]["test_loss"]
+print("# validation loss", [round(e["test_loss"], 3) for e in ev])
+assert len(ev) == 6, ev
+assert first < math.log(256) and last < 0.2 * first, (first, last)
+assert st[0]["loss"] > 5.0 and st[-1]["loss"] < 0.1 * st[0]["loss"], (st[0], st[-1])
+PY
+    # what it learned, as text: the sentence goes on from its first words
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --prompt "3 the quick" --tokens 24 \
+        --temperature 0 >"$TMP/s.out" 2>&1 || fail "sample failed: $(cat "$TMP/s.out")"
+    grep -q "^3 the quick brown fox jumps over" "$TMP/s.out" ||
+        fail "sample does not continue the sentence: $(cat "$TMP/s.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/nothing" >"$TMP/s2.out" 2>&1 && fail "no checkpoint accepted"
+    grep -q "no checkpoint in '$TMP/nothing'" "$TMP/s2.out" || fail "sample error: $(cat "$TMP/s2.out")"
+    ;;
+worlds)
+    # deterministic mode: worlds 1 and 2 and every stage, and 2 threads, same bits
+    train_ok 1 w1 --steps 12 --eval-interval 6 --save-params "$TMP/p.w1"
+    for st in 0 1 2; do
+        train_ok 2 "w2s$st" --steps 12 --eval-interval 6 --zero-stage "$st" \
+            --save-params "$TMP/p.w2s$st"
+        cmp -s "$TMP/p.w1" "$TMP/p.w2s$st" || fail "world 2 stage $st differs from world 1"
+    done
+    # world 4: micro batch 4 at every world size (the deterministic order is per micro
+    # batch), so worlds 1 and 4 run 4 and 1 micro steps per step
+    train_ok 1 m1 --steps 6 --eval-interval 6 --micro-batch 4 --save-params "$TMP/p.m1"
+    train_ok 4 m4 --steps 6 --eval-interval 6 --micro-batch 4 --zero-stage 2 \
+        --save-params "$TMP/p.m4"
+    cmp -s "$TMP/p.m1" "$TMP/p.m4" || fail "world 4 stage 2 differs from world 1"
+    train_ok 2 ov --steps 12 --eval-interval 6 --zero-stage 2 --overlap-comm true \
+        --save-params "$TMP/p.ov"
+    cmp -s "$TMP/p.w1" "$TMP/p.ov" || fail "world 2 stage 2 with overlap differs"
+    train_ok 1 t2 --steps 12 --eval-interval 6 --threads 2 --save-params "$TMP/p.t2"
+    cmp -s "$TMP/p.w1" "$TMP/p.t2" || fail "world 1 with 2 threads differs from 1 thread"
+    grep -q "val_loss" "$TMP/w1.0.out" || fail "no evaluation line"
+    # --cpu-half (bf16 parameters and gradients, fp32 arithmetic): worlds 1 and 2
+    # (stage 2) agree too, and train
+    echo '{"bf16": {"enabled": true}}' >"$TMP/bf16.json"
+    train_ok 1 h1 --config "$TMP/bf16.json" --cpu-half --steps 12 --eval-interval 12 \
+        --save-params "$TMP/p.h1"
+    train_ok 2 h2 --config "$TMP/bf16.json" --cpu-half --steps 12 --eval-interval 12 \
+        --zero-stage 2 --save-params "$TMP/p.h2"
+    grep -q "bf16 with fp32 master weights" "$TMP/h1.0.out" || fail "not the bf16 path"
+    cmp -s "$TMP/p.h1" "$TMP/p.h2" || fail "bf16 world 2 stage 2 differs from world 1"
+    cmp -s "$TMP/p.h1" "$TMP/p.w1" && fail "bf16 gave the fp32 parameters"
+    grep -Eq "^summary: .* val_loss [0-4]\.[0-9]+ nats/byte" "$TMP/h1.0.out" ||
+        fail "bf16 did not train: $(grep summary "$TMP/h1.0.out")"
+    ;;
+resume)
+    # stopped at step 6 and resumed equals the uninterrupted run; a world-2 stage-2
+    # checkpoint resumes at world 1; GPT-2's names are in the files and consolidated
+    train_ok 2 full --steps 12 --eval-interval 12 --save-params "$TMP/p.full"
+    train_ok 2 half --steps 6 --eval-interval 6 --zero-stage 2 --checkpoint-dir "$TMP/ck"
+    train_ok 2 rest --steps 12 --eval-interval 12 --checkpoint-dir "$TMP/ck" \
+        --resume latest --save-params "$TMP/p.rest"
+    grep -q "resumed from .* at step 6" "$TMP/rest.0.out" || fail "no resume line"
+    cmp -s "$TMP/p.full" "$TMP/p.rest" || fail "resumed run differs from the uninterrupted one"
+    train_ok 1 one --steps 12 --eval-interval 12 --checkpoint-dir "$TMP/ck" \
+        --resume global_step6 --save-params "$TMP/p.one"
+    cmp -s "$TMP/p.full" "$TMP/p.one" || fail "world-2 checkpoint resumed at world 1 differs"
+    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/model.safetensors" >/dev/null ||
+        fail "consolidate failed"
+    python3 - "$TMP/model.safetensors" <<'PY' || fail "tensor names or shapes"
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+want = {"wte.weight": [256, 32], "wpe.weight": [32, 32], "h.0.ln_1.weight": [32],
+        "h.0.attn.c_attn.weight": [32, 96], "h.0.attn.c_attn.bias": [96],
+        "h.1.attn.c_proj.weight": [32, 32], "h.1.mlp.c_fc.weight": [32, 128],
+        "h.1.mlp.c_proj.weight": [128, 32], "ln_f.bias": [32]}
+for k, s in want.items():
+    assert h[k]["shape"] == s, (k, h.get(k))
+assert len([k for k in h if k != "__metadata__"]) == 4 + 12 * 2, sorted(h)
+PY
+    ;;
+torch)
+    # the forward against an independent PyTorch GPT-2 (Hugging Face's layout, Conv1D
+    # weights) on the trained, consolidated parameters: the same validation loss
+    /usr/bin/python3 -c "import torch, numpy" 2>/dev/null || skip "no python3-torch"
+    train_ok 1 tr --steps 200 --eval-interval 200 --checkpoint-dir "$TMP/ck"
+    want=$(sed -n 's/^summary: .* val_loss \([0-9.]*\) nats.*/\1/p' "$TMP/tr.0.out")
+    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/m.st" >/dev/null || fail "consolidate failed"
+    /usr/bin/python3 - "$TMP/m.st" "$TMP/text" "$want" <<'PY' || fail "PyTorch disagrees"
+import json, math, struct, sys
+import numpy as np, torch, torch.nn.functional as F
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h, base = json.loads(b[8:8 + n]), 8 + n
+W = {k: torch.from_numpy(np.frombuffer(b[base + v["data_offsets"][0]:base + v["data_offsets"][1]],
+                                       dtype=np.float32).reshape(v["shape"]).copy())
+     for k, v in h.items() if k != "__metadata__"}
+L, C, NH, T = 2, 32, 4, 32
+data = np.frombuffer(open(sys.argv[2], "rb").read(), dtype=np.uint8).astype(np.int64)
+val = data[int(len(data) * 0.9):]
+nw = (len(val) - 1) // T
+X = torch.tensor(np.stack([val[i * T:i * T + T] for i in range(nw)]))
+Y = torch.tensor(np.stack([val[i * T + 1:i * T + T + 1] for i in range(nw)]))
+ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
+x = W["wte.weight"][X] + W["wpe.weight"][:T]
+mask = torch.tril(torch.ones(T, T)).bool()
+for l in range(L):
+    p = lambda s: W["h.%d.%s" % (l, s)]
+    a = ln(x, p("ln_1.weight"), p("ln_1.bias")) @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
+    q, k, v = [t.view(nw, T, NH, C // NH).transpose(1, 2) for t in a.split(C, dim=2)]
+    att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf"))
+    y = (att.softmax(-1) @ v).transpose(1, 2).reshape(nw, T, C)
+    x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
+    m = ln(x, p("ln_2.weight"), p("ln_2.bias")) @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")
+    x = x + F.gelu(m, approximate="tanh") @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
+logits = ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].t()
+got = F.cross_entropy(logits.reshape(-1, 256), Y.reshape(-1)).item()
+print("# validation loss: dstrain %s, PyTorch %.6f" % (sys.argv[3], got))
+assert abs(got - float(sys.argv[3])) < 1e-3 and got < 1.0, got
+PY
+    ;;
+*)
+    fail "unknown test '$TEST'"
+    ;;
+esac
+echo "PASS: gpt $TEST"

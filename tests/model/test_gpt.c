@@ -1,0 +1,237 @@
+/*
+ * Unit tests of the GPT (model_gpt.c): every parameter's gradient against central
+ * finite differences (every tensor kind, weights cut into several segments as stage 2
+ * sees them), segment sizes and thread counts that change no bits, exact loss
+ * scaling, Hugging Face's tensor names, the input checks, and a tiny model that
+ * overfits one batch.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/model/cpupool.h"
+#include "dslaunch/model/model.h"
+#include "dslaunch/model/optimizer.h"
+
+#include "test.h"
+#include "dslaunch/common/banned.h"
+
+struct full_sink {
+    float *grads;
+    const struct dsl_model *m;
+    size_t ndone, last_off, needed;
+};
+
+static float *fs_dest(void *ctx, size_t seg)
+{
+    struct full_sink *s = ctx;
+    return s->grads + s->m->segs[seg].off;
+}
+
+static void fs_done(void *ctx, size_t seg)
+{
+    struct full_sink *s = ctx;
+    /* segments come down the flat buffer without a gap (the trainer's buckets) */
+    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
+    ASSERT_EQ(seg, s->ndone);
+    s->last_off = s->m->segs[seg].off;
+    s->ndone++;
+}
+
+static void fs_need(void *ctx, size_t off, size_t len)
+{
+    struct full_sink *s = ctx;
+    ASSERT_EQ(off, s->needed); /* forward asks for the buffer in order, all of it */
+    s->needed = off + len;
+}
+
+static void make_gpt(struct dsl_model *m, size_t L, size_t C, size_t NH, size_t T, size_t V,
+                     size_t batch, size_t seg_max)
+{
+    struct dsl_model_spec sp = {.type = "gpt", .in_dim = T + 1, .out_dim = V,
+                                .max_batch = batch, .seg_max = seg_max,
+                                .gpt = {.layers = L, .dim = C, .heads = NH, .context = T}};
+    char err[DSL_ERR_LEN];
+    int r = dsl_model_create(m, &sp, err);
+    if (r < 0)
+        DSL_FAIL_("create: %s", err);
+}
+
+static void tokens(float *x, size_t n, size_t V, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(dsl_test_rng(&seed) % V);
+}
+
+static void grads(struct dsl_model *m, const float *p, const float *x, size_t n, float scale,
+                  float *g, struct dsl_model_stats *st)
+{
+    struct full_sink fs = {g, m, 0, m->nparams, 0};
+    struct dsl_grad_sink sink = {.dest = fs_dest, .done = fs_done, .need = fs_need, .ctx = &fs};
+    ASSERT_OK(m->ops->forward_backward(m, p, x, NULL, n, scale, &sink, st));
+    ASSERT_EQ(fs.ndone, m->nsegs);
+    ASSERT_EQ(fs.last_off, 0);
+    ASSERT_EQ(fs.needed, m->nparams);
+}
+
+TEST(gpt_gradient_should_match_finite_differences_for_every_tensor)
+{
+    struct dsl_model m;
+    size_t L = 2, C = 8, NH = 2, T = 5, V = 11, B = 3;
+    make_gpt(&m, L, C, NH, T, V, B, 20);
+    float *p = calloc(m.nparams, sizeof(float)), *g = calloc(m.nparams, sizeof(float));
+    float x[3 * 6];
+    m.ops->init_params(&m, p, 5);
+    /* larger weights than GPT-2's 0.02, so that every path carries signal */
+    uint64_t s = 77;
+    for (size_t i = 0; i < m.nparams; i++)
+        p[i] += (float)((double)(dsl_test_rng(&s) >> 11) / 9007199254740992.0 - 0.5) * 0.6f;
+    tokens(x, B * (T + 1), V, 3);
+    struct dsl_model_stats st;
+    grads(&m, p, x, B, 1.0f, g, &st);
+    ASSERT(m.nsegs > 4 + 12 * L); /* weights were cut into row blocks */
+    struct dsl_model_tensor tl[DSL_MODEL_MAX_TENSORS];
+    size_t nt = dsl_model_tensor_list(&(struct dsl_model_spec){.type = "gpt", .in_dim = T + 1,
+                                                              .out_dim = V, .max_batch = B,
+                                                              .gpt = {L, C, NH, T}},
+                                      tl, DSL_MODEL_MAX_TENSORS);
+    ASSERT_EQ(nt, 4 + 12 * L);
+    double worst = 0.0;
+    for (size_t k = 0; k < nt; k++) {
+        double tw = 0.0;
+        for (size_t i = tl[k].off; i < tl[k].off + tl[k].len; i++) {
+            float keep = p[i];
+            struct dsl_model_stats a, b;
+            float h = 1e-2f;
+            p[i] = keep + h;
+            ASSERT_OK(m.ops->evaluate(&m, p, x, NULL, B, &a));
+            p[i] = keep - h;
+            ASSERT_OK(m.ops->evaluate(&m, p, x, NULL, B, &b));
+            p[i] = keep;
+            double fd = (a.loss_sum - b.loss_sum) / (2.0 * (double)h);
+            double e = fabs(fd - g[i]) / (1e-2 + fabs(g[i]));
+            tw = e > tw ? e : tw;
+        }
+        printf("# %-24s max relative error %.2g\n", tl[k].name, tw);
+        worst = tw > worst ? tw : worst;
+    }
+    ASSERT(worst < 2e-2);
+    free(p);
+    free(g);
+    dsl_model_release(&m);
+}
+
+TEST(gpt_gradient_should_not_depend_on_segment_size_or_threads)
+{
+    struct dsl_model a, b;
+    make_gpt(&a, 2, 16, 4, 8, 13, 4, 0);
+    make_gpt(&b, 2, 16, 4, 8, 13, 4, 37);
+    float *p = calloc(a.nparams, sizeof(float));
+    float *ga = calloc(a.nparams, sizeof(float)), *gb = calloc(a.nparams, sizeof(float));
+    float x[4 * 9];
+    a.ops->init_params(&a, p, 9);
+    tokens(x, sizeof(x) / sizeof(x[0]), 13, 4);
+    struct dsl_model_stats sa, sb;
+    grads(&a, p, x, 4, 1.0f, ga, &sa);
+    dsl_cpupool_set_threads(3); /* before the pool's first use, which starts the helpers */
+    grads(&b, p, x, 4, 1.0f, gb, &sb);
+    ASSERT(a.nsegs < b.nsegs);
+    ASSERT(sa.loss_sum == sb.loss_sum);
+    ASSERT(memcmp(ga, gb, a.nparams * sizeof(float)) == 0);
+    /* a power-of-two loss scale scales every element exactly, the loss not at all */
+    grads(&b, p, x, 4, 256.0f, gb, &sb);
+    ASSERT(sa.loss_sum == sb.loss_sum);
+    for (size_t i = 0; i < a.nparams; i++)
+        if (gb[i] != 256.0f * ga[i])
+            DSL_FAIL_("gradient %zu: %a at scale 256, %a at scale 1", i, (double)gb[i],
+                      (double)ga[i]);
+    free(p);
+    free(ga);
+    free(gb);
+    dsl_model_release(&a);
+    dsl_model_release(&b);
+}
+
+TEST(gpt_should_name_its_tensors_as_hugging_face_gpt2)
+{
+    struct dsl_model_spec sp = {.type = "gpt", .in_dim = 129, .out_dim = 256, .max_batch = 1,
+                                .gpt = {4, 128, 4, 128}};
+    struct dsl_model_tensor tl[DSL_MODEL_MAX_TENSORS];
+    size_t n = dsl_model_tensor_list(&sp, tl, DSL_MODEL_MAX_TENSORS);
+    ASSERT_EQ(n, 52);
+    ASSERT_STR_EQ(tl[0].name, "wte.weight");
+    ASSERT_EQ(tl[0].shape[0], 256);
+    ASSERT_STR_EQ(tl[1].name, "wpe.weight");
+    ASSERT_STR_EQ(tl[4].name, "h.0.attn.c_attn.weight");
+    ASSERT_EQ(tl[4].shape[0], 128); /* Conv1D: [in, out] */
+    ASSERT_EQ(tl[4].shape[1], 384);
+    ASSERT_STR_EQ(tl[12].name, "h.0.mlp.c_proj.weight");
+    ASSERT_EQ(tl[12].shape[0], 512);
+    ASSERT_STR_EQ(tl[51].name, "ln_f.bias");
+    ASSERT_EQ(tl[51].off + tl[51].len, 842496); /* the PyTorch peer's parameter count */
+}
+
+TEST(gpt_should_reject_bad_shapes_and_token_ids)
+{
+    struct dsl_model m;
+    char err[DSL_ERR_LEN];
+    struct dsl_model_spec sp = {.type = "gpt", .in_dim = 9, .out_dim = 16, .max_batch = 2,
+                                .gpt = {2, 30, 4, 8}};
+    ASSERT_EQ(dsl_model_create(&m, &sp, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "heads 4 must divide dim 30");
+    sp.gpt.dim = 32;
+    sp.in_dim = 8;
+    ASSERT_EQ(dsl_model_create(&m, &sp, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "context + 1");
+    sp.in_dim = 9;
+    ASSERT_OK(dsl_model_create(&m, &sp, err));
+    float *p = calloc(m.nparams, sizeof(float)), x[18] = {0};
+    struct dsl_model_stats st;
+    x[3] = 16.0f; /* = vocab */
+    ASSERT_EQ(m.ops->evaluate(&m, p, x, NULL, 2, &st), DSL_EDATA);
+    ASSERT_CONTAINS(m.err, "outside 0..15");
+    x[3] = 2.5f;
+    ASSERT_EQ(m.ops->evaluate(&m, p, x, NULL, 2, &st), DSL_EDATA);
+    x[3] = 2.0f;
+    ASSERT_OK(m.ops->evaluate(&m, p, x, NULL, 2, &st));
+    ASSERT(fabs(st.loss_sum - 2.0 * log(16.0)) < 1e-5); /* zero weights: uniform */
+    free(p);
+    dsl_model_release(&m);
+}
+
+TEST(gpt_should_overfit_one_batch)
+{
+    struct dsl_model m;
+    size_t B = 4, T = 16, V = 32;
+    make_gpt(&m, 2, 32, 4, T, V, B, 0);
+    size_t P = m.nparams;
+    float *p = calloc(P, sizeof(float)), *g = calloc(P, sizeof(float));
+    float *mo = calloc(P, sizeof(float)), *vo = calloc(P, sizeof(float));
+    float x[4 * 17];
+    m.ops->init_params(&m, p, 1);
+    tokens(x, B * (T + 1), V, 11);
+    struct dsl_optim_hparams h = {DSL_OPTIM_ADAM, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 0};
+    struct dsl_model_stats st;
+    double first = 0.0, last = 0.0;
+    for (uint64_t t = 1; t <= 150; t++) {
+        grads(&m, p, x, B, 1.0f, g, &st);
+        if (t == 1)
+            first = st.loss_sum / (double)B;
+        last = st.loss_sum / (double)B;
+        dsl_optim_step(&h, h.lr, t, 1.0f / (float)B, p, g, mo, vo, P);
+    }
+    printf("# loss %.4f -> %.4f nats/token (uniform %.4f)\n", first, last, log((double)V));
+    ASSERT(fabs(first - log((double)V)) < 0.1);
+    ASSERT(last < 0.1);
+    free(p);
+    free(g);
+    free(mo);
+    free(vo);
+    dsl_model_release(&m);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}

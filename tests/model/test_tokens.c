@@ -1,0 +1,173 @@
+/*
+ * Unit tests of the GPT's data (tokens.c): llm.c's shard format round trip and its
+ * header errors, the text reader's choice of files, and the "text" and "tokens"
+ * datasets' windows.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/model/data.h"
+
+#include "test.h"
+#include "dslaunch/common/banned.h"
+
+static char dir[64];
+
+static void make_dir(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/dsl_test_tokens.%ld", (long)getpid());
+    mkdir(dir, 0700);
+}
+
+static void put(const char *name, const void *data, size_t n)
+{
+    char p[128];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    ASSERT(f && fwrite(data, 1, n, f) == n && fclose(f) == 0);
+}
+
+static void clean(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
+TEST(token_shards_should_round_trip_in_llm_c_format)
+{
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    snprintf(p, sizeof(p), "%s/a_train.bin", dir);
+    uint16_t tok[5] = {0, 1, 255, 50256, 65535};
+    ASSERT_OK(dsl_tokens_write(p, tok, 5, err));
+    FILE *f = fopen(p, "rb");
+    uint8_t raw[1034];
+    ASSERT(f && fread(raw, 1, sizeof(raw), f) == sizeof(raw) && fgetc(f) == EOF);
+    fclose(f);
+    ASSERT_EQ(raw[0] | raw[1] << 8 | raw[2] << 16 | raw[3] << 24, 20240520);
+    ASSERT_EQ(raw[4], 1);
+    ASSERT_EQ(raw[8], 5);
+    ASSERT_EQ(raw[1024 + 6] | raw[1024 + 7] << 8, 50256); /* little-endian uint16 */
+    uint16_t *back;
+    size_t n;
+    ASSERT_OK(dsl_tokens_read(p, &back, &n, err));
+    ASSERT_EQ(n, 5);
+    ASSERT(memcmp(back, tok, sizeof(tok)) == 0);
+    free(back);
+    clean();
+}
+
+TEST(token_shard_headers_should_be_checked_against_the_file)
+{
+    uint8_t h[1024] = {0};
+    uint64_t n;
+    char err[DSL_ERR_LEN];
+    h[0] = 0x88, h[1] = 0xd8, h[2] = 0x34, h[3] = 0x01; /* 20240520 = 0x0134d888 */
+    h[4] = 1;
+    h[8] = 10;
+    ASSERT_OK(dsl_tokens_check_header(h, 1024, 1044, "s.bin", &n, err));
+    ASSERT_EQ(n, 10);
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1043, "s.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "token shard 's.bin': truncated: the header claims 10 tokens");
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1046, "s.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "2 bytes after the 10 tokens");
+    ASSERT_EQ(dsl_tokens_check_header(h, 100, 100, "s.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "shorter than the 1024-byte header");
+    h[4] = 2;
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1044, "s.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "version 2 not supported");
+    h[0] = 0;
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1044, "s.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "bad magic");
+}
+
+TEST(text_data_should_read_regular_files_in_name_order_without_indexes_or_links)
+{
+    make_dir();
+    put("b", "BB", 2);
+    put("a", "A", 1);
+    put("a.dat", "xxxx", 4);
+    char t[128], l[128], err[DSL_ERR_LEN];
+    snprintf(t, sizeof(t), "%s/a", dir);
+    snprintf(l, sizeof(l), "%s/c", dir);
+    ASSERT_EQ(symlink(t, l), 0);
+    uint8_t *b;
+    size_t n, nf;
+    ASSERT_OK(dsl_text_read(dir, &b, &n, &nf, err));
+    ASSERT_EQ(nf, 2);
+    ASSERT_EQ(n, 3);
+    ASSERT(memcmp(b, "ABB", 3) == 0);
+    free(b);
+    clean();
+}
+
+TEST(text_dataset_should_cut_training_and_validation_windows)
+{
+    make_dir();
+    char text[100];
+    for (int i = 0; i < 100; i++)
+        text[i] = (char)('a' + i % 26);
+    put("t", text, 100);
+    struct dsl_dataset tr, te;
+    char err[DSL_ERR_LEN];
+    struct dsl_data_opts o = {.name = "text", .path = dir, .context = 8, .stride = 3,
+                              .vocab = 256, .val_fraction = 0.2};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    /* 80 training bytes: windows of 9 every 3 bytes; 20 validation bytes every 8 */
+    ASSERT_EQ(tr.n, (80 - 9) / 3 + 1);
+    ASSERT_EQ(tr.dim, 9);
+    ASSERT(tr.byte_level && tr.x == NULL);
+    ASSERT_EQ(te.n, (20 - 1) / 8);
+    size_t idx[2] = {2, 0};
+    float x[18];
+    int32_t y[2];
+    dsl_dataset_gather(&tr, idx, 2, x, y);
+    ASSERT_EQ((int)x[0], 'a' + 6);
+    ASSERT_EQ((int)x[9], 'a');
+    ASSERT_EQ((int)te.x[9], 'a' + (80 + 8) % 26); /* validation window 1 starts at 88 */
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    o.context = 30; /* longer than the validation split */
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "fewer than one window of context + 1 = 31");
+    clean();
+}
+
+TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
+{
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint16_t)(i * 7 % 50);
+    snprintf(p, sizeof(p), "%s/x_train_000.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/x_val_000.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
+    ASSERT_EQ(te.n, 19 / 4);
+    ASSERT(!tr.byte_level);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    o.vocab = 40;
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "training shards: token 42 at position 6 is outside the vocabulary of 40");
+    o.path = "/nonexistent-dir";
+    ASSERT(dsl_data_load(&tr, &te, &o, err) < 0);
+    ASSERT_CONTAINS(err, "/nonexistent-dir");
+    clean();
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
