@@ -468,6 +468,7 @@ static void reap(struct agent *a)
             dsl_contain_cause(&a->contain, i, r->sig,
                               r->sig > 0 && r->sig < 64 && ((r->sent_sigs >> r->sig) & 1),
                               &r->cause);
+            r->cause.unstopped = r->sent_sigs == 0;
             found = 1;
         }
     }
@@ -527,6 +528,10 @@ static void begin_stop(struct agent *a, int sig, double grace)
     }
     if (a->state == AG_DONE)
         return;
+    /* a rank that is already dead died before the stop, whatever killed it: reaped now,
+     * before the stop's signal, it is reported so (unstopped), and the launcher can name
+     * it rather than a peer that failed because of it (job_loop.c) */
+    reap(a);
     a->state = AG_STOPPING;
     a->kill_at = dsl_now() + grace;
     a->stop_sig = sig;

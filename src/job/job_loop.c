@@ -51,6 +51,24 @@
 /* SIGKILL is ours only once the grace has run out; before that it came from outside. */
 #define SIGKILL_BY_US(job) (dsl_now() - (job)->t_stop >= (job)->opts->term_timeout ? SIGKILL : 0)
 
+/*
+ * Whether rank r, killed by signal, died before the first failure's consequences could
+ * reach it. Exactly so when its agent says it died before being signalled at all (the
+ * agent reaps its dead ranks before it signals the others): then the kill is no part
+ * of the stop, however late its report arrives behind a peer's. Otherwise (the stop
+ * reached the node first, or an older agent) only a signal the stop did not send, moments
+ * after the first failure, counts.
+ */
+static int foreign_kill_first(struct dsl_job *job, const struct dsl_job_rank *r)
+{
+    if (r->cause.known && r->cause.unstopped)
+        return 1;
+    if (r->sig == job->stop_sig || r->sig == SIGKILL_BY_US(job) ||
+        (r->cause.known && r->cause.by_stop))
+        return 0;
+    return dsl_now() - job->t_first_fail < CAUSE_WINDOW(job);
+}
+
 static volatile sig_atomic_t sig_pending, sig_count;
 static volatile sig_atomic_t usr1_pending; /* SIGUSR1: passed to the ranks, no stop */
 static int sig_wfd = -1;
@@ -360,13 +378,13 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
             job->t_first_fail = dsl_now();
-        } else if (r->sig && r->sig != job->stop_sig && r->sig != SIGKILL_BY_US(job) &&
-                   job->failed_rank >= 0 && !job->ranks[job->failed_rank].sig &&
-                   dsl_now() - job->t_first_fail < CAUSE_WINDOW(job)) {
+        } else if (r->sig && job->failed_rank >= 0 && !job->ranks[job->failed_rank].sig &&
+                   foreign_kill_first(job, r)) {
             /*
-             * A rank killed by a signal nobody here sent, moments after a peer exited
-             * with an error: the peer most likely failed because of it (a collective
-             * saw the connection drop), so the kill is what the summary should name.
+             * A rank killed by a signal nobody here sent, while a peer's error exit is
+             * the first failure: the peer most likely failed because of it (a
+             * collective saw the connection drop), so the kill is what the summary
+             * should name.
              */
             job->failed_rank = r->rank;
             job->exit_code = 128 + r->sig;

@@ -243,6 +243,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             cJSON_AddNumberToObject(c, "src", m->cause.oom_src);
             cJSON_AddNumberToObject(c, "kills", m->cause.oom_kills);
             cJSON_AddNumberToObject(c, "stop", m->cause.by_stop);
+            if (m->cause.unstopped) /* absent from older agents: "not known to be" */
+                cJSON_AddNumberToObject(c, "unstopped", 1);
             cJSON_AddNumberToObject(c, "limit", m->cause.mem_limit);
             cJSON_AddNumberToObject(c, "peak", m->cause.mem_peak);
             cJSON_AddNumberToObject(c, "avail", m->cause.mem_avail);
@@ -397,8 +399,13 @@ static int get_cause(const cJSON *o, struct dsl_exit_cause *c, char *err)
         (r = get_bytes(o, "peak", &c->mem_peak, err)) < 0 ||
         (r = get_bytes(o, "avail", &c->mem_avail, err)) < 0)
         return r;
+    c->unstopped = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "unstopped") &&
+        (r = get_int(o, "unstopped", &c->unstopped, err)) < 0)
+        return r;
     if (c->oom < DSL_OOM_NONE || c->oom > DSL_OOM_OTHER || c->oom_src < DSL_OOMSRC_NONE ||
-        c->oom_src > DSL_OOMSRC_KMSG || c->oom_kills < 0 || (c->by_stop != 0 && c->by_stop != 1))
+        c->oom_src > DSL_OOMSRC_KMSG || c->oom_kills < 0 || (c->by_stop != 0 && c->by_stop != 1) ||
+        (c->unstopped != 0 && c->unstopped != 1))
         return dsl_seterr(err, DSL_EPROTO, "member 'cause' out of range");
     c->known = 1;
     return 0;

@@ -291,6 +291,13 @@ static int check_shared_dir(struct dsl_trainer *t, const char *dir, char *err)
         return dsl_seterr(err, r, "checkpoint_dir '%s': %s", dir, dsl_trainer_last_error(t));
     if (w[0] < 0)
         return 0;
+    /* Every rank is about to fail, and the first to exit has the launcher stop the
+     * others; rank 0 may finish the allreduce last, and stopped before the remove it
+     * would leave its probe behind. So no rank returns before rank 0 removed it. */
+    int32_t gate[1] = {0};
+    r = dsl_trainer_allreduce_host(t, gate, 1, DSL_INT32, DSL_MAX);
+    if (r < 0)
+        return dsl_seterr(err, r, "checkpoint_dir '%s': %s", dir, dsl_trainer_last_error(t));
     char host[256] = "?";
     gethostname(host, sizeof(host) - 1);
     if (sees != 1)

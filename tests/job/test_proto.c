@@ -187,6 +187,11 @@ TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
     ASSERT_EQ(got.cause.oom, DSL_OOM_RANK);
     ASSERT_EQ(got.cause.oom_src, DSL_OOMSRC_CGROUP);
     ASSERT(got.cause.mem_limit == 52428800 && got.cause.mem_avail == 1288490188.8);
+    ASSERT_EQ(got.cause.unstopped, 0);
+    m.cause.unstopped = 1; /* died before its agent signalled it */
+    dsl_msg_release(&got);
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.cause.unstopped, 1);
     dsl_msg_release(&m);
     dsl_msg_release(&got);
 
@@ -255,6 +260,9 @@ TEST(decoder_should_reject_malformed_and_mistyped_messages)
         " \"limit\": -5, \"peak\": 0, \"avail\": 0}}",
         "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 9, \"wall\": 0,"
         " \"tail\": [], \"cause\": {\"oom\": 1}}",
+        "{\"t\": \"exit\", \"rank\": 0, \"pid\": 1, \"code\": 0, \"sig\": 9, \"wall\": 0,"
+        " \"tail\": [], \"cause\": {\"oom\": 0, \"src\": 0, \"kills\": 0, \"stop\": 0,"
+        " \"unstopped\": 2, \"limit\": 0, \"peak\": 0, \"avail\": 0}}",
         "{\"t\":\"hello\",\"proto\":1,\"version\":\"0\",\"host\":\"n\",\"cpus\":2,\"gpus\":0,"
         "\"pid\":5,\"ifaces\":[],\"contain\":5}",
         "{\"t\":\"start\",\"node_rank\":0,\"host_label\":\"h\",\"cwd\":\"\",\"argv\":[\"x\"],"

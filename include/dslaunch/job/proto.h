@@ -117,6 +117,7 @@ struct dsl_exit_cause {
     int oom_src;      /* enum dsl_oom_source */
     int oom_kills;    /* processes the OOM killer ended in the rank's cgroup */
     int by_stop;      /* 1: the signal that ended the rank came from dslaunch's stop */
+    int unstopped;    /* 1: the rank ended before its agent had signalled it at all */
     double mem_limit; /* the rank cgroup's memory limit */
     double mem_peak;  /* the most memory the rank's cgroup used */
     double mem_avail; /* the node's available memory */

@@ -195,18 +195,29 @@ expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks, gr
     wait_gone 20 $gcs $ds
 '
 
-# agent_on N: the pid of the node agent (comm dslaunch) running under node N's sshd
+# agent_on N: the pid of the node agent running under node N's sshd. The agent forks a
+# clean-up process (its "keeper", contain.c) that has the same name and command line and
+# also descends from the sshd, and after a pid wrap it may have the lower pid; what tells
+# them apart is parentage: the agent's parent is the sshd's session (not a dslaunch), the
+# keeper's parent is the agent. Exactly one such process, or none is named.
 agent_on() {
-    local sshd p q
+    local sshd p q parent found=
     sshd=$(cat "$D/node$1/sshd.pid")
     for p in $(pgrep -x dslaunch); do
-        q=$p
+        tr "\0" "\n" <"/proc/$p/cmdline" 2>/dev/null | grep -qx -- --agent || continue
+        parent=$(awk '{ print $4 }' "/proc/$p/stat" 2>/dev/null) || continue
+        [ "$(cat "/proc/$parent/comm" 2>/dev/null)" = dslaunch ] && continue
+        q=$parent
         while [ -n "$q" ] && [ "$q" -gt 1 ]; do
-            [ "$q" = "$sshd" ] && { echo "$p"; return 0; }
+            if [ "$q" = "$sshd" ]; then
+                [ -z "$found" ] || { echo "agent_on $1: both $found and $p look like the agent" >&2; return 1; }
+                found=$p
+                break
+            fi
             q=$(awk '{ print $4 }' "/proc/$q/stat" 2>/dev/null)
         done
     done
-    return 1
+    [ -n "$found" ] && echo "$found"
 }
 
 # node_contain N: the containment --check reports for node index N (0-based)

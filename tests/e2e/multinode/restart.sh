@@ -108,8 +108,9 @@ if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && [ "\$NODE_RANK" = 2 ] && [ "\$LOCAL_RAN
     "$DSTRAIN" "\$@" &
     pid=\$!
     while [ ! -e "$ck/latest" ] && kill -0 \$pid 2>/dev/null; do sleep 0.01; done
-    kill -9 \$pid
-    kill -9 \$\$
+    # the rank and its dstrain die in one kill (of the rank process group): killed one
+    # at a time, the peers could fail, and the stop reach this rank, in between
+    kill -9 0
 fi
 exec "$DSTRAIN" "\$@"
 EOF

@@ -44,8 +44,10 @@ if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && [ "\$RANK" = 1 ]; then
     "$DSTRAIN" "\$@" &
     pid=\$!
     while [ ! -e "$CK/latest" ] && kill -0 \$pid 2>/dev/null; do sleep 0.01; done
-    kill -9 \$pid
-    kill -9 \$\$
+    # the rank and its dstrain die in one kill (of the rank process group): killed one
+    # at a time, rank 0 could see its peer vanish and fail, and the stop SIGTERM this
+    # rank, in between, so that the summary named rank 0
+    kill -9 0
 fi
 exec "$DSTRAIN" "\$@"
 EOF
