@@ -237,6 +237,12 @@ static int cmd_run(int argc, char **argv)
         dsl_error("%s", err);
         goto out;
     }
+    if (!opts.argv.nr && opts.mode != DSL_MODE_CHECK &&
+        !(plan.nossh.on && plan.nossh.node_rank > 0)) {
+        dsl_error("no program given (usage: dslaunch [options] PROGRAM [ARGS...]; only a "
+                  "no-ssh node other than node 0 may leave it out)");
+        goto out;
+    }
     if (plan.nossh.on && opts.mode != DSL_MODE_DRY_RUN) {
         if (plan.nossh.node_rank > 0) {
             code = dsl_nossh_join(&plan);

@@ -270,6 +270,18 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     dsl_launch_opts_init(o);
 }
 
+int dsl_launch_opts_may_join(const struct dsl_launch_opts *o)
+{
+    if (o->mode != DSL_MODE_RUN || o->emit)
+        return 0;
+    if (o->node_rank >= 0)
+        return o->node_rank > 0;
+    const char *k = getenv("PET_NODE_RANK");
+    if (!k || !k[0])
+        k = getenv("JOB_COMPLETION_INDEX");
+    return k && k[0] && strcmp(k, "0") != 0;
+}
+
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err)
 {
     int r = dsl_opt_parse(&parser, o, argc, argv, &o->argv, err);
@@ -311,7 +323,9 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->emit && o->mode != DSL_MODE_DRY_RUN)
         return dsl_seterr(err, DSL_EUSAGE, "--emit writes a batch script instead of running: "
                           "it needs --dry-run");
-    if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
+    /* a no-ssh node other than node 0 may come without a program: it runs node 0's
+     * (docs/no-ssh.md); the launcher checks once the mode is resolved */
+    if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0 && !dsl_launch_opts_may_join(o))
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)
         return dsl_seterr(err, DSL_EUSAGE,
