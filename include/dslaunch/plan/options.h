@@ -102,11 +102,12 @@ struct dsl_launch_opts {
     double join_timeout;       /* --join_timeout: nodes dial in within this (300 s) */
     int emit;                  /* --emit sbatch[=FILE] with --dry-run: the batch script
                                   (DSL_EMIT_*) instead of the plan's JSON */
-    char *emit_file;           /* --emit sbatch=FILE: write it there (new file); NULL: stdout */
+    char *emit_file;           /* --emit KIND=FILE: write it there (new file); NULL: stdout */
+    char *image;               /* --image: --emit jobset's container image (required) */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 
-enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1 };
+enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1, DSL_EMIT_JOBSET = 2 };
 
 void dsl_launch_opts_init(struct dsl_launch_opts *o);
 /**
