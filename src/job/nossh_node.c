@@ -5,9 +5,11 @@
  * (remote/join.c) is opened on the control port with every node rank's key derived from
  * the secret; a poll loop of 100 ms turns services it, reads what each open channel has
  * sent and decodes its first line, the agent's hello (proto.h: slots, node_rank,
- * nnodes). A hello that contradicts this node (another --nnodes, another node rank than
- * its key says) ends the wait with 202; a channel that fails or closes makes its slot
- * wait again. When every node is in, the nodes go into the plan in node-rank order, so
+ * nnodes, the digest of its command line). A hello that contradicts this node
+ * (nossh_check.c: another --nnodes, node rank, dslaunch or protocol version, PROGRAM or
+ * arguments) ends the wait with 202, after a stop naming the reason has gone to every
+ * node already in (they print it and exit 202); a channel that fails or closes makes
+ * its slot wait again. When every node is in, the nodes go into the plan in node-rank order, so
  * ranks are numbered by node rank, and each slot is named after its node for the job's
  * connections, which replay the hello. SIGINT/SIGTERM/SIGHUP end the wait (128 +
  * signal). At --join_timeout the missing node ranks are named, with the connections the
