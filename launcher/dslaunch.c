@@ -146,6 +146,50 @@ static int save_pid(char **path, char *err)
     return 0;
 }
 
+/* the options the pods' dslaunch does not take from this command line: the emit, the
+ * choice of hosts, and the no-ssh settings the manifest writes itself */
+static const char *const not_in_jobset[] = {
+    "dry_run", "emit", "image", "hostfile", "include", "exclude", "num_nodes", "num_gpus",
+    "nproc_per_node", "launcher", "launcher_args", "master_addr", "master_port",
+    "force_multi", "no_ssh", "nnodes", "node_rank", "job_secret_file", "remote_dslaunch",
+    "remote_cwd", "sync", NULL};
+
+/* --emit jobset: nodes pods (--num_nodes, 1 below 1) of gpus ranks each (--num_gpus or
+ * --nproc_per_node; none: each pod counts its own), asking for GPUs only for --num_gpus */
+static int jobset_manifest(const struct dsl_plan *plan, int argc, char **argv, int nodes,
+                           int gpus, struct dsl_dynbuf *out, char *err)
+{
+    const struct dsl_launch_opts *o = plan->opts;
+    char name[DSL_JOBSET_NAME_MAX + 8];
+    struct dsl_strvec words, env;
+    dsl_strvec_init(&words);
+    dsl_strvec_init(&env);
+    dsl_jobset_name(o->argv.v[0], name, sizeof(name));
+    dsl_launch_opts_forward(argc, argv, not_in_jobset, &words);
+    dsl_strvec_push(&words, "--");
+    for (size_t k = 0; k < o->argv.nr; k++)
+        dsl_strvec_push(&words, o->argv.v[k]);
+    for (size_t k = 0; k < plan->exported.nr; k++) /* never the secret's value */
+        if (strncmp(plan->exported.v[k], DSL_ENV_JOB_SECRET "=",
+                    strlen(DSL_ENV_JOB_SECRET) + 1) != 0)
+            dsl_strvec_push(&env, plan->exported.v[k]);
+    struct dsl_jobset_req rq = {
+        .name = name,
+        .image = o->image,
+        .nodes = nodes > 0 ? nodes : 1,
+        .slots = gpus > 0 ? gpus : 0,
+        .gpus = gpus > 0 && o->nproc_per_node <= 0,
+        .master_port = o->master_port,
+        .control_port = o->control_port,
+        .env = (const char *const *)env.v,
+        .argv = (const char *const *)words.v,
+    };
+    int r = dsl_emit_jobset(&rq, out, err);
+    dsl_strvec_release(&words);
+    dsl_strvec_release(&env);
+    return r;
+}
+
 /* --dry-run --emit sbatch[=FILE]: the plan as a batch script, on stdout or in a new
  * file (O_EXCL: an existing file, or a link planted at the name, is an error) */
 static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int nodes, int gpus)
@@ -157,7 +201,9 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
     int code = DSL_EXIT_USAGE, fd = 1;
     dsl_dynbuf_init(&out, (size_t)1 << 26);
     dsl_emit_req_from_plan(plan, argc, argv, nodes, gpus, &rq, &st);
-    if (dsl_emit_sbatch(&rq, &out, err) < 0)
+    int jobset = plan->opts->emit == DSL_EMIT_JOBSET;
+    if (jobset ? jobset_manifest(plan, argc, argv, nodes, gpus, &out, err) < 0
+               : dsl_emit_sbatch(&rq, &out, err) < 0)
         goto out;
     const char *file = plan->opts->emit_file;
     if (file && (fd = dsl_file_create(AT_FDCWD, file, file, 0755, DSL_FILE_FAIL, err)) < 0)
@@ -169,8 +215,9 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0) {
-            snprintf(err, DSL_ERR_LEN, "cannot write the batch script to '%s': %s",
-                     file ? file : "stdout", strerror(errno));
+            snprintf(err, DSL_ERR_LEN, "cannot write the %s to '%s': %s",
+                     jobset ? "JobSet" : "batch script", file ? file : "stdout",
+                     strerror(errno));
             goto out;
         }
         s += w;
@@ -178,15 +225,18 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
     }
     if (file && close(fd) < 0) {
         fd = -1;
-        snprintf(err, DSL_ERR_LEN, "cannot write the batch script to '%s': %s", file,
-                 strerror(errno));
+        snprintf(err, DSL_ERR_LEN, "cannot write the %s to '%s': %s",
+                 jobset ? "JobSet" : "batch script", file, strerror(errno));
         goto out;
     }
     fd = -1;
     code = 0;
-    if (file && plan->opts->verbose >= 1)
+    if (file && plan->opts->verbose >= 1 && jobset)
+        dsl_info("wrote the JobSet '%s' (make its Secret, then: kubectl apply -f %s)", file,
+                 file);
+    else if (file && plan->opts->verbose >= 1)
         dsl_info("wrote the batch script '%s' (submit it with: sbatch %s)", file, file);
-    if (rq.requeue && !rq.resumes && plan->opts->verbose >= 1)
+    if (!jobset && rq.requeue && !rq.resumes && plan->opts->verbose >= 1)
         dsl_info("--save-on-signal without --resume: the script requeues the job on exit 138, "
                  "but its next start begins afresh (dstrain: add --resume auto)");
 out:
@@ -237,6 +287,12 @@ static int cmd_run(int argc, char **argv)
         dsl_error("%s", err);
         goto out;
     }
+    if (!opts.argv.nr && opts.mode != DSL_MODE_CHECK &&
+        !(plan.nossh.on && plan.nossh.node_rank > 0)) {
+        dsl_error("no program given (usage: dslaunch [options] PROGRAM [ARGS...]; only a "
+                  "no-ssh node other than node 0 may leave it out)");
+        goto out;
+    }
     if (plan.nossh.on && opts.mode != DSL_MODE_DRY_RUN) {
         if (plan.nossh.node_rank > 0) {
             code = dsl_nossh_join(&plan);
@@ -255,7 +311,8 @@ static int cmd_run(int argc, char **argv)
     /* --emit from a login node (no hostfile, no allocation): --num_nodes and --num_gpus
      * are what the script asks Slurm for, not a filter on this machine's slots */
     int emit_nodes = -1, emit_gpus = opts.num_gpus;
-    if (opts.emit && !opts.hostfile_given && !getenv("SLURM_JOB_ID")) {
+    if (opts.emit == DSL_EMIT_JOBSET ||
+        (opts.emit && !opts.hostfile_given && !getenv("SLURM_JOB_ID"))) {
         emit_nodes = opts.num_nodes;
         opts.num_nodes = opts.num_gpus = -1;
     }

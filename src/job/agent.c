@@ -72,6 +72,7 @@
 #include "dslaunch/remote/netinfo.h"
 #include "dslaunch/remote/seal.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/job/nossh_node.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
@@ -79,6 +80,7 @@
 
 extern char **environ;
 
+#define ARGV_SHOW_MAX (64u << 10) /* no-ssh hello: the words too, up to this size */
 #define OUTQ_MAX (64u << 20)     /* hard bound on queued control output */
 #define OUTQ_PAUSE (4u << 20)    /* stop reading rank pipes above this */
 #define LINE_MAX_BYTES (1u << 20) /* a longer line is forwarded in pieces */
@@ -126,7 +128,7 @@ struct agent {
     int stop_signo;               /* STOP_SIGNAL: the signal */
 };
 
-enum { STOP_NONE = 0, STOP_ASKED, STOP_LOST, STOP_SIGNAL };
+enum { STOP_NONE = 0, STOP_ASKED, STOP_LOST, STOP_SIGNAL, STOP_REFUSED };
 
 static void note_stop(struct agent *a, int cause, int sig)
 {
@@ -238,6 +240,17 @@ static void send_hello(struct agent *a)
         m.slots = a->join->slots;
         m.node_rank = a->join->node_rank;
         m.nnodes = a->join->nnodes;
+        char hex[65];
+        dsl_nossh_argv_digest(a->join->argv, a->join->argc, hex);
+        m.argv_sha256 = dsl_xstrdup(hex);
+        size_t bytes = 0;
+        for (size_t i = 0; i < a->join->argc; i++)
+            bytes += strlen(a->join->argv[i]) + 3;
+        if (a->join->argc && bytes <= ARGV_SHOW_MAX) { /* to show in node 0's message */
+            m.has_argv = 1;
+            for (size_t i = 0; i < a->join->argc; i++)
+                dsl_strvec_push(&m.argv, a->join->argv[i]);
+        }
     }
     send_msg(a, &m);
     dsl_msg_release(&m);
@@ -848,6 +861,11 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
             handle_start(a, m);
         break;
     case DSL_MSG_STOP:
+        if (m->refused && a->join && a->state == AG_WAITING) {
+            /* no-ssh: the coordinator refuses the job before it starts (nossh_check.c) */
+            dsl_error("the coordinator refused the job: %s", m->refused);
+            note_stop(a, STOP_REFUSED, 0);
+        }
         note_stop(a, STOP_ASKED, 0);
         if (a->state == AG_WAITING)
             a->state = AG_DONE;
@@ -947,6 +965,8 @@ static int outcome(const struct agent *a)
 {
     if (a->stop_cause == STOP_SIGNAL)
         return 128 + a->stop_signo;
+    if (a->stop_cause == STOP_REFUSED)
+        return DSL_NOSSH_EXIT_REFUSED;
     if (a->first_fail)
         return a->first_fail;
     if (!a->nranks) { /* nothing started: the coordinator ended or went away first */
@@ -1134,5 +1154,6 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
     if (!join)
         return 0;
     join->signalled = a.stop_cause == STOP_SIGNAL ? a.stop_signo : 0;
+    join->refused = a.stop_cause == STOP_REFUSED;
     return outcome(&a);
 }

@@ -5,9 +5,11 @@
  * (remote/join.c) is opened on the control port with every node rank's key derived from
  * the secret; a poll loop of 100 ms turns services it, reads what each open channel has
  * sent and decodes its first line, the agent's hello (proto.h: slots, node_rank,
- * nnodes). A hello that contradicts this node (another --nnodes, another node rank than
- * its key says) ends the wait with 202; a channel that fails or closes makes its slot
- * wait again. When every node is in, the nodes go into the plan in node-rank order, so
+ * nnodes, the digest of its command line). A hello that contradicts this node
+ * (nossh_check.c: another --nnodes, node rank, dslaunch or protocol version, PROGRAM or
+ * arguments) ends the wait with 202, after a stop naming the reason has gone to every
+ * node already in (they print it and exit 202); a channel that fails or closes makes
+ * its slot wait again. When every node is in, the nodes go into the plan in node-rank order, so
  * ranks are numbered by node rank, and each slot is named after its node for the job's
  * connections, which replay the hello. SIGINT/SIGTERM/SIGHUP end the wait (128 +
  * signal). At --join_timeout the missing node ranks are named, with the connections the
@@ -99,6 +101,24 @@ static char *missing_list(const int *have, int n)
     return s;
 }
 
+/* Tell every node whose channel is open that the job is refused, and why: each prints
+ * it and exits DSL_NOSSH_EXIT_REFUSED instead of finding the coordinator gone. */
+static void refuse_all(int n, const char *why)
+{
+    struct dsl_msg m;
+    struct dsl_dynbuf line;
+    dsl_msg_init(&m, DSL_MSG_STOP);
+    m.sig = SIGTERM;
+    m.refused = dsl_xstrdup(why);
+    dsl_dynbuf_init(&line, 1 << 20);
+    if (dsl_msg_encode(&m, &line) == 0)
+        for (int k = 1; k < n; k++)
+            if (dsl_join_ready(k))
+                dsl_join_send(k, line.buf, line.len);
+    dsl_dynbuf_release(&line);
+    dsl_msg_release(&m);
+}
+
 int dsl_nossh_coordinate(struct dsl_plan *p)
 {
     const struct dsl_nossh *ns = &p->nossh;
@@ -155,10 +175,11 @@ int dsl_nossh_coordinate(struct dsl_plan *p)
                 code = DSL_EXIT_PREFLIGHT;
                 goto out;
             }
-            if (h->nnodes != n || h->node_rank != k) {
-                dsl_error("node rank %d ('%s') was started with --nnodes %d (node rank %d), "
-                          "this node with --nnodes %d (from %s): every node needs the same "
-                          "count", k, h->host, h->nnodes, h->node_rank, n, ns->from_nnodes);
+            char *why = NULL;
+            if (dsl_nossh_hello_check(h, k, n, o->argv.v, o->argv.nr, &why) < 0) {
+                dsl_error("no-ssh: %s; nothing was started", why);
+                refuse_all(n, why);
+                free(why);
                 code = DSL_EXIT_PREFLIGHT;
                 goto out;
             }
@@ -233,7 +254,8 @@ int dsl_nossh_join(struct dsl_plan *p)
                          ? dsl_xasprintf("[%s]:%d", ns->master_addr, ns->control_port)
                          : dsl_xasprintf("%s:%d", ns->master_addr, ns->control_port);
     struct dsl_agent_join join = {.node_rank = ns->node_rank, .nnodes = ns->nnodes,
-                                  .slots = ns->slots};
+                                  .slots = ns->slots, .argv = o->argv.v,
+                                  .argc = o->argv.nr};
     int code = DSL_EXIT_UNREACHABLE;
     for (int attempt = 0;; attempt++) {
         int fd = -1;
@@ -277,11 +299,11 @@ int dsl_nossh_join(struct dsl_plan *p)
         }
         if (o->verbose >= 2)
             dsl_info("node rank %d: joined the coordinator at %s", ns->node_rank, hostport);
-        join.signalled = 0;
+        join.signalled = join.refused = 0;
         code = dsl_agent_main_joined(fd, &seal, &join);
         dsl_seal_release(&seal);
         close(fd);
-        if (code == 0 || join.signalled || attempt >= o->max_restarts)
+        if (code == 0 || join.signalled || join.refused || attempt >= o->max_restarts)
             break;
     }
     memset(apriv, 0, sizeof(apriv));

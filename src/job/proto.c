@@ -73,6 +73,8 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->ranks);
     free(m->line);
     free(m->error);
+    free(m->argv_sha256);
+    free(m->refused);
     dsl_strvec_release(&m->tail);
     dsl_proto_hang_release(m);
     dsl_msg_init(m, 0);
@@ -148,6 +150,10 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
             cJSON_AddNumberToObject(o, "node_rank", m->node_rank);
             cJSON_AddNumberToObject(o, "nnodes", m->nnodes);
         }
+        if (m->argv_sha256)
+            add_str(o, "argv_sha256", m->argv_sha256);
+        if (m->has_argv)
+            add_strvec(o, "argv", &m->argv);
         break;
     }
     case DSL_MSG_PROBE:
@@ -257,6 +263,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
     case DSL_MSG_STOP:
         cJSON_AddNumberToObject(o, "sig", m->sig);
         cJSON_AddNumberToObject(o, "grace", m->grace);
+        if (m->refused)
+            add_str(o, "refused", m->refused);
         break;
     case DSL_MSG_SIGNAL:
         cJSON_AddNumberToObject(o, "sig", m->sig);
@@ -456,6 +464,16 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
                 m->node_rank >= m->nnodes)
                 return dsl_seterr(err, DSL_EPROTO, "bad slots, node_rank or nnodes");
         }
+        if (cJSON_GetObjectItemCaseSensitive(o, "argv_sha256")) {
+            TRY(get_str(o, "argv_sha256", &m->argv_sha256, err));
+            size_t dn = strlen(m->argv_sha256);
+            if ((dn != 0 && dn != 64) || strspn(m->argv_sha256, "0123456789abcdef") != dn)
+                return dsl_seterr(err, DSL_EPROTO, "bad argv_sha256");
+        }
+        if (cJSON_GetObjectItemCaseSensitive(o, "argv")) {
+            TRY(get_strvec(o, "argv", &m->argv, err));
+            m->has_argv = 1;
+        }
         break;
     }
     case DSL_MSG_PROBE:
@@ -605,6 +623,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_double(o, "grace", &m->grace, err));
         if (m->sig < 0 || m->sig > 64 || m->grace < 0)
             return dsl_seterr(err, DSL_EPROTO, "bad stop request");
+        if (cJSON_GetObjectItemCaseSensitive(o, "refused"))
+            TRY(get_str(o, "refused", &m->refused, err));
         break;
     case DSL_MSG_SIGNAL:
         TRY(get_int(o, "sig", &m->sig, err));

@@ -58,15 +58,24 @@ static int set_emit(void *target, const struct dsl_opt *d, const char *val, char
 {
     struct dsl_launch_opts *o = target;
     (void)d;
-    if (strncmp(val, "sbatch", 6) || (val[6] && val[6] != '='))
-        return dsl_seterr(err, DSL_EUSAGE, "option '--emit' writes 'sbatch' (a batch script, "
-                          "to stdout) or 'sbatch=FILE', not '%s'", val);
-    if (val[6] == '=' && !val[7])
-        return dsl_seterr(err, DSL_EUSAGE, "option '--emit sbatch=FILE' needs a file name");
-    o->emit = DSL_EMIT_SBATCH;
-    free(o->emit_file);
-    o->emit_file = val[6] ? dsl_xstrdup(val + 7) : NULL;
-    return 0;
+    static const struct {
+        const char *name;
+        int kind;
+    } kinds[] = {{"sbatch", DSL_EMIT_SBATCH}, {"jobset", DSL_EMIT_JOBSET}};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        size_t n = strlen(kinds[i].name);
+        if (strncmp(val, kinds[i].name, n) || (val[n] && val[n] != '='))
+            continue;
+        if (val[n] == '=' && !val[n + 1])
+            return dsl_seterr(err, DSL_EUSAGE, "option '--emit %s=FILE' needs a file name",
+                              kinds[i].name);
+        o->emit = kinds[i].kind;
+        free(o->emit_file);
+        o->emit_file = val[n] ? dsl_xstrdup(val + n + 1) : NULL;
+        return 0;
+    }
+    return dsl_seterr(err, DSL_EUSAGE, "option '--emit' writes 'sbatch' (a batch script) or "
+                      "'jobset' (a Kubernetes JobSet), to stdout, or KIND=FILE, not '%s'", val);
 }
 
 static int set_master_port(void *target, const struct dsl_opt *d, const char *val, char *err)
@@ -160,9 +169,12 @@ static const struct dsl_opt opts[] = {
     INT("min_nodes", min_nodes, "N", "do not restart on fewer than N nodes", "1", 1, 1 << 24),
     SET("dry_run", 0, mode, "resolve everything, print the plan as JSON, start nothing",
         DSL_MODE_DRY_RUN),
-    CALL("emit", 0, "sbatch[=FILE]",
-         "with --dry-run: write an sbatch script that runs this plan (docs/slurm.md) to "
-         "stdout, or to FILE (a new file)", NULL, set_emit),
+    CALL("emit", 0, "sbatch|jobset[=FILE]",
+         "with --dry-run: write an sbatch script that runs this plan (docs/slurm.md) or a "
+         "Kubernetes JobSet in no-ssh mode (docs/no-ssh.md) to stdout, or to FILE (a new "
+         "file)", NULL, set_emit),
+    STR("image", 0, image, "IMAGE", "--emit jobset: the container image every pod runs "
+        "(it must hold dslaunch and the program)", "none: required"),
     SET("check", 0, mode, "run only the preflight handshake on every host", DSL_MODE_CHECK),
     INT("fanout", fanout, "N", "hosts connecting at once", "256", 1, 1 << 24),
     SECS("connect_timeout", tr.connect_timeout, "SECONDS",
@@ -261,6 +273,7 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     free(o->agent_slurm_nodes);
     free(o->job_secret_file);
     free(o->emit_file);
+    free(o->image);
     free((char *)o->tr.launcher_args);
     free((char *)o->tr.ssh_config);
     free((char *)o->tr.ssh_identity);
@@ -268,6 +281,18 @@ void dsl_launch_opts_release(struct dsl_launch_opts *o)
     dsl_strvec_release(&o->sync_paths);
     dsl_strvec_release(&o->argv);
     dsl_launch_opts_init(o);
+}
+
+int dsl_launch_opts_may_join(const struct dsl_launch_opts *o)
+{
+    if (o->mode != DSL_MODE_RUN || o->emit)
+        return 0;
+    if (o->node_rank >= 0)
+        return o->node_rank > 0;
+    const char *k = getenv("PET_NODE_RANK");
+    if (!k || !k[0])
+        k = getenv("JOB_COMPLETION_INDEX");
+    return k && k[0] && strcmp(k, "0") != 0;
 }
 
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err)
@@ -308,10 +333,21 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->module && o->no_python)
         return dsl_seterr(err, DSL_EUSAGE, "--module runs PROGRAM with python3, --no_python "
                           "without: give one of them");
+    if (o->image && o->emit != DSL_EMIT_JOBSET)
+        return dsl_seterr(err, DSL_EUSAGE, "--image is the container image of --emit jobset");
+    if (o->emit == DSL_EMIT_JOBSET && (o->no_ssh || o->nnodes > 0 || o->node_rank >= 0))
+        return dsl_seterr(err, DSL_EUSAGE, "--emit jobset writes the no-ssh options "
+                          "(--node_rank, --nnodes, --master_addr) into the manifest: give the "
+                          "node count with --num_nodes");
+    if (o->emit == DSL_EMIT_JOBSET && !o->image)
+        return dsl_seterr(err, DSL_EUSAGE, "--emit jobset needs --image IMAGE: the container "
+                          "image every pod runs, holding dslaunch and the program");
     if (o->emit && o->mode != DSL_MODE_DRY_RUN)
         return dsl_seterr(err, DSL_EUSAGE, "--emit writes a batch script instead of running: "
                           "it needs --dry-run");
-    if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0)
+    /* a no-ssh node other than node 0 may come without a program: it runs node 0's
+     * (docs/no-ssh.md); the launcher checks once the mode is resolved */
+    if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0 && !dsl_launch_opts_may_join(o))
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)
         return dsl_seterr(err, DSL_EUSAGE,

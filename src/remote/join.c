@@ -221,6 +221,29 @@ void dsl_join_set_host(int k, const char *host)
     J.slot[k].host = dsl_xstrdup(host);
 }
 
+int dsl_join_send(int k, const void *buf, size_t len)
+{
+    if (!dsl_join_ready(k) || J.slot[k].held)
+        return -ENOTCONN;
+    struct dsl_cb_stream *st = &J.slot[k].st;
+    const char *p = buf;
+    double deadline = dsl_now() + 2.0;
+    while (len) {
+        ssize_t w = dsl_cb_stream_write(st, p, len);
+        if (w == -EAGAIN) {
+            if (dsl_net_wait(st->fd, POLLOUT, deadline) < 0)
+                return -ETIMEDOUT;
+            continue;
+        }
+        if (w < 0)
+            return (int)w;
+        p += w;
+        len -= (size_t)w;
+    }
+    dsl_cb_stream_shutdown(st); /* flushes what the seal still holds (2 s at most) */
+    return 0;
+}
+
 int dsl_join_rank_of(const char *host)
 {
     for (int k = 1; k < J.n; k++)

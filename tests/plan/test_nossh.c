@@ -224,6 +224,37 @@ TEST(nossh_should_count_slots_from_nproc_per_node_then_num_gpus)
     dsl_nossh_release(&ns);
 }
 
+TEST(options_should_let_only_a_node_other_than_node_0_come_without_a_program)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    char *k1[] = {(char *)"dslaunch", (char *)"--node_rank", (char *)"1", (char *)"--nnodes",
+                  (char *)"2", NULL};
+    dsl_launch_opts_init(&o);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 5, k1, err), 0);
+    ASSERT_EQ((int)o.argv.nr, 0);
+    dsl_launch_opts_release(&o);
+    char *k0[] = {(char *)"dslaunch", (char *)"--node_rank", (char *)"0", (char *)"--nnodes",
+                  (char *)"2", NULL};
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 5, k0, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "no program given");
+    dsl_launch_opts_release(&o);
+    char *dry[] = {(char *)"dslaunch", (char *)"--dry-run", (char *)"--node_rank", (char *)"1",
+                   NULL};
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 4, dry, err), DSL_EUSAGE);
+    dsl_launch_opts_release(&o);
+    /* an indexed Job's pod: the rank from JOB_COMPLETION_INDEX */
+    char *none[] = {(char *)"dslaunch", (char *)"--nnodes", (char *)"2", NULL};
+    unsetenv("PET_NODE_RANK");
+    setenv("JOB_COMPLETION_INDEX", "1", 1);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 3, none, err), 0);
+    dsl_launch_opts_release(&o);
+    setenv("JOB_COMPLETION_INDEX", "0", 1);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 3, none, err), DSL_EUSAGE);
+    dsl_launch_opts_release(&o);
+    unsetenv("JOB_COMPLETION_INDEX");
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -244,6 +244,40 @@ TEST(options_should_take_emit_only_with_dry_run_and_a_known_kind)
     dsl_launch_opts_release(&o);
 }
 
+TEST(emit_jobset_should_need_an_image_in_any_order_and_no_no_ssh_options)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *before[] = {"--image", "reg/i:1", "--dry-run", "--emit", "jobset=j.yaml",
+                            "p", NULL};
+    ASSERT_EQ(parse(&o, before, err), 0);
+    ASSERT_EQ(o.emit, DSL_EMIT_JOBSET);
+    ASSERT_STR_EQ(o.image, "reg/i:1");
+    ASSERT_STR_EQ(o.emit_file, "j.yaml");
+    dsl_launch_opts_release(&o);
+    const char *noimage[] = {"--dry-run", "--emit", "jobset", "p", NULL};
+    ASSERT_EQ(parse(&o, noimage, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--emit jobset needs --image IMAGE");
+    dsl_launch_opts_release(&o);
+    const char *stray[] = {"--dry-run", "--emit", "sbatch", "--image", "i", "p", NULL};
+    ASSERT_EQ(parse(&o, stray, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--image is the container image of --emit jobset");
+    dsl_launch_opts_release(&o);
+    const char *nn[] = {"--dry-run", "--emit", "jobset", "--image", "i", "--nnodes", "2", "p",
+                        NULL};
+    ASSERT_EQ(parse(&o, nn, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "give the node count with --num_nodes");
+    dsl_launch_opts_release(&o);
+    const char *bad[] = {"--dry-run", "--emit", "jobsets", "p", NULL};
+    ASSERT_EQ(parse(&o, bad, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "'sbatch' (a batch script) or 'jobset'");
+    dsl_launch_opts_release(&o);
+    const char *nofile[] = {"--dry-run", "--emit", "jobset=", "p", NULL};
+    ASSERT_EQ(parse(&o, nofile, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "'--emit jobset=FILE' needs a file name");
+    dsl_launch_opts_release(&o);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -4,6 +4,7 @@
 dsl_unit_test(test_shellquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_shellquote.c
               LIBS dslremote)
 dsl_unit_test(test_emit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_emit.c LIBS dslremote)
+dsl_unit_test(test_emit_jobset SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_emit_jobset.c LIBS dslremote)
 dsl_unit_test(test_net SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_net.c LIBS dslremote)
 
 # The transports against a real cluster: these binaries run under with_cluster.sh,
@@ -34,6 +35,8 @@ endif()
 # input (in memory); its fuzz target's seeds are replayed as a unit test
 dsl_unit_test(test_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seal.c LIBS dslremote)
 dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dslremote)
+# the quoting of --emit jobset: every string reads back byte for byte
+dsl_fuzz_target(fuzz_yamlquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_yamlquote.c LIBS dslremote)
 # dslremote: the slurm agent's index and environment.
 dsl_unit_test(test_slurm_agent SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_slurm_agent.c LIBS dslremote)
 # dslremote: no-ssh mode's derived keys and coordinator listener, on loopback.

@@ -26,7 +26,10 @@ int dsl_agent_main_sealed(int fd, struct dsl_seal *seal);
 /* No-ssh mode (remote/join.h): what the agent's hello says about its node. */
 struct dsl_agent_join {
     int node_rank, nnodes, slots;
+    char *const *argv;         /* the PROGRAM and arguments this node was started with */
+    size_t argc;               /* (0: none), whose digest the hello carries */
     int signalled;             /* out: the signal to this process that stopped it, or 0 */
+    int refused;               /* out: 1 when the coordinator refused the job */
 };
 #define DSL_AGENT_EXIT_LOST 200 /* the coordinator went away (DSL_EXIT_UNREACHABLE) */
 /**
@@ -34,8 +37,8 @@ struct dsl_agent_join {
  * carries join's slots and node rank, and the return value is the node's exit code:
  * 0 when every rank exited 0 and nothing stopped the job; else the first failing rank's
  * code (or 128 + signal), 128 + signal for a signal to this process, 1 when the
- * coordinator stopped the job, 200 when the coordinator went away (a line on stderr
- * says which).
+ * coordinator stopped the job, 200 when the coordinator went away, 202 when it refused
+ * the job before it started (a node differs; a line on stderr says which).
  */
 int dsl_agent_main_joined(int fd, struct dsl_seal *seal, struct dsl_agent_join *join);
 

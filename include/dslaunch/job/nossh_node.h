@@ -13,14 +13,23 @@
 #ifndef DSLAUNCH_JOB_NOSSH_NODE_H
 #define DSLAUNCH_JOB_NOSSH_NODE_H
 
+#include <stddef.h>
+
+#include "dslaunch/job/proto.h"
 #include "dslaunch/plan/plan.h"
+
+/** Exit code of a node whose job the coordinator refused before it started (a node
+ *  differs: program and arguments, dslaunch version, --nnodes). */
+#define DSL_NOSSH_EXIT_REFUSED 202
 
 /**
  * Node 0: listen on the control port and wait (--join_timeout) until node ranks
  * 1..N-1 have dialled in and said hello, then add every node to p (this one first).
  * 0, or the launcher's exit code with the reason printed: 203 when some never came
  * (named, with any connection refused for a wrong key), 202 for a node that
- * contradicts this one (another --nnodes), 128 + signal when stopped. The listener stays
+ * contradicts this one (dsl_nossh_hello_check: another --nnodes, program, arguments or
+ * dslaunch version; the nodes already in are told why and exit 202 too), 128 + signal
+ * when stopped. The listener stays
  * open for restarts until dsl_nossh_end().
  */
 int dsl_nossh_coordinate(struct dsl_plan *p);
@@ -29,8 +38,25 @@ void dsl_nossh_end(void);
 /**
  * Node K > 0: dial the coordinator (retrying until --join_timeout), prove the job
  * secret, run the node agent; returns this node's exit code (dsl_agent_main_joined;
- * 200 when the coordinator was never reached, 201 when it refused this node).
+ * 200 when the coordinator was never reached, 201 when it refused this node's key, 202
+ * when it refused the job because a node differs).
  */
 int dsl_nossh_join(struct dsl_plan *p);
+
+/**
+ * The digest a no-ssh node's hello carries of the PROGRAM and arguments it was started
+ * with (argv[0..n)): SHA-256 of each word as an 8-byte big-endian length and its bytes,
+ * in lowercase hex; "" when n is 0 (no PROGRAM: the node runs node 0's).
+ */
+void dsl_nossh_argv_digest(char *const *argv, size_t n, char hex[65]);
+/**
+ * Node 0: does node rank k's hello h fit this job (nnodes nodes, node 0 started with
+ * argv[0..argc))? The same control protocol and dslaunch version, the same node count
+ * and rank, and the same PROGRAM and arguments, or none. 0, or DSL_EPROTO with *why a
+ * message naming the node rank and what differs (both command lines, made safe to show;
+ * malloc'ed, the caller's: it does not fit DSL_ERR_LEN).
+ */
+int dsl_nossh_hello_check(const struct dsl_msg *h, int k, int nnodes, char *const *argv,
+                          size_t argc, char **why);
 
 #endif

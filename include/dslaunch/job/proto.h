@@ -14,7 +14,10 @@
  *                 "cgroup v2 (memory, cgroup.kill)" or "process tracking"), memcg
  *                 (optional, 1: a rank's memory can be limited and its OOM kills seen),
  *                 slots, node_rank, nnodes (optional, together: an agent of no-ssh mode
- *                 that dialled in says how many ranks its node runs and which node it is)
+ *                 that dialled in says how many ranks its node runs and which node it is),
+ *                 argv_sha256 (optional, no-ssh: the digest of the PROGRAM and arguments
+ *                 that node was started with, dsl_nossh_argv_digest; "" for none), argv
+ *                 (optional, with argv_sha256 when under 64 KiB: those words, to show)
  *   probe   l->a  port (master port to hold, 0 = none), pick (1 = choose a free port if
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
  *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
@@ -39,7 +42,9 @@
  *                 cause (optional: {oom, src, kills, stop, limit, peak, avail}, why
  *                 the rank ended as far as its node can tell; see struct dsl_exit_cause)
  *   spawnerr a->l rank, error
- *   stop    l->a  sig (signal to send first), grace (seconds before SIGKILL)
+ *   stop    l->a  sig (signal to send first), grace (seconds before SIGKILL), refused
+ *                 (optional, no-ssh: why the coordinator refuses the job before it starts;
+ *                 the node prints it and exits 202)
  *   ping    both  (keepalive; any message counts as a sign of life)
  *   bye     a->l  (every rank has exited and been reported)
  *   progress a->l ranks [{rank, adv (1: the file's content changed), form, step, cseq,
@@ -152,6 +157,10 @@ struct dsl_msg {
     char *contain;             /* optional (NULL: not sent) */
     int memcg;                 /* optional (0: not sent) */
     int slots, nnodes;         /* optional, with node_rank (slots 0: not sent; no-ssh) */
+    char *argv_sha256;         /* optional (NULL: not sent; "": no program); the words
+                                  themselves, when sent, are in argv (has_argv = 1) */
+    int has_argv;
+    char *refused;             /* stop, optional: the coordinator refuses the job */
     /* probe / probed */
     int port, pick, cport, port_busy, program_ok, cwd_ok;
     struct dsl_strvec connect; /* probe: addresses to test */

@@ -102,13 +102,21 @@ struct dsl_launch_opts {
     double join_timeout;       /* --join_timeout: nodes dial in within this (300 s) */
     int emit;                  /* --emit sbatch[=FILE] with --dry-run: the batch script
                                   (DSL_EMIT_*) instead of the plan's JSON */
-    char *emit_file;           /* --emit sbatch=FILE: write it there (new file); NULL: stdout */
+    char *emit_file;           /* --emit KIND=FILE: write it there (new file); NULL: stdout */
+    char *image;               /* --image: --emit jobset's container image (required) */
     struct dsl_strvec argv;    /* program and its arguments */
 };
 
-enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1 };
+enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1, DSL_EMIT_JOBSET = 2 };
 
 void dsl_launch_opts_init(struct dsl_launch_opts *o);
+/**
+ * Whether o may be a no-ssh node other than node 0 (--node_rank K > 0, or without it
+ * PET_NODE_RANK or JOB_COMPLETION_INDEX set and not 0), which may be started without a
+ * PROGRAM: the launcher requires one once the mode is resolved (dsl_plan_nossh) and it
+ * is not such a node after all.
+ */
+int dsl_launch_opts_may_join(const struct dsl_launch_opts *o);
 /** Parse argv (argv[0] is skipped). Errors are usage errors described in err. */
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err);
 void dsl_launch_opts_release(struct dsl_launch_opts *o);

@@ -57,4 +57,41 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st);
 void dsl_emit_req_release(struct dsl_emit_store *st);
 
+/*
+ * `--emit jobset`: a Kubernetes JobSet (jobset.x-k8s.io/v1alpha2) that runs the job in
+ * no-ssh mode (docs/no-ssh.md), one indexed replicated job "node" of nodes pods.
+ */
+#define DSL_JOBSET_NAME_MAX 40 /* <name>-node-0-0 stays a DNS label (63) */
+struct dsl_jobset_req {
+    const char *name;        /* the JobSet, its subdomain, "<name>-secret"
+                                (dsl_jobset_name: [a-z0-9-], a letter first) */
+    const char *image;       /* every pod's container image (required) */
+    int nodes;               /* pods = node count */
+    int slots;               /* --nproc_per_node for every pod; 0: each pod counts its own */
+    int gpus;                /* the slots are GPUs: ask for nvidia.com/gpu: slots */
+    int master_port;         /* the rendezvous port; node 0's pod is the master */
+    int control_port;        /* 0: master_port + 1 */
+    const char *const *env;  /* "K=V" entries for the pods' env; NULL-terminated; never
+                                the job secret */
+    const char *const *argv; /* dslaunch's other options, then "--", the program and its
+                                arguments; NULL-terminated */
+};
+/**
+ * Append the JobSet of rq to out, as YAML whose every string value is written by
+ * dsl_yaml_quote (Kubernetes' $(VAR) expansion escaped in argv and env). 0, or
+ * DSL_EUSAGE with err: no image, a node count below 1, a word that is not UTF-8, an
+ * env name Kubernetes refuses.
+ */
+int dsl_emit_jobset(const struct dsl_jobset_req *rq, struct dsl_dynbuf *out, char *err);
+/** A JobSet name from a program path ("/opt/Train_v2.py" -> "train-v2-py"). 0. */
+int dsl_jobset_name(const char *program, char *name, size_t cap);
+/**
+ * Append s[0..n) to out as a YAML double-quoted scalar that holds only printable ASCII:
+ * '"' and '\' escaped, \n, \t, other characters outside ' '..'~' as \xNN, \uNNNN or
+ * \UNNNNNNNN (YAML 1.1 and 1.2 read them alike); with dollars, every '$' doubled
+ * (Kubernetes reads "$$" as "$" in a command or env value). 0, or -(1 + the offset) of
+ * the first byte that is not UTF-8, out then unchanged.
+ */
+int dsl_yaml_quote(struct dsl_dynbuf *out, const char *s, size_t n, int dollars);
+
 #endif

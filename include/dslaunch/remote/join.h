@@ -53,6 +53,12 @@ int dsl_join_ready(int k);
  * waits again).
  */
 const char *dsl_join_peek(int k, size_t *len);
+/**
+ * Send buf to node rank k's agent on its open channel (not taken by a connection) and
+ * close the channel's sending side: the last word before the coordinator gives up,
+ * flushed for at most 2 s. 0, or negative (-ENOTCONN when the channel is not open).
+ */
+int dsl_join_send(int k, const void *buf, size_t len);
 /** Name node rank k as host for the job's connections (the plan's node name). */
 void dsl_join_set_host(int k, const char *host);
 /** The node rank named host, or -1 (node 0, this machine, has no slot). */

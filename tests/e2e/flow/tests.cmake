@@ -20,3 +20,9 @@ if(TARGET dstrain)
                    $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
   set_tests_properties(flow_numbers PROPERTIES LABELS flow TIMEOUT 120)
 endif()
+# --dry-run --emit jobset: the manifest read by a YAML parser (python3-yaml, else those
+# cases skip), its command run as a two-node no-ssh job on loopback.
+add_test(NAME flow_emit_jobset
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/emit_jobset.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+set_tests_properties(flow_emit_jobset PROPERTIES LABELS flow TIMEOUT 120)

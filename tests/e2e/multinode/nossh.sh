@@ -104,7 +104,7 @@ expect_success "a wrong secret is refused with a clear message and nothing is st
 expect_success "killing node2s launcher tears node1 down within grace + 2 s, nothing left" '
     export FLOW_RUNIDS=$T_TMP/kill2.ids
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 30)) "$W" env >out2 2>err2 &
+        --master_port $((PORT + 30)) >out2 2>err2 &
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 30)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
     p1=$!
@@ -123,7 +123,7 @@ expect_success "killing node2s launcher tears node1 down within grace + 2 s, not
 expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s, nothing left" '
     export FLOW_RUNIDS=$T_TMP/kill1.ids
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 40)) "$W" env >out2 2>err2 &
+        --master_port $((PORT + 40)) "$W" sleep 600 >out2 2>err2 &
     p2=$!
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 40)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
@@ -143,7 +143,7 @@ expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s
 
 expect_success "uneven slots: node1 runs 1 rank, node2 3; a rank on node2 exits 7: both torn down, 7" '
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 60)) --nproc_per_node 3 "$W" env >out2 2>err2 &
+        --master_port $((PORT + 60)) --nproc_per_node 3 "$W" only 2 exit 7 0.5 >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 \
         --nproc_per_node 1 --master_port $((PORT + 60)) "$W" only 2 exit 7 0.5
@@ -158,7 +158,7 @@ expect_success "uneven slots: node1 runs 1 rank, node2 3; a rank on node2 exits 
 
 expect_success "--max-restarts across nodes: a failed attempt runs again, node2 dialling in again" '
     on_node 2 "$DSL" --max-restarts 1 --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 70)) "$W" env >out2 2>err2 &
+        --master_port $((PORT + 70)) >out2 2>err2 &
     p2=$!
     printf "%s\n" "#!/bin/sh" \
         "[ \"\$DSLAUNCH_RESTART_COUNT\" = 0 ] && [ \"\$NODE_RANK\" = 1 ] && [ \"\$LOCAL_RANK\" = 0 ] && exit 3" \
@@ -177,7 +177,7 @@ expect_success "--max-restarts across nodes: a failed attempt runs again, node2 
 
 expect_success "hang detection sees node2s ranks: --hang-timeout stops the job with 205" '
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 80)) "$W" env >out2 2>err2 &
+        --master_port $((PORT + 80)) "$W" sleep 600 >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --term-timeout 2 --hang-timeout 2 --node_rank 0 \
         --nnodes 2 --master_port $((PORT + 80)) "$W" sleep 600
@@ -187,6 +187,46 @@ expect_success "hang detection sees node2s ranks: --hang-timeout stops the job w
     assert_eq "$rc2" 1 "node rank 1, stopped by the coordinator"
     assert_grep "node2" err
     assert_grep "the coordinator stopped the job" err2
+    wait_ns_clean 10
+'
+
+expect_success "a node started with another program or arguments is refused: both shown, 202" '
+    export FLOW_RUNIDS=$T_TMP/argv.ids
+    # a newline and an escape in a word: shown quoted, never raw
+    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
+        --master_port $((PORT + 90)) "$W" env "--lr=0.1
+x$(printf "\033")[31m" >out2 2>err2 &
+    p2=$!
+    run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 \
+        --master_port $((PORT + 90)) --export FLOW_RUNIDS "$W" env --lr=0.2
+    rc2=0; wait $p2 || rc2=$?
+    cat err err2
+    assert_eq "$rc" 202 "the coordinator"
+    assert_eq "$rc2" 202 "node rank 1"
+    assert_grep "node rank 1 (.node2.) was started with another program or arguments than node 0" err
+    assert_grep "node rank 1: .$W. .env. .--lr=0.1.nx.x1b.31m.; node 0: .$W. .env. .--lr=0.2." err
+    assert_grep "nothing was started" err
+    assert_grep "the coordinator refused the job: node rank 1 .* was started with another program" err2
+    assert_not_grep "$(printf "\033")" err
+    assert_not_grep "$(printf "\033")" err2
+    assert_not_grep "RANK=" out
+    [ ! -s "$FLOW_RUNIDS" ] || fail "a rank ran"
+    wait_ns_clean 10
+'
+
+expect_success "a node with another dslaunch version (a stale image) is refused: 202" '
+    on_node 2 env DSLAUNCH_FAKE_VERSION=0.0.1-stale "$DSL" --node_rank 1 --nnodes 2 \
+        --master_addr "$ADDR_1" --master_port $((PORT + 100)) "$W" env >out2 2>err2 &
+    p2=$!
+    run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 \
+        --master_port $((PORT + 100)) "$W" env
+    rc2=0; wait $p2 || rc2=$?
+    cat err err2
+    assert_eq "$rc" 202 "the coordinator"
+    assert_eq "$rc2" 202 "node rank 1"
+    assert_grep "node rank 1 (.node2.) runs dslaunch 0.0.1-stale, node 0 runs " err
+    assert_grep "the coordinator refused the job: node rank 1" err2
+    assert_not_grep "RANK=" out
     wait_ns_clean 10
 '
 
