@@ -46,40 +46,13 @@ python=/usr/bin/python3
     echo "allreduce_net.sh: $python cannot import torch (apt-get install python3-torch)" >&2; exit 1; }
 [[ -x $build/dsbench ]] || { echo "allreduce_net.sh: no $build/dsbench (build first)" >&2; exit 1; }
 
-work=$(mktemp -d /tmp/dsl-arnet.XXXXXX)
+# shellcheck source=bench/netnodes.sh
+source "$here/netnodes.sh"
+netnodes_up arnet "$maxw"
 raw=${RAW:-$work/raw}
 mkdir -p "$raw"
-cdir=""
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [[ -n $cdir ]] && { "$root/tests/e2e/cluster/cluster.sh" down "$cdir" || true; rm -rf "$cdir"; }
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 cc -std=c11 -O2 -pthread -o "$work/tcp_ref" "$here/tcp_ref.c"
-
-declare -a addr ifname
-if [[ $mode == netns ]]; then
-    cdir=$(mktemp -d /tmp/dsl-arnet-cluster.XXXXXX)
-    "$root/tests/e2e/cluster/cluster.sh" up "$maxw" "$cdir" 1
-    # shellcheck disable=SC1091
-    source "$cdir/cluster.env"
-    [[ $MODE == netns ]] || { echo "allreduce_net.sh: no network namespaces here (needs root)" >&2; exit 1; }
-    for (( i = 1; i <= maxw; i++ )); do addr[i]=$(eval echo "\$ADDR_$i"); ifname[i]=$(eval echo "\$IFNAME_$i"); done
-else
-    for (( i = 1; i <= maxw; i++ )); do addr[i]=127.0.0.1; ifname[i]=lo; done
-fi
-
-# on NODE CMD...: run CMD on node NODE (1-based)
-on() {
-    local n=$1
-    shift
-    if [[ $mode == netns ]]; then "$root/tests/e2e/cluster/cluster.sh" exec "$cdir" "node$n" "$@"; else "$@"; fi
-}
 
 free_port() {
     if [[ $mode == netns ]]; then echo $(( 20000 + RANDOM % 20000 )); else

@@ -28,34 +28,9 @@ while (( $# )); do
     esac
 done
 python=/usr/bin/python3
-work=$(mktemp -d /tmp/dsl-trnet.XXXXXX)
-cdir=""
-pids=()
-cleanup() {
-    local p
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-    [[ -n $cdir ]] && { "$root/tests/e2e/cluster/cluster.sh" down "$cdir" || true; rm -rf "$cdir"; }
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-declare -a addr
-if [[ $mode == netns ]]; then
-    cdir=$(mktemp -d /tmp/dsl-trnet-cluster.XXXXXX)
-    "$root/tests/e2e/cluster/cluster.sh" up 2 "$cdir" 1
-    # shellcheck disable=SC1091
-    source "$cdir/cluster.env"
-    [[ $MODE == netns ]] || { echo "train_net.sh: no network namespaces here (needs root)" >&2; exit 1; }
-    addr[1]=$ADDR_1; addr[2]=$ADDR_2; ifn=("" "$IFNAME_1" "$IFNAME_2")
-else
-    addr[1]=127.0.0.1; addr[2]=127.0.0.1; ifn=("" lo lo)
-fi
-on() {
-    local n=$1
-    shift
-    if [[ $mode == netns ]]; then "$root/tests/e2e/cluster/cluster.sh" exec "$cdir" "node$n" "$@"; else "$@"; fi
-}
+# shellcheck source=bench/netnodes.sh
+source "$here/netnodes.sh"
+netnodes_up trnet 2
 
 # Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
 # replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know,
@@ -92,7 +67,7 @@ two() {
         on $((r + 1)) env RANK=$r LOCAL_RANK=0 WORLD_SIZE=2 LOCAL_WORLD_SIZE=1 \
             MASTER_ADDR="${addr[1]}" MASTER_PORT="$port" DSLAUNCH_RUN_ID="trnet-$$" \
             DSLAUNCH_RUN_TOKEN="$token" DSLAUNCH_STORE_TIMEOUT=60 DSLAUNCH_COMM_TIMEOUT=120 \
-            DSL_COMM_CMA=0 GLOO_SOCKET_IFNAME="${ifn[r + 1]}" OMP_NUM_THREADS=1 \
+            DSL_COMM_CMA=0 GLOO_SOCKET_IFNAME="${ifname[r + 1]}" OMP_NUM_THREADS=1 \
             "$@" >"$out.$r" 2>&1 &
         pids+=($!)
     done
