@@ -7,11 +7,11 @@ validation losses on the same windows.
 
     gpt_val_subset.py MODEL.safetensors
 """
-import json, math, os, struct, sys
-import numpy as np, torch, torch.nn.functional as F
-b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]
-h, base = json.loads(b[8:8 + n]), 8 + n
-W = {k: torch.from_numpy(np.frombuffer(b[base + v["data_offsets"][0]:base + v["data_offsets"][1]], dtype=np.float32).reshape(v["shape"]).copy()) for k, v in h.items() if k != "__metadata__"}
+import os, sys
+import numpy as np, torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt_ref
+W = gpt_ref.load(sys.argv[1])
 L, C, NH, T = 4, 128, 4, 128  # the benchmark's model
 d = "/usr/share/games/fortunes"
 names = sorted(x for x in os.listdir(d) if not x.endswith(".dat") and not os.path.islink(os.path.join(d, x)) and os.path.isfile(os.path.join(d, x)))
@@ -19,21 +19,7 @@ raw = b"".join(open(os.path.join(d, x), "rb").read() for x in names)
 data = torch.from_numpy(np.frombuffer(raw, dtype=np.uint8).astype(np.int64))
 val = data[int(len(data) * 0.9):]
 def fwd(X, Y):
-    nw = X.shape[0]
-    ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
-    x = W["wte.weight"][X] + W["wpe.weight"][:T]
-    mask = torch.tril(torch.ones(T, T)).bool()
-    for l in range(L):
-        p = lambda s: W["h.%d.%s" % (l, s)]
-        a = ln(x, p("ln_1.weight"), p("ln_1.bias")) @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
-        q, k, v = [t.view(nw, T, NH, C // NH).transpose(1, 2) for t in a.split(C, dim=2)]
-        att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf"))
-        y = (att.softmax(-1) @ v).transpose(1, 2).reshape(nw, T, C)
-        x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
-        m = ln(x, p("ln_2.weight"), p("ln_2.bias")) @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")
-        x = x + F.gelu(m, approximate="tanh") @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
-    logits = ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].t()
-    return F.cross_entropy(logits.reshape(-1, 256), Y.reshape(-1)).item()
+    return gpt_ref.loss(W, X, Y, L, C, NH)
 def batch(data, gen, n, ctx):
     ix = torch.randint(len(data) - ctx - 1, (n,), generator=gen)
     return torch.stack([data[i:i + ctx] for i in ix]), torch.stack([data[i + 1:i + 1 + ctx] for i in ix])

@@ -162,35 +162,19 @@ torch)
     train_ok 1 tr --steps 200 --eval-interval 200 --checkpoint-dir "$TMP/ck"
     want=$(sed -n 's/^summary: .* val_loss \([0-9.]*\) nats.*/\1/p' "$TMP/tr.0.out")
     "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/m.st" >/dev/null || fail "consolidate failed"
+    PYTHONPATH="$(dirname "$0")/../../../bench/peers" \
     /usr/bin/python3 - "$TMP/m.st" "$TMP/text" "$want" <<'PY' || fail "PyTorch disagrees"
-import json, math, struct, sys
-import numpy as np, torch, torch.nn.functional as F
-b = open(sys.argv[1], "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
-h, base = json.loads(b[8:8 + n]), 8 + n
-W = {k: torch.from_numpy(np.frombuffer(b[base + v["data_offsets"][0]:base + v["data_offsets"][1]],
-                                       dtype=np.float32).reshape(v["shape"]).copy())
-     for k, v in h.items() if k != "__metadata__"}
+import sys
+import numpy as np, torch
+import gpt_ref
+W = gpt_ref.load(sys.argv[1])
 L, C, NH, T = 2, 32, 4, 32
 data = np.frombuffer(open(sys.argv[2], "rb").read(), dtype=np.uint8).astype(np.int64)
 val = data[int(len(data) * 0.9):]
 nw = (len(val) - 1) // T
 X = torch.tensor(np.stack([val[i * T:i * T + T] for i in range(nw)]))
 Y = torch.tensor(np.stack([val[i * T + 1:i * T + T + 1] for i in range(nw)]))
-ln = lambda x, w, b: F.layer_norm(x, (C,), w, b, 1e-5)
-x = W["wte.weight"][X] + W["wpe.weight"][:T]
-mask = torch.tril(torch.ones(T, T)).bool()
-for l in range(L):
-    p = lambda s: W["h.%d.%s" % (l, s)]
-    a = ln(x, p("ln_1.weight"), p("ln_1.bias")) @ p("attn.c_attn.weight") + p("attn.c_attn.bias")
-    q, k, v = [t.view(nw, T, NH, C // NH).transpose(1, 2) for t in a.split(C, dim=2)]
-    att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf"))
-    y = (att.softmax(-1) @ v).transpose(1, 2).reshape(nw, T, C)
-    x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
-    m = ln(x, p("ln_2.weight"), p("ln_2.bias")) @ p("mlp.c_fc.weight") + p("mlp.c_fc.bias")
-    x = x + F.gelu(m, approximate="tanh") @ p("mlp.c_proj.weight") + p("mlp.c_proj.bias")
-logits = ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].t()
-got = F.cross_entropy(logits.reshape(-1, 256), Y.reshape(-1)).item()
+got = gpt_ref.loss(W, X, Y, L, C, NH)
 print("# validation loss: dstrain %s, PyTorch %.6f" % (sys.argv[3], got))
 assert abs(got - float(sys.argv[3])) < 1e-3 and got < 1.0, got
 PY
