@@ -30,38 +30,9 @@ GPT="--backend tcp --model gpt --layers 2 --dim 32 --heads 4 --context 32 --voca
      --data text --data-path $TMP/text --stride 1 --train-batch 16 --micro-batch 8
      --lr 0.003 --steps-per-print 0 --bucket-size 3000"
 
-free_port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
-
-# run_world N NAME ARGS...: N ranks started by hand under the env contract, output in
-# $TMP/NAME.<rank>.{out,err}; returns the first non-zero exit status
-run_world() {
-    n=$1 name=$2
-    shift 2
-    port=$(free_port)
-    pids=""
-    r=0
-    while [ "$r" -lt "$n" ]; do
-        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port DSLAUNCH_RUN_ID="gpt-$name" DSLAUNCH_RUN_TOKEN=secret \
-            "$DSTRAIN" $GPT "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
-        pids="$pids $!"
-        r=$((r + 1))
-    done
-    rc=0
-    for p in $pids; do
-        wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }
-    done
-    return "$rc"
-}
-show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
-train_ok() { # n name args... (one retry when the random port was taken)
-    run_world "$@" && return 0
-    if grep -qi "in use" "$TMP/$2".*.err 2>/dev/null; then
-        run_world "$@" && return 0
-    fi
-    show "$2"
-    fail "run '$2' at world $1 failed"
-}
+WORLD_ARGS=$GPT WORLD_TAG=gpt
+# shellcheck source=tests/e2e/train/world.sh
+. "$(dirname "$0")/world.sh"
 
 case $TEST in
 launch)

@@ -25,12 +25,9 @@ TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-di
       --hidden 32,16 --train-batch 32 --micro-batch 8 --steps 12 --bucket-size 200
       --steps-per-print 0 --eval-interval 6 --lr 0.01"
 
-free_port() {
-    # a random port below Linux's ephemeral range (32768-60999), where outgoing
-    # connections cannot take it; a clash with another test fails the store's listen
-    # loudly and train_ok retries once
-    echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 ))
-}
+WORLD_ARGS="--backend tcp" WORLD_TAG=test
+# shellcheck source=tests/e2e/train/world.sh
+. "$(dirname "$0")/world.sh"
 
 # figures a run prints on rank 0's output FILE: the parameter count, comm bytes per step
 params_of() { sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$1"; }
@@ -45,29 +42,6 @@ model_state() {
     B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
 }
 
-# run_world N NAME ARGS...: N ranks, output in $TMP/NAME.<rank>.{out,err}; returns the
-# first non-zero exit status
-run_world() {
-    n=$1 name=$2
-    shift 2
-    port=$(free_port)
-    pids=""
-    r=0
-    while [ "$r" -lt "$n" ]; do
-        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
-            MASTER_PORT=$port DSLAUNCH_RUN_ID="test-$name" DSLAUNCH_RUN_TOKEN=secret \
-            "$DSTRAIN" --backend tcp "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
-        pids="$pids $!"
-        echo "$!" >>"$TMP/$name.pids"
-        r=$((r + 1))
-    done
-    rc=0
-    for p in $pids; do
-        wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }
-    done
-    return "$rc"
-}
-
 # wait_steps FILE: until the metrics file shows a training step (60 s at most), so a
 # signal or a kill lands mid-training however loaded the machine is
 wait_steps() {
@@ -77,19 +51,6 @@ wait_steps() {
         [ "$i" -le 600 ] || fail "no training step after 60 s"
         sleep 0.1
     done
-}
-
-show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
-
-train_ok() { # n name args... (one retry when the random port was taken)
-    n=$1 name=$2
-    run_world "$@" && return 0
-    if grep -qi "in use" "$TMP/$name".*.err 2>/dev/null; then
-        rm -f "$TMP/$name.pids"
-        run_world "$@" && return 0
-    fi
-    show "$name"
-    fail "run '$name' at world $n failed"
 }
 
 # the training must work at all: world 1 without any env

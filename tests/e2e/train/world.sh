@@ -1,0 +1,52 @@
+# Sourced by the trainer tests that start ranks by hand under the env contract
+# (ranks.sh, gpt.sh). Needs $TMP and $DSTRAIN; WORLD_ARGS (words) go before each run's
+# own arguments, WORLD_TAG names the runs (DSLAUNCH_RUN_ID=$WORLD_TAG-NAME).
+#
+#   run_world N NAME ARGS...  N ranks on 127.0.0.1, rank r's output in
+#                             $TMP/NAME.r.{out,err}, pids appended to $TMP/NAME.pids;
+#                             returns the first non-zero exit status
+#   train_ok N NAME ARGS...   the same, failing the test (with the outputs) unless it
+#                             passes; one retry when the random port was taken
+#   show NAME                 the tails of a run's outputs, on stderr
+
+free_port() {
+    # a random port below Linux's ephemeral range (32768-60999), where outgoing
+    # connections cannot take it; a clash with another test fails the store's listen
+    # loudly and train_ok retries once
+    echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 ))
+}
+
+run_world() {
+    n=$1 name=$2
+    shift 2
+    port=$(free_port)
+    pids=""
+    r=0
+    while [ "$r" -lt "$n" ]; do
+        # shellcheck disable=SC2086 # WORLD_ARGS are words
+        RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
+            MASTER_PORT=$port DSLAUNCH_RUN_ID="${WORLD_TAG:-test}-$name" DSLAUNCH_RUN_TOKEN=secret \
+            "$DSTRAIN" $WORLD_ARGS "$@" >"$TMP/$name.$r.out" 2>"$TMP/$name.$r.err" &
+        pids="$pids $!"
+        echo "$!" >>"$TMP/$name.pids"
+        r=$((r + 1))
+    done
+    rc=0
+    for p in $pids; do
+        wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }
+    done
+    return "$rc"
+}
+
+show() { for f in "$TMP/$1".*; do echo "== $f"; tail -n 20 "$f"; done >&2; }
+
+train_ok() {
+    n=$1 name=$2
+    run_world "$@" && return 0
+    if grep -qi "in use" "$TMP/$name".*.err 2>/dev/null; then
+        rm -f "$TMP/$name.pids"
+        run_world "$@" && return 0
+    fi
+    show "$name"
+    fail "run '$name' at world $n failed"
+}
