@@ -65,6 +65,17 @@ int dsl_seal_keypair(unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL
     return 0;
 }
 
+/* pub = the X25519 public key of priv; 1, or 0 when libcrypto refuses priv */
+static int x25519_public(const unsigned char priv[DSL_SEAL_KEY_LEN],
+                         unsigned char pub[DSL_SEAL_KEY_LEN])
+{
+    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, priv, DSL_SEAL_KEY_LEN);
+    size_t len = DSL_SEAL_KEY_LEN;
+    int ok = k && EVP_PKEY_get_raw_public_key(k, pub, &len) > 0 && len == DSL_SEAL_KEY_LEN;
+    EVP_PKEY_free(k);
+    return ok;
+}
+
 int dsl_seal_key_derive(const void *secret, size_t len, const char *label,
                         unsigned char priv[DSL_SEAL_KEY_LEN], unsigned char pub[DSL_SEAL_KEY_LEN],
                         char *err)
@@ -73,7 +84,7 @@ int dsl_seal_key_derive(const void *secret, size_t len, const char *label,
     if (len < 16)
         return dsl_seterr(err, DSL_EAUTH, "the job secret is shorter than 16 bytes");
     unsigned char k[DSL_SEAL_KEY_LEN];
-    size_t klen = sizeof(k), ql = DSL_SEAL_KEY_LEN;
+    size_t klen = sizeof(k);
     EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new_id(EVP_PKEY_HKDF, NULL);
     int ok = ctx && EVP_PKEY_derive_init(ctx) > 0 &&
              EVP_PKEY_CTX_set_hkdf_md(ctx, EVP_sha256()) > 0 &&
@@ -82,9 +93,7 @@ int dsl_seal_key_derive(const void *secret, size_t len, const char *label,
              EVP_PKEY_CTX_add1_hkdf_info(ctx, (const unsigned char *)label, (int)strlen(label)) > 0 &&
              EVP_PKEY_derive(ctx, k, &klen) > 0 && klen == sizeof(k);
     EVP_PKEY_CTX_free(ctx);
-    EVP_PKEY *key = ok ? EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, k, sizeof(k)) : NULL;
-    ok = key && EVP_PKEY_get_raw_public_key(key, pub, &ql) > 0 && ql == DSL_SEAL_KEY_LEN;
-    EVP_PKEY_free(key);
+    ok = ok && x25519_public(k, pub);
     if (ok)
         memcpy(priv, k, sizeof(k));
     OPENSSL_cleanse(k, sizeof(k));
@@ -191,11 +200,7 @@ int dsl_seal_init_launcher(struct dsl_seal *s, const unsigned char lpriv[DSL_SEA
     if (r < 0)
         return r;
     memcpy(s->apub, apub, DSL_SEAL_KEY_LEN);
-    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, lpriv, DSL_SEAL_KEY_LEN);
-    size_t len = DSL_SEAL_KEY_LEN;
-    int ok = k && EVP_PKEY_get_raw_public_key(k, s->lpub, &len) > 0;
-    EVP_PKEY_free(k);
-    if (!ok)
+    if (!x25519_public(lpriv, s->lpub))
         return fail(s, DSL_EAUTH, "bad launcher key");
     s->state = DSL_SEAL_HELLO;
     return 0;
@@ -208,11 +213,7 @@ int dsl_seal_init_agent(struct dsl_seal *s, const unsigned char apriv[DSL_SEAL_K
     if (r < 0)
         return r;
     memcpy(s->lpub, lpub, DSL_SEAL_KEY_LEN);
-    EVP_PKEY *k = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, NULL, apriv, DSL_SEAL_KEY_LEN);
-    size_t len = DSL_SEAL_KEY_LEN;
-    int ok = k && EVP_PKEY_get_raw_public_key(k, s->apub, &len) > 0;
-    EVP_PKEY_free(k);
-    if (!ok)
+    if (!x25519_public(apriv, s->apub))
         return fail(s, DSL_EAUTH, "bad agent key");
     dsl_dynbuf_add(&s->out, MAGIC, MAGIC_LEN);
     dsl_dynbuf_add(&s->out, s->apub, DSL_SEAL_KEY_LEN);
