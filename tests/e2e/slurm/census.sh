@@ -19,7 +19,7 @@ slurm_leftovers() {
         p=${e%/environ}
         grep -qsz '^SLURM_JOB_ID=' "$e" || continue
         [ "$(cut -d' ' -f3 "$p/stat" 2>/dev/null)" != Z ] || continue
-        [ -e "$p" ] && echo "process ${p#/proc/} $(tr '\0' ' ' <"$p/cmdline" 2>/dev/null | cut -c1-100)"
+        [ -e "$p" ] && echo "process ${p#/proc/} $({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null | cut -c1-100)"
     done
     return 0
 }

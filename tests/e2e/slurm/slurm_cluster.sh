@@ -156,9 +156,13 @@ EOF
 our_pid() { # file word
     local pid
     [[ -s $1 ]] || return 1
+    local cmd
     pid=$(tr -dc 0-9 <"$1")
-    [[ -n $pid && -r /proc/$pid/cmdline ]] || return 1
-    tr '\0' ' ' </proc/"$pid"/cmdline | grep -qF -- "$2" || return 1
+    [[ -n $pid ]] || return 1
+    # the process may exit between any two reads: then it is not ours, and
+    # nothing may reach stderr (a caller may be reporting through it)
+    { cmd=$(tr '\0' ' ' </proc/"$pid"/cmdline); } 2>/dev/null || return 1
+    [[ $cmd == *"$2"* ]] || return 1
     echo "$pid"
 }
 
