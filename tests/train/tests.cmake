@@ -22,3 +22,7 @@ if(DSL_HAVE_CUDA)
                 LIBS dsltrain CUDA::cudart)
   set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
+# GPT-2's BPE against the real encoder.json and vocab.bpe (tests/data/gpt2, gzip).
+dsl_unit_test(test_bpe SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bpe.c LIBS dsltrain)
+target_compile_definitions(test_bpe PRIVATE
+  DSL_GPT2_DIR="${PROJECT_SOURCE_DIR}/tests/data/gpt2")
