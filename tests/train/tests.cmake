@@ -26,3 +26,9 @@ endif()
 dsl_unit_test(test_bpe SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bpe.c LIBS dsltrain)
 target_compile_definitions(test_bpe PRIVATE
   DSL_GPT2_DIR="${PROJECT_SOURCE_DIR}/tests/data/gpt2")
+dsl_fuzz_target(fuzz_bpe_encode SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_bpe_encode.c
+                LIBS dsltrain)
+target_compile_definitions(fuzz_bpe_encode PRIVATE
+  DSL_GPT2_DIR="${PROJECT_SOURCE_DIR}/tests/data/gpt2")
+dsl_fuzz_target(fuzz_bpe_files SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_bpe_files.c
+                LIBS dsltrain)
