@@ -317,13 +317,20 @@ static int dense_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t wi
 
 static int check_vocab(const uint16_t *t, size_t n, size_t vocab, const char *what, char *err)
 {
+    size_t first = n, top = 0;
     for (size_t i = 0; i < n; i++)
-        if (t[i] >= vocab)
-            return dsl_seterr(err, DSL_EDATA,
-                              "%s: token %u at position %zu is outside the vocabulary of "
-                              "%zu (set \"dstrain\": {\"model\": {\"vocab\": ...}})",
-                              what, t[i], i, vocab);
-    return 0;
+        if (t[i] >= vocab) {
+            first = first < n ? first : i;
+            top = t[i] > top ? t[i] : top;
+        }
+    if (first == n)
+        return 0;
+    return dsl_seterr(err, DSL_EDATA,
+                      "%s: token %u at position %zu is outside the vocabulary of %zu: the "
+                      "largest id is %zu, so the model needs a vocabulary of at least %zu "
+                      "(GPT-2 BPE shards: 50257; set \"dstrain\": {\"model\": "
+                      "{\"vocab\": N}})",
+                      what, t[first], first, vocab, top, top + 1);
 }
 
 int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,

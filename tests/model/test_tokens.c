@@ -161,6 +161,8 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     o.vocab = 40;
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "training shards: token 42 at position 6 is outside the vocabulary of 40");
+    /* the largest of i * 7 % 50 */
+    ASSERT_CONTAINS(err, "the largest id is 49, so the model needs a vocabulary of at least 50");
     o.path = "/nonexistent-dir";
     ASSERT(dsl_data_load(&tr, &te, &o, err) < 0);
     ASSERT_CONTAINS(err, "/nonexistent-dir");
