@@ -15,6 +15,8 @@ PKGS=(
                                                 # security test captures with AF_PACKET
   dataset-fashion-mnist                         # the trainer's data set
   fortunes                                      # English text for the GPT (configs/gpt_fortunes.json)
+  python3-regex                                 # GPT-2's encoder.py pattern, the BPE test's
+                                                # reference (tests/e2e/train/bpe_ref.py)
   clang libclang-rt-14-dev                      # libFuzzer targets
 )
 # The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="python3-torch rsync"

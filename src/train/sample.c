@@ -2,19 +2,25 @@
  * `dstrain sample`: what a trained GPT has learned, as text.
  *
  *   dstrain sample --checkpoint DIR [--tag T] [--prompt TEXT] [--tokens N]
- *                  [--temperature X] [--seed S]
+ *                  [--temperature X] [--seed S] [--encoder F --bpe F]
  *
  * Loads the checkpoint's parameters (the shape from its "gpt" metadata: layers, dim,
- * heads, context, vocab), feeds the prompt's bytes (byte-level vocabulary) and draws
- * N tokens one at a time from softmax(logits / X) (X 0: the most likely one), the
- * last `context` tokens as the window. Prints the prompt and the continuation, bytes
- * as they are. A seed makes the draw repeatable.
+ * heads, context, vocab), feeds the prompt's tokens and draws N tokens one at a time
+ * from softmax(logits / X) (X 0: the most likely one), the last `context` tokens as
+ * the window. Prints the prompt and the continuation, bytes as they are. A seed makes
+ * the draw repeatable.
+ *
+ * Tokens are bytes (the byte-level vocabulary), or GPT-2 BPE ids when --encoder and
+ * --bpe name the files the training shards were made with (bpe.c): the checkpoint
+ * does not record its data's tokenizer, so a vocabulary beyond 256 without them is an
+ * error rather than a page of question marks.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bpe.h"
 #include "checkpoint.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/opt.h"
@@ -25,7 +31,7 @@
 #include "dslaunch/common/banned.h"
 
 struct sample_args {
-    char *dir, *tag, *prompt, *temp;
+    char *dir, *tag, *prompt, *temp, *encoder, *bpe;
     size_t tokens, seed;
 };
 
@@ -42,6 +48,11 @@ static const struct dsl_opt sample_opts[] = {
      "softmax temperature (0: always the most likely token)", "0.8", 0, 0, NULL, 0, NULL},
     {"seed", 0, DSL_OPT_SIZE, offsetof(struct sample_args, seed), "S", "random seed", "1",
      0, 1000000000, NULL, 0, NULL},
+    {"encoder", 0, DSL_OPT_STRING, offsetof(struct sample_args, encoder), "FILE",
+     "GPT-2's encoder.json (or .gz) the shards were made with: BPE ids, with --bpe", NULL,
+     0, 0, NULL, 0, NULL},
+    {"bpe", 0, DSL_OPT_STRING, offsetof(struct sample_args, bpe), "FILE",
+     "GPT-2's vocab.bpe (or .gz), with --encoder", NULL, 0, 0, NULL, 0, NULL},
 };
 static const struct dsl_opt_parser sample_parser = {
     .prog = "dstrain sample",
@@ -83,6 +94,9 @@ static int run(const struct sample_args *a, char *err)
     double temp = 0.8;
     if (!a->dir)
         return dsl_seterr(err, DSL_EUSAGE, "dstrain sample: --checkpoint DIR is required");
+    if (!a->encoder != !a->bpe)
+        return dsl_seterr(err, DSL_EUSAGE, "dstrain sample: GPT-2's BPE needs both --encoder "
+                          "encoder.json and --bpe vocab.bpe");
     if (a->temp && (dsl_parse_double(a->temp, &temp) < 0 || !(temp >= 0.0 && temp <= 100.0)))
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
@@ -105,6 +119,8 @@ static int run(const struct sample_args *a, char *err)
         return r;
     }
     sp.in_dim = sp.gpt.context + 1;
+    struct dsl_bpe bpe;
+    int have_bpe = 0;
     struct dsl_model m;
     if ((r = dsl_model_create(&m, &sp, err)) < 0) {
         dsl_ckpt_release(&c);
@@ -115,12 +131,36 @@ static int run(const struct sample_args *a, char *err)
                        c.path, c.numel, m.nparams);
         goto out;
     }
+    if (a->encoder) {
+        if ((r = dsl_bpe_load(&bpe, a->encoder, a->bpe, err)) < 0)
+            goto out;
+        have_bpe = 1;
+        if (bpe.nvocab > sp.out_dim) {
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "checkpoint '%s': its GPT's vocabulary is %zu, but '%s' has ids up "
+                           "to %zu: it was not trained on shards of these files",
+                           c.path, sp.out_dim, a->encoder, bpe.nvocab - 1);
+            goto out;
+        }
+    } else if (sp.out_dim > 256) {
+        r = dsl_seterr(err, DSL_EUSAGE,
+                       "checkpoint '%s': its GPT's vocabulary is %zu, not bytes: give "
+                       "--encoder and --bpe, the files its token shards were made with "
+                       "(dstrain tokenize --encoder --bpe)",
+                       c.path, sp.out_dim);
+        goto out;
+    }
     const char *prompt = a->prompt && *a->prompt ? a->prompt : "\n";
-    size_t np = strlen(prompt), total = np + (a->tokens ? a->tokens : 200), T = sp.gpt.context;
+    size_t np = strlen(prompt), T = sp.gpt.context;
+    uint16_t *ptok = NULL;
+    if (have_bpe)
+        ptok = dsl_bpe_encode(&bpe, (const uint8_t *)prompt, np, &np);
+    size_t total = np + (a->tokens ? a->tokens : 200);
     int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
     float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));
     for (size_t i = 0; i < np; i++)
-        tok[i] = (unsigned char)prompt[i];
+        tok[i] = ptok ? ptok[i] : (unsigned char)prompt[i];
+    free(ptok);
     uint64_t s = a->seed ? a->seed : 1;
     fputs(prompt, stdout);
     for (size_t n = np; n < total; n++) {
@@ -130,13 +170,22 @@ static int run(const struct sample_args *a, char *err)
             break;
         }
         tok[n] = draw(logits, sp.out_dim, temp, &s);
-        putchar(tok[n] < 256 ? tok[n] : '?');
+        if (have_bpe) {
+            size_t l;
+            const uint8_t *p = dsl_bpe_token(&bpe, (size_t)tok[n], &l);
+            if (p) /* an id beyond encoder.json (a padded vocabulary) prints nothing */
+                fwrite(p, 1, l, stdout);
+        } else {
+            putchar(tok[n]);
+        }
         fflush(stdout);
     }
     putchar('\n');
     free(tok);
     free(logits);
 out:
+    if (have_bpe)
+        dsl_bpe_release(&bpe);
     dsl_model_release(&m);
     dsl_ckpt_release(&c);
     return r < 0 ? r : 0;
@@ -144,7 +193,7 @@ out:
 
 int dsl_train_sample_main(int argc, char **argv, char *err)
 {
-    struct sample_args a = {NULL, NULL, NULL, NULL, 200, 1};
+    struct sample_args a = {NULL, NULL, NULL, NULL, NULL, NULL, 200, 1};
     int r = dsl_opt_parse(&sample_parser, &a, argc, argv, NULL, err);
     if (r == 0)
         r = run(&a, err);
@@ -152,5 +201,7 @@ int dsl_train_sample_main(int argc, char **argv, char *err)
     free(a.tag);
     free(a.prompt);
     free(a.temp);
+    free(a.encoder);
+    free(a.bpe);
     return r;
 }

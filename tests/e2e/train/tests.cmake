@@ -39,3 +39,13 @@ if(TARGET dstrain AND TARGET dslaunch)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# GPT-2 BPE (bpe.sh): tokenize against GPT-2's encoder.py (skipped without
+# python3-regex), and training and sampling on BPE shards.
+if(TARGET dstrain)
+  foreach(t reference train)
+    add_test(NAME train_bpe_${t}
+             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bpe.sh $<TARGET_FILE:dstrain> ${t})
+    set_tests_properties(train_bpe_${t} PROPERTIES LABELS flow TIMEOUT 300
+                         SKIP_RETURN_CODE 77)
+  endforeach()
+endif()
