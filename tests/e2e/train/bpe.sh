@@ -4,7 +4,8 @@
 #   reference  `dstrain tokenize --encoder --bpe` writes the ids GPT-2's encoder.py
 #              (bpe_ref.py, Python's regex module) gives for a varied text (words,
 #              contractions, digits, letters beyond ASCII, combining marks, emoji, runs of
-#              spaces and newlines, invalid UTF-8) and an excerpt of fortunes when installed
+#              spaces and newlines, invalid UTF-8, characters from all over Unicode, random
+#              bytes) and an excerpt of fortunes when installed
 #   train      a model left at vocabulary 256 refuses the shards with the size to set; at
 #              50257 a tiny GPT learns a sentence in 80 steps and `dstrain sample
 #              --encoder --bpe` continues it as text; the options' and files' errors
@@ -43,13 +44,21 @@ bad = [b"\xff", b"\xfe\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\x80",
 out = bytearray()
 while len(out) < 60000:
     out += rnd.choice(bad) if rnd.random() < 0.05 else rnd.choice(atoms).encode()
+# the class table across Unicode: characters assigned in this Python's Unicode (older
+# than any regex module's, so both agree on them), in words and alone; then random bytes
+import unicodedata
+cps = [c for c in range(0x30000) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
+for _ in range(3000):
+    out += "".join(chr(rnd.choice(cps)) for _ in range(rnd.randrange(1, 4))).encode()
+    out += rnd.choice([b" ", b"", b"\n", b"'s", b"1"])
+out += bytes(rnd.randrange(256) for _ in range(8000))
 d = "/usr/share/games/fortunes"
-if os.path.isdir(d):  # the first 200 KB of what dataset "text" reads there
+if os.path.isdir(d):  # the start of what dataset "text" reads there, to 300 KB in all
     for name in sorted(os.listdir(d)):
         p = os.path.join(d, name)
-        if len(out) < 260000 and not name.endswith(".dat") and os.path.isfile(p) \
+        if len(out) < 300000 and not name.endswith(".dat") and os.path.isfile(p) \
                 and not os.path.islink(p):
-            out += open(p, "rb").read()[:260000 - len(out)]
+            out += open(p, "rb").read()[:300000 - len(out)]
 open(sys.argv[1], "wb").write(bytes(out))
 PY
     "$DSTRAIN" tokenize --encoder "$ENC" --bpe "$BPE" --out "$TMP" --name t "$TMP/text" \
