@@ -44,8 +44,8 @@ bad = [b"\xff", b"\xfe\xfe", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\x80",
 out = bytearray()
 while len(out) < 60000:
     out += rnd.choice(bad) if rnd.random() < 0.05 else rnd.choice(atoms).encode()
-# the class table across Unicode: characters assigned in this Python's Unicode (older
-# than any regex module's, so both agree on them), in words and alone; then random bytes
+# the class table across Unicode: characters assigned in Python's unicodedata (Unicode
+# 14 in Debian 12, not newer than its regex module's), in words and alone; random bytes
 import unicodedata
 cps = [c for c in range(0x30000) if unicodedata.category(chr(c)) not in ("Cn", "Cs")]
 for _ in range(3000):
