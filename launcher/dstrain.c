@@ -3,8 +3,10 @@
  *
  *   dstrain [--config ds_config.json] [options]     train (alone, or as one rank)
  *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
- *   dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...
+ *   dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F]
+ *                    [--encoder encoder.json --bpe vocab.bpe] PATH...
  *   dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]
+ *                  [--encoder encoder.json --bpe vocab.bpe]
  *
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
@@ -62,9 +64,11 @@ static int usage(FILE *f)
     fprintf(f,
             "usage: dstrain [--config ds_config.json] [options]\n"
             "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n"
-            "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...\n"
+            "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F]\n"
+            "                        [--encoder encoder.json --bpe vocab.bpe] PATH...\n"
             "       dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] "
-            "[--temperature X]\n\n");
+            "[--temperature X]\n"
+            "                      [--encoder encoder.json --bpe vocab.bpe]\n\n");
     dsl_train_settings_help(f);
     return f == stdout ? 0 : 2;
 }
