@@ -7,16 +7,18 @@
  *     sink's need() calls and segment order as the CPU's; loss scale 2^10 gives exactly
  *     2^10 times the gradient; evaluation agrees as forward_backward does;
  *   - bf16 and fp16 compute against the CPU model on the same 16-bit parameters
- *     (dstrain.cpu_half: fp32 arithmetic): loss within 2e-2 relative, per tensor the
- *     RMS difference within 5e-2 of the tensor's RMS gradient and the largest within
- *     0.15 of its largest;
+ *     (dstrain.cpu_half: fp32 arithmetic): loss within 5e-3 relative, per tensor the
+ *     RMS difference within 2.5e-2 of the tensor's RMS gradient and the largest within
+ *     5e-2 of its largest (16-bit activations: about 4x what a CPU emulation of these
+ *     kernels and cuBLAS measured, 8e-3 and 6e-3 in bf16);
  *   - determinism: the same micro batch twice, on the same model object and on a
  *     second one, gives the same gradient and loss bits (fp32 and bf16);
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
  *   - a few AdamW steps of the trainer at world 1 on the nccl backend against the CPU
  *     trainer on the same text: losses within 1e-3 relative (fp32), and falling.
  * The tolerances are stated before any run on hardware: fp32 GEMMs in another order
- * and CUDA's expf/logf explain ~1e-6 relative, so 1e-3 leaves room while a wrong
+ * and CUDA's expf/logf explain ~1e-6 relative (a CPU emulation of the kernels and
+ * cuBLAS measured 6e-7), so 1e-3 leaves room while a wrong
  * kernel (a transposed operand, a missed mask, a lost bias) is off by O(1). Every
  * comparison prints its worst figure ("# ..."). Exits 77 (skip) without a CUDA device.
  */
@@ -342,12 +344,12 @@ static void compare_half(enum dsl_dtype dt)
     compare_grads(&cs, rg.g, rc.g, &wmax, &wrms, name);
     double ld = fabs(rg.st.loss_sum - rc.st.loss_sum) / fabs(rc.st.loss_sum);
     fprintf(stderr,
-            "# %s: loss %.6g vs %.6g (rel %.3g, bound 2e-2); worst tensor max diff %.3g "
-            "(bound 0.15), rms ratio %.3g (bound 5e-2)\n",
+            "# %s: loss %.6g vs %.6g (rel %.3g, bound 5e-3); worst tensor max diff %.3g "
+            "(bound 5e-2), rms ratio %.3g (bound 2.5e-2)\n",
             name, rg.st.loss_sum, rc.st.loss_sum, ld, wmax, wrms);
-    ASSERT(ld <= 2e-2);
-    ASSERT(wmax <= 0.15);
-    ASSERT(wrms <= 5e-2);
+    ASSERT(ld <= 5e-3);
+    ASSERT(wmax <= 5e-2);
+    ASSERT(wrms <= 2.5e-2);
     run_gpu(&b, dp, x, GB, 1.0f, &rg2);
     ASSERT(same_bits(rg2.g, rg.g, P));
     ASSERT(rg2.st.loss_sum == rg.st.loss_sum);
