@@ -31,6 +31,7 @@ done
 gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
     -c "$E/drv.c" -o "$T/drv.o"
 L=$B/src
+# shellcheck disable=SC2046 # pkg-config's flags are words
 g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/kern.o" "$T/rt.o" -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/common/libdslcommon.a" $(pkg-config --libs openblas) -lz -lcrypto -lm -lpthread
