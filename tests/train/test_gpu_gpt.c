@@ -1,6 +1,7 @@
 /*
  * The CUDA GPT (model_gpt_cuda.c) against the CPU GPT (model_gpt.c), its oracle (label
- * gpu), on a tiny GPT-2 (2 layers, width 32, 2 heads, context 16, byte vocabulary 256):
+ * gpu), on a tiny GPT-2 (2 layers, width 32, 2 heads, context 16, byte vocabulary 256)
+ * and an odd one (3 heads of 16, context 40, vocabulary 1000):
  *   - the same segment list and initial parameters (bit for bit: one layout code);
  *   - fp32: the loss within 1e-4 relative and, per tensor, every gradient element
  *     within 1e-3 of that tensor's largest CPU gradient magnitude, the same hits, the
@@ -43,19 +44,21 @@
 
 static struct dsl_device gdev; /* the CUDA device, opened in main */
 
-#define GL 2
-#define GC 32
-#define GNH 2
-#define GT 16
-#define GV 256
-#define GB 4
+struct shape {
+    size_t L, C, NH, T, V, B; /* blocks, width, heads, context, vocabulary, micro batch */
+};
+/* the tiny GPT; and an odd one: 3 heads of 16, context 40 (more than a warp's lanes per
+ * softmax row), vocabulary 1000 (more than a classifier block's threads) */
+static const struct shape tiny_shape = {2, 32, 2, 16, 256, 4};
+static const struct shape odd_shape = {2, 48, 3, 40, 1000, 3};
 
-static struct dsl_model_spec tiny(enum dsl_dtype dt, int gpu)
+static struct dsl_model_spec spec_of(const struct shape *h, enum dsl_dtype dt, int gpu)
 {
-    struct dsl_model_spec sp = {.type = "gpt", .in_dim = GT + 1, .out_dim = GV,
-                                .max_batch = GB, .seg_max = 700, .dtype = dt,
+    struct dsl_model_spec sp = {.type = "gpt", .in_dim = h->T + 1, .out_dim = h->V,
+                                .max_batch = h->B, .seg_max = 700, .dtype = dt,
                                 .stream = gpu ? gdev.stream : NULL,
-                                .gpt = {.layers = GL, .dim = GC, .heads = GNH, .context = GT}};
+                                .gpt = {.layers = h->L, .dim = h->C, .heads = h->NH,
+                                        .context = h->T}};
     return sp;
 }
 
@@ -112,10 +115,13 @@ static void to_host(void *h, const void *d, size_t bytes)
 }
 
 /* token windows with repeats (every id appears several times in a batch) */
-static void make_tokens(float *x, size_t n, uint64_t seed)
+static float *make_tokens(const struct shape *h, uint64_t seed)
 {
+    size_t n = h->B * (h->T + 1);
+    float *x = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
-        x[i] = (float)(dsl_test_rng(&seed) % (i % 3 ? GV : 7));
+        x[i] = (float)(dsl_test_rng(&seed) % (i % 3 ? h->V : 7));
+    return x;
 }
 
 /* GPT-2's init, then larger values so that every path carries signal (as the CPU
@@ -185,7 +191,7 @@ static void compare_grads(const struct dsl_model_spec *sp, const float *gg, cons
 {
     struct dsl_model_tensor tl[DSL_MODEL_MAX_TENSORS];
     size_t nt = dsl_model_tensor_list(sp, tl, DSL_MODEL_MAX_TENSORS);
-    ASSERT(nt == 4 + 12 * GL);
+    ASSERT(nt == 4 + 12 * sp->gpt.layers);
     *worst_max = *worst_rms = 0.0;
     for (size_t t = 0; t < nt; t++) {
         double gmax = 0.0, dmax = 0.0, ss = 0.0, sd = 0.0;
@@ -217,10 +223,10 @@ static int same_bits(const float *a, const float *b, size_t n)
 
 /* ---- fp32 ---- */
 
-TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
+static void compare_fp32(const struct shape *h)
 {
     char err[DSL_ERR_LEN];
-    struct dsl_model_spec cs = tiny(DSL_FLOAT32, 0), gs = tiny(DSL_FLOAT32, 1);
+    struct dsl_model_spec cs = spec_of(h, DSL_FLOAT32, 0), gs = spec_of(h, DSL_FLOAT32, 1);
     struct dsl_model a, b;
     ASSERT_OK(dsl_model_create(&a, &cs, err));
     if (dsl_model_create_cuda(&b, &gs, err) < 0)
@@ -228,7 +234,7 @@ TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
     ASSERT(b.on_device && !a.on_device);
     ASSERT_EQ(a.nparams, b.nparams);
     ASSERT_EQ(a.nsegs, b.nsegs);
-    ASSERT(a.nsegs > 4 + 12 * GL); /* weights cut into row blocks */
+    ASSERT(a.nsegs > 4 + 12 * h->L); /* weights cut into row blocks */
     for (size_t i = 0; i < a.nsegs; i++)
         ASSERT(a.segs[i].off == b.segs[i].off && a.segs[i].len == b.segs[i].len &&
                a.segs[i].layer == b.segs[i].layer);
@@ -245,9 +251,8 @@ TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
     make_params(&a, p);
     to_dev(dp, p, P * sizeof(float));
 
-    float x[GB * (GT + 1)];
-    make_tokens(x, GB * (GT + 1), 3);
-    size_t ns[] = {GB, 3};
+    float *x = make_tokens(h, 3);
+    size_t ns[] = {h->B, h->B - 1};
     for (size_t k = 0; k < 2; k++) {
         size_t n = ns[k];
         struct result rc, rg, rg2;
@@ -295,8 +300,8 @@ TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
     }
     /* evaluation */
     struct dsl_model_stats sa, sb;
-    ASSERT_OK(a.ops->evaluate(&a, p, x, NULL, GB, &sa));
-    if (b.ops->evaluate(&b, dp, x, NULL, GB, &sb) < 0)
+    ASSERT_OK(a.ops->evaluate(&a, p, x, NULL, h->B, &sa));
+    if (b.ops->evaluate(&b, dp, x, NULL, h->B, &sb) < 0)
         DSL_FAIL_("GPU evaluate: %s", b.err);
     double ld = fabs(sb.loss_sum - sa.loss_sum) / fabs(sa.loss_sum);
     fprintf(stderr, "# fp32 evaluate: loss rel diff %.3g, hits %zu vs %zu\n", ld, sb.correct,
@@ -304,9 +309,10 @@ TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
     ASSERT(ld <= 1e-4);
     ASSERT_EQ(sb.correct, sa.correct);
     /* a token id out of range is refused as on the CPU */
-    x[5] = (float)GV;
+    x[5] = (float)h->V;
     ASSERT_EQ(b.ops->evaluate(&b, dp, x, NULL, 1, &sb), DSL_EDATA);
     ASSERT_EQ(a.ops->evaluate(&a, p, x, NULL, 1, &sa), DSL_EDATA);
+    free(x);
     free(p);
     free(hp);
     cudaFree(dp);
@@ -314,14 +320,20 @@ TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
     dsl_model_release(&b);
 }
 
+TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
+{
+    compare_fp32(&tiny_shape);
+    compare_fp32(&odd_shape);
+}
+
 /* ---- 16-bit compute ---- */
 
-static void compare_half(enum dsl_dtype dt)
+static void compare_half(const struct shape *h, enum dsl_dtype dt)
 {
     const char *name = dt == DSL_BFLOAT16 ? "bf16" : "fp16";
     int bf = dt == DSL_BFLOAT16;
     char err[DSL_ERR_LEN];
-    struct dsl_model_spec cs = tiny(dt, 0), gs = tiny(dt, 1);
+    struct dsl_model_spec cs = spec_of(h, dt, 0), gs = spec_of(h, dt, 1);
     struct dsl_model a, b;
     ASSERT_OK(dsl_model_create(&a, &cs, err));
     if (dsl_model_create_cuda(&b, &gs, err) < 0)
@@ -335,11 +347,10 @@ static void compare_half(enum dsl_dtype dt)
     dsl_hv_narrow(bf, hp, p, P);
     void *dp = dev_alloc(P * 2);
     to_dev(dp, hp, P * 2);
-    float x[GB * (GT + 1)];
-    make_tokens(x, GB * (GT + 1), 4);
+    float *x = make_tokens(h, 4);
     struct result rc, rg, rg2;
-    run_cpu(&a, hp, x, GB, 1.0f, &rc);
-    run_gpu(&b, dp, x, GB, 1.0f, &rg);
+    run_cpu(&a, hp, x, h->B, 1.0f, &rc);
+    run_gpu(&b, dp, x, h->B, 1.0f, &rg);
     double wmax, wrms;
     compare_grads(&cs, rg.g, rc.g, &wmax, &wrms, name);
     double ld = fabs(rg.st.loss_sum - rc.st.loss_sum) / fabs(rc.st.loss_sum);
@@ -350,12 +361,13 @@ static void compare_half(enum dsl_dtype dt)
     ASSERT(ld <= 5e-3);
     ASSERT(wmax <= 5e-2);
     ASSERT(wrms <= 2.5e-2);
-    run_gpu(&b, dp, x, GB, 1.0f, &rg2);
+    run_gpu(&b, dp, x, h->B, 1.0f, &rg2);
     ASSERT(same_bits(rg2.g, rg.g, P));
     ASSERT(rg2.st.loss_sum == rg.st.loss_sum);
     free(rg2.g);
     free(rc.g);
     free(rg.g);
+    free(x);
     free(p);
     free(hp);
     cudaFree(dp);
@@ -365,8 +377,9 @@ static void compare_half(enum dsl_dtype dt)
 
 TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_parameters)
 {
-    compare_half(DSL_BFLOAT16);
-    compare_half(DSL_FLOAT16);
+    compare_half(&tiny_shape, DSL_BFLOAT16);
+    compare_half(&tiny_shape, DSL_FLOAT16);
+    compare_half(&odd_shape, DSL_BFLOAT16);
 }
 
 /* ---- the trainer at world 1 ---- */
@@ -393,11 +406,11 @@ static void train(int gpu, size_t steps, double *loss)
     if (dsl_comm_open_env(&c, &co, err) < 0)
         DSL_FAIL_("comm: %s", err);
     struct dsl_dataset tr, te;
-    struct dsl_data_opts dopt = {.name = "text", .path = text_path, .context = GT,
-                                 .vocab = GV, .val_fraction = 0.1, .seed = 5};
+    struct dsl_data_opts dopt = {.name = "text", .path = text_path, .context = tiny_shape.T,
+                                 .vocab = tiny_shape.V, .val_fraction = 0.1, .seed = 5};
     if (dsl_data_load(&tr, &te, &dopt, err) < 0)
         DSL_FAIL_("data: %s", err);
-    struct dsl_model_spec sp = tiny(DSL_FLOAT32, gpu);
+    struct dsl_model_spec sp = spec_of(&tiny_shape, DSL_FLOAT32, gpu);
     sp.max_batch = 8;
     sp.seg_max = 2000;
     struct dsl_model m;
