@@ -87,7 +87,7 @@ struct gpt_cuda {
     int et;                 /* enum dsl_cuda_etype of params, activations, gradients */
     size_t esz;             /* their element bytes */
     cudaDataType_t dt;      /* their cuBLAS type */
-    size_t maxN, R;
+    size_t R;               /* rows per logits chunk */
     /* device */
     int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
     void *enc, *lnf, *logits, *qkv, *yh, *dres, *dC, *d3C, *d4C, *datt, *dh, *g1, *g2;
@@ -434,9 +434,8 @@ static int deliver_bias(struct dsl_model *m, const struct dsl_grad_sink *sink, s
         const struct dsl_model_seg *sg = &m->segs[s];
         void *dst = sink->dest(sink->ctx, s);
         CU(m, "launching dsl_k_gpt_colsum",
-           dsl_cuda_gpt_colsum(p->stream, p->et, el(p, dst, 0),
-                               NULL, el(p, dy, sg->off - t->off), NULL, NULL, NULL, N, sg->len,
-                               p->part));
+           dsl_cuda_gpt_colsum(p->stream, p->et, dst, NULL, el(p, dy, sg->off - t->off), NULL,
+                               NULL, NULL, N, sg->len, p->part));
         sink->done(sink->ctx, s);
     }
     return 0;
@@ -794,7 +793,6 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         return create_fail(m, err, DSL_EREMOTE, t);
     }
 
-    p->maxN = N;
     p->R = GPT_CUDA_LOGIT_BUDGET / V;
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
     size_t e = p->esz, BHTT = B * NH * T * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
