@@ -128,11 +128,6 @@ static int train(struct dsl_train_settings *s)
     s->model.out_dim = tr.nclasses;
     if (s->model.max_batch < s->to.micro_batch)
         s->model.max_batch = s->to.micro_batch;
-    if (gpu && s->model.type && !strcmp(s->model.type, "gpt")) {
-        r = dsl_seterr(err, DSL_ENOTSUP, "model 'gpt' has no GPU implementation yet: train "
-                       "it with --backend tcp");
-        goto out;
-    }
     if (gpu) {
 #ifdef DSL_HAVE_CUDA
         if ((r = dsl_device_cuda_open(&gpu_dev, device, err)) < 0)

@@ -20,3 +20,5 @@ cmake -S . -B build-gpu -DDSL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
 cmake --build build-gpu -j"$(nproc)" >"$OUTDIR/build.log" 2>&1 || { grep -E "error" "$OUTDIR/build.log" | head -30; exit 1; }
 echo "== gpu tests"
 ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$OUTDIR/gpu-tests.log" | tail -25
+echo "== GPT benchmark: GPT-2 124M shapes, bf16, world 1 (PEAK_TFLOPS=${PEAK_TFLOPS:-989})"
+bench/gpt_gpu.sh build-gpu 2>&1 | tee "$OUTDIR/gpt-gpu-bench.log" | tail -n 8

@@ -1,6 +1,7 @@
 /*
  * Inside the CUDA path of dstrain: the kernel launchers of device_kernels.cu (the
- * device's buffer operations) and model_mlp_kernels.cu (the MLP's elementwise parts),
+ * device's buffer operations), model_mlp_kernels.cu (the MLP's elementwise parts) and
+ * model_gpt_kernels.cu (the GPT's),
  * callable from C. Every launcher enqueues on the stream s it is given (the device's
  * stream, which the model's cuBLAS handle and the nccl comm's ordering events use too),
  * returns cudaGetLastError() read right after its launch (the caller names the kernel
@@ -154,6 +155,65 @@ cudaError_t dsl_cuda_mlp_half_bias_grad(cudaStream_t s, int bf16, const void *dz
                                         size_t out, void *db);
 cudaError_t dsl_cuda_mlp_half_relu_mask(cudaStream_t s, int bf16, void *d, const void *a,
                                         size_t len);
+
+/* ---- model_gpt_kernels.cu: the GPT (model_gpt_cuda.c) ---- */
+
+/* the element type of a GPT launcher's void * buffers (activations, parameters and
+ * their gradients); statistics (LayerNorm mean and 1/std, losses) are always fp32 */
+enum dsl_cuda_etype { DSL_CUDA_FP32 = 0, DSL_CUDA_FP16 = 1, DSL_CUDA_BF16 = 2 };
+
+/** out[i] = wte[inp[i]] + wpe[i % T] over N rows of C */
+cudaError_t dsl_cuda_gpt_encoder(cudaStream_t s, int et, void *out, const int32_t *inp,
+                                 const void *wte, const void *wpe, size_t N, size_t T, size_t C);
+/** dwpe[t] = sum over the B samples of d[b T + t], in sample order (fp32 out) */
+cudaError_t dsl_cuda_gpt_wpe_grad(cudaStream_t s, int et, float *dwpe, const void *d, size_t B,
+                                  size_t T, size_t C);
+/** dwte[tok[u]] += d[rows[off[u]]] + ... + d[rows[off[u+1] - 1]] in that order, for the
+ *  nu distinct tokens tok[] (dwte fp32; one block owns each token's row: no atomics) */
+cudaError_t dsl_cuda_gpt_wte_scatter(cudaStream_t s, int et, float *dwte, const void *d,
+                                     const int32_t *tok, const int32_t *off, const int32_t *rows,
+                                     size_t nu, size_t C);
+/** out = LayerNorm(x) w + b per row (eps 1e-5); mean and 1/std of each row kept */
+cudaError_t dsl_cuda_gpt_layernorm(cudaStream_t s, int et, void *out, float *mean, float *rstd,
+                                   const void *x, const void *w, const void *b, size_t N,
+                                   size_t C);
+/** dx += the gradient of LayerNorm's input per row, from dy and the saved mean/rstd */
+cudaError_t dsl_cuda_gpt_ln_back(cudaStream_t s, int et, void *dx, const void *x, const void *dy,
+                                 const void *w, const float *mean, const float *rstd, size_t N,
+                                 size_t C);
+/** The number of row chunks of a column sum over N rows (part needs 2 x chunks x cols
+ *  floats). */
+size_t dsl_cuda_gpt_colsum_chunks(size_t N);
+/** out[c] = sum over rows of dy[i][c]; with x (LayerNorm), also out2[c] = sum of
+ *  (x[i][c] - mean[i]) rstd[i] dy[i][c]. Fixed order: per chunk, then chunk by chunk. */
+cudaError_t dsl_cuda_gpt_colsum(cudaStream_t s, int et, void *out, void *out2, const void *dy,
+                                const void *x, const float *mean, const float *rstd, size_t N,
+                                size_t cols, float *part);
+/** o[i] = x[i] + b (x NULL: o[i] = b) over N rows of C */
+cudaError_t dsl_cuda_gpt_resbias(cudaStream_t s, int et, void *o, const void *x, const void *b,
+                                 size_t N, size_t C);
+/** back 0: o = gelu(x) (tanh approximation, dsl_gpt_tanh's rational tanh);
+ *  back 1: o *= gelu'(x) */
+cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const void *x, size_t n, int back);
+/** dir 0: flat [N, which, NH, hs] -> heads [which][B, NH, T, hs] (N = B T rows); dir 1 the
+ *  reverse. which is 3 (qkv) or 1. */
+cudaError_t dsl_cuda_gpt_permute(cudaStream_t s, int et, void *flat, void *heads, size_t N,
+                                 size_t T, size_t NH, size_t hs, int which, int dir);
+/** back 0: P = causal softmax of the scaled scores in P, in place (rows of T, row r is
+ *  position r % T; masked entries 0). back 1: P (= dP) becomes dS = Pf (dP - rowdot),
+ *  Pf the forward's probabilities. */
+cudaError_t dsl_cuda_gpt_softmax(cudaStream_t s, int et, void *P, const void *Pf, size_t rows,
+                                 size_t T, int back);
+/** Per row of rows x V logits (rows r0.. of the micro batch): loss[r0 + i], arg[r0 + i]
+ *  (argmax) and, when back, the logits overwritten with (softmax - onehot(tgt)) x f */
+cudaError_t dsl_cuda_gpt_classifier(cudaStream_t s, int et, void *logits, const int32_t *tgt,
+                                    size_t rows, size_t V, size_t r0, float *loss, int32_t *arg,
+                                    int back, float f);
+/** out[0] = sum over B samples of their mean loss over T positions (double inside),
+ *  out[stride] = samples whose last argmax equals their last target */
+cudaError_t dsl_cuda_gpt_loss_stats(cudaStream_t s, const float *loss, const int32_t *arg,
+                                    const int32_t *tgt, size_t B, size_t T, float *out,
+                                    size_t stride);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,6 @@
 /*
  * Inside the GPT: its flat layout (model_gpt_layout.c), shared by the CPU model
- * (model_gpt.c) and, later, a CUDA model, so that both have the same parameter
+ * (model_gpt.c) and the CUDA model (model_gpt_cuda.c), so that both have the same parameter
  * offsets, gradient segment list and initial values. Only src/model includes this.
  */
 #ifndef DSL_MODEL_GPT_IMPL_H
@@ -50,6 +50,11 @@ void dsl_gpt_layout_init(const struct dsl_gpt_layout *lay, float *params, uint64
 
 /** The CPU GPT (model_gpt.c): dsl_model_create() for type "gpt". */
 int dsl_gpt_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+
+#ifdef DSL_HAVE_CUDA
+/** The CUDA GPT (model_gpt_cuda.c): dsl_model_create_cuda() for type "gpt". */
+int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+#endif
 
 /** The GPT's named tensors (dsl_model_tensor_list() for type "gpt"). */
 size_t dsl_gpt_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,

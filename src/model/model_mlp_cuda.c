@@ -389,7 +389,7 @@ static void *dev_alloc(size_t bytes, size_t *total, int *fail)
     return v;
 }
 
-int dsl_model_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
 {
     struct dsl_mlp_layout lay;
     int r = dsl_mlp_layout_build(&lay, m, spec, err);

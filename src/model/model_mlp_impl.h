@@ -33,6 +33,11 @@ void dsl_mlp_layout_init(const struct dsl_mlp_layout *lay, float *params, uint64
 /** The CPU MLP (model_mlp.c): dsl_model_create() for type "mlp". */
 int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
 
+#ifdef DSL_HAVE_CUDA
+/** The CUDA MLP (model_mlp_cuda.c): dsl_model_create_cuda() for type "mlp". */
+int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+#endif
+
 /** The MLP's named tensors (dsl_model_tensor_list() for type "mlp"). */
 size_t dsl_mlp_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,
                        size_t max);

@@ -162,7 +162,8 @@ struct dsl_model {
 int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
 #ifdef DSL_HAVE_CUDA
 /**
- * Build the same model on the current CUDA device (cuBLAS; see model_mlp_cuda.c): the
+ * Build the same model on the current CUDA device (cuBLAS; model_mlp_cuda.c for type
+ * "mlp", model_gpt_cuda.c for type "gpt"): the
  * same layout, segment list and initial values as dsl_model_create(), its params and
  * gradients in device memory (on_device = 1). The device must have been selected
  * (dsl_device_cuda_open()). Returns 0, DSL_ECONFIG for a bad spec, or another

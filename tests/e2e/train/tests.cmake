@@ -49,3 +49,10 @@ if(TARGET dstrain)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# The GPT on the GPU (gpt_gpu.sh, label gpu): dstrain --backend nccl at world 1 in fp32
+# and bf16 against the CPU run, loss falling, two runs bit-identical; skips without a GPU.
+if(TARGET dstrain AND DSL_HAVE_CUDA)
+  add_test(NAME train_gpt_gpu
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt_gpu.sh $<TARGET_FILE:dstrain>)
+  set_tests_properties(train_gpt_gpu PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""Rewrite a .cu file's kernel launches for the CPU emulation (emu.h): every
+`NAME<<<GRID, BLOCK, 0, s>>>(ARGS)` becomes `emu_launch(dim3(GRID), dim3(BLOCK), &NAME)(ARGS)`,
+and emu.h is included before cuda_kernels.h.  usage: launches.py IN.cu OUT.cpp"""
+import re
+import sys
+
+src = open(sys.argv[1]).read()
+out, i = [], 0
+while True:
+    j = src.find("<<<", i)
+    if j < 0:
+        out.append(src[i:])
+        break
+    m = re.search(r"(dsl_k_\w+(?:<\w+>)?)$", src[:j])
+    if not m:
+        sys.exit(f"{sys.argv[1]}: a launch without a dsl_k_ kernel name before offset {j}")
+    name, start = m.group(1), j - len(m.group(1))
+    e = src.find(">>>", j)
+    depth, parts, cur = 0, [], ""
+    for ch in src[j + 3:e]:
+        depth += ch in "([" and 1 or ch in ")]" and -1 or 0
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    out.append(src[i:start] + f"emu_launch(dim3({parts[0].strip()}), dim3({parts[1].strip()}), &{name})")
+    i = e + 3
+text = "".join(out).replace('#include "cuda_kernels.h"', '#include "emu.h"\n#include "cuda_kernels.h"')
+open(sys.argv[2], "w").write(text)

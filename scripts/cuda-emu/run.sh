@@ -1,0 +1,38 @@
+#!/bin/sh
+# The CUDA GPT's model tests (tests/train/test_gpu_gpt.c: fp32, bf16 and fp16 against the
+# CPU GPT, loss scaling, determinism) on a machine without a GPU: the kernels of
+# src/model/model_gpt_kernels.cu compiled as C++ against a CPU emulation of CUDA
+# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime and
+# cuBLAS, linked with the libraries of a CPU build. A developer check before a GPU
+# session, not a CTest: a test takes a minute or two (one host thread per CUDA thread).
+# The trainer test needs NCCL and is not run.
+#
+#   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
+set -eu
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+B=${1:-$ROOT/build}
+FILTER=${2:-cuda_gpt}
+CUDA=${CUDA_HOME:-/usr/local/cuda}
+E=$ROOT/scripts/cuda-emu
+[ -f "$B/src/model/libdslmodel.a" ] || { echo "no $B/src/model/libdslmodel.a: build first" >&2; exit 1; }
+[ -f "$CUDA/include/cuda_runtime.h" ] || { echo "no CUDA headers in $CUDA (set CUDA_HOME)" >&2; exit 1; }
+T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
+trap 'rm -rf "$T"' EXIT
+INC="-I$CUDA/include -I$ROOT/include -I$ROOT/src/model -I$E"
+python3 "$E/launches.py" "$ROOT/src/model/model_gpt_kernels.cu" "$T/kern.cpp"
+# shellcheck disable=SC2086 # INC is words
+g++ -std=c++20 -O1 -ffp-contract=off $INC -c "$T/kern.cpp" -o "$T/kern.o"
+g++ -std=c++20 -O1 -ffp-contract=off -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
+for f in model_gpt_cuda model_cuda; do
+    # shellcheck disable=SC2086
+    gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
+done
+# shellcheck disable=SC2086
+gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
+    -c "$E/drv.c" -o "$T/drv.o"
+L=$B/src
+# shellcheck disable=SC2046 # pkg-config's flags are words
+g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/kern.o" "$T/rt.o" -o "$T/drv" \
+    "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
+    "$L/common/libdslcommon.a" $(pkg-config --libs openblas) -lz -lcrypto -lm -lpthread
+"$T/drv" "$FILTER"

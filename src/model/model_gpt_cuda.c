@@ -1,0 +1,857 @@
+/*
+ * The GPT of dstrain on a GPU: model_gpt.c's model with cuBLAS GEMMs and the fused
+ * kernels of model_gpt_kernels.cu, on device pointers. The layout, the gradient segment
+ * list and the initial values are model_gpt_layout.c's, shared with the CPU model, so
+ * the trainer's buckets and shards are the same on both and both start from the same
+ * bits.
+ *
+ * Theory of operation. As the CUDA MLP (model_mlp_cuda.c): every call runs in the
+ * caller's thread on the model's stream (spec.stream, the trainer's device stream;
+ * cuBLAS is bound to it), so it is ordered with the device's buffer operations and the
+ * nccl comm orders its collectives after it with events. A call checks the micro
+ * batch's token ids on the host, writes the inputs, the targets and the token
+ * embedding's scatter plan (the rows sorted by token with a stable counting sort: the
+ * distinct tokens, their first sorted row, the row indices) into one of two page-locked
+ * staging buffers (alternating, each guarded by an event recorded after its upload) and
+ * sends them with one cudaMemcpyAsync, so the host goes on while the GPU computes.
+ *
+ * Forward, per group of parameters in flat order (the embeddings, each block, ln_f) the
+ * sink's need() first, exactly where the CPU model calls it: the embedding kernel;
+ * per block LayerNorm, the qkv projection (bias broadcast, then GEMM with beta 1), the
+ * heads permuted to [B, NH, T, hs], S = scale Q K^T and Y = P V as strided batched GEMMs
+ * over the B x NH (sample, head) pairs around the fused causal softmax, Y permuted
+ * back, the output projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU,
+ * GEMM onto residual + bias); the final LayerNorm. The LM head and the loss run in
+ * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
+ * one GEMM against the tied token embedding, the fused classifier turns them into
+ * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
+ * add its part of wte's gradient into an fp32 buffer of the model. So no more than
+ * R x V logits exist at a time.
+ *
+ * Backward walks the tensors in the CPU model's order and hands each finished tensor's
+ * segments to the sink: projection weight gradients are one GEMM per segment straight
+ * into the sink's destination; biases and LayerNorm parameters are deterministic
+ * column sums (into the destination, or a scratch for LayerNorm's pair); the embeddings
+ * are summed in fp32 (positions in sample order; tokens by the per-token-row scatter
+ * in row order, after the head's part) and rounded or copied into their segments. The
+ * micro batch's loss sum and hit count are summed on the device into the sink's
+ * dev_stats when the trainer gives one; otherwise (evaluation) the per-row losses and
+ * argmaxes are copied back and summed on the host as the CPU model does, after one
+ * (bounded, through m->wait) host wait.
+ *
+ * Precision. fp32: every GEMM is cublasGemmEx / cublasGemmStridedBatchedEx with fp32
+ * data and CUBLAS_COMPUTE_32F (no TF32). 16-bit (spec.dtype fp16 or bf16): parameters,
+ * activations and gradients are 16-bit, the GEMMs take 16-bit inputs and outputs with
+ * CUBLAS_COMPUTE_32F (and the wte gradient an fp32 output), the handle's math mode
+ * disallows reduced-precision split-K reductions, and the kernels compute in fp32 and
+ * round once. LayerNorm statistics and losses are fp32.
+ *
+ * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
+ * one, so every row-major product C = A B is issued as C^T = B^T A^T.
+ *
+ * Determinism: cuBLAS is deterministic for fixed shapes on one GPU model and every
+ * kernel has a fixed reduction order (model_gpt_kernels.cu), so two runs give the same
+ * bits. Not thread-safe (one workspace); failures return a negative code with the text
+ * in m->err and never exit.
+ */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/hostsync.h"
+#include "dslaunch/common/xalloc.h"
+#include "dslaunch/model/model.h"
+#include "gemm_dims.h"
+#include "model_gpt_impl.h"
+#include "dslaunch/common/banned.h"
+
+/* elements of logits alive at a time, at most (the chunk's rows R = this / V) */
+#define GPT_CUDA_LOGIT_BUDGET ((size_t)64 << 20)
+
+struct gpt_cuda_block {
+    void *ln1, *qkvh, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *ln2m, *ln2r;
+};
+
+struct gpt_cuda {
+    struct dsl_gpt_layout L;
+    struct dsl_model *m;
+    cublasHandle_t blas;
+    cudaStream_t stream;
+    int et;                 /* enum dsl_cuda_etype of params, activations, gradients */
+    size_t esz;             /* their element bytes */
+    cudaDataType_t dt;      /* their cuBLAS type */
+    size_t R;               /* rows per logits chunk */
+    /* device */
+    int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
+    void *enc, *lnf, *logits, *qkv, *yh, *dres, *dC, *d3C, *d4C, *datt, *dh, *g1, *g2;
+    float *lnfm, *lnfr, *rowloss, *dwte, *dwpe, *part;
+    int32_t *rowarg;
+    struct gpt_cuda_block h[DSL_GPT_MAX_LAYERS];
+    /* host */
+    int32_t *hids[2];       /* page-locked staging of ids, alternating */
+    cudaEvent_t up[2];
+    int slot;
+    size_t nu;              /* distinct tokens of the current micro batch */
+    int32_t *count;         /* V + 1 counters of the counting sort */
+    float *hloss;           /* page-locked: rowloss, rowarg copies (evaluation) */
+    int32_t *harg;
+    int32_t *htgt;          /* the current batch's targets (host) */
+};
+
+static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
+{
+    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
+{
+    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
+}
+
+#define CU(m, what, expr)                                                      \
+    do {                                                                       \
+        cudaError_t cu_e_ = (expr);                                            \
+        if (cu_e_ != cudaSuccess)                                              \
+            return cuda_err((m), (what), cu_e_);                               \
+    } while (0)
+
+#define TRY(expr)                                                              \
+    do {                                                                       \
+        int try_r_ = (expr);                                                   \
+        if (try_r_ < 0)                                                        \
+            return try_r_;                                                     \
+    } while (0)
+
+/* wait on the host for the stream (bounded through m->wait when set); one host sync */
+static int model_wait(struct dsl_model *m)
+{
+    struct gpt_cuda *p = m->impl;
+    if (m->wait) {
+        m->err[0] = '\0';
+        int r = m->wait(m->wait_ctx, p->stream);
+        if (r < 0 && !m->err[0])
+            dsl_seterr(m->err, r, "waiting for the GPU failed");
+        return r < 0 ? r : 0;
+    }
+    dsl_hostsync_note();
+    cudaError_t e = cudaStreamSynchronize(p->stream);
+    if (e != cudaSuccess)
+        return dsl_seterr(m->err, e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE,
+                          "cuda: waiting for the stream failed: %s", cudaGetErrorString(e));
+    return 0;
+}
+
+/* element off of a buffer of the model's element type */
+static void *el(const struct gpt_cuda *p, const void *base, size_t off)
+{
+    return (char *)(uintptr_t)base + off * p->esz;
+}
+
+/* the parameters of tensor ti */
+static const void *W(const struct gpt_cuda *p, const void *params, size_t ti)
+{
+    return el(p, params, p->L.t[ti].off);
+}
+
+/*
+ * C = alpha op(A) op(B) + beta C, column-major, batch products at the given element
+ * strides (batch 1: a plain GEMM). A and B are of the model's type; C too, or fp32
+ * when c32. fp32 compute (CUBLAS_COMPUTE_32F) for every type.
+ */
+static int gemm_b(struct dsl_model *mo, const char *what, cublasOperation_t ta,
+                  cublasOperation_t tb, size_t m, size_t n, size_t k, float alpha,
+                  const void *A, size_t lda, long long sa, const void *B, size_t ldb,
+                  long long sb, float beta, void *C, size_t ldc, long long sc, size_t batch,
+                  int c32)
+{
+    const struct gpt_cuda *p = mo->impl;
+    int im, in, ik, ia, ib, ic, nb;
+    if (dsl_gemm_dim(m, "m", &im, mo->err) < 0 || dsl_gemm_dim(n, "n", &in, mo->err) < 0 ||
+        dsl_gemm_dim(k, "k", &ik, mo->err) < 0 || dsl_gemm_dim(lda, "lda", &ia, mo->err) < 0 ||
+        dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0 ||
+        dsl_gemm_dim(batch, "batch", &nb, mo->err) < 0)
+        return DSL_ECONFIG;
+    if (!m || !n)
+        return 0;
+    cudaDataType_t ct = c32 ? CUDA_R_32F : p->dt;
+    cublasStatus_t st;
+    if (batch == 1)
+        st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, B, p->dt, ib,
+                          &beta, C, ct, ic, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    else
+        st = cublasGemmStridedBatchedEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, sa,
+                                        B, p->dt, ib, sb, &beta, C, ct, ic, sc, nb,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(mo, what, st);
+}
+
+static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
+                cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A, size_t lda,
+                const void *B, size_t ldb, float beta, void *C, size_t ldc)
+{
+    return gemm_b(mo, what, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                  0);
+}
+
+#define OP_N CUBLAS_OP_N
+#define OP_T CUBLAS_OP_T
+
+/* row-major out [N, cout] (+)= in [N, cin] W [cin, cout] */
+static int proj_fwd(struct dsl_model *m, const void *in, const void *w, void *out, size_t N,
+                    size_t cin, size_t cout, float beta)
+{
+    return gemm(m, "projection GEMM", OP_N, OP_N, cout, N, cin, w, cout, in, cin, beta, out,
+                cout);
+}
+
+/* row-major din [N, cin] = dout [N, cout] W^T */
+static int proj_bwd(struct dsl_model *m, const void *dout, const void *w, void *din, size_t N,
+                    size_t cin, size_t cout)
+{
+    return gemm(m, "input gradient GEMM", OP_T, OP_N, cin, N, cout, w, cout, dout, cout, 0.0f,
+                din, cin);
+}
+
+/* ---- the micro batch ---- */
+
+static int gpt_cuda_upload(struct dsl_model *m, const float *x, size_t B)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t T = p->L.T, V = p->L.V, N = B * T;
+    float fV = (float)V;
+    if (B > m->max_batch)
+        return dsl_seterr(m->err, DSL_EDATA, "gpt: a micro batch of %zu exceeds %zu", B,
+                          m->max_batch);
+    for (size_t i = 0; i < B * (T + 1); i++)
+        if (!(x[i] >= 0.0f && x[i] < fV) || x[i] != floorf(x[i]))
+            return dsl_seterr(m->err, DSL_EDATA, "gpt: a sample holds a token id outside "
+                              "0..%zu", V - 1);
+    if (!B)
+        return 0;
+    int k = p->slot;
+    p->slot ^= 1;
+    /* the staging buffer's previous upload must be done; it almost always is */
+    cudaError_t q = cudaEventQuery(p->up[k]);
+    if (q == cudaErrorNotReady)
+        TRY(model_wait(m));
+    else if (q != cudaSuccess)
+        CU(m, "checking the upload buffer", q);
+    int32_t *inp = p->hids[k], *tgt = inp + N, *tok = tgt + N, *off = tok + N,
+            *rows = off + N + 1;
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T; t++) {
+            inp[b * T + t] = (int32_t)x[b * (T + 1) + t];
+            tgt[b * T + t] = (int32_t)x[b * (T + 1) + t + 1];
+        }
+    memcpy(p->htgt, tgt, N * sizeof(int32_t));
+    /* stable counting sort of the rows by token: rows of one token in row order */
+    memset(p->count, 0, (V + 1) * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++)
+        p->count[inp[i] + 1]++;
+    size_t nu = 0;
+    for (size_t v = 0; v < V; v++) {
+        if (p->count[v + 1]) {
+            tok[nu] = (int32_t)v;
+            off[nu++] = p->count[v];
+        }
+        p->count[v + 1] += p->count[v];
+    }
+    off[nu] = (int32_t)N;
+    for (size_t i = 0; i < N; i++)
+        rows[p->count[inp[i]]++] = (int32_t)i;
+    p->nu = nu;
+    CU(m, "uploading the tokens",
+       cudaMemcpyAsync(p->ids, inp, (5 * N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                       p->stream));
+    CU(m, "recording the upload", cudaEventRecord(p->up[k], p->stream));
+    return 0;
+}
+
+/* the device copies of the current batch's index arrays (gpt_cuda_upload's layout) */
+static int32_t *dev_inp(const struct gpt_cuda *p) { return p->ids; }
+static int32_t *dev_tgt(const struct gpt_cuda *p, size_t N) { return p->ids + N; }
+
+/* ---- forward ---- */
+
+/* the flat ranges the sink's need() is called for, in order: embeddings, blocks, ln_f */
+static void need(const struct gpt_cuda *p, const struct dsl_grad_sink *sink, size_t g)
+{
+    if (!sink || !sink->need)
+        return;
+    const struct dsl_gpt_layout *L = &p->L;
+    size_t lo, hi;
+    if (g == 0) {
+        lo = L->t[GPT_WTE].off;
+        hi = L->t[GPT_BLOCK(0, 0)].off;
+    } else if (g <= L->L) {
+        lo = L->t[GPT_BLOCK(g - 1, 0)].off;
+        hi = L->t[GPT_BLOCK(g, 0)].off; /* ln_f's offset after the last block */
+    } else {
+        lo = L->t[GPT_LNF_W(L->L)].off;
+        hi = p->m->nparams;
+    }
+    sink->need(sink->ctx, lo, hi - lo);
+}
+
+static int attn_fwd(struct dsl_model *m, struct gpt_cuda_block *h, size_t B)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t T = p->L.T, C = p->L.C, NH = p->L.NH, hs = C / NH, N = B * T, BH = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sq = (long long)(T * hs), sP = (long long)(T * T);
+    void *q = h->qkvh, *k = el(p, q, N * C), *v = el(p, q, 2 * N * C);
+    CU(m, "launching dsl_k_gpt_permute (qkv)",
+       dsl_cuda_gpt_permute(p->stream, p->et, p->qkv, h->qkvh, N, T, NH, hs, 3, 0));
+    /* row-major S [T, T] = scale Q K^T per pair: S^T = scale K Q^T */
+    TRY(gemm_b(m, "attention QK^T GEMM", OP_T, OP_N, T, T, hs, scale, k, hs, sq, q, hs, sq,
+               0.0f, h->att, T, sP, BH, 0));
+    CU(m, "launching dsl_k_gpt_softmax",
+       dsl_cuda_gpt_softmax(p->stream, p->et, h->att, NULL, BH * T, T, 0));
+    /* Y [T, hs] = P V: Y^T = V^T P^T */
+    TRY(gemm_b(m, "attention PV GEMM", OP_N, OP_N, hs, T, T, 1.0f, v, hs, sq, h->att, T, sP,
+               0.0f, p->yh, hs, sq, BH, 0));
+    CU(m, "launching dsl_k_gpt_permute (y)",
+       dsl_cuda_gpt_permute(p->stream, p->et, h->atty, p->yh, N, T, NH, hs, 1, 1));
+    return 0;
+}
+
+static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
+                            const struct dsl_grad_sink *sink)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_layout *L = &p->L;
+    size_t T = L->T, C = L->C, N = B * T;
+    need(p, sink, 0);
+    CU(m, "launching dsl_k_gpt_encoder",
+       dsl_cuda_gpt_encoder(p->stream, p->et, p->enc, dev_inp(p), W(p, params, GPT_WTE),
+                            W(p, params, GPT_WPE), N, T, C));
+    const void *res = p->enc;
+    for (size_t l = 0; l < L->L; l++) {
+        need(p, sink, l + 1);
+        struct gpt_cuda_block *h = &p->h[l];
+#define WB(k) W(p, params, GPT_BLOCK(l, k))
+        CU(m, "launching dsl_k_gpt_layernorm",
+           dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln1, h->ln1m, h->ln1r, res, WB(GPT_LN1_W),
+                                  WB(GPT_LN1_B), N, C));
+        CU(m, "launching dsl_k_gpt_resbias",
+           dsl_cuda_gpt_resbias(p->stream, p->et, p->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
+        TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), p->qkv, N, C, 3 * C, 1.0f));
+        TRY(attn_fwd(m, h, B));
+        CU(m, "launching dsl_k_gpt_resbias",
+           dsl_cuda_gpt_resbias(p->stream, p->et, h->res2, res, WB(GPT_PROJ_B), N, C));
+        TRY(proj_fwd(m, h->atty, WB(GPT_PROJ_W), h->res2, N, C, C, 1.0f));
+        CU(m, "launching dsl_k_gpt_layernorm",
+           dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
+                                  WB(GPT_LN2_W), WB(GPT_LN2_B), N, C));
+        CU(m, "launching dsl_k_gpt_resbias",
+           dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
+        TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
+        CU(m, "launching dsl_k_gpt_gelu",
+           dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
+        CU(m, "launching dsl_k_gpt_resbias",
+           dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N, C));
+        TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
+#undef WB
+        res = h->res3;
+    }
+    need(p, sink, L->L + 1);
+    CU(m, "launching dsl_k_gpt_layernorm",
+       dsl_cuda_gpt_layernorm(p->stream, p->et, p->lnf, p->lnfm, p->lnfr, res,
+                              W(p, params, GPT_LNF_W(L->L)), W(p, params, GPT_LNF_B(L->L)), N,
+                              C));
+    return 0;
+}
+
+/* logits, loss and (backward) dC = d lnf and dwte (the head's part, fp32), by chunks */
+static int gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int backward,
+                         float scale)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_layout *L = &p->L;
+    size_t C = L->C, V = L->V, N = B * L->T;
+    const void *wte = W(p, params, GPT_WTE);
+    for (size_t r0 = 0; r0 < N; r0 += p->R) {
+        size_t rows = N - r0 < p->R ? N - r0 : p->R;
+        const void *x = el(p, p->lnf, r0 * C);
+        /* logits [rows, V] = lnf wte^T */
+        TRY(gemm(m, "LM head GEMM", OP_T, OP_N, V, rows, C, wte, C, x, C, 0.0f, p->logits, V));
+        CU(m, "launching dsl_k_gpt_classifier",
+           dsl_cuda_gpt_classifier(p->stream, p->et, p->logits, dev_tgt(p, N), rows, V, r0,
+                                   p->rowloss, p->rowarg, backward, scale / (float)L->T));
+        if (!backward)
+            continue;
+        /* dC [rows, C] = dlogits wte; dwte [V, C] (+)= dlogits^T lnf (fp32) */
+        TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits, V,
+                 0.0f, el(p, p->dC, r0 * C), C));
+        TRY(gemm_b(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, 1.0f, x, C, 0,
+                   p->logits, V, 0, r0 ? 1.0f : 0.0f, p->dwte, C, 0, 1, 1));
+    }
+    return 0;
+}
+
+/* ---- backward ---- */
+
+/* hand tensor ti's gradient, whole in src (fp32 when f32, else the model's type), to
+ * the sink segment by segment */
+static int deliver(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t ti,
+                   const void *src, int f32)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_tensor *t = &p->L.t[ti];
+    for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) {
+        const struct dsl_model_seg *sg = &m->segs[s];
+        void *dst = sink->dest(sink->ctx, s);
+        size_t o = sg->off - t->off;
+        if (f32 && p->et != DSL_CUDA_FP32)
+            CU(m, "launching dsl_k_to_half",
+               dsl_cuda_to_half(p->stream, p->et == DSL_CUDA_BF16, dst, (const float *)src + o,
+                                sg->len));
+        else
+            CU(m, "copying a gradient",
+               cudaMemcpyAsync(dst, (const char *)src + o * (f32 ? sizeof(float) : p->esz),
+                               sg->len * p->esz, cudaMemcpyDeviceToDevice, p->stream));
+        sink->done(sink->ctx, s);
+    }
+    return 0;
+}
+
+/* a bias's gradient (the column sums of dY [N, cols]) straight into its one segment */
+static int deliver_bias(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t ti,
+                        const void *dy, size_t N)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_tensor *t = &p->L.t[ti];
+    for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) { /* one: a vector */
+        const struct dsl_model_seg *sg = &m->segs[s];
+        void *dst = sink->dest(sink->ctx, s);
+        CU(m, "launching dsl_k_gpt_colsum",
+           dsl_cuda_gpt_colsum(p->stream, p->et, dst, NULL, el(p, dy, sg->off - t->off), NULL,
+                               NULL, NULL, N, sg->len, p->part));
+        sink->done(sink->ctx, s);
+    }
+    return 0;
+}
+
+/* a projection's weight gradient A^T dY ([rows, cols]) straight into the sink, row
+ * block by row block (A: N x rows activations, dY: N x cols) */
+static int deliver_weight(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t ti,
+                          const void *A, const void *dY, size_t N)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_tensor *t = &p->L.t[ti];
+    for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) {
+        const struct dsl_model_seg *sg = &m->segs[s];
+        size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
+        void *dst = sink->dest(sink->ctx, s);
+        /* dW_blk^T [cols, nr] = dY^T A_blk */
+        TRY(gemm(m, "weight gradient GEMM", OP_N, OP_T, t->cols, nr, N, dY, t->cols,
+                 el(p, A, r0), t->rows, 0.0f, dst, t->cols));
+        sink->done(sink->ctx, s);
+    }
+    return 0;
+}
+
+/* LayerNorm backward: its bias then its weight to the sink, dx += */
+static int ln_backward(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t tw,
+                       size_t tb, void *dx, const void *dy, const void *x, const void *w,
+                       const float *mean, const float *rstd, size_t N)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t C = p->L.C;
+    CU(m, "launching dsl_k_gpt_colsum (LayerNorm)",
+       dsl_cuda_gpt_colsum(p->stream, p->et, p->g1, p->g2, dy, x, mean, rstd, N, C, p->part));
+    CU(m, "launching dsl_k_gpt_ln_back",
+       dsl_cuda_gpt_ln_back(p->stream, p->et, dx, x, dy, w, mean, rstd, N, C));
+    TRY(deliver(m, sink, tb, p->g1, 0));
+    return deliver(m, sink, tw, p->g2, 0);
+}
+
+static int attn_bwd(struct dsl_model *m, struct gpt_cuda_block *h, size_t B)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t T = p->L.T, C = p->L.C, NH = p->L.NH, hs = C / NH, N = B * T, BH = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sq = (long long)(T * hs), sP = (long long)(T * T);
+    const void *q = h->qkvh, *k = el(p, q, N * C), *v = el(p, q, 2 * N * C);
+    void *dq = p->dh, *dk = el(p, dq, N * C), *dv = el(p, dq, 2 * N * C);
+    /* dY (p->dC, [N, C]) into heads: p->yh */
+    CU(m, "launching dsl_k_gpt_permute (dy)",
+       dsl_cuda_gpt_permute(p->stream, p->et, p->dC, p->yh, N, T, NH, hs, 1, 0));
+    /* dP [T, T] = dY V^T: dP^T = V dY^T */
+    TRY(gemm_b(m, "attention dP GEMM", OP_T, OP_N, T, T, hs, 1.0f, v, hs, sq, p->yh, hs, sq,
+               0.0f, p->datt, T, sP, BH, 0));
+    /* dV [T, hs] = P^T dY: dV^T = dY^T P */
+    TRY(gemm_b(m, "attention dV GEMM", OP_N, OP_T, hs, T, T, 1.0f, p->yh, hs, sq, h->att, T, sP,
+               0.0f, dv, hs, sq, BH, 0));
+    CU(m, "launching dsl_k_gpt_softmax (backward)",
+       dsl_cuda_gpt_softmax(p->stream, p->et, p->datt, h->att, BH * T, T, 1));
+    /* dQ [T, hs] = scale dS K: dQ^T = scale K^T dS^T */
+    TRY(gemm_b(m, "attention dQ GEMM", OP_N, OP_N, hs, T, T, scale, k, hs, sq, p->datt, T, sP,
+               0.0f, dq, hs, sq, BH, 0));
+    /* dK [T, hs] = scale dS^T Q: dK^T = scale Q^T dS */
+    TRY(gemm_b(m, "attention dK GEMM", OP_N, OP_T, hs, T, T, scale, q, hs, sq, p->datt, T, sP,
+               0.0f, dk, hs, sq, BH, 0));
+    CU(m, "launching dsl_k_gpt_permute (dqkv)",
+       dsl_cuda_gpt_permute(p->stream, p->et, p->d3C, p->dh, N, T, NH, hs, 3, 1));
+    return 0;
+}
+
+static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
+                             const struct dsl_grad_sink *sink)
+{
+    struct gpt_cuda *p = m->impl;
+    const struct dsl_gpt_layout *L = &p->L;
+    size_t T = L->T, C = L->C, N = B * T, nL = L->L;
+    CU(m, "clearing the residual gradient",
+       cudaMemsetAsync(p->dres, 0, N * C * p->esz, p->stream));
+    const void *last = p->h[nL - 1].res3;
+    TRY(ln_backward(m, sink, GPT_LNF_W(nL), GPT_LNF_B(nL), p->dres, p->dC, last,
+                    W(p, params, GPT_LNF_W(nL)), p->lnfm, p->lnfr, N));
+    for (size_t l = nL; l-- > 0;) {
+        struct gpt_cuda_block *h = &p->h[l];
+        const void *res = l ? p->h[l - 1].res3 : p->enc;
+#define WB(k) W(p, params, GPT_BLOCK(l, k))
+#define TI(k) GPT_BLOCK(l, k)
+        /* the MLP's output projection: dres is the gradient of res3 */
+        TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
+        TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
+        TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
+        CU(m, "launching dsl_k_gpt_gelu (backward)",
+           dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
+        /* the MLP's input projection */
+        TRY(deliver_bias(m, sink, TI(GPT_FC_B), p->d4C, N));
+        TRY(deliver_weight(m, sink, TI(GPT_FC_W), h->ln2, p->d4C, N));
+        TRY(proj_bwd(m, p->d4C, WB(GPT_FC_W), p->dC, N, C, 4 * C));
+        TRY(ln_backward(m, sink, TI(GPT_LN2_W), TI(GPT_LN2_B), p->dres, p->dC, h->res2,
+                        WB(GPT_LN2_W), h->ln2m, h->ln2r, N));
+        /* attention's output projection: dres is now the gradient of res2 */
+        TRY(deliver_bias(m, sink, TI(GPT_PROJ_B), p->dres, N));
+        TRY(deliver_weight(m, sink, TI(GPT_PROJ_W), h->atty, p->dres, N));
+        TRY(proj_bwd(m, p->dres, WB(GPT_PROJ_W), p->dC, N, C, C));
+        TRY(attn_bwd(m, h, B));
+        TRY(deliver_bias(m, sink, TI(GPT_QKV_B), p->d3C, N));
+        TRY(deliver_weight(m, sink, TI(GPT_QKV_W), h->ln1, p->d3C, N));
+        TRY(proj_bwd(m, p->d3C, WB(GPT_QKV_W), p->dC, N, C, 3 * C));
+        TRY(ln_backward(m, sink, TI(GPT_LN1_W), TI(GPT_LN1_B), p->dres, p->dC, res,
+                        WB(GPT_LN1_W), h->ln1m, h->ln1r, N));
+#undef WB
+#undef TI
+    }
+    /* the embeddings: positions summed over the samples, tokens scattered into the
+     * head's part of wte's gradient, both in row order (fp32) */
+    CU(m, "launching dsl_k_gpt_wpe_grad",
+       dsl_cuda_gpt_wpe_grad(p->stream, p->et, p->dwpe, p->dres, B, T, C));
+    TRY(deliver(m, sink, GPT_WPE, p->dwpe, 1));
+    int32_t *tok = p->ids + 2 * N, *off = tok + N, *rows = off + N + 1;
+    CU(m, "launching dsl_k_gpt_wte_scatter",
+       dsl_cuda_gpt_wte_scatter(p->stream, p->et, p->dwte, p->dres, tok, off, rows, p->nu, C));
+    return deliver(m, sink, GPT_WTE, p->dwte, 1);
+}
+
+/* ---- the ops table ---------------------------------------------------------------- */
+
+static int gpt_cuda_stats(struct dsl_model *m, size_t B, const struct dsl_grad_sink *sink,
+                          struct dsl_model_stats *st)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t T = p->L.T, N = B * T;
+    st->loss_sum = 0.0;
+    st->correct = 0;
+    st->deferred = 0;
+    if (sink && sink->dev_stats) {
+        if (B)
+            CU(m, "launching dsl_k_gpt_loss_stats",
+               dsl_cuda_gpt_loss_stats(p->stream, p->rowloss, p->rowarg, dev_tgt(p, N), B, T,
+                                       sink->dev_stats, sink->dev_stats_stride));
+        else
+            CU(m, "cudaMemsetAsync",
+               cudaMemsetAsync(sink->dev_stats, 0, sizeof(float), p->stream));
+        st->deferred = 1;
+        return 0;
+    }
+    if (!B)
+        return 0;
+    CU(m, "copying the losses", cudaMemcpyAsync(p->hloss, p->rowloss, N * sizeof(float),
+                                                cudaMemcpyDeviceToHost, p->stream));
+    CU(m, "copying the predictions", cudaMemcpyAsync(p->harg, p->rowarg, N * sizeof(int32_t),
+                                                     cudaMemcpyDeviceToHost, p->stream));
+    TRY(model_wait(m));
+    /* as model_gpt.c's gpt_stats */
+    for (size_t b = 0; b < B; b++) {
+        double s = 0.0;
+        for (size_t t = 0; t < T; t++)
+            s += (double)p->hloss[b * T + t];
+        st->loss_sum += s / (double)T;
+        st->correct += p->harg[b * T + T - 1] == p->htgt[b * T + T - 1];
+    }
+    return 0;
+}
+
+static int gpt_cuda_init_params(struct dsl_model *m, float *params, uint64_t seed)
+{
+    struct gpt_cuda *p = m->impl;
+    float *h = malloc(m->nparams * sizeof(float));
+    if (!h)
+        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
+                          "parameters", m->nparams * sizeof(float));
+    dsl_gpt_layout_init(&p->L, h, seed);
+    /* from pageable memory the data is staged before the call returns: h may go */
+    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
+                                    cudaMemcpyHostToDevice, p->stream);
+    free(h);
+    CU(m, "copying the initial parameters", e);
+    return 0;
+}
+
+/* an empty micro batch: zero gradients, in order */
+static int zero_grads(struct dsl_model *m, const struct dsl_grad_sink *sink)
+{
+    struct gpt_cuda *p = m->impl;
+    for (size_t s = 0; s < m->nsegs; s++) {
+        void *dst = sink->dest(sink->ctx, s);
+        CU(m, "cudaMemsetAsync", cudaMemsetAsync(dst, 0, m->segs[s].len * p->esz, p->stream));
+        sink->done(sink->ctx, s);
+    }
+    return 0;
+}
+
+static int gpt_cuda_forward_backward(struct dsl_model *m, const float *params, const float *x,
+                                     const int32_t *y, size_t n, float loss_scale,
+                                     const struct dsl_grad_sink *sink,
+                                     struct dsl_model_stats *st)
+{
+    (void)y;
+    TRY(gpt_cuda_upload(m, x, n));
+    if (!n) {
+        TRY(zero_grads(m, sink));
+        return gpt_cuda_stats(m, 0, sink, st);
+    }
+    TRY(gpt_cuda_forward(m, params, n, sink));
+    TRY(gpt_cuda_head(m, params, n, 1, loss_scale));
+    TRY(gpt_cuda_stats(m, n, sink, st));
+    return gpt_cuda_backward(m, params, n, sink);
+}
+
+static int gpt_cuda_evaluate(struct dsl_model *m, const float *params, const float *x,
+                             const int32_t *y, size_t n, struct dsl_model_stats *st)
+{
+    (void)y;
+    TRY(gpt_cuda_upload(m, x, n));
+    if (n) {
+        TRY(gpt_cuda_forward(m, params, n, NULL));
+        TRY(gpt_cuda_head(m, params, n, 0, 1.0f));
+    }
+    return gpt_cuda_stats(m, n, NULL, st);
+}
+
+static void gpt_cuda_release(struct dsl_model *m)
+{
+    struct gpt_cuda *p = m->impl;
+    if (!p)
+        return;
+    void *dev[] = {p->ids, p->enc, p->lnf, p->logits, p->qkv, p->yh, p->dres, p->dC, p->d3C,
+                   p->d4C, p->datt, p->dh, p->g1, p->g2, p->lnfm, p->lnfr, p->rowloss,
+                   p->dwte, p->dwpe, p->part, p->rowarg};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        cudaFree(dev[i]);
+    for (size_t l = 0; l < p->L.L; l++) {
+        struct gpt_cuda_block *h = &p->h[l];
+        void *b[] = {h->ln1, h->qkvh, h->att, h->atty, h->res2, h->ln2, h->fch, h->fchg,
+                     h->res3, h->ln1m, h->ln1r, h->ln2m, h->ln2r};
+        for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
+            cudaFree(b[i]);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (p->hids[k])
+            cudaFreeHost(p->hids[k]);
+        if (p->up[k])
+            cudaEventDestroy(p->up[k]);
+    }
+    if (p->hloss)
+        cudaFreeHost(p->hloss);
+    if (p->harg)
+        cudaFreeHost(p->harg);
+    free(p->count);
+    free(p->htgt);
+    if (p->blas)
+        cublasDestroy(p->blas);
+    free(p);
+    m->impl = NULL;
+}
+
+static const struct dsl_model_ops gpt_cuda_ops = {
+    .name = "gpt",
+    .init_params = gpt_cuda_init_params,
+    .forward_backward = gpt_cuda_forward_backward,
+    .evaluate = gpt_cuda_evaluate,
+    .release = gpt_cuda_release,
+};
+
+static void *dev_alloc(size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (*fail)
+        return NULL;
+    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+static void *host_alloc(size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (*fail)
+        return NULL;
+    if (cudaMallocHost(&v, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+static int create_fail(struct dsl_model *m, char *err, int code, const char *what)
+{
+    char text[DSL_ERR_LEN];
+    snprintf(text, sizeof(text), "%s", what);
+    dsl_model_release(m);
+    return dsl_seterr(err, code, "%s", text);
+}
+
+int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
+{
+    struct dsl_gpt_layout lay;
+    int r = dsl_gpt_layout_build(&lay, m, spec, err);
+    if (r < 0)
+        return r;
+    struct gpt_cuda *p = dsl_xcalloc(1, sizeof(*p));
+    p->L = lay;
+    p->m = m;
+    m->ops = &gpt_cuda_ops;
+    m->impl = p;
+    m->on_device = 1;
+    m->dtype = spec->dtype;
+    p->et = spec->dtype == DSL_BFLOAT16 ? DSL_CUDA_BF16
+            : spec->dtype == DSL_FLOAT16 ? DSL_CUDA_FP16
+                                         : DSL_CUDA_FP32;
+    p->esz = p->et == DSL_CUDA_FP32 ? sizeof(float) : 2;
+    p->dt = p->et == DSL_CUDA_BF16 ? CUDA_R_16BF : p->et == DSL_CUDA_FP16 ? CUDA_R_16F
+                                                                           : CUDA_R_32F;
+    p->stream = (cudaStream_t)spec->stream;
+    m->stream = spec->stream;
+
+    size_t B = spec->max_batch, T = lay.T, C = lay.C, V = lay.V, NH = lay.NH, N = B * T;
+    /* every GEMM size must fit cuBLAS's int: refuse the model now, not mid-step */
+    {
+        int dim;
+        size_t sizes[] = {N, 4 * C, V, T * T, B * NH, V * C};
+        for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+            if ((r = dsl_gemm_dim(sizes[i], "GPT dimension", &dim, err)) < 0) {
+                dsl_model_release(m);
+                return r;
+            }
+        if (5 * N + 1 > 0x7fffffff) {
+            dsl_model_release(m);
+            return dsl_seterr(err, DSL_ECONFIG, "gpt: a micro batch of %zu x %zu tokens is "
+                              "too large for the GPU's int32 row indices", B, T);
+        }
+    }
+    cublasStatus_t bs = cublasCreate(&p->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        p->blas = NULL;
+        char t[DSL_ERR_LEN];
+        snprintf(t, sizeof(t), "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
+        return create_fail(m, err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE, t);
+    }
+    if ((bs = cublasSetStream(p->blas, p->stream)) != CUBLAS_STATUS_SUCCESS) {
+        char t[DSL_ERR_LEN];
+        snprintf(t, sizeof(t), "cublas: cannot set the stream: %s", cublasGetStatusString(bs));
+        return create_fail(m, err, DSL_EREMOTE, t);
+    }
+    /* fp32 without TF32 (the CPU model is the reference); 16-bit on tensor cores with
+     * fp32 accumulation and no reduced-precision split-K reductions */
+    if ((bs = cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH |
+                                             CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+        CUBLAS_STATUS_SUCCESS) {
+        char t[DSL_ERR_LEN];
+        snprintf(t, sizeof(t), "cublas: cannot set the math mode: %s",
+                 cublasGetStatusString(bs));
+        return create_fail(m, err, DSL_EREMOTE, t);
+    }
+
+    p->R = GPT_CUDA_LOGIT_BUDGET / V;
+    p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
+    size_t e = p->esz, BHTT = B * NH * T * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
+    int fail = 0;
+    p->ids = dev_alloc((5 * N + 1) * sizeof(int32_t), &total, &fail);
+    p->enc = dev_alloc(N * C * e, &total, &fail);
+    p->lnf = dev_alloc(N * C * e, &total, &fail);
+    p->logits = dev_alloc(p->R * V * e, &total, &fail);
+    p->qkv = dev_alloc(3 * N * C * e, &total, &fail);
+    p->yh = dev_alloc(N * C * e, &total, &fail);
+    p->dres = dev_alloc(N * C * e, &total, &fail);
+    p->dC = dev_alloc(N * C * e, &total, &fail);
+    p->d3C = dev_alloc(3 * N * C * e, &total, &fail);
+    p->d4C = dev_alloc(4 * N * C * e, &total, &fail);
+    p->datt = dev_alloc(BHTT * e, &total, &fail);
+    p->dh = dev_alloc(3 * N * C * e, &total, &fail);
+    p->g1 = dev_alloc(C * e, &total, &fail);
+    p->g2 = dev_alloc(C * e, &total, &fail);
+    p->lnfm = dev_alloc(N * sizeof(float), &total, &fail);
+    p->lnfr = dev_alloc(N * sizeof(float), &total, &fail);
+    p->rowloss = dev_alloc(N * sizeof(float), &total, &fail);
+    p->rowarg = dev_alloc(N * sizeof(int32_t), &total, &fail);
+    p->dwte = dev_alloc(V * C * sizeof(float), &total, &fail);
+    p->dwpe = dev_alloc(T * C * sizeof(float), &total, &fail);
+    p->part = dev_alloc(2 * (nk ? nk : 1) * 4 * C * sizeof(float), &total, &fail);
+    for (size_t l = 0; l < lay.L; l++) {
+        struct gpt_cuda_block *h = &p->h[l];
+        h->ln1 = dev_alloc(N * C * e, &total, &fail);
+        h->qkvh = dev_alloc(3 * N * C * e, &total, &fail);
+        h->att = dev_alloc(BHTT * e, &total, &fail);
+        h->atty = dev_alloc(N * C * e, &total, &fail);
+        h->res2 = dev_alloc(N * C * e, &total, &fail);
+        h->ln2 = dev_alloc(N * C * e, &total, &fail);
+        h->fch = dev_alloc(4 * N * C * e, &total, &fail);
+        h->fchg = dev_alloc(4 * N * C * e, &total, &fail);
+        h->res3 = dev_alloc(N * C * e, &total, &fail);
+        h->ln1m = dev_alloc(N * sizeof(float), &total, &fail);
+        h->ln1r = dev_alloc(N * sizeof(float), &total, &fail);
+        h->ln2m = dev_alloc(N * sizeof(float), &total, &fail);
+        h->ln2r = dev_alloc(N * sizeof(float), &total, &fail);
+    }
+    size_t htotal = 0;
+    for (int k = 0; k < 2; k++) {
+        p->hids[k] = host_alloc((5 * N + 1) * sizeof(int32_t), &htotal, &fail);
+        if (!fail && cudaEventCreateWithFlags(&p->up[k], cudaEventDisableTiming) != cudaSuccess)
+            p->up[k] = NULL, fail = 1;
+    }
+    p->hloss = host_alloc(N * sizeof(float), &htotal, &fail);
+    p->harg = host_alloc(N * sizeof(int32_t), &htotal, &fail);
+    p->count = calloc(V + 1, sizeof(int32_t));
+    p->htgt = calloc(N ? N : 1, sizeof(int32_t));
+    if (fail || !p->count || !p->htgt) {
+        (void)cudaGetLastError();
+        char t[DSL_ERR_LEN];
+        snprintf(t, sizeof(t),
+                 "gpt: cannot allocate %zu MiB of GPU workspace (and %zu MiB of page-locked "
+                 "host memory) for a micro batch of %zu x %zu tokens",
+                 total >> 20, htotal >> 20, B, T);
+        return create_fail(m, err, -ENOMEM, t);
+    }
+    return 0;
+}
