@@ -290,3 +290,16 @@ void dsl_opt_help(const struct dsl_opt_parser *p, FILE *f)
         fputc('\n', f);
     }
 }
+
+int dsl_opt_help_if_asked(const struct dsl_opt_parser *p, const char *usage, int argc,
+                          char **argv, FILE *f)
+{
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+        if (strcmp(argv[i], "-h") && strcmp(argv[i], "--help"))
+            continue;
+        fprintf(f, "%s\n\n", usage);
+        dsl_opt_help(p, f);
+        return 1;
+    }
+    return 0;
+}

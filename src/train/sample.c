@@ -194,6 +194,12 @@ out:
 int dsl_train_sample_main(int argc, char **argv, char *err)
 {
     struct sample_args a = {NULL, NULL, NULL, NULL, NULL, NULL, 200, 1};
+    if (dsl_opt_help_if_asked(&sample_parser,
+                              "usage: dstrain sample --checkpoint DIR [--prompt TEXT] "
+                              "[--tokens N] [--temperature X] [--encoder encoder.json --bpe "
+                              "vocab.bpe]",
+                              argc, argv, stdout))
+        return 0;
     int r = dsl_opt_parse(&sample_parser, &a, argc, argv, NULL, err);
     if (r == 0)
         r = run(&a, err);

@@ -120,11 +120,14 @@ int dsl_train_tokenize_main(int argc, char **argv, char *err)
     struct tokenize_args a = {NULL, NULL, NULL, NULL, NULL};
     struct dsl_strvec paths;
     dsl_strvec_init(&paths);
+    static const char usage[] = "usage: dstrain tokenize [--out DIR] [--name NAME] "
+                                "[--val_fraction F] [--encoder encoder.json --bpe vocab.bpe] "
+                                "PATH...";
+    if (dsl_opt_help_if_asked(&tokenize_parser, usage, argc, argv, stdout))
+        return 0;
     int r = dsl_opt_parse(&tokenize_parser, &a, argc, argv, &paths, err);
     if (r == 0 && paths.nr == 0)
-        r = dsl_seterr(err, DSL_EUSAGE,
-                       "usage: dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] "
-                       "[--encoder encoder.json --bpe vocab.bpe] PATH...");
+        r = dsl_seterr(err, DSL_EUSAGE, "%s", usage);
     else if (r == 0 && !a.encoder != !a.bpe)
         r = dsl_seterr(err, DSL_EUSAGE, "dstrain tokenize: GPT-2's BPE needs both --encoder "
                        "encoder.json and --bpe vocab.bpe");

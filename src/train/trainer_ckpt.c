@@ -419,10 +419,13 @@ int dsl_train_consolidate_main(int argc, char **argv, char *err)
     struct consolidate_args a = {NULL, NULL};
     struct dsl_strvec dirs;
     dsl_strvec_init(&dirs);
+    static const char usage[] = "usage: dstrain consolidate <checkpoint dir> [--tag TAG] "
+                                "[--out FILE]";
+    if (dsl_opt_help_if_asked(&consolidate_parser, usage, argc, argv, stdout))
+        return 0;
     int r = dsl_opt_parse(&consolidate_parser, &a, argc, argv, &dirs, err);
     if (r == 0 && dirs.nr != 1)
-        r = dsl_seterr(err, DSL_EUSAGE,
-                       "usage: dstrain consolidate <dir> [--tag TAG] [--out FILE]");
+        r = dsl_seterr(err, DSL_EUSAGE, "%s", usage);
     if (r == 0) {
         const char *dir = dirs.v[0], *tag = a.tag, *out = a.out;
         char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);

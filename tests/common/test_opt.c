@@ -243,6 +243,28 @@ TEST(opt_help_should_list_visible_options_with_dashes_and_defaults)
     ASSERT(strstr(buf, "secret") == NULL);
 }
 
+TEST(opt_help_if_asked_should_answer_help_only_before_a_double_dash)
+{
+    struct dsl_opt_parser p = {"prog sub", opts, sizeof(opts) / sizeof(opts[0]), 0};
+    char buf[8192] = "";
+    char *asked[] = {(char *)"sub", (char *)"--name", (char *)"x", (char *)"--help", NULL};
+    char *short_asked[] = {(char *)"sub", (char *)"-h", NULL};
+    char *after[] = {(char *)"sub", (char *)"--", (char *)"--help", NULL};
+    char *none[] = {(char *)"sub", (char *)"--name", (char *)"x", NULL};
+    FILE *f = fmemopen(buf, sizeof(buf), "w");
+    ASSERT(f != NULL);
+    ASSERT_EQ(dsl_opt_help_if_asked(&p, "usage: prog sub [options] PATH...", 4, asked, f), 1);
+    fclose(f);
+    ASSERT(strncmp(buf, "usage: prog sub [options] PATH...\n\n", 35) == 0);
+    ASSERT_CONTAINS(buf, "  -n, --num-items N");
+    f = fmemopen(buf, sizeof(buf), "w");
+    ASSERT(f != NULL);
+    ASSERT_EQ(dsl_opt_help_if_asked(&p, "u", 2, short_asked, f), 1);
+    ASSERT_EQ(dsl_opt_help_if_asked(&p, "u", 3, after, f), 0);
+    ASSERT_EQ(dsl_opt_help_if_asked(&p, "u", 3, none, f), 0);
+    fclose(f);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -92,4 +92,12 @@ void dsl_opt_format_size(char *buf, size_t cap, size_t v);
 /** One line per visible option: "  -H, --hostfile FILE   help (default: d)". */
 void dsl_opt_help(const struct dsl_opt_parser *p, FILE *f);
 
+/**
+ * For a subcommand without its own --help option: when argv[1..argc-1] holds -h or
+ * --help before any "--", print usage (one or more lines), a blank line and p's options
+ * to f and return 1; otherwise 0.
+ */
+int dsl_opt_help_if_asked(const struct dsl_opt_parser *p, const char *usage, int argc,
+                          char **argv, FILE *f);
+
 #endif
