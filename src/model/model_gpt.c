@@ -55,6 +55,113 @@
 #define LOGIT_BUDGET (16u << 20) /* floats of logits alive at a time, at most */
 #define LN_EPS 1e-5f
 
+/*
+ * Vectorisation. The per-element loops below are plain C that gcc vectorises (-O3);
+ * VEC_CLONES builds each of them twice, for AVX2 and for the portable x86-64 baseline
+ * (SSE2), and the loader picks one per machine. Neither clone may change a bit: the
+ * flags never contract a * b + c into an FMA (-std=c11 means -ffp-contract=off, and
+ * the AVX2 clone does not enable FMA), and every sum along a row is written as LANES
+ * interleaved partial sums folded in one fixed order (lanes_fold), which a vector of
+ * 8, two vectors of 4 or scalar code compute alike. exp is exp8 below rather than
+ * libm's expf, whose x86-64 build picks an FMA variant at run time.
+ */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(DSL_GPT_NO_CLONES)
+#if __has_attribute(target_clones)
+#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef VEC_CLONES
+#define VEC_CLONES
+#endif
+
+#define LANES 8
+
+/* the LANES partial sums a[] into one, in a fixed order: halves, then quarters, ... */
+static inline float lanes_fold(const float *a)
+{
+    float h[4], q[2];
+    for (size_t l = 0; l < 4; l++)
+        h[l] = a[l] + a[l + 4];
+    q[0] = h[0] + h[2];
+    q[1] = h[1] + h[3];
+    return q[0] + q[1];
+}
+
+/* sum of x[0..n): element c into partial sum c % LANES, in order, then lanes_fold */
+static inline float lanes_sum(const float *x, size_t n)
+{
+    float a[LANES] = {0};
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] += x[c + l];
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] += x[c];
+    return lanes_fold(a);
+}
+
+/* the largest of x[0..n) (n >= 1; exact, so any order) */
+static inline float lanes_max(const float *x, size_t n)
+{
+    float a[LANES];
+    for (size_t l = 0; l < LANES; l++)
+        a[l] = x[0];
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] = x[c + l] > a[l] ? x[c + l] : a[l];
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] = x[c] > a[l] ? x[c] : a[l];
+    float m = a[0];
+    for (size_t l = 1; l < LANES; l++)
+        m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+/* sum of (x[c] - m) (y[c] - m) over c < n, in lanes as lanes_sum */
+static inline float lanes_dot(const float *x, const float *y, float m, size_t n)
+{
+    float a[LANES] = {0};
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] += (x[c + l] - m) * (y[c + l] - m);
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] += (x[c] - m) * (y[c] - m);
+    return lanes_fold(a);
+}
+
+/*
+ * exp(x) for x <= 0 as softmax needs it (x > 0 is fine too, up to 88): 2^n e^r with n
+ * = round(x / ln 2) (by the 1.5 x 2^23 shift, so no rounding call), r = x - n ln 2 in
+ * two parts (Cody-Waite), e^r by its degree-6 Taylor polynomial in Horner form
+ * (|r| <= 0.35: within 2 ulp of expf), 2^n through the exponent bits. Below -87.3 it
+ * gives exp(-87.3) = 1.2e-38 instead of 0 or a denormal; a sum of softmax terms
+ * holds a 1 and cannot tell. Mul and add only, so it vectorises and gives the same
+ * bits on every machine.
+ */
+static inline float exp8(float x)
+{
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f; /* 1.5 x 2^23 */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float e = 1.0f / 720.0f;
+    e = e * r + 1.0f / 120.0f;
+    e = e * r + 1.0f / 24.0f;
+    e = e * r + 1.0f / 6.0f;
+    e = e * r + 0.5f;
+    e = e * r + 1.0f;
+    e = e * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return e * two_n;
+}
+
 struct gpt_block {
     float *ln1, *ln1m, *ln1r, *qkv, *att, *atty, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
 };
@@ -102,7 +209,7 @@ struct job {
 
 /* ---- forward pieces --------------------------------------------------------------- */
 
-static void encoder_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void encoder_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
@@ -115,22 +222,15 @@ static void encoder_rows(void *arg, size_t lo, size_t hi)
 }
 
 /* o = LayerNorm(x) * w + b per row; o2 = mean, o3 = 1 / std */
-static void layernorm_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void layernorm_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
     for (size_t i = lo; i < hi; i++) {
         const float *x = j->x + i * C;
         float *o = j->o + i * C;
-        float m = 0.0f, v = 0.0f;
-        for (size_t c = 0; c < C; c++)
-            m += x[c];
-        m /= (float)C;
-        for (size_t c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
+        float m = lanes_sum(x, C) / (float)C;
+        float v = lanes_dot(x, x, m, C) / (float)C;
         float s = 1.0f / sqrtf(v + LN_EPS);
         for (size_t c = 0; c < C; c++)
             o[c] = (x[c] - m) * s * j->w[c] + j->b[c];
@@ -148,7 +248,7 @@ static void layernorm(struct gpt *p, const float *x, const float *w, const float
 }
 
 /* o = x + b per row (the residual and the bias, before a projection adds to it) */
-static void resbias_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void resbias_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
@@ -193,7 +293,7 @@ float dsl_gpt_tanh(float x)
     return fast_tanh(x);
 }
 
-static void gelu_range(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void gelu_range(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     for (size_t i = lo; i < hi; i++) {
@@ -204,7 +304,7 @@ static void gelu_range(void *arg, size_t lo, size_t hi)
 }
 
 /* o (the gradient of gelu's output, in place) *= gelu'(x) */
-static void gelu_back_range(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void gelu_back_range(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     for (size_t i = lo; i < hi; i++) {
@@ -231,16 +331,12 @@ static void gelu_back_range(void *arg, size_t lo, size_t hi)
  */
 #define ATT_TILE 32
 
-static void softmax_causal_row(float *r, size_t t, size_t n)
+static inline void softmax_causal_row(float *r, size_t t, size_t n)
 {
-    float mx = r[0], sum = 0.0f;
-    for (size_t u = 1; u <= t; u++)
-        mx = r[u] > mx ? r[u] : mx;
-    for (size_t u = 0; u <= t; u++) {
-        r[u] = expf(r[u] - mx);
-        sum += r[u];
-    }
-    float inv = 1.0f / sum;
+    float mx = lanes_max(r, t + 1);
+    for (size_t u = 0; u <= t; u++)
+        r[u] = exp8(r[u] - mx);
+    float inv = 1.0f / lanes_sum(r, t + 1);
     for (size_t u = 0; u <= t; u++)
         r[u] *= inv;
     for (size_t u = t + 1; u < n; u++)
@@ -248,7 +344,7 @@ static void softmax_causal_row(float *r, size_t t, size_t n)
 }
 
 /* causal self-attention of one (sample, head) pair per index: qkv -> att, atty */
-static void attn_fwd_pairs(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void attn_fwd_pairs(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     const struct dsl_gpt_layout *L = &j->p->L;
@@ -342,7 +438,7 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
 /* ---- the LM head and the loss ----------------------------------------------------- */
 
 /* per row of a logits chunk: loss, argmax and (back) dlogits = (softmax - onehot) f */
-static void loss_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void loss_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     struct gpt *p = j->p;
@@ -353,13 +449,12 @@ static void loss_rows(void *arg, size_t lo, size_t hi)
         for (size_t k = 1; k < V; k++)
             if (z[k] > z[am])
                 am = k;
-        float mx = z[am], sum = 0.0f;
+        float mx = z[am];
         size_t y = (size_t)p->tgt[r0 + i];
         float zy = z[y];
-        for (size_t k = 0; k < V; k++) {
-            z[k] = expf(z[k] - mx);
-            sum += z[k];
-        }
+        for (size_t k = 0; k < V; k++)
+            z[k] = exp8(z[k] - mx);
+        float sum = lanes_sum(z, V);
         p->rowloss[r0 + i] = mx + logf(sum) - zy;
         p->rowarg[r0 + i] = (int32_t)am;
         if (j->back) {
@@ -428,7 +523,7 @@ static int gpt_tokens(struct gpt *p, const float *x, size_t B)
 }
 
 /* column sums of dY [N, n] in row order */
-static void colsum(float *db, const float *dy, size_t N, size_t n)
+VEC_CLONES static void colsum(float *db, const float *dy, size_t N, size_t n)
 {
     memset(db, 0, n * sizeof(float));
     for (size_t i = 0; i < N; i++) {
@@ -439,21 +534,28 @@ static void colsum(float *db, const float *dy, size_t N, size_t n)
 }
 
 /* dres (+)= the LayerNorm input's gradient per row */
-static void ln_back_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void ln_back_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
     for (size_t i = lo; i < hi; i++) {
         const float *x = j->x + i * C, *dy = j->y + i * C;
         float m = j->b[i], s = j->o2[i];
-        float a = 0.0f, bb = 0.0f;
-        for (size_t c = 0; c < C; c++) {
-            float dn = j->w[c] * dy[c];
-            a += dn;
-            bb += dn * (x[c] - m) * s;
+        float la[LANES] = {0}, lb[LANES] = {0};
+        size_t c0 = 0;
+        for (; c0 + LANES <= C; c0 += LANES)
+            for (size_t l = 0; l < LANES; l++) {
+                size_t c = c0 + l;
+                float dn = j->w[c] * dy[c];
+                la[l] += dn;
+                lb[l] += dn * (x[c] - m) * s;
+            }
+        for (size_t l = 0; c0 < C; c0++, l++) {
+            float dn = j->w[c0] * dy[c0];
+            la[l] += dn;
+            lb[l] += dn * (x[c0] - m) * s;
         }
-        a /= (float)C;
-        bb /= (float)C;
+        float a = lanes_fold(la) / (float)C, bb = lanes_fold(lb) / (float)C;
         float *dx = j->o + i * C;
         for (size_t c = 0; c < C; c++) {
             float dn = j->w[c] * dy[c];
@@ -462,12 +564,10 @@ static void ln_back_rows(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* LayerNorm backward: gw, gb (serial, row order) and dx += (rows in parallel) */
-static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const float *dy,
-                        const float *x, const float *w, const float *mean, const float *rstd,
-                        size_t N)
+/* LayerNorm's parameter gradients: per column a sum over the rows in row order */
+VEC_CLONES static void ln_params_back(float *gw, float *gb, const float *dy, const float *x,
+                                      const float *mean, const float *rstd, size_t N, size_t C)
 {
-    size_t C = p->L.C;
     memset(gw, 0, C * sizeof(float));
     memset(gb, 0, C * sizeof(float));
     for (size_t i = 0; i < N; i++) {
@@ -478,6 +578,15 @@ static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const fl
             gb[c] += di[c];
         }
     }
+}
+
+/* LayerNorm backward: gw, gb (serial, row order) and dx += (rows in parallel) */
+static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const float *dy,
+                        const float *x, const float *w, const float *mean, const float *rstd,
+                        size_t N)
+{
+    size_t C = p->L.C;
+    ln_params_back(gw, gb, dy, x, mean, rstd, N, C);
     struct job j = {.p = p, .x = x, .y = dy, .w = w, .b = mean, .o = dx, .o2 = (float *)(uintptr_t)rstd, .C = C};
     par(N, ln_back_rows, &j);
 }
@@ -485,7 +594,7 @@ static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const fl
 /* attention backward of one (sample, head) pair per index: datty -> dqkv, in the
  * forward's row tiles; dK and dV by column tiles [u0, u1), whose rows t >= u0 are the
  * only ones with unmasked entries there */
-static void attn_bwd_pairs(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void attn_bwd_pairs(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     const struct gpt *p = j->p;
@@ -508,9 +617,7 @@ static void attn_bwd_pairs(void *arg, size_t lo, size_t hi)
                         iC, v, i3C, 0.0f, dP + r0 * T, iT);
             for (size_t t = r0; t < r1; t++) {
                 const float *pr = P + t * T;
-                float *dr = dP + t * T, dot = 0.0f;
-                for (size_t u = 0; u <= t; u++)
-                    dot += pr[u] * dr[u];
+                float *dr = dP + t * T, dot = lanes_dot(pr, dr, 0.0f, t + 1);
                 for (size_t u = 0; u <= t; u++)
                     dr[u] = pr[u] * (dr[u] - dot);
                 for (size_t u = t + 1; u < r1; u++)
@@ -562,6 +669,21 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);
+    }
+}
+
+/* the embeddings' gradients: dres's rows into their position's and token's rows of
+ * dwpe (zeroed first) and dwte (holding the head's part), in row order */
+VEC_CLONES static void embed_back(struct gpt *p, size_t N, size_t T, size_t C)
+{
+    memset(p->dwpe, 0, T * C * sizeof(float));
+    for (size_t i = 0; i < N; i++) {
+        const float *d = p->dres + i * C;
+        float *pe = p->dwpe + (i % T) * C, *te = p->dwte + (size_t)p->inp[i] * C;
+        for (size_t c = 0; c < C; c++) {
+            pe[c] += d[c];
+            te[c] += d[c];
+        }
     }
 }
 
@@ -622,15 +744,7 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
     }
     /* the embeddings: position rows summed over the samples, token rows scattered into
      * the head's part of wte's gradient, both in row order */
-    memset(p->dwpe, 0, T * C * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *d = p->dres + i * C;
-        float *pe = p->dwpe + (i % T) * C, *te = p->dwte + (size_t)p->inp[i] * C;
-        for (size_t c = 0; c < C; c++) {
-            pe[c] += d[c];
-            te[c] += d[c];
-        }
-    }
+    embed_back(p, N, T, C);
     deliver(p, sink, GPT_WPE, p->dwpe);
     deliver(p, sink, GPT_WTE, p->dwte);
 }
