@@ -24,7 +24,8 @@
  * biases, LayerNorm parameters and embeddings are summed into model scratch first.
  *
  * Determinism. Every reduction over rows (bias and LayerNorm parameter gradients, the
- * embedding scatter, the loss) runs serially in row order; everything else is sgemm
+ * embedding scatter, the loss) runs in row order for each column (columns cut over the
+ * pool, par_cols); everything else is sgemm
  * with shapes fixed by (micro batch, spec, seg_max) cut over the pool by output blocks
  * (cpugemm.h) or independent per-row and per-(sample, head) work, so a micro batch
  * gives the same bits at any thread count, world size or ZeRO stage.
@@ -185,6 +186,15 @@ static void par(size_t n, void (*fn)(void *, size_t, size_t), void *arg)
     size_t th = (size_t)dsl_cpupool_threads();
     size_t chunk = (n + 4 * th - 1) / (4 * th);
     dsl_cpupool_for(n, chunk ? chunk : 1, fn, arg);
+}
+
+/* fn over n columns, one block of whole cache lines per thread: for the sums over rows,
+ * which stay serial in row order per column, so any cut gives the same bits */
+static void par_cols(size_t n, void (*fn)(void *, size_t, size_t), void *arg)
+{
+    size_t th = (size_t)dsl_cpupool_threads();
+    size_t chunk = ((n + th - 1) / th + 15) / 16 * 16;
+    dsl_cpupool_for(n, chunk, fn, arg);
 }
 
 static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, size_t m, size_t n,
@@ -523,14 +533,28 @@ static int gpt_tokens(struct gpt *p, const float *x, size_t B)
 }
 
 /* column sums of dY [N, n] in row order */
-VEC_CLONES static void colsum(float *db, const float *dy, size_t N, size_t n)
+struct colsum_job {
+    float *db;
+    const float *dy;
+    size_t N, n;
+};
+
+VEC_CLONES static void colsum_cols(void *arg, size_t lo, size_t hi)
 {
-    memset(db, 0, n * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *r = dy + i * n;
-        for (size_t c = 0; c < n; c++)
+    const struct colsum_job *j = arg;
+    float *db = j->db;
+    memset(db + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->N; i++) {
+        const float *r = j->dy + i * j->n;
+        for (size_t c = lo; c < hi; c++)
             db[c] += r[c];
     }
+}
+
+static void colsum(float *db, const float *dy, size_t N, size_t n)
+{
+    struct colsum_job j = {db, dy, N, n};
+    par_cols(n, colsum_cols, &j);
 }
 
 /* dres (+)= the LayerNorm input's gradient per row */
@@ -564,29 +588,34 @@ VEC_CLONES static void ln_back_rows(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* LayerNorm's parameter gradients: per column a sum over the rows in row order */
-VEC_CLONES static void ln_params_back(float *gw, float *gb, const float *dy, const float *x,
-                                      const float *mean, const float *rstd, size_t N, size_t C)
+/* LayerNorm's parameter gradients: per column a sum over the rows in row order (x: the
+ * input, w: dy, b: mean, y: rstd, o: gw, o2: gb), columns lo..hi */
+VEC_CLONES static void ln_params_cols(void *arg, size_t lo, size_t hi)
 {
-    memset(gw, 0, C * sizeof(float));
-    memset(gb, 0, C * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *xi = x + i * C, *di = dy + i * C;
-        float m = mean[i], s = rstd[i];
-        for (size_t c = 0; c < C; c++) {
+    const struct job *j = arg;
+    size_t C = j->C;
+    float *gw = j->o, *gb = j->o2;
+    memset(gw + lo, 0, (hi - lo) * sizeof(float));
+    memset(gb + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->T; i++) {
+        const float *xi = j->x + i * C, *di = j->w + i * C;
+        float m = j->b[i], s = j->y[i];
+        for (size_t c = lo; c < hi; c++) {
             gw[c] += (xi[c] - m) * s * di[c];
             gb[c] += di[c];
         }
     }
 }
 
-/* LayerNorm backward: gw, gb (serial, row order) and dx += (rows in parallel) */
+/* LayerNorm backward: gw, gb (by columns, each in row order) and dx += (by rows) */
 static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const float *dy,
                         const float *x, const float *w, const float *mean, const float *rstd,
                         size_t N)
 {
     size_t C = p->L.C;
-    ln_params_back(gw, gb, dy, x, mean, rstd, N, C);
+    struct job jp = {.p = p, .x = x, .w = dy, .b = mean, .y = rstd, .o = gw, .o2 = gb, .C = C,
+                     .T = N};
+    par_cols(C, ln_params_cols, &jp);
     struct job j = {.p = p, .x = x, .y = dy, .w = w, .b = mean, .o = dx, .o2 = (float *)(uintptr_t)rstd, .C = C};
     par(N, ln_back_rows, &j);
 }
@@ -672,15 +701,20 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
     }
 }
 
-/* the embeddings' gradients: dres's rows into their position's and token's rows of
- * dwpe (zeroed first) and dwte (holding the head's part), in row order */
-VEC_CLONES static void embed_back(struct gpt *p, size_t N, size_t T, size_t C)
+/* the embeddings' gradients, columns lo..hi: dres's rows (j->T of them) into their
+ * position's and token's rows of dwpe (zeroed first) and dwte (holding the head's
+ * part), in row order per column */
+VEC_CLONES static void embed_back_cols(void *arg, size_t lo, size_t hi)
 {
-    memset(p->dwpe, 0, T * C * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
+    const struct job *j = arg;
+    struct gpt *p = j->p;
+    size_t C = j->C, T = p->L.T;
+    for (size_t t = 0; t < T; t++)
+        memset(p->dwpe + t * C + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->T; i++) {
         const float *d = p->dres + i * C;
         float *pe = p->dwpe + (i % T) * C, *te = p->dwte + (size_t)p->inp[i] * C;
-        for (size_t c = 0; c < C; c++) {
+        for (size_t c = lo; c < hi; c++) {
             pe[c] += d[c];
             te[c] += d[c];
         }
@@ -744,7 +778,8 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
     }
     /* the embeddings: position rows summed over the samples, token rows scattered into
      * the head's part of wte's gradient, both in row order */
-    embed_back(p, N, T, C);
+    struct job je = {.p = p, .C = C, .T = N};
+    par_cols(C, embed_back_cols, &je);
     deliver(p, sink, GPT_WPE, p->dwpe);
     deliver(p, sink, GPT_WTE, p->dwte);
 }
