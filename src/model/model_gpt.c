@@ -60,7 +60,7 @@
  * Vectorisation. The per-element loops below are plain C that gcc vectorises (-O3);
  * VEC_CLONES builds each of them twice, for AVX2 and for the portable x86-64 baseline
  * (SSE2), and the loader picks one per machine. Neither clone may change a bit: the
- * flags never contract a * b + c into an FMA (-std=c11 means -ffp-contract=off, and
+ * flags never contract a * b + c into an FMA (-ffp-contract=off for this file, and
  * the AVX2 clone does not enable FMA), and every sum along a row is written as LANES
  * interleaved partial sums folded in one fixed order (lanes_fold), which a vector of
  * 8, two vectors of 4 or scalar code compute alike. exp is exp8 below rather than
