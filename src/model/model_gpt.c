@@ -24,7 +24,8 @@
  * biases, LayerNorm parameters and embeddings are summed into model scratch first.
  *
  * Determinism. Every reduction over rows (bias and LayerNorm parameter gradients, the
- * embedding scatter, the loss) runs serially in row order; everything else is sgemm
+ * embedding scatter, the loss) runs in row order for each column (columns cut over the
+ * pool, par_cols); everything else is sgemm
  * with shapes fixed by (micro batch, spec, seg_max) cut over the pool by output blocks
  * (cpugemm.h) or independent per-row and per-(sample, head) work, so a micro batch
  * gives the same bits at any thread count, world size or ZeRO stage.
@@ -55,6 +56,113 @@
 #define LOGIT_BUDGET (16u << 20) /* floats of logits alive at a time, at most */
 #define LN_EPS 1e-5f
 
+/*
+ * Vectorisation. The per-element loops below are plain C that gcc vectorises (-O3);
+ * VEC_CLONES builds each of them twice, for AVX2 and for the portable x86-64 baseline
+ * (SSE2), and the loader picks one per machine. Neither clone may change a bit: the
+ * flags never contract a * b + c into an FMA (-ffp-contract=off for this file, and
+ * the AVX2 clone does not enable FMA), and every sum along a row is written as LANES
+ * interleaved partial sums folded in one fixed order (lanes_fold), which a vector of
+ * 8, two vectors of 4 or scalar code compute alike. exp is exp8 below rather than
+ * libm's expf, whose x86-64 build picks an FMA variant at run time.
+ */
+#if defined(__x86_64__) && defined(__has_attribute) && !defined(DSL_GPT_NO_CLONES)
+#if __has_attribute(target_clones)
+#define VEC_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef VEC_CLONES
+#define VEC_CLONES
+#endif
+
+#define LANES 8
+
+/* the LANES partial sums a[] into one, in a fixed order: halves, then quarters, ... */
+static inline float lanes_fold(const float *a)
+{
+    float h[4], q[2];
+    for (size_t l = 0; l < 4; l++)
+        h[l] = a[l] + a[l + 4];
+    q[0] = h[0] + h[2];
+    q[1] = h[1] + h[3];
+    return q[0] + q[1];
+}
+
+/* sum of x[0..n): element c into partial sum c % LANES, in order, then lanes_fold */
+static inline float lanes_sum(const float *x, size_t n)
+{
+    float a[LANES] = {0};
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] += x[c + l];
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] += x[c];
+    return lanes_fold(a);
+}
+
+/* the largest of x[0..n) (n >= 1; exact, so any order) */
+static inline float lanes_max(const float *x, size_t n)
+{
+    float a[LANES];
+    for (size_t l = 0; l < LANES; l++)
+        a[l] = x[0];
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] = x[c + l] > a[l] ? x[c + l] : a[l];
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] = x[c] > a[l] ? x[c] : a[l];
+    float m = a[0];
+    for (size_t l = 1; l < LANES; l++)
+        m = a[l] > m ? a[l] : m;
+    return m;
+}
+
+/* sum of (x[c] - m) (y[c] - m) over c < n, in lanes as lanes_sum */
+static inline float lanes_dot(const float *x, const float *y, float m, size_t n)
+{
+    float a[LANES] = {0};
+    size_t c = 0;
+    for (; c + LANES <= n; c += LANES)
+        for (size_t l = 0; l < LANES; l++)
+            a[l] += (x[c + l] - m) * (y[c + l] - m);
+    for (size_t l = 0; c < n; c++, l++)
+        a[l] += (x[c] - m) * (y[c] - m);
+    return lanes_fold(a);
+}
+
+/*
+ * exp(x) for x <= 0 as softmax needs it (x > 0 is fine too, up to 88): 2^n e^r with n
+ * = round(x / ln 2) (by the 1.5 x 2^23 shift, so no rounding call), r = x - n ln 2 in
+ * two parts (Cody-Waite), e^r by its degree-6 Taylor polynomial in Horner form
+ * (|r| <= 0.35: within 2 ulp of expf), 2^n through the exponent bits. Below -87.3 it
+ * gives exp(-87.3) = 1.2e-38 instead of 0 or a denormal; a sum of softmax terms
+ * holds a 1 and cannot tell. Mul and add only, so it vectorises and gives the same
+ * bits on every machine.
+ */
+static inline float exp8(float x)
+{
+    x = x < -87.3f ? -87.3f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float shift = 12582912.0f; /* 1.5 x 2^23 */
+    float t = x * 1.44269504088896341f + shift;
+    float n = t - shift;
+    float r = x - n * 0.693145751953125f;
+    r = r - n * 1.428606765330187045e-06f;
+    float e = 1.0f / 720.0f;
+    e = e * r + 1.0f / 120.0f;
+    e = e * r + 1.0f / 24.0f;
+    e = e * r + 1.0f / 6.0f;
+    e = e * r + 0.5f;
+    e = e * r + 1.0f;
+    e = e * r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float two_n;
+    memcpy(&two_n, &bits, sizeof(two_n));
+    return e * two_n;
+}
+
 struct gpt_block {
     float *ln1, *ln1m, *ln1r, *qkv, *att, *atty, *res2, *ln2, *ln2m, *ln2r, *fch, *fchg, *res3;
 };
@@ -80,6 +188,15 @@ static void par(size_t n, void (*fn)(void *, size_t, size_t), void *arg)
     dsl_cpupool_for(n, chunk ? chunk : 1, fn, arg);
 }
 
+/* fn over n columns, one block of whole cache lines per thread: for the sums over rows,
+ * which stay serial in row order per column, so any cut gives the same bits */
+static void par_cols(size_t n, void (*fn)(void *, size_t, size_t), void *arg)
+{
+    size_t th = (size_t)dsl_cpupool_threads();
+    size_t chunk = ((n + th - 1) / th + 15) / 16 * 16;
+    dsl_cpupool_for(n, chunk, fn, arg);
+}
+
 static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, size_t m, size_t n,
                  size_t k, float alpha, const float *a, size_t lda, const float *b,
                  size_t ldb, float beta, float *c, size_t ldc, const float *bias, int by_rows)
@@ -102,7 +219,7 @@ struct job {
 
 /* ---- forward pieces --------------------------------------------------------------- */
 
-static void encoder_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void encoder_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
@@ -115,22 +232,15 @@ static void encoder_rows(void *arg, size_t lo, size_t hi)
 }
 
 /* o = LayerNorm(x) * w + b per row; o2 = mean, o3 = 1 / std */
-static void layernorm_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void layernorm_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
     for (size_t i = lo; i < hi; i++) {
         const float *x = j->x + i * C;
         float *o = j->o + i * C;
-        float m = 0.0f, v = 0.0f;
-        for (size_t c = 0; c < C; c++)
-            m += x[c];
-        m /= (float)C;
-        for (size_t c = 0; c < C; c++) {
-            float d = x[c] - m;
-            v += d * d;
-        }
-        v /= (float)C;
+        float m = lanes_sum(x, C) / (float)C;
+        float v = lanes_dot(x, x, m, C) / (float)C;
         float s = 1.0f / sqrtf(v + LN_EPS);
         for (size_t c = 0; c < C; c++)
             o[c] = (x[c] - m) * s * j->w[c] + j->b[c];
@@ -148,7 +258,7 @@ static void layernorm(struct gpt *p, const float *x, const float *w, const float
 }
 
 /* o = x + b per row (the residual and the bias, before a projection adds to it) */
-static void resbias_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void resbias_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
@@ -193,7 +303,7 @@ float dsl_gpt_tanh(float x)
     return fast_tanh(x);
 }
 
-static void gelu_range(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void gelu_range(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     for (size_t i = lo; i < hi; i++) {
@@ -204,7 +314,7 @@ static void gelu_range(void *arg, size_t lo, size_t hi)
 }
 
 /* o (the gradient of gelu's output, in place) *= gelu'(x) */
-static void gelu_back_range(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void gelu_back_range(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     for (size_t i = lo; i < hi; i++) {
@@ -217,35 +327,54 @@ static void gelu_back_range(void *arg, size_t lo, size_t hi)
     }
 }
 
+/*
+ * Causal attention in row tiles of ATT_TILE positions. Row tile [r0, r1) of the scores
+ * needs only the keys 0..r1-1 (those after r1 are masked for all its rows), and its
+ * output only those values, so each tile is one sgemm over r1 columns instead of T:
+ * (1 + 2 + ... + T/ATT_TILE) / (T/ATT_TILE)^2 of the full products, 5/8 at T = 128.
+ * In the tile the masked entries right of the diagonal are written as zeros and take
+ * part in the products as exact zeros; P right of r1 is never written nor read. The
+ * unmasked scores are the same hs-long dot products as before; what moves is the
+ * order of the sums over positions in P V and the backward products (OpenBLAS's
+ * blocking of a shorter K), so bits differ from the untiled products but not between
+ * thread counts or world sizes (the tiles depend on T alone).
+ */
+#define ATT_TILE 32
+
+static inline void softmax_causal_row(float *r, size_t t, size_t n)
+{
+    float mx = lanes_max(r, t + 1);
+    for (size_t u = 0; u <= t; u++)
+        r[u] = exp8(r[u] - mx);
+    float inv = 1.0f / lanes_sum(r, t + 1);
+    for (size_t u = 0; u <= t; u++)
+        r[u] *= inv;
+    for (size_t u = t + 1; u < n; u++)
+        r[u] = 0.0f;
+}
+
 /* causal self-attention of one (sample, head) pair per index: qkv -> att, atty */
-static void attn_fwd_pairs(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void attn_fwd_pairs(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     const struct dsl_gpt_layout *L = &j->p->L;
     size_t T = L->T, C = L->C, NH = L->NH, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    int iT = (int)T, ihs = (int)hs, i3C = (int)(3 * C), iC = (int)C;
     for (size_t bh = lo; bh < hi; bh++) {
         size_t b = bh / NH, h = bh % NH;
         const float *q = j->x + b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
-        float *P = j->o + bh * T * T;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)T, (int)T, (int)hs, scale, q,
-                    (int)(3 * C), k, (int)(3 * C), 0.0f, P, (int)T);
-        for (size_t t = 0; t < T; t++) {
-            float *r = P + t * T, mx = r[0], sum = 0.0f;
-            for (size_t u = 1; u <= t; u++)
-                mx = r[u] > mx ? r[u] : mx;
-            for (size_t u = 0; u <= t; u++) {
-                r[u] = expf(r[u] - mx);
-                sum += r[u];
-            }
-            float inv = 1.0f / sum;
-            for (size_t u = 0; u <= t; u++)
-                r[u] *= inv;
-            for (size_t u = t + 1; u < T; u++)
-                r[u] = 0.0f;
+        float *P = j->o + bh * T * T, *y = j->o2 + b * T * C + h * hs;
+        for (size_t r0 = 0; r0 < T; r0 += ATT_TILE) {
+            size_t r1 = r0 + ATT_TILE < T ? r0 + ATT_TILE : T;
+            int m = (int)(r1 - r0), n = (int)r1;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, ihs, scale,
+                        q + r0 * 3 * C, i3C, k, i3C, 0.0f, P + r0 * T, iT);
+            for (size_t t = r0; t < r1; t++)
+                softmax_causal_row(P + t * T, t, r1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, ihs, n, 1.0f, P + r0 * T,
+                        iT, v, i3C, 0.0f, y + r0 * C, iC);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, (int)hs, (int)T, 1.0f, P,
-                    (int)T, v, (int)(3 * C), 0.0f, j->o2 + b * T * C + h * hs, (int)C);
     }
 }
 
@@ -319,7 +448,7 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
 /* ---- the LM head and the loss ----------------------------------------------------- */
 
 /* per row of a logits chunk: loss, argmax and (back) dlogits = (softmax - onehot) f */
-static void loss_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void loss_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     struct gpt *p = j->p;
@@ -330,13 +459,12 @@ static void loss_rows(void *arg, size_t lo, size_t hi)
         for (size_t k = 1; k < V; k++)
             if (z[k] > z[am])
                 am = k;
-        float mx = z[am], sum = 0.0f;
+        float mx = z[am];
         size_t y = (size_t)p->tgt[r0 + i];
         float zy = z[y];
-        for (size_t k = 0; k < V; k++) {
-            z[k] = expf(z[k] - mx);
-            sum += z[k];
-        }
+        for (size_t k = 0; k < V; k++)
+            z[k] = exp8(z[k] - mx);
+        float sum = lanes_sum(z, V);
         p->rowloss[r0 + i] = mx + logf(sum) - zy;
         p->rowarg[r0 + i] = (int32_t)am;
         if (j->back) {
@@ -405,32 +533,53 @@ static int gpt_tokens(struct gpt *p, const float *x, size_t B)
 }
 
 /* column sums of dY [N, n] in row order */
-static void colsum(float *db, const float *dy, size_t N, size_t n)
+struct colsum_job {
+    float *db;
+    const float *dy;
+    size_t N, n;
+};
+
+VEC_CLONES static void colsum_cols(void *arg, size_t lo, size_t hi)
 {
-    memset(db, 0, n * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *r = dy + i * n;
-        for (size_t c = 0; c < n; c++)
+    const struct colsum_job *j = arg;
+    float *db = j->db;
+    memset(db + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->N; i++) {
+        const float *r = j->dy + i * j->n;
+        for (size_t c = lo; c < hi; c++)
             db[c] += r[c];
     }
 }
 
+static void colsum(float *db, const float *dy, size_t N, size_t n)
+{
+    struct colsum_job j = {db, dy, N, n};
+    par_cols(n, colsum_cols, &j);
+}
+
 /* dres (+)= the LayerNorm input's gradient per row */
-static void ln_back_rows(void *arg, size_t lo, size_t hi)
+VEC_CLONES static void ln_back_rows(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     size_t C = j->C;
     for (size_t i = lo; i < hi; i++) {
         const float *x = j->x + i * C, *dy = j->y + i * C;
         float m = j->b[i], s = j->o2[i];
-        float a = 0.0f, bb = 0.0f;
-        for (size_t c = 0; c < C; c++) {
-            float dn = j->w[c] * dy[c];
-            a += dn;
-            bb += dn * (x[c] - m) * s;
+        float la[LANES] = {0}, lb[LANES] = {0};
+        size_t c0 = 0;
+        for (; c0 + LANES <= C; c0 += LANES)
+            for (size_t l = 0; l < LANES; l++) {
+                size_t c = c0 + l;
+                float dn = j->w[c] * dy[c];
+                la[l] += dn;
+                lb[l] += dn * (x[c] - m) * s;
+            }
+        for (size_t l = 0; c0 < C; c0++, l++) {
+            float dn = j->w[c0] * dy[c0];
+            la[l] += dn;
+            lb[l] += dn * (x[c0] - m) * s;
         }
-        a /= (float)C;
-        bb /= (float)C;
+        float a = lanes_fold(la) / (float)C, bb = lanes_fold(lb) / (float)C;
         float *dx = j->o + i * C;
         for (size_t c = 0; c < C; c++) {
             float dn = j->w[c] * dy[c];
@@ -439,58 +588,80 @@ static void ln_back_rows(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* LayerNorm backward: gw, gb (serial, row order) and dx += (rows in parallel) */
+/* LayerNorm's parameter gradients: per column a sum over the rows in row order (x: the
+ * input, w: dy, b: mean, y: rstd, o: gw, o2: gb), columns lo..hi */
+VEC_CLONES static void ln_params_cols(void *arg, size_t lo, size_t hi)
+{
+    const struct job *j = arg;
+    size_t C = j->C;
+    float *gw = j->o, *gb = j->o2;
+    memset(gw + lo, 0, (hi - lo) * sizeof(float));
+    memset(gb + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->T; i++) {
+        const float *xi = j->x + i * C, *di = j->w + i * C;
+        float m = j->b[i], s = j->y[i];
+        for (size_t c = lo; c < hi; c++) {
+            gw[c] += (xi[c] - m) * s * di[c];
+            gb[c] += di[c];
+        }
+    }
+}
+
+/* LayerNorm backward: gw, gb (by columns, each in row order) and dx += (by rows) */
 static void ln_backward(struct gpt *p, float *dx, float *gw, float *gb, const float *dy,
                         const float *x, const float *w, const float *mean, const float *rstd,
                         size_t N)
 {
     size_t C = p->L.C;
-    memset(gw, 0, C * sizeof(float));
-    memset(gb, 0, C * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *xi = x + i * C, *di = dy + i * C;
-        float m = mean[i], s = rstd[i];
-        for (size_t c = 0; c < C; c++) {
-            gw[c] += (xi[c] - m) * s * di[c];
-            gb[c] += di[c];
-        }
-    }
+    struct job jp = {.p = p, .x = x, .w = dy, .b = mean, .y = rstd, .o = gw, .o2 = gb, .C = C,
+                     .T = N};
+    par_cols(C, ln_params_cols, &jp);
     struct job j = {.p = p, .x = x, .y = dy, .w = w, .b = mean, .o = dx, .o2 = (float *)(uintptr_t)rstd, .C = C};
     par(N, ln_back_rows, &j);
 }
 
-/* attention backward of one (sample, head) pair per index: datty -> dqkv */
-static void attn_bwd_pairs(void *arg, size_t lo, size_t hi)
+/* attention backward of one (sample, head) pair per index: datty -> dqkv, in the
+ * forward's row tiles; dK and dV by column tiles [u0, u1), whose rows t >= u0 are the
+ * only ones with unmasked entries there */
+VEC_CLONES static void attn_bwd_pairs(void *arg, size_t lo, size_t hi)
 {
     const struct job *j = arg;
     const struct gpt *p = j->p;
     size_t T = p->L.T, C = p->L.C, NH = p->L.NH, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    int iT = (int)T, ihs = (int)hs, i3C = (int)(3 * C), iC = (int)C;
     for (size_t bh = lo; bh < hi; bh++) {
         size_t b = bh / NH, h = bh % NH;
         const float *q = j->x + b * T * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
         const float *P = j->w + bh * T * T, *dy = j->y + b * T * C + h * hs;
         float *dP = j->o2 + bh * T * T;
         float *dq = j->o + b * T * 3 * C + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-        int iT = (int)T, ihs = (int)hs, i3C = (int)(3 * C), iC = (int)C;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, ihs, 1.0f, dy, iC, v, i3C,
-                    0.0f, dP, iT);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, ihs, iT, 1.0f, P, iT, dy, iC,
-                    0.0f, dv, i3C);
-        for (size_t t = 0; t < T; t++) {
-            const float *pr = P + t * T;
-            float *dr = dP + t * T, dot = 0.0f;
-            for (size_t u = 0; u <= t; u++)
-                dot += pr[u] * dr[u];
-            for (size_t u = 0; u <= t; u++)
-                dr[u] = pr[u] * (dr[u] - dot);
-            for (size_t u = t + 1; u < T; u++)
-                dr[u] = 0.0f;
+        for (size_t r0 = 0; r0 < T; r0 += ATT_TILE) {
+            size_t r1 = r0 + ATT_TILE < T ? r0 + ATT_TILE : T;
+            int m = (int)(r1 - r0), n = (int)r1, kk = (int)(T - r0);
+            /* dV rows r0..r1 from P's columns r0..r1 over rows r0..T */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, ihs, kk, 1.0f,
+                        P + r0 * T + r0, iT, dy + r0 * C, iC, 0.0f, dv + r0 * 3 * C, i3C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, ihs, 1.0f, dy + r0 * C,
+                        iC, v, i3C, 0.0f, dP + r0 * T, iT);
+            for (size_t t = r0; t < r1; t++) {
+                const float *pr = P + t * T;
+                float *dr = dP + t * T, dot = lanes_dot(pr, dr, 0.0f, t + 1);
+                for (size_t u = 0; u <= t; u++)
+                    dr[u] = pr[u] * (dr[u] - dot);
+                for (size_t u = t + 1; u < r1; u++)
+                    dr[u] = 0.0f;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, ihs, n, scale,
+                        dP + r0 * T, iT, k, i3C, 0.0f, dq + r0 * 3 * C, i3C);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, ihs, iT, scale, dP, iT, k,
-                    i3C, 0.0f, dq, i3C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, ihs, iT, scale, dP, iT, q, i3C,
-                    0.0f, dk, i3C);
+        /* dK needs every row tile's dS first */
+        for (size_t r0 = 0; r0 < T; r0 += ATT_TILE) {
+            size_t r1 = r0 + ATT_TILE < T ? r0 + ATT_TILE : T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(r1 - r0), ihs,
+                        (int)(T - r0), scale, dP + r0 * T + r0, iT, q + r0 * 3 * C, i3C, 0.0f,
+                        dk + r0 * 3 * C, i3C);
+        }
     }
 }
 
@@ -527,6 +698,26 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);
+    }
+}
+
+/* the embeddings' gradients, columns lo..hi: dres's rows (j->T of them) into their
+ * position's and token's rows of dwpe (zeroed first) and dwte (holding the head's
+ * part), in row order per column */
+VEC_CLONES static void embed_back_cols(void *arg, size_t lo, size_t hi)
+{
+    const struct job *j = arg;
+    struct gpt *p = j->p;
+    size_t C = j->C, T = p->L.T;
+    for (size_t t = 0; t < T; t++)
+        memset(p->dwpe + t * C + lo, 0, (hi - lo) * sizeof(float));
+    for (size_t i = 0; i < j->T; i++) {
+        const float *d = p->dres + i * C;
+        float *pe = p->dwpe + (i % T) * C, *te = p->dwte + (size_t)p->inp[i] * C;
+        for (size_t c = lo; c < hi; c++) {
+            pe[c] += d[c];
+            te[c] += d[c];
+        }
     }
 }
 
@@ -587,15 +778,8 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
     }
     /* the embeddings: position rows summed over the samples, token rows scattered into
      * the head's part of wte's gradient, both in row order */
-    memset(p->dwpe, 0, T * C * sizeof(float));
-    for (size_t i = 0; i < N; i++) {
-        const float *d = p->dres + i * C;
-        float *pe = p->dwpe + (i % T) * C, *te = p->dwte + (size_t)p->inp[i] * C;
-        for (size_t c = 0; c < C; c++) {
-            pe[c] += d[c];
-            te[c] += d[c];
-        }
-    }
+    struct job je = {.p = p, .C = C, .T = N};
+    par_cols(C, embed_back_cols, &je);
     deliver(p, sink, GPT_WPE, p->dwpe);
     deliver(p, sink, GPT_WTE, p->dwte);
 }

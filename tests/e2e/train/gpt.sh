@@ -1,6 +1,7 @@
 #!/bin/sh
 # The GPT (dstrain.model.type "gpt") end to end, with the MLP's guarantees: a tiny
-# model (2 layers, d=32) trains under dslaunch at world 2 with falling loss;
+# model (2 layers, d=32, context 40: two of attention's row tiles of 32) trains under
+# dslaunch at world 2 with falling loss;
 # deterministic mode is bit-identical across worlds 1/2/4 and ZeRO stages 0/1/2 and
 # thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
@@ -26,7 +27,7 @@ skip() { echo "SKIP: $*" >&2; exit 77; }
 # a few sentences over and over: structure a tiny model learns in a hundred steps
 seq 1 600 | awk '{ print $1 % 7, "the quick brown fox jumps over the lazy dog" }' >"$TMP/text"
 # every run of a test uses the same global batch (16); CPU path (--backend tcp)
-GPT="--backend tcp --model gpt --layers 2 --dim 32 --heads 4 --context 32 --vocab 256
+GPT="--backend tcp --model gpt --layers 2 --dim 32 --heads 4 --context 40 --vocab 256
      --data text --data-path $TMP/text --stride 1 --train-batch 16 --micro-batch 8
      --lr 0.003 --steps-per-print 0 --bucket-size 3000"
 
@@ -117,7 +118,7 @@ resume)
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
-want = {"wte.weight": [256, 32], "wpe.weight": [32, 32], "h.0.ln_1.weight": [32],
+want = {"wte.weight": [256, 32], "wpe.weight": [40, 32], "h.0.ln_1.weight": [32],
         "h.0.attn.c_attn.weight": [32, 96], "h.0.attn.c_attn.bias": [96],
         "h.1.attn.c_proj.weight": [32, 32], "h.1.mlp.c_fc.weight": [32, 128],
         "h.1.mlp.c_proj.weight": [128, 32], "ln_f.bias": [32]}
@@ -139,7 +140,7 @@ import sys
 import numpy as np, torch
 import gpt_ref
 W = gpt_ref.load(sys.argv[1])
-L, C, NH, T = 2, 32, 4, 32
+L, C, NH, T = 2, 32, 4, 40
 data = np.frombuffer(open(sys.argv[2], "rb").read(), dtype=np.uint8).astype(np.int64)
 val = data[int(len(data) * 0.9):]
 nw = (len(val) - 1) // T
