@@ -57,6 +57,18 @@ const char *dsl_comm_kind_name(enum dsl_comm_kind k)
  * plain loop per type and operation, like the fp32 ones, so that -O3 vectorizes them
  * with halfvec.h's branch-free conversions (same bits as halfprec.h's reference).
  */
+/*
+ * The loops are also built for AVX2 (function multiversioning, picked once at load by
+ * the CPU): no result bit changes, each element is still one addition or comparison
+ * (the avx2 target enables no FMA, and there is no product to contract anyway).
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DSL_REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DSL_REDUCE_CLONES
+#endif
+
+DSL_REDUCE_CLONES
 static void combine_half(uint16_t *d, const uint16_t *x, const uint16_t *y, size_t n,
                          enum dsl_dtype t, enum dsl_redop op)
 {
@@ -81,6 +93,7 @@ static void combine_half(uint16_t *d, const uint16_t *x, const uint16_t *y, size
     }
 }
 
+DSL_REDUCE_CLONES
 void dsl_comm_combine(void *dst, const void *a, const void *b, size_t n, enum dsl_dtype t,
                       enum dsl_redop op)
 {

@@ -6,7 +6,8 @@
  * "addr:port" in the store (the address it reaches MASTER_ADDR from), connects to every
  * lower rank and accepts every higher one; each connection starts with a hello
  * (magic, rank, world, job token), so a stray connection is dropped. Sockets are
- * non-blocking, TCP_NODELAY, with large buffers. Then the same-host probe
+ * non-blocking, TCP_NODELAY, with the kernel's autotuned buffers (DSL_COMM_SOCKBUF sets
+ * fixed ones instead; see below why not by default). Then the same-host probe
  * (comm_cma.c) decides, for all ranks alike, whether the same-host path is on.
  *
  * Each call picks its path here: small collectives in the shared segment's slots, large
@@ -449,7 +450,12 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, 0, SIZE_MAX, &t->stream_min, c->err)) <
             0 ||
         (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &spin, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_SOCKBUF", 4 << 20, 0, 1 << 30, &sockbuf, c->err)) < 0 ||
+        /* 0: autotuning. A fixed SO_RCVBUF is capped at net.core.rmem_max (often 4 MiB)
+           and turns the receive window's autotuning off, while autotuning may grow it to
+           tcp_rmem's maximum; measured interleaved at 16-256 MiB, worlds 2 and 4 over
+           loopback (docs/benchmarks.md, issue 17), autotuning gave 10-20% more busbw
+           from 64 MiB on than fixed 4 MiB buffers */
+        (r = env_size("DSL_COMM_SOCKBUF", 0, 0, 1 << 30, &sockbuf, c->err)) < 0 ||
         (r = env_size("DSL_COMM_RECV_WIN", 256 << 10, 0, 1 << 30, &t->recv_win, c->err)) < 0)
         goto out;
     if (sockbuf > (1u << 30))
