@@ -23,7 +23,7 @@ python3 "$E/launches.py" "$ROOT/src/model/model_gpt_kernels.cu" "$T/kern.cpp"
 # shellcheck disable=SC2086 # INC is words
 g++ -std=c++20 -O1 -ffp-contract=off $INC -c "$T/kern.cpp" -o "$T/kern.o"
 g++ -std=c++20 -O1 -ffp-contract=off -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
-for f in model_gpt_cuda model_cuda; do
+for f in model_gpt_cuda model_cuda model_cuda_host; do
     # shellcheck disable=SC2086
     gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
 done
@@ -32,7 +32,8 @@ gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -I"$ROOT/tests" -I"$ROOT/t
     -c "$E/drv.c" -o "$T/drv.o"
 L=$B/src
 # shellcheck disable=SC2046 # pkg-config's flags are words
-g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/kern.o" "$T/rt.o" -o "$T/drv" \
+g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/kern.o" \
+    "$T/rt.o" -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/common/libdslcommon.a" $(pkg-config --libs openblas) -lz -lcrypto -lm -lpthread
 "$T/drv" "$FILTER"

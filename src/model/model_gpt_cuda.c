@@ -64,10 +64,10 @@
 
 #include "cuda_kernels.h"
 #include "dslaunch/common/error.h"
-#include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/model/model.h"
 #include "gemm_dims.h"
+#include "model_cuda_impl.h"
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"
 
@@ -105,50 +105,12 @@ struct gpt_cuda {
     int32_t *htgt;          /* the current batch's targets (host) */
 };
 
-static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
-{
-    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
-    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
-}
-
-static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
-{
-    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
-    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
-}
-
-#define CU(m, what, expr)                                                      \
-    do {                                                                       \
-        cudaError_t cu_e_ = (expr);                                            \
-        if (cu_e_ != cudaSuccess)                                              \
-            return cuda_err((m), (what), cu_e_);                               \
-    } while (0)
-
 #define TRY(expr)                                                              \
     do {                                                                       \
         int try_r_ = (expr);                                                   \
         if (try_r_ < 0)                                                        \
             return try_r_;                                                     \
     } while (0)
-
-/* wait on the host for the stream (bounded through m->wait when set); one host sync */
-static int model_wait(struct dsl_model *m)
-{
-    struct gpt_cuda *p = m->impl;
-    if (m->wait) {
-        m->err[0] = '\0';
-        int r = m->wait(m->wait_ctx, p->stream);
-        if (r < 0 && !m->err[0])
-            dsl_seterr(m->err, r, "waiting for the GPU failed");
-        return r < 0 ? r : 0;
-    }
-    dsl_hostsync_note();
-    cudaError_t e = cudaStreamSynchronize(p->stream);
-    if (e != cudaSuccess)
-        return dsl_seterr(m->err, e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE,
-                          "cuda: waiting for the stream failed: %s", cudaGetErrorString(e));
-    return 0;
-}
 
 /* element off of a buffer of the model's element type */
 static void *el(const struct gpt_cuda *p, const void *base, size_t off)
@@ -191,7 +153,7 @@ static int gemm_b(struct dsl_model *mo, const char *what, cublasOperation_t ta,
         st = cublasGemmStridedBatchedEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, sa,
                                         B, p->dt, ib, sb, &beta, C, ct, ic, sc, nb,
                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(mo, what, st);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : dsl_model_blas_err(mo, what, st);
 }
 
 static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
@@ -242,7 +204,7 @@ static int gpt_cuda_upload(struct dsl_model *m, const float *x, size_t B)
     /* the staging buffer's previous upload must be done; it almost always is */
     cudaError_t q = cudaEventQuery(p->up[k]);
     if (q == cudaErrorNotReady)
-        TRY(model_wait(m));
+        TRY(dsl_model_cuda_wait(m, p->stream));
     else if (q != cudaSuccess)
         CU(m, "checking the upload buffer", q);
     int32_t *inp = p->hids[k], *tgt = inp + N, *tok = tgt + N, *off = tok + N,
@@ -584,7 +546,7 @@ static int gpt_cuda_stats(struct dsl_model *m, size_t B, const struct dsl_grad_s
                                                 cudaMemcpyDeviceToHost, p->stream));
     CU(m, "copying the predictions", cudaMemcpyAsync(p->harg, p->rowarg, N * sizeof(int32_t),
                                                      cudaMemcpyDeviceToHost, p->stream));
-    TRY(model_wait(m));
+    TRY(dsl_model_cuda_wait(m, p->stream));
     /* as model_gpt.c's gpt_stats */
     for (size_t b = 0; b < B; b++) {
         double s = 0.0;

@@ -48,9 +48,9 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/xalloc.h"
 #include "cuda_kernels.h"
+#include "model_cuda_impl.h"
 #include "model_mlp_impl.h"
 #include "gemm_dims.h"
-#include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/banned.h"
 
 struct mlp_cuda {
@@ -72,44 +72,6 @@ struct mlp_cuda {
     cudaEvent_t up[2];                    /* recorded after each staging buffer's copy */
     int slot;
 };
-
-/* wait on the host for the stream (bounded through m->wait when set); one host sync */
-static int model_wait(struct dsl_model *m)
-{
-    struct mlp_cuda *p = m->impl;
-    if (m->wait) {
-        m->err[0] = '\0';
-        int r = m->wait(m->wait_ctx, p->stream);
-        if (r < 0 && !m->err[0])
-            dsl_seterr(m->err, r, "waiting for the GPU failed");
-        return r < 0 ? r : 0;
-    }
-    dsl_hostsync_note();
-    cudaError_t e = cudaStreamSynchronize(p->stream);
-    if (e != cudaSuccess)
-        return dsl_seterr(m->err, e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE,
-                          "cuda: waiting for the stream failed: %s", cudaGetErrorString(e));
-    return 0;
-}
-
-static int cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
-{
-    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
-    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
-}
-
-static int blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
-{
-    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
-    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
-}
-
-#define CU(m, what, expr)                                                      \
-    do {                                                                       \
-        cudaError_t cu_e_ = (expr);                                            \
-        if (cu_e_ != cudaSuccess)                                              \
-            return cuda_err((m), (what), cu_e_);                               \
-    } while (0)
 
 static const float one = 1.0f, zero = 0.0f;
 
@@ -141,7 +103,7 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
         st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &one, A, ty, ia, B, ty, ib, &zero, C,
                           ty, ic, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
-    return st == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(mo, what, st);
+    return st == CUBLAS_STATUS_SUCCESS ? 0 : dsl_model_blas_err(mo, what, st);
 }
 
 static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
@@ -176,7 +138,7 @@ static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t 
      * micro step ran since), else wait (bounded) */
     cudaError_t q = cudaEventQuery(p->up[k]);
     if (q == cudaErrorNotReady) {
-        int r = model_wait(m);
+        int r = dsl_model_cuda_wait(m, p->stream);
         if (r < 0)
             return r;
     } else if (q != cudaSuccess) {
@@ -259,7 +221,7 @@ static int stats(struct dsl_model *m, size_t n, const struct dsl_grad_sink *sink
                                               cudaMemcpyDeviceToHost, p->stream));
     CU(m, "copying the hits", cudaMemcpyAsync(p->hcorrect, p->correct, n * sizeof(int32_t),
                                               cudaMemcpyDeviceToHost, p->stream));
-    int r = model_wait(m);
+    int r = dsl_model_cuda_wait(m, p->stream);
     if (r < 0)
         return r;
     for (size_t i = 0; i < n; i++) {

@@ -1,0 +1,39 @@
+/*
+ * What both CUDA models share on the host (model_cuda_impl.h): CUDA and cuBLAS errors as
+ * model errors, and the one bounded host wait on a model's stream.
+ */
+#include <errno.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/common/hostsync.h"
+#include "dslaunch/model/model.h"
+#include "model_cuda_impl.h"
+#include "dslaunch/common/banned.h"
+
+int dsl_model_cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
+{
+    int code = e == cudaErrorMemoryAllocation ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cuda: %s failed: %s", what, cudaGetErrorString(e));
+}
+
+int dsl_model_blas_err(struct dsl_model *m, const char *what, cublasStatus_t s)
+{
+    int code = s == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE;
+    return dsl_seterr(m->err, code, "cublas: %s failed: %s", what, cublasGetStatusString(s));
+}
+
+int dsl_model_cuda_wait(struct dsl_model *m, cudaStream_t stream)
+{
+    if (m->wait) {
+        m->err[0] = '\0';
+        int r = m->wait(m->wait_ctx, stream);
+        if (r < 0 && !m->err[0])
+            dsl_seterr(m->err, r, "waiting for the GPU failed");
+        return r < 0 ? r : 0;
+    }
+    dsl_hostsync_note();
+    cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess)
+        return dsl_model_cuda_err(m, "waiting for the stream", e);
+    return 0;
+}

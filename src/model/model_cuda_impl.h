@@ -1,0 +1,31 @@
+/*
+ * What the CUDA models (model_mlp_cuda.c, model_gpt_cuda.c) share on the host: their
+ * CUDA and cuBLAS errors as model errors, and the one bounded host wait on a model's
+ * stream. Private to the model folder; implemented in model_cuda_host.c.
+ */
+#ifndef DSL_MODEL_CUDA_IMPL_H
+#define DSL_MODEL_CUDA_IMPL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "dslaunch/model/model.h"
+
+/* m->err set to "cuda: WHAT failed: ..."; -ENOMEM for an allocation, else DSL_EREMOTE */
+int dsl_model_cuda_err(struct dsl_model *m, const char *what, cudaError_t e);
+
+/* m->err set to "cublas: WHAT failed: ..."; -ENOMEM for an allocation, else DSL_EREMOTE */
+int dsl_model_blas_err(struct dsl_model *m, const char *what, cublasStatus_t s);
+
+/* wait on the host for stream (bounded through m->wait when set): one host sync */
+int dsl_model_cuda_wait(struct dsl_model *m, cudaStream_t stream);
+
+/* return the model error of a failed CUDA call from the enclosing function */
+#define CU(m, what, expr)                                                      \
+    do {                                                                       \
+        cudaError_t cu_e_ = (expr);                                            \
+        if (cu_e_ != cudaSuccess)                                              \
+            return dsl_model_cuda_err((m), (what), cu_e_);                     \
+    } while (0)
+
+#endif
