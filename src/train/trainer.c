@@ -23,7 +23,10 @@
  * model gives fp32 gradients of the summed loss; 16-bit ones already of the mean, see
  * lavg in dsl_trainer_step), optionally clipped with the global L2
  * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
- * 1/2 then all-gather the parameters bucket by bucket, in place.
+ * 1/2 then all-gather the parameters bucket by bucket, in place. Stage 0 on the CPU
+ * with overlap, one micro step and neither clipping nor loss scaling streams instead:
+ * each bucket is updated as soon as its all-reduce completes, while the later ones are
+ * still on the wire (streams_optimizer).
  *
  * fp16 loss scaling (trainer.h) adds three things to that: the model is asked for the
  * gradient of scale x loss; before the per-step loss reduction every rank looks for
@@ -501,6 +504,58 @@ static void skip_step(struct dsl_trainer *t, struct dsl_step_result *res, uint64
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
 }
 
+/*
+ * Whether this step's optimizer streams: stage 0 on host memory with overlapped
+ * reduction, one micro step, fp32, and nothing that needs the whole reduced gradient
+ * before an update (no clipping, no loss scaling). Then each bucket is updated as soon
+ * as its all-reduce has completed, while the progress thread still reduces the later
+ * buckets, and the loss statistics are reduced behind the last bucket instead of in a
+ * round trip of their own. The optimizers are elementwise, so the order in which the
+ * buckets are updated changes no bit.
+ */
+static int streams_optimizer(const struct dsl_trainer *t)
+{
+    return t->dev->host_memory && t->o.overlap_comm && t->o.zero_stage == 0 &&
+           t->o.grad_accum == 1 && !t->o.loss_scaling && t->o.grad_clip <= 0.0f &&
+           t->gtype == DSL_FLOAT32;
+}
+
+/* The rest of a streamed step (streams_optimizer): backward has issued every bucket */
+static int stream_tail(struct dsl_trainer *t, int stop_request, struct dsl_step_result *res,
+                       char *err)
+{
+    int r, sreq;
+    t->stats[2] = stop_request ? 1.0f : 0.0f;
+    if ((r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
+                                 &sreq)) < 0)
+        return comm_fail(t, r, "loss reduction", err);
+    uint64_t applied = t->step - t->ls.skipped;
+    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, applied) : t->o.optim.lr;
+    /* the mean over the global batch rides with the optimizer, as in the full step */
+    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
+    for (size_t j = 0; j < t->nbk; j++) {
+        double w0 = dsl_now();
+        if ((r = dsl_comm_wait(t->comm, t->bk[j].req)) < 0)
+            return comm_fail(t, r, "gradient reduction", err);
+        double w1 = dsl_now();
+        res->t_reduce += w1 - w0;
+        if ((r = dsl_mixed_optim(t, j, t->gtype, leaf_ptr(t, j), lr, applied + 1, 1.0f,
+                                 inv)) < 0)
+            return comm_fail(t, r, "optimizer", err);
+        res->t_optim += dsl_now() - w1;
+    }
+    double s0 = dsl_now();
+    if ((r = dsl_comm_wait(t->comm, sreq)) < 0)
+        return comm_fail(t, r, "loss reduction", err);
+    res->t_small = dsl_now() - s0;
+    res->loss = (double)t->stats[0] / (double)t->G;
+    res->accuracy = (double)t->stats[1] / (double)t->G;
+    res->stop = t->stats[2] > 0.0f;
+    res->loss_scale = res->next_scale = t->ls.cur_scale;
+    res->lr = lr;
+    return 0;
+}
+
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err)
@@ -522,7 +577,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
      * those of the summed loss (bit for bit what the CPU trainer always computed):
      * the division by G happens once, after the reduction. */
     float lavg = t->gtype != DSL_FLOAT32 ? 1.0f / (float)t->G : 1.0f;
-    int r;
+    int streamed = streams_optimizer(t), r;
     memset(res, 0, sizeof(*res));
 
     double c0, c1 = dsl_now();
@@ -555,6 +610,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             r = dsl_mixed_acc_in(t, t->acc[0], t->grads, t->P, k == 0);
             if (r < 0)
                 return comm_fail(t, r, "gradient accumulation", err);
+        } else if (streamed) {
+            /* stream_tail waits for each bucket just before its update */
         } else if (t->o.overlap_comm) {
             /* requests complete in issue order: the last bucket's wait covers all */
             if ((r = dsl_comm_wait(t->comm, t->bk[t->nbk - 1].req)) < 0)
@@ -583,6 +640,14 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
 
     res->t_compute -= t->gather_wait;
+    if (streamed) {
+        if ((r = stream_tail(t, stop_request, res, err)) < 0)
+            return r;
+        t->step++;
+        res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
+        res->host_syncs = dsl_hostsync_count() - syncs0;
+        return 0;
+    }
     if ((r = dsl_trainer_sync(t, err)) < 0)
         return r;
     if ((r = fold_levels(t)) < 0)
