@@ -12,10 +12,15 @@
  *
  * Prints "tcp_ref bytes=B iters=N rate=R GB/s" (R the median). World 2: NEXT is the
  * other process, so both directions of one pair are busy, as in the allreduce.
+ *
+ * TCP_REF_MODE=poll moves the same bytes from one thread instead, with non-blocking
+ * send/recv and poll() as the tcp engine does (src/comm/comm_tcp.c): the two rates
+ * side by side tell whether a second thread per rank would buy the engine anything.
  */
 #define _DEFAULT_SOURCE /* usleep */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -67,6 +72,41 @@ static void recv_all(void)
         if (g < 0 && errno != EINTR)
             die("recv");
         d += g > 0 ? (size_t)g : 0;
+    }
+}
+
+/* both directions from this thread: whatever can move moves, poll() when nothing can */
+static void send_recv_polled(void)
+{
+    size_t sd = 0, rd = 0;
+    while (sd < bytes || rd < bytes) {
+        int moved = 0;
+        if (sd < bytes) {
+            ssize_t w = send(out_fd, sbuf + sd, bytes - sd < IO ? bytes - sd : IO, MSG_NOSIGNAL);
+            if (w < 0 && errno != EAGAIN && errno != EINTR)
+                die("send");
+            sd += w > 0 ? (size_t)w : 0;
+            moved |= w > 0;
+        }
+        if (rd < bytes) {
+            ssize_t g = recv(in_fd, rbuf + rd, bytes - rd < IO ? bytes - rd : IO, 0);
+            if (g == 0) {
+                fprintf(stderr, "tcp_ref: the previous process closed the connection\n");
+                exit(1);
+            }
+            if (g < 0 && errno != EAGAIN && errno != EINTR)
+                die("recv");
+            rd += g > 0 ? (size_t)g : 0;
+            moved |= g > 0;
+        }
+        if (!moved) {
+            struct pollfd p[2] = {{.fd = out_fd, .events = sd < bytes ? POLLOUT : 0},
+                                  {.fd = in_fd, .events = rd < bytes ? POLLIN : 0}};
+            if (poll(p, 2, 60000) == 0) {
+                fprintf(stderr, "tcp_ref: no progress for 60 s\n");
+                exit(1);
+            }
+        }
     }
 }
 
@@ -131,6 +171,15 @@ int main(int argc, char **argv)
         die("accept");
     close(lfd);
     setsockopt(out_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const char *mode = getenv("TCP_REF_MODE");
+    int polled = mode && !strcmp(mode, "poll");
+    if (mode && *mode && !polled && strcmp(mode, "threads")) {
+        fprintf(stderr, "tcp_ref: bad TCP_REF_MODE '%s' (threads or poll)\n", mode);
+        return 2;
+    }
+    if (polled && (fcntl(out_fd, F_SETFL, fcntl(out_fd, F_GETFL) | O_NONBLOCK) < 0 ||
+                   fcntl(in_fd, F_SETFL, fcntl(in_fd, F_GETFL) | O_NONBLOCK) < 0))
+        die("fcntl");
     sbuf = malloc(bytes);
     rbuf = malloc(bytes);
     double *rate = calloc((size_t)iters, sizeof(double));
@@ -141,10 +190,14 @@ int main(int argc, char **argv)
     for (int i = -1; i < iters; i++) { /* one warm-up round */
         pthread_t th;
         double t0 = now();
-        if (pthread_create(&th, NULL, sender, NULL))
-            die("pthread_create");
-        recv_all();
-        pthread_join(th, NULL);
+        if (polled) {
+            send_recv_polled();
+        } else {
+            if (pthread_create(&th, NULL, sender, NULL))
+                die("pthread_create");
+            recv_all();
+            pthread_join(th, NULL);
+        }
         if (i >= 0)
             rate[i] = (double)bytes / (now() - t0) / 1e9;
     }
