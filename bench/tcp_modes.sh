@@ -25,7 +25,9 @@ while (( $# )); do
 done
 maxw=0
 for w in $worlds; do
-    [[ $w =~ ^[0-9]+$ ]] && (( w >= 2 )) || { echo "tcp_modes.sh: bad world '$w' (2 or more)" >&2; exit 2; }
+    if ! [[ $w =~ ^[0-9]+$ ]] || (( w < 2 )); then
+        echo "tcp_modes.sh: bad world '$w' (2 or more)" >&2; exit 2
+    fi
     (( w > maxw )) && maxw=$w
 done
 [[ $reps =~ ^[1-9][0-9]*$ ]] || { echo "tcp_modes.sh: bad --reps '$reps'" >&2; exit 2; }
