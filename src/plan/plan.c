@@ -370,6 +370,18 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         free(include_cvd);
         return r;
     }
+    /* --launcher slurm with neither a hostfile nor an allocation: the plan's one host
+     * would be "localhost", which srun cannot place an agent on (it failed there with
+     * "Invalid node name specified" as an unreachable host, 200). --emit sbatch writes a
+     * script for an allocation to come, where this machine only stands for its shape. */
+    if (synth && o->launcher == DSL_LAUNCHER_SLURM && !o->emit) {
+        free(include_cvd);
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher slurm outside a Slurm allocation "
+                          "(no SLURM_JOB_ID and SLURM_JOB_NODELIST here) needs --hostfile with Slurm's node names: "
+                          "srun then asks for those nodes (partition, time and the like with "
+                          "--launcher_args); or run dslaunch inside salloc or sbatch, where "
+                          "the allocation gives the hosts");
+    }
     if (!synth) {
         free(include_cvd);
         include_cvd = NULL;

@@ -626,6 +626,24 @@ PY
     assert_grep "hostfile .hb.txt.:2: bad user name .a+b." err
 '
 
+expect_success "--launcher slurm with no hostfile outside an allocation is refused before srun runs" '
+    # the only host would be localhost, where srun cannot place an agent
+    printf "#!/bin/sh\necho ran >\"%s/srun.ran\"\nexit 1\n" "$PWD" >fake-srun
+    chmod +x fake-srun
+    for dry in "" --dry-run; do
+        run_capture rc out err env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST DSLAUNCH_SRUN="$PWD/fake-srun" \
+            "$DSL" $dry --launcher slurm --launcher_args "-N2" /bin/true
+        assert_eq "$rc" 2 "exit ($dry)"
+        assert_grep "launcher slurm outside a Slurm allocation (no SLURM_JOB_ID and SLURM_JOB_NODELIST here) needs --hostfile with Slurm.s node names" err
+        [ ! -e srun.ran ] || fail "srun ran ($dry)"
+    done
+    rm -f out.sh
+    run_capture rc out err env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST \
+        "$DSL" --dry-run --emit sbatch=out.sh --launcher slurm --num_nodes 2 /bin/true
+    assert_eq "$rc" 0 "--emit sbatch still writes a script for an allocation to come"
+    assert_grep "^#SBATCH --nodes=2$" out.sh
+'
+
 expect_success "--dry-run rejects bad placements with the usage code" '
     printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
     for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do
