@@ -644,6 +644,33 @@ expect_success "--launcher slurm with no hostfile outside an allocation is refus
     assert_grep "^#SBATCH --nodes=2$" out.sh
 '
 
+expect_success "SIGUSR1 to a node agent reaches its ranks and the job goes on" '
+    # Slurm delivers --signal=USR1@T (no B:) and scancel -s USR1 to the tasks of every
+    # step: under the slurm transport those are the agents, which must not die of it
+    cat >u1.sh <<EOS
+#!/bin/sh
+trap "echo usr1 >usr1.\$RANK" USR1
+echo >ready.\$RANK
+i=0
+while [ ! -e usr1.\$RANK ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+[ -e usr1.\$RANK ]
+EOS
+    chmod +x u1.sh
+    rm -f ready.* usr1.*
+    "$DSL" --include localhost:0,1 ./u1.sh >u1.out 2>u1.err &
+    dsl=$!
+    for _ in $(seq 100); do [ -e ready.0 ] && [ -e ready.1 ] && break; sleep 0.1; done
+    agent=$(ps -o pid= --ppid "$dsl" | tr -d " ")
+    [ -n "$agent" ] && [ "$(echo "$agent" | wc -l)" = 1 ] || { kill "$dsl"; fail "agent: <$agent>"; }
+    kill -USR1 "$agent"
+    wait "$dsl"
+    rc=$?
+    cat u1.err >&2
+    assert_eq "$rc" 0 "exit"
+    [ -e usr1.0 ] && [ -e usr1.1 ] || fail "a rank did not get SIGUSR1"
+    assert_grep "dslaunch agent: got SIGUSR1: passed it to this node.s 2 ranks" u1.err
+'
+
 expect_success "--dry-run rejects bad placements with the usage code" '
     printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
     for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do
