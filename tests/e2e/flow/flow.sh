@@ -671,6 +671,28 @@ EOS
     assert_grep "dslaunch agent: got SIGUSR1: passed it to this node.s 2 ranks" u1.err
 '
 
+expect_success "--launcher slurm checks the srun that DSLAUNCH_SRUN names, not the one in PATH" '
+    printf "#!/bin/sh\nexit 1\n" >my-srun
+    chmod +x my-srun
+    printf "n1 slots=1\nn2 slots=1\n" >hs.txt
+    # a site srun outside PATH, named by the variable: accepted, and the one run
+    run_capture rc out err env PATH=/nonexistent DSLAUNCH_SRUN="$PWD/my-srun" \
+        "$DSL" --dry-run --launcher slurm --hostfile hs.txt /bin/true
+    cat err >&2
+    assert_eq "$rc" 0 "srun outside PATH"
+    python3 -c "import json, sys; assert json.load(open(sys.argv[1]))[\"srun\"][0] == sys.argv[2]" \
+        out "$PWD/my-srun" || fail "the srun line does not start with DSLAUNCH_SRUN"
+    # a misspelt one: refused before any host is tried, naming the variable
+    run_capture rc out err env DSLAUNCH_SRUN=/nonexistent/srun \
+        "$DSL" --launcher slurm --hostfile hs.txt /bin/true
+    assert_eq "$rc" 2 "DSLAUNCH_SRUN missing"
+    assert_grep "launcher slurm runs DSLAUNCH_SRUN=./nonexistent/srun. instead of .srun., but" err
+    run_capture rc out err env DSLAUNCH_MPIRUN="$PWD/hs.txt" \
+        "$DSL" --dry-run --launcher openmpi --hostfile hs.txt /bin/true
+    assert_eq "$rc" 2 "DSLAUNCH_MPIRUN not executable"
+    assert_grep "launcher openmpi runs DSLAUNCH_MPIRUN=.*hs.txt. instead of .mpirun., but" err
+'
+
 expect_success "--dry-run rejects bad placements with the usage code" '
     printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
     for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do
