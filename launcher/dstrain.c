@@ -23,7 +23,11 @@
  * SIGTERM kills at once, unless --save-on-signal: then SIGTERM, SIGINT and SIGUSR1
  * (Slurm's warning signal) make the ranks agree to stop after the current step, write a
  * checkpoint and exit with 128 + the signal (143, 130, 138; a rank that stopped because
- * another one was signalled: 143); a second signal exits at once.
+ * another one was signalled: 143); a second SIGTERM or SIGINT exits at once. A repeated
+ * SIGUSR1 is the same warning again, not an order: Slurm's warning can reach a rank by
+ * two paths at once (the batch shell through dslaunch, and the step's tasks directly,
+ * with scancel --full or --signal without B:), and exiting on the second copy left
+ * only a partial checkpoint behind while still exiting 138, "saved, requeue me".
  */
 #include <errno.h>
 #include <signal.h>
@@ -53,6 +57,8 @@ static const char *blas_note; /* the OpenBLAS kernels were corrected (blascore.h
 
 static void on_signal(int sig)
 {
+    if (stop_flag && sig == SIGUSR1)
+        return;
     if (stop_flag)
         _exit(128 + sig);
     stop_sig = sig;

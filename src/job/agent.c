@@ -3,7 +3,8 @@
  *
  * Theory of operation. One thread, one poll() loop over: the control input (launcher
  * messages), the control output (queued messages, written when the fd is writable),
- * a self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT, SIGHUP), and the
+ * a self-pipe that signal handlers write to (SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1),
+ * and the
  * stdout and stderr pipes of every rank. States of the node:
  *
  *   WAITING   hello sent; probe and start requests are served (a probe with diag = 1,
@@ -107,6 +108,7 @@ struct agent {
     int in_fd, out_fd;
     struct dsl_seal *seal;        /* connect-back: frames on in_fd == out_fd; else NULL */
     int in_eof, eof_acted;
+    int usr1_pending; /* SIGUSR1 came before the ranks started: passed on when they do */
     struct dsl_linebuf in;
     struct dsl_dynbuf outq;
     enum agent_state state;
@@ -139,11 +141,19 @@ static void note_stop(struct agent *a, int cause, int sig)
 }
 
 static volatile sig_atomic_t got_signal;
+/* SIGUSR1 to the agent itself: Slurm's warning (--signal=USR1@SECONDS without B:, or
+ * scancel -s USR1) goes to every task of every step, which under the slurm transport
+ * are the agents. It is the ranks' to act on (dstrain --save-on-signal), so each agent
+ * passes it to its own node's ranks, and the job goes on; by default it ended the agent
+ * and, with it, the job, without a checkpoint. */
+static volatile sig_atomic_t got_usr1;
 static int sigfd = -1; /* write end of the self-pipe */
 
 static void on_signal(int sig)
 {
-    if (sig != SIGCHLD)
+    if (sig == SIGUSR1)
+        got_usr1 = 1;
+    else if (sig != SIGCHLD)
         got_signal = sig;
     /* wake poll(); errno is preserved for the interrupted code */
     int saved = errno;
@@ -518,6 +528,19 @@ static void signal_ranks(struct agent *a, int sig)
     else /* once each: the members of the groups just signalled are skipped */
         dsl_contain_signal(&a->contain, sig, signalled);
     free(signalled);
+}
+
+/* SIGUSR1 sent to the agent itself (got_usr1): to this node's running ranks, once */
+static void pass_usr1(struct agent *a)
+{
+    if (a->state != AG_RUNNING)
+        return; /* stopping anyway: a warning adds nothing */
+    int n = 0;
+    for (int i = 0; i < a->nranks; i++)
+        n += a->ranks[i].pid > 0 && !a->ranks[i].exited;
+    signal_ranks(a, SIGUSR1);
+    fprintf(stderr, "dslaunch agent: got SIGUSR1: passed it to this node's %d rank%s\n", n,
+            n == 1 ? "" : "s");
 }
 
 /*
@@ -939,6 +962,7 @@ static void install_signals(void)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -1022,6 +1046,17 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
                 a.state = AG_DONE;
             else
                 begin_stop(&a, sig == SIGINT ? SIGINT : SIGTERM, a.grace);
+        }
+        if (got_usr1) {
+            got_usr1 = 0;
+            if (a.state == AG_WAITING)
+                a.usr1_pending = 1;
+            else
+                pass_usr1(&a);
+        }
+        if (a.usr1_pending && a.state != AG_WAITING) {
+            a.usr1_pending = 0;
+            pass_usr1(&a);
         }
         if (!a.in_eof && a.keepalive > 0 && now - a.last_rx > a.keepalive) {
             fprintf(stderr, "dslaunch agent: no word from the launcher for %.0f s; stopping\n",

@@ -133,9 +133,19 @@ int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_
         goto out;
     }
     if ((size_t)nodes != hosts.nr) {
+        /* in a job step srun sets SLURM_TASKS_PER_NODE to the step's own tasks (srun -N1
+         * -n1 dslaunch, srun --nodes=1 --pty bash) and leaves the job's node list: say
+         * so, and how to go on, rather than leave the two lists to be puzzled over */
+        const char *step = env("SLURM_STEP_ID");
+        char why[400] = "";
+        if (step)
+            snprintf(why, sizeof(why), ": dslaunch runs in step %.12s of job %.20s, and srun "
+                     "sets SLURM_TASKS_PER_NODE to that step's tasks; start it from the "
+                     "allocation's own shell (salloc, sbatch) or a step over all its nodes, "
+                     "or give every node N slots with --num_gpus N", step, job);
         r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_TASKS_PER_NODE '%.60s' has "
-                       "%d node%s but SLURM_JOB_NODELIST '%.60s' has %zu", tpn, nodes,
-                       nodes == 1 ? "" : "s", list, hosts.nr);
+                       "%d node%s but SLURM_JOB_NODELIST '%.60s' has %zu%s", tpn, nodes,
+                       nodes == 1 ? "" : "s", list, hosts.nr, why);
         goto out;
     }
     for (size_t i = 0; i < hosts.nr; i++) {

@@ -14,6 +14,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
+#include "dslaunch/plan/hostfile.h"
 #include "dslaunch/plan/nossh.h"
 #include "dslaunch/plan/placement.h"
 #include "dslaunch/common/banned.h"
@@ -168,6 +169,17 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
     } else {
         snprintf(ns->from_master_addr, sizeof(ns->from_master_addr), "chosen by the probe");
     }
+    /* every node dials it (and dialled a word like 'bad host!' until --join_timeout);
+     * the coordinator listens on IPv4 only (common/net.c), so an IPv6 literal could
+     * never be reached: name both now */
+    if (ns->master_addr && strchr(ns->master_addr, ':'))
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%.80s': no-ssh mode reaches node 0 over IPv4 "
+                          "only; give node 0's IPv4 address or a name that resolves to one",
+                          ns->from_master_addr, ns->master_addr);
+    if (ns->master_addr && !dsl_host_name_valid(ns->master_addr))
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%.80s' is not a host name or IPv4 address "
+                          "(letters, digits, '.', '-' and '_')", ns->from_master_addr,
+                          ns->master_addr);
     const char *pet_port = env_get(env, "PET_MASTER_PORT");
     if (o->master_port_given) {
         ns->master_port = o->master_port;

@@ -370,6 +370,18 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         free(include_cvd);
         return r;
     }
+    /* --launcher slurm with neither a hostfile nor an allocation: the plan's one host
+     * would be "localhost", which srun cannot place an agent on (it failed there with
+     * "Invalid node name specified" as an unreachable host, 200). --emit sbatch writes a
+     * script for an allocation to come, where this machine only stands for its shape. */
+    if (synth && o->launcher == DSL_LAUNCHER_SLURM && !o->emit) {
+        free(include_cvd);
+        return dsl_seterr(err, DSL_EUSAGE, "--launcher slurm outside a Slurm allocation "
+                          "(no SLURM_JOB_ID and SLURM_JOB_NODELIST here) needs --hostfile with Slurm's node names: "
+                          "srun then asks for those nodes (partition, time and the like with "
+                          "--launcher_args); or run dslaunch inside salloc or sbatch, where "
+                          "the allocation gives the hosts");
+    }
     if (!synth) {
         free(include_cvd);
         include_cvd = NULL;
@@ -445,18 +457,29 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                           o->min_nodes, pl->nr, pl->nr == 1 ? "" : "s");
     /* a transport that runs a program of this machine: it must be here, before any
      * host is contacted (a missing pdsh looked like a failed agent, 204) */
+    /* the transports run the program their variable names when it is set (docs/
+     * multinode.md): check that one, not the PATH's (a site's srun outside PATH was
+     * refused, and a misspelt variable failed late, every host at once, as 204) */
     static const struct {
         enum dsl_launcher_kind kind;
-        const char *prog, *pkg;
-    } tools[] = {{DSL_LAUNCHER_PDSH, "pdsh", "pdsh"},
-                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin"},
-                 {DSL_LAUNCHER_SLURM, "srun", "slurm-client"}};
+        const char *prog, *pkg, *var;
+    } tools[] = {{DSL_LAUNCHER_PDSH, "pdsh", "pdsh", "DSLAUNCH_PDSH"},
+                 {DSL_LAUNCHER_OPENMPI, "mpirun", "openmpi-bin", "DSLAUNCH_MPIRUN"},
+                 {DSL_LAUNCHER_SLURM, "srun", "slurm-client", "DSLAUNCH_SRUN"}};
     for (size_t i = 0; i < sizeof(tools) / sizeof(tools[0]); i++) {
         if (o->launcher != tools[i].kind)
             continue;
         int code;
         char rerr[DSL_ERR_LEN];
-        char *path = dsl_spawn_resolve(tools[i].prog, environ, NULL, &code, rerr);
+        const char *named = getenv(tools[i].var);
+        if (named && !*named)
+            named = NULL;
+        char *path = dsl_spawn_resolve(named ? named : tools[i].prog, environ, NULL, &code,
+                                       rerr);
+        if (!path && named)
+            return dsl_seterr(err, DSL_EUSAGE, "--launcher %s runs %s='%.200s' instead of "
+                              "'%s', but %s", dsl_plan_launcher_name(p), tools[i].var, named,
+                              tools[i].prog, rerr);
         if (!path)
             return dsl_seterr(err, DSL_EUSAGE,
                               "--launcher %s needs '%s', which is not in PATH (Debian: apt "

@@ -70,6 +70,7 @@ struct cb_try {
     int fd;
     char text[300];
     int err; /* errno of a failed attempt, 0 while in flight or unused */
+    char why[200]; /* a failure errno cannot name (a name that did not resolve), or "" */
 };
 
 /* Split "a:1,[v6]:2" into entries and start a non-blocking connect for each. */
@@ -96,12 +97,19 @@ static int start_tries(const char *hostports, struct cb_try *t, int max, char *e
         snprintf(c->text, sizeof(c->text), "%s:%s", tok, colon + 1);
         c->fd = -1;
         c->err = 0;
+        c->why[0] = '\0';
         struct addrinfo hints, *ai = NULL;
         memset(&hints, 0, sizeof(hints));
         hints.ai_socktype = SOCK_STREAM;
         hints.ai_flags = AI_NUMERICSERV;
-        if (getaddrinfo(host, colon + 1, &hints, &ai) != 0 || !ai) {
-            c->err = EADDRNOTAVAIL;
+        int gr = getaddrinfo(host, colon + 1, &hints, &ai);
+        if (gr != 0 || !ai) { /* not EADDRNOTAVAIL: "Cannot assign requested address"
+                               * sent people looking at this machine's addresses */
+            snprintf(c->why, sizeof(c->why), "cannot resolve '%.100s': %s", host,
+                     gr == EAI_SYSTEM ? strerror(errno) : gr ? gai_strerror(gr) : "no address");
+            c->err = EHOSTUNREACH;
+            if (ai)
+                freeaddrinfo(ai);
             continue;
         }
         c->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -178,7 +186,9 @@ again:
             continue;
         if (winner < 0)
             dsl_dynbuf_addf(&why, "%s%s: %s", why.len ? "; " : "", t[i].text,
-                            t[i].err ? strerror(t[i].err) : "timed out");
+                            t[i].why[0] ? t[i].why
+                            : t[i].err  ? strerror(t[i].err)
+                                        : "timed out");
         if (t[i].fd >= 0)
             close(t[i].fd);
     }

@@ -12,6 +12,7 @@ static void alloc_env(const char *job, const char *list, const char *tpn)
     unsetenv("SLURM_GPUS_PER_NODE");
     unsetenv("SLURM_GPUS");
     unsetenv("SLURM_GPUS_ON_NODE");
+    unsetenv("SLURM_STEP_ID");
     const char *names[] = {"SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE"};
     const char *values[] = {job, list, tpn};
     for (int i = 0; i < 3; i++) {
@@ -104,6 +105,29 @@ TEST(allocation_should_name_the_variable_that_is_wrong)
         ASSERT_EQ(hf.nr, 0);
         dsl_hostfile_release(&hf);
     }
+}
+
+/* In a job step (srun -N1 -n1 dslaunch, srun --nodes=1 --pty bash) srun sets
+ * SLURM_TASKS_PER_NODE to the step's tasks, while SLURM_JOB_NODELIST stays the job's:
+ * the message says so and how to go on, and --num_gpus gives every node its slots */
+TEST(allocation_should_explain_a_job_step_narrower_than_the_job)
+{
+    struct dsl_hostfile hf;
+    char desc[160] = "", err[DSL_ERR_LEN] = "";
+    dsl_hostfile_init(&hf);
+    alloc_env("7", "n[1-2]", "1");
+    setenv("SLURM_STEP_ID", "0", 1);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), DSL_EHOSTFILE);
+    ASSERT_CONTAINS(err, "SLURM_TASKS_PER_NODE '1' has 1 node but SLURM_JOB_NODELIST 'n[1-2]' "
+                         "has 2: dslaunch runs in step 0 of job 7, and srun sets "
+                         "SLURM_TASKS_PER_NODE to that step's tasks");
+    ASSERT_CONTAINS(err, "--num_gpus N");
+    ASSERT_EQ(hf.nr, 0);
+    ASSERT_EQ(dsl_allocation_load(&hf, 2, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(hf.nr, 2);
+    ASSERT_EQ(hf.hosts[1].slots, 2);
+    dsl_hostfile_release(&hf);
+    unsetenv("SLURM_STEP_ID");
 }
 
 /* load the allocation n[1-2] (one task a node) and return node 0's slots, or the error */

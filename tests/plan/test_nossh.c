@@ -151,6 +151,36 @@ TEST(nossh_should_name_what_is_missing_or_wrong)
     dsl_nossh_release(&ns);
 }
 
+/* node 0's address is dialled by every node and, on node 0, the ranks' MASTER_ADDR: a
+ * word that cannot be one is named at once, not after --join_timeout of dialling; the
+ * coordinator listens on IPv4 only, so an IPv6 address could never be reached */
+TEST(nossh_should_refuse_a_master_addr_that_cannot_be_dialled)
+{
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    char *env[] = {(char *)SECRET, NULL};
+    const char *empty[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "", NULL};
+    ASSERT_EQ(resolve(&ns, empty, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--master_addr '' is not a host name or IPv4 address");
+    const char *bad[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "bad host!", NULL};
+    ASSERT_EQ(resolve(&ns, bad, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--master_addr 'bad host!' is not a host name or IPv4 address");
+    const char *v6[] = {"--nnodes", "2", "--node_rank", "0", "--master_addr", "[fd00::1]", NULL};
+    ASSERT_EQ(resolve(&ns, v6, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--master_addr '[fd00::1]': no-ssh mode reaches node 0 over IPv4 only");
+    char *pet[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=1",
+                   (char *)"PET_MASTER_ADDR=fd00::2", (char *)SECRET, NULL};
+    const char *none[] = {NULL};
+    ASSERT_EQ(resolve(&ns, none, pet, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "PET_MASTER_ADDR 'fd00::2': no-ssh mode reaches node 0 over IPv4 only");
+    const char *ok[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr",
+                        "train-node-0-0.train", NULL};
+    ASSERT_EQ(resolve(&ns, ok, env, err), 0);
+    ASSERT_STR_EQ(ns.master_addr, "train-node-0-0.train");
+    dsl_nossh_release(&ns);
+}
+
 TEST(nossh_should_refuse_to_run_several_nodes_without_a_long_enough_secret)
 {
     struct dsl_nossh ns;

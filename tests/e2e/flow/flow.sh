@@ -626,6 +626,73 @@ PY
     assert_grep "hostfile .hb.txt.:2: bad user name .a+b." err
 '
 
+expect_success "--launcher slurm with no hostfile outside an allocation is refused before srun runs" '
+    # the only host would be localhost, where srun cannot place an agent
+    printf "#!/bin/sh\necho ran >\"%s/srun.ran\"\nexit 1\n" "$PWD" >fake-srun
+    chmod +x fake-srun
+    for dry in "" --dry-run; do
+        run_capture rc out err env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST DSLAUNCH_SRUN="$PWD/fake-srun" \
+            "$DSL" $dry --launcher slurm --launcher_args "-N2" /bin/true
+        assert_eq "$rc" 2 "exit ($dry)"
+        assert_grep "launcher slurm outside a Slurm allocation (no SLURM_JOB_ID and SLURM_JOB_NODELIST here) needs --hostfile with Slurm.s node names" err
+        [ ! -e srun.ran ] || fail "srun ran ($dry)"
+    done
+    rm -f out.sh
+    run_capture rc out err env -u SLURM_JOB_ID -u SLURM_JOB_NODELIST \
+        "$DSL" --dry-run --emit sbatch=out.sh --launcher slurm --num_nodes 2 /bin/true
+    assert_eq "$rc" 0 "--emit sbatch still writes a script for an allocation to come"
+    assert_grep "^#SBATCH --nodes=2$" out.sh
+'
+
+expect_success "SIGUSR1 to a node agent reaches its ranks and the job goes on" '
+    # Slurm delivers --signal=USR1@T (no B:) and scancel -s USR1 to the tasks of every
+    # step: under the slurm transport those are the agents, which must not die of it
+    cat >u1.sh <<EOS
+#!/bin/sh
+trap "echo usr1 >usr1.\$RANK" USR1
+echo >ready.\$RANK
+i=0
+while [ ! -e usr1.\$RANK ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+[ -e usr1.\$RANK ]
+EOS
+    chmod +x u1.sh
+    rm -f ready.* usr1.*
+    "$DSL" --include localhost:0,1 ./u1.sh >u1.out 2>u1.err &
+    dsl=$!
+    for _ in $(seq 100); do [ -e ready.0 ] && [ -e ready.1 ] && break; sleep 0.1; done
+    agent=$(ps -o pid= --ppid "$dsl" | tr -d " ")
+    [ -n "$agent" ] && [ "$(echo "$agent" | wc -l)" = 1 ] || { kill "$dsl"; fail "agent: <$agent>"; }
+    kill -USR1 "$agent"
+    wait "$dsl"
+    rc=$?
+    cat u1.err >&2
+    assert_eq "$rc" 0 "exit"
+    [ -e usr1.0 ] && [ -e usr1.1 ] || fail "a rank did not get SIGUSR1"
+    assert_grep "dslaunch agent: got SIGUSR1: passed it to this node.s 2 ranks" u1.err
+'
+
+expect_success "--launcher slurm checks the srun that DSLAUNCH_SRUN names, not the one in PATH" '
+    printf "#!/bin/sh\nexit 1\n" >my-srun
+    chmod +x my-srun
+    printf "n1 slots=1\nn2 slots=1\n" >hs.txt
+    # a site srun outside PATH, named by the variable: accepted, and the one run
+    run_capture rc out err env PATH=/nonexistent DSLAUNCH_SRUN="$PWD/my-srun" \
+        "$DSL" --dry-run --launcher slurm --hostfile hs.txt /bin/true
+    cat err >&2
+    assert_eq "$rc" 0 "srun outside PATH"
+    python3 -c "import json, sys; assert json.load(open(sys.argv[1]))[\"srun\"][0] == sys.argv[2]" \
+        out "$PWD/my-srun" || fail "the srun line does not start with DSLAUNCH_SRUN"
+    # a misspelt one: refused before any host is tried, naming the variable
+    run_capture rc out err env DSLAUNCH_SRUN=/nonexistent/srun \
+        "$DSL" --launcher slurm --hostfile hs.txt /bin/true
+    assert_eq "$rc" 2 "DSLAUNCH_SRUN missing"
+    assert_grep "launcher slurm runs DSLAUNCH_SRUN=./nonexistent/srun. instead of .srun., but" err
+    run_capture rc out err env DSLAUNCH_MPIRUN="$PWD/hs.txt" \
+        "$DSL" --dry-run --launcher openmpi --hostfile hs.txt /bin/true
+    assert_eq "$rc" 2 "DSLAUNCH_MPIRUN not executable"
+    assert_grep "launcher openmpi runs DSLAUNCH_MPIRUN=.*hs.txt. instead of .mpirun., but" err
+'
+
 expect_success "--dry-run rejects bad placements with the usage code" '
     printf "worker-0 slots=4\nworker-1 slots=4\n" > h2.txt
     for spec in "worker-9" "worker-0:7" "worker-0:" "worker-0:1:2" "worker-0@" "worker-0:x"; do

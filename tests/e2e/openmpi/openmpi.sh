@@ -136,14 +136,21 @@ expect_success "an unknown host key is refused with advice; --ssh-accept-new tru
     wait_all_clean 10
 '
 
-expect_success "a missing mpirun fails every host at once, every time, and starts nothing" '
+expect_success "an mpirun that ends at once fails every host at once, every time, and starts nothing" '
+    # a missing one is refused before any host is tried, naming the variable
+    run_capture rc out err env DSLAUNCH_MPIRUN=$T_TMP/no-such-mpirun "$DSL" \
+        --connect-timeout 60 "${SSH[@]}" "$W" env
+    assert_eq "$rc" 2 "exit code with a missing mpirun"
+    assert_grep "runs DSLAUNCH_MPIRUN=.*no-such-mpirun. instead of .mpirun." err
     # repeated: the first connection to see mpirun end must wake its siblings (a lost
     # wakeup left one waiting for --connect-timeout in about one run out of six)
+    printf "#!/bin/sh\nexit 1\n" >"$T_TMP/quit-mpirun"
+    chmod +x "$T_TMP/quit-mpirun"
     for i in 1 2 3 4 5 6 7 8 9 10 11 12; do
-        run_capture rc out err env DSLAUNCH_MPIRUN=$T_TMP/no-such-mpirun "$DSL" \
+        run_capture rc out err env DSLAUNCH_MPIRUN=$T_TMP/quit-mpirun "$DSL" \
             --connect-timeout 60 "${SSH[@]}" "$W" env
-        assert_eq "$rc" 204 "exit code of run $i"
-        [ $(grep -c "cannot run mpirun for .node[12]. (not installed?)" err) = 2 ] ||
+        assert_eq "$rc" 200 "exit code of run $i"
+        [ $(grep -c "mpirun for .node[12]. ended (exit 1) before its agent connected back" err) = 2 ] ||
             { cat err >&2; fail "run $i: not both hosts failed at once"; }
         assert_not_grep "RANK=" out
     done

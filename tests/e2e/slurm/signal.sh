@@ -73,4 +73,25 @@ expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every ra
     assert_slurm_clean
 '
 
+expect_success "SIGUSR1 to every task of the job (scancel --full, --signal without B:): agents pass it on, every rank saves once, exit 138" '
+    # the agents are the tasks of dslaunch s step: they must not die of it; dslaunch (the
+    # batch shell) passes it on too, so each rank gets it twice and saves once
+    printf "#!/bin/sh\nexec %s %s %s --save-on-signal --checkpoint-dir %s/ckf --metrics %s/mf.json\n" \
+        "$DSL" "$DSTRAIN" "$(echo $SIG)" "$PWD" "$PWD" >jobf.sh
+    sbatch --wait -N2 --ntasks-per-node=2 -J dsl-fusr1 -o "$PWD/batchf.out" jobf.sh >sbf.out 2>&1 &
+    bg=$!
+    for _ in $(seq 600); do grep -q "\"type\":\"step\"" mf.json 2>/dev/null && break; sleep 0.1; done
+    grep -q "\"type\":\"step\"" mf.json || { kill $bg; cat batchf.out >&2; fail "no training step"; }
+    job=$(squeue -h -n dsl-fusr1 -o %i)
+    [ -n "$job" ] || fail "no job named dsl-fusr1"
+    scancel --full -s USR1 "$job"
+    rc=0
+    wait $bg || rc=$?
+    cat batchf.out >&2
+    assert_eq "$rc" 138 "sbatch --wait exit"
+    tag=$(cat ckf/latest) || fail "no checkpoint written on SIGUSR1"
+    [ -d "ckf/$tag" ] || fail "latest names $tag, which is not there: $(ls ckf)"
+    assert_slurm_clean
+'
+
 done_testing

@@ -281,6 +281,20 @@ signal)
         --save-params "$TMP/p.sigrest"
     train_ok 2 sigfull $SIG --save-params "$TMP/p.sigfull"
     cmp -s "$TMP/p.sigfull" "$TMP/p.sigrest" || fail "resume after SIGTERM differs"
+    # SIGUSR1 twice (Slurm's warning through dslaunch and through the step's tasks):
+    # the second is the same warning, the save completes and the exit is 138
+    "$DSTRAIN" $SIG --hidden 1024,1024 --save-on-signal --checkpoint-dir "$TMP/cku" \
+        --metrics "$TMP/u.json" >"$TMP/u.out" 2>&1 &
+    pid=$!
+    wait_steps "$TMP/u.json"
+    kill -USR1 "$pid"
+    sleep 0.005
+    kill -USR1 "$pid" 2>/dev/null
+    wait "$pid"
+    rc=$?
+    [ "$rc" -eq 138 ] || { cat "$TMP/u.out" >&2; fail "exit status $rc after SIGUSR1 twice, expected 138"; }
+    tag=$(cat "$TMP/cku/latest") || { ls -R "$TMP/cku" >&2; fail "no checkpoint after SIGUSR1 twice"; }
+    [ -d "$TMP/cku/$tag" ] || fail "latest names '$tag', which is not there"
     ;;
 fmnist)
     # the README's main job, short: real Fashion-MNIST at world 2, the loss falls
