@@ -143,7 +143,7 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
             const char *v = env_get(env, rank_vars[i]);
             if (!v || !v[0])
                 continue;
-            if ((r = env_int(rank_vars[i], v, 0, 1 << 20, 0, &ns->node_rank, err)) < 0)
+            if ((r = env_int(rank_vars[i], v, 0, (1 << 20) - 1, 0, &ns->node_rank, err)) < 0)
                 return r;
             snprintf(ns->from_node_rank, sizeof(ns->from_node_rank), "%s", rank_vars[i]);
         }

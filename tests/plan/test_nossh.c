@@ -148,6 +148,11 @@ TEST(nossh_should_name_what_is_missing_or_wrong)
     const char *none[] = {NULL};
     ASSERT_EQ(resolve(&ns, none, bad_rank, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "PET_NODE_RANK='one' is not an integer");
+    /* the same range as --node_rank's */
+    char *big_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=1048576", (char *)SECRET,
+                        NULL};
+    ASSERT_EQ(resolve(&ns, none, big_rank, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "PET_NODE_RANK='1048576' is not an integer from 0 to 1048575");
     dsl_nossh_release(&ns);
 }
 
