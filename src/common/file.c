@@ -41,6 +41,10 @@ static const char *who_writes(mode_t m)
     return (m & S_IWGRP) ? "its group" : "others";
 }
 
+#ifndef S_ISVTX
+#define S_ISVTX 01000 /* the sticky bit: XSI, not in the POSIX base this tree compiles to */
+#endif
+
 int dsl_dir_open_private(const char *dir, char *err)
 {
     struct stat lst, st;
@@ -81,6 +85,18 @@ int dsl_dir_open_private(const char *dir, char *err)
                           "in it could be links planted by its owner; use a directory of "
                           "your own",
                           dir, (long)st.st_uid, (long)me);
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (st.st_mode & S_ISVTX)) {
+        /* a shared directory such as /tmp: never advise making it private */
+        size_t n = strlen(dir);
+        int slash = n > 0 && dir[n - 1] == '/';
+        close(fd);
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "directory '%s' is shared (writable by %s, sticky: mode %04o, like "
+                          "/tmp): another user could plant links in it; give a directory of "
+                          "your own inside it instead, e.g. '%s%slogs' (created if missing)",
+                          dir, who_writes(st.st_mode), (unsigned)(st.st_mode & 07777), dir,
+                          slash ? "" : "/");
     }
     if (st.st_mode & (S_IWGRP | S_IWOTH)) {
         close(fd);

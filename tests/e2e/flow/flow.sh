@@ -431,8 +431,9 @@ expect_success "--log-dir refuses a directory others can write or another user o
     mkdir -m 1777 shared && ln -s "$PWD/victim2" shared/rank0.log
     run_capture rc out err "$DSL" --log-dir shared --include localhost:0 "$W" env
     assert_eq "$rc" 2
-    assert_grep "^dslaunch: error: --log-dir: directory .shared. is writable by group and others (mode 1777)" err
-    assert_grep "chmod go-w" err
+    assert_grep "^dslaunch: error: --log-dir: directory .shared. is shared (writable by group and others, sticky: mode 1777, like /tmp)" err
+    assert_grep "e.g. .shared/logs. (created if missing)" err
+    assert_not_grep "chmod" err
     assert_eq "$(cat victim2)" precious "the link target"
     mkdir -m 0775 grpdir
     run_capture rc out err "$DSL" --log-dir grpdir --include localhost:0 "$W" env
