@@ -369,7 +369,7 @@ static void print_summary(struct dsl_job *job)
             dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s%s", r->rank, host,
                       r->pid, r->cause.oom == DSL_OOM_RANK ? "the OOM killer" : dsl_signame(r->sig),
                       r->wall, why);
-        else if (r->code == 127 && !r->started)
+        else if (!r->started)
             dsl_error("rank %d (host %s) could not be started", r->rank, host);
         else
             dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,

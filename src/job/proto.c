@@ -259,6 +259,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
     case DSL_MSG_SPAWNERR:
         cJSON_AddNumberToObject(o, "rank", m->rank);
         add_str(o, "error", m->error);
+        if (m->code) /* the exit code it stands for; absent from older agents */
+            cJSON_AddNumberToObject(o, "code", m->code);
         break;
     case DSL_MSG_STOP:
         cJSON_AddNumberToObject(o, "sig", m->sig);
@@ -617,6 +619,11 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
     case DSL_MSG_SPAWNERR:
         TRY(get_int(o, "rank", &m->rank, err));
         TRY(get_str(o, "error", &m->error, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "code")) {
+            TRY(get_int(o, "code", &m->code, err));
+            if (m->code < 1 || m->code > 255)
+                return dsl_seterr(err, DSL_EPROTO, "bad spawn error code %d", m->code);
+        }
         break;
     case DSL_MSG_STOP:
         TRY(get_int(o, "sig", &m->sig, err));

@@ -326,8 +326,12 @@ PY
     assert_eq "$rc" 0
     assert_grep "Cpus_allowed_list:.1$" out
     run_capture rc out err "$DSL" --include localhost:0,1 --bind_core_list 1 true
-    assert_eq "$rc" 127
+    assert_eq "$rc" 202 "a node that cannot bind is a mismatch, not a missing program (127)"
     assert_grep "1 core(s) cannot be bound to 2 rank(s)" err
+    assert_grep "rank 0 (host localhost) could not be started" err
+    run_capture rc out err "$DSL" --include localhost:0 --bind_core_list 4095 true
+    assert_eq "$rc" 202
+    assert_grep "core 4095 of --bind_core_list .4095. is not one this node lets dslaunch use" err
     run_capture rc out err "$DSL" --bind_core_list 0-x true
     assert_eq "$rc" 2
     assert_grep "option .--bind_core_list.: bad core list item .0-x." err
