@@ -47,11 +47,15 @@ expect_success "installed dslaunch runs dsbench" '
     assert_grep "4096" out
 '
 
-expect_success "a bare --config that names no shipped config is still an error naming it" '
+expect_success "a bare --config that names no shipped config is still an error naming it, and the shipped ones" '
     run_capture rc out err "$P/bin/dstrain" --config no_such_config --steps 1
     cat out err
     assert_eq "$rc" 2
     assert_grep "no_such_config" err
+    assert_grep "(the shipped configs in .$P/share/dslaunch/configs. are: .*fashion_mnist, fashion_mnist_zero0, fashion_mnist_zero2, " err
+    run_capture rc out err "$P/bin/dstrain" --config ./no_such_config --steps 1
+    assert_eq "$rc" 2
+    assert_not_grep "shipped" err
 '
 
 expect_success "the man pages carry every option of --help" '
