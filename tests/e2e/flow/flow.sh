@@ -337,6 +337,13 @@ PY
     assert_grep "option .--bind_core_list.: bad core list item .0-x." err
 '
 
+expect_success "a rank reads end of file on stdin whatever dslaunch was given (docs/env.md, Standard input)" '
+    run_capture rc out err "$DSL" --include localhost:0 sh -c "wc -c; readlink /proc/self/fd/0" <<<typed-input
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] 0$" out
+    assert_grep "^\[rank 0\] /dev/null$" out
+'
+
 expect_success "--save_pid writes /tmp/<pid>.ds while dslaunch runs and removes it" '
     "$DSL" --include localhost:0 --save_pid sh -c "cat /tmp/\$PPID.ds >/dev/null; sleep 0.5" &
     pid=$!
