@@ -327,6 +327,11 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
             m.program_ok = 0;
             free(m.detail);
             m.detail = dsl_xstrdup(err);
+        } else if (pm->script && m.cwd_ok &&
+                   dsl_spawn_check_script(pm->script, pm->cwd[0] ? pm->cwd : NULL, err) < 0) {
+            m.program_ok = 0; /* python3 is there, the script it would run is not */
+            free(m.detail);
+            m.detail = dsl_xstrdup(err);
         }
         free(path);
     }

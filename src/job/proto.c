@@ -57,6 +57,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->src);
     free(m->detail);
     free(m->program);
+    free(m->script);
     free(m->ld_path);
     free(m->bind);
     free(m->core_list);
@@ -163,6 +164,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         add_strvec(o, "connect", &m->connect);
         add_str(o, "program", m->program);
         add_str(o, "cwd", m->cwd);
+        if (m->script)
+            add_str(o, "script", m->script);
         if (m->diag)
             cJSON_AddNumberToObject(o, "diag", m->diag);
         if (m->ld_path)
@@ -485,6 +488,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_strvec(o, "connect", &m->connect, err));
         TRY(get_str(o, "program", &m->program, err));
         TRY(get_str(o, "cwd", &m->cwd, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "script"))
+            TRY(get_str(o, "script", &m->script, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "diag"))
             TRY(get_int(o, "diag", &m->diag, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "ld_path"))

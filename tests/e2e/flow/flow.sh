@@ -265,6 +265,18 @@ expect_success "--local_rank_arg appends --local_rank=N" '
     assert_not_grep "$(printf %s --local_rank | od -An -tx1 | tr -d " \n")" out
 '
 
+expect_success "a missing .py script is an error before anything starts, not python3 failing on every rank" '
+    run_capture rc out err "$DSL" --include localhost:0,1 no_such_script.py --epochs 3
+    assert_eq "$rc" 127
+    assert_grep "^dslaunch: error: cannot run .no_such_script.py.: No such file or directory in .$PWD.$" err
+    [ ! -s out ] || fail "a rank ran"
+    assert_not_grep "rank 0" err
+    mkdir -p app.py && printf "print(\"main ran\")\n" >app.py/__main__.py
+    run_capture rc out err "$DSL" --include localhost:0 app.py
+    assert_eq "$rc" 0 "a directory with __main__.py is a script python3 runs"
+    assert_grep "^\[rank 0\] main ran$" out
+'
+
 expect_success "a .py PROGRAM runs with python3 -u and gets --local_rank=N after the script, as DeepSpeed does" '
     printf "import os, sys\nprint(\"argv\", os.environ[\"LOCAL_RANK\"], sys.argv[1:], open(\"/proc/self/cmdline\").read().split(chr(0))[1])\n" >train.py
     run_capture rc out err "$DSL" --include localhost:0,1 train.py --epochs 3 -- x

@@ -77,6 +77,14 @@ expect_success "a program only in the exported PATH (a venv) passes the prefligh
     assert_grep "cannot start .onlyvenv-$$.: command not found in PATH" err
 '
 
+expect_success "a missing Python script is named by every node's preflight, and nothing starts" '
+    run_capture rc out err "$DSL" "${SSH[@]}" no-such-script-$$.py
+    assert_eq "$rc" 202
+    assert_grep "preflight: .node1.: cannot run .no-such-script-$$.py.: No such file or directory in ." err
+    assert_grep "preflight: .node2.: cannot run .no-such-script-$$.py.: No such file or directory in ." err
+    [ ! -s out ] || fail "a rank ran"
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "
