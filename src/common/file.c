@@ -203,6 +203,19 @@ int dsl_file_create_temp(const char *path, mode_t mode, char **tmp, char *err)
                       path, TEMP_TRIES);
 }
 
+int dsl_file_check_readable(const char *what, const char *path, char *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%s': %s", what, path, strerror(errno));
+    struct stat st;
+    int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (dir)
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%s' is a directory, not a file", what, path);
+    return 0;
+}
+
 int dsl_file_open_regular(const char *path, size_t *size, char *err)
 {
     struct stat st;

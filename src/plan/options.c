@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/cpubind.h"
 #include "dslaunch/plan/options.h"
@@ -337,6 +338,14 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
                           "--agent needs both --connect and --launcher-key, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
+    /* libssh skips a config it cannot open without a word, and every host name then
+     * goes to the resolver: a file the user named must be there */
+    if (o->tr.ssh_config && (r = dsl_file_check_readable("--ssh-config", o->tr.ssh_config,
+                                                         err)) < 0)
+        return r;
+    if (o->tr.ssh_identity && (r = dsl_file_check_readable("--ssh-identity",
+                                                           o->tr.ssh_identity, err)) < 0)
+        return r;
     if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
                           "--slurm-nodes are for --agent only");

@@ -418,6 +418,25 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
     assert_grep "nope.txt" err
 '
 
+expect_success "a --ssh-config or --ssh-identity that is not there is an error before any host is looked up" '
+    printf "nohost-a slots=1\nnohost-b slots=1\n" >hosts_missing_cfg
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-config .no_such_ssh_config.: No such file or directory$" err
+    assert_not_grep "resolve" err
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config . "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-config .\.. is a directory, not a file$" err
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-identity no_such_key "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-identity .no_such_key.: No such file or directory$" err
+    run_capture rc out err "$DSL" sync --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config .
+    assert_eq "$rc" 2
+    assert_grep "sync: --ssh-config .no_such_ssh_config.: No such file or directory$" err
+    run_capture rc out err "$DSL" --include localhost:0 --ssh-config /dev/null "$W" env
+    assert_eq "$rc" 0 "ssh -F /dev/null is a common idiom"
+'
+
 expect_success "--help lists every option with defaults; --version" '
     run_capture rc out err "$DSL" --help
     assert_eq "$rc" 0
