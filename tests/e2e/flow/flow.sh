@@ -444,6 +444,7 @@ expect_success "--help lists every option with defaults; --version" '
         assert_grep "\-\-$o" out
     done
     assert_grep "default: 29500" out
+    assert_grep "^       dslaunch sync PATH\.\.\. --hostfile FILE  *# copy files to every node$" out
     run_capture rc out err "$DSL" --version
     assert_eq "$rc" 0
     assert_grep "^dslaunch [0-9]" out

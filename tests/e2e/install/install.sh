@@ -69,6 +69,9 @@ expect_success "the man pages carry every option of --help" '
         done <opts
     done
     grep -q "^\.SS dslaunch sync" "$P/share/man/man1/dslaunch.1" || fail "dslaunch.1 lacks the sync command"
+    # a synopsis line and what it does stay apart (they ran together: "FILE copy files")
+    grep -qF ".B dslaunch sync PATH... \-\-hostfile FILE" "$P/share/man/man1/dslaunch.1" || fail "no sync synopsis"
+    grep -qF "\(em copy files to every node" "$P/share/man/man1/dslaunch.1" || fail "synopsis comment not set apart"
     if command -v man >/dev/null; then
         MANWIDTH=80 man -l "$P/share/man/man1/dslaunch.1" 2>manerr | grep -q -- "--hostfile" || fail "man cannot render dslaunch.1"
     fi
