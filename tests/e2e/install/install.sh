@@ -87,6 +87,7 @@ expect_success "bash completion offers the options of dslaunch, of train and of 
     complete_words "$P/bin/dslaunch" -H h train --zero >c2; assert_grep "^--zero-stage$" c2
     complete_words "$P/bin/dslaunch" sync --check >c3; assert_grep "^--checksum$" c3
     complete_words "$P/bin/dslaunch" --launcher p >c4; assert_grep "^pdsh$" c4
+    complete_words "$P/bin/dslaunch" --launcher s >c5; assert_grep "^slurm$" c5; assert_grep "^ssh$" c5
     assert_not_grep "^--zero-stage$" c1
 '
 
