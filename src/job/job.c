@@ -209,6 +209,8 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
                 : (n->err_code == DSL_ECONNECT || n->err_code == DSL_ETIMEDOUT ||
                    n->err_code == -ECONNREFUSED || n->err_code == -EHOSTUNREACH)
                     ? DSL_EXIT_UNREACHABLE
+                : (n->err_code == -ENOENT || n->err_code == -EACCES)
+                    ? DSL_EXIT_PREFLIGHT /* no dslaunch on that node: a mismatch */
                     : DSL_EXIT_AGENT;
         if (!code || c == DSL_EXIT_AUTH)
             code = c;

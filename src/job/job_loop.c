@@ -433,8 +433,12 @@ static void node_read(struct dsl_job *job, struct dsl_job_node *n)
             n->eof = 1;
             if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED) {
                 const char *why = n->conn.err[0] ? n->conn.err : "connection closed";
-                dsl_job_node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)",
-                                  n->pn->host, why);
+                if (n->conn.err_code == -ENOENT || n->conn.err_code == -EACCES)
+                    /* no dslaunch to run there: the transport said what to do */
+                    dsl_job_node_fail(job, n, n->conn.err_code, "%s", why);
+                else
+                    dsl_job_node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)",
+                                      n->pn->host, why);
             }
             return;
         }
