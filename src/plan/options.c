@@ -244,6 +244,11 @@ static const struct dsl_opt opts[] = {
     NOT_HERE("max_elastic_nodes", "N", "the job runs on the hosts of the hostfile; restarts "
              "(--max-restarts) can only leave nodes out"),
     NOT_HERE("no_ssh_check", NULL, "the preflight always checks every host; leave the flag out"),
+    NOT_HERE("venv_script", "FILE", "ranks run the python3 of their PATH: activate the venv "
+             "here and add --export PATH (and --export VIRTUAL_ENV), so every node runs the "
+             "venv's python3 if it is at the same path there (docs/env.md)"),
+    NOT_HERE("comment", "TEXT", "with --launcher slurm, pass it to srun: --launcher-args "
+             "'--comment=TEXT'"),
     NOT_TORCHRUN("standalone", NULL, "a job on this machine alone needs no rendezvous; leave "
                  "the flag out (dslaunch --nproc_per_node N PROGRAM)"),
     NOT_TORCHRUN("rdzv_backend", "NAME", RDZV_INSTEAD),

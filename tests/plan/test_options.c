@@ -69,6 +69,10 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
          "option '--rdzv_endpoint' is torchrun's; dslaunch does not need it: the nodes meet"},
         {{"--rdzv_id", "42", "p", NULL}, "DSLAUNCH_RUN_ID"},
         {{"--tee", "3", "p", NULL}, "--log-dir DIR"},
+        {{"--venv_script", "/v/bin/activate", "p", NULL},
+         "option '--venv_script' is DeepSpeed's; dslaunch has no such feature: ranks run the "
+         "python3 of their PATH: activate the venv here and add --export PATH"},
+        {{"--comment", "x", "p", NULL}, "--launcher-args '--comment=TEXT'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
