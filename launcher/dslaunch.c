@@ -124,6 +124,8 @@ static int check_local(struct dsl_plan *plan, char *err)
         if (!path)
             return rc == -EACCES ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
         free(path);
+        if (plan->script && (rc = dsl_spawn_check_script(plan->script, plan->cwd, err)) < 0)
+            return rc == -EACCES ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
     }
     if (dsl_plan_check_local_port(plan, opts->mode == DSL_MODE_DRY_RUN, err) < 0)
         return DSL_EXIT_USAGE;

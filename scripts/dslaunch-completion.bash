@@ -30,7 +30,7 @@ _dslaunch() {
     -H | --hostfile | --config | --log-dir | --ssh-config | --ssh-identity | --metrics | \
     --save-params | --checkpoint-dir | --data-path)
         COMPREPLY=($(compgen -f -- "$cur")); return ;;
-    --launcher) COMPREPLY=($(compgen -W "auto local ssh pdsh openmpi" -- "$cur")); return ;;
+    --launcher) COMPREPLY=($(compgen -W "auto local ssh pdsh openmpi slurm" -- "$cur")); return ;;
     --backend) COMPREPLY=($(compgen -W "tcp nccl auto" -- "$cur")); return ;;
     esac
     if [[ $cur == -* ]]; then

@@ -50,7 +50,11 @@ def section(lines, title, page):
         if not title:
             page.append(".SH SYNOPSIS")
         for u in usage:
-            page.append(".B " + esc(u) if not title else esc(u))
+            # "cmd ARGS  # what it does": the command in bold, the comment after a dash
+            cmd, _, what = (p.strip() for p in u.partition("  #"))
+            page.append(".B " + esc(cmd) if not title else esc(cmd))
+            if what:
+                page.append("\\(em " + esc(what))
             page.append(".br")
     text = " ".join(p for p in prose if p)
     if text:

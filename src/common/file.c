@@ -41,6 +41,10 @@ static const char *who_writes(mode_t m)
     return (m & S_IWGRP) ? "its group" : "others";
 }
 
+#ifndef S_ISVTX
+#define S_ISVTX 01000 /* the sticky bit: XSI, not in the POSIX base this tree compiles to */
+#endif
+
 int dsl_dir_open_private(const char *dir, char *err)
 {
     struct stat lst, st;
@@ -81,6 +85,18 @@ int dsl_dir_open_private(const char *dir, char *err)
                           "in it could be links planted by its owner; use a directory of "
                           "your own",
                           dir, (long)st.st_uid, (long)me);
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && (st.st_mode & S_ISVTX)) {
+        /* a shared directory such as /tmp: never advise making it private */
+        size_t n = strlen(dir);
+        int slash = n > 0 && dir[n - 1] == '/';
+        close(fd);
+        return dsl_seterr(err, DSL_EUSAGE,
+                          "directory '%s' is shared (writable by %s, sticky: mode %04o, like "
+                          "/tmp): another user could plant links in it; give a directory of "
+                          "your own inside it instead, e.g. '%s%slogs' (created if missing)",
+                          dir, who_writes(st.st_mode), (unsigned)(st.st_mode & 07777), dir,
+                          slash ? "" : "/");
     }
     if (st.st_mode & (S_IWGRP | S_IWOTH)) {
         close(fd);
@@ -185,6 +201,19 @@ int dsl_file_create_temp(const char *path, mode_t mode, char **tmp, char *err)
                       "cannot create a temporary file for '%s': %d random names were all "
                       "taken",
                       path, TEMP_TRIES);
+}
+
+int dsl_file_check_readable(const char *what, const char *path, char *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%s': %s", what, path, strerror(errno));
+    struct stat st;
+    int dir = fstat(fd, &st) == 0 && S_ISDIR(st.st_mode);
+    close(fd);
+    if (dir)
+        return dsl_seterr(err, DSL_EUSAGE, "%s '%s' is a directory, not a file", what, path);
+    return 0;
 }
 
 int dsl_file_open_regular(const char *path, size_t *size, char *err)

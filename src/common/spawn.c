@@ -63,6 +63,23 @@ static int is_exec_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0;
 }
 
+int dsl_spawn_check_script(const char *script, const char *cwd, char *err)
+{
+    char *path = (script[0] == '/' || !cwd || !cwd[0]) ? dsl_xstrdup(script)
+                                                         : dsl_xasprintf("%s/%s", cwd, script);
+    const char *where = script[0] == '/' ? "" : cwd && cwd[0] ? cwd : ".";
+    int r = 0, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) /* a directory opens: python3 runs one with a __main__.py */
+        r = -errno;
+    else
+        close(fd);
+    free(path);
+    if (r < 0)
+        return dsl_seterr(err, r, "cannot run '%s': %s%s%s%s", script, strerror(-r),
+                          where[0] ? " in '" : "", where, where[0] ? "'" : "");
+    return 0;
+}
+
 char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int *code,
                         char *err)
 {

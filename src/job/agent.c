@@ -63,6 +63,7 @@
 #include "contain.h"
 #include "devmap.h"
 #include "dslaunch/job/agent.h"
+#include "dslaunch/job/job.h"
 #include "agent_progress.h"
 #include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/envnames.h"
@@ -334,6 +335,11 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
         dsl_strvec_release(&env);
         if (!path) {
             m.program_ok = 0;
+            free(m.detail);
+            m.detail = dsl_xstrdup(err);
+        } else if (pm->script && m.cwd_ok &&
+                   dsl_spawn_check_script(pm->script, pm->cwd[0] ? pm->cwd : NULL, err) < 0) {
+            m.program_ok = 0; /* python3 is there, the script it would run is not */
             free(m.detail);
             m.detail = dsl_xstrdup(err);
         }
@@ -715,6 +721,20 @@ void dsl_agent_set_node_devices(const char *list)
     node_devices = list && list[0] ? dsl_xstrdup(list) : NULL;
 }
 
+/* The exit code a failed dsl_spawn() stands for, as a shell reports it: 127 for a
+ * program that is not there, 126 for one that cannot be executed, 202 for a node that
+ * could not set the rank up (its cgroup, a pipe, a fork). */
+static int spawn_exit_code(int rc, const char *err)
+{
+    if (strstr(err, "into its cgroup"))
+        return DSL_EXIT_PREFLIGHT;
+    if (rc == -ENOENT || rc == -ENOTDIR || rc == -ELOOP || rc == -ENAMETOOLONG)
+        return DSL_EXIT_NOTFOUND;
+    if (rc == -EACCES || rc == -EPERM || rc == -ENOEXEC || rc == -EISDIR || rc == -ETXTBSY)
+        return DSL_EXIT_NOEXEC;
+    return DSL_EXIT_PREFLIGHT;
+}
+
 static void handle_start(struct agent *a, const struct dsl_msg *sm)
 {
     /*
@@ -766,11 +786,14 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         dsl_msg_init(&m, DSL_MSG_SPAWNERR);
         m.rank = a->ranks[0].rank;
         m.error = dsl_xstrdup(cerr);
+        /* the node could not set its ranks up (cgroups, core binding, devices): not a
+         * missing program (127), a node that does not match the plan */
+        m.code = DSL_EXIT_PREFLIGHT;
         send_msg(a, &m);
         dsl_msg_release(&m);
         for (int j = 0; j < sm->nranks; j++) {
             a->ranks[j].exited = 1;
-            a->ranks[j].code = 127;
+            a->ranks[j].code = DSL_EXIT_PREFLIGHT;
             a->ranks[j].reported = 1;
         }
         begin_stop(a, SIGTERM, a->grace);
@@ -839,12 +862,14 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             dsl_msg_init(&m, DSL_MSG_SPAWNERR);
             m.rank = r->rank;
             m.error = dsl_xstrdup(err);
+            int code = spawn_exit_code(rc, err);
+            m.code = code;
             send_msg(a, &m);
             dsl_msg_release(&m);
-            /* the ranks that are not started count as exited 127 */
+            /* the ranks that are not started count as exited with that code */
             for (int j = i; j < sm->nranks; j++) {
                 a->ranks[j].exited = 1;
-                a->ranks[j].code = 127;
+                a->ranks[j].code = code;
                 a->ranks[j].reported = 1;
             }
             begin_stop(a, SIGTERM, a->grace);

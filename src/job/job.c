@@ -209,6 +209,8 @@ static int phase_connect(struct dsl_job *job, int sig_rfd, char *const *remote_a
                 : (n->err_code == DSL_ECONNECT || n->err_code == DSL_ETIMEDOUT ||
                    n->err_code == -ECONNREFUSED || n->err_code == -EHOSTUNREACH)
                     ? DSL_EXIT_UNREACHABLE
+                : (n->err_code == -ENOENT || n->err_code == -EACCES)
+                    ? DSL_EXIT_PREFLIGHT /* no dslaunch on that node: a mismatch */
                     : DSL_EXIT_AGENT;
         if (!code || c == DSL_EXIT_AUTH)
             code = c;
@@ -369,7 +371,7 @@ static void print_summary(struct dsl_job *job)
             dsl_error("rank %d (host %s, pid %d) was killed by %s after %.1f s%s", r->rank, host,
                       r->pid, r->cause.oom == DSL_OOM_RANK ? "the OOM killer" : dsl_signame(r->sig),
                       r->wall, why);
-        else if (r->code == 127 && !r->started)
+        else if (!r->started)
             dsl_error("rank %d (host %s) could not be started", r->rank, host);
         else
             dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,

@@ -396,13 +396,17 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         if (!(r = rank_of(job, n, m->rank)))
             break;
         dsl_error("rank %d on '%s': %s", r->rank, n->pn->host, m->error);
+        /* the agent says which code (126, 127, or 202 for a node that could not set its
+         * ranks up: binding, devices, cgroups); an older agent does not */
+        int code = m->code ? m->code
+                   : strstr(m->error, "ermission") ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
         for (int i = m->rank; i < job->nranks && job->ranks[i].node == r->node; i++) {
             job->ranks[i].exited = 1;
-            job->ranks[i].code = 127;
+            job->ranks[i].code = code;
         }
         if (job->failed_rank < 0 && job->failed_node < 0) {
             job->failed_rank = r->rank;
-            job->exit_code = strstr(m->error, "ermission") ? DSL_EXIT_NOEXEC : DSL_EXIT_NOTFOUND;
+            job->exit_code = code;
         }
         begin_stop(job, SIGTERM, job->opts->term_timeout);
         break;
@@ -429,8 +433,12 @@ static void node_read(struct dsl_job *job, struct dsl_job_node *n)
             n->eof = 1;
             if (n->state != DSL_NODE_EXITED && n->state != DSL_NODE_FAILED) {
                 const char *why = n->conn.err[0] ? n->conn.err : "connection closed";
-                dsl_job_node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)",
-                                  n->pn->host, why);
+                if (n->conn.err_code == -ENOENT || n->conn.err_code == -EACCES)
+                    /* no dslaunch to run there: the transport said what to do */
+                    dsl_job_node_fail(job, n, n->conn.err_code, "%s", why);
+                else
+                    dsl_job_node_fail(job, n, DSL_EREMOTE, "node agent on '%s' went away (%s)",
+                                      n->pn->host, why);
             }
             return;
         }

@@ -194,6 +194,8 @@ static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const c
     m.pick = !job->opts->master_port_given;
     m.program = dsl_xstrdup(prog);
     m.cwd = dsl_xstrdup(cwd);
+    if (prog[0] && job->plan->script)
+        m.script = dsl_xstrdup(job->plan->script);
     probe_env(job, &m);
     const char *bind = job->opts->master_addr ? job->opts->master_addr
                        : job->plan->all_local ? "127.0.0.1"
@@ -263,6 +265,8 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
         dsl_strvec_push(&m.connect, cand.v[k]);
     m.program = dsl_xstrdup(prog);
     m.cwd = dsl_xstrdup(job->plan->cwd);
+    if (job->plan->script)
+        m.script = dsl_xstrdup(job->plan->script);
     probe_env(job, &m);
     for (int i = 1; i < job->nnodes; i++) {
         job->nodes[i].have_probed = 0;

@@ -116,7 +116,7 @@ static void describe(const struct dsl_job *job, char *buf, size_t n)
         if (r->sig)
             snprintf(buf, n, "rank %d on %s was killed by %s", r->rank, host,
                      dsl_signame(r->sig));
-        else if (r->code == 127 && !r->started)
+        else if (!r->started)
             snprintf(buf, n, "rank %d on %s could not be started", r->rank, host);
         else
             snprintf(buf, n, "rank %d on %s exited %d", r->rank, host, r->code);

@@ -57,6 +57,7 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->src);
     free(m->detail);
     free(m->program);
+    free(m->script);
     free(m->ld_path);
     free(m->bind);
     free(m->core_list);
@@ -163,6 +164,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         add_strvec(o, "connect", &m->connect);
         add_str(o, "program", m->program);
         add_str(o, "cwd", m->cwd);
+        if (m->script)
+            add_str(o, "script", m->script);
         if (m->diag)
             cJSON_AddNumberToObject(o, "diag", m->diag);
         if (m->ld_path)
@@ -259,6 +262,8 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
     case DSL_MSG_SPAWNERR:
         cJSON_AddNumberToObject(o, "rank", m->rank);
         add_str(o, "error", m->error);
+        if (m->code) /* the exit code it stands for; absent from older agents */
+            cJSON_AddNumberToObject(o, "code", m->code);
         break;
     case DSL_MSG_STOP:
         cJSON_AddNumberToObject(o, "sig", m->sig);
@@ -483,6 +488,8 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
         TRY(get_strvec(o, "connect", &m->connect, err));
         TRY(get_str(o, "program", &m->program, err));
         TRY(get_str(o, "cwd", &m->cwd, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "script"))
+            TRY(get_str(o, "script", &m->script, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "diag"))
             TRY(get_int(o, "diag", &m->diag, err));
         if (cJSON_GetObjectItemCaseSensitive(o, "ld_path"))
@@ -617,6 +624,11 @@ static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
     case DSL_MSG_SPAWNERR:
         TRY(get_int(o, "rank", &m->rank, err));
         TRY(get_str(o, "error", &m->error, err));
+        if (cJSON_GetObjectItemCaseSensitive(o, "code")) {
+            TRY(get_int(o, "code", &m->code, err));
+            if (m->code < 1 || m->code > 255)
+                return dsl_seterr(err, DSL_EPROTO, "bad spawn error code %d", m->code);
+        }
         break;
     case DSL_MSG_STOP:
         TRY(get_int(o, "sig", &m->sig, err));

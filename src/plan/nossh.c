@@ -147,6 +147,12 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
                 return r;
             snprintf(ns->from_node_rank, sizeof(ns->from_node_rank), "%s", rank_vars[i]);
         }
+        if (ns->node_rank < 0 && ns->nnodes == 1) {
+            /* torchrun's one-node habit (`--nnodes 1 --nproc_per_node N`): the only node
+             * is node 0, as torchrun itself assumes */
+            ns->node_rank = 0;
+            snprintf(ns->from_node_rank, sizeof(ns->from_node_rank), "the only node");
+        }
         if (ns->node_rank < 0)
             return dsl_seterr(err, DSL_EUSAGE, "no-ssh mode needs this node's rank: --node_rank "
                               "K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX of an indexed Job)");

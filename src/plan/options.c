@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/cpubind.h"
 #include "dslaunch/plan/options.h"
@@ -104,6 +105,23 @@ static int not_here(void *target, const struct dsl_opt *d, const char *val, char
 
 #define NOT_HERE(n, arg, what) {n, 0, DSL_OPT_CALL, 0, arg, NULL, NULL, 0, 0, not_here, 0, what}
 
+/* torchrun flags that mean nothing here: say what dslaunch does instead */
+static int not_torchrun(void *target, const struct dsl_opt *d, const char *val, char *err)
+{
+    (void)target;
+    (void)val;
+    return dsl_seterr(err, DSL_EUSAGE, "option '--%s' is torchrun's; dslaunch does not need "
+                      "it: %s", d->name, d->data);
+}
+
+#define NOT_TORCHRUN(n, arg, what)                                                             \
+    {n, 0, DSL_OPT_CALL, 0, arg, NULL, NULL, 0, 0, not_torchrun, 0, what}
+/* what torchrun's rendezvous options become */
+#define RDZV_INSTEAD                                                                           \
+    "the nodes meet at node 0's --master_addr and --master_port; with a hostfile dslaunch "   \
+    "starts every node itself, and one dslaunch per node is --nnodes N --node_rank K "         \
+    "(docs/no-ssh.md)"
+
 static const struct dsl_opt opts[] = {
     STR("hostfile", 'H', hostfile, "FILE", "DeepSpeed hostfile ('host slots=N' lines)",
         "the Slurm allocation, else /job/hostfile if present, else localhost"),
@@ -112,6 +130,8 @@ static const struct dsl_opt opts[] = {
     STR("exclude", 'e', exclude, "SPEC", "use all but these hosts/slots", NULL),
     INT("num_nodes", num_nodes, "N", "use the first N hosts", "all", 1, 1 << 24),
     INT("num_gpus", num_gpus, "N", "use the first N slots of every host", "all", 1, 1 << 24),
+    INT("num_accelerators", num_gpus, "N", "DeepSpeed's other name for --num-gpus", NULL, 1,
+        1 << 24),
     STR("master_addr", 0, master_addr, "ADDR", "rendezvous address (an IP of the first node)",
         "chosen by the handshake"),
     CALL("master_port", 0, "PORT",
@@ -224,6 +244,21 @@ static const struct dsl_opt opts[] = {
     NOT_HERE("max_elastic_nodes", "N", "the job runs on the hosts of the hostfile; restarts "
              "(--max-restarts) can only leave nodes out"),
     NOT_HERE("no_ssh_check", NULL, "the preflight always checks every host; leave the flag out"),
+    NOT_HERE("venv_script", "FILE", "ranks run the python3 of their PATH: activate the venv "
+             "here and add --export PATH (and --export VIRTUAL_ENV), so every node runs the "
+             "venv's python3 if it is at the same path there (docs/env.md)"),
+    NOT_HERE("comment", "TEXT", "with --launcher slurm, pass it to srun: --launcher-args "
+             "'--comment=TEXT'"),
+    NOT_TORCHRUN("standalone", NULL, "a job on this machine alone needs no rendezvous; leave "
+                 "the flag out (dslaunch --nproc_per_node N PROGRAM)"),
+    NOT_TORCHRUN("rdzv_backend", "NAME", RDZV_INSTEAD),
+    NOT_TORCHRUN("rdzv_endpoint", "HOST:PORT", RDZV_INSTEAD),
+    NOT_TORCHRUN("rdzv_id", "ID", "every job gets its own DSLAUNCH_RUN_ID; leave the flag out"),
+    NOT_TORCHRUN("rdzv_conf", "CONF", RDZV_INSTEAD),
+    NOT_TORCHRUN("tee", "STREAMS", "every rank's output is on this terminal, whole lines with "
+                 "the rank in front; --log-dir DIR also writes one file per rank"),
+    NOT_TORCHRUN("redirects", "STREAMS", "every rank's output is on this terminal, whole lines "
+                 "with the rank in front; --log-dir DIR also writes one file per rank"),
     SET("help", 'h', mode, "show this help", DSL_MODE_HELP),
     SET("version", 'V', mode, "show the version", DSL_MODE_VERSION),
 };
@@ -308,6 +343,14 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
                           "--agent needs both --connect and --launcher-key, or neither");
     if (o->mode == DSL_MODE_HELP || o->mode == DSL_MODE_VERSION || o->mode == DSL_MODE_AGENT)
         return 0;
+    /* libssh skips a config it cannot open without a word, and every host name then
+     * goes to the resolver: a file the user named must be there */
+    if (o->tr.ssh_config && (r = dsl_file_check_readable("--ssh-config", o->tr.ssh_config,
+                                                         err)) < 0)
+        return r;
+    if (o->tr.ssh_identity && (r = dsl_file_check_readable("--ssh-identity",
+                                                           o->tr.ssh_identity, err)) < 0)
+        return r;
     if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
                           "--slurm-nodes are for --agent only");
@@ -387,9 +430,9 @@ void dsl_launch_opts_help(FILE *f)
     fprintf(f, "usage: dslaunch [options] PROGRAM [ARGS...]\n"
                "       dslaunch [options] train --config ds_config.json\n"
                "       dslaunch --check --hostfile FILE\n"
-               "       dslaunch doctor --hostfile FILE       check every node, say how to fix\n"
-               "       dslaunch sync PATH... --hostfile FILE copy files to every node\n"
-               "       dslaunch ssh-setup --hostfile FILE [--mesh]  passwordless SSH set-up\n\n"
+               "       dslaunch doctor --hostfile FILE              # check every node, say how to fix\n"
+               "       dslaunch sync PATH... --hostfile FILE        # copy files to every node\n"
+               "       dslaunch ssh-setup --hostfile FILE [--mesh]  # passwordless SSH set-up\n\n"
                "Starts PROGRAM once per slot on every host of a DeepSpeed hostfile and\n"
                "supervises the job. 'train' runs the bundled trainer dstrain.\n"
                "Multi-word options accept '-' or '_' (--num-gpus = --num_gpus).\n\n"

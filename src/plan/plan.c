@@ -50,6 +50,7 @@ void dsl_plan_release(struct dsl_plan *p)
     dsl_strvec_release(&p->argv);
     free(p->self_exe);
     free(p->cwd);
+    free(p->script);
     free(p->master_addr);
     free(p->no_devices);
     dsl_nossh_release(&p->nossh);
@@ -439,6 +440,8 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
             dsl_strvec_push(&p->argv, "-u");
             if (o->module)
                 dsl_strvec_push(&p->argv, "-m");
+            else
+                p->script = dsl_xstrdup(first);
             dsl_strvec_push(&p->argv, first);
         } else {
             dsl_strvec_push_nodup(&p->argv, dsl_plan_program_name(first, slash ? dir : NULL));

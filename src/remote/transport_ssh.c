@@ -60,6 +60,7 @@ struct ssh_priv {
     ssh_key key;            /* --ssh-identity, loaded once */
     char *identity;         /* owned copy of --ssh-identity, NULL: auto */
     char *cmd;              /* the remote command line, owned */
+    char *agent;            /* the dslaunch it runs there (agent_argv[0]), owned */
     int chan_open;          /* ssh_channel_open_session done */
     int accept_new;
     double connect_timeout, keepalive;
@@ -199,6 +200,7 @@ static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     dsl_dynbuf_init(&p->errbuf, DSL_SSH_STDERR_MAX * 2);
     c->priv = p;
     p->cmd = dsl_shell_command(agent_argv);
+    p->agent = dsl_xstrdup(agent_argv[0]);
     p->accept_new = o->accept_new;
     p->connect_timeout = o->connect_timeout;
     p->keepalive = o->keepalive;
@@ -264,7 +266,15 @@ static void report_end(struct dsl_conn *c, struct ssh_priv *p)
     for (size_t i = from; i < len; i++)
         tail[o++] = e[i] == '\n' ? ';' : e[i];
     tail[o] = '\0';
-    if (st >= 0 && st != 0)
+    if (st == 127 || st == 126) {
+        /* the remote shell found no dslaunch there (127) or could not run it (126): the
+         * most common first multi-node failure, so say what to do */
+        c->err_code = st == 127 ? -ENOENT : -EACCES;
+        snprintf(c->err, sizeof(c->err), "dslaunch %s at '%s' on '%s' (%.150s): install the "
+                 "same dslaunch at that path on every node (dslaunch sync can copy it), or "
+                 "give --remote-dslaunch PATH", st == 127 ? "is not" : "cannot be run",
+                 p->agent, c->host, tail);
+    } else if (st >= 0 && st != 0)
         snprintf(c->err, sizeof(c->err), "remote command on '%s' exited with status %d%s%s",
                  c->host, st, o ? ": " : "", tail);
     else if (o)
@@ -344,6 +354,7 @@ static void ssh_close(struct dsl_conn *c)
     ssh_key_free(p->key);
     free(p->identity);
     free(p->cmd);
+    free(p->agent);
     dsl_dynbuf_release(&p->errbuf);
     free(p);
     c->priv = NULL;

@@ -50,6 +50,7 @@
 #include <libssh/sftp.h>
 
 #include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/common/log.h"
@@ -1126,6 +1127,12 @@ int dsl_sync_main(int argc, char **argv)
     if (sa.help) {
         usage(stdout);
         code = 0;
+        goto out;
+    }
+    if ((sa.ssh_config && dsl_file_check_readable("--ssh-config", sa.ssh_config, err) < 0) ||
+        (sa.ssh_identity &&
+         dsl_file_check_readable("--ssh-identity", sa.ssh_identity, err) < 0)) {
+        dsl_error("sync: %s", err);
         goto out;
     }
     o.dest = sa.dest;

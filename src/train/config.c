@@ -993,7 +993,8 @@ static int global_batch(const char *file, long mb, long ga, long ws, char *err)
 
 int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
 {
-    const char *file = cfg->path ? cfg->path : "<string>";
+    /* no config parsed at all: the batch came (or not) from the command line alone */
+    const char *file = cfg->path ? cfg->path : "no --config given";
     long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
     long ws = world_size;
     char inferred[128] = "";

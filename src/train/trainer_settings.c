@@ -17,6 +17,7 @@
  * summation order is not ours). Each of these is reported on rank 0, and the run
  * goes on.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
@@ -32,6 +33,7 @@
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/train/trainer_settings.h"
+#include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -176,10 +178,10 @@ static int check_gpu(const struct dsl_train_settings *s, char *err)
 /* A --config that names no existing file and has no '/' may be one of the shipped
  * configs: NAME or NAME.json in bin/../share/dslaunch/configs of an installed tree
  * (dstrain's own directory is bin/). Returns a path to free, or NULL for "as given". */
-static char *shipped_config(const char *name)
+/* bin/../share/dslaunch/configs beside this dstrain, or NULL (a path to free); shown:
+ * with "bin/.." taken away, for a message */
+static char *shipped_dir(int shown)
 {
-    if (!*name || strchr(name, '/') || access(name, F_OK) == 0)
-        return NULL;
     char self[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (n <= 0)
@@ -189,14 +191,74 @@ static char *shipped_config(const char *name)
     if (!slash)
         return NULL;
     *slash = '\0';
+    if (shown && (slash = strrchr(self, '/')) && slash != self) {
+        *slash = '\0';
+        return dsl_xasprintf("%s/share/dslaunch/configs", self);
+    }
+    return dsl_xasprintf("%s/../share/dslaunch/configs", self);
+}
+
+static char *shipped_config(const char *name)
+{
+    if (!*name || strchr(name, '/') || access(name, F_OK) == 0)
+        return NULL;
+    char *dir = shipped_dir(0);
+    if (!dir)
+        return NULL;
     static const char *const suffix[] = {"", ".json"};
     for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
-        char *path = dsl_xasprintf("%s/../share/dslaunch/configs/%s%s", self, name, suffix[i]);
-        if (access(path, R_OK) == 0)
+        char *path = dsl_xasprintf("%s/%s%s", dir, name, suffix[i]);
+        if (access(path, R_OK) == 0) {
+            free(dir);
             return path;
+        }
         free(path);
     }
+    free(dir);
     return NULL;
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A bare --config NAME found nowhere: name the shipped configs, so that a typo or a
+ * guess is one look away from the right name (appended to err while it fits) */
+static void name_shipped_configs(const char *name, char *err)
+{
+    if (strchr(name, '/'))
+        return;
+    char *dir = shipped_dir(0);
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (!d) {
+        free(dir);
+        return;
+    }
+    struct dsl_strvec names;
+    dsl_strvec_init(&names);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 5 && e->d_name[0] != '.' && !strcmp(e->d_name + n - 5, ".json"))
+            dsl_strvec_push_nodup(&names, dsl_xstrndup(e->d_name, n - 5));
+    }
+    closedir(d);
+    if (names.nr) {
+        qsort(names.v, names.nr, sizeof(names.v[0]), by_name);
+        char *shown = shipped_dir(1);
+        size_t len = strlen(err);
+        int w = snprintf(err + len, DSL_ERR_LEN - len, " (the shipped configs in '%s' are:",
+                         shown ? shown : dir);
+        for (size_t i = 0; w > 0 && i < names.nr; i++) {
+            len = strnlen(err, DSL_ERR_LEN);
+            w = snprintf(err + len, DSL_ERR_LEN - len, " %s%s", names.v[i],
+                         i + 1 < names.nr ? "," : ")");
+        }
+        free(shown);
+    }
+    dsl_strvec_release(&names);
+    free(dir);
 }
 
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err)
@@ -214,6 +276,8 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     for (size_t i = 0; r == 0 && i < p.configs.nr; i++) {
         char *shipped = shipped_config(p.configs.v[i]);
         r = dsl_train_config_load(&s->cfg, shipped ? shipped : p.configs.v[i], 0, err);
+        if (r == -ENOENT && !shipped)
+            name_shipped_configs(p.configs.v[i], err);
         free(shipped);
     }
     for (size_t i = 0; r == 0 && i + 1 < p.overrides.nr; i += 2)

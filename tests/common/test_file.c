@@ -96,9 +96,20 @@ TEST(private_dir_should_refuse_group_or_world_writable_directories)
     ASSERT_EQ(dsl_dir_open_private(d, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "is writable by its group (mode 0775)");
     ASSERT_CONTAINS(err, d);
-    ASSERT(chmod(d, 01777) == 0);
+    ASSERT(chmod(d, 01777) == 0); /* shared like /tmp: a directory inside it, never chmod */
     ASSERT_EQ(dsl_dir_open_private(d, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "is writable by group and others (mode 1777)");
+    ASSERT_CONTAINS(err, "is shared (writable by group and others, sticky: mode 1777, like /tmp)");
+    ASSERT_CONTAINS(err, "give a directory of your own inside it instead");
+    ASSERT(strstr(err, "chmod") == NULL);
+    char *slashed = dsl_xasprintf("%s/", d), *inside = dsl_xasprintf("'%s/logs'", d);
+    ASSERT_EQ(dsl_dir_open_private(slashed, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, inside);
+    free(slashed);
+    free(inside);
+    ASSERT(chmod(d, 0777) == 0); /* one's own open directory: chmod is the remedy */
+    ASSERT_EQ(dsl_dir_open_private(d, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "is writable by group and others (mode 0777)");
+    ASSERT_CONTAINS(err, "chmod go-w");
     ASSERT(chmod(d, 0757) == 0);
     ASSERT_EQ(dsl_dir_open_private(d, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "is writable by others (mode 0757)");

@@ -4,14 +4,39 @@
  * while the other fds are closed as before.
  */
 #define _GNU_SOURCE /* pipe2 */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/spawn.h"
 #include "test.h"
+
+TEST(check_script_should_find_a_script_in_cwd_and_name_a_missing_one_with_where)
+{
+    char err[DSL_ERR_LEN];
+    char dir[] = "/tmp/dsl-test-script-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char path[64];
+    snprintf(path, sizeof(path), "%s/train.py", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs("print(1)\n", f);
+    fclose(f);
+    ASSERT_OK(dsl_spawn_check_script("train.py", dir, err));
+    ASSERT_OK(dsl_spawn_check_script(path, NULL, err));
+    ASSERT_EQ(dsl_spawn_check_script("trian.py", dir, err), -ENOENT);
+    ASSERT_CONTAINS(err, "cannot run 'trian.py': No such file or directory in '");
+    ASSERT_CONTAINS(err, dir);
+    ASSERT_EQ(dsl_spawn_check_script("/nonexistent/x.py", dir, err), -ENOENT);
+    ASSERT_STR_EQ(err, "cannot run '/nonexistent/x.py': No such file or directory");
+    ASSERT_OK(dsl_spawn_check_script(".", dir, err)); /* a directory: python3 runs __main__ */
+    ASSERT(unlink(path) == 0);
+    ASSERT(rmdir(dir) == 0);
+}
 
 /* Run sh -c "check" with keep_fd = keep; its exit status. */
 static int run_sh(const char *check, int keep, int close_fds)

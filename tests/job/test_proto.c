@@ -168,6 +168,30 @@ TEST(out_lines_should_carry_every_byte_and_their_line_end)
     ASSERT_STR_EQ(dsl_line_end_text(DSL_END_NONE), "");
 }
 
+TEST(spawn_error_should_carry_the_exit_code_it_stands_for)
+{
+    struct dsl_msg m, got;
+    dsl_msg_init(&m, DSL_MSG_SPAWNERR);
+    m.rank = 2;
+    m.error = strdup("1 core(s) cannot be bound to 2 rank(s)");
+    m.code = 202;
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.rank, 2);
+    ASSERT_EQ(got.code, 202);
+    ASSERT_STR_EQ(got.error, "1 core(s) cannot be bound to 2 rank(s)");
+    dsl_msg_release(&m);
+    dsl_msg_release(&got);
+    /* an older agent's has none: 0, and the launcher falls back to 126/127 */
+    char err[DSL_ERR_LEN];
+    const char *old = "{\"t\":\"spawnerr\",\"rank\":1,\"error\":\"x\"}";
+    ASSERT_OK(dsl_msg_decode(&got, old, strlen(old), err));
+    ASSERT_EQ(got.code, 0);
+    dsl_msg_release(&got);
+    const char *bad = "{\"t\":\"spawnerr\",\"rank\":1,\"error\":\"x\",\"code\":0}";
+    ASSERT_EQ(dsl_msg_decode(&got, bad, strlen(bad), err), DSL_EPROTO);
+    ASSERT_CONTAINS(err, "bad spawn error code 0");
+}
+
 TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
 {
     struct dsl_msg m, got;

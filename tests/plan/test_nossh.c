@@ -186,6 +186,26 @@ TEST(nossh_should_refuse_a_master_addr_that_cannot_be_dialled)
     dsl_nossh_release(&ns);
 }
 
+TEST(nossh_should_take_the_only_node_of_a_one_node_job_as_node_0)
+{
+    /* torchrun's single-node command line: `--nnodes 1 --nproc_per_node 2 train.py` */
+    struct dsl_nossh ns;
+    dsl_nossh_init(&ns);
+    char err[DSL_ERR_LEN];
+    char *env[] = {NULL};
+    const char *args[] = {"--nnodes", "1", "--nproc_per_node", "2", NULL};
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.on, 1);
+    ASSERT_EQ(ns.nnodes, 1);
+    ASSERT_EQ(ns.node_rank, 0);
+    ASSERT_STR_EQ(ns.from_node_rank, "the only node");
+    /* a rank given anywhere still wins, and is checked against the count */
+    char *pet[] = {(char *)"PET_NODE_RANK=1", NULL};
+    ASSERT_EQ(resolve(&ns, args, pet, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "node rank 1 (from PET_NODE_RANK) is not below the node count 1");
+    dsl_nossh_release(&ns);
+}
+
 TEST(nossh_should_refuse_to_run_several_nodes_without_a_long_enough_secret)
 {
     struct dsl_nossh ns;

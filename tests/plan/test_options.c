@@ -46,6 +46,41 @@ TEST(options_should_accept_both_spellings_and_both_value_forms)
     dsl_launch_opts_release(&o);
 }
 
+TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendezvous_flags)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    const char *a[] = {"--num_accelerators", "2", "prog", NULL};
+    ASSERT_OK(parse(&o, a, err));
+    ASSERT_EQ(o.num_gpus, 2);
+    dsl_launch_opts_release(&o);
+    const char *b[] = {"--num-accelerators=0", "prog", NULL};
+    ASSERT_EQ(parse(&o, b, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "option '--num_accelerators' is out of range");
+    dsl_launch_opts_release(&o);
+    static const struct {
+        const char *args[5];
+        const char *msg;
+    } cases[] = {
+        {{"--standalone", "--nproc_per_node", "2", "p", NULL},
+         "option '--standalone' is torchrun's; dslaunch does not need it: a job on this machine"},
+        {{"--rdzv_backend", "c10d", "p", NULL}, "--master_addr and --master_port"},
+        {{"--rdzv-endpoint=10.0.0.1:29400", "p", NULL},
+         "option '--rdzv_endpoint' is torchrun's; dslaunch does not need it: the nodes meet"},
+        {{"--rdzv_id", "42", "p", NULL}, "DSLAUNCH_RUN_ID"},
+        {{"--tee", "3", "p", NULL}, "--log-dir DIR"},
+        {{"--venv_script", "/v/bin/activate", "p", NULL},
+         "option '--venv_script' is DeepSpeed's; dslaunch has no such feature: ranks run the "
+         "python3 of their PATH: activate the venv here and add --export PATH"},
+        {{"--comment", "x", "p", NULL}, "--launcher-args '--comment=TEXT'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+        dsl_launch_opts_release(&o);
+    }
+}
+
 TEST(options_should_take_the_restart_options_with_torchrun_spellings)
 {
     struct dsl_launch_opts o;

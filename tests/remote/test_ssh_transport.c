@@ -137,8 +137,10 @@ TEST(ssh_should_report_a_missing_remote_program_with_its_stderr)
     size_t len;
     char *out = read_to_eof(&c, &len);
     ASSERT_EQ(len, 0);
-    ASSERT_CONTAINS(c.err, "exited with status 127");
-    ASSERT_CONTAINS(c.err, "/nonexistent/dslaunch");
+    ASSERT_CONTAINS(c.err, "dslaunch is not at '/nonexistent/dslaunch' on 'node2'");
+    ASSERT_CONTAINS(c.err, "No such file or directory");
+    ASSERT_CONTAINS(c.err, "or give --remote-dslaunch PATH");
+    ASSERT_EQ(c.err_code, -ENOENT);
     free(out);
     conn_free(&c);
     free(cfg);

@@ -472,6 +472,18 @@ TEST(legacy_spellings_should_be_accepted)
     dsl_train_config_release(&cfg);
 }
 
+TEST(no_config_at_all_should_say_so_rather_than_name_a_file)
+{
+    /* `dstrain --steps 1` or `dslaunch train` without --config */
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    dsl_train_config_init(&cfg);
+    ASSERT_EQ(dsl_train_config_finish(&cfg, 1, err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "no --config given: either 'train_batch_size' or "
+                       "'train_micro_batch_size_per_gpu' must be given");
+    dsl_train_config_release(&cfg);
+}
+
 TEST(command_line_overrides_should_reuse_the_same_checks)
 {
     struct dsl_train_config cfg;

@@ -60,6 +60,14 @@ int dsl_file_create_temp(const char *path, mode_t mode, char **tmp, char *err);
  */
 int dsl_file_open_regular(const char *path, size_t *size, char *err);
 
+/**
+ * A file the user named with an option (what: "--ssh-config") must be there and
+ * readable: opened for reading and closed (a device such as /dev/null is fine, a
+ * directory is not). 0, or DSL_EUSAGE with err ("--ssh-config '/x': No such file or
+ * directory"). For files a library would otherwise skip silently when missing.
+ */
+int dsl_file_check_readable(const char *what, const char *path, char *err);
+
 /** fsync the directory that holds path (for a rename into it to be durable). */
 int dsl_file_sync_dir_of(const char *path);
 

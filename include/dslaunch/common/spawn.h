@@ -83,6 +83,15 @@ struct dsl_proc {
 };
 
 /**
+ * Check that the Python SCRIPT an interpreter will be given can be read from cwd (a
+ * relative script is relative to cwd, NULL: the current directory), so that a missing
+ * or misspelt script is an error before anything starts instead of an interpreter's
+ * complaint from every rank. 0, or a negative errno with err ("cannot run 'x.py': No
+ * such file or directory in '/work'").
+ */
+int dsl_spawn_check_script(const char *script, const char *cwd, char *err);
+
+/**
  * Resolve a program name as execvp would, using the PATH found in env (or a default).
  * Returns a malloc'd path or NULL with err ("program 'x' not found in PATH",
  * "program './x' is not executable").

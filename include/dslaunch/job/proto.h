@@ -22,7 +22,8 @@
  *                 busy), connect [addr...] (addresses to test), cport, program, cwd,
  *                 diag (optional, 1 = also collect facts for `dslaunch doctor`),
  *                 ld_path (optional, the ranks' LD_LIBRARY_PATH for those facts),
- *                 bind (optional: the address to hold port on). A port still held when
+ *                 bind (optional: the address to hold port on), script (optional: the
+ *                 .py file python3 will run, checked in cwd). A port still held when
  *                 "start" arrives is handed to rank 0 (DSLAUNCH_STORE_FD)
  *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
  *                 iface, src (the interface and source address routing to the first
@@ -167,6 +168,8 @@ struct dsl_msg {
     int *reach;                /* probed: one flag per probe address */
     int nreach;
     char *iface, *src, *detail, *program;
+    char *script;              /* probe: a Python SCRIPT to find in cwd (optional, owned;
+                                  absent: none) */
     int diag;                  /* probe: also collect facts (optional member) */
     char *ld_path;             /* probe: the ranks' LD_LIBRARY_PATH (optional, owned) */
     char *bind;                /* probe: the IPv4 address to hold port on (optional,

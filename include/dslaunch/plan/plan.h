@@ -31,6 +31,9 @@ struct dsl_plan {
                                      argv[local_rank_at] (== argv.nr: appended); 0: none */
     char *self_exe;               /* this dslaunch */
     char *cwd;                    /* working directory for ranks */
+    char *script;                 /* the .py SCRIPT python3 runs (not with --module), as
+                                     given; NULL otherwise. The preflight checks that every
+                                     node can read it in cwd */
     char *master_addr;
     int master_port;
     char run_id[32], token[80];   /* hex; filled by dsl_plan_new_ids() */

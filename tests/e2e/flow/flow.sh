@@ -265,6 +265,18 @@ expect_success "--local_rank_arg appends --local_rank=N" '
     assert_not_grep "$(printf %s --local_rank | od -An -tx1 | tr -d " \n")" out
 '
 
+expect_success "a missing .py script is an error before anything starts, not python3 failing on every rank" '
+    run_capture rc out err "$DSL" --include localhost:0,1 no_such_script.py --epochs 3
+    assert_eq "$rc" 127
+    assert_grep "^dslaunch: error: cannot run .no_such_script.py.: No such file or directory in .$PWD.$" err
+    [ ! -s out ] || fail "a rank ran"
+    assert_not_grep "rank 0" err
+    mkdir -p app.py && printf "print(\"main ran\")\n" >app.py/__main__.py
+    run_capture rc out err "$DSL" --include localhost:0 app.py
+    assert_eq "$rc" 0 "a directory with __main__.py is a script python3 runs"
+    assert_grep "^\[rank 0\] main ran$" out
+'
+
 expect_success "a .py PROGRAM runs with python3 -u and gets --local_rank=N after the script, as DeepSpeed does" '
     printf "import os, sys\nprint(\"argv\", os.environ[\"LOCAL_RANK\"], sys.argv[1:], open(\"/proc/self/cmdline\").read().split(chr(0))[1])\n" >train.py
     run_capture rc out err "$DSL" --include localhost:0,1 train.py --epochs 3 -- x
@@ -326,11 +338,22 @@ PY
     assert_eq "$rc" 0
     assert_grep "Cpus_allowed_list:.1$" out
     run_capture rc out err "$DSL" --include localhost:0,1 --bind_core_list 1 true
-    assert_eq "$rc" 127
+    assert_eq "$rc" 202 "a node that cannot bind is a mismatch, not a missing program (127)"
     assert_grep "1 core(s) cannot be bound to 2 rank(s)" err
+    assert_grep "rank 0 (host localhost) could not be started" err
+    run_capture rc out err "$DSL" --include localhost:0 --bind_core_list 4095 true
+    assert_eq "$rc" 202
+    assert_grep "core 4095 of --bind_core_list .4095. is not one this node lets dslaunch use" err
     run_capture rc out err "$DSL" --bind_core_list 0-x true
     assert_eq "$rc" 2
     assert_grep "option .--bind_core_list.: bad core list item .0-x." err
+'
+
+expect_success "a rank reads end of file on stdin whatever dslaunch was given (docs/env.md, Standard input)" '
+    run_capture rc out err "$DSL" --include localhost:0 sh -c "wc -c; readlink /proc/self/fd/0" <<<typed-input
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] 0$" out
+    assert_grep "^\[rank 0\] /dev/null$" out
 '
 
 expect_success "--save_pid writes /tmp/<pid>.ds while dslaunch runs and removes it" '
@@ -395,6 +418,25 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
     assert_grep "nope.txt" err
 '
 
+expect_success "a --ssh-config or --ssh-identity that is not there is an error before any host is looked up" '
+    printf "nohost-a slots=1\nnohost-b slots=1\n" >hosts_missing_cfg
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-config .no_such_ssh_config.: No such file or directory$" err
+    assert_not_grep "resolve" err
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config . "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-config .\.. is a directory, not a file$" err
+    run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-identity no_such_key "$W" env
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --ssh-identity .no_such_key.: No such file or directory$" err
+    run_capture rc out err "$DSL" sync --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config .
+    assert_eq "$rc" 2
+    assert_grep "sync: --ssh-config .no_such_ssh_config.: No such file or directory$" err
+    run_capture rc out err "$DSL" --include localhost:0 --ssh-config /dev/null "$W" env
+    assert_eq "$rc" 0 "ssh -F /dev/null is a common idiom"
+'
+
 expect_success "--help lists every option with defaults; --version" '
     run_capture rc out err "$DSL" --help
     assert_eq "$rc" 0
@@ -402,6 +444,7 @@ expect_success "--help lists every option with defaults; --version" '
         assert_grep "\-\-$o" out
     done
     assert_grep "default: 29500" out
+    assert_grep "^       dslaunch sync PATH\.\.\. --hostfile FILE  *# copy files to every node$" out
     run_capture rc out err "$DSL" --version
     assert_eq "$rc" 0
     assert_grep "^dslaunch [0-9]" out
@@ -431,8 +474,9 @@ expect_success "--log-dir refuses a directory others can write or another user o
     mkdir -m 1777 shared && ln -s "$PWD/victim2" shared/rank0.log
     run_capture rc out err "$DSL" --log-dir shared --include localhost:0 "$W" env
     assert_eq "$rc" 2
-    assert_grep "^dslaunch: error: --log-dir: directory .shared. is writable by group and others (mode 1777)" err
-    assert_grep "chmod go-w" err
+    assert_grep "^dslaunch: error: --log-dir: directory .shared. is shared (writable by group and others, sticky: mode 1777, like /tmp)" err
+    assert_grep "e.g. .shared/logs. (created if missing)" err
+    assert_not_grep "chmod" err
     assert_eq "$(cat victim2)" precious "the link target"
     mkdir -m 0775 grpdir
     run_capture rc out err "$DSL" --log-dir grpdir --include localhost:0 "$W" env

@@ -47,11 +47,15 @@ expect_success "installed dslaunch runs dsbench" '
     assert_grep "4096" out
 '
 
-expect_success "a bare --config that names no shipped config is still an error naming it" '
+expect_success "a bare --config that names no shipped config is still an error naming it, and the shipped ones" '
     run_capture rc out err "$P/bin/dstrain" --config no_such_config --steps 1
     cat out err
     assert_eq "$rc" 2
     assert_grep "no_such_config" err
+    assert_grep "(the shipped configs in .$P/share/dslaunch/configs. are: .*fashion_mnist, fashion_mnist_zero0, fashion_mnist_zero2, " err
+    run_capture rc out err "$P/bin/dstrain" --config ./no_such_config --steps 1
+    assert_eq "$rc" 2
+    assert_not_grep "shipped" err
 '
 
 expect_success "the man pages carry every option of --help" '
@@ -65,6 +69,9 @@ expect_success "the man pages carry every option of --help" '
         done <opts
     done
     grep -q "^\.SS dslaunch sync" "$P/share/man/man1/dslaunch.1" || fail "dslaunch.1 lacks the sync command"
+    # a synopsis line and what it does stay apart (they ran together: "FILE copy files")
+    grep -qF ".B dslaunch sync PATH... \-\-hostfile FILE" "$P/share/man/man1/dslaunch.1" || fail "no sync synopsis"
+    grep -qF "\(em copy files to every node" "$P/share/man/man1/dslaunch.1" || fail "synopsis comment not set apart"
     if command -v man >/dev/null; then
         MANWIDTH=80 man -l "$P/share/man/man1/dslaunch.1" 2>manerr | grep -q -- "--hostfile" || fail "man cannot render dslaunch.1"
     fi
@@ -80,6 +87,7 @@ expect_success "bash completion offers the options of dslaunch, of train and of 
     complete_words "$P/bin/dslaunch" -H h train --zero >c2; assert_grep "^--zero-stage$" c2
     complete_words "$P/bin/dslaunch" sync --check >c3; assert_grep "^--checksum$" c3
     complete_words "$P/bin/dslaunch" --launcher p >c4; assert_grep "^pdsh$" c4
+    complete_words "$P/bin/dslaunch" --launcher s >c5; assert_grep "^slurm$" c5; assert_grep "^ssh$" c5
     assert_not_grep "^--zero-stage$" c1
 '
 

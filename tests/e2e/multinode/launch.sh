@@ -77,6 +77,22 @@ expect_success "a program only in the exported PATH (a venv) passes the prefligh
     assert_grep "cannot start .onlyvenv-$$.: command not found in PATH" err
 '
 
+expect_success "no dslaunch at the remote path: 202 with what to do, not a dead agent (204)" '
+    run_capture rc out err "$DSL" "${SSH[@]}" --remote-dslaunch /nonexistent-$$/dslaunch "$W" env
+    assert_eq "$rc" 202
+    assert_grep "node2 *dslaunch is not at ./nonexistent-$$/dslaunch. on .node2. (.*No such file or directory): install the same dslaunch at that path on every node (dslaunch sync can copy it), or give --remote-dslaunch PATH" err
+    assert_grep "nothing was started" err
+    [ ! -s out ] || fail "a rank ran"
+'
+
+expect_success "a missing Python script is named by every node's preflight, and nothing starts" '
+    run_capture rc out err "$DSL" "${SSH[@]}" no-such-script-$$.py
+    assert_eq "$rc" 202
+    assert_grep "preflight: .node1.: cannot run .no-such-script-$$.py.: No such file or directory in ." err
+    assert_grep "preflight: .node2.: cannot run .no-such-script-$$.py.: No such file or directory in ." err
+    [ ! -s out ] || fail "a rank ran"
+'
+
 expect_success "user env values and arguments arrive intact on remote ranks" '
     nl="
 "
