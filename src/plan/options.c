@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/file.h"
 #include "dslaunch/common/opt.h"
@@ -329,6 +330,38 @@ int dsl_launch_opts_may_join(const struct dsl_launch_opts *o)
         k = getenv("JOB_COMPLETION_INDEX");
     return k && k[0] && strcmp(k, "0") != 0;
 }
+/* The rank contract's variables (docs/env.md): dslaunch sets them per rank or per job,
+ * so an --export of one would be silently replaced; what to use instead, or NULL */
+static const char *contract_var(const char *name, size_t len)
+{
+    static const struct {
+        const char *name, *instead;
+    } vars[] = {
+        {DSL_ENV_RANK, "the placement decides it (--include, --hostfile)"},
+        {DSL_ENV_WORLD_SIZE, "the placement decides it (--num_gpus, --include, --hostfile)"},
+        {DSL_ENV_LOCAL_RANK, "the placement decides it (--include, --hostfile)"},
+        {DSL_ENV_LOCAL_WORLD_SIZE, "the placement decides it (--num_gpus, --include)"},
+        {DSL_ENV_LOCAL_SIZE, "the placement decides it (--num_gpus, --include)"},
+        {DSL_ENV_NODE_RANK, "the hostfile's order decides it"},
+        {DSL_ENV_GROUP_RANK, "the hostfile's order decides it"},
+        {DSL_ENV_CROSS_RANK, "the hostfile's order decides it"},
+        {DSL_ENV_NNODES, "use --num_nodes or --include"},
+        {DSL_ENV_CROSS_SIZE, "use --num_nodes or --include"},
+        {DSL_ENV_MASTER_ADDR, "use --master_addr"},
+        {DSL_ENV_MASTER_PORT, "use --master_port"},
+        {DSL_ENV_RUN_ID, "each job gets its own"},
+        {DSL_ENV_RUN_TOKEN, "each job gets its own secret"},
+        {DSL_ENV_RESTART_COUNT, "it counts the job's restarts"},
+        {DSL_ENV_TE_RESTART_COUNT, "it counts the job's restarts"},
+        {DSL_ENV_TE_MAX_RESTARTS, "use --max-restarts"},
+        {DSL_ENV_PROGRESS_FILE, "it is the rank's own progress record"},
+    };
+    for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+        if (strlen(vars[i].name) == len && !memcmp(vars[i].name, name, len))
+            return vars[i].instead;
+    return NULL;
+}
+
 
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err)
 {
@@ -406,6 +439,11 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
                   (e[j] >= '0' && e[j] <= '9'));
         if (!ok)
             return dsl_seterr(err, DSL_EUSAGE, "bad variable name in '--export %s'", e);
+        const char *why = contract_var(e, len);
+        if (why)
+            return dsl_seterr(err, DSL_EUSAGE, "'--export %s': dslaunch sets %.*s for every "
+                              "rank, and an exported value would be replaced; %s", e,
+                              (int)len, e, why);
     }
     return 0;
 }

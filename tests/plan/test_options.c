@@ -136,6 +136,15 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         const char *msg;
     } cases[] = {
         {{"--num_gpus", "x", "p", NULL}, "--num_gpus"},
+        /* the rank contract is dslaunch's: an exported value would be replaced */
+        {{"--export", "RANK=5", "p", NULL},
+         "'--export RANK=5': dslaunch sets RANK for every rank, and an exported value would "
+         "be replaced; the placement decides it"},
+        {{"--export=MASTER_ADDR=127.0.0.2", "p", NULL},
+         "dslaunch sets MASTER_ADDR for every rank, and an exported value would be replaced; "
+         "use --master_addr"},
+        {{"--export", "MASTER_PORT", "p", NULL}, "use --master_port"},
+        {{"--export", "TORCHELASTIC_MAX_RESTARTS=3", "p", NULL}, "use --max-restarts"},
         {{"--num_gpus=0", "p", NULL}, "--num_gpus"},
         {{"--master_port", "70000", "p", NULL}, "--master_port"},
         {{"--master_port=", "p", NULL}, "--master_port"},
