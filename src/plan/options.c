@@ -95,6 +95,20 @@ static int set_master_port(void *target, const struct dsl_opt *d, const char *va
     return 0;
 }
 
+/* --include/--exclude: one filter each; a second one would silently replace the first
+ * (DeepSpeed's argparse keeps the last), so it is refused with the way to join them */
+static int set_filter(void *target, const struct dsl_opt *d, const char *val, char *err)
+{
+    struct dsl_launch_opts *o = target;
+    char **f = !strcmp(d->name, "include") ? &o->include : &o->exclude;
+    if (*f)
+        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' given twice ('%s' and '%s'): one "
+                          "--%s names every host, joined with '@' (e.g. "
+                          "'worker-0:0,2@worker-1')", d->name, *f, val, d->name);
+    *f = dsl_xstrdup(val);
+    return 0;
+}
+
 /* DeepSpeed launcher flags dslaunch has no feature for: say what to use instead */
 static int not_here(void *target, const struct dsl_opt *d, const char *val, char *err)
 {
@@ -126,9 +140,9 @@ static int not_torchrun(void *target, const struct dsl_opt *d, const char *val, 
 static const struct dsl_opt opts[] = {
     STR("hostfile", 'H', hostfile, "FILE", "DeepSpeed hostfile ('host slots=N' lines)",
         "the Slurm allocation, else /job/hostfile if present, else localhost"),
-    STR("include", 'i', include, "SPEC",
-        "use only these hosts/slots, e.g. 'worker-0:0,2@worker-1'", NULL),
-    STR("exclude", 'e', exclude, "SPEC", "use all but these hosts/slots", NULL),
+    CALL("include", 'i', "SPEC", "use only these hosts/slots, e.g. 'worker-0:0,2@worker-1'",
+         NULL, set_filter),
+    CALL("exclude", 'e', "SPEC", "use all but these hosts/slots", NULL, set_filter),
     INT("num_nodes", num_nodes, "N", "use the first N hosts", "all", 1, 1 << 24),
     INT("num_gpus", num_gpus, "N", "use the first N slots of every host", "all", 1, 1 << 24),
     INT("num_accelerators", num_gpus, "N", "DeepSpeed's other name for --num-gpus", NULL, 1,

@@ -183,6 +183,10 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         {{"--bogus", "p", NULL}, "--bogus"},
         {{"--dry-run=yes", "p", NULL}, "takes no value"},
         {{"--hostfile", NULL}, "needs a value"},
+        {{"-i", "a:0", "-i", "b", "p", NULL},
+         "option '--include' given twice ('a:0' and 'b'): one --include names every host, "
+         "joined with '@'"},
+        {{"--exclude=a", "-e", "b", "p", NULL}, "option '--exclude' given twice"},
         {{"--export", "1BAD", "p", NULL}, "1BAD"},
         {{"--export", "A-B=1", "p", NULL}, "A-B"},
         {{NULL}, "no program"},
