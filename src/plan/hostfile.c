@@ -45,11 +45,25 @@ struct name_set {
     size_t cap;   /* power of two */
 };
 
+/* host names are compared as DNS compares them, ASCII case ignored: 'Worker-0' and
+ * 'worker-0' are one machine, and two agents on it would fight over its ports */
+static unsigned char lower(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? (unsigned char)(c - 'A' + 'a') : c;
+}
+
+static int name_eq(const char *a, const char *b)
+{
+    for (; *a && lower((unsigned char)*a) == lower((unsigned char)*b); a++, b++)
+        ;
+    return lower((unsigned char)*a) == lower((unsigned char)*b);
+}
+
 static uint64_t name_hash(const char *s)
 {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+        h = (h ^ lower((unsigned char)*s)) * 1099511628211ull;
     return h;
 }
 
@@ -57,7 +71,7 @@ static size_t name_set_find(const struct name_set *ns, const struct dsl_hostfile
                             const char *name)
 {
     size_t i = (size_t)name_hash(name) & (ns->cap - 1);
-    while (ns->slot[i] && strcmp(hf->hosts[ns->slot[i] - 1].name, name) != 0)
+    while (ns->slot[i] && !name_eq(hf->hosts[ns->slot[i] - 1].name, name))
         i = (i + 1) & (ns->cap - 1);
     return i;
 }
@@ -280,9 +294,16 @@ static int parse_line(struct parser *p, struct dsl_hostfile *hf, struct name_set
             name_set_grow(ns, hf);
         size_t at = name_set_find(ns, hf, name);
         if (ns->slot[at]) {
-            r = dsl_seterr(p->err, DSL_EHOSTFILE,
-                           "hostfile '%s':%d: duplicate host '%s' (first on line %d)", p->path,
-                           p->line, name, hf->hosts[ns->slot[at] - 1].line);
+            const struct dsl_host *first = &hf->hosts[ns->slot[at] - 1];
+            if (strcmp(first->name, name) != 0)
+                r = dsl_seterr(p->err, DSL_EHOSTFILE,
+                               "hostfile '%s':%d: duplicate host '%s' (first on line %d as "
+                               "'%s'; host names ignore case)", p->path, p->line, name,
+                               first->line, first->name);
+            else
+                r = dsl_seterr(p->err, DSL_EHOSTFILE,
+                               "hostfile '%s':%d: duplicate host '%s' (first on line %d)",
+                               p->path, p->line, name, first->line);
             goto out;
         }
         add_host(hf, name, user, slots, max_slots, p->line);

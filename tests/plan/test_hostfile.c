@@ -89,6 +89,9 @@ static const struct {
     const char *text, *where, *what;
 } bad[] = {
     {"w slots=2\nw slots=2\n", "hostfile 'h.txt':2:", "duplicate host 'w' (first on line 1)"},
+    /* one machine to DNS: two agents on it would fight over its ports */
+    {"worker-0 slots=2\nWorker-0 slots=2\n", "hostfile 'h.txt':2:",
+     "duplicate host 'Worker-0' (first on line 1 as 'worker-0'; host names ignore case)"},
     {"a slots=1\n\nn[1-3] slots=1\nn2 slots=1\n", "hostfile 'h.txt':4:",
      "duplicate host 'n2' (first on line 3)"},
     {"n[1-2,2] slots=1\n", "hostfile 'h.txt':1:", "duplicate host 'n2' (first on line 1)"},
