@@ -346,8 +346,9 @@ static int cmd_run(int argc, char **argv)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int per = plan.pl.nodes[0].nslots;
         long t = cpus / (per ? per : 1);
-        dsl_info("setting OMP_NUM_THREADS=%ld for each rank (%ld CPUs, %d local ranks); "
-                 "export it to choose another value", t < 1 ? 1 : t, cpus, per);
+        dsl_info("setting OMP_NUM_THREADS=%ld for each rank (%ld CPU%s, %d local rank%s); "
+                 "export it to choose another value", t < 1 ? 1 : t, cpus, cpus == 1 ? "" : "s",
+                 per, per == 1 ? "" : "s");
     }
     if (opts.sync_paths.nr && (code = sync_first(&opts, &plan.pl)) != 0)
         goto out;

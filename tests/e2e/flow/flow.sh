@@ -26,10 +26,16 @@ expect_success "two local ranks get the env contract" '
     assert_grep "^\[rank 0\] DSLAUNCH_RUN_ID=[0-9a-f]\{12\}$" out
     assert_grep "^\[rank 0\] DSLAUNCH_RUN_TOKEN=[0-9a-f]\{32\}$" out
     assert_grep "^\[rank 0\] OMP_NUM_THREADS=[1-9]" out
-    assert_grep "OMP_NUM_THREADS" err
+    assert_grep "OMP_NUM_THREADS=[1-9][0-9]* for each rank (.*, 2 local ranks)" err
     # both ranks see the same run id and port
     [ $(grep -c "DSLAUNCH_RUN_ID=" out) = 2 ]
     [ $(grep "DSLAUNCH_RUN_ID=" out | sed "s/.*=//" | sort -u | wc -l) = 1 ]
+'
+
+expect_success "the OMP_NUM_THREADS note counts one local rank in the singular" '
+    run_capture rc out err "$DSL" --include localhost:0 true
+    assert_eq "$rc" 0
+    assert_grep "for each rank (.*, 1 local rank); export it" err
 '
 
 expect_success "LOCAL_RANK is the index within the node, devices are physical ids" '
