@@ -342,6 +342,9 @@ int dsl_batch_progress(struct dsl_conn *c)
         if (code == 127 && !tail[0])
             return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run %s for '%s' (not installed?)",
                                     k->prog, c->host);
+        int r = dsl_cb_conn_no_agent(c, b->agent_argv.nr ? b->agent_argv.v[0] : NULL, tail);
+        if (r < 0)
+            return r;
         return k->ended(c, code, tail);
     }
     if (p->connect_timeout > 0 && dsl_now() - c->t_start > p->connect_timeout)

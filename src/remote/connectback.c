@@ -784,3 +784,21 @@ int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     c->err_code = code;
     return code;
 }
+
+int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail)
+{
+    const char *at = agent && *agent ? strstr(tail, agent) : NULL;
+    if (!at)
+        return 0;
+    /* "bash: line 1: PATH: No such file or directory", "sh: 1: exec: PATH: not found",
+     * "PATH: Permission denied" (not ssh's "Permission denied (publickey)") */
+    int missing = strstr(at, "No such file or directory") || strstr(at, "not found");
+    int denied = !missing && strstr(at, "Permission denied") && !strstr(at, "Permission denied (");
+    if (!missing && !denied)
+        return 0;
+    return dsl_cb_conn_fail(c, missing ? -ENOENT : -EACCES,
+                            "dslaunch %s at '%s' on '%s' (%.150s): install the same dslaunch "
+                            "at that path on every node (dslaunch sync can copy it), or give "
+                            "--remote-dslaunch PATH", missing ? "is not" : "cannot be run",
+                            agent, c->host, tail);
+}

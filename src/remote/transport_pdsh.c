@@ -70,6 +70,7 @@ struct pdsh_priv {
     struct dsl_cb_listener *l; /* a reference on the shared listener, or NULL */
     double connect_timeout;
     struct dsl_dynbuf out; /* pdsh's output, tail only */
+    char *agent;           /* the dslaunch it runs on the node (agent_argv[0]), owned */
 };
 
 /*
@@ -133,6 +134,7 @@ static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
     p->outfd = p->epfd = p->st.fd = p->pidfd = -1;
     p->connect_timeout = o->connect_timeout;
     dsl_dynbuf_init(&p->out, PDSH_OUT_MAX * 2);
+    p->agent = dsl_xstrdup(agent_argv[0]);
     dsl_cb_keys_init(&p->keys, 1);
     dsl_cb_sshfiles_init(&p->files);
     c->priv = p;
@@ -252,6 +254,9 @@ static int pdsh_progress(struct dsl_conn *c)
         if (code == 127 && !tail[0])
             return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run pdsh for '%s' (not installed?)",
                                     c->host);
+        int r = dsl_cb_conn_no_agent(c, p->agent, tail);
+        if (r < 0)
+            return r;
         return dsl_cb_conn_fail(c, classify(tail), "pdsh to '%s' ended (exit %d) before its agent "
                                 "connected back%s%s", c->host, code, tail[0] ? ": " : "", tail);
     }
@@ -321,6 +326,7 @@ static void pdsh_close(struct dsl_conn *c)
     }
     memset(p->lpriv, 0, sizeof(p->lpriv));
     dsl_cb_keys_release(&p->keys);
+    free(p->agent);
     dsl_cb_sshfiles_release(&p->files);
     dsl_dynbuf_release(&p->out);
     free(p);

@@ -163,6 +163,13 @@ void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_aft
 /** Set c FAILED with err_code code and the message; returns code. */
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/**
+ * When the output tail of a launcher that ended before c's agent connected back says
+ * that the agent program (its path) was not found or could not be run on the node,
+ * fail c with -ENOENT or -EACCES and what to do (the ssh transport's wording) and
+ * return that; else 0.
+ */
+int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail);
 
 /*
  * Key lines ("DSLCB2-KEY I A", see above) in pdsh's or mpirun's output: the first

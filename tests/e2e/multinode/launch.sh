@@ -346,6 +346,14 @@ expect_success "SIGKILL of the launcher: ranks still get the whole --term-timeou
     assert_job_clean 20 $(run_ids "$FLOW_RUNIDS")
 '
 
+expect_success "--launcher pdsh, no dslaunch at the remote path: 202 with what to do, as over ssh" '
+    run_capture rc out err "$DSL" --launcher pdsh "${SSH[@]}" --remote-dslaunch /nonexistent-$$/dslaunch "$W" env
+    assert_eq "$rc" 202
+    assert_grep "node2 *dslaunch is not at ./nonexistent-$$/dslaunch. on .node2. (.*No such file or directory.*): install the same dslaunch at that path on every node" err
+    assert_grep "nothing was started" err
+    [ ! -s out ] || fail "a rank ran"
+'
+
 expect_success "--launcher pdsh runs the 2x2 job through the same agent" '
     run_capture rc out err "$DSL" --launcher pdsh "${SSH[@]}" "$W" env
     assert_eq "$rc" 0
