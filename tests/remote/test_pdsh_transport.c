@@ -130,9 +130,11 @@ TEST(openmpi_should_fail_every_host_of_a_batch_whose_program_is_missing)
     conns_drive(c, 2);
     for (int i = 0; i < 2; i++) {
         ASSERT_EQ(c[i].state, DSL_CONN_FAILED);
-        ASSERT_CONTAINS(c[i].err, "mpirun for 'node");
-        ASSERT_CONTAINS(c[i].err, "before its agent connected back");
-        ASSERT_EQ(c[i].err_code, DSL_EREMOTE);
+        /* the agent itself missing: -ENOENT (exit 202 in the job) and what to do */
+        ASSERT_CONTAINS(c[i].err, "dslaunch is not at '/nonexistent/dslaunch' on 'node");
+        ASSERT_CONTAINS(c[i].err, "not found");
+        ASSERT_CONTAINS(c[i].err, "or give --remote-dslaunch PATH");
+        ASSERT_EQ(c[i].err_code, -ENOENT);
         conn_free(&c[i]);
     }
     free(cfg);
@@ -198,7 +200,9 @@ TEST(pdsh_should_report_a_missing_remote_program)
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     char *argv[] = {(char *)"/nonexistent/dslaunch", (char *)"--agent", NULL};
-    expect_failure("node2", &o, argv, DSL_EREMOTE, "No such file or directory");
+    expect_failure("node2", &o, argv, -ENOENT,
+                   "dslaunch is not at '/nonexistent/dslaunch' on 'node2' (");
+    expect_failure("node2", &o, argv, -ENOENT, "No such file or directory");
     free(cfg);
 }
 
