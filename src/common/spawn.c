@@ -297,8 +297,8 @@ int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
         if (n > 0) {
             int e = msg[0];
             waitpid(pid, NULL, 0);
-            if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP)
-                return dsl_seterr(err, -e, "cannot put '%s' into its cgroup: %s",
+            if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP) /* not the program's */
+                return dsl_seterr(err, DSL_ESPAWN, "cannot put '%s' into its cgroup: %s",
                                   o->argv ? o->argv[0] : "?", strerror(e));
             return dsl_seterr(err, -e, "cannot start '%s': %s",
                               o->argv ? o->argv[0] : "?", strerror(e));

@@ -723,11 +723,9 @@ void dsl_agent_set_node_devices(const char *list)
 
 /* The exit code a failed dsl_spawn() stands for, as a shell reports it: 127 for a
  * program that is not there, 126 for one that cannot be executed, 202 for a node that
- * could not set the rank up (its cgroup, a pipe, a fork). */
-static int spawn_exit_code(int rc, const char *err)
+ * could not set the rank up (its cgroup: DSL_ESPAWN, a pipe, a fork). */
+static int spawn_exit_code(int rc)
 {
-    if (strstr(err, "into its cgroup"))
-        return DSL_EXIT_PREFLIGHT;
     if (rc == -ENOENT || rc == -ENOTDIR || rc == -ELOOP || rc == -ENAMETOOLONG)
         return DSL_EXIT_NOTFOUND;
     if (rc == -EACCES || rc == -EPERM || rc == -ENOEXEC || rc == -EISDIR || rc == -ETXTBSY)
@@ -862,7 +860,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             dsl_msg_init(&m, DSL_MSG_SPAWNERR);
             m.rank = r->rank;
             m.error = dsl_xstrdup(err);
-            int code = spawn_exit_code(rc, err);
+            int code = spawn_exit_code(rc);
             m.code = code;
             send_msg(a, &m);
             dsl_msg_release(&m);

@@ -87,4 +87,24 @@ TEST(spawn_should_keep_only_the_kept_fd_across_exec)
     close(b[1]);
 }
 
+TEST(a_cgroup_the_child_cannot_join_should_be_the_node_s_failure_not_the_program_s)
+{
+    /* an errno such as ENOENT here is the cgroup's, not the program's: the agent must
+     * not report it as 127, "program not found" */
+    char *argv[] = {(char *)"true", NULL};
+    const char *const procs[] = {"/nonexistent-dsl-cgroup/cgroup.procs", NULL};
+    struct dsl_child_opts o = {
+        .argv = argv,
+        .fd_in = DSL_SPAWN_DEVNULL,
+        .fd_out = DSL_SPAWN_DEVNULL,
+        .fd_err = DSL_SPAWN_DEVNULL,
+        .cgroup_procs = procs,
+        .report_errors = 1,
+    };
+    pid_t pid;
+    char err[DSL_ERR_LEN];
+    ASSERT_EQ(dsl_spawn_child(&o, &pid, err), DSL_ESPAWN);
+    ASSERT_CONTAINS(err, "cannot put 'true' into its cgroup: No such file or directory");
+}
+
 int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }

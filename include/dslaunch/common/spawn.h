@@ -56,7 +56,9 @@ struct dsl_child_opts {
 /**
  * Fork a child set up as o says and start it. *pid is the child, the caller's to wait
  * for. Negative code with err set when no child could be made, and with report_errors
- * when it could not start ("cannot start 'argv[0]': ...").
+ * when it could not start ("cannot start 'argv[0]': ...", -errno) or could not join
+ * its cgroup ("cannot put 'argv[0]' into its cgroup: ...", DSL_ESPAWN: the node's
+ * set-up failed, whatever the errno, not the program).
  */
 int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid, char *err);
 
@@ -101,7 +103,7 @@ char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int
 /**
  * Start a worker: every signal back to its default, stdout and stderr on pipes, a
  * failed exec reported here. On failure nothing is left running and err says why
- * (-errno).
+ * (-errno, or DSL_ESPAWN for a cgroup the child could not join: dsl_spawn_child).
  */
 int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
 
