@@ -1072,10 +1072,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
         }
         if (got_usr1) {
             got_usr1 = 0;
-            if (a.state == AG_WAITING)
-                a.usr1_pending = 1;
-            else
-                pass_usr1(&a);
+            a.usr1_pending = 1; /* passed on once the ranks run (at once if they do) */
         }
         if (a.usr1_pending && a.state != AG_WAITING) {
             a.usr1_pending = 0;
