@@ -785,6 +785,15 @@ int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     return code;
 }
 
+void dsl_cb_no_agent_msg(char *buf, size_t n, int missing, const char *agent,
+                         const char *host, const char *tail)
+{
+    snprintf(buf, n, "dslaunch %s at '%s' on '%s' (%.150s): install the same dslaunch at "
+             "that path on every node (dslaunch sync can copy it), or give "
+             "--remote-dslaunch PATH", missing ? "is not" : "cannot be run", agent, host,
+             tail);
+}
+
 int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail)
 {
     const char *at = agent && *agent ? strstr(tail, agent) : NULL;
@@ -796,9 +805,7 @@ int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail
     int denied = !missing && strstr(at, "Permission denied") && !strstr(at, "Permission denied (");
     if (!missing && !denied)
         return 0;
-    return dsl_cb_conn_fail(c, missing ? -ENOENT : -EACCES,
-                            "dslaunch %s at '%s' on '%s' (%.150s): install the same dslaunch "
-                            "at that path on every node (dslaunch sync can copy it), or give "
-                            "--remote-dslaunch PATH", missing ? "is not" : "cannot be run",
-                            agent, c->host, tail);
+    char msg[sizeof(c->err)];
+    dsl_cb_no_agent_msg(msg, sizeof(msg), missing, agent, c->host, tail);
+    return dsl_cb_conn_fail(c, missing ? -ENOENT : -EACCES, "%s", msg);
 }

@@ -47,6 +47,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/remote/connectback.h"
 #include "dslaunch/remote/sshsession.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
@@ -270,10 +271,7 @@ static void report_end(struct dsl_conn *c, struct ssh_priv *p)
         /* the remote shell found no dslaunch there (127) or could not run it (126): the
          * most common first multi-node failure, so say what to do */
         c->err_code = st == 127 ? -ENOENT : -EACCES;
-        snprintf(c->err, sizeof(c->err), "dslaunch %s at '%s' on '%s' (%.150s): install the "
-                 "same dslaunch at that path on every node (dslaunch sync can copy it), or "
-                 "give --remote-dslaunch PATH", st == 127 ? "is not" : "cannot be run",
-                 p->agent, c->host, tail);
+        dsl_cb_no_agent_msg(c->err, sizeof(c->err), st == 127, p->agent, c->host, tail);
     } else if (st >= 0 && st != 0)
         snprintf(c->err, sizeof(c->err), "remote command on '%s' exited with status %d%s%s",
                  c->host, st, o ? ": " : "", tail);

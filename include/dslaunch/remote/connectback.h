@@ -164,6 +164,13 @@ void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_aft
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /**
+ * The message for no dslaunch (missing: 1) or an unrunnable one (0) at the agent path
+ * on host, with the remote shell's words (tail) and what to do: every transport says
+ * it the same way.
+ */
+void dsl_cb_no_agent_msg(char *buf, size_t n, int missing, const char *agent,
+                         const char *host, const char *tail);
+/**
  * When the output tail of a launcher that ended before c's agent connected back says
  * that the agent program (its path) was not found or could not be run on the node,
  * fail c with -ENOENT or -EACCES and what to do (the ssh transport's wording) and
