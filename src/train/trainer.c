@@ -504,6 +504,22 @@ static void skip_step(struct dsl_trainer *t, struct dsl_step_result *res, uint64
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
 }
 
+/* loss, accuracy and the stop flag of the step from the reduced statistics (ga micro
+ * steps), and the loss scale it ran with */
+static void read_stats(const struct dsl_trainer *t, size_t ga, struct dsl_step_result *res)
+{
+    res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
+    res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
+    res->stop = t->stats[2 * ga] > 0.0f;
+    res->loss_scale = res->next_scale = t->ls.cur_scale;
+}
+
+/* The learning rate of the next applied step (skipped fp16 steps do not count) */
+static float step_lr(const struct dsl_trainer *t, uint64_t applied)
+{
+    return t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, applied) : t->o.optim.lr;
+}
+
 /*
  * Whether this step's optimizer streams: stage 0 on host memory with overlapped
  * reduction, one micro step, fp32, and nothing that needs the whole reduced gradient
@@ -530,7 +546,7 @@ static int stream_tail(struct dsl_trainer *t, int stop_request, struct dsl_step_
                                  &sreq)) < 0)
         return comm_fail(t, r, "loss reduction", err);
     uint64_t applied = t->step - t->ls.skipped;
-    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, applied) : t->o.optim.lr;
+    float lr = step_lr(t, applied);
     /* the mean over the global batch rides with the optimizer, as in the full step */
     float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
     for (size_t j = 0; j < t->nbk; j++) {
@@ -548,10 +564,7 @@ static int stream_tail(struct dsl_trainer *t, int stop_request, struct dsl_step_
     if ((r = dsl_comm_wait(t->comm, sreq)) < 0)
         return comm_fail(t, r, "loss reduction", err);
     res->t_small = dsl_now() - s0;
-    res->loss = (double)t->stats[0] / (double)t->G;
-    res->accuracy = (double)t->stats[1] / (double)t->G;
-    res->stop = t->stats[2] > 0.0f;
-    res->loss_scale = res->next_scale = t->ls.cur_scale;
+    read_stats(t, 1, res);
     res->lr = lr;
     return 0;
 }
@@ -673,12 +686,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         if ((r = dsl_trainer_allreduce_host(t, t->stats, nstats, DSL_FLOAT32, DSL_SUM)) < 0)
             return comm_fail(t, r, "loss reduction", err);
     }
-    res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
-    res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
-    res->stop = t->stats[2 * ga] > 0.0f;
-    res->loss_scale = res->next_scale = t->ls.cur_scale;
+    read_stats(t, ga, res);
     uint64_t applied = t->step - t->ls.skipped;
-    float lr = t->o.lr_fn ? t->o.lr_fn(t->o.lr_ctx, applied) : t->o.optim.lr;
+    float lr = step_lr(t, applied);
     res->lr = lr;
     if (t->o.loss_scaling) {
         char why[DSL_ERR_LEN];
