@@ -344,6 +344,7 @@ int dsl_launch_opts_may_join(const struct dsl_launch_opts *o)
         k = getenv("JOB_COMPLETION_INDEX");
     return k && k[0] && strcmp(k, "0") != 0;
 }
+
 /* The rank contract's variables (docs/env.md): dslaunch sets them per rank or per job,
  * so an --export of one would be silently replaced; what to use instead, or NULL */
 static const char *contract_var(const char *name, size_t len)
@@ -375,7 +376,6 @@ static const char *contract_var(const char *name, size_t len)
             return vars[i].instead;
     return NULL;
 }
-
 
 int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char *err)
 {

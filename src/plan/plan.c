@@ -459,10 +459,10 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
         return dsl_seterr(err, DSL_EUSAGE, "--min-nodes %d but the job has only %d node%s",
                           o->min_nodes, pl->nr, pl->nr == 1 ? "" : "s");
     /* a transport that runs a program of this machine: it must be here, before any
-     * host is contacted (a missing pdsh looked like a failed agent, 204) */
-    /* the transports run the program their variable names when it is set (docs/
-     * multinode.md): check that one, not the PATH's (a site's srun outside PATH was
-     * refused, and a misspelt variable failed late, every host at once, as 204) */
+     * host is contacted (a missing pdsh looked like a failed agent, 204). It runs the
+     * program its variable names when that is set (docs/multinode.md): check that one,
+     * not the PATH's (a site's srun outside PATH was refused, and a misspelt variable
+     * failed late, every host at once, as 204) */
     static const struct {
         enum dsl_launcher_kind kind;
         const char *prog, *pkg, *var;

@@ -175,9 +175,6 @@ static int check_gpu(const struct dsl_train_settings *s, char *err)
 #endif
 }
 
-/* A --config that names no existing file and has no '/' may be one of the shipped
- * configs: NAME or NAME.json in bin/../share/dslaunch/configs of an installed tree
- * (dstrain's own directory is bin/). Returns a path to free, or NULL for "as given". */
 /* bin/../share/dslaunch/configs beside this dstrain, or NULL (a path to free); shown:
  * with "bin/.." taken away, for a message */
 static char *shipped_dir(int shown)
@@ -198,6 +195,9 @@ static char *shipped_dir(int shown)
     return dsl_xasprintf("%s/../share/dslaunch/configs", self);
 }
 
+/* A --config that names no existing file and has no '/' may be one of the shipped
+ * configs: NAME or NAME.json in bin/../share/dslaunch/configs of an installed tree
+ * (dstrain's own directory is bin/). Returns a path to free, or NULL for "as given". */
 static char *shipped_config(const char *name)
 {
     if (!*name || strchr(name, '/') || access(name, F_OK) == 0)
