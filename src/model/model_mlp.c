@@ -5,7 +5,10 @@
  * model_mlp_cuda.c).
  *
  * Theory of operation. Forward keeps every layer's output activation (after ReLU) in
- * per-layer workspace sized for max_batch rows. Backward walks the layers from the
+ * per-layer workspace sized for max_batch rows; with the trainer's sink it computes
+ * each layer's output columns segment by segment, asking need() for each weight block
+ * first (mlp_forward), and it hands the loss to the sink before backward starts.
+ * Backward walks the layers from the
  * last to the first; for layer l it first writes the bias gradient, then the weight
  * gradient in row blocks of at most seg_max elements (last block first), handing each
  * finished segment to the sink, and only then computes the gradient of the layer's
@@ -24,8 +27,8 @@
  *
  * 16-bit parameters (spec.dtype fp16 or bf16; dstrain.cpu_half): 16-bit storage,
  * fp32 arithmetic. Forward widens each layer's 16-bit parameters into an fp32 copy
- * (w32, P floats) right after the sink's need() for that layer (stages 1/2 all-gather
- * layer by layer), and everything then runs exactly as in fp32 on that copy; backward
+ * (w32, P floats) right after the sink's need() for each of its segments (stages 1/2
+ * all-gather bucket by bucket), and everything then runs exactly as in fp32 on that copy; backward
  * writes each gradient segment into an fp32 scratch (g32, one segment) and rounds it
  * to nearest even into the sink's 16-bit destination before done(). There is no
  * half-precision BLAS on the CPU, so nothing is gained in compute; what is gained is
@@ -77,27 +80,58 @@ static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
     return 0;
 }
 
+/* act[l+1][:, r0, r0 + rows) = relu?(act[l] W_l[r0, r0 + rows)^T + b_l[r0, r0 + rows)):
+ * output columns r0.. of layer l from its weight rows r0.. (w: the layer's fp32 weight) */
+static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, size_t r0,
+                             size_t rows)
+{
+    size_t in = p->L.dims[l], out = p->L.dims[l + 1];
+    struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows, .k = in,
+                         .a = p->act[l], .lda = in, .b = w + r0 * in, .ldb = in,
+                         .alpha = 1.0f, .beta = 1.0f, .c = p->act[l + 1] + r0, .ldc = out,
+                         .bias = w + in * out + r0, .relu = l + 1 < p->L.nlayers};
+    dsl_gemm_run(&g);
+}
+
+/* Ask the sink for params[off, off + len) and, for 16-bit parameters, widen them */
+static void mlp_need(struct mlp *p, const float *params, const struct dsl_grad_sink *sink,
+                     size_t off, size_t len)
+{
+    if (sink && sink->need)
+        sink->need(sink->ctx, off, len);
+    if (p->w32)
+        mlp_widen(p, p->w32 + off, params, off, len);
+}
+
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
- * used (params itself, or the widened copy of 16-bit ones) */
-static const float *mlp_forward(struct mlp *p, const float *params, const float *x, size_t n,
+ * used (params itself, or the widened copy of 16-bit ones). With a sink that has
+ * need(), each layer goes segment by segment in backward order (the bias, then the
+ * weight's row blocks), each block's output columns as soon as need() has its rows: a
+ * trainer that is still reducing or updating the last step's gradient (whose first
+ * layer arrives last, block by block) can let forward start on the blocks that are
+ * ready. Every output element is the same K-long dot product either way, so the cut
+ * changes no bit. */
+static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
+                                const float *params, const float *x, size_t n,
                                 const struct dsl_grad_sink *sink)
 {
     const float *wp = p->w32 ? p->w32 : params;
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->L.nlayers; l++) {
-        size_t in = p->L.dims[l], out = p->L.dims[l + 1];
-        if (sink && sink->need)
-            sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
-        if (p->w32)
-            mlp_widen(p, p->w32 + p->L.woff[l], params, p->L.woff[l], out * (in + 1));
-        const float *w = wp + p->L.woff[l];
-        const float *b = w + in * out;
-        float *z = p->act[l + 1];
-        struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = out, .k = in,
-                             .a = p->act[l], .lda = in, .b = w, .ldb = in, .alpha = 1.0f,
-                             .beta = 1.0f, .c = z, .ldc = out, .bias = b,
-                             .relu = l + 1 < p->L.nlayers};
-        dsl_gemm_run(&g);
+        size_t in = p->L.dims[l], out = p->L.dims[l + 1], woff = p->L.woff[l];
+        if (!sink || !sink->need) {
+            mlp_need(p, params, sink, woff, out * (in + 1));
+            mlp_forward_cols(p, l, wp + woff, n, 0, out);
+            continue;
+        }
+        mlp_need(p, params, sink, woff + out * in, out); /* the bias, before any block */
+        for (size_t i = 0; i < m->nsegs; i++) {
+            const struct dsl_model_seg *sg = &m->segs[i];
+            if (sg->layer != (int)l || sg->off >= woff + out * in)
+                continue;
+            mlp_need(p, params, sink, sg->off, sg->len);
+            mlp_forward_cols(p, l, wp + woff, n, (sg->off - woff) / in, sg->len / in);
+        }
     }
     return wp;
 }
@@ -153,9 +187,11 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    params = mlp_forward(p, params, x, n, sink); /* fp32 from here on */
+    params = mlp_forward(m, p, params, x, n, sink); /* fp32 from here on */
     float *dz = p->dz, *dnext = p->dz2;
     mlp_loss(p, y, n, dz, loss_scale, st);
+    if (sink->loss)
+        sink->loss(sink->ctx, st);
 
     size_t seg = 0;
     for (size_t li = p->L.nlayers; li-- > 0;) {
@@ -209,7 +245,7 @@ static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(p, params, x, n, NULL);
+    mlp_forward(m, p, params, x, n, NULL);
     mlp_loss(p, y, n, NULL, 1.0f, st);
     return 0;
 }

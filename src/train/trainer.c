@@ -26,7 +26,12 @@
  * 1/2 then all-gather the parameters bucket by bucket, in place. Stage 0 on the CPU
  * with overlap, one micro step and neither clipping nor loss scaling streams instead:
  * each bucket is updated as soon as its all-reduce completes, while the later ones are
- * still on the wire (streams_optimizer).
+ * still on the wire (streams_optimizer). When the model hands its loss over before
+ * backward (the sink's loss()), the loss goes out ahead of the buckets and the step
+ * ends as soon as it is back; the buckets' waits and updates move into the next
+ * forward, just before it reads each bucket's parameters (stream_defer), so the first
+ * layer, whose gradient comes out of backward last, is reduced while the next forward
+ * already runs on its blocks that are in.
  *
  * fp16 loss scaling (trainer.h) adds three things to that: the model is asked for the
  * gradient of scale x loss; before the per-step loss reduction every rank looks for
@@ -126,10 +131,49 @@ static void *leaf_ptr(struct dsl_trainer *t, size_t j)
     return EL(t->grads, b->lo + b->poff);
 }
 
+/* Bucket j's update that the last step left to this one (stream_defer): wait for its
+ * all-reduce, then run the optimizer over it with the last step's settings */
+static int apply_pending(struct dsl_trainer *t, size_t j)
+{
+    struct dsl_bucket *b = &t->bk[j];
+    if (!b->pend)
+        return 0;
+    b->pend = 0;
+    t->npend--;
+    double w0 = dsl_now();
+    int r = dsl_comm_wait(t->comm, b->req);
+    b->req = -1;
+    double w1 = dsl_now();
+    t->pend_wait += w1 - w0;
+    if (r < 0)
+        return r;
+    r = dsl_mixed_optim(t, j, t->gtype, leaf_ptr(t, j), t->pend_lr, t->pend_t, 1.0f,
+                        t->pend_inv);
+    t->pend_optim += dsl_now() - w1;
+    return r;
+}
+
+static int apply_all_pending(struct dsl_trainer *t)
+{
+    for (size_t j = 0; j < t->nbk && t->npend; j++) {
+        int r = apply_pending(t, j);
+        if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
 static float *sink_dest(void *ctx, size_t seg)
 {
     struct dsl_trainer *t = ctx;
     const struct dsl_model_seg *s = &t->model->segs[seg];
+    if (t->npend && !t->comm_err) {
+        /* the last step's reduced gradient of this bucket is still to be applied
+         * (a model that did not need() these parameters): before it is overwritten */
+        int r = apply_pending(t, t->seg_bucket[seg]);
+        if (r < 0)
+            t->comm_err = r;
+    }
     if (t->o.zero_stage < 2)
         return EL(t->grads, s->off);
     size_t j = t->seg_bucket[seg];
@@ -206,6 +250,20 @@ static int gather_wait_upto(struct dsl_trainer *t, size_t k)
 static void sink_need(void *ctx, size_t off, size_t len)
 {
     struct dsl_trainer *t = ctx;
+    /* the last step's buckets complete in issue order: waiting for the last one this
+     * range needs is waiting for every earlier one too, so those are updated on the way
+     * (while the later ones are still on the wire) rather than left for later */
+    size_t upto = 0;
+    for (size_t j = 0; j < t->nbk && t->npend; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        if (b->pend && b->lo < off + len && off < b->lo + b->len)
+            upto = j + 1;
+    }
+    for (size_t j = 0; j < upto && t->npend && !t->comm_err; j++) {
+        int r = apply_pending(t, j);
+        if (r < 0)
+            t->comm_err = r;
+    }
     if (t->gather_done >= t->ngather || t->comm_err)
         return;
     size_t need = 0;
@@ -224,11 +282,39 @@ static void sink_need(void *ctx, size_t off, size_t len)
     }
 }
 
+/* The model's loss of a streamed step, before backward's first bucket: reduced from
+ * here, ahead of every bucket, so that it completes first (stream_defer) */
+static void sink_loss(void *ctx, const struct dsl_model_stats *st)
+{
+    struct dsl_trainer *t = ctx;
+    if (t->comm_err)
+        return;
+    /* forward has read every parameter; anything still pending goes before the
+     * statistics so that the requests stay in the order every rank issues them */
+    int r = apply_all_pending(t);
+    if (r < 0) {
+        t->comm_err = r;
+        return;
+    }
+    t->stats[0] = (float)st->loss_sum;
+    t->stats[1] = (float)st->correct;
+    t->stats[2] = t->stop_flag ? 1.0f : 0.0f;
+    r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
+                            &t->stats_req);
+    if (r < 0)
+        t->comm_err = r;
+    else
+        t->stats_issued = 1;
+}
+
 int dsl_trainer_sync(struct dsl_trainer *t, char *err)
 {
+    int r;
+    if (t->npend && (r = apply_all_pending(t)) < 0)
+        return comm_fail(t, r, "gradient reduction", err);
     if (t->gather_done >= t->ngather)
         return 0;
-    int r = gather_wait_upto(t, t->ngather - 1);
+    r = gather_wait_upto(t, t->ngather - 1);
     if (r < 0)
         return comm_fail(t, r, "parameter all-gather", err);
     return 0;
@@ -569,13 +655,45 @@ static int stream_tail(struct dsl_trainer *t, int stop_request, struct dsl_step_
     return 0;
 }
 
+/*
+ * The end of a streamed step whose model handed its loss over before backward
+ * (sink_loss). The statistics went out ahead of every bucket, so they are the first
+ * request to complete: the step reports its loss and stop flag as soon as they are in,
+ * and leaves each bucket's wait and update to the point where the next forward reads
+ * those parameters (sink_need). The first layer's gradient, the last to come out of
+ * backward, is then reduced while the next step's forward already runs on the blocks
+ * that are in; the optimizer is elementwise, so when each bucket is updated changes no
+ * bit. dsl_trainer_sync finishes the updates for anything else that reads the
+ * parameters (evaluation, checkpoints, the end of training).
+ */
+static int stream_defer(struct dsl_trainer *t, struct dsl_step_result *res, char *err)
+{
+    double s0 = dsl_now();
+    int r = dsl_comm_wait(t->comm, t->stats_req);
+    t->stats_issued = 0;
+    if (r < 0)
+        return comm_fail(t, r, "loss reduction", err);
+    res->t_small = dsl_now() - s0;
+    read_stats(t, 1, res);
+    uint64_t applied = t->step - t->ls.skipped;
+    t->pend_lr = res->lr = step_lr(t, applied);
+    t->pend_t = applied + 1;
+    /* the mean over the global batch rides with the optimizer, as in the full step */
+    t->pend_inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
+    for (size_t j = 0; j < t->nbk; j++)
+        t->bk[j].pend = 1;
+    t->npend = t->nbk;
+    return 0;
+}
+
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err)
 {
     struct dsl_model *m = t->model;
     size_t mb = t->o.micro_batch, ga = t->o.grad_accum, N = (size_t)t->world;
-    struct dsl_grad_sink sink = {sink_dest, sink_done, sink_need, t, NULL, 0};
+    struct dsl_grad_sink sink = {.dest = sink_dest, .done = sink_done, .need = sink_need,
+                                 .ctx = t};
     uint64_t sent0 = dsl_comm_bytes_sent(t->comm), syncs0 = dsl_hostsync_count();
     int gpu = !t->dev->host_memory;
     /* the loss scale of this step; one beyond fp32's range (a dynamic scale doubled
@@ -594,7 +712,10 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     memset(res, 0, sizeof(*res));
 
     double c0, c1 = dsl_now();
-    t->gather_wait = 0.0;
+    t->gather_wait = t->pend_wait = t->pend_optim = 0.0;
+    t->stop_flag = stop_request;
+    if (streamed)
+        sink.loss = sink_loss;
     if (gpu && (r = t->dev->ops->set_zero(t->dev, t->dscal, t->scal_bytes / 4)) < 0)
         return comm_fail(t, r, "step setup", err);
     for (size_t k = 0; k < ga; k++) {
@@ -603,7 +724,8 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         dsl_dataset_gather(train, idx + chunk * mb, mb, t->xb, t->yb);
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
         for (size_t j = 0; j < t->nbk; j++)
-            t->bk[j].req = -1;
+            if (!t->bk[j].pend) /* the last step's, still running (stream_defer) */
+                t->bk[j].req = -1;
         t->last_micro = k + 1 == ga;
         if (gpu) { /* the micro step's loss and hits stay on the device */
             sink.dev_stats = (float *)t->dscal + k;
@@ -640,7 +762,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             return comm_fail(t, r, "gradient accumulation", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;
-        if (!st.deferred) {
+        if (!st.deferred && !t->stats_issued) {
             t->stats[k] = (float)st.loss_sum;
             t->stats[ga + k] = (float)st.correct;
             if (gpu && ((r = t->dev->ops->copy(t->dev, (float *)t->dscal + k, &t->stats[k],
@@ -652,9 +774,13 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         }
     }
 
-    res->t_compute -= t->gather_wait;
+    /* forward's waits for the last step's buckets and their updates (stream_defer) */
+    res->t_compute -= t->gather_wait + t->pend_wait + t->pend_optim;
+    res->t_reduce += t->pend_wait;
+    res->t_optim += t->pend_optim;
     if (streamed) {
-        if ((r = stream_tail(t, stop_request, res, err)) < 0)
+        r = t->stats_issued ? stream_defer(t, res, err) : stream_tail(t, stop_request, res, err);
+        if (r < 0)
             return r;
         t->step++;
         res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;

@@ -293,6 +293,13 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
 void dsl_trainer_release(struct dsl_trainer *t)
 {
     struct dsl_device *d = t->dev ? t->dev : dsl_device_cpu();
+    /* reductions a streamed step left running (trainer.c, stream_defer) write into
+     * these buffers: let them end first, whatever their outcome */
+    for (size_t j = 0; t->comm && t->bk && j < t->nbk; j++)
+        if (t->bk[j].pend && t->bk[j].req >= 0)
+            (void)dsl_comm_wait(t->comm, t->bk[j].req);
+    if (t->comm && t->stats_issued)
+        (void)dsl_comm_wait(t->comm, t->stats_req);
     comm_buf_free(t, d, t->params);
     comm_buf_free(t, d, t->grads);
     d->ops->free(d, t->gshard);

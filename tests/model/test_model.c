@@ -69,7 +69,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
     struct full_sink fs = {g, &m, 0, m.nparams};
-    struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs, NULL, 0};
+    struct dsl_grad_sink sink = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats st;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &sink, &st));
     ASSERT_EQ(fs.ndone, m.nsegs);
@@ -109,8 +109,8 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     a.ops->init_params(&a, p, 3);
     fill(x, 3 * 7, 9);
     struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
-    struct dsl_grad_sink ka = {fs_dest, fs_done, NULL, &sa, NULL, 0},
-                         kb = {fs_dest, fs_done, NULL, &sb, NULL, 0};
+    struct dsl_grad_sink ka = {.dest = fs_dest, .done = fs_done, .ctx = &sa},
+                         kb = {.dest = fs_dest, .done = fs_done, .ctx = &sb};
     struct dsl_model_stats st;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, 3, 1.0f, &ka, &st));
     ASSERT_OK(b.ops->forward_backward(&b, p, x, y, 3, 1.0f, &kb, &st));
@@ -135,8 +135,8 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
     struct full_sink f1 = {g1, &m, 0, m.nparams}, fs = {gs, &m, 0, m.nparams};
-    struct dsl_grad_sink k1 = {fs_dest, fs_done, NULL, &f1, NULL, 0},
-                         ks = {fs_dest, fs_done, NULL, &fs, NULL, 0};
+    struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &f1},
+                         ks = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats s1, ss;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &k1, &s1));
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1024.0f, &ks, &ss));

@@ -149,7 +149,7 @@ static void run_cpu(struct dsl_model *m, const void *params, const float *x, siz
     size_t P = m->nparams, esz = half ? 2 : 4;
     char *g = calloc(P, esz);
     struct order_sink s = {g, esz, m, 0, P, 0};
-    struct dsl_grad_sink k = {os_dest, os_done, os_need, &s, NULL, 0};
+    struct dsl_grad_sink k = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &s};
     ASSERT_OK(m->ops->forward_backward(m, params, x, NULL, n, scale, &k, &r->st));
     ASSERT_EQ(s.ndone, m->nsegs);
     ASSERT_EQ(s.needed, P);
@@ -169,7 +169,7 @@ static void run_gpu(struct dsl_model *m, const void *dparams, const float *x, si
     char *dg = dev_alloc(P * esz);
     ASSERT(cudaMemset(dg, 0xff, P * esz) == cudaSuccess); /* NaN: every element written */
     struct order_sink s = {dg, esz, m, 0, P, 0};
-    struct dsl_grad_sink k = {os_dest, os_done, os_need, &s, NULL, 0};
+    struct dsl_grad_sink k = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &s};
     if (m->ops->forward_backward(m, dparams, x, NULL, n, scale, &k, &r->st) < 0)
         DSL_FAIL_("GPU forward_backward: %s", m->err);
     ASSERT_EQ(s.ndone, m->nsegs);

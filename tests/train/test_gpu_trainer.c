@@ -303,8 +303,8 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     float *g = calloc(P, sizeof(float)), *dg = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg != NULL);
     struct order_sink sa = {g, &a, 0, P, 0}, sb = {dg, &b, 0, P, 0};
-    struct dsl_grad_sink ka = {os_dest, os_done, os_need, &sa, NULL, 0};
-    struct dsl_grad_sink kb = {os_dest, os_done, os_need, &sb, NULL, 0};
+    struct dsl_grad_sink ka = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sa};
+    struct dsl_grad_sink kb = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sb};
     struct dsl_model_stats sta, stb;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, 1.0f, &ka, &sta));
     if (b.ops->forward_backward(&b, dp, x, y, n, 1.0f, &kb, &stb) < 0)
@@ -333,7 +333,7 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     float *dg2 = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg2 != NULL);
     struct order_sink sc = {dg2, &b, 0, P, 0};
-    struct dsl_grad_sink kc = {os_dest, os_done, os_need, &sc, NULL, 0};
+    struct dsl_grad_sink kc = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sc};
     struct dsl_model_stats stc;
     if (b.ops->forward_backward(&b, dp, x, y, n, 1024.0f, &kc, &stc) < 0)
         DSL_FAIL_("GPU forward_backward with a loss scale: %s", b.err);

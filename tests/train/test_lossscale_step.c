@@ -137,7 +137,7 @@ static int oracle_overflow(struct rig *g, struct dsl_model *om, const size_t *id
     ASSERT(x && grad && y);
     dsl_dataset_gather(&g->tr, idx, n, x, y);
     struct full_sink fs = {grad, om};
-    struct dsl_grad_sink sink = {fs_dest, fs_done, NULL, &fs, NULL, 0};
+    struct dsl_grad_sink sink = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats st;
     ASSERT_OK(om->ops->forward_backward(om, g->t.params, x, y, n, scale, &sink, &st));
     int bad = 0;

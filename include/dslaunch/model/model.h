@@ -58,13 +58,16 @@ struct dsl_model_seg {
     int layer;
 };
 
+struct dsl_model_stats;
+
 /** Where backward writes gradient segments (see the top of this file). */
 struct dsl_grad_sink {
     float *(*dest)(void *ctx, size_t seg);
     void (*done)(void *ctx, size_t seg);
     /** Forward calls need(ctx, off, len) before it reads params[off, off+len) (a
-     *  layer), so parameters still being all-gathered can arrive just in time; NULL:
-     *  everything is in place. */
+     *  layer, or a segment of one), so parameters still being all-gathered, or still
+     *  waiting for the last step's update, can arrive just in time; NULL: everything
+     *  is in place. */
     void (*need)(void *ctx, size_t off, size_t len);
     void *ctx;
     /** GPU models, optional: when not NULL, forward_backward may leave the micro batch's
@@ -73,6 +76,11 @@ struct dsl_grad_sink {
      *  it then sets st->deferred. A model that does not sets st as usual. */
     float *dev_stats;
     size_t dev_stats_stride;
+    /** CPU models, optional (NULL: not wanted): forward_backward calls loss(ctx, st)
+     *  once, as soon as st holds the micro batch's loss sum and hit count and before
+     *  the first dest(), so the trainer can start reducing them while backward runs. A
+     *  model that never calls it still fills st. */
+    void (*loss)(void *ctx, const struct dsl_model_stats *st);
 };
 
 /** Loss statistics of one forward pass. */

@@ -111,6 +111,8 @@ struct dsl_bucket {
     size_t poff, plen;          /* this rank's piece, relative to lo */
     size_t soff;                /* offset of the piece in the shard arrays */
     int req;                    /* pending comm request, -1 if none */
+    int pend;                   /* streamed stage 0: its reduction may still be running
+                                   and its update is left to the next forward */
 };
 
 struct dsl_mem_report {
@@ -183,6 +185,17 @@ struct dsl_trainer {
     size_t ngather, gather_done; /* issued, waited for (a prefix) */
     double gather_wait; /* seconds forward spent waiting for parameters */
 
+    /* streamed stage 0 whose model hands its loss over early (trainer.c,
+     * stream_defer): the loss statistics' request, issued before backward's first
+     * bucket, and what the last step left to the next forward: npend buckets (.pend)
+     * still to wait for and update with pend_lr, at optimizer step pend_t, scaled by
+     * pend_inv; pend_wait and pend_optim: seconds this step spent on them */
+    int stats_req, stats_issued, stop_flag;
+    size_t npend;
+    float pend_lr, pend_inv;
+    uint64_t pend_t;
+    double pend_wait, pend_optim;
+
     uint64_t step;      /* global steps done, skipped ones included (see the top) */
     struct dsl_lossscale ls; /* the loss scaler (scale 1, static, without loss_scaling) */
     int comm_err;       /* first comm failure inside backward */
@@ -205,8 +218,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err);
 
-/** Wait for parameter all-gathers still in flight from the last step (stages 1/2
- *  leave them running into the next forward). Call before reading t->params. */
+/** Finish what the last step left running into the next forward: the parameter
+ *  all-gathers of stages 1/2, and at stage 0 with a streamed optimizer the last
+ *  buckets' reductions and updates. Call before reading t->params. */
 int dsl_trainer_sync(struct dsl_trainer *t, char *err);
 
 /** Accuracy and mean loss on a dataset, split over the ranks (all ranks call it). */

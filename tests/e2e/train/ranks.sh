@@ -108,6 +108,11 @@ stages)
         cmp -s "$TMP/p.s0ofalse" "$TMP/p.s$1o$2" ||
             fail "stage $1 overlap $2 differs from stage 0"
     done
+    # world 4 has one micro step per rank: stage 0 with overlap streams its optimizer
+    # and leaves the last buckets' updates to the next forward, evaluation and the end
+    train_ok 4 s0w4 $TINY --zero-stage 0 --overlap-comm true --save-params "$TMP/p.s0w4"
+    cmp -s "$TMP/p.s0ofalse" "$TMP/p.s0w4" ||
+        fail "world 4 stage 0 with a streamed optimizer differs from world 2"
     ;;
 worlds)
     # deterministic mode: worlds 1, 2, 4 (and each stage at world 4) are bit-identical
