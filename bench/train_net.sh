@@ -3,9 +3,14 @@
 # PyTorch DDP (Gloo) across the same two nodes (issue 17): the MLP 784-1024-1024-10 on
 # Fashion-MNIST, global batch 128 (micro batch 64 per rank), AdamW, ZeRO stage 0 with
 # overlapped gradient reduction (bench/train.sh's settings), 1 thread per rank, REPS
-# rounds, each running both one after the other; medians.
+# rounds, each running every variant one after the other; medians.
 #
-#   bench/train_net.sh [--reps 3] [--local]
+#   bench/train_net.sh [--reps 3] [--local] [--buckets "500000 60000"] [--caps "25 0.25"]
+#
+# Both trainers reduce the gradient in buckets whose size is a setting: dstrain's
+# reduce_bucket_size (elements; 500000 is bench/train.sh's) and DDP's bucket_cap_mb (25 is
+# its default). Each runs at every size given, so that each is compared at its best
+# size as well as at the same size (60000 elements are 0.23 MiB; 0.25 MB for DDP).
 #
 # Time per step, split: dstrain prints its own split (forward+backward, the gradient
 # reduction wait that overlap did not hide, loss/norm reduction, optimizer). For DDP
@@ -20,11 +25,16 @@ root=$(dirname "$here")
 build=${BUILD:-$root/build}
 reps=3
 mode=netns
+buckets="500000 60000"
+caps="25 0.25"
 while (( $# )); do
     case $1 in
     --reps) reps=$2; shift 2 ;;
     --local) mode=local; shift ;;
-    *) echo "usage: $0 [--reps N] [--local]" >&2; exit 2 ;;
+    --buckets) buckets=$2; shift 2 ;;
+    --caps) caps=$2; shift 2 ;;
+    *) echo "usage: $0 [--reps N] [--local] [--buckets \"B ...\"] [--caps \"MB ...\"]" >&2
+       exit 2 ;;
     esac
 done
 python=/usr/bin/python3
@@ -43,18 +53,20 @@ if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
 fi
 echo "# OpenBLAS kernels (OPENBLAS_CORETYPE): ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}" >&2
 
-cat >"$work/bench.json" <<EOF
+for b in $buckets; do
+    cat >"$work/bench.$b.json" <<EOF
 {
   "train_batch_size": 128,
   "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.999],
                 "eps": 1e-8, "weight_decay": 0.01}},
   "steps_per_print": 100000,
   "seed": 1234,
-  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": 500000},
+  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": $b},
   "dstrain": {"model": {"type": "mlp", "hidden": [1024, 1024]},
               "data": {"dataset": "fashion_mnist"}, "epochs": 1}
 }
 EOF
+done
 
 # two W ranks of CMD (rank r on node r+1), rank 0's output into OUT
 two() {
@@ -80,39 +92,61 @@ two() {
 echo "# $mode, $reps rounds; load before: $(uptime)" >&2
 for (( k = 1; k <= reps; k++ )); do
     echo "## round $k: $(uptime)" >&2
-    two "$work/ds.$k" "$build/dstrain" --config "$work/bench.json" --micro-batch 64
-    grep -E "^summary:|ms per step" "$work/ds.$k" >&2
-    two "$work/pt.$k" "$python" "$here/peers/torch_mlp_fmnist.py" --env-rank --epochs 2 \
-        --no-sync-epochs 1 --micro-batch 64 --threads 1
-    grep -E "^[12] \|" "$work/pt.$k" >&2
+    for b in $buckets; do
+        two "$work/ds.$b.$k" "$build/dstrain" --config "$work/bench.$b.json" --micro-batch 64
+        grep -E "^summary:|ms per step" "$work/ds.$b.$k" >&2
+    done
+    for c in $caps; do
+        two "$work/pt.$c.$k" "$python" "$here/peers/torch_mlp_fmnist.py" --env-rank --epochs 2 \
+            --no-sync-epochs 1 --micro-batch 64 --threads 1 --bucket-cap-mb "$c"
+        grep -E "^[12] \|" "$work/pt.$c.$k" >&2
+    done
 done
 load_after=$(uptime)
 echo "# load after: $load_after" >&2
 
-"$python" - "$work" "$reps" "$mode" "$load_after" <<'PY'
+"$python" - "$work" "$reps" "$mode" "$load_after" "$buckets" "$caps" <<'PY'
 import re, statistics, sys
 work, reps, mode, load = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+buckets, caps = sys.argv[5].split(), sys.argv[6].split()
 steps = 60000 // 128  # optimizer steps per epoch (global batch 128), the last partial one aside
-ds, pt = [], []
-for k in range(1, reps + 1):
-    t = open(f"{work}/ds.{k}").read()
-    sps = float(re.search(r"^summary: .*samples/s ([\d.]+)", t, re.M).group(1))
-    m = re.search(r"forward\+backward ([\d.]+), gradient reduction wait ([\d.]+), "
-                  r"loss/norm reduction ([\d.]+), optimizer ([\d.]+)", t)
-    ds.append((sps, *map(float, m.groups())))
-    t = open(f"{work}/pt.{k}").read()
-    ep = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
-          for m in re.finditer(r"^(\d) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| [\d.]+ \| ([\d.]+)", t, re.M)}
-    nosync_s, sync_s, sps2 = ep[1][0], ep[2][0], ep[2][1]
-    pt.append((sps2, nosync_s / steps * 1e3, (sync_s - nosync_s) / steps * 1e3))
-med = lambda v: statistics.median(v)
-d = [med([x[i] for x in ds]) for i in range(5)]
-p = [med([x[i] for x in pt]) for i in range(3)]
+med = statistics.median
+ds, pt = {}, {}
+for b in buckets:
+    rows = []
+    for k in range(1, reps + 1):
+        t = open(f"{work}/ds.{b}.{k}").read()
+        sps = float(re.search(r"^summary: .*samples/s ([\d.]+)", t, re.M).group(1))
+        m = re.search(r"forward\+backward ([\d.]+), gradient reduction wait ([\d.]+), "
+                      r"loss/norm reduction ([\d.]+), optimizer ([\d.]+)", t)
+        rows.append((sps, *map(float, m.groups())))
+    ds[b] = [med([x[i] for x in rows]) for i in range(5)]
+for c in caps:
+    rows = []
+    for k in range(1, reps + 1):
+        t = open(f"{work}/pt.{c}.{k}").read()
+        ep = {int(m.group(1)): (float(m.group(2)), float(m.group(3)))
+              for m in re.finditer(r"^(\d) \| [\d.]+ \| [\d.]+ \| ([\d.]+) \| [\d.]+ \| ([\d.]+)",
+                                   t, re.M)}
+        nosync_s, sync_s, sps2 = ep[1][0], ep[2][0], ep[2][1]
+        rows.append((sps2, nosync_s / steps * 1e3, (sync_s - nosync_s) / steps * 1e3))
+    pt[c] = [med([x[i] for x in rows]) for i in range(3)]
 print(f"\n{mode}, world 2, medians of {reps} rounds; load average at the end: "
       f"{load.split('load average:')[-1].strip()}\n")
-print("| trainer | samples/s | ms/step compute | ms/step communication (not hidden) | ms/step other |")
+print("| trainer, bucket | samples/s | ms/step compute | ms/step communication (not hidden) | ms/step other |")
 print("|---|---:|---:|---:|---:|")
-print(f"| dstrain | {d[0]:.0f} | {d[1]:.2f} (forward+backward) | {d[2] + d[3]:.2f} (reduction wait + loss/norm) | {d[4]:.2f} (optimizer) |")
-print(f"| PyTorch DDP (Gloo) | {p[0]:.0f} | {p[1]:.2f} (no_sync epoch) | {p[2]:.2f} (synced minus no_sync) | - |")
-print(f"\ndstrain / DDP samples/s: {d[0] / p[0]:.2f}x")
+for b, d in ds.items():
+    print(f"| dstrain, {int(b):,} elements ({int(b) * 4 / 2**20:.2f} MiB) | {d[0]:.0f} | "
+          f"{d[1]:.2f} (forward+backward) | {d[2] + d[3]:.2f} (reduction wait + loss/norm) | "
+          f"{d[4]:.2f} (optimizer) |")
+for c, p in pt.items():
+    print(f"| PyTorch DDP (Gloo), bucket_cap_mb {c} | {p[0]:.0f} | {p[1]:.2f} (no_sync epoch) | "
+          f"{p[2]:.2f} (synced minus no_sync) | - |")
+bd = max(ds, key=lambda b: ds[b][0])
+bp = max(pt, key=lambda c: pt[c][0])
+print(f"\ndstrain / DDP samples/s, each at its best bucket size here ({int(bd):,} elements; "
+      f"{bp} MB): {ds[bd][0] / pt[bp][0]:.2f}x")
+for b in ds:
+    for c in pt:
+        print(f"dstrain at {int(b):,} / DDP at {c} MB: {ds[b][0] / pt[c][0]:.2f}x")
 PY
