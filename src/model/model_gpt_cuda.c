@@ -20,8 +20,8 @@
  * per block LayerNorm, the qkv projection (bias broadcast, then GEMM with beta 1), the
  * fused flash-style causal attention straight from the projection's rows (the output
  * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
- * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU,
- * GEMM onto residual + bias); the final LayerNorm. The LM head and the loss run in
+ * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
+ * residual + bias); the final LayerNorm. The LM head and the loss run in
  * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
  * one GEMM against the tied token embedding, the fused classifier turns them into
  * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
