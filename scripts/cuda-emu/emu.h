@@ -3,9 +3,10 @@
  * its kernels compile as C++ (g++ -std=c++20) and run on a machine without a GPU
  * (run.sh). Each launch runs its blocks one after another, each block as blockDim real
  * threads: __shared__ is a static (one block lives at a time), __syncthreads a barrier
- * over the block, __shfl_xor_sync an exchange through memory between barriers over the
- * warp, the _rn intrinsics plain IEEE operations (compiled with -ffp-contract=off, as
- * nvcc keeps them). Races and memory ordering are those of the host, not of a GPU, so a
+ * over the block, __syncwarp one over the warp, __shfl_xor_sync an exchange through
+ * memory between barriers over the warp, the _rn intrinsics plain IEEE operations
+ * (compiled with -ffp-contract=off, as nvcc keeps them; fmaf is the C library's fused
+ * one, as on the GPU). Races and memory ordering are those of the host, not of a GPU, so a
  * pass here is evidence about the arithmetic and indexing, not about timing.
  */
 #pragma once
@@ -13,6 +14,7 @@
 #define __device__
 #define __host__
 #define __shared__ static
+#define __launch_bounds__(...)
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,6 +36,10 @@ extern unsigned long long emu_xch[1024];
 #define blockDim (emu_c.bd)
 #define gridDim (emu_c.gd)
 static inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
+static inline void __syncwarp(unsigned = 0xffffffffu)
+{
+    emu_warp_bar[(threadIdx.x + threadIdx.y * blockDim.x) / 32]->arrive_and_wait();
+}
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int o)
 {
     unsigned tid = threadIdx.x + threadIdx.y * blockDim.x;

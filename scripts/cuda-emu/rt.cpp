@@ -1,9 +1,8 @@
 /*
  * The runtime side of the CPU emulation (emu.h): the block scheduler, and host-memory
  * versions of the CUDA runtime and cuBLAS calls that model_gpt_cuda.c makes (device
- * memory is host memory, streams and events complete at once, cublasGemmEx and its
- * strided-batched form a reference column-major GEMM accumulating in double and rounding
- * to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
+ * memory is host memory, streams and events complete at once, cublasGemmEx a reference
+ * column-major GEMM accumulating in double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
  * loop; dsl_mlp_create_cuda fails (the MLP is not emulated).
  */
 #include "emu.h"
@@ -73,7 +72,6 @@ static void st(void *p, cudaDataType_t t, size_t i, float v)
     else if (t == CUDA_R_16BF) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
     else ((__half *)p)[i] = __float2half_rn(v);
 }
-static size_t esz(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 static void gemm1(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float al,
                   const void *A, cudaDataType_t at, int lda, const void *B, cudaDataType_t bt,
                   int ldb, float be, void *C, cudaDataType_t ct, int ldc)
@@ -95,16 +93,6 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cub
     const void *be, void *C, cudaDataType_t ct, int ldc, cublasComputeType_t, cublasGemmAlgo_t)
 {
     gemm1(ta, tb, m, n, k, *(const float *)al, A, at, lda, B, bt, ldb, *(const float *)be, C, ct, ldc);
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-    const void *al, const void *A, cudaDataType_t at, int lda, long long sa, const void *B, cudaDataType_t bt, int ldb, long long sb,
-    const void *be, void *C, cudaDataType_t ct, int ldc, long long sc, int nb, cublasComputeType_t, cublasGemmAlgo_t)
-{
-    for (int q = 0; q < nb; q++)
-        gemm1(ta, tb, m, n, k, *(const float *)al, (const char *)A + q * sa * esz(at), at, lda,
-              (const char *)B + q * sb * esz(bt), bt, ldb, *(const float *)be,
-              (char *)C + q * sc * esz(ct), ct, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }
 extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t, int bf16, void *dst, const float *src, size_t n)

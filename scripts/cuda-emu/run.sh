@@ -8,6 +8,9 @@
 # The trainer test needs NCCL and is not run.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
+#
+# EMU_FLAGS adds compiler and linker flags, e.g. EMU_FLAGS=-fsanitize=address: device
+# memory is host memory here, so a kernel reading or writing past a buffer is caught.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 B=${1:-$ROOT/build}
@@ -19,21 +22,23 @@ E=$ROOT/scripts/cuda-emu
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 INC="-I$CUDA/include -I$ROOT/include -I$ROOT/src/model -I$E"
+X=${EMU_FLAGS:-}
 python3 "$E/launches.py" "$ROOT/src/model/model_gpt_kernels.cu" "$T/kern.cpp"
-# shellcheck disable=SC2086 # INC is words
-g++ -std=c++20 -O1 -ffp-contract=off $INC -c "$T/kern.cpp" -o "$T/kern.o"
-g++ -std=c++20 -O1 -ffp-contract=off -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
+# shellcheck disable=SC2086 # INC and X are words
+g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/kern.cpp" -o "$T/kern.o"
+# shellcheck disable=SC2086 # X is words
+g++ -std=c++20 -O1 -ffp-contract=off $X -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
 for f in model_gpt_cuda model_cuda model_cuda_host; do
     # shellcheck disable=SC2086
-    gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
+    gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
 done
 # shellcheck disable=SC2086
-gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
+gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
     -c "$E/drv.c" -o "$T/drv.o"
 L=$B/src
-# shellcheck disable=SC2046 # pkg-config's flags are words
+# shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
 g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/kern.o" \
-    "$T/rt.o" -o "$T/drv" \
+    "$T/rt.o" $X -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/common/libdslcommon.a" $(pkg-config --libs openblas) -lz -lcrypto -lm -lpthread
 "$T/drv" "$FILTER"

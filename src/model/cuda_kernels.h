@@ -195,15 +195,21 @@ cudaError_t dsl_cuda_gpt_resbias(cudaStream_t s, int et, void *o, const void *x,
 /** back 0: o = gelu(x) (tanh approximation, dsl_gpt_tanh's rational tanh);
  *  back 1: o *= gelu'(x) */
 cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const void *x, size_t n, int back);
-/** dir 0: flat [N, which, NH, hs] -> heads [which][B, NH, T, hs] (N = B T rows); dir 1 the
- *  reverse. which is 3 (qkv) or 1. */
-cudaError_t dsl_cuda_gpt_permute(cudaStream_t s, int et, void *flat, void *heads, size_t N,
-                                 size_t T, size_t NH, size_t hs, int which, int dir);
-/** back 0: P = causal softmax of the scaled scores in P, in place (rows of T, row r is
- *  position r % T; masked entries 0). back 1: P (= dP) becomes dS = Pf (dP - rowdot),
- *  Pf the forward's probabilities. */
-cudaError_t dsl_cuda_gpt_softmax(cudaStream_t s, int et, void *P, const void *Pf, size_t rows,
-                                 size_t T, int back);
+/** The largest head size (dim / heads) of the fused attention; the CUDA GPT refuses
+ *  larger ones. */
+#define DSL_CUDA_GPT_MAX_HEAD 64
+/** Causal self-attention, flash-style (no T x T matrix): from qkv [B, T, 3, NH, hs] (the
+ *  qkv projection's rows), o [B, T, NH, hs] = softmax(q k^T / sqrt(hs), causal) v and
+ *  lse [B NH, T] (fp32) the log-sum-exp of each query row's scaled scores, kept for the
+ *  backward. cudaErrorInvalidValue for hs 0 or above DSL_CUDA_GPT_MAX_HEAD. */
+cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, void *o, float *lse, const void *qkv,
+                                   size_t B, size_t T, size_t NH, size_t hs);
+/** Its backward: dqkv [B, T, 3, NH, hs] (every element written) from the forward's qkv, o
+ *  and lse and dout = dL/do [B, T, NH, hs]; D is fp32 scratch of B NH T (rowsum(dout o)).
+ *  Deterministic: no atomics, one writer per element, fixed summation orders. */
+cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, void *dqkv, const void *qkv,
+                                        const void *o, const void *dout, const float *lse,
+                                        float *D, size_t B, size_t T, size_t NH, size_t hs);
 /** Per row of rows x V logits (rows r0.. of the micro batch): loss[r0 + i], arg[r0 + i]
  *  (argmax) and, when back, the logits overwritten with (softmax - onehot(tgt)) x f */
 cudaError_t dsl_cuda_gpt_classifier(cudaStream_t s, int et, void *logits, const int32_t *tgt,

@@ -18,10 +18,10 @@
  * Forward, per group of parameters in flat order (the embeddings, each block, ln_f) the
  * sink's need() first, exactly where the CPU model calls it: the embedding kernel;
  * per block LayerNorm, the qkv projection (bias broadcast, then GEMM with beta 1), the
- * heads permuted to [B, NH, T, hs], S = scale Q K^T and Y = P V as strided batched GEMMs
- * over the B x NH (sample, head) pairs around the fused causal softmax, Y permuted
- * back, the output projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU,
- * GEMM onto residual + bias); the final LayerNorm. The LM head and the loss run in
+ * fused flash-style causal attention straight from the projection's rows (the output
+ * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
+ * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
+ * residual + bias); the final LayerNorm. The LM head and the loss run in
  * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
  * one GEMM against the tied token embedding, the fused classifier turns them into
  * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
@@ -39,12 +39,12 @@
  * argmaxes are copied back and summed on the host as the CPU model does, after one
  * (bounded, through m->wait) host wait.
  *
- * Precision. fp32: every GEMM is cublasGemmEx / cublasGemmStridedBatchedEx with fp32
- * data and CUBLAS_COMPUTE_32F (no TF32). 16-bit (spec.dtype fp16 or bf16): parameters,
- * activations and gradients are 16-bit, the GEMMs take 16-bit inputs and outputs with
- * CUBLAS_COMPUTE_32F (and the wte gradient an fp32 output), the handle's math mode
- * disallows reduced-precision split-K reductions, and the kernels compute in fp32 and
- * round once. LayerNorm statistics and losses are fp32.
+ * Precision. fp32: every GEMM is cublasGemmEx with fp32 data and CUBLAS_COMPUTE_32F (no
+ * TF32). 16-bit (spec.dtype fp16 or bf16): parameters, activations and gradients are
+ * 16-bit, the GEMMs take 16-bit inputs and outputs with CUBLAS_COMPUTE_32F (and the wte
+ * gradient an fp32 output), the handle's math mode disallows reduced-precision split-K
+ * reductions, and the kernels compute in fp32 and round once. LayerNorm statistics,
+ * the attention's log-sum-exp and row dots, and losses are fp32.
  *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
  * one, so every row-major product C = A B is issued as C^T = B^T A^T.
@@ -75,8 +75,8 @@
 #define GPT_CUDA_LOGIT_BUDGET ((size_t)64 << 20)
 
 struct gpt_cuda_block {
-    void *ln1, *qkvh, *att, *atty, *res2, *ln2, *fch, *fchg, *res3;
-    float *ln1m, *ln1r, *ln2m, *ln2r;
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
+    float *ln1m, *ln1r, *ln2m, *ln2r, *lse;
 };
 
 struct gpt_cuda {
@@ -90,8 +90,8 @@ struct gpt_cuda {
     size_t R;               /* rows per logits chunk */
     /* device */
     int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
-    void *enc, *lnf, *logits, *qkv, *yh, *dres, *dC, *d3C, *d4C, *datt, *dh, *g1, *g2;
-    float *lnfm, *lnfr, *rowloss, *dwte, *dwpe, *part;
+    void *enc, *lnf, *logits, *dres, *dC, *d3C, *d4C, *g1, *g2;
+    float *lnfm, *lnfr, *rowloss, *dwte, *dwpe, *part, *rowd;
     int32_t *rowarg;
     struct gpt_cuda_block h[DSL_GPT_MAX_LAYERS];
     /* host */
@@ -125,34 +125,25 @@ static const void *W(const struct gpt_cuda *p, const void *params, size_t ti)
 }
 
 /*
- * C = alpha op(A) op(B) + beta C, column-major, batch products at the given element
- * strides (batch 1: a plain GEMM). A and B are of the model's type; C too, or fp32
- * when c32. fp32 compute (CUBLAS_COMPUTE_32F) for every type.
+ * C = op(A) op(B) + beta C, column-major. A and B are of the model's type; C too, or
+ * fp32 when c32. fp32 compute (CUBLAS_COMPUTE_32F) for every type.
  */
-static int gemm_b(struct dsl_model *mo, const char *what, cublasOperation_t ta,
-                  cublasOperation_t tb, size_t m, size_t n, size_t k, float alpha,
-                  const void *A, size_t lda, long long sa, const void *B, size_t ldb,
-                  long long sb, float beta, void *C, size_t ldc, long long sc, size_t batch,
-                  int c32)
+static int gemm_c(struct dsl_model *mo, const char *what, cublasOperation_t ta,
+                  cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A, size_t lda,
+                  const void *B, size_t ldb, float beta, void *C, size_t ldc, int c32)
 {
     const struct gpt_cuda *p = mo->impl;
-    int im, in, ik, ia, ib, ic, nb;
+    int im, in, ik, ia, ib, ic;
     if (dsl_gemm_dim(m, "m", &im, mo->err) < 0 || dsl_gemm_dim(n, "n", &in, mo->err) < 0 ||
         dsl_gemm_dim(k, "k", &ik, mo->err) < 0 || dsl_gemm_dim(lda, "lda", &ia, mo->err) < 0 ||
-        dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0 ||
-        dsl_gemm_dim(batch, "batch", &nb, mo->err) < 0)
+        dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0)
         return DSL_ECONFIG;
     if (!m || !n)
         return 0;
-    cudaDataType_t ct = c32 ? CUDA_R_32F : p->dt;
-    cublasStatus_t st;
-    if (batch == 1)
-        st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, B, p->dt, ib,
-                          &beta, C, ct, ic, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    else
-        st = cublasGemmStridedBatchedEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, sa,
-                                        B, p->dt, ib, sb, &beta, C, ct, ic, sc, nb,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const float alpha = 1.0f;
+    cublasStatus_t st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, B, p->dt,
+                                     ib, &beta, C, c32 ? CUDA_R_32F : p->dt, ic,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? 0 : dsl_model_blas_err(mo, what, st);
 }
 
@@ -160,8 +151,7 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
                 cublasOperation_t tb, size_t m, size_t n, size_t k, const void *A, size_t lda,
                 const void *B, size_t ldb, float beta, void *C, size_t ldc)
 {
-    return gemm_b(mo, what, ta, tb, m, n, k, 1.0f, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
-                  0);
+    return gemm_c(mo, what, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, 0);
 }
 
 #define OP_N CUBLAS_OP_N
@@ -264,28 +254,6 @@ static void need(const struct gpt_cuda *p, const struct dsl_grad_sink *sink, siz
     sink->need(sink->ctx, lo, hi - lo);
 }
 
-static int attn_fwd(struct dsl_model *m, struct gpt_cuda_block *h, size_t B)
-{
-    struct gpt_cuda *p = m->impl;
-    size_t T = p->L.T, C = p->L.C, NH = p->L.NH, hs = C / NH, N = B * T, BH = B * NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    long long sq = (long long)(T * hs), sP = (long long)(T * T);
-    void *q = h->qkvh, *k = el(p, q, N * C), *v = el(p, q, 2 * N * C);
-    CU(m, "launching dsl_k_gpt_permute (qkv)",
-       dsl_cuda_gpt_permute(p->stream, p->et, p->qkv, h->qkvh, N, T, NH, hs, 3, 0));
-    /* row-major S [T, T] = scale Q K^T per pair: S^T = scale K Q^T */
-    TRY(gemm_b(m, "attention QK^T GEMM", OP_T, OP_N, T, T, hs, scale, k, hs, sq, q, hs, sq,
-               0.0f, h->att, T, sP, BH, 0));
-    CU(m, "launching dsl_k_gpt_softmax",
-       dsl_cuda_gpt_softmax(p->stream, p->et, h->att, NULL, BH * T, T, 0));
-    /* Y [T, hs] = P V: Y^T = V^T P^T */
-    TRY(gemm_b(m, "attention PV GEMM", OP_N, OP_N, hs, T, T, 1.0f, v, hs, sq, h->att, T, sP,
-               0.0f, p->yh, hs, sq, BH, 0));
-    CU(m, "launching dsl_k_gpt_permute (y)",
-       dsl_cuda_gpt_permute(p->stream, p->et, h->atty, p->yh, N, T, NH, hs, 1, 1));
-    return 0;
-}
-
 static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
                             const struct dsl_grad_sink *sink)
 {
@@ -305,9 +273,11 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln1, h->ln1m, h->ln1r, res, WB(GPT_LN1_W),
                                   WB(GPT_LN1_B), N, C));
         CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, p->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
-        TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), p->qkv, N, C, 3 * C, 1.0f));
-        TRY(attn_fwd(m, h, B));
+           dsl_cuda_gpt_resbias(p->stream, p->et, h->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
+        TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), h->qkv, N, C, 3 * C, 1.0f));
+        CU(m, "launching dsl_k_gpt_attn_fwd",
+           dsl_cuda_gpt_attention(p->stream, p->et, h->atty, h->lse, h->qkv, B, T, L->NH,
+                                  C / L->NH));
         CU(m, "launching dsl_k_gpt_resbias",
            dsl_cuda_gpt_resbias(p->stream, p->et, h->res2, res, WB(GPT_PROJ_B), N, C));
         TRY(proj_fwd(m, h->atty, WB(GPT_PROJ_W), h->res2, N, C, C, 1.0f));
@@ -354,8 +324,8 @@ static int gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int 
         /* dC [rows, C] = dlogits wte; dwte [V, C] (+)= dlogits^T lnf (fp32) */
         TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits, V,
                  0.0f, el(p, p->dC, r0 * C), C));
-        TRY(gemm_b(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, 1.0f, x, C, 0,
-                   p->logits, V, 0, r0 ? 1.0f : 0.0f, p->dwte, C, 0, 1, 1));
+        TRY(gemm_c(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, x, C, p->logits,
+                   V, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
     }
     return 0;
 }
@@ -437,36 +407,6 @@ static int ln_backward(struct dsl_model *m, const struct dsl_grad_sink *sink, si
     return deliver(m, sink, tw, p->g2, 0);
 }
 
-static int attn_bwd(struct dsl_model *m, struct gpt_cuda_block *h, size_t B)
-{
-    struct gpt_cuda *p = m->impl;
-    size_t T = p->L.T, C = p->L.C, NH = p->L.NH, hs = C / NH, N = B * T, BH = B * NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    long long sq = (long long)(T * hs), sP = (long long)(T * T);
-    const void *q = h->qkvh, *k = el(p, q, N * C), *v = el(p, q, 2 * N * C);
-    void *dq = p->dh, *dk = el(p, dq, N * C), *dv = el(p, dq, 2 * N * C);
-    /* dY (p->dC, [N, C]) into heads: p->yh */
-    CU(m, "launching dsl_k_gpt_permute (dy)",
-       dsl_cuda_gpt_permute(p->stream, p->et, p->dC, p->yh, N, T, NH, hs, 1, 0));
-    /* dP [T, T] = dY V^T: dP^T = V dY^T */
-    TRY(gemm_b(m, "attention dP GEMM", OP_T, OP_N, T, T, hs, 1.0f, v, hs, sq, p->yh, hs, sq,
-               0.0f, p->datt, T, sP, BH, 0));
-    /* dV [T, hs] = P^T dY: dV^T = dY^T P */
-    TRY(gemm_b(m, "attention dV GEMM", OP_N, OP_T, hs, T, T, 1.0f, p->yh, hs, sq, h->att, T, sP,
-               0.0f, dv, hs, sq, BH, 0));
-    CU(m, "launching dsl_k_gpt_softmax (backward)",
-       dsl_cuda_gpt_softmax(p->stream, p->et, p->datt, h->att, BH * T, T, 1));
-    /* dQ [T, hs] = scale dS K: dQ^T = scale K^T dS^T */
-    TRY(gemm_b(m, "attention dQ GEMM", OP_N, OP_N, hs, T, T, scale, k, hs, sq, p->datt, T, sP,
-               0.0f, dq, hs, sq, BH, 0));
-    /* dK [T, hs] = scale dS^T Q: dK^T = scale Q^T dS */
-    TRY(gemm_b(m, "attention dK GEMM", OP_N, OP_T, hs, T, T, scale, q, hs, sq, p->datt, T, sP,
-               0.0f, dk, hs, sq, BH, 0));
-    CU(m, "launching dsl_k_gpt_permute (dqkv)",
-       dsl_cuda_gpt_permute(p->stream, p->et, p->d3C, p->dh, N, T, NH, hs, 3, 1));
-    return 0;
-}
-
 static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
                              const struct dsl_grad_sink *sink)
 {
@@ -499,7 +439,9 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         TRY(deliver_bias(m, sink, TI(GPT_PROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_PROJ_W), h->atty, p->dres, N));
         TRY(proj_bwd(m, p->dres, WB(GPT_PROJ_W), p->dC, N, C, C));
-        TRY(attn_bwd(m, h, B));
+        CU(m, "launching dsl_k_gpt_attn_dkv and dsl_k_gpt_attn_dq",
+           dsl_cuda_gpt_attention_back(p->stream, p->et, p->d3C, h->qkv, h->atty, p->dC, h->lse,
+                                       p->rowd, B, T, L->NH, C / L->NH));
         TRY(deliver_bias(m, sink, TI(GPT_QKV_B), p->d3C, N));
         TRY(deliver_weight(m, sink, TI(GPT_QKV_W), h->ln1, p->d3C, N));
         TRY(proj_bwd(m, p->d3C, WB(GPT_QKV_W), p->dC, N, C, 3 * C));
@@ -620,15 +562,15 @@ static void gpt_cuda_release(struct dsl_model *m)
     struct gpt_cuda *p = m->impl;
     if (!p)
         return;
-    void *dev[] = {p->ids, p->enc, p->lnf, p->logits, p->qkv, p->yh, p->dres, p->dC, p->d3C,
-                   p->d4C, p->datt, p->dh, p->g1, p->g2, p->lnfm, p->lnfr, p->rowloss,
-                   p->dwte, p->dwpe, p->part, p->rowarg};
+    void *dev[] = {p->ids, p->enc, p->lnf, p->logits, p->dres, p->dC, p->d3C, p->d4C, p->g1,
+                   p->g2, p->lnfm, p->lnfr, p->rowloss, p->dwte, p->dwpe, p->part, p->rowd,
+                   p->rowarg};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cudaFree(dev[i]);
     for (size_t l = 0; l < p->L.L; l++) {
         struct gpt_cuda_block *h = &p->h[l];
-        void *b[] = {h->ln1, h->qkvh, h->att, h->atty, h->res2, h->ln2, h->fch, h->fchg,
-                     h->res3, h->ln1m, h->ln1r, h->ln2m, h->ln2r};
+        void *b[] = {h->ln1, h->qkv, h->atty, h->res2, h->ln2, h->fch, h->fchg, h->res3,
+                     h->ln1m, h->ln1r, h->ln2m, h->ln2r, h->lse};
         for (size_t i = 0; i < sizeof(b) / sizeof(b[0]); i++)
             cudaFree(b[i]);
     }
@@ -717,10 +659,17 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     m->stream = spec->stream;
 
     size_t B = spec->max_batch, T = lay.T, C = lay.C, V = lay.V, NH = lay.NH, N = B * T;
-    /* every GEMM size must fit cuBLAS's int: refuse the model now, not mid-step */
+    /* the fused attention's head sizes; every GEMM size must fit cuBLAS's int and the
+     * (sample, head) pairs the attention grid's x: refuse the model now, not mid-step */
+    if (C / NH > DSL_CUDA_GPT_MAX_HEAD) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_ECONFIG, "gpt: head size %zu (dim %zu / %zu heads) is above "
+                          "the GPU attention's %d; use more heads", C / NH, C, NH,
+                          DSL_CUDA_GPT_MAX_HEAD);
+    }
     {
         int dim;
-        size_t sizes[] = {N, 4 * C, V, T * T, B * NH, V * C};
+        size_t sizes[] = {N, 4 * C, V, B * NH, V * C};
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             if ((r = dsl_gemm_dim(sizes[i], "GPT dimension", &dim, err)) < 0) {
                 dsl_model_release(m);
@@ -757,20 +706,17 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
 
     p->R = GPT_CUDA_LOGIT_BUDGET / V;
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
-    size_t e = p->esz, BHTT = B * NH * T * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
+    size_t e = p->esz, BHT = B * NH * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
     int fail = 0;
     p->ids = dev_alloc((5 * N + 1) * sizeof(int32_t), &total, &fail);
     p->enc = dev_alloc(N * C * e, &total, &fail);
     p->lnf = dev_alloc(N * C * e, &total, &fail);
     p->logits = dev_alloc(p->R * V * e, &total, &fail);
-    p->qkv = dev_alloc(3 * N * C * e, &total, &fail);
-    p->yh = dev_alloc(N * C * e, &total, &fail);
     p->dres = dev_alloc(N * C * e, &total, &fail);
     p->dC = dev_alloc(N * C * e, &total, &fail);
     p->d3C = dev_alloc(3 * N * C * e, &total, &fail);
     p->d4C = dev_alloc(4 * N * C * e, &total, &fail);
-    p->datt = dev_alloc(BHTT * e, &total, &fail);
-    p->dh = dev_alloc(3 * N * C * e, &total, &fail);
+    p->rowd = dev_alloc(BHT * sizeof(float), &total, &fail);
     p->g1 = dev_alloc(C * e, &total, &fail);
     p->g2 = dev_alloc(C * e, &total, &fail);
     p->lnfm = dev_alloc(N * sizeof(float), &total, &fail);
@@ -783,8 +729,8 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     for (size_t l = 0; l < lay.L; l++) {
         struct gpt_cuda_block *h = &p->h[l];
         h->ln1 = dev_alloc(N * C * e, &total, &fail);
-        h->qkvh = dev_alloc(3 * N * C * e, &total, &fail);
-        h->att = dev_alloc(BHTT * e, &total, &fail);
+        h->qkv = dev_alloc(3 * N * C * e, &total, &fail);
+        h->lse = dev_alloc(BHT * sizeof(float), &total, &fail);
         h->atty = dev_alloc(N * C * e, &total, &fail);
         h->res2 = dev_alloc(N * C * e, &total, &fail);
         h->ln2 = dev_alloc(N * C * e, &total, &fail);

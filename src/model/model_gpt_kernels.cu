@@ -1,17 +1,18 @@
 /*
  * The non-GEMM parts of the CUDA GPT (model_gpt_cuda.c): the embedding and its
  * backward scatter, LayerNorm forward and backward, the bias/residual broadcast, the
- * tanh GELU and its gradient, the attention's head permutes and its fused scaled
- * causal softmax (forward and backward), the fused classifier (softmax, cross-entropy
+ * tanh GELU and its gradient, the causal self-attention (flash-style, forward and
+ * backward, see its section), the fused classifier (softmax, cross-entropy
  * and its gradient per row, in place over the logits), the deterministic column sums
  * (bias and LayerNorm parameter gradients) and the micro batch's loss statistics.
  *
  * Theory of operation. One template per kernel serves fp32 and the 16-bit types: each
  * element is widened to fp32 (dsl_tof), the arithmetic is fp32 with round-to-nearest
  * intrinsics (no FMA contraction, as the CPU loops in model_gpt.c, their oracle, are
- * compiled), and a 16-bit result is rounded once (dsl_fromf). Statistics that backward
- * reuses (LayerNorm's mean and 1/std, the per-row loss) stay fp32.
- *   - row kernels (LayerNorm, its input gradient, the softmaxes): one warp per row,
+ * compiled; the attention, whose oracle is sgemm, uses fmaf), and a 16-bit result is
+ * rounded once (dsl_fromf). Statistics that backward reuses (LayerNorm's mean and
+ * 1/std, the attention's log-sum-exp, the per-row loss) stay fp32.
+ *   - row kernels (LayerNorm, its input gradient, attention's row dots): one warp per row,
  *     the columns strided over the lanes (coalesced), sums by a fixed xor-shuffle tree;
  *   - the classifier: one block per row over the vocabulary (256 to 65536 entries),
  *     max/argmax (first index among equal maxima, as the CPU's strict '>') and the sum
@@ -302,71 +303,324 @@ template <typename T> __global__ void dsl_k_gpt_gelu_back(T *d, const T *x, size
     }
 }
 
-/* ---- attention ---- */
+/* ---- attention: flash-style causal attention ----
+ *
+ * q, k and v are read where the qkv projection wrote them, the flat [B, T, 3, NH, hs]
+ * rows (row stride 3C), and O, dO, dq, dk, dv live in the flat [B, T, NH, hs] / [B, T,
+ * 3, NH, hs] layouts of the projections beside them, so no permute and no T x T matrix:
+ * per (sample, head) pair the forward keeps O and each query row's log-sum-exp
+ * L = max + log(sum of exp) (fp32), the backward recomputes the probabilities from it,
+ * P = exp(scale q.k - L), and never stores them either.
+ *
+ * Tiles. FA_TILE = 32 queries or keys: one per lane of a warp, so a row's max and sum
+ * over a key tile are warp shuffles; FA_WARPS = 4 warps own FA_ROWS = 8 rows each
+ * (128 threads). Head sizes up to FA_HS_MAX = 64 (every GPT-2 size has 64): the head is
+ * padded with zeros to HS = 32 or 64 columns in shared memory (the padding adds exact
+ * zeros); a lane's accumulators hold columns lane and lane + 32. The tiles are staged
+ * in shared memory as fp32 (widened once), rows a lane walks along padded by one float
+ * so that the 32 lanes hit 32 banks. At HS 64 the largest kernel (dk/dv) takes 41.5 KiB
+ * of static shared memory (< 48 KiB), the forward 28.8 KiB and dq 37.1 KiB; the
+ * per-thread state is 16 (forward, dq) or 32 (dk/dv) fp32 accumulators plus 8 or 16
+ * row scores, well within sm_90's 255 registers at 128 threads. Larger heads (HS 128)
+ * would need 83 KiB for dk/dv: a dynamic shared memory opt-in not done here, so the
+ * model refuses them (model_gpt_cuda.c). These are scalar fp32 FMAs (CUDA cores), not
+ * tensor-core MMAs.
+ *
+ * Work. Forward: one block per (pair, query tile) streams the key tiles 0..diagonal,
+ * keeping per row a running max m, sum l and the unnormalised output (online softmax:
+ * when m grows, l and the output are rescaled by exp(m_old - m_new)). Backward, without
+ * atomics: D = rowsum(dO * O) per row (a warp per row); then one block per (pair, key
+ * tile) walks the query tiles from the diagonal on and owns its keys' dk and dv
+ * (dv += P^T dO, dk += scale dS^T Q with dS = P (dO.v - D)); one block per (pair, query
+ * tile) walks the key tiles up to the diagonal and owns its rows' dq (dq += scale dS K).
+ * Every sum runs in a fixed order (the head columns ascending in every dot product, the
+ * same in the three kernels so that the backward's P has the forward's bits; tiles and
+ * rows ascending), each output element is written by one thread once: the same bits on
+ * every run. The dot products use fmaf (fused, the same on the emulator and the GPU);
+ * the CPU oracle's products are sgemm, so agreement is within rounding.
+ */
+#define FA_TILE 32
+#define FA_WARPS 4
+#define FA_ROWS (FA_TILE / FA_WARPS)
+#define FA_THREADS (FA_WARPS * 32)
+#define FA_HS_MAX DSL_CUDA_GPT_MAX_HEAD
 
-/* dir 0: qkv [B, T, 3, NH, hs] -> q, k, v [B, NH, T, hs] each (k = q + n, v = q + 2n);
- * dir 1: the reverse. which: 3 for qkv, 1 for a single [B, T, NH, hs] <-> [B, NH, T, hs].
- * Grid x over the columns of one of the three (C), y over the rows (B T). */
-template <typename T>
-__global__ void dsl_k_gpt_permute(T *flat, T *heads, size_t N, size_t Tc, size_t NH, size_t hs,
-                                  int which, int dir)
+/* stage rows r0.. of one head (row stride ld, hs columns) as fp32 rows of HS + pad
+ * columns, zeros past the T rows and the hs columns */
+template <typename T, int HS, int LD>
+static __device__ __forceinline__ void fa_load(float (*dst)[LD], const T *src, size_t r0,
+                                               size_t Tc, size_t ld, size_t hs)
 {
-    size_t C = NH * hs, c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C)
-        return;
-    size_t h = c / hs, d = c % hs;
-    for (size_t i = blockIdx.y; i < N; i += gridDim.y) {
-        size_t b = i / Tc, t = i % Tc;
-        size_t hidx = ((b * NH + h) * Tc + t) * hs + d;
-        for (int w = 0; w < which; w++) {
-            T *f = flat + i * (size_t)which * C + (size_t)w * C + c;
-            T *g = heads + (size_t)w * N * C + hidx;
-            if (dir == 0)
-                *g = *f;
-            else
-                *f = *g;
+    for (unsigned i = threadIdx.x; i < FA_TILE * HS; i += FA_THREADS) {
+        unsigned r = i / HS, d = i % HS;
+        size_t t = r0 + r;
+        dst[r][d] = t < Tc && d < hs ? dsl_tof(src[t * ld + d]) : 0.0f;
+    }
+}
+
+/* O [B, T, NH, hs] and lse [B NH, T] from qkv [B, T, 3, NH, hs]; grid (B NH, query tiles) */
+template <typename T, int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    dsl_k_gpt_attn_fwd(T *o, float *lse, const T *qkv, size_t Tc, size_t NH, size_t hs,
+                       float scale)
+{
+    __shared__ float qs[FA_TILE][HS], ks[FA_TILE][HS + 1], vs[FA_TILE][HS];
+    __shared__ float ps[FA_WARPS][FA_ROWS][FA_TILE];
+    const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const size_t t0 = (size_t)blockIdx.y * FA_TILE;
+    const T *q = qkv + b * Tc * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+    fa_load<T, HS, HS>(qs, q, t0, Tc, 3 * C, hs);
+    float m[FA_ROWS], l[FA_ROWS], acc[FA_ROWS][HS / 32];
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            acc[r][c] = 0.0f;
+    }
+    for (size_t k0 = 0; k0 <= t0; k0 += FA_TILE) {
+        __syncthreads(); /* the previous tile's readers are done */
+        fa_load<T, HS, HS + 1>(ks, k, k0, Tc, 3 * C, hs);
+        fa_load<T, HS, HS>(vs, v, k0, Tc, 3 * C, hs);
+        __syncthreads();
+        float s[FA_ROWS];
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++)
+            s[r] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            float kd = ks[lane][d];
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++)
+                s[r] = fmaf(qs[w * FA_ROWS + r][d], kd, s[r]);
+        }
+        const size_t u = k0 + lane;
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++) {
+            const size_t t = t0 + w * FA_ROWS + r;
+            /* u < Tc is implied for a row t < Tc; rows past T are computed, not stored */
+            float sc = u <= t && u < Tc ? s[r] * scale : -INFINITY;
+            float mn = fmaxf(m[r], warp_max(sc)); /* finite: key 0 is in the first tile */
+            float pr = expf(sc - mn), a = expf(m[r] - mn);
+            l[r] = fmaf(l[r], a, warp_sum(pr));
+            m[r] = mn;
+#pragma unroll
+            for (int c = 0; c < HS / 32; c++)
+                acc[r][c] *= a;
+            ps[w][r][lane] = pr;
+        }
+        __syncwarp();
+        for (int j = 0; j < FA_TILE; j++) {
+            float vj[HS / 32];
+#pragma unroll
+            for (int c = 0; c < HS / 32; c++)
+                vj[c] = vs[j][lane + 32 * c];
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++) {
+                float pj = ps[w][r][j];
+#pragma unroll
+                for (int c = 0; c < HS / 32; c++)
+                    acc[r][c] = fmaf(pj, vj[c], acc[r][c]);
+            }
         }
     }
-}
-
-/* P = softmax over u <= t of S[t][u] (already scaled), zero for u > t; rows of T
- * (row r is position r % T); in place */
-template <typename T> __global__ void dsl_k_gpt_softmax(T *P, size_t rows, size_t Tc)
-{
-    WARP_ROWS(r, rows)
-    {
-        T *p = P + r * Tc;
-        size_t t = r % Tc;
-        float mx = -INFINITY;
-        for (size_t u = lane; u <= t; u += 32)
-            mx = fmaxf(mx, dsl_tof(p[u]));
-        mx = warp_max(mx);
-        float sum = 0.0f;
-        for (size_t u = lane; u <= t; u += 32)
-            sum = __fadd_rn(sum, expf(__fsub_rn(dsl_tof(p[u]), mx)));
-        float inv = __fdiv_rn(1.0f, warp_sum(sum));
-        for (size_t u = lane; u < Tc; u += 32)
-            p[u] = dsl_fromf<T>(u <= t ? __fmul_rn(expf(__fsub_rn(dsl_tof(p[u]), mx)), inv)
-                                       : 0.0f);
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++) {
+        const size_t t = t0 + w * FA_ROWS + r;
+        if (t >= Tc)
+            continue;
+        float inv = 1.0f / l[r];
+        T *orow = o + (b * Tc + t) * C + h * hs;
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            if (lane + 32 * c < hs)
+                orow[lane + 32 * c] = dsl_fromf<T>(acc[r][c] * inv);
+        if (lane == 0)
+            lse[bh * Tc + t] = m[r] + logf(l[r]);
     }
 }
 
-/* dS[t][u] = P[t][u] (dP[t][u] - sum_u' P dP) for u <= t, else 0; in place over dP */
+/* D[(b NH + h) T + t] = sum over the head's columns of dO * O, one warp per (row, head) */
 template <typename T>
-__global__ void dsl_k_gpt_softmax_back(T *dP, const T *P, size_t rows, size_t Tc)
+__global__ void dsl_k_gpt_attn_rowdot(float *D, const T *o, const T *dout, size_t N, size_t Tc,
+                                      size_t NH, size_t hs)
 {
-    WARP_ROWS(r, rows)
+    WARP_ROWS(i, N * NH)
     {
-        T *d = dP + r * Tc;
-        const T *p = P + r * Tc;
-        size_t t = r % Tc;
-        float dot = 0.0f;
-        for (size_t u = lane; u <= t; u += 32)
-            dot = __fadd_rn(dot, __fmul_rn(dsl_tof(p[u]), dsl_tof(d[u])));
-        dot = warp_sum(dot);
-        for (size_t u = lane; u < Tc; u += 32)
-            d[u] = dsl_fromf<T>(
-                u <= t ? __fmul_rn(dsl_tof(p[u]), __fsub_rn(dsl_tof(d[u]), dot)) : 0.0f);
+        size_t row = i / NH, h = i % NH, off = row * NH * hs + h * hs;
+        float s = 0.0f;
+        for (size_t d = lane; d < hs; d += 32)
+            s = fmaf(dsl_tof(dout[off + d]), dsl_tof(o[off + d]), s);
+        s = warp_sum(s);
+        if (lane == 0)
+            D[((row / Tc) * NH + h) * Tc + row % Tc] = s;
+    }
+}
+
+/* dk, dv (the k and v parts of dqkv [B, T, 3, NH, hs]) of one key tile: grid (B NH, key
+ * tiles); lane i takes query i of each query tile, warp w keys w FA_ROWS.. */
+template <typename T, int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    dsl_k_gpt_attn_dkv(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D,
+                       size_t Tc, size_t NH, size_t hs, float scale)
+{
+    __shared__ float qs[FA_TILE][HS + 1], dos[FA_TILE][HS + 1], ks[FA_TILE][HS],
+        vs[FA_TILE][HS];
+    __shared__ float ps[FA_WARPS][FA_ROWS][FA_TILE], dss[FA_WARPS][FA_ROWS][FA_TILE];
+    __shared__ float sl[FA_TILE], sd[FA_TILE];
+    const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const size_t k0 = (size_t)blockIdx.y * FA_TILE;
+    const T *q = qkv + b * Tc * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+    const T *dor = dout + b * Tc * C + h * hs;
+    fa_load<T, HS, HS>(ks, k, k0, Tc, 3 * C, hs);
+    fa_load<T, HS, HS>(vs, v, k0, Tc, 3 * C, hs);
+    float dk[FA_ROWS][HS / 32], dv[FA_ROWS][HS / 32];
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++)
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            dk[r][c] = dv[r][c] = 0.0f;
+    for (size_t t0 = k0; t0 < Tc; t0 += FA_TILE) {
+        __syncthreads();
+        fa_load<T, HS, HS + 1>(qs, q, t0, Tc, 3 * C, hs);
+        fa_load<T, HS, HS + 1>(dos, dor, t0, Tc, C, hs);
+        if (threadIdx.x < FA_TILE) {
+            size_t t = t0 + threadIdx.x;
+            sl[threadIdx.x] = t < Tc ? lse[bh * Tc + t] : 0.0f;
+            sd[threadIdx.x] = t < Tc ? D[bh * Tc + t] : 0.0f;
+        }
+        __syncthreads();
+        float s[FA_ROWS], dp[FA_ROWS];
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++)
+            s[r] = dp[r] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            float qd = qs[lane][d], dod = dos[lane][d];
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++) {
+                s[r] = fmaf(qd, ks[w * FA_ROWS + r][d], s[r]);
+                dp[r] = fmaf(dod, vs[w * FA_ROWS + r][d], dp[r]);
+            }
+        }
+        const size_t t = t0 + lane;
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++) {
+            const size_t u = k0 + w * FA_ROWS + r;
+            float pr = u <= t && t < Tc ? expf(s[r] * scale - sl[lane]) : 0.0f;
+            ps[w][r][lane] = pr;
+            dss[w][r][lane] = pr * (dp[r] - sd[lane]);
+        }
+        __syncwarp();
+        for (int i = 0; i < FA_TILE; i++) {
+            float qi[HS / 32], doi[HS / 32];
+#pragma unroll
+            for (int c = 0; c < HS / 32; c++) {
+                qi[c] = qs[i][lane + 32 * c];
+                doi[c] = dos[i][lane + 32 * c];
+            }
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++) {
+                float pi = ps[w][r][i], di = dss[w][r][i];
+#pragma unroll
+                for (int c = 0; c < HS / 32; c++) {
+                    dv[r][c] = fmaf(pi, doi[c], dv[r][c]);
+                    dk[r][c] = fmaf(di, qi[c], dk[r][c]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++) {
+        const size_t u = k0 + w * FA_ROWS + r;
+        if (u >= Tc)
+            continue;
+        T *row = dqkv + (b * Tc + u) * 3 * C + h * hs;
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            if (lane + 32 * c < hs) {
+                row[C + lane + 32 * c] = dsl_fromf<T>(dk[r][c] * scale);
+                row[2 * C + lane + 32 * c] = dsl_fromf<T>(dv[r][c]);
+            }
+    }
+}
+
+/* dq (the q part of dqkv) of one query tile: grid (B NH, query tiles); warp w rows
+ * w FA_ROWS.., lane j key j of each key tile */
+template <typename T, int HS>
+__global__ void __launch_bounds__(FA_THREADS)
+    dsl_k_gpt_attn_dq(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D,
+                      size_t Tc, size_t NH, size_t hs, float scale)
+{
+    __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ks[FA_TILE][HS + 1],
+        vs[FA_TILE][HS + 1];
+    __shared__ float dss[FA_WARPS][FA_ROWS][FA_TILE];
+    const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
+    const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const size_t t0 = (size_t)blockIdx.y * FA_TILE;
+    const T *q = qkv + b * Tc * 3 * C + h * hs, *k = q + C, *v = q + 2 * C;
+    fa_load<T, HS, HS>(qs, q, t0, Tc, 3 * C, hs);
+    fa_load<T, HS, HS>(dos, dout + b * Tc * C + h * hs, t0, Tc, C, hs);
+    float lr[FA_ROWS], dr[FA_ROWS], dq[FA_ROWS][HS / 32];
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++) {
+        const size_t t = t0 + w * FA_ROWS + r;
+        lr[r] = t < Tc ? lse[bh * Tc + t] : 0.0f;
+        dr[r] = t < Tc ? D[bh * Tc + t] : 0.0f;
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            dq[r][c] = 0.0f;
+    }
+    for (size_t k0 = 0; k0 <= t0; k0 += FA_TILE) {
+        __syncthreads();
+        fa_load<T, HS, HS + 1>(ks, k, k0, Tc, 3 * C, hs);
+        fa_load<T, HS, HS + 1>(vs, v, k0, Tc, 3 * C, hs);
+        __syncthreads();
+        float s[FA_ROWS], dp[FA_ROWS];
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++)
+            s[r] = dp[r] = 0.0f;
+        for (int d = 0; d < HS; d++) {
+            float kd = ks[lane][d], vd = vs[lane][d];
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++) {
+                s[r] = fmaf(qs[w * FA_ROWS + r][d], kd, s[r]);
+                dp[r] = fmaf(dos[w * FA_ROWS + r][d], vd, dp[r]);
+            }
+        }
+        const size_t u = k0 + lane;
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++) {
+            const size_t t = t0 + w * FA_ROWS + r;
+            float pr = u <= t && t < Tc ? expf(s[r] * scale - lr[r]) : 0.0f;
+            dss[w][r][lane] = pr * (dp[r] - dr[r]);
+        }
+        __syncwarp();
+        for (int j = 0; j < FA_TILE; j++) {
+            float kj[HS / 32];
+#pragma unroll
+            for (int c = 0; c < HS / 32; c++)
+                kj[c] = ks[j][lane + 32 * c];
+#pragma unroll
+            for (int r = 0; r < FA_ROWS; r++) {
+                float dj = dss[w][r][j];
+#pragma unroll
+                for (int c = 0; c < HS / 32; c++)
+                    dq[r][c] = fmaf(dj, kj[c], dq[r][c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < FA_ROWS; r++) {
+        const size_t t = t0 + w * FA_ROWS + r;
+        if (t >= Tc)
+            continue;
+        T *row = dqkv + (b * Tc + t) * 3 * C + h * hs;
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            if (lane + 32 * c < hs)
+                row[lane + 32 * c] = dsl_fromf<T>(dq[r][c] * scale);
     }
 }
 
@@ -614,33 +868,67 @@ extern "C" cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const 
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_gpt_permute(cudaStream_t s, int et, void *flat, void *heads,
-                                            size_t N, size_t T, size_t NH, size_t hs, int which,
-                                            int dir)
+extern "C" cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, void *o, float *lse,
+                                              const void *qkv, size_t B, size_t T, size_t NH,
+                                              size_t hs)
 {
-    if (!N || !hs)
+    if (!B || !T || !NH)
         return cudaSuccess;
-#define L_(ty)                                                                               \
-    (dsl_k_gpt_permute<ty><<<grid2(NH * hs, N), THREADS, 0, s>>>((ty *)flat, (ty *)heads, N,  \
-                                                                 T, NH, hs, which, dir),      \
+    if (!hs || hs > FA_HS_MAX)
+        return cudaErrorInvalidValue;
+    dim3 g((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE));
+    float scale = 1.0f / sqrtf((float)hs);
+#define F_(ty, hsp)                                                                          \
+    (dsl_k_gpt_attn_fwd<ty, hsp><<<g, FA_THREADS, 0, s>>>((ty *)o, lse, (const ty *)qkv, T,  \
+                                                          NH, hs, scale),                     \
      0)
+#define L_(ty) (hs <= 32 ? F_(ty, 32) : F_(ty, 64))
     DISPATCH(et, L_);
 #undef L_
+#undef F_
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t dsl_cuda_gpt_softmax(cudaStream_t s, int et, void *P, const void *Pf,
-                                            size_t rows, size_t T, int back)
+extern "C" cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, void *dqkv,
+                                                   const void *qkv, const void *o,
+                                                   const void *dout, const float *lse,
+                                                   float *D, size_t B, size_t T, size_t NH,
+                                                   size_t hs)
 {
-    if (!rows)
+    if (!B || !T || !NH)
         return cudaSuccess;
+    if (!hs || hs > FA_HS_MAX)
+        return cudaErrorInvalidValue;
+    cudaError_t e;
+    size_t N = B * T;
 #define L_(ty)                                                                               \
-    (back ? (dsl_k_gpt_softmax_back<ty><<<row_blocks(rows), THREADS, 0, s>>>(                 \
-                 (ty *)P, (const ty *)Pf, rows, T),                                           \
-             0)                                                                              \
-          : (dsl_k_gpt_softmax<ty><<<row_blocks(rows), THREADS, 0, s>>>((ty *)P, rows, T), 0))
+    (dsl_k_gpt_attn_rowdot<ty><<<row_blocks(N * NH), THREADS, 0, s>>>(                        \
+         D, (const ty *)o, (const ty *)dout, N, T, NH, hs),                                   \
+     0)
     DISPATCH(et, L_);
 #undef L_
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+    dim3 g((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE));
+    float scale = 1.0f / sqrtf((float)hs);
+#define KV_(ty, hsp)                                                                         \
+    (dsl_k_gpt_attn_dkv<ty, hsp><<<g, FA_THREADS, 0, s>>>(                                    \
+         (ty *)dqkv, (const ty *)qkv, (const ty *)dout, lse, D, T, NH, hs, scale),            \
+     0)
+#define L_(ty) (hs <= 32 ? KV_(ty, 32) : KV_(ty, 64))
+    DISPATCH(et, L_);
+#undef L_
+#undef KV_
+    if ((e = cudaGetLastError()) != cudaSuccess)
+        return e;
+#define Q_(ty, hsp)                                                                          \
+    (dsl_k_gpt_attn_dq<ty, hsp><<<g, FA_THREADS, 0, s>>>(                                     \
+         (ty *)dqkv, (const ty *)qkv, (const ty *)dout, lse, D, T, NH, hs, scale),            \
+     0)
+#define L_(ty) (hs <= 32 ? Q_(ty, 32) : Q_(ty, 64))
+    DISPATCH(et, L_);
+#undef L_
+#undef Q_
     return cudaGetLastError();
 }
 
