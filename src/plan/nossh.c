@@ -108,6 +108,8 @@ static int check_secret_file(int fd, const char *path, char *err)
     if (fstat(fd, &st) < 0)
         return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path, strerror(errno));
     mode_t mode = st.st_mode & 07777;
+    if (S_ISDIR(st.st_mode))
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path, strerror(EISDIR));
     if (st.st_uid != me && st.st_uid != 0) {
         struct passwd *pw = getpwuid(st.st_uid);
         return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s' belongs to another user "

@@ -361,6 +361,11 @@ TEST(nossh_should_refuse_a_secret_file_of_another_user_or_open_to_everyone)
     char mode[32];
     snprintf(mode, sizeof(mode), "(mode %04o", (unsigned)(st.st_mode & 07777));
     ASSERT_CONTAINS(err, mode);
+    /* a directory is named as one, not judged by its mode */
+    const char *dir[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                         "--job_secret_file", "/", NULL};
+    ASSERT_EQ(resolve(&ns, dir, env, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "--job_secret_file '/': Is a directory");
     if (geteuid() == 0) {
         /* a file of another ordinary user, however private: its owner can replace it */
         char path[] = "/tmp/dsl-test-secret.XXXXXX";
