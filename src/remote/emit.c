@@ -28,6 +28,7 @@
  * say so rather than guess. dstrain reads no environment variable for it, and dslaunch
  * has no config file of its own, so there is no other way to turn it on.
  */
+#define _DEFAULT_SOURCE /* realpath */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,17 +204,22 @@ static char *config_path(const struct dsl_plan *p, const char *dstrain, const ch
                                             : dsl_xasprintf("%s/%s", p->cwd, name);
     if (!*name || strchr(name, '/') || access(path, F_OK) == 0 || !strchr(dstrain, '/'))
         return path;
+    /* dstrain looks beside its /proc/self/exe: links resolved */
+    char *real = realpath(dstrain, NULL);
+    const char *exe = real ? real : dstrain;
     static const char *const suffix[] = {"", ".json"};
-    size_t dir = (size_t)(strrchr(dstrain, '/') - dstrain);
+    size_t dir = (size_t)(strrchr(exe, '/') - exe);
     for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
-        char *shipped = dsl_xasprintf("%.*s/../share/dslaunch/configs/%s%s", (int)dir, dstrain,
+        char *shipped = dsl_xasprintf("%.*s/../share/dslaunch/configs/%s%s", (int)dir, exe,
                                       name, suffix[i]);
         if (access(shipped, R_OK) == 0) {
             free(path);
+            free(real);
             return shipped;
         }
         free(shipped);
     }
+    free(real);
     return path;
 }
 

@@ -126,6 +126,10 @@ expect_success "a bare --config name is found among the configs shipped beside d
     DSL="$T_TMP/inst/bin/dslaunch" emit a.sh train --config sig
     requeues a.sh
     assert_grep "true in --config .sig." a.sh
+    # dstrain through a link looks beside the file the link names, as dstrain does
+    mkdir -p "$T_TMP/links" && ln -sf "$T_TMP/inst/bin/dstrain" "$T_TMP/links/dstrain"
+    emit l.sh "$T_TMP/links/dstrain" --config sig
+    requeues l.sh
     # a file of that name in the working directory comes first, as in dstrain
     echo "{}" >sig
     DSL="$T_TMP/inst/bin/dslaunch" emit b.sh train --config sig
