@@ -239,8 +239,12 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
     else if (file && plan->opts->verbose >= 1)
         dsl_info("wrote the batch script '%s' (submit it with: sbatch %s)", file, file);
     if (!jobset && rq.requeue && !rq.resumes && plan->opts->verbose >= 1)
-        dsl_info("--save-on-signal without --resume: the script requeues the job on exit 138, "
-                 "but its next start begins afresh (dstrain: add --resume auto)");
+        dsl_info("the ranks save on Slurm's warning but do not resume: the script requeues "
+                 "the job on exit 138, but its next start begins afresh (dstrain: add "
+                 "--resume auto)");
+    if (!jobset && rq.signal_unknown && plan->opts->verbose >= 1)
+        dsl_info("the batch script asks Slurm for no warning signal: whether the ranks save "
+                 "a checkpoint on SIGUSR1 could not be known here (its comments say why)");
 out:
     if (file && fd > 1) {
         close(fd);

@@ -516,7 +516,8 @@ static void reap(struct agent *a)
 
 /* ---- stopping ---- */
 
-/* sig to every live rank's process group and to the ranks' other processes */
+/* sig to every live rank's process group and to the ranks' other processes (a stop;
+ * a warning goes to the ranks' own processes alone: warn_ranks) */
 static void signal_ranks(struct agent *a, int sig)
 {
     char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
@@ -536,6 +537,28 @@ static void signal_ranks(struct agent *a, int sig)
     free(signalled);
 }
 
+/*
+ * A warning (SIGUSR1, SIGUSR2: Slurm's time-limit warning) to every live rank's own
+ * process, the one this agent started, which runs the training loop and decides what
+ * to do; not to its process group, as a stop goes. The rank's helpers cannot act on a
+ * warning, and under the default disposition they die of it: a DataLoader worker
+ * started by spawn or forkserver (Python 3.14's default), the forkserver and the
+ * resource tracker themselves; the rank then fails ("DataLoader worker ... killed by
+ * signal: User defined signal 1") instead of saving. A worker forked after the rank set
+ * its handler would run that handler too. The group is continued, so that a stopped
+ * rank acts on the warning now (docs/reliability.md, "Slurm's warning").
+ */
+static void warn_ranks(struct agent *a, int sig)
+{
+    for (int i = 0; i < a->nranks; i++)
+        if (a->ranks[i].pid > 0 && !a->ranks[i].exited) {
+            if (sig > 0 && sig < 64)
+                a->ranks[i].sent_sigs |= 1ull << sig;
+            kill(a->ranks[i].pid, sig);
+            kill(-a->ranks[i].pid, SIGCONT);
+        }
+}
+
 /* SIGUSR1 sent to the agent itself (got_usr1): to this node's running ranks, once */
 static void pass_usr1(struct agent *a)
 {
@@ -544,7 +567,7 @@ static void pass_usr1(struct agent *a)
     int n = 0;
     for (int i = 0; i < a->nranks; i++)
         n += a->ranks[i].pid > 0 && !a->ranks[i].exited;
-    signal_ranks(a, SIGUSR1);
+    warn_ranks(a, SIGUSR1);
     fprintf(stderr, "dslaunch agent: got SIGUSR1: passed it to this node's %d rank%s\n", n,
             n == 1 ? "" : "s");
 }
@@ -920,7 +943,7 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
         break;
     case DSL_MSG_SIGNAL: /* dslaunch got SIGUSR1 (Slurm's warning): pass it on */
         if (a->state == AG_RUNNING)
-            signal_ranks(a, m->sig);
+            warn_ranks(a, m->sig);
         break;
     case DSL_MSG_STACKS:
         if (a->state == AG_RUNNING)

@@ -117,7 +117,7 @@ void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots)
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name)
 {
     for (size_t i = 0; i < hf->nr; i++)
-        if (strcmp(hf->hosts[i].name, name) == 0)
+        if (name_eq(hf->hosts[i].name, name))
             return &hf->hosts[i];
     return NULL;
 }

@@ -1,16 +1,18 @@
 /*
  * No-ssh mode's settings (nossh.h): options, then the scheduler's variables, then
  * defaults, each value remembering its source. Pure apart from reading the secret file
- * and, for the slots, the local devices; nothing is connected here.
+ * (refused unless private to this user, as ssh refuses an open private key) and, for
+ * the slots, the local devices; nothing is connected here.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-#include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
@@ -77,26 +79,103 @@ static int env_int(const char *name, const char *v, int lo, int hi, int range_ok
     return 0;
 }
 
+/* "readable", "writable", "readable and writable" (or "accessible": execute alone) */
+static const char *access_words(mode_t m)
+{
+    int rd = (m & (S_IRGRP | S_IROTH)) != 0, wr = (m & (S_IWGRP | S_IWOTH)) != 0;
+    return rd && wr ? "readable and writable" : rd ? "readable" : wr ? "writable" : "accessible";
+}
+
+static const char *access_who(mode_t m)
+{
+    int g = (m & S_IRWXG) != 0, o = (m & S_IRWXO) != 0;
+    return g && o ? "its group and others" : g ? "its group" : "others";
+}
+
+/*
+ * Whoever holds the secret can join the job and run commands as this user on every
+ * node, so its file is held to the rule OpenSSH applies to a private key: a file of our
+ * own must be private to us (no bit of 077). A file root provides (an administrator's,
+ * a Kubernetes Secret volume's) may be shared with its group (a pod's fsGroup makes
+ * such files 0440) but not with others; a file of another ordinary user is refused,
+ * since its owner can read or replace it. fd is the opened file, so the file checked
+ * is the file read.
+ */
+static int check_secret_file(int fd, const char *path, char *err)
+{
+    struct stat st;
+    uid_t me = geteuid();
+    if (fstat(fd, &st) < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path, strerror(errno));
+    mode_t mode = st.st_mode & 07777;
+    if (S_ISDIR(st.st_mode))
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path, strerror(EISDIR));
+    if (st.st_uid != me && st.st_uid != 0) {
+        struct passwd *pw = getpwuid(st.st_uid);
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s' belongs to another user "
+                          "(%s%s%suid %ld): its owner can read or replace the job secret; "
+                          "use a file of your own (copy it, then chmod 600 the copy)", path,
+                          pw && pw->pw_name ? "'" : "", pw && pw->pw_name ? pw->pw_name : "",
+                          pw && pw->pw_name ? "', " : "", (long)st.st_uid);
+    }
+    if (st.st_uid == me && (mode & 077)) {
+        /* a Kubernetes Secret volume: PATH -> ..data/PATH, the mode from defaultMode */
+        char link[16];
+        ssize_t n = readlink(path, link, sizeof(link));
+        int kube = n >= 7 && memcmp(link, "..data/", 7) == 0;
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s' is %s by %s (mode %04o): "
+                          "anyone who can read it can join the job and run commands as you; "
+                          "%s%s%s (ssh refuses a private key with such a mode too)", path,
+                          access_words(mode), access_who(mode), (unsigned)mode,
+                          kube ? "set defaultMode: 0400 on the Secret volume" : "run chmod 600 '",
+                          kube ? "" : path, kube ? "" : "'");
+    }
+    if (st.st_uid != me && (mode & S_IRWXO))
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s' is %s by every user of "
+                          "this machine (mode %04o, owned by root): anyone can join the job; "
+                          "have it made private (chmod o-rwx), or copy it to a file of your "
+                          "own and chmod 600 that", path,
+                          access_words(mode & (S_IRWXO)), (unsigned)mode);
+    return 0;
+}
+
 static int read_secret(struct dsl_nossh *ns, const char *path, char *err)
 {
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, SECRET_MAX);
-    int r = dsl_dynbuf_load_file(&b, path);
-    if (r < 0) {
-        dsl_dynbuf_release(&b);
-        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path,
-                          r == -ENOBUFS || r == -EFBIG ? "larger than 4 KiB" : dsl_strerror(r));
+    unsigned char buf[SECRET_MAX + 1];
+    size_t len = 0;
+    int r = 0, fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path, strerror(errno));
+    if ((r = check_secret_file(fd, path, err)) < 0)
+        goto out;
+    while (len < sizeof(buf)) {
+        ssize_t got = read(fd, buf + len, sizeof(buf) - len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            r = dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': %s", path,
+                           strerror(errno));
+            goto out;
+        }
+        if (got == 0)
+            break;
+        len += (size_t)got;
     }
-    size_t n = b.len;
-    while (n && (b.buf[n - 1] == '\n' || b.buf[n - 1] == '\r'))
+    if (len > SECRET_MAX) {
+        r = dsl_seterr(err, DSL_EUSAGE, "--job_secret_file '%s': larger than 4 KiB", path);
+        goto out;
+    }
+    size_t n = len;
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         n--; /* `echo secret >file` and Kubernetes secrets both end so, or not */
     ns->secret = dsl_xmalloc(n + 1);
-    memcpy(ns->secret, b.buf, n);
+    memcpy(ns->secret, buf, n);
     ns->secret_len = n;
-    wipe(b.buf, b.len);
-    dsl_dynbuf_release(&b);
     snprintf(ns->from_secret, sizeof(ns->from_secret), "--job_secret_file '%.200s'", path);
-    return 0;
+out:
+    wipe(buf, len);
+    close(fd);
+    return r;
 }
 
 int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,

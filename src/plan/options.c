@@ -240,7 +240,8 @@ static const struct dsl_opt opts[] = {
     INT("control_port", control_port, "PORT", "no-ssh mode: the coordinator's port for "
         "the agents, the same on every node", "the master port + 1", 1, 65535),
     STR("job_secret_file", 0, job_secret_file, "FILE", "no-ssh mode: the job's shared "
-        "secret, the same on every node (at least 16 bytes)", "$DSLAUNCH_JOB_SECRET"),
+        "secret, the same on every node (at least 16 bytes; a file only you can read, "
+        "mode 600)", "$DSLAUNCH_JOB_SECRET"),
     SECS("join_timeout", join_timeout, "SECONDS", "no-ssh mode: how long node 0 waits for "
          "the others and they try to reach it", "300", 1, DAY),
     SET("verbose", 'v', verbose, "say more", 2),

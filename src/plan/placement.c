@@ -5,7 +5,9 @@
  * (lim = 0 is none, lim = slots is all) or, once a filter names single slots, a byte
  * map. --include starts from nothing and adds, --exclude starts from everything and
  * removes; a NODE_SPEC is HOST or HOST:SLOT[,SLOT...] and the specs are joined by '@'
- * (DeepSpeed's syntax; HOST may also be a pdsh range such as node[1-4]). --num_nodes
+ * (DeepSpeed's syntax; HOST may also be a pdsh range such as node[1-4]; it matches the
+ * hostfile line spelling it in any ASCII case, as DNS and the hostfile's duplicate check
+ * do, and the line's spelling is kept). --num_nodes
  * keeps the first N hosts, --num_gpus the first N slots of each. The nodes are then
  * read off in hostfile order, slots ascending, skipping hosts left empty, and numbered:
  * node_rank by position, first_rank by the running slot count.
@@ -118,12 +120,12 @@ static void known_hosts(const struct dsl_hostfile *hf, char *buf, size_t cap)
     }
 }
 
+/* The hostfile line a filter's host name means, ASCII case ignored as the hostfile's
+ * duplicate check and DNS ignore it ('-i Worker-0' is the line 'worker-0'); -1 if none. */
 static long host_index(const struct dsl_hostfile *hf, const char *name)
 {
-    for (size_t i = 0; i < hf->nr; i++)
-        if (strcmp(hf->hosts[i].name, name) == 0)
-            return (long)i;
-    return -1;
+    const struct dsl_host *h = dsl_hostfile_find(hf, name);
+    return h ? (long)(h - hf->hosts) : -1;
 }
 
 /* Parse one slot id text[0..n) (digits only). Returns the id, or -1. */

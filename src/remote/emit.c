@@ -18,9 +18,24 @@
  * trap returns 138 too, so it waits again while the process exists); exit 138 means
  * the ranks saved a checkpoint, and `scontrol requeue` puts the job back in the queue,
  * where its next start resumes from it (dstrain --resume auto).
+ *
+ * Whether the ranks save on SIGUSR1 is decided when the script is written, from what
+ * dstrain itself reads at its start: its --save-on-signal flag, else the last of its
+ * --config files that sets dstrain.save_on_signal (flags override files in dstrain).
+ * The files are read here, as dstrain will find them (the plan's working directory,
+ * then the configs shipped beside dstrain for a bare name); a file that cannot be read
+ * here, and any program other than dstrain, cannot be asked, and the script's comments
+ * say so rather than guess. dstrain reads no environment variable for it, and dslaunch
+ * has no config file of its own, so there is no other way to turn it on.
  */
+#define _DEFAULT_SOURCE /* realpath */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
@@ -101,6 +116,8 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
         dsl_dynbuf_addstr(out, "): Slurm spreads the ranks itself\n");
         dsl_dynbuf_addf(out, "#SBATCH --ntasks=%ld\n", total);
     }
+    if (rq->signal_note)
+        dsl_dynbuf_addstr(out, rq->signal_note);
     if (rq->requeue) {
         if (!rq->resumes)
             dsl_dynbuf_addstr(out, "# the program has no --resume: a requeued start begins "
@@ -159,6 +176,181 @@ static const char *const not_forwarded[] = {
     "dry_run", "emit", "hostfile", "include", "exclude", "num_nodes", "num_gpus",
     "launcher", "master_addr", "force_multi", NULL};
 
+/* A comment line of the script: "# ", text with every control byte as '?' (a file
+ * name holding a newline must not end the comment and start a command), "\n". */
+static void note_line(struct dsl_dynbuf *b, char *text)
+{
+    dsl_dynbuf_addstr(b, "# ");
+    for (char *c = text; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
+    dsl_dynbuf_addstr(b, text);
+    dsl_dynbuf_addstr(b, "\n");
+    free(text);
+}
+
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return slash ? slash + 1 : path;
+}
+
+/* The file dstrain will read for --config name: as given when absolute, else in the
+ * plan's working directory; a bare name found nowhere is one of the configs shipped
+ * beside dstrain (bin/../share/dslaunch/configs), NAME or NAME.json. */
+static char *config_path(const struct dsl_plan *p, const char *dstrain, const char *name)
+{
+    char *path = name[0] == '/' || !p->cwd ? dsl_xstrdup(name)
+                                            : dsl_xasprintf("%s/%s", p->cwd, name);
+    if (!*name || strchr(name, '/') || access(path, F_OK) == 0 || !strchr(dstrain, '/'))
+        return path;
+    /* dstrain looks beside its /proc/self/exe: links resolved */
+    char *real = realpath(dstrain, NULL);
+    const char *exe = real ? real : dstrain;
+    static const char *const suffix[] = {"", ".json"};
+    size_t dir = (size_t)(strrchr(exe, '/') - exe);
+    for (size_t i = 0; i < sizeof(suffix) / sizeof(suffix[0]); i++) {
+        char *shipped = dsl_xasprintf("%.*s/../share/dslaunch/configs/%s%s", (int)dir, exe,
+                                      name, suffix[i]);
+        if (access(shipped, R_OK) == 0) {
+            free(path);
+            free(real);
+            return shipped;
+        }
+        free(shipped);
+    }
+    free(real);
+    return path;
+}
+
+/* dstrain.save_on_signal (*save: 0 or 1) and dstrain.resume (*resume: 1 when a
+ * non-empty string) of the config at path, each left as it is when the file does not
+ * set it, the last of a repeated key winning as in dstrain. 0, or -1 with why. */
+static int dstrain_keys(const char *path, int *save, int *resume, char *why, size_t cap)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 16u << 20); /* dstrain's own limit */
+    int r = dsl_dynbuf_load_file(&b, path);
+    if (r < 0) {
+        snprintf(why, cap, "%s", r == -EFBIG ? "larger than 16 MiB" : dsl_strerror(r));
+        dsl_dynbuf_release(&b);
+        return -1;
+    }
+    cJSON *root = cJSON_ParseWithLength(dsl_dynbuf_str(&b), b.len);
+    dsl_dynbuf_release(&b);
+    if (!cJSON_IsObject(root)) {
+        snprintf(why, cap, "not a JSON object");
+        cJSON_Delete(root);
+        return -1;
+    }
+    const cJSON *sec, *it;
+    r = 0;
+    cJSON_ArrayForEach(sec, root) {
+        if (!sec->string || strcmp(sec->string, "dstrain") || !cJSON_IsObject(sec))
+            continue;
+        cJSON_ArrayForEach(it, sec) {
+            if (!it->string)
+                continue;
+            if (!strcmp(it->string, "save_on_signal")) {
+                if (!cJSON_IsBool(it)) {
+                    snprintf(why, cap, "dstrain.save_on_signal is not true or false");
+                    r = -1;
+                } else {
+                    *save = cJSON_IsTrue(it) ? 1 : 0;
+                }
+            } else if (!strcmp(it->string, "resume") && cJSON_IsString(it)) {
+                *resume = it->valuestring[0] != '\0';
+            }
+        }
+    }
+    cJSON_Delete(root);
+    return r;
+}
+
+/* rq->requeue, rq->resumes and the note that says why (see emit.h) */
+static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
+                            struct dsl_emit_store *st)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    const char *prog = p->argv.nr ? p->argv.v[0] : o->argv.v[0];
+    int dstrain = !strcmp(base_name(prog), "dstrain");
+    struct dsl_strvec configs;
+    struct dsl_dynbuf note, unread;
+    int flag = 0, save = -1, cfg_resume = 0, unknown = 0;
+    const char *save_in = NULL;
+
+    dsl_strvec_init(&configs);
+    dsl_dynbuf_init(&note, 1 << 16);
+    dsl_dynbuf_init(&unread, 1 << 16);
+    for (size_t k = 1; k < o->argv.nr; k++) {
+        const char *a = o->argv.v[k];
+        if (!strcmp(a, "--save-on-signal") || !strcmp(a, "--save_on_signal"))
+            flag = 1;
+        else if (!strncmp(a, "--resume", 8))
+            rq->resumes = 1;
+        else if (dstrain && !strcmp(a, "--config") && k + 1 < o->argv.nr)
+            dsl_strvec_push(&configs, o->argv.v[++k]);
+        else if (dstrain && !strncmp(a, "--config=", 9))
+            dsl_strvec_push(&configs, a + 9);
+    }
+    for (size_t i = 0; i < configs.nr; i++) {
+        char *path = config_path(p, prog, configs.v[i]), why[160];
+        int s = -1, r = -1;
+        if (dstrain_keys(path, &s, &r, why, sizeof(why)) < 0) {
+            note_line(&unread, dsl_xasprintf("could not read --config '%s' while writing this "
+                                           "script (%s): whether it turns "
+                                           "dstrain.save_on_signal on is not known",
+                                           configs.v[i], why));
+            unknown = 1;
+        } else {
+            if (s >= 0) {
+                save = s;
+                save_in = configs.v[i];
+            }
+            if (r >= 0)
+                cfg_resume = r;
+        }
+        free(path);
+    }
+    rq->resumes |= cfg_resume;
+    if (flag) {
+        note_line(&note, dsl_xstrdup("the ranks save a checkpoint on Slurm's warning: the "
+                                     "program's arguments hold --save-on-signal"));
+        rq->requeue = 1;
+    } else if (save == 1) {
+        note_line(&note, dsl_xasprintf("the ranks save a checkpoint on Slurm's warning: "
+                                       "dstrain.save_on_signal is true in --config '%s' (as "
+                                       "read while this script was written)", save_in));
+        rq->requeue = 1;
+    } else if (unknown) {
+        if (unread.len) /* (with the flag, which overrides them, they do not matter) */
+            dsl_dynbuf_add(&note, unread.buf, unread.len);
+        note_line(&note, dsl_xstrdup("so no warning signal is asked for: if the ranks do "
+                                     "save on SIGUSR1, write this script again where the "
+                                     "file can be read (docs/slurm.md)"));
+        rq->signal_unknown = 1;
+    } else if (!dstrain) {
+        note_line(&note, dsl_xasprintf("'%s' is not dstrain: whether it saves a checkpoint on "
+                                       "SIGUSR1 cannot be known here, so no warning signal is "
+                                       "asked for (for a program that does: docs/slurm.md, "
+                                       "\"Programs other than dstrain\")",
+                                       base_name(o->argv.v[0])));
+        rq->signal_unknown = 1;
+    } else if (save == 0) {
+        note_line(&note, dsl_xasprintf("no warning signal asked for: dstrain.save_on_signal "
+                                       "is false in --config '%s' (as read while this script "
+                                       "was written) and there is no --save-on-signal",
+                                       save_in));
+    }
+    if (note.len) {
+        st->note = dsl_xstrdup(dsl_dynbuf_str(&note));
+        rq->signal_note = st->note;
+    }
+    dsl_dynbuf_release(&note);
+    dsl_dynbuf_release(&unread);
+    dsl_strvec_release(&configs);
+}
+
 void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int nodes,
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st)
 {
@@ -174,12 +366,7 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
     rq->slots = st->slots;
     const char *gpn = getenv("SLURM_GPUS_PER_NODE");
     rq->gpus = gpus > 0 || (p->from_allocation && gpn && gpn[0]);
-    for (size_t k = 1; k < o->argv.nr; k++)
-        if (!strcmp(o->argv.v[k], "--save-on-signal") ||
-            !strcmp(o->argv.v[k], "--save_on_signal"))
-            rq->requeue = 1;
-        else if (!strncmp(o->argv.v[k], "--resume", 8))
-            rq->resumes = 1;
+    look_at_program(p, rq, st);
     rq->signal_secs = 90;
     /* the program's base name, as a job name sbatch's own parser reads as one word */
     const char *base = strrchr(o->argv.v[0], '/');
@@ -209,6 +396,7 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
 void dsl_emit_req_release(struct dsl_emit_store *st)
 {
     free(st->slots);
+    free(st->note);
     dsl_strvec_release(&st->argv);
     memset(st, 0, sizeof(*st));
     dsl_strvec_init(&st->argv);

@@ -1,11 +1,14 @@
 /* No-ssh mode's settings: options, then PET_* and JOB_COMPLETION_INDEX, then defaults
  * (plan/nossh.h). */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/xalloc.h"
 #include "dslaunch/plan/nossh.h"
 #include "dslaunch/plan/options.h"
 #include "test.h"
@@ -244,6 +247,163 @@ TEST(nossh_should_read_the_secret_file_without_its_final_newline_before_the_env)
     unlink(path);
     ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "--job_secret_file '/tmp/dsl-test-secret.");
+    dsl_nossh_release(&ns);
+}
+
+/* A secret file with the mode given, holding a valid secret; path is filled in. */
+static void secret_file(char *path, mode_t mode)
+{
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, "file-secret-0123456789\n", 23), 23);
+    ASSERT_EQ(fchmod(fd, mode), 0);
+    close(fd);
+}
+
+/* whoever reads the secret can join the job and run commands as this user: ssh's rule
+ * for a private key (a file of ours has no bit of 077), refused before anything starts
+ * and never replaced by DSLAUNCH_JOB_SECRET behind the user's back */
+TEST(nossh_should_refuse_a_secret_file_others_can_read_or_write_as_ssh_refuses_a_key)
+{
+    static const struct {
+        mode_t mode;
+        const char *says; /* NULL: accepted */
+    } cases[] = {
+        {0644, "is readable by its group and others (mode 0644)"},
+        {0640, "is readable by its group (mode 0640)"},
+        {0604, "is readable by others (mode 0604)"},
+        {0602, "is writable by others (mode 0602)"},
+        {0660, "is readable and writable by its group (mode 0660)"},
+        {0666, "is readable and writable by its group and others (mode 0666)"},
+        {0610, "is accessible by its group (mode 0610)"},
+        {0600, NULL},
+        {0400, NULL},
+        {0700, NULL},
+    };
+    struct dsl_nossh ns;
+    char err[DSL_ERR_LEN];
+    char *env[] = {(char *)SECRET, NULL};
+    dsl_nossh_init(&ns);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char path[] = "/tmp/dsl-test-secret.XXXXXX";
+        secret_file(path, cases[i].mode);
+        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                              "--job_secret_file", path, NULL};
+        int r = resolve(&ns, args, env, err);
+        if (!cases[i].says) {
+            if (r < 0)
+                fprintf(stderr, "mode %04o: %s\n", (unsigned)cases[i].mode, err);
+            ASSERT_EQ(r, 0);
+            ASSERT_EQ(ns.secret_len, 22);
+            ASSERT_EQ(memcmp(ns.secret, "file-secret-0123456789", 22), 0);
+        } else {
+            ASSERT_EQ(r, DSL_EUSAGE);
+            char *want = dsl_xasprintf("--job_secret_file '%s' %s: anyone who can read it can "
+                                       "join the job and run commands as you; run chmod 600 "
+                                       "'%s' (ssh refuses a private key with such a mode too)",
+                                       path, cases[i].says, path);
+            ASSERT_STR_EQ(err, want);
+            free(want);
+        }
+        unlink(path);
+    }
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_point_a_kubernetes_secret_volume_at_default_mode)
+{
+    char dir[] = "/tmp/dsl-test-kube.XXXXXX", data[64], file[80], link[80];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(data, sizeof(data), "%s/..data", dir);
+    snprintf(file, sizeof(file), "%s/secret", data);
+    snprintf(link, sizeof(link), "%s/secret", dir);
+    ASSERT_EQ(mkdir(data, 0755), 0);
+    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    ASSERT(fd >= 0);
+    ASSERT_EQ(write(fd, "kube-secret-0123456789", 22), 22);
+    ASSERT_EQ(fchmod(fd, 0644), 0); /* the kubelet's default defaultMode */
+    close(fd);
+    ASSERT_EQ(symlink("..data/secret", link), 0);
+    struct dsl_nossh ns;
+    char err[DSL_ERR_LEN];
+    char *env[] = {NULL};
+    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                          "--job_secret_file", link, NULL};
+    dsl_nossh_init(&ns);
+    ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "(mode 0644)");
+    ASSERT_CONTAINS(err, "set defaultMode: 0400 on the Secret volume");
+    ASSERT_EQ(chmod(file, 0400), 0); /* what defaultMode: 0400 gives: followed and accepted */
+    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(ns.secret_len, 22);
+    dsl_nossh_release(&ns);
+    unlink(link);
+    unlink(file);
+    rmdir(data);
+    rmdir(dir);
+}
+
+TEST(nossh_should_refuse_a_secret_file_of_another_user_or_open_to_everyone)
+{
+    struct dsl_nossh ns;
+    char err[DSL_ERR_LEN];
+    char *env[] = {(char *)SECRET, NULL};
+    dsl_nossh_init(&ns);
+    /* a root-owned file every user can read: refused whoever runs this (root: it is our
+       own file; anyone else: it is open to every user) */
+    const char *passwd[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                            "--job_secret_file", "/etc/passwd", NULL};
+    struct stat st;
+    ASSERT_EQ(stat("/etc/passwd", &st), 0);
+    ASSERT((st.st_mode & S_IROTH) && st.st_uid == 0);
+    ASSERT_EQ(resolve(&ns, passwd, env, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--job_secret_file '/etc/passwd' is readable by ");
+    char mode[32];
+    snprintf(mode, sizeof(mode), "(mode %04o", (unsigned)(st.st_mode & 07777));
+    ASSERT_CONTAINS(err, mode);
+    /* a directory is named as one, not judged by its mode */
+    const char *dir[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                         "--job_secret_file", "/", NULL};
+    ASSERT_EQ(resolve(&ns, dir, env, err), DSL_EUSAGE);
+    ASSERT_STR_EQ(err, "--job_secret_file '/': Is a directory");
+    if (geteuid() == 0) {
+        /* a file of another ordinary user, however private: its owner can replace it */
+        char path[] = "/tmp/dsl-test-secret.XXXXXX";
+        secret_file(path, 0600);
+        ASSERT_EQ(chown(path, 4242, 4242), 0);
+        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                              "--job_secret_file", path, NULL};
+        ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, "' belongs to another user (");
+        ASSERT_CONTAINS(err, "uid 4242): its owner can read or replace the job secret; use a "
+                             "file of your own (copy it, then chmod 600 the copy)");
+        unlink(path);
+    }
+    dsl_nossh_release(&ns);
+}
+
+/* `--job_secret_file <(vault read ...)`: a pipe of our own, mode 0600, is read */
+TEST(nossh_should_read_the_secret_from_a_pipe_as_process_substitution_gives_it)
+{
+    int p[2];
+    ASSERT_EQ(pipe(p), 0);
+    ASSERT_EQ(write(p[1], "pipe-secret-0123456789\n", 23), 23);
+    close(p[1]);
+    char path[32];
+    snprintf(path, sizeof(path), "/dev/fd/%d", p[0]);
+    struct dsl_nossh ns;
+    char err[DSL_ERR_LEN];
+    char *env[] = {NULL};
+    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                          "--job_secret_file", path, NULL};
+    dsl_nossh_init(&ns);
+    int r = resolve(&ns, args, env, err);
+    if (r < 0)
+        fprintf(stderr, "%s\n", err);
+    ASSERT_EQ(r, 0);
+    ASSERT_EQ(ns.secret_len, 22);
+    ASSERT_EQ(memcmp(ns.secret, "pipe-secret-0123456789", 22), 0);
+    close(p[0]);
     dsl_nossh_release(&ns);
 }
 

@@ -190,6 +190,68 @@ TEST(placement_should_reject_bad_filters_with_clear_messages)
     dsl_hostfile_release(&hf);
 }
 
+/* DNS ignores ASCII case and so does the hostfile's duplicate check ('W' after 'w' is a
+ * duplicate): a filter names a host the same way, and the hostfile's spelling is the
+ * one every result and message uses */
+TEST(placement_should_match_filter_hosts_ignoring_case_and_keep_the_hostfile_spelling)
+{
+    static const char text[] = "worker-0 slots=4\nNode-B slots=2\n";
+    static const struct {
+        const char *include, *exclude, *want;
+    } cases[] = {
+        {"Worker-0", NULL, "{\"worker-0\": [0, 1, 2, 3]}"},
+        {"WORKER-0:2,0@node-b:1", NULL, "{\"worker-0\": [0, 2], \"Node-B\": [1]}"},
+        {"WORKER-[0-1]", NULL, NULL}, /* worker-1 is unknown: checked below */
+        {"node-b", NULL, "{\"Node-B\": [0, 1]}"},
+        {"WORKER-[0-0]:1", NULL, "{\"worker-0\": [1]}"},
+        /* names differing only in case are the same host named twice: the union */
+        {"worker-0:0@Worker-0:3@WORKER-0:3", NULL, "{\"worker-0\": [0, 3]}"},
+        {"Worker-0:1@worker-0", NULL, "{\"worker-0\": [0, 1, 2, 3]}"},
+        {NULL, "Worker-0:1,1@worker-0:1@NODE-b", "{\"worker-0\": [0, 2, 3]}"},
+        {NULL, "node-B:0@Node-b:1", "{\"worker-0\": [0, 1, 2, 3]}"},
+    };
+    struct dsl_hostfile hf;
+    char err[DSL_ERR_LEN];
+    dsl_hostfile_init(&hf);
+    ASSERT_OK(dsl_hostfile_parse(&hf, "h", text, strlen(text), err));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct dsl_placement pl;
+        struct dsl_placement_opts o = {cases[i].include, cases[i].exclude, NONE, NONE, NULL};
+        int r = dsl_placement_build(&pl, &hf, &o, err);
+        if (!cases[i].want) {
+            ASSERT_EQ(r, DSL_EPLACEMENT);
+            ASSERT_STR_EQ(err, "--include 'WORKER-[0-1]': unknown host 'WORKER-1' (known hosts: "
+                               "worker-0, Node-B)");
+            continue;
+        }
+        if (r < 0)
+            fprintf(stderr, "case %zu: %s\n", i, err);
+        ASSERT_OK(r);
+        char *json = dsl_placement_world_info_json(&pl);
+        ASSERT_STR_EQ(json, cases[i].want);
+        free(json);
+        /* the node's name (MASTER_ADDR, the agent's host) is the hostfile's */
+        ASSERT_STR_EQ(pl.nodes[0].host, cases[i].want[2] == 'w' ? "worker-0" : "Node-B");
+        dsl_placement_release(&pl);
+    }
+    /* messages name the host as the hostfile spells it */
+    struct dsl_placement pl;
+    struct dsl_placement_opts o = {"WORKER-0:7", NULL, NONE, NONE, NULL};
+    ASSERT_EQ(dsl_placement_build(&pl, &hf, &o, err), DSL_EPLACEMENT);
+    ASSERT_STR_EQ(err, "--include 'WORKER-0:7': host 'worker-0' has no slot 7 (it has slots 0-3)");
+    struct dsl_placement_opts c = {"Worker-0,node-b", NULL, NONE, NONE, NULL};
+    ASSERT_EQ(dsl_placement_build(&pl, &hf, &c, err), DSL_EPLACEMENT);
+    ASSERT_STR_EQ(err, "--include 'Worker-0,node-b': unknown host 'Worker-0,node-b' (known "
+                       "hosts: worker-0, Node-B); hosts are joined with '@', e.g. "
+                       "'worker-0@worker-1' (',' separates slots: 'worker-0:0,1')");
+    /* the lookup itself: any case finds the line, the line keeps its spelling */
+    ASSERT_STR_EQ(dsl_hostfile_find(&hf, "NODE-B")->name, "Node-B");
+    ASSERT(dsl_hostfile_find(&hf, "node-c") == NULL);
+    ASSERT(dsl_hostfile_find(&hf, "node-") == NULL);
+    ASSERT(dsl_hostfile_find(&hf, "node-bb") == NULL);
+    dsl_hostfile_release(&hf);
+}
+
 TEST(placement_should_filter_user_at_host_lines_by_the_host_alone)
 {
     const char *text = "alice@n1 slots=2\nn2 slots=1\nbob@n[3-4] slots=1\n";

@@ -48,7 +48,11 @@ int dsl_hostfile_parse(struct dsl_hostfile *hf, const char *path, const char *te
                        char *err);
 /** Append one host (a synthesised "localhost slots=N" entry, say). Copies name. */
 void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots);
-/** The host called name, or NULL. The pointer is owned by hf. */
+/**
+ * The host called name, or NULL, names compared as DNS compares them (ASCII case
+ * ignored, as the parser does for duplicates): 'Worker-0' finds the line 'worker-0',
+ * whose spelling is the one to use in messages. The pointer is owned by hf.
+ */
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name);
 void dsl_hostfile_release(struct dsl_hostfile *hf);
 

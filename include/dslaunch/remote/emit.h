@@ -22,8 +22,16 @@ struct dsl_emit_req {
                                --signal=B:USR1@signal_secs, --requeue, and a requeue when
                                dslaunch exits 138 */
     int signal_secs;
-    int resumes;            /* the program's arguments hold --resume (dstrain's): a
-                               requeued start takes up the checkpoint */
+    int resumes;            /* the program resumes (dstrain's --resume, or
+                               dstrain.resume in its --config): a requeued start takes up
+                               the checkpoint */
+    const char *signal_note; /* why the script does or does not ask for the warning
+                               signal, or what could not be known: comment lines, each
+                               ending in '\n' and holding no other control character
+                               (NULL: none) */
+    int signal_unknown;      /* no warning signal asked for, but whether the ranks save on
+                               it could not be known (a program other than dstrain, a
+                               --config not readable here) */
     const char *job_name;   /* --job-name (letters, digits, '.', '_', '-' only; NULL: none) */
     const char *hosts_from; /* for the header comment: where the plan's hosts came from */
     const char *cwd;        /* cd there first */
@@ -43,7 +51,12 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
  * into p->opts): the plan's nodes and slots, or, when its hosts are this machine (a
  * login node), nodes (1 when below 1) of gpus slots each (the plan's slot count when
  * below 1); slots are GPUs where --num_gpus was given or the allocation has
- * SLURM_GPUS_PER_NODE; requeue when the program's arguments hold --save-on-signal;
+ * SLURM_GPUS_PER_NODE; requeue when the ranks save on SIGUSR1: the program's arguments
+ * hold --save-on-signal, or the program is dstrain and its --config files, read now
+ * (relative to the plan's working directory, a bare name also among the configs shipped
+ * beside dstrain, the last file that sets the key winning), set dstrain.save_on_signal
+ * (signal_note says which, or what could not be read; a program other than dstrain
+ * cannot be asked, and the note says so);
  * argv is dslaunch's own path, --launcher slurm, the options that still apply inside
  * the allocation and the program with its arguments as given. Fills *rq and the
  * storage it points into (slots, argv, name: release with dsl_emit_req_release).
@@ -52,6 +65,7 @@ struct dsl_emit_store {
     int *slots;
     struct dsl_strvec argv;
     char name[64];
+    char *note;
 };
 void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int nodes,
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st);

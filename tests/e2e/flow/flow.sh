@@ -721,6 +721,77 @@ EOS
     assert_grep "dslaunch agent: got SIGUSR1: passed it to this node.s 2 ranks" u1.err
 '
 
+expect_success "Slurm's warning reaches each rank's own process, not the helpers it started" '
+    # the helper stands for a DataLoader worker started by spawn or forkserver: its
+    # SIGUSR1 is the default, death, and the rank would then fail instead of saving
+    cat >uh.sh <<EOS
+#!/bin/sh
+trap "echo usr1 >uh-usr1.\$RANK" USR1
+sleep 600 &
+echo \$! >uh-helper.\$RANK
+echo >uh-ready.\$RANK
+i=0
+while [ ! -e uh-usr1.\$RANK ] && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+[ -e uh-usr1.\$RANK ] || exit 4
+kill -0 \$(cat uh-helper.\$RANK) || exit 3
+kill \$(cat uh-helper.\$RANK)
+EOS
+    chmod +x uh.sh
+    rm -f uh-*
+    "$DSL" --include localhost:0,1 ./uh.sh >uh.out 2>uh.err &
+    dsl=$!
+    for _ in $(seq 100); do [ -e uh-ready.0 ] && [ -e uh-ready.1 ] && break; sleep 0.1; done
+    kill -USR1 "$dsl"
+    rc=0
+    wait "$dsl" || rc=$?
+    cat uh.err >&2
+    assert_eq "$rc" 0 "exit (3: a helper died of the warning, 4: a rank never got it)"
+    assert_grep "got SIGUSR1: passed it to the ranks of 1 node" uh.err
+'
+
+expect_success "a Python rank's spawn-started workers live through Slurm's warning" '
+    command -v python3 >/dev/null || skip "no python3"
+    cat >uw.py <<"EOS"
+import multiprocessing as mp, os, signal, sys, time
+
+def worker(stop):
+    while not os.path.exists(stop):
+        time.sleep(0.05)
+
+if __name__ == "__main__":
+    got = []
+    signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+    rank = os.environ["RANK"]
+    ctx = mp.get_context("spawn")  # forkserver, the default from Python 3.14, alike
+    ps = [ctx.Process(target=worker, args=("uw-stop." + rank,)) for _ in range(2)]
+    for p in ps:
+        p.start()
+    open("uw-ready." + rank, "w").close()
+    for _ in range(300):
+        if got:
+            break
+        time.sleep(0.1)
+    alive = [p.exitcode for p in ps]
+    open("uw-stop." + rank, "w").close()
+    for p in ps:
+        p.join()
+    print("warned:", bool(got), "workers while warned:", alive, "at the end:",
+          [p.exitcode for p in ps], flush=True)
+    sys.exit(0 if got and alive == [None, None] and [p.exitcode for p in ps] == [0, 0] else 3)
+EOS
+    rm -f uw-*
+    "$DSL" --include localhost:0,1 --no_python python3 uw.py >uw.out 2>uw.err &
+    dsl=$!
+    for _ in $(seq 300); do [ -e uw-ready.0 ] && [ -e uw-ready.1 ] && break; sleep 0.1; done
+    kill -USR1 "$dsl"
+    rc=0
+    wait "$dsl" || rc=$?
+    cat uw.out uw.err >&2
+    assert_eq "$rc" 0 "exit"
+    [ "$(grep -c "warned: True workers while warned: \[None, None\] at the end: \[0, 0\]" uw.out)" = 2 ] ||
+        fail "a rank or its workers"
+'
+
 expect_success "--launcher slurm checks the srun that DSLAUNCH_SRUN names, not the one in PATH" '
     printf "#!/bin/sh\nexit 1\n" >my-srun
     chmod +x my-srun

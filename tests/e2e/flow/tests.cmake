@@ -26,3 +26,12 @@ add_test(NAME flow_emit_jobset
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/emit_jobset.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
 set_tests_properties(flow_emit_jobset PROPERTIES LABELS flow TIMEOUT 120)
+# --dry-run --emit sbatch: the warning signal and requeue follow every way the ranks'
+# saving on SIGUSR1 is turned on (the flag, the --config files), and the script's
+# comments say what could not be known.
+if(TARGET dstrain)
+  add_test(NAME flow_emit_sbatch
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/emit_sbatch.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(flow_emit_sbatch PROPERTIES LABELS flow TIMEOUT 120)
+endif()
