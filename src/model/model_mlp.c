@@ -6,8 +6,8 @@
  *
  * Theory of operation. Forward keeps every layer's output activation (after ReLU) in
  * per-layer workspace sized for max_batch rows; with the trainer's sink it computes
- * each layer's output columns segment by segment, asking need() for each weight block
- * first (mlp_forward), and it hands the loss to the sink before backward starts.
+ * the first layer's output columns segment by segment, asking need() for each weight
+ * block first (mlp_forward), and it hands the loss to the sink before backward starts.
  * Backward walks the layers from the
  * last to the first; for layer l it first writes the bias gradient, then the weight
  * gradient in row blocks of at most seg_max elements (last block first), handing each
@@ -105,12 +105,14 @@ static void mlp_need(struct mlp *p, const float *params, const struct dsl_grad_s
 
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
  * used (params itself, or the widened copy of 16-bit ones). With a sink that has
- * need(), each layer goes segment by segment in backward order (the bias, then the
- * weight's row blocks), each block's output columns as soon as need() has its rows: a
- * trainer that is still reducing or updating the last step's gradient (whose first
- * layer arrives last, block by block) can let forward start on the blocks that are
- * ready. Every output element is the same K-long dot product either way, so the cut
- * changes no bit. */
+ * need(), the first layer goes segment by segment in backward order (the bias, then
+ * the weight's row blocks), each block's output columns as soon as need() has its
+ * rows: its gradient is the last to leave backward, so a trainer still reducing or
+ * updating it (or, at stages 1/2, gathering it) can let forward start on the blocks
+ * that are in. Every output element is the same K-long dot product either way, so the
+ * cut changes no bit. The later layers' parameters are in by the time forward reaches
+ * them, and one product per layer is cheaper than one per block (each call packs the
+ * activations again), so they go whole. */
 static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
                                 const float *params, const float *x, size_t n,
                                 const struct dsl_grad_sink *sink)
@@ -119,7 +121,7 @@ static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->L.nlayers; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1], woff = p->L.woff[l];
-        if (!sink || !sink->need) {
+        if (!sink || !sink->need || l > 0) {
             mlp_need(p, params, sink, woff, out * (in + 1));
             mlp_forward_cols(p, l, wp + woff, n, 0, out);
             continue;

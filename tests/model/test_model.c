@@ -123,6 +123,96 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     dsl_model_release(&b);
 }
 
+/* a sink that also has need() and loss(): what forward asked for, in order */
+struct need_sink {
+    struct full_sink fs;
+    size_t need_off[64], need_len[64], nneed;
+    int loss_calls, loss_before_dest;
+    double loss_seen;
+};
+
+static float *ns_dest(void *ctx, size_t seg)
+{
+    struct need_sink *s = ctx;
+    if (s->fs.ndone == 0 && s->loss_calls == 1)
+        s->loss_before_dest = 1;
+    return fs_dest(&s->fs, seg);
+}
+
+static void ns_done(void *ctx, size_t seg)
+{
+    struct need_sink *s = ctx;
+    fs_done(&s->fs, seg);
+}
+
+static void ns_need(void *ctx, size_t off, size_t len)
+{
+    struct need_sink *s = ctx;
+    ASSERT(s->nneed < 64);
+    s->need_off[s->nneed] = off;
+    s->need_len[s->nneed++] = len;
+}
+
+static void ns_loss(void *ctx, const struct dsl_model_stats *st)
+{
+    struct need_sink *s = ctx;
+    s->loss_calls++;
+    s->loss_seen = st->loss_sum;
+}
+
+/* the trainer's stream_defer relies on it: the first layer block by block, in the order
+ * its gradient segments leave backward, each asked for before it is read; the loss
+ * handed over once, before backward's first segment; the same bits as whole layers */
+TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same_bits)
+{
+    struct dsl_model m;
+    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 50, .out_dim = 10, .nhidden = 2,
+                                .hidden = {37, 20}, .max_batch = 16, .seg_max = 400};
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_model_create(&m, &sp, err));
+    float *p = calloc(m.nparams, sizeof(float)), *g1 = calloc(m.nparams, sizeof(float)),
+          *g2 = calloc(m.nparams, sizeof(float)), x[16 * 50];
+    int32_t y[16];
+    for (size_t i = 0; i < 16; i++)
+        y[i] = (int32_t)(i * 7 % 10);
+    m.ops->init_params(&m, p, 3);
+    fill(x, 16 * 50, 9);
+    struct full_sink whole = {g1, &m, 0, m.nparams};
+    struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &whole};
+    struct need_sink ns = {.fs = {g2, &m, 0, m.nparams}};
+    struct dsl_grad_sink k2 = {.dest = ns_dest, .done = ns_done, .need = ns_need,
+                               .ctx = &ns, .loss = ns_loss};
+    struct dsl_model_stats s1, s2;
+    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 16, 1.0f, &k1, &s1));
+    ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 16, 1.0f, &k2, &s2));
+    ASSERT(memcmp(g1, g2, m.nparams * sizeof(float)) == 0);
+    ASSERT(s1.loss_sum == s2.loss_sum && s1.correct == s2.correct);
+    ASSERT_EQ(ns.loss_calls, 1);
+    ASSERT(ns.loss_before_dest);
+    ASSERT(ns.loss_seen == s2.loss_sum);
+    /* layer 0 (37 rows of 50): the bias, then blocks of 8 rows, last block first, in
+     * the order of its segments; then the two later layers whole */
+    size_t k = 0, nblk = 0;
+    ASSERT_EQ(ns.need_off[k], 37 * 50);
+    ASSERT_EQ(ns.need_len[k++], 37);
+    for (size_t i = 0; i < m.nsegs; i++) {
+        if (m.segs[i].layer != 0 || m.segs[i].off >= 37 * 50)
+            continue;
+        ASSERT_EQ(ns.need_off[k], m.segs[i].off);
+        ASSERT_EQ(ns.need_len[k++], m.segs[i].len);
+        nblk++;
+    }
+    ASSERT_EQ(nblk, 5);
+    ASSERT_EQ(ns.need_off[k], 37 * 51);
+    ASSERT_EQ(ns.need_len[k++], 20 * 38);
+    ASSERT_EQ(ns.need_len[k++], 10 * 21);
+    ASSERT_EQ(ns.nneed, k);
+    free(p);
+    free(g1);
+    free(g2);
+    dsl_model_release(&m);
+}
+
 TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
 {
     /* backward is linear in dz, so 2^k x loss gives exactly 2^k x the gradient (no
