@@ -87,7 +87,7 @@ cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute a, int v)
     emu_smem_max[k] = v;
     return cudaSuccess;
 }
-const char *cudaGetErrorString(cudaError_t) { return "emu"; }
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaErrorInvalidValue ? "invalid argument" : "emu"; }
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) { *h = (cublasHandle_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
