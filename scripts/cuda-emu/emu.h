@@ -2,7 +2,11 @@
  * A CPU emulation of the CUDA subset that src/model/model_gpt_kernels.cu uses, so that
  * its kernels compile as C++ (g++ -std=c++20) and run on a machine without a GPU
  * (run.sh). Each launch runs its blocks one after another, each block as blockDim real
- * threads: __shared__ is a static (one block lives at a time), __syncthreads a barrier
+ * threads: __shared__ is a static (one block lives at a time), dynamic shared memory
+ * (extern __shared__, rewritten by launches.py) one buffer of the launch's size, filled
+ * with NaN bytes first and refused above 48 KiB unless cudaFuncSetAttribute raised the
+ * kernel's limit (as on a GPU; the opt-in limit is sm_90's 227 KiB, or EMU_SMEM_OPTIN
+ * bytes), __syncthreads a barrier
  * over the block, __syncwarp one over the warp, __shfl_xor_sync an exchange through
  * memory between barriers over the warp, the _rn intrinsics plain IEEE operations
  * (compiled with -ffp-contract=off, as nvcc keeps them; fmaf is the C library's fused
@@ -31,6 +35,7 @@ extern thread_local emu_ctx emu_c;
 extern std::barrier<> *emu_block_bar;
 extern std::barrier<> *emu_warp_bar[32];
 extern unsigned long long emu_xch[1024];
+extern void *emu_dyn_smem;
 #define threadIdx (emu_c.t)
 #define blockIdx (emu_c.b)
 #define blockDim (emu_c.bd)
@@ -61,12 +66,19 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fsqrt_rn(float a) { return sqrtf(a); }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __ddiv_rn(double a, double b) { return a / b; }
-void emu_run(dim3 g, dim3 b, std::function<void()> f);
+void emu_run(dim3 g, dim3 b, size_t shm, const void *kernel, std::function<void()> f);
 template <typename F> struct emu_launcher {
-    dim3 g, b; F f;
-    template <typename... A> void operator()(A... a) { F ff = f; emu_run(g, b, [=] { ff(a...); }); }
+    dim3 g, b; F f; size_t shm;
+    template <typename... A> void operator()(A... a)
+    {
+        F ff = f;
+        emu_run(g, b, shm, (const void *)f, [=] { ff(a...); });
+    }
 };
-template <typename F> emu_launcher<F> emu_launch(dim3 g, dim3 b, F f) { return {g, b, f}; }
+template <typename F> emu_launcher<F> emu_launch(dim3 g, dim3 b, F f, size_t shm)
+{
+    return {g, b, f, shm};
+}
 // cuda_kernels.h's __CUDACC__ part
 #define DSL_CUDA_THREADS 256
 #define DSL_CUDA_MAX_BLOCKS 8192

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Rewrite a .cu file's kernel launches for the CPU emulation (emu.h): every
-`NAME<<<GRID, BLOCK, 0, s>>>(ARGS)` becomes `emu_launch(dim3(GRID), dim3(BLOCK), &NAME)(ARGS)`,
-and emu.h is included before cuda_kernels.h.  usage: launches.py IN.cu OUT.cpp"""
+`NAME<<<GRID, BLOCK, SHMEM, s>>>(ARGS)` becomes
+`emu_launch(dim3(GRID), dim3(BLOCK), &NAME, SHMEM)(ARGS)` (SHMEM: the dynamic shared memory
+in bytes), every `extern __shared__ TYPE NAME[];` becomes `TYPE *NAME = (TYPE *)emu_dyn_smem;`
+(the launch's buffer), and emu.h is included before cuda_kernels.h.
+usage: launches.py IN.cu OUT.cpp"""
 import re
 import sys
 
@@ -26,7 +29,9 @@ while True:
         else:
             cur += ch
     parts.append(cur)
-    out.append(src[i:start] + f"emu_launch(dim3({parts[0].strip()}), dim3({parts[1].strip()}), &{name})")
+    shm = parts[2].strip() if len(parts) > 2 else "0"
+    out.append(src[i:start] + f"emu_launch(dim3({parts[0].strip()}), dim3({parts[1].strip()}), &{name}, {shm})")
     i = e + 3
-text = "".join(out).replace('#include "cuda_kernels.h"', '#include "emu.h"\n#include "cuda_kernels.h"')
+text = re.sub(r"extern __shared__ (\w+) (\w+)\[\];", r"\1 *\2 = (\1 *)emu_dyn_smem;", "".join(out))
+text = text.replace('#include "cuda_kernels.h"', '#include "emu.h"\n#include "cuda_kernels.h"')
 open(sys.argv[2], "w").write(text)

@@ -3,20 +3,38 @@
  * versions of the CUDA runtime and cuBLAS calls that model_gpt_cuda.c makes (device
  * memory is host memory, streams and events complete at once, cublasGemmEx a reference
  * column-major GEMM accumulating in double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
- * loop; dsl_mlp_create_cuda fails (the MLP is not emulated).
+ * loop; dsl_mlp_create_cuda fails (the MLP is not emulated). A launch the GPU would refuse
+ * (dynamic shared memory above the kernel's limit) runs nothing and leaves its error for
+ * cudaGetLastError, as there.
  */
 #include "emu.h"
 #include <cublas_v2.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <map>
 thread_local emu_ctx emu_c;
 std::barrier<> *emu_block_bar;
 std::barrier<> *emu_warp_bar[32];
 unsigned long long emu_xch[1024];
-void emu_run(dim3 g, dim3 b, std::function<void()> f)
+void *emu_dyn_smem;
+static cudaError_t emu_err; /* the last launch's error, for cudaGetLastError */
+static std::map<const void *, int> emu_smem_max; /* cudaFuncSetAttribute's, per kernel */
+static int emu_smem_optin()
+{
+    const char *e = getenv("EMU_SMEM_OPTIN");
+    return e ? atoi(e) : 232448; /* sm_90: 227 KiB */
+}
+void emu_run(dim3 g, dim3 b, size_t shm, const void *kernel, std::function<void()> f)
 {
     unsigned nt = b.x * b.y * b.z;
     if (nt % 32) { fprintf(stderr, "emu: block of %u threads\n", nt); abort(); }
+    auto lim = emu_smem_max.find(kernel);
+    if (shm > (size_t)(lim == emu_smem_max.end() ? 48 * 1024 : lim->second)) {
+        emu_err = cudaErrorInvalidValue;
+        return;
+    }
+    emu_dyn_smem = malloc(shm ? shm : 1);
+    memset(emu_dyn_smem, 0xff, shm); /* NaN floats: a read before a write shows */
     std::barrier<> bb(nt);
     std::vector<std::barrier<> *> wb;
     for (unsigned w = 0; w < nt / 32; w++) wb.push_back(new std::barrier<>(32));
@@ -37,6 +55,8 @@ void emu_run(dim3 g, dim3 b, std::function<void()> f)
         });
     for (auto &x : th) x.join();
     for (auto *w : wb) delete w;
+    free(emu_dyn_smem);
+    emu_dyn_smem = NULL;
 }
 extern "C" {
 cudaError_t cudaMalloc(void **p, size_t n) { *p = calloc(1, n ? n : 1); memset(*p, 0x7f, n); return cudaSuccess; }
@@ -52,8 +72,22 @@ cudaError_t cudaEventDestroy(cudaEvent_t e) { free(e); return cudaSuccess; }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-const char *cudaGetErrorString(cudaError_t) { return "emu"; }
+cudaError_t cudaGetLastError(void) { cudaError_t e = emu_err; emu_err = cudaSuccess; return e; }
+cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
+{
+    if (a != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorInvalidValue;
+    *v = emu_smem_optin();
+    return cudaSuccess;
+}
+cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute a, int v)
+{
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > emu_smem_optin())
+        return cudaErrorInvalidValue;
+    emu_smem_max[k] = v;
+    return cudaSuccess;
+}
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaErrorInvalidValue ? "invalid argument" : "emu"; }
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) { *h = (cublasHandle_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }

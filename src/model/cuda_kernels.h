@@ -197,7 +197,14 @@ cudaError_t dsl_cuda_gpt_resbias(cudaStream_t s, int et, void *o, const void *x,
 cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const void *x, size_t n, int back);
 /** The largest head size (dim / heads) of the fused attention; the CUDA GPT refuses
  *  larger ones. */
-#define DSL_CUDA_GPT_MAX_HEAD 64
+#define DSL_CUDA_GPT_MAX_HEAD 128
+/** The shared memory per block (bytes) that the attention's largest kernel takes at head
+ *  size hs; 0 for hs 0 or above DSL_CUDA_GPT_MAX_HEAD. Above 48 KiB the device's
+ *  cudaDevAttrMaxSharedMemoryPerBlockOptin must allow it. */
+size_t dsl_cuda_gpt_attention_smem(size_t hs);
+/** Lets the attention kernels of element type et at head size hs use their dynamic
+ *  shared memory (cudaFuncSetAttribute); once per device, before their first launch. */
+cudaError_t dsl_cuda_gpt_attention_setup(int et, size_t hs);
 /** Causal self-attention, flash-style (no T x T matrix): from qkv [B, T, 3, NH, hs] (the
  *  qkv projection's rows), o [B, T, NH, hs] = softmax(q k^T / sqrt(hs), causal) v and
  *  lse [B NH, T] (fp32) the log-sum-exp of each query row's scaled scores, kept for the

@@ -668,6 +668,36 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
                           DSL_CUDA_GPT_MAX_HEAD);
     }
     {
+        /* the attention's shared memory per block (above 48 KiB for heads above 64 at
+         * least in dk/dv): within the device's opt-in limit, and opted in */
+        int dev = 0, avail = 0;
+        size_t need = dsl_cuda_gpt_attention_smem(C / NH);
+        cudaError_t ce = cudaGetDevice(&dev);
+        if (ce == cudaSuccess)
+            ce = cudaDeviceGetAttribute(&avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (ce != cudaSuccess) {
+            char t[DSL_ERR_LEN];
+            (void)cudaGetLastError();
+            snprintf(t, sizeof(t), "cuda: cannot read the device's shared memory limit: %s",
+                     cudaGetErrorString(ce));
+            return create_fail(m, err, DSL_EREMOTE, t);
+        }
+        if (need > (size_t)avail) {
+            dsl_model_release(m);
+            return dsl_seterr(err, DSL_ECONFIG, "gpt: head size %zu (dim %zu / %zu heads) needs "
+                              "%zu bytes of shared memory per block for the GPU attention; "
+                              "device %d allows %d; use more heads", C / NH, C, NH, need, dev,
+                              avail);
+        }
+        if ((ce = dsl_cuda_gpt_attention_setup(p->et, C / NH)) != cudaSuccess) {
+            char t[DSL_ERR_LEN];
+            (void)cudaGetLastError();
+            snprintf(t, sizeof(t), "cuda: cannot give the attention kernels %zu bytes of "
+                     "shared memory: %s", need, cudaGetErrorString(ce));
+            return create_fail(m, err, DSL_EREMOTE, t);
+        }
+    }
+    {
         int dim;
         size_t sizes[] = {N, 4 * C, V, B * NH, V * C};
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)

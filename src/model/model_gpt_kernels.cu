@@ -314,17 +314,21 @@ template <typename T> __global__ void dsl_k_gpt_gelu_back(T *d, const T *x, size
  *
  * Tiles. FA_TILE = 32 queries or keys: one per lane of a warp, so a row's max and sum
  * over a key tile are warp shuffles; FA_WARPS = 4 warps own FA_ROWS = 8 rows each
- * (128 threads). Head sizes up to FA_HS_MAX = 64 (every GPT-2 size has 64): the head is
- * padded with zeros to HS = 32 or 64 columns in shared memory (the padding adds exact
- * zeros); a lane's accumulators hold columns lane and lane + 32. The tiles are staged
- * in shared memory as fp32 (widened once), rows a lane walks along padded by one float
- * so that the 32 lanes hit 32 banks. At HS 64 the largest kernel (dk/dv) takes 41.5 KiB
- * of static shared memory (< 48 KiB), the forward 28.8 KiB and dq 37.1 KiB; the
- * per-thread state is 16 (forward, dq) or 32 (dk/dv) fp32 accumulators plus 8 or 16
- * row scores, well within sm_90's 255 registers at 128 threads. Larger heads (HS 128)
- * would need 83 KiB for dk/dv: a dynamic shared memory opt-in not done here, so the
- * model refuses them (model_gpt_cuda.c). These are scalar fp32 FMAs (CUDA cores), not
- * tensor-core MMAs.
+ * (128 threads). Head sizes up to FA_HS_MAX = 128: the head is padded with zeros to
+ * HS = 32, 64, 96 or 128 columns in shared memory (the padding adds exact zeros); a
+ * lane's accumulators hold columns lane, lane + 32, ... The tiles are staged in
+ * shared memory as fp32 (widened once), rows a lane walks along padded by one float
+ * so that the 32 lanes hit 32 banks. The shared memory is dynamic (FA_SM_*): the
+ * dk/dv kernel, the largest, takes 41,472 bytes at HS 64, 57,856 at HS 96 and 74,240
+ * at HS 128 (the forward 28,800 / 41,088 / 53,376, dq 37,120 / 53,504 / 69,888).
+ * Above 48 KiB a kernel needs the per-function opt-in (dsl_cuda_gpt_attention_setup,
+ * cudaFuncSetAttribute) and a device whose opt-in limit is that large (sm_80 163 KiB,
+ * sm_86/89 99 KiB, sm_90 227 KiB; sm_75's 64 KiB takes head sizes up to 96):
+ * model_gpt_cuda.c checks cudaDevAttrMaxSharedMemoryPerBlockOptin when it creates the
+ * model. The per-thread state is 8 x HS/32 (forward, dq) or 16 x HS/32 (dk/dv) fp32
+ * accumulators plus 8 or 16 row scores: at HS 128, 64 accumulators in dk/dv, within
+ * sm_90's 255 registers at 128 threads without spills (ptxas -v, docs/gpt.md). These
+ * are scalar fp32 FMAs (CUDA cores), not tensor-core MMAs.
  *
  * Work. Forward: one block per (pair, query tile) streams the key tiles 0..diagonal,
  * keeping per row a running max m, sum l and the unnormalised output (online softmax:
@@ -344,6 +348,18 @@ template <typename T> __global__ void dsl_k_gpt_gelu_back(T *d, const T *x, size
 #define FA_ROWS (FA_TILE / FA_WARPS)
 #define FA_THREADS (FA_WARPS * 32)
 #define FA_HS_MAX DSL_CUDA_GPT_MAX_HEAD
+/* each kernel's dynamic shared memory in floats at HS padded head columns: the q/k/v/dO
+ * tiles (rows of HS, or HS + 1 where a lane walks along them), the per-warp score
+ * tiles and, in dk/dv, the tile's lse and D */
+#define FA_PS (FA_WARPS * FA_ROWS * FA_TILE)
+#define FA_SM_FWD(HS) (FA_TILE * (3 * (HS) + 1) + FA_PS)
+#define FA_SM_DKV(HS) (FA_TILE * (4 * (HS) + 2) + 2 * FA_PS + 2 * FA_TILE)
+#define FA_SM_DQ(HS) (FA_TILE * (4 * (HS) + 2) + FA_PS)
+/* the padded head columns of head size hs (1..FA_HS_MAX) */
+#define FA_HSP(hs) ((hs) <= 32 ? 32 : (hs) <= 64 ? 64 : (hs) <= 96 ? 96 : 128)
+
+/* a float (*)[N] view of the dynamic shared memory from float off on */
+#define FA_SM(name, N, off) float(*name)[N] = reinterpret_cast<float(*)[N]>(fa_sm + (off))
 
 /* stage rows r0.. of one head (row stride ld, hs columns) as fp32 rows of HS + pad
  * columns, zeros past the T rows and the hs columns */
@@ -364,8 +380,12 @@ __global__ void __launch_bounds__(FA_THREADS)
     dsl_k_gpt_attn_fwd(T *o, float *lse, const T *qkv, size_t Tc, size_t NH, size_t hs,
                        float scale)
 {
-    __shared__ float qs[FA_TILE][HS], ks[FA_TILE][HS + 1], vs[FA_TILE][HS];
-    __shared__ float ps[FA_WARPS][FA_ROWS][FA_TILE];
+    extern __shared__ float fa_sm[]; /* FA_SM_FWD(HS) */
+    FA_SM(qs, HS, 0);
+    FA_SM(ks, HS + 1, FA_TILE * HS);
+    FA_SM(vs, HS, FA_TILE * (2 * HS + 1));
+    float(*ps)[FA_ROWS][FA_TILE] =
+        reinterpret_cast<float(*)[FA_ROWS][FA_TILE]>(fa_sm + FA_TILE * (3 * HS + 1));
     const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
     const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const size_t t0 = (size_t)blockIdx.y * FA_TILE;
@@ -465,10 +485,15 @@ __global__ void __launch_bounds__(FA_THREADS)
     dsl_k_gpt_attn_dkv(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D,
                        size_t Tc, size_t NH, size_t hs, float scale)
 {
-    __shared__ float qs[FA_TILE][HS + 1], dos[FA_TILE][HS + 1], ks[FA_TILE][HS],
-        vs[FA_TILE][HS];
-    __shared__ float ps[FA_WARPS][FA_ROWS][FA_TILE], dss[FA_WARPS][FA_ROWS][FA_TILE];
-    __shared__ float sl[FA_TILE], sd[FA_TILE];
+    extern __shared__ float fa_sm[]; /* FA_SM_DKV(HS) */
+    FA_SM(qs, HS + 1, 0);
+    FA_SM(dos, HS + 1, FA_TILE * (HS + 1));
+    FA_SM(ks, HS, FA_TILE * (2 * HS + 2));
+    FA_SM(vs, HS, FA_TILE * (3 * HS + 2));
+    float(*ps)[FA_ROWS][FA_TILE] =
+        reinterpret_cast<float(*)[FA_ROWS][FA_TILE]>(fa_sm + FA_TILE * (4 * HS + 2));
+    float(*dss)[FA_ROWS][FA_TILE] = ps + FA_WARPS;
+    float *sl = fa_sm + FA_TILE * (4 * HS + 2) + 2 * FA_PS, *sd = sl + FA_TILE;
     const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
     const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const size_t k0 = (size_t)blockIdx.y * FA_TILE;
@@ -553,9 +578,13 @@ __global__ void __launch_bounds__(FA_THREADS)
     dsl_k_gpt_attn_dq(T *dqkv, const T *qkv, const T *dout, const float *lse, const float *D,
                       size_t Tc, size_t NH, size_t hs, float scale)
 {
-    __shared__ float qs[FA_TILE][HS], dos[FA_TILE][HS], ks[FA_TILE][HS + 1],
-        vs[FA_TILE][HS + 1];
-    __shared__ float dss[FA_WARPS][FA_ROWS][FA_TILE];
+    extern __shared__ float fa_sm[]; /* FA_SM_DQ(HS) */
+    FA_SM(qs, HS, 0);
+    FA_SM(dos, HS, FA_TILE * HS);
+    FA_SM(ks, HS + 1, FA_TILE * 2 * HS);
+    FA_SM(vs, HS + 1, FA_TILE * (3 * HS + 1));
+    float(*dss)[FA_ROWS][FA_TILE] =
+        reinterpret_cast<float(*)[FA_ROWS][FA_TILE]>(fa_sm + FA_TILE * (4 * HS + 2));
     const unsigned lane = threadIdx.x & 31u, w = threadIdx.x >> 5;
     const size_t C = NH * hs, bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const size_t t0 = (size_t)blockIdx.y * FA_TILE;
@@ -868,6 +897,53 @@ extern "C" cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const 
     return cudaGetLastError();
 }
 
+/* the attention's launches at head size hs: call(ty, HS) for its padded columns */
+#define FA_DISPATCH(call, ty)                                                                \
+    (FA_HSP(hs) == 32   ? call(ty, 32)                                                       \
+     : FA_HSP(hs) == 64 ? call(ty, 64)                                                       \
+     : FA_HSP(hs) == 96 ? call(ty, 96)                                                       \
+                        : call(ty, 128))
+
+extern "C" size_t dsl_cuda_gpt_attention_smem(size_t hs)
+{
+    if (!hs || hs > FA_HS_MAX)
+        return 0;
+    size_t H = FA_HSP(hs), a = FA_SM_FWD(H), b = FA_SM_DKV(H), c = FA_SM_DQ(H);
+    size_t m = a > b ? a : b;
+    return (m > c ? m : c) * sizeof(float);
+}
+
+/* kernel k may take bytes of dynamic shared memory (the runtime's C entry point, which
+ * the CPU emulation provides too) */
+template <typename K>
+static cudaError_t fa_set(K *k, size_t bytes)
+{
+    return cudaFuncSetAttribute((const void *)k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                (int)bytes);
+}
+
+/* the three kernels of element type T at HS columns may take their shared memory */
+template <typename T, int HS>
+static cudaError_t fa_opt_in()
+{
+    cudaError_t e;
+    if ((e = fa_set(dsl_k_gpt_attn_fwd<T, HS>, FA_SM_FWD(HS) * sizeof(float))) != cudaSuccess ||
+        (e = fa_set(dsl_k_gpt_attn_dkv<T, HS>, FA_SM_DKV(HS) * sizeof(float))) != cudaSuccess)
+        return e;
+    return fa_set(dsl_k_gpt_attn_dq<T, HS>, FA_SM_DQ(HS) * sizeof(float));
+}
+
+extern "C" cudaError_t dsl_cuda_gpt_attention_setup(int et, size_t hs)
+{
+    if (!hs || hs > FA_HS_MAX)
+        return cudaErrorInvalidValue;
+#define S_(ty, hsp) fa_opt_in<ty, hsp>()
+#define L_(ty) FA_DISPATCH(S_, ty)
+    return DISPATCH(et, L_);
+#undef L_
+#undef S_
+}
+
 extern "C" cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, void *o, float *lse,
                                               const void *qkv, size_t B, size_t T, size_t NH,
                                               size_t hs)
@@ -879,10 +955,10 @@ extern "C" cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, void *o, f
     dim3 g((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE));
     float scale = 1.0f / sqrtf((float)hs);
 #define F_(ty, hsp)                                                                          \
-    (dsl_k_gpt_attn_fwd<ty, hsp><<<g, FA_THREADS, 0, s>>>((ty *)o, lse, (const ty *)qkv, T,  \
-                                                          NH, hs, scale),                     \
+    (dsl_k_gpt_attn_fwd<ty, hsp><<<g, FA_THREADS, FA_SM_FWD(hsp) * sizeof(float), s>>>(       \
+         (ty *)o, lse, (const ty *)qkv, T, NH, hs, scale),                                    \
      0)
-#define L_(ty) (hs <= 32 ? F_(ty, 32) : F_(ty, 64))
+#define L_(ty) FA_DISPATCH(F_, ty)
     DISPATCH(et, L_);
 #undef L_
 #undef F_
@@ -912,20 +988,20 @@ extern "C" cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, void 
     dim3 g((unsigned)(B * NH), (unsigned)((T + FA_TILE - 1) / FA_TILE));
     float scale = 1.0f / sqrtf((float)hs);
 #define KV_(ty, hsp)                                                                         \
-    (dsl_k_gpt_attn_dkv<ty, hsp><<<g, FA_THREADS, 0, s>>>(                                    \
+    (dsl_k_gpt_attn_dkv<ty, hsp><<<g, FA_THREADS, FA_SM_DKV(hsp) * sizeof(float), s>>>(      \
          (ty *)dqkv, (const ty *)qkv, (const ty *)dout, lse, D, T, NH, hs, scale),            \
      0)
-#define L_(ty) (hs <= 32 ? KV_(ty, 32) : KV_(ty, 64))
+#define L_(ty) FA_DISPATCH(KV_, ty)
     DISPATCH(et, L_);
 #undef L_
 #undef KV_
     if ((e = cudaGetLastError()) != cudaSuccess)
         return e;
 #define Q_(ty, hsp)                                                                          \
-    (dsl_k_gpt_attn_dq<ty, hsp><<<g, FA_THREADS, 0, s>>>(                                     \
+    (dsl_k_gpt_attn_dq<ty, hsp><<<g, FA_THREADS, FA_SM_DQ(hsp) * sizeof(float), s>>>(        \
          (ty *)dqkv, (const ty *)qkv, (const ty *)dout, lse, D, T, NH, hs, scale),            \
      0)
-#define L_(ty) (hs <= 32 ? Q_(ty, 32) : Q_(ty, 64))
+#define L_(ty) FA_DISPATCH(Q_, ty)
     DISPATCH(et, L_);
 #undef L_
 #undef Q_

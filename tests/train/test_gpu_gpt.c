@@ -3,8 +3,9 @@
  * gpu), on a tiny GPT-2 (2 layers, width 32, 2 heads, context 16, byte vocabulary 256)
  * and an odd one (3 heads of 16, context 40, vocabulary 1000), and for the fused
  * attention's tiles of 32 (model_gpt_kernels.cu) one block at head size 64 with
- * context 70 (three query and key tiles, the last partial) and one at head size 48
- * (zero-padded columns) with context 37:
+ * context 70 (three query and key tiles, the last partial), one at head size 48
+ * (zero-padded columns) with context 37, and at head sizes 128 and 80 (96 columns, 16
+ * zero-padded) with context 37, whose kernels take dynamic shared memory above 48 KiB:
  *   - the same segment list and initial parameters (bit for bit: one layout code);
  *   - fp32: the loss within 1e-4 relative and, per tensor, every gradient element
  *     within 1e-3 of that tensor's largest CPU gradient magnitude, the same hits, the
@@ -18,7 +19,9 @@
  *   - determinism: the same micro batch twice, on the same model object and on a
  *     second one, gives the same gradient and loss bits (fp32; bf16 and fp16 twice on one);
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
- *   - a head size above the attention's 64 is refused with its size;
+ *   - a head size above the attention's 128 is refused with its size, and head size 128
+ *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
+ *     with both byte counts;
  *   - a few AdamW steps of the trainer at world 1 on the nccl backend against the CPU
  *     trainer on the same text: losses within 1e-3 relative (fp32; bf16 with fp32
  *     master weights within 3e-2), falling, and one host wait per step.
@@ -60,6 +63,11 @@ static const struct shape tiny_shape = {2, 32, 2, 16, 256, 4};
 static const struct shape odd_shape = {2, 48, 3, 40, 1000, 3};
 static const struct shape head64_shape = {1, 128, 2, 70, 256, 2};
 static const struct shape head48_shape = {1, 96, 2, 37, 256, 2};
+/* head size 128 over 37 positions (tiles 32 + 5), with 2 heads and (for bf16, whose
+ * rounding grows with the width) 1; head size 80 (padded to 96) likewise */
+static const struct shape head128_shape = {1, 256, 2, 37, 256, 2};
+static const struct shape head128x1_shape = {1, 128, 1, 37, 256, 2};
+static const struct shape head80_shape = {1, 160, 2, 37, 256, 2};
 
 static struct dsl_model_spec spec_of(const struct shape *h, enum dsl_dtype dt, int gpu)
 {
@@ -403,15 +411,44 @@ TEST(cuda_gpt_attention_should_match_the_cpu_on_partial_tiles_at_head_sizes_64_a
     compare_fp32(&head48_shape);
 }
 
-TEST(cuda_gpt_should_refuse_a_head_size_above_the_attention_kernels_64)
+/* The dk/dv kernel at head size 128 takes 74,240 bytes of shared memory per block
+ * (model_gpt_kernels.cu), above the 48 KiB that needs no opt-in: a device that allows
+ * it (sm_80 and later) must match the CPU, one that does not (sm_75's 64 KiB) must
+ * refuse the model and say both figures. */
+TEST(cuda_gpt_attention_should_match_the_cpu_at_head_sizes_128_and_80_on_a_partial_tile_or_name_the_missing_shared_memory)
 {
-    const struct shape h = {1, 256, 2, 16, 256, 2}; /* head size 128 */
+    int dev = -1, avail = 0;
+    ASSERT(cudaGetDevice(&dev) == cudaSuccess);
+    ASSERT(cudaDeviceGetAttribute(&avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
+           cudaSuccess);
+    fprintf(stderr, "# device %d: %d bytes of shared memory per block with the opt-in\n", dev,
+            avail);
+    if (avail < 74240) {
+        struct dsl_model_spec gs = spec_of(&head128_shape, DSL_FLOAT32, 1);
+        struct dsl_model b;
+        char err[DSL_ERR_LEN] = "", want[DSL_ERR_LEN];
+        ASSERT_EQ(dsl_model_create_cuda(&b, &gs, err), DSL_ECONFIG);
+        fprintf(stderr, "# %s\n", err);
+        snprintf(want, sizeof(want), "head size 128 (dim 256 / 2 heads) needs 74240 bytes of "
+                 "shared memory per block for the GPU attention; device %d allows %d", dev,
+                 avail);
+        ASSERT_CONTAINS(err, want);
+        return;
+    }
+    compare_fp32(&head128_shape);
+    compare_half(&head128x1_shape, DSL_BFLOAT16);
+    compare_fp32(&head80_shape);
+}
+
+TEST(cuda_gpt_should_refuse_a_head_size_above_the_attention_kernels_128)
+{
+    const struct shape h = {1, 384, 2, 16, 256, 2}; /* head size 192 */
     struct dsl_model_spec gs = spec_of(&h, DSL_FLOAT32, 1);
     struct dsl_model b;
     char err[DSL_ERR_LEN] = "";
     ASSERT_EQ(dsl_model_create_cuda(&b, &gs, err), DSL_ECONFIG);
     fprintf(stderr, "# %s\n", err);
-    ASSERT_CONTAINS(err, "head size 128 (dim 256 / 2 heads) is above the GPU attention's 64");
+    ASSERT_CONTAINS(err, "head size 192 (dim 384 / 2 heads) is above the GPU attention's 128");
 }
 
 /* ---- the trainer at world 1 ---- */
