@@ -374,6 +374,39 @@ static __device__ __forceinline__ void fa_load(float (*dst)[LD], const T *src, s
     }
 }
 
+/* acc[r][c] += sum over j ascending of p[r][j] x[j][lane + 32 c]: warp w's FA_ROWS rows
+ * of a score tile times a staged tile (the forward's P V, dq's dS K) */
+template <int HS, int LD>
+static __device__ __forceinline__ void fa_rows_times_tile(float (&acc)[FA_ROWS][HS / 32],
+                                                          const float (*p)[FA_TILE],
+                                                          const float (*x)[LD], unsigned lane)
+{
+    for (int j = 0; j < FA_TILE; j++) {
+        float xj[HS / 32];
+#pragma unroll
+        for (int c = 0; c < HS / 32; c++)
+            xj[c] = x[j][lane + 32 * c];
+#pragma unroll
+        for (int r = 0; r < FA_ROWS; r++) {
+            float pj = p[r][j];
+#pragma unroll
+            for (int c = 0; c < HS / 32; c++)
+                acc[r][c] = fmaf(pj, xj[c], acc[r][c]);
+        }
+    }
+}
+
+/* row[lane + 32 c] = acc[c] x f, for the head's hs columns this lane holds */
+template <typename T, int HS>
+static __device__ __forceinline__ void fa_store(T *row, const float (&acc)[HS / 32], float f,
+                                                unsigned lane, size_t hs)
+{
+#pragma unroll
+    for (int c = 0; c < HS / 32; c++)
+        if (lane + 32 * c < hs)
+            row[lane + 32 * c] = dsl_fromf<T>(acc[c] * f);
+}
+
 /* O [B, T, NH, hs] and lse [B NH, T] from qkv [B, T, 3, NH, hs]; grid (B NH, query tiles) */
 template <typename T, int HS>
 __global__ void __launch_bounds__(FA_THREADS)
@@ -431,31 +464,14 @@ __global__ void __launch_bounds__(FA_THREADS)
             ps[w][r][lane] = pr;
         }
         __syncwarp();
-        for (int j = 0; j < FA_TILE; j++) {
-            float vj[HS / 32];
-#pragma unroll
-            for (int c = 0; c < HS / 32; c++)
-                vj[c] = vs[j][lane + 32 * c];
-#pragma unroll
-            for (int r = 0; r < FA_ROWS; r++) {
-                float pj = ps[w][r][j];
-#pragma unroll
-                for (int c = 0; c < HS / 32; c++)
-                    acc[r][c] = fmaf(pj, vj[c], acc[r][c]);
-            }
-        }
+        fa_rows_times_tile<HS, HS>(acc, ps[w], vs, lane);
     }
 #pragma unroll
     for (int r = 0; r < FA_ROWS; r++) {
         const size_t t = t0 + w * FA_ROWS + r;
         if (t >= Tc)
             continue;
-        float inv = 1.0f / l[r];
-        T *orow = o + (b * Tc + t) * C + h * hs;
-#pragma unroll
-        for (int c = 0; c < HS / 32; c++)
-            if (lane + 32 * c < hs)
-                orow[lane + 32 * c] = dsl_fromf<T>(acc[r][c] * inv);
+        fa_store<T, HS>(o + (b * Tc + t) * C + h * hs, acc[r], 1.0f / l[r], lane, hs);
         if (lane == 0)
             lse[bh * Tc + t] = m[r] + logf(l[r]);
     }
@@ -562,12 +578,8 @@ __global__ void __launch_bounds__(FA_THREADS)
         if (u >= Tc)
             continue;
         T *row = dqkv + (b * Tc + u) * 3 * C + h * hs;
-#pragma unroll
-        for (int c = 0; c < HS / 32; c++)
-            if (lane + 32 * c < hs) {
-                row[C + lane + 32 * c] = dsl_fromf<T>(dk[r][c] * scale);
-                row[2 * C + lane + 32 * c] = dsl_fromf<T>(dv[r][c]);
-            }
+        fa_store<T, HS>(row + C, dk[r], scale, lane, hs);
+        fa_store<T, HS>(row + 2 * C, dv[r], 1.0f, lane, hs); /* x 1: exact */
     }
 }
 
@@ -626,30 +638,14 @@ __global__ void __launch_bounds__(FA_THREADS)
             dss[w][r][lane] = pr * (dp[r] - dr[r]);
         }
         __syncwarp();
-        for (int j = 0; j < FA_TILE; j++) {
-            float kj[HS / 32];
-#pragma unroll
-            for (int c = 0; c < HS / 32; c++)
-                kj[c] = ks[j][lane + 32 * c];
-#pragma unroll
-            for (int r = 0; r < FA_ROWS; r++) {
-                float dj = dss[w][r][j];
-#pragma unroll
-                for (int c = 0; c < HS / 32; c++)
-                    dq[r][c] = fmaf(dj, kj[c], dq[r][c]);
-            }
-        }
+        fa_rows_times_tile<HS, HS + 1>(dq, dss[w], ks, lane);
     }
 #pragma unroll
     for (int r = 0; r < FA_ROWS; r++) {
         const size_t t = t0 + w * FA_ROWS + r;
         if (t >= Tc)
             continue;
-        T *row = dqkv + (b * Tc + t) * 3 * C + h * hs;
-#pragma unroll
-        for (int c = 0; c < HS / 32; c++)
-            if (lane + 32 * c < hs)
-                row[lane + 32 * c] = dsl_fromf<T>(dq[r][c] * scale);
+        fa_store<T, HS>(dqkv + (b * Tc + t) * 3 * C + h * hs, dq[r], scale, lane, hs);
     }
 }
 
