@@ -164,6 +164,9 @@ static void batch_free(struct dsl_batch *b)
     if (b == b->kind->open)
         b->kind->open = NULL;
     dsl_cb_stop(&b->pid, &b->status, b->outfd, &b->pidfd, 0, 3.0);
+    if (b->lpid > 0 && b->kind->killed && WIFSIGNALED(b->status) &&
+        WTERMSIG(b->status) == SIGKILL)
+        b->kind->killed(b->lpid);
     if (b->outfd >= 0)
         close(b->outfd);
     if (b->pidfd >= 0)
@@ -199,6 +202,7 @@ static int batch_launch(struct dsl_batch *b, char *err)
         for (char **e = environ; *e; e++)
             dsl_strvec_push(&env, *e);
         r = dsl_cb_spawn(argv.v, env.v, &b->pid, &b->outfd, &b->pidfd, err);
+        b->lpid = r == 0 ? b->pid : 0;
     }
     if (r == 0) {
         epoll_add(b->epfd, b->outfd);

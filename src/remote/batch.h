@@ -42,6 +42,9 @@ struct dsl_batch_kind {
     void (*all_open)(struct dsl_batch *b);
     /** Optional: free what prepare() made. */
     void (*release)(void *extra);
+    /** Optional: the launcher (process pid) died of SIGKILL, ours or anyone's, so it
+     *  could not remove what it leaves behind while running; this removes it. */
+    void (*killed)(pid_t pid);
     /** The argv builder: append the launcher's command line for b to argv: it runs
      *  b->agent_argv on every host with --connect dsl_batch_connect_arg() and
      *  --launcher-key b->lhex. 0, or negative with err. */
@@ -65,6 +68,7 @@ struct dsl_batch {
     /* the rest is batch.c's */
     int refs, launched, failed_launch, nopen;
     pid_t pid;              /* the launcher, own process group; 0 once reaped */
+    pid_t lpid;             /* the launcher's pid, kept after it was reaped */
     int status;
     int outfd, pidfd;
     int evfd;               /* readable: launch me; drained at launch, readable again for

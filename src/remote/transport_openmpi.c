@@ -30,9 +30,12 @@
  * in mpirun's output (ssh's error, a missing program; else its last lines). mpirun
  * ends the whole batch when one agent exits non-zero; that is its semantics, not ours.
  */
+#define _GNU_SOURCE /* nftw */
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -163,6 +166,54 @@ static int mpi_ended(struct dsl_conn *c, int code, const char *tail)
                             tail, advice);
 }
 
+/* rm -r of one entry of a tree (nftw, depth first, links not followed) */
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/*
+ * mpirun keeps a session directory while it runs and removes it as it exits; SIGKILL
+ * (ours, after a grace period, when it hangs on a node that went away) leaves it: Open
+ * MPI 4's TMPDIR/ompi.NODE.UID/pid.PID, or PRRTE's TMPDIR/prte.NODE.UID/dvm.PID (Open
+ * MPI 5), under the tmpdir_base MCA parameter if one is set. NODE is the host name,
+ * short unless Open MPI was told to keep it whole, so both are tried. Only a directory
+ * of ours is removed, and its parent when that is left empty.
+ */
+static void mpi_killed(pid_t pid)
+{
+    const char *base = getenv("OMPI_MCA_orte_tmpdir_base");
+    if (!base || !*base)
+        base = getenv("PRTE_MCA_prte_tmpdir_base");
+    if (!base || !*base)
+        base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/tmp";
+    char host[256] = "", shorthost[256];
+    if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+        return;
+    snprintf(shorthost, sizeof(shorthost), "%s", host);
+    shorthost[strcspn(shorthost, ".")] = '\0';
+    const char *names[] = {host, shorthost};
+    const char *kinds[][2] = {{"ompi", "pid"}, {"prte", "dvm"}};
+    for (size_t n = 0; n < 2; n++)
+        for (size_t k = 0; k < 2; k++) {
+            char top[4096], dir[4200];
+            struct stat st;
+            snprintf(top, sizeof(top), "%s/%s.%s.%lu", base, kinds[k][0], names[n],
+                     (unsigned long)geteuid());
+            snprintf(dir, sizeof(dir), "%s/%s.%ld", top, kinds[k][1], (long)pid);
+            if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+                continue;
+            nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+            rmdir(top); /* only if nothing else is left in it */
+        }
+}
+
 static struct dsl_batch_kind mpi_kind = {
     .prog = "mpirun",
     .setup_what = "an mpirun batch",
@@ -173,6 +224,7 @@ static struct dsl_batch_kind mpi_kind = {
     .prepare = mpi_prepare,
     .all_open = mpi_all_open,
     .release = mpi_release,
+    .killed = mpi_killed,
     .argv = mpi_argv,
     .ended = mpi_ended,
     .group_by_user = 1,

@@ -24,13 +24,30 @@ job_procs() {
     pgrep -f -- "$D/ssh_config" | tr "\n" " " || true
 }
 
-# Nothing of the job left anywhere: namespaces and the launching host (mpirun, ssh).
+# mpirun's session directories (Open MPI 4: ompi.HOST.UID/pid.PID; 5: prte.HOST.UID/
+# dvm.PID) made since this test started whose mpirun is gone: what a killed mpirun
+# leaves, and dslaunch removes (other tests' running mpiruns are alive, so not named)
+touch "$T_TMP/started"
+stale_session_dirs() {
+    local d
+    for d in $(find "${TMPDIR:-/tmp}" -mindepth 2 -maxdepth 2 -newer "$T_TMP/started" \
+        \( -path "*/ompi.*/pid.*" -o -path "*/prte.*/dvm.*" \) 2>/dev/null); do
+        kill -0 "${d##*.}" 2>/dev/null || echo "$d"
+    done
+}
+
+# Nothing of the job left anywhere: namespaces and the launching host (mpirun, ssh,
+# mpirun's session directory).
 wait_all_clean() {  # liveness bound, not a speed check
     local i=0 left
     wait_ns_clean "$1"
     while [ $i -lt $(($1 * 10)) ]; do
         left=$(job_procs)
-        [ -z "$left" ] && return 0
+        if [ -z "$left" ]; then
+            left=$(stale_session_dirs)
+            [ -z "$left" ] && return 0
+            fail "mpirun's session directories left behind: $left"
+        fi
         sleep 0.1; i=$((i + 1))
     done
     for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
