@@ -29,7 +29,7 @@
  * still on the wire (streams_optimizer). When the model hands its loss over before
  * backward (the sink's loss()), the loss goes out ahead of the buckets and the step
  * ends as soon as it is back; the buckets' waits and updates move into the next
- * forward, just before it reads each bucket's parameters (stream_defer), so the first
+ * forward, just before it reads each bucket's parameters (stream_end), so the first
  * layer, whose gradient comes out of backward last, is reduced while the next forward
  * already runs on its blocks that are in.
  *
@@ -131,7 +131,7 @@ static void *leaf_ptr(struct dsl_trainer *t, size_t j)
     return EL(t->grads, b->lo + b->poff);
 }
 
-/* Bucket j's update that the last step left to this one (stream_defer): wait for its
+/* Bucket j's update that the last step left to this one (stream_end): wait for its
  * all-reduce, then run the optimizer over it with the last step's settings */
 static int apply_pending(struct dsl_trainer *t, size_t j)
 {
@@ -282,8 +282,19 @@ static void sink_need(void *ctx, size_t off, size_t len)
     }
 }
 
+/* A streamed step's loss, hits (stats[0], stats[1]) and stop flag, reduced over the
+ * ranks in one asynchronous call (stats_req) */
+static int issue_stats(struct dsl_trainer *t)
+{
+    t->stats[2] = t->stop_flag ? 1.0f : 0.0f;
+    int r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
+                                &t->stats_req);
+    t->stats_issued = r == 0;
+    return r;
+}
+
 /* The model's loss of a streamed step, before backward's first bucket: reduced from
- * here, ahead of every bucket, so that it completes first (stream_defer) */
+ * here, ahead of every bucket, so that it completes first (stream_end) */
 static void sink_loss(void *ctx, const struct dsl_model_stats *st)
 {
     struct dsl_trainer *t = ctx;
@@ -298,13 +309,8 @@ static void sink_loss(void *ctx, const struct dsl_model_stats *st)
     }
     t->stats[0] = (float)st->loss_sum;
     t->stats[1] = (float)st->correct;
-    t->stats[2] = t->stop_flag ? 1.0f : 0.0f;
-    r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
-                            &t->stats_req);
-    if (r < 0)
+    if ((r = issue_stats(t)) < 0)
         t->comm_err = r;
-    else
-        t->stats_issued = 1;
 }
 
 int dsl_trainer_sync(struct dsl_trainer *t, char *err)
@@ -622,59 +628,25 @@ static int streams_optimizer(const struct dsl_trainer *t)
            t->gtype == DSL_FLOAT32;
 }
 
-/* The rest of a streamed step (streams_optimizer): backward has issued every bucket */
-static int stream_tail(struct dsl_trainer *t, int stop_request, struct dsl_step_result *res,
-                       char *err)
-{
-    int r, sreq;
-    t->stats[2] = stop_request ? 1.0f : 0.0f;
-    if ((r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
-                                 &sreq)) < 0)
-        return comm_fail(t, r, "loss reduction", err);
-    uint64_t applied = t->step - t->ls.skipped;
-    float lr = step_lr(t, applied);
-    /* the mean over the global batch rides with the optimizer, as in the full step */
-    float inv = (t->o.prescale ? t->o.predivide : 1.0f) / (float)t->G;
-    for (size_t j = 0; j < t->nbk; j++) {
-        double w0 = dsl_now();
-        if ((r = dsl_comm_wait(t->comm, t->bk[j].req)) < 0)
-            return comm_fail(t, r, "gradient reduction", err);
-        double w1 = dsl_now();
-        res->t_reduce += w1 - w0;
-        if ((r = dsl_mixed_optim(t, j, t->gtype, leaf_ptr(t, j), lr, applied + 1, 1.0f,
-                                 inv)) < 0)
-            return comm_fail(t, r, "optimizer", err);
-        res->t_optim += dsl_now() - w1;
-    }
-    double s0 = dsl_now();
-    if ((r = dsl_comm_wait(t->comm, sreq)) < 0)
-        return comm_fail(t, r, "loss reduction", err);
-    res->t_small = dsl_now() - s0;
-    read_stats(t, 1, res);
-    res->lr = lr;
-    return 0;
-}
-
 /*
- * The end of a streamed step whose model handed its loss over before backward
- * (sink_loss). The statistics went out ahead of every bucket, so they are the first
- * request to complete: the step reports its loss and stop flag as soon as they are in,
- * and leaves each bucket's wait and update to the point where the next forward reads
- * those parameters (sink_need). The first layer's gradient, the last to come out of
- * backward, is then reduced while the next step's forward already runs on the blocks
- * that are in; the optimizer is elementwise, so when each bucket is updated changes no
- * bit. dsl_trainer_sync finishes the updates for anything else that reads the
- * parameters (evaluation, checkpoints, the end of training).
+ * The end of a streamed step (streams_optimizer): backward has issued every bucket.
+ * Every bucket is marked for its update with this step's settings (pend_*). When the
+ * model handed its loss over before backward (sink_loss), the statistics went out
+ * ahead of every bucket, so they are the first request to complete: the step reports
+ * its loss and stop flag as soon as they are in, and leaves each bucket's wait and
+ * update to the point where the next forward reads those parameters (sink_need). The
+ * first layer's gradient, the last to come out of backward, is then reduced while the
+ * next step's forward already runs on the blocks that are in; dsl_trainer_sync
+ * finishes the updates for anything else that reads the parameters (evaluation,
+ * checkpoints, the end of training). Otherwise the statistics go out behind the last
+ * bucket, and each bucket is updated here as soon as its reduction completes. The
+ * optimizer is elementwise, so when each bucket is updated changes no bit.
  */
-static int stream_defer(struct dsl_trainer *t, struct dsl_step_result *res, char *err)
+static int stream_end(struct dsl_trainer *t, struct dsl_step_result *res, char *err)
 {
-    double s0 = dsl_now();
-    int r = dsl_comm_wait(t->comm, t->stats_req);
-    t->stats_issued = 0;
-    if (r < 0)
+    int deferred = t->stats_issued, r;
+    if (!deferred && (r = issue_stats(t)) < 0)
         return comm_fail(t, r, "loss reduction", err);
-    res->t_small = dsl_now() - s0;
-    read_stats(t, 1, res);
     uint64_t applied = t->step - t->ls.skipped;
     t->pend_lr = res->lr = step_lr(t, applied);
     t->pend_t = applied + 1;
@@ -683,6 +655,21 @@ static int stream_defer(struct dsl_trainer *t, struct dsl_step_result *res, char
     for (size_t j = 0; j < t->nbk; j++)
         t->bk[j].pend = 1;
     t->npend = t->nbk;
+    if (!deferred) {
+        double w0 = t->pend_wait, o0 = t->pend_optim;
+        r = apply_all_pending(t);
+        res->t_reduce += t->pend_wait - w0;
+        res->t_optim += t->pend_optim - o0;
+        if (r < 0)
+            return comm_fail(t, r, "gradient reduction", err);
+    }
+    double s0 = dsl_now();
+    r = dsl_comm_wait(t->comm, t->stats_req);
+    t->stats_issued = 0;
+    if (r < 0)
+        return comm_fail(t, r, "loss reduction", err);
+    res->t_small = dsl_now() - s0;
+    read_stats(t, 1, res);
     return 0;
 }
 
@@ -724,7 +711,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         dsl_dataset_gather(train, idx + chunk * mb, mb, t->xb, t->yb);
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
         for (size_t j = 0; j < t->nbk; j++)
-            if (!t->bk[j].pend) /* the last step's, still running (stream_defer) */
+            if (!t->bk[j].pend) /* the last step's, still running (stream_end) */
                 t->bk[j].req = -1;
         t->last_micro = k + 1 == ga;
         if (gpu) { /* the micro step's loss and hits stay on the device */
@@ -746,7 +733,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             if (r < 0)
                 return comm_fail(t, r, "gradient accumulation", err);
         } else if (streamed) {
-            /* stream_tail waits for each bucket just before its update */
+            /* stream_end waits for each bucket just before its update */
         } else if (t->o.overlap_comm) {
             /* requests complete in issue order: the last bucket's wait covers all */
             if ((r = dsl_comm_wait(t->comm, t->bk[t->nbk - 1].req)) < 0)
@@ -774,13 +761,12 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         }
     }
 
-    /* forward's waits for the last step's buckets and their updates (stream_defer) */
+    /* forward's waits for the last step's buckets and their updates (stream_end) */
     res->t_compute -= t->gather_wait + t->pend_wait + t->pend_optim;
     res->t_reduce += t->pend_wait;
     res->t_optim += t->pend_optim;
     if (streamed) {
-        r = t->stats_issued ? stream_defer(t, res, err) : stream_tail(t, stop_request, res, err);
-        if (r < 0)
+        if ((r = stream_end(t, res, err)) < 0)
             return r;
         t->step++;
         res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;

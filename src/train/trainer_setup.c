@@ -293,7 +293,7 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
 void dsl_trainer_release(struct dsl_trainer *t)
 {
     struct dsl_device *d = t->dev ? t->dev : dsl_device_cpu();
-    /* reductions a streamed step left running (trainer.c, stream_defer) write into
+    /* reductions a streamed step left running (trainer.c, stream_end) write into
      * these buffers: let them end first, whatever their outcome */
     for (size_t j = 0; t->comm && t->bk && j < t->nbk; j++)
         if (t->bk[j].pend && t->bk[j].req >= 0)

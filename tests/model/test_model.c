@@ -160,7 +160,7 @@ static void ns_loss(void *ctx, const struct dsl_model_stats *st)
     s->loss_seen = st->loss_sum;
 }
 
-/* the trainer's stream_defer relies on it: the first layer block by block, in the order
+/* the trainer's stream_end relies on it: the first layer block by block, in the order
  * its gradient segments leave backward, each asked for before it is read; the loss
  * handed over once, before backward's first segment; the same bits as whole layers */
 TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same_bits)

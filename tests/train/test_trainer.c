@@ -54,7 +54,7 @@ static float *train_variant(const struct variant *v, size_t steps, size_t *P,
                                                              k % s.steps_per_epoch),
                                    0, &res, err));
         /* stage 0 with overlap and one micro step streams: its buckets' updates are
-         * left to the next forward (trainer.c, stream_defer) */
+         * left to the next forward (trainer.c, stream_end) */
         int streamed = v->stage == 0 && v->overlap && v->accum == 1;
         ASSERT_EQ(t.npend, streamed ? t.nbk : 0);
         if (k == 0)

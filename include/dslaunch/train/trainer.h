@@ -186,7 +186,7 @@ struct dsl_trainer {
     double gather_wait; /* seconds forward spent waiting for parameters */
 
     /* streamed stage 0 whose model hands its loss over early (trainer.c,
-     * stream_defer): the loss statistics' request, issued before backward's first
+     * stream_end): the loss statistics' request, issued before backward's first
      * bucket, and what the last step left to the next forward: npend buckets (.pend)
      * still to wait for and update with pend_lr, at optimizer step pend_t, scaled by
      * pend_inv; pend_wait and pend_optim: seconds this step spent on them */
