@@ -616,10 +616,10 @@ static float step_lr(const struct dsl_trainer *t, uint64_t applied)
  * Whether this step's optimizer streams: stage 0 on host memory with overlapped
  * reduction, one micro step, fp32, and nothing that needs the whole reduced gradient
  * before an update (no clipping, no loss scaling). Then each bucket is updated as soon
- * as its all-reduce has completed, while the progress thread still reduces the later
- * buckets, and the loss statistics are reduced behind the last bucket instead of in a
- * round trip of their own. The optimizers are elementwise, so the order in which the
- * buckets are updated changes no bit.
+ * as its all-reduce has completed (inside the step, or in the next forward), and the
+ * loss statistics ride with the buckets instead of taking a round trip of their own
+ * (stream_end). The optimizers are elementwise, so the order in which the buckets are
+ * updated changes no bit.
  */
 static int streams_optimizer(const struct dsl_trainer *t)
 {
