@@ -260,3 +260,33 @@ int dsl_file_sync_dir_of(const char *path)
     free(dir);
     return r;
 }
+
+static int mkdir_one(const char *p)
+{
+    struct stat st;
+    if (mkdir(p, 0755) == 0)
+        return 0;
+    if (errno != EEXIST)
+        return -errno;
+    if (stat(p, &st) < 0)
+        return -errno;
+    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+int dsl_dir_make_all(const char *path)
+{
+    char *p = dsl_xstrdup(path);
+    int r = 0;
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = '\0';
+        if ((r = mkdir_one(p)) < 0)
+            break;
+        *s = '/';
+    }
+    if (r == 0)
+        r = mkdir_one(p);
+    free(p);
+    return r;
+}

@@ -61,36 +61,6 @@ static int bad_tag(const char *tag)
            strcmp(tag, "..") == 0 || strlen(tag) > 200;
 }
 
-static int mkdir_one(const char *p)
-{
-    struct stat st;
-    if (mkdir(p, 0755) == 0)
-        return 0;
-    if (errno != EEXIST)
-        return -errno;
-    if (stat(p, &st) < 0)
-        return -errno;
-    return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
-}
-
-static int mkdir_p(const char *path)
-{
-    char *p = dsl_xstrdup(path);
-    int r = 0;
-    for (char *s = p + 1; *s; s++) {
-        if (*s != '/')
-            continue;
-        *s = '\0';
-        if ((r = mkdir_one(p)) < 0)
-            break;
-        *s = '/';
-    }
-    if (r == 0)
-        r = mkdir_one(p);
-    free(p);
-    return r;
-}
-
 /* Remove a directory of plain files (ours: never nested). A link at path is not
  * followed (O_NOFOLLOW), and links inside are removed, not their targets (unlinkat). */
 static int remove_flat_dir(const char *path)
@@ -139,7 +109,7 @@ int dsl_ckpt_prepare(const char *dir, const char *tag, char *err)
     int r;
     if (bad_tag(tag))
         return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
-    if ((r = mkdir_p(dir)) < 0)
+    if ((r = dsl_dir_make_all(dir)) < 0)
         return dsl_seterr(err, r, "cannot create checkpoint directory '%s': %s", dir,
                           strerror(-r));
     p = partial_dir(dir, tag);
@@ -156,7 +126,7 @@ int dsl_ckpt_prepare(const char *dir, const char *tag, char *err)
 int dsl_ckpt_probe_write(const char *dir, const char *hex, char *err)
 {
     int r;
-    if ((r = mkdir_p(dir)) < 0)
+    if ((r = dsl_dir_make_all(dir)) < 0)
         return dsl_seterr(err, r, "cannot create checkpoint directory '%s': %s", dir,
                           strerror(-r));
     char *path = dsl_xasprintf("%s/" PROBE_PREFIX "%s", dir, hex);

@@ -32,7 +32,7 @@
 
 struct sample_args {
     char *dir, *tag, *prompt, *temp, *encoder, *bpe;
-    size_t tokens, seed;
+    int tokens, seed;
 };
 
 static const struct dsl_opt sample_opts[] = {
@@ -42,11 +42,11 @@ static const struct dsl_opt sample_opts[] = {
      "the checkpoint to read", "latest", 0, 0, NULL, 0, NULL},
     {"prompt", 0, DSL_OPT_STRING, offsetof(struct sample_args, prompt), "TEXT",
      "the text to continue", "a newline", 0, 0, NULL, 0, NULL},
-    {"tokens", 0, DSL_OPT_SIZE, offsetof(struct sample_args, tokens), "N",
+    {"tokens", 0, DSL_OPT_INT, offsetof(struct sample_args, tokens), "N",
      "tokens to draw", "200", 1, 1000000, NULL, 0, NULL},
     {"temperature", 0, DSL_OPT_STRING, offsetof(struct sample_args, temp), "X",
      "softmax temperature (0: always the most likely token)", "0.8", 0, 0, NULL, 0, NULL},
-    {"seed", 0, DSL_OPT_SIZE, offsetof(struct sample_args, seed), "S", "random seed", "1",
+    {"seed", 0, DSL_OPT_INT, offsetof(struct sample_args, seed), "S", "random seed", "1",
      0, 1000000000, NULL, 0, NULL},
     {"encoder", 0, DSL_OPT_STRING, offsetof(struct sample_args, encoder), "FILE",
      "GPT-2's encoder.json (or .gz) the shards were made with: BPE ids, with --bpe", NULL,
@@ -155,13 +155,13 @@ static int run(const struct sample_args *a, char *err)
     uint16_t *ptok = NULL;
     if (have_bpe)
         ptok = dsl_bpe_encode(&bpe, (const uint8_t *)prompt, np, &np);
-    size_t total = np + (a->tokens ? a->tokens : 200);
+    size_t total = np + (size_t)a->tokens;
     int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
     float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));
     for (size_t i = 0; i < np; i++)
         tok[i] = ptok ? ptok[i] : (unsigned char)prompt[i];
     free(ptok);
-    uint64_t s = a->seed ? a->seed : 1;
+    uint64_t s = (uint64_t)a->seed;
     fputs(prompt, stdout);
     for (size_t n = np; n < total; n++) {
         size_t w = n < T ? n : T;

@@ -11,7 +11,8 @@
  * validation split, the split that dataset "text" makes of the same files. Without
  * --encoder the bytes are the tokens (the byte-level vocabulary of 256); with
  * --encoder and --bpe each split is encoded with GPT-2's BPE (bpe.c) on its own.
- * The splits go to DIR/NAME_val.bin and DIR/NAME_train.bin.
+ * The splits go to DIR/NAME_val.bin and DIR/NAME_train.bin (DIR made if missing);
+ * text too short to give both splits a byte is refused and nothing is written.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "bpe.h"
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/strvec.h"
@@ -57,7 +59,7 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
     double frac = 0.1;
     if (a->val && (dsl_parse_double(a->val, &frac) < 0 || !(frac > 0.0 && frac < 1.0)))
         return dsl_seterr(err, DSL_EUSAGE,
-                          "option '--val_fraction' must be a number between 0 and 1, got '%s'",
+                          "option '--val_fraction' must be a number above 0 and below 1, got '%s'",
                           a->val);
     uint8_t *all = NULL;
     size_t n = 0, files = 0;
@@ -74,6 +76,18 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
         files += nf;
     }
     size_t split = (size_t)((double)n * (1.0 - frac)), ntr = split, nva = n - split;
+    if (n == 0) {
+        r = dsl_seterr(err, DSL_EDATA, "dstrain tokenize: no text: %zu file%s of 0 bytes",
+                       files, files == 1 ? "" : "s");
+        goto out;
+    }
+    if (split == 0 || split == n) {
+        r = dsl_seterr(err, DSL_EDATA,
+                       "dstrain tokenize: %zu byte%s of text: too few to split into training "
+                       "and validation at --val_fraction %g",
+                       n, n == 1 ? "" : "s", frac);
+        goto out;
+    }
     uint16_t *tr = NULL, *va = NULL;
     struct dsl_bpe bpe;
     char vocab[160];
@@ -99,13 +113,20 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
         snprintf(vocab, sizeof(vocab), "byte-level vocabulary 256");
     }
     const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
+    if ((r = dsl_dir_make_all(dir)) < 0) {
+        dsl_seterr(err, r, "dstrain tokenize: cannot make the directory '%s' (--out): %s", dir,
+                   strerror(-r));
+        free(tr);
+        free(va);
+        goto out;
+    }
     char *ptr = dsl_xasprintf("%s/%s_train.bin", dir, name);
     char *pva = dsl_xasprintf("%s/%s_val.bin", dir, name);
     if ((r = dsl_tokens_write(ptr, tr, ntr, err)) >= 0 &&
         (r = dsl_tokens_write(pva, va, nva, err)) >= 0)
-        printf("dstrain: %zu bytes of %zu files: wrote '%s' (%zu tokens) and '%s' (%zu "
+        printf("dstrain: %zu bytes of %zu file%s: wrote '%s' (%zu tokens) and '%s' (%zu "
                "tokens), %s\n",
-               n, files, ptr, ntr, pva, nva, vocab);
+               n, files, files == 1 ? "" : "s", ptr, ntr, pva, nva, vocab);
     free(ptr);
     free(pva);
     free(tr);

@@ -68,6 +68,13 @@ int dsl_file_open_regular(const char *path, size_t *size, char *err);
  */
 int dsl_file_check_readable(const char *what, const char *path, char *err);
 
+/**
+ * Make directory path and any missing parents (mode 0755 less the umask), as
+ * `mkdir -p`: 0 when it exists as a directory afterwards, else -errno (-ENOTDIR when
+ * path or a parent is something else).
+ */
+int dsl_dir_make_all(const char *path);
+
 /** fsync the directory that holds path (for a rename into it to be durable). */
 int dsl_file_sync_dir_of(const char *path);
 

@@ -66,6 +66,21 @@ PY
         fail "sample does not continue the sentence: $(cat "$TMP/s.out")"
     "$DSTRAIN" sample --checkpoint "$TMP/nothing" >"$TMP/s2.out" 2>&1 && fail "no checkpoint accepted"
     grep -q "no checkpoint in '$TMP/nothing'" "$TMP/s2.out" || fail "sample error: $(cat "$TMP/s2.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --tokens 0 >"$TMP/s3.out" 2>&1 && fail "--tokens 0 accepted"
+    grep -q "option '--tokens' is out of range: allowed 1..1000000, got '0'$" "$TMP/s3.out" ||
+        fail "--tokens error: $(cat "$TMP/s3.out")"
+    # tokenize: --out's directory is made; text too short to split, or none, writes nothing
+    "$DSTRAIN" tokenize --out "$TMP/tk/a/b" "$TMP/text" >"$TMP/t1.out" 2>&1 ||
+        fail "tokenize into a new directory: $(cat "$TMP/t1.out")"
+    grep -q "of 1 file: wrote '$TMP/tk/a/b/text_train.bin' ([0-9]* tokens)" "$TMP/t1.out" ||
+        fail "tokenize: $(cat "$TMP/t1.out")"
+    : >"$TMP/empty"
+    printf x >"$TMP/one"
+    "$DSTRAIN" tokenize --out "$TMP/tk2" "$TMP/empty" >"$TMP/t2.out" 2>&1 && fail "empty text accepted"
+    grep -q "no text: 1 file of 0 bytes" "$TMP/t2.out" || fail "empty text: $(cat "$TMP/t2.out")"
+    "$DSTRAIN" tokenize --out "$TMP/tk2" "$TMP/one" >"$TMP/t3.out" 2>&1 && fail "1 byte accepted"
+    grep -q "1 byte of text: too few to split" "$TMP/t3.out" || fail "1 byte: $(cat "$TMP/t3.out")"
+    [ ! -e "$TMP/tk2" ] || fail "a refused tokenize left $(ls -R "$TMP/tk2")"
     ;;
 worlds)
     # deterministic mode: worlds 1 and 2 and every stage, and 2 threads, same bits
