@@ -386,6 +386,17 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
 {
     char **names = NULL;
     size_t k = 0;
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return dsl_seterr(err, DSL_EDATA,
+                          "token data '%s' is a file, not a directory: give the directory that "
+                          "holds the *train*.bin and *val*.bin shards",
+                          dir);
+    if (strpbrk(dir, "*?[") && access(dir, F_OK) != 0)
+        return dsl_seterr(err, DSL_EDATA,
+                          "token data '%s': no such directory (a pattern is not expanded: give "
+                          "the directory that holds the *train*.bin and *val*.bin shards)",
+                          dir);
     int r = list_dir(dir, keep_split, which, &names, &k, err);
     if (r < 0)
         return r;

@@ -166,6 +166,16 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     o.path = "/nonexistent-dir";
     ASSERT(dsl_data_load(&tr, &te, &o, err) < 0);
     ASSERT_CONTAINS(err, "/nonexistent-dir");
+    /* llm.c's users give a shard's file or a pattern (-i "x_train_*.bin"): told the rule */
+    o.vocab = 50;
+    snprintf(p, sizeof(p), "%s/x_train_000.bin", dir);
+    o.path = p;
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "x_train_000.bin' is a file, not a directory: give the directory that "
+                         "holds the *train*.bin and *val*.bin shards");
+    snprintf(p, sizeof(p), "%s/x_train_*.bin", dir);
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "no such directory (a pattern is not expanded");
     clean();
 }
 
