@@ -758,6 +758,9 @@ static int apply(struct parse_ctx *c, const char *path, const struct key *k, con
 {
     if (auto_value(c, k, v))
         return 0;
+    if (!strncmp(path, "dstrain.model.", 14) && strcmp(path, "dstrain.model.type"))
+        c->cfg->given.model |= strcmp(path, "dstrain.model.hidden") ? DSL_CFG_GIVEN_GPT
+                                                                    : DSL_CFG_GIVEN_MLP;
     if (k->kind != K_SECTION)
         return apply_leaf(c, k, v);
     /* DeepSpeed's legacy "zero_optimization": true|false means stage 1|0 */
@@ -994,7 +997,7 @@ static int global_batch(const char *file, long mb, long ga, long ws, char *err)
 int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
 {
     /* no config parsed at all: the batch came (or not) from the command line alone */
-    const char *file = cfg->path ? cfg->path : "no --config given";
+    const char *file = cfg->path ? cfg->path : "command line";
     long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
     long ws = world_size;
     char inferred[128] = "";
@@ -1059,7 +1062,7 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: either 'train_batch_size' or 'train_micro_batch_size_per_gpu' "
                           "must be given",
-                          file);
+                          cfg->path ? file : "no --config given");
     }
     if (mb <= 0 || ga <= 0 || (double)tb != (double)mb * (double)ga * (double)ws)
         return dsl_seterr(err, DSL_ECONFIG,

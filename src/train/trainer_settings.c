@@ -327,6 +327,15 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     if (rank == 0)
         for (size_t i = 0; i < c->warnings.nr; i++)
             dsl_warn("%s", c->warnings.v[i]);
+    /* a size meant for the other model would go unused without a word */
+    int gpt_model = c->dstrain.model_type && !strcmp(c->dstrain.model_type, "gpt");
+    if (rank == 0 && gpt_model && (c->given.model & DSL_CFG_GIVEN_MLP))
+        dsl_warn("'dstrain.model.hidden' (--hidden) sizes the MLP: the GPT ignores it (its "
+                 "sizes are layers, dim, heads, context and vocab)");
+    if (rank == 0 && !gpt_model && (c->given.model & DSL_CFG_GIVEN_GPT))
+        dsl_warn("'dstrain.model' layers, dim, heads, context and vocab size the GPT: the MLP "
+                 "ignores them (its sizes are 'dstrain.model.hidden'; for the GPT set "
+                 "'dstrain.model.type' to \"gpt\")");
     const char *backend = dsl_train_settings_backend(s);
     int gpu = backend && !strcmp(backend, "nccl");
     const char *warning = NULL;

@@ -521,6 +521,35 @@ TEST(command_line_overrides_should_reuse_the_same_checks)
     dsl_train_config_release(&cfg);
 }
 
+TEST(size_keys_given_should_be_recorded_per_model_so_that_unused_ones_can_be_named)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"type\": "
+                          "\"gpt\"}, \"data\": {\"dataset\": \"text\"}}}",
+                    1, err));
+    ASSERT_EQ(cfg.given.model, 0u); /* the type alone sizes nothing */
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.model.hidden", "[64]", err));
+    ASSERT_EQ(cfg.given.model, DSL_CFG_GIVEN_MLP);
+    dsl_train_config_release(&cfg);
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"dstrain\": {\"model\": {\"layers\": 2, "
+                          "\"hidden\": [32]}}}",
+                    1, err));
+    ASSERT_EQ(cfg.given.model, DSL_CFG_GIVEN_MLP | DSL_CFG_GIVEN_GPT);
+    dsl_train_config_release(&cfg);
+    /* the command line's cross-field errors are the command line's, not a missing file's */
+    dsl_train_config_init(&cfg);
+    ASSERT_OK(dsl_train_config_set(&cfg, "train_batch_size", "8", err));
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.model.type", "gpt", err));
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.data.dataset", "text", err));
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.model.dim", "30", err));
+    ASSERT_EQ(cfg.given.model, DSL_CFG_GIVEN_GPT);
+    ASSERT_EQ(dsl_train_config_finish(&cfg, 1, err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "command line: 'dstrain.model.heads' (4) must divide 'dstrain.model.dim' "
+                       "(30): each head has dim / heads channels");
+    dsl_train_config_release(&cfg);
+}
+
 TEST(half_precision_on_the_cpu_should_compute_in_fp32_with_a_warning)
 {
     struct dsl_train_config cfg;

@@ -118,6 +118,10 @@ struct dsl_dstrain_config {
                                     16-bit params and gradients (mixed precision) */
 };
 
+/* cfg->given.model: 'dstrain.model.hidden' (the MLP's) or any of the GPT's size keys */
+#define DSL_CFG_GIVEN_MLP 1u
+#define DSL_CFG_GIVEN_GPT 2u
+
 struct dsl_train_config {
     char *path;                     /* the file, for messages ("<string>" if none) */
     /* the batch triple, resolved by _finish() (0 before it) */
@@ -127,6 +131,7 @@ struct dsl_train_config {
     int world_size;                 /* the world size _finish() resolved against */
     struct {
         long train, micro, accum;   /* as written; -1: not given, -2: "auto" */
+        unsigned model;             /* DSL_CFG_GIVEN_*: which model's size keys were set */
     } given;
 
     struct dsl_optim_config optimizer;

@@ -77,6 +77,10 @@ cli)
     "$DSTRAIN" $TINY --zero-stage 3 2>"$TMP/e2" && fail "stage 3 accepted"
     grep -qi "stage" "$TMP/e2" || fail "no message for stage 3"
     "$DSTRAIN" $TINY --steps 1 --local_rank=3 >/dev/null 2>&1 || fail "--local_rank=3 rejected"
+    # a size of the other model is named as unused rather than silently dropped
+    "$DSTRAIN" $TINY --steps 1 --layers 3 >/dev/null 2>"$TMP/e5" || fail "--layers on the MLP: $(cat "$TMP/e5")"
+    grep -q "warning: 'dstrain.model' layers, dim, heads, context and vocab size the GPT: the MLP ignores them" \
+        "$TMP/e5" || fail "no warning for --layers on the MLP: $(cat "$TMP/e5")"
     "$DSTRAIN" --data fashion_mnist --data-path "$TMP/nothing" --micro-batch 8 --steps 1 \
         2>"$TMP/e3" &&
         fail "missing data accepted"
