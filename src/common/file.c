@@ -191,7 +191,8 @@ int dsl_file_create_temp(const char *path, mode_t mode, char **tmp, char *err)
         }
         int e = errno;
         if (e != EEXIST) {
-            int r = dsl_seterr(err, -e, "cannot create '%s': %s", name, strerror(e));
+            /* the name the user gave, not the temporary one beside it */
+            int r = dsl_seterr(err, -e, "cannot create '%s': %s", path, strerror(e));
             free(name);
             return r;
         }

@@ -212,7 +212,29 @@ TEST(temp_files_should_have_fresh_random_names_beside_the_target)
     close(fb);
     free(a);
     free(b);
+    /* a missing directory: the message names the file asked for, not the temporary one */
+    char *lost = dsl_xasprintf("%s/no/such/dir/out.safetensors", t), *c = NULL;
+    ASSERT_EQ(dsl_file_create_temp(lost, 0644, &c, err), -ENOENT);
+    ASSERT(c == NULL);
+    char *want = dsl_xasprintf("cannot create '%s': No such file or directory", lost);
+    ASSERT_STR_EQ(err, want);
+    free(want);
+    free(lost);
     free(path);
+    /* dsl_dir_make_all: parents too, an existing directory is fine, a file is not one */
+    char *deep = dsl_xasprintf("%s/x/y/z", t), *f = dsl_xasprintf("%s/x/file", t);
+    ASSERT_OK(dsl_dir_make_all(deep));
+    ASSERT(stat(deep, &st) == 0 && S_ISDIR(st.st_mode));
+    ASSERT_OK(dsl_dir_make_all(deep));
+    int ff = open(f, O_CREAT | O_WRONLY, 0600);
+    ASSERT(ff >= 0);
+    close(ff);
+    ASSERT_EQ(dsl_dir_make_all(f), -ENOTDIR);
+    char *under = dsl_xasprintf("%s/sub", f);
+    ASSERT_EQ(dsl_dir_make_all(under), -ENOTDIR);
+    free(under);
+    free(deep);
+    free(f);
     rm_rf(t);
     free(t);
 }
