@@ -7,6 +7,7 @@ set -euo pipefail
 PKGS=(
   build-essential cmake pkg-config git          # toolchain
   libssh-dev libssl-dev libcjson-dev libopenblas-dev zlib1g-dev   # libraries
+  libdnnl-dev                                   # bf16 products on the CPU (oneDNN; optional)
   openssh-server openssh-client iproute2 procps # test cluster (network namespaces + sshd)
   iptables                                      # doctor test: a port blocked inside a node
   pdsh openmpi-bin libopenmpi-dev               # optional transports, peers

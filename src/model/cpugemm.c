@@ -9,9 +9,11 @@
  * OpenBLAS's idle workers spin on sched_yield for a long while after every call and
  * take the second core from the optimizer.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "cpugemm.h"
+#include "dslaunch/common/error.h"
 #include "dslaunch/model/cpupool.h"
 #include "dslaunch/common/banned.h"
 
@@ -54,8 +56,37 @@ static void gemm_piece(void *arg, size_t lo, size_t hi)
     }
 }
 
+#ifndef DSL_HAVE_DNNL
+int dsl_gemm_bf16_supported(char *why, size_t len)
+{
+    if (why && len)
+        snprintf(why, len, "this build has no oneDNN (Debian's libdnnl-dev)");
+    return 0;
+}
+
+struct dsl_gemm_bf16 *dsl_gemm_bf16_new(void)
+{
+    return NULL;
+}
+
+void dsl_gemm_bf16_free(struct dsl_gemm_bf16 *s)
+{
+    (void)s;
+}
+
+void dsl_gemm_run_bf16(const struct dsl_gemm *g)
+{
+    (void)g;
+    DSL_BUG("a bf16 product without oneDNN");
+}
+#endif
+
 void dsl_gemm_run(const struct dsl_gemm *g)
 {
+    if (g->bf16) {
+        dsl_gemm_run_bf16(g);
+        return;
+    }
     size_t dim = g->by_rows ? g->m : g->n, th = (size_t)dsl_cpupool_threads();
     /* one block per thread, whole cache lines of C */
     size_t chunk = ((dim + th - 1) / th + 15) / 16 * 16;

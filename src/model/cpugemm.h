@@ -29,8 +29,23 @@ struct dsl_gemm {
     int by_rows;
     const float *bias, *mask;
     int relu;
+    struct dsl_gemm_bf16 *bf16; /* non-NULL: A and B rounded to bf16, fp32 accumulation */
 };
 
 void dsl_gemm_run(const struct dsl_gemm *g);
+
+/*
+ * bf16 products (cpugemm_bf16.c, with oneDNN): A and B are rounded to bf16 (to nearest
+ * even) into the scratch given as .bf16 and C gets the fp32 sums of their products, in
+ * blocks fixed by the shape alone, so again the thread count changes no bits. Only where
+ * dsl_gemm_bf16_supported(): built with oneDNN and a CPU with AVX512-BF16 or AMX;
+ * elsewhere dsl_gemm_bf16_new() returns NULL (and says why through the former).
+ * A scratch belongs to one model (not thread-safe).
+ */
+struct dsl_gemm_bf16;
+int dsl_gemm_bf16_supported(char *why, size_t len);
+struct dsl_gemm_bf16 *dsl_gemm_bf16_new(void);
+void dsl_gemm_bf16_free(struct dsl_gemm_bf16 *s);
+void dsl_gemm_run_bf16(const struct dsl_gemm *g);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/model/cpupool.h"
+#include "cpugemm.h"
 #include "dslaunch/model/model.h"
 #include "model_gpt_impl.h"
 #include "model_mlp_impl.h"
@@ -19,6 +20,11 @@ int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, cha
     if (spec->dtype != DSL_FLOAT32 && spec->dtype != DSL_FLOAT16 &&
         spec->dtype != DSL_BFLOAT16)
         return dsl_seterr(err, DSL_ECONFIG, "unsupported model dtype %d", (int)spec->dtype);
+    char why[200];
+    if (spec->gemm_bf16 && !dsl_gemm_bf16_supported(why, sizeof(why))) {
+        memset(m, 0, sizeof(*m));
+        return dsl_seterr(err, DSL_ENOTSUP, "no bf16 products on the CPU: %s", why);
+    }
     if (spec->type && !strcmp(spec->type, "gpt"))
         return dsl_gpt_create(m, spec, err);
     if (spec->type && !strcmp(spec->type, "mlp"))
@@ -62,4 +68,9 @@ int dsl_blas_set_threads(int n)
      * (device_cpu.c) */
     openblas_set_num_threads(1);
     return dsl_cpupool_set_threads(n);
+}
+
+int dsl_model_gemm_bf16_supported(char *why, size_t len)
+{
+    return dsl_gemm_bf16_supported(why, len);
 }

@@ -37,6 +37,11 @@
  * the sink's need() for each block, gradients computed in fp32 and rounded into the
  * sink's 16-bit destinations.
  *
+ * bf16 products (spec.gemm_bf16, dstrain.cpu_gemm "bf16"): every product that goes
+ * through gemm() below (the projections, the LM head and their gradients) rounds its
+ * inputs to bf16 and sums in fp32 (cpugemm.h); attention's per-head products and
+ * everything else stay fp32. Still the same bits at any thread count and world size.
+ *
  * Not thread-safe: one model object per thread of computation.
  */
 #include <errno.h>
@@ -177,6 +182,7 @@ struct gpt {
     float *dres, *dC, *d3C, *d4C, *datt, *dwte, *dwpe, *gsmall, *gsmall2;
     enum dsl_dtype dtype;
     float *w32, *g32; /* 16-bit: the widened parameters; one segment in fp32 */
+    struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: the bf16 copies of a product's inputs */
 };
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -197,13 +203,15 @@ static void par_cols(size_t n, void (*fn)(void *, size_t, size_t), void *arg)
     dsl_cpupool_for(n, chunk, fn, arg);
 }
 
-static void gemm(enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, size_t m, size_t n,
-                 size_t k, float alpha, const float *a, size_t lda, const float *b,
-                 size_t ldb, float beta, float *c, size_t ldc, const float *bias, int by_rows)
+/* a projection's product: fp32 sgemm, or bf16 inputs with spec.gemm_bf16 (cpugemm.h) */
+static void gemm(const struct gpt *p, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+                 size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                 const float *b, size_t ldb, float beta, float *c, size_t ldc,
+                 const float *bias, int by_rows)
 {
     struct dsl_gemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda,
                          .b = b, .ldb = ldb, .alpha = alpha, .beta = beta, .c = c,
-                         .ldc = ldc, .bias = bias, .by_rows = by_rows};
+                         .ldc = ldc, .bias = bias, .by_rows = by_rows, .bf16 = p->b16};
     dsl_gemm_run(&g);
 }
 
@@ -418,22 +426,22 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
         struct gpt_block *h = &p->h[l];
 #define W(k) (wp + L->t[GPT_BLOCK(l, k)].off)
         layernorm(p, res, W(GPT_LN1_W), W(GPT_LN1_B), h->ln1, h->ln1m, h->ln1r, N);
-        gemm(CblasNoTrans, CblasNoTrans, N, 3 * C, C, 1.0f, h->ln1, C, W(GPT_QKV_W), 3 * C,
+        gemm(p, CblasNoTrans, CblasNoTrans, N, 3 * C, C, 1.0f, h->ln1, C, W(GPT_QKV_W), 3 * C,
              1.0f, h->qkv, 3 * C, W(GPT_QKV_B), 0);
         struct job ja = {.p = p, .x = h->qkv, .o = h->att, .o2 = h->atty};
         dsl_cpupool_for(B * L->NH, 1, attn_fwd_pairs, &ja);
         struct job jr = {.p = p, .x = res, .b = W(GPT_PROJ_B), .o = h->res2, .C = C};
         par(N, resbias_rows, &jr);
-        gemm(CblasNoTrans, CblasNoTrans, N, C, C, 1.0f, h->atty, C, W(GPT_PROJ_W), C, 1.0f,
+        gemm(p, CblasNoTrans, CblasNoTrans, N, C, C, 1.0f, h->atty, C, W(GPT_PROJ_W), C, 1.0f,
              h->res2, C, NULL, 0);
         layernorm(p, h->res2, W(GPT_LN2_W), W(GPT_LN2_B), h->ln2, h->ln2m, h->ln2r, N);
-        gemm(CblasNoTrans, CblasNoTrans, N, 4 * C, C, 1.0f, h->ln2, C, W(GPT_FC_W), 4 * C,
+        gemm(p, CblasNoTrans, CblasNoTrans, N, 4 * C, C, 1.0f, h->ln2, C, W(GPT_FC_W), 4 * C,
              1.0f, h->fch, 4 * C, W(GPT_FC_B), 0);
         struct job jg = {.p = p, .x = h->fch, .o = h->fchg};
         par(N * 4 * C, gelu_range, &jg);
         struct job jr2 = {.p = p, .x = h->res2, .b = W(GPT_FCPROJ_B), .o = h->res3, .C = C};
         par(N, resbias_rows, &jr2);
-        gemm(CblasNoTrans, CblasNoTrans, N, C, 4 * C, 1.0f, h->fchg, 4 * C, W(GPT_FCPROJ_W), C,
+        gemm(p, CblasNoTrans, CblasNoTrans, N, C, 4 * C, 1.0f, h->fchg, 4 * C, W(GPT_FCPROJ_W), C,
              1.0f, h->res3, C, NULL, 0);
 #undef W
         res = h->res3;
@@ -483,15 +491,15 @@ static void gpt_head(struct gpt *p, const float *wp, size_t B, int backward, flo
     const float *wte = wp + L->t[GPT_WTE].off;
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
-        gemm(CblasNoTrans, CblasTrans, rows, V, C, 1.0f, p->lnf + r0 * C, C, wte, C, 0.0f,
+        gemm(p, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, p->lnf + r0 * C, C, wte, C, 0.0f,
              p->logits, V, NULL, 0);
         struct job j = {.p = p, .T = r0, .f = scale / (float)L->T, .back = backward};
         par(rows, loss_rows, &j);
         if (!backward)
             continue;
-        gemm(CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, p->logits, V, wte, C, 0.0f,
+        gemm(p, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, p->logits, V, wte, C, 0.0f,
              p->dC + r0 * C, C, NULL, 0);
-        gemm(CblasTrans, CblasNoTrans, V, C, rows, 1.0f, p->logits, V, p->lnf + r0 * C, C,
+        gemm(p, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, p->logits, V, p->lnf + r0 * C, C,
              r0 ? 1.0f : 0.0f, p->dwte, C, NULL, 1);
     }
 }
@@ -693,7 +701,7 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
         size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
         float *dst = sink->dest(sink->ctx, s);
         float *c = p->g32 ? p->g32 : dst;
-        gemm(CblasTrans, CblasNoTrans, nr, t->cols, N, 1.0f, A + r0, t->rows, dY, t->cols,
+        gemm(p, CblasTrans, CblasNoTrans, nr, t->cols, N, 1.0f, A + r0, t->rows, dY, t->cols,
              0.0f, c, t->cols, NULL, 1);
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
@@ -743,7 +751,7 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
         colsum(gb, p->dres, N, C);
         deliver(p, sink, TI(GPT_FCPROJ_B), gb);
         deliver_weight(p, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N);
-        gemm(CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, p->dres, C, W(GPT_FCPROJ_W), C, 0.0f,
+        gemm(p, CblasNoTrans, CblasTrans, N, 4 * C, C, 1.0f, p->dres, C, W(GPT_FCPROJ_W), C, 0.0f,
              p->d4C, 4 * C, NULL, 0);
         struct job jg = {.p = p, .x = h->fch, .o = p->d4C};
         par(N * 4 * C, gelu_back_range, &jg);
@@ -751,7 +759,7 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
         colsum(gb, p->d4C, N, 4 * C);
         deliver(p, sink, TI(GPT_FC_B), gb);
         deliver_weight(p, sink, TI(GPT_FC_W), h->ln2, p->d4C, N);
-        gemm(CblasNoTrans, CblasTrans, N, C, 4 * C, 1.0f, p->d4C, 4 * C, W(GPT_FC_W), 4 * C,
+        gemm(p, CblasNoTrans, CblasTrans, N, C, 4 * C, 1.0f, p->d4C, 4 * C, W(GPT_FC_W), 4 * C,
              0.0f, p->dC, C, NULL, 0);
         ln_backward(p, p->dres, gw, gb, p->dC, h->res2, W(GPT_LN2_W), h->ln2m, h->ln2r, N);
         deliver(p, sink, TI(GPT_LN2_B), gb);
@@ -760,7 +768,7 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
         colsum(gb, p->dres, N, C);
         deliver(p, sink, TI(GPT_PROJ_B), gb);
         deliver_weight(p, sink, TI(GPT_PROJ_W), h->atty, p->dres, N);
-        gemm(CblasNoTrans, CblasTrans, N, C, C, 1.0f, p->dres, C, W(GPT_PROJ_W), C, 0.0f, p->dC,
+        gemm(p, CblasNoTrans, CblasTrans, N, C, C, 1.0f, p->dres, C, W(GPT_PROJ_W), C, 0.0f, p->dC,
              C, NULL, 0);
         struct job ja = {.p = p, .x = h->qkv, .w = h->att, .y = p->dC, .o = p->d3C,
                          .o2 = p->datt};
@@ -768,7 +776,7 @@ static void gpt_backward(struct gpt *p, const float *wp, size_t B,
         colsum(gb, p->d3C, N, 3 * C);
         deliver(p, sink, TI(GPT_QKV_B), gb);
         deliver_weight(p, sink, TI(GPT_QKV_W), h->ln1, p->d3C, N);
-        gemm(CblasNoTrans, CblasTrans, N, C, 3 * C, 1.0f, p->d3C, 3 * C, W(GPT_QKV_W), 3 * C,
+        gemm(p, CblasNoTrans, CblasTrans, N, C, 3 * C, 1.0f, p->d3C, 3 * C, W(GPT_QKV_W), 3 * C,
              0.0f, p->dC, C, NULL, 0);
         ln_backward(p, p->dres, gw, gb, p->dC, res, W(GPT_LN1_W), h->ln1m, h->ln1r, N);
         deliver(p, sink, TI(GPT_LN1_B), gb);
@@ -805,7 +813,7 @@ int dsl_gpt_next_logits(struct dsl_model *m, const float *params, const int32_t 
     if (r < 0)
         return dsl_seterr(m->err, r, "gpt: a token id outside 0..%zu", L->V - 1);
     const float *wp = gpt_forward(p, params, 1, NULL);
-    gemm(CblasNoTrans, CblasTrans, 1, L->V, C, 1.0f, p->lnf + (n - 1) * C, C,
+    gemm(p, CblasNoTrans, CblasTrans, 1, L->V, C, 1.0f, p->lnf + (n - 1) * C, C,
          wp + L->t[GPT_WTE].off, C, 0.0f, logits, L->V, NULL, 0);
     return 0;
 }
@@ -862,6 +870,7 @@ static void gpt_release(struct dsl_model *m)
     free(p->enc); /* one allocation holds every float buffer */
     free(p->w32);
     free(p->g32);
+    dsl_gemm_bf16_free(p->b16);
     free(p);
     m->impl = NULL;
 }
@@ -883,6 +892,7 @@ int dsl_gpt_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
     struct gpt *p = dsl_xcalloc(1, sizeof(*p));
     p->L = lay;
     p->m = m;
+    p->b16 = spec->gemm_bf16 ? dsl_gemm_bf16_new() : NULL;
     m->ops = &gpt_ops;
     m->impl = p;
     m->dtype = p->dtype = spec->dtype;

@@ -59,6 +59,7 @@ struct mlp {
     enum dsl_dtype dtype; /* of params and gradients: fp32, or 16-bit storage */
     float *w32;           /* 16-bit: the fp32 parameters forward widened (P floats) */
     float *g32;           /* 16-bit: one gradient segment in fp32 */
+    struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: bf16 copies of a product's inputs */
 };
 
 /* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
@@ -89,7 +90,8 @@ static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, 
     struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows, .k = in,
                          .a = p->act[l], .lda = in, .b = w + r0 * in, .ldb = in,
                          .alpha = 1.0f, .beta = 1.0f, .c = p->act[l + 1] + r0, .ldc = out,
-                         .bias = w + in * out + r0, .relu = l + 1 < p->L.nlayers};
+                         .bias = w + in * out + r0, .relu = l + 1 < p->L.nlayers,
+                         .bf16 = p->b16};
     dsl_gemm_run(&g);
 }
 
@@ -220,7 +222,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
                                  .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
                                  .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
-                                 .by_rows = 1};
+                                 .by_rows = 1, .bf16 = p->b16};
             dsl_gemm_run(&g);
             if (p->g32)
                 mlp_narrow(p, hdst, dw, sg->len);
@@ -231,7 +233,8 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         /* gradient of the layer input, through the ReLU of the layer below */
         struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
                              .k = out, .a = dz, .lda = out, .b = w, .ldb = in, .alpha = 1.0f,
-                             .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li]};
+                             .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li],
+                             .bf16 = p->b16};
         dsl_gemm_run(&g);
         float *t = dz;
         dz = dnext;
@@ -264,6 +267,7 @@ static void mlp_release(struct dsl_model *m)
     free(p->argmax);
     free(p->w32);
     free(p->g32);
+    dsl_gemm_bf16_free(p->b16);
     free(p);
     m->impl = NULL;
 }
@@ -295,6 +299,7 @@ int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
         return r;
     struct mlp *p = dsl_xcalloc(1, sizeof(*p));
     p->L = lay;
+    p->b16 = spec->gemm_bf16 ? dsl_gemm_bf16_new() : NULL;
     m->ops = &mlp_ops;
     m->impl = p;
 

@@ -385,6 +385,7 @@ static const struct key keys[] = {
     {"dstrain.save_on_signal", K_BOOL, OFF(dstrain.save_on_signal), 0, 0, NULL},
     {"dstrain.deterministic", K_SPECIAL, OFF(dstrain.deterministic), 0, 0, sp_tristate},
     {"dstrain.cpu_half", K_BOOL, OFF(dstrain.cpu_half), 0, 0, NULL},
+    {"dstrain.cpu_gemm", K_SPECIAL, OFF(dstrain.cpu_gemm), 0, 0, sp_choice},
     {"dstrain.backend", K_SPECIAL, OFF(dstrain.backend), 0, 0, sp_choice},
     {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL},
     {"dstrain.resume", K_STRING, OFF(dstrain.resume), 0, 0, NULL},
@@ -681,6 +682,8 @@ static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v)
         {"dstrain.backend", "auto", "auto"},
         {"dstrain.backend", "tcp", "tcp"},
         {"dstrain.backend", "nccl", "nccl"},
+        {"dstrain.cpu_gemm", "fp32", "fp32"},
+        {"dstrain.cpu_gemm", "bf16", "bf16"},
     };
     char list[256] = "";
     size_t used = 0;
@@ -856,6 +859,7 @@ void dsl_train_config_init(struct dsl_train_config *cfg)
     ds->epochs = 1;
     ds->deterministic = -1;
     ds->backend = dsl_xstrdup("auto");
+    ds->cpu_gemm = dsl_xstrdup("fp32");
     dsl_strvec_init(&cfg->warnings);
 }
 
@@ -868,6 +872,7 @@ void dsl_train_config_release(struct dsl_train_config *cfg)
     free(ds->data_path);
     free(ds->checkpoint_dir);
     free(ds->backend);
+    free(ds->cpu_gemm);
     free(ds->metrics);
     free(ds->resume);
     dsl_strvec_release(&cfg->warnings);

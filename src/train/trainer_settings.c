@@ -124,6 +124,9 @@ static const struct dsl_opt opts[] = {
     KEY("deterministic", "dstrain.deterministic", 0, "canonical reduction order (true/false)"),
     KEY("cpu_half", "dstrain.cpu_half", 'b',
         "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"),
+    KEY("cpu_gemm", "dstrain.cpu_gemm", 's',
+        "the CPU's large matrix products: fp32, or bf16 (bf16 inputs, fp32 sums; needs "
+        "AVX512-BF16 or AMX)"),
     {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
      "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL},
     KEY("steps_per_print", "steps_per_print", 0, "steps between progress lines"),
@@ -397,6 +400,18 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     /* segments depend only on the bucket size, never on the world size or stage */
     m->seg_max = to->bucket_elems;
     m->dtype = to->dtype; /* DSL_FLOAT32 on the CPU unless cpu_half (prec says so) */
+    /* bf16 products on the CPU where asked and possible; else fp32, said once */
+    int want16 = c->dstrain.cpu_gemm && !strcmp(c->dstrain.cpu_gemm, "bf16");
+    char why[200];
+    m->gemm_bf16 = want16 && !gpu && dsl_model_gemm_bf16_supported(why, sizeof(why));
+    if (want16 && gpu && rank == 0)
+        dsl_warn("dstrain.cpu_gemm is for the CPU: on the GPU bf16.enabled decides the "
+                 "precision");
+    else if (want16 && !m->gemm_bf16 && rank == 0)
+        dsl_warn("dstrain.cpu_gemm \"bf16\": %s, so the products stay fp32", why);
+    if (m->gemm_bf16 && rank == 0)
+        printf("dstrain: the model's large matrix products in bf16 (bf16-rounded inputs, fp32 "
+               "sums; oneDNN)\n");
 
     struct dsl_data_opts *d = &s->data;
     d->name = c->dstrain.dataset;

@@ -14,3 +14,5 @@ dsl_unit_test(test_model_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpt.c LIBS d
 dsl_unit_test(test_model_tokens SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokens.c LIBS dslmodel)
 # llm.c's token shard header and reader on arbitrary files.
 dsl_fuzz_target(fuzz_tokens SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tokens.c LIBS dslmodel)
+# The products the CPU models share (cpugemm.h): bf16 against a reference, any cut.
+dsl_unit_test(test_model_cpugemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpugemm.c LIBS dslmodel)

@@ -550,6 +550,20 @@ TEST(size_keys_given_should_be_recorded_per_model_so_that_unused_ones_can_be_nam
     dsl_train_config_release(&cfg);
 }
 
+TEST(cpu_gemm_should_default_to_fp32_and_take_only_fp32_or_bf16)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8}", 1, err));
+    ASSERT_STR_EQ(cfg.dstrain.cpu_gemm, "fp32");
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.cpu_gemm", "bf16", err));
+    ASSERT_STR_EQ(cfg.dstrain.cpu_gemm, "bf16");
+    ASSERT_EQ(dsl_train_config_set(&cfg, "dstrain.cpu_gemm", "tf32", err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "command line: bad value 'tf32' for 'dstrain.cpu_gemm' (expected one of "
+                       "\"fp32\", \"bf16\")");
+    dsl_train_config_release(&cfg);
+}
+
 TEST(half_precision_on_the_cpu_should_compute_in_fp32_with_a_warning)
 {
     struct dsl_train_config cfg;

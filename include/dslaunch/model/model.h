@@ -110,6 +110,8 @@ struct dsl_model_spec {
     enum dsl_dtype dtype; /* DSL_FLOAT32 (0), or DSL_FLOAT16 / DSL_BFLOAT16: 16-bit
                              params and gradients (GPU: 16-bit compute; CPU: 16-bit
                              storage, fp32 arithmetic) */
+    int gemm_bf16; /* CPU: 1 = the large products take bf16-rounded inputs and sum in
+                      fp32 (oneDNN; dsl_model_gemm_bf16_supported() must say yes) */
     void *stream; /* GPU: the cudaStream_t to run on, the trainer's device stream
                      (struct dsl_device .stream); NULL: the legacy default stream */
     struct {
@@ -168,6 +170,13 @@ struct dsl_model {
  * the bad field. Release with dsl_model_release().
  */
 int dsl_model_create(struct dsl_model *m, const struct dsl_model_spec *spec, char *err);
+
+/**
+ * Whether the CPU models can take spec.gemm_bf16: 1, or 0 with why (a sentence, e.g.
+ * "this CPU has no bf16 instructions (AVX512-BF16 or AMX; ...)") when the build has no
+ * oneDNN or the CPU no bf16 instructions. dsl_model_create() refuses gemm_bf16 then.
+ */
+int dsl_model_gemm_bf16_supported(char *why, size_t len);
 #ifdef DSL_HAVE_CUDA
 /**
  * Build the same model on the current CUDA device (cuBLAS; model_mlp_cuda.c for type

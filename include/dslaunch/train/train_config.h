@@ -116,6 +116,8 @@ struct dsl_dstrain_config {
     int threads;                 /* BLAS threads per rank; 0 (default): automatic */
     int cpu_half;                /* default 0: fp16/bf16 on the CPU compute in fp32; 1:
                                     16-bit params and gradients (mixed precision) */
+    char *cpu_gemm;              /* "fp32" (default) or "bf16": the CPU models' large
+                                    products with bf16-rounded inputs (oneDNN) */
 };
 
 /* cfg->given.model: 'dstrain.model.hidden' (the MLP's) or any of the GPT's size keys */

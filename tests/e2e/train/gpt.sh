@@ -3,7 +3,7 @@
 # model (2 layers, d=32, context 40: two of attention's row tiles of 32) trains under
 # dslaunch at world 2 with falling loss;
 # deterministic mode is bit-identical across worlds 1/2/4 and ZeRO stages 0/1/2 and
-# thread counts, also with --cpu-half (bf16); a checkpoint resumes bit for bit, also at another world size, with
+# thread counts, also with --cpu-half (bf16) and with bf16 products (--cpu-gemm); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
 # a sentence the model learned; and (with python3-torch) PyTorch computes the same
 # validation loss from the consolidated weights. The text is generated
@@ -119,6 +119,29 @@ worlds)
     cmp -s "$TMP/p.h1" "$TMP/p.w1" && fail "bf16 gave the fp32 parameters"
     grep -Eq "^summary: .* val_loss [0-4]\.[0-9]+ nats/byte" "$TMP/h1.0.out" ||
         fail "bf16 did not train: $(grep summary "$TMP/h1.0.out")"
+    # --cpu-gemm bf16 (oneDNN): where the CPU has bf16 instructions, the same bits at
+    # worlds 1 and 2, stage 2 and 2 threads, not fp32's, and it trains; elsewhere (and
+    # when oneDNN is held to AVX2) it says so and gives fp32's bits
+    train_ok 1 g1 --cpu-gemm bf16 --steps 12 --eval-interval 6 --save-params "$TMP/p.g1"
+    if grep -q "large matrix products in bf16" "$TMP/g1.0.out"; then
+        train_ok 2 g2 --cpu-gemm bf16 --steps 12 --eval-interval 6 --zero-stage 2 \
+            --save-params "$TMP/p.g2"
+        cmp -s "$TMP/p.g1" "$TMP/p.g2" || fail "bf16 products: world 2 stage 2 differs from world 1"
+        train_ok 1 gt --cpu-gemm bf16 --steps 12 --eval-interval 6 --threads 2 \
+            --save-params "$TMP/p.gt"
+        cmp -s "$TMP/p.g1" "$TMP/p.gt" || fail "bf16 products: 2 threads differ from 1"
+        cmp -s "$TMP/p.g1" "$TMP/p.w1" && fail "bf16 products gave the fp32 parameters"
+        grep -Eq "^summary: .* val_loss [0-4]\.[0-9]+ nats/byte" "$TMP/g1.0.out" ||
+            fail "bf16 products did not train: $(grep summary "$TMP/g1.0.out")"
+    else
+        echo "# no bf16 products here: $(grep cpu_gemm "$TMP/g1.0.err")"
+    fi
+    export DNNL_MAX_CPU_ISA=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+    train_ok 1 ga --cpu-gemm bf16 --steps 12 --eval-interval 6 --save-params "$TMP/p.ga"
+    unset DNNL_MAX_CPU_ISA ONEDNN_MAX_CPU_ISA
+    grep -q 'warning: dstrain.cpu_gemm "bf16": .*, so the products stay fp32' "$TMP/ga.0.err" ||
+        fail "no fallback warning: $(cat "$TMP/ga.0.err")"
+    cmp -s "$TMP/p.ga" "$TMP/p.w1" || fail "the fp32 fallback differs from fp32"
     ;;
 resume)
     # stopped at step 6 and resumed equals the uninterrupted run; a world-2 stage-2

@@ -461,6 +461,19 @@ half)
         --save-params "$TMP/p.hrest"
     grep -q "resumed from .* at step 6" "$TMP/hrest.0.out" || fail "no resume line"
     cmp -s "$TMP/p.h2s2" "$TMP/p.hrest" || fail "bf16 resumed run differs from the uninterrupted one"
+    # the MLP's products in bf16 (--cpu-gemm, where the CPU has bf16 instructions):
+    # worlds 1 and 2, also with --cpu-half, give the same bits, not fp32's
+    train_ok 1 gm1 $TINY --cpu-gemm bf16 --save-params "$TMP/p.gm1"
+    if grep -q "large matrix products in bf16" "$TMP/gm1.0.out"; then
+        train_ok 2 gm2 $TINY --cpu-gemm bf16 --zero-stage 1 --save-params "$TMP/p.gm2"
+        cmp -s "$TMP/p.gm1" "$TMP/p.gm2" || fail "bf16 products: world 2 differs from world 1"
+        cmp -s "$TMP/p.gm1" "$TMP/p.h32" && fail "bf16 products gave the fp32 parameters"
+        train_ok 1 gh1 $HALF --cpu-gemm bf16 --save-params "$TMP/p.gh1"
+        train_ok 2 gh2 $HALF --cpu-gemm bf16 --zero-stage 2 --save-params "$TMP/p.gh2"
+        cmp -s "$TMP/p.gh1" "$TMP/p.gh2" || fail "bf16 products with --cpu-half: worlds differ"
+    else
+        echo "# no bf16 products here: $(grep cpu_gemm "$TMP/gm1.0.err")"
+    fi
     # fp16 from 2^20, which overflows fp16 gradients (fp16's largest is 65504):
     # overflowing steps are skipped and the scale halves until it fits, then training
     # goes on
