@@ -6,7 +6,13 @@
 # the OpenBLAS sgemm rate on the step's largest shapes (bench/sgemm.c) that the
 # training FLOP rate is compared with.
 #
-#   bench/gpt.sh [build dir] [steps] [reps]     (default: build, 60 steps, 1 rep)
+#   bench/gpt.sh [build dir] [steps] [reps] [precisions]
+#                                  (default: build, 60 steps, 1 rep, "fp32")
+#
+# precisions "fp32 bf16" runs each world twice more: dstrain with --cpu-gemm bf16 (its
+# large products in bf16 through oneDNN) against the peer under torch.autocast("cpu",
+# bfloat16), both side by side with the fp32 pair in the same rounds, and prints
+# dstrain bf16 against PyTorch fp32 too (the issue's peer is fp32).
 #
 # With reps > 1 each world runs dstrain and the peer alternately reps times and the
 # medians count (every run's figure is printed): on a shared 2-core machine two runs of
@@ -24,6 +30,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 STEPS=${2:-60}
 REPS=${3:-1}
+PRECS=${4:-fp32}
 DSTRAIN=$BUILD/dstrain
 PEER=${TORCH_PEER:-$(dirname "$0")/peers/torch_gpt_text.py}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench-gpt.XXXXXX")
@@ -55,18 +62,22 @@ cat >"$TMP/bench.json" <<EOF
 EOF
 port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
 
-dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
-    n=$1 th=$2 p=$(port) r=0 pids=""
+dstrain_world() { # world threads precision: tokens/s into $TMP/tps, val loss into $TMP/vl
+    n=$1 th=$2 prec=$3 p=$(port) r=0 pids=""
     while [ "$r" -lt "$n" ]; do
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
             DSLAUNCH_COMM_TIMEOUT=120 "$DSTRAIN" --config "$TMP/bench.json" \
-            --backend tcp --threads "$th" --steps "$STEPS" --eval-interval "$STEPS" \
+            --backend tcp --threads "$th" --cpu-gemm "$prec" --steps "$STEPS" \
+            --eval-interval "$STEPS" \
             --steps-per-print 0 --checkpoint-dir "$TMP/ck$n" >"$TMP/d.$r" 2>&1 &
         pids="$pids $!"
         r=$((r + 1))
     done
     for q in $pids; do wait "$q" || { tail -n 5 "$TMP"/d.* >&2; echo 0 >"$TMP/tps"; return; }; done
+    if [ "$prec" = bf16 ] && ! grep -q "large matrix products in bf16" "$TMP/d.0"; then
+        echo "    (no bf16 products here: $(grep cpu_gemm "$TMP/d.0" | head -n 1))"
+    fi
     grep "^summary:" "$TMP/d.0" | sed 's/^/    /'
     sed -n 's/^summary: .*tokens\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/tps"
     sed -n 's/^summary: .*val_loss \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/vl"
@@ -79,7 +90,9 @@ dstrain_world() { # world threads: tokens/s into $TMP/tps, val loss into $TMP/vl
     fi
 }
 
-torch_world() { # world threads
+torch_world() { # world threads precision
+    ac=none
+    [ "$3" = bf16 ] && ac=bf16
     if [ ! -r "$PEER" ] || ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
         echo "    (PyTorch peer not available)"
         echo 0 >"$TMP/tps"
@@ -87,7 +100,7 @@ torch_world() { # world threads
         return
     fi
     /usr/bin/python3 "$PEER" --world "$1" --threads "$2" --steps "$STEPS" --port "$(port)" \
-        >"$TMP/t.out" 2>&1
+        --autocast "$ac" >"$TMP/t.out" 2>&1
     grep "^#" "$TMP/t.out" | tail -n 2 | sed 's/^/    /'
     sed -n 's/.*mean tokens\/s \([0-9.]*\).*/\1/p' "$TMP/t.out" >"$TMP/tps"
     sed -n 's/.*val loss \([0-9.]*\) nats.*/\1/p' "$TMP/t.out" >"$TMP/vl"
@@ -109,41 +122,60 @@ F=$(awk 'BEGIN {print 6 * 842496 + 12 * 4 * 128 * 128}')
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(uname -n) $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 echo "# OpenBLAS kernels: ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}; $F FLOP per token; $STEPS steps"
 : >"$TMP/table"
+med() { sort -n "$1" | awk 'NF {v[++n] = $1} END {print n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2}'; }
+mean() { awk 'NF {s += $1; n++} END {printf "%.2f", s / n}' "$1"; }
 for w in 1 2; do
     th=$((2 / w))
     echo "# world $w, $th thread(s) per rank"
-    : >"$TMP/dl"
-    : >"$TMP/tl"
-    : >"$TMP/sa"
-    : >"$TMP/sb"
+    for pr in $PRECS; do
+        : >"$TMP/dl.$pr"
+        : >"$TMP/tl.$pr"
+        : >"$TMP/sa.$pr"
+        : >"$TMP/sb.$pr"
+    done
     k=0
     while [ "$k" -lt "$REPS" ]; do
-        sgemm_rate "$w" "$th" >>"$TMP/sa"
-        echo >>"$TMP/sa"
-        dstrain_world "$w" "$th"
-        cat "$TMP/tps" >>"$TMP/dl"
-        DV="$(cat "$TMP/vl") ($(cat "$TMP/vs"))"
-        sgemm_rate "$w" "$th" >>"$TMP/sb"
-        echo >>"$TMP/sb"
-        torch_world "$w" "$th"
-        cat "$TMP/tps" >>"$TMP/tl"
-        TV=$(cat "$TMP/vl")
+        for pr in $PRECS; do
+            echo "  $pr"
+            sgemm_rate "$w" "$th" >>"$TMP/sa.$pr"
+            echo >>"$TMP/sa.$pr"
+            dstrain_world "$w" "$th" "$pr"
+            cat "$TMP/tps" >>"$TMP/dl.$pr"
+            echo "$(cat "$TMP/vl") ($(cat "$TMP/vs"))" >"$TMP/dv.$pr"
+            sgemm_rate "$w" "$th" >>"$TMP/sb.$pr"
+            echo >>"$TMP/sb.$pr"
+            torch_world "$w" "$th" "$pr"
+            cat "$TMP/tps" >>"$TMP/tl.$pr"
+            cat "$TMP/vl" >"$TMP/tv.$pr"
+        done
         k=$((k + 1))
     done
-    med() { sort -n "$1" | awk 'NF {v[++n] = $1} END {print n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2}'; }
-    mean() { awk 'NF {s += $1; n++} END {printf "%.2f", s / n}' "$1"; }
-    D=$(med "$TMP/dl") T=$(med "$TMP/tl") A=$(mean "$TMP/sa") B=$(mean "$TMP/sb")
-    echo "    medians of $REPS: dstrain $D, PyTorch $T tokens/s"
-    awk -v l="world $w, global batch $((16 * w)), $th thread(s) per rank" -v d="$D" -v t="$T" \
-        -v a="$A" -v b="$B" -v f="$F" -v dv="$DV" -v tv="$TV" 'BEGIN {
-        g = f * d / 1e9; s = (a + b) / 2
-        printf "| %s | %.0f | %s | %s | %.1f | %.1f (%.1f / %.1f) | %.0f%% | %s | %s |\n", l, d,
-            (t > 0 ? sprintf("%.0f", t) : "-"), (t > 0 ? sprintf("%.2fx", d / t) : "-"),
-            g, s, a, b, 100 * g / s, dv, tv
-    }' >>"$TMP/table"
+    for pr in $PRECS; do
+        D=$(med "$TMP/dl.$pr") T=$(med "$TMP/tl.$pr") A=$(mean "$TMP/sa.$pr")
+        B=$(mean "$TMP/sb.$pr")
+        echo "    $pr, medians of $REPS: dstrain $D, PyTorch $T tokens/s"
+        lab="world $w, global batch $((16 * w)), $th thread(s) per rank"
+        [ "$pr" = fp32 ] || lab="$lab, $pr (dstrain --cpu-gemm $pr, PyTorch autocast $pr)"
+        awk -v l="$lab" -v d="$D" -v t="$T" -v a="$A" -v b="$B" -v f="$F" \
+            -v dv="$(cat "$TMP/dv.$pr")" -v tv="$(cat "$TMP/tv.$pr")" 'BEGIN {
+            g = f * d / 1e9; s = (a + b) / 2
+            printf "| %s | %.0f | %s | %s | %.1f | %.1f (%.1f / %.1f) | %.0f%% | %s | %s |\n", l, d,
+                (t > 0 ? sprintf("%.0f", t) : "-"), (t > 0 ? sprintf("%.2fx", d / t) : "-"),
+                g, s, a, b, 100 * g / s, dv, tv
+        }' >>"$TMP/table"
+        echo "$D" >"$TMP/dmed.$w.$pr"
+        echo "$T" >"$TMP/tmed.$w.$pr"
+    done
 done
 echo
 echo "| run | dstrain tokens/s (median of $REPS) | PyTorch DDP tokens/s (median of $REPS) | ratio | dstrain GFLOP/s | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | dstrain val loss, all windows (the peer's 20 batches) | PyTorch val loss (its 20 batches) |"
 echo "|---|---|---|---|---|---|---|---|---|"
 cat "$TMP/table"
+for pr in $PRECS; do
+    [ "$pr" = fp32 ] || for w in 1 2; do
+        [ -s "$TMP/tmed.$w.fp32" ] || continue
+        awk -v w="$w" -v p="$pr" -v d="$(cat "$TMP/dmed.$w.$pr")" -v t="$(cat "$TMP/tmed.$w.fp32")" \
+            'BEGIN { if (t > 0) printf "# world %s: dstrain %s %.0f tokens/s against PyTorch fp32 %.0f: %.2fx\n", w, p, d, t, d / t }'
+    done
+done
 echo "# load after: $(uptime | sed 's/.*load average: //')"
