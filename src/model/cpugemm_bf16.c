@@ -269,6 +269,7 @@ struct run {
     const struct dsl_gemm *g;
     const uint16_t *a, *b;
     int64_t as0, as1, bs0, bs1;
+    size_t dim, chunk; /* C's rows (by_rows) or columns, cut into blocks of chunk */
 };
 
 static void piece(void *arg, size_t lo, size_t hi)
@@ -308,6 +309,16 @@ static void piece(void *arg, size_t lo, size_t hi)
     }
 }
 
+/* blocks [b0, b1): one oneDNN call each, whichever thread runs them */
+static void blocks(void *arg, size_t b0, size_t b1)
+{
+    const struct run *r = arg;
+    for (size_t b = b0; b < b1; b++) {
+        size_t lo = b * r->chunk, hi = lo + r->chunk < r->dim ? lo + r->chunk : r->dim;
+        piece(arg, lo, hi);
+    }
+}
+
 void dsl_gemm_run_bf16(const struct dsl_gemm *g)
 {
     struct dsl_gemm_bf16 *s = g->bf16;
@@ -326,9 +337,12 @@ void dsl_gemm_run_bf16(const struct dsl_gemm *g)
         .bs1 = bn ? 1 : (int64_t)g->k,
     };
     /* blocks fixed by the product's shape alone, never by the thread count (above) */
-    size_t dim = g->by_rows ? g->m : g->n;
-    size_t blocks = (dim + BLOCK_MIN - 1) / BLOCK_MIN;
-    blocks = blocks < BLOCKS_MAX ? blocks : BLOCKS_MAX;
-    size_t chunk = ((dim + blocks - 1) / blocks + 15) / 16 * 16;
-    dsl_cpupool_for(dim, chunk, piece, &r);
+    r.dim = g->by_rows ? g->m : g->n;
+    size_t nb = (r.dim + BLOCK_MIN - 1) / BLOCK_MIN;
+    nb = nb < BLOCKS_MAX ? nb : BLOCKS_MAX;
+    r.chunk = ((r.dim + nb - 1) / nb + 15) / 16 * 16;
+    nb = (r.dim + r.chunk - 1) / r.chunk;
+    /* one block per pool task, so that one thread, running them all, makes the same
+     * calls as many */
+    dsl_cpupool_for(nb, 1, blocks, &r);
 }
