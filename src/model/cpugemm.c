@@ -22,6 +22,30 @@ static int to_int(size_t v)
     return (int)v;
 }
 
+/* the block's rows start at row lo of C (by_rows), or its columns at column lo */
+void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo)
+{
+    const float *bias = g->bias ? g->bias + (g->by_rows ? 0 : lo) : NULL;
+    for (size_t i = 0; bias && i < m; i++)
+        memcpy(c + i * g->ldc, bias, n * sizeof(float));
+}
+
+void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo)
+{
+    for (size_t i = 0; g->relu && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
+    }
+    for (size_t i = 0; g->mask && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        const float *mi = g->mask + (g->by_rows ? (lo + i) * g->ldc : lo + i * g->ldc);
+        for (size_t j = 0; j < n; j++)
+            if (mi[j] <= 0.0f)
+                ci[j] = 0.0f;
+    }
+}
+
 static void gemm_piece(void *arg, size_t lo, size_t hi)
 {
     const struct dsl_gemm *g = arg;
@@ -37,23 +61,10 @@ static void gemm_piece(void *arg, size_t lo, size_t hi)
         c += lo;
         n = hi - lo;
     }
-    if (g->bias)
-        for (size_t i = 0; i < m; i++)
-            memcpy(c + i * g->ldc, g->bias + lo, n * sizeof(float));
+    dsl_gemm_block_pre(g, c, m, n, lo);
     cblas_sgemm(CblasRowMajor, g->ta, g->tb, to_int(m), to_int(n), to_int(g->k), g->alpha, a,
                 to_int(g->lda), b, to_int(g->ldb), g->beta, c, to_int(g->ldc));
-    for (size_t i = 0; g->relu && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
-    }
-    for (size_t i = 0; g->mask && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        const float *mi = g->mask + lo + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            if (mi[j] <= 0.0f)
-                ci[j] = 0.0f;
-    }
+    dsl_gemm_block_post(g, c, m, n, lo);
 }
 
 #ifndef DSL_HAVE_DNNL

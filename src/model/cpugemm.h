@@ -34,6 +34,11 @@ struct dsl_gemm {
 
 void dsl_gemm_run(const struct dsl_gemm *g);
 
+/* a block of C (m x n at c, starting at row lo with by_rows, else at column lo):
+ * the bias fill before its product, the ReLU and the mask after (both paths) */
+void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo);
+void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo);
+
 /*
  * bf16 products (cpugemm_bf16.c, with oneDNN): A and B are rounded to bf16 (to nearest
  * even) into the scratch given as .bf16 and C gets the fp32 sums of their products, in

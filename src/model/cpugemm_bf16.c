@@ -278,7 +278,7 @@ static void piece(void *arg, size_t lo, size_t hi)
     const struct dsl_gemm *g = r->g;
     const uint16_t *a = r->a, *b = r->b;
     float *c = g->c;
-    size_t m = g->m, n = g->n, boff = 0;
+    size_t m = g->m, n = g->n;
     if (g->by_rows) {
         a += lo * (size_t)r->as0;
         c += lo * g->ldc;
@@ -287,26 +287,12 @@ static void piece(void *arg, size_t lo, size_t hi)
         b += lo * (size_t)r->bs1;
         c += lo;
         n = hi - lo;
-        boff = lo;
     }
-    if (g->bias)
-        for (size_t i = 0; i < m; i++)
-            memcpy(c + i * g->ldc, g->bias + boff, n * sizeof(float));
+    dsl_gemm_block_pre(g, c, m, n, lo);
     struct prim_key k = {(int64_t)m, (int64_t)n, (int64_t)g->k, r->as0, r->as1, r->bs0,
                          r->bs1, (int64_t)g->ldc, g->alpha, g->beta};
     matmul(&k, a, b, c);
-    for (size_t i = 0; g->relu && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
-    }
-    for (size_t i = 0; g->mask && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        const float *mi = g->mask + (g->by_rows ? (lo + i) * g->ldc : lo + i * g->ldc);
-        for (size_t j = 0; j < n; j++)
-            if (mi[j] <= 0.0f)
-                ci[j] = 0.0f;
-    }
+    dsl_gemm_block_post(g, c, m, n, lo);
 }
 
 /* blocks [b0, b1): one oneDNN call each, whichever thread runs them */
