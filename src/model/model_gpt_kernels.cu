@@ -724,11 +724,24 @@ template <typename T> using ft_b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16
 using ft_acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
 /* stage rows r0.. of one head (row stride ld, hs columns) as 16-bit rows of FT_LD(HS),
- * zeros past the T rows and the hs columns (the bits are copied, not converted) */
+ * zeros past the T rows and the hs columns (the bits are copied, not converted): in
+ * 16-byte pieces of 8 elements where the head allows (hs and ld multiples of 8, src
+ * 16-byte aligned: GPT-2's 64 does), else element by element */
 template <typename T, int HS>
 static __device__ __forceinline__ void ft_load(T *dst, const T *src, size_t r0, size_t Tc,
                                                size_t ld, size_t hs)
 {
+    if (hs % 8 == 0 && ld % 8 == 0 && (reinterpret_cast<uintptr_t>(src) & 15u) == 0) {
+        for (unsigned i = threadIdx.x; i < FA_TILE * HS / 8; i += FA_THREADS) {
+            unsigned r = i / (HS / 8), d = i % (HS / 8) * 8;
+            size_t t = r0 + r;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (t < Tc && d < hs)
+                v = *reinterpret_cast<const uint4 *>(src + t * ld + d);
+            *reinterpret_cast<uint4 *>(dst + r * FT_LD(HS) + d) = v;
+        }
+        return;
+    }
     for (unsigned i = threadIdx.x; i < FA_TILE * HS; i += FA_THREADS) {
         unsigned r = i / HS, d = i % HS;
         size_t t = r0 + r;

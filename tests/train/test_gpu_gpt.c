@@ -20,7 +20,7 @@
  *     second one, gives the same gradient and loss bits (fp32; bf16 and fp16 twice on one);
  *   - the attention on tensor cores (WMMA; bf16 and fp16 take it by default where the
  *     device has it, so the 16-bit comparisons above run it too), forced with
- *     DSL_GPT_ATTENTION=tensor at head sizes 64 (context 70), 128 and 80 (context 37),
+ *     DSL_GPT_ATTENTION=tensor at head sizes 64 (context 70), 128, 80 and 20 (context 37),
  *     bf16 and fp16, within the same 16-bit bounds and twice alike, the scalar kernels'
  *     16-bit path forced with =scalar, and =tensor refused in fp32;
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
@@ -73,6 +73,8 @@ static const struct shape head48_shape = {1, 96, 2, 37, 256, 2};
 static const struct shape head128_shape = {1, 256, 2, 37, 256, 2};
 static const struct shape head128x1_shape = {1, 128, 1, 37, 256, 2};
 static const struct shape head80_shape = {1, 160, 2, 37, 256, 2};
+/* head size 20: the tensor-core kernels' element-by-element staging (not 8 | hs) */
+static const struct shape head20_shape = {1, 40, 2, 37, 256, 2};
 
 static struct dsl_model_spec spec_of(const struct shape *h, enum dsl_dtype dt, int gpu)
 {
@@ -481,11 +483,12 @@ TEST(cuda_gpt_attention_on_tensor_cores_should_match_the_cpu_at_head_size_64_on_
     with_attention("scalar", &head64_shape, DSL_BFLOAT16);
 }
 
-TEST(cuda_gpt_attention_on_tensor_cores_should_match_the_cpu_at_head_sizes_128_and_80_twice_alike)
+TEST(cuda_gpt_attention_on_tensor_cores_should_match_the_cpu_at_head_sizes_128_80_and_20_twice_alike)
 {
     with_attention("tensor", &head128x1_shape, DSL_BFLOAT16);
     with_attention("tensor", &head128x1_shape, DSL_FLOAT16);
     with_attention("tensor", &head80_shape, DSL_BFLOAT16);
+    with_attention("tensor", &head20_shape, DSL_FLOAT16);
 }
 
 TEST(cuda_gpt_should_refuse_tensor_core_attention_in_fp32_and_an_unknown_attention_kind)
