@@ -757,7 +757,7 @@ static __device__ __forceinline__ void ft_abt(float *s, const T *a, const T *b, 
     const unsigned rb = w >> 1, cb = w & 1;
     ft_acc acc;
     wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
+#pragma unroll 2
     for (int k = 0; k < HS; k += 16) {
         ft_a_row<T> fa;
         ft_b_col<T> fb;
