@@ -11,6 +11,10 @@
 #
 #   bench/gpt_gpu.sh [build dir] [steps] [micro batch]    (default: build, 40, 16)
 #   PEAK_TFLOPS=989 (H100 SXM dense bf16; H100 PCIe: 756, A100: 312, H200: 989)
+#   ATTENTION=tensor (default: the tensor-core attention, or dstrain refuses the model),
+#             scalar (the scalar fp32 kernels) or auto (the model's choice): passed to
+#             dstrain as DSL_GPT_ATTENTION and named in the result line, so the two
+#             kernels can be compared side by side (run it once with each)
 #
 # Needs a dstrain built with CUDA and a visible GPU: without one it says so and exits 1.
 set -u
@@ -19,6 +23,13 @@ BUILD=${1:-$ROOT/build}
 STEPS=${2:-40}
 MB=${3:-16}
 PEAK=${PEAK_TFLOPS:-989}
+ATTENTION=${ATTENTION:-tensor}
+case $ATTENTION in
+tensor) ATTN_NAME="tensor cores (WMMA, bf16 in, fp32 accumulators)" ;;
+scalar) ATTN_NAME="scalar fp32 kernels" ;;
+auto) ATTN_NAME="the model's choice (tensor cores on sm_80+)" ;;
+*) echo "ATTENTION '$ATTENTION' is none of tensor, scalar, auto" >&2; exit 1 ;;
+esac
 DSTRAIN=$BUILD/dstrain
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench-gptgpu.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -56,7 +67,7 @@ cat >"$TMP/bench.json" <<JSON
   }
 }
 JSON
-RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
+DSL_GPT_ATTENTION=$ATTENTION RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
     MASTER_PORT=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )) \
     "$DSTRAIN" --config "$TMP/bench.json" >"$TMP/out" 2>"$TMP/err"
 rc=$?
@@ -72,14 +83,15 @@ fi
 cat "$TMP/out"
 tps=$(grep "^step .* tokens/s" "$TMP/out" | tail -n 1 | sed -n 's/.* tokens\/s \([0-9]*\).*/\1/p')
 [ -n "$tps" ] || { echo "gpt_gpu: no tokens/s in dstrain's progress lines" >&2; exit 1; }
-python3 - "$tps" "$PEAK" $L $C $T $V <<'PY'
+python3 - "$tps" "$PEAK" $L $C $T $V "$ATTN_NAME" <<'PY'
 import sys
 tps, peak = float(sys.argv[1]), float(sys.argv[2])
 L, C, T, V = map(int, sys.argv[3:7])
+attn = sys.argv[7]
 params = 12 * L * C * C + V * C
 fpt = 6 * params + 12 * L * T * C
 tf = tps * fpt / 1e12
 print(f"gpt_gpu: GPT-2 124M shapes ({params / 1e6:.1f} M matmul parameters), bf16, world 1: "
       f"{tps:.0f} tokens/s, {fpt / 1e9:.3f} GFLOP/token, {tf:.1f} TFLOP/s, "
-      f"MFU {100 * tf / peak:.1f}% of {peak:g} TFLOP/s")
+      f"MFU {100 * tf / peak:.1f}% of {peak:g} TFLOP/s; attention on {attn}")
 PY

@@ -5,7 +5,8 @@
  * column-major GEMM accumulating in double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
  * loop; dsl_mlp_create_cuda fails (the MLP is not emulated). A launch the GPU would refuse
  * (dynamic shared memory above the kernel's limit) runs nothing and leaves its error for
- * cudaGetLastError, as there.
+ * cudaGetLastError, as there. cudaFuncGetAttributes gives every kernel the binary
+ * version EMU_CC (default 90: sm_90), which picks the GPT attention's kernels.
  */
 #include "emu.h"
 #include <cublas_v2.h>
@@ -33,7 +34,7 @@ void emu_run(dim3 g, dim3 b, size_t shm, const void *kernel, std::function<void(
         emu_err = cudaErrorInvalidValue;
         return;
     }
-    emu_dyn_smem = malloc(shm ? shm : 1);
+    emu_dyn_smem = aligned_alloc(128, (shm + 127) / 128 * 128 + 128); /* as a GPU's: aligned */
     memset(emu_dyn_smem, 0xff, shm); /* NaN floats: a read before a write shows */
     std::barrier<> bb(nt);
     std::vector<std::barrier<> *> wb;
@@ -85,6 +86,14 @@ cudaError_t cudaFuncSetAttribute(const void *k, cudaFuncAttribute a, int v)
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 || v > emu_smem_optin())
         return cudaErrorInvalidValue;
     emu_smem_max[k] = v;
+    return cudaSuccess;
+}
+/* the architecture of every kernel's binary: EMU_CC (e.g. 75 for sm_75), default 90 */
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, const void *)
+{
+    const char *e = getenv("EMU_CC");
+    memset(a, 0, sizeof(*a));
+    a->binaryVersion = a->ptxVersion = e ? atoi(e) : 90;
     return cudaSuccess;
 }
 const char *cudaGetErrorString(cudaError_t e) { return e == cudaErrorInvalidValue ? "invalid argument" : "emu"; }

@@ -12,7 +12,9 @@
 # EMU_FLAGS adds compiler and linker flags, e.g. EMU_FLAGS=-fsanitize=address: device
 # memory is host memory here, so a kernel reading or writing past a buffer is caught.
 # EMU_SMEM_OPTIN sets the device's shared memory opt-in limit per block (default sm_90's
-# 232448 bytes), e.g. 65536 for sm_75, where the GPT refuses head size 128.
+# 232448 bytes), e.g. 65536 for sm_75, where the GPT refuses head size 128. EMU_CC sets
+# the architecture the kernels' binaries report (default 90), e.g. 75: no bf16 tensor-core
+# attention there, so bf16 takes the scalar kernels.
 set -eu
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 B=${1:-$ROOT/build}

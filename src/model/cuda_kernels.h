@@ -198,25 +198,36 @@ cudaError_t dsl_cuda_gpt_gelu(cudaStream_t s, int et, void *o, const void *x, si
 /** The largest head size (dim / heads) of the fused attention; the CUDA GPT refuses
  *  larger ones. */
 #define DSL_CUDA_GPT_MAX_HEAD 128
+/** *tc = 1 when the attention's tensor-core kernels (WMMA, 16-bit inputs, fp32
+ *  accumulators) serve element type et on the current device: fp16 on sm_70 and later,
+ *  bf16 on sm_80 and later, judged by the architecture of the kernels' code the device
+ *  runs; 0 for fp32 (whose attention stays scalar fp32) and older devices. */
+cudaError_t dsl_cuda_gpt_attention_tc(int et, int *tc);
 /** The shared memory per block (bytes) that the attention's largest kernel takes at head
- *  size hs; 0 for hs 0 or above DSL_CUDA_GPT_MAX_HEAD. Above 48 KiB the device's
- *  cudaDevAttrMaxSharedMemoryPerBlockOptin must allow it. */
-size_t dsl_cuda_gpt_attention_smem(size_t hs);
-/** Lets the attention kernels of element type et at head size hs use their dynamic
- *  shared memory (cudaFuncSetAttribute); once per device, before their first launch. */
-cudaError_t dsl_cuda_gpt_attention_setup(int et, size_t hs);
+ *  size hs, tensor-core kernels (tc 1) or scalar (tc 0); 0 for hs 0 or above
+ *  DSL_CUDA_GPT_MAX_HEAD. Above 48 KiB the device's cudaDevAttrMaxSharedMemoryPerBlockOptin
+ *  must allow it. */
+size_t dsl_cuda_gpt_attention_smem(size_t hs, int tc);
+/** Lets the attention kernels of element type et at head size hs (tensor-core ones when
+ *  tc) use their dynamic shared memory (cudaFuncSetAttribute); once per device, before
+ *  their first launch. */
+cudaError_t dsl_cuda_gpt_attention_setup(int et, size_t hs, int tc);
 /** Causal self-attention, flash-style (no T x T matrix): from qkv [B, T, 3, NH, hs] (the
  *  qkv projection's rows), o [B, T, NH, hs] = softmax(q k^T / sqrt(hs), causal) v and
  *  lse [B NH, T] (fp32) the log-sum-exp of each query row's scaled scores, kept for the
- *  backward. cudaErrorInvalidValue for hs 0 or above DSL_CUDA_GPT_MAX_HEAD. */
-cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, void *o, float *lse, const void *qkv,
-                                   size_t B, size_t T, size_t NH, size_t hs);
+ *  backward. tc: the tensor-core kernels (16-bit et only, where dsl_cuda_gpt_attention_tc
+ *  says so), else the scalar fp32 ones. cudaErrorInvalidValue for hs 0 or above
+ *  DSL_CUDA_GPT_MAX_HEAD, or tc with fp32. */
+cudaError_t dsl_cuda_gpt_attention(cudaStream_t s, int et, int tc, void *o, float *lse,
+                                   const void *qkv, size_t B, size_t T, size_t NH, size_t hs);
 /** Its backward: dqkv [B, T, 3, NH, hs] (every element written) from the forward's qkv, o
  *  and lse and dout = dL/do [B, T, NH, hs]; D is fp32 scratch of B NH T (rowsum(dout o)).
- *  Deterministic: no atomics, one writer per element, fixed summation orders. */
-cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, void *dqkv, const void *qkv,
-                                        const void *o, const void *dout, const float *lse,
-                                        float *D, size_t B, size_t T, size_t NH, size_t hs);
+ *  Deterministic: no atomics, one writer per element, fixed summation orders. tc as the
+ *  forward's. */
+cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, int tc, void *dqkv,
+                                        const void *qkv, const void *o, const void *dout,
+                                        const float *lse, float *D, size_t B, size_t T,
+                                        size_t NH, size_t hs);
 /** Per row of rows x V logits (rows r0.. of the micro batch): loss[r0 + i], arg[r0 + i]
  *  (argmax) and, when back, the logits overwritten with (softmax - onehot(tgt)) x f */
 cudaError_t dsl_cuda_gpt_classifier(cudaStream_t s, int et, void *logits, const int32_t *tgt,

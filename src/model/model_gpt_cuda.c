@@ -88,6 +88,7 @@ struct gpt_cuda {
     size_t esz;             /* their element bytes */
     cudaDataType_t dt;      /* their cuBLAS type */
     size_t R;               /* rows per logits chunk */
+    int attn_tc;            /* the attention runs on tensor cores (16-bit, see create) */
     /* device */
     int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
     void *enc, *lnf, *logits, *dres, *dC, *d3C, *d4C, *g1, *g2;
@@ -276,8 +277,8 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
            dsl_cuda_gpt_resbias(p->stream, p->et, h->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
         TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), h->qkv, N, C, 3 * C, 1.0f));
         CU(m, "launching dsl_k_gpt_attn_fwd",
-           dsl_cuda_gpt_attention(p->stream, p->et, h->atty, h->lse, h->qkv, B, T, L->NH,
-                                  C / L->NH));
+           dsl_cuda_gpt_attention(p->stream, p->et, p->attn_tc, h->atty, h->lse, h->qkv, B, T,
+                                  L->NH, C / L->NH));
         CU(m, "launching dsl_k_gpt_resbias",
            dsl_cuda_gpt_resbias(p->stream, p->et, h->res2, res, WB(GPT_PROJ_B), N, C));
         TRY(proj_fwd(m, h->atty, WB(GPT_PROJ_W), h->res2, N, C, C, 1.0f));
@@ -440,8 +441,8 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         TRY(deliver_weight(m, sink, TI(GPT_PROJ_W), h->atty, p->dres, N));
         TRY(proj_bwd(m, p->dres, WB(GPT_PROJ_W), p->dC, N, C, C));
         CU(m, "launching dsl_k_gpt_attn_dkv and dsl_k_gpt_attn_dq",
-           dsl_cuda_gpt_attention_back(p->stream, p->et, p->d3C, h->qkv, h->atty, p->dC, h->lse,
-                                       p->rowd, B, T, L->NH, C / L->NH));
+           dsl_cuda_gpt_attention_back(p->stream, p->et, p->attn_tc, p->d3C, h->qkv, h->atty,
+                                       p->dC, h->lse, p->rowd, B, T, L->NH, C / L->NH));
         TRY(deliver_bias(m, sink, TI(GPT_QKV_B), p->d3C, N));
         TRY(deliver_weight(m, sink, TI(GPT_QKV_W), h->ln1, p->d3C, N));
         TRY(proj_bwd(m, p->d3C, WB(GPT_QKV_W), p->dC, N, C, 3 * C));
@@ -668,10 +669,40 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
                           DSL_CUDA_GPT_MAX_HEAD);
     }
     {
+        /* the attention's kernels: on tensor cores where the device has them for the
+         * 16-bit type (bf16 sm_80+, fp16 sm_70+), else the scalar fp32 ones;
+         * DSL_GPT_ATTENTION=scalar or =tensor picks one (a GPU session's A/B; tensor
+         * refuses a model it cannot serve) */
+        const char *want = getenv("DSL_GPT_ATTENTION");
+        cudaError_t ce = dsl_cuda_gpt_attention_tc(p->et, &p->attn_tc);
+        if (ce != cudaSuccess) {
+            char t[DSL_ERR_LEN];
+            (void)cudaGetLastError();
+            snprintf(t, sizeof(t), "cuda: cannot read the attention kernels' architecture: %s",
+                     cudaGetErrorString(ce));
+            return create_fail(m, err, DSL_EREMOTE, t);
+        }
+        if (want && *want && strcmp(want, "auto") != 0) {
+            if (strcmp(want, "scalar") == 0) {
+                p->attn_tc = 0;
+            } else if (strcmp(want, "tensor") != 0) {
+                dsl_model_release(m);
+                return dsl_seterr(err, DSL_ECONFIG, "gpt: DSL_GPT_ATTENTION '%s' is none of "
+                                  "auto, scalar, tensor", want);
+            } else if (!p->attn_tc) {
+                dsl_model_release(m);
+                return dsl_seterr(err, DSL_ECONFIG, "gpt: DSL_GPT_ATTENTION=tensor: the "
+                                  "tensor-core attention needs bf16 (sm_80+) or fp16 (sm_70+), "
+                                  "not %s on this device", p->et == DSL_CUDA_FP32 ? "fp32"
+                                  : p->et == DSL_CUDA_BF16 ? "bf16" : "fp16");
+            }
+        }
+    }
+    {
         /* the attention's shared memory per block (above 48 KiB for heads above 64 at
          * least in dk/dv): within the device's opt-in limit, and opted in */
         int dev = 0, avail = 0;
-        size_t need = dsl_cuda_gpt_attention_smem(C / NH);
+        size_t need = dsl_cuda_gpt_attention_smem(C / NH, p->attn_tc);
         cudaError_t ce = cudaGetDevice(&dev);
         if (ce == cudaSuccess)
             ce = cudaDeviceGetAttribute(&avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
@@ -689,7 +720,7 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
                               "device %d allows %d; use more heads", C / NH, C, NH, need, dev,
                               avail);
         }
-        if ((ce = dsl_cuda_gpt_attention_setup(p->et, C / NH)) != cudaSuccess) {
+        if ((ce = dsl_cuda_gpt_attention_setup(p->et, C / NH, p->attn_tc)) != cudaSuccess) {
             char t[DSL_ERR_LEN];
             (void)cudaGetLastError();
             snprintf(t, sizeof(t), "cuda: cannot give the attention kernels %zu bytes of "

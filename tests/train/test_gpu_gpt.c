@@ -18,6 +18,11 @@
  *     kernels and cuBLAS measured, 8.5e-3 and 9e-3 in bf16);
  *   - determinism: the same micro batch twice, on the same model object and on a
  *     second one, gives the same gradient and loss bits (fp32; bf16 and fp16 twice on one);
+ *   - the attention on tensor cores (WMMA; bf16 and fp16 take it by default where the
+ *     device has it, so the 16-bit comparisons above run it too), forced with
+ *     DSL_GPT_ATTENTION=tensor at head sizes 64 (context 70), 128, 80 and 20 (context 37),
+ *     bf16 and fp16, within the same 16-bit bounds and twice alike, the scalar kernels'
+ *     16-bit path forced with =scalar, and =tensor refused in fp32;
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
  *   - a head size above the attention's 128 is refused with its size, and head size 128
  *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
@@ -68,6 +73,8 @@ static const struct shape head48_shape = {1, 96, 2, 37, 256, 2};
 static const struct shape head128_shape = {1, 256, 2, 37, 256, 2};
 static const struct shape head128x1_shape = {1, 128, 1, 37, 256, 2};
 static const struct shape head80_shape = {1, 160, 2, 37, 256, 2};
+/* head size 20: the tensor-core kernels' element-by-element staging (not 8 | hs) */
+static const struct shape head20_shape = {1, 40, 2, 37, 256, 2};
 
 static struct dsl_model_spec spec_of(const struct shape *h, enum dsl_dtype dt, int gpu)
 {
@@ -224,7 +231,8 @@ static void compare_grads(const struct dsl_model_spec *sp, const float *gg, cons
         double rmax = dmax / fmax(gmax, 1e-30), rrms = sqrt(sd / fmax(ss, 1e-60));
         if (gmax == 0.0 && dmax == 0.0)
             rmax = rrms = 0.0;
-        if (rmax > *worst_max || rrms > *worst_rms)
+        /* the worst so far, and always the qkv weight (its gradient is the attention's) */
+        if (rmax > *worst_max || rrms > *worst_rms || strstr(tl[t].name, "c_attn.weight"))
             fprintf(stderr, "# %s %s: max diff %.3g of its largest %.3g, rms ratio %.3g\n",
                     what, tl[t].name, rmax, gmax, rrms);
         *worst_max = fmax(*worst_max, rmax);
@@ -438,6 +446,65 @@ TEST(cuda_gpt_attention_should_match_the_cpu_at_head_sizes_128_and_80_on_a_parti
     compare_fp32(&head128_shape);
     compare_half(&head128x1_shape, DSL_BFLOAT16);
     compare_fp32(&head80_shape);
+}
+
+/* ---- the attention on tensor cores (bf16, fp16) ----
+ *
+ * DSL_GPT_ATTENTION=tensor makes the model take the tensor-core kernels or refuse, so a
+ * pass below is theirs (bf16 on a device before sm_80 is refused and skipped with its
+ * message); =scalar keeps the scalar kernels' 16-bit path covered. compare_half bounds
+ * every gradient against the CPU GPT and runs the micro batch twice for the same bits;
+ * the tensor-core kernels round P and dS to the 16-bit type on top of the scalar ones. */
+static void with_attention(const char *kind, const struct shape *h, enum dsl_dtype dt)
+{
+    char err[DSL_ERR_LEN] = "";
+    ASSERT(setenv("DSL_GPT_ATTENTION", kind, 1) == 0);
+    struct dsl_model_spec gs = spec_of(h, dt, 1);
+    struct dsl_model b;
+    if (dsl_model_create_cuda(&b, &gs, err) < 0) {
+        ASSERT(strcmp(kind, "tensor") == 0 && dt == DSL_BFLOAT16);
+        ASSERT_CONTAINS(err, "tensor-core attention needs bf16 (sm_80+) or fp16 (sm_70+), "
+                             "not bf16 on this device");
+        fprintf(stderr, "# skipped: %s\n", err);
+        ASSERT(unsetenv("DSL_GPT_ATTENTION") == 0);
+        return;
+    }
+    dsl_model_release(&b);
+    fprintf(stderr, "# attention kernels: %s, %s, head size %zu, context %zu\n", kind,
+            dt == DSL_BFLOAT16 ? "bf16" : "fp16", h->C / h->NH, h->T);
+    compare_half(h, dt);
+    ASSERT(unsetenv("DSL_GPT_ATTENTION") == 0);
+}
+
+TEST(cuda_gpt_attention_on_tensor_cores_should_match_the_cpu_at_head_size_64_on_partial_tiles_twice_alike)
+{
+    with_attention("tensor", &head64_shape, DSL_BFLOAT16);
+    with_attention("tensor", &head64_shape, DSL_FLOAT16);
+    with_attention("scalar", &head64_shape, DSL_BFLOAT16);
+}
+
+TEST(cuda_gpt_attention_on_tensor_cores_should_match_the_cpu_at_head_sizes_128_80_and_20_twice_alike)
+{
+    with_attention("tensor", &head128x1_shape, DSL_BFLOAT16);
+    with_attention("tensor", &head128x1_shape, DSL_FLOAT16);
+    with_attention("tensor", &head80_shape, DSL_BFLOAT16);
+    with_attention("tensor", &head20_shape, DSL_FLOAT16);
+}
+
+TEST(cuda_gpt_should_refuse_tensor_core_attention_in_fp32_and_an_unknown_attention_kind)
+{
+    char err[DSL_ERR_LEN] = "";
+    struct dsl_model_spec gs = spec_of(&tiny_shape, DSL_FLOAT32, 1);
+    struct dsl_model b;
+    ASSERT(setenv("DSL_GPT_ATTENTION", "tensor", 1) == 0);
+    ASSERT_EQ(dsl_model_create_cuda(&b, &gs, err), DSL_ECONFIG);
+    fprintf(stderr, "# %s\n", err);
+    ASSERT_CONTAINS(err, "DSL_GPT_ATTENTION=tensor: the tensor-core attention needs bf16 "
+                         "(sm_80+) or fp16 (sm_70+), not fp32 on this device");
+    ASSERT(setenv("DSL_GPT_ATTENTION", "fast", 1) == 0);
+    ASSERT_EQ(dsl_model_create_cuda(&b, &gs, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "gpt: DSL_GPT_ATTENTION 'fast' is none of auto, scalar, tensor");
+    ASSERT(unsetenv("DSL_GPT_ATTENTION") == 0);
 }
 
 TEST(cuda_gpt_should_refuse_a_head_size_above_the_attention_kernels_128)
