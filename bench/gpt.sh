@@ -12,7 +12,9 @@
 # precisions "fp32 bf16" runs each world twice more: dstrain with --cpu-gemm bf16 (its
 # large products in bf16 through oneDNN) against the peer under torch.autocast("cpu",
 # bfloat16), both side by side with the fp32 pair in the same rounds, and prints
-# dstrain bf16 against PyTorch fp32 too (the peer is fp32).
+# dstrain bf16 against PyTorch fp32 too (the peer is fp32). The sgemm column
+# stays OpenBLAS's fp32 rate, so a bf16 row's share of it can pass 100%
+# (bench/cpugemm.sh measures the bf16 products themselves).
 #
 # With reps > 1 each world runs dstrain and the peer alternately reps times and the
 # medians count (every run's figure is printed): on a shared 2-core machine two runs of
