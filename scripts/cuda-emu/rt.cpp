@@ -122,10 +122,27 @@ static void gemm1(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int 
             st(C, ct, (size_t)i + (size_t)j * ldc, (float)(al * s + (double)be * c));
         }
 }
+static size_t esize(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+/* EMU_GEMM_ALIGN=BYTES: a GEMM with a matrix pointer or leading dimension that is not a
+ * multiple of BYTES (16: what cuBLAS's fast kernels want) aborts, naming the operand */
+static void check_align(const char *what, const void *p, cudaDataType_t t, long ld)
+{
+    const char *e = getenv("EMU_GEMM_ALIGN");
+    size_t a = e ? (size_t)atoi(e) : 0;
+    if (!a) return;
+    if ((uintptr_t)p % a || (size_t)ld * esize(t) % a) {
+        fprintf(stderr, "emu: GEMM operand %s at %p with leading dimension %ld (%zu-byte "
+                "elements) is not %zu-byte aligned\n", what, p, ld, esize(t), a);
+        abort();
+    }
+}
 extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const void *al, const void *A, cudaDataType_t at, int lda, const void *B, cudaDataType_t bt, int ldb,
     const void *be, void *C, cudaDataType_t ct, int ldc, cublasComputeType_t, cublasGemmAlgo_t)
 {
+    check_align("A", A, at, lda);
+    check_align("B", B, bt, ldb);
+    check_align("C", C, ct, ldc);
     gemm1(ta, tb, m, n, k, *(const float *)al, A, at, lda, B, bt, ldb, *(const float *)be, C, ct, ldc);
     return CUBLAS_STATUS_SUCCESS;
 }

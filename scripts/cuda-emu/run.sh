@@ -11,6 +11,9 @@
 #
 # EMU_FLAGS adds compiler and linker flags, e.g. EMU_FLAGS=-fsanitize=address: device
 # memory is host memory here, so a kernel reading or writing past a buffer is caught.
+# EMU_GEMM_ALIGN=16 makes a GEMM whose matrix pointers or leading dimensions are not
+# 16-byte multiples abort (the model's alignment rule, model_gpt_cuda.c; the vocabulary
+# test sets it itself).
 # EMU_SMEM_OPTIN sets the device's shared memory opt-in limit per block (default sm_90's
 # 232448 bytes), e.g. 65536 for sm_75, where the GPT refuses head size 128.
 set -eu

@@ -26,7 +26,7 @@
  * one GEMM against the tied token embedding, the fused classifier turns them into
  * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
  * add its part of wte's gradient into an fp32 buffer of the model. So no more than
- * R x V logits exist at a time.
+ * R x V logits exist at a time (R x Vp elements with the padding, see Alignment).
  *
  * Backward walks the tensors in the CPU model's order and hands each finished tensor's
  * segments to the sink: projection weight gradients are one GEMM per segment straight
@@ -48,6 +48,30 @@
  *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
  * one, so every row-major product C = A B is issued as C^T = B^T A^T.
+ *
+ * Alignment. cuBLAS takes its fast tensor-core kernels only when every matrix pointer
+ * and leading dimension is a multiple of 16 bytes (8 16-bit elements, 4 fp32); anything
+ * else is still correct but slower. The rule here: every GEMM operand is 16-byte
+ * aligned, at the shapes that matter, by construction:
+ *   - the vocabulary: the logits chunk's rows lie Vp elements apart, V rounded up to a
+ *     multiple of GPT_CUDA_VOCAB_PAD (GPT-2's 50257 to 50304), in the GPU's own buffer
+ *     only (the parameters' layout, shared with the CPU model and the trainer, keeps V
+ *     rows of wte). The LM head's three GEMMs keep their m/n/k at the true V, as their
+ *     other operand is the unpadded wte (and the fp32 wte gradient, [V, C] with stride
+ *     C); the classifier reads and writes only the first V columns of a row and the
+ *     loss, argmax and evaluation see only those, so the padding is never a class and
+ *     is never even initialised;
+ *   - every other leading dimension is C, 3C or 4C, every activation pointer a
+ *     cudaMalloc'd buffer (256-byte aligned) plus whole rows, every parameter pointer a
+ *     layout offset (a sum of tensor sizes, each a multiple of C), every gradient
+ *     destination a segment offset (whole rows) into the sink's buffer: all aligned
+ *     when C is a multiple of 8 (GPT-2's 768; the tests' odd C run slower kernels);
+ *   - the one exception: a weight gradient cut into several segments (rows r0.. of the
+ *     weight; dstrain's reduce_bucket_size below the tensor) reads its activations from
+ *     column r0, aligned only when each segment's row count seg_max / cols is a
+ *     multiple of 8; the default bucket (500 M elements) keeps whole tensors.
+ * The attention reads qkv's rows (stride 3C) in its own kernels, not through cuBLAS,
+ * so head sizes do not enter this rule.
  *
  * Determinism: cuBLAS is deterministic for fixed shapes on one GPU model and every
  * kernel has a fixed reduction order (model_gpt_kernels.cu), so two runs give the same
@@ -71,8 +95,11 @@
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"
 
-/* elements of logits alive at a time, at most (the chunk's rows R = this / V) */
+/* elements of logits alive at a time, at most (the chunk's rows R = this / Vp) */
 #define GPT_CUDA_LOGIT_BUDGET ((size_t)64 << 20)
+/* the logits' row stride Vp: the vocabulary rounded up to a multiple of this many
+ * elements (128 bytes in 16-bit), so that every row starts 16-byte aligned */
+#define GPT_CUDA_VOCAB_PAD 64
 
 struct gpt_cuda_block {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
@@ -88,6 +115,7 @@ struct gpt_cuda {
     size_t esz;             /* their element bytes */
     cudaDataType_t dt;      /* their cuBLAS type */
     size_t R;               /* rows per logits chunk */
+    size_t Vp;              /* the logits' row stride: V rounded up to GPT_CUDA_VOCAB_PAD */
     /* device */
     int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
     void *enc, *lnf, *logits, *dres, *dC, *d3C, *d4C, *g1, *g2;
@@ -309,23 +337,24 @@ static int gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int 
 {
     struct gpt_cuda *p = m->impl;
     const struct dsl_gpt_layout *L = &p->L;
-    size_t C = L->C, V = L->V, N = B * L->T;
+    size_t C = L->C, V = L->V, Vp = p->Vp, N = B * L->T;
     const void *wte = W(p, params, GPT_WTE);
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
         const void *x = el(p, p->lnf, r0 * C);
-        /* logits [rows, V] = lnf wte^T */
-        TRY(gemm(m, "LM head GEMM", OP_T, OP_N, V, rows, C, wte, C, x, C, 0.0f, p->logits, V));
+        /* logits [rows, V] = lnf wte^T, rows Vp apart (the padding columns are never
+         * written, read or counted as classes) */
+        TRY(gemm(m, "LM head GEMM", OP_T, OP_N, V, rows, C, wte, C, x, C, 0.0f, p->logits, Vp));
         CU(m, "launching dsl_k_gpt_classifier",
-           dsl_cuda_gpt_classifier(p->stream, p->et, p->logits, dev_tgt(p, N), rows, V, r0,
+           dsl_cuda_gpt_classifier(p->stream, p->et, p->logits, dev_tgt(p, N), rows, V, Vp, r0,
                                    p->rowloss, p->rowarg, backward, scale / (float)L->T));
         if (!backward)
             continue;
         /* dC [rows, C] = dlogits wte; dwte [V, C] (+)= dlogits^T lnf (fp32) */
-        TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits, V,
-                 0.0f, el(p, p->dC, r0 * C), C));
+        TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits,
+                 Vp, 0.0f, el(p, p->dC, r0 * C), C));
         TRY(gemm_c(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, x, C, p->logits,
-                   V, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
+                   Vp, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
     }
     return 0;
 }
@@ -699,7 +728,7 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     }
     {
         int dim;
-        size_t sizes[] = {N, 4 * C, V, B * NH, V * C};
+        size_t sizes[] = {N, 4 * C, V + GPT_CUDA_VOCAB_PAD, B * NH, V * C};
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             if ((r = dsl_gemm_dim(sizes[i], "GPT dimension", &dim, err)) < 0) {
                 dsl_model_release(m);
@@ -734,14 +763,15 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         return create_fail(m, err, DSL_EREMOTE, t);
     }
 
-    p->R = GPT_CUDA_LOGIT_BUDGET / V;
+    p->Vp = (V + GPT_CUDA_VOCAB_PAD - 1) / GPT_CUDA_VOCAB_PAD * GPT_CUDA_VOCAB_PAD;
+    p->R = GPT_CUDA_LOGIT_BUDGET / p->Vp;
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
     size_t e = p->esz, BHT = B * NH * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
     int fail = 0;
     p->ids = dev_alloc((5 * N + 1) * sizeof(int32_t), &total, &fail);
     p->enc = dev_alloc(N * C * e, &total, &fail);
     p->lnf = dev_alloc(N * C * e, &total, &fail);
-    p->logits = dev_alloc(p->R * V * e, &total, &fail);
+    p->logits = dev_alloc(p->R * p->Vp * e, &total, &fail);
     p->dres = dev_alloc(N * C * e, &total, &fail);
     p->dC = dev_alloc(N * C * e, &total, &fail);
     p->d3C = dev_alloc(3 * N * C * e, &total, &fail);
