@@ -154,3 +154,167 @@ extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t, int bf16, void *dst, const
 struct dsl_model; struct dsl_model_spec;
 extern "C" int dsl_mlp_create_cuda(struct dsl_model *, const struct dsl_model_spec *, char *) { return -1; }
 extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = 0; return cudaSuccess; }
+/*
+ * cuBLASLt, the subset model_gpt_cuda.c uses: matmul descriptors (fp32 compute and scale;
+ * transposes, the epilogue, bias and aux pointers, aux leading dimension), matrix
+ * layouts, preferences (workspace, reduction schemes, alignments), a heuristic that
+ * returns one algorithm, and cublasLtMatmul as the reference GEMM above plus the epilogue
+ * in fp32: the product alpha op(A) op(B) + beta C accumulated in double and rounded to
+ * fp32 once; BIAS adds the bias (D's type, widened) in fp32; GELU_AUX_BIAS stores the
+ * fp32 pre-activation rounded to the aux type (D's) as aux and D = GELU of the unrounded
+ * fp32 value, rounded once; DGELU multiplies the fp32 product by GELU's derivative at aux
+ * (widened) and rounds once. GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi)
+ * (x + 0.044715 x^3))) with libm's tanhf, deliberately not the model's rational tanh:
+ * the library's own tanh is undocumented, so the model must agree with the oracle within
+ * the tests' tolerances whatever tanh it uses. Attributes, epilogues or types outside the
+ * subset abort, as does an aux leading dimension cuBLASLt documents as invalid.
+ */
+#include <cublasLt.h>
+struct emu_lt_desc {
+    cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    uint32_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    const void *bias = nullptr;
+    void *aux = nullptr;
+    int64_t auxld = 0;
+};
+struct emu_lt_layout { cudaDataType_t t; uint64_t rows, cols; int64_t ld; };
+static void lt_die(const char *what, long v)
+{
+    fprintf(stderr, "emu: cuBLASLt %s %ld is not emulated\n", what, v);
+    abort();
+}
+static emu_lt_desc *D_(cublasLtMatmulDesc_t d) { return reinterpret_cast<emu_lt_desc *>(d); }
+static emu_lt_layout *L_(cublasLtMatrixLayout_t l) { return reinterpret_cast<emu_lt_layout *>(l); }
+extern "C" {
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = (cublasLtHandle_t)malloc(1); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { free(h); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t ct, cudaDataType_t st)
+{
+    if (ct != CUBLAS_COMPUTE_32F) lt_die("compute type", ct);
+    if (st != CUDA_R_32F) lt_die("scale type", st);
+    *d = reinterpret_cast<cublasLtMatmulDesc_t>(new emu_lt_desc);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete D_(d); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t n)
+{
+    emu_lt_desc *x = D_(d);
+    size_t want = a == CUBLASLT_MATMUL_DESC_TRANSA || a == CUBLASLT_MATMUL_DESC_TRANSB ? sizeof(int32_t)
+                  : a == CUBLASLT_MATMUL_DESC_EPILOGUE ? sizeof(uint32_t)
+                  : a == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD ? sizeof(int64_t)
+                  : sizeof(void *);
+    if (!buf || n != want) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: { int32_t v; memcpy(&v, buf, n); x->ta = (cublasOperation_t)v; break; }
+    case CUBLASLT_MATMUL_DESC_TRANSB: { int32_t v; memcpy(&v, buf, n); x->tb = (cublasOperation_t)v; break; }
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        memcpy(&x->epi, buf, n);
+        if (x->epi != CUBLASLT_EPILOGUE_DEFAULT && x->epi != CUBLASLT_EPILOGUE_BIAS &&
+            x->epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && x->epi != CUBLASLT_EPILOGUE_DGELU)
+            lt_die("epilogue", x->epi);
+        break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: memcpy(&x->aux, buf, n); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: memcpy(&x->auxld, buf, n); break;
+    default: lt_die("matmul descriptor attribute", a);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+                                          uint64_t cols, int64_t ld)
+{
+    if (t != CUDA_R_32F && t != CUDA_R_16BF && t != CUDA_R_16F) lt_die("data type", t);
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = reinterpret_cast<cublasLtMatrixLayout_t>(new emu_lt_layout{t, rows, cols, ld});
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete L_(l); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p)
+{
+    *p = (cublasLtMatmulPreference_t)malloc(1);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { free(p); return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t n)
+{
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) return buf && n == sizeof(uint64_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    if (a == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK || a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES ||
+        a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES || a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES ||
+        a == CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES)
+        return buf && n == sizeof(uint32_t) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    lt_die("preference attribute", a);
+    return CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int req,
+                                              cublasLtMatmulHeuristicResult_t r[], int *ret)
+{
+    if (req <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&r[0], 0, sizeof(r[0]));
+    r[0].state = CUBLAS_STATUS_SUCCESS;
+    r[0].wavesCount = 1.0f;
+    *ret = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+}
+static float gelu_tanh(float x)
+{
+    const float s = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanhf(s * (x + 0.044715f * x * x * x)));
+}
+static float dgelu_tanh(float x)
+{
+    const float s = 0.7978845608028654f;
+    float th = tanhf(s * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * s * (1.0f + 3.0f * 0.044715f * x * x);
+}
+extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha,
+                                         const void *A, cublasLtMatrixLayout_t Ad, const void *B,
+                                         cublasLtMatrixLayout_t Bd, const void *beta, const void *C,
+                                         cublasLtMatrixLayout_t Cd, void *D, cublasLtMatrixLayout_t Dd,
+                                         const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
+{
+    const emu_lt_desc *x = D_(desc);
+    const emu_lt_layout *a = L_(Ad), *b = L_(Bd), *c = L_(Cd), *d = L_(Dd);
+    if (!algo) lt_die("matmul without an algorithm from the heuristic", 0);
+    uint64_t m = d->rows, n = d->cols, k = x->ta == CUBLAS_OP_N ? a->cols : a->rows;
+    if ((x->ta == CUBLAS_OP_N ? a->rows : a->cols) != m || (x->tb == CUBLAS_OP_N ? b->rows : b->cols) != k ||
+        (x->tb == CUBLAS_OP_N ? b->cols : b->rows) != n || c->rows != m || c->cols != n ||
+        c->t != d->t || a->t != b->t)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    check_align("A", A, a->t, a->ld);
+    check_align("B", B, b->t, b->ld);
+    check_align("C", C, c->t, c->ld);
+    check_align("D", D, d->t, d->ld);
+    int gelu = x->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dgelu = x->epi == CUBLASLT_EPILOGUE_DGELU;
+    int bias = x->epi == CUBLASLT_EPILOGUE_BIAS || gelu;
+    if (bias && !x->bias) lt_die("bias epilogue without a bias pointer", x->epi);
+    if (gelu || dgelu) {
+        if (!x->aux || x->auxld % 8 || x->auxld < (int64_t)m) lt_die("aux leading dimension", (long)x->auxld);
+        check_align("aux", x->aux, d->t, x->auxld);
+    }
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    for (uint64_t j = 0; j < n; j++)
+        for (uint64_t i = 0; i < m; i++) {
+            double s = 0;
+            for (uint64_t p = 0; p < k; p++) {
+                float av = x->ta == CUBLAS_OP_N ? ld(A, a->t, i + p * a->ld) : ld(A, a->t, p + i * a->ld);
+                float bv = x->tb == CUBLAS_OP_N ? ld(B, b->t, p + j * b->ld) : ld(B, b->t, j + p * b->ld);
+                s += (double)av * bv;
+            }
+            float cv = be != 0.0f ? ld(C, c->t, i + j * c->ld) : 0.0f;
+            float v = (float)(al * s + (double)be * cv);
+            if (bias) v += ld(x->bias, d->t, i);
+            if (gelu) {
+                st(x->aux, d->t, i + j * x->auxld, v);
+                v = gelu_tanh(v);
+            } else if (dgelu) {
+                v *= dgelu_tanh(ld(x->aux, d->t, i + j * x->auxld));
+            }
+            st(D, d->t, i + j * d->ld, v);
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -78,6 +78,7 @@
  * bits. Not thread-safe (one workspace); failures return a negative code with the text
  * in m->err and never exit.
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -100,6 +101,23 @@
 /* the logits' row stride Vp: the vocabulary rounded up to a multiple of this many
  * elements (128 bytes in 16-bit), so that every row starts 16-byte aligned */
 #define GPT_CUDA_VOCAB_PAD 64
+/* cuBLASLt's workspace (fixed, so the heuristic's choice does not depend on free
+ * memory) and the number of (shape, epilogue) plans kept */
+#define GPT_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+#define GPT_CUDA_LT_PLANS 16
+
+/* one cuBLASLt matmul shape with its epilogue, its descriptors and the algorithm the
+ * heuristic chose for it once */
+struct lt_plan {
+    int used;
+    cublasLtEpilogue_t epi;
+    cublasOperation_t ta, tb;
+    size_t m, n, k, lda, ldb, ldd, ldaux, align;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+};
 
 struct gpt_cuda_block {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
@@ -110,6 +128,10 @@ struct gpt_cuda {
     struct dsl_gpt_layout L;
     struct dsl_model *m;
     cublasHandle_t blas;
+    cublasLtHandle_t lt;    /* the fused MLP epilogues (16-bit, even width); else NULL */
+    void *ltws;             /* its workspace, GPT_CUDA_LT_WORKSPACE bytes */
+    struct lt_plan plans[GPT_CUDA_LT_PLANS];
+    size_t nplans;          /* plans made so far (the next one replaces plans[nplans % N]) */
     cudaStream_t stream;
     int et;                 /* enum dsl_cuda_etype of params, activations, gradients */
     size_t esz;             /* their element bytes */
@@ -184,6 +206,151 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
 
 #define OP_N CUBLAS_OP_N
 #define OP_T CUBLAS_OP_T
+
+static void lt_plan_free(struct lt_plan *q)
+{
+    if (q->desc)
+        cublasLtMatmulDescDestroy(q->desc);
+    if (q->la)
+        cublasLtMatrixLayoutDestroy(q->la);
+    if (q->lb)
+        cublasLtMatrixLayoutDestroy(q->lb);
+    if (q->ld)
+        cublasLtMatrixLayoutDestroy(q->ld);
+    memset(q, 0, sizeof(*q));
+}
+
+/* the largest power of two up to 256 that divides every address */
+static size_t lt_align(const void *const *ptrs, size_t n)
+{
+    uintptr_t u = 256;
+    for (size_t i = 0; i < n; i++)
+        if (ptrs[i])
+            u |= (uintptr_t)ptrs[i];
+    return (size_t)(u & (~u + 1));
+}
+
+#define LT(m, what, expr)                                                      \
+    do {                                                                       \
+        cublasStatus_t lt_st_ = (expr);                                        \
+        if (lt_st_ != CUBLAS_STATUS_SUCCESS)                                   \
+            return dsl_model_blas_err(m, what, lt_st_);                        \
+    } while (0)
+
+/* a new plan in q: descriptors, layouts, and the heuristic's first algorithm for operands
+ * aligned to q->align bytes, no reduced-precision split-K reduction, the fixed workspace */
+static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *q,
+                        const void *bias, void *aux)
+{
+    struct gpt_cuda *p = mo->impl;
+    const int32_t ta = q->ta, tb = q->tb;
+    const uint32_t epi = q->epi;
+    const int64_t ldaux = (int64_t)q->ldaux;
+    LT(mo, what, cublasLtMatmulDescCreate(&q->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                sizeof(ta)));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                sizeof(tb)));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                sizeof(epi)));
+    if (bias)
+        LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof(bias)));
+    if (aux) {
+        LT(mo, what, cublasLtMatmulDescSetAttribute(
+                         q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ldaux, sizeof(ldaux)));
+    }
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->la, p->dt, q->ta == OP_N ? q->m : q->k,
+                                            q->ta == OP_N ? q->k : q->m, (int64_t)q->lda));
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->lb, p->dt, q->tb == OP_N ? q->k : q->n,
+                                            q->tb == OP_N ? q->n : q->k, (int64_t)q->ldb));
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->ld, p->dt, q->m, q->n, (int64_t)q->ldd));
+    cublasLtMatmulPreference_t pref = NULL;
+    LT(mo, what, cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t wsb = GPT_CUDA_LT_WORKSPACE;
+    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, al = (uint32_t)q->align;
+    cublasLtMatmulPreferenceAttributes_t aa[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                  &red, sizeof(red));
+    for (size_t i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, aa[i], &al, sizeof(al));
+    cublasLtMatmulHeuristicResult_t res;
+    int nres = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(p->lt, q->desc, q->la, q->lb, q->ld, q->ld, pref, 1,
+                                            &res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    LT(mo, what, st);
+    if (nres < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > wsb)
+        return dsl_seterr(mo->err, DSL_EREMOTE, "cublasLt: no algorithm for the %s (%zu x %zu "
+                          "x %zu, operands %zu-byte aligned)", what, q->m, q->n, q->k, q->align);
+    q->algo = res.algo;
+    q->ws = res.workspaceSize;
+    q->used = 1;
+    return 0;
+}
+
+/*
+ * D = epilogue(op(A) op(B)) by cuBLASLt, every matrix of the model's type, column-major
+ * (as gemm_c); epi CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias: m elements, aux: the
+ * pre-activation written) or CUBLASLT_EPILOGUE_DGELU (aux: the pre-activation read).
+ * The algorithm is the heuristic's first for the (shape, epilogue, alignment) the first
+ * time it is asked for and the same one after that.
+ */
+static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t epi,
+                   cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n, size_t k,
+                   const void *A, size_t lda, const void *B, size_t ldb, void *D, size_t ldd,
+                   const void *bias, void *aux, size_t ldaux)
+{
+    struct gpt_cuda *p = mo->impl;
+    int dim;
+    if (dsl_gemm_dim(m, "m", &dim, mo->err) < 0 || dsl_gemm_dim(n, "n", &dim, mo->err) < 0 ||
+        dsl_gemm_dim(k, "k", &dim, mo->err) < 0)
+        return DSL_ECONFIG;
+    if (!m || !n)
+        return 0;
+    const void *ptrs[] = {A, B, D, bias, aux};
+    struct lt_plan key = {.epi = epi, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                          .ldb = ldb, .ldd = ldd, .ldaux = ldaux,
+                          .align = lt_align(ptrs, sizeof(ptrs) / sizeof(ptrs[0]))};
+    struct lt_plan *q = NULL;
+    for (size_t i = 0; i < GPT_CUDA_LT_PLANS && !q; i++) {
+        struct lt_plan *c = &p->plans[i];
+        if (c->used && c->epi == key.epi && c->ta == key.ta && c->tb == key.tb && c->m == m &&
+            c->n == n && c->k == k && c->lda == lda && c->ldb == ldb && c->ldd == ldd &&
+            c->ldaux == ldaux && c->align == key.align)
+            q = c;
+    }
+    if (q) {
+        if (bias)
+            LT(mo, what, cublasLtMatmulDescSetAttribute(
+                             q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        if (aux)
+            LT(mo, what, cublasLtMatmulDescSetAttribute(
+                             q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                             sizeof(aux)));
+    } else {
+        q = &p->plans[p->nplans++ % GPT_CUDA_LT_PLANS];
+        lt_plan_free(q);
+        *q = key;
+        int r = lt_plan_make(mo, what, q, bias, aux);
+        if (r < 0) {
+            lt_plan_free(q);
+            return r;
+        }
+    }
+    const float one = 1.0f, zero = 0.0f;
+    LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &zero, D, q->ld, D,
+                                q->ld, &q->algo, p->ltws, GPT_CUDA_LT_WORKSPACE, p->stream));
+    return 0;
+}
 
 /* row-major out [N, cout] (+)= in [N, cin] W [cin, cout] */
 static int proj_fwd(struct dsl_model *m, const void *in, const void *w, void *out, size_t N,
@@ -312,11 +479,18 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
                                   WB(GPT_LN2_W), WB(GPT_LN2_B), N, C));
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
-        TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
-        CU(m, "launching dsl_k_gpt_gelu",
-           dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
+        if (p->lt) {
+            /* fchg = gelu(ln2 W + b) with fch = ln2 W + b kept for backward, one GEMM */
+            TRY(lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
+                        CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C, WB(GPT_FC_W),
+                        4 * C, h->ln2, C, h->fchg, 4 * C, WB(GPT_FC_B), h->fch, 4 * C));
+        } else {
+            CU(m, "launching dsl_k_gpt_resbias",
+               dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
+            TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
+            CU(m, "launching dsl_k_gpt_gelu",
+               dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
+        }
         CU(m, "launching dsl_k_gpt_resbias",
            dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N, C));
         TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
@@ -455,9 +629,16 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         /* the MLP's output projection: dres is the gradient of res3 */
         TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
-        TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
-        CU(m, "launching dsl_k_gpt_gelu (backward)",
-           dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
+        if (p->lt) {
+            /* d4C = (dres W^T) gelu'(fch), one GEMM */
+            TRY(lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
+                        "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
+                        WB(GPT_FCPROJ_W), C, p->dres, C, p->d4C, 4 * C, NULL, h->fch, 4 * C));
+        } else {
+            TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
+            CU(m, "launching dsl_k_gpt_gelu (backward)",
+               dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
+        }
         /* the MLP's input projection */
         TRY(deliver_bias(m, sink, TI(GPT_FC_B), p->d4C, N));
         TRY(deliver_weight(m, sink, TI(GPT_FC_W), h->ln2, p->d4C, N));
@@ -593,7 +774,7 @@ static void gpt_cuda_release(struct dsl_model *m)
         return;
     void *dev[] = {p->ids, p->enc, p->lnf, p->logits, p->dres, p->dC, p->d3C, p->d4C, p->g1,
                    p->g2, p->lnfm, p->lnfr, p->rowloss, p->dwte, p->dwpe, p->part, p->rowd,
-                   p->rowarg};
+                   p->rowarg, p->ltws};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cudaFree(dev[i]);
     for (size_t l = 0; l < p->L.L; l++) {
@@ -617,6 +798,10 @@ static void gpt_cuda_release(struct dsl_model *m)
     free(p->htgt);
     if (p->blas)
         cublasDestroy(p->blas);
+    for (size_t i = 0; i < GPT_CUDA_LT_PLANS; i++)
+        lt_plan_free(&p->plans[i]);
+    if (p->lt)
+        cublasLtDestroy(p->lt);
     free(p);
     m->impl = NULL;
 }
@@ -763,6 +948,20 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         return create_fail(m, err, DSL_EREMOTE, t);
     }
 
+    /* the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues in 16-bit (fp32 keeps
+     * the kernels with the CPU's tanh); its aux matrix needs a leading dimension 4C that
+     * is a multiple of 8 */
+    if (p->et != DSL_CUDA_FP32 && (4 * C) % 8 == 0) {
+        if ((bs = cublasLtCreate(&p->lt)) != CUBLAS_STATUS_SUCCESS) {
+            p->lt = NULL;
+            char t[DSL_ERR_LEN];
+            snprintf(t, sizeof(t), "cublasLt: cannot create a handle: %s",
+                     cublasGetStatusString(bs));
+            return create_fail(m, err,
+                               bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE, t);
+        }
+    }
+
     p->Vp = (V + GPT_CUDA_VOCAB_PAD - 1) / GPT_CUDA_VOCAB_PAD * GPT_CUDA_VOCAB_PAD;
     p->R = GPT_CUDA_LOGIT_BUDGET / p->Vp;
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
@@ -786,6 +985,8 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     p->dwte = dev_alloc(V * C * sizeof(float), &total, &fail);
     p->dwpe = dev_alloc(T * C * sizeof(float), &total, &fail);
     p->part = dev_alloc(2 * (nk ? nk : 1) * 4 * C * sizeof(float), &total, &fail);
+    if (p->lt)
+        p->ltws = dev_alloc(GPT_CUDA_LT_WORKSPACE, &total, &fail);
     for (size_t l = 0; l < lay.L; l++) {
         struct gpt_cuda_block *h = &p->h[l];
         h->ln1 = dev_alloc(N * C * e, &total, &fail);

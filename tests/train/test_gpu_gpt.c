@@ -418,6 +418,20 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
     compare_half(&odd_shape, DSL_BFLOAT16);
 }
 
+/* ---- the MLP's epilogues ---- */
+
+/* In 16-bit the MLP's input projection, bias and GELU are one cuBLASLt GEMM with the
+ * GELU_AUX_BIAS epilogue and its GELU gradient the DGELU epilogue of the next GEMM
+ * back, which need the aux matrix's leading dimension 4C to be a multiple of 8
+ * (model_gpt_cuda.c): the tests above run that path; an odd width (33, 3 heads of 11)
+ * keeps the separate bias and GELU kernels, which must track the CPU as well. */
+TEST(cuda_gpt_in_16_bit_at_an_odd_width_should_track_the_cpu_gpt)
+{
+    const struct shape h = {1, 33, 3, 16, 256, 2};
+    compare_half(&h, DSL_BFLOAT16);
+    compare_half(&h, DSL_FLOAT16);
+}
+
 /* ---- the vocabulary's padding ---- */
 
 /* The logits' rows lie Vp = V rounded up to 64 apart on the GPU (model_gpt_cuda.c's
