@@ -1,6 +1,6 @@
 /*
  * The runtime side of the CPU emulation (emu.h): the block scheduler, and host-memory
- * versions of the CUDA runtime and cuBLAS calls that model_gpt_cuda.c makes (device
+ * versions of the CUDA runtime, cuBLAS and cuBLASLt calls that model_gpt_cuda.c makes (device
  * memory is host memory, streams and events complete at once, cublasGemmEx a reference
  * column-major GEMM accumulating in double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
  * loop; dsl_mlp_create_cuda fails (the MLP is not emulated). A launch the GPU would refuse

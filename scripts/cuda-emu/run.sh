@@ -2,9 +2,10 @@
 # The CUDA GPT's model tests (tests/train/test_gpu_gpt.c: fp32, bf16 and fp16 against the
 # CPU GPT, loss scaling, determinism) on a machine without a GPU: the kernels of
 # src/model/model_gpt_kernels.cu compiled as C++ against a CPU emulation of CUDA
-# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime and
-# cuBLAS, linked with the libraries of a CPU build. A developer check before a GPU
-# session, not a CTest: a test takes a minute or two (one host thread per CUDA thread).
+# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime,
+# cuBLAS and cuBLASLt (rt.cpp defines them, so no CUDA library is linked), linked with
+# the libraries of a CPU build. A developer check before a GPU session, not a CTest: a
+# test takes a minute or two (one host thread per CUDA thread).
 # The trainer test needs NCCL and is not run.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)

@@ -21,7 +21,8 @@
  * fused flash-style causal attention straight from the projection's rows (the output
  * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
  * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
- * residual + bias); the final LayerNorm. The LM head and the loss run in
+ * residual + bias; in 16-bit the first GEMM, its bias and the GELU are one cuBLASLt
+ * matmul with the GELU_AUX_BIAS epilogue, see Epilogues); the final LayerNorm. The LM head and the loss run in
  * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
  * one GEMM against the tied token embedding, the fused classifier turns them into
  * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
@@ -45,6 +46,22 @@
  * gradient an fp32 output), the handle's math mode disallows reduced-precision split-K
  * reductions, and the kernels compute in fp32 and round once. LayerNorm statistics,
  * the attention's log-sum-exp and row dots, and losses are fp32.
+ *
+ * Epilogues. With a 16-bit dtype and 4C a multiple of 8 (the aux matrix's leading
+ * dimension must be), the MLP's input projection is cublasLtMatmul with
+ * CUBLASLT_EPILOGUE_GELU_AUX_BIAS: fchg = gelu(ln2 W + b) written and fch = ln2 W + b
+ * kept as the aux matrix; backward, the output projection's input gradient uses
+ * CUBLASLT_EPILOGUE_DGELU with fch as aux, so d4C = (dres W^T) gelu'(fch) in one GEMM.
+ * That replaces the bias broadcast, the GELU kernel and the GELU-gradient kernel, three
+ * passes over N x 4C. Roundings differ from those kernels: the epilogue's GELU takes the
+ * fp32 pre-activation (the kernels take it rounded to 16 bits), its gradient multiplies
+ * the fp32 product (the kernels round it first), both evaluate gelu' at the 16-bit fch,
+ * and the library's tanh is its own (the formula is the tanh approximation, the model's
+ * rational tanh is not), so 16-bit results agree with the kernels within 16-bit
+ * rounding. fp32, whose CPU-oracle tolerance is far tighter, and odd widths keep the
+ * kernels. Determinism: each (shape, epilogue, operand alignment) takes the heuristic's
+ * first algorithm once and keeps it (lt_gemm's plans), with a fixed workspace and only
+ * fp32 split-K reductions, so the bits do not depend on when a shape was first seen.
  *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
  * one, so every row-major product C = A B is issued as C^T = B^T A^T.

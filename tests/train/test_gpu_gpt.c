@@ -19,6 +19,11 @@
  *   - determinism: the same micro batch twice, on the same model object and on a
  *     second one, gives the same gradient and loss bits (fp32; bf16 and fp16 twice on one);
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
+ *   - vocabularies of 259 and 7, whose logits' rows the GPU pads to 320 and 64: fp32,
+ *     bf16 and fp16 as above, evaluation's loss (and in fp32 its hits), every GEMM
+ *     operand 16-byte aligned under the emulator (EMU_GEMM_ALIGN);
+ *   - 16-bit runs the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues; an odd
+ *     width (33) keeps the separate kernels, within the same bounds;
  *   - a head size above the attention's 128 is refused with its size, and head size 128
  *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
  *     with both byte counts;
@@ -70,9 +75,11 @@ static const struct shape head128x1_shape = {1, 128, 1, 37, 256, 2};
 static const struct shape head80_shape = {1, 160, 2, 37, 256, 2};
 
 /* a vocabulary of 259 (not a multiple of 8: the logits' rows are padded to 320 on the
- * GPU) and one of 67 (below a classifier block's threads, padded to 128), at width 32 */
+ * GPU; more classes than a classifier block's threads) and one of 7 (padded to 64,
+ * fewer than a warp; 8 samples, so that some last positions are hits and evaluation's
+ * argmax is compared on hits, not only on misses), at width 32 */
 static const struct shape vocab259_shape = {1, 32, 2, 16, 259, 3};
-static const struct shape vocab67_shape = {1, 32, 2, 16, 67, 3};
+static const struct shape vocab7_shape = {1, 32, 2, 16, 7, 8};
 
 /* the gradient segments' bound (elements); the vocabulary test picks one whose row
  * blocks start at multiples of 8 rows, so that every GEMM is 16-byte aligned */
@@ -443,7 +450,7 @@ TEST(cuda_gpt_in_16_bit_at_an_odd_width_should_track_the_cpu_gpt)
  * cuts the weights into blocks of 96, 32 or 24 rows, all multiples of 8. */
 TEST(cuda_gpt_should_pad_the_logits_of_a_vocabulary_not_a_multiple_of_8_and_never_count_the_padding_as_a_class)
 {
-    const struct shape *hs[] = {&vocab259_shape, &vocab67_shape};
+    const struct shape *hs[] = {&vocab259_shape, &vocab7_shape};
     setenv("EMU_GEMM_ALIGN", "16", 1);
     for (size_t i = 0; i < 2; i++) {
         seg_max = 96 * hs[i]->C;
