@@ -158,8 +158,8 @@ extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = 0; return cudaSuccess; 
  * cuBLASLt, the subset model_gpt_cuda.c uses: matmul descriptors (fp32 compute and scale;
  * transposes, the epilogue, bias and aux pointers, aux leading dimension), matrix
  * layouts, preferences (workspace, reduction schemes, alignments), a heuristic that
- * returns one algorithm, and cublasLtMatmul as the reference GEMM above plus the epilogue
- * in fp32: the product alpha op(A) op(B) + beta C accumulated in double and rounded to
+ * returns four algorithms (see emu_lt_schemes), and cublasLtMatmul as the reference GEMM
+ * above plus the epilogue in fp32: the product alpha op(A) op(B) + beta C accumulated in double and rounded to
  * fp32 once; BIAS adds the bias (D's type, widened) in fp32; GELU_AUX_BIAS stores the
  * fp32 pre-activation rounded to the aux type (D's) as aux and D = GELU of the unrounded
  * fp32 value, rounded once; DGELU multiplies the fp32 product by GELU's derivative at aux
@@ -247,16 +247,43 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, 
     lt_die("preference attribute", a);
     return CUBLAS_STATUS_INVALID_VALUE;
 }
+/* The heuristic's candidates, best first: split-K reducing in the output type, in place
+ * (in the output type too), then in fp32, then no split; the algorithm's data[0] holds
+ * its reduction scheme, and cublasLtMatmul refuses the two 16-bit ones, so a caller that
+ * takes the first candidate without looking at its scheme fails here. With
+ * EMU_LT_16BIT_REDUCTIONS_ONLY=1 only those two are offered. */
+static const uint32_t emu_lt_schemes[] = {CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE,
+                                          CUBLASLT_REDUCTION_SCHEME_INPLACE,
+                                          CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE,
+                                          CUBLASLT_REDUCTION_SCHEME_NONE};
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t,
                                               cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                               cublasLtMatmulPreference_t, int req,
                                               cublasLtMatmulHeuristicResult_t r[], int *ret)
 {
     if (req <= 0) return CUBLAS_STATUS_INVALID_VALUE;
-    memset(&r[0], 0, sizeof(r[0]));
-    r[0].state = CUBLAS_STATUS_SUCCESS;
-    r[0].wavesCount = 1.0f;
-    *ret = 1;
+    /* EMU_LT_16BIT_REDUCTIONS_ONLY=1: only the two candidates a caller must refuse */
+    const char *e = getenv("EMU_LT_16BIT_REDUCTIONS_ONLY");
+    int avail = e && atoi(e) ? 2 : 4;
+    int n = req < avail ? req : avail;
+    for (int i = 0; i < n; i++) {
+        memset(&r[i], 0, sizeof(r[i]));
+        r[i].algo.data[0] = emu_lt_schemes[i];
+        r[i].state = CUBLAS_STATUS_SUCCESS;
+        r[i].wavesCount = 1.0f;
+    }
+    *ret = n;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *algo,
+                                                    cublasLtMatmulAlgoConfigAttributes_t a, void *buf,
+                                                    size_t n, size_t *written)
+{
+    if (a != CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) lt_die("algorithm configuration attribute", a);
+    if (!buf || n != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+    uint32_t v = (uint32_t)algo->data[0];
+    memcpy(buf, &v, n);
+    if (written) *written = n;
     return CUBLAS_STATUS_SUCCESS;
 }
 }
@@ -280,6 +307,8 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
     const emu_lt_desc *x = D_(desc);
     const emu_lt_layout *a = L_(Ad), *b = L_(Bd), *c = L_(Cd), *d = L_(Dd);
     if (!algo) lt_die("matmul without an algorithm from the heuristic", 0);
+    if (algo->data[0] == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE || algo->data[0] == CUBLASLT_REDUCTION_SCHEME_INPLACE)
+        lt_die("matmul with a 16-bit split-K reduction, scheme", (long)algo->data[0]);
     uint64_t m = d->rows, n = d->cols, k = x->ta == CUBLAS_OP_N ? a->cols : a->rows;
     if ((x->ta == CUBLAS_OP_N ? a->rows : a->cols) != m || (x->tb == CUBLAS_OP_N ? b->rows : b->cols) != k ||
         (x->tb == CUBLAS_OP_N ? b->cols : b->rows) != n || c->rows != m || c->cols != n ||

@@ -60,8 +60,9 @@
  * rational tanh is not), so 16-bit results agree with the kernels within 16-bit
  * rounding. fp32, whose CPU-oracle tolerance is far tighter, and odd widths keep the
  * kernels. Determinism: each (shape, epilogue, operand alignment) takes the heuristic's
- * first algorithm once and keeps it (lt_gemm's plans), with a fixed workspace and only
- * fp32 split-K reductions, so the bits do not depend on when a shape was first seen.
+ * first algorithm that fits a fixed workspace and reduces split-K partial products, if
+ * at all, in fp32, once, and keeps it (lt_gemm's plans), so the bits do not depend on
+ * when a shape was first seen; without such an algorithm that GEMM keeps the kernels.
  *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
  * one, so every row-major product C = A B is issued as C^T = B^T A^T.
@@ -122,11 +123,14 @@
  * memory) and the number of (shape, epilogue) plans kept */
 #define GPT_CUDA_LT_WORKSPACE ((size_t)32 << 20)
 #define GPT_CUDA_LT_PLANS 16
+/* the heuristic's candidates looked at for one without a 16-bit split-K reduction */
+#define GPT_CUDA_LT_CANDIDATES 8
 
 /* one cuBLASLt matmul shape with its epilogue, its descriptors and the algorithm the
  * heuristic chose for it once */
 struct lt_plan {
     int used;
+    int none;               /* the heuristic offered no algorithm we take: use the kernels */
     cublasLtEpilogue_t epi;
     cublasOperation_t ta, tb;
     size_t m, n, k, lda, ldb, ldd, ldaux, align;
@@ -255,7 +259,9 @@ static size_t lt_align(const void *const *ptrs, size_t n)
     } while (0)
 
 /* a new plan in q: descriptors, layouts, and the heuristic's first algorithm for operands
- * aligned to q->align bytes, no reduced-precision split-K reduction, the fixed workspace */
+ * aligned to q->align bytes that fits the fixed workspace and reduces split-K partial
+ * products, if it splits, in fp32 (CUBLASLT_REDUCTION_SCHEME_INPLACE and _OUTPUT_TYPE
+ * reduce in the 16-bit output type, what the cuBLAS handle's math mode forbids too) */
 static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *q,
                         const void *bias, void *aux)
 {
@@ -287,30 +293,37 @@ static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *
     cublasLtMatmulPreference_t pref = NULL;
     LT(mo, what, cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t wsb = GPT_CUDA_LT_WORKSPACE;
-    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, al = (uint32_t)q->align;
+    const uint32_t al = (uint32_t)q->align;
     cublasLtMatmulPreferenceAttributes_t aa[] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
-    if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                  &red, sizeof(red));
     for (size_t i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
         st = cublasLtMatmulPreferenceSetAttribute(pref, aa[i], &al, sizeof(al));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[GPT_CUDA_LT_CANDIDATES];
     int nres = 0;
     if (st == CUBLAS_STATUS_SUCCESS)
-        st = cublasLtMatmulAlgoGetHeuristic(p->lt, q->desc, q->la, q->lb, q->ld, q->ld, pref, 1,
-                                            &res, &nres);
+        st = cublasLtMatmulAlgoGetHeuristic(p->lt, q->desc, q->la, q->lb, q->ld, q->ld, pref,
+                                            GPT_CUDA_LT_CANDIDATES, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
     LT(mo, what, st);
-    if (nres < 1 || res.state != CUBLAS_STATUS_SUCCESS || res.workspaceSize > wsb)
-        return dsl_seterr(mo->err, DSL_EREMOTE, "cublasLt: no algorithm for the %s (%zu x %zu "
-                          "x %zu, operands %zu-byte aligned)", what, q->m, q->n, q->k, q->align);
-    q->algo = res.algo;
-    q->ws = res.workspaceSize;
-    q->used = 1;
+    for (int i = 0; i < nres; i++) {
+        uint32_t red = 0;
+        size_t got = 0;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > wsb)
+            continue;
+        LT(mo, what, cublasLtMatmulAlgoConfigGetAttribute(
+                         &res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red),
+                         &got));
+        if (red != CUBLASLT_REDUCTION_SCHEME_NONE && red != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+            continue;
+        q->algo = res[i].algo;
+        q->ws = res[i].workspaceSize;
+        q->used = 1;
+        return 0;
+    }
+    q->used = q->none = 1;
     return 0;
 }
 
@@ -319,7 +332,9 @@ static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *
  * (as gemm_c); epi CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias: m elements, aux: the
  * pre-activation written) or CUBLASLT_EPILOGUE_DGELU (aux: the pre-activation read).
  * The algorithm is the heuristic's first for the (shape, epilogue, alignment) the first
- * time it is asked for and the same one after that.
+ * time it is asked for and the same one after that. Returns 1, having done nothing, when
+ * the heuristic has no algorithm for it that lt_plan_make takes (the caller then runs
+ * the GEMM and the kernels the epilogue replaces), the same answer every time.
  */
 static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t epi,
                    cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n, size_t k,
@@ -345,6 +360,8 @@ static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t ep
             c->ldaux == ldaux && c->align == key.align)
             q = c;
     }
+    if (q && q->none)
+        return 1;
     if (q) {
         if (bias)
             LT(mo, what, cublasLtMatmulDescSetAttribute(
@@ -362,6 +379,8 @@ static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t ep
             lt_plan_free(q);
             return r;
         }
+        if (q->none)
+            return 1;
     }
     const float one = 1.0f, zero = 0.0f;
     LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &zero, D, q->ld, D,
@@ -496,12 +515,15 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
                                   WB(GPT_LN2_W), WB(GPT_LN2_B), N, C));
-        if (p->lt) {
-            /* fchg = gelu(ln2 W + b) with fch = ln2 W + b kept for backward, one GEMM */
-            TRY(lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
-                        CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C, WB(GPT_FC_W),
-                        4 * C, h->ln2, C, h->fchg, 4 * C, WB(GPT_FC_B), h->fch, 4 * C));
-        } else {
+        /* fchg = gelu(ln2 W + b) with fch = ln2 W + b kept for backward: one GEMM with
+         * epilogues, or three passes */
+        int sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
+                              CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
+                              WB(GPT_FC_W), 4 * C, h->ln2, C, h->fchg, 4 * C, WB(GPT_FC_B),
+                              h->fch, 4 * C));
+        if (sep) {
             CU(m, "launching dsl_k_gpt_resbias",
                dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
             TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
@@ -646,12 +668,14 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         /* the MLP's output projection: dres is the gradient of res3 */
         TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
-        if (p->lt) {
-            /* d4C = (dres W^T) gelu'(fch), one GEMM */
-            TRY(lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
-                        "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
-                        WB(GPT_FCPROJ_W), C, p->dres, C, p->d4C, 4 * C, NULL, h->fch, 4 * C));
-        } else {
+        /* d4C = (dres W^T) gelu'(fch): one GEMM with an epilogue, or two passes */
+        int sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
+                              "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
+                              WB(GPT_FCPROJ_W), C, p->dres, C, p->d4C, 4 * C, NULL, h->fch,
+                              4 * C));
+        if (sep) {
             TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
             CU(m, "launching dsl_k_gpt_gelu (backward)",
                dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));

@@ -23,7 +23,8 @@
  *     bf16 and fp16 as above, evaluation's loss (and in fp32 its hits), every GEMM
  *     operand 16-byte aligned under the emulator (EMU_GEMM_ALIGN);
  *   - 16-bit runs the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues; an odd
- *     width (33) keeps the separate kernels, within the same bounds;
+ *     width (33), or a heuristic without an algorithm the model takes, keeps the
+ *     separate kernels, within the same bounds;
  *   - a head size above the attention's 128 is refused with its size, and head size 128
  *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
  *     with both byte counts;
@@ -431,12 +432,19 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
  * GELU_AUX_BIAS epilogue and its GELU gradient the DGELU epilogue of the next GEMM
  * back, which need the aux matrix's leading dimension 4C to be a multiple of 8
  * (model_gpt_cuda.c): the tests above run that path; an odd width (33, 3 heads of 11)
- * keeps the separate bias and GELU kernels, which must track the CPU as well. */
-TEST(cuda_gpt_in_16_bit_at_an_odd_width_should_track_the_cpu_gpt)
+ * keeps the separate bias and GELU kernels, which must track the CPU as well, and so
+ * must the tiny GPT when the heuristic offers only algorithms that reduce split-K
+ * partial products in 16 bits, which the model refuses (under the emulator
+ * EMU_LT_16BIT_REDUCTIONS_ONLY makes its heuristic do that, and its matmul aborts on
+ * such an algorithm; a GPU ignores the variable). */
+TEST(cuda_gpt_in_16_bit_without_the_epilogues_should_track_the_cpu_gpt)
 {
     const struct shape h = {1, 33, 3, 16, 256, 2};
     compare_half(&h, DSL_BFLOAT16);
     compare_half(&h, DSL_FLOAT16);
+    setenv("EMU_LT_16BIT_REDUCTIONS_ONLY", "1", 1);
+    compare_half(&tiny_shape, DSL_BFLOAT16);
+    unsetenv("EMU_LT_16BIT_REDUCTIONS_ONLY");
 }
 
 /* ---- the vocabulary's padding ---- */
