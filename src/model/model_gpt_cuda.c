@@ -22,12 +22,13 @@
  * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
  * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
  * residual + bias; in 16-bit the first GEMM, its bias and the GELU are one cuBLASLt
- * matmul with the GELU_AUX_BIAS epilogue, see Epilogues); the final LayerNorm. The LM head and the loss run in
- * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
- * one GEMM against the tied token embedding, the fused classifier turns them into
- * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
- * add its part of wte's gradient into an fp32 buffer of the model. So no more than
- * R x V logits exist at a time (R x Vp elements with the padding, see Alignment).
+ * matmul with the GELU_AUX_BIAS epilogue, see Epilogues); the final LayerNorm. The LM
+ * head and the loss run in chunks of R rows (R from the vocabulary and the batch
+ * only): the chunk's logits by one GEMM against the tied token embedding, the fused
+ * classifier turns them into dlogits in place, and backward's first two GEMMs take the
+ * chunk's rows of d ln_f and add its part of wte's gradient into an fp32 buffer of the
+ * model. So no more than R x V logits exist at a time (R x Vp elements with the
+ * padding, see Alignment).
  *
  * Backward walks the tensors in the CPU model's order and hands each finished tensor's
  * segments to the sink: projection weight gradients are one GEMM per segment straight
@@ -307,7 +308,10 @@ static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *
         st = cublasLtMatmulAlgoGetHeuristic(p->lt, q->desc, q->la, q->lb, q->ld, q->ld, pref,
                                             GPT_CUDA_LT_CANDIDATES, res, &nres);
     cublasLtMatmulPreferenceDestroy(pref);
-    LT(mo, what, st);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) /* no heuristic for this epilogue and types */
+        nres = 0;
+    else
+        LT(mo, what, st);
     for (int i = 0; i < nres; i++) {
         uint32_t red = 0;
         size_t got = 0;
