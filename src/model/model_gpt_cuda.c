@@ -22,7 +22,8 @@
  * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
  * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
  * residual + bias; in 16-bit the first GEMM, its bias and the GELU are one cuBLASLt
- * matmul with the GELU_AUX_BIAS epilogue, see Epilogues); the final LayerNorm. The LM
+ * matmul with the GELU_AUX_BIAS epilogue, the second adds its bias by an epilogue too,
+ * see Epilogues); the final LayerNorm. The LM
  * head and the loss run in chunks of R rows (R from the vocabulary and the batch
  * only): the chunk's logits by one GEMM against the tied token embedding, the fused
  * classifier turns them into dlogits in place, and backward's first two GEMMs take the
@@ -52,9 +53,12 @@
  * dimension must be), the MLP's input projection is cublasLtMatmul with
  * CUBLASLT_EPILOGUE_GELU_AUX_BIAS: fchg = gelu(ln2 W + b) written and fch = ln2 W + b
  * kept as the aux matrix; backward, the output projection's input gradient uses
- * CUBLASLT_EPILOGUE_DGELU with fch as aux, so d4C = (dres W^T) gelu'(fch) in one GEMM.
- * That replaces the bias broadcast, the GELU kernel and the GELU-gradient kernel, three
- * passes over N x 4C. Roundings differ from those kernels: the epilogue's GELU takes the
+ * CUBLASLT_EPILOGUE_DGELU with fch as aux, so d4C = (dres W^T) gelu'(fch) in one GEMM;
+ * and the MLP's output projection adds its bias by CUBLASLT_EPILOGUE_BIAS with the
+ * residual res2 as the GEMM's C (beta 1) and res3 as D. That replaces the bias
+ * broadcasts, the GELU kernel and the GELU-gradient kernel: three passes over N x 4C
+ * and one over N x C. The residual and the bias are added to the fp32 product before
+ * the one rounding (the kernels round res2 + b to 16 bits first). Roundings differ from those kernels: the epilogue's GELU takes the
  * fp32 pre-activation (the kernels take it rounded to 16 bits), its gradient multiplies
  * the fp32 product (the kernels round it first), both evaluate gelu' at the 16-bit fch,
  * and the library's tanh is its own (the formula is the tanh approximation, the model's
@@ -135,6 +139,7 @@ struct lt_plan {
     cublasLtEpilogue_t epi;
     cublasOperation_t ta, tb;
     size_t m, n, k, lda, ldb, ldd, ldaux, align;
+    float beta;
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasLtMatmulAlgo_t algo;
@@ -332,8 +337,9 @@ static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *
 }
 
 /*
- * D = epilogue(op(A) op(B)) by cuBLASLt, every matrix of the model's type, column-major
- * (as gemm_c); epi CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias: m elements, aux: the
+ * D = epilogue(op(A) op(B) + beta C) by cuBLASLt, every matrix of the model's type,
+ * column-major (as gemm_c), C (when beta is not 0) shaped as D; epi CUBLASLT_EPILOGUE_BIAS
+ * (bias: m elements, added last), CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias, aux: the
  * pre-activation written) or CUBLASLT_EPILOGUE_DGELU (aux: the pre-activation read).
  * The algorithm is the heuristic's first for the (shape, epilogue, alignment) the first
  * time it is asked for and the same one after that. Returns 1, having done nothing, when
@@ -342,8 +348,9 @@ static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *
  */
 static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t epi,
                    cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n, size_t k,
-                   const void *A, size_t lda, const void *B, size_t ldb, void *D, size_t ldd,
-                   const void *bias, void *aux, size_t ldaux)
+                   const void *A, size_t lda, const void *B, size_t ldb, float beta,
+                   const void *C, void *D, size_t ldd, const void *bias, void *aux,
+                   size_t ldaux)
 {
     struct gpt_cuda *p = mo->impl;
     int dim;
@@ -352,16 +359,18 @@ static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t ep
         return DSL_ECONFIG;
     if (!m || !n)
         return 0;
-    const void *ptrs[] = {A, B, D, bias, aux};
+    if (beta == 0.0f)
+        C = D;
+    const void *ptrs[] = {A, B, C, D, bias, aux};
     struct lt_plan key = {.epi = epi, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
-                          .ldb = ldb, .ldd = ldd, .ldaux = ldaux,
+                          .ldb = ldb, .ldd = ldd, .ldaux = ldaux, .beta = beta,
                           .align = lt_align(ptrs, sizeof(ptrs) / sizeof(ptrs[0]))};
     struct lt_plan *q = NULL;
     for (size_t i = 0; i < GPT_CUDA_LT_PLANS && !q; i++) {
         struct lt_plan *c = &p->plans[i];
         if (c->used && c->epi == key.epi && c->ta == key.ta && c->tb == key.tb && c->m == m &&
             c->n == n && c->k == k && c->lda == lda && c->ldb == ldb && c->ldd == ldd &&
-            c->ldaux == ldaux && c->align == key.align)
+            c->ldaux == ldaux && c->align == key.align && c->beta == beta)
             q = c;
     }
     if (q && q->none)
@@ -386,8 +395,8 @@ static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t ep
         if (q->none)
             return 1;
     }
-    const float one = 1.0f, zero = 0.0f;
-    LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &zero, D, q->ld, D,
+    const float one = 1.0f;
+    LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &beta, C, q->ld, D,
                                 q->ld, &q->algo, p->ltws, GPT_CUDA_LT_WORKSPACE, p->stream));
     return 0;
 }
@@ -525,8 +534,8 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         if (p->lt)
             TRY(sep = lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
                               CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
-                              WB(GPT_FC_W), 4 * C, h->ln2, C, h->fchg, 4 * C, WB(GPT_FC_B),
-                              h->fch, 4 * C));
+                              WB(GPT_FC_W), 4 * C, h->ln2, C, 0.0f, NULL, h->fchg, 4 * C,
+                              WB(GPT_FC_B), h->fch, 4 * C));
         if (sep) {
             CU(m, "launching dsl_k_gpt_resbias",
                dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
@@ -534,9 +543,20 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
             CU(m, "launching dsl_k_gpt_gelu",
                dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
         }
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N, C));
-        TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
+        /* res3 = res2 + fchg W + b: one GEMM with a bias epilogue (res2 as C), or the
+         * broadcast of res2 + b and a GEMM onto it */
+        sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP output projection GEMM (bias epilogue)",
+                              CUBLASLT_EPILOGUE_BIAS, OP_N, OP_N, C, N, 4 * C, WB(GPT_FCPROJ_W),
+                              C, h->fchg, 4 * C, 1.0f, h->res2, h->res3, C, WB(GPT_FCPROJ_B),
+                              NULL, 0));
+        if (sep) {
+            CU(m, "launching dsl_k_gpt_resbias",
+               dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N,
+                                    C));
+            TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
+        }
 #undef WB
         res = h->res3;
     }
@@ -677,8 +697,8 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         if (p->lt)
             TRY(sep = lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
                               "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
-                              WB(GPT_FCPROJ_W), C, p->dres, C, p->d4C, 4 * C, NULL, h->fch,
-                              4 * C));
+                              WB(GPT_FCPROJ_W), C, p->dres, C, 0.0f, NULL, p->d4C, 4 * C,
+                              NULL, h->fch, 4 * C));
         if (sep) {
             TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
             CU(m, "launching dsl_k_gpt_gelu (backward)",
