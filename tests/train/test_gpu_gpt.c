@@ -429,8 +429,8 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
 /* ---- the MLP's epilogues ---- */
 
 /* In 16-bit the MLP's input projection, bias and GELU are one cuBLASLt GEMM with the
- * GELU_AUX_BIAS epilogue and its GELU gradient the DGELU epilogue of the next GEMM
- * back, which need the aux matrix's leading dimension 4C to be a multiple of 8
+ * GELU_AUX_BIAS epilogue, its GELU gradient the DGELU epilogue of the next GEMM back
+ * and its output projection's bias a BIAS epilogue over the residual, which need the aux matrix's leading dimension 4C to be a multiple of 8
  * (model_gpt_cuda.c): the tests above run that path; an odd width (33, 3 heads of 11)
  * keeps the separate bias and GELU kernels, which must track the CPU as well, and so
  * must the tiny GPT when the heuristic offers only algorithms that reduce split-K
