@@ -2,15 +2,19 @@
 # The CUDA GPT's model tests (tests/train/test_gpu_gpt.c: fp32, bf16 and fp16 against the
 # CPU GPT, loss scaling, determinism) on a machine without a GPU: the kernels of
 # src/model/model_gpt_kernels.cu compiled as C++ against a CPU emulation of CUDA
-# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime and
-# cuBLAS, linked with the libraries of a CPU build. A developer check before a GPU
-# session, not a CTest: a test takes a minute or two (one host thread per CUDA thread).
+# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime,
+# cuBLAS and cuBLASLt (rt.cpp defines them, so no CUDA library is linked), linked with
+# the libraries of a CPU build. A developer check before a GPU session, not a CTest: a
+# test takes a minute or two (one host thread per CUDA thread).
 # The trainer test needs NCCL and is not run.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
 #
 # EMU_FLAGS adds compiler and linker flags, e.g. EMU_FLAGS=-fsanitize=address: device
 # memory is host memory here, so a kernel reading or writing past a buffer is caught.
+# EMU_GEMM_ALIGN=16 makes a GEMM whose matrix pointers or leading dimensions are not
+# 16-byte multiples abort (the model's alignment rule, model_gpt_cuda.c; the vocabulary
+# test sets it itself).
 # EMU_SMEM_OPTIN sets the device's shared memory opt-in limit per block (default sm_90's
 # 232448 bytes), e.g. 65536 for sm_75, where the GPT refuses head size 128. EMU_CC sets
 # the architecture the kernels' binaries report (default 90), e.g. 75: no bf16 tensor-core

@@ -228,11 +228,12 @@ cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, int tc, void *dq
                                         const void *qkv, const void *o, const void *dout,
                                         const float *lse, float *D, size_t B, size_t T,
                                         size_t NH, size_t hs);
-/** Per row of rows x V logits (rows r0.. of the micro batch): loss[r0 + i], arg[r0 + i]
- *  (argmax) and, when back, the logits overwritten with (softmax - onehot(tgt)) x f */
+/** Per row of rows x V logits, rows ld >= V elements apart (rows r0.. of the micro
+ *  batch): loss[r0 + i], arg[r0 + i] (argmax) and, when back, the logits overwritten with
+ *  (softmax - onehot(tgt)) x f; the ld - V columns after each row are not touched */
 cudaError_t dsl_cuda_gpt_classifier(cudaStream_t s, int et, void *logits, const int32_t *tgt,
-                                    size_t rows, size_t V, size_t r0, float *loss, int32_t *arg,
-                                    int back, float f);
+                                    size_t rows, size_t V, size_t ld, size_t r0, float *loss,
+                                    int32_t *arg, int back, float f);
 /** out[0] = sum over B samples of their mean loss over T positions (double inside),
  *  out[stride] = samples whose last argmax equals their last target */
 cudaError_t dsl_cuda_gpt_loss_stats(cudaStream_t s, const float *loss, const int32_t *arg,

@@ -21,12 +21,15 @@
  * fused flash-style causal attention straight from the projection's rows (the output
  * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
  * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
- * residual + bias); the final LayerNorm. The LM head and the loss run in
- * chunks of R rows (R from the vocabulary and the batch only): the chunk's logits by
- * one GEMM against the tied token embedding, the fused classifier turns them into
- * dlogits in place, and backward's first two GEMMs take the chunk's rows of d ln_f and
- * add its part of wte's gradient into an fp32 buffer of the model. So no more than
- * R x V logits exist at a time.
+ * residual + bias; in 16-bit the first GEMM, its bias and the GELU are one cuBLASLt
+ * matmul with the GELU_AUX_BIAS epilogue, the second adds its bias by an epilogue too,
+ * see Epilogues); the final LayerNorm. The LM
+ * head and the loss run in chunks of R rows (R from the vocabulary and the batch
+ * only): the chunk's logits by one GEMM against the tied token embedding, the fused
+ * classifier turns them into dlogits in place, and backward's first two GEMMs take the
+ * chunk's rows of d ln_f and add its part of wte's gradient into an fp32 buffer of the
+ * model. So no more than R x V logits exist at a time (R x Vp elements with the
+ * padding, see Alignment).
  *
  * Backward walks the tensors in the CPU model's order and hands each finished tensor's
  * segments to the sink: projection weight gradients are one GEMM per segment straight
@@ -46,14 +49,59 @@
  * reductions, and the kernels compute in fp32 and round once. LayerNorm statistics,
  * the attention's log-sum-exp and row dots, and losses are fp32.
  *
+ * Epilogues. With a 16-bit dtype and 4C a multiple of 8 (the aux matrix's leading
+ * dimension must be), the MLP's input projection is cublasLtMatmul with
+ * CUBLASLT_EPILOGUE_GELU_AUX_BIAS: fchg = gelu(ln2 W + b) written and fch = ln2 W + b
+ * kept as the aux matrix; backward, the output projection's input gradient uses
+ * CUBLASLT_EPILOGUE_DGELU with fch as aux, so d4C = (dres W^T) gelu'(fch) in one GEMM;
+ * and the MLP's output projection adds its bias by CUBLASLT_EPILOGUE_BIAS with the
+ * residual res2 as the GEMM's C (beta 1) and res3 as D. That replaces the bias
+ * broadcasts, the GELU kernel and the GELU-gradient kernel: three passes over N x 4C
+ * and one over N x C. The residual and the bias are added to the fp32 product before
+ * the one rounding (the kernels round res2 + b to 16 bits first). Roundings differ from those kernels: the epilogue's GELU takes the
+ * fp32 pre-activation (the kernels take it rounded to 16 bits), its gradient multiplies
+ * the fp32 product (the kernels round it first), both evaluate gelu' at the 16-bit fch,
+ * and the library's tanh is its own (the formula is the tanh approximation, the model's
+ * rational tanh is not), so 16-bit results agree with the kernels within 16-bit
+ * rounding. fp32, whose CPU-oracle tolerance is far tighter, and odd widths keep the
+ * kernels. Determinism: each (shape, epilogue, operand alignment) takes the heuristic's
+ * first algorithm that fits a fixed workspace and reduces split-K partial products, if
+ * at all, in fp32, once, and keeps it (lt_gemm's plans), so the bits do not depend on
+ * when a shape was first seen; without such an algorithm that GEMM keeps the kernels.
+ *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major c x r
  * one, so every row-major product C = A B is issued as C^T = B^T A^T.
+ *
+ * Alignment. cuBLAS takes its fast tensor-core kernels only when every matrix pointer
+ * and leading dimension is a multiple of 16 bytes (8 16-bit elements, 4 fp32); anything
+ * else is still correct but slower. The rule here: every GEMM operand is 16-byte
+ * aligned, at the shapes that matter, by construction:
+ *   - the vocabulary: the logits chunk's rows lie Vp elements apart, V rounded up to a
+ *     multiple of GPT_CUDA_VOCAB_PAD (GPT-2's 50257 to 50304), in the GPU's own buffer
+ *     only (the parameters' layout, shared with the CPU model and the trainer, keeps V
+ *     rows of wte). The LM head's three GEMMs keep their m/n/k at the true V, as their
+ *     other operand is the unpadded wte (and the fp32 wte gradient, [V, C] with stride
+ *     C); the classifier reads and writes only the first V columns of a row and the
+ *     loss, argmax and evaluation see only those, so the padding is never a class and
+ *     is never even initialised;
+ *   - every other leading dimension is C, 3C or 4C, every activation pointer a
+ *     cudaMalloc'd buffer (256-byte aligned) plus whole rows, every parameter pointer a
+ *     layout offset (a sum of tensor sizes, each a multiple of C), every gradient
+ *     destination a segment offset (whole rows) into the sink's buffer: all aligned
+ *     when C is a multiple of 8 (GPT-2's 768; the tests' odd C run slower kernels);
+ *   - the one exception: a weight gradient cut into several segments (rows r0.. of the
+ *     weight; dstrain's reduce_bucket_size below the tensor) reads its activations from
+ *     column r0, aligned only when each segment's row count seg_max / cols is a
+ *     multiple of 8; the default bucket (500 M elements) keeps whole tensors.
+ * The attention reads qkv's rows (stride 3C) in its own kernels, not through cuBLAS,
+ * so head sizes do not enter this rule.
  *
  * Determinism: cuBLAS is deterministic for fixed shapes on one GPU model and every
  * kernel has a fixed reduction order (model_gpt_kernels.cu), so two runs give the same
  * bits. Not thread-safe (one workspace); failures return a negative code with the text
  * in m->err and never exit.
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -71,8 +119,32 @@
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"
 
-/* elements of logits alive at a time, at most (the chunk's rows R = this / V) */
+/* elements of logits alive at a time, at most (the chunk's rows R = this / Vp) */
 #define GPT_CUDA_LOGIT_BUDGET ((size_t)64 << 20)
+/* the logits' row stride Vp: the vocabulary rounded up to a multiple of this many
+ * elements (128 bytes in 16-bit), so that every row starts 16-byte aligned */
+#define GPT_CUDA_VOCAB_PAD 64
+/* cuBLASLt's workspace (fixed, so the heuristic's choice does not depend on free
+ * memory) and the number of (shape, epilogue) plans kept */
+#define GPT_CUDA_LT_WORKSPACE ((size_t)32 << 20)
+#define GPT_CUDA_LT_PLANS 16
+/* the heuristic's candidates looked at for one without a 16-bit split-K reduction */
+#define GPT_CUDA_LT_CANDIDATES 8
+
+/* one cuBLASLt matmul shape with its epilogue, its descriptors and the algorithm the
+ * heuristic chose for it once */
+struct lt_plan {
+    int used;
+    int none;               /* the heuristic offered no algorithm we take: use the kernels */
+    cublasLtEpilogue_t epi;
+    cublasOperation_t ta, tb;
+    size_t m, n, k, lda, ldb, ldd, ldaux, align;
+    float beta;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+    size_t ws;
+};
 
 struct gpt_cuda_block {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fchg, *res3;
@@ -83,12 +155,17 @@ struct gpt_cuda {
     struct dsl_gpt_layout L;
     struct dsl_model *m;
     cublasHandle_t blas;
+    cublasLtHandle_t lt;    /* the fused MLP epilogues (16-bit, even width); else NULL */
+    void *ltws;             /* its workspace, GPT_CUDA_LT_WORKSPACE bytes */
+    struct lt_plan plans[GPT_CUDA_LT_PLANS];
+    size_t nplans;          /* plans made so far (the next one replaces plans[nplans % N]) */
     cudaStream_t stream;
     int et;                 /* enum dsl_cuda_etype of params, activations, gradients */
     size_t esz;             /* their element bytes */
     cudaDataType_t dt;      /* their cuBLAS type */
     size_t R;               /* rows per logits chunk */
     int attn_tc;            /* the attention runs on tensor cores (16-bit, see create) */
+    size_t Vp;              /* the logits' row stride: V rounded up to GPT_CUDA_VOCAB_PAD */
     /* device */
     int32_t *ids;           /* 5N + 1: inp, tgt, tok, off (N + 1), rows */
     void *enc, *lnf, *logits, *dres, *dC, *d3C, *d4C, *g1, *g2;
@@ -157,6 +234,173 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
 
 #define OP_N CUBLAS_OP_N
 #define OP_T CUBLAS_OP_T
+
+static void lt_plan_free(struct lt_plan *q)
+{
+    if (q->desc)
+        cublasLtMatmulDescDestroy(q->desc);
+    if (q->la)
+        cublasLtMatrixLayoutDestroy(q->la);
+    if (q->lb)
+        cublasLtMatrixLayoutDestroy(q->lb);
+    if (q->ld)
+        cublasLtMatrixLayoutDestroy(q->ld);
+    memset(q, 0, sizeof(*q));
+}
+
+/* the largest power of two up to 256 that divides every address */
+static size_t lt_align(const void *const *ptrs, size_t n)
+{
+    uintptr_t u = 256;
+    for (size_t i = 0; i < n; i++)
+        if (ptrs[i])
+            u |= (uintptr_t)ptrs[i];
+    return (size_t)(u & (~u + 1));
+}
+
+#define LT(m, what, expr)                                                      \
+    do {                                                                       \
+        cublasStatus_t lt_st_ = (expr);                                        \
+        if (lt_st_ != CUBLAS_STATUS_SUCCESS)                                   \
+            return dsl_model_blas_err(m, what, lt_st_);                        \
+    } while (0)
+
+/* a new plan in q: descriptors, layouts, and the heuristic's first algorithm for operands
+ * aligned to q->align bytes that fits the fixed workspace and reduces split-K partial
+ * products, if it splits, in fp32 (CUBLASLT_REDUCTION_SCHEME_INPLACE and _OUTPUT_TYPE
+ * reduce in the 16-bit output type, what the cuBLAS handle's math mode forbids too) */
+static int lt_plan_make(struct dsl_model *mo, const char *what, struct lt_plan *q,
+                        const void *bias, void *aux)
+{
+    struct gpt_cuda *p = mo->impl;
+    const int32_t ta = q->ta, tb = q->tb;
+    const uint32_t epi = q->epi;
+    const int64_t ldaux = (int64_t)q->ldaux;
+    LT(mo, what, cublasLtMatmulDescCreate(&q->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                sizeof(ta)));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                sizeof(tb)));
+    LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                                sizeof(epi)));
+    if (bias)
+        LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias, sizeof(bias)));
+    if (aux) {
+        LT(mo, what, cublasLtMatmulDescSetAttribute(
+                         q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        LT(mo, what, cublasLtMatmulDescSetAttribute(q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                    &ldaux, sizeof(ldaux)));
+    }
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->la, p->dt, q->ta == OP_N ? q->m : q->k,
+                                            q->ta == OP_N ? q->k : q->m, (int64_t)q->lda));
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->lb, p->dt, q->tb == OP_N ? q->k : q->n,
+                                            q->tb == OP_N ? q->n : q->k, (int64_t)q->ldb));
+    LT(mo, what, cublasLtMatrixLayoutCreate(&q->ld, p->dt, q->m, q->n, (int64_t)q->ldd));
+    cublasLtMatmulPreference_t pref = NULL;
+    LT(mo, what, cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t wsb = GPT_CUDA_LT_WORKSPACE;
+    const uint32_t al = (uint32_t)q->align;
+    cublasLtMatmulPreferenceAttributes_t aa[] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsb, sizeof(wsb));
+    for (size_t i = 0; i < 4 && st == CUBLAS_STATUS_SUCCESS; i++)
+        st = cublasLtMatmulPreferenceSetAttribute(pref, aa[i], &al, sizeof(al));
+    cublasLtMatmulHeuristicResult_t res[GPT_CUDA_LT_CANDIDATES];
+    int nres = 0;
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasLtMatmulAlgoGetHeuristic(p->lt, q->desc, q->la, q->lb, q->ld, q->ld, pref,
+                                            GPT_CUDA_LT_CANDIDATES, res, &nres);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED) /* no heuristic for this epilogue and types */
+        nres = 0;
+    else
+        LT(mo, what, st);
+    for (int i = 0; i < nres; i++) {
+        uint32_t red = 0;
+        size_t got = 0;
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > wsb)
+            continue;
+        LT(mo, what, cublasLtMatmulAlgoConfigGetAttribute(
+                         &res[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red),
+                         &got));
+        if (red != CUBLASLT_REDUCTION_SCHEME_NONE && red != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)
+            continue;
+        q->algo = res[i].algo;
+        q->ws = res[i].workspaceSize;
+        q->used = 1;
+        return 0;
+    }
+    q->used = q->none = 1;
+    return 0;
+}
+
+/*
+ * D = epilogue(op(A) op(B) + beta C) by cuBLASLt, every matrix of the model's type,
+ * column-major (as gemm_c), C (when beta is not 0) shaped as D; epi CUBLASLT_EPILOGUE_BIAS
+ * (bias: m elements, added last), CUBLASLT_EPILOGUE_GELU_AUX_BIAS (bias, aux: the
+ * pre-activation written) or CUBLASLT_EPILOGUE_DGELU (aux: the pre-activation read).
+ * The algorithm is the heuristic's first for the (shape, epilogue, alignment) the first
+ * time it is asked for and the same one after that. Returns 1, having done nothing, when
+ * the heuristic has no algorithm for it that lt_plan_make takes (the caller then runs
+ * the GEMM and the kernels the epilogue replaces), the same answer every time.
+ */
+static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t epi,
+                   cublasOperation_t ta, cublasOperation_t tb, size_t m, size_t n, size_t k,
+                   const void *A, size_t lda, const void *B, size_t ldb, float beta,
+                   const void *C, void *D, size_t ldd, const void *bias, void *aux,
+                   size_t ldaux)
+{
+    struct gpt_cuda *p = mo->impl;
+    int dim;
+    if (dsl_gemm_dim(m, "m", &dim, mo->err) < 0 || dsl_gemm_dim(n, "n", &dim, mo->err) < 0 ||
+        dsl_gemm_dim(k, "k", &dim, mo->err) < 0)
+        return DSL_ECONFIG;
+    if (!m || !n)
+        return 0;
+    if (beta == 0.0f)
+        C = D;
+    const void *ptrs[] = {A, B, C, D, bias, aux};
+    struct lt_plan key = {.epi = epi, .ta = ta, .tb = tb, .m = m, .n = n, .k = k, .lda = lda,
+                          .ldb = ldb, .ldd = ldd, .ldaux = ldaux, .beta = beta,
+                          .align = lt_align(ptrs, sizeof(ptrs) / sizeof(ptrs[0]))};
+    struct lt_plan *q = NULL;
+    for (size_t i = 0; i < GPT_CUDA_LT_PLANS && !q; i++) {
+        struct lt_plan *c = &p->plans[i];
+        if (c->used && c->epi == key.epi && c->ta == key.ta && c->tb == key.tb && c->m == m &&
+            c->n == n && c->k == k && c->lda == lda && c->ldb == ldb && c->ldd == ldd &&
+            c->ldaux == ldaux && c->align == key.align && c->beta == beta)
+            q = c;
+    }
+    if (q && q->none)
+        return 1;
+    if (q) {
+        if (bias)
+            LT(mo, what, cublasLtMatmulDescSetAttribute(
+                             q->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        if (aux)
+            LT(mo, what, cublasLtMatmulDescSetAttribute(
+                             q->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                             sizeof(aux)));
+    } else {
+        q = &p->plans[p->nplans++ % GPT_CUDA_LT_PLANS];
+        lt_plan_free(q);
+        *q = key;
+        int r = lt_plan_make(mo, what, q, bias, aux);
+        if (r < 0) {
+            lt_plan_free(q);
+            return r;
+        }
+        if (q->none)
+            return 1;
+    }
+    const float one = 1.0f;
+    LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &beta, C, q->ld, D,
+                                q->ld, &q->algo, p->ltws, GPT_CUDA_LT_WORKSPACE, p->stream));
+    return 0;
+}
 
 /* row-major out [N, cout] (+)= in [N, cin] W [cin, cout] */
 static int proj_fwd(struct dsl_model *m, const void *in, const void *w, void *out, size_t N,
@@ -285,14 +529,35 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
                                   WB(GPT_LN2_W), WB(GPT_LN2_B), N, C));
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
-        TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
-        CU(m, "launching dsl_k_gpt_gelu",
-           dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N, C));
-        TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
+        /* fchg = gelu(ln2 W + b) with fch = ln2 W + b kept for backward: one GEMM with
+         * epilogues, or three passes */
+        int sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
+                              CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
+                              WB(GPT_FC_W), 4 * C, h->ln2, C, 0.0f, NULL, h->fchg, 4 * C,
+                              WB(GPT_FC_B), h->fch, 4 * C));
+        if (sep) {
+            CU(m, "launching dsl_k_gpt_resbias",
+               dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
+            TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
+            CU(m, "launching dsl_k_gpt_gelu",
+               dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
+        }
+        /* res3 = res2 + fchg W + b: one GEMM with a bias epilogue (res2 as C), or the
+         * broadcast of res2 + b and a GEMM onto it */
+        sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP output projection GEMM (bias epilogue)",
+                              CUBLASLT_EPILOGUE_BIAS, OP_N, OP_N, C, N, 4 * C, WB(GPT_FCPROJ_W),
+                              C, h->fchg, 4 * C, 1.0f, h->res2, h->res3, C, WB(GPT_FCPROJ_B),
+                              NULL, 0));
+        if (sep) {
+            CU(m, "launching dsl_k_gpt_resbias",
+               dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N,
+                                    C));
+            TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
+        }
 #undef WB
         res = h->res3;
     }
@@ -310,23 +575,24 @@ static int gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int 
 {
     struct gpt_cuda *p = m->impl;
     const struct dsl_gpt_layout *L = &p->L;
-    size_t C = L->C, V = L->V, N = B * L->T;
+    size_t C = L->C, V = L->V, Vp = p->Vp, N = B * L->T;
     const void *wte = W(p, params, GPT_WTE);
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
         const void *x = el(p, p->lnf, r0 * C);
-        /* logits [rows, V] = lnf wte^T */
-        TRY(gemm(m, "LM head GEMM", OP_T, OP_N, V, rows, C, wte, C, x, C, 0.0f, p->logits, V));
+        /* logits [rows, V] = lnf wte^T, rows Vp apart (the padding columns are never
+         * written, read or counted as classes) */
+        TRY(gemm(m, "LM head GEMM", OP_T, OP_N, V, rows, C, wte, C, x, C, 0.0f, p->logits, Vp));
         CU(m, "launching dsl_k_gpt_classifier",
-           dsl_cuda_gpt_classifier(p->stream, p->et, p->logits, dev_tgt(p, N), rows, V, r0,
+           dsl_cuda_gpt_classifier(p->stream, p->et, p->logits, dev_tgt(p, N), rows, V, Vp, r0,
                                    p->rowloss, p->rowarg, backward, scale / (float)L->T));
         if (!backward)
             continue;
         /* dC [rows, C] = dlogits wte; dwte [V, C] (+)= dlogits^T lnf (fp32) */
-        TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits, V,
-                 0.0f, el(p, p->dC, r0 * C), C));
+        TRY(gemm(m, "LM head input gradient GEMM", OP_N, OP_N, C, rows, V, wte, C, p->logits,
+                 Vp, 0.0f, el(p, p->dC, r0 * C), C));
         TRY(gemm_c(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, x, C, p->logits,
-                   V, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
+                   Vp, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
     }
     return 0;
 }
@@ -427,9 +693,18 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         /* the MLP's output projection: dres is the gradient of res3 */
         TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
-        TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
-        CU(m, "launching dsl_k_gpt_gelu (backward)",
-           dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
+        /* d4C = (dres W^T) gelu'(fch): one GEMM with an epilogue, or two passes */
+        int sep = 1;
+        if (p->lt)
+            TRY(sep = lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
+                              "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
+                              WB(GPT_FCPROJ_W), C, p->dres, C, 0.0f, NULL, p->d4C, 4 * C,
+                              NULL, h->fch, 4 * C));
+        if (sep) {
+            TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
+            CU(m, "launching dsl_k_gpt_gelu (backward)",
+               dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
+        }
         /* the MLP's input projection */
         TRY(deliver_bias(m, sink, TI(GPT_FC_B), p->d4C, N));
         TRY(deliver_weight(m, sink, TI(GPT_FC_W), h->ln2, p->d4C, N));
@@ -565,7 +840,7 @@ static void gpt_cuda_release(struct dsl_model *m)
         return;
     void *dev[] = {p->ids, p->enc, p->lnf, p->logits, p->dres, p->dC, p->d3C, p->d4C, p->g1,
                    p->g2, p->lnfm, p->lnfr, p->rowloss, p->dwte, p->dwpe, p->part, p->rowd,
-                   p->rowarg};
+                   p->rowarg, p->ltws};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         cudaFree(dev[i]);
     for (size_t l = 0; l < p->L.L; l++) {
@@ -589,6 +864,10 @@ static void gpt_cuda_release(struct dsl_model *m)
     free(p->htgt);
     if (p->blas)
         cublasDestroy(p->blas);
+    for (size_t i = 0; i < GPT_CUDA_LT_PLANS; i++)
+        lt_plan_free(&p->plans[i]);
+    if (p->lt)
+        cublasLtDestroy(p->lt);
     free(p);
     m->impl = NULL;
 }
@@ -730,7 +1009,7 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     }
     {
         int dim;
-        size_t sizes[] = {N, 4 * C, V, B * NH, V * C};
+        size_t sizes[] = {N, 4 * C, V + GPT_CUDA_VOCAB_PAD, B * NH, V * C};
         for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
             if ((r = dsl_gemm_dim(sizes[i], "GPT dimension", &dim, err)) < 0) {
                 dsl_model_release(m);
@@ -765,14 +1044,29 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         return create_fail(m, err, DSL_EREMOTE, t);
     }
 
-    p->R = GPT_CUDA_LOGIT_BUDGET / V;
+    /* the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues in 16-bit (fp32 keeps
+     * the kernels with the CPU's tanh); its aux matrix needs a leading dimension 4C that
+     * is a multiple of 8 */
+    if (p->et != DSL_CUDA_FP32 && (4 * C) % 8 == 0) {
+        if ((bs = cublasLtCreate(&p->lt)) != CUBLAS_STATUS_SUCCESS) {
+            p->lt = NULL;
+            char t[DSL_ERR_LEN];
+            snprintf(t, sizeof(t), "cublasLt: cannot create a handle: %s",
+                     cublasGetStatusString(bs));
+            return create_fail(m, err,
+                               bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE, t);
+        }
+    }
+
+    p->Vp = (V + GPT_CUDA_VOCAB_PAD - 1) / GPT_CUDA_VOCAB_PAD * GPT_CUDA_VOCAB_PAD;
+    p->R = GPT_CUDA_LOGIT_BUDGET / p->Vp;
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
     size_t e = p->esz, BHT = B * NH * T, total = 0, nk = dsl_cuda_gpt_colsum_chunks(N);
     int fail = 0;
     p->ids = dev_alloc((5 * N + 1) * sizeof(int32_t), &total, &fail);
     p->enc = dev_alloc(N * C * e, &total, &fail);
     p->lnf = dev_alloc(N * C * e, &total, &fail);
-    p->logits = dev_alloc(p->R * V * e, &total, &fail);
+    p->logits = dev_alloc(p->R * p->Vp * e, &total, &fail);
     p->dres = dev_alloc(N * C * e, &total, &fail);
     p->dC = dev_alloc(N * C * e, &total, &fail);
     p->d3C = dev_alloc(3 * N * C * e, &total, &fail);
@@ -787,6 +1081,8 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     p->dwte = dev_alloc(V * C * sizeof(float), &total, &fail);
     p->dwpe = dev_alloc(T * C * sizeof(float), &total, &fail);
     p->part = dev_alloc(2 * (nk ? nk : 1) * 4 * C * sizeof(float), &total, &fail);
+    if (p->lt)
+        p->ltws = dev_alloc(GPT_CUDA_LT_WORKSPACE, &total, &fail);
     for (size_t l = 0; l < lay.L; l++) {
         struct gpt_cuda_block *h = &p->h[l];
         h->ln1 = dev_alloc(N * C * e, &total, &fail);

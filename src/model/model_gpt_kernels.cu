@@ -17,7 +17,9 @@
  *   - the classifier: one block per row over the vocabulary (256 to 65536 entries),
  *     max/argmax (first index among equal maxima, as the CPU's strict '>') and the sum
  *     of exponentials by warp shuffles and then a fixed tree over the block's warps;
- *     it overwrites the row's logits with (softmax - onehot) x f;
+ *     it overwrites the row's logits with (softmax - onehot) x f; rows lie ld elements
+ *     apart (the vocabulary padded for aligned GEMMs, model_gpt_cuda.c) and only their
+ *     first V columns are classes;
  *   - column sums (bias, LayerNorm weight/bias gradients): rows cut into chunks of
  *     COL_ROWS fixed by the row count alone, each chunk's partial sum written to an
  *     fp32 scratch, the chunks then added in chunk order by a second kernel;
@@ -1048,16 +1050,19 @@ static __device__ __forceinline__ void argmax_merge(float &v, int &k, float ov, 
 }
 
 /* one block per row: loss[r0 + i] = logsumexp - z[y], arg[r0 + i] = argmax and, when
- * back, the row overwritten with (softmax - onehot) x f */
+ * back, the row overwritten with (softmax - onehot) x f. Rows are ld >= V elements apart;
+ * the ld - V padding columns after each row are neither read nor written (they are no
+ * class) */
 template <typename T>
 __global__ void dsl_k_gpt_classifier(T *logits, const int32_t *tgt, size_t rows, size_t V,
-                                     size_t r0, float *loss, int32_t *arg, int back, float f)
+                                     size_t ld, size_t r0, float *loss, int32_t *arg, int back,
+                                     float f)
 {
     __shared__ float sv[WARPS];
     __shared__ int sk[WARPS];
     const unsigned lane = threadIdx.x & 31u, wid = threadIdx.x >> 5;
     for (size_t i = blockIdx.x; i < rows; i += gridDim.x) {
-        T *z = logits + i * V;
+        T *z = logits + i * ld;
         float mx = -INFINITY;
         int am = 0x7fffffff;
         for (size_t k = threadIdx.x; k < V; k += THREADS)
@@ -1467,15 +1472,17 @@ extern "C" cudaError_t dsl_cuda_gpt_attention_back(cudaStream_t s, int et, int t
 
 extern "C" cudaError_t dsl_cuda_gpt_classifier(cudaStream_t s, int et, void *logits,
                                                const int32_t *tgt, size_t rows, size_t V,
-                                               size_t r0, float *loss, int32_t *arg, int back,
-                                               float f)
+                                               size_t ld, size_t r0, float *loss, int32_t *arg,
+                                               int back, float f)
 {
     if (!rows)
         return cudaSuccess;
+    if (ld < V)
+        return cudaErrorInvalidValue;
     unsigned g = (unsigned)(rows < 65535 ? rows : 65535);
 #define L_(ty)                                                                               \
-    (dsl_k_gpt_classifier<ty><<<g, THREADS, 0, s>>>((ty *)logits, tgt, rows, V, r0, loss, arg, \
-                                                    back, f),                                 \
+    (dsl_k_gpt_classifier<ty><<<g, THREADS, 0, s>>>((ty *)logits, tgt, rows, V, ld, r0, loss, \
+                                                    arg, back, f),                            \
      0)
     DISPATCH(et, L_);
 #undef L_

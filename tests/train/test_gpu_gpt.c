@@ -24,6 +24,12 @@
  *     bf16 and fp16, within the same 16-bit bounds and twice alike, the scalar kernels'
  *     16-bit path forced with =scalar, and =tensor refused in fp32;
  *   - a micro batch below max_batch and with repeated tokens (the embedding scatter);
+ *   - vocabularies of 259 and 7, whose logits' rows the GPU pads to 320 and 64: fp32,
+ *     bf16 and fp16 as above, evaluation's loss (and in fp32 its hits), every GEMM
+ *     operand 16-byte aligned under the emulator (EMU_GEMM_ALIGN);
+ *   - 16-bit runs the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues; an odd
+ *     width (33), or a heuristic without an algorithm the model takes, keeps the
+ *     separate kernels, within the same bounds;
  *   - a head size above the attention's 128 is refused with its size, and head size 128
  *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
  *     with both byte counts;
@@ -76,10 +82,21 @@ static const struct shape head80_shape = {1, 160, 2, 37, 256, 2};
 /* head size 20: the tensor-core kernels' element-by-element staging (not 8 | hs) */
 static const struct shape head20_shape = {1, 40, 2, 37, 256, 2};
 
+/* a vocabulary of 259 (not a multiple of 8: the logits' rows are padded to 320 on the
+ * GPU; more classes than a classifier block's threads) and one of 7 (padded to 64,
+ * fewer than a warp; 8 samples, so that some last positions are hits and evaluation's
+ * argmax is compared on hits, not only on misses), at width 32 */
+static const struct shape vocab259_shape = {1, 32, 2, 16, 259, 3};
+static const struct shape vocab7_shape = {1, 32, 2, 16, 7, 8};
+
+/* the gradient segments' bound (elements); the vocabulary test picks one whose row
+ * blocks start at multiples of 8 rows, so that every GEMM is 16-byte aligned */
+static size_t seg_max = 700;
+
 static struct dsl_model_spec spec_of(const struct shape *h, enum dsl_dtype dt, int gpu)
 {
     struct dsl_model_spec sp = {.type = "gpt", .in_dim = h->T + 1, .out_dim = h->V,
-                                .max_batch = h->B, .seg_max = 700, .dtype = dt,
+                                .max_batch = h->B, .seg_max = seg_max, .dtype = dt,
                                 .stream = gpu ? gdev.stream : NULL,
                                 .gpt = {.layers = h->L, .dim = h->C, .heads = h->NH,
                                         .context = h->T}};
@@ -389,6 +406,16 @@ static void compare_half(const struct shape *h, enum dsl_dtype dt)
     run_gpu(&b, dp, x, h->B, 1.0f, &rg2);
     ASSERT(same_bits(rg2.g, rg.g, P));
     ASSERT(rg2.st.loss_sum == rg.st.loss_sum);
+    /* evaluation's loss as forward_backward's */
+    struct dsl_model_stats sa, sb;
+    ASSERT_OK(a.ops->evaluate(&a, (const float *)(const void *)hp, x, NULL, h->B, &sa));
+    if (b.ops->evaluate(&b, dp, x, NULL, h->B, &sb) < 0)
+        DSL_FAIL_("GPU evaluate (%s): %s", name, b.err);
+    ld = fabs(sb.loss_sum - sa.loss_sum) / fabs(sa.loss_sum);
+    fprintf(stderr, "# %s evaluate: loss rel diff %.3g, hits %zu vs %zu\n", name, ld,
+            sb.correct, sa.correct);
+    ASSERT(ld <= 5e-3);
+    ASSERT(sb.loss_sum == rg.st.loss_sum);
     free(rg2.g);
     free(rc.g);
     free(rg.g);
@@ -405,6 +432,50 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
     compare_half(&tiny_shape, DSL_BFLOAT16);
     compare_half(&tiny_shape, DSL_FLOAT16);
     compare_half(&odd_shape, DSL_BFLOAT16);
+}
+
+/* ---- the MLP's epilogues ---- */
+
+/* In 16-bit the MLP's input projection, bias and GELU are one cuBLASLt GEMM with the
+ * GELU_AUX_BIAS epilogue, its GELU gradient the DGELU epilogue of the next GEMM back
+ * and its output projection's bias a BIAS epilogue over the residual, which need the aux matrix's leading dimension 4C to be a multiple of 8
+ * (model_gpt_cuda.c): the tests above run that path; an odd width (33, 3 heads of 11)
+ * keeps the separate bias and GELU kernels, which must track the CPU as well, and so
+ * must the tiny GPT when the heuristic offers only algorithms that reduce split-K
+ * partial products in 16 bits, which the model refuses (under the emulator
+ * EMU_LT_16BIT_REDUCTIONS_ONLY makes its heuristic do that, and its matmul aborts on
+ * such an algorithm; a GPU ignores the variable). */
+TEST(cuda_gpt_in_16_bit_without_the_epilogues_should_track_the_cpu_gpt)
+{
+    const struct shape h = {1, 33, 3, 16, 256, 2};
+    compare_half(&h, DSL_BFLOAT16);
+    compare_half(&h, DSL_FLOAT16);
+    setenv("EMU_LT_16BIT_REDUCTIONS_ONLY", "1", 1);
+    compare_half(&tiny_shape, DSL_BFLOAT16);
+    unsetenv("EMU_LT_16BIT_REDUCTIONS_ONLY");
+}
+
+/* ---- the vocabulary's padding ---- */
+
+/* The logits' rows lie Vp = V rounded up to 64 apart on the GPU (model_gpt_cuda.c's
+ * alignment rule): loss, gradients, evaluation's loss and hits and the bits of a second
+ * run must be those of the unpadded CPU model. Under the emulator the padding columns
+ * hold cudaMalloc's 0x7f filler (about 3.4e38), so a classifier that took one for a
+ * class would be off by far more than the bounds, and EMU_GEMM_ALIGN=16 (set here,
+ * ignored on a GPU) aborts on any GEMM operand that is not 16-byte aligned; seg_max 96 C
+ * cuts the weights into blocks of 96, 32 or 24 rows, all multiples of 8. */
+TEST(cuda_gpt_should_pad_the_logits_of_a_vocabulary_not_a_multiple_of_8_and_never_count_the_padding_as_a_class)
+{
+    const struct shape *hs[] = {&vocab259_shape, &vocab7_shape};
+    setenv("EMU_GEMM_ALIGN", "16", 1);
+    for (size_t i = 0; i < 2; i++) {
+        seg_max = 96 * hs[i]->C;
+        compare_fp32(hs[i]);
+        compare_half(hs[i], DSL_BFLOAT16);
+        compare_half(hs[i], DSL_FLOAT16);
+    }
+    seg_max = 700;
+    unsetenv("EMU_GEMM_ALIGN");
 }
 
 /* ---- the fused attention's tiles and head sizes ---- */
