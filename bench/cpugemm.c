@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/model/model.h"
 #include "model/cpugemm.h"
 
 static double now(void)
@@ -66,7 +66,7 @@ static const struct shape shapes[] = {
 int main(int argc, char **argv)
 {
     int threads = argc > 1 ? atoi(argv[1]) : 1, rounds = argc > 2 ? atoi(argv[2]) : 5;
-    dsl_cpupool_set_threads(threads);
+    dsl_blas_set_threads(threads); /* as dstrain: the pool's threads, OpenBLAS on one each */
     char why[200];
     if (!dsl_gemm_bf16_supported(why, sizeof(why))) {
         printf("# no bf16 products: %s\n", why);
