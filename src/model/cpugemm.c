@@ -22,30 +22,6 @@ static int to_int(size_t v)
     return (int)v;
 }
 
-/* the block's rows start at row lo of C (by_rows), or its columns at column lo */
-void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo)
-{
-    const float *bias = g->bias ? g->bias + (g->by_rows ? 0 : lo) : NULL;
-    for (size_t i = 0; bias && i < m; i++)
-        memcpy(c + i * g->ldc, bias, n * sizeof(float));
-}
-
-void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo)
-{
-    for (size_t i = 0; g->relu && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        for (size_t j = 0; j < n; j++)
-            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
-    }
-    for (size_t i = 0; g->mask && i < m; i++) {
-        float *ci = c + i * g->ldc;
-        const float *mi = g->mask + (g->by_rows ? (lo + i) * g->ldc : lo + i * g->ldc);
-        for (size_t j = 0; j < n; j++)
-            if (mi[j] <= 0.0f)
-                ci[j] = 0.0f;
-    }
-}
-
 static void gemm_piece(void *arg, size_t lo, size_t hi)
 {
     const struct dsl_gemm *g = arg;

@@ -7,6 +7,7 @@
 
 #include <cblas.h>
 #include <stddef.h>
+#include <string.h>
 
 /*
  * C = alpha op(A) op(B) + beta C (row-major). OpenBLAS runs single-threaded and the
@@ -35,9 +36,32 @@ struct dsl_gemm {
 void dsl_gemm_run(const struct dsl_gemm *g);
 
 /* a block of C (m x n at c, starting at row lo with by_rows, else at column lo):
- * the bias fill before its product, the ReLU and the mask after (both paths) */
-void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo);
-void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n, size_t lo);
+ * the bias fill before its product, the ReLU and the mask after (both paths; inline, so
+ * that cpugemm.c and cpugemm_bf16.c do not call each other both ways) */
+static inline void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n,
+                                      size_t lo)
+{
+    const float *bias = g->bias ? g->bias + (g->by_rows ? 0 : lo) : NULL;
+    for (size_t i = 0; bias && i < m; i++)
+        memcpy(c + i * g->ldc, bias, n * sizeof(float));
+}
+
+static inline void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n,
+                                       size_t lo)
+{
+    for (size_t i = 0; g->relu && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        for (size_t j = 0; j < n; j++)
+            ci[j] = ci[j] > 0.0f ? ci[j] : 0.0f;
+    }
+    for (size_t i = 0; g->mask && i < m; i++) {
+        float *ci = c + i * g->ldc;
+        const float *mi = g->mask + (g->by_rows ? (lo + i) * g->ldc : lo + i * g->ldc);
+        for (size_t j = 0; j < n; j++)
+            if (mi[j] <= 0.0f)
+                ci[j] = 0.0f;
+    }
+}
 
 /*
  * bf16 products (cpugemm_bf16.c, with oneDNN): A and B are rounded to bf16 (to nearest
