@@ -44,9 +44,14 @@ done
 gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
     -c "$E/drv.c" -o "$T/drv.o"
 L=$B/src
+# a build with oneDNN (bf16 products on the CPU) needs it and OpenMP's runtime linked too
+DNNL=
+if ar t "$L/model/libdslmodel.a" | grep -q cpugemm_bf16; then
+    DNNL="-ldnnl -fopenmp"
+fi
 # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
 g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/kern.o" \
     "$T/rt.o" $X -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
-    "$L/common/libdslcommon.a" $(pkg-config --libs openblas) -lz -lcrypto -lm -lpthread
+    "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL -lz -lcrypto -lm -lpthread
 "$T/drv" "$FILTER"
