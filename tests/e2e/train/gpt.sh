@@ -69,6 +69,13 @@ PY
     "$DSTRAIN" sample --checkpoint "$TMP/ck" --tokens 0 >"$TMP/s3.out" 2>&1 && fail "--tokens 0 accepted"
     grep -q "option '--tokens' is out of range: allowed 1..1000000, got '0'$" "$TMP/s3.out" ||
         fail "--tokens error: $(cat "$TMP/s3.out")"
+    # --seed 0 is a seed of its own, not 1's (at the highest temperature the draws are
+    # near uniform, so two seeds agreeing on 24 bytes would be a bug, not chance)
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --tokens 24 --temperature 100 --seed 0 \
+        >"$TMP/s0.out" 2>&1 || fail "sample --seed 0: $(cat "$TMP/s0.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --tokens 24 --temperature 100 --seed 1 \
+        >"$TMP/s1.out" 2>&1 || fail "sample --seed 1: $(cat "$TMP/s1.out")"
+    cmp -s "$TMP/s0.out" "$TMP/s1.out" && fail "--seed 0 drew what --seed 1 drew"
     # tokenize: --out's directory is made; text too short to split, or none, writes nothing
     "$DSTRAIN" tokenize --out "$TMP/tk/a/b" "$TMP/text" >"$TMP/t1.out" 2>&1 ||
         fail "tokenize into a new directory: $(cat "$TMP/t1.out")"
