@@ -58,7 +58,8 @@
  * residual res2 as the GEMM's C (beta 1) and res3 as D. That replaces the bias
  * broadcasts, the GELU kernel and the GELU-gradient kernel: three passes over N x 4C
  * and one over N x C. The residual and the bias are added to the fp32 product before
- * the one rounding (the kernels round res2 + b to 16 bits first). Roundings differ from those kernels: the epilogue's GELU takes the
+ * the one rounding (the kernels round res2 + b to 16 bits first). Roundings differ from
+ * those kernels: the epilogue's GELU takes the
  * fp32 pre-activation (the kernels take it rounded to 16 bits), its gradient multiplies
  * the fp32 product (the kernels round it first), both evaluate gelu' at the 16-bit fch,
  * and the library's tanh is its own (the formula is the tanh approximation, the model's
@@ -106,6 +107,7 @@
 #include <cuda_runtime.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -908,10 +910,15 @@ static void *host_alloc(size_t bytes, size_t *total, int *fail)
     return v;
 }
 
-static int create_fail(struct dsl_model *m, char *err, int code, const char *what)
+/* the message formatted before the model (whose state it may quote) is released */
+__attribute__((format(printf, 4, 5))) static int create_fail(struct dsl_model *m, char *err,
+                                                              int code, const char *fmt, ...)
 {
     char text[DSL_ERR_LEN];
-    snprintf(text, sizeof(text), "%s", what);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
     dsl_model_release(m);
     return dsl_seterr(err, code, "%s", text);
 }
@@ -955,11 +962,10 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         const char *want = getenv("DSL_GPT_ATTENTION");
         cudaError_t ce = dsl_cuda_gpt_attention_tc(p->et, &p->attn_tc);
         if (ce != cudaSuccess) {
-            char t[DSL_ERR_LEN];
             (void)cudaGetLastError();
-            snprintf(t, sizeof(t), "cuda: cannot read the attention kernels' architecture: %s",
-                     cudaGetErrorString(ce));
-            return create_fail(m, err, DSL_EREMOTE, t);
+            return create_fail(m, err, DSL_EREMOTE,
+                               "cuda: cannot read the attention kernels' architecture: %s",
+                               cudaGetErrorString(ce));
         }
         if (want && *want && strcmp(want, "auto") != 0) {
             if (strcmp(want, "scalar") == 0) {
@@ -986,11 +992,10 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
         if (ce == cudaSuccess)
             ce = cudaDeviceGetAttribute(&avail, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
         if (ce != cudaSuccess) {
-            char t[DSL_ERR_LEN];
             (void)cudaGetLastError();
-            snprintf(t, sizeof(t), "cuda: cannot read the device's shared memory limit: %s",
-                     cudaGetErrorString(ce));
-            return create_fail(m, err, DSL_EREMOTE, t);
+            return create_fail(m, err, DSL_EREMOTE,
+                               "cuda: cannot read the device's shared memory limit: %s",
+                               cudaGetErrorString(ce));
         }
         if (need > (size_t)avail) {
             dsl_model_release(m);
@@ -1000,11 +1005,11 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
                               avail);
         }
         if ((ce = dsl_cuda_gpt_attention_setup(p->et, C / NH, p->attn_tc)) != cudaSuccess) {
-            char t[DSL_ERR_LEN];
             (void)cudaGetLastError();
-            snprintf(t, sizeof(t), "cuda: cannot give the attention kernels %zu bytes of "
-                     "shared memory: %s", need, cudaGetErrorString(ce));
-            return create_fail(m, err, DSL_EREMOTE, t);
+            return create_fail(m, err, DSL_EREMOTE,
+                               "cuda: cannot give the attention kernels %zu bytes of shared "
+                               "memory: %s",
+                               need, cudaGetErrorString(ce));
         }
     }
     {
@@ -1024,24 +1029,20 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     cublasStatus_t bs = cublasCreate(&p->blas);
     if (bs != CUBLAS_STATUS_SUCCESS) {
         p->blas = NULL;
-        char t[DSL_ERR_LEN];
-        snprintf(t, sizeof(t), "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
-        return create_fail(m, err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE, t);
+        return create_fail(m, err, bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
+                           "cublas: cannot create a handle: %s", cublasGetStatusString(bs));
     }
     if ((bs = cublasSetStream(p->blas, p->stream)) != CUBLAS_STATUS_SUCCESS) {
-        char t[DSL_ERR_LEN];
-        snprintf(t, sizeof(t), "cublas: cannot set the stream: %s", cublasGetStatusString(bs));
-        return create_fail(m, err, DSL_EREMOTE, t);
+        return create_fail(m, err, DSL_EREMOTE, "cublas: cannot set the stream: %s",
+                           cublasGetStatusString(bs));
     }
     /* fp32 without TF32 (the CPU model is the reference); 16-bit on tensor cores with
      * fp32 accumulation and no reduced-precision split-K reductions */
     if ((bs = cublasSetMathMode(p->blas, CUBLAS_DEFAULT_MATH |
                                              CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
         CUBLAS_STATUS_SUCCESS) {
-        char t[DSL_ERR_LEN];
-        snprintf(t, sizeof(t), "cublas: cannot set the math mode: %s",
-                 cublasGetStatusString(bs));
-        return create_fail(m, err, DSL_EREMOTE, t);
+        return create_fail(m, err, DSL_EREMOTE, "cublas: cannot set the math mode: %s",
+                           cublasGetStatusString(bs));
     }
 
     /* the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues in 16-bit (fp32 keeps
@@ -1050,11 +1051,9 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     if (p->et != DSL_CUDA_FP32 && (4 * C) % 8 == 0) {
         if ((bs = cublasLtCreate(&p->lt)) != CUBLAS_STATUS_SUCCESS) {
             p->lt = NULL;
-            char t[DSL_ERR_LEN];
-            snprintf(t, sizeof(t), "cublasLt: cannot create a handle: %s",
-                     cublasGetStatusString(bs));
             return create_fail(m, err,
-                               bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE, t);
+                               bs == CUBLAS_STATUS_ALLOC_FAILED ? -ENOMEM : DSL_EREMOTE,
+                               "cublasLt: cannot create a handle: %s", cublasGetStatusString(bs));
         }
     }
 
@@ -1111,12 +1110,10 @@ int dsl_gpt_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     p->htgt = calloc(N ? N : 1, sizeof(int32_t));
     if (fail || !p->count || !p->htgt) {
         (void)cudaGetLastError();
-        char t[DSL_ERR_LEN];
-        snprintf(t, sizeof(t),
-                 "gpt: cannot allocate %zu MiB of GPU workspace (and %zu MiB of page-locked "
-                 "host memory) for a micro batch of %zu x %zu tokens",
-                 total >> 20, htotal >> 20, B, T);
-        return create_fail(m, err, -ENOMEM, t);
+        return create_fail(m, err, -ENOMEM,
+                           "gpt: cannot allocate %zu MiB of GPU workspace (and %zu MiB of "
+                           "page-locked host memory) for a micro batch of %zu x %zu tokens",
+                           total >> 20, htotal >> 20, B, T);
     }
     return 0;
 }
