@@ -78,7 +78,8 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < NS; i++) {
             const struct shape *s = &shapes[i];
             size_t lda = s->ta ? s->m : s->k, ldb = s->tb ? s->k : s->n;
-            float *a = malloc(s->m * s->k * sizeof(float)), *b = malloc(s->k * s->n * sizeof(float));
+            float *a = malloc(s->m * s->k * sizeof(float));
+            float *b = malloc(s->k * s->n * sizeof(float));
             float *c = malloc(s->m * s->n * sizeof(float));
             for (size_t j = 0; j < s->m * s->k; j++)
                 a[j] = (float)(j % 13) * 0.01f - 0.06f;
