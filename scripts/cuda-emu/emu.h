@@ -1,6 +1,6 @@
 /*
- * A CPU emulation of the CUDA subset that src/model/model_gpt_kernels.cu uses, so that
- * its kernels compile as C++ (g++ -std=c++20) and run on a machine without a GPU
+ * A CPU emulation of the CUDA subset that src/model/model_gpt_kernels.cu and
+ * model_gpt_attention.cu use, so that their kernels compile as C++ (g++ -std=c++20) and run on a machine without a GPU
  * (run.sh). Each launch runs its blocks one after another, each block as blockDim real
  * threads: __shared__ is a static (one block lives at a time), dynamic shared memory
  * (extern __shared__, rewritten by launches.py) one buffer of the launch's size, filled

@@ -1,10 +1,10 @@
 #!/bin/sh
 # The CUDA GPT's model tests (tests/train/test_gpu_gpt.c: fp32, bf16 and fp16 against the
 # CPU GPT, loss scaling, determinism) on a machine without a GPU: the kernels of
-# src/model/model_gpt_kernels.cu compiled as C++ against a CPU emulation of CUDA
-# (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of the CUDA runtime,
-# cuBLAS and cuBLASLt (rt.cpp defines them, so no CUDA library is linked), linked with
-# the libraries of a CPU build. A developer check before a GPU session, not a CTest: a
+# src/model/model_gpt_kernels.cu and model_gpt_attention.cu compiled as C++ against a CPU
+# emulation of CUDA (emu.h, rt.cpp), model_gpt_cuda.c against host-memory versions of
+# the CUDA runtime, cuBLAS and cuBLASLt (rt.cpp defines them, so no CUDA library is
+# linked), linked with the libraries of a CPU build. A developer check before a GPU session, not a CTest: a
 # test takes a minute or two (one host thread per CUDA thread).
 # The trainer test needs NCCL and is not run.
 #
@@ -31,9 +31,11 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 INC="-I$CUDA/include -I$ROOT/include -I$ROOT/src/model -I$E"
 X=${EMU_FLAGS:-}
-python3 "$E/launches.py" "$ROOT/src/model/model_gpt_kernels.cu" "$T/kern.cpp"
-# shellcheck disable=SC2086 # INC and X are words
-g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/kern.cpp" -o "$T/kern.o"
+for k in model_gpt_kernels model_gpt_attention; do
+    python3 "$E/launches.py" "$ROOT/src/model/$k.cu" "$T/$k.cpp"
+    # shellcheck disable=SC2086 # INC and X are words
+    g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/$k.cpp" -o "$T/$k.o"
+done
 # shellcheck disable=SC2086 # X is words
 g++ -std=c++20 -O1 -ffp-contract=off $X -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
 for f in model_gpt_cuda model_cuda model_cuda_host; do
@@ -50,7 +52,8 @@ if ar t "$L/model/libdslmodel.a" | grep -q cpugemm_bf16; then
     DNNL="-ldnnl -fopenmp"
 fi
 # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
-g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/kern.o" \
+g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" \
+    "$T/model_gpt_kernels.o" "$T/model_gpt_attention.o" \
     "$T/rt.o" $X -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL -lz -lcrypto -lm -lpthread

@@ -1,8 +1,7 @@
 /*
  * Inside the CUDA path of dstrain: the kernel launchers of device_kernels.cu (the
  * device's buffer operations), model_mlp_kernels.cu (the MLP's elementwise parts) and
- * model_gpt_kernels.cu (the GPT's),
- * callable from C. Every launcher enqueues on the stream s it is given (the device's
+ * model_gpt_kernels.cu and model_gpt_attention.cu (the GPT's), callable from C. Every launcher enqueues on the stream s it is given (the device's
  * stream, which the model's cuBLAS handle and the nccl comm's ordering events use too),
  * returns cudaGetLastError() read right after its launch (the caller names the kernel
  * in the message) and does nothing for empty input. Pointers are device pointers.
@@ -156,7 +155,7 @@ cudaError_t dsl_cuda_mlp_half_bias_grad(cudaStream_t s, int bf16, const void *dz
 cudaError_t dsl_cuda_mlp_half_relu_mask(cudaStream_t s, int bf16, void *d, const void *a,
                                         size_t len);
 
-/* ---- model_gpt_kernels.cu: the GPT (model_gpt_cuda.c) ---- */
+/* ---- model_gpt_kernels.cu and model_gpt_attention.cu: the GPT (model_gpt_cuda.c) ---- */
 
 /* the element type of a GPT launcher's void * buffers (activations, parameters and
  * their gradients); statistics (LayerNorm mean and 1/std, losses) are always fp32 */

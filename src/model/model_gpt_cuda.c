@@ -1,9 +1,9 @@
 /*
  * The GPT of dstrain on a GPU: model_gpt.c's model with cuBLAS GEMMs and the fused
- * kernels of model_gpt_kernels.cu, on device pointers. The layout, the gradient segment
- * list and the initial values are model_gpt_layout.c's, shared with the CPU model, so
- * the trainer's buckets and shards are the same on both and both start from the same
- * bits.
+ * kernels of model_gpt_kernels.cu and model_gpt_attention.cu, on device pointers. The
+ * layout, the gradient segment list and the initial values are model_gpt_layout.c's,
+ * shared with the CPU model, so the trainer's buckets and shards are the same on both and
+ * both start from the same bits.
  *
  * Theory of operation. As the CUDA MLP (model_mlp_cuda.c): every call runs in the
  * caller's thread on the model's stream (spec.stream, the trainer's device stream;
@@ -19,7 +19,7 @@
  * sink's need() first, exactly where the CPU model calls it: the embedding kernel;
  * per block LayerNorm, the qkv projection (bias broadcast, then GEMM with beta 1), the
  * fused flash-style causal attention straight from the projection's rows (the output
- * and each query row's log-sum-exp; no T x T matrix, model_gpt_kernels.cu), the output
+ * and each query row's log-sum-exp; no T x T matrix, model_gpt_attention.cu), the output
  * projection onto residual + bias, LayerNorm, the MLP (GEMM, GELU, GEMM onto
  * residual + bias; in 16-bit the first GEMM, its bias and the GELU are one cuBLASLt
  * matmul with the GELU_AUX_BIAS epilogue, the second adds its bias by an epilogue too,

@@ -2,7 +2,7 @@
  * The CUDA GPT (model_gpt_cuda.c) against the CPU GPT (model_gpt.c), its oracle (label
  * gpu), on a tiny GPT-2 (2 layers, width 32, 2 heads, context 16, byte vocabulary 256)
  * and an odd one (3 heads of 16, context 40, vocabulary 1000), and for the fused
- * attention's tiles of 32 (model_gpt_kernels.cu) one block at head size 64 with
+ * attention's tiles of 32 (model_gpt_attention.cu) one block at head size 64 with
  * context 70 (three query and key tiles, the last partial), one at head size 48
  * (zero-padded columns) with context 37, and at head sizes 128 and 80 (96 columns, 16
  * zero-padded) with context 37, whose kernels take dynamic shared memory above 48 KiB:
@@ -491,7 +491,7 @@ TEST(cuda_gpt_attention_should_match_the_cpu_on_partial_tiles_at_head_sizes_64_a
 }
 
 /* The dk/dv kernel at head size 128 takes 74,240 bytes of shared memory per block
- * (model_gpt_kernels.cu), above the 48 KiB that needs no opt-in: a device that allows
+ * (model_gpt_attention.cu), above the 48 KiB that needs no opt-in: a device that allows
  * it (sm_80 and later) must match the CPU, one that does not (sm_75's 64 KiB) must
  * refuse the model and say both figures. */
 TEST(cuda_gpt_attention_should_match_the_cpu_at_head_sizes_128_and_80_on_a_partial_tile_or_name_the_missing_shared_memory)
