@@ -303,10 +303,13 @@ int main(int argc, char **argv)
     const char *lr = getenv(DSL_ENV_LOCAL_RANK);
     if (lr && *lr)
         dsl_parse_int(lr, 0, 1 << 16, &co.device);
-    if (dsl_comm_open_env(&b.c, &co, err) < 0) {
+    int opened = dsl_comm_open_env(&b.c, &co, err);
+    if (opened < 0) {
         fprintf(stderr, "dsbench: error: %s\n", err);
         free(o.backend);
-        return 1;
+        /* a bad setting (DSLAUNCH_COMM_TIMEOUT, a DSL_COMM_* knob, the backend) is a
+           usage error, 2, as in dstrain; a failure to meet the other ranks is 1 */
+        return opened == DSL_EUSAGE ? 2 : 1;
     }
     b.rank = dsl_comm_rank(b.c);
     b.world = dsl_comm_size(b.c);
