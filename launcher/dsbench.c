@@ -34,7 +34,7 @@ static const char *const op_names[OP_N] = {"allreduce", "reduce_scatter", "allga
 
 struct bench_opts {
     size_t min_bytes, max_bytes; /* -b, -e */
-    size_t factor;               /* -f */
+    int factor;                  /* -f */
     int ops[OP_N];               /* -o */
     int warmup, iters;           /* -w, -n */
     char *backend;               /* --backend (NULL: tcp) */
@@ -159,16 +159,6 @@ static double busbw_factor(enum bench_op op, int world)
     }
 }
 
-static int set_factor(void *target, const struct dsl_opt *d, const char *v, char *err)
-{
-    long f;
-    if (dsl_parse_long(v, 2, 1024, &f) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "option '--%s' needs an integer from 2 to 1024, not '%s'",
-                          d->name, v); /* parse_long: the text, in or out of range */
-    ((struct bench_opts *)target)->factor = (size_t)f;
-    return 0;
-}
-
 static int set_op(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
     struct bench_opts *o = target;
@@ -188,8 +178,8 @@ static const struct dsl_opt opts[] = {
      "1K", 4, 16L << 30, NULL, 0, NULL},
     {"maxbytes", 'e', DSL_OPT_SIZE, OFF(max_bytes), "BYTES", "largest size", "32M", 4,
      16L << 30, NULL, 0, NULL},
-    {"stepfactor", 'f', DSL_OPT_CALL, 0, "N", "multiply the size by N each step", "4", 0, 0,
-     set_factor, 0, NULL},
+    {"stepfactor", 'f', DSL_OPT_INT, OFF(factor), "N", "multiply the size by N each step", "4", 2,
+     1024, NULL, 0, NULL},
     {"op", 'o', DSL_OPT_CALL, 0, "OP",
      "allreduce, reduce_scatter, allgather, broadcast or all (repeatable)", "allreduce", 0, 0,
      set_op, 0, NULL},
@@ -313,10 +303,13 @@ int main(int argc, char **argv)
     const char *lr = getenv(DSL_ENV_LOCAL_RANK);
     if (lr && *lr)
         dsl_parse_int(lr, 0, 1 << 16, &co.device);
-    if (dsl_comm_open_env(&b.c, &co, err) < 0) {
+    int opened = dsl_comm_open_env(&b.c, &co, err);
+    if (opened < 0) {
         fprintf(stderr, "dsbench: error: %s\n", err);
         free(o.backend);
-        return 1;
+        /* a bad setting (DSLAUNCH_COMM_TIMEOUT, a DSL_COMM_* knob, the backend) is a
+           usage error, 2, as in dstrain; a failure to meet the other ranks is 1 */
+        return opened == DSL_EUSAGE ? 2 : 1;
     }
     b.rank = dsl_comm_rank(b.c);
     b.world = dsl_comm_size(b.c);
@@ -345,7 +338,8 @@ int main(int argc, char **argv)
             printf("# %12s %12s %6s %10s %9s %9s %7s\n", "(B)", "(elements)", "", "(us)",
                    "(GB/s)", "(GB/s)", "");
         }
-        for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && !failed; bytes *= o.factor) {
+        for (size_t bytes = o.min_bytes; bytes <= o.max_bytes && !failed;
+             bytes *= (size_t)o.factor) {
             size_t n = bytes / sizeof(float);
             int r = 0;
             for (int i = 0; i < o.warmup && r == 0; i++)

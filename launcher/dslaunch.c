@@ -345,8 +345,10 @@ static int cmd_run(int argc, char **argv)
         code = 0;
         goto out;
     }
-    if (plan.all_local && !dsl_env_get(&plan.exported, DSL_ENV_OMP_NUM_THREADS) &&
-        !opts.bind_cores && opts.verbose >= 1) {
+    /* --check starts no rank: nothing to say about their threads */
+    if (plan.all_local && opts.mode != DSL_MODE_CHECK &&
+        !dsl_env_get(&plan.exported, DSL_ENV_OMP_NUM_THREADS) && !opts.bind_cores &&
+        opts.verbose >= 1) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int per = plan.pl.nodes[0].nslots;
         long t = cpus / (per ? per : 1);

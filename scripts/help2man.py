@@ -5,8 +5,9 @@
 
 Runs `PROGRAM --help` (and `PROGRAM SUB --help` for each SUBCOMMAND) so the page can
 never disagree with the option table that produces the help. Usage lines become the
-SYNOPSIS, prose becomes the DESCRIPTION, and every "  -x, --long VALUE   text" line an
-entry of OPTIONS.
+SYNOPSIS, prose becomes the DESCRIPTION, every "  -x, --long VALUE   text" line an
+entry of OPTIONS, and an "exit codes: ..." paragraph (with its indented lines) the EXIT
+STATUS.
 """
 import os
 import re
@@ -29,8 +30,11 @@ def help_of(argv):
 
 
 def section(lines, title, page):
-    usage, prose, opts = [], [], []
+    usage, prose, opts, status = [], [], [], []
     for line in lines:
+        if line.startswith("exit codes:") or (status and line.startswith("  ") and line.strip()):
+            status.append(line.replace("exit codes:", "", 1).strip())
+            continue
         if line.startswith("usage:") or (usage and not prose and not opts and line.startswith("   ")
                                          and not OPT.match(line)):
             usage.append(line.replace("usage:", "", 1).strip())
@@ -70,6 +74,9 @@ def section(lines, title, page):
             page.append(".TP")
             page.append("\\fB" + esc(flag) + "\\fR")
             page.append(esc(desc))
+    if status:
+        page.append(".SH EXIT STATUS" if not title else ".PP")
+        page.append(esc(("" if not title else "Exit codes: ") + " ".join(status)))
 
 
 def main():

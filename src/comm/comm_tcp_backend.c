@@ -275,7 +275,8 @@ static void tcp_close(struct dsl_comm *c)
     struct tcp *t = c->impl;
     if (!t)
         return;
-    for (int p = 0; p < c->world; p++) {
+    /* no peers yet when the open failed on its settings (a bad DSL_COMM_* knob) */
+    for (int p = 0; t->peer && p < c->world; p++) {
         if (t->peer[p].fd >= 0)
             close(t->peer[p].fd);
         free(t->peer[p].send.r);

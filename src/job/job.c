@@ -373,6 +373,10 @@ static void print_summary(struct dsl_job *job)
                       r->wall, why);
         else if (!r->started)
             dsl_error("rank %d (host %s) could not be started", r->rank, host);
+        else if (job->warned && r->code == 128 + SIGUSR1)
+            dsl_info("rank %d (host %s, pid %d) exited with code %d after %.1f s, as a rank "
+                     "does that saved on Slurm's warning (SIGUSR1, passed on by dslaunch)",
+                     r->rank, host, r->pid, r->code, r->wall);
         else
             dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,
                       host, r->pid, r->code, r->wall, why);

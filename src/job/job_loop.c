@@ -574,6 +574,7 @@ void dsl_job_handle_signals(struct dsl_job *job)
                 dsl_job_node_flush(&job->nodes[i]);
                 n++;
             }
+        job->warned = 1;
         dsl_info("got SIGUSR1: passed it to the ranks of %d node%s", n, n == 1 ? "" : "s");
     }
     if (!sig_pending)

@@ -179,6 +179,14 @@ static int decide(const struct dsl_job *job, int k, struct attempt *a, unsigned 
                      dsl_signame(job->user_sig));
         return 0;
     }
+    if (job->warned) {
+        /* Slurm's warning: the allocation ends soon, and a rank that saved on it exits
+           128 + SIGUSR1 for the batch script to requeue; a restart would spend the time
+           left and end in the time limit's kill instead */
+        snprintf(a->next, sizeof(a->next), "not restarting: the ranks had Slurm's warning "
+                 "(SIGUSR1)");
+        return 0;
+    }
     if (k == 0 && !job->started) {
         snprintf(a->next, sizeof(a->next), "not restarting: the job could not start");
         return 0;

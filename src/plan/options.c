@@ -230,7 +230,7 @@ static const struct dsl_opt opts[] = {
     STR("remote_cwd", 0, remote_cwd, "DIR", "working directory on the other hosts",
         "the current directory"),
     /* no-ssh mode (plan/nossh.h): every node runs dslaunch; node 0 coordinates */
-    FLAG("no_ssh", no_ssh, "no-ssh mode: every node runs dslaunch itself, node 0's "
+    FLAG("no_ssh", no_ssh, "no-ssh mode: every node runs dslaunch itself, node 0 "
          "coordinates and the others dial in to it (docs/no-ssh.md)"),
     INT("nnodes", nnodes, "N", "no-ssh mode: the number of nodes", "PET_NNODES", 1, 1 << 20),
     INT("node_rank", node_rank, "K", "no-ssh mode: this node's rank, 0 = the coordinator",

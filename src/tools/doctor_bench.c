@@ -146,7 +146,7 @@ void dsl_doctor_bench_run(struct dsl_doctor_bench *b, const char *self_exe, char
         else if (l[0] == ' ' || (l[0] == '#' && l[1] == ' ' && strchr(l, '(') == NULL))
             dsl_strvec_push(&b->table, l);
     }
-    if (dsl_log_level() >= 2) /* -vv: everything the all-reduce job said */
+    if (dsl_log_level() >= 2) /* -v: everything the all-reduce job said */
         for (size_t i = 0; i < elines.nr; i++)
             fprintf(stderr, "allreduce: %s\n", elines.v[i]);
     size_t from = elines.nr > 5 ? elines.nr - 5 : 0;

@@ -59,6 +59,17 @@ struct parse_ctx {
     struct dsl_strvec autos; /* known keys whose value is "auto" (one error at the end) */
 };
 
+/* The key as cJSON reads it: the quoted token q[0..n) with its escapes decoded
+ * ("fo\u001bo"), so that the walk, which sees decoded keys, finds its position */
+static char *decoded_key(const char *q, size_t n)
+{
+    cJSON *j = cJSON_ParseWithLength(q, n);
+    char *key = cJSON_IsString(j) ? dsl_xstrdup(j->valuestring)
+                                  : dsl_xstrndup(q + 1, n >= 2 ? n - 2 : 0);
+    cJSON_Delete(j);
+    return key;
+}
+
 /* Scan already-valid JSON and record the dotted path and offset of every object key. */
 static void index_keys(struct parse_ctx *c)
 {
@@ -83,7 +94,7 @@ static void index_keys(struct parse_ctx *c)
                 i = c->len;
             if (depth >= 0 && depth < MAXDEPTH && isobj[depth] && expect_key) {
                 const char *parent = stack[depth];
-                char *key = dsl_xstrndup(t + s, i - s);
+                char *key = decoded_key(t + s - 1, (i < c->len ? i + 1 : c->len) - (s - 1));
                 free(pending);
                 pending = parent[0] ? dsl_xasprintf("%s.%s", parent, key)
                                     : dsl_xstrdup(key);

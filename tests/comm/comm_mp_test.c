@@ -764,6 +764,59 @@ TEST(async_calls_should_complete_in_issue_order)
 
 /* ---- failures ---- */
 
+/* Rank 0 of a world of 2 opens with NAME=VALUE: the open must fail, naming the knob and
+ * its range (want), and not crash. The knobs are read before any peer is needed (rank 0
+ * hosts the store and waits for nobody), so rank 1 is not started: it would only retry
+ * the store rank 0 closed, for DSLAUNCH_STORE_TIMEOUT. */
+static int open_refused(const char *name, const char *value, const char *want)
+{
+    char port[16];
+    snprintf(port, sizeof(port), "%d", free_port());
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[DSL_ERR_LEN] = "";
+        setenv("RANK", "0", 1);
+        setenv("LOCAL_RANK", "0", 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", port, 1);
+        setenv("DSLAUNCH_RUN_ID", "mp-test", 1);
+        setenv("DSLAUNCH_RUN_TOKEN", "sekrit", 1);
+        setenv("DSLAUNCH_STORE_TIMEOUT", "30", 1);
+        setenv(name, value, 1);
+        alarm(60);
+        struct dsl_comm *c = open_rank(0, err);
+        if (c) {
+            fprintf(stderr, "%s=%s was accepted\n", name, value);
+            dsl_comm_close(c);
+            _exit(1);
+        }
+        if (!strstr(err, want)) {
+            fprintf(stderr, "'%s' lacks '%s'\n", err, want);
+            _exit(1);
+        }
+        _exit(0);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        fprintf(stderr, "rank 0 failed (status 0x%x)\n", st);
+        return 1;
+    }
+    return 0;
+}
+
+TEST(a_tuning_knob_out_of_its_range_should_fail_the_open_with_the_range_not_crash)
+{
+    ASSERT_EQ(open_refused("DSL_COMM_CMA_CHUNK", "1K", "bad DSL_COMM_CMA_CHUNK: allowed "
+                           "4K..64M, got '1K'"), 0);
+    ASSERT_EQ(open_refused("DSL_COMM_SOCKBUF", "2G", "bad DSL_COMM_SOCKBUF: allowed 0..1G, "
+                           "got '2G'"), 0);
+    ASSERT_EQ(open_refused("DSL_COMM_SPIN_US", "2000000", "bad DSL_COMM_SPIN_US: allowed "
+                           "0..1000000, got '2000000'"), 0);
+    ASSERT_EQ(open_refused("DSL_COMM_ALGO", "tree", "bad DSL_COMM_ALGO 'tree'"), 0);
+}
+
 static int killed_in_allreduce(struct dsl_comm *c, int rank, int world)
 {
     (void)world;

@@ -668,6 +668,20 @@ TEST(config_should_escape_control_characters_in_warnings_and_errors)
     dsl_train_config_release(&cfg);
 }
 
+TEST(config_should_give_the_position_of_a_key_written_with_escapes)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8,\n \"fo\\u001bo\": 1}", 1, err));
+    ASSERT_EQ(cfg.warnings.nr, 1);
+    ASSERT_STR_EQ(cfg.warnings.v[0], "t.json:2:2: unknown key 'fo\\x1bo' (ignored)");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8,\n \"optimizer\": {\"params\": "
+                          "{\"l\\u0072\": \"x\"}}}", 1, err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "t.json:2:27: expected a number for 'optimizer.params.lr', got a string");
+    dsl_train_config_release(&cfg);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -95,6 +95,9 @@ struct dsl_job {
     double t_begin, t_stop, t_first_fail;
     int started;                  /* the ranks were sent "start" */
     int user_sig;                 /* a signal to the launcher stopped the job (0: none) */
+    int warned;                   /* SIGUSR1 (Slurm's warning) was passed to the ranks:
+                                     the job is ending, its ranks may save and exit
+                                     128 + SIGUSR1; no restart follows */
     int restart_count;            /* attempt of the job (restart.h), 0 for the first: the
                                      ranks' DSLAUNCH_RESTART_COUNT */
     struct dsl_job_hang *hang;    /* progress, hang detection, stacks (job_hang.c; owned) */

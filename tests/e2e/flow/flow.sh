@@ -839,6 +839,13 @@ expect_success "--check without a hostfile shows the MASTER_ADDR the ranks get" 
     assert_eq "$(grep -c "addr=$shown\$" out)" 2 "ranks with the MASTER_ADDR --check showed"
 '
 
+expect_success "--check starts no rank, so it says nothing about the ranks' OMP_NUM_THREADS" '
+    run_capture rc out err "$DSL" --check --include localhost:0,1
+    assert_eq "$rc" 0
+    assert_grep "preflight ok: 1 node(s), 2 rank(s)" err
+    assert_not_grep "OMP_NUM_THREADS" err
+'
+
 expect_success "an exported NCCL_/GLOO_SOCKET_IFNAME that no interface satisfies stops the preflight (202)" '
     run_capture rc out err env NCCL_SOCKET_IFNAME=nosuch0 "$DSL" --export NCCL_SOCKET_IFNAME \
         --include localhost:0 "$W" env

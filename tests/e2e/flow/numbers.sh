@@ -68,6 +68,21 @@ expect_success "--help shows the range of every bounded option" '
     assert_grep "^ *--fanout N .*(allowed 1..16777216, default: 256)$" out
 '
 
+expect_success "dsbench: --help shows the step factor's range; a factor or DSLAUNCH_COMM_TIMEOUT outside its range is refused (2)" '
+    BENCH=$(dirname "$DSL")/dsbench
+    [ -x "$BENCH" ] || fail "dsbench is not built beside dslaunch"
+    run_capture rc out err "$BENCH" --help
+    assert_eq "$rc" 0
+    assert_grep "^ *-f, --stepfactor N .*(allowed 2..1024, default: 4)$" out
+    run_capture rc out err "$BENCH" -f 1
+    assert_eq "$rc" 2
+    assert_grep "option .--stepfactor. is out of range: allowed 2..1024, got .1.$" err
+    # a numeric environment variable out of its range is a usage error too, as in dstrain
+    run_capture rc out err env DSLAUNCH_COMM_TIMEOUT=0 "$BENCH" -b 1K -e 1K
+    assert_eq "$rc" 2 "exit code of dsbench with DSLAUNCH_COMM_TIMEOUT=0"
+    assert_grep "bad DSLAUNCH_COMM_TIMEOUT: allowed a duration over 0 and up to 604800 seconds, got .0.$" err
+'
+
 expect_success "--include and --exclude with an empty value are errors, not every host" '
     refused "--include .. is empty" --include ""
     refused "--exclude .. is empty" --exclude ""

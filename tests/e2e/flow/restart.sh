@@ -99,6 +99,23 @@ expect_success "SIGTERM during the first attempt: no restart, exit 143" '
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "Slurm's warning ends the restarts: ranks that save on SIGUSR1 exit 138, no attempt 2, no error" '
+    rm -f up.0 up.1
+    "$DSL" --max-restarts 3 --include localhost:0,1 sh -c \
+        "trap \"exit 138\" USR1; echo up >up.\$RANK; while :; do sleep 0.1; done" >out 2>err &
+    pid=$!
+    wait_for_file up.0 20
+    wait_for_file up.1 20
+    kill -USR1 $pid
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 138
+    assert_grep "got SIGUSR1: passed it to the ranks of 1 node" err
+    assert_grep "exited with code 138 after [0-9.]* s, as a rank does that saved on Slurm.s warning" err
+    assert_grep "attempt 1: rank [01] on localhost exited 138 at [0-9.]* s; not restarting: the ranks had Slurm.s warning (SIGUSR1)" err
+    assert_not_grep "attempt 2" err
+    assert_not_grep "error:" err
+'
+
 expect_success "a first attempt that cannot start is not restarted" '
     : >not_a_dir
     run_capture rc out err "$DSL" --max-restarts 3 --log-dir not_a_dir/logs --include localhost:0 "$P" none 0 0

@@ -77,6 +77,19 @@ expect_success "the man pages carry every option of --help" '
     fi
 '
 
+expect_success "the man pages give the exit codes a section of their own and dstrain its commands" '
+    page="$P/share/man/man1/dslaunch.1"
+    grep -q "^\.SH EXIT STATUS" "$page" || fail "dslaunch.1 has no EXIT STATUS section"
+    sed -n "/^\.SH DESCRIPTION/,/^\.SH OPTIONS/p" "$page" | grep -q "202 preflight" &&
+        fail "the exit codes ran into the DESCRIPTION"
+    sed -n "/^\.SH EXIT STATUS/,/^\.SH COMMANDS/p" "$page" | grep -q "202 preflight" ||
+        fail "EXIT STATUS lacks the exit codes"
+    for c in consolidate tokenize sample; do
+        grep -q "^\.SS dstrain $c" "$P/share/man/man1/dstrain.1" || fail "dstrain.1 lacks dstrain $c"
+    done
+    grep -qF "\-\-tag TAG" "$P/share/man/man1/dstrain.1" || fail "dstrain.1 lacks consolidate --tag"
+'
+
 expect_success "bash completion offers the options of dslaunch, of train and of the subcommands" '
     complete_words() { # WORDS...: the completions of the last word
         bash -c ". \"$P/share/bash-completion/completions/dslaunch\"
