@@ -102,8 +102,12 @@ static int run_agent(const struct dsl_launch_opts *opts)
     }
     double deadline = dsl_now() + 30.0;
     if (dsl_agent_cb_dial(opts->agent_connect, opts->agent_key, index, 30.0, 1,
-                          &fd, &seal, err) < 0 ||
-        dsl_agent_cb_handshake(fd, &seal, deadline, err) < 0) {
+                          &fd, &seal, err) < 0) {
+        dsl_error("cannot connect back to the launcher: %s", err);
+        dsl_seal_release(&seal);
+        return DSL_EXIT_UNREACHABLE;
+    }
+    if (dsl_agent_cb_handshake(fd, &seal, deadline, err) < 0) {
         dsl_error("%s", err);
         dsl_seal_release(&seal);
         return DSL_EXIT_UNREACHABLE;

@@ -198,7 +198,7 @@ again:
         goto again;
     }
     if (winner < 0) {
-        r = dsl_seterr(err, DSL_ECONNECT, "cannot connect back to the launcher (%s)",
+        r = dsl_seterr(err, DSL_ECONNECT, "no address answered (%s)",
                        dsl_dynbuf_str(&why));
         goto out;
     }

@@ -1095,4 +1095,14 @@ expect_success "without memory cgroups for ranks, the kernel log names the OOM k
     wait_no_procs "$FLOW_TAG" 5
 '
 
+expect_success "a no-ssh node that finds no coordinator names it and exits 200" '
+    # node rank 1 dials node 0 at master_port + 1 = 2 on loopback, where nothing listens
+    export DSLAUNCH_JOB_SECRET=0123456789abcdef0123456789abcdef
+    run_capture rc out err "$DSL" --node_rank 1 --nnodes 2 --master_addr 127.0.0.1 \
+        --master_port 1 --join_timeout 1 true
+    assert_eq "$rc" 200 "exit code"
+    assert_grep "node rank 1: cannot reach the coordinator (node 0) at 127.0.0.1:2 within 1 s: no address answered (127.0.0.1:2: " err
+    assert_not_grep "launcher" err
+'
+
 done_testing
