@@ -179,6 +179,85 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     clean();
 }
 
+TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
+{
+    /* "interval" holds "val": interval_train.bin is a training shard, not a validation
+       one too (validation on training data would look like a model that generalises) */
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint16_t)i;
+    snprintf(p, sizeof(p), "%s/interval_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/interval_val.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
+    ASSERT_EQ(te.n, 9 / 4); /* interval_val.bin's 10 tokens only */
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* llm.c's names: the split is a word of its own */
+    snprintf(p, sizeof(p), "%s/medieval_train_000001.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1);
+    ASSERT_EQ(te.n, 9 / 4);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* neither word stands alone: which split is a guess, so the name is refused */
+    snprintf(p, sizeof(p), "%s/trainval.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "trainval.bin' holds both \"train\" and \"val\"");
+    ASSERT_CONTAINS(err, "rename it");
+    clean();
+}
+
+TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
+{
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40] = {0};
+    snprintf(p, sizeof(p), "%s/x_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/x_val.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 0, err)); /* an empty validation shard */
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "validation shards of '");
+    ASSERT_CONTAINS(err, "(1 file): 0 tokens, fewer than one window of context + 1 = 5");
+    ASSERT_CONTAINS(err, "lower 'dstrain.model.context' or give more tokens");
+    o.context = 40; /* the training shards too short */
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "training shards of '");
+    ASSERT_CONTAINS(err, "(1 file): 40 tokens, fewer than one window of context + 1 = 41");
+    /* text: which split, the fraction, and the knobs */
+    char text[100];
+    memset(text, 'a', sizeof(text));
+    put("t", text, 100);
+    snprintf(p, sizeof(p), "%s/t", dir);
+    struct dsl_data_opts ot = {.name = "text", .path = p, .context = 30, .vocab = 256,
+                               .val_fraction = 0.2};
+    ASSERT_EQ(dsl_data_load(&tr, &te, &ot, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "text data '");
+    ASSERT_CONTAINS(err, "(1 file): the validation split (the last 0.2 of 100 bytes) has 20 "
+                         "tokens, fewer than one window of context + 1 = 31: lower "
+                         "'dstrain.model.context', raise 'dstrain.data.val_fraction' or give "
+                         "more text");
+    ot.val_fraction = 0.5;
+    ot.context = 60;
+    ASSERT_EQ(dsl_data_load(&tr, &te, &ot, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "the training split (the first 0.5 of 100 bytes) has 50 tokens, "
+                         "fewer than one window of context + 1 = 61: lower "
+                         "'dstrain.model.context', lower 'dstrain.data.val_fraction' or give "
+                         "more text");
+    clean();
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);
