@@ -84,8 +84,8 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
     if (split == 0 || split == n) {
         r = dsl_seterr(err, DSL_EDATA,
                        "dstrain tokenize: %zu byte%s of text: too few to split into training "
-                       "and validation at --val_fraction %g",
-                       n, n == 1 ? "" : "s", frac);
+                       "and validation at --val_fraction %s",
+                       n, n == 1 ? "" : "s", a->val ? a->val : "0.1");
         goto out;
     }
     uint16_t *tr = NULL, *va = NULL;

@@ -177,6 +177,14 @@ for k, s in want.items():
 assert len([k for k in h if k != "__metadata__"]) == 4 + 12 * 2, sorted(h)
 PY
     ;;
+inputs)
+    # what a new user runs into, each a second or less
+    # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
+    "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
+        fail "tokenize split nothing off"
+    grep -q "too few to split into training and validation at --val_fraction 0.9999999$" \
+        "$TMP/t.out" || fail "tokenize --val_fraction: $(cat "$TMP/t.out")"
+    ;;
 torch)
     # the forward against an independent PyTorch GPT-2 (Hugging Face's layout, Conv1D
     # weights) on the trained, consolidated parameters: the same validation loss

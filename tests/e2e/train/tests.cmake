@@ -31,7 +31,7 @@ endif()
 # across worlds, stages and threads, resume and reshard, GPT-2's tensor names, and
 # (skipped without python3-torch) the forward against PyTorch.
 if(TARGET dstrain AND TARGET dslaunch)
-  foreach(t launch worlds resume torch)
+  foreach(t launch worlds resume torch inputs)
     add_test(NAME train_gpt_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
                      $<TARGET_FILE:dstrain> ${t})
