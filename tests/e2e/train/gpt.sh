@@ -178,7 +178,25 @@ assert len([k for k in h if k != "__metadata__"]) == 4 + 12 * 2, sorted(h)
 PY
     ;;
 inputs)
-    # what a new user runs into, each a second or less
+    # what a new user runs into, each a second or less: a finished run resumed says so
+    # and evaluates its checkpoint; the metrics file stays JSON (no NaN) whatever ran
+    train_ok 1 done --steps 4 --eval-interval 4 --checkpoint-dir "$TMP/ck" \
+        --metrics "$TMP/done.jsonl"
+    train_ok 1 again --steps 4 --eval-interval 4 --checkpoint-dir "$TMP/ck" --resume latest \
+        --metrics "$TMP/again.jsonl"
+    grep -q "^dstrain: the checkpoint is at step 4 and the run ends at step 4 (dstrain.steps): nothing to train; raise the steps to go on" \
+        "$TMP/again.0.out" || fail "a finished run resumed: $(cat "$TMP/again.0.out")"
+    want=$(sed -n 's/^summary: .* val_loss \([0-9.]*\) nats.*/\1/p' "$TMP/done.0.out")
+    grep -q "^summary: steps 4 .* final_loss nan val_loss $want nats/byte" "$TMP/again.0.out" ||
+        fail "a finished run's summary: $(grep summary "$TMP/again.0.out") (want val_loss $want)"
+    python3 - "$TMP/done.jsonl" "$TMP/again.jsonl" <<'PY' || fail "metrics are not JSON"
+import json, sys
+for f in sys.argv[1:]:
+    for l in open(f):
+        json.loads(l, parse_constant=lambda c: sys.exit("%s: %s in %s" % (f, c, l)))
+s = [json.loads(l) for l in open(sys.argv[2])][-1]
+assert s["type"] == "summary" and s["final_loss"] is None and s["test_loss"] > 0, s
+PY
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
