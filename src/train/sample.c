@@ -155,6 +155,15 @@ static int run(const struct sample_args *a, char *err)
     uint16_t *ptok = NULL;
     if (have_bpe)
         ptok = dsl_bpe_encode(&bpe, (const uint8_t *)prompt, np, &np);
+    for (size_t i = 0; !ptok && i < np; i++)
+        if ((unsigned char)prompt[i] >= sp.out_dim) { /* bytes, a vocabulary below 256 */
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "dstrain sample: the prompt's byte 0x%02x at offset %zu is outside "
+                           "the vocabulary of %zu of checkpoint '%s': give a prompt of the "
+                           "bytes below %zu, the ids it was trained on",
+                           (unsigned char)prompt[i], i, sp.out_dim, c.path, sp.out_dim);
+            goto out;
+        }
     size_t total = np + (size_t)a->tokens;
     int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
     float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));

@@ -197,6 +197,16 @@ for f in sys.argv[1:]:
 s = [json.loads(l) for l in open(sys.argv[2])][-1]
 assert s["type"] == "summary" and s["final_loss"] is None and s["test_loss"] > 0, s
 PY
+    # a model of a vocabulary below 256 (ASCII token shards at vocabulary 128): a prompt
+    # byte beyond it is refused before anything is printed, naming the byte
+    "$DSTRAIN" tokenize --out "$TMP/ascii" "$TMP/text" >/dev/null || fail "tokenize failed"
+    train_ok 1 v128 --steps 2 --eval-interval 2 --data tokens --data-path "$TMP/ascii" \
+        --vocab 128 --checkpoint-dir "$TMP/ck128"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck128" --prompt "ok é" --tokens 3 >"$TMP/s.out" \
+        2>"$TMP/s.err" && fail "a prompt byte beyond the vocabulary accepted"
+    [ ! -s "$TMP/s.out" ] || fail "sample printed before refusing: $(cat "$TMP/s.out")"
+    grep -q "dstrain sample: the prompt's byte 0xc3 at offset 3 is outside the vocabulary of 128 of checkpoint '$TMP/ck128/global_step2'" \
+        "$TMP/s.err" || fail "prompt beyond the vocabulary: $(cat "$TMP/s.err")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
