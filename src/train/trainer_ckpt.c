@@ -119,6 +119,9 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
             dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
                              s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
                              t->model->out_dim);
+        if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
+            !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
+            dsl_strvec_pushf(&meta, "gpt_tokens=bytes");
         char ls[160];
         dsl_lossscale_format(&t->ls, ls, sizeof(ls));
         dsl_strvec_pushf(&meta, "lossscale=%s", ls);

@@ -207,6 +207,17 @@ PY
     [ ! -s "$TMP/s.out" ] || fail "sample printed before refusing: $(cat "$TMP/s.out")"
     grep -q "dstrain sample: the prompt's byte 0xc3 at offset 3 is outside the vocabulary of 128 of checkpoint '$TMP/ck128/global_step2'" \
         "$TMP/s.err" || fail "prompt beyond the vocabulary: $(cat "$TMP/s.err")"
+    # a byte-level model of a vocabulary beyond 256 (GPT-2's 50257 on text, as the docs
+    # allow; 300 here): sample prints bytes without --encoder/--bpe, and refuses them
+    train_ok 1 v300 --steps 2 --eval-interval 2 --vocab 300 --checkpoint-dir "$TMP/ck300"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck300" --prompt "3 the" --tokens 8 --temperature 0 \
+        >"$TMP/s300.out" 2>&1 || fail "sample of a byte-level vocabulary 300: $(cat "$TMP/s300.out")"
+    grep -q "^3 the" "$TMP/s300.out" || fail "sample of a byte-level vocabulary 300: $(cat "$TMP/s300.out")"
+    G=$(dirname "$0")/../../data/gpt2
+    "$DSTRAIN" sample --checkpoint "$TMP/ck300" --encoder "$G/encoder.json.gz" \
+        --bpe "$G/vocab.bpe.gz" >"$TMP/s300b.out" 2>&1 && fail "BPE files taken for a byte-level model"
+    grep -q "checkpoint '$TMP/ck300/global_step2' was trained on bytes (its data was text or byte shards): leave out --encoder and --bpe" \
+        "$TMP/s300b.out" || fail "BPE files for a byte-level model: $(cat "$TMP/s300b.out")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
