@@ -179,9 +179,10 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* the regular files (not links) of dir whose names pass keep(), sorted by name */
+/* the regular files of dir whose names pass keep(), sorted by name; symbolic links
+   too with links (whatever they point at: the reader refuses what is not a file) */
 static int list_dir(const char *dir, int (*keep)(const char *name, const void *arg),
-                    const void *arg, char ***names, size_t *count, char *err)
+                    const void *arg, int links, char ***names, size_t *count, char *err)
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -192,7 +193,8 @@ static int list_dir(const char *dir, int (*keep)(const char *name, const void *a
     while ((e = readdir(d))) {
         struct stat st;
         char *p = dsl_xasprintf("%s/%s", dir, e->d_name);
-        int ok = e->d_name[0] != '.' && lstat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+        int ok = e->d_name[0] != '.' && lstat(p, &st) == 0 &&
+                 (S_ISREG(st.st_mode) || (links && S_ISLNK(st.st_mode))) &&
                  keep(e->d_name, arg);
         if (ok) {
             v = dsl_xreallocarray(v, n + 1, sizeof(*v));
@@ -231,7 +233,7 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
         return dsl_seterr(err, -errno, "text data '%s': %s", path, strerror(errno));
     int r;
     if (S_ISDIR(st.st_mode)) {
-        if ((r = list_dir(path, keep_text, NULL, &names, &n, err)) < 0)
+        if ((r = list_dir(path, keep_text, NULL, 0, &names, &n, err)) < 0)
             return r;
     } else {
         names = dsl_xmalloc(sizeof(*names));
@@ -441,7 +443,7 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
                           "token data '%s': no such directory (a pattern is not expanded: give "
                           "the directory that holds the *train*.bin and *val*.bin shards)",
                           dir);
-    int r = list_dir(dir, keep_bin, NULL, &names, &k, err);
+    int r = list_dir(dir, keep_bin, NULL, 1, &names, &k, err);
     if (r < 0)
         return r;
     size_t kept = 0;

@@ -258,6 +258,43 @@ TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
     clean();
 }
 
+TEST(token_shards_given_as_symbolic_links_should_be_read)
+{
+    /* shards are big: people link them into a directory rather than copy them */
+    make_dir();
+    char p[160], q[160], err[DSL_ERR_LEN];
+    uint16_t tok[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint16_t)i;
+    snprintf(p, sizeof(p), "%s/store", dir);
+    ASSERT_EQ(mkdir(p, 0700), 0);
+    snprintf(p, sizeof(p), "%s/store/x_train_000001.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/store/x_val_000000.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    snprintf(p, sizeof(p), "%s/d", dir);
+    ASSERT_EQ(mkdir(p, 0700), 0);
+    snprintf(q, sizeof(q), "%s/d/x_train_000001.bin", dir);
+    ASSERT_EQ(symlink("../store/x_train_000001.bin", q), 0);
+    snprintf(q, sizeof(q), "%s/d/x_val_000000.bin", dir);
+    ASSERT_EQ(symlink("../store/x_val_000000.bin", q), 0);
+    snprintf(q, sizeof(q), "%s/d/x_train_000002.bin", dir);
+    ASSERT_OK(dsl_tokens_write(q, tok, 20, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = p, .context = 4, .vocab = 50};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1); /* the linked shard and the copied one */
+    ASSERT_EQ(te.n, 9 / 4);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* a dangling link is an error that names it, not a shard quietly left out */
+    snprintf(q, sizeof(q), "%s/d/x_train_000003.bin", dir);
+    ASSERT_EQ(symlink("../store/gone.bin", q), 0);
+    ASSERT(dsl_data_load(&tr, &te, &o, err) < 0);
+    ASSERT_CONTAINS(err, "x_train_000003.bin");
+    clean();
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);
