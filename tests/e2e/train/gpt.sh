@@ -218,6 +218,17 @@ PY
         --bpe "$G/vocab.bpe.gz" >"$TMP/s300b.out" 2>&1 && fail "BPE files taken for a byte-level model"
     grep -q "checkpoint '$TMP/ck300/global_step2' was trained on bytes (its data was text or byte shards): leave out --encoder and --bpe" \
         "$TMP/s300b.out" || fail "BPE files for a byte-level model: $(cat "$TMP/s300b.out")"
+    # a checkpoint resumed with another shape of the same parameter count (the heads
+    # change no tensor) is refused, not loaded into a different model; an MLP too
+    "$DSTRAIN" $GPT --steps 6 --heads 2 --checkpoint-dir "$TMP/ck" --resume latest \
+        >"$TMP/h2.out" 2>&1 && fail "a 4-head checkpoint resumed with 2 heads"
+    grep -q "checkpoint '$TMP/ck/global_step4' holds a GPT of 2 layers, dim 32, 4 heads, context 40, vocab 256; the model is one of 2 layers, dim 32, 2 heads, context 40, vocab 256: resume with the checkpoint's shape" \
+        "$TMP/h2.out" || fail "resume with 2 heads: $(cat "$TMP/h2.out")"
+    "$DSTRAIN" --backend tcp --data synthetic --train-batch 8 --steps 6 \
+        --checkpoint-dir "$TMP/ck" --resume latest >"$TMP/mlp.out" 2>&1 &&
+        fail "a GPT checkpoint resumed as an MLP"
+    grep -q "checkpoint '$TMP/ck/global_step4' holds a GPT of 2 layers, dim 32, 4 heads, context 40, vocab 256; the model is an MLP" \
+        "$TMP/mlp.out" || fail "resume as an MLP: $(cat "$TMP/mlp.out")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
