@@ -229,6 +229,18 @@ PY
         fail "a GPT checkpoint resumed as an MLP"
     grep -q "checkpoint '$TMP/ck/global_step4' holds a GPT of 2 layers, dim 32, 4 heads, context 40, vocab 256; the model is an MLP" \
         "$TMP/mlp.out" || fail "resume as an MLP: $(cat "$TMP/mlp.out")"
+    # a key the chosen data or model does not use is named, not silently dropped:
+    # val_fraction with token shards (their names split them), stride with the MLP
+    echo '{"dstrain": {"data": {"val_fraction": 0.5}}}' >"$TMP/vf.json"
+    train_ok 1 vf --config "$TMP/vf.json" --steps 1 --eval-interval 1 --data tokens \
+        --data-path "$TMP/ascii"
+    grep -q "warning: 'dstrain.data.val_fraction' splits dataset \"text\": token shards are split by their names (\*train\*.bin, \*val\*.bin), so it is unused" \
+        "$TMP/vf.0.err" || fail "val_fraction with shards: $(cat "$TMP/vf.0.err")"
+    "$DSTRAIN" --backend tcp --data synthetic --synthetic-train 64 --synthetic-test 16 \
+        --synthetic-dim 8 --hidden 8 --train-batch 8 --steps 1 --stride 3 >"$TMP/st.out" 2>&1 ||
+        fail "MLP with --stride: $(cat "$TMP/st.out")"
+    grep -q "warning: 'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP ignores it" \
+        "$TMP/st.out" || fail "stride with the MLP: $(cat "$TMP/st.out")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
