@@ -182,20 +182,22 @@ static int ends_with(const char *s, const char *suf)
 /* the regular files of dir whose names pass keep(), sorted by name; symbolic links
    too with links (whatever they point at: the reader refuses what is not a file) */
 static int list_dir(const char *dir, int (*keep)(const char *name, const void *arg),
-                    const void *arg, int links, char ***names, size_t *count, char *err)
+                    const void *arg, int links, char ***names, size_t *count,
+                    size_t *skipped_links, char *err)
 {
     DIR *d = opendir(dir);
     if (!d)
         return dsl_seterr(err, -errno, "cannot read directory '%s': %s", dir, strerror(errno));
     char **v = NULL;
-    size_t n = 0;
+    size_t n = 0, nl = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         struct stat st;
         char *p = dsl_xasprintf("%s/%s", dir, e->d_name);
-        int ok = e->d_name[0] != '.' && lstat(p, &st) == 0 &&
-                 (S_ISREG(st.st_mode) || (links && S_ISLNK(st.st_mode))) &&
+        int seen = e->d_name[0] != '.' && lstat(p, &st) == 0;
+        int ok = seen && (S_ISREG(st.st_mode) || (links && S_ISLNK(st.st_mode))) &&
                  keep(e->d_name, arg);
+        nl += seen && !links && S_ISLNK(st.st_mode);
         if (ok) {
             v = dsl_xreallocarray(v, n + 1, sizeof(*v));
             v[n++] = p;
@@ -207,6 +209,8 @@ static int list_dir(const char *dir, int (*keep)(const char *name, const void *a
     qsort(v, n, sizeof(*v), by_name);
     *names = v;
     *count = n;
+    if (skipped_links)
+        *skipped_links = nl;
     return 0;
 }
 
@@ -227,13 +231,13 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
 {
     struct stat st;
     char **names = NULL;
-    size_t n = 0, total = 0;
+    size_t n = 0, total = 0, links = 0;
     *out = NULL;
     if (stat(path, &st) != 0)
         return dsl_seterr(err, -errno, "text data '%s': %s", path, strerror(errno));
     int r;
     if (S_ISDIR(st.st_mode)) {
-        if ((r = list_dir(path, keep_text, NULL, 0, &names, &n, err)) < 0)
+        if ((r = list_dir(path, keep_text, NULL, 0, &names, &n, &links, err)) < 0)
             return r;
     } else {
         names = dsl_xmalloc(sizeof(*names));
@@ -241,6 +245,12 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
     }
     if (!n) {
         free_names(names, n);
+        if (links)
+            return dsl_seterr(err, DSL_EDATA,
+                              "text data '%s': no regular files in it (%zu symbolic link%s "
+                              "skipped: give a linked file by its own path, or the directory "
+                              "it is in)",
+                              path, links, links == 1 ? "" : "s");
         return dsl_seterr(err, DSL_EDATA, "text data '%s': no regular files in it", path);
     }
     uint8_t *buf = NULL;
@@ -443,7 +453,7 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
                           "token data '%s': no such directory (a pattern is not expanded: give "
                           "the directory that holds the *train*.bin and *val*.bin shards)",
                           dir);
-    int r = list_dir(dir, keep_bin, NULL, 1, &names, &k, err);
+    int r = list_dir(dir, keep_bin, NULL, 1, &names, &k, NULL, err);
     if (r < 0)
         return r;
     size_t kept = 0;

@@ -107,6 +107,25 @@ TEST(text_data_should_read_regular_files_in_name_order_without_indexes_or_links)
     clean();
 }
 
+TEST(a_text_directory_of_only_links_should_say_that_links_are_skipped)
+{
+    make_dir();
+    char t[128], l[128], err[DSL_ERR_LEN];
+    snprintf(t, sizeof(t), "%s/sub", dir);
+    ASSERT_EQ(mkdir(t, 0700), 0);
+    put("real", "text", 4);
+    snprintf(t, sizeof(t), "%s/real", dir);
+    snprintf(l, sizeof(l), "%s/sub/link", dir);
+    ASSERT_EQ(symlink(t, l), 0);
+    snprintf(t, sizeof(t), "%s/sub", dir);
+    uint8_t *b;
+    size_t n, nf;
+    ASSERT_EQ(dsl_text_read(t, &b, &n, &nf, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "/sub': no regular files in it (1 symbolic link skipped: give a linked "
+                         "file by its own path, or the directory it is in)");
+    clean();
+}
+
 TEST(text_dataset_should_cut_training_and_validation_windows)
 {
     make_dir();
