@@ -236,6 +236,12 @@ PY
         --data-path "$TMP/ascii"
     grep -q "warning: 'dstrain.data.val_fraction' splits dataset \"text\": token shards are split by their names (\*train\*.bin, \*val\*.bin), so it is unused" \
         "$TMP/vf.0.err" || fail "val_fraction with shards: $(cat "$TMP/vf.0.err")"
+    # but not for the shipped config's 0.1, the default, when docs/gpt.md trains it on
+    # BPE shards with --data tokens
+    echo '{"dstrain": {"data": {"val_fraction": 0.1}}}' >"$TMP/vf.json"
+    train_ok 1 vf1 --config "$TMP/vf.json" --steps 1 --eval-interval 1 --data tokens \
+        --data-path "$TMP/ascii"
+    ! grep -q "val_fraction" "$TMP/vf1.0.err" || fail "warned of the default: $(cat "$TMP/vf1.0.err")"
     "$DSTRAIN" --backend tcp --data synthetic --synthetic-train 64 --synthetic-test 16 \
         --synthetic-dim 8 --hidden 8 --train-batch 8 --steps 1 --stride 3 >"$TMP/st.out" 2>&1 ||
         fail "MLP with --stride: $(cat "$TMP/st.out")"
