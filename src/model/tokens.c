@@ -54,6 +54,12 @@ int dsl_tokens_check_header(const uint8_t *hdr, size_t have, uint64_t file_size,
                           "token shard '%s': %llu bytes, shorter than the %d-byte header",
                           path, (unsigned long long)have, DSL_TOKENS_HEADER);
     uint32_t magic = le32(hdr), version = le32(hdr + 4), n = le32(hdr + 8);
+    if (magic == 20240801) /* llm.c's dev/data/data_common.py, model_desc "llama-3" */
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': magic 20240801 is llm.c's LLaMA 3 format (uint32 "
+                          "tokens), which dstrain does not read: write GPT-2 shards (magic "
+                          "%u, uint16 tokens)",
+                          path, DSL_TOKENS_MAGIC);
     if (magic != DSL_TOKENS_MAGIC)
         return dsl_seterr(err, DSL_EDATA,
                           "token shard '%s': bad magic %u (expected %u: llm.c's uint16 "

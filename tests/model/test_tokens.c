@@ -87,6 +87,22 @@ TEST(token_shard_headers_should_be_checked_against_the_file)
     ASSERT_CONTAINS(err, "bad magic");
 }
 
+TEST(llm_c_llama3_shards_should_be_named_as_such_when_refused)
+{
+    /* llm.c's dev/data writes LLaMA 3 shards (magic 20240801, version 7, uint32 ids)
+       beside GPT-2's: "bad magic" alone leaves the user guessing */
+    uint8_t h[1024] = {0};
+    uint64_t n;
+    char err[DSL_ERR_LEN];
+    h[0] = 0xa1, h[1] = 0xd9, h[2] = 0x34, h[3] = 0x01; /* 20240801 = 0x0134d9a1 */
+    h[4] = 7;
+    h[8] = 10;
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1064, "l.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "token shard 'l.bin': magic 20240801 is llm.c's LLaMA 3 format "
+                         "(uint32 tokens), which dstrain does not read: write GPT-2 shards "
+                         "(magic 20240520, uint16 tokens)");
+}
+
 TEST(text_data_should_read_regular_files_in_name_order_without_indexes_or_links)
 {
     make_dir();
