@@ -104,7 +104,7 @@ static int run(const struct sample_args *a, char *err)
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
                           a->temp);
     struct dsl_ckpt c;
-    int r = dsl_ckpt_load(&c, a->dir, a->tag, err);
+    int r = dsl_ckpt_load_params(&c, a->dir, a->tag, err);
     if (r < 0) {
         dsl_ckpt_release(&c);
         return r;

@@ -247,6 +247,22 @@ PY
         fail "MLP with --stride: $(cat "$TMP/st.out")"
     grep -q "warning: 'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP ignores it" \
         "$TMP/st.out" || fail "stride with the MLP: $(cat "$TMP/st.out")"
+    # sample reads the parameters only: the model file copied on its own (the
+    # optimizer shards are twice its size) is enough, with its checks kept (consolidate
+    # still wants the whole checkpoint: ranks.sh)
+    mkdir -p "$TMP/only/global_step4"
+    cp "$TMP/ck/latest" "$TMP/only/"
+    cp "$TMP/ck/global_step4/mp_rank_00_model_states.safetensors" "$TMP/only/global_step4/"
+    "$DSTRAIN" sample --checkpoint "$TMP/only" --prompt "3 the" --tokens 4 --temperature 0 \
+        >"$TMP/so.out" 2>&1 || fail "sample from the model file alone: $(cat "$TMP/so.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --prompt "3 the" --tokens 4 --temperature 0 \
+        >"$TMP/sf.out" 2>&1 || fail "sample: $(cat "$TMP/sf.out")"
+    cmp -s "$TMP/so.out" "$TMP/sf.out" || fail "the model file alone samples otherwise"
+    printf 'x' | dd of="$TMP/only/global_step4/mp_rank_00_model_states.safetensors" bs=1 \
+        seek=2000 conv=notrunc 2>/dev/null
+    "$DSTRAIN" sample --checkpoint "$TMP/only" --tokens 4 >"$TMP/sb.out" 2>&1 &&
+        fail "a damaged model file sampled"
+    grep -q "mp_rank_00_model_states.safetensors" "$TMP/sb.out" || fail "damaged: $(cat "$TMP/sb.out")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
