@@ -212,7 +212,8 @@ static int list_dir(const char *dir, int (*keep)(const char *name, const void *a
         }
     }
     closedir(d);
-    qsort(v, n, sizeof(*v), by_name);
+    if (n) /* qsort(NULL, 0) is undefined */
+        qsort(v, n, sizeof(*v), by_name);
     *names = v;
     *count = n;
     if (skipped_links)
