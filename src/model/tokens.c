@@ -428,7 +428,7 @@ static int has_word(const char *name, const char *w)
 /* the split a shard's name gives it: "train", "val", NULL for neither; a name holding
    both (interval_train.bin) goes where its word of its own says, and with both or
    neither of them words (trainval.bin) it is ambiguous: *ambiguous set */
-static const char *split_of(const char *name, int *ambiguous)
+const char *dsl_tokens_split_of(const char *name, int *ambiguous)
 {
     int tr = strstr(name, "train") != NULL, va = strstr(name, "val") != NULL;
     *ambiguous = 0;
@@ -466,7 +466,7 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
     size_t kept = 0;
     for (size_t i = 0; i < k; i++) {
         int amb;
-        const char *base = names[i] + strlen(dir) + 1, *s = split_of(base, &amb);
+        const char *base = names[i] + strlen(dir) + 1, *s = dsl_tokens_split_of(base, &amb);
         if (amb) {
             r = dsl_seterr(err, DSL_EDATA,
                            "token data '%s': shard '%s' holds both \"train\" and \"val\" in "

@@ -88,6 +88,24 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
                        n, n == 1 ? "" : "s", a->val ? a->val : "0.1");
         goto out;
     }
+    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
+    for (int k = 0; k < 2; k++) { /* the names must say their split to dataset "tokens" */
+        const char *want = k ? "val" : "train", *got;
+        char *base = dsl_xasprintf("%s_%s.bin", name, want);
+        const char *slash = strrchr(base, '/');
+        int amb;
+        got = dsl_tokens_split_of(slash ? slash + 1 : base, &amb);
+        if (!got || strcmp(got, want)) {
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "dstrain tokenize: --name '%s' makes '%s', which dataset \"tokens\" "
+                           "would not read as the %s split: choose a name without \"train\" "
+                           "or \"val\" as a word",
+                           name, base, k ? "validation" : "training");
+            free(base);
+            goto out;
+        }
+        free(base);
+    }
     uint16_t *tr = NULL, *va = NULL;
     struct dsl_bpe bpe;
     char vocab[160];
@@ -112,7 +130,6 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
             (i < split ? tr : va)[i < split ? i : i - split] = all[i];
         snprintf(vocab, sizeof(vocab), "byte-level vocabulary 256");
     }
-    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
     if ((r = dsl_dir_make_all(dir)) < 0) {
         dsl_seterr(err, r, "dstrain tokenize: cannot make the directory '%s' (--out): %s", dir,
                    strerror(-r));

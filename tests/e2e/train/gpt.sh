@@ -263,6 +263,15 @@ PY
     "$DSTRAIN" sample --checkpoint "$TMP/only" --tokens 4 >"$TMP/sb.out" 2>&1 &&
         fail "a damaged model file sampled"
     grep -q "mp_rank_00_model_states.safetensors" "$TMP/sb.out" || fail "damaged: $(cat "$TMP/sb.out")"
+    # tokenize refuses a --name whose shards dataset "tokens" would not take for their
+    # split ("val" and "train" both words: x_val_train.bin), before writing anything
+    "$DSTRAIN" tokenize --out "$TMP/nm" --name x_val "$TMP/text" >"$TMP/nm.out" 2>&1 &&
+        fail "tokenize --name x_val accepted"
+    grep -q "dstrain tokenize: --name 'x_val' makes 'x_val_train.bin', which dataset \"tokens\" would not read as the training split: choose a name without \"train\" or \"val\" as a word" \
+        "$TMP/nm.out" || fail "tokenize --name x_val: $(cat "$TMP/nm.out")"
+    [ ! -e "$TMP/nm" ] || fail "a refused tokenize wrote $(ls "$TMP/nm")"
+    "$DSTRAIN" tokenize --out "$TMP/nm2" --name interval "$TMP/text" >/dev/null 2>&1 ||
+        fail "tokenize --name interval refused"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
