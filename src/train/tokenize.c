@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "bpe.h"
@@ -61,6 +62,16 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--val_fraction' must be a number above 0 and below 1, got '%s'",
                           a->val);
+    const char *out = a->out ? a->out : ".";
+    struct stat so, sp;
+    for (size_t i = 0; stat(out, &so) == 0 && i < paths->nr; i++)
+        if (stat(paths->v[i], &sp) == 0 && S_ISDIR(sp.st_mode) && sp.st_dev == so.st_dev &&
+            sp.st_ino == so.st_ino) /* every regular file of it is text: shards too */
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "dstrain tokenize: --out '%s' is the directory '%s' it reads: its "
+                              "shards would be read as text the next time; give --out another "
+                              "directory",
+                              out, paths->v[i]);
     uint8_t *all = NULL;
     size_t n = 0, files = 0;
     int r = 0;

@@ -272,6 +272,15 @@ PY
     [ ! -e "$TMP/nm" ] || fail "a refused tokenize wrote $(ls "$TMP/nm")"
     "$DSTRAIN" tokenize --out "$TMP/nm2" --name interval "$TMP/text" >/dev/null 2>&1 ||
         fail "tokenize --name interval refused"
+    # tokenize into the directory it reads (both default to '.' in a corpus directory)
+    # would read its own shards as text the next time: refused, nothing written
+    mkdir -p "$TMP/corpus"
+    cp "$TMP/text" "$TMP/corpus/a.txt"
+    (cd "$TMP/corpus" && "$DSTRAIN" tokenize .) >"$TMP/cp.out" 2>&1 &&
+        fail "tokenize wrote into the directory it reads"
+    grep -q "dstrain tokenize: --out '.' is the directory '.' it reads: its shards would be read as text the next time; give --out another directory" \
+        "$TMP/cp.out" || fail "tokenize into its input: $(cat "$TMP/cp.out")"
+    [ "$(ls "$TMP/corpus")" = a.txt ] || fail "a refused tokenize wrote $(ls "$TMP/corpus")"
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
