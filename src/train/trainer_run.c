@@ -211,6 +211,9 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                            strerror(errno));
             goto out;
         }
+        /* a record per write: a run killed mid-training leaves whole lines, and a
+           reader following the file sees each step as it ends */
+        setvbuf(mf, NULL, _IOLBF, 0);
     }
     if ((r = dsl_trainer_report_memory(t, mf, err)) < 0)
         goto out;

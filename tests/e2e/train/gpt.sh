@@ -281,6 +281,26 @@ PY
     grep -q "dstrain tokenize: --out '.' is the directory '.' it reads: its shards would be read as text the next time; give --out another directory" \
         "$TMP/cp.out" || fail "tokenize into its input: $(cat "$TMP/cp.out")"
     [ "$(ls "$TMP/corpus")" = a.txt ] || fail "a refused tokenize wrote $(ls "$TMP/corpus")"
+    # a run killed mid-training (SIGKILL, or SIGTERM without --save-on-signal) leaves
+    # whole JSON lines in its metrics file, not a record cut where a buffer ended
+    "$DSTRAIN" $GPT --steps 1000000 --eval-interval 1000000 --metrics "$TMP/k.jsonl" \
+        >"$TMP/k.out" 2>&1 &
+    kp=$!
+    i=0
+    while [ "$(cat "$TMP/k.jsonl" 2>/dev/null | grep -c '"type":"step"')" -lt 20 ]; do
+        i=$((i + 1))
+        [ "$i" -le 600 ] || { kill -9 $kp; fail "no 20 training steps after 60 s"; }
+        sleep 0.1
+    done
+    kill -9 $kp
+    wait $kp
+    python3 - "$TMP/k.jsonl" <<'PY' || fail "a killed run's metrics: $(tail -c 300 "$TMP/k.jsonl")"
+import json, sys
+b = open(sys.argv[1]).read()
+assert b.endswith("\n"), "the last line is cut: %r" % b[-80:]
+for l in b.splitlines():
+    json.loads(l)
+PY
     # tokenize's refusal quotes the fraction as given, not rounded to an allowed-out 1
     "$DSTRAIN" tokenize --out "$TMP/tk" --val_fraction 0.9999999 "$TMP/text" >"$TMP/t.out" 2>&1 &&
         fail "tokenize split nothing off"
