@@ -62,16 +62,33 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--val_fraction' must be a number above 0 and below 1, got '%s'",
                           a->val);
-    const char *out = a->out ? a->out : ".";
+    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
+    for (int k = 0; k < 2; k++) { /* the names must say their split to dataset "tokens" */
+        const char *want = k ? "val" : "train", *got;
+        char *base = dsl_xasprintf("%s_%s.bin", name, want);
+        const char *slash = strrchr(base, '/');
+        int amb;
+        got = dsl_tokens_split_of(slash ? slash + 1 : base, &amb);
+        if (!got || strcmp(got, want)) {
+            int e = dsl_seterr(err, DSL_EUSAGE,
+                               "dstrain tokenize: --name '%s' makes '%s', which dataset "
+                               "\"tokens\" would not read as the %s split: choose a name "
+                               "without \"train\" or \"val\" as a word",
+                               name, base, k ? "validation" : "training");
+            free(base);
+            return e;
+        }
+        free(base);
+    }
     struct stat so, sp;
-    for (size_t i = 0; stat(out, &so) == 0 && i < paths->nr; i++)
+    for (size_t i = 0; stat(dir, &so) == 0 && i < paths->nr; i++)
         if (stat(paths->v[i], &sp) == 0 && S_ISDIR(sp.st_mode) && sp.st_dev == so.st_dev &&
             sp.st_ino == so.st_ino) /* every regular file of it is text: shards too */
             return dsl_seterr(err, DSL_EUSAGE,
                               "dstrain tokenize: --out '%s' is the directory '%s' it reads: its "
                               "shards would be read as text the next time; give --out another "
                               "directory",
-                              out, paths->v[i]);
+                              dir, paths->v[i]);
     uint8_t *all = NULL;
     size_t n = 0, files = 0;
     int r = 0;
@@ -98,24 +115,6 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
                        "and validation at --val_fraction %s",
                        n, n == 1 ? "" : "s", a->val ? a->val : "0.1");
         goto out;
-    }
-    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
-    for (int k = 0; k < 2; k++) { /* the names must say their split to dataset "tokens" */
-        const char *want = k ? "val" : "train", *got;
-        char *base = dsl_xasprintf("%s_%s.bin", name, want);
-        const char *slash = strrchr(base, '/');
-        int amb;
-        got = dsl_tokens_split_of(slash ? slash + 1 : base, &amb);
-        if (!got || strcmp(got, want)) {
-            r = dsl_seterr(err, DSL_EUSAGE,
-                           "dstrain tokenize: --name '%s' makes '%s', which dataset \"tokens\" "
-                           "would not read as the %s split: choose a name without \"train\" "
-                           "or \"val\" as a word",
-                           name, base, k ? "validation" : "training");
-            free(base);
-            goto out;
-        }
-        free(base);
     }
     uint16_t *tr = NULL, *va = NULL;
     struct dsl_bpe bpe;
