@@ -6,8 +6,9 @@
 # thread counts, also with --cpu-half (bf16) and with bf16 products (--cpu-gemm); a checkpoint resumes bit for bit, also at another world size, with
 # Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
 # a sentence the model learned; and (with python3-torch) PyTorch computes the same
-# validation loss from the consolidated weights. The text is generated
-# here, so no package is needed.
+# validation loss from the consolidated weights; and (inputs) what a new user runs into:
+# finished runs resumed, shape mismatches, odd prompts and names, killed runs' metrics.
+# The text is generated here, so no package is needed.
 #
 #   gpt.sh <dslaunch> <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
 set -u
