@@ -281,6 +281,15 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
             dsl_seterr(err, r, "text data '%s': cannot read %zu bytes", names[i], sz);
             goto fail;
         }
+        /* a token shard (tokenize's output, llm.c's) is not text: a whole header with
+           the magic, as the shard reader would take it */
+        if (sz >= DSL_TOKENS_HEADER && le32(buf + total) == DSL_TOKENS_MAGIC) {
+            r = dsl_seterr(err, DSL_EDATA,
+                           "text data '%s': '%s' is an llm.c token shard, not text: use "
+                           "dataset \"tokens\" (--data tokens)",
+                           path, names[i]);
+            goto fail;
+        }
         total += sz;
     }
     free_names(names, n);

@@ -142,6 +142,30 @@ TEST(a_text_directory_of_only_links_should_say_that_links_are_skipped)
     clean();
 }
 
+TEST(text_data_should_refuse_llm_c_shards_taken_for_text)
+{
+    /* --data-path to tokenize's output without --data tokens: the shards' header and
+       uint16 ids would train as bytes, nats/byte and all, without a word */
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40] = {0};
+    snprintf(p, sizeof(p), "%s/f_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    put("notes.txt", "some text", 9);
+    uint8_t *b;
+    size_t n, nf;
+    ASSERT_EQ(dsl_text_read(dir, &b, &n, &nf, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "f_train.bin' is an llm.c token shard, not text: use dataset "
+                         "\"tokens\" (--data tokens)");
+    /* a text file that merely starts like one is still text when shorter than a header */
+    put("short.bin", "\x88\xd8\x34\x01", 4);
+    snprintf(p, sizeof(p), "%s/short.bin", dir);
+    ASSERT_OK(dsl_text_read(p, &b, &n, &nf, err));
+    ASSERT_EQ(n, 4);
+    free(b);
+    clean();
+}
+
 TEST(text_dataset_should_cut_training_and_validation_windows)
 {
     make_dir();
