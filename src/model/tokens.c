@@ -18,6 +18,7 @@
  * context + 1 floats per token), the validation split, which the trainer's evaluation
  * reads as rows, is materialised with stride = context (every token predicted once).
  */
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
@@ -53,6 +54,12 @@ int dsl_tokens_check_header(const uint8_t *hdr, size_t have, uint64_t file_size,
                           "token shard '%s': %llu bytes, shorter than the %d-byte header",
                           path, (unsigned long long)have, DSL_TOKENS_HEADER);
     uint32_t magic = le32(hdr), version = le32(hdr + 4), n = le32(hdr + 8);
+    if (magic == 20240801) /* llm.c's dev/data/data_common.py, model_desc "llama-3" */
+        return dsl_seterr(err, DSL_EDATA,
+                          "token shard '%s': magic 20240801 is llm.c's LLaMA 3 format (uint32 "
+                          "tokens), which dstrain does not read: write GPT-2 shards (magic "
+                          "%u, uint16 tokens)",
+                          path, DSL_TOKENS_MAGIC);
     if (magic != DSL_TOKENS_MAGIC)
         return dsl_seterr(err, DSL_EDATA,
                           "token shard '%s': bad magic %u (expected %u: llm.c's uint16 "
@@ -178,21 +185,25 @@ static int ends_with(const char *s, const char *suf)
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-/* the regular files (not links) of dir whose names pass keep(), sorted by name */
+/* the regular files of dir whose names pass keep(), sorted by name; symbolic links
+   too with links (whatever they point at: the reader refuses what is not a file) */
 static int list_dir(const char *dir, int (*keep)(const char *name, const void *arg),
-                    const void *arg, char ***names, size_t *count, char *err)
+                    const void *arg, int links, char ***names, size_t *count,
+                    size_t *skipped_links, char *err)
 {
     DIR *d = opendir(dir);
     if (!d)
         return dsl_seterr(err, -errno, "cannot read directory '%s': %s", dir, strerror(errno));
     char **v = NULL;
-    size_t n = 0;
+    size_t n = 0, nl = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         struct stat st;
         char *p = dsl_xasprintf("%s/%s", dir, e->d_name);
-        int ok = e->d_name[0] != '.' && lstat(p, &st) == 0 && S_ISREG(st.st_mode) &&
+        int seen = e->d_name[0] != '.' && lstat(p, &st) == 0;
+        int ok = seen && (S_ISREG(st.st_mode) || (links && S_ISLNK(st.st_mode))) &&
                  keep(e->d_name, arg);
+        nl += seen && !links && S_ISLNK(st.st_mode);
         if (ok) {
             v = dsl_xreallocarray(v, n + 1, sizeof(*v));
             v[n++] = p;
@@ -201,9 +212,12 @@ static int list_dir(const char *dir, int (*keep)(const char *name, const void *a
         }
     }
     closedir(d);
-    qsort(v, n, sizeof(*v), by_name);
+    if (n) /* qsort(NULL, 0) is undefined */
+        qsort(v, n, sizeof(*v), by_name);
     *names = v;
     *count = n;
+    if (skipped_links)
+        *skipped_links = nl;
     return 0;
 }
 
@@ -224,13 +238,13 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
 {
     struct stat st;
     char **names = NULL;
-    size_t n = 0, total = 0;
+    size_t n = 0, total = 0, links = 0;
     *out = NULL;
     if (stat(path, &st) != 0)
         return dsl_seterr(err, -errno, "text data '%s': %s", path, strerror(errno));
     int r;
     if (S_ISDIR(st.st_mode)) {
-        if ((r = list_dir(path, keep_text, NULL, &names, &n, err)) < 0)
+        if ((r = list_dir(path, keep_text, NULL, 0, &names, &n, &links, err)) < 0)
             return r;
     } else {
         names = dsl_xmalloc(sizeof(*names));
@@ -238,6 +252,12 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
     }
     if (!n) {
         free_names(names, n);
+        if (links)
+            return dsl_seterr(err, DSL_EDATA,
+                              "text data '%s': no regular files in it (%zu symbolic link%s "
+                              "skipped: give a linked file by its own path, or the directory "
+                              "it is in)",
+                              path, links, links == 1 ? "" : "s");
         return dsl_seterr(err, DSL_EDATA, "text data '%s': no regular files in it", path);
     }
     uint8_t *buf = NULL;
@@ -261,6 +281,15 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
             dsl_seterr(err, r, "text data '%s': cannot read %zu bytes", names[i], sz);
             goto fail;
         }
+        /* a token shard (tokenize's output, llm.c's) is not text: a whole header with
+           the magic, as the shard reader would take it */
+        if (sz >= DSL_TOKENS_HEADER && le32(buf + total) == DSL_TOKENS_MAGIC) {
+            r = dsl_seterr(err, DSL_EDATA,
+                           "text data '%s': '%s' is an llm.c token shard, not text: use "
+                           "dataset \"tokens\" (--data tokens)",
+                           path, names[i]);
+            goto fail;
+        }
         total += sz;
     }
     free_names(names, n);
@@ -276,15 +305,17 @@ fail:
 
 /* ---- datasets of windows ------------------------------------------------------------ */
 
-/* the split [0, n) of tok as a lazy dataset of windows (takes tok) */
+/* the split [0, n) of tok as a lazy dataset of windows (takes tok); what names the
+   split and ends where the count follows, hint says what to change if it is too short */
 static int lazy_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
-                      size_t stride, size_t vocab, const char *what, char *err)
+                      size_t stride, size_t vocab, const char *what, const char *hint,
+                      char *err)
 {
     if (n < win) {
         free(tok);
         return dsl_seterr(err, DSL_EDATA,
-                          "%s: %zu tokens, fewer than one window of context + 1 = %zu", what,
-                          n, win);
+                          "%s%zu tokens, fewer than one window of context + 1 = %zu: %s", what,
+                          n, win, hint);
     }
     d->tokens = tok;
     d->ntokens = n;
@@ -297,9 +328,9 @@ static int lazy_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win
 
 /* the same, materialised as rows of floats (the trainer's evaluation reads d->x) */
 static int dense_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
-                       size_t vocab, const char *what, char *err)
+                       size_t vocab, const char *what, const char *hint, char *err)
 {
-    int r = lazy_split(d, tok, n, win, win - 1, vocab, what, err);
+    int r = lazy_split(d, tok, n, win, win - 1, vocab, what, hint, err);
     if (r < 0)
         return r;
     d->x = malloc(d->n * win * sizeof(float));
@@ -363,26 +394,67 @@ int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
         (i < split ? tr : te)[i < split ? i : i - split] = bytes[i];
     free(bytes);
     size_t win = o->context + 1, stride = o->stride ? o->stride : o->context;
-    char what[64];
-    snprintf(what, sizeof(what), "text data (%zu files)", nfiles);
-    if ((r = lazy_split(train, tr, split, win, stride, o->vocab, what, err)) < 0) {
+    char what[DSL_ERR_LEN / 2];
+    const char *hint = "lower 'dstrain.model.context', raise 'dstrain.data.val_fraction' or "
+                       "give more text";
+    snprintf(what, sizeof(what), "text data '%s' (%zu file%s): the training split (the first "
+             "%g of %zu bytes) has ", path, nfiles, nfiles == 1 ? "" : "s",
+             1.0 - o->val_fraction, n);
+    if ((r = lazy_split(train, tr, split, win, stride, o->vocab, what,
+                        "lower 'dstrain.model.context', lower 'dstrain.data.val_fraction' or "
+                        "give more text", err)) < 0) {
         free(te);
         return r;
     }
-    if ((r = dense_split(test, te, n - split, win, o->vocab, what, err)) < 0)
+    snprintf(what, sizeof(what), "text data '%s' (%zu file%s): the validation split (the last "
+             "%g of %zu bytes) has ", path, nfiles, nfiles == 1 ? "" : "s", o->val_fraction,
+             n);
+    if ((r = dense_split(test, te, n - split, win, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = 1;
     return 0;
 }
 
-static int keep_split(const char *name, const void *arg)
+static int keep_bin(const char *name, const void *arg)
 {
-    return ends_with(name, ".bin") && strstr(name, (const char *)arg);
+    (void)arg;
+    return ends_with(name, ".bin");
+}
+
+/* w occurs in name as a word of its own: no letter just before or after it */
+static int has_word(const char *name, const char *w)
+{
+    size_t n = strlen(w);
+    for (const char *p = strstr(name, w); p; p = strstr(p + 1, w)) {
+        int before = p > name && isalpha((unsigned char)p[-1]);
+        int after = isalpha((unsigned char)p[n]);
+        if (!before && !after)
+            return 1;
+    }
+    return 0;
+}
+
+/* the split a shard's name gives it: "train", "val", NULL for neither; a name holding
+   both (interval_train.bin) goes where its word of its own says, and with both or
+   neither of them words (trainval.bin) it is ambiguous: *ambiguous set */
+const char *dsl_tokens_split_of(const char *name, int *ambiguous)
+{
+    int tr = strstr(name, "train") != NULL, va = strstr(name, "val") != NULL;
+    *ambiguous = 0;
+    if (tr != va)
+        return tr ? "train" : "val";
+    if (!tr)
+        return NULL;
+    int wt = has_word(name, "train"), wv = has_word(name, "val");
+    if (wt != wv)
+        return wt ? "train" : "val";
+    *ambiguous = 1;
+    return NULL;
 }
 
 /* every shard of dir whose name holds which ("train", "val"), concatenated */
 static int read_shards(const char *dir, const char *which, uint16_t **out, size_t *n,
-                       char *err)
+                       size_t *nfiles, char *err)
 {
     char **names = NULL;
     size_t k = 0;
@@ -397,9 +469,30 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
                           "token data '%s': no such directory (a pattern is not expanded: give "
                           "the directory that holds the *train*.bin and *val*.bin shards)",
                           dir);
-    int r = list_dir(dir, keep_split, which, &names, &k, err);
+    int r = list_dir(dir, keep_bin, NULL, 1, &names, &k, NULL, err);
     if (r < 0)
         return r;
+    size_t kept = 0;
+    for (size_t i = 0; i < k; i++) {
+        int amb;
+        const char *base = names[i] + strlen(dir) + 1, *s = dsl_tokens_split_of(base, &amb);
+        if (amb) {
+            r = dsl_seterr(err, DSL_EDATA,
+                           "token data '%s': shard '%s' holds both \"train\" and \"val\" in "
+                           "its name, neither as a word of its own (as in llm.c's "
+                           "x_train_000001.bin): rename it",
+                           dir, base);
+            for (size_t j = kept; j < i; j++) /* [0, kept) and [i, k) are still held */
+                names[j] = NULL;
+            free_names(names, k);
+            return r;
+        }
+        if (s && !strcmp(s, which))
+            names[kept++] = names[i];
+        else
+            free(names[i]);
+    }
+    k = kept;
     if (!k) {
         free_names(names, k);
         return dsl_seterr(err, DSL_EDATA,
@@ -432,6 +525,7 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
     }
     *out = all;
     *n = total;
+    *nfiles = k;
     return 0;
 }
 
@@ -442,12 +536,13 @@ int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
         return dsl_seterr(err, DSL_ECONFIG, "dataset 'tokens' needs \"dstrain\": {\"data\": "
                           "{\"path\": DIR}}, a directory of *train*.bin and *val*.bin shards");
     uint16_t *tr = NULL, *te = NULL;
-    size_t ntr, nte;
-    char what[64];
-    int r = read_shards(o->path, "train", &tr, &ntr, err);
+    size_t ntr, nte, ftr, fte;
+    char what[DSL_ERR_LEN / 2];
+    const char *hint = "lower 'dstrain.model.context' or give more tokens";
+    int r = read_shards(o->path, "train", &tr, &ntr, &ftr, err);
     if (r < 0)
         return r;
-    if ((r = read_shards(o->path, "val", &te, &nte, err)) < 0 ||
+    if ((r = read_shards(o->path, "val", &te, &nte, &fte, err)) < 0 ||
         (r = check_vocab(tr, ntr, o->vocab, "training shards", err)) < 0 ||
         (r = check_vocab(te, nte, o->vocab, "validation shards", err)) < 0) {
         free(tr);
@@ -455,13 +550,15 @@ int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
         return r;
     }
     size_t win = o->context + 1, stride = o->stride ? o->stride : o->context;
-    snprintf(what, sizeof(what), "training shards");
-    if ((r = lazy_split(train, tr, ntr, win, stride, o->vocab, what, err)) < 0) {
+    snprintf(what, sizeof(what), "training shards of '%s' (%zu file%s): ", o->path, ftr,
+             ftr == 1 ? "" : "s");
+    if ((r = lazy_split(train, tr, ntr, win, stride, o->vocab, what, hint, err)) < 0) {
         free(te);
         return r;
     }
-    snprintf(what, sizeof(what), "validation shards");
-    if ((r = dense_split(test, te, nte, win, o->vocab, what, err)) < 0)
+    snprintf(what, sizeof(what), "validation shards of '%s' (%zu file%s): ", o->path, fte,
+             fte == 1 ? "" : "s");
+    if ((r = dense_split(test, te, nte, win, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = o->vocab == 256;
     return 0;

@@ -666,7 +666,8 @@ out:
 }
 
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
-static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, char *err)
+static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
+                    char *err)
 {
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
@@ -677,6 +678,13 @@ static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, char 
             snprintf(err + n, DSL_ERR_LEN - n, "; its " EDITED);
         }
         return r;
+    }
+    if (!shards) { /* the parameters alone: the model file's own checksums decide */
+        if (bad)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "checkpoint file '%s/" DSL_CKPT_MODEL_FILE "': its " EDITED,
+                              path);
+        return 0;
     }
     return load_shards(c, path, tag, bad, err);
 }
@@ -814,7 +822,7 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     final = dsl_xasprintf("%s/%s", dir, tag);
     old = dsl_xasprintf("%s/%s.old", dir, tag);
     /* the same checks as a resume, before anything is switched */
-    if ((r = load_dir(&c, part, tag, err)) < 0)
+    if ((r = load_dir(&c, part, tag, 1, err)) < 0)
         goto out;
     if (c.saved_world != world) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' was written by %d ranks, not %d",
@@ -854,7 +862,9 @@ out:
     return r;
 }
 
-int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+/* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
+static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
+                    char *err)
 {
     char *t = NULL, *path;
     int r;
@@ -885,10 +895,20 @@ int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *er
                        !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
                                                           : "");
     else
-        r = load_dir(c, path, t, err);
+        r = load_dir(c, path, t, shards, err);
     free(path);
     free(t);
     return r;
+}
+
+int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+{
+    return load_tag(c, dir, tag, 1, err);
+}
+
+int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+{
+    return load_tag(c, dir, tag, 0, err);
 }
 
 int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,

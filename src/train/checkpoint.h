@@ -134,6 +134,10 @@ struct dsl_ckpt {
  * error (DSL_ECHECKPOINT) naming the file. c is initialised either way.
  */
 int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err);
+/** The same for the parameters alone (`dstrain sample`): the model file, with
+ *  every check of its own, and no optimizer shard read (nstate 0), so the model file
+ *  copied without its shards is enough. */
+int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, char *err);
 void dsl_ckpt_release(struct dsl_ckpt *c);
 /** Compare the saved views with the model's (names, offsets, shapes, numel). */
 int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,

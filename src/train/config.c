@@ -775,6 +775,10 @@ static int apply(struct parse_ctx *c, const char *path, const struct key *k, con
     if (!strncmp(path, "dstrain.model.", 14) && strcmp(path, "dstrain.model.type"))
         c->cfg->given.model |= strcmp(path, "dstrain.model.hidden") ? DSL_CFG_GIVEN_GPT
                                                                     : DSL_CFG_GIVEN_MLP;
+    if (!strcmp(path, "dstrain.data.val_fraction"))
+        c->cfg->given.data |= DSL_CFG_GIVEN_VAL_FRACTION;
+    if (!strcmp(path, "dstrain.data.stride"))
+        c->cfg->given.data |= DSL_CFG_GIVEN_STRIDE;
     if (k->kind != K_SECTION)
         return apply_leaf(c, k, v);
     /* DeepSpeed's legacy "zero_optimization": true|false means stage 1|0 */

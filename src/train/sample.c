@@ -13,7 +13,9 @@
  * Tokens are bytes (the byte-level vocabulary), or GPT-2 BPE ids when --encoder and
  * --bpe name the files the training shards were made with (bpe.c): the checkpoint
  * does not record its data's tokenizer, so a vocabulary beyond 256 without them is an
- * error rather than a page of question marks.
+ * error rather than a page of question marks. A model trained on bytes (text data,
+ * byte shards) says so in its metadata (gpt_tokens=bytes), whatever its vocabulary:
+ * then bytes are drawn and the BPE files refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -102,7 +104,7 @@ static int run(const struct sample_args *a, char *err)
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
                           a->temp);
     struct dsl_ckpt c;
-    int r = dsl_ckpt_load(&c, a->dir, a->tag, err);
+    int r = dsl_ckpt_load_params(&c, a->dir, a->tag, err);
     if (r < 0) {
         dsl_ckpt_release(&c);
         return r;
@@ -121,6 +123,9 @@ static int run(const struct sample_args *a, char *err)
     sp.in_dim = sp.gpt.context + 1;
     struct dsl_bpe bpe;
     int have_bpe = 0;
+    /* trained on bytes (text, byte shards): recorded since the vocabulary can be larger */
+    const char *kind = dsl_ckpt_meta(&c, "gpt_tokens");
+    int bytes = kind && !strcmp(kind, "bytes");
     struct dsl_model m;
     if ((r = dsl_model_create(&m, &sp, err)) < 0) {
         dsl_ckpt_release(&c);
@@ -129,6 +134,13 @@ static int run(const struct sample_args *a, char *err)
     if (m.nparams != c.numel) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %zu parameters, its GPT has %zu",
                        c.path, c.numel, m.nparams);
+        goto out;
+    }
+    if (a->encoder && bytes) {
+        r = dsl_seterr(err, DSL_EUSAGE,
+                       "checkpoint '%s' was trained on bytes (its data was text or byte "
+                       "shards): leave out --encoder and --bpe",
+                       c.path);
         goto out;
     }
     if (a->encoder) {
@@ -142,7 +154,7 @@ static int run(const struct sample_args *a, char *err)
                            c.path, sp.out_dim, a->encoder, bpe.nvocab - 1);
             goto out;
         }
-    } else if (sp.out_dim > 256) {
+    } else if (sp.out_dim > 256 && !bytes) {
         r = dsl_seterr(err, DSL_EUSAGE,
                        "checkpoint '%s': its GPT's vocabulary is %zu, not bytes: give "
                        "--encoder and --bpe, the files its token shards were made with "
@@ -155,6 +167,15 @@ static int run(const struct sample_args *a, char *err)
     uint16_t *ptok = NULL;
     if (have_bpe)
         ptok = dsl_bpe_encode(&bpe, (const uint8_t *)prompt, np, &np);
+    for (size_t i = 0; !ptok && i < np; i++)
+        if ((unsigned char)prompt[i] >= sp.out_dim) { /* bytes, a vocabulary below 256 */
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "dstrain sample: the prompt's byte 0x%02x at offset %zu is outside "
+                           "the vocabulary of %zu of checkpoint '%s': give a prompt of the "
+                           "bytes below %zu, the ids it was trained on",
+                           (unsigned char)prompt[i], i, sp.out_dim, c.path, sp.out_dim);
+            goto out;
+        }
     size_t total = np + (size_t)a->tokens;
     int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
     float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));
@@ -169,7 +190,8 @@ static int run(const struct sample_args *a, char *err)
             dsl_seterr(err, r, "%s", m.err);
             break;
         }
-        tok[n] = draw(logits, sp.out_dim, temp, &s);
+        /* bytes: only the ids the data had (a larger vocabulary's rest never occurs) */
+        tok[n] = draw(logits, bytes && sp.out_dim > 256 ? 256 : sp.out_dim, temp, &s);
         if (have_bpe) {
             size_t l;
             const uint8_t *p = dsl_bpe_token(&bpe, (size_t)tok[n], &l);

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "bpe.h"
@@ -61,6 +62,33 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--val_fraction' must be a number above 0 and below 1, got '%s'",
                           a->val);
+    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
+    for (int k = 0; k < 2; k++) { /* the names must say their split to dataset "tokens" */
+        const char *want = k ? "val" : "train", *got;
+        char *base = dsl_xasprintf("%s_%s.bin", name, want);
+        const char *slash = strrchr(base, '/');
+        int amb;
+        got = dsl_tokens_split_of(slash ? slash + 1 : base, &amb);
+        if (!got || strcmp(got, want)) {
+            int e = dsl_seterr(err, DSL_EUSAGE,
+                               "dstrain tokenize: --name '%s' makes '%s', which dataset "
+                               "\"tokens\" would not read as the %s split: choose a name "
+                               "without \"train\" or \"val\" as a word",
+                               name, base, k ? "validation" : "training");
+            free(base);
+            return e;
+        }
+        free(base);
+    }
+    struct stat so, sp;
+    for (size_t i = 0; stat(dir, &so) == 0 && i < paths->nr; i++)
+        if (stat(paths->v[i], &sp) == 0 && S_ISDIR(sp.st_mode) && sp.st_dev == so.st_dev &&
+            sp.st_ino == so.st_ino) /* every regular file of it is text: shards too */
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "dstrain tokenize: --out '%s' is the directory '%s' it reads: its "
+                              "shards would be read as text the next time; give --out another "
+                              "directory",
+                              dir, paths->v[i]);
     uint8_t *all = NULL;
     size_t n = 0, files = 0;
     int r = 0;
@@ -84,8 +112,8 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
     if (split == 0 || split == n) {
         r = dsl_seterr(err, DSL_EDATA,
                        "dstrain tokenize: %zu byte%s of text: too few to split into training "
-                       "and validation at --val_fraction %g",
-                       n, n == 1 ? "" : "s", frac);
+                       "and validation at --val_fraction %s",
+                       n, n == 1 ? "" : "s", a->val ? a->val : "0.1");
         goto out;
     }
     uint16_t *tr = NULL, *va = NULL;
@@ -112,7 +140,6 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
             (i < split ? tr : va)[i < split ? i : i - split] = all[i];
         snprintf(vocab, sizeof(vocab), "byte-level vocabulary 256");
     }
-    const char *dir = a->out ? a->out : ".", *name = a->name ? a->name : "text";
     if ((r = dsl_dir_make_all(dir)) < 0) {
         dsl_seterr(err, r, "dstrain tokenize: cannot make the directory '%s' (--out): %s", dir,
                    strerror(-r));

@@ -119,6 +119,9 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
             dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
                              s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
                              t->model->out_dim);
+        if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
+            !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
+            dsl_strvec_pushf(&meta, "gpt_tokens=bytes");
         char ls[160];
         dsl_lossscale_format(&t->ls, ls, sizeof(ls));
         dsl_strvec_pushf(&meta, "lossscale=%s", ls);
@@ -313,6 +316,51 @@ static int check_shared_dir(struct dsl_trainer *t, const char *dir, char *err)
                       dir, (int)w[0]);
 }
 
+/* "2 layers, dim 32, 4 heads, context 40, vocab 256" from the "gpt" metadata's
+   "layers,dim,heads,context,vocab" (as it is when it does not parse) */
+static void gpt_shape(const char *g, char *out, size_t len)
+{
+    size_t l, d, h, c, v;
+    if (sscanf(g, "%zu,%zu,%zu,%zu,%zu", &l, &d, &h, &c, &v) == 5)
+        snprintf(out, len, "%zu layers, dim %zu, %zu heads, context %zu, vocab %zu", l, d, h,
+                 c, v);
+    else
+        snprintf(out, len, "shape '%s'", g);
+}
+
+/* the checkpoint holds the model being resumed: a GPT's shape is in its metadata, and
+   shapes of equal parameter counts (other heads, context and vocab traded) would load */
+static int check_model(const struct dsl_train_settings *s, const struct dsl_trainer *t,
+                       const struct dsl_ckpt *c, char *err)
+{
+    const char *g = dsl_ckpt_meta(c, "gpt");
+    int gpt = s->model.type && !strcmp(s->model.type, "gpt");
+    char have[128], want[128], mine[96];
+    if (!g && !gpt)
+        return 0;
+    if (g)
+        gpt_shape(g, have, sizeof(have));
+    if (!gpt)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' holds a GPT of %s; the model is an MLP: resume "
+                          "with 'dstrain.model.type' \"gpt\" and the checkpoint's shape",
+                          c->path, have);
+    snprintf(mine, sizeof(mine), "%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
+             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context, t->model->out_dim);
+    gpt_shape(mine, want, sizeof(want));
+    if (!g)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' holds no GPT (no \"gpt\" metadata: an MLP's "
+                          "parameters); the model is a GPT of %s",
+                          c->path, want);
+    if (strcmp(g, mine))
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' holds a GPT of %s; the model is one of %s: resume "
+                          "with the checkpoint's shape ('dstrain.model')",
+                          c->path, have, want);
+    return 0;
+}
+
 static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
@@ -345,7 +393,8 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
         goto out;
     if (t->rank == 0)
         warn_unprotected(&c);
-    if ((r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
+    if ((r = check_model(s, t, &c, err)) < 0 ||
+        (r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
         goto out;
     uint64_t step, gb;
     if ((r = dsl_ckpt_meta_u64(&c, "step", &step, err)) < 0)

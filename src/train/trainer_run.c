@@ -153,6 +153,46 @@ static void fmt_hms(double sec, char *out, size_t len)
         snprintf(out, len, "%lu:%02lu", s / 60, s % 60);
 }
 
+/* x for the metrics file: JSON has no NaN or infinity, so those are null */
+static const char *jnum(char *buf, size_t len, double x)
+{
+    if (isfinite(x))
+        snprintf(buf, len, "%.6g", x);
+    else
+        snprintf(buf, len, "null");
+    return buf;
+}
+
+/* the evaluation at the current step, its line (rank 0) and its metrics record */
+static int eval_report(struct dsl_trainer *t, const struct dsl_dataset *test, FILE *mf,
+                       uint64_t spe, const char *unit, double *acc, double *tloss,
+                       uint64_t *bytes_other, char *err)
+{
+    uint64_t c0;
+    int r;
+    if ((r = between_steps(t, &c0, err)) < 0 ||
+        (r = dsl_trainer_evaluate(t, test, acc, tloss, err)) < 0)
+        return r;
+    *bytes_other += dsl_comm_bytes_sent(t->comm) - c0;
+    if (t->rank == 0 && t->model->tokens_per_sample) /* per token: in nats and bits */
+        printf("eval step %" PRIu64 " epoch %.2f val_loss %.4f nats/%s %.4f bits/%s "
+               "last-position accuracy %.4f\n",
+               t->step, (double)t->step / (double)spe, *tloss, unit, *tloss / log(2.0), unit,
+               *acc);
+    else if (t->rank == 0)
+        printf("eval step %" PRIu64 " epoch %.2f test_acc %.4f test_loss %.4f\n", t->step,
+               (double)t->step / (double)spe, *acc, *tloss);
+    if (t->rank == 0) {
+        char a[32], l[32];
+        if (mf)
+            fprintf(mf, "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"test_acc\":%s,"
+                    "\"test_loss\":%s}\n",
+                    t->step, jnum(a, sizeof(a), *acc), jnum(l, sizeof(l), *tloss));
+        fflush(stdout);
+    }
+    return 0;
+}
+
 int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     const struct dsl_dataset *train, const struct dsl_dataset *test,
                     struct dsl_run_summary *sum, char *err)
@@ -163,6 +203,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     if (r < 0)
         return r;
     memset(sum, 0, sizeof(*sum));
+    sum->final_loss = NAN; /* no step run (a finished run resumed): no training loss */
     if (ro->metrics_path && t->rank == 0) {
         mf = fopen(ro->metrics_path, t->step ? "a" : "w");
         if (!mf) {
@@ -170,6 +211,9 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                            strerror(errno));
             goto out;
         }
+        /* a record per write: a run killed mid-training leaves whole lines, and a
+           reader following the file sees each step as it ends */
+        setvbuf(mf, NULL, _IOLBF, 0);
     }
     if ((r = dsl_trainer_report_memory(t, mf, err)) < 0)
         goto out;
@@ -190,6 +234,18 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
                total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
+    if (t->step >= total) {
+        /* resumed at or past the end: say so, and evaluate the checkpoint so that the
+           summary's validation figures are its own, not a blank */
+        if (t->rank == 0)
+            printf("dstrain: the checkpoint is at step %" PRIu64 " and the run ends at step "
+                   "%" PRIu64 " (%s): nothing to train; raise the steps to go on\n",
+                   t->step, total, ro->steps ? "dstrain.steps" : "dstrain.epochs");
+        double e0 = dsl_now();
+        if ((r = eval_report(t, test, mf, spe, unit, &acc, &tloss, &bytes_other, err)) < 0)
+            goto out;
+        t_eval += dsl_now() - e0;
+    }
 
     /* the step in the progress record (common/progress.h): one store per step */
     struct dsl_progress_rec *prog = dsl_progress_self(NULL);
@@ -250,13 +306,17 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                        t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps, tps, el,
                        eta);
             }
-            if (mf)
+            if (mf) {
+                char jl[32], ja[32], jr[32], jg[32];
                 fprintf(mf,
                         "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
-                        ",\"loss\":%.6g,\"train_acc\":%.6g,\"lr\":%.6g,\"grad_norm\":%.6g%s,"
+                        ",\"loss\":%s,\"train_acc\":%s,\"lr\":%s,\"grad_norm\":%s%s,"
                         "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
-                        t->step, epoch + 1, res.loss, res.accuracy, (double)res.lr,
-                        (double)res.grad_norm, fp16j, res.bytes_sent, now - t_start);
+                        t->step, epoch + 1, jnum(jl, sizeof(jl), res.loss),
+                        jnum(ja, sizeof(ja), res.accuracy), jnum(jr, sizeof(jr), res.lr),
+                        jnum(jg, sizeof(jg), res.grad_norm), fp16j, res.bytes_sent,
+                        now - t_start);
+            }
             if (print && ro->wall_clock_breakdown) {
                 double k = 1e3 / (double)(t->step - print_step);
                 printf("time per step (ms): forward+backward %.2f reduce-wait %.2f "
@@ -273,28 +333,10 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         }
         if (t->step % eval_every == 0 || t->step == total) {
             double e0 = dsl_now();
-            uint64_t c0;
-            if ((r = between_steps(t, &c0, err)) < 0 ||
-                (r = dsl_trainer_evaluate(t, test, &acc, &tloss, err)) < 0)
+            if ((r = eval_report(t, test, mf, spe, unit, &acc, &tloss, &bytes_other, err)) <
+                0)
                 goto out;
-            bytes_other += dsl_comm_bytes_sent(t->comm) - c0;
             t_eval += dsl_now() - e0;
-            if (t->rank == 0 && tpsample) /* the loss is per token: in nats and bits */
-                printf("eval step %" PRIu64 " epoch %.2f val_loss %.4f nats/%s %.4f bits/%s "
-                       "last-position accuracy %.4f\n",
-                       t->step, (double)t->step / (double)spe, tloss, unit,
-                       tloss / log(2.0), unit, acc);
-            else if (t->rank == 0)
-                printf("eval step %" PRIu64 " epoch %.2f test_acc %.4f test_loss %.4f\n",
-                       t->step, (double)t->step / (double)spe, acc, tloss);
-            if (t->rank == 0) {
-                if (mf)
-                    fprintf(mf,
-                            "{\"type\":\"eval\",\"step\":%" PRIu64
-                            ",\"test_acc\":%.6g,\"test_loss\":%.6g}\n",
-                            t->step, acc, tloss);
-                fflush(stdout);
-            }
             t_print += dsl_now() - e0;
         }
         if (ro->save && ro->save_interval && t->step % ro->save_interval == 0) {
@@ -357,17 +399,19 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
             snprintf(fp16j, sizeof(fp16j), ",\"skipped\":%" PRIu64 ",\"loss_scale\":%.17g",
                      sum->skipped, t->ls.cur_scale);
         }
+        char jl[32], ja[32], jt[32];
         if (mf)
             fprintf(mf,
                     "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
-                    "\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"final_loss\":%.6g,"
-                    "\"test_acc\":%.6g,\"test_loss\":%.6g,"
+                    "\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"final_loss\":%s,"
+                    "\"test_acc\":%s,\"test_loss\":%s,"
                     "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
                     "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
                     "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
                     "\"save_s\":%.3f}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
-                    sum->final_loss, sum->test_acc, sum->test_loss, sum->bytes_per_step,
+                    jnum(jl, sizeof(jl), sum->final_loss), jnum(ja, sizeof(ja), sum->test_acc),
+                    jnum(jt, sizeof(jt), sum->test_loss), sum->bytes_per_step,
                     sum->stopped, fp16j, sum->t_compute,
                     sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
                     sum->train_s, sum->eval_s, sum->save_s);

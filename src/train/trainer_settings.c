@@ -339,6 +339,15 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
         dsl_warn("'dstrain.model' layers, dim, heads, context and vocab size the GPT: the MLP "
                  "ignores them (its sizes are 'dstrain.model.hidden'; for the GPT set "
                  "'dstrain.model.type' to \"gpt\")");
+    const char *ds = c->dstrain.dataset;
+    /* (the default's value is no request: configs/gpt_fortunes.json with --data tokens) */
+    if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_VAL_FRACTION) && ds &&
+        !strcmp(ds, "tokens") && c->dstrain.val_fraction != 0.1)
+        dsl_warn("'dstrain.data.val_fraction' splits dataset \"text\": token shards are split "
+                 "by their names (*train*.bin, *val*.bin), so it is unused");
+    if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
+        dsl_warn("'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP "
+                 "ignores it");
     const char *backend = dsl_train_settings_backend(s);
     int gpu = backend && !strcmp(backend, "nccl");
     const char *warning = NULL;

@@ -87,6 +87,22 @@ TEST(token_shard_headers_should_be_checked_against_the_file)
     ASSERT_CONTAINS(err, "bad magic");
 }
 
+TEST(llm_c_llama3_shards_should_be_named_as_such_when_refused)
+{
+    /* llm.c's dev/data writes LLaMA 3 shards (magic 20240801, version 7, uint32 ids)
+       beside GPT-2's: "bad magic" alone leaves the user guessing */
+    uint8_t h[1024] = {0};
+    uint64_t n;
+    char err[DSL_ERR_LEN];
+    h[0] = 0xa1, h[1] = 0xd9, h[2] = 0x34, h[3] = 0x01; /* 20240801 = 0x0134d9a1 */
+    h[4] = 7;
+    h[8] = 10;
+    ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1064, "l.bin", &n, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "token shard 'l.bin': magic 20240801 is llm.c's LLaMA 3 format "
+                         "(uint32 tokens), which dstrain does not read: write GPT-2 shards "
+                         "(magic 20240520, uint16 tokens)");
+}
+
 TEST(text_data_should_read_regular_files_in_name_order_without_indexes_or_links)
 {
     make_dir();
@@ -103,6 +119,49 @@ TEST(text_data_should_read_regular_files_in_name_order_without_indexes_or_links)
     ASSERT_EQ(nf, 2);
     ASSERT_EQ(n, 3);
     ASSERT(memcmp(b, "ABB", 3) == 0);
+    free(b);
+    clean();
+}
+
+TEST(a_text_directory_of_only_links_should_say_that_links_are_skipped)
+{
+    make_dir();
+    char t[128], l[128], err[DSL_ERR_LEN];
+    snprintf(t, sizeof(t), "%s/sub", dir);
+    ASSERT_EQ(mkdir(t, 0700), 0);
+    put("real", "text", 4);
+    snprintf(t, sizeof(t), "%s/real", dir);
+    snprintf(l, sizeof(l), "%s/sub/link", dir);
+    ASSERT_EQ(symlink(t, l), 0);
+    snprintf(t, sizeof(t), "%s/sub", dir);
+    uint8_t *b;
+    size_t n, nf;
+    ASSERT_EQ(dsl_text_read(t, &b, &n, &nf, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "/sub': no regular files in it (1 symbolic link skipped: give a linked "
+                         "file by its own path, or the directory it is in)");
+    clean();
+}
+
+TEST(text_data_should_refuse_llm_c_shards_taken_for_text)
+{
+    /* --data-path to tokenize's output without --data tokens: the shards' header and
+       uint16 ids would train as bytes, nats/byte and all, without a word */
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40] = {0};
+    snprintf(p, sizeof(p), "%s/f_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    put("notes.txt", "some text", 9);
+    uint8_t *b;
+    size_t n, nf;
+    ASSERT_EQ(dsl_text_read(dir, &b, &n, &nf, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "f_train.bin' is an llm.c token shard, not text: use dataset "
+                         "\"tokens\" (--data tokens)");
+    /* a text file that merely starts like one is still text when shorter than a header */
+    put("short.bin", "\x88\xd8\x34\x01", 4);
+    snprintf(p, sizeof(p), "%s/short.bin", dir);
+    ASSERT_OK(dsl_text_read(p, &b, &n, &nf, err));
+    ASSERT_EQ(n, 4);
     free(b);
     clean();
 }
@@ -176,6 +235,122 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     snprintf(p, sizeof(p), "%s/x_train_*.bin", dir);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "no such directory (a pattern is not expanded");
+    clean();
+}
+
+TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
+{
+    /* "interval" holds "val": interval_train.bin is a training shard, not a validation
+       one too (validation on training data would look like a model that generalises) */
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint16_t)i;
+    snprintf(p, sizeof(p), "%s/interval_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/interval_val.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
+    ASSERT_EQ(te.n, 9 / 4); /* interval_val.bin's 10 tokens only */
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* llm.c's names: the split is a word of its own */
+    snprintf(p, sizeof(p), "%s/medieval_train_000001.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1);
+    ASSERT_EQ(te.n, 9 / 4);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* neither word stands alone: which split is a guess, so the name is refused */
+    snprintf(p, sizeof(p), "%s/trainval.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "trainval.bin' holds both \"train\" and \"val\"");
+    ASSERT_CONTAINS(err, "rename it");
+    clean();
+}
+
+TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
+{
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t tok[40] = {0};
+    snprintf(p, sizeof(p), "%s/x_train.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/x_val.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 0, err)); /* an empty validation shard */
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "validation shards of '");
+    ASSERT_CONTAINS(err, "(1 file): 0 tokens, fewer than one window of context + 1 = 5");
+    ASSERT_CONTAINS(err, "lower 'dstrain.model.context' or give more tokens");
+    o.context = 40; /* the training shards too short */
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "training shards of '");
+    ASSERT_CONTAINS(err, "(1 file): 40 tokens, fewer than one window of context + 1 = 41");
+    /* text: which split, the fraction, and the knobs */
+    char text[100];
+    memset(text, 'a', sizeof(text));
+    put("t", text, 100);
+    snprintf(p, sizeof(p), "%s/t", dir);
+    struct dsl_data_opts ot = {.name = "text", .path = p, .context = 30, .vocab = 256,
+                               .val_fraction = 0.2};
+    ASSERT_EQ(dsl_data_load(&tr, &te, &ot, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "text data '");
+    ASSERT_CONTAINS(err, "(1 file): the validation split (the last 0.2 of 100 bytes) has 20 "
+                         "tokens, fewer than one window of context + 1 = 31: lower "
+                         "'dstrain.model.context', raise 'dstrain.data.val_fraction' or give "
+                         "more text");
+    ot.val_fraction = 0.5;
+    ot.context = 60;
+    ASSERT_EQ(dsl_data_load(&tr, &te, &ot, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "the training split (the first 0.5 of 100 bytes) has 50 tokens, "
+                         "fewer than one window of context + 1 = 61: lower "
+                         "'dstrain.model.context', lower 'dstrain.data.val_fraction' or give "
+                         "more text");
+    clean();
+}
+
+TEST(token_shards_given_as_symbolic_links_should_be_read)
+{
+    /* shards are big: people link them into a directory rather than copy them */
+    make_dir();
+    char p[160], q[160], err[DSL_ERR_LEN];
+    uint16_t tok[40];
+    for (int i = 0; i < 40; i++)
+        tok[i] = (uint16_t)i;
+    snprintf(p, sizeof(p), "%s/store", dir);
+    ASSERT_EQ(mkdir(p, 0700), 0);
+    snprintf(p, sizeof(p), "%s/store/x_train_000001.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    snprintf(p, sizeof(p), "%s/store/x_val_000000.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    snprintf(p, sizeof(p), "%s/d", dir);
+    ASSERT_EQ(mkdir(p, 0700), 0);
+    snprintf(q, sizeof(q), "%s/d/x_train_000001.bin", dir);
+    ASSERT_EQ(symlink("../store/x_train_000001.bin", q), 0);
+    snprintf(q, sizeof(q), "%s/d/x_val_000000.bin", dir);
+    ASSERT_EQ(symlink("../store/x_val_000000.bin", q), 0);
+    snprintf(q, sizeof(q), "%s/d/x_train_000002.bin", dir);
+    ASSERT_OK(dsl_tokens_write(q, tok, 20, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = p, .context = 4, .vocab = 50};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1); /* the linked shard and the copied one */
+    ASSERT_EQ(te.n, 9 / 4);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* a dangling link is an error that names it, not a shard quietly left out */
+    snprintf(q, sizeof(q), "%s/d/x_train_000003.bin", dir);
+    ASSERT_EQ(symlink("../store/gone.bin", q), 0);
+    ASSERT(dsl_data_load(&tr, &te, &o, err) < 0);
+    ASSERT_CONTAINS(err, "x_train_000003.bin");
     clean();
 }
 

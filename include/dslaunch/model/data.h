@@ -72,6 +72,10 @@ int dsl_text_read(const char *path, uint8_t **out, size_t *len, size_t *nfiles, 
 /** Check the 1024-byte header of an llm.c token shard of file_size bytes (have: bytes
  *  of it read, short for a short file); *ntok the token count. DSL_EDATA naming path
  *  and what is wrong: short, bad magic or version, truncated, trailing bytes. */
+/** The split dataset "tokens" reads a shard file's name (no directory) as: "train",
+ *  "val", or NULL for neither or where it cannot tell ("train" and "val" both words of
+ *  their own, or both inside other words: trainval.bin; *ambiguous then set). */
+const char *dsl_tokens_split_of(const char *name, int *ambiguous);
 int dsl_tokens_check_header(const uint8_t *hdr, size_t have, uint64_t file_size,
                             const char *path, uint64_t *ntok, char *err);
 /** Read a whole shard; *out (malloc'd, the caller's) holds *count token ids. */

@@ -123,6 +123,9 @@ struct dsl_dstrain_config {
 /* cfg->given.model: 'dstrain.model.hidden' (the MLP's) or any of the GPT's size keys */
 #define DSL_CFG_GIVEN_MLP 1u
 #define DSL_CFG_GIVEN_GPT 2u
+/* cfg->given.data: data keys that only some datasets or models use */
+#define DSL_CFG_GIVEN_VAL_FRACTION 1u
+#define DSL_CFG_GIVEN_STRIDE 2u
 
 struct dsl_train_config {
     char *path;                     /* the file, for messages ("<string>" if none) */
@@ -134,6 +137,7 @@ struct dsl_train_config {
     struct {
         long train, micro, accum;   /* as written; -1: not given, -2: "auto" */
         unsigned model;             /* DSL_CFG_GIVEN_*: which model's size keys were set */
+        unsigned data;              /* DSL_CFG_GIVEN_VAL_FRACTION, _STRIDE: set */
     } given;
 
     struct dsl_optim_config optimizer;

@@ -29,9 +29,10 @@ if(TARGET dstrain AND TARGET dslaunch)
 endif()
 # The GPT with the MLP's guarantees (gpt.sh): training under dslaunch, determinism
 # across worlds, stages and threads, resume and reshard, GPT-2's tensor names, and
-# (skipped without python3-torch) the forward against PyTorch.
+# (skipped without python3-torch) the forward against PyTorch; inputs: a new user's
+# edge cases (resumes, shapes, prompts, names, killed runs), a second or two.
 if(TARGET dstrain AND TARGET dslaunch)
-  foreach(t launch worlds resume torch)
+  foreach(t launch worlds resume torch inputs)
     add_test(NAME train_gpt_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
                      $<TARGET_FILE:dstrain> ${t})
