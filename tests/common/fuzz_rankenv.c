@@ -5,6 +5,9 @@
  * adoption sets are cleared before each run. An adoption either fails with a message
  * and sets nothing, or sets a rank inside its world, a local rank inside its node and a
  * node rank below the node count where it sets those, a rendezvous address and port.
+ * glibc keeps every string setenv() ever made (a pointer to an old one may still be
+ * in use), so the process grows by a few kilobytes per run: CI's 20 s stay far below
+ * the rss limit, a run of many minutes may not.
  */
 #include <stddef.h>
 #include <stdint.h>

@@ -8,6 +8,9 @@
  * succeeds yields one host per node of the list, valid unique names, 1..max slots each
  * and a description; one without a node list does nothing. Lists of 65536 nodes must
  * load within libFuzzer's timeout (they once took minutes under ASan: quadratic).
+ * glibc keeps every string setenv() ever made (a pointer to an old one may still be
+ * in use), so the process grows by a few kilobytes per run: CI's 20 s stay far below
+ * the rss limit, a run of many minutes may not.
  */
 #include <stddef.h>
 #include <stdint.h>
