@@ -9,7 +9,8 @@
  * A load either fails with a message or gives a checkpoint that agrees with itself:
  * its views tile its parameters (dsl_ckpt_check_params with its own views), every
  * state vector is there. The metadata the trainer reads back when it resumes goes
- * through its readers too: the step and global batch (dsl_ckpt_meta_u64) and the loss
+ * through its readers too: the step and global batch (dsl_ckpt_meta_u64), dstrain
+ * sample's GPT sizes (dsl_ckpt_meta_sizes: what parses prints back the same) and the loss
  * scaler's state (dsl_lossscale_restore), which, when it reads, formats and reads back
  * to the same state. Nothing leaks, whatever fails where.
  */
@@ -65,6 +66,13 @@ static void resume_meta(const struct dsl_ckpt *c)
     if (dsl_ckpt_meta_u64(c, "step", &u, err) < 0 && !err[0])
         abort();
     (void)dsl_ckpt_meta_u64(c, "global_batch", &u, NULL);
+    size_t gpt[5];
+    if (dsl_ckpt_meta_sizes(c, "gpt", gpt, 5, NULL) == 0) { /* dstrain sample's model */
+        int n = snprintf(buf, sizeof(buf), "%zu,%zu,%zu,%zu,%zu", gpt[0], gpt[1], gpt[2],
+                         gpt[3], gpt[4]);
+        if (n < 0 || (size_t)n >= sizeof(buf) || strcmp(buf, dsl_ckpt_meta(c, "gpt")) != 0)
+            abort(); /* what parses is exactly its numbers, written as the trainer does */
+    }
     const char *v = dsl_ckpt_meta(c, "lossscale");
     struct dsl_lossscale a, b;
     memset(&a, 0, sizeof(a));
