@@ -100,6 +100,13 @@ struct dsl_comm {
 
 /* Backends: fill c->ops and c->impl, or return a negative code with c->err set. */
 int dsl_comm_tcp_open(struct dsl_comm *c);
+/**
+ * Read a peer's hello from fd, the first bytes a connection to a rank's mesh port sends
+ * (magic, rank, world, token): the peer's rank, DSL_ETOKEN for another job's token, or
+ * DSL_EPROTO for anything else, including silence past deadline. The tcp backend's, out
+ * of line for its fuzz target.
+ */
+int dsl_comm_tcp_read_hello(int fd, int world, const char *token, double deadline);
 #ifdef DSL_HAVE_CUDA
 int dsl_comm_nccl_open(struct dsl_comm *c);
 int dsl_comm_nccl_available(void);

@@ -372,8 +372,7 @@ static void make_hello(struct hello *h, int rank, int world, const char *token)
     h->len = 14 + tn;
 }
 
-/* Read a peer's hello; returns its rank or a negative code. */
-static int read_hello(int fd, int world, const char *token, double deadline)
+int dsl_comm_tcp_read_hello(int fd, int world, const char *token, double deadline)
 {
     uint32_t v[3];
     uint16_t tl;
@@ -557,7 +556,7 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             goto out;
         }
         double hd = dsl_now() + 10 < deadline ? dsl_now() + 10 : deadline;
-        int p = read_hello(fd, w, token, hd);
+        int p = dsl_comm_tcp_read_hello(fd, w, token, hd);
         if (p <= me || t->peer[p].fd >= 0) {
             close(fd);
             continue;

@@ -103,7 +103,8 @@ int dsl_cpubind_numa(const char *root, int *node_of, size_t cap)
         buf[strcspn(buf, "\n")] = '\0';
         int n = buf[0] ? dsl_cpubind_parse(buf, cores, cap, err) : 0;
         for (int k = 0; k < n; k++)
-            node_of[cores[k]] = node;
+            if ((size_t)cores[k] < cap) /* a core beyond the table has no entry */
+                node_of[cores[k]] = node;
         nodes += n > 0;
     }
     closedir(d);

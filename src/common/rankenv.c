@@ -49,6 +49,8 @@ struct tpn_walk {
     int nodes;     /* nodes seen so far */
     int tasks;     /* the answer for want_node */
     int found;
+    int *all;      /* or every node's answer, into all[0..nall) */
+    int nall;
 };
 
 /* Returns 0, or -EINVAL with err naming the list and the bad item. */
@@ -89,6 +91,8 @@ static int tpn_parse(const char *list, struct tpn_walk *w, char *err)
             w->tasks = tasks;
             w->found = 1;
         }
+        for (int t = 0; w->all && t < times && w->nodes + t < w->nall; t++)
+            w->all[w->nodes + t] = tasks;
         w->nodes += times;
         i = end + 1;
         continue;
@@ -110,6 +114,18 @@ int dsl_rankenv_tasks_on_node(const char *list, int node, int *tasks, char *err)
         return dsl_seterr(err, -EINVAL, "tasks-per-node list '%.60s' has %d nodes, not node %d",
                           list, w.nodes, node);
     *tasks = w.tasks;
+    return 0;
+}
+
+int dsl_rankenv_tasks_all(const char *list, int *tasks, int n, char *err)
+{
+    struct tpn_walk w = {.want_node = -1, .all = tasks, .nall = n};
+    int r = tpn_parse(list, &w, err);
+    if (r < 0)
+        return r;
+    if (w.nodes != n)
+        return dsl_seterr(err, -EINVAL, "tasks-per-node list '%.60s' has %d nodes, not %d",
+                          list, w.nodes, n);
     return 0;
 }
 

@@ -12,6 +12,7 @@
  * (dsl_cause_describe). Everything here works on text and numbers only.
  */
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,9 @@ int dsl_cause_meminfo_available(const char *meminfo, double *bytes)
         if (!strncmp(l, "MemAvailable:", 13)) {
             char *end;
             double kib = strtod(l + 13, &end);
-            if (end == l + 13 || kib < 0)
+            /* the kernel writes an integer; "inf", "nan" or a number past a double
+               would reach the summary's sizes as such */
+            if (end == l + 13 || !(kib >= 0) || !isfinite(kib * 1024.0))
                 return -ENOENT;
             *bytes = kib * 1024.0; /* the file says "kB" and means KiB */
             return 0;

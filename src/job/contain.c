@@ -40,6 +40,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -69,7 +70,9 @@ int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out)
     char *end;
     long pid = strtol(text, &end, 10);
     const char *rp = strrchr(text, ')'); /* the command name may hold ')' and spaces */
-    if (end == text || pid <= 0 || !rp || rp[1] != ' ' || !rp[2])
+    /* a pid the agent may signal: kill() of 0 or a negative one (a wrapped cast) would
+       reach whole process groups */
+    if (end == text || pid <= 0 || pid > INT_MAX || !rp || rp[1] != ' ' || !rp[2])
         return -EINVAL;
     const char *p = rp + 2;
     out->pid = (pid_t)pid;
@@ -88,6 +91,8 @@ int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out)
             return -EINVAL;
         p = end;
     }
+    if (v[0] > INT_MAX || v[1] > INT_MAX)
+        return -EINVAL; /* parent and group are never negative */
     out->ppid = (pid_t)v[0];
     out->pgid = (pid_t)v[1];
     out->start = v[18];

@@ -14,6 +14,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/strvec.h"
+#include "dslaunch/common/xalloc.h"
 #include "allocation.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/common/banned.h"
@@ -94,12 +95,55 @@ static int gpu_slots(size_t nodes, int num_gpus, int *gpus, const char **src, ch
     return 0;
 }
 
+/* Host names ordered as the hostfile compares them: ASCII case ignored. */
+static int name_cmp(const char *x, const char *y)
+{
+    for (;; x++, y++) {
+        int cx = *x >= 'A' && *x <= 'Z' ? *x - 'A' + 'a' : (unsigned char)*x;
+        int cy = *y >= 'A' && *y <= 'Z' ? *y - 'A' + 'a' : (unsigned char)*y;
+        if (cx != cy)
+            return cx < cy ? -1 : 1;
+        if (!cx)
+            return 0;
+    }
+}
+
+struct named {
+    const char *name;
+    size_t at;
+};
+
+static int by_name_then_place(const void *pa, const void *pb)
+{
+    const struct named *a = pa, *b = pb;
+    int c = name_cmp(a->name, b->name);
+    return c ? c : a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* The first place in names that repeats an earlier name, or names->nr if none: what
+ * a walk with dsl_hostfile_find would find, in n log n instead of n * n (a node list
+ * expands to up to 65536 names) */
+static size_t first_repeat(const struct dsl_strvec *names)
+{
+    size_t first = names->nr;
+    struct named *s = dsl_xmalloc((names->nr ? names->nr : 1) * sizeof(*s));
+    for (size_t i = 0; i < names->nr; i++)
+        s[i] = (struct named){names->v[i], i};
+    qsort(s, names->nr, sizeof(*s), by_name_then_place);
+    for (size_t i = 1; i < names->nr; i++) /* a name's second place is its first repeat */
+        if (s[i].at < first && !name_cmp(s[i].name, s[i - 1].name))
+            first = s[i].at;
+    free(s);
+    return first;
+}
+
 int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_t desclen,
                         char *err)
 {
     const char *job = env("SLURM_JOB_ID"), *list = env("SLURM_JOB_NODELIST");
     const char *tpn = env("SLURM_TASKS_PER_NODE");
     struct dsl_strvec hosts;
+    int *tasks = NULL;
     char e[DSL_ERR_LEN];
     int r = 0, nodes = 0;
     long total = 0;
@@ -148,20 +192,23 @@ int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_
                        nodes == 1 ? "" : "s", list, hosts.nr, why);
         goto out;
     }
+    /* one pass over each list: per node, both would be quadratic */
+    tasks = dsl_xmalloc(hosts.nr * sizeof(*tasks));
+    if (dsl_rankenv_tasks_all(tpn, tasks, nodes, e) < 0)
+        DSL_BUG("tasks-per-node list changed between two reads");
+    size_t twice = first_repeat(&hosts);
     for (size_t i = 0; i < hosts.nr; i++) {
-        int slots = 0;
+        int slots = tasks[i];
         if (!dsl_host_name_valid(hosts.v[i])) {
             r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_JOB_NODELIST '%.60s': "
                            "bad host name '%.60s'", list, hosts.v[i]);
             goto out;
         }
-        if (dsl_hostfile_find(hf, hosts.v[i])) {
+        if (i == twice) {
             r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_JOB_NODELIST '%.60s' "
                            "names '%.60s' twice", list, hosts.v[i]);
             goto out;
         }
-        if (dsl_rankenv_tasks_on_node(tpn, (int)i, &slots, e) < 0)
-            DSL_BUG("tasks-per-node list changed between two reads");
         if (slots < 1 || slots > DSL_HOSTFILE_MAX_SLOTS) {
             r = dsl_seterr(err, DSL_EHOSTFILE, "Slurm allocation: SLURM_TASKS_PER_NODE '%.60s' "
                            "gives node '%.60s' %d tasks (expected 1..%d)", tpn, hosts.v[i],
@@ -180,6 +227,7 @@ out:
         dsl_hostfile_release(hf);
         dsl_hostfile_init(hf);
     }
+    free(tasks);
     dsl_strvec_release(&hosts);
     return r;
 }

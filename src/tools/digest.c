@@ -1,5 +1,6 @@
 /*
- * SHA-256 through libcrypto's EVP interface.
+ * SHA-256 through libcrypto's EVP interface, and the lines of sha256sum's output it is
+ * compared with.
  *
  * Theory of operation. A hash is an EVP_MD_CTX set up for EVP_sha256(): init allocates
  * and initialises it, update feeds it, final reads the 32 bytes and frees it, so a
@@ -10,12 +11,14 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/xalloc.h"
 #include "digest.h"
 #include "dslaunch/common/banned.h"
 
@@ -80,5 +83,38 @@ int dsl_sha256_file(const char *path, unsigned char out[DSL_SHA256_LEN], char *e
     close(fd);
     if ((r = dsl_sha256_final(&c, out)) < 0)
         return dsl_seterr(err, r, "cannot hash '%s': %s", path, dsl_strerror(r));
+    return 0;
+}
+
+/* sha256sum's line: see digest.h */
+int dsl_sha256_parse_sum_line(const char *line, size_t len, char hex[65], char **path)
+{
+    int escaped = len > 0 && line[0] == '\\';
+    if (escaped) {
+        line++;
+        len--;
+    }
+    if (len < 67 || (line[64] != ' ') || (line[65] != ' ' && line[65] != '*'))
+        return -1;
+    for (int k = 0; k < 64; k++) {
+        char c = line[k];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return -1;
+        hex[k] = c;
+    }
+    hex[64] = '\0';
+    const char *s = line + 66;
+    size_t n = len - 66;
+    char *out = dsl_xmalloc(n + 1), *o = out;
+    for (size_t k = 0; k < n; k++) {
+        if (escaped && s[k] == '\\' && k + 1 < n) {
+            char c = s[++k];
+            *o++ = c == 'n' ? '\n' : c == 'r' ? '\r' : c;
+        } else {
+            *o++ = s[k];
+        }
+    }
+    *o = '\0';
+    *path = out;
     return 0;
 }

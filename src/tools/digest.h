@@ -26,5 +26,14 @@ void dsl_sha256_update(struct dsl_sha256 *c, const void *data, size_t n);
 int dsl_sha256_final(struct dsl_sha256 *c, unsigned char out[DSL_SHA256_LEN]);
 /** Hash the file at path into out; 0 or -errno with err ("cannot read 'p': ..."). */
 int dsl_sha256_file(const char *path, unsigned char out[DSL_SHA256_LEN], char *err);
+/**
+ * One line of sha256sum's output (from the other host, so anything): "<64 hex>  <path>"
+ * or "<64 hex> *<path>"; a path with a backslash or newline makes GNU sha256sum start
+ * the line with '\' and escape them ("\\", "\n", and "\r" in newer versions). line
+ * is len bytes, no newline. Returns 0 and fills hex (NUL-terminated) and *path
+ * (malloc'd, the caller frees it), or -1 for a line that is not a hash (an error
+ * message, say).
+ */
+int dsl_sha256_parse_sum_line(const char *line, size_t len, char hex[65], char **path);
 
 #endif

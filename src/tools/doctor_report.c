@@ -9,6 +9,7 @@
  * value, the NTP-style clock offset, dsbench's summary line) touch no I/O and are unit
  * tested in tests/tools/test_doctor.c.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,8 +173,8 @@ int dsl_doctor_parse_busbw(const char *line, double *gbps)
         return 0;
     char *end;
     double v = strtod(p + 2, &end);
-    if (end == p + 2 || !strstr(end, "GB/s"))
-        return 0;
+    if (end == p + 2 || !strstr(end, "GB/s") || !isfinite(v) || v < 0)
+        return 0; /* "inf", "nan" or a negative rate is no measurement */
     *gbps = v;
     return 1;
 }

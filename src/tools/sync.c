@@ -596,42 +596,6 @@ static void hash_batch_start(struct hash_batch *b, pthread_t *t, size_t *nt)
         (*nt)++;
 }
 
-/* One line of sha256sum's output: "<64 hex>  <path>" or "<64 hex> *<path>"; a path with
- * a backslash or newline makes GNU sha256sum start the line with '\' and escape them
- * ("\\", "\n", and "\r" in newer versions). Returns 0 and fills hex/path (path owned by
- * the caller), or -1 for a line that is not a hash (an error message, say). */
-static int parse_sum_line(const char *line, size_t len, char hex[65], char **path)
-{
-    int escaped = len > 0 && line[0] == '\\';
-    if (escaped) {
-        line++;
-        len--;
-    }
-    if (len < 67 || (line[64] != ' ') || (line[65] != ' ' && line[65] != '*'))
-        return -1;
-    for (int k = 0; k < 64; k++) {
-        char c = line[k];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-            return -1;
-        hex[k] = c;
-    }
-    hex[64] = '\0';
-    const char *s = line + 66;
-    size_t n = len - 66;
-    char *out = dsl_xmalloc(n + 1), *o = out;
-    for (size_t k = 0; k < n; k++) {
-        if (escaped && s[k] == '\\' && k + 1 < n) {
-            char c = s[++k];
-            *o++ = c == 'n' ? '\n' : c == 'r' ? '\r' : c;
-        } else {
-            *o++ = s[k];
-        }
-    }
-    *o = '\0';
-    *path = out;
-    return 0;
-}
-
 /* Hash the pending remote files with one sha256sum while the local side hashes them on
  * several threads; copy those that differ. Remote lines are matched to files by path,
  * not by position: a file sha256sum cannot read prints no line (its error goes to
@@ -699,7 +663,7 @@ static int flush_pending(struct sync_run *run, struct sync_host *h)
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
         char hex[65], *path;
-        if (parse_sum_line(p, len, hex, &path) == 0) {
+        if (dsl_sha256_parse_sum_line(p, len, hex, &path) == 0) {
             for (size_t i = 0; i < n; i++) {
                 if (!remote[i][0] && !strcmp(h->pending.v[i], path)) {
                     memcpy(remote[i], hex, sizeof(hex));

@@ -967,6 +967,31 @@ bad:
                       v ? "bad" : "missing", key);
 }
 
+int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, size_t n,
+                        char *err)
+{
+    const char *v = dsl_env_get(&c->meta, key), *p = v;
+    size_t got[DSL_CKPT_META_SIZES];
+    if (!v || n < 1 || n > DSL_CKPT_META_SIZES)
+        goto bad;
+    for (size_t i = 0; i < n; i++) { /* sscanf's %zu would be undefined past SIZE_MAX */
+        char *end;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+            goto bad; /* as the trainer writes them: no sign, space or leading zero */
+        errno = 0;
+        unsigned long long x = strtoull(p, &end, 10);
+        if (errno || x > SIZE_MAX || *end != (i + 1 < n ? ',' : '\0'))
+            goto bad;
+        got[i] = (size_t)x;
+        p = end + 1;
+    }
+    memcpy(out, got, n * sizeof(*out));
+    return 0;
+bad:
+    return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %s metadata '%s'", c->path,
+                      v ? "bad" : "missing", key);
+}
+
 int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err)
 {
     struct dsl_ckpt c;

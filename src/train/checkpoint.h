@@ -148,6 +148,13 @@ const float *dsl_ckpt_state(const struct dsl_ckpt *c, const char *name);
  *  with err when missing or not a number). */
 const char *dsl_ckpt_meta(const struct dsl_ckpt *c, const char *key);
 int dsl_ckpt_meta_u64(const struct dsl_ckpt *c, const char *key, uint64_t *out, char *err);
+/** A value of n (1..DSL_CKPT_META_SIZES) decimal sizes joined by ',' ("4,128,4,128,256",
+ *  the "gpt" key) into out[0..n), filled only on success; DSL_ECHECKPOINT with err when
+ *  missing, or anything but exactly that (no sign, space, suffix or leading zero; each
+ *  fits size_t). */
+#define DSL_CKPT_META_SIZES 8
+int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, size_t n,
+                        char *err);
 
 /** `dstrain consolidate`: one fp32 safetensors file with the parameters of the
  *  checkpoint (tag NULL: latest), one tensor per saved view, written atomically. */

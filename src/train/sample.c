@@ -109,10 +109,9 @@ static int run(const struct sample_args *a, char *err)
         dsl_ckpt_release(&c);
         return r;
     }
-    const char *g = dsl_ckpt_meta(&c, "gpt");
     struct dsl_model_spec sp = {.type = "gpt", .max_batch = 1};
-    if (!g || sscanf(g, "%zu,%zu,%zu,%zu,%zu", &sp.gpt.layers, &sp.gpt.dim, &sp.gpt.heads,
-                     &sp.gpt.context, &sp.out_dim) != 5) {
+    size_t g[5];
+    if (dsl_ckpt_meta_sizes(&c, "gpt", g, 5, NULL) < 0) {
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "checkpoint '%s' holds no GPT (no \"gpt\" metadata): sample needs a "
                        "checkpoint of dstrain.model.type \"gpt\"",
@@ -120,6 +119,11 @@ static int run(const struct sample_args *a, char *err)
         dsl_ckpt_release(&c);
         return r;
     }
+    sp.gpt.layers = g[0];
+    sp.gpt.dim = g[1];
+    sp.gpt.heads = g[2];
+    sp.gpt.context = g[3];
+    sp.out_dim = g[4];
     sp.in_dim = sp.gpt.context + 1;
     struct dsl_bpe bpe;
     int have_bpe = 0;

@@ -10,3 +10,5 @@ endif()
 dsl_unit_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS dslcomm)
 dsl_fuzz_target(fuzz_store_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_store_proto.c
                 LIBS dslcomm)
+# the tcp backend's peer hello: the first bytes anyone reaching a rank's mesh port sends
+dsl_fuzz_target(fuzz_tcp_hello SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tcp_hello.c LIBS dslcomm)

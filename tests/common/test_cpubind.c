@@ -100,6 +100,31 @@ TEST(cpubind_numa_should_read_every_node_cpulist)
     ASSERT_EQ(node_of[3], -1);
 }
 
+TEST(cpubind_numa_should_leave_out_cores_beyond_its_table)
+{
+    /* found by fuzz_parse: a cpulist naming core 20 wrote node_of[20] of a table of 16 */
+    char root[] = "/tmp/cpubind-test.XXXXXX";
+    ASSERT(mkdtemp(root) != NULL);
+    char node[600], path[700];
+    snprintf(node, sizeof(node), "%s/node1", root);
+    ASSERT_EQ(mkdir(node, 0755), 0);
+    snprintf(path, sizeof(path), "%s/cpulist", node);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs("3,15-20,4095\n", f);
+    fclose(f);
+    int *node_of = malloc(16 * sizeof(int)); /* exactly 16, so ASan sees a stray write */
+    ASSERT(node_of != NULL);
+    ASSERT_EQ(dsl_cpubind_numa(root, node_of, 16), 1);
+    ASSERT_EQ(node_of[3], 1);
+    ASSERT_EQ(node_of[15], 1);
+    ASSERT_EQ(node_of[14], -1);
+    free(node_of);
+    unlink(path);
+    rmdir(node);
+    rmdir(root);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -248,7 +248,14 @@ TEST(tasks_per_node_should_expand_repeats_and_refuse_malformed_lists)
         ASSERT_EQ(dsl_rankenv_tasks_nodes(bad[i], &n, err), -EINVAL);
         ASSERT_CONTAINS(err, "tasks-per-node list");
     }
-
+    /* every node's count in one pass, for exactly the list's node count */
+    int all[5] = {-1, -1, -1, -1, -1};
+    ASSERT_OK(dsl_rankenv_tasks_all("2(x3),1", all, 4, err));
+    ASSERT(all[0] == 2 && all[1] == 2 && all[2] == 2 && all[3] == 1 && all[4] == -1);
+    ASSERT_EQ(dsl_rankenv_tasks_all("2(x3),1", all, 3, err), -EINVAL);
+    ASSERT_CONTAINS(err, "has 4 nodes, not 3");
+    ASSERT_EQ(all[4], -1); /* never past the n it was given */
+    ASSERT_EQ(dsl_rankenv_tasks_all("2(x", all, 4, err), -EINVAL);
 }
 
 TEST(hostlist_should_split_at_commas_outside_brackets)

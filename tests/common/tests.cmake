@@ -14,3 +14,9 @@ dsl_fuzz_target(fuzz_slurmlist SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_slurmlist.
 dsl_unit_test(test_cpubind SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpubind.c LIBS dslcommon)
 # dslcommon: the exact limb sums of the gradient norm (fixedsum.h).
 dsl_unit_test(test_fixedsum SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fixedsum.c LIBS dslcommon)
+# dslcommon: a rank's progress file as the agent reads it (record or text).
+dsl_fuzz_target(fuzz_progress SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_progress.c LIBS dslcommon)
+# dslcommon: the checked number parsers and the core lists (--bind_core_list, sysfs).
+dsl_fuzz_target(fuzz_parse SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_parse.c LIBS dslcommon)
+# dslcommon: the rank environment of srun, mpirun and PMIx as dstrain adopts it.
+dsl_fuzz_target(fuzz_rankenv SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_rankenv.c LIBS dslcommon)

@@ -94,6 +94,10 @@ TEST(meminfo_should_give_mem_available_in_bytes)
     ASSERT(b == 24379112.0 * 1024);
     ASSERT_EQ(dsl_cause_meminfo_available("MemTotal: 1 kB\nMemFree: 1 kB\n", &b), -ENOENT);
     ASSERT_EQ(dsl_cause_meminfo_available("MemAvailable: x kB\n", &b), -ENOENT);
+    /* found by fuzz_procfs: a number past a double read as infinity bytes */
+    ASSERT_EQ(dsl_cause_meminfo_available("MemAvailable:   2e24799939999 kB\n", &b), -ENOENT);
+    ASSERT_EQ(dsl_cause_meminfo_available("MemAvailable: nan kB\n", &b), -ENOENT);
+    ASSERT_EQ(dsl_cause_meminfo_available("MemAvailable: inf kB\n", &b), -ENOENT);
 }
 
 TEST(kmsg_lines_should_name_the_oom_victim)
@@ -210,6 +214,25 @@ TEST(proc_stat_should_parse_names_with_spaces_and_parens)
     ASSERT_EQ(st.start, 55);
     ASSERT_EQ(dsl_contain_parse_stat("7 (z) Z 1 7", &st), -EINVAL); /* cut short */
     ASSERT_EQ(dsl_contain_parse_stat("garbage", &st), -EINVAL);
+}
+
+TEST(proc_stat_should_refuse_pids_that_do_not_fit)
+{
+    /* found by fuzz_procfs: 4294967295 passed as a pid and became -1, and kill(-1, sig)
+       signals every process the agent may signal */
+    struct dsl_procstat st;
+    ASSERT_EQ(dsl_contain_parse_stat("4294967295 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5",
+                                     &st), -EINVAL);
+    ASSERT_EQ(dsl_contain_parse_stat("2147483648 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5",
+                                     &st), -EINVAL);
+    ASSERT_EQ(dsl_contain_parse_stat("5 (x) S -1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5", &st),
+              -EINVAL); /* a parent of -1 */
+    ASSERT_EQ(dsl_contain_parse_stat("5 (x) S 1 4294967296 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5",
+                                     &st), -EINVAL); /* a group past pid_t */
+    ASSERT_OK(dsl_contain_parse_stat("2147483647 (x) S 0 0 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5",
+                                     &st));
+    ASSERT_EQ(st.pid, 2147483647);
+    ASSERT_EQ(st.ppid, 0);
 }
 
 TEST(descendants_should_follow_parent_links_in_any_order)

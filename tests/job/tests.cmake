@@ -12,3 +12,6 @@ dsl_unit_test(test_contain SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_contain.c LIBS
 # dsljob: hang verdicts (pure functions) and the progress/stack messages.
 dsl_unit_test(test_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_hang.c LIBS dsljob)
 dsl_unit_test(test_proto_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto_hang.c LIBS dsljob)
+# dsljob: the kernel texts the agent reads (/proc/PID/stat, meminfo, kernel log lines,
+# mountinfo with /proc/self/cgroup).
+dsl_fuzz_target(fuzz_procfs SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_procfs.c LIBS dsljob)

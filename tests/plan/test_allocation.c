@@ -189,6 +189,42 @@ TEST(allocation_should_refuse_a_gpu_total_it_cannot_split_between_nodes)
     unsetenv("SLURM_GPUS");
 }
 
+TEST(allocation_should_read_the_largest_lists_in_one_pass_each)
+{
+    /* found by fuzz_allocation as a timeout: each node's task count walked the whole
+       tasks-per-node list, and each name was compared with every earlier one, so
+       65536 nodes took about 12 s (32768 with "1,1,...,1": 19 s), and over a minute
+       under ASan */
+    struct dsl_hostfile hf;
+    char desc[160] = "", err[DSL_ERR_LEN];
+    size_t n = 32768;
+    char *tpn = malloc(2 * n);
+    ASSERT(tpn != NULL);
+    for (size_t i = 0; i < n; i++) {
+        tpn[2 * i] = i == n - 1 ? '3' : i % 2 ? '2' : '1';
+        tpn[2 * i + 1] = i == n - 1 ? '\0' : ',';
+    }
+    dsl_hostfile_init(&hf);
+    alloc_env("14", "n[00000-32767]", tpn);
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), 1);
+    ASSERT_EQ(hf.nr, n);
+    ASSERT_STR_EQ(hf.hosts[0].name, "n00000");
+    ASSERT_STR_EQ(hf.hosts[n - 1].name, "n32767");
+    for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(hf.hosts[i].slots, i == n - 1 ? 3 : i % 2 ? 2 : 1);
+    ASSERT_STR_EQ(desc, "Slurm job 14: n[00000-32767], 49153 slots");
+    dsl_hostfile_release(&hf);
+    free(tpn);
+    /* the first name that repeats an earlier one is named, also in a list of 65536 and
+       in another case ('N00002' is 'n00002') */
+    dsl_hostfile_init(&hf);
+    alloc_env("15", "n[00000-65533],N00002,n00001", "1(x65536)");
+    ASSERT_EQ(dsl_allocation_load(&hf, -1, desc, sizeof(desc), err), DSL_EHOSTFILE);
+    ASSERT_CONTAINS(err, "names 'N00002' twice");
+    ASSERT_EQ(hf.nr, 0);
+    dsl_hostfile_release(&hf);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -13,3 +13,8 @@ dsl_unit_test(test_allocation SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_allocation.
 dsl_unit_test(test_srun SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_srun.c LIBS dslplan)
 # dslplan: no-ssh mode's settings (options, PET_*, JOB_COMPLETION_INDEX, the secret).
 dsl_unit_test(test_nossh SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nossh.c LIBS dslplan)
+# dslplan: dslaunch's whole command line (parse only), no-ssh mode's settings from it and
+# the environment, the --launcher_args splitter.
+dsl_fuzz_target(fuzz_options SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_options.c LIBS dslplan)
+# dslplan: a Slurm allocation's environment as the job's hosts.
+dsl_fuzz_target(fuzz_allocation SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_allocation.c LIBS dslplan)

@@ -35,6 +35,10 @@ endif()
 # input (in memory); its fuzz target's seeds are replayed as a unit test
 dsl_unit_test(test_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_seal.c LIBS dslremote)
 dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dslremote)
+# what reaches the launcher's end of a connect-back connection unproven: the agents' key
+# lines in pdsh's/mpirun's output, a connection's first bytes, a socket before the
+# handshake (cbstream.c)
+dsl_fuzz_target(fuzz_cbstream SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_cbstream.c LIBS dslremote)
 # the quoting of --emit jobset: every string reads back byte for byte
 dsl_fuzz_target(fuzz_yamlquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_yamlquote.c LIBS dslremote)
 # dslremote: the slurm agent's index and environment.

@@ -68,6 +68,10 @@ TEST(busbw_line_should_parse_only_dsbench_summary)
     ASSERT_EQ(dsl_doctor_parse_busbw("       1048576  float  2199.6  0.477  0.477  0", &g), 0);
     ASSERT_EQ(dsl_doctor_parse_busbw("# avg busbw (sizes >= 1 MiB): n/a", &g), 0);
     ASSERT_EQ(dsl_doctor_parse_busbw("avg busbw (x): 3 GB/s", &g), 0);
+    /* found by fuzz_tooltext: these came back as a bandwidth of inf, nan and -1 GB/s */
+    ASSERT_EQ(dsl_doctor_parse_busbw("# avg busbw (x): 1e999 GB/s", &g), 0);
+    ASSERT_EQ(dsl_doctor_parse_busbw("# avg busbw (x): nan GB/s", &g), 0);
+    ASSERT_EQ(dsl_doctor_parse_busbw("# avg busbw (x): -1 GB/s", &g), 0);
 }
 
 TEST(report_should_count_failures_and_print_remedies_under_their_rows)

@@ -9,3 +9,6 @@ if(DSL_WITH_SSH) # ssh-setup's local side and sync (with its sha256) need libssh
   dsl_unit_test(test_sshlocal SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sshlocal.c LIBS dsltools)
   dsl_unit_test(test_sha256 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sha256.c LIBS dsltools)
 endif()
+# dsltools: the texts the tools read from other hosts and programs (authorized_keys,
+# known_hosts, ssh config, dsbench's output, sha256sum's output)
+dsl_fuzz_target(fuzz_tooltext SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tooltext.c LIBS dsltools)

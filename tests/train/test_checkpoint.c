@@ -996,6 +996,37 @@ TEST(safetensors_reader_should_validate_every_header_rule)
     dsl_st_release(&f);
 }
 
+TEST(checkpoint_meta_sizes_should_take_exactly_n_plain_numbers)
+{
+    /* dstrain sample read the "gpt" key with sscanf("%zu,..."), undefined past SIZE_MAX
+       and lenient with signs, spaces and trailing text */
+    struct dsl_ckpt c;
+    char err[DSL_ERR_LEN];
+    size_t v[5] = {0};
+    memset(&c, 0, sizeof(c));
+    c.path = (char *)"ck/global_step1";
+    dsl_strvec_init(&c.meta);
+    dsl_strvec_push(&c.meta, "gpt=4,128,4,128,256");
+    ASSERT_OK(dsl_ckpt_meta_sizes(&c, "gpt", v, 5, err));
+    ASSERT(v[0] == 4 && v[1] == 128 && v[2] == 4 && v[3] == 128 && v[4] == 256);
+    static const char *const bad[] = {"gpt=4,128,4,128", "gpt=4,128,4,128,256,1",
+                                      "gpt=4,128,4,128,256x", "gpt= 4,128,4,128,256",
+                                      "gpt=-4,128,4,128,256", "gpt=4,,4,128,256",
+                                      "gpt=4,128,4,128,99999999999999999999", "gpt=",
+                                      "gpt=04,128,4,128,256"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        dsl_strvec_clear(&c.meta);
+        dsl_strvec_push(&c.meta, bad[i]);
+        size_t w[5] = {7, 7, 7, 7, 7};
+        ASSERT_EQ(dsl_ckpt_meta_sizes(&c, "gpt", w, 5, err), DSL_ECHECKPOINT);
+        ASSERT_CONTAINS(err, "bad metadata 'gpt'");
+        ASSERT(w[0] == 7 && w[4] == 7); /* filled only on success */
+    }
+    ASSERT_EQ(dsl_ckpt_meta_sizes(&c, "nope", v, 5, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "missing metadata 'nope'");
+    dsl_strvec_release(&c.meta);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -36,3 +36,7 @@ target_compile_definitions(fuzz_bpe_encode PRIVATE
   DSL_GPT2_DIR="${PROJECT_SOURCE_DIR}/tests/data/gpt2")
 dsl_fuzz_target(fuzz_bpe_files SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_bpe_files.c
                 LIBS dsltrain)
+# dstrain's command line (parse only): flags as config overrides, then the settings
+dsl_fuzz_target(fuzz_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_settings.c LIBS dsltrain)
+# a whole checkpoint directory as the resume reads it (latest, model file, shards)
+dsl_fuzz_target(fuzz_ckpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_ckpt.c LIBS dsltrain)

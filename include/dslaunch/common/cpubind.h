@@ -25,7 +25,8 @@ int dsl_cpubind_parse(const char *list, int *out, size_t cap, char *err);
 /**
  * The NUMA node of each core (node_of[c], -1 when unknown) from sysfs root
  * ("/sys/devices/system/node" or a test's copy): the cpulist file of every nodeN.
- * Returns the number of NUMA nodes found (0: none, every core then -1).
+ * Cores from cap on are left out. Returns the number of NUMA nodes found (0: none,
+ * every core then -1).
  */
 int dsl_cpubind_numa(const char *root, int *node_of, size_t cap);
 

@@ -37,6 +37,12 @@ int dsl_rankenv_adopt(const char **source, char *err);
  * with *tasks set, or -EINVAL with err naming the list (malformed, or fewer nodes).
  */
 int dsl_rankenv_tasks_on_node(const char *list, int node, int *tasks, char *err);
+/**
+ * Every node's task count of such a list in one pass (dsl_rankenv_tasks_on_node walks
+ * the whole list for one node): tasks[0..n) for a list of exactly n nodes. Returns 0,
+ * or -EINVAL with err naming the list (malformed, or another node count).
+ */
+int dsl_rankenv_tasks_all(const char *list, int *tasks, int n, char *err);
 
 /**
  * The number of nodes such a list describes ("2(x3),1": 4), in *nodes; 0 or -EINVAL.

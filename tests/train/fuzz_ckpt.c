@@ -1,0 +1,122 @@
+/*
+ * libFuzzer target: a whole checkpoint directory as dstrain's resume reads it
+ * (dsl_ckpt_load with the tag of `latest`). The input is cut at every "\n--8<--\n" into
+ * the files of <dir>: `latest`, then global_step1/mp_rank_00_model_states.safetensors,
+ * then global_step1/zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors for r = 0, 1,
+ * ...(at most 4); a file the input stops before is missing. Files without checksums
+ * load (as older versions wrote them), so the fuzzer reaches the checks across files:
+ * the tag, the metadata every file must share, the world size, the shards' coverage.
+ * A load either fails with a message or gives a checkpoint that agrees with itself:
+ * its views tile its parameters (dsl_ckpt_check_params with its own views), every
+ * state vector is there. The metadata the trainer reads back when it resumes goes
+ * through its readers too: the step and global batch (dsl_ckpt_meta_u64), dstrain
+ * sample's GPT sizes (dsl_ckpt_meta_sizes: what parses prints back the same) and the loss
+ * scaler's state (dsl_lossscale_restore), which, when it reads, formats and reads back
+ * to the same state. Nothing leaks, whatever fails where.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/lossscale.h"
+#include "train/checkpoint.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+#define CUT "\n--8<--\n"
+#define NFILES 6 /* latest, the model file, 4 shards */
+
+static char dir[64], tagdir[96], files[NFILES][200];
+
+static void remove_all(void)
+{
+    for (int i = 0; i < NFILES; i++)
+        unlink(files[i]);
+    rmdir(tagdir);
+    rmdir(dir);
+}
+
+static void setup(void)
+{
+    snprintf(dir, sizeof(dir), "/tmp/dsl_fuzz_ckpt.XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    snprintf(tagdir, sizeof(tagdir), "%s/global_step1", dir);
+    if (mkdir(tagdir, 0700) != 0)
+        abort();
+    snprintf(files[0], sizeof(files[0]), "%s/latest", dir);
+    snprintf(files[1], sizeof(files[1]), "%s/" DSL_CKPT_MODEL_FILE, tagdir);
+    for (int r = 0; r < NFILES - 2; r++)
+        snprintf(files[2 + r], sizeof(files[2 + r]),
+                 "%s/zero_pp_rank_%d_mp_rank_00_optim_states.safetensors", tagdir, r);
+    atexit(remove_all);
+}
+
+/* what the trainer reads from a loaded checkpoint's metadata when it resumes */
+static void resume_meta(const struct dsl_ckpt *c)
+{
+    char err[DSL_ERR_LEN] = "", buf[256];
+    uint64_t u;
+    if (dsl_ckpt_meta_u64(c, "step", &u, err) < 0 && !err[0])
+        abort();
+    (void)dsl_ckpt_meta_u64(c, "global_batch", &u, NULL);
+    size_t gpt[5];
+    if (dsl_ckpt_meta_sizes(c, "gpt", gpt, 5, NULL) == 0) { /* dstrain sample's model */
+        int n = snprintf(buf, sizeof(buf), "%zu,%zu,%zu,%zu,%zu", gpt[0], gpt[1], gpt[2],
+                         gpt[3], gpt[4]);
+        if (n < 0 || (size_t)n >= sizeof(buf) || strcmp(buf, dsl_ckpt_meta(c, "gpt")) != 0)
+            abort(); /* what parses is exactly its numbers, written as the trainer does */
+    }
+    const char *v = dsl_ckpt_meta(c, "lossscale");
+    struct dsl_lossscale a, b;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    if (!v || dsl_lossscale_restore(&a, v, err) < 0)
+        return;
+    if (dsl_lossscale_format(&a, buf, sizeof(buf)) >= (int)sizeof(buf) ||
+        dsl_lossscale_restore(&b, buf, err) < 0 || a.cur_scale != b.cur_scale ||
+        a.cur_iter != b.cur_iter || a.last_overflow_iter != b.last_overflow_iter ||
+        a.cur_hysteresis != b.cur_hysteresis || a.skipped != b.skipped)
+        abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!dir[0])
+        setup();
+    const uint8_t *p = data, *end = data + size;
+    for (int i = 0; i < NFILES; i++) {
+        unlink(files[i]);
+        if (!p)
+            continue;
+        const uint8_t *cut = memmem(p, (size_t)(end - p), CUT, sizeof(CUT) - 1);
+        size_t n = cut ? (size_t)(cut - p) : (size_t)(end - p);
+        FILE *f = fopen(files[i], "wb");
+        if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0)
+            abort();
+        p = cut ? cut + sizeof(CUT) - 1 : NULL;
+    }
+    struct dsl_ckpt c;
+    char err[DSL_ERR_LEN] = "";
+    int r = dsl_ckpt_load(&c, dir, NULL, err);
+    if (r < 0 && !err[0])
+        abort();
+    if (r == 0) {
+        if (!c.params || !c.tag || c.saved_world < 1 || c.nstate > DSL_CKPT_MAX_STATE)
+            abort();
+        if (dsl_ckpt_check_params(&c, c.views, c.nviews, c.numel, err) != 0)
+            abort();
+        for (size_t i = 0; i < c.nstate; i++)
+            if (!c.state_names[i] || !c.state[i])
+                abort();
+        resume_meta(&c);
+    }
+    dsl_ckpt_release(&c);
+    return 0;
+}
