@@ -1013,7 +1013,19 @@ int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path,
     }
     dsl_strvec_init(&m);
     dsl_env_set(&m, "format", "pt");
-    r = dsl_st_write(out_path, t, c.nviews, &m, err);
+    /* out_path's missing directories are made once the checkpoint has loaded (as
+     * DeepSpeed's zero_to_fp32 makes its output directory), so a bad checkpoint leaves
+     * none behind */
+    const char *slash = strrchr(out_path, '/');
+    if (slash && slash != out_path) {
+        char *parent = dsl_xstrndup(out_path, (size_t)(slash - out_path));
+        if ((r = dsl_dir_make_all(parent)) < 0)
+            dsl_seterr(err, r, "cannot make the directory '%s' for '%s': %s", parent,
+                       out_path, strerror(-r));
+        free(parent);
+    }
+    if (r >= 0)
+        r = dsl_st_write(out_path, t, c.nviews, &m, err);
     dsl_strvec_release(&m);
     free(t);
     dsl_ckpt_release(&c);

@@ -157,7 +157,8 @@ int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, 
                         char *err);
 
 /** `dstrain consolidate`: one fp32 safetensors file with the parameters of the
- *  checkpoint (tag NULL: latest), one tensor per saved view, written atomically. */
+ *  checkpoint (tag NULL: latest), one tensor per saved view, written atomically; the
+ *  missing directories of out_path are made after the checkpoint has loaded. */
 int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err);
 
 #endif

@@ -151,9 +151,10 @@ static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, ch
     char *pva = dsl_xasprintf("%s/%s_val.bin", dir, name);
     if ((r = dsl_tokens_write(ptr, tr, ntr, err)) >= 0 &&
         (r = dsl_tokens_write(pva, va, nva, err)) >= 0)
-        printf("dstrain: %zu bytes of %zu file%s: wrote '%s' (%zu tokens) and '%s' (%zu "
-               "tokens), %s\n",
-               n, files, files == 1 ? "" : "s", ptr, ntr, pva, nva, vocab);
+        printf("dstrain: %zu bytes of %zu file%s: wrote '%s' (%zu token%s) and '%s' (%zu "
+               "token%s), %s\n",
+               n, files, files == 1 ? "" : "s", ptr, ntr, ntr == 1 ? "" : "s", pva, nva,
+               nva == 1 ? "" : "s", vocab);
     free(ptr);
     free(pva);
     free(tr);

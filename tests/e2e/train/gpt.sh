@@ -163,9 +163,10 @@ resume)
     train_ok 1 one --steps 12 --eval-interval 12 --checkpoint-dir "$TMP/ck" \
         --resume global_step6 --save-params "$TMP/p.one"
     cmp -s "$TMP/p.full" "$TMP/p.one" || fail "world-2 checkpoint resumed at world 1 differs"
-    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/model.safetensors" >/dev/null ||
+    # --out's directories are made, as tokenize's are
+    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/hf/gpt2/model.safetensors" >/dev/null ||
         fail "consolidate failed"
-    python3 - "$TMP/model.safetensors" <<'PY' || fail "tensor names or shapes"
+    python3 - "$TMP/hf/gpt2/model.safetensors" <<'PY' || fail "tensor names or shapes"
 import json, struct, sys
 b = open(sys.argv[1], "rb").read()
 h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
