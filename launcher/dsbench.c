@@ -307,9 +307,10 @@ int main(int argc, char **argv)
     if (opened < 0) {
         fprintf(stderr, "dsbench: error: %s\n", err);
         free(o.backend);
-        /* a bad setting (DSLAUNCH_COMM_TIMEOUT, a DSL_COMM_* knob, the backend) is a
-           usage error, 2, as in dstrain; a failure to meet the other ranks is 1 */
-        return opened == DSL_EUSAGE ? 2 : 1;
+        /* a bad setting (DSLAUNCH_COMM_TIMEOUT, a DSL_COMM_* knob, the backend, or a
+           backend this build lacks) is a usage error, 2, as in dstrain; a failure to
+           meet the other ranks is 1 */
+        return opened == DSL_EUSAGE || opened == DSL_ENOTSUP ? 2 : 1;
     }
     b.rank = dsl_comm_rank(b.c);
     b.world = dsl_comm_size(b.c);

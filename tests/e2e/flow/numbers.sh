@@ -81,6 +81,13 @@ expect_success "dsbench: --help shows the step factor's range; a factor or DSLAU
     run_capture rc out err env DSLAUNCH_COMM_TIMEOUT=0 "$BENCH" -b 1K -e 1K
     assert_eq "$rc" 2 "exit code of dsbench with DSLAUNCH_COMM_TIMEOUT=0"
     assert_grep "bad DSLAUNCH_COMM_TIMEOUT: allowed a duration over 0 and up to 604800 seconds, got .0.$" err
+    # a backend this build lacks is a usage error as well (a build with CUDA runs it,
+    # or fails to start it without a GPU)
+    run_capture rc out err env RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 \
+        "$BENCH" --backend nccl -b 1K -e 1K
+    if grep -q "not built in" err; then
+        assert_eq "$rc" 2 "exit code of dsbench --backend nccl without CUDA"
+    fi
 '
 
 expect_success "--include and --exclude with an empty value are errors, not every host" '
