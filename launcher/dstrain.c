@@ -97,6 +97,24 @@ static int blas_threads(const struct dsl_train_settings *s)
     return n < 1 ? 1 : n;
 }
 
+/* more compute threads on this node than CPUs: they take turns on the cores, and a
+ * step waits for the slowest (once per node, by local rank 0) */
+static void warn_oversubscribed(int threads)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE), *lr = getenv(DSL_ENV_LOCAL_RANK);
+    int local = 1;
+    if (lr && *lr && strcmp(lr, "0"))
+        return;
+    if (e && dsl_parse_int(e, 1, 1 << 20, &local) < 0)
+        local = 1;
+    if (cores > 0 && (long)threads * local > cores)
+        dsl_warn("%d compute thread%s per rank x %d local rank%s on %ld CPU%s: the threads "
+                 "take turns on the cores; --threads 0 (or no OMP_NUM_THREADS) takes a fair "
+                 "share", threads, threads == 1 ? "" : "s", local, local == 1 ? "" : "s",
+                 cores, cores == 1 ? "" : "s");
+}
+
 static int train(struct dsl_train_settings *s)
 {
     char err[DSL_ERR_LEN] = "";
@@ -161,6 +179,8 @@ static int train(struct dsl_train_settings *s)
                  dsl_blas_core());
     if (rank == 0 && blas_note && !gpu)
         printf("dstrain: note: %s\n", blas_note);
+    if (!gpu)
+        warn_oversubscribed(threads);
     if (rank == 0)
         printf("dstrain: %s on %zu samples (test %zu), backend %s, %s, deterministic %s, "
                "optimizer %s lr %g\n",

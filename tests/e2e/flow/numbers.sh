@@ -169,4 +169,22 @@ expect_success "dstrain: an idx file whose header claims more than it holds is r
     assert_grep "fm/train-labels-idx1-ubyte.gz.: the idx header claims 2147483647 bytes of data, the file holds 4$" err
 '
 
+expect_success "dstrain: more compute threads than CPUs is run, with a warning that names the counts" '
+    n=$(getconf _NPROCESSORS_ONLN)
+    run_capture rc out err env RANK=0 WORLD_SIZE=1 "$DSTRAIN" --data synthetic \
+        --synthetic-train 64 --synthetic-test 64 --micro-batch 64 --steps 1 --threads $((n + 1))
+    assert_eq "$rc" 0
+    assert_grep "warning: $((n + 1)) compute threads per rank x 1 local rank on $n CPUs\?: the threads take turns" err
+    # one rank of two on this node with a fair share: no warning; the other local ranks
+    # never print it (local rank 0 speaks for the node)
+    run_capture rc out err env RANK=0 WORLD_SIZE=1 LOCAL_WORLD_SIZE=2 "$DSTRAIN" \
+        --data synthetic --synthetic-train 64 --synthetic-test 64 --micro-batch 64 --steps 1
+    assert_eq "$rc" 0
+    assert_not_grep "take turns" err
+    run_capture rc out err env RANK=0 WORLD_SIZE=1 LOCAL_RANK=1 "$DSTRAIN" --data synthetic \
+        --synthetic-train 64 --synthetic-test 64 --micro-batch 64 --steps 1 --threads $((n + 1))
+    assert_eq "$rc" 0
+    assert_not_grep "take turns" err
+'
+
 done_testing
