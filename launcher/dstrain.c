@@ -146,7 +146,7 @@ static int train(struct dsl_train_settings *s)
     if ((r = dsl_data_load(&tr, &te, &s->data, err)) < 0)
         goto out;
     dsl_train_settings_bind(s, tr.n, s->to.micro_batch * s->to.grad_accum * (size_t)world);
-    if (tr.tokens) /* a language model's losses are per token: per byte for text */
+    if (tr.runs) /* a language model's losses are per token: per byte for text */
         s->ro.token_unit = tr.byte_level ? "byte" : "token";
     s->model.in_dim = tr.dim;
     s->model.out_dim = tr.nclasses;

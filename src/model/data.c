@@ -324,7 +324,7 @@ void dsl_dataset_release(struct dsl_dataset *d)
 {
     free(d->x);
     free(d->y);
-    free(d->tokens);
+    dsl_token_runs_release(d->runs, d->nruns);
     memset(d, 0, sizeof(*d));
 }
 
@@ -332,10 +332,8 @@ void dsl_dataset_gather(const struct dsl_dataset *d, const size_t *idx, size_t k
                         int32_t *y)
 {
     for (size_t i = 0; i < k; i++) {
-        if (d->tokens) { /* a window of token data */
-            const uint16_t *t = d->tokens + idx[i] * d->stride;
-            for (size_t j = 0; j < d->dim; j++)
-                x[i * d->dim + j] = (float)t[j];
+        if (d->runs) { /* a window of token data */
+            dsl_tokens_window(d, idx[i] * d->stride, d->dim, x + i * d->dim);
             y[i] = 0;
             continue;
         }

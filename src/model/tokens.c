@@ -17,6 +17,15 @@
  * training split is read lazily by dsl_dataset_gather (stride 1 would otherwise hold
  * context + 1 floats per token), the validation split, which the trainer's evaluation
  * reads as rows, is materialised with stride = context (every token predicted once).
+ *
+ * Memory. A split is a list of runs (data.h). The "tokens" dataset maps each shard
+ * read-only from its file (on a little-endian machine, where the file's uint16 are
+ * the machine's), so the training shards cost page cache, shared by every rank of the
+ * node and given back under pressure, not a copy per rank: llm.c's fineweb10B shards
+ * (20 GB) need no 20 GB per rank. The vocabulary check reads every token once at load.
+ * A shard must not be truncated in place while a run maps it (SIGBUS); tokenize
+ * replaces its output by renaming, which leaves a mapped file whole. Text is read
+ * into one run of ours.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -24,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -305,19 +315,71 @@ fail:
 
 /* ---- datasets of windows ------------------------------------------------------------ */
 
-/* the split [0, n) of tok as a lazy dataset of windows (takes tok); what names the
-   split and ends where the count follows, hint says what to change if it is too short */
-static int lazy_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
-                      size_t stride, size_t vocab, const char *what, const char *hint,
-                      char *err)
+void dsl_token_runs_release(struct dsl_token_run *runs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (runs[i].map)
+            munmap(runs[i].map, runs[i].maplen);
+        else
+            free((void *)runs[i].tok);
+    }
+    free(runs);
+}
+
+void dsl_tokens_window(const struct dsl_dataset *d, size_t first, size_t n, float *out)
+{
+    size_t lo = 0, hi = d->nruns; /* the run that holds first: the last start <= first */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (d->runs[mid].start <= first)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    for (size_t k = lo; n && k < d->nruns; k++) {
+        const struct dsl_token_run *r = &d->runs[k];
+        size_t off = first - r->start, m = r->n - off < n ? r->n - off : n;
+        for (size_t j = 0; j < m; j++)
+            out[j] = (float)r->tok[off + j];
+        out += m;
+        first += m;
+        n -= m;
+    }
+}
+
+/* append n tokens at tok (owned: map, or malloc'd) to a split's runs; an empty run
+   is released at once, so starts rise strictly */
+static void add_run(struct dsl_token_run **runs, size_t *nruns, size_t *total,
+                    const struct dsl_token_run *r)
+{
+    if (!r->n) {
+        struct dsl_token_run *one = dsl_xmalloc(sizeof(*one));
+        *one = *r;
+        dsl_token_runs_release(one, 1);
+        return;
+    }
+    *runs = dsl_xreallocarray(*runs, *nruns + 1, sizeof(**runs));
+    (*runs)[*nruns] = *r;
+    (*runs)[*nruns].start = *total;
+    (*nruns)++;
+    *total += r->n;
+}
+
+/* the split's runs (n tokens in all) as a lazy dataset of windows (takes the runs);
+   what names the split and ends where the count follows, hint says what to change if
+   it is too short */
+static int lazy_split(struct dsl_dataset *d, struct dsl_token_run *runs, size_t nruns,
+                      size_t n, size_t win, size_t stride, size_t vocab, const char *what,
+                      const char *hint, char *err)
 {
     if (n < win) {
-        free(tok);
+        dsl_token_runs_release(runs, nruns);
         return dsl_seterr(err, DSL_EDATA,
                           "%s%zu tokens, fewer than one window of context + 1 = %zu: %s", what,
                           n, win, hint);
     }
-    d->tokens = tok;
+    d->runs = runs;
+    d->nruns = nruns;
     d->ntokens = n;
     d->stride = stride;
     d->dim = win;
@@ -327,10 +389,11 @@ static int lazy_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win
 }
 
 /* the same, materialised as rows of floats (the trainer's evaluation reads d->x) */
-static int dense_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t win,
-                       size_t vocab, const char *what, const char *hint, char *err)
+static int dense_split(struct dsl_dataset *d, struct dsl_token_run *runs, size_t nruns,
+                       size_t n, size_t win, size_t vocab, const char *what, const char *hint,
+                       char *err)
 {
-    int r = lazy_split(d, tok, n, win, win - 1, vocab, what, hint, err);
+    int r = lazy_split(d, runs, nruns, n, win, win - 1, vocab, what, hint, err);
     if (r < 0)
         return r;
     d->x = malloc(d->n * win * sizeof(float));
@@ -338,30 +401,43 @@ static int dense_split(struct dsl_dataset *d, uint16_t *tok, size_t n, size_t wi
     if (!d->x || !d->y)
         return dsl_seterr(err, -ENOMEM, "%s: cannot allocate %zu windows", what, d->n);
     for (size_t i = 0; i < d->n; i++)
-        for (size_t j = 0; j < win; j++)
-            d->x[i * win + j] = (float)d->tokens[i * d->stride + j];
-    free(d->tokens);
-    d->tokens = NULL;
+        dsl_tokens_window(d, i * d->stride, win, d->x + i * win);
+    dsl_token_runs_release(d->runs, d->nruns);
+    d->runs = NULL;
+    d->nruns = 0;
     d->ntokens = 0;
     return 0;
 }
 
-static int check_vocab(const uint16_t *t, size_t n, size_t vocab, const char *what, char *err)
+/* every token of the runs below vocab; else DSL_EDATA with the first one outside it
+   (its position in the split) and the largest id */
+static int check_vocab(const struct dsl_token_run *runs, size_t nruns, size_t vocab,
+                       const char *what, char *err)
 {
-    size_t first = n, top = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t[i] >= vocab) {
-            first = first < n ? first : i;
-            top = t[i] > top ? t[i] : top;
-        }
-    if (first == n)
+    size_t first = SIZE_MAX, top = 0;
+    uint16_t bad = 0;
+    for (size_t k = 0; k < nruns; k++) {
+        const uint16_t *t = runs[k].tok;
+        uint16_t hi = 0;
+        for (size_t i = 0; i < runs[k].n; i++) /* a max the compiler vectorises */
+            hi = t[i] > hi ? t[i] : hi;
+        if (hi < vocab)
+            continue;
+        top = hi > top ? hi : top;
+        for (size_t i = 0; first == SIZE_MAX && i < runs[k].n; i++)
+            if (t[i] >= vocab) {
+                first = runs[k].start + i;
+                bad = t[i];
+            }
+    }
+    if (first == SIZE_MAX)
         return 0;
     return dsl_seterr(err, DSL_EDATA,
                       "%s: token %u at position %zu is outside the vocabulary of %zu: the "
                       "largest id is %zu, so the model needs a vocabulary of at least %zu "
                       "(GPT-2 BPE shards: 50257; set \"dstrain\": {\"model\": "
                       "{\"vocab\": N}})",
-                      what, t[first], first, vocab, top, top + 1);
+                      what, bad, first, vocab, top, top + 1);
 }
 
 int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
@@ -400,16 +476,20 @@ int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
     snprintf(what, sizeof(what), "text data '%s' (%zu file%s): the training split (the first "
              "%g of %zu bytes) has ", path, nfiles, nfiles == 1 ? "" : "s",
              1.0 - o->val_fraction, n);
-    if ((r = lazy_split(train, tr, split, win, stride, o->vocab, what,
+    struct dsl_token_run *rtr = NULL, *rte = NULL;
+    size_t ktr = 0, kte = 0, ntr = 0, nte = 0;
+    add_run(&rtr, &ktr, &ntr, &(struct dsl_token_run){.tok = tr, .n = split});
+    add_run(&rte, &kte, &nte, &(struct dsl_token_run){.tok = te, .n = n - split});
+    if ((r = lazy_split(train, rtr, ktr, ntr, win, stride, o->vocab, what,
                         "lower 'dstrain.model.context', lower 'dstrain.data.val_fraction' or "
                         "give more text", err)) < 0) {
-        free(te);
+        dsl_token_runs_release(rte, kte);
         return r;
     }
     snprintf(what, sizeof(what), "text data '%s' (%zu file%s): the validation split (the last "
              "%g of %zu bytes) has ", path, nfiles, nfiles == 1 ? "" : "s", o->val_fraction,
              n);
-    if ((r = dense_split(test, te, n - split, win, o->vocab, what, hint, err)) < 0)
+    if ((r = dense_split(test, rte, kte, nte, win, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = 1;
     return 0;
@@ -452,9 +532,50 @@ const char *dsl_tokens_split_of(const char *name, int *ambiguous)
     return NULL;
 }
 
-/* every shard of dir whose name holds which ("train", "val"), concatenated */
-static int read_shards(const char *dir, const char *which, uint16_t **out, size_t *n,
-                       size_t *nfiles, char *err)
+/* the shard at path as a run: mapped read-only where the file's little-endian uint16
+   are this machine's, else read and converted (dsl_tokens_read) */
+static int map_shard(const char *path, struct dsl_token_run *run, char *err)
+{
+    memset(run, 0, sizeof(*run));
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    size_t fsize;
+    int fd = dsl_file_open_regular(path, &fsize, err);
+    if (fd < 0)
+        return fd;
+    uint8_t hdr[DSL_TOKENS_HEADER];
+    uint64_t n = 0;
+    size_t have = fsize < sizeof(hdr) ? fsize : sizeof(hdr);
+    int r = read_full(fd, hdr, have);
+    if (r < 0) {
+        close(fd);
+        return dsl_seterr(err, r, "token shard '%s': cannot read the header", path);
+    }
+    if ((r = dsl_tokens_check_header(hdr, have, fsize, path, &n, err)) < 0 || !n) {
+        close(fd);
+        return r;
+    }
+    void *m = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd);
+    if (m == MAP_FAILED)
+        return dsl_seterr(err, -e, "token shard '%s': cannot map its %zu bytes: %s", path,
+                          fsize, strerror(e));
+    run->tok = (const uint16_t *)((const uint8_t *)m + DSL_TOKENS_HEADER);
+    run->n = n;
+    run->map = m;
+    run->maplen = fsize;
+    return 0;
+#else
+    uint16_t *t;
+    int r = dsl_tokens_read(path, &t, &run->n, err);
+    run->tok = t;
+    return r;
+#endif
+}
+
+/* every shard of dir whose name holds which ("train", "val"), in name order, as runs */
+static int read_shards(const char *dir, const char *which, struct dsl_token_run **out,
+                       size_t *nruns, size_t *n, size_t *nfiles, char *err)
 {
     char **names = NULL;
     size_t k = 0;
@@ -500,30 +621,21 @@ static int read_shards(const char *dir, const char *which, uint16_t **out, size_
                           "tokenize, or llm.c's dev/data scripts)",
                           dir, which);
     }
-    uint16_t *all = NULL;
-    size_t total = 0;
+    struct dsl_token_run *runs = NULL;
+    size_t total = 0, kr = 0;
     for (size_t i = 0; i < k; i++) {
-        uint16_t *t;
-        size_t m;
-        if ((r = dsl_tokens_read(names[i], &t, &m, err)) < 0)
+        struct dsl_token_run run;
+        if ((r = map_shard(names[i], &run, err)) < 0)
             break;
-        uint16_t *na = realloc(all, (total + m + 1) * 2);
-        if (!na) {
-            free(t);
-            r = dsl_seterr(err, -ENOMEM, "token data: cannot allocate %zu tokens", total + m);
-            break;
-        }
-        all = na;
-        memcpy(all + total, t, m * 2);
-        total += m;
-        free(t);
+        add_run(&runs, &kr, &total, &run);
     }
     free_names(names, k);
     if (r < 0) {
-        free(all);
+        dsl_token_runs_release(runs, kr);
         return r;
     }
-    *out = all;
+    *out = runs;
+    *nruns = kr;
     *n = total;
     *nfiles = k;
     return 0;
@@ -535,30 +647,30 @@ int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
     if (!o->path || !*o->path)
         return dsl_seterr(err, DSL_ECONFIG, "dataset 'tokens' needs \"dstrain\": {\"data\": "
                           "{\"path\": DIR}}, a directory of *train*.bin and *val*.bin shards");
-    uint16_t *tr = NULL, *te = NULL;
-    size_t ntr, nte, ftr, fte;
+    struct dsl_token_run *tr = NULL, *te = NULL;
+    size_t ktr = 0, kte = 0, ntr, nte, ftr, fte;
     char what[DSL_ERR_LEN / 2];
     const char *hint = "lower 'dstrain.model.context' or give more tokens";
-    int r = read_shards(o->path, "train", &tr, &ntr, &ftr, err);
+    int r = read_shards(o->path, "train", &tr, &ktr, &ntr, &ftr, err);
     if (r < 0)
         return r;
-    if ((r = read_shards(o->path, "val", &te, &nte, &fte, err)) < 0 ||
-        (r = check_vocab(tr, ntr, o->vocab, "training shards", err)) < 0 ||
-        (r = check_vocab(te, nte, o->vocab, "validation shards", err)) < 0) {
-        free(tr);
-        free(te);
+    if ((r = read_shards(o->path, "val", &te, &kte, &nte, &fte, err)) < 0 ||
+        (r = check_vocab(tr, ktr, o->vocab, "training shards", err)) < 0 ||
+        (r = check_vocab(te, kte, o->vocab, "validation shards", err)) < 0) {
+        dsl_token_runs_release(tr, ktr);
+        dsl_token_runs_release(te, kte);
         return r;
     }
     size_t win = o->context + 1, stride = o->stride ? o->stride : o->context;
     snprintf(what, sizeof(what), "training shards of '%s' (%zu file%s): ", o->path, ftr,
              ftr == 1 ? "" : "s");
-    if ((r = lazy_split(train, tr, ntr, win, stride, o->vocab, what, hint, err)) < 0) {
-        free(te);
+    if ((r = lazy_split(train, tr, ktr, ntr, win, stride, o->vocab, what, hint, err)) < 0) {
+        dsl_token_runs_release(te, kte);
         return r;
     }
     snprintf(what, sizeof(what), "validation shards of '%s' (%zu file%s): ", o->path, fte,
              fte == 1 ? "" : "s");
-    if ((r = dense_split(test, te, nte, win, o->vocab, what, hint, err)) < 0)
+    if ((r = dense_split(test, te, kte, nte, win, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = o->vocab == 256;
     return 0;

@@ -238,6 +238,61 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     clean();
 }
 
+/* three training shards (one empty) read as one split: windows across a shard's end
+   give the concatenation's tokens, the empty shard is no run, and on a little-endian
+   machine the runs are the files' own pages, not copies */
+TEST(token_shards_should_be_one_split_with_windows_across_shard_ends)
+{
+    make_dir();
+    char p[128], err[DSL_ERR_LEN];
+    uint16_t all[23];
+    for (int i = 0; i < 23; i++)
+        all[i] = (uint16_t)(3 * i + 1);
+    snprintf(p, sizeof(p), "%s/s_train_000001.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, all, 9, err));
+    snprintf(p, sizeof(p), "%s/s_train_000002.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, all, 0, err));
+    snprintf(p, sizeof(p), "%s/s_train_000003.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, all + 9, 5, err));
+    snprintf(p, sizeof(p), "%s/s_train_000004.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, all + 14, 9, err));
+    snprintf(p, sizeof(p), "%s/s_val_000000.bin", dir);
+    ASSERT_OK(dsl_tokens_write(p, all + 3, 12, err));
+    struct dsl_dataset tr, te;
+    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 6, .stride = 1,
+                              .vocab = 70};
+    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
+    ASSERT_EQ(tr.nruns, 3);
+    ASSERT_EQ(tr.ntokens, 23);
+    ASSERT_EQ(tr.n, 23 - 7 + 1);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (size_t k = 0; k < tr.nruns; k++)
+        ASSERT(tr.runs[k].map != NULL);
+#endif
+    size_t idx[17];
+    for (size_t i = 0; i < tr.n; i++)
+        idx[i] = tr.n - 1 - i;
+    float x[17 * 7];
+    int32_t y[17];
+    dsl_dataset_gather(&tr, idx, tr.n, x, y);
+    for (size_t i = 0; i < tr.n; i++)
+        for (size_t j = 0; j < 7; j++)
+            ASSERT_EQ((int)x[i * 7 + j], (int)all[idx[i] + j]);
+    /* validation: windows of 7 at stride 6 over its 12 tokens, materialised */
+    ASSERT(te.runs == NULL && te.x != NULL);
+    ASSERT_EQ(te.n, 1);
+    for (size_t j = 0; j < 7; j++)
+        ASSERT_EQ((int)te.x[j], (int)all[3 + j]);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+    /* an id beyond the vocabulary in the third shard is named at its place in the split */
+    o.vocab = 60;
+    ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
+    ASSERT_CONTAINS(err, "training shards: token 61 at position 20 is outside the vocabulary "
+                         "of 60: the largest id is 67");
+    clean();
+}
+
 TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
 {
     /* "interval" holds "val": interval_train.bin is a training shard, not a validation

@@ -29,15 +29,26 @@
 #define DSL_TOKENS_MAGIC 20240520u
 #define DSL_TOKENS_HEADER 1024
 
+/* a run of a split's token ids: an llm.c shard mapped read-only from its file (map
+ * set: munmap(map, maplen) releases it), or an array of ours (map NULL: free(tok));
+ * the split's tokens [start, start + n) */
+struct dsl_token_run {
+    const uint16_t *tok;
+    size_t start, n;
+    void *map;
+    size_t maplen;
+};
+
 struct dsl_dataset {
     size_t n, dim, nclasses;
     float *x;   /* n x dim, owned; NULL for a lazy token dataset (below) */
     int32_t *y; /* n, owned; NULL as x */
     /* token data ("text", "tokens"; the GPT): a lazy dataset has x and y NULL, and
-     * sample i is tokens [i*stride, i*stride + dim) as floats (labels 0); the
-     * validation split is materialised into x (zero labels), tokens NULL */
-    uint16_t *tokens; /* ntokens, owned */
-    size_t ntokens, stride;
+     * sample i is tokens [i*stride, i*stride + dim) as floats (labels 0), read from
+     * its runs (nruns, owned, none empty, in order); the validation split is
+     * materialised into x (zero labels), runs NULL */
+    struct dsl_token_run *runs;
+    size_t nruns, ntokens, stride;
     int byte_level;   /* a token is a byte (text data): losses per token are per byte */
 };
 
@@ -63,6 +74,12 @@ struct dsl_data_opts {
 int dsl_data_load(struct dsl_dataset *train, struct dsl_dataset *test,
                   const struct dsl_data_opts *o, char *err);
 void dsl_dataset_release(struct dsl_dataset *d);
+
+/** Tokens [first, first + n) of d's runs as floats into out (tokens.c); the range
+ *  lies within the split. */
+void dsl_tokens_window(const struct dsl_dataset *d, size_t first, size_t n, float *out);
+/** Release n runs and the array that holds them. */
+void dsl_token_runs_release(struct dsl_token_run *runs, size_t n);
 
 /** Text (tokens.c): path a file, or a directory whose regular files (no symbolic
  *  links, no fortune ".dat" indexes) are read in name order; *out (malloc'd, the
