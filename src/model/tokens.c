@@ -14,9 +14,9 @@
  * token (vocabulary 256).
  *
  * Windows: sample i of a split is tokens [i*stride, i*stride + context + 1); the
- * training split is read lazily by dsl_dataset_gather (stride 1 would otherwise hold
- * context + 1 floats per token), the validation split, which the trainer's evaluation
- * reads as rows, is materialised with stride = context (every token predicted once).
+ * splits are read lazily by dsl_dataset_gather (stride 1 would otherwise hold context
+ * + 1 floats per token); the validation split's stride is context, so its windows
+ * share one token each and predict every token but the last (n - 1) mod context once.
  *
  * Memory. A split is a list of runs (data.h). The "tokens" dataset maps each shard
  * read-only from its file (on a little-endian machine, where the file's uint16 are
@@ -388,27 +388,6 @@ static int lazy_split(struct dsl_dataset *d, struct dsl_token_run *runs, size_t 
     return 0;
 }
 
-/* the same, materialised as rows of floats (the trainer's evaluation reads d->x) */
-static int dense_split(struct dsl_dataset *d, struct dsl_token_run *runs, size_t nruns,
-                       size_t n, size_t win, size_t vocab, const char *what, const char *hint,
-                       char *err)
-{
-    int r = lazy_split(d, runs, nruns, n, win, win - 1, vocab, what, hint, err);
-    if (r < 0)
-        return r;
-    d->x = malloc(d->n * win * sizeof(float));
-    d->y = calloc(d->n, sizeof(int32_t));
-    if (!d->x || !d->y)
-        return dsl_seterr(err, -ENOMEM, "%s: cannot allocate %zu windows", what, d->n);
-    for (size_t i = 0; i < d->n; i++)
-        dsl_tokens_window(d, i * d->stride, win, d->x + i * win);
-    dsl_token_runs_release(d->runs, d->nruns);
-    d->runs = NULL;
-    d->nruns = 0;
-    d->ntokens = 0;
-    return 0;
-}
-
 /* every token of the runs below vocab; else DSL_EDATA with the first one outside it
    (its position in the split) and the largest id */
 static int check_vocab(const struct dsl_token_run *runs, size_t nruns, size_t vocab,
@@ -489,7 +468,7 @@ int dsl_data_load_text(struct dsl_dataset *train, struct dsl_dataset *test,
     snprintf(what, sizeof(what), "text data '%s' (%zu file%s): the validation split (the last "
              "%g of %zu bytes) has ", path, nfiles, nfiles == 1 ? "" : "s", o->val_fraction,
              n);
-    if ((r = dense_split(test, rte, kte, nte, win, o->vocab, what, hint, err)) < 0)
+    if ((r = lazy_split(test, rte, kte, nte, win, win - 1, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = 1;
     return 0;
@@ -670,7 +649,7 @@ int dsl_data_load_tokens(struct dsl_dataset *train, struct dsl_dataset *test,
     }
     snprintf(what, sizeof(what), "validation shards of '%s' (%zu file%s): ", o->path, fte,
              fte == 1 ? "" : "s");
-    if ((r = dense_split(test, te, kte, nte, win, o->vocab, what, hint, err)) < 0)
+    if ((r = lazy_split(test, te, kte, nte, win, win - 1, o->vocab, what, hint, err)) < 0)
         return r;
     train->byte_level = test->byte_level = o->vocab == 256;
     return 0;

@@ -922,20 +922,46 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
     if (r0 < 0)
         return r0;
     dsl_shard_of(d->n, t->rank, t->world, &off, &len);
+    /* a lazy split (token data read from its runs, data.h) is gathered a chunk at a
+     * time into scratch; the chunks are the same as over rows, so are the bits */
+    float *xs = NULL;
+    int32_t *ys = NULL;
+    size_t *ix = NULL;
+    if (!d->x && len) {
+        xs = malloc(bs * d->dim * sizeof(float));
+        if (!xs)
+            return dsl_seterr(err, -ENOMEM, "evaluation: cannot allocate %zu windows of %zu",
+                              bs, d->dim);
+        ys = dsl_xcalloc(bs, sizeof(int32_t));
+        ix = dsl_xmalloc(bs * sizeof(size_t));
+    }
     double correct = 0.0, lsum = 0.0;
+    int r = 0;
     for (size_t i = 0; i < len; i += bs) {
         size_t n = len - i < bs ? len - i : bs;
+        const float *x = d->x ? d->x + (off + i) * d->dim : xs;
+        const int32_t *y = d->x ? d->y + off + i : ys;
+        if (!d->x) {
+            for (size_t j = 0; j < n; j++)
+                ix[j] = off + i + j;
+            dsl_dataset_gather(d, ix, n, xs, ys);
+        }
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
-        int r = m->ops->evaluate(m, (const float *)t->params, d->x + (off + i) * d->dim,
-                                 d->y + off + i, n, &st);
-        if (r < 0)
-            return dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
+        if ((r = m->ops->evaluate(m, (const float *)t->params, x, y, n, &st)) < 0) {
+            dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
+            break;
+        }
         correct += (double)st.correct;
         lsum += st.loss_sum;
         dsl_progress_beat(dsl_progress_self(NULL)); /* a long evaluation is progress too */
     }
+    free(xs);
+    free(ys);
+    free(ix);
+    if (r < 0)
+        return r;
     float v[2] = {(float)correct, (float)lsum};
-    int r = dsl_trainer_allreduce_host(t, v, 2, DSL_FLOAT32, DSL_SUM);
+    r = dsl_trainer_allreduce_host(t, v, 2, DSL_FLOAT32, DSL_SUM);
     if (r < 0)
         return comm_fail(t, r, "evaluation reduction", err);
     *acc = (double)v[0] / (double)d->n;

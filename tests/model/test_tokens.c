@@ -189,7 +189,10 @@ TEST(text_dataset_should_cut_training_and_validation_windows)
     dsl_dataset_gather(&tr, idx, 2, x, y);
     ASSERT_EQ((int)x[0], 'a' + 6);
     ASSERT_EQ((int)x[9], 'a');
-    ASSERT_EQ((int)te.x[9], 'a' + (80 + 8) % 26); /* validation window 1 starts at 88 */
+    size_t one = 1;
+    dsl_dataset_gather(&te, &one, 1, x, y);
+    ASSERT(te.x == NULL && te.runs != NULL);
+    ASSERT_EQ((int)x[0], 'a' + (80 + 8) % 26); /* validation window 1 starts at 88 */
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     o.context = 30; /* longer than the validation split */
@@ -278,11 +281,13 @@ TEST(token_shards_should_be_one_split_with_windows_across_shard_ends)
     for (size_t i = 0; i < tr.n; i++)
         for (size_t j = 0; j < 7; j++)
             ASSERT_EQ((int)x[i * 7 + j], (int)all[idx[i] + j]);
-    /* validation: windows of 7 at stride 6 over its 12 tokens, materialised */
-    ASSERT(te.runs == NULL && te.x != NULL);
+    /* validation: windows of 7 at stride 6 over its 12 tokens, from its mapped run too */
+    ASSERT(te.x == NULL && te.nruns == 1);
     ASSERT_EQ(te.n, 1);
+    size_t zero = 0;
+    dsl_dataset_gather(&te, &zero, 1, x, y);
     for (size_t j = 0; j < 7; j++)
-        ASSERT_EQ((int)te.x[j], (int)all[3 + j]);
+        ASSERT_EQ((int)x[j], (int)all[3 + j]);
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     /* an id beyond the vocabulary in the third shard is named at its place in the split */

@@ -45,8 +45,8 @@ struct dsl_dataset {
     int32_t *y; /* n, owned; NULL as x */
     /* token data ("text", "tokens"; the GPT): a lazy dataset has x and y NULL, and
      * sample i is tokens [i*stride, i*stride + dim) as floats (labels 0), read from
-     * its runs (nruns, owned, none empty, in order); the validation split is
-     * materialised into x (zero labels), runs NULL */
+     * its runs (nruns, owned, none empty, in order); the validation split too, with
+     * stride = context */
     struct dsl_token_run *runs;
     size_t nruns, ntokens, stride;
     int byte_level;   /* a token is a byte (text data): losses per token are per byte */
