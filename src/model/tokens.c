@@ -111,25 +111,36 @@ static int read_full(int fd, void *buf, size_t n)
     return 0;
 }
 
-int dsl_tokens_read(const char *path, uint16_t **out, size_t *count, char *err)
+/* open the shard at path and check its header against its size: the descriptor
+   (positioned after the header), *fsize and the token count *n; or a negative code */
+static int open_shard(const char *path, size_t *fsize, uint64_t *n, char *err)
 {
-    size_t fsize;
-    *out = NULL;
-    int fd = dsl_file_open_regular(path, &fsize, err);
+    int fd = dsl_file_open_regular(path, fsize, err);
     if (fd < 0)
         return fd;
     uint8_t hdr[DSL_TOKENS_HEADER];
-    uint64_t n = 0;
-    size_t have = fsize < sizeof(hdr) ? fsize : sizeof(hdr);
+    size_t have = *fsize < sizeof(hdr) ? *fsize : sizeof(hdr);
     int r = read_full(fd, hdr, have);
+    if (r < 0)
+        r = dsl_seterr(err, r, "token shard '%s': cannot read the header", path);
+    else
+        r = dsl_tokens_check_header(hdr, have, *fsize, path, n, err);
     if (r < 0) {
-        close(fd);
-        return dsl_seterr(err, r, "token shard '%s': cannot read the header", path);
-    }
-    if ((r = dsl_tokens_check_header(hdr, have, fsize, path, &n, err)) < 0) {
         close(fd);
         return r;
     }
+    return fd;
+}
+
+int dsl_tokens_read(const char *path, uint16_t **out, size_t *count, char *err)
+{
+    size_t fsize;
+    uint64_t n = 0;
+    int r;
+    *out = NULL;
+    int fd = open_shard(path, &fsize, &n, err);
+    if (fd < 0)
+        return fd;
     uint16_t *t = malloc(n ? n * 2 : 1);
     uint8_t *raw = (uint8_t *)t;
     if (!t) {
@@ -518,20 +529,13 @@ static int map_shard(const char *path, struct dsl_token_run *run, char *err)
     memset(run, 0, sizeof(*run));
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     size_t fsize;
-    int fd = dsl_file_open_regular(path, &fsize, err);
+    uint64_t n = 0;
+    int fd = open_shard(path, &fsize, &n, err);
     if (fd < 0)
         return fd;
-    uint8_t hdr[DSL_TOKENS_HEADER];
-    uint64_t n = 0;
-    size_t have = fsize < sizeof(hdr) ? fsize : sizeof(hdr);
-    int r = read_full(fd, hdr, have);
-    if (r < 0) {
+    if (!n) {
         close(fd);
-        return dsl_seterr(err, r, "token shard '%s': cannot read the header", path);
-    }
-    if ((r = dsl_tokens_check_header(hdr, have, fsize, path, &n, err)) < 0 || !n) {
-        close(fd);
-        return r;
+        return 0;
     }
     void *m = mmap(NULL, fsize, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;

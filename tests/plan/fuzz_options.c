@@ -26,35 +26,9 @@
 #include "dslaunch/plan/launcherargs.h"
 #include "dslaunch/plan/nossh.h"
 #include "dslaunch/plan/options.h"
+#include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char dir[64];
-static int here = -1, there = -1; /* the cwd libFuzzer was started in, the empty one */
-
-static void remove_dir(void)
-{
-    rmdir(dir);
-}
-
-static void enter_empty_dir(void)
-{
-    if (there < 0) {
-        snprintf(dir, sizeof(dir), "/tmp/dsl_fuzz_options.XXXXXX");
-        if (!mkdtemp(dir) || (there = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-            (here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-            abort();
-        atexit(remove_dir);
-    }
-    if (fchdir(there) != 0)
-        abort();
-}
-
-static void leave_empty_dir(void)
-{
-    if (fchdir(here) != 0)
-        abort();
-}
 
 static int in_argv(const char *w, int argc, char **argv)
 {
@@ -80,9 +54,9 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
     struct dsl_nossh ns;
     char err[DSL_ERR_LEN] = "";
     dsl_nossh_init(&ns);
-    enter_empty_dir();
+    fuzz_enter_empty_dir("options");
     int r = dsl_nossh_resolve(&ns, o, env, err);
-    leave_empty_dir();
+    fuzz_leave_empty_dir();
     if (r < 0 && !err[0])
         abort();
     if (r == 0 && ns.on) {
@@ -109,28 +83,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (memchr(data, '/', size))
         return 0;
-    char *buf = dsl_xmalloc(size + 1);
-    memcpy(buf, data, size);
-    buf[size] = '\0';
-    size_t nwords = 1;
-    for (size_t i = 0; i < size; i++)
-        nwords += data[i] == '\0';
+    char **words;
+    size_t nwords;
+    char *buf = fuzz_words(data, size, &words, &nwords);
     char **argv = dsl_xcalloc(nwords + 2, sizeof(char *));
     char **env = dsl_xcalloc(nwords + 1, sizeof(char *));
     int argc = 0, nenv = 0;
     argv[argc++] = (char *)"dslaunch";
-    for (char *w = buf; w <= buf + size; w += strlen(w) + 1) {
-        if (w[0] == '@')
-            env[nenv++] = w + 1;
+    for (size_t i = 1; i <= nwords; i++) {
+        if (words[i][0] == '@')
+            env[nenv++] = words[i] + 1;
         else
-            argv[argc++] = w;
+            argv[argc++] = words[i];
     }
+    free(words);
     struct dsl_launch_opts o;
     char err[DSL_ERR_LEN] = "";
     dsl_launch_opts_init(&o);
-    enter_empty_dir();
+    fuzz_enter_empty_dir("options");
     int r = dsl_launch_opts_parse(&o, argc, argv, err);
-    leave_empty_dir();
+    fuzz_leave_empty_dir();
     if (r < 0 && !err[0])
         abort(); /* every refusal names its reason */
     if (r == 0 && o.mode != DSL_MODE_HELP && o.mode != DSL_MODE_VERSION &&

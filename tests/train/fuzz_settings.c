@@ -19,51 +19,24 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/train/trainer_settings.h"
+#include "fuzz_argv.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char dir[64];
-static int here = -1, there = -1;
-
-static void remove_dir(void)
-{
-    rmdir(dir);
-}
-
-static void enter_empty_dir(void)
-{
-    if (there < 0) {
-        snprintf(dir, sizeof(dir), "/tmp/dsl_fuzz_settings.XXXXXX");
-        if (!mkdtemp(dir) || (there = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
-            (here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
-            abort();
-        atexit(remove_dir);
-    }
-    if (fchdir(there) != 0)
-        abort();
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (memchr(data, '/', size))
         return 0;
-    char *buf = dsl_xmalloc(size + 1);
-    memcpy(buf, data, size);
-    buf[size] = '\0';
-    size_t nwords = 1;
-    for (size_t i = 0; i < size; i++)
-        nwords += data[i] == '\0';
-    char **argv = dsl_xcalloc(nwords + 2, sizeof(char *));
-    int argc = 0;
-    argv[argc++] = (char *)"dstrain";
-    for (char *w = buf; w <= buf + size; w += strlen(w) + 1)
-        argv[argc++] = w;
+    char **argv;
+    size_t nwords;
+    char *buf = fuzz_words(data, size, &argv, &nwords);
+    int argc = (int)nwords + 1;
+    argv[0] = (char *)"dstrain";
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
-    enter_empty_dir();
+    fuzz_enter_empty_dir("settings");
     int r = dsl_train_settings_parse(&s, argc, argv, err);
-    if (fchdir(here) != 0)
-        abort();
+    fuzz_leave_empty_dir();
     if (r < 0 && !err[0])
         abort();
     if (r == 0) {
