@@ -95,48 +95,6 @@ static int gpu_slots(size_t nodes, int num_gpus, int *gpus, const char **src, ch
     return 0;
 }
 
-/* Host names ordered as the hostfile compares them: ASCII case ignored. */
-static int name_cmp(const char *x, const char *y)
-{
-    for (;; x++, y++) {
-        int cx = *x >= 'A' && *x <= 'Z' ? *x - 'A' + 'a' : (unsigned char)*x;
-        int cy = *y >= 'A' && *y <= 'Z' ? *y - 'A' + 'a' : (unsigned char)*y;
-        if (cx != cy)
-            return cx < cy ? -1 : 1;
-        if (!cx)
-            return 0;
-    }
-}
-
-struct named {
-    const char *name;
-    size_t at;
-};
-
-static int by_name_then_place(const void *pa, const void *pb)
-{
-    const struct named *a = pa, *b = pb;
-    int c = name_cmp(a->name, b->name);
-    return c ? c : a->at < b->at ? -1 : a->at > b->at;
-}
-
-/* The first place in names that repeats an earlier name, or names->nr if none: what
- * a walk with dsl_hostfile_find would find, in n log n instead of n * n (a node list
- * expands to up to 65536 names) */
-static size_t first_repeat(const struct dsl_strvec *names)
-{
-    size_t first = names->nr;
-    struct named *s = dsl_xmalloc((names->nr ? names->nr : 1) * sizeof(*s));
-    for (size_t i = 0; i < names->nr; i++)
-        s[i] = (struct named){names->v[i], i};
-    qsort(s, names->nr, sizeof(*s), by_name_then_place);
-    for (size_t i = 1; i < names->nr; i++) /* a name's second place is its first repeat */
-        if (s[i].at < first && !name_cmp(s[i].name, s[i - 1].name))
-            first = s[i].at;
-    free(s);
-    return first;
-}
-
 int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_t desclen,
                         char *err)
 {
@@ -196,7 +154,7 @@ int dsl_allocation_load(struct dsl_hostfile *hf, int num_gpus, char *desc, size_
     tasks = dsl_xmalloc(hosts.nr * sizeof(*tasks));
     if (dsl_rankenv_tasks_all(tpn, tasks, nodes, e) < 0)
         DSL_BUG("tasks-per-node list changed between two reads");
-    size_t twice = first_repeat(&hosts);
+    size_t twice = dsl_host_names_first_repeat(hosts.v, hosts.nr);
     for (size_t i = 0; i < hosts.nr; i++) {
         int slots = tasks[i];
         if (!dsl_host_name_valid(hosts.v[i])) {

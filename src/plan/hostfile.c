@@ -67,13 +67,48 @@ static uint64_t name_hash(const char *s)
     return h;
 }
 
+/* the slot of name in a table of cap slots (a power of two) holding index + 1 of the
+   names get(arg, index): the one that holds it, or the empty one where it would go */
+static size_t name_probe(const size_t *slot, size_t cap, const char *name,
+                         const char *(*get)(const void *, size_t), const void *arg)
+{
+    size_t i = (size_t)name_hash(name) & (cap - 1);
+    while (slot[i] && !name_eq(get(arg, slot[i] - 1), name))
+        i = (i + 1) & (cap - 1);
+    return i;
+}
+
+static const char *host_name(const void *hf, size_t k)
+{
+    return ((const struct dsl_hostfile *)hf)->hosts[k].name;
+}
+
 static size_t name_set_find(const struct name_set *ns, const struct dsl_hostfile *hf,
                             const char *name)
 {
-    size_t i = (size_t)name_hash(name) & (ns->cap - 1);
-    while (ns->slot[i] && !name_eq(hf->hosts[ns->slot[i] - 1].name, name))
-        i = (i + 1) & (ns->cap - 1);
-    return i;
+    return name_probe(ns->slot, ns->cap, name, host_name, hf);
+}
+
+static const char *vec_name(const void *names, size_t k)
+{
+    return ((char *const *)names)[k];
+}
+
+size_t dsl_host_names_first_repeat(char *const *names, size_t n)
+{
+    size_t cap = 64, first = n;
+    while (cap < 2 * n)
+        cap *= 2;
+    size_t *slot = dsl_xcalloc(cap, sizeof(*slot));
+    for (size_t k = 0; k < n && first == n; k++) {
+        size_t i = name_probe(slot, cap, names[k], vec_name, names);
+        if (slot[i])
+            first = k;
+        else
+            slot[i] = k + 1;
+    }
+    free(slot);
+    return first;
 }
 
 static void name_set_grow(struct name_set *ns, const struct dsl_hostfile *hf)

@@ -54,6 +54,12 @@ void dsl_hostfile_add(struct dsl_hostfile *hf, const char *name, int slots);
  * whose spelling is the one to use in messages. The pointer is owned by hf.
  */
 const struct dsl_host *dsl_hostfile_find(const struct dsl_hostfile *hf, const char *name);
+/**
+ * The index of the first of names[0..n) that repeats an earlier one, compared as
+ * dsl_hostfile_find compares them (ASCII case ignored), or n when all differ. Linear
+ * time: a Slurm node list expands to up to 65536 names.
+ */
+size_t dsl_host_names_first_repeat(char *const *names, size_t n);
 void dsl_hostfile_release(struct dsl_hostfile *hf);
 
 /**
