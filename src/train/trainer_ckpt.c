@@ -317,15 +317,11 @@ static int check_shared_dir(struct dsl_trainer *t, const char *dir, char *err)
 }
 
 /* "2 layers, dim 32, 4 heads, context 40, vocab 256" from the "gpt" metadata's
-   "layers,dim,heads,context,vocab" (as it is when it does not parse) */
-static void gpt_shape(const char *g, char *out, size_t len)
+   layers, dim, heads, context, vocab */
+static void gpt_shape(const size_t g[5], char *out, size_t len)
 {
-    size_t l, d, h, c, v;
-    if (sscanf(g, "%zu,%zu,%zu,%zu,%zu", &l, &d, &h, &c, &v) == 5)
-        snprintf(out, len, "%zu layers, dim %zu, %zu heads, context %zu, vocab %zu", l, d, h,
-                 c, v);
-    else
-        snprintf(out, len, "shape '%s'", g);
+    snprintf(out, len, "%zu layers, dim %zu, %zu heads, context %zu, vocab %zu", g[0], g[1],
+             g[2], g[3], g[4]);
 }
 
 /* the checkpoint holds the model being resumed: a GPT's shape is in its metadata, and
@@ -335,25 +331,29 @@ static int check_model(const struct dsl_train_settings *s, const struct dsl_trai
 {
     const char *g = dsl_ckpt_meta(c, "gpt");
     int gpt = s->model.type && !strcmp(s->model.type, "gpt");
-    char have[128], want[128], mine[96];
+    size_t saved[5], mine[5] = {s->model.gpt.layers, s->model.gpt.dim, s->model.gpt.heads,
+                                s->model.gpt.context, t->model->out_dim};
+    char have[128], want[128];
     if (!g && !gpt)
         return 0;
-    if (g)
-        gpt_shape(g, have, sizeof(have));
+    /* the metadata as written: the numbers, or as it is when it does not parse */
+    int parsed = g && dsl_ckpt_meta_sizes(c, "gpt", saved, 5, NULL) == 0;
+    if (parsed)
+        gpt_shape(saved, have, sizeof(have));
+    else if (g)
+        snprintf(have, sizeof(have), "shape '%s'", g);
     if (!gpt)
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "checkpoint '%s' holds a GPT of %s; the model is an MLP: resume "
                           "with 'dstrain.model.type' \"gpt\" and the checkpoint's shape",
                           c->path, have);
-    snprintf(mine, sizeof(mine), "%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
-             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context, t->model->out_dim);
     gpt_shape(mine, want, sizeof(want));
     if (!g)
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "checkpoint '%s' holds no GPT (no \"gpt\" metadata: an MLP's "
                           "parameters); the model is a GPT of %s",
                           c->path, want);
-    if (strcmp(g, mine))
+    if (!parsed || memcmp(saved, mine, sizeof(mine)))
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "checkpoint '%s' holds a GPT of %s; the model is one of %s: resume "
                           "with the checkpoint's shape ('dstrain.model')",
