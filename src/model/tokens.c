@@ -326,14 +326,19 @@ fail:
 
 /* ---- datasets of windows ------------------------------------------------------------ */
 
+/* the tokens of one run: its file's mapping, or our array */
+static void run_release(const struct dsl_token_run *r)
+{
+    if (r->map)
+        munmap(r->map, r->maplen);
+    else
+        free((void *)r->tok);
+}
+
 void dsl_token_runs_release(struct dsl_token_run *runs, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        if (runs[i].map)
-            munmap(runs[i].map, runs[i].maplen);
-        else
-            free((void *)runs[i].tok);
-    }
+    for (size_t i = 0; i < n; i++)
+        run_release(&runs[i]);
     free(runs);
 }
 
@@ -364,9 +369,7 @@ static void add_run(struct dsl_token_run **runs, size_t *nruns, size_t *total,
                     const struct dsl_token_run *r)
 {
     if (!r->n) {
-        struct dsl_token_run *one = dsl_xmalloc(sizeof(*one));
-        *one = *r;
-        dsl_token_runs_release(one, 1);
+        run_release(r);
         return;
     }
     *runs = dsl_xreallocarray(*runs, *nruns + 1, sizeof(**runs));
