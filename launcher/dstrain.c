@@ -79,6 +79,14 @@ static int usage(FILE *f)
     return f == stdout ? 0 : 2;
 }
 
+/* the ranks on this node (LOCAL_WORLD_SIZE; 1 when unset or not a count) */
+static int local_ranks(void)
+{
+    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
+    int n;
+    return e && dsl_parse_int(e, 1, 1 << 20, &n) == 0 ? n : 1;
+}
+
 /* OMP_NUM_THREADS if set, else the cores shared fairly among the local ranks */
 static int blas_threads(const struct dsl_train_settings *s)
 {
@@ -89,11 +97,7 @@ static int blas_threads(const struct dsl_train_settings *s)
     if (e && dsl_parse_int(e, 1, 4096, &n) == 0)
         return n;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = 1;
-    e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
-    if (e && dsl_parse_int(e, 1, 1 << 20, &n) == 0)
-        local = n;
-    n = (int)(cores > 0 ? cores : 1) / local;
+    n = (int)(cores > 0 ? cores : 1) / local_ranks();
     return n < 1 ? 1 : n;
 }
 
@@ -102,12 +106,10 @@ static int blas_threads(const struct dsl_train_settings *s)
 static void warn_oversubscribed(int threads)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE), *lr = getenv(DSL_ENV_LOCAL_RANK);
-    int local = 1;
+    const char *lr = getenv(DSL_ENV_LOCAL_RANK);
+    int local = local_ranks();
     if (lr && *lr && strcmp(lr, "0"))
         return;
-    if (e && dsl_parse_int(e, 1, 1 << 20, &local) < 0)
-        local = 1;
     if (cores > 0 && (long)threads * local > cores)
         dsl_warn("%d compute thread%s per rank x %d local rank%s on %ld CPU%s: the threads "
                  "take turns on the cores; --threads 0 (or no OMP_NUM_THREADS) takes a fair "
