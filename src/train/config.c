@@ -865,7 +865,7 @@ void dsl_train_config_init(struct dsl_train_config *cfg)
     ds->gpt_heads = 4;
     ds->gpt_context = 128;
     ds->gpt_vocab = 256;
-    ds->val_fraction = 0.1;
+    ds->val_fraction = DSL_CFG_VAL_FRACTION;
     ds->synthetic_train = 60000;
     ds->synthetic_test = 10000;
     ds->synthetic_features = 784;

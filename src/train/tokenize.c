@@ -57,7 +57,7 @@ static const struct dsl_opt_parser tokenize_parser = {
 
 static int run(const struct tokenize_args *a, const struct dsl_strvec *paths, char *err)
 {
-    double frac = 0.1;
+    double frac = DSL_CFG_VAL_FRACTION;
     if (a->val && (dsl_parse_double(a->val, &frac) < 0 || !(frac > 0.0 && frac < 1.0)))
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--val_fraction' must be a number above 0 and below 1, got '%s'",

@@ -342,7 +342,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     const char *ds = c->dstrain.dataset;
     /* (the default's value is no request: configs/gpt_fortunes.json with --data tokens) */
     if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_VAL_FRACTION) && ds &&
-        !strcmp(ds, "tokens") && c->dstrain.val_fraction != 0.1)
+        !strcmp(ds, "tokens") && c->dstrain.val_fraction != DSL_CFG_VAL_FRACTION)
         dsl_warn("'dstrain.data.val_fraction' splits dataset \"text\": token shards are split "
                  "by their names (*train*.bin, *val*.bin), so it is unused");
     if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)

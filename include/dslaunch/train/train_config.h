@@ -94,7 +94,8 @@ struct dsl_dstrain_config {
                                     /usr/share/games/fortunes) */
     size_t data_stride;          /* data.stride: tokens between training windows; 0
                                     (default): the context */
-    double val_fraction;         /* data.val_fraction (text): default 0.1 */
+    double val_fraction;         /* data.val_fraction (text): default
+                                    DSL_CFG_VAL_FRACTION */
     size_t synthetic_train;      /* data.synthetic.train_samples; default 60000 */
     size_t synthetic_test;       /* data.synthetic.test_samples; default 10000 */
     size_t synthetic_features;   /* data.synthetic.features; default 784 */
@@ -119,6 +120,10 @@ struct dsl_dstrain_config {
     char *cpu_gemm;              /* "fp32" (default) or "bf16": the CPU models' large
                                     products with bf16-rounded inputs (oneDNN) */
 };
+
+/* data.val_fraction's default: the last tenth of the text is validation (tokenize
+ * splits the same way) */
+#define DSL_CFG_VAL_FRACTION 0.1
 
 /* cfg->given.model: 'dstrain.model.hidden' (the MLP's) or any of the GPT's size keys */
 #define DSL_CFG_GIVEN_MLP 1u
