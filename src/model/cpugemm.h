@@ -10,16 +10,28 @@
 #include <string.h>
 
 /*
- * C = alpha op(A) op(B) + beta C (row-major). OpenBLAS runs single-threaded and the
- * pool cuts C into column blocks (by_rows 0) or row blocks (by_rows 1), one
- * single-threaded sgemm each. Every element of C is the same K-long dot product in the
- * same order whatever the cut, so the thread count changes no bits.
+ * C = alpha op(A) op(B) + beta C (row-major), fp32 on OpenBLAS's sgemm, cut over the
+ * rank's threads (cpupool.h), with every element's bits independent of the cut.
  *
- * The elementwise work around a product rides along on the same block while it is in
- * cache (column blocks only): `bias` fills each row of the block with the bias before
- * the product (which then adds to it: give beta 1), `relu` clamps the block at 0 after
- * it, and `mask` zeroes the block's elements where the same element of mask (same
- * layout as C) is <= 0.
+ * OpenBLAS's kernels do not compute an element the same way wherever it sits in a
+ * call: its FMA kernels (Haswell, Zen, SkylakeX, ...) sum an element of an edge tile,
+ * or of a small call, in another order than one of a full tile. So the products here
+ * are never cut where a caller or the thread count says: the whole product (full_m x
+ * full_n) has one fixed tiling, chosen from its shape alone (dsl_gemm_tiles), and each
+ * tile is always one sgemm of the tile's own shape. A call computes the block
+ * [row0, row0 + m) x [col0, col0 + n) of the whole product (C, A and B point at the
+ * block's first row and column): the tiles it covers whole run in place; a tile it
+ * covers in part runs on zero-padded copies of its rows and columns at the tile's
+ * shape, and only the covered elements are written back. An element is thus always
+ * the same sgemm element, whatever the block, the segment or the thread count.
+ * full_m, full_n 0 mean m, n (the call is the whole product); row0, col0 are then 0.
+ * by_rows says that callers cut the product by rows (weight-gradient segments): its
+ * row tiles are then short, so that a segment boundary splits little work.
+ *
+ * The elementwise work around a product rides along on the same tile while it is in
+ * cache: `bias` (one value per column of the block) fills each row before the product
+ * (which then adds to it: give beta 1), `relu` clamps at 0 after it, and `mask` zeroes
+ * the elements where the same element of mask (same layout and ldc as C) is <= 0.
  */
 struct dsl_gemm {
     enum CBLAS_TRANSPOSE ta, tb;
@@ -28,6 +40,7 @@ struct dsl_gemm {
     float alpha, beta;
     float *c;
     int by_rows;
+    size_t full_m, full_n, row0, col0; /* the block's place in the whole product */
     const float *bias, *mask;
     int relu;
     struct dsl_gemm_bf16 *bf16; /* non-NULL: A and B rounded to bf16, fp32 accumulation */
@@ -35,20 +48,26 @@ struct dsl_gemm {
 
 void dsl_gemm_run(const struct dsl_gemm *g);
 
-/* a block of C (m x n at c, starting at row lo with by_rows, else at column lo):
- * the bias fill before its product, the ReLU and the mask after (both paths; inline, so
- * that cpugemm.c and cpugemm_bf16.c do not call each other both ways) */
-static inline void dsl_gemm_block_pre(const struct dsl_gemm *g, float *c, size_t m, size_t n,
-                                      size_t lo)
+/** The fixed tile of g's whole product: *tr rows by *tc columns (the last row and
+ *  column of tiles may be shorter). A function of full_m, full_n, k and by_rows only.
+ *  A caller that can wait may compute tile-aligned blocks to avoid partial tiles. */
+void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc);
+
+/* the block of C at (i0, j0) of the call, m x n: the bias fill before its product, the
+ * ReLU and the mask after (both paths; inline, so that cpugemm.c and cpugemm_bf16.c
+ * do not call each other both ways) */
+static inline void dsl_gemm_block_pre(const struct dsl_gemm *g, size_t i0, size_t j0,
+                                      size_t m, size_t n)
 {
-    const float *bias = g->bias ? g->bias + (g->by_rows ? 0 : lo) : NULL;
-    for (size_t i = 0; bias && i < m; i++)
-        memcpy(c + i * g->ldc, bias, n * sizeof(float));
+    float *c = g->c + i0 * g->ldc + j0;
+    for (size_t i = 0; g->bias && i < m; i++)
+        memcpy(c + i * g->ldc, g->bias + j0, n * sizeof(float));
 }
 
-static inline void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_t m, size_t n,
-                                       size_t lo)
+static inline void dsl_gemm_block_post(const struct dsl_gemm *g, size_t i0, size_t j0,
+                                       size_t m, size_t n)
 {
+    float *c = g->c + i0 * g->ldc + j0;
     for (size_t i = 0; g->relu && i < m; i++) {
         float *ci = c + i * g->ldc;
         for (size_t j = 0; j < n; j++)
@@ -56,7 +75,7 @@ static inline void dsl_gemm_block_post(const struct dsl_gemm *g, float *c, size_
     }
     for (size_t i = 0; g->mask && i < m; i++) {
         float *ci = c + i * g->ldc;
-        const float *mi = g->mask + (g->by_rows ? (lo + i) * g->ldc : lo + i * g->ldc);
+        const float *mi = g->mask + (i0 + i) * g->ldc + j0;
         for (size_t j = 0; j < n; j++)
             if (mi[j] <= 0.0f)
                 ci[j] = 0.0f;

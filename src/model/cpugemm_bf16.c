@@ -288,11 +288,12 @@ static void piece(void *arg, size_t lo, size_t hi)
         c += lo;
         n = hi - lo;
     }
-    dsl_gemm_block_pre(g, c, m, n, lo);
+    size_t i0 = g->by_rows ? lo : 0, j0 = g->by_rows ? 0 : lo;
+    dsl_gemm_block_pre(g, i0, j0, m, n);
     struct prim_key k = {(int64_t)m, (int64_t)n, (int64_t)g->k, r->as0, r->as1, r->bs0,
                          r->bs1, (int64_t)g->ldc, g->alpha, g->beta};
     matmul(&k, a, b, c);
-    dsl_gemm_block_post(g, c, m, n, lo);
+    dsl_gemm_block_post(g, i0, j0, m, n);
 }
 
 /* blocks [b0, b1): one oneDNN call each, whichever thread runs them */

@@ -701,8 +701,12 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
         size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
         float *dst = sink->dest(sink->ctx, s);
         float *c = p->g32 ? p->g32 : dst;
-        gemm(p, CblasTrans, CblasNoTrans, nr, t->cols, N, 1.0f, A + r0, t->rows, dY, t->cols,
-             0.0f, c, t->cols, NULL, 1);
+        /* rows r0.. of the whole gradient's product, whatever the segment size */
+        struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = nr, .n = t->cols,
+                             .k = N, .a = A + r0, .lda = t->rows, .b = dY, .ldb = t->cols,
+                             .alpha = 1.0f, .beta = 0.0f, .c = c, .ldc = t->cols,
+                             .by_rows = 1, .full_m = t->rows, .row0 = r0, .bf16 = p->b16};
+        dsl_gemm_run(&g);
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);

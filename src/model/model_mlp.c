@@ -82,7 +82,8 @@ static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
 }
 
 /* act[l+1][:, r0, r0 + rows) = relu?(act[l] W_l[r0, r0 + rows)^T + b_l[r0, r0 + rows)):
- * output columns r0.. of layer l from its weight rows r0.. (w: the layer's fp32 weight) */
+ * output columns r0.. of layer l from its weight rows r0.. (w: the layer's fp32 weight),
+ * as that block of the layer's whole product (cpugemm.h) */
 static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, size_t r0,
                              size_t rows)
 {
@@ -90,9 +91,19 @@ static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, 
     struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows, .k = in,
                          .a = p->act[l], .lda = in, .b = w + r0 * in, .ldb = in,
                          .alpha = 1.0f, .beta = 1.0f, .c = p->act[l + 1] + r0, .ldc = out,
-                         .bias = w + in * out + r0, .relu = l + 1 < p->L.nlayers,
-                         .bf16 = p->b16};
+                         .full_n = out, .col0 = r0, .bias = w + in * out + r0,
+                         .relu = l + 1 < p->L.nlayers, .bf16 = p->b16};
     dsl_gemm_run(&g);
+}
+
+/* the column tile of layer l's forward product at batch n (the forward's first layer
+ * computes whole tiles as their weight rows come in) */
+static size_t mlp_forward_tile(const struct mlp *p, size_t l, size_t n)
+{
+    struct dsl_gemm g = {.m = n, .n = p->L.dims[l + 1], .k = p->L.dims[l]};
+    size_t tr, tc;
+    dsl_gemm_tiles(&g, &tr, &tc);
+    return tc;
 }
 
 /* Ask the sink for params[off, off + len) and, for 16-bit parameters, widen them */
@@ -129,13 +140,23 @@ static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
             continue;
         }
         mlp_need(p, params, sink, woff + out * in, out); /* the bias, before any block */
+        /* the blocks come last first: the columns from each block's first whole tile
+         * up to what is done, so that no tile is computed twice or in part (the bf16
+         * path's blocks are its own: it takes each block as it comes) */
+        size_t tc = p->b16 ? 1 : mlp_forward_tile(p, l, n), done = out;
         for (size_t i = 0; i < m->nsegs; i++) {
             const struct dsl_model_seg *sg = &m->segs[i];
             if (sg->layer != (int)l || sg->off >= woff + out * in)
                 continue;
             mlp_need(p, params, sink, sg->off, sg->len);
-            mlp_forward_cols(p, l, wp + woff, n, (sg->off - woff) / in, sg->len / in);
+            size_t r0 = (sg->off - woff) / in, from = (r0 + tc - 1) / tc * tc;
+            if (from < done) {
+                mlp_forward_cols(p, l, wp + woff, n, from, done - from);
+                done = from;
+            }
         }
+        if (done > 0) /* blocks not last first: the rest, now that all are in */
+            mlp_forward_cols(p, l, wp + woff, n, 0, done);
     }
     return wp;
 }
@@ -222,7 +243,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
                                  .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
                                  .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
-                                 .by_rows = 1, .bf16 = p->b16};
+                                 .by_rows = 1, .full_m = out, .row0 = r0, .bf16 = p->b16};
             dsl_gemm_run(&g);
             if (p->g32)
                 mlp_narrow(p, hdst, dw, sg->len);
