@@ -272,7 +272,11 @@ int main(int argc, char **argv)
     if (source)
         dsl_debug("rank environment taken from %s", source);
     /* before any work: may re-execute dstrain with better BLAS kernels */
-    blas_note = dsl_blas_check_core(argv);
+    if ((r = dsl_blas_check_core(argv, &blas_note, err)) < 0) {
+        dsl_error("%s", err);
+        dsl_train_settings_release(&s);
+        return 2;
+    }
     s.ro.t_process = t_process;
     r = train(&s);
     dsl_train_settings_release(&s);

@@ -28,6 +28,7 @@
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
+#include "dslaunch/model/blascore.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/banned.h"
 
@@ -408,13 +409,13 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
                     "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
                     "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
-                    "\"save_s\":%.3f}\n",
+                    "\"save_s\":%.3f,\"blas\":\"%s\"}\n",
                     sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
                     jnum(jl, sizeof(jl), sum->final_loss), jnum(ja, sizeof(ja), sum->test_acc),
                     jnum(jt, sizeof(jt), sum->test_loss), sum->bytes_per_step,
                     sum->stopped, fp16j, sum->t_compute,
                     sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
-                    sum->train_s, sum->eval_s, sum->save_s);
+                    sum->train_s, sum->eval_s, sum->save_s, dsl_blas_core());
         printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
                sum->bytes_per_step);
         printf("dstrain: ms per step (rank 0): forward+backward %.2f, gradient reduction "

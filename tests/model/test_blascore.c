@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dslaunch/common/error.h"
 #include "dslaunch/model/blascore.h"
 #include "test.h"
 
@@ -71,13 +73,85 @@ TEST(blas_check_should_give_the_best_kernels_the_cpu_supports)
         ASSERT(best && strncmp(out, best, strlen(best)) == 0);
 }
 
+/* tests/blascore_run.sh asks before it runs a test under OPENBLAS_CORETYPE=core: 0 when
+ * this CPU can run core's kernels and this OpenBLAS has them (run under that variable
+ * by the script, so dsl_blas_core() is what OpenBLAS took), else 77 with why */
+static int runnable(const char *core)
+{
+    char why[160];
+    if (!dsl_blas_core_runnable(core, why, sizeof(why))) {
+        printf("this CPU cannot run OpenBLAS's %s kernels: %s\n", core, why);
+        return 77;
+    }
+    if (strcasecmp(dsl_blas_core(), core)) {
+        printf("this OpenBLAS has no %s kernels (OPENBLAS_CORETYPE=%s gives %s)\n", core,
+               core, dsl_blas_core());
+        return 77;
+    }
+    return 0;
+}
+
+TEST(blas_check_should_refuse_kernels_the_cpu_cannot_run)
+{
+    char out[512];
+    const char *all[] = {"SkylakeX", "Cooperlake", "Haswell", "Zen", "Sandybridge"};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
+        int runs = dsl_blas_core_runnable(all[i], NULL, 0);
+        int st = run_helper(all[i], out, sizeof(out));
+        printf("# OPENBLAS_CORETYPE=%s: %s", all[i], out);
+        if (runs) {
+            ASSERT_EQ(st, 0);
+        } else {
+            /* a clear error naming the variable, not a SIGILL */
+            ASSERT_EQ(st, 2);
+            ASSERT_CONTAINS(out, "OPENBLAS_CORETYPE=");
+            ASSERT_CONTAINS(out, "cannot run");
+            refused++;
+        }
+    }
+    printf("# %d of 5 families refused on this CPU\n", refused);
+    /* the refusal on any CPU: one that lacks AVX-512 (as far as the check is told) */
+    setenv("DSL_TEST_CPU_LACKS", "avx512f", 1);
+    ASSERT_EQ(run_helper("SkylakeX", out, sizeof(out)), 2);
+    printf("# OPENBLAS_CORETYPE=SkylakeX without avx512f: %s", out);
+    ASSERT_CONTAINS(out, "OPENBLAS_CORETYPE='SkylakeX'");
+    ASSERT_CONTAINS(out, "need avx512f, which this CPU lacks");
+    ASSERT_CONTAINS(out, "Haswell");
+    unsetenv("DSL_TEST_CPU_LACKS");
+    /* the fallback family runs on every x86-64 CPU */
+    ASSERT(dsl_blas_core_runnable("Prescott", NULL, 0));
+    char why[160];
+    ASSERT(!dsl_blas_core_runnable("NoSuchCore", why, sizeof(why)));
+    ASSERT_CONTAINS(why, "no x86-64 kernel family");
+}
+
+TEST(blas_check_should_list_the_families_the_cpu_runs)
+{
+    const char *cores[8];
+    size_t n = dsl_blas_runnable_cores(cores, 8);
+    ASSERT(n >= 1);
+    ASSERT_STR_EQ(cores[0], "Prescott");
+    for (size_t i = 0; i < n; i++) {
+        printf("# runs %s\n", cores[i]);
+        ASSERT(dsl_blas_core_runnable(cores[i], NULL, 0));
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "helper-core")) {
-        const char *note = dsl_blas_check_core(argv);
+        const char *note;
+        char err[DSL_ERR_LEN];
+        if (dsl_blas_check_core(argv, &note, err) < 0) {
+            printf("error %s\n", err);
+            return 2;
+        }
         printf("%s %s\n", dsl_blas_core(), note ? note : "-");
         return 0;
     }
+    if (argc > 2 && !strcmp(argv[1], "runnable"))
+        return runnable(argv[2]);
     self_path = "/proc/self/exe";
     char buf[4096];
     ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);

@@ -2,7 +2,10 @@
  * The CPU models' products (cpugemm.h): the bf16 path (oneDNN) against a double
  * reference on the bf16-rounded inputs, for every transpose, alpha, beta and the bias
  * fill; and the same bits at 1 and 3 threads, which is what lets the thread count
- * (and so the world size) change no result. Where the
+ * (and so the world size) change no result. The fp32 path (OpenBLAS): the same bits
+ * for any block of the whole product a caller computes (weight-gradient segments,
+ * the first layer's blocks) and at any thread count, under whatever kernels OpenBLAS
+ * runs (CTest runs it again per kernel family: test_model_cpugemm@Haswell, ...). Where the
  * build or the CPU has no bf16 path, that is checked to be said and refused instead.
  */
 #include <math.h>
@@ -14,6 +17,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/halfvec.h"
+#include "dslaunch/model/blascore.h"
 #include "dslaunch/model/cpupool.h"
 #include "model/cpugemm.h"
 #include "test.h"
@@ -162,6 +166,9 @@ static void products_at(int threads, int fd)
     dsl_gemm_bf16_free(s16);
 }
 
+static int fp32_child; /* run_child: fp32_products_at instead of products_at */
+static void fp32_products_at(int threads, int fd);
+
 static size_t run_child(int threads, char *buf, size_t cap)
 {
     int p[2];
@@ -170,7 +177,10 @@ static size_t run_child(int threads, char *buf, size_t cap)
     ASSERT(pid >= 0);
     if (pid == 0) {
         close(p[0]);
-        products_at(threads, p[1]);
+        if (fp32_child)
+            fp32_products_at(threads, p[1]);
+        else
+            products_at(threads, p[1]);
         _exit(0);
     }
     close(p[1]);
@@ -195,6 +205,157 @@ TEST(bf16_products_should_give_the_same_bits_at_any_thread_count)
     size_t cap = 1 << 22;
     char *one = malloc(cap), *three = malloc(cap);
     size_t n1 = run_child(1, one, cap), n3 = run_child(3, three, cap);
+    ASSERT(n1 > 0 && n1 < cap);
+    ASSERT_EQ(n1, n3);
+    ASSERT(memcmp(one, three, n1) == 0);
+    free(one);
+    free(three);
+}
+
+/* fp32 shapes with several tiles (cpugemm.c's tiling), edge tiles and one tile */
+static const struct shape fshapes[] = {
+    {CblasNoTrans, CblasNoTrans, 300, 700, 40}, /* 2 x 2 tiles, both with edges */
+    {CblasNoTrans, CblasTrans, 64, 1030, 50},   /* the MLP's first layer: column tiles */
+    {CblasTrans, CblasNoTrans, 200, 130, 64},   /* a weight gradient: row tiles */
+    {CblasTrans, CblasTrans, 97, 45, 33},
+    {CblasNoTrans, CblasNoTrans, 70, 96, 64},   /* one tile */
+};
+
+/* the product of g (whole) as blocks: by_rows, rows [0, m) in pieces of random height,
+ * else columns in pieces of random width; each piece a call on its own block */
+static void run_in_blocks(const struct dsl_gemm *g, uint64_t *seed)
+{
+    size_t dim = g->by_rows ? g->m : g->n;
+    for (size_t lo = 0; lo < dim;) {
+        size_t len = 1 + dsl_test_rng(seed) % (dim / 3 + 1);
+        len = lo + len < dim ? len : dim - lo;
+        struct dsl_gemm b = *g;
+        if (g->by_rows) {
+            b.m = len;
+            b.full_m = g->m;
+            b.row0 = lo;
+            b.a = g->ta == CblasNoTrans ? g->a + lo * g->lda : g->a + lo;
+            b.c = g->c + lo * g->ldc;
+            b.mask = g->mask ? g->mask + lo * g->ldc : NULL;
+        } else {
+            b.n = len;
+            b.full_n = g->n;
+            b.col0 = lo;
+            b.b = g->tb == CblasNoTrans ? g->b + lo : g->b + lo * g->ldb;
+            b.c = g->c + lo;
+            b.bias = g->bias ? g->bias + lo : NULL;
+            b.mask = g->mask ? g->mask + lo : NULL;
+        }
+        dsl_gemm_run(&b);
+        lo += len;
+    }
+}
+
+/* the elements of C (m x n at ldc) that differ between x and y */
+static size_t differing(const float *x, const float *y, size_t m, size_t n, size_t ldc)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = 0; j < n; j++)
+            d += memcmp(x + i * ldc + j, y + i * ldc + j, sizeof(float)) != 0;
+    return d;
+}
+
+TEST(fp32_products_should_give_the_same_bits_for_any_block_of_the_whole_product)
+{
+    uint64_t seed = 7;
+    size_t naive = 0, total = 0;
+    for (size_t si = 0; si < sizeof(fshapes) / sizeof(fshapes[0]); si++)
+        for (int v = 0; v < 4; v++) {
+            /* v: by_rows, and the elementwise work: bias + ReLU (beta 1) or mask */
+            struct dsl_gemm g;
+            float *a, *b, *c;
+            rng = 31 + si;
+            setup(&g, &fshapes[si], &a, &b, &c);
+            float *bias = randv(g.n), *mask = randv(g.m * g.ldc);
+            g.by_rows = v & 1;
+            g.alpha = v == 3 ? 0.5f : 1.0f;
+            g.beta = v < 2 ? 1.0f : 0.0f;
+            g.bias = v < 2 ? bias : NULL;
+            g.relu = v < 2;
+            g.mask = v >= 2 ? mask : NULL;
+            size_t bytes = g.m * g.ldc * sizeof(float);
+            float *c0 = malloc(bytes), *whole = malloc(bytes);
+            memcpy(c0, c, bytes);
+            dsl_gemm_run(&g);
+            memcpy(whole, c, bytes);
+            for (int trial = 0; trial < 5; trial++) {
+                memcpy(c, c0, bytes);
+                run_in_blocks(&g, &seed);
+                size_t d = differing(whole, c, g.m, g.n, g.ldc);
+                if (d)
+                    DSL_FAIL_("shape %zu variant %d trial %d: %zu of %zu elements differ "
+                              "from the whole product",
+                              si, v, trial, d, g.m * g.n);
+                /* the padding around C (ldc > n) is never written */
+                ASSERT(differing(c0 + g.n, c + g.n, g.m, g.ldc - g.n, g.ldc) == 0);
+            }
+            /* what the tiling is for: plain sgemm calls on the same blocks */
+            if (v == 2) {
+                size_t dim = g.by_rows ? g.m : g.n, cut = dim / 3 + 1;
+                memcpy(c, c0, bytes);
+                for (size_t lo = 0; lo < g.n; lo += cut) {
+                    size_t w = lo + cut < g.n ? cut : g.n - lo;
+                    cblas_sgemm(CblasRowMajor, g.ta, g.tb, (int)g.m, (int)w, (int)g.k,
+                                g.alpha, g.a, (int)g.lda,
+                                g.tb == CblasNoTrans ? g.b + lo : g.b + lo * g.ldb,
+                                (int)g.ldb, 0.0f, c + lo, (int)g.ldc);
+                }
+                memcpy(whole, c, bytes);
+                memcpy(c, c0, bytes);
+                cblas_sgemm(CblasRowMajor, g.ta, g.tb, (int)g.m, (int)g.n, (int)g.k, g.alpha,
+                            g.a, (int)g.lda, g.b, (int)g.ldb, 0.0f, c, (int)g.ldc);
+                naive += differing(whole, c, g.m, g.n, g.ldc);
+                total += g.m * g.n;
+            }
+            free(c0);
+            free(whole);
+            free(bias);
+            free(mask);
+            free(a);
+            free(b);
+            free(c);
+        }
+    /* informative: 0 on kernels that happen to be cut-proof (Sandybridge) */
+    printf("# plain sgemm cut into column blocks: %zu of %zu elements differ from one call "
+           "(OpenBLAS %s)\n",
+           naive, total, dsl_blas_core());
+}
+
+/* the fp32 products of fshapes, whole, at a thread count (in a fresh child) to fd */
+static void fp32_products_at(int threads, int fd)
+{
+    dsl_cpupool_set_threads(threads);
+    for (size_t si = 0; si < sizeof(fshapes) / sizeof(fshapes[0]); si++)
+        for (int by_rows = 0; by_rows < 2; by_rows++) {
+            struct dsl_gemm g;
+            float *a, *b, *c;
+            rng = 77 + si;
+            setup(&g, &fshapes[si], &a, &b, &c);
+            g.beta = 1.0f;
+            g.by_rows = by_rows;
+            dsl_gemm_run(&g);
+            size_t bytes = g.m * g.ldc * sizeof(float);
+            if (write(fd, c, bytes) != (ssize_t)bytes)
+                _exit(3);
+            free(a);
+            free(b);
+            free(c);
+        }
+}
+
+TEST(fp32_products_should_give_the_same_bits_at_any_thread_count)
+{
+    size_t cap = 1 << 23;
+    char *one = malloc(cap), *three = malloc(cap);
+    fp32_child = 1;
+    size_t n1 = run_child(1, one, cap), n3 = run_child(3, three, cap);
+    fp32_child = 0;
     ASSERT(n1 > 0 && n1 < cap);
     ASSERT_EQ(n1, n3);
     ASSERT(memcmp(one, three, n1) == 0);

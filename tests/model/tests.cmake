@@ -16,3 +16,7 @@ dsl_unit_test(test_model_tokens SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tokens.c 
 dsl_fuzz_target(fuzz_tokens SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_tokens.c LIBS dslmodel)
 # The products the CPU models share (cpugemm.h): bf16 against a reference, any cut.
 dsl_unit_test(test_model_cpugemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpugemm.c LIBS dslmodel)
+# The bit-identity guarantees under every OpenBLAS kernel family the CPU runs.
+foreach(t test_train_model test_model_gpt test_model_cpugemm)
+  dsl_blas_variants(${t} LABELS unit COMMAND $<TARGET_FILE:${t}>)
+endforeach()

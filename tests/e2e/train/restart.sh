@@ -27,11 +27,20 @@ M="--backend tcp --data synthetic --synthetic-train 4096 --synthetic-test 64
 STEPS=600
 CK=$TMP/ck
 
+# The rank program is a script, not dstrain, so dslaunch cannot hand rank 0 a reserved
+# master port: it checks 29500 is free and releases it, and another job started at
+# that moment (this test under another OpenBLAS kernel family, in parallel) can take
+# it first. A port of its own, one the kernel just gave out as free, keeps such runs
+# apart.
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null) ||
+    PORT=29500
+
 # launch NAME ARGS...: dslaunch on 2 local ranks; output in $TMP/NAME.{out,err}
 launch() {
     name=$1
     shift
-    "$DSL" --include localhost:0,1 "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
+    "$DSL" --include localhost:0,1 --master_port "$PORT" "$@" >"$TMP/$name.out" \
+        2>"$TMP/$name.err"
 }
 show() { for f in "$TMP/$1".out "$TMP/$1".err; do echo "== $f"; tail -n 30 "$f"; done >&2; }
 

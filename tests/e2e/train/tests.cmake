@@ -57,3 +57,20 @@ if(TARGET dstrain AND DSL_HAVE_CUDA)
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt_gpu.sh $<TARGET_FILE:dstrain>)
   set_tests_properties(train_gpt_gpu PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
 endif()
+# The determinism cases again under every OpenBLAS kernel family the CPU runs (worlds,
+# stages, accumulation, resume, 16-bit parameters, a restart, the GPT's worlds and
+# resume): the same bits must not depend on which kernels OpenBLAS picked.
+if(TARGET dstrain AND TARGET dslaunch)
+  foreach(t stages worlds accum resume half)
+    dsl_blas_variants(train_ranks_${t} LABELS flow
+                      COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
+  endforeach()
+  foreach(t worlds resume)
+    dsl_blas_variants(train_gpt_${t} LABELS flow
+                      COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
+                              $<TARGET_FILE:dstrain> ${t})
+  endforeach()
+  dsl_blas_variants(train_restart LABELS flow
+                    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
+                            $<TARGET_FILE:dstrain>)
+endif()
