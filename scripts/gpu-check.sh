@@ -1,24 +1,334 @@
 #!/usr/bin/env bash
-# The GPU tier on a machine with a GPU but without Debian's -dev packages (e.g. an
-# Ubuntu image with CUDA): unpack the .deb files of libssh, cJSON, OpenBLAS and zlib
-# (fetched beforehand with scripts/fetch-gpu-deps.sh) into /tmp/deps, build with
-# CUDA + cuBLAS + NCCL, run the tests labelled gpu, then the GPU benchmarks.
-# usage: scripts/gpu-check.sh [DEPS_DIR] [OUT_DIR]
-set -euo pipefail
-DEPS=${1:-.deps}
-OUTDIR=${2:-${OUT:-/tmp/dsl-gpu-out}}
-mkdir -p /tmp/deps "$OUTDIR"
-for f in "$DEPS"/*.deb; do dpkg -x "$f" /tmp/deps; done
-M=/tmp/deps/usr/lib/x86_64-linux-gnu
-export PKG_CONFIG_SYSROOT_DIR=/tmp/deps
-export PKG_CONFIG_PATH=$M/pkgconfig:$M/openblas-pthread/pkgconfig:/tmp/deps/usr/share/pkgconfig
-export PKG_CONFIG_LIBDIR=$PKG_CONFIG_PATH
-export LD_LIBRARY_PATH=$M:$M/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-cmake -S . -B build-gpu -DDSL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_BUILD_TYPE=Release >"$OUTDIR/cmake.log" 2>&1 || { tail -30 "$OUTDIR/cmake.log"; exit 1; }
-cmake --build build-gpu -j"$(nproc)" >"$OUTDIR/build.log" 2>&1 || { grep -E "error" "$OUTDIR/build.log" | head -30; exit 1; }
-echo "== gpu tests"
-ctest --test-dir build-gpu -L gpu --output-on-failure 2>&1 | tee "$OUTDIR/gpu-tests.log" | tail -25
-echo "== GPT benchmark: GPT-2 124M shapes, bf16, world 1 (PEAK_TFLOPS=${PEAK_TFLOPS:-989})"
-bench/gpt_gpu.sh build-gpu 2>&1 | tee "$OUTDIR/gpt-gpu-bench.log" | tail -n 8
+# The GPU check, built here and run there. GPU hosts on clusters often have the CUDA
+# runtime but no compiler, no -dev packages, no package registry and no network, so
+# nothing is built on them:
+#
+#   scripts/gpu-check.sh bundle [BUILD_DIR]   on a machine with the CUDA 13 toolkit
+#   scripts/gpu-check.sh run BUNDLE_DIR       on the GPU host
+#
+# bundle: configures BUILD_DIR (default build-gpu, ignored by git) as a Release build
+# for sm_90 (CUDA_ARCH=90; oneDNN left out: only the CPU's bf16 products use it, and
+# it would add 40 MB), builds it (JOBS=2), collects into BUILD_DIR/bundle.tree
+#   libexec/  the binaries of every CTest test labelled gpu, and dstrain, dslaunch,
+#             dsbench (stripped);
+#   bin/      a small sh wrapper per binary that puts the bundle's lib/ and CUDA's
+#             lib64 on LD_LIBRARY_PATH and execs libexec/NAME, so scripts that also run
+#             python3 (the e2e test, the benchmark) give the bundle's libraries to
+#             dslaunch's programs only;
+#   lib/      every shared library those binaries load that is not glibc's, CUDA's or
+#             NCCL's (libssh and its Kerberos libraries, libcjson, libcrypto,
+#             libopenblas with libgfortran and libquadmath, libstdc++, ...), found with
+#             ldd; the tree is then checked to resolve with nothing else;
+#   src/      the test scripts the gpu tests run, bench/gpt_gpu.sh and the PyTorch peer
+#             bench/peers/torch_gpt2_gpu.py, as built;
+#   tests.tsv one line per gpu test: name, the exit status that means skip, command;
+# and packs it into BUILD_DIR/bundle/gpu-check.tar.gz (about 20 MiB; the tree is 59),
+# the one thing to bring to the GPU host. It refuses a pack over BUNDLE_MAX_MIB (60).
+#
+# run: BUNDLE_DIR is that folder (or the .tar.gz, or an unpacked tree), unpacked into
+# a temporary folder. On the GPU host (CUDA runtime and cuBLAS in /usr/local/cuda/lib64
+# or $CUDA_HOME/lib64, NCCL in the system library path, python3; PyTorch for the
+# peer) it runs every gpu test's command directly (not through ctest, whose files name
+# this machine's paths), then bench/gpt_gpu.sh (dstrain, GPT-2 124M shapes, bf16,
+# world 1, micro batch 16, BENCH_STEPS=30 steps) and the PyTorch peer in eager mode and
+# under torch.compile (PEER_STEPS=30 each), and prints a table last: each test's pass,
+# fail or skip, the three tokens/s and dstrain's ratio to each. Logs go to
+# $OUT/gpu-check (the device tool's $OUT) or /tmp/gpu-check. Every step gets at most
+# what is left of DEADLINE_S (270) seconds, so the table comes out within it. On a
+# machine without a GPU every test skips (77), the benchmarks say n/a, and the exit
+# status is 0. Exit status: 1 if a test or a benchmark failed, else 0.
+set -u
+
+usage() {
+    echo "usage: $0 bundle [BUILD_DIR] | $0 run BUNDLE_DIR" >&2
+    exit 2
+}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+# ---- bundle ---------------------------------------------------------------------
+
+# glibc, CUDA and NCCL: what a GPU host has; everything else ldd shows goes in lib/
+is_system_lib() { # NAME PATH
+    case $1 in
+    linux-vdso.so.* | ld-linux*.so.* | libc.so.* | libm.so.* | libdl.so.* | libpthread.so.* | \
+        librt.so.* | libresolv.so.* | libutil.so.* | libanl.so.* | libmvec.so.* | \
+        libnss_*.so.* | libcuda.so.* | libcudart.so.* | libcublas.so.* | libcublasLt.so.* | \
+        libnccl.so.* | libnvidia-*.so.* | libnvrtc*.so.* | libnvJitLink.so.*) return 0 ;;
+    esac
+    case $2 in /usr/local/cuda*) return 0 ;; esac
+    return 1
+}
+
+# "NAME PATH" for each library ldd resolves for the ELF file $1; "NAME not-found" too
+ldd_libs() {
+    ldd "$1" 2>/dev/null | awk '/=>/ { print $1, ($3 == "not" ? "not-found" : $3) }
+                                !/=>/ && $1 ~ /^\// { n = $1; sub(".*/", "", n); print n, $1 }'
+}
+
+bundle() {
+    local build=${1:-$ROOT/build-gpu} arch=${CUDA_ARCH:-90} jobs=${JOBS:-2}
+    local b=$build/bundle.tree out=$build/bundle max=${BUNDLE_MAX_MIB:-60} f name path bad=0
+    command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+        { echo "gpu-check: no nvcc: bundle needs the CUDA toolkit" >&2; return 1; }
+    echo "== configure and build $build (sm_$arch, Release)"
+    mkdir -p "$build" || return 1
+    cmake -S "$ROOT" -B "$build" -DDSL_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+        -DCMAKE_BUILD_TYPE=Release -DDSL_WITH_DNNL=OFF -DDSL_WERROR=OFF >"$build/gpu-check.cmake.log" 2>&1 ||
+        { tail -n 30 "$build/gpu-check.cmake.log" >&2; return 1; }
+    cmake --build "$build" -j"$jobs" >"$build/gpu-check.build.log" 2>&1 ||
+        { grep -E "error|Error" "$build/gpu-check.build.log" | head -n 30 >&2; return 1; }
+    rm -rf "$b" "$out"
+    mkdir -p "$out" "$b/bin" "$b/libexec" "$b/lib" "$b/src"
+    ctest --test-dir "$build" -L gpu --show-only=json-v1 >"$build/gpu-tests.json" ||
+        return 1
+
+    # tests.tsv and the files the tests name: ELF files from the build tree go to
+    # libexec/ (named bin/NAME in the commands), files from the source tree to src/
+    python3 - "$build/gpu-tests.json" "$ROOT" "$build" "$b" <<'PY' || return 1
+import json, os, shutil, sys
+spec, root, build, b = sys.argv[1:]
+root, build = os.path.realpath(root), os.path.realpath(build)
+tests = json.load(open(spec))["tests"]
+if not tests:
+    sys.exit("gpu-check: ctest lists no test labelled gpu (a build without CUDA?)")
+def is_elf(p):
+    with open(p, "rb") as f:
+        return f.read(4) == b"\x7fELF"
+lines = []
+for t in tests:
+    props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    # run mode runs every test in a scratch folder: a working directory in the build
+    # tree (CTest's default) is no loss; an environment would be
+    wd = os.path.realpath(props.get("WORKING_DIRECTORY", build))
+    if props.get("ENVIRONMENT") or not (wd + "/").startswith(build + "/"):
+        sys.exit(f"gpu-check: test {t['name']}: ENVIRONMENT or a WORKING_DIRECTORY outside "
+                 "the build tree is not carried into the bundle yet")
+    args = []
+    for a in t["command"]:
+        p = os.path.realpath(a) if os.path.isabs(a) else None
+        if p and os.path.isfile(p) and p.startswith(build + "/") and is_elf(p):
+            shutil.copy2(p, f"{b}/libexec/")
+            args.append("@B@/bin/" + os.path.basename(p))
+        elif p and os.path.isfile(p) and p.startswith(root + "/"):
+            rel = os.path.relpath(p, root)
+            os.makedirs(os.path.dirname(f"{b}/src/{rel}"), exist_ok=True)
+            shutil.copy2(p, f"{b}/src/{rel}")
+            args.append("@B@/src/" + rel)
+        elif p and not os.path.exists(p) and not a.startswith("/bin/") and not a.startswith("/usr/"):
+            sys.exit(f"gpu-check: test {t['name']}: '{a}' is missing")
+        else:
+            if "\t" in a:
+                sys.exit(f"gpu-check: test {t['name']}: a tab in '{a}'")
+            args.append(os.path.basename(a) if a in ("/bin/sh", "/usr/bin/sh") else a)
+    skip = props.get("SKIP_RETURN_CODE", "")
+    lines.append("\t".join([t["name"], str(skip)] + args))
+with open(f"{b}/tests.tsv", "w") as f:
+    f.write("\n".join(lines) + "\n")
+print(f"{len(lines)} gpu tests: " + ", ".join(l.split("\t")[0] for l in lines))
+PY
+    for name in dstrain dslaunch dsbench; do
+        cp "$build/$name" "$b/libexec/" || return 1
+    done
+    for f in bench/gpt_gpu.sh bench/peers/torch_gpt2_gpu.py; do
+        mkdir -p "$b/src/$(dirname "$f")"
+        cp -p "$ROOT/$f" "$b/src/$f" || return 1
+    done
+    strip --strip-unneeded "$b"/libexec/* 2>/dev/null
+
+    for f in "$b"/libexec/*; do
+        name=$(basename "$f")
+        cat >"$b/bin/$name" <<EOF
+#!/bin/sh
+# $name from the GPU check's bundle (scripts/gpu-check.sh): its libraries, then CUDA's
+here=\$(cd "\$(dirname "\$0")/.." && pwd)
+LD_LIBRARY_PATH=\$here/lib:\${CUDA_HOME:-/usr/local/cuda}/lib64\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+exec "\$here/libexec/$name" "\$@"
+EOF
+        chmod +x "$b/bin/$name"
+    done
+
+    # the libraries, until nothing new turns up (a bundled library's own needs too)
+    local added=1
+    while [ "$added" -eq 1 ]; do
+        added=0
+        for f in "$b"/libexec/* "$b"/lib/*; do
+            [ -f "$f" ] || continue
+            while read -r name path; do
+                is_system_lib "$name" "$path" && continue
+                [ -e "$b/lib/$name" ] && continue
+                [ "$path" = not-found ] && { echo "gpu-check: $f needs $name, not found here" >&2; return 1; }
+                cp -L "$path" "$b/lib/$name" && added=1
+            done < <(ldd_libs "$f")
+        done
+    done
+    # the check: with lib/ and CUDA first, every library resolves to lib/ or the system
+    for f in "$b"/libexec/* "$b"/lib/*; do
+        while read -r name path; do
+            case $path in
+            "$b"/lib/*) ;;
+            not-found) echo "gpu-check: $(basename "$f"): $name not found" >&2; bad=1 ;;
+            *) is_system_lib "$name" "$path" ||
+                { echo "gpu-check: $(basename "$f"): $name from $path, not the bundle" >&2; bad=1; } ;;
+            esac
+        done < <(LD_LIBRARY_PATH=$b/lib:/usr/local/cuda/lib64 ldd_libs "$f")
+    done
+    [ "$bad" -eq 0 ] || return 1
+    # openblas alone is 36 MB: the tree goes as one gzip'd tar (a third of the size;
+    # tar and gzip are on any host)
+    tar -C "$b" -czf "$out/gpu-check.tar.gz" . || return 1
+    local bytes tbytes
+    bytes=$(du -sb "$b" | cut -f1)
+    tbytes=$(du -sb "$out" | cut -f1)
+    echo "== bundle $out: $(ls "$b/libexec" | wc -l) binaries, $(ls "$b/lib" | wc -l)" \
+        "libraries, $((bytes / 1048576)) MiB unpacked, $((tbytes / 1048576)) MiB packed"
+    ls "$b/lib" | tr '\n' ' '
+    echo
+    if [ "$tbytes" -gt $((max * 1048576)) ]; then
+        echo "gpu-check: the bundle is over BUNDLE_MAX_MIB=$max MiB" >&2
+        return 1
+    fi
+    echo "run it on the GPU host: scripts/gpu-check.sh run $out"
+}
+
+# ---- run ------------------------------------------------------------------------
+
+T0=$(date +%s)
+left() { # seconds of DEADLINE_S left, at least 5 (a step always gets to start and fail)
+    local l=$(( ${DEADLINE_S:-270} - ($(date +%s) - T0) ))
+    echo $(( l < 5 ? 5 : l ))
+}
+cap() { # SECONDS: the smaller of SECONDS and what is left
+    local l
+    l=$(left)
+    echo $(( $1 < l ? $1 : l ))
+}
+
+# tokens/s from a log: dstrain's result line ("... N tokens/s, ...") or the peer's
+tokens() { sed -n 's/^\(gpt_gpu\|torch [a-z]*\): .* \([0-9][0-9]*\) tokens\/s.*/\2/p' "$1" | tail -n 1; }
+
+run() {
+    local b log name skip rc verdict here=$PWD
+    # the bundle: a folder with gpu-check.tar.gz (what bundle makes), that file, or
+    # the unpacked tree
+    local tgz=${1:-}
+    [ -d "$tgz" ] && tgz=$tgz/gpu-check.tar.gz
+    if [ -f "$tgz" ]; then
+        UNPACKED=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX") || return 1
+        trap 'rm -rf "$UNPACKED"' EXIT
+        b=$UNPACKED
+        tar -C "$b" -xzf "$tgz" || { echo "gpu-check: cannot unpack '$tgz'" >&2; return 1; }
+    elif [ -f "${1:-}/tests.tsv" ]; then
+        b=$(cd "$1" && pwd)
+    else
+        echo "gpu-check: no bundle at '${1:-}'" >&2
+        usage
+    fi
+    log=${OUT:-/tmp}/gpu-check
+    mkdir -p "$log" && log=$(cd "$log" && pwd) || return 1
+    local -a names=() verdicts=()
+    local failed=0
+    echo "== gpu-check run: bundle $b, logs in $log, deadline ${DEADLINE_S:-270} s"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    else
+        echo "no nvidia-smi"
+    fi
+
+    while IFS=$'\t' read -r name skip cmd; do
+        [ -n "$name" ] || continue
+        local -a argv=()
+        IFS=$'\t' read -r -a argv <<<"${cmd//@B@/$b}"
+        echo "== test $name"
+        mkdir -p "$log/work" && cd "$log/work" || return 1
+        timeout -k 5 "$(cap "${TEST_TIMEOUT_S:-240}")" "${argv[@]}" </dev/null \
+            >"$log/$name.log" 2>&1
+        rc=$?
+        cd "$here" || return 1
+        if [ "$rc" -eq 0 ]; then
+            verdict=pass
+        elif [ -n "$skip" ] && [ "$rc" -eq "$skip" ]; then
+            verdict=skip
+        elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+            verdict="fail (timed out)"
+        else
+            verdict="fail (exit $rc)"
+        fi
+        case $verdict in fail*) failed=1; tail -n 15 "$log/$name.log" ;; esac
+        echo "$name: $verdict"
+        names+=("$name")
+        verdicts+=("$verdict")
+    done <"$b/tests.tsv"
+
+    local steps=${BENCH_STEPS:-30} psteps=${PEER_STEPS:-30} mb=${MICRO_BATCH:-16}
+    local t_ds="" t_eager="" t_comp="" s_ds="" s_eager="" s_comp=""
+    echo "== bench/gpt_gpu.sh: dstrain, GPT-2 124M shapes, bf16, world 1, mb $mb, $steps steps"
+    timeout -k 5 "$(cap 120)" sh "$b/src/bench/gpt_gpu.sh" "$b/bin" "$steps" "$mb" \
+        </dev/null >"$log/gpt_gpu.log" 2>&1
+    rc=$?
+    t_ds=$(tokens "$log/gpt_gpu.log")
+    if [ -n "$t_ds" ]; then
+        s_ds=ok
+    elif grep -q "no GPU to run on" "$log/gpt_gpu.log"; then
+        s_ds="n/a (no GPU)"
+    else
+        s_ds="fail (exit $rc)"
+        failed=1
+    fi
+    tail -n 2 "$log/gpt_gpu.log"
+
+    local mode
+    for mode in eager compile; do
+        echo "== PyTorch peer, $mode, mb $mb, $psteps steps"
+        timeout -k 5 "$(cap 180)" python3 "$b/src/bench/peers/torch_gpt2_gpu.py" "$mode" \
+            "$psteps" "$mb" </dev/null >"$log/torch_$mode.log" 2>&1
+        rc=$?
+        tail -n 2 "$log/torch_$mode.log"
+        local t s
+        t=$(tokens "$log/torch_$mode.log")
+        if [ -n "$t" ]; then
+            s=ok
+        elif [ "$rc" -eq 77 ]; then
+            s="n/a ($(sed -n 's/.*: \(no [^:]*\): skipped.*/\1/p' "$log/torch_$mode.log" | head -n 1))"
+        else
+            s="fail (exit $rc)"
+            failed=1
+        fi
+        if [ "$mode" = eager ]; then t_eager=$t s_eager=$s; else t_comp=$t s_comp=$s; fi
+    done
+
+    echo
+    echo "== summary ($(( $(date +%s) - T0 )) s)"
+    local i
+    printf '%-28s %s\n' test result
+    for i in "${!names[@]}"; do
+        printf '%-28s %s\n' "${names[$i]}" "${verdicts[$i]}"
+    done
+    echo
+    python3 - "${PEAK_TFLOPS:-989}" "$mb" "$t_ds" "$s_ds" "$t_eager" "$s_eager" "$t_comp" \
+        "$s_comp" <<'PY'
+import sys
+peak, mb, a = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
+L, C, T, V = 12, 768, 1024, 50257  # bench/gpt_gpu.sh's FLOP count per token
+fpt = 6 * (12 * L * C * C + V * C) + 12 * L * T * C
+ds = float(a[0]) if a[0] else None
+print(f"{'GPT-2 124M bf16, mb ' + mb:<28} {'tokens/s':>12} {'MFU':>6}  dstrain / row")
+for (label, t, s) in (("dstrain", a[0], a[1]), ("torch eager", a[2], a[3]),
+                      ("torch.compile", a[4], a[5])):
+    if not t:
+        print(f"{label:<28} {s:>12}")
+        continue
+    mfu = 100 * float(t) * fpt / (peak * 1e12)
+    ratio = f"{ds / float(t):.2f}x" if ds else "-"
+    print(f"{label:<28} {float(t):12.0f} {mfu:5.1f}%  {ratio}")
+print(f"(MFU against PEAK_TFLOPS={peak:g})")
+PY
+    return "$failed"
+}
+
+case ${1:-} in
+bundle) shift; bundle "$@" ;;
+run) shift; run "$@" ;;
+*) usage ;;
+esac

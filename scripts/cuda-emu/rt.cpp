@@ -1,9 +1,10 @@
 /*
  * The runtime side of the CPU emulation (emu.h): the block scheduler, and host-memory
- * versions of the CUDA runtime, cuBLAS and cuBLASLt calls that model_gpt_cuda.c makes (device
- * memory is host memory, streams and events complete at once, cublasGemmEx a reference
- * column-major GEMM accumulating in double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's conversion as a
- * loop; dsl_mlp_create_cuda fails (the MLP is not emulated). A launch the GPU would refuse
+ * versions of the CUDA runtime, cuBLAS and cuBLASLt calls that model_gpt_cuda.c and
+ * model_mlp_cuda.c make (device memory is host memory, streams and events complete at
+ * once, cublasGemmEx and cublasSgemm a reference column-major GEMM accumulating in
+ * double and rounding to the output type once). dsl_cuda_to_half is device_kernels.cu's
+ * conversion as a loop. A launch the GPU would refuse
  * (dynamic shared memory above the kernel's limit) runs nothing and leaves its error for
  * cudaGetLastError, as there. cudaFuncGetAttributes gives every kernel the binary
  * version EMU_CC (default 90: sm_90), which picks the GPT attention's kernels.
@@ -160,8 +161,13 @@ extern "C" cudaError_t dsl_cuda_to_half(cudaStream_t, int bf16, void *dst, const
     for (size_t i = 0; i < n; i++) st(dst, bf16 ? CUDA_R_16BF : CUDA_R_16F, i, src[i]);
     return cudaSuccess;
 }
-struct dsl_model; struct dsl_model_spec;
-extern "C" int dsl_mlp_create_cuda(struct dsl_model *, const struct dsl_model_spec *, char *) { return -1; }
+extern "C" cublasStatus_t cublasSgemm_v2(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
+    int n, int k, const float *al, const float *A, int lda, const float *B, int ldb, const float *be,
+    float *C, int ldc)
+{
+    gemm1(ta, tb, m, n, k, *al, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, *be, C, CUDA_R_32F, ldc);
+    return CUBLAS_STATUS_SUCCESS;
+}
 extern "C" cudaError_t cudaGetDeviceCount(int *n) { *n = 0; return cudaSuccess; }
 /*
  * cuBLASLt, the subset model_gpt_cuda.c uses: matmul descriptors (fp32 compute and scale;

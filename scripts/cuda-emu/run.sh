@@ -6,7 +6,9 @@
 # the CUDA runtime, cuBLAS and cuBLASLt (rt.cpp defines them, so no CUDA library is
 # linked), linked with the libraries of a CPU build. A developer check before a GPU session, not a CTest: a
 # test takes a minute or two (one host thread per CUDA thread).
-# The trainer test needs NCCL and is not run.
+# The trainer test needs NCCL and is not run. A filter with "cuda_mlp" in it runs the
+# CUDA MLP (model_mlp_cuda.c, model_mlp_kernels.cu) against the CPU MLP instead
+# (drv_mlp.c: the need() calls, gradients, loss), a second or so.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
 #
@@ -31,20 +33,22 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 INC="-I$CUDA/include -I$ROOT/include -I$ROOT/src/model -I$E"
 X=${EMU_FLAGS:-}
-for k in model_gpt_kernels model_gpt_attention; do
+for k in model_gpt_kernels model_gpt_attention model_mlp_kernels; do
     python3 "$E/launches.py" "$ROOT/src/model/$k.cu" "$T/$k.cpp"
     # shellcheck disable=SC2086 # INC and X are words
     g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/$k.cpp" -o "$T/$k.o"
 done
 # shellcheck disable=SC2086 # X is words
 g++ -std=c++20 -O1 -ffp-contract=off $X -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
-for f in model_gpt_cuda model_cuda model_cuda_host; do
+for f in model_gpt_cuda model_mlp_cuda model_cuda model_cuda_host; do
     # shellcheck disable=SC2086
     gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
 done
 # shellcheck disable=SC2086
+DRV=drv
+case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; esac
 gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
-    -c "$E/drv.c" -o "$T/drv.o"
+    -c "$E/$DRV.c" -o "$T/drv.o"
 L=$B/src
 # a build with oneDNN (bf16 products on the CPU) needs it and OpenMP's runtime linked too
 DNNL=
@@ -52,8 +56,9 @@ if ar t "$L/model/libdslmodel.a" | grep -q cpugemm_bf16; then
     DNNL="-ldnnl -fopenmp"
 fi
 # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
-g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_cuda.o" "$T/model_cuda_host.o" \
-    "$T/model_gpt_kernels.o" "$T/model_gpt_attention.o" \
+g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_mlp_cuda.o" "$T/model_cuda.o" \
+    "$T/model_cuda_host.o" "$T/model_gpt_kernels.o" "$T/model_gpt_attention.o" \
+    "$T/model_mlp_kernels.o" \
     "$T/rt.o" $X -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL -lz -lcrypto -lm -lpthread

@@ -6,30 +6,41 @@
  *
  * Theory of operation. Every call runs in the caller's thread on the model's stream
  * (spec.stream: the trainer's device stream; cuBLAS is bound to it with
- * cublasSetStream), so the work is ordered with the device's buffer ops without events;
- * the nccl comm orders its collectives after this stream with events. A call uploads
- * the micro batch asynchronously: the host samples are copied into one of two
+ * cublasSetStream), so the work is ordered with the device's buffer ops without
+ * events; the nccl comm orders its collectives after this stream with events. A call
+ * uploads the micro batch asynchronously: the host samples are copied into one of two
  * page-locked staging buffers (alternating, each guarded by an event recorded after
  * its upload, so that a buffer is rewritten only once its previous copy is done) and
  * sent with cudaMemcpyAsync, so the host goes on to gather the next micro batch while
- * the GPU computes this one. Then forward (each layer: sink->need, GEMM, bias + ReLU)
- * and the loss (its gradient dz multiplied by the trainer's loss factor, as on the
- * CPU), and, for forward_backward, backward in the CPU model's order: per layer from the
- * last, the bias gradient, then the weight gradient row blocks (last block first), each
- * written straight into the device buffer sink->dest returns and then handed over with
- * sink->done (where the trainer may start a reduction on the comm's stream while the
- * remaining kernels run), and last the gradient of the layer's input. The loss sum and
- * hit count of the micro batch are summed on the device into the sink's dev_stats when
- * the trainer gives one (no host wait per micro step: the trainer reads them with its
- * one wait per step); otherwise (evaluation) they are copied back to page-locked
- * memory and the host waits, through m->wait when the trainer set it (the comm's
- * bounded wait), counting one host synchronisation.
+ * the GPU computes this one. Then forward (below) and the loss (its gradient dz
+ * multiplied by the trainer's loss factor, as on the CPU), and, for forward_backward,
+ * backward in the CPU model's order: per layer from the last, the bias gradient, then
+ * the weight gradient row blocks (last block first), each written straight into the
+ * device buffer sink->dest returns and then handed over with sink->done (where the
+ * trainer may start a reduction on the comm's stream while the remaining kernels run),
+ * and last the gradient of the layer's input. The loss sum and hit count of the micro
+ * batch are summed on the device into the sink's dev_stats when the trainer gives one
+ * (no host wait per micro step: the trainer reads them with its one wait per step);
+ * otherwise (evaluation) they are copied back to page-locked memory and the host
+ * waits, through m->wait when the trainer set it (the comm's bounded wait), counting
+ * one host synchronisation.
  *
  * 16-bit compute (spec.dtype fp16 or bf16): parameters, activations, dz and the
  * gradients are 16-bit; the GEMMs are cublasGemmEx with 16-bit inputs and outputs and
  * CUBLAS_COMPUTE_32F; the elementwise kernels widen to fp32, compute, and round once
  * (the bias gradient's column sum and the loss run entirely in fp32); the samples are
  * uploaded as fp32 and rounded on the device. The order of the calls is the same.
+ *
+ * Forward asks the sink for parameters exactly as the CPU model does (model.h's
+ * need(), the order planned by dsl_mlp_layout_need_plan): with a sink that has need(),
+ * the first layer's bias, then its weight segment by segment in backward order, each
+ * block's output columns computed by their own GEMM as soon as need() has returned for
+ * its rows, then every later layer whole; the bias and ReLU of a layer run once, after
+ * its last block. On the GPU the trainer's need() orders the stream (its waits are the
+ * comm's stream waits), so the kernels queued after it see the parameters. Every
+ * output element is the same K-long dot product whichever cut, but cuBLAS may pick
+ * another kernel for a narrower product, so unlike on the CPU the cut may change the
+ * last bits; the two runs of one model with one sink give the same bits.
  *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major
  * c x r one, so every row-major product C = A B is issued as C^T = B^T A^T.
@@ -71,6 +82,9 @@ struct mlp_cuda {
     int32_t *hy[2];
     cudaEvent_t up[2];                    /* recorded after each staging buffer's copy */
     int slot;
+    struct dsl_mlp_need *plan[2];         /* forward: [0] every layer whole, [1] for a
+                                             sink with need() (first layer in blocks) */
+    size_t nplan[2];
 };
 
 static const float one = 1.0f, zero = 0.0f;
@@ -159,22 +173,30 @@ static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t 
     return 0;
 }
 
-/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; then the loss (and dz into p->dz) */
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows, along the need() plan; then the
+ * loss (and dz into p->dz) */
 static int forward_loss(struct dsl_model *m, const float *params, size_t n,
                         const struct dsl_grad_sink *sink, int want_dz, float loss_scale)
 {
     struct mlp_cuda *p = m->impl;
     size_t nl = p->L.nlayers;
-    int r;
-    for (size_t l = 0; l < nl; l++) {
-        size_t in = p->L.dims[l], out = p->L.dims[l + 1];
-        if (sink && sink->need)
-            sink->need(sink->ctx, p->L.woff[l], out * (in + 1));
+    int need = sink && sink->need, r;
+    const struct dsl_mlp_need *plan = p->plan[need];
+    for (size_t i = 0; i < p->nplan[need]; i++) {
+        const struct dsl_mlp_need *q = &plan[i];
+        size_t l = q->layer, in = p->L.dims[l], out = p->L.dims[l + 1];
+        if (need)
+            sink->need(sink->ctx, q->off, q->len);
         const void *w = el(p, params, p->L.woff[l]);
-        /* z^T (out x n) = W (out x in, i.e. column-major in x out, transposed) x act^T */
-        if (n && (r = gemm(m, "forward sgemm", CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in,
-                           p->act[l], in, p->act[l + 1], out)) < 0)
+        /* output columns r0.. of z: z[:, r0:r0+rows]^T (rows x n) = W[r0:r0+rows, :]
+         * (rows x in, i.e. column-major in x rows, transposed) x act^T */
+        if (n && q->rows &&
+            (r = gemm(m, "forward sgemm", CUBLAS_OP_T, CUBLAS_OP_N, q->rows, n, in,
+                      el(p, w, q->r0 * in), in, p->act[l], in, el(p, p->act[l + 1], q->r0),
+                      out)) < 0)
             return r;
+        if (i + 1 < p->nplan[need] && plan[i + 1].layer == l)
+            continue; /* the layer's last block is still to come */
         if (p->half)
             CU(m, "launching dsl_k_bias_act",
                dsl_cuda_mlp_half_bias_act(p->stream, p->bf16, p->act[l + 1], el(p, w, in * out),
@@ -324,6 +346,7 @@ static void mlpc_release(struct dsl_model *m)
             cudaFreeHost(p->hy[k]);
         if (p->up[k])
             cudaEventDestroy(p->up[k]);
+        free(p->plan[k]);
     }
     if (p->blas)
         cublasDestroy(p->blas);
@@ -371,6 +394,10 @@ int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     m->ops = &mlp_cuda_ops;
     m->impl = p;
     m->on_device = 1;
+    for (int k = 0; k < 2; k++) {
+        p->plan[k] = dsl_xcalloc(m->nsegs + lay.nlayers, sizeof(*p->plan[k]));
+        p->nplan[k] = dsl_mlp_layout_need_plan(&lay, m, k, p->plan[k]);
+    }
     m->dtype = spec->dtype;
 
     p->stream = (cudaStream_t)spec->stream;

@@ -27,6 +27,26 @@ struct dsl_mlp_layout {
 int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
                          const struct dsl_model_spec *spec, char *err);
 
+/** One step of forward's parameter requests (model.h's need()): ask for
+ *  params[off, off + len), then compute the output columns [r0, r0 + rows) of layer
+ *  `layer` (rows 0: nothing to compute yet; the first layer's bias comes first). */
+struct dsl_mlp_need {
+    size_t off, len;
+    size_t layer, r0, rows;
+};
+
+/**
+ * Forward's need() calls in order, into plan, which must have room for m->nsegs +
+ * lay->nlayers entries; returns how many it wrote. blocks 1 (a sink with need()): the
+ * first layer segment by segment in backward order (its bias, then its weight's row
+ * blocks in the order of m's segment list), every later layer whole; blocks 0: every
+ * layer whole. This is the contract model_mlp.c keeps in its own loop (mlp_forward);
+ * the CUDA model walks this plan, and test_train_model checks on the CPU that the two
+ * agree call for call.
+ */
+size_t dsl_mlp_layout_need_plan(const struct dsl_mlp_layout *lay, const struct dsl_model *m,
+                                int blocks, struct dsl_mlp_need *plan);
+
 /** The initial parameters (PyTorch's nn.Linear init from seed) into host memory. */
 void dsl_mlp_layout_init(const struct dsl_mlp_layout *lay, float *params, uint64_t seed);
 

@@ -10,7 +10,9 @@
  * elements, last block first. Both implementations walk this list, so the trainer's
  * buckets, shards and reductions are the same whichever computes the gradient.
  * Initial values come from a splitmix64 stream per layer on the host; the CUDA model
- * copies them to the device, so both start from the same bits.
+ * copies them to the device, so both start from the same bits. Forward's need() calls
+ * are planned here too (dsl_mlp_layout_need_plan), for the CUDA model to follow the
+ * order the CPU model keeps.
  */
 #include <math.h>
 #include <stdio.h>
@@ -106,6 +108,28 @@ int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
     }
     m->nsegs = nsegs;
     return 0;
+}
+
+size_t dsl_mlp_layout_need_plan(const struct dsl_mlp_layout *lay, const struct dsl_model *m,
+                                int blocks, struct dsl_mlp_need *plan)
+{
+    size_t k = 0;
+    for (size_t l = 0; l < lay->nlayers; l++) {
+        size_t in = lay->dims[l], out = lay->dims[l + 1], woff = lay->woff[l];
+        if (!blocks || l > 0) {
+            plan[k++] = (struct dsl_mlp_need){woff, out * (in + 1), l, 0, out};
+            continue;
+        }
+        plan[k++] = (struct dsl_mlp_need){woff + out * in, out, l, 0, 0};
+        for (size_t i = 0; i < m->nsegs; i++) {
+            const struct dsl_model_seg *sg = &m->segs[i];
+            if (sg->layer != (int)l || sg->off >= woff + out * in)
+                continue;
+            plan[k++] = (struct dsl_mlp_need){sg->off, sg->len, l, (sg->off - woff) / in,
+                                              sg->len / in};
+        }
+    }
+    return k;
 }
 
 size_t dsl_mlp_tensors(const struct dsl_model_spec *spec, struct dsl_model_tensor *t,

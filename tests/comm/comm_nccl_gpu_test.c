@@ -102,34 +102,52 @@ TEST(nccl_padded_path_should_give_the_same_results)
                 check_one(cpad, types[ti], counts[ci], inplace);
 }
 
+/* Upload, an out-of-place all-reduce and a download, all queued without a host wait:
+ * the collective must start after the upload on the compute stream (else it reads d
+ * before the samples arrive) and the download after the collective (else it reads
+ * d2's fill pattern, a NaN). The host buffers are never touched while a queued copy
+ * may still use them: the source is written before the upload is queued and only
+ * read after, and the destination is filled before the download is queued and read
+ * after the host wait. */
 TEST(nccl_waits_should_order_the_stream_and_not_the_host)
 {
     size_t n = 1u << 16, bytes = n * sizeof(float);
-    float *h = NULL, *d = NULL;
+    float *src = NULL, *dst = NULL, *d = NULL, *d2 = NULL;
     cudaStream_t s;
     ASSERT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-    ASSERT(cudaMallocHost((void **)&h, bytes) == cudaSuccess);
+    ASSERT(cudaMallocHost((void **)&src, bytes) == cudaSuccess);
+    ASSERT(cudaMallocHost((void **)&dst, bytes) == cudaSuccess);
     ASSERT(cudaMalloc((void **)&d, bytes) == cudaSuccess);
+    ASSERT(cudaMalloc((void **)&d2, bytes) == cudaSuccess);
     for (size_t i = 0; i < n; i++)
-        h[i] = (float)(i % 1000);
+        src[i] = (float)(i % 1000);
+    memset(dst, 0, bytes);
+    ASSERT(cudaMemset(d2, 0xff, bytes) == cudaSuccess); /* NaN: not yet reduced */
+    ASSERT(cudaDeviceSynchronize() == cudaSuccess);
     dsl_comm_set_compute_stream(comm, s);
-    ASSERT(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, s) == cudaSuccess);
     uint64_t h0 = dsl_hostsync_count();
+    ASSERT(cudaMemcpyAsync(d, src, bytes, cudaMemcpyHostToDevice, s) == cudaSuccess);
     int req;
-    ASSERT_OK(dsl_comm_iallreduce(comm, d, d, n, DSL_FLOAT32, DSL_SUM, &req));
+    ASSERT_OK(dsl_comm_iallreduce(comm, d, d2, n, DSL_FLOAT32, DSL_SUM, &req));
     ASSERT_OK(dsl_comm_wait(comm, req));
     ASSERT(dsl_hostsync_count() == h0); /* no host wait so far */
-    memset(h, 0, bytes);
-    ASSERT(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, s) == cudaSuccess);
+    ASSERT(cudaMemcpyAsync(dst, d2, bytes, cudaMemcpyDeviceToHost, s) == cudaSuccess);
     ASSERT_OK(dsl_comm_stream_wait_host(comm, s));
     ASSERT(dsl_hostsync_count() == h0 + 1);
+    size_t bad = 0;
     for (size_t i = 0; i < n; i++)
-        ASSERT(h[i] == (float)(i % 1000));
+        bad += !(dst[i] == src[i]);
+    if (bad)
+        fprintf(stderr, "# %zu of %zu elements differ (element 0: %g, expected %g)\n", bad,
+                n, (double)dst[0], (double)src[0]);
+    ASSERT_EQ(bad, 0);
     ASSERT_OK(dsl_comm_allreduce(comm, d, d, n, DSL_FLOAT32, DSL_SUM)); /* blocking: one */
     ASSERT(dsl_hostsync_count() == h0 + 2);
     dsl_comm_set_compute_stream(comm, NULL);
     cudaFree(d);
-    cudaFreeHost(h);
+    cudaFree(d2);
+    cudaFreeHost(src);
+    cudaFreeHost(dst);
     cudaStreamDestroy(s);
 }
 

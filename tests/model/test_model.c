@@ -19,6 +19,7 @@
 #include "dslaunch/model/optimizer.h"
 
 #include "model/gemm_dims.h"
+#include "model/model_mlp_impl.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
@@ -211,6 +212,75 @@ TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same
     free(g1);
     free(g2);
     dsl_model_release(&m);
+}
+
+/* the CUDA MLP walks dsl_mlp_layout_need_plan (it cannot run here): the plan must be
+ * the CPU model's need() calls, call for call, and its blocks must cover every output
+ * column of every layer exactly once */
+TEST(mlp_need_plan_should_be_the_cpu_models_need_calls)
+{
+    static const struct dsl_model_spec specs[] = {
+        {.type = "mlp", .in_dim = 50, .out_dim = 10, .nhidden = 2, .hidden = {37, 20},
+         .max_batch = 4, .seg_max = 400},
+        {.type = "mlp", .in_dim = 13, .out_dim = 5, .nhidden = 2, .hidden = {17, 9},
+         .max_batch = 4, .seg_max = 40},
+        {.type = "mlp", .in_dim = 7, .out_dim = 4, .nhidden = 1, .hidden = {6},
+         .max_batch = 4, .seg_max = 0}, /* whole tensors: one block */
+        {.type = "mlp", .in_dim = 9, .out_dim = 3, .nhidden = 0, .max_batch = 4,
+         .seg_max = 5}, /* one layer, a block per row (seg_max below in_dim) */
+        {.type = "mlp", .in_dim = 6, .out_dim = 4, .nhidden = 1, .hidden = {11},
+         .max_batch = 4, .seg_max = 20, .dtype = DSL_BFLOAT16},
+    };
+    for (size_t c = 0; c < sizeof(specs) / sizeof(specs[0]); c++) {
+        char err[DSL_ERR_LEN];
+        struct dsl_model m, shape;
+        struct dsl_mlp_layout lay;
+        ASSERT_OK(dsl_model_create(&m, &specs[c], err));
+        ASSERT_OK(dsl_mlp_layout_build(&lay, &shape, &specs[c], err));
+        dsl_model_release(&shape); /* only the layout is wanted */
+        /* g: fp32-sized, as full_sink hands out dest = g + off for any dtype */
+        size_t esz = dsl_dtype_size(specs[c].dtype);
+        float *p = calloc(m.nparams, esz), *g = calloc(m.nparams, sizeof(float)), x[4 * 50];
+        int32_t y[4] = {0, 1, 2, 1};
+        fill(x, 4 * specs[c].in_dim, 5);
+        struct need_sink ns = {.fs = {g, &m, 0, m.nparams}};
+        struct dsl_grad_sink k = {.dest = ns_dest, .done = ns_done, .need = ns_need,
+                                  .ctx = &ns};
+        struct dsl_model_stats st;
+        ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 4, 1.0f, &k, &st));
+
+        struct dsl_mlp_need *plan = calloc(m.nsegs + lay.nlayers, sizeof(*plan));
+        size_t np = dsl_mlp_layout_need_plan(&lay, &m, 1, plan);
+        ASSERT_EQ(np, ns.nneed);
+        size_t covered[DSL_MODEL_MAX_LAYERS] = {0}; /* output columns computed */
+        unsigned char seen[DSL_MODEL_MAX_LAYERS][64] = {{0}};
+        for (size_t i = 0; i < np; i++) {
+            ASSERT_EQ(plan[i].off, ns.need_off[i]);
+            ASSERT_EQ(plan[i].len, ns.need_len[i]);
+            /* a block computes the columns of the rows it asked for, and no others */
+            if (plan[i].rows)
+                ASSERT(plan[i].len == plan[i].rows * lay.dims[plan[i].layer] ||
+                       plan[i].off == lay.woff[plan[i].layer]);
+            for (size_t r = plan[i].r0; r < plan[i].r0 + plan[i].rows; r++) {
+                ASSERT(r < lay.dims[plan[i].layer + 1] && r < 64);
+                ASSERT(!seen[plan[i].layer][r]++);
+                covered[plan[i].layer]++;
+            }
+        }
+        /* without need(): every layer whole, one entry each */
+        ASSERT_EQ(dsl_mlp_layout_need_plan(&lay, &m, 0, plan), lay.nlayers);
+        for (size_t l = 0; l < lay.nlayers; l++) {
+            ASSERT_EQ(covered[l], lay.dims[l + 1]);
+            ASSERT_EQ(plan[l].layer, l);
+            ASSERT_EQ(plan[l].off, lay.woff[l]);
+            ASSERT_EQ(plan[l].len, lay.dims[l + 1] * (lay.dims[l] + 1));
+            ASSERT_EQ(plan[l].rows, lay.dims[l + 1]);
+        }
+        free(plan);
+        free(p);
+        free(g);
+        dsl_model_release(&m);
+    }
 }
 
 TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)

@@ -4,7 +4,7 @@
  *     set_zero, scale and add bit for bit, absmax_bits and sumsq_fixed bit for bit
  *     (they are integer results), Adam/AdamW/SGD within 1e-6 relative;
  *   - the CUDA MLP against the CPU MLP: the same segment list and initial parameters
- *     (bit for bit), gradients within 1e-5 of the largest gradient magnitude, the same
+ *     (bit for bit), the same need() calls in the same order, gradients within 1e-5 of the largest gradient magnitude, the same
  *     loss (1e-5 relative) and hits;
  *   - the CUDA MLP's gradient at loss scale 2^10 is exactly 2^10 times its gradient at
  *     scale 1 (fp16 loss scaling, model.h);
@@ -244,6 +244,7 @@ struct order_sink {
     float *base; /* full gradient buffer (host or device) */
     const struct dsl_model *m;
     size_t ndone, last_off, nneed;
+    size_t need_off[64], need_len[64]; /* what forward asked for, in order */
 };
 
 static float *os_dest(void *ctx, size_t seg)
@@ -264,9 +265,9 @@ static void os_done(void *ctx, size_t seg)
 static void os_need(void *ctx, size_t off, size_t len)
 {
     struct order_sink *s = ctx;
-    (void)off;
-    (void)len;
-    s->nneed++;
+    ASSERT(s->nneed < 64);
+    s->need_off[s->nneed] = off;
+    s->need_len[s->nneed++] = len;
 }
 
 static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed)
@@ -302,7 +303,8 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
 
     float *g = calloc(P, sizeof(float)), *dg = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg != NULL);
-    struct order_sink sa = {g, &a, 0, P, 0}, sb = {dg, &b, 0, P, 0};
+    struct order_sink sa = {.base = g, .m = &a, .last_off = P},
+                      sb = {.base = dg, .m = &b, .last_off = P};
     struct dsl_grad_sink ka = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sa};
     struct dsl_grad_sink kb = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sb};
     struct dsl_model_stats sta, stb;
@@ -310,7 +312,13 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
     if (b.ops->forward_backward(&b, dp, x, y, n, 1.0f, &kb, &stb) < 0)
         DSL_FAIL_("GPU forward_backward: %s", b.err);
     ASSERT_EQ(sb.ndone, b.nsegs);
+    /* model.h's need() contract: the same calls in the same order (the first layer
+     * block by block, test_train_model checks the CPU's order) */
     ASSERT_EQ(sb.nneed, sa.nneed);
+    for (size_t i = 0; i < sa.nneed; i++) {
+        ASSERT_EQ(sb.need_off[i], sa.need_off[i]);
+        ASSERT_EQ(sb.need_len[i], sa.need_len[i]);
+    }
     float *hg = host_from(dg, P);
     double gmax = 0.0, diff = 0.0;
     for (size_t i = 0; i < P; i++) {
@@ -332,7 +340,7 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
      * (the same kernels and sgemm shapes, linear in dz), and the same loss */
     float *dg2 = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg2 != NULL);
-    struct order_sink sc = {dg2, &b, 0, P, 0};
+    struct order_sink sc = {.base = dg2, .m = &b, .last_off = P};
     struct dsl_grad_sink kc = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sc};
     struct dsl_model_stats stc;
     if (b.ops->forward_backward(&b, dp, x, y, n, 1024.0f, &kc, &stc) < 0)
