@@ -41,8 +41,6 @@
 #include "dslaunch/model/cpupool.h"
 #include "dslaunch/common/banned.h"
 
-#define MIN_TILES 4
-
 static int to_int(size_t v)
 {
     return (int)v;
@@ -60,19 +58,40 @@ static size_t split(size_t full, size_t parts)
     return t < full ? t : full;
 }
 
-static void tiles(size_t fm, size_t fn, int by_rows, size_t *tr, size_t *tc)
+/*
+ * The tiling of an fm x fn x k product: nr x nc tiles. Each call packs its rows of
+ * op(A) and columns of op(B) again, so nr x nc tiles pack k (nc fm + nr fn) floats in
+ * all: the split that packs least among those with enough tiles. Enough: one per
+ * WORK_TILE of work, at least MIN_TILES (threads to share out), at most MAX_TILES,
+ * with tiles of at least 16 rows and columns where the product has them.
+ */
+#define MIN_TILES 4
+#define MAX_TILES 64
+#define WORK_TILE (64.0 * 1024 * 1024) /* flops */
+
+static void tiles(size_t fm, size_t fn, size_t k, size_t *tr, size_t *tc)
 {
-    size_t nr = ceil_div(fm, by_rows ? 64 : 256), nc = ceil_div(fn, 512);
-    while (nr * nc < MIN_TILES) {
-        if (!by_rows && fm / (2 * nr) >= 64)
-            nr *= 2;
-        else if (fn / (2 * nc) >= 128)
-            nc *= 2;
-        else
-            break;
-    }
-    *tr = fm ? split(fm, nr) : 1;
-    *tc = fn ? split(fn, nc) : 1;
+    double work = 2.0 * (double)fm * (double)fn * (double)k;
+    size_t want = (size_t)(work / WORK_TILE);
+    want = want < MIN_TILES ? MIN_TILES : want > MAX_TILES ? MAX_TILES : want;
+    size_t best_r = 1, best_c = 1;
+    double best = -1.0;
+    for (size_t nr = 1; nr <= MAX_TILES; nr *= 2)
+        for (size_t nc = 1; nr * nc <= MAX_TILES; nc *= 2) {
+            if ((nr > 1 && fm / nr < 16) || (nc > 1 && fn / nc < 16))
+                continue;
+            /* short of tiles: only as a last resort, the most tiles first */
+            double pack = (double)nc * (double)fm + (double)nr * (double)fn;
+            double cost = nr * nc >= want ? pack : 1e300 / (double)(nr * nc);
+            if (best < 0.0 || cost < best ||
+                (cost == best && nr * nc < best_r * best_c)) {
+                best = cost;
+                best_r = nr;
+                best_c = nc;
+            }
+        }
+    *tr = fm ? split(fm, best_r) : 1;
+    *tc = fn ? split(fn, best_c) : 1;
 }
 
 static size_t full_m(const struct dsl_gemm *g)
@@ -87,7 +106,7 @@ static size_t full_n(const struct dsl_gemm *g)
 
 void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc)
 {
-    tiles(full_m(g), full_n(g), g->by_rows, tr, tc);
+    tiles(full_m(g), full_n(g), g->k, tr, tc);
 }
 
 struct plan {
@@ -194,6 +213,71 @@ static void run_tiles(void *arg, size_t lo, size_t hi)
     const struct plan *pl = arg;
     for (size_t t = lo; t < hi; t++)
         run_tile(pl, pl->ti0 + t / pl->ntj, pl->tj0 + t % pl->ntj);
+}
+
+void dsl_gemm_carry_release(struct dsl_gemm_carry *cy)
+{
+    free(cy->buf);
+    memset(cy, 0, sizeof(*cy));
+}
+
+/* rows [r0, r1) of tile row t of the whole product (g) into dst (ldd), from the carry,
+ * which is computed whole for t first unless it holds t already */
+static void rows_from_carry(const struct dsl_gemm *g, size_t tr, size_t t, size_t r0,
+                            size_t r1, float *dst, size_t ldd, struct dsl_gemm_carry *cy)
+{
+    size_t R0 = t * tr, R1 = R0 + tr < g->m ? R0 + tr : g->m;
+    if (!cy->valid || cy->tile != t) {
+        size_t need = tr * g->n;
+        if (cy->cap < need) {
+            free(cy->buf);
+            cy->buf = dsl_xmalloc(need * sizeof(float));
+            cy->cap = need;
+        }
+        struct dsl_gemm w = *g;
+        w.full_m = g->m;
+        w.m = R1 - R0;
+        w.row0 = R0;
+        w.a = g->ta == CblasNoTrans ? g->a + R0 * g->lda : g->a + R0;
+        w.c = cy->buf;
+        w.ldc = g->n;
+        dsl_gemm_run(&w);
+        cy->tile = t;
+        cy->valid = 1;
+    }
+    for (size_t r = r0; r < r1; r++)
+        memcpy(dst + (r - r0) * ldd, cy->buf + (r - R0) * g->n, g->n * sizeof(float));
+}
+
+void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst, size_t ldd,
+                   struct dsl_gemm_carry *cy)
+{
+    if (g->bf16 || g->bias || g->mask || g->relu || g->full_m || g->row0)
+        DSL_BUG("dsl_gemm_rows takes a plain whole fp32 product");
+    size_t tr, tc, r1 = r0 + rows;
+    dsl_gemm_tiles(g, &tr, &tc);
+    size_t a0 = (r0 + tr - 1) / tr * tr, a1 = r1 / tr * tr;
+    if (r1 == g->m)
+        a1 = r1; /* the last tile row ends with the product: whole */
+    if (a0 >= a1) { /* inside one tile row, or across the edge of two */
+        size_t t = r0 / tr, e = (t + 1) * tr < r1 ? (t + 1) * tr : r1;
+        rows_from_carry(g, tr, t, r0, e, dst, ldd, cy);
+        if (e < r1)
+            rows_from_carry(g, tr, t + 1, e, r1, dst + (e - r0) * ldd, ldd, cy);
+        return;
+    }
+    if (r0 < a0) /* the head: the end of a tile row that starts above r0 */
+        rows_from_carry(g, tr, r0 / tr, r0, a0, dst, ldd, cy);
+    struct dsl_gemm w = *g; /* whole tile rows, straight into dst */
+    w.full_m = g->m;
+    w.m = a1 - a0;
+    w.row0 = a0;
+    w.a = g->ta == CblasNoTrans ? g->a + a0 * g->lda : g->a + a0;
+    w.c = dst + (a0 - r0) * ldd;
+    w.ldc = ldd;
+    dsl_gemm_run(&w);
+    if (a1 < r1) /* the tail: the start of a tile row that ends below r1 */
+        rows_from_carry(g, tr, a1 / tr, a1, r1, dst + (a1 - r0) * ldd, ldd, cy);
 }
 
 #ifndef DSL_HAVE_DNNL

@@ -53,6 +53,30 @@ void dsl_gemm_run(const struct dsl_gemm *g);
  *  A caller that can wait may compute tile-aligned blocks to avoid partial tiles. */
 void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc);
 
+/*
+ * Rows [r0, r0 + rows) of the whole product g (g->m rows; g->c unused) into dst (ld
+ * ldd), for a caller that hands a product's rows over block by block (the weight
+ * gradients' segments, last block first): the tile rows the block covers go straight
+ * to dst; a tile row the block cuts through is computed whole into the carry and its
+ * rows copied, and the carry keeps it for the adjacent block, so no tile is computed
+ * in part or twice. A plain fp32 product: no bias, mask, ReLU or bf16.
+ * dsl_gemm_carry_reset() before the first block of each product (the carry's tile is
+ * only valid for the same product's inputs).
+ */
+struct dsl_gemm_carry {
+    float *buf;
+    size_t cap, tile;
+    int valid;
+};
+void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst, size_t ldd,
+                   struct dsl_gemm_carry *cy);
+static inline void dsl_gemm_carry_reset(struct dsl_gemm_carry *cy)
+{
+    cy->valid = 0;
+}
+/** Frees the carry's buffer; the carry is then empty (as zero-initialised). */
+void dsl_gemm_carry_release(struct dsl_gemm_carry *cy);
+
 /* the block of C at (i0, j0) of the call, m x n: the bias fill before its product, the
  * ReLU and the mask after (both paths; inline, so that cpugemm.c and cpugemm_bf16.c
  * do not call each other both ways) */

@@ -183,6 +183,7 @@ struct gpt {
     enum dsl_dtype dtype;
     float *w32, *g32; /* 16-bit: the widened parameters; one segment in fp32 */
     struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: the bf16 copies of a product's inputs */
+    struct dsl_gemm_carry carry; /* a weight gradient's tile row between two segments */
 };
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -696,17 +697,25 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
                            const float *A, const float *dY, size_t N)
 {
     const struct dsl_gpt_tensor *t = &p->L.t[ti];
+    dsl_gemm_carry_reset(&p->carry);
     for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) {
         const struct dsl_model_seg *sg = &p->m->segs[s];
         size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
         float *dst = sink->dest(sink->ctx, s);
         float *c = p->g32 ? p->g32 : dst;
-        /* rows r0.. of the whole gradient's product, whatever the segment size */
-        struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = nr, .n = t->cols,
-                             .k = N, .a = A + r0, .lda = t->rows, .b = dY, .ldb = t->cols,
-                             .alpha = 1.0f, .beta = 0.0f, .c = c, .ldc = t->cols,
-                             .by_rows = 1, .full_m = t->rows, .row0 = r0, .bf16 = p->b16};
-        dsl_gemm_run(&g);
+        /* rows r0.. of the whole gradient's product (cpugemm.h): the same bits
+         * whatever the segment size; bf16 takes the block as is */
+        struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = t->rows,
+                             .n = t->cols, .k = N, .a = A, .lda = t->rows, .b = dY,
+                             .ldb = t->cols, .alpha = 1.0f, .beta = 0.0f, .c = c,
+                             .ldc = t->cols, .by_rows = 1, .bf16 = p->b16};
+        if (p->b16) {
+            g.m = nr;
+            g.a = A + r0;
+            dsl_gemm_run(&g);
+        } else {
+            dsl_gemm_rows(&g, r0, nr, c, t->cols, &p->carry);
+        }
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);
@@ -875,6 +884,7 @@ static void gpt_release(struct dsl_model *m)
     free(p->w32);
     free(p->g32);
     dsl_gemm_bf16_free(p->b16);
+    dsl_gemm_carry_release(&p->carry);
     free(p);
     m->impl = NULL;
 }

@@ -60,6 +60,7 @@ struct mlp {
     float *w32;           /* 16-bit: the fp32 parameters forward widened (P floats) */
     float *g32;           /* 16-bit: one gradient segment in fp32 */
     struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: bf16 copies of a product's inputs */
+    struct dsl_gemm_carry carry; /* a weight gradient's tile row between two segments */
 };
 
 /* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
@@ -235,16 +236,25 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             mlp_narrow(p, hdst, db, out);
         sink->done(sink->ctx, seg++);
         /* weight, in row blocks, last block first */
+        dsl_gemm_carry_reset(&p->carry);
         while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
             sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             hdst = sink->dest(sink->ctx, seg);
             float *dw = p->g32 ? p->g32 : hdst;
-            struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = rows, .n = in,
-                                 .k = n, .a = dz + r0, .lda = out, .b = p->act[li],
-                                 .ldb = in, .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
-                                 .by_rows = 1, .full_m = out, .row0 = r0, .bf16 = p->b16};
-            dsl_gemm_run(&g);
+            /* the layer's whole product, handed over rows r0.. (cpugemm.h): the
+             * same bits whatever the segment size; bf16 takes the block as is */
+            struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = out, .n = in,
+                                 .k = n, .a = dz, .lda = out, .b = p->act[li], .ldb = in,
+                                 .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
+                                 .by_rows = 1, .bf16 = p->b16};
+            if (p->b16) {
+                g.m = rows;
+                g.a = dz + r0;
+                dsl_gemm_run(&g);
+            } else {
+                dsl_gemm_rows(&g, r0, rows, dw, in, &p->carry);
+            }
             if (p->g32)
                 mlp_narrow(p, hdst, dw, sg->len);
             sink->done(sink->ctx, seg++);
@@ -289,6 +299,7 @@ static void mlp_release(struct dsl_model *m)
     free(p->w32);
     free(p->g32);
     dsl_gemm_bf16_free(p->b16);
+    dsl_gemm_carry_release(&p->carry);
     free(p);
     m->impl = NULL;
 }

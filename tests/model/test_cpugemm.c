@@ -327,6 +327,42 @@ TEST(fp32_products_should_give_the_same_bits_for_any_block_of_the_whole_product)
            naive, total, dsl_blas_core());
 }
 
+TEST(fp32_rows_handed_over_block_by_block_should_be_the_whole_products_rows)
+{
+    uint64_t seed = 11;
+    for (size_t si = 0; si < sizeof(fshapes) / sizeof(fshapes[0]); si++) {
+        struct dsl_gemm g;
+        float *a, *b, *c;
+        rng = 51 + si;
+        setup(&g, &fshapes[si], &a, &b, &c);
+        g.by_rows = 1;
+        dsl_gemm_run(&g);
+        struct dsl_gemm_carry cy = {0};
+        float *dst = malloc(g.m * g.n * sizeof(float));
+        for (int trial = 0; trial < 6; trial++) {
+            /* blocks of one random height (as segments are), last block first */
+            size_t h = 1 + dsl_test_rng(&seed) % (g.m / 2 + 1);
+            dsl_gemm_carry_reset(&cy);
+            memset(dst, 0xff, g.m * g.n * sizeof(float));
+            for (size_t hi = g.m; hi > 0;) {
+                size_t lo = hi > h ? hi - h : 0;
+                dsl_gemm_rows(&g, lo, hi - lo, dst + lo * g.n, g.n, &cy);
+                hi = lo;
+            }
+            for (size_t i = 0; i < g.m; i++)
+                if (memcmp(dst + i * g.n, c + i * g.ldc, g.n * sizeof(float)))
+                    DSL_FAIL_("shape %zu, blocks of %zu rows: row %zu differs from the "
+                              "whole product",
+                              si, h, i);
+        }
+        dsl_gemm_carry_release(&cy);
+        free(dst);
+        free(a);
+        free(b);
+        free(c);
+    }
+}
+
 /* the fp32 products of fshapes, whole, at a thread count (in a fresh child) to fd */
 static void fp32_products_at(int threads, int fd)
 {
