@@ -63,13 +63,15 @@ static size_t split(size_t full, size_t parts)
  * op(A) and columns of op(B) again, so nr x nc tiles pack k (nc fm + nr fn) floats in
  * all: the split that packs least among those with enough tiles. Enough: one per
  * WORK_TILE of work, at least MIN_TILES (threads to share out), at most MAX_TILES,
- * with tiles of at least 16 rows and columns where the product has them.
+ * with tiles of at least 16 rows and columns where the product has them, and of at most
+ * ROWS_TILE rows for a product handed over by rows.
  */
 #define MIN_TILES 4
 #define MAX_TILES 64
 #define WORK_TILE (64.0 * 1024 * 1024) /* flops */
+#define ROWS_TILE 128 /* by_rows: rows per tile, at most */
 
-static void tiles(size_t fm, size_t fn, size_t k, size_t *tr, size_t *tc)
+static void tiles(size_t fm, size_t fn, size_t k, int by_rows, size_t *tr, size_t *tc)
 {
     double work = 2.0 * (double)fm * (double)fn * (double)k;
     size_t want = (size_t)(work / WORK_TILE);
@@ -79,6 +81,10 @@ static void tiles(size_t fm, size_t fn, size_t k, size_t *tr, size_t *tc)
     for (size_t nr = 1; nr <= MAX_TILES; nr *= 2)
         for (size_t nc = 1; nr * nc <= MAX_TILES; nc *= 2) {
             if ((nr > 1 && fm / nr < 16) || (nc > 1 && fn / nc < 16))
+                continue;
+            /* rows handed over in blocks (dsl_gemm_rows) copy the tile rows a block
+             * boundary cuts through: keep those short */
+            if (by_rows && fm > ROWS_TILE && ceil_div(fm, nr) > ROWS_TILE)
                 continue;
             /* short of tiles: only as a last resort, the most tiles first */
             double pack = (double)nc * (double)fm + (double)nr * (double)fn;
@@ -106,7 +112,7 @@ static size_t full_n(const struct dsl_gemm *g)
 
 void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc)
 {
-    tiles(full_m(g), full_n(g), g->k, tr, tc);
+    tiles(full_m(g), full_n(g), g->k, g->by_rows, tr, tc);
 }
 
 struct plan {
@@ -259,15 +265,18 @@ void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst,
     size_t a0 = (r0 + tr - 1) / tr * tr, a1 = r1 / tr * tr;
     if (r1 == g->m)
         a1 = r1; /* the last tile row ends with the product: whole */
+    /* higher rows first: their tile row is the one the block above (handed over
+     * before this one) left in the carry; the lowest cut tile row stays there for the
+     * block below */
     if (a0 >= a1) { /* inside one tile row, or across the edge of two */
         size_t t = r0 / tr, e = (t + 1) * tr < r1 ? (t + 1) * tr : r1;
-        rows_from_carry(g, tr, t, r0, e, dst, ldd, cy);
         if (e < r1)
             rows_from_carry(g, tr, t + 1, e, r1, dst + (e - r0) * ldd, ldd, cy);
+        rows_from_carry(g, tr, t, r0, e, dst, ldd, cy);
         return;
     }
-    if (r0 < a0) /* the head: the end of a tile row that starts above r0 */
-        rows_from_carry(g, tr, r0 / tr, r0, a0, dst, ldd, cy);
+    if (a1 < r1) /* the tail: the start of a tile row that ends below r1 */
+        rows_from_carry(g, tr, a1 / tr, a1, r1, dst + (a1 - r0) * ldd, ldd, cy);
     struct dsl_gemm w = *g; /* whole tile rows, straight into dst */
     w.full_m = g->m;
     w.m = a1 - a0;
@@ -276,8 +285,8 @@ void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst,
     w.c = dst + (a0 - r0) * ldd;
     w.ldc = ldd;
     dsl_gemm_run(&w);
-    if (a1 < r1) /* the tail: the start of a tile row that ends below r1 */
-        rows_from_carry(g, tr, a1 / tr, a1, r1, dst + (a1 - r0) * ldd, ldd, cy);
+    if (r0 < a0) /* the head: the end of a tile row that starts above r0 */
+        rows_from_carry(g, tr, r0 / tr, r0, a0, dst, ldd, cy);
 }
 
 #ifndef DSL_HAVE_DNNL
