@@ -20,16 +20,21 @@
  * elsewhere (the caller may not have the rest yet: the forward's first layer arrives
  * block by block), the covered part of C copied in (for beta and the bias) and back
  * out. Zeros change no other element. The padded tile costs a whole tile's work; the
- * models keep it rare by cutting on tile boundaries (MLP forward) or by keeping row
- * tiles short where segments cut rows (by_rows).
+ * models avoid it: the MLP's forward computes whole tiles as its blocks come in, and
+ * a product handed over by rows (weight-gradient segments) goes through
+ * dsl_gemm_rows, which computes a tile row a segment boundary cuts once, whole, into
+ * a carry and copies its rows out to both segments.
  *
  * The tile shape trades the packing OpenBLAS repeats per call (op(A) rows and op(B)
- * columns of K each) against the tiles needed to keep threads busy: rows in 256s
- * (64s with by_rows), columns in 512s, then split further, rows first, while there are
- * fewer than MIN_TILES tiles and a split leaves at least 64 rows or 128 columns; the
- * tiles of a dimension are equal, rounded up to whole cache lines (16 floats). A
- * shape never depends on the thread count. Measured on the models' shapes
- * (bench/cpugemm.c): the tiled products take 0-7% longer than one call per thread.
+ * columns, K floats each) against tiles for the threads to share: tiles() takes the
+ * split that packs least among those with one tile per WORK_TILE of work (at least
+ * MIN_TILES, at most MAX_TILES), with row tiles of at most ROWS_TILE rows for products
+ * handed over by rows (fewer rows copied through the carry). A shape never depends on
+ * the thread count, so a rank with more threads than a small product has tiles leaves
+ * some idle on it: that is the price of the same bits at any thread count. Measured
+ * on the MLP benchmark's step (bench/train.sh shapes, one thread, products timed
+ * inside dstrain, five runs each alternating with the untiled build): the same time
+ * within the noise (medians 1.925 and 1.943 s of products over 200 steps).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,10 +71,10 @@ static size_t split(size_t full, size_t parts)
  * with tiles of at least 16 rows and columns where the product has them, and of at most
  * ROWS_TILE rows for a product handed over by rows.
  */
-#define MIN_TILES 4
+#define MIN_TILES 2
 #define MAX_TILES 64
-#define WORK_TILE (64.0 * 1024 * 1024) /* flops */
-#define ROWS_TILE 128 /* by_rows: rows per tile, at most */
+#define WORK_TILE (128.0 * 1024 * 1024) /* flops */
+#define ROWS_TILE 256 /* by_rows: rows per tile, at most */
 
 static void tiles(size_t fm, size_t fn, size_t k, int by_rows, size_t *tr, size_t *tc)
 {
