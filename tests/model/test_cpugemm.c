@@ -68,6 +68,15 @@ static const struct shape shapes[] = {
     {CblasNoTrans, CblasNoTrans, 1, 256, 32},   /* one row (sampling's last position) */
 };
 
+/* fp32 shapes with several tiles (cpugemm.c's tiling), edge tiles and one tile */
+static const struct shape fshapes[] = {
+    {CblasNoTrans, CblasNoTrans, 300, 700, 40}, /* 2 x 2 tiles, both with edges */
+    {CblasNoTrans, CblasTrans, 64, 1030, 50},   /* the MLP's first layer: column tiles */
+    {CblasTrans, CblasNoTrans, 200, 130, 64},   /* a weight gradient: row tiles */
+    {CblasTrans, CblasTrans, 97, 45, 33},
+    {CblasNoTrans, CblasNoTrans, 70, 96, 64},   /* one tile */
+};
+
 /* a product with room around it: lda/ldb/ldc wider than the matrix */
 static void setup(struct dsl_gemm *g, const struct shape *s, float **a, float **b, float **c)
 {
@@ -140,18 +149,24 @@ TEST(bf16_products_should_be_fp32_sums_of_bf16_rounded_inputs)
     dsl_gemm_bf16_free(s16);
 }
 
+static int fp32_child; /* products_at: the fp32 products of fshapes, not bf16's */
+
 /* every shape's product, by rows and by columns, at the given thread count (run in a
  * child, whose pool has not started), written to fd */
+
 static void products_at(int threads, int fd)
 {
     dsl_cpupool_set_threads(threads);
-    struct dsl_gemm_bf16 *s16 = dsl_gemm_bf16_new();
-    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++)
+    struct dsl_gemm_bf16 *s16 = fp32_child ? NULL : dsl_gemm_bf16_new();
+    const struct shape *set = fp32_child ? fshapes : shapes;
+    size_t n = fp32_child ? sizeof(fshapes) / sizeof(fshapes[0])
+                          : sizeof(shapes) / sizeof(shapes[0]);
+    for (size_t si = 0; si < n; si++)
         for (int by_rows = 0; by_rows < 2; by_rows++) {
             struct dsl_gemm g;
             float *a, *b, *c;
             rng = 99 + si; /* the same inputs in every child */
-            setup(&g, &shapes[si], &a, &b, &c);
+            setup(&g, &set[si], &a, &b, &c);
             g.bf16 = s16;
             g.beta = 1.0f;
             g.by_rows = by_rows;
@@ -166,8 +181,6 @@ static void products_at(int threads, int fd)
     dsl_gemm_bf16_free(s16);
 }
 
-static int fp32_child; /* run_child: fp32_products_at instead of products_at */
-static void fp32_products_at(int threads, int fd);
 
 static size_t run_child(int threads, char *buf, size_t cap)
 {
@@ -177,10 +190,7 @@ static size_t run_child(int threads, char *buf, size_t cap)
     ASSERT(pid >= 0);
     if (pid == 0) {
         close(p[0]);
-        if (fp32_child)
-            fp32_products_at(threads, p[1]);
-        else
-            products_at(threads, p[1]);
+        products_at(threads, p[1]);
         _exit(0);
     }
     close(p[1]);
@@ -212,14 +222,6 @@ TEST(bf16_products_should_give_the_same_bits_at_any_thread_count)
     free(three);
 }
 
-/* fp32 shapes with several tiles (cpugemm.c's tiling), edge tiles and one tile */
-static const struct shape fshapes[] = {
-    {CblasNoTrans, CblasNoTrans, 300, 700, 40}, /* 2 x 2 tiles, both with edges */
-    {CblasNoTrans, CblasTrans, 64, 1030, 50},   /* the MLP's first layer: column tiles */
-    {CblasTrans, CblasNoTrans, 200, 130, 64},   /* a weight gradient: row tiles */
-    {CblasTrans, CblasTrans, 97, 45, 33},
-    {CblasNoTrans, CblasNoTrans, 70, 96, 64},   /* one tile */
-};
 
 /* the product of g (whole) as blocks: by_rows, rows [0, m) in pieces of random height,
  * else columns in pieces of random width; each piece a call on its own block */
@@ -361,28 +363,6 @@ TEST(fp32_rows_handed_over_block_by_block_should_be_the_whole_products_rows)
         free(b);
         free(c);
     }
-}
-
-/* the fp32 products of fshapes, whole, at a thread count (in a fresh child) to fd */
-static void fp32_products_at(int threads, int fd)
-{
-    dsl_cpupool_set_threads(threads);
-    for (size_t si = 0; si < sizeof(fshapes) / sizeof(fshapes[0]); si++)
-        for (int by_rows = 0; by_rows < 2; by_rows++) {
-            struct dsl_gemm g;
-            float *a, *b, *c;
-            rng = 77 + si;
-            setup(&g, &fshapes[si], &a, &b, &c);
-            g.beta = 1.0f;
-            g.by_rows = by_rows;
-            dsl_gemm_run(&g);
-            size_t bytes = g.m * g.ldc * sizeof(float);
-            if (write(fd, c, bytes) != (ssize_t)bytes)
-                _exit(3);
-            free(a);
-            free(b);
-            free(c);
-        }
 }
 
 TEST(fp32_products_should_give_the_same_bits_at_any_thread_count)

@@ -15,6 +15,12 @@ SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
 SSH=(--launcher openmpi --hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
+# mpirun's session directories in a folder of this test's own: every mpirun of every
+# suite otherwise shares TMPDIR/ompi.HOST.UID, which the last one out removes, so an
+# mpirun of another suite starting at that moment failed ("orte_session_dir failed").
+# dslaunch clears a killed mpirun's directory under TMPDIR too, and the check below
+# looks there.
+export TMPDIR="$T_TMP"
 
 command -v mpirun >/dev/null || { echo "not ok 1 - mpirun is not installed (apt-get install openmpi-bin)"; exit 1; }
 
