@@ -57,6 +57,7 @@ void dsl_job_hang_init(struct dsl_job *job)
     h->verdict.stuck = dsl_xcalloc((size_t)job->nranks + 1, sizeof(int));
     h->verdict.first = -1;
     h->t0 = dsl_now();
+    h->t_quiet = h->t0;
     for (int i = 0; i < job->nranks; i++)
         h->r[i].t_advance = h->t0;
     job->hang = h;
@@ -75,6 +76,7 @@ void dsl_job_hang_release(struct dsl_job *job)
     free(h->view);
     free(h->verdict.stuck);
     free(h->answered);
+    free(h->probe_asked);
     free(h->report_txt);
     free(h->report_json);
     free(h);
@@ -87,6 +89,7 @@ void dsl_job_hang_start_msg(struct dsl_job *job, struct dsl_msg *m)
     if (!h)
         return;
     h->t0 = dsl_now(); /* the ranks start now: no progress is due before */
+    h->t_quiet = h->t0;
     for (int i = 0; i < job->nranks; i++)
         h->r[i].t_advance = h->t0;
     m->progress_tick = h->tick;
@@ -101,6 +104,62 @@ static struct dsl_job_hang_rank *rank_of(struct dsl_job *job, struct dsl_job_nod
     if (rank < 0 || rank >= job->nranks || job->ranks[rank].node != (int)(n - job->nodes))
         return NULL;
     return &job->hang->r[rank];
+}
+
+/* Progress somewhere: a new quiet spell begins, and what the probes found is stale. */
+static void progress_seen(struct dsl_job_hang *h, double now)
+{
+    h->t_quiet = now;
+    h->lively = 1;
+    h->spell++;
+    h->nprobes = 0;
+}
+
+/* A probe's answer from node n: what each rank's native stack shows. */
+static void on_probe(struct dsl_job *job, struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    struct dsl_job_hang *h = job->hang;
+    size_t k = (size_t)(n - job->nodes);
+    if (!h->probing || !h->probe_asked || !h->probe_asked[k])
+        return;
+    h->probe_asked[k] = 0;
+    if (h->probe_spell != h->spell)
+        return; /* progress came meanwhile: the answer is of an earlier spell */
+    for (int i = 0; i < m->nstacks; i++) {
+        struct dsl_job_hang_rank *r = rank_of(job, n, m->stacks[i].rank);
+        if (!r)
+            continue;
+        const char *what;
+        enum dsl_hang_wait w = dsl_hang_stack_wait(m->stacks[i].text, &what);
+        if (w == DSL_HANG_WAIT_IN &&
+            (r->wait_spell != h->spell || r->wait != DSL_HANG_WAIT_IN))
+            r->t_wait = h->t_probe_ask;
+        r->wait_spell = h->spell;
+        r->wait = w;
+        r->wait_what = what;
+    }
+}
+
+void dsl_job_hang_probe_check(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    if (!h->probing)
+        return;
+    int waiting = 0;
+    for (int i = 0; i < job->nnodes; i++)
+        waiting += h->probe_asked[i] && job->nodes[i].state == DSL_NODE_RUNNING;
+    if (waiting && now < h->probe_deadline)
+        return;
+    h->probing = 0;
+    if (h->probe_spell != h->spell)
+        return;
+    /* ranks whose node did not answer are unknown */
+    for (int i = 0; i < job->nranks; i++)
+        if (h->probe_asked[job->ranks[i].node])
+            h->r[i].wait_spell = 0, h->r[i].wait = DSL_HANG_WAIT_UNKNOWN;
+    memset(h->probe_asked, 0, (size_t)job->nnodes);
+    h->nprobes++;
+    h->t_probe_last = h->t_probe_ask;
 }
 
 void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const struct dsl_msg *m)
@@ -120,9 +179,15 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
                 r->t_advance = now;
                 r->reports = 1;
                 r->v = p->view;
+                progress_seen(h, now);
             }
             r->pstate = p->pstate;
+            r->busy = p->busy > 0;
+            r->probes |= p->busy >= 0;
         }
+    } else if (m->type == DSL_MSG_STACKED && m->stack_probe) {
+        on_probe(job, n, m);
+        dsl_job_hang_probe_check(job, now);
     } else if (m->type == DSL_MSG_STACKED) {
         for (int i = 0; i < m->nstacks; i++) {
             struct dsl_job_hang_rank *r = rank_of(job, n, m->stacks[i].rank);
@@ -140,13 +205,19 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
 
 void dsl_job_hang_on_output(struct dsl_job *job, const struct dsl_job_rank *r)
 {
-    if (job->hang && !job->hang->r[r->rank].reports)
-        job->hang->r[r->rank].t_advance = dsl_now();
+    struct dsl_job_hang *h = job->hang;
+    if (!h)
+        return;
+    double now = dsl_now();
+    if (!h->r[r->rank].reports)
+        h->r[r->rank].t_advance = now;
+    progress_seen(h, now);
 }
 
 void dsl_job_hang_look(struct dsl_job *job)
 {
     struct dsl_job_hang *h = job->hang;
+    int unconfirmed = 0;
     for (int i = 0; i < job->nranks; i++) {
         const struct dsl_job_rank *jr = &job->ranks[i];
         const struct dsl_job_hang_rank *r = &h->r[i];
@@ -164,13 +235,33 @@ void dsl_job_hang_look(struct dsl_job *job)
         v->t_advance = r->t_advance - h->t0;
         v->v = r->v;
         v->pstate = r->pstate;
+        v->busy = r->busy;
+        /* inside a collective as evidence: found there by every probe of this spell,
+           the first half a timeout before the last */
+        if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN &&
+            h->t_probe_last - r->t_wait >= h->timeout / 2 - 1e-3) {
+            v->wait = DSL_HANG_WAIT_IN;
+            v->wait_what = r->wait_what;
+        } else if (r->wait_spell == h->spell && h->nprobes) {
+            v->wait = r->wait == DSL_HANG_WAIT_IN ? DSL_HANG_WAIT_UNKNOWN : r->wait;
+            if (r->wait == DSL_HANG_WAIT_IN && jr->started && !jr->exited)
+                unconfirmed++;
+        }
     }
+    /* the evidence is in when the last probe was asked a timeout into the quiet spell
+       (less a tick, so the answer is back by then) and nothing found inside a
+       collective waits for its confirmation by the next */
+    h->jobv.t_quiet = h->t_quiet - h->t0;
+    h->jobv.lively = h->lively;
+    h->jobv.probed = h->nprobes && !unconfirmed &&
+                     h->t_probe_last - h->t_quiet >= h->timeout - h->tick - 1e-3;
 }
 
 void dsl_job_hang_declare(struct dsl_job *job, int code)
 {
     struct dsl_job_hang *h = job->hang;
     h->state = DSL_HANG_DECLARED;
+    h->probing = 0; /* an answer still on its way is ignored */
     h->reason = code;
     h->t_declared = dsl_now();
     snprintf(h->said, sizeof(h->said), "%s: %s",

@@ -61,6 +61,59 @@ static void warn_outlived(struct dsl_job *job, double now)
                                   : "it reports no progress; --hang-timeout would stop it");
 }
 
+static void ask_probe(struct dsl_job *job)
+{
+    struct dsl_job_hang *h = job->hang;
+    double now = dsl_now();
+    if (!h->probe_asked)
+        h->probe_asked = dsl_xcalloc((size_t)job->nnodes + 1, 1);
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_STACKS);
+    m.stack_timeout = DSL_HANG_PROBE_TIMEOUT;
+    m.stack_probe = 1;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        h->probe_asked[i] = 0;
+        int knows = 0;
+        for (int k = 0; k < job->nranks && !knows; k++)
+            knows = job->ranks[k].node == i && h->r[k].probes;
+        if (n->state != DSL_NODE_RUNNING || !knows)
+            continue;
+        dsl_job_node_send(n, &m);
+        dsl_job_node_flush(n);
+        h->probe_asked[i] = 1;
+    }
+    dsl_msg_release(&m);
+    h->probing = 1;
+    h->probe_spell = h->spell;
+    h->t_probe_ask = now;
+    h->probe_deadline = now + DSL_HANG_PROBE_TIMEOUT + 2;
+    dsl_job_hang_probe_check(job, now);
+}
+
+/*
+ * Probes in a quiet spell (no progress anywhere): the first half a timeout in, the
+ * next a timeout in, then every half a timeout; each a tick early, so that its answer
+ * is back when the timeout is up. Only where the job as a whole can be judged: every
+ * rank is armed.
+ */
+static void probe_when_due(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    dsl_job_hang_probe_check(job, now);
+    if (h->probing)
+        return;
+    for (int i = 0; i < job->nranks; i++)
+        if (job->ranks[i].started && !job->ranks[i].exited && !h->view[i].armed)
+            return;
+    double quiet = now - h->t_quiet, half = h->timeout / 2;
+    int due = h->nprobes == 0 ? quiet >= half - h->tick
+                              : now - h->t_probe_last >= half - 1e-3 &&
+                                    quiet >= h->timeout - h->tick;
+    if (due)
+        ask_probe(job);
+}
+
 static void watch(struct dsl_job *job, double now)
 {
     struct dsl_job_hang *h = job->hang;
@@ -88,13 +141,14 @@ static void watch(struct dsl_job *job, double now)
                 h->view[i].t_advance = t;
             }
     free(excused);
-    if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->verdict)) {
+    if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->jobv, &h->verdict)) {
         dsl_job_hang_declare(job, DSL_EXIT_HANG);
         dsl_warn("hang after %.1f s: %s; collecting stacks, then stopping the job", t,
                  h->verdict.text);
         return;
     }
     warn_outlived(job, now);
+    probe_when_due(job, now);
 }
 
 /* Node i's agent has sent progress, so it knows the stacks request (proto.h). */
