@@ -11,7 +11,7 @@
  * rank's file is read (common/progress.c: two agreeing preads, never a mapping) along
  * with the state of its processes (the rank and its descendants: T when one of them
  * is stopped, D when one waits in the kernel, else the rank's own letter) and whether
- * they used CPU time since the last look (busy: half a core or more; one /proc scan per
+ * they used CPU time since the last look (busy: a tenth of a core or more; one scan per
  * tick serves every rank), and whatever changed goes to the launcher in one progress
  * message: adv = 1 when the content changed (that is progress, whatever the writer put
  * there); the process state and busyness on their own are not, they are evidence the
@@ -229,10 +229,12 @@ static void look(struct dsl_agent_rank_watch *w, int final, const struct dsl_pro
         tree_look(ps, nps, mark, w->pid, &st, &cpu);
         if (!st)
             st = proc_state(w->pid);
-        /* half a core or more since the last look; the first look is a baseline */
+        /* a tenth of a core or more since the last look (a rank that waits uses
+           none; one that computes on a loaded node may get little more than that);
+           the first look is a baseline */
         double ticks = (double)sysconf(_SC_CLK_TCK);
         busy = w->t_cpu > 0 && now > w->t_cpu && cpu >= w->cpu &&
-               (double)(cpu - w->cpu) / ticks >= 0.5 * (now - w->t_cpu);
+               (double)(cpu - w->cpu) / ticks >= 0.1 * (now - w->t_cpu);
         w->cpu = cpu;
         w->t_cpu = now;
     }

@@ -385,12 +385,15 @@ static int judge_job(const struct dsl_hang_rank *r, int n, double now,
             nwait++;
             what = what ? what : r[i].wait_what;
         }
-        nbusy += r[i].busy;
+        nbusy += r[i].busy && !wait[i]; /* NCCL's waits spin */
     }
     if (!nlive)
         return 0;
     what = what ? what : "a collective";
     if (nwait) {
+        /* before any progress, a rank that computes outside is starting or loading */
+        if (!job->lively && nbusy)
+            return 0;
         for (int i = 0; i < n; i++)
             if (live(&r[i]) && !wait[i])
                 name(v, r, i);

@@ -237,9 +237,11 @@ void dsl_job_hang_look(struct dsl_job *job)
         v->pstate = r->pstate;
         v->busy = r->busy;
         /* inside a collective as evidence: found there by every probe of this spell,
-           the first half a timeout before the last */
+           the first half a timeout before the last; before the job showed any
+           progress (ranks still start, load, rendezvous) a timeout before, less a tick */
+        double need = h->lively ? h->timeout / 2 : h->timeout - h->tick;
         if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN &&
-            h->t_probe_last - r->t_wait >= h->timeout / 2 - 1e-3) {
+            h->t_probe_last - r->t_wait >= need - 1e-3) {
             v->wait = DSL_HANG_WAIT_IN;
             v->wait_what = r->wait_what;
         } else if (r->wait_spell == h->spell && h->nprobes) {

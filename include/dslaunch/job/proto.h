@@ -137,8 +137,8 @@ struct dsl_rank_progress {
     int rank;
     int advanced;                 /* the progress file's content changed */
     char pstate;                  /* /proc state letter (R, S, D, T, t, Z), 0 unknown */
-    int busy;                     /* 1: its processes used CPU time (half a core or
-                                     more) over the last look, 0: not, -1: unknown (an
+    int busy;                     /* 1: its processes used CPU time (a tenth of a core
+                                     or more) over the last look, 0: not, -1: unknown (an
                                      agent from before busy, which knows no probe) */
     struct dsl_progress_view view;
 };
