@@ -555,3 +555,44 @@ int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
             quiet, x->rank, x->code, x->t_exit);
     return 1;
 }
+
+/* ---- a peer that left early ---- */
+
+int dsl_hang_lost_peer_line(const char *line)
+{
+    static const char *const gone[] = {
+        "Connection closed by peer",               /* gloo */
+        "Connection reset by peer",                /* gloo, TCPStore */
+        "remote process exited or there was a network error", /* NCCL */
+    };
+    for (size_t k = 0; k < sizeof(gone) / sizeof(gone[0]); k++)
+        if (strstr(line, gone[k]))
+            return 1;
+    return 0;
+}
+
+int dsl_hang_left_early(const struct dsl_hang_rank *r, int n, int failed, int lost_peer,
+                        struct dsl_hang_verdict *v)
+{
+    verdict_init(v);
+    if (!lost_peer || failed < 0 || failed >= n)
+        return 0;
+    const struct dsl_hang_rank *x = &r[failed];
+    if (x->life != DSL_HANG_EXITED || x->sig || x->code == 0)
+        return 0;
+    int first = -1;
+    for (int i = 0; i < n; i++)
+        if (i != failed && r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0 &&
+            r[i].t_exit <= x->t_exit && (first < 0 || r[i].t_exit < r[first].t_exit))
+            first = i;
+    if (first < 0)
+        return 0;
+    name(v, r, first);
+    v->hang = 1;
+    struct out o = {v->text, sizeof(v->text), 0};
+    app(&o, "rank %d (%s) exited 0 at %.1f s while its peers still ran; rank %d lost it in a "
+            "collective and exited with code %d at %.1f s",
+        r[first].rank, r[first].host ? r[first].host : "?", r[first].t_exit, x->rank, x->code,
+        x->t_exit);
+    return 1;
+}

@@ -87,6 +87,16 @@ int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double time
  */
 int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
                    struct dsl_hang_verdict *v);
+/**
+ * Rank index failed exited with an error code after losing a peer in a collective
+ * (lost_peer: its last stderr lines say so, dsl_hang_lost_peer_line): did a peer
+ * leave the job early? Yes when one exited 0 before failed did, while failed still
+ * ran; that peer is named (the first to exit). Fills v like dsl_hang_judge; v->hang.
+ */
+int dsl_hang_left_early(const struct dsl_hang_rank *r, int n, int failed, int lost_peer,
+                        struct dsl_hang_verdict *v);
+/** 1 when a stderr line is a communication library's "the peer is gone" error. */
+int dsl_hang_lost_peer_line(const char *line);
 /** Ranks as ranges ("0-4,6-7") into buf (cut with "..." when it does not fit). */
 void dsl_hang_ranklist(const int *ranks, int n, char *buf, size_t cap);
 

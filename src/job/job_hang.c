@@ -289,11 +289,20 @@ int dsl_job_hang_on_exit(struct dsl_job *job, const struct dsl_job_rank *r)
         job->failed_node >= 0)
         return 0;
     dsl_job_hang_look(job);
-    if (!dsl_hang_cause(h->view, job->nranks, r->rank, now - h->t0, &h->verdict))
+    if (dsl_hang_cause(h->view, job->nranks, r->rank, now - h->t0, &h->verdict)) {
+        dsl_job_hang_declare(job, DSL_EXIT_HANG);
+        dsl_warn("rank %d failed because a peer is stuck: %s; collecting stacks, then "
+                 "stopping the job", r->rank, h->verdict.text);
+        return 1;
+    }
+    int lost = 0;
+    for (size_t i = 0; i < r->tail.nr && !lost; i++)
+        lost = dsl_hang_lost_peer_line(r->tail.v[i]);
+    if (!dsl_hang_left_early(h->view, job->nranks, r->rank, lost, &h->verdict))
         return 0;
     dsl_job_hang_declare(job, DSL_EXIT_HANG);
-    dsl_warn("rank %d failed because a peer is stuck: %s; collecting stacks, then stopping "
-             "the job", r->rank, h->verdict.text);
+    dsl_warn("rank %d failed because a peer left early: %s; collecting stacks, then "
+             "stopping the job", r->rank, h->verdict.text);
     return 1;
 }
 

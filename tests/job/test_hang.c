@@ -318,6 +318,48 @@ TEST(judge_should_blame_the_backend_when_every_rank_waits_in_the_collective)
                           "5.0 s");
 }
 
+TEST(judge_should_not_name_a_rank_that_computes_before_the_job_showed_progress)
+{
+    /* rank 0 waits in the rendezvous while rank 1 still imports and loads */
+    silent_world(2);
+    J.lively = 0;
+    J.t_quiet = 0;
+    R[0].wait = DSL_HANG_WAIT_IN;
+    R[1].busy = 1;
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 0);
+    J.lively = 1; /* once it printed, the same picture is a rank that spins */
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 1);
+}
+
+TEST(left_early_should_name_a_peer_that_exited_0_before_a_rank_lost_it)
+{
+    silent_world(3);
+    R[1].life = DSL_HANG_EXITED;
+    R[1].t_exit = 30;
+    R[0].life = DSL_HANG_EXITED;
+    R[0].code = 1;
+    R[0].t_exit = 30.2;
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 0, &v), 0); /* it did not say it lost a peer */
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 1, &v), 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node2) exited 0 at 30.0 s while its peers still ran; rank 0 "
+                          "lost it in a collective and exited with code 1 at 30.2 s");
+    R[1].t_exit = 31; /* the peer finished after the failure: not the cause */
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 1, &v), 0);
+}
+
+TEST(lost_peer_line_should_know_the_libraries_errors)
+{
+    ASSERT(dsl_hang_lost_peer_line("RuntimeError: [./gloo/transport/tcp/pair.cc:598] "
+                                   "Connection closed by peer [127.0.0.1]:8612"));
+    ASSERT(dsl_hang_lost_peer_line("NCCL communicator was aborted on rank 0. Original reason "
+                                   "for failure was: NCCL error: remote process exited or "
+                                   "there was a network error"));
+    ASSERT(!dsl_hang_lost_peer_line("RuntimeError: CUDA out of memory"));
+}
+
 TEST(judge_should_not_blame_a_rank_that_reported_a_moment_before_the_others)
 {
     /* heartbeats in lock step: all stop within a step of the culprit, whichever wrote
