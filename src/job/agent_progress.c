@@ -11,7 +11,8 @@
  * rank's file is read (common/progress.c: two agreeing preads, never a mapping) along
  * with the state of its processes (the rank and its descendants: T when one of them
  * is stopped, D when one waits in the kernel, else the rank's own letter) and whether
- * they used CPU time since the last look (busy: a tenth of a core or more; one scan per
+ * they used CPU time or moved bytes since the last look (busy: a tenth of a core or more,
+ * or a byte read or written; one scan per
  * tick serves every rank), and whatever changed goes to the launcher in one progress
  * message: adv = 1 when the content changed (that is progress, whatever the writer put
  * there); the process state and busyness on their own are not, they are evidence the
@@ -171,15 +172,19 @@ static unsigned long long proc_io(pid_t pid)
 }
 
 /*
- * The state and CPU time of rank pid's processes, from the scan ps[0..n) (mark: n
- * bytes of scratch): its own state letter, unless one of them is stopped (T) or waits
- * in the kernel (D), which says more about a rank that is a wrapper.
+ * The state, CPU time and bytes read and written of rank pid's processes, from the
+ * scan ps[0..n) (mark: n bytes of scratch): its own state letter, unless one of them
+ * is stopped (T) or waits in the kernel (D), which says more about a rank that is a
+ * wrapper.
  */
+static unsigned long long proc_io(pid_t pid);
+
 static void tree_look(const struct dsl_procstat *ps, int n, char *mark, pid_t pid,
-                      char *state, unsigned long long *cpu)
+                      char *state, unsigned long long *cpu, unsigned long long *io)
 {
     *state = 0;
     *cpu = 0;
+    *io = 0;
     if (!ps || n <= 0)
         return;
     dsl_contain_descendants(ps, n, pid, mark);
@@ -191,6 +196,7 @@ static void tree_look(const struct dsl_procstat *ps, int n, char *mark, pid_t pi
             continue;
         }
         *cpu += ps[i].cpu;
+        *io += proc_io(ps[i].pid);
         if (ps[i].state == 'T' || (ps[i].state == 'D' && worst != 'T'))
             worst = ps[i].state;
     }
@@ -225,17 +231,20 @@ static void look(struct dsl_agent_rank_watch *w, int final, const struct dsl_pro
     char st = w->pstate;
     int busy = w->busy;
     if (!final) {
-        unsigned long long cpu;
-        tree_look(ps, nps, mark, w->pid, &st, &cpu);
+        unsigned long long cpu, io;
+        tree_look(ps, nps, mark, w->pid, &st, &cpu, &io);
         if (!st)
             st = proc_state(w->pid);
         /* a tenth of a core or more since the last look (a rank that waits uses
-           none; one that computes on a loaded node may get little more than that);
-           the first look is a baseline */
+           none; one that computes on a loaded node may get little more than that),
+           or bytes read or written (a loader on a slow file system, in state D); the
+           first look is a baseline */
         double ticks = (double)sysconf(_SC_CLK_TCK);
-        busy = w->t_cpu > 0 && now > w->t_cpu && cpu >= w->cpu &&
-               (double)(cpu - w->cpu) / ticks >= 0.1 * (now - w->t_cpu);
+        busy = w->t_cpu > 0 && now > w->t_cpu &&
+               ((cpu >= w->cpu && (double)(cpu - w->cpu) / ticks >= 0.1 * (now - w->t_cpu)) ||
+                io != w->io_all);
         w->cpu = cpu;
+        w->io_all = io;
         w->t_cpu = now;
     }
     if (!adv && st == w->pstate && busy == w->busy)

@@ -28,6 +28,7 @@ struct dsl_agent_rank_watch {
     char pstate;                  /* last reported process state letter */
     int busy;                     /* last reported: CPU time advancing (half a core) */
     unsigned long long cpu;       /* CPU time of its processes at the last look (ticks) */
+    unsigned long long io_all;    /* ... and the bytes they read and wrote */
     double t_cpu;                 /* when that was read; 0: never */
     unsigned long long io;        /* in a phase: bytes moved at the last look; 0: none */
     int pyfault;                  /* PYTHONFAULTHANDLER set in the rank's environment */
