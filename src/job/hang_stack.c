@@ -85,3 +85,8 @@ enum dsl_hang_wait dsl_hang_stack_wait(const char *text, const char **what)
     }
     return frames ? DSL_HANG_WAIT_NO : DSL_HANG_WAIT_UNKNOWN;
 }
+
+int dsl_hang_wait_spins(const char *what)
+{
+    return what && strstr(what, "NCCL") != NULL;
+}

@@ -20,5 +20,10 @@ enum dsl_hang_wait {
  * (TCPStore)", "a dstrain collective", "an MPI call"; else to NULL.
  */
 enum dsl_hang_wait dsl_hang_stack_wait(const char *text, const char **what);
+/**
+ * 1 when the library named by what (a phrase of dsl_hang_stack_wait) waits by spinning
+ * (NCCL polls its GPU stream): a rank waiting in it uses CPU time all along.
+ */
+int dsl_hang_wait_spins(const char *what);
 
 #endif

@@ -131,8 +131,12 @@ static void on_probe(struct dsl_job *job, struct dsl_job_node *n, const struct d
             continue;
         const char *what;
         enum dsl_hang_wait w = dsl_hang_stack_wait(m->stacks[i].text, &what);
+        /* the wait counts from the first probe that found it there, idle since: a
+           rank seen busy meanwhile (not spinning in NCCL) moved, and starts again */
+        int moved = !dsl_hang_wait_spins(what) &&
+                    (r->busy || r->t_busy > r->t_wait + h->tick);
         if (w == DSL_HANG_WAIT_IN &&
-            (r->wait_spell != h->spell || r->wait != DSL_HANG_WAIT_IN))
+            (r->wait_spell != h->spell || r->wait != DSL_HANG_WAIT_IN || moved))
             r->t_wait = h->t_probe_ask;
         r->wait_spell = h->spell;
         r->wait = w;
@@ -182,6 +186,8 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
                 progress_seen(h, now);
             }
             r->pstate = p->pstate;
+            if (p->busy > 0 || r->busy) /* busy from now, or until now */
+                r->t_busy = now;
             r->busy = p->busy > 0;
             r->probes |= p->busy >= 0;
         }
@@ -237,10 +243,16 @@ void dsl_job_hang_look(struct dsl_job *job)
         v->pstate = r->pstate;
         v->busy = r->busy;
         /* inside a collective as evidence: found there by every probe of this spell,
-           the first half a timeout before the last; before the job showed any
-           progress (ranks still start, load, rendezvous) a timeout before, less a tick */
+           the first half a timeout before the last (before the job showed any
+           progress, while ranks still start, load, rendezvous: a timeout before, less
+           a tick), and idle all along: no CPU time, no byte moved since a tick after
+           the first. A healthy job's ranks are found in a collective by any probe
+           often enough, but they move between probes: compute, send, receive.
+           NCCL's waits spin, so its waiters are judged by their stacks alone. */
         double need = h->lively ? h->timeout / 2 : h->timeout - h->tick;
-        if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN &&
+        int idle = dsl_hang_wait_spins(r->wait_what) ||
+                   (!r->busy && r->t_busy <= r->t_wait + h->tick);
+        if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN && idle &&
             h->t_probe_last - r->t_wait >= need - 1e-3) {
             v->wait = DSL_HANG_WAIT_IN;
             v->wait_what = r->wait_what;

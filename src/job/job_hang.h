@@ -33,7 +33,9 @@ struct dsl_job_hang_rank {
     int heard;                    /* its agent sent progress for it: it knows "stacks" */
     struct dsl_progress_view v;
     char pstate;
-    int busy;                     /* its processes use CPU time (the agent's last look) */
+    int busy;                     /* its processes use CPU time or move bytes (the
+                                     agent's last look) */
+    double t_busy;                /* when it was last seen busy (0: never) */
     int probes;                   /* its agent knows the probe (sent busy) */
     /* the probes of a quiet spell: what the last one found, and since when */
     unsigned wait_spell;          /* the spell they belong to (stale when not current) */

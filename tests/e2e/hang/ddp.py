@@ -3,6 +3,8 @@
 #   healthy  train in lock step for SECONDS, then exit 0
 #   loading  a silent loading phase of SECONDS on every rank before the first print,
 #            then train briefly
+#   straggler  train for SECONDS, printing at the first step only, rank 1 doing four
+#            times rank 0's work: rank 0 waits for it in most allreduces
 #   sleep    rank 1 deadlocks on a lock of its own (asleep outside any collective)
 #   spin     rank 1 spins in a Python loop (CPU busy, no collective)
 #   stop     rank 1 stops itself with SIGSTOP
@@ -50,11 +52,15 @@ while True:
     dist.broadcast(done, 0)  # rank 0's clock decides, for every rank
     if done.item():
         break
-    loss = model(torch.randn(16, 32)).sum()
+    x = torch.randn(16, 32)
+    if mode == "straggler":  # a bigger batch, forward and backward outside DDP
+        for _ in range(4 if rank == 1 else 1):
+            model.module(torch.randn(4096, 32)).sum().backward()
+    loss = model(x).sum()
     opt.zero_grad()
     loss.backward()
     opt.step()
-    if rank == 0 and step % 5 == 0:
+    if rank == 0 and step % 5 == 0 and (mode != "straggler" or step == 0):
         print(f"step {step} loss {loss.item():.4f}", flush=True)
     step += 1
 dist.destroy_process_group()

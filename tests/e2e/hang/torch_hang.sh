@@ -70,6 +70,13 @@ expect_success "a healthy DDP job printing on rank 0 only runs to its end under 
     assert_not_grep "rank 1\]" out
 '
 
+expect_success "a healthy job silent for longer than the hang timeout, rank 0 waiting for a straggler, runs to its end" '
+    mkdir straggler && cd straggler
+    run_capture rc out err "${RUN[@]}" straggler $((3 * HANG))
+    assert_eq "$rc" 0 "exit code"
+    assert_not_grep "hang" err
+'
+
 expect_success "a silent loading phase longer than the hang timeout, before the first print, is no hang" '
     mkdir loading && cd loading
     run_capture rc out err "${RUN[@]}" loading $((2 * HANG + 1))
