@@ -2,10 +2,12 @@
  * Hang verdicts: pure functions from the ranks' last known progress to "is this a
  * hang, and whom do we name".
  *
- * Theory of operation. A rank is stalled when it is alive, armed (the hang timeout
- * applies to it) and has made no progress for the timeout. One stalled rank makes a
- * hang; the question is whom to name, since in a collective job every rank stalls
- * once one does. In order:
+ * Theory of operation. Silence is not evidence: in a collective job every rank
+ * stalls once one does, and a rank that never speaks (DDP printing on rank 0 only)
+ * runs in lock step with those that do. So a rank is judged on its own only when it
+ * reports progress (its file changes: armed and reports) and has made none for the
+ * timeout, and only on evidence that it holds the others up; else the job is judged
+ * as a whole. In order:
  *
  *  1. A collective picture (ranks with a binary record): F is the highest collective
  *     number any rank reached. The live ranks inside F wait in it; a live rank that
@@ -14,10 +16,20 @@
  *     it". When every live rank waits in F, a rank that exited without entering it is
  *     named, then a stopped process (state T), and failing all that every rank is:
  *     nobody is missing, so the collective itself does not complete.
- *  2. Without one (text progress, or output lines): the stalled ranks when others
- *     still advance; when all stall, those at the lowest step if the steps differ;
- *     else every stalled rank. Ranks that already exited 0 are said first ("rank 0
- *     exited 0 at 12.0 s; rank 1 (...) still running at 312.0 s, no progress for ...").
+ *  2. Text progress: a stalled rank that others still report beyond (they advanced
+ *     within half a timeout, at a higher step when both count steps). Ranks in lock
+ *     step stop within a step of each other, so the order of their last reports is
+ *     noise, not evidence.
+ *  3. The job (judge_job): no progress anywhere (no file change, no output line) for
+ *     the timeout, and the evidence the launcher gathered (job_hang.c): per rank the
+ *     process state, whether it uses CPU time or moves bytes (busy), and whether the
+ *     probes' native stacks found it idle inside a collective for half a timeout (W).
+ *     Ranks outside while W wait are the culprits, said as what they do: stopped,
+ *     asleep, busy, in the kernel. With nobody outside, a rank that exited 0 is, else
+ *     the backend (every rank waits, none is missing). With nobody waiting: stopped
+ *     ranks; a busy rank means work (no verdict); all asleep is a hang once the job
+ *     showed progress or a rank finished. Before the job showed any progress a busy
+ *     rank outside is still starting, and silence alone judges nobody.
  *
  * Excused (dsl_hang_excuse): ranks waiting in F while every live rank outside it works
  * in a phase (saving or loading a checkpoint) and still advances. The launcher counts

@@ -5,9 +5,19 @@
  * Theory of operation. Everything runs on the launcher's one thread. job_loop.c hands
  * over what the agents send: progress messages (a rank's file changed: that is an
  * advance, timed by the launcher's clock on arrival, so no node's clock matters; its
- * process state), output lines (an advance only for a rank whose file never changed,
- * so --hang-timeout works for programs that only print), exits, and the stacks. The
- * watchdog (job_watch.c) judges from the same record. Arming: with --hang-timeout N
+ * process state and busyness), output lines (an advance of the job; of the rank too
+ * when its file never changed), exits, and the stacks. The watchdog (job_watch.c)
+ * judges from the same record.
+ *
+ * The job as a whole. Every file change or output line starts a new quiet spell
+ * (t_quiet, spell). Within a spell the watchdog asks the agents for probes (native
+ * stacks, the ranks left running), and their answers are kept per rank with the
+ * spell they belong to: inside a collective (hang_stack.c) since which probe, and
+ * whether the rank was busy since. An answer from an earlier spell, or one that
+ * arrives after a verdict, is dropped; a rank whose agent does not know probes (it
+ * never sent busy) or did not answer is unknown. dsl_job_hang_look turns this into
+ * the judge's evidence: a rank waits when every probe of the spell found it inside,
+ * idle, the first half a timeout before the last. Arming: with --hang-timeout N
  * every rank is judged by N; without it only ranks that have reported progress are,
  * by DSL_HANG_DEFAULT (dstrain always reports); --hang-timeout 0 turns it all off and
  * the agents make no progress files.

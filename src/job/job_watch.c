@@ -6,7 +6,10 @@
  *
  *   WATCH       judge the ranks (hang.c) against the hang timeout, and the clock
  *               against --job-timeout; a verdict (or job_hang.c's cause of a failed
- *               exit) moves on
+ *               exit) moves on. While the job is silent, probes: half a timeout
+ *               into the silence, a tick before the timeout, then every half
+ *               timeout, one at a time, each answered by every agent or given up
+ *               after its deadline (the probe timeout + 2 s)
  *   DECLARED    "stacks" goes to every running node agent
  *   COLLECTING  until every agent answered, or the capture deadline (stack timeout +
  *               the Python dump wait + a margin), or a signal stopped the job
