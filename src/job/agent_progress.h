@@ -26,7 +26,7 @@ struct dsl_agent_rank_watch {
     char *path;                   /* the rank's progress file (owned), NULL: none */
     struct dsl_progress_view last; /* what was last reported */
     char pstate;                  /* last reported process state letter */
-    int busy;                     /* last reported: CPU time advancing (half a core) */
+    int busy;                     /* last reported: CPU time (a tenth of a core) or I/O */
     unsigned long long cpu;       /* CPU time of its processes at the last look (ticks) */
     unsigned long long io_all;    /* ... and the bytes they read and wrote */
     double t_cpu;                 /* when that was read; 0: never */

@@ -346,7 +346,7 @@ static const char *outside_words(const struct dsl_hang_rank *x)
     if (x->pstate == 'D')
         return "waits in the kernel outside any collective";
     if (x->busy)
-        return "is busy outside any collective (CPU time advancing)";
+        return "is busy outside any collective (CPU time or I/O advancing)";
     return "sleeps outside any collective (no CPU time)";
 }
 

@@ -272,8 +272,8 @@ TEST(judge_should_name_a_spinning_rank_and_a_stopped_one_as_such)
     struct dsl_hang_verdict v = judge_job(4, 17, 5);
     ASSERT_EQ(v.nstuck, 1);
     ASSERT_STR_EQ(v.text, "rank 1 (node1, pid 1001) is busy outside any collective (CPU "
-                          "time advancing); ranks 0,2-3 wait inside a collective for it; no "
-                          "progress anywhere for 5.0 s");
+                          "time or I/O advancing); ranks 0,2-3 wait inside a collective for "
+                          "it; no progress anywhere for 5.0 s");
     /* stopped inside the collective: its stack shows the wait, its state the cause */
     silent_world(2);
     R[0].wait = R[1].wait = DSL_HANG_WAIT_IN;

@@ -104,7 +104,7 @@ expect_success "a rank deadlocked outside the collectives is named alone, asleep
     culprit sleep "$R1) sleeps outside any collective (no CPU time); $WAITS" [1]
 '
 expect_success "a rank spinning in a Python loop is named alone, busy" '
-    culprit spin "$R1) is busy outside any collective (CPU time advancing); $WAITS" [1]
+    culprit spin "$R1) is busy outside any collective (CPU time or I/O advancing); $WAITS" [1]
 '
 expect_success "a SIGSTOPped rank is named alone, stopped" '
     culprit stop "$R1, stopped) is stopped; $WAITS" [1]
