@@ -25,7 +25,7 @@
  *     process state, whether it uses CPU time or moves bytes (busy), and whether the
  *     probes' native stacks found it idle inside a collective for half a timeout (W).
  *     Ranks outside while W wait are the culprits, said as what they do: stopped,
- *     asleep, busy, in the kernel. With nobody outside, a rank that exited 0 is, else
+ *     asleep, busy (only once W waited three quarters of the timeout), in the kernel. With nobody outside, a rank that exited 0 is, else
  *     the backend (every rank waits, none is missing). With nobody waiting: stopped
  *     ranks; a busy rank means work (no verdict); all asleep is a hang once the job
  *     showed progress or a rank finished. Before the job showed any progress a busy
@@ -366,12 +366,22 @@ static void say_culprits(struct out *o, const struct dsl_hang_rank *r, const int
     }
 }
 
+/* the shortest wait of the ranks flagged in wait */
+static double min_waited(const struct dsl_hang_rank *r, int n, const unsigned char *wait)
+{
+    double m = -1;
+    for (int i = 0; i < n; i++)
+        if (wait[i] && (m < 0 || r[i].waited < m))
+            m = r[i].waited;
+    return m < 0 ? 0 : m;
+}
+
 /*
  * The job as a whole: no progress anywhere for the timeout, and the probes' evidence
  * in. W: the live ranks every probe found inside a collective; C: the live ranks
  * that hold them up (stopped, or outside the collectives while W wait).
  */
-static int judge_job(const struct dsl_hang_rank *r, int n, double now,
+static int judge_job(const struct dsl_hang_rank *r, int n, double now, double timeout,
                      const struct dsl_hang_job *job, unsigned char *wait,
                      struct dsl_hang_verdict *v, struct out *o)
 {
@@ -403,8 +413,11 @@ static int judge_job(const struct dsl_hang_rank *r, int n, double now,
         return 0;
     what = what ? what : "a collective";
     if (nwait) {
-        /* before any progress, a rank that computes outside is starting or loading */
-        if (!job->lively && nbusy)
+        /* before any progress, a rank that computes outside is starting or loading;
+           after, it is named once the others waited for it three quarters of the
+           timeout (a rank that saves or evaluates alone may keep them waiting a while,
+           one that does nothing at all may not) */
+        if (nbusy && (!job->lively || min_waited(r, n, wait) < 0.75 * timeout - 0.25))
             return 0;
         for (int i = 0; i < n; i++)
             if (live(&r[i]) && !wait[i])
@@ -513,7 +526,7 @@ int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double time
     }
     /* 3. the job as a whole */
     if (job && armed && job->probed && now - job->t_quiet >= timeout &&
-        judge_job(r, n, now, job, wait, v, &o))
+        judge_job(r, n, now, timeout, job, wait, v, &o))
         goto hang;
     verdict_init(v);
     free(heap);

@@ -37,6 +37,8 @@ struct dsl_hang_rank {
                                    IN: every one found it inside a collective, and the
                                    first one was half a timeout before the last */
     const char *wait_what;      /* IN: the library, in words (hang_stack.h); static */
+    double waited;              /* IN: seconds from the first probe that found it there
+                                   to the last */
 };
 
 /* What the launcher knows about the job as a whole. */

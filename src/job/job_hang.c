@@ -144,7 +144,7 @@ static void on_probe(struct dsl_job *job, struct dsl_job_node *n, const struct d
         /* the wait counts from the first probe that found it there, idle since: a
            rank seen busy meanwhile (not spinning in NCCL) moved, and starts again */
         int moved = !dsl_hang_wait_spins(what) &&
-                    (r->busy || r->t_busy > r->t_wait + h->tick);
+                    (r->busy || r->t_busy > r->t_wait + 2 * h->tick);
         if (w == DSL_HANG_WAIT_IN &&
             (r->wait_spell != h->spell || r->wait != DSL_HANG_WAIT_IN || moved))
             r->t_wait = h->t_probe_ask;
@@ -255,17 +255,19 @@ void dsl_job_hang_look(struct dsl_job *job)
         /* inside a collective as evidence: found there by every probe of this spell,
            the first half a timeout before the last (before the job showed any
            progress, while ranks still start, load, rendezvous: a timeout before, less
-           a tick), and idle all along: no CPU time, no byte moved since a tick after
-           the first. A healthy job's ranks are found in a collective by any probe
+           a tick), and idle all along: no CPU time, no byte moved since two ticks
+           after the first (an agent sees a rank turn idle a tick late, its message
+           takes a moment more). A healthy job's ranks are found in a collective by any probe
            often enough, but they move between probes: compute, send, receive.
            NCCL's waits spin, so its waiters are judged by their stacks alone. */
         double need = h->lively ? h->timeout / 2 : h->timeout - h->tick;
         int idle = dsl_hang_wait_spins(r->wait_what) ||
-                   (!r->busy && r->t_busy <= r->t_wait + h->tick);
+                   (!r->busy && r->t_busy <= r->t_wait + 2 * h->tick);
         if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN && idle &&
             h->t_probe_last - r->t_wait >= need - 1e-3) {
             v->wait = DSL_HANG_WAIT_IN;
             v->wait_what = r->wait_what;
+            v->waited = h->t_probe_last - r->t_wait;
         } else if (r->wait_spell == h->spell && h->nprobes) {
             v->wait = r->wait == DSL_HANG_WAIT_IN ? DSL_HANG_WAIT_UNKNOWN : r->wait;
             if (r->wait == DSL_HANG_WAIT_IN && jr->started && !jr->exited)

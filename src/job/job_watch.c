@@ -6,10 +6,10 @@
  *
  *   WATCH       judge the ranks (hang.c) against the hang timeout, and the clock
  *               against --job-timeout; a verdict (or job_hang.c's cause of a failed
- *               exit) moves on. While the job is silent, probes: half a timeout
- *               into the silence, a tick before the timeout, then every half
- *               timeout, one at a time, each answered by every agent or given up
- *               after its deadline (the probe timeout + 2 s)
+ *               exit) moves on. While the job is silent, probes: a quarter of a
+ *               timeout into the silence, a tick before the timeout, at the timeout,
+ *               then every half timeout, one at a time, each answered by every
+ *               agent or given up after its deadline (the probe timeout + 2 s)
  *   DECLARED    "stacks" goes to every running node agent
  *   COLLECTING  until every agent answered, or the capture deadline (stack timeout +
  *               the Python dump wait + a margin), or a signal stopped the job
@@ -96,10 +96,11 @@ static void ask_probe(struct dsl_job *job)
 }
 
 /*
- * Probes in a quiet spell (no progress anywhere): the first half a timeout in, the
- * next a timeout in, then every half a timeout; each a tick early, so that its answer
- * is back when the timeout is up. Only where the job as a whole can be judged: every
- * rank is armed.
+ * Probes in a quiet spell (no progress anywhere): a quarter of a timeout in, a tick
+ * before the timeout (so that its answer is back when the timeout is up), at the
+ * timeout (a rank that computes while the others wait is named only after they
+ * waited three quarters of it), then every half a timeout. Only where the job as a
+ * whole can be judged: every rank is armed.
  */
 static void probe_when_due(struct dsl_job *job, double now)
 {
@@ -110,10 +111,11 @@ static void probe_when_due(struct dsl_job *job, double now)
     for (int i = 0; i < job->nranks; i++)
         if (job->ranks[i].started && !job->ranks[i].exited && !h->view[i].armed)
             return;
-    double quiet = now - h->t_quiet, half = h->timeout / 2;
-    int due = h->nprobes == 0 ? quiet >= half - h->tick
-                              : now - h->t_probe_last >= half - 1e-3 &&
-                                    quiet >= h->timeout - h->tick;
+    double quiet = now - h->t_quiet, T = h->timeout;
+    int due = h->nprobes == 0   ? quiet >= T / 4
+              : h->nprobes == 1 ? quiet >= T - h->tick
+              : h->nprobes == 2 ? quiet >= T
+                                : now - h->t_probe_last >= T / 2 - 1e-3;
     if (due)
         ask_probe(job);
 }

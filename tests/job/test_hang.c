@@ -262,13 +262,20 @@ TEST(judge_should_name_only_the_rank_asleep_outside_the_collective_the_others_wa
                           "progress anywhere for 5.5 s");
 }
 
-TEST(judge_should_name_a_spinning_rank_and_a_stopped_one_as_such)
+TEST(judge_should_name_a_spinning_rank_after_three_quarters_of_the_timeout_and_a_stopped_one_as_such)
 {
     silent_world(4);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         R[i].wait = DSL_HANG_WAIT_IN;
+        R[i].waited = 2.5;
+    }
     R[1].wait = DSL_HANG_WAIT_NO;
     R[1].busy = 1;
+    /* a rank at work outside (a save, an evaluation on one rank) may keep the others
+       waiting for a while: half the timeout is not enough to name it */
+    ASSERT_EQ(judge_job(4, 17, 5).hang, 0);
+    for (int i = 0; i < 4; i++)
+        R[i].waited = 3.75;
     struct dsl_hang_verdict v = judge_job(4, 17, 5);
     ASSERT_EQ(v.nstuck, 1);
     ASSERT_STR_EQ(v.text, "rank 1 (node1, pid 1001) is busy outside any collective (CPU "
@@ -325,6 +332,7 @@ TEST(judge_should_not_name_a_rank_that_computes_before_the_job_showed_progress)
     J.lively = 0;
     J.t_quiet = 0;
     R[0].wait = DSL_HANG_WAIT_IN;
+    R[0].waited = 90;
     R[1].busy = 1;
     ASSERT_EQ(judge_job(2, 100, 5).hang, 0);
     J.lively = 1; /* once it printed, the same picture is a rank that spins */
