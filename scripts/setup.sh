@@ -19,8 +19,10 @@ PKGS=(
   python3-regex                                 # GPT-2's encoder.py pattern, the BPE test's
                                                 # reference (tests/e2e/train/bpe_ref.py)
   clang libclang-rt-14-dev                      # libFuzzer targets
+  elfutils                                      # eu-stack: the hang detector's stack probes
+  python3-torch                                 # hang tests with PyTorch DDP programs (Gloo)
 )
-# The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="python3-torch rsync"
+# The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="rsync"
 [ "${DSL_SETUP_EXTRA:-}" ] && PKGS+=($DSL_SETUP_EXTRA)
 
 missing=()

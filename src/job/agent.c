@@ -947,7 +947,7 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
         break;
     case DSL_MSG_STACKS:
         if (a->state == AG_RUNNING)
-            dsl_agent_progress_stacks(&a->prog, m->stack_timeout);
+            dsl_agent_progress_stacks(&a->prog, m->stack_timeout, m->stack_probe);
         break;
     default:
         break; /* pings and anything else only count as signs of life */

@@ -9,9 +9,14 @@
  * $TMPDIR or /tmp), named after the run id and the rank, mode 0600, one zeroed page,
  * and named in the rank's environment as DSLAUNCH_PROGRESS_FILE. Every tick each live
  * rank's file is read (common/progress.c: two agreeing preads, never a mapping) along
- * with its process state from /proc/PID/stat, and whatever changed goes to the
- * launcher in one progress message: adv = 1 when the content changed (that is progress,
- * whatever the writer put there), the process state on its own is not. A rank's final
+ * with the state of its processes (the rank and its descendants: T when one of them
+ * is stopped, D when one waits in the kernel, else the rank's own letter) and whether
+ * they used CPU time or moved bytes since the last look (busy: a tenth of a core or more,
+ * or a byte read or written; one scan per
+ * tick serves every rank), and whatever changed goes to the launcher in one progress
+ * message: adv = 1 when the content changed (that is progress, whatever the writer put
+ * there); the process state and busyness on their own are not, they are evidence the
+ * launcher's judge weighs (hang.c). A rank's final
  * content is sent just before its exit is reported. The files are removed when the
  * agent ends; their names carry the agent's pid, so the files of an agent that was
  * killed before it could remove them are removed by its clean-up process, or by the
@@ -24,7 +29,10 @@
  *           should it be stopped; core dumps off first), and the faulthandler's
  *           traceback is taken from the rank's stderr until it exits or a deadline
  *   DONE
- * When every rank is DONE one stacked message carries them all. The tools lead their
+ * When every rank is DONE one stacked message carries them all. A probe (the judge's
+ * question "who waits inside a collective?", asked before any verdict) stops after
+ * TOOL, and takes the stack of the Python process below a rank that is a wrapper
+ * (sh -c 'python3 ...'), since the wrapper's own stack says nothing. The tools lead their
  * own process groups and die with the agent (parent-death signal); the agent's reaper
  * collects them like any other child.
  */
@@ -64,7 +72,7 @@ static void cap_add(struct dsl_dynbuf *b, const void *data, size_t n)
     dsl_dynbuf_add(b, data, n < room ? n : room);
 }
 
-static void after_tool(struct dsl_agent_rank_watch *w, double now);
+static void after_tool(struct dsl_agent_progress *p, struct dsl_agent_rank_watch *w, double now);
 
 void dsl_agent_progress_init(struct dsl_agent_progress *p)
 {
@@ -164,11 +172,46 @@ static unsigned long long proc_io(pid_t pid)
 }
 
 /*
+ * The state, CPU time and bytes read and written of rank pid's processes, from the
+ * scan ps[0..n) (mark: n bytes of scratch): its own state letter, unless one of them
+ * is stopped (T) or waits in the kernel (D), which says more about a rank that is a
+ * wrapper.
+ */
+static unsigned long long proc_io(pid_t pid);
+
+static void tree_look(const struct dsl_procstat *ps, int n, char *mark, pid_t pid,
+                      char *state, unsigned long long *cpu, unsigned long long *io)
+{
+    *state = 0;
+    *cpu = 0;
+    *io = 0;
+    if (!ps || n <= 0)
+        return;
+    dsl_contain_descendants(ps, n, pid, mark);
+    char worst = 0;
+    for (int i = 0; i < n; i++) {
+        if (ps[i].pid == pid) {
+            *state = ps[i].state;
+        } else if (!mark[i]) {
+            continue;
+        }
+        *cpu += ps[i].cpu;
+        *io += proc_io(ps[i].pid);
+        if (ps[i].state == 'T' || (ps[i].state == 'D' && worst != 'T'))
+            worst = ps[i].state;
+    }
+    if (worst && *state)
+        *state = worst;
+}
+
+/*
  * Look at rank w; if anything changed, append an entry to m. A change of the file is
  * progress; so is, while the record names a phase (a checkpoint being written or
- * read), a change of the bytes the rank has moved.
+ * read), a change of the bytes the rank has moved. ps[0..nps) is this tick's process
+ * scan (NULL for the final look), mark nps bytes of scratch.
  */
-static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
+static void look(struct dsl_agent_rank_watch *w, int final, const struct dsl_procstat *ps,
+                 int nps, char *mark, double now, struct dsl_msg *m)
 {
     struct dsl_progress_view v;
     int adv = 0;
@@ -185,14 +228,34 @@ static void look(struct dsl_agent_rank_watch *w, int final, struct dsl_msg *m)
     } else {
         w->io = 0;
     }
-    char ps = final ? w->pstate : proc_state(w->pid);
-    if (!adv && ps == w->pstate)
+    char st = w->pstate;
+    int busy = w->busy;
+    if (!final) {
+        unsigned long long cpu, io;
+        tree_look(ps, nps, mark, w->pid, &st, &cpu, &io);
+        if (!st)
+            st = proc_state(w->pid);
+        /* a tenth of a core or more since the last look (a rank that waits uses
+           none; one that computes on a loaded node may get little more than that),
+           or bytes read or written (a loader on a slow file system, in state D); the
+           first look is a baseline */
+        double ticks = (double)sysconf(_SC_CLK_TCK);
+        busy = w->t_cpu > 0 && now > w->t_cpu &&
+               ((cpu >= w->cpu && (double)(cpu - w->cpu) / ticks >= 0.1 * (now - w->t_cpu)) ||
+                io != w->io_all);
+        w->cpu = cpu;
+        w->io_all = io;
+        w->t_cpu = now;
+    }
+    if (!adv && st == w->pstate && busy == w->busy)
         return;
-    w->pstate = ps;
+    w->pstate = st;
+    w->busy = busy;
     struct dsl_rank_progress *e = &m->progress[m->nprogress++];
     e->rank = w->rank;
     e->advanced = adv;
-    e->pstate = ps;
+    e->pstate = st;
+    e->busy = busy;
     e->view = w->last;
 }
 
@@ -211,12 +274,12 @@ int dsl_agent_progress_exited(struct dsl_agent_progress *p, int i, struct dsl_ms
     if (w->st == ST_TOOL) { /* nothing left to look at: the capture ends now */
         kill(-w->st_pid, SIGKILL);
         cap_add(&w->st_out, "(the rank exited during the capture)\n", 37);
-        after_tool(w, dsl_now());
+        after_tool(p, w, dsl_now());
     }
     if (!w->path)
         return 0;
     progress_msg(p, m);
-    look(w, 1, m);
+    look(w, 1, NULL, 0, NULL, 0, m);
     if (m->nprogress)
         return 1;
     dsl_msg_release(m);
@@ -240,8 +303,8 @@ static char *find_tool(const char **name)
     return NULL;
 }
 
-static int start_tool(struct dsl_agent_rank_watch *w, const char *tool, const char *path,
-                      double deadline)
+static int start_tool(struct dsl_agent_rank_watch *w, pid_t target, const char *tool,
+                      const char *path, double deadline)
 {
     static const char *const gdb_args[] = {"-batch", "-nx", "-iex", "set auto-load off", "-ex",
                                            "set pagination off", "-ex", "thread apply all bt",
@@ -250,7 +313,7 @@ static int start_tool(struct dsl_agent_rank_watch *w, const char *tool, const ch
     dsl_strvec_init(&argv);
     dsl_strvec_push(&argv, path);
     dsl_strvec_push(&argv, "-p");
-    dsl_strvec_pushf(&argv, "%d", (int)w->pid);
+    dsl_strvec_pushf(&argv, "%d", (int)target);
     if (!strcmp(tool, "gdb"))
         dsl_strvec_pushv(&argv, gdb_args);
     int fds[2];
@@ -325,7 +388,7 @@ static int python_below(pid_t rank, pid_t *py, int max)
  * the rank when it is Python, else of the Python processes below it, whose tracebacks
  * reach the rank's stderr as theirs is inherited.
  */
-static void after_tool(struct dsl_agent_rank_watch *w, double now)
+static void after_tool(struct dsl_agent_progress *p, struct dsl_agent_rank_watch *w, double now)
 {
     if (w->st_fd >= 0) {
         close(w->st_fd);
@@ -333,7 +396,7 @@ static void after_tool(struct dsl_agent_rank_watch *w, double now)
     }
     w->st = ST_DONE;
     w->st_npy = 0;
-    if (w->exited || !w->pyfault)
+    if (w->exited || !w->pyfault || p->probe)
         return;
     pid_t py[DSL_AGENT_PY_MAX];
     int npy = is_python(w->pid) ? (py[0] = w->pid, 1) : python_below(w->pid, py, DSL_AGENT_PY_MAX);
@@ -350,11 +413,14 @@ static void after_tool(struct dsl_agent_rank_watch *w, double now)
     }
 }
 
-void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout)
+void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout, int probe)
 {
-    if (p->capturing)
+    if (p->capturing) {
+        p->probe &= probe; /* a capture asked during a probe gets the Python dump too */
         return;
+    }
     p->capturing = 1;
+    p->probe = probe;
     p->stack_timeout = timeout > 0 ? timeout : 10;
     const char *tool = NULL;
     char *path = find_tool(&tool);
@@ -368,8 +434,11 @@ void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout)
             continue;
         if (!path)
             dsl_dynbuf_addstr(&w->st_out, "(no stack tool: install gdb or elfutils' eu-stack)\n");
-        if (!path || start_tool(w, tool, path, now + p->stack_timeout) < 0)
-            after_tool(w, now);
+        pid_t target = w->pid, py[1];
+        if (probe && !is_python(w->pid) && python_below(w->pid, py, 1) == 1)
+            target = py[0];
+        if (!path || start_tool(w, target, tool, path, now + p->stack_timeout) < 0)
+            after_tool(p, w, now);
     }
     free(path);
 }
@@ -400,7 +469,7 @@ int dsl_agent_progress_on_fd(struct dsl_agent_progress *p, int fd)
                 continue;
             if (n < 0 && errno == EAGAIN)
                 return 1;
-            after_tool(w, dsl_now()); /* EOF: the tool is done */
+            after_tool(p, w, dsl_now()); /* EOF: the tool is done */
             return 1;
         }
     }
@@ -419,6 +488,7 @@ void dsl_agent_progress_stderr(struct dsl_agent_progress *p, int i, const char *
 static void stacked_msg(struct dsl_agent_progress *p, struct dsl_msg *m)
 {
     dsl_msg_init(m, DSL_MSG_STACKED);
+    m->stack_probe = p->probe;
     m->stacks = dsl_xcalloc((size_t)p->n + 1, sizeof(*m->stacks));
     for (int i = 0; i < p->n; i++) {
         struct dsl_agent_rank_watch *w = &p->r[i];
@@ -465,7 +535,7 @@ int dsl_agent_progress_poll(struct dsl_agent_progress *p, double now, struct dsl
                 snprintf(note, sizeof(note), "(%s gave no complete stack within %.0f s)\n",
                          w->st_tool, p->stack_timeout);
                 cap_add(&w->st_out, note, strlen(note));
-                after_tool(w, now);
+                after_tool(p, w, now);
             }
             if (w->st == ST_PYDUMP && (w->exited || now >= w->st_deadline))
                 w->st = ST_DONE;
@@ -481,11 +551,16 @@ int dsl_agent_progress_poll(struct dsl_agent_progress *p, double now, struct dsl
         return 0;
     p->next_tick = now + p->tick;
     progress_msg(p, m);
+    struct dsl_procstat *ps = NULL;
+    int nps = dsl_contain_scan(&ps);
+    char *mark = dsl_xcalloc((size_t)(nps > 0 ? nps : 0) + 1, 1);
     for (int i = 0; i < p->n; i++) {
         struct dsl_agent_rank_watch *w = &p->r[i];
         if (w->path && w->pid > 0 && !w->exited && w->st != ST_TOOL)
-            look(w, 0, m);
+            look(w, 0, ps, nps, mark, now, m);
     }
+    free(mark);
+    free(ps);
     if (m->nprogress)
         return 1;
     dsl_msg_release(m);

@@ -26,6 +26,10 @@ struct dsl_agent_rank_watch {
     char *path;                   /* the rank's progress file (owned), NULL: none */
     struct dsl_progress_view last; /* what was last reported */
     char pstate;                  /* last reported process state letter */
+    int busy;                     /* last reported: CPU time (a tenth of a core) or I/O */
+    unsigned long long cpu;       /* CPU time of its processes at the last look (ticks) */
+    unsigned long long io_all;    /* ... and the bytes they read and wrote */
+    double t_cpu;                 /* when that was read; 0: never */
     unsigned long long io;        /* in a phase: bytes moved at the last look; 0: none */
     int pyfault;                  /* PYTHONFAULTHANDLER set in the rank's environment */
     /* stack capture */
@@ -46,6 +50,7 @@ struct dsl_agent_progress {
     struct dsl_agent_rank_watch *r;
     int n;
     int capturing;                /* a stacks request is being served */
+    int probe;                    /* ... a probe: native stacks only, no Python dump */
     int swept;                    /* the files of dead agents were removed */
     double stack_timeout;
 };
@@ -69,8 +74,12 @@ int dsl_agent_progress_exited(struct dsl_agent_progress *p, int i, struct dsl_ms
 /** A stderr line of rank index i (the faulthandler dump is read from these). */
 void dsl_agent_progress_stderr(struct dsl_agent_progress *p, int i, const char *line,
                                size_t n);
-/** The launcher asked for stacks of every live rank (timeout s per process). */
-void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout);
+/**
+ * The launcher asked for stacks of every live rank (timeout s per process). A probe
+ * takes the native stacks only (of the Python process below a rank that is a wrapper),
+ * and leaves the ranks running; else a Python rank also dumps its traceback, and dies.
+ */
+void dsl_agent_progress_stacks(struct dsl_agent_progress *p, double timeout, int probe);
 /** Capture tools' output fds to poll: written to pf (room for n entries); the count. */
 size_t dsl_agent_progress_pollfds(struct dsl_agent_progress *p, struct pollfd *pf);
 /** 1 if fd is a capture tool's (and it was read), else 0. */

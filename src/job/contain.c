@@ -96,6 +96,7 @@ int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out)
     out->ppid = (pid_t)v[0];
     out->pgid = (pid_t)v[1];
     out->start = v[18];
+    out->cpu = v[10] + v[11];
     return 0;
 }
 

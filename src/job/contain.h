@@ -18,6 +18,7 @@ struct dsl_procstat {
     pid_t pid, ppid, pgid;
     char state;                    /* 'R', 'S', 'Z', ... */
     unsigned long long start;      /* start time in clock ticks after boot */
+    unsigned long long cpu;        /* CPU time used (utime + stime), clock ticks */
 };
 
 /* A process the clean-up process knows, by pid and start time (pids are reused). */

@@ -2,10 +2,12 @@
  * Hang verdicts: pure functions from the ranks' last known progress to "is this a
  * hang, and whom do we name".
  *
- * Theory of operation. A rank is stalled when it is alive, armed (the hang timeout
- * applies to it) and has made no progress for the timeout. One stalled rank makes a
- * hang; the question is whom to name, since in a collective job every rank stalls
- * once one does. In order:
+ * Theory of operation. Silence is not evidence: in a collective job every rank
+ * stalls once one does, and a rank that never speaks (DDP printing on rank 0 only)
+ * runs in lock step with those that do. So a rank is judged on its own only when it
+ * reports progress (its file changes: armed and reports) and has made none for the
+ * timeout, and only on evidence that it holds the others up; else the job is judged
+ * as a whole. In order:
  *
  *  1. A collective picture (ranks with a binary record): F is the highest collective
  *     number any rank reached. The live ranks inside F wait in it; a live rank that
@@ -14,10 +16,20 @@
  *     it". When every live rank waits in F, a rank that exited without entering it is
  *     named, then a stopped process (state T), and failing all that every rank is:
  *     nobody is missing, so the collective itself does not complete.
- *  2. Without one (text progress, or output lines): the stalled ranks when others
- *     still advance; when all stall, those at the lowest step if the steps differ;
- *     else every stalled rank. Ranks that already exited 0 are said first ("rank 0
- *     exited 0 at 12.0 s; rank 1 (...) still running at 312.0 s, no progress for ...").
+ *  2. Text progress: a stalled rank that others still report beyond (they advanced
+ *     within half a timeout, at a higher step when both count steps). Ranks in lock
+ *     step stop within a step of each other, so the order of their last reports is
+ *     noise, not evidence.
+ *  3. The job (judge_job): no progress anywhere (no file change, no output line) for
+ *     the timeout, and the evidence the launcher gathered (job_hang.c): per rank the
+ *     process state, whether it uses CPU time or moves bytes (busy), and whether the
+ *     probes' native stacks found it idle inside a collective for half a timeout (W).
+ *     Ranks outside while W wait are the culprits, said as what they do: stopped,
+ *     asleep, busy (only once W waited three quarters of the timeout), in the kernel. With nobody outside, a rank that exited 0 is, else
+ *     the backend (every rank waits, none is missing). With nobody waiting: stopped
+ *     ranks; a busy rank means work (no verdict); all asleep is a hang once the job
+ *     showed progress or a rank finished. Before the job showed any progress a busy
+ *     rank outside is still starting, and silence alone judges nobody.
  *
  * Excused (dsl_hang_excuse): ranks waiting in F while every live rank outside it works
  * in a phase (saving or loading a checkpoint) and still advances. The launcher counts
@@ -305,83 +317,224 @@ int dsl_hang_excuse(const struct dsl_hang_rank *r, int n, double now, double tim
     return nwait;
 }
 
+/* Did rank i fall behind? It reports, made no progress for timeout, and another
+   reporting rank still advances (within half a timeout) beyond it: at a higher step
+   when both count steps. In lock step the others stop within a step of the culprit,
+   so a difference of milliseconds in the last report is not "beyond". */
+static int behind(const struct dsl_hang_rank *r, int n, int i, double now, double timeout)
+{
+    const struct dsl_hang_rank *x = &r[i];
+    if (!live(x) || !x->armed || !x->reports || now - x->t_advance < timeout)
+        return 0;
+    for (int j = 0; j < n; j++) {
+        const struct dsl_hang_rank *y = &r[j];
+        if (j == i || !live(y) || !y->reports || now - y->t_advance >= timeout / 2 ||
+            y->t_advance <= x->t_advance)
+            continue;
+        if (x->v.has_step && y->v.has_step && y->v.step <= x->v.step)
+            continue;
+        return 1;
+    }
+    return 0;
+}
+
+/* How rank x is outside the collectives, in words */
+static const char *outside_words(const struct dsl_hang_rank *x)
+{
+    if (stopped(x))
+        return "is stopped";
+    if (x->pstate == 'D')
+        return "waits in the kernel outside any collective";
+    if (x->busy)
+        return "is busy outside any collective (CPU time or I/O advancing)";
+    return "sleeps outside any collective (no CPU time)";
+}
+
+/* "rank 1 (...) sleeps outside ... and rank 2 (...) is stopped", or "ranks 1-9 are
+   outside any collective" */
+static void say_culprits(struct out *o, const struct dsl_hang_rank *r, const int *idx, int k)
+{
+    if (k > 4) {
+        say_ranks(o, r, idx, k);
+        app(o, " are outside any collective");
+        return;
+    }
+    for (int i = 0; i < k; i++) {
+        app(o, "%s", i == 0 ? "" : i == k - 1 ? " and " : ", ");
+        say_rank(o, &r[idx[i]]);
+        app(o, " %s", outside_words(&r[idx[i]]));
+    }
+}
+
+/* the shortest wait of the ranks flagged in wait */
+static double min_waited(const struct dsl_hang_rank *r, int n, const unsigned char *wait)
+{
+    double m = -1;
+    for (int i = 0; i < n; i++)
+        if (wait[i] && (m < 0 || r[i].waited < m))
+            m = r[i].waited;
+    return m < 0 ? 0 : m;
+}
+
+/*
+ * The job as a whole: no progress anywhere for the timeout, and the probes' evidence
+ * in. W: the live ranks every probe found inside a collective; C: the live ranks
+ * that hold them up (stopped, or outside the collectives while W wait).
+ */
+static int judge_job(const struct dsl_hang_rank *r, int n, double now, double timeout,
+                     const struct dsl_hang_job *job, unsigned char *wait,
+                     struct dsl_hang_verdict *v, struct out *o)
+{
+    double quiet = now - job->t_quiet;
+    int nlive = 0, nwait = 0, nbusy = 0, nstop = 0, ndone = 0, done = -1;
+    const char *what = NULL;
+    for (int i = 0; i < n; i++) {
+        wait[i] = 0;
+        if (r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0) {
+            ndone++;
+            if (done < 0 || r[i].t_exit < r[done].t_exit)
+                done = i;
+        }
+        if (!live(&r[i]))
+            continue;
+        nlive++;
+        if (stopped(&r[i])) {
+            nstop++;
+            continue;
+        }
+        if (r[i].wait == DSL_HANG_WAIT_IN) {
+            wait[i] = 1;
+            nwait++;
+            what = what ? what : r[i].wait_what;
+        }
+        nbusy += r[i].busy && !wait[i]; /* NCCL's waits spin */
+    }
+    if (!nlive)
+        return 0;
+    what = what ? what : "a collective";
+    if (nwait) {
+        /* before any progress, a rank that computes outside is starting or loading;
+           after, it is named once the others waited for it three quarters of the
+           timeout (a rank that saves or evaluates alone may keep them waiting a while,
+           one that does nothing at all may not) */
+        if (nbusy && (!job->lively || min_waited(r, n, wait) < 0.75 * timeout - 0.25))
+            return 0;
+        for (int i = 0; i < n; i++)
+            if (live(&r[i]) && !wait[i])
+                name(v, r, i);
+        if (v->nstuck) { /* the culprits hold up the others */
+            say_culprits(o, r, v->stuck, v->nstuck);
+            app(o, "; ");
+            app(o, say_numbers(o, r, n, wait) == 1 ? " waits" : " wait");
+            app(o, " inside %s for %s; no progress anywhere for %.1f s", what,
+                v->nstuck == 1 ? "it" : "them", quiet);
+            return 1;
+        }
+        if (done >= 0) { /* the others wait for a rank that has finished */
+            name(v, r, done);
+            app(o, "rank %d (%s) exited 0 at %.1f s", r[done].rank,
+                r[done].host ? r[done].host : "?", r[done].t_exit);
+            if (ndone > 1)
+                app(o, " (and %d more)", ndone - 1);
+            app(o, "; ");
+            app(o, say_numbers(o, r, n, wait) == 1 ? " still waits" : " still wait");
+            app(o, " inside %s for it; no progress anywhere for %.1f s", what, quiet);
+            return 1;
+        }
+        for (int i = 0; i < n; i++)
+            if (wait[i])
+                name(v, r, i);
+        app(o, "every rank waits inside %s that does not complete (", what);
+        say_numbers(o, r, n, wait);
+        app(o, "): none is missing, so the network or the communication backend is at "
+               "fault; no progress anywhere for %.1f s", quiet);
+        return 1;
+    }
+    if (nstop) {
+        for (int i = 0; i < n; i++)
+            if (live(&r[i]) && stopped(&r[i]))
+                name(v, r, i);
+        say_ranks(o, r, v->stuck, v->nstuck);
+        app(o, " %s stopped; no progress anywhere for %.1f s", v->nstuck == 1 ? "is" : "are",
+            quiet);
+        return 1;
+    }
+    if (nbusy) /* silent, but working outside the collectives: a long computation */
+        return 0;
+    if (!ndone && !job->lively) /* never showed progress: silence alone is no evidence */
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (live(&r[i]))
+            name(v, r, i);
+    if (ndone) {
+        say_finished(o, r, n);
+        say_ranks(o, r, v->stuck, v->nstuck);
+        app(o, " still running at %.1f s, no progress for %.1f s", now, quiet);
+        return 1;
+    }
+    app(o, "no progress anywhere for %.1f s and no rank waits in a collective: ", quiet);
+    say_ranks(o, r, v->stuck, v->nstuck);
+    app(o, " %s outside any collective (no CPU time)", v->nstuck == 1 ? "sleeps" : "sleep");
+    return 1;
+}
+
 int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double timeout,
-                   struct dsl_hang_verdict *v)
+                   const struct dsl_hang_job *job, struct dsl_hang_verdict *v)
 {
     verdict_init(v);
     if (timeout <= 0 || n <= 0)
         return 0;
     unsigned char flag[4096], *wait = flag;
     unsigned char *heap = NULL;
-    int stalled = 0, advancing = 0;
-    for (int i = 0; i < n; i++) {
-        if (!live(&r[i]) || !r[i].armed)
-            continue;
-        if (now - r[i].t_advance >= timeout)
-            stalled++;
-        else
-            advancing++;
-    }
-    if (!stalled)
-        return 0;
     if ((size_t)n > sizeof(flag)) {
         heap = dsl_xcalloc((size_t)n, 1);
         wait = heap;
     }
-    v->hang = 1;
     struct out o = {v->text, sizeof(v->text), 0};
-    if (judge_collective(r, n, now, wait, v, &o))
-        goto out;
-    v->nstuck = 0;
-    v->first = -1;
-    say_finished(&o, r, n);
-    /* the stalled ranks; when all stall and their steps differ, only the lowest */
-    int all_steps = 1;
-    uint64_t lo = UINT64_MAX, hi = 0;
-    double quiet = 0;
+    int stalled = 0, armed = 1;
     for (int i = 0; i < n; i++) {
-        if (!live(&r[i]) || !r[i].armed || now - r[i].t_advance < timeout)
+        if (!live(&r[i]))
             continue;
-        if (now - r[i].t_advance > quiet)
-            quiet = now - r[i].t_advance;
-        if (!r[i].v.has_step) {
-            all_steps = 0;
-            continue;
-        }
-        lo = r[i].v.step < lo ? r[i].v.step : lo;
-        hi = r[i].v.step > hi ? r[i].v.step : hi;
+        armed &= r[i].armed;
+        stalled += r[i].armed && r[i].reports && now - r[i].t_advance >= timeout;
     }
-    int by_step = !advancing && all_steps && lo < hi;
-    for (int i = 0; i < n; i++)
-        if (live(&r[i]) && r[i].armed && now - r[i].t_advance >= timeout &&
-            (!by_step || r[i].v.step == lo))
+    /* 1. the collective record of ranks that report */
+    if (stalled && judge_collective(r, n, now, wait, v, &o))
+        goto hang;
+    verdict_init(v);
+    o.len = 0;
+    /* 2. ranks that report, left behind by others that still do */
+    for (int i = 0; stalled && i < n; i++)
+        if (behind(r, n, i, now, timeout))
             name(v, r, i);
-    say_ranks(&o, r, v->stuck, v->nstuck);
-    if (advancing) {
+    if (v->nstuck) {
+        double quiet = 0;
+        for (int k = 0; k < v->nstuck; k++)
+            if (now - r[v->stuck[k]].t_advance > quiet)
+                quiet = now - r[v->stuck[k]].t_advance;
+        say_finished(&o, r, n);
+        say_ranks(&o, r, v->stuck, v->nstuck);
         app(&o, " made no progress for %.1f s", quiet);
         if (v->nstuck == 1 && r[v->stuck[0]].v.has_step)
             app(&o, " (at step %llu)", (unsigned long long)r[v->stuck[0]].v.step);
-        unsigned char *adv = wait;
         for (int i = 0; i < n; i++)
-            adv[i] = live(&r[i]) && r[i].armed && now - r[i].t_advance < timeout;
+            wait[i] = live(&r[i]) && r[i].reports && now - r[i].t_advance < timeout / 2;
         app(&o, "; ");
-        say_numbers(&o, r, n, adv);
+        say_numbers(&o, r, n, wait);
         app(&o, " advanced meanwhile");
-    } else if (by_step) {
-        app(&o, " stopped at step %llu while others reached step %llu; no rank made "
-                "progress for %.1f s", (unsigned long long)lo, (unsigned long long)hi, quiet);
-    } else {
-        int finished = 0;
-        for (int i = 0; i < n; i++)
-            finished += r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0;
-        if (finished)
-            app(&o, " still running at %.1f s, no progress for %.1f s", now, quiet);
-        else
-            app(&o, " made no progress for %.1f s", quiet);
+        goto hang;
     }
-out:
+    /* 3. the job as a whole */
+    if (job && armed && job->probed && now - job->t_quiet >= timeout &&
+        judge_job(r, n, now, timeout, job, wait, v, &o))
+        goto hang;
+    verdict_init(v);
     free(heap);
-    return v->hang;
+    return 0;
+hang:
+    v->hang = 1;
+    free(heap);
+    return 1;
 }
 
 /* ---- the cause of a failure ---- */
@@ -425,5 +578,46 @@ int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
     else
         app(&o, " makes no progress (for %.1f s); rank %d exited with code %d after %.1f s",
             quiet, x->rank, x->code, x->t_exit);
+    return 1;
+}
+
+/* ---- a peer that left early ---- */
+
+int dsl_hang_lost_peer_line(const char *line)
+{
+    static const char *const gone[] = {
+        "Connection closed by peer",               /* gloo */
+        "Connection reset by peer",                /* gloo, TCPStore */
+        "remote process exited or there was a network error", /* NCCL */
+    };
+    for (size_t k = 0; k < sizeof(gone) / sizeof(gone[0]); k++)
+        if (strstr(line, gone[k]))
+            return 1;
+    return 0;
+}
+
+int dsl_hang_left_early(const struct dsl_hang_rank *r, int n, int failed, int lost_peer,
+                        struct dsl_hang_verdict *v)
+{
+    verdict_init(v);
+    if (!lost_peer || failed < 0 || failed >= n)
+        return 0;
+    const struct dsl_hang_rank *x = &r[failed];
+    if (x->life != DSL_HANG_EXITED || x->sig || x->code == 0)
+        return 0;
+    int first = -1;
+    for (int i = 0; i < n; i++)
+        if (i != failed && r[i].life == DSL_HANG_EXITED && !r[i].sig && r[i].code == 0 &&
+            r[i].t_exit <= x->t_exit && (first < 0 || r[i].t_exit < r[first].t_exit))
+            first = i;
+    if (first < 0)
+        return 0;
+    name(v, r, first);
+    v->hang = 1;
+    struct out o = {v->text, sizeof(v->text), 0};
+    app(&o, "rank %d (%s) exited 0 at %.1f s while its peers still ran; rank %d lost it in a "
+            "collective and exited with code %d at %.1f s",
+        r[first].rank, r[first].host ? r[first].host : "?", r[first].t_exit, x->rank, x->code,
+        x->t_exit);
     return 1;
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "dslaunch/common/progress.h"
+#include "hang_stack.h"
 
 enum dsl_hang_life {
     DSL_HANG_PENDING = 0, /* not started (yet) */
@@ -31,6 +32,22 @@ struct dsl_hang_rank {
     double t_advance;           /* when it last made progress (the start, at first) */
     struct dsl_progress_view v; /* its last progress */
     char pstate;                /* process state letter (T: stopped), 0 unknown */
+    int busy;                   /* its processes used CPU time at the last look */
+    enum dsl_hang_wait wait;    /* the probes of this quiet spell (job-level evidence):
+                                   IN: every one found it inside a collective, and the
+                                   first one was half a timeout before the last */
+    const char *wait_what;      /* IN: the library, in words (hang_stack.h); static */
+    double waited;              /* IN: seconds from the first probe that found it there
+                                   to the last */
+};
+
+/* What the launcher knows about the job as a whole. */
+struct dsl_hang_job {
+    double t_quiet;             /* the last progress anywhere (a progress file changed,
+                                   an output line of any rank); the start, at first */
+    int lively;                 /* some rank has shown progress since the start */
+    int probed;                 /* the probes of the spell since t_quiet are in, the
+                                   last asked a timeout after t_quiet (less a tick) */
 };
 
 struct dsl_hang_verdict {
@@ -52,14 +69,18 @@ struct dsl_hang_verdict {
 int dsl_hang_excuse(const struct dsl_hang_rank *r, int n, double now, double timeout,
                     unsigned char *mark);
 /**
- * Is it a hang at time now? It is when a live armed rank has made no progress for
- * timeout seconds. The ranks named: those that did not enter the collective the
- * others wait in; else the stopped ones; else, without a collective to compare, the
- * ones behind (no progress while others advanced, or at the lowest step); else all.
+ * Is it a hang at time now? Ranks that report progress are judged one by one: a rank
+ * with no progress for timeout seconds is named when the collective record shows it
+ * holding the others up (it never entered the collective they wait in, or it is
+ * stopped in it), or when others still report beyond it. Else the job is judged as a
+ * whole (job not NULL, every live rank armed): no progress anywhere for timeout, and
+ * job->probed, and the evidence of the ranks' processes names the cause (hang.c's
+ * theory of operation); a job whose silent ranks use CPU time outside collectives is
+ * working, and one that never showed progress is not judged by its silence alone.
  * v->stuck must hold n entries. Returns v->hang.
  */
 int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double timeout,
-                   struct dsl_hang_verdict *v);
+                   const struct dsl_hang_job *job, struct dsl_hang_verdict *v);
 /**
  * Rank index failed exited with an error code: was it the victim of a stuck peer? Yes
  * when it was waiting inside a collective and a live rank never entered it (or left it
@@ -68,6 +89,16 @@ int dsl_hang_judge(const struct dsl_hang_rank *r, int n, double now, double time
  */
 int dsl_hang_cause(const struct dsl_hang_rank *r, int n, int failed, double now,
                    struct dsl_hang_verdict *v);
+/**
+ * Rank index failed exited with an error code after losing a peer in a collective
+ * (lost_peer: its last stderr lines say so, dsl_hang_lost_peer_line): did a peer
+ * leave the job early? Yes when one exited 0 before failed did, while failed still
+ * ran; that peer is named (the first to exit). Fills v like dsl_hang_judge; v->hang.
+ */
+int dsl_hang_left_early(const struct dsl_hang_rank *r, int n, int failed, int lost_peer,
+                        struct dsl_hang_verdict *v);
+/** 1 when a stderr line is a communication library's "the peer is gone" error. */
+int dsl_hang_lost_peer_line(const char *line);
 /** Ranks as ranges ("0-4,6-7") into buf (cut with "..." when it does not fit). */
 void dsl_hang_ranklist(const int *ranks, int n, char *buf, size_t cap);
 

@@ -5,9 +5,19 @@
  * Theory of operation. Everything runs on the launcher's one thread. job_loop.c hands
  * over what the agents send: progress messages (a rank's file changed: that is an
  * advance, timed by the launcher's clock on arrival, so no node's clock matters; its
- * process state), output lines (an advance only for a rank whose file never changed,
- * so --hang-timeout works for programs that only print), exits, and the stacks. The
- * watchdog (job_watch.c) judges from the same record. Arming: with --hang-timeout N
+ * process state and busyness), output lines (an advance of the job; of the rank too
+ * when its file never changed), exits, and the stacks. The watchdog (job_watch.c)
+ * judges from the same record.
+ *
+ * The job as a whole. Every file change or output line starts a new quiet spell
+ * (t_quiet, spell). Within a spell the watchdog asks the agents for probes (native
+ * stacks, the ranks left running), and their answers are kept per rank with the
+ * spell they belong to: inside a collective (hang_stack.c) since which probe, and
+ * whether the rank was busy since. An answer from an earlier spell, or one that
+ * arrives after a verdict, is dropped; a rank whose agent does not know probes (it
+ * never sent busy) or did not answer is unknown. dsl_job_hang_look turns this into
+ * the judge's evidence: a rank waits when every probe of the spell found it inside,
+ * idle, the first half a timeout before the last. Arming: with --hang-timeout N
  * every rank is judged by N; without it only ranks that have reported progress are,
  * by DSL_HANG_DEFAULT (dstrain always reports); --hang-timeout 0 turns it all off and
  * the agents make no progress files.
@@ -57,6 +67,7 @@ void dsl_job_hang_init(struct dsl_job *job)
     h->verdict.stuck = dsl_xcalloc((size_t)job->nranks + 1, sizeof(int));
     h->verdict.first = -1;
     h->t0 = dsl_now();
+    h->t_quiet = h->t0;
     for (int i = 0; i < job->nranks; i++)
         h->r[i].t_advance = h->t0;
     job->hang = h;
@@ -75,6 +86,7 @@ void dsl_job_hang_release(struct dsl_job *job)
     free(h->view);
     free(h->verdict.stuck);
     free(h->answered);
+    free(h->probe_asked);
     free(h->report_txt);
     free(h->report_json);
     free(h);
@@ -87,6 +99,7 @@ void dsl_job_hang_start_msg(struct dsl_job *job, struct dsl_msg *m)
     if (!h)
         return;
     h->t0 = dsl_now(); /* the ranks start now: no progress is due before */
+    h->t_quiet = h->t0;
     for (int i = 0; i < job->nranks; i++)
         h->r[i].t_advance = h->t0;
     m->progress_tick = h->tick;
@@ -101,6 +114,66 @@ static struct dsl_job_hang_rank *rank_of(struct dsl_job *job, struct dsl_job_nod
     if (rank < 0 || rank >= job->nranks || job->ranks[rank].node != (int)(n - job->nodes))
         return NULL;
     return &job->hang->r[rank];
+}
+
+/* Progress somewhere: a new quiet spell begins, and what the probes found is stale. */
+static void progress_seen(struct dsl_job_hang *h, double now)
+{
+    h->t_quiet = now;
+    h->lively = 1;
+    h->spell++;
+    h->nprobes = 0;
+}
+
+/* A probe's answer from node n: what each rank's native stack shows. */
+static void on_probe(struct dsl_job *job, struct dsl_job_node *n, const struct dsl_msg *m)
+{
+    struct dsl_job_hang *h = job->hang;
+    size_t k = (size_t)(n - job->nodes);
+    if (!h->probing || !h->probe_asked || !h->probe_asked[k])
+        return;
+    h->probe_asked[k] = 0;
+    if (h->probe_spell != h->spell)
+        return; /* progress came meanwhile: the answer is of an earlier spell */
+    for (int i = 0; i < m->nstacks; i++) {
+        struct dsl_job_hang_rank *r = rank_of(job, n, m->stacks[i].rank);
+        if (!r)
+            continue;
+        const char *what;
+        enum dsl_hang_wait w = dsl_hang_stack_wait(m->stacks[i].text, &what);
+        /* the wait counts from the first probe that found it there, idle since: a
+           rank seen busy meanwhile (not spinning in NCCL) moved, and starts again */
+        int moved = !dsl_hang_wait_spins(what) &&
+                    (r->busy || r->t_busy > r->t_wait + 2 * h->tick);
+        if (w == DSL_HANG_WAIT_IN &&
+            (r->wait_spell != h->spell || r->wait != DSL_HANG_WAIT_IN || moved))
+            r->t_wait = h->t_probe_ask;
+        r->wait_spell = h->spell;
+        r->wait = w;
+        r->wait_what = what;
+    }
+}
+
+void dsl_job_hang_probe_check(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    if (!h->probing)
+        return;
+    int waiting = 0;
+    for (int i = 0; i < job->nnodes; i++)
+        waiting += h->probe_asked[i] && job->nodes[i].state == DSL_NODE_RUNNING;
+    if (waiting && now < h->probe_deadline)
+        return;
+    h->probing = 0;
+    if (h->probe_spell != h->spell)
+        return;
+    /* ranks whose node did not answer are unknown */
+    for (int i = 0; i < job->nranks; i++)
+        if (h->probe_asked[job->ranks[i].node])
+            h->r[i].wait_spell = 0, h->r[i].wait = DSL_HANG_WAIT_UNKNOWN;
+    memset(h->probe_asked, 0, (size_t)job->nnodes);
+    h->nprobes++;
+    h->t_probe_last = h->t_probe_ask;
 }
 
 void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const struct dsl_msg *m)
@@ -120,9 +193,17 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
                 r->t_advance = now;
                 r->reports = 1;
                 r->v = p->view;
+                progress_seen(h, now);
             }
             r->pstate = p->pstate;
+            if (p->busy > 0 || r->busy) /* busy from now, or until now */
+                r->t_busy = now;
+            r->busy = p->busy > 0;
+            r->probes |= p->busy >= 0;
         }
+    } else if (m->type == DSL_MSG_STACKED && m->stack_probe) {
+        on_probe(job, n, m);
+        dsl_job_hang_probe_check(job, now);
     } else if (m->type == DSL_MSG_STACKED) {
         for (int i = 0; i < m->nstacks; i++) {
             struct dsl_job_hang_rank *r = rank_of(job, n, m->stacks[i].rank);
@@ -140,13 +221,19 @@ void dsl_job_hang_on_msg(struct dsl_job *job, struct dsl_job_node *n, const stru
 
 void dsl_job_hang_on_output(struct dsl_job *job, const struct dsl_job_rank *r)
 {
-    if (job->hang && !job->hang->r[r->rank].reports)
-        job->hang->r[r->rank].t_advance = dsl_now();
+    struct dsl_job_hang *h = job->hang;
+    if (!h)
+        return;
+    double now = dsl_now();
+    if (!h->r[r->rank].reports)
+        h->r[r->rank].t_advance = now;
+    progress_seen(h, now);
 }
 
 void dsl_job_hang_look(struct dsl_job *job)
 {
     struct dsl_job_hang *h = job->hang;
+    int unconfirmed = 0;
     for (int i = 0; i < job->nranks; i++) {
         const struct dsl_job_rank *jr = &job->ranks[i];
         const struct dsl_job_hang_rank *r = &h->r[i];
@@ -164,13 +251,43 @@ void dsl_job_hang_look(struct dsl_job *job)
         v->t_advance = r->t_advance - h->t0;
         v->v = r->v;
         v->pstate = r->pstate;
+        v->busy = r->busy;
+        /* inside a collective as evidence: found there by every probe of this spell,
+           the first half a timeout before the last (before the job showed any
+           progress, while ranks still start, load, rendezvous: a timeout before, less
+           a tick), and idle all along: no CPU time, no byte moved since two ticks
+           after the first (an agent sees a rank turn idle a tick late, its message
+           takes a moment more). A healthy job's ranks are found in a collective by any probe
+           often enough, but they move between probes: compute, send, receive.
+           NCCL's waits spin, so its waiters are judged by their stacks alone. */
+        double need = h->lively ? h->timeout / 2 : h->timeout - h->tick;
+        int idle = dsl_hang_wait_spins(r->wait_what) ||
+                   (!r->busy && r->t_busy <= r->t_wait + 2 * h->tick);
+        if (r->wait_spell == h->spell && h->nprobes && r->wait == DSL_HANG_WAIT_IN && idle &&
+            h->t_probe_last - r->t_wait >= need - 1e-3) {
+            v->wait = DSL_HANG_WAIT_IN;
+            v->wait_what = r->wait_what;
+            v->waited = h->t_probe_last - r->t_wait;
+        } else if (r->wait_spell == h->spell && h->nprobes) {
+            v->wait = r->wait == DSL_HANG_WAIT_IN ? DSL_HANG_WAIT_UNKNOWN : r->wait;
+            if (r->wait == DSL_HANG_WAIT_IN && jr->started && !jr->exited)
+                unconfirmed++;
+        }
     }
+    /* the evidence is in when the last probe was asked a timeout into the quiet spell
+       (less a tick, so the answer is back by then) and nothing found inside a
+       collective waits for its confirmation by the next */
+    h->jobv.t_quiet = h->t_quiet - h->t0;
+    h->jobv.lively = h->lively;
+    h->jobv.probed = h->nprobes && !unconfirmed &&
+                     h->t_probe_last - h->t_quiet >= h->timeout - h->tick - 1e-3;
 }
 
 void dsl_job_hang_declare(struct dsl_job *job, int code)
 {
     struct dsl_job_hang *h = job->hang;
     h->state = DSL_HANG_DECLARED;
+    h->probing = 0; /* an answer still on its way is ignored */
     h->reason = code;
     h->t_declared = dsl_now();
     snprintf(h->said, sizeof(h->said), "%s: %s",
@@ -196,11 +313,20 @@ int dsl_job_hang_on_exit(struct dsl_job *job, const struct dsl_job_rank *r)
         job->failed_node >= 0)
         return 0;
     dsl_job_hang_look(job);
-    if (!dsl_hang_cause(h->view, job->nranks, r->rank, now - h->t0, &h->verdict))
+    if (dsl_hang_cause(h->view, job->nranks, r->rank, now - h->t0, &h->verdict)) {
+        dsl_job_hang_declare(job, DSL_EXIT_HANG);
+        dsl_warn("rank %d failed because a peer is stuck: %s; collecting stacks, then "
+                 "stopping the job", r->rank, h->verdict.text);
+        return 1;
+    }
+    int lost = 0;
+    for (size_t i = 0; i < r->tail.nr && !lost; i++)
+        lost = dsl_hang_lost_peer_line(r->tail.v[i]);
+    if (!dsl_hang_left_early(h->view, job->nranks, r->rank, lost, &h->verdict))
         return 0;
     dsl_job_hang_declare(job, DSL_EXIT_HANG);
-    dsl_warn("rank %d failed because a peer is stuck: %s; collecting stacks, then stopping "
-             "the job", r->rank, h->verdict.text);
+    dsl_warn("rank %d failed because a peer left early: %s; collecting stacks, then "
+             "stopping the job", r->rank, h->verdict.text);
     return 1;
 }
 

@@ -17,6 +17,7 @@
 
 #define DSL_HANG_DEFAULT 300.0     /* --hang-timeout when not given, for ranks that report */
 #define DSL_HANG_STACK_TIMEOUT 10.0 /* seconds one stack capture may take */
+#define DSL_HANG_PROBE_TIMEOUT 5.0  /* seconds one probe's native stack may take */
 
 enum dsl_hang_state {
     DSL_HANG_WATCH = 0, /* nothing wrong (yet) */
@@ -32,6 +33,15 @@ struct dsl_job_hang_rank {
     int heard;                    /* its agent sent progress for it: it knows "stacks" */
     struct dsl_progress_view v;
     char pstate;
+    int busy;                     /* its processes use CPU time or move bytes (the
+                                     agent's last look) */
+    double t_busy;                /* when it was last seen busy (0: never) */
+    int probes;                   /* its agent knows the probe (sent busy) */
+    /* the probes of a quiet spell: what the last one found, and since when */
+    unsigned wait_spell;          /* the spell they belong to (stale when not current) */
+    enum dsl_hang_wait wait;
+    const char *wait_what;        /* static (hang_stack.h) */
+    double t_wait;                /* IN: when the first probe that found it IN was asked */
     char *stack_tool, *stack;     /* from the agent (owned) */
 };
 
@@ -50,6 +60,17 @@ struct dsl_job_hang {
     int warned_finished;
     int reported;                 /* the report is written (or could not be) */
     char *report_txt, *report_json;
+    /* the job as a whole: a quiet spell starts at every progress anywhere */
+    double t_quiet;               /* last progress anywhere (dsl_now() time) */
+    int lively;                   /* some rank showed progress */
+    unsigned spell;               /* counts quiet spells */
+    int probing;                  /* a probe was asked and is not complete */
+    unsigned probe_spell;         /* ... in this spell */
+    double t_probe_ask, probe_deadline;
+    int nprobes;                  /* probes complete in this spell */
+    double t_probe_last;          /* when the last complete one was asked */
+    unsigned char *probe_asked;   /* per node: asked, not yet answered */
+    struct dsl_hang_job jobv;     /* the judge's job-level input, rebuilt each look */
     struct dsl_job_hang_rank *r;  /* per rank */
     struct dsl_hang_rank *view;   /* per rank: the judge's input, rebuilt each look */
 };
@@ -71,6 +92,8 @@ void dsl_job_hang_on_output(struct dsl_job *job, const struct dsl_job_rank *r);
  * the caller then treats the exit as no failure of its own and starts no stop.
  */
 int dsl_job_hang_on_exit(struct dsl_job *job, const struct dsl_job_rank *r);
+/** Complete the probe in flight when every agent answered or its deadline passed. */
+void dsl_job_hang_probe_check(struct dsl_job *job, double now);
 /** Refresh job->hang->view from the job (times relative to the ranks' start, t0). */
 void dsl_job_hang_look(struct dsl_job *job);
 /** Record verdict v (in job->hang->verdict already) as the job's outcome: code. */

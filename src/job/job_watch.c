@@ -6,7 +6,10 @@
  *
  *   WATCH       judge the ranks (hang.c) against the hang timeout, and the clock
  *               against --job-timeout; a verdict (or job_hang.c's cause of a failed
- *               exit) moves on
+ *               exit) moves on. While the job is silent, probes: a quarter of a
+ *               timeout into the silence, a tick before the timeout, at the timeout,
+ *               then every half timeout, one at a time, each answered by every
+ *               agent or given up after its deadline (the probe timeout + 2 s)
  *   DECLARED    "stacks" goes to every running node agent
  *   COLLECTING  until every agent answered, or the capture deadline (stack timeout +
  *               the Python dump wait + a margin), or a signal stopped the job
@@ -52,13 +55,69 @@ static void warn_outlived(struct dsl_job *job, double now)
     }
     if (done < 0 || alive < 0 || now - h->t0 - h->view[done].t_exit < h->timeout)
         return;
+    if (h->view[alive].armed) /* the judge watches it */
+        return;
     h->warned_finished = 1;
     dsl_warn("rank %d exited 0 at %.1f s; rank %d%s still running at %.1f s (%s, so it is "
              "left running)",
              h->view[done].rank, h->view[done].t_exit, h->view[alive].rank,
              nalive > 1 ? " and others" : "", now - h->t0,
-             h->view[alive].armed ? "it still makes progress"
-                                  : "it reports no progress; --hang-timeout would stop it");
+             "it reports no progress; --hang-timeout would stop it");
+}
+
+static void ask_probe(struct dsl_job *job)
+{
+    struct dsl_job_hang *h = job->hang;
+    double now = dsl_now();
+    if (!h->probe_asked)
+        h->probe_asked = dsl_xcalloc((size_t)job->nnodes + 1, 1);
+    struct dsl_msg m;
+    dsl_msg_init(&m, DSL_MSG_STACKS);
+    m.stack_timeout = DSL_HANG_PROBE_TIMEOUT;
+    m.stack_probe = 1;
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *n = &job->nodes[i];
+        h->probe_asked[i] = 0;
+        int knows = 0;
+        for (int k = 0; k < job->nranks && !knows; k++)
+            knows = job->ranks[k].node == i && h->r[k].probes;
+        if (n->state != DSL_NODE_RUNNING || !knows)
+            continue;
+        dsl_job_node_send(n, &m);
+        dsl_job_node_flush(n);
+        h->probe_asked[i] = 1;
+    }
+    dsl_msg_release(&m);
+    h->probing = 1;
+    h->probe_spell = h->spell;
+    h->t_probe_ask = now;
+    h->probe_deadline = now + DSL_HANG_PROBE_TIMEOUT + 2;
+    dsl_job_hang_probe_check(job, now);
+}
+
+/*
+ * Probes in a quiet spell (no progress anywhere): a quarter of a timeout in, a tick
+ * before the timeout (so that its answer is back when the timeout is up), at the
+ * timeout (a rank that computes while the others wait is named only after they
+ * waited three quarters of it), then every half a timeout. Only where the job as a
+ * whole can be judged: every rank is armed.
+ */
+static void probe_when_due(struct dsl_job *job, double now)
+{
+    struct dsl_job_hang *h = job->hang;
+    dsl_job_hang_probe_check(job, now);
+    if (h->probing)
+        return;
+    for (int i = 0; i < job->nranks; i++)
+        if (job->ranks[i].started && !job->ranks[i].exited && !h->view[i].armed)
+            return;
+    double quiet = now - h->t_quiet, T = h->timeout;
+    int due = h->nprobes == 0   ? quiet >= T / 4
+              : h->nprobes == 1 ? quiet >= T - h->tick
+              : h->nprobes == 2 ? quiet >= T
+                                : now - h->t_probe_last >= T / 2 - 1e-3;
+    if (due)
+        ask_probe(job);
 }
 
 static void watch(struct dsl_job *job, double now)
@@ -88,13 +147,14 @@ static void watch(struct dsl_job *job, double now)
                 h->view[i].t_advance = t;
             }
     free(excused);
-    if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->verdict)) {
+    if (dsl_hang_judge(h->view, job->nranks, t, h->timeout, &h->jobv, &h->verdict)) {
         dsl_job_hang_declare(job, DSL_EXIT_HANG);
         dsl_warn("hang after %.1f s: %s; collecting stacks, then stopping the job", t,
                  h->verdict.text);
         return;
     }
     warn_outlived(job, now);
+    probe_when_due(job, now);
 }
 
 /* Node i's agent has sent progress, so it knows the stacks request (proto.h). */

@@ -81,6 +81,9 @@ static void encode_progress(const struct dsl_rank_progress *p, cJSON *e)
     cJSON_AddStringToObject(e, "ps", ps);
     if (v->phase) /* optional: an older launcher ignores it, an older agent omits it */
         cJSON_AddNumberToObject(e, "ph", v->phase);
+    /* new within version 1: an older launcher ignores it; its presence tells a newer
+       one that the agent knows the stacks request's probe member */
+    cJSON_AddNumberToObject(e, "busy", p->busy > 0);
 }
 
 void dsl_proto_hang_encode(const struct dsl_msg *m, cJSON *o)
@@ -101,8 +104,12 @@ void dsl_proto_hang_encode(const struct dsl_msg *m, cJSON *o)
     }
     case DSL_MSG_STACKS:
         cJSON_AddNumberToObject(o, "timeout", m->stack_timeout);
+        if (m->stack_probe)
+            cJSON_AddNumberToObject(o, "probe", 1);
         break;
     case DSL_MSG_STACKED: {
+        if (m->stack_probe) /* the answer to a probe, not to a capture */
+            cJSON_AddNumberToObject(o, "probe", 1);
         cJSON *a = cJSON_AddArrayToObject(o, "stacks");
         for (int i = 0; i < m->nstacks; i++) {
             cJSON *e = cJSON_CreateObject();
@@ -164,6 +171,12 @@ static int decode_progress(const cJSON *e, struct dsl_rank_progress *p, char *er
             return r;
         v->phase = (int)d;
     }
+    p->busy = -1;
+    if (cJSON_GetObjectItemCaseSensitive(e, "busy")) {
+        if ((r = integer(e, "busy", 0, 1, &d, err)) < 0)
+            return r;
+        p->busy = (int)d;
+    }
     return 0;
 }
 
@@ -195,8 +208,18 @@ int dsl_proto_hang_decode(struct dsl_msg *m, const cJSON *o, char *err)
         if ((r = num(o, "timeout", 0, 3600, &d, err)) < 0)
             return r;
         m->stack_timeout = d;
+        if (cJSON_GetObjectItemCaseSensitive(o, "probe")) {
+            if ((r = integer(o, "probe", 0, 1, &d, err)) < 0)
+                return r;
+            m->stack_probe = (int)d;
+        }
         return 0;
     case DSL_MSG_STACKED:
+        if (cJSON_GetObjectItemCaseSensitive(o, "probe")) {
+            if ((r = integer(o, "probe", 0, 1, &d, err)) < 0)
+                return r;
+            m->stack_probe = (int)d;
+        }
         if (!(a = array(o, "stacks", &n, err)))
             return DSL_EPROTO;
         m->stacks = dsl_xcalloc((size_t)n + 1, sizeof(*m->stacks));

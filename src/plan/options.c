@@ -174,7 +174,8 @@ static const struct dsl_opt opts[] = {
          "cgroup on every node (--check shows it); over it, the OOM killer ends the rank",
          "no limit", 16 * MIB, 1024 * 1024 * GIB),
     SECS("hang_timeout", hang_timeout, "SECONDS",
-         "a rank without progress this long is a hang: stacks, a report, stop; 0 = off",
+         "no progress this long, with a rank to blame, is a hang: stacks, a report, stop; "
+         "0 = off",
          "300 for ranks that report progress (dstrain), else off", 0, 7 * DAY),
     SECS("job_timeout", job_timeout, "SECONDS",
          "stop the job after this long, with stacks and a report; 0 = none", "none", 0,

@@ -209,6 +209,7 @@ TEST(proc_stat_should_parse_names_with_spaces_and_parens)
     ASSERT_EQ(st.pgid, 4242);
     ASSERT_EQ(st.state, 'S');
     ASSERT_EQ(st.start, 987654);
+    ASSERT_EQ(st.cpu, 3); /* utime 1 + stime 2 */
     ASSERT_OK(dsl_contain_parse_stat("7 (z) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 -100 0 1 0 55", &st));
     ASSERT_EQ(st.state, 'Z');
     ASSERT_EQ(st.start, 55);
@@ -240,16 +241,16 @@ TEST(descendants_should_follow_parent_links_in_any_order)
     /* 100 is the agent: 200 its rank, 300 the rank's child, 400 an orphan reparented
        to the agent (a daemon), 500 a process elsewhere, 600 the child of 500 */
     struct dsl_procstat p[] = {
-        {600, 500, 600, 'S', 0}, {300, 200, 200, 'S', 0}, {1, 0, 1, 'S', 0},
-        {400, 100, 400, 'S', 0}, {100, 1, 100, 'S', 0},   {500, 1, 500, 'S', 0},
-        {200, 100, 200, 'S', 0},
+        {600, 500, 600, 'S', 0, 0}, {300, 200, 200, 'S', 0, 0}, {1, 0, 1, 'S', 0, 0},
+        {400, 100, 400, 'S', 0, 0}, {100, 1, 100, 'S', 0, 0},   {500, 1, 500, 'S', 0, 0},
+        {200, 100, 200, 'S', 0, 0},
     };
     char mark[7];
     ASSERT_EQ(dsl_contain_descendants(p, 7, 100, mark), 3);
     ASSERT(mark[1] && mark[3] && mark[6]);
     ASSERT(!mark[0] && !mark[2] && !mark[4] && !mark[5]); /* nor the agent itself */
     /* a loop of parent links (pids reused during a scan) ends, unmarked */
-    struct dsl_procstat loop[] = {{10, 11, 10, 'S', 0}, {11, 10, 11, 'S', 0}};
+    struct dsl_procstat loop[] = {{10, 11, 10, 'S', 0, 0}, {11, 10, 11, 'S', 0, 0}};
     ASSERT_EQ(dsl_contain_descendants(loop, 2, 100, mark), 0);
     ASSERT_EQ(dsl_contain_descendants(p, 0, 100, mark), 0);
 }

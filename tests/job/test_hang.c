@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "job/hang.h"
+#include "job/hang_stack.h"
 #include "test.h"
 
 #define N 8
@@ -34,7 +35,7 @@ static void world(int n)
 static struct dsl_hang_verdict judge(int n, double now, double timeout)
 {
     struct dsl_hang_verdict v = {.stuck = stuck};
-    dsl_hang_judge(R, n, now, timeout, &v);
+    dsl_hang_judge(R, n, now, timeout, NULL, &v);
     return v;
 }
 
@@ -150,25 +151,243 @@ TEST(judge_should_name_a_rank_that_exited_without_entering)
                           "rank 1 (node2, pid 1001) still running at 312.0 s, waiting in it");
 }
 
+/* n live ranks of a program that reports no progress (it prints, or not): armed by
+   --hang-timeout, quiet since t = 12, the probes in, every rank asleep outside the
+   collectives */
+static struct dsl_hang_job J;
+
+static void silent_world(int n)
+{
+    world(n);
+    for (int i = 0; i < n; i++) {
+        R[i].v.form = DSL_PROGRESS_EMPTY;
+        R[i].v.has_step = 0;
+        R[i].v.coll_seq = 0;
+        R[i].v.in_coll = 0;
+        R[i].reports = 0;
+        R[i].t_advance = 12;
+        R[i].wait = DSL_HANG_WAIT_NO;
+    }
+    J = (struct dsl_hang_job){.t_quiet = 12, .lively = 1, .probed = 1};
+}
+
+static struct dsl_hang_verdict judge_job(int n, double now, double timeout)
+{
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    dsl_hang_judge(R, n, now, timeout, &J, &v);
+    return v;
+}
+
 TEST(judge_should_report_a_rank_outliving_one_that_exited_0)
 {
     /* no collectives: a program that only prints; rank 1 sleeps forever */
-    world(2);
-    for (int i = 0; i < 2; i++) {
-        R[i].v.form = DSL_PROGRESS_EMPTY;
-        R[i].v.has_step = 0;
-        R[i].reports = 0;
-    }
+    silent_world(2);
     R[0].life = DSL_HANG_EXITED;
     R[0].t_exit = 12;
-    R[1].t_advance = 12;
-    struct dsl_hang_verdict v = judge(2, 311, 300);
+    struct dsl_hang_verdict v = judge_job(2, 311, 300);
     ASSERT_EQ(v.hang, 0);
-    v = judge(2, 312, 300);
+    v = judge_job(2, 312, 300);
     ASSERT_EQ(v.hang, 1);
     ASSERT_EQ(v.first, 1);
     ASSERT_STR_EQ(v.text, "rank 0 exited 0 at 12.0 s; rank 1 (node2, pid 1001) still "
                           "running at 312.0 s, no progress for 300.0 s");
+}
+
+TEST(judge_should_not_name_a_silent_rank_while_another_prints)
+{
+    /* DDP in lock step, printing on rank 0 only: rank 1 never said a word */
+    silent_world(2);
+    R[1].t_advance = 0;
+    R[0].t_advance = J.t_quiet = 1e4;
+    struct dsl_hang_verdict v = judge_job(2, 1e4 + 1, 5);
+    ASSERT_EQ(v.hang, 0);
+    v = judge(2, 1e4 + 1, 5); /* nor without the job's picture */
+    ASSERT_EQ(v.hang, 0);
+}
+
+TEST(judge_should_wait_for_the_probes_before_judging_the_job)
+{
+    silent_world(2);
+    J.probed = 0;
+    ASSERT_EQ(judge_job(2, 1e4, 5).hang, 0);
+    J.probed = 1;
+    ASSERT_EQ(judge_job(2, 16.9, 5).hang, 0); /* quiet for less than the timeout */
+    ASSERT_EQ(judge_job(2, 17, 5).hang, 1);
+}
+
+TEST(judge_should_not_judge_a_job_that_never_showed_progress_by_its_silence)
+{
+    /* a silent loading phase, longer than the timeout */
+    silent_world(2);
+    J.lively = 0;
+    J.t_quiet = 0;
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 0);
+    R[1].pstate = 'T'; /* but a stopped rank is evidence */
+    struct dsl_hang_verdict v = judge_job(2, 100, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node2, pid 1001, stopped) is stopped; no progress "
+                          "anywhere for 100.0 s");
+}
+
+TEST(judge_should_leave_a_quiet_job_running_while_it_computes_outside_collectives)
+{
+    silent_world(2);
+    R[0].busy = 1;
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 0);
+    R[0].busy = 0;
+    struct dsl_hang_verdict v = judge_job(2, 100, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 2);
+    ASSERT_STR_EQ(v.text, "no progress anywhere for 88.0 s and no rank waits in a "
+                          "collective: rank 0 (node1, pid 1000) and rank 1 (node2, pid "
+                          "1001) sleep outside any collective (no CPU time)");
+}
+
+TEST(judge_should_name_only_the_rank_asleep_outside_the_collective_the_others_wait_in)
+{
+    silent_world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].wait = DSL_HANG_WAIT_IN;
+        R[i].wait_what = "a gloo collective";
+    }
+    R[3].wait = DSL_HANG_WAIT_NO;
+    R[3].wait_what = NULL;
+    struct dsl_hang_verdict v = judge_job(4, 17.5, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 3);
+    ASSERT_STR_EQ(v.text, "rank 3 (node2, pid 1003) sleeps outside any collective (no CPU "
+                          "time); ranks 0-2 wait inside a gloo collective for it; no "
+                          "progress anywhere for 5.5 s");
+}
+
+TEST(judge_should_name_a_spinning_rank_after_three_quarters_of_the_timeout_and_a_stopped_one_as_such)
+{
+    silent_world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].wait = DSL_HANG_WAIT_IN;
+        R[i].waited = 2.5;
+    }
+    R[1].wait = DSL_HANG_WAIT_NO;
+    R[1].busy = 1;
+    /* a rank at work outside (a save, an evaluation on one rank) may keep the others
+       waiting for a while: half the timeout is not enough to name it */
+    ASSERT_EQ(judge_job(4, 17, 5).hang, 0);
+    for (int i = 0; i < 4; i++)
+        R[i].waited = 3.75;
+    struct dsl_hang_verdict v = judge_job(4, 17, 5);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node1, pid 1001) is busy outside any collective (CPU "
+                          "time or I/O advancing); ranks 0,2-3 wait inside a collective for "
+                          "it; no progress anywhere for 5.0 s");
+    /* stopped inside the collective: its stack shows the wait, its state the cause */
+    silent_world(2);
+    R[0].wait = R[1].wait = DSL_HANG_WAIT_IN;
+    R[0].wait_what = R[1].wait_what = "a gloo collective";
+    R[0].pstate = 'T';
+    v = judge_job(2, 17, 5);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 0);
+    ASSERT_STR_EQ(v.text, "rank 0 (node1, pid 1000, stopped) is stopped; rank 1 waits inside "
+                          "a gloo collective for it; no progress anywhere for 5.0 s");
+}
+
+TEST(judge_should_name_a_rank_that_exited_0_while_the_others_wait_for_it)
+{
+    silent_world(3);
+    R[0].wait = R[2].wait = DSL_HANG_WAIT_IN;
+    R[0].wait_what = R[2].wait_what = "the torch.distributed rendezvous (TCPStore)";
+    R[1].life = DSL_HANG_EXITED;
+    R[1].t_exit = 2.5;
+    struct dsl_hang_verdict v = judge_job(3, 17, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node2) exited 0 at 2.5 s; ranks 0,2 still wait inside the "
+                          "torch.distributed rendezvous (TCPStore) for it; no progress "
+                          "anywhere for 5.0 s");
+}
+
+TEST(judge_should_blame_the_backend_when_every_rank_waits_in_the_collective)
+{
+    silent_world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].wait = DSL_HANG_WAIT_IN;
+        R[i].wait_what = "a gloo collective";
+    }
+    struct dsl_hang_verdict v = judge_job(4, 17, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 4);
+    ASSERT_STR_EQ(v.text, "every rank waits inside a gloo collective that does not complete "
+                          "(ranks 0-3): none is missing, so the network or the "
+                          "communication backend is at fault; no progress anywhere for "
+                          "5.0 s");
+}
+
+TEST(judge_should_not_name_a_rank_that_computes_before_the_job_showed_progress)
+{
+    /* rank 0 waits in the rendezvous while rank 1 still imports and loads */
+    silent_world(2);
+    J.lively = 0;
+    J.t_quiet = 0;
+    R[0].wait = DSL_HANG_WAIT_IN;
+    R[0].waited = 90;
+    R[1].busy = 1;
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 0);
+    J.lively = 1; /* once it printed, the same picture is a rank that spins */
+    ASSERT_EQ(judge_job(2, 100, 5).hang, 1);
+}
+
+TEST(left_early_should_name_a_peer_that_exited_0_before_a_rank_lost_it)
+{
+    silent_world(3);
+    R[1].life = DSL_HANG_EXITED;
+    R[1].t_exit = 30;
+    R[0].life = DSL_HANG_EXITED;
+    R[0].code = 1;
+    R[0].t_exit = 30.2;
+    struct dsl_hang_verdict v = {.stuck = stuck};
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 0, &v), 0); /* it did not say it lost a peer */
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 1, &v), 1);
+    ASSERT_EQ(v.first, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_STR_EQ(v.text, "rank 1 (node2) exited 0 at 30.0 s while its peers still ran; rank 0 "
+                          "lost it in a collective and exited with code 1 at 30.2 s");
+    R[1].t_exit = 31; /* the peer finished after the failure: not the cause */
+    ASSERT_EQ(dsl_hang_left_early(R, 3, 0, 1, &v), 0);
+}
+
+TEST(lost_peer_line_should_know_the_libraries_errors)
+{
+    ASSERT(dsl_hang_lost_peer_line("RuntimeError: [./gloo/transport/tcp/pair.cc:598] "
+                                   "Connection closed by peer [127.0.0.1]:8612"));
+    ASSERT(dsl_hang_lost_peer_line("NCCL communicator was aborted on rank 0. Original reason "
+                                   "for failure was: NCCL error: remote process exited or "
+                                   "there was a network error"));
+    ASSERT(!dsl_hang_lost_peer_line("RuntimeError: CUDA out of memory"));
+}
+
+TEST(judge_should_not_blame_a_rank_that_reported_a_moment_before_the_others)
+{
+    /* heartbeats in lock step: all stop within a step of the culprit, whichever wrote
+       last; so nobody is "behind" and the job-level evidence decides */
+    world(4);
+    for (int i = 0; i < 4; i++) {
+        R[i].v.form = DSL_PROGRESS_TEXT;
+        R[i].v.coll_seq = 0;
+        R[i].v.step = 5;
+        R[i].t_advance = 10.0 + 0.001 * i;
+    }
+    struct dsl_hang_verdict v = judge(4, 15.002, 5);
+    ASSERT_EQ(v.hang, 0);
+    J = (struct dsl_hang_job){.t_quiet = 10.003, .lively = 1, .probed = 1};
+    for (int i = 0; i < 4; i++)
+        R[i].wait = i == 3 ? DSL_HANG_WAIT_NO : DSL_HANG_WAIT_IN;
+    v = judge_job(4, 15.1, 5);
+    ASSERT_EQ(v.hang, 1);
+    ASSERT_EQ(v.nstuck, 1);
+    ASSERT_EQ(v.first, 3);
 }
 
 TEST(judge_should_name_the_quiet_rank_when_others_advance)
@@ -187,26 +406,6 @@ TEST(judge_should_name_the_quiet_rank_when_others_advance)
     ASSERT_EQ(v.first, 1);
     ASSERT_STR_EQ(v.text, "rank 1 (node1, pid 1001) made no progress for 320.0 s (at step "
                           "41); ranks 0,2-3 advanced meanwhile");
-}
-
-TEST(judge_should_name_the_lowest_step_when_all_stall)
-{
-    world(4);
-    for (int i = 0; i < 4; i++) {
-        R[i].v.form = DSL_PROGRESS_TEXT;
-        R[i].v.coll_seq = 0;
-        R[i].v.step = 97;
-    }
-    R[3].v.step = 41;
-    struct dsl_hang_verdict v = judge(4, 400, 300);
-    ASSERT_EQ(v.nstuck, 1);
-    ASSERT_EQ(v.first, 3);
-    ASSERT_CONTAINS(v.text, "rank 3 (node2, pid 1003) stopped at step 41 while others "
-                            "reached step 97");
-    R[3].v.step = 97; /* all equal: all named */
-    v = judge(4, 400, 300);
-    ASSERT_EQ(v.nstuck, 4);
-    ASSERT_CONTAINS(v.text, "made no progress for 395.0 s");
 }
 
 TEST(judge_should_leave_unarmed_ranks_alone)
@@ -321,6 +520,76 @@ TEST(judge_should_name_a_stuck_saver_with_its_phase)
     ASSERT_EQ(v.hang, 1);
     ASSERT_EQ(v.first, 0);
     ASSERT_CONTAINS(v.text, "rank 0 (node1, pid 77, saving a checkpoint) never entered allreduce #100");
+}
+
+/* ---- the stacks (hang_stack.c), from eu-stack captures of PyTorch 1.13 DDP ranks ---- */
+
+/* rank 0, waiting in DDP's gradient allreduce for a peer that sleeps */
+static const char *const waiting_rank =
+    "PID 20918 - process\n"
+    "TID 20918:\n"
+    "#0  0x00007f4a15ca6f16 __futex_abstimed_wait_common\n"
+    "#1  0x00007f4a15ca95d8 pthread_cond_wait@@GLIBC_2.3.2\n"
+    "#2  0x00007f4a118a5023 c10d::Reducer::finalize_backward()\n"
+    "#3  0x00007f4a118a5891\n"
+    "#11 0x00007f4a14dd4676 THPEngine_run_backward(_object*, _object*, _object*)\n"
+    "TID 21387:\n"
+    "#0  0x00007f4a15ca6f16 __futex_abstimed_wait_common\n"
+    "#1  0x00007f4a15ca95d8 pthread_cond_wait@@GLIBC_2.3.2\n"
+    "#2  0x00007f4a1186cac1 c10d::ProcessGroupGloo::runLoop(int)\n"
+    "TID 21388:\n"
+    "#0  0x00007f4a15ca6f16 __futex_abstimed_wait_common\n"
+    "#1  0x00007f4a15ca9baf pthread_cond_clockwait@GLIBC_2.30\n"
+    "#2  0x00007f4a0b5d8d6b gloo::transport::tcp::UnboundBuffer::waitRecv(int*, "
+    "std::chrono::duration<long, std::ratio<1l, 1000l> >)\n"
+    "#6  0x00007f4a1186c9d4 c10d::ProcessGroupGloo::runLoop(int)\n";
+
+/* the peer, in time.sleep: gloo's own threads are there, idle */
+static const char *const sleeping_rank =
+    "PID 20919 - process\n"
+    "TID 20919:\n"
+    "#0  0x00007f0cf2b0a545 clock_nanosleep@GLIBC_2.2.5\n"
+    "#1  0x00000000005d64b4\n"
+    "#2  0x000000000052c21a _PyEval_EvalFrameDefault\n"
+    "TID 21382:\n"
+    "#0  0x00007f0cf2b43f36 epoll_wait\n"
+    "#1  0x00007f0ce83caecf gloo::transport::tcp::Loop::run()\n"
+    "TID 21385:\n"
+    "#0  0x00007f0cf2ac0f16 __futex_abstimed_wait_common\n"
+    "#1  0x00007f0cf2ac35d8 pthread_cond_wait@@GLIBC_2.3.2\n"
+    "#2  0x00007f0cee66cac1 c10d::ProcessGroupGloo::runLoop(int)\n";
+
+TEST(stack_wait_should_find_a_rank_inside_a_gloo_collective)
+{
+    const char *what = "x";
+    ASSERT_EQ(dsl_hang_stack_wait(waiting_rank, &what), DSL_HANG_WAIT_IN);
+    ASSERT_STR_EQ(what, "a torch.distributed collective"); /* the first matching frame */
+}
+
+TEST(stack_wait_should_not_count_idle_library_threads_as_a_wait)
+{
+    const char *what = "x";
+    ASSERT_EQ(dsl_hang_stack_wait(sleeping_rank, &what), DSL_HANG_WAIT_NO);
+    ASSERT(what == NULL);
+}
+
+TEST(stack_wait_should_know_nothing_from_a_capture_without_frames)
+{
+    ASSERT_EQ(dsl_hang_stack_wait(NULL, NULL), DSL_HANG_WAIT_UNKNOWN);
+    ASSERT_EQ(dsl_hang_stack_wait("(no stack tool: install gdb or elfutils' eu-stack)\n", NULL),
+              DSL_HANG_WAIT_UNKNOWN);
+    ASSERT_EQ(dsl_hang_stack_wait("", NULL), DSL_HANG_WAIT_UNKNOWN);
+}
+
+TEST(stack_wait_should_read_gdb_frames_too)
+{
+    const char *what;
+    ASSERT_EQ(dsl_hang_stack_wait("Thread 1 (Thread 0x7f LWP 42 \"dstrain\"):\n"
+                                  "#0  0x00007f in __futex_abstimed_wait_common () from libc\n"
+                                  "#1  0x0000 in dsl_comm_wait (c=0x1, req=3) at comm.c:400\n",
+                                  &what),
+              DSL_HANG_WAIT_IN);
+    ASSERT_STR_EQ(what, "a dstrain collective");
 }
 
 int main(int argc, char **argv)

@@ -42,6 +42,7 @@ TEST(progress_message_should_round_trip)
     m.progress[0].view.coll_kind = DSL_PROGRESS_ALLGATHER;
     m.progress[0].view.in_coll = 1;
     m.progress[0].view.phase = DSL_PROGRESS_PHASE_SAVING;
+    m.progress[0].busy = 1;
     m.progress[1].rank = 6;
     m.progress[1].view.form = DSL_PROGRESS_TEXT;
     strcpy(m.progress[1].view.text, "epoch \"2\"\t");
@@ -60,6 +61,8 @@ TEST(progress_message_should_round_trip)
     ASSERT_EQ(got.progress[1].view.form, DSL_PROGRESS_TEXT);
     ASSERT_EQ(got.progress[1].pstate, 0);
     ASSERT_STR_EQ(got.progress[1].view.text, "epoch \"2\"\t");
+    ASSERT_EQ(got.progress[0].busy, 1);
+    ASSERT_EQ(got.progress[1].busy, 0); /* sent as 0: the agent knows probes */
     dsl_msg_release(&m);
     dsl_msg_release(&got);
 }
@@ -72,6 +75,11 @@ TEST(stack_messages_should_round_trip)
     roundtrip(&m, &got);
     ASSERT_EQ(got.type, DSL_MSG_STACKS);
     ASSERT_EQ((int)got.stack_timeout, 10);
+    ASSERT_EQ(got.stack_probe, 0);
+    dsl_msg_release(&got);
+    m.stack_probe = 1;
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.stack_probe, 1);
     dsl_msg_release(&got);
 
     dsl_msg_init(&m, DSL_MSG_STACKED);
@@ -87,8 +95,26 @@ TEST(stack_messages_should_round_trip)
     ASSERT_EQ(got.stacks[0].pid, 77);
     ASSERT_STR_EQ(got.stacks[0].tool, "gdb+faulthandler");
     ASSERT_STR_EQ(got.stacks[0].text, "#0 poll ()\n#1 main ()\n");
+    ASSERT_EQ(got.stack_probe, 0);
+    dsl_msg_release(&got);
+    m.stack_probe = 1; /* the answer to a probe says so */
+    roundtrip(&m, &got);
+    ASSERT_EQ(got.stack_probe, 1);
     dsl_msg_release(&m);
     dsl_msg_release(&got);
+}
+
+TEST(progress_entries_of_an_agent_without_busy_should_read_as_unknown)
+{
+    const char *old = "{\"t\":\"progress\",\"ranks\":[{\"rank\":1,\"adv\":1,\"form\":2,"
+                      "\"hs\":0,\"step\":0,\"cseq\":0,\"ckind\":0,\"in\":0,\"text\":\"x\","
+                      "\"ps\":\"S\"}]}";
+    char err[DSL_ERR_LEN];
+    struct dsl_msg m;
+    ASSERT_OK(dsl_msg_decode(&m, old, strlen(old), err));
+    ASSERT_EQ(m.nprogress, 1);
+    ASSERT_EQ(m.progress[0].busy, -1);
+    dsl_msg_release(&m);
 }
 
 TEST(start_progress_member_should_be_optional)

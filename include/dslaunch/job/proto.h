@@ -49,11 +49,14 @@
  *   ping    both  (keepalive; any message counts as a sign of life)
  *   bye     a->l  (every rank has exited and been reported)
  *   progress a->l ranks [{rank, adv (1: the file's content changed), form, step, cseq,
- *                 ckind, in, text, ps (process state letter)}]: the ranks whose progress
- *                 file or process state changed since the last report; an exit is
+ *                 ckind, in, text, ps (process state letter), optional ph (phase) and
+ *                 busy (1: CPU time advancing, 0: not)}]: the ranks whose progress file,
+ *                 process state or busyness changed since the last report; an exit is
  *                 preceded by its rank's final progress, if that changed
- *   stacks  l->a  timeout: capture a stack of every live rank (seconds per process)
- *   stacked a->l  stacks [{rank, pid, tool, text}]: the answer, one entry per rank
+ *   stacks  l->a  timeout: capture a stack of every live rank (seconds per process);
+ *                 optional probe (1: native stacks only, no Python dump: the ranks go on)
+ *   stacked a->l  stacks [{rank, pid, tool, text}]: the answer, one entry per rank;
+ *                 optional probe (1: the answer to a probe)
  *
  * Optional members were added within protocol version 1: a peer that does not know
  * one ignores it, and a missing one reads as "not known" (no containment reported, no
@@ -134,6 +137,9 @@ struct dsl_rank_progress {
     int rank;
     int advanced;                 /* the progress file's content changed */
     char pstate;                  /* /proc state letter (R, S, D, T, t, Z), 0 unknown */
+    int busy;                     /* 1: its processes used CPU time (a tenth of a core
+                                     or more) over the last look, 0: not, -1: unknown (an
+                                     agent from before busy, which knows no probe) */
     struct dsl_progress_view view;
 };
 
@@ -197,6 +203,8 @@ struct dsl_msg {
     /* start (optional) / stacks */
     double progress_tick;      /* start: seconds between progress reads, 0 = none */
     double stack_timeout;      /* stacks: seconds each capture may take */
+    int stack_probe;           /* stacks: native stacks only, the ranks left as they are;
+                                  stacked: the answer to such a probe */
     /* progress / stacked (owned; proto_hang.c codes them) */
     struct dsl_rank_progress *progress;
     int nprogress;
