@@ -81,15 +81,15 @@ static void tiles(size_t fm, size_t fn, size_t k, int by_rows, size_t *tr, size_
     double work = 2.0 * (double)fm * (double)fn * (double)k;
     size_t want = (size_t)(work / WORK_TILE);
     want = want < MIN_TILES ? MIN_TILES : want > MAX_TILES ? MAX_TILES : want;
-    size_t best_r = 1, best_c = 1;
+    /* rows handed over in blocks (dsl_gemm_rows) copy the tile rows a block boundary
+     * cuts through: keep those short, even past MAX_TILES */
+    size_t nr0 = by_rows && fm > ROWS_TILE ? ceil_div(fm, ROWS_TILE) : 1;
+    size_t most = nr0 > MAX_TILES ? nr0 : MAX_TILES;
+    size_t best_r = nr0, best_c = 1;
     double best = -1.0;
-    for (size_t nr = 1; nr <= MAX_TILES; nr *= 2)
-        for (size_t nc = 1; nr * nc <= MAX_TILES; nc *= 2) {
-            if ((nr > 1 && fm / nr < 16) || (nc > 1 && fn / nc < 16))
-                continue;
-            /* rows handed over in blocks (dsl_gemm_rows) copy the tile rows a block
-             * boundary cuts through: keep those short */
-            if (by_rows && fm > ROWS_TILE && ceil_div(fm, nr) > ROWS_TILE)
+    for (size_t nr = nr0; nr <= most; nr *= 2)
+        for (size_t nc = 1; nr * nc <= most; nc *= 2) {
+            if ((nr > nr0 && fm / nr < 16) || (nc > 1 && fn / nc < 16))
                 continue;
             /* short of tiles: only as a last resort, the most tiles first */
             double pack = (double)nc * (double)fm + (double)nr * (double)fn;
