@@ -20,3 +20,14 @@ dsl_unit_test(test_model_cpugemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpugemm.
 foreach(t test_train_model test_model_gpt test_model_cpugemm)
   dsl_blas_variants(${t} LABELS unit COMMAND $<TARGET_FILE:${t}>)
 endforeach()
+# The bf16 products' guarantees under each oneDNN kernel family that has them
+# (ONEDNN_MAX_CPU_ISA caps what oneDNN dispatches to; on a CPU without bf16 the test
+# says that the path is refused, as the plain run does).
+if(DSL_HAVE_DNNL)
+  foreach(isa AVX512_CORE_BF16 AVX512_CORE_AMX)
+    add_test(NAME test_model_cpugemm@onednn-${isa} COMMAND test_model_cpugemm bf16)
+    set_tests_properties(test_model_cpugemm@onednn-${isa} PROPERTIES
+                         LABELS "unit;blascore" TIMEOUT 300
+                         ENVIRONMENT ONEDNN_MAX_CPU_ISA=${isa})
+  endforeach()
+endif()
