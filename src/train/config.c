@@ -6,8 +6,9 @@
  * such as "optimizer.params.lr"). A section entry descends, a leaf entry converts and
  * range-checks its value into the struct, anything else becomes a warning. Command
  * line overrides (dsl_train_config_set) go through the same leaf entries, with the
- * value text parsed as JSON (or taken as a bare string), so a flag and a key can never
- * disagree on what is valid. Nothing of cJSON outlives a call.
+ * flag's word made a value of the key's type (a string key's word byte for byte, never
+ * re-read as JSON text), so a flag and a key can never disagree on what is valid.
+ * Nothing of cJSON outlives a call.
  *
  * cJSON keeps no positions, so messages get theirs from a small scan of the text
  * (index_keys): it tracks the dotted path of every object key and remembers where
@@ -971,22 +972,84 @@ int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int wo
     return r;
 }
 
+/*
+ * A command-line word as a value of the key's type, never as JSON text: a string key
+ * takes the word byte for byte (quotes, backslashes and "\u0041" are characters of a
+ * path); a list key takes comma-separated items (within an optional [ ]); any other key
+ * takes "true", "false", "null", a number (the whole word) or else a string, which its
+ * check then names ("expected a number ..., got a string"). The value is built as a
+ * cJSON node, the typed form the file's values have, so that a flag goes through the
+ * very checks of the same key in the file. Returns the node, owned by the caller.
+ */
+static cJSON *scalar_word(const char *w, size_t n)
+{
+    while (n && isspace((unsigned char)*w)) {
+        w++;
+        n--;
+    }
+    while (n && isspace((unsigned char)w[n - 1]))
+        n--;
+    char *t = dsl_xstrndup(w, n);
+    cJSON *v;
+    char *end = NULL;
+    double d = 0.0;
+    /* strtod's own extras (inf, nan, hex) are words, not numbers */
+    int number = n && strspn(t, "0123456789+-.eE") == n && strpbrk(t, "0123456789");
+    if (number)
+        d = strtod(t, &end);
+    if (!strcmp(t, "true") || !strcmp(t, "false"))
+        v = cJSON_CreateBool(!strcmp(t, "true"));
+    else if (!strcmp(t, "null"))
+        v = cJSON_CreateNull();
+    else if (number && end && *end == '\0')
+        v = cJSON_CreateNumber(d);
+    else
+        v = cJSON_CreateString(t);
+    free(t);
+    return v;
+}
+
+static cJSON *word_value(const struct key *k, const char *w)
+{
+    cJSON *v;
+    if (k->kind == K_STRING || k->fn == sp_choice || k->fn == sp_optim_type ||
+        k->fn == sp_sched_type || k->fn == sp_warmup_type) {
+        v = cJSON_CreateString(w);
+    } else if (k->fn == sp_hidden || k->fn == sp_betas) {
+        size_t n = strlen(w);
+        if (n >= 2 && w[0] == '[' && w[n - 1] == ']') {
+            w++;
+            n -= 2;
+        }
+        v = cJSON_CreateArray();
+        if (v && strspn(w, " \t") < n) {
+            for (const char *item = w, *stop = w + n; item <= stop; item++) {
+                const char *comma = memchr(item, ',', (size_t)(stop - item));
+                const char *e = comma ? comma : stop;
+                cJSON *it = scalar_word(item, (size_t)(e - item));
+                if (!it || !cJSON_AddItemToArray(v, it))
+                    DSL_BUG("cJSON out of memory");
+                item = e;
+            }
+        }
+    } else {
+        v = scalar_word(w, strlen(w));
+    }
+    if (!v)
+        DSL_BUG("cJSON out of memory");
+    return v;
+}
+
 int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
                          char *err)
 {
     struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err,
                           .cli_value = value};
     const struct key *k = find_key(key);
-    cJSON *v;
     int r;
     if (!k)
         return dsl_seterr(err, DSL_ECONFIG, "command line: unknown config key '%s'", key);
-    /* JSON text ("3", "true", "[256,256]", "\"x\"") or else a bare word */
-    v = cJSON_Parse(value);
-    if (!v)
-        v = cJSON_CreateString(value);
-    if (!v)
-        DSL_BUG("cJSON out of memory");
+    cJSON *v = word_value(k, value);
     dsl_strvec_init(&c.autos);
     r = apply(&c, key, k, v);
     cJSON_Delete(v);

@@ -38,13 +38,13 @@
 #include "dslaunch/common/banned.h"
 
 /*
- * The flags. Each one that sets a config key is recorded with its value in the
- * config module's override syntax (a string quoted, a list bracketed, a bare flag
- * "true"), and applied after every --config file has been read, in command-line order.
+ * The flags. Each one that sets a config key is recorded with its word as typed (a bare
+ * flag "true") and applied after every --config file has been read, in command-line
+ * order; the config module makes the word a value of the key's type.
  */
 struct pending {
     struct dsl_strvec configs;   /* --config files, in order */
-    struct dsl_strvec overrides; /* key, value, key, value ... */
+    struct dsl_strvec overrides; /* key, word, key, word ... */
     char *params_out;            /* --save-params */
     int help;
 };
@@ -52,17 +52,9 @@ struct pending {
 static int set_key(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
     struct pending *p = target;
-    if (!v)
-        v = "true"; /* a bare flag */
-    if (strlen(v) > 4000)
-        return dsl_seterr(err, DSL_EUSAGE, "value of --%s is too long", d->name);
+    (void)err;
     dsl_strvec_push(&p->overrides, d->data);
-    if (d->tag == 's')
-        dsl_strvec_pushf(&p->overrides, "\"%s\"", v);
-    else if (d->tag == 'l')
-        dsl_strvec_pushf(&p->overrides, "[%s]", v);
-    else
-        dsl_strvec_push(&p->overrides, v);
+    dsl_strvec_push(&p->overrides, v ? v : "true"); /* a bare flag */
     return 0;
 }
 
@@ -81,8 +73,8 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     return 0;
 }
 
-/* a flag that sets config key k: tag 's' quotes the value, 'l' makes it a list, 'b' is
-   a bare flag (true), 0 passes the value as it is */
+/* a flag that sets config key k: tag 'b' is a bare flag (true); the others take a
+   word, whose meaning the key's type decides ('s' a string, 'l' a list) */
 #define KEY(n, k, tag, help)                                                                   \
     {n, 0, DSL_OPT_CALL, 0, (tag) == 'b' ? NULL : "VALUE", help "; key " k, NULL, 0, 0,         \
      set_key, tag, k}
