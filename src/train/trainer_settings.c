@@ -2,8 +2,10 @@
  * dstrain's settings (see include/dslaunch/train/trainer_settings.h): the config module's
  * defaults, then the config file, then the command-line flags, which are applied
  * through dsl_train_config_set() so that a flag is checked exactly like the same key
- * in the file, then the world-size dependent resolution. A declarative table for the
- * common parser (opt.h) drives both the parsing and --help.
+ * in the file, then the world-size dependent resolution. The flags that set a key are
+ * rows of the config module's key table (name, key, help); with dstrain's own few
+ * they make the common parser's table (opt.h), which drives both the parsing and
+ * --help. A flag's word travels as it was typed, never as JSON text.
  *
  * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
  * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
@@ -73,77 +75,83 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     return 0;
 }
 
-/* a flag that sets config key k: tag 'b' is a bare flag (true); the others take a
-   word, whose meaning the key's type decides ('s' a string, 'l' a list) */
-#define KEY(n, k, tag, help)                                                                   \
-    {n, 0, DSL_OPT_CALL, 0, (tag) == 'b' ? NULL : "VALUE", help "; key " k, NULL, 0, 0,         \
-     set_key, tag, k}
-
-static const struct dsl_opt opts[] = {
-    {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
-     "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL},
-    KEY("backend", "dstrain.backend", 's', "comm backend: tcp, nccl or auto"),
-    {"local_rank", 0, DSL_OPT_CALL, 0, "N", "accepted for DeepSpeed (LOCAL_RANK from the env wins)",
-     NULL, 0, 0, set_local_rank, 0, NULL},
-    KEY("save_on_signal", "dstrain.save_on_signal", 'b',
-        "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
-        "checkpoint, exit 128 + the signal"),
-    KEY("metrics", "dstrain.metrics", 's', "JSON lines, one object per step, to FILE"),
-    KEY("threads", "dstrain.threads", 0, "compute threads per rank (0: fair share)"),
-    KEY("model", "dstrain.model.type", 's', "model type (mlp or gpt)"),
-    KEY("layers", "dstrain.model.layers", 0, "gpt: transformer blocks"),
-    KEY("dim", "dstrain.model.dim", 0, "gpt: model width"),
-    KEY("heads", "dstrain.model.heads", 0, "gpt: attention heads (dividing dim)"),
-    KEY("context", "dstrain.model.context", 0, "gpt: tokens per window"),
-    KEY("vocab", "dstrain.model.vocab", 0, "gpt: vocabulary size"),
-    KEY("hidden", "dstrain.model.hidden", 'l', "hidden sizes, e.g. 1024,1024"),
-    KEY("data", "dstrain.data.dataset", 's', "fashion_mnist, synthetic, text or tokens"),
-    KEY("data_path", "dstrain.data.path", 's',
-        "the dataset's files (Fashion-MNIST or token shard directory, text file or directory)"),
-    KEY("stride", "dstrain.data.stride", 0, "gpt: tokens between training windows (0: context)"),
-    KEY("synthetic_train", "dstrain.data.synthetic.train_samples", 0,
-        "synthetic training samples"),
-    KEY("synthetic_test", "dstrain.data.synthetic.test_samples", 0, "synthetic test samples"),
-    KEY("synthetic_dim", "dstrain.data.synthetic.features", 0, "synthetic input size"),
-    KEY("drop_last", "dstrain.data.drop_last", 0, "drop the last partial batch (true/false)"),
-    KEY("epochs", "dstrain.epochs", 0, "epochs (when steps is 0)"),
-    KEY("steps", "dstrain.steps", 0, "optimizer steps (0: epochs decide)"),
-    KEY("eval_interval", "dstrain.eval_interval", 0, "steps between evaluations (0: epoch)"),
-    KEY("checkpoint_dir", "dstrain.checkpoint_dir", 's', "checkpoint directory"),
-    KEY("save_interval", "dstrain.save_interval", 0, "steps between checkpoints"),
-    KEY("resume", "dstrain.resume", 's',
-        "resume from 'latest', a tag, or 'auto' (latest if any, else fresh)"),
-    KEY("deterministic", "dstrain.deterministic", 0, "canonical reduction order (true/false)"),
-    KEY("cpu_half", "dstrain.cpu_half", 'b',
-        "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"),
-    KEY("cpu_gemm", "dstrain.cpu_gemm", 's',
-        "the CPU's large matrix products: fp32, or bf16 (bf16 inputs, fp32 sums; needs "
-        "AVX512-BF16 or AMX)"),
-    {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
-     "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL},
-    KEY("steps_per_print", "steps_per_print", 0, "steps between progress lines"),
-    KEY("seed", "seed", 0, "seed"),
-    KEY("train_batch", "train_batch_size", 0, "train_batch_size"),
-    KEY("micro_batch", "train_micro_batch_size_per_gpu", 0, "micro batch per rank"),
-    KEY("grad_accum", "gradient_accumulation_steps", 0, "gradient_accumulation_steps"),
-    KEY("zero_stage", "zero_optimization.stage", 0, "ZeRO stage (0, 1, 2)"),
-    KEY("bucket_size", "zero_optimization.reduce_bucket_size", 0, "reduce_bucket_size"),
-    KEY("overlap_comm", "zero_optimization.overlap_comm", 0, "overlap_comm (true/false)"),
-    KEY("lr", "optimizer.params.lr", 0, "learning rate"),
-    KEY("gradient_clipping", "gradient_clipping", 0, "global L2 norm clip (0: off)"),
-    {"help", 'h', DSL_OPT_FLAG, offsetof(struct pending, help), NULL, "show this help", NULL, 0, 0,
-     NULL, 0, NULL},
+/* dstrain's own flags, which set no config key, and the key flag each follows in
+ * --help (NULL: first, "": last); the others come from the config's key table */
+static const struct {
+    const char *after;
+    struct dsl_opt opt;
+} own_opts[] = {
+    {NULL,
+     {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
+      "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL}},
+    {"backend",
+     {"local_rank", 0, DSL_OPT_CALL, 0, "N",
+      "accepted for DeepSpeed (LOCAL_RANK from the env wins)", NULL, 0, 0, set_local_rank, 0,
+      NULL}},
+    {"cpu_gemm",
+     {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
+      "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL}},
+    {"",
+     {"help", 'h', DSL_OPT_FLAG, offsetof(struct pending, help), NULL, "show this help", NULL,
+      0, 0, NULL, 0, NULL}},
 };
 
-static const struct dsl_opt_parser parser = {
-    .prog = "dstrain",
-    .opts = opts,
-    .nopts = sizeof(opts) / sizeof(opts[0]),
+#define NOWN (sizeof(own_opts) / sizeof(own_opts[0]))
+
+/* The option table of the parser: built from the key table, so that a flag and its
+ * key are one row; released by flag_table_release() */
+struct flag_table {
+    struct dsl_opt *opts;
+    size_t n;
+    struct dsl_strvec helps; /* "help; key K", which opts[].help point into */
 };
+
+static void push_own(struct flag_table *t, const char *after)
+{
+    for (size_t i = 0; i < NOWN; i++)
+        if (after ? own_opts[i].after && !strcmp(own_opts[i].after, after) : !own_opts[i].after)
+            t->opts[t->n++] = own_opts[i].opt;
+}
+
+static void flag_table_init(struct flag_table *t, struct dsl_opt_parser *p)
+{
+    struct dsl_train_config_flag f;
+    size_t nkeys = 0;
+    while (dsl_train_config_flag_at(nkeys, &f))
+        nkeys++;
+    t->opts = dsl_xcalloc(nkeys + NOWN, sizeof(t->opts[0]));
+    t->n = 0;
+    dsl_strvec_init(&t->helps);
+    push_own(t, NULL);
+    for (size_t i = 0; dsl_train_config_flag_at(i, &f); i++) {
+        dsl_strvec_pushf(&t->helps, "%s; key %s", f.help, f.key);
+        t->opts[t->n++] = (struct dsl_opt){
+            .name = f.name,
+            .kind = DSL_OPT_CALL,
+            .arg = f.bare ? NULL : "VALUE",
+            .help = t->helps.v[t->helps.nr - 1],
+            .fn = set_key,
+            .data = f.key,
+        };
+        push_own(t, f.name);
+    }
+    push_own(t, "");
+    *p = (struct dsl_opt_parser){.prog = "dstrain", .opts = t->opts, .nopts = t->n};
+}
+
+static void flag_table_release(struct flag_table *t)
+{
+    free(t->opts);
+    dsl_strvec_release(&t->helps);
+}
 
 void dsl_train_settings_help(FILE *f)
 {
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    flag_table_init(&t, &parser);
     dsl_opt_help(&parser, f);
+    flag_table_release(&t);
     fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n"
                "Every value is checked against its key's range, as in the file (docs/config.md,\n"
                "\"Ranges\"; e.g. the batch sizes and their product 1..%d).\n",
@@ -264,7 +272,11 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     struct pending p = {.params_out = NULL};
     dsl_strvec_init(&p.configs);
     dsl_strvec_init(&p.overrides);
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    flag_table_init(&t, &parser);
     int r = dsl_opt_parse(&parser, &p, argc, argv, NULL, err);
+    flag_table_release(&t);
     if (r == 0 && p.help)
         r = 1;
     /* the config files first, so that flags override them */

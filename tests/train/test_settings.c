@@ -160,6 +160,28 @@ TEST(a_number_flag_should_take_the_whole_word_as_its_number)
     dsl_train_settings_release(&s);
 }
 
+TEST(every_key_flag_should_be_one_row_of_the_key_table_and_once)
+{
+    struct dsl_train_config_flag f, g;
+    size_t n = 0;
+    for (size_t i = 0; dsl_train_config_flag_at(i, &f); i++, n++) {
+        for (size_t j = 0; j < i; j++) {
+            ASSERT(dsl_train_config_flag_at(j, &g));
+            ASSERT(strcmp(f.name, g.name) != 0);
+            ASSERT(strcmp(f.key, g.key) != 0);
+        }
+        /* the key is the table's: whatever the word, never "unknown config key" */
+        struct dsl_train_config cfg;
+        char err[DSL_ERR_LEN] = "";
+        dsl_train_config_init(&cfg);
+        if (dsl_train_config_set(&cfg, f.key, f.bare ? "true" : "x", err) < 0)
+            ASSERT(strstr(err, "unknown config key") == NULL);
+        dsl_train_config_release(&cfg);
+        ASSERT(f.help && f.help[0]);
+    }
+    ASSERT(n >= 30);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);
