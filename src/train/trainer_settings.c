@@ -159,11 +159,8 @@ void dsl_train_settings_help(FILE *f)
 }
 
 /* backend nccl: the GPU path must be built in and have a GPU to run on */
-static int check_gpu(const struct dsl_train_settings *s, char *err)
+static int check_gpu(char *err)
 {
-    const char *b = s->cfg.dstrain.backend;
-    if (!b || strcmp(b, "nccl") != 0)
-        return 0;
 #ifdef DSL_HAVE_CUDA
     if (dsl_device_cuda_count() > 0)
         return 0;
@@ -292,7 +289,7 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     s->params_out = p.params_out;
     dsl_strvec_release(&p.configs);
     dsl_strvec_release(&p.overrides);
-    return r ? r : check_gpu(s, err);
+    return r;
 }
 
 #ifdef DSL_HAVE_CUDA
@@ -305,17 +302,42 @@ static int local_world(void)
 }
 #endif
 
+/*
+ * CPU or GPU: decided here and nowhere else, once, and kept in the settings, so that
+ * the comm, the model, the precision and the warnings all act on one answer (the
+ * device count is asked once, not once per reader). It needs the rank environment in
+ * its final form (LOCAL_WORLD_SIZE for auto, LOCAL_RANK for the device), so dstrain
+ * calls it after adopting srun's or mpirun's variables; _verify() calls it for callers
+ * that did not.
+ */
+int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
+{
+    if (s->placed)
+        return 0;
+    const char *b = s->cfg.dstrain.backend;
+    int gpu = 0;
+    if (b && !strcmp(b, "nccl")) {
+        int r = check_gpu(err);
+        if (r < 0)
+            return r;
+        gpu = 1;
+    } else if (!b || !strcmp(b, "auto")) {
+#ifdef DSL_HAVE_CUDA
+        /* every local rank on a GPU of its own (the same answer on all of them) */
+        gpu = dsl_device_cuda_count() >= local_world();
+#endif
+    }
+    s->gpu = gpu;
+    s->device = dsl_train_settings_device();
+    s->placed = 1;
+    return 0;
+}
+
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 {
-    const char *b = s->cfg.dstrain.backend;
-    if (b && strcmp(b, "auto") != 0)
-        return b;
-#ifdef DSL_HAVE_CUDA
-    /* every local rank on a GPU of its own (the same answer on all of them) */
-    if (dsl_device_cuda_count() >= local_world())
-        return "nccl";
-#endif
-    return "tcp";
+    if (!s->placed)
+        DSL_BUG("dsl_train_settings_backend() before dsl_train_settings_place()");
+    return s->gpu ? "nccl" : "tcp";
 }
 
 int dsl_train_settings_device(void)
@@ -328,7 +350,10 @@ int dsl_train_settings_device(void)
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
 {
     struct dsl_train_config *c = &s->cfg;
-    int r = dsl_train_config_finish(c, world, err);
+    int r = dsl_train_settings_place(s, err);
+    if (r < 0)
+        return r;
+    r = dsl_train_config_finish(c, world, err);
     if (r < 0)
         return r;
     if (rank == 0)
@@ -352,8 +377,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
         dsl_warn("'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP "
                  "ignores it");
-    const char *backend = dsl_train_settings_backend(s);
-    int gpu = backend && !strcmp(backend, "nccl");
+    int gpu = s->gpu;
     const char *warning = NULL;
     enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)

@@ -182,6 +182,34 @@ TEST(every_key_flag_should_be_one_row_of_the_key_table_and_once)
     ASSERT(n >= 30);
 }
 
+TEST(cpu_or_gpu_should_be_decided_once_and_kept)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *tcp[] = {"--backend", "tcp", "--micro-batch", "8", NULL};
+    ASSERT_OK(parse_words(&s, err, tcp));
+    ASSERT_EQ(s.placed, 0); /* not at parse time: the rank env may still change */
+    ASSERT_OK(dsl_train_settings_place(&s, err));
+    ASSERT_EQ(s.gpu, 0);
+    ASSERT_STR_EQ(dsl_train_settings_backend(&s), "tcp");
+    ASSERT_OK(dsl_train_settings_verify(&s, 1, 1, err)); /* keeps the answer */
+    ASSERT_EQ(s.gpu, 0);
+    dsl_train_settings_release(&s);
+    /* nccl is the GPU path, or an error that says why there is none */
+    const char *nccl[] = {"--backend", "nccl", "--micro-batch", "8", NULL};
+    ASSERT_OK(parse_words(&s, err, nccl));
+    int r = dsl_train_settings_place(&s, err);
+    if (r == 0) {
+        ASSERT_EQ(s.gpu, 1);
+        ASSERT_STR_EQ(dsl_train_settings_backend(&s), "nccl");
+    } else {
+        ASSERT_EQ(r, DSL_ENOTSUP);
+        ASSERT_CONTAINS(err, "backend 'nccl'");
+        ASSERT_EQ(dsl_train_settings_verify(&s, 1, 1, err), DSL_ENOTSUP);
+    }
+    dsl_train_settings_release(&s);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);
