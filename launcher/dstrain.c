@@ -129,7 +129,7 @@ static int train(struct dsl_train_settings *s)
     int r, have_trainer = 0, have_gpu = 0;
 
     const char *backend = dsl_train_settings_backend(s);
-    int gpu = !strcmp(backend, "nccl"), device = dsl_train_settings_device();
+    int gpu = s->gpu, device = s->device;
     struct dsl_comm_opts co = {.backend = backend,
                                .deterministic = s->cfg.dstrain.deterministic != 0,
                                .device = gpu ? device : 0};
@@ -271,6 +271,12 @@ int main(int argc, char **argv)
     }
     if (source)
         dsl_debug("rank environment taken from %s", source);
+    /* CPU or GPU, once the contract's LOCAL_RANK and LOCAL_WORLD_SIZE are final */
+    if ((r = dsl_train_settings_place(&s, err)) < 0) {
+        dsl_error("%s", err);
+        dsl_train_settings_release(&s);
+        return 2;
+    }
     /* before any work: may re-execute dstrain with better BLAS kernels */
     if ((r = dsl_blas_check_core(argv, &blas_note, err)) < 0) {
         dsl_error("%s", err);

@@ -6,8 +6,9 @@
  * such as "optimizer.params.lr"). A section entry descends, a leaf entry converts and
  * range-checks its value into the struct, anything else becomes a warning. Command
  * line overrides (dsl_train_config_set) go through the same leaf entries, with the
- * value text parsed as JSON (or taken as a bare string), so a flag and a key can never
- * disagree on what is valid. Nothing of cJSON outlives a call.
+ * flag's word made a value of the key's type (a string key's word byte for byte, never
+ * re-read as JSON text), so a flag and a key can never disagree on what is valid.
+ * Nothing of cJSON outlives a call.
  *
  * cJSON keeps no positions, so messages get theirs from a small scan of the text
  * (index_keys): it tracks the dotted path of every object key and remembers where
@@ -288,12 +289,22 @@ enum kind {
 struct key;
 typedef int (*special_fn)(struct parse_ctx *c, const struct key *k, const cJSON *v);
 
+enum key_flags {
+    KEY_BARE = 1 << 0, /* the flag takes no value and sets true */
+};
+
+/* One setting: the file's key, its type and place in struct dsl_train_config, its
+ * bounds or check, and dstrain's flag for it where it has one (with the flag's help) */
 struct key {
     const char *path;
     enum kind kind;
     size_t off;
     double min, max;
     special_fn fn;
+    const char *flag; /* dstrain's --flag, '_' between words; NULL: none */
+    unsigned flags;   /* enum key_flags */
+    const char *help; /* the flag's --help line */
+    const char *def;  /* the default, as a flag's word; NULL: zero, or none */
 };
 
 #define OFF(m) offsetof(struct dsl_train_config, m)
@@ -311,97 +322,192 @@ static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v);
 static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v);
 
 #define BIG 9.007199254740992e15 /* 2^53: integers a double holds exactly */
+/* a default written as a macro, as the word a row's def holds */
+#define WORD_(x) #x
+#define WORD(x) WORD_(x)
+#define DSL_CFG_VAL_FRACTION_WORD WORD(DSL_CFG_VAL_FRACTION)
 
 static const struct key keys[] = {
-    {"train_batch_size", K_SPECIAL, OFF(given.train), 0, 0, sp_batch},
-    {"train_micro_batch_size_per_gpu", K_SPECIAL, OFF(given.micro), 0, 0, sp_batch},
-    {"gradient_accumulation_steps", K_SPECIAL, OFF(given.accum), 0, 0, sp_batch},
-    {"optimizer", K_SECTION, 0, 0, 0, NULL},
-    {"optimizer.type", K_SPECIAL, OFF(optimizer.type), 0, 0, sp_optim_type},
-    {"optimizer.params", K_SECTION, 0, 0, 0, NULL},
-    {"optimizer.params.lr", K_DOUBLE, OFF(optimizer.lr), 0, 1e6, NULL},
-    {"optimizer.params.betas", K_SPECIAL, 0, 0, 0, sp_betas},
-    {"optimizer.params.eps", K_DOUBLE, OFF(optimizer.eps), 0, 1, NULL},
-    {"optimizer.params.weight_decay", K_DOUBLE, OFF(optimizer.weight_decay), 0, 1e6, NULL},
-    {"optimizer.params.adam_w_mode", K_BOOL, OFF(optimizer.adam_w_mode_cfg), 0, 0, NULL},
-    {"optimizer.params.momentum", K_DOUBLE, OFF(optimizer.momentum), 0, 1, NULL},
-    {"scheduler", K_SECTION, 0, 0, 0, NULL},
-    {"scheduler.type", K_SPECIAL, 0, 0, 0, sp_sched_type},
-    {"scheduler.params", K_SECTION, 0, 0, 0, NULL},
-    {"scheduler.params.warmup_min_lr", K_DOUBLE, OFF(scheduler.warmup_min_lr), 0, 1e6, NULL},
-    {"scheduler.params.warmup_max_lr", K_SPECIAL, 0, 0, 1e6, sp_max_lr},
-    {"scheduler.params.warmup_num_steps", K_LONG, OFF(scheduler.warmup_num_steps), 0, BIG,
+    /* the rows with a flag come in the order dstrain --help lists them */
+    {"dstrain", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"dstrain.backend", K_SPECIAL, OFF(dstrain.backend), 0, 0, sp_choice,
+     "backend", 0, "comm backend: tcp, nccl or auto", "auto"},
+    {"dstrain.save_on_signal", K_BOOL, OFF(dstrain.save_on_signal), 0, 0, NULL,
+     "save_on_signal", KEY_BARE,
+     "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
+     "checkpoint, exit 128 + the signal",
+     "false"},
+    {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL, "metrics",
+     0, "JSON lines, one object per step, to FILE", NULL},
+    {"dstrain.threads", K_INT, OFF(dstrain.threads), 0, 4096, NULL, "threads",
+     0, "compute threads per rank (0: fair share)", "0"},
+    {"dstrain.model", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"dstrain.model.type", K_SPECIAL, OFF(dstrain.model_type), 0, 0, sp_choice,
+     "model", 0, "model type (mlp or gpt)", "mlp"},
+    {"dstrain.model.layers", K_SIZE, OFF(dstrain.gpt_layers), 1,
+     DSL_GPT_MAX_LAYERS, NULL, "layers", 0, "gpt: transformer blocks", "4"},
+    {"dstrain.model.dim", K_SIZE, OFF(dstrain.gpt_dim), 1, 65536, NULL, "dim",
+     0, "gpt: model width", "128"},
+    {"dstrain.model.heads", K_SIZE, OFF(dstrain.gpt_heads), 1, 65536, NULL,
+     "heads", 0, "gpt: attention heads (dividing dim)", "4"},
+    {"dstrain.model.context", K_SIZE, OFF(dstrain.gpt_context), 1, 65536, NULL,
+     "context", 0, "gpt: tokens per window", "128"},
+    {"dstrain.model.vocab", K_SIZE, OFF(dstrain.gpt_vocab), 2, 65536, NULL,
+     "vocab", 0, "gpt: vocabulary size", "256"},
+    {"dstrain.model.hidden", K_SPECIAL, 0, 0, 0, sp_hidden, "hidden", 0,
+     "hidden sizes, e.g. 1024,1024", "1024,1024"},
+    {"dstrain.data", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"dstrain.data.dataset", K_SPECIAL, OFF(dstrain.dataset), 0, 0, sp_choice,
+     "data", 0, "fashion_mnist, synthetic, text or tokens", "fashion_mnist"},
+    {"dstrain.data.path", K_STRING, OFF(dstrain.data_path), 0, 0, NULL,
+     "data_path", 0,
+     "the dataset's files (Fashion-MNIST or token shard directory, text "
+     "file or directory)",
      NULL},
-    {"scheduler.params.warmup_type", K_SPECIAL, 0, 0, 0, sp_warmup_type},
-    {"scheduler.params.total_num_steps", K_LONG, OFF(scheduler.total_num_steps), 1, BIG, NULL},
-    {"scheduler.params.warmup_min_ratio", K_DOUBLE, OFF(scheduler.warmup_min_ratio), 0, 1,
+    {"dstrain.data.stride", K_SIZE, OFF(dstrain.data_stride), 0, 65536, NULL,
+     "stride", 0, "gpt: tokens between training windows (0: context)", "0"},
+    {"dstrain.data.synthetic", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"dstrain.data.synthetic.train_samples", K_SIZE,
+     OFF(dstrain.synthetic_train), 1, 1e9, NULL, "synthetic_train", 0,
+     "synthetic training samples", "60000"},
+    {"dstrain.data.synthetic.test_samples", K_SIZE, OFF(dstrain.synthetic_test),
+     1, 1e9, NULL, "synthetic_test", 0, "synthetic test samples", "10000"},
+    {"dstrain.data.synthetic.features", K_SIZE, OFF(dstrain.synthetic_features),
+     1, 1e7, NULL, "synthetic_dim", 0, "synthetic input size", "784"},
+    {"dstrain.data.synthetic.classes", K_SIZE, OFF(dstrain.synthetic_classes),
+     2, 1e6, NULL, NULL, 0, NULL, "10"},
+    {"dstrain.data.drop_last", K_BOOL, OFF(dstrain.drop_last), 0, 0, NULL,
+     "drop_last", 0, "drop the last partial batch (true/false)", "false"},
+    {"dstrain.data.shuffle", K_BOOL, OFF(dstrain.shuffle), 0, 0, NULL, NULL, 0,
+     NULL, "true"},
+    {"dstrain.data.val_fraction", K_DOUBLE, OFF(dstrain.val_fraction), 0.001,
+     0.999, NULL, NULL, 0, NULL, DSL_CFG_VAL_FRACTION_WORD},
+    {"dstrain.epochs", K_U64, OFF(dstrain.epochs), 0, 1e9, NULL, "epochs", 0,
+     "epochs (when steps is 0)", "1"},
+    {"dstrain.steps", K_U64, OFF(dstrain.steps), 0, BIG, NULL, "steps", 0,
+     "optimizer steps (0: epochs decide)", "0"},
+    {"dstrain.eval_interval", K_U64, OFF(dstrain.eval_interval), 0, BIG, NULL,
+     "eval_interval", 0, "steps between evaluations (0: epoch)", "0"},
+    {"dstrain.checkpoint_dir", K_STRING, OFF(dstrain.checkpoint_dir), 0, 0,
+     NULL, "checkpoint_dir", 0, "checkpoint directory", NULL},
+    {"dstrain.save_interval", K_U64, OFF(dstrain.save_interval), 0, BIG, NULL,
+     "save_interval", 0, "steps between checkpoints", "0"},
+    {"dstrain.resume", K_STRING, OFF(dstrain.resume), 0, 0, NULL, "resume", 0,
+     "resume from 'latest', a tag, or 'auto' (latest if any, else fresh)",
      NULL},
-    {"scheduler.params.cos_min_ratio", K_DOUBLE, OFF(scheduler.cos_min_ratio), 0, 1, NULL},
-    {"gradient_clipping", K_DOUBLE, OFF(gradient_clipping), 0, 1e30, NULL},
-    {"steps_per_print", K_LONG, OFF(steps_per_print), 0, BIG, NULL},
-    {"seed", K_U64, OFF(seed), 0, BIG, NULL},
-    {"wall_clock_breakdown", K_BOOL, OFF(wall_clock_breakdown), 0, 0, NULL},
-    {"prescale_gradients", K_BOOL, OFF(prescale_gradients), 0, 0, NULL},
-    {"gradient_predivide_factor", K_DOUBLE, OFF(gradient_predivide_factor), 1e-30, 1e30, NULL},
-    {"fp16", K_SECTION, 0, 0, 0, NULL},
-    {"fp16.enabled", K_BOOL, OFF(fp16.enabled), 0, 0, NULL},
-    {"fp16.loss_scale", K_DOUBLE, OFF(fp16.loss_scale), 0, 1e30, NULL},
-    /* 2^127: the largest power of two in fp32, the type the scaled gradient has */
-    {"fp16.initial_scale_power", K_INT, OFF(fp16.initial_scale_power), 0, 127, NULL},
-    {"fp16.loss_scale_window", K_LONG, OFF(fp16.loss_scale_window), 1, BIG, NULL},
-    {"fp16.hysteresis", K_INT, OFF(fp16.hysteresis), 1, 1e9, NULL},
-    {"fp16.consecutive_hysteresis", K_BOOL, OFF(fp16.consecutive_hysteresis), 0, 0, NULL},
-    {"fp16.min_loss_scale", K_DOUBLE, OFF(fp16.min_loss_scale), 1e-30, 1e30, NULL},
-    {"bf16", K_SECTION, 0, 0, 0, NULL},
-    {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL},
-    {"bfloat16", K_SECTION, 0, 0, 0, NULL},
-    {"bfloat16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL},
-    {"zero_optimization", K_SECTION, 0, 0, 0, NULL},
-    {"zero_optimization.stage", K_SPECIAL, OFF(zero.stage), 0, 0, sp_zero_stage},
-    {"zero_optimization.reduce_bucket_size", K_U64, OFF(zero.reduce_bucket_size), 1, BIG,
-     NULL},
-    {"zero_optimization.allgather_bucket_size", K_U64, OFF(zero.allgather_bucket_size), 1, BIG,
-     NULL},
-    {"zero_optimization.overlap_comm", K_BOOL, OFF(zero.overlap_comm), 0, 0, NULL},
-    {"zero_optimization.contiguous_gradients", K_BOOL, OFF(zero.contiguous_gradients), 0, 0,
-     NULL},
-    {"zero_optimization.reduce_scatter", K_BOOL, OFF(zero.reduce_scatter), 0, 0, NULL},
-    {"dstrain", K_SECTION, 0, 0, 0, NULL},
-    {"dstrain.model", K_SECTION, 0, 0, 0, NULL},
-    {"dstrain.model.type", K_SPECIAL, OFF(dstrain.model_type), 0, 0, sp_choice},
-    {"dstrain.model.hidden", K_SPECIAL, 0, 0, 0, sp_hidden},
-    {"dstrain.model.layers", K_SIZE, OFF(dstrain.gpt_layers), 1, DSL_GPT_MAX_LAYERS, NULL},
-    {"dstrain.model.dim", K_SIZE, OFF(dstrain.gpt_dim), 1, 65536, NULL},
-    {"dstrain.model.heads", K_SIZE, OFF(dstrain.gpt_heads), 1, 65536, NULL},
-    {"dstrain.model.context", K_SIZE, OFF(dstrain.gpt_context), 1, 65536, NULL},
-    {"dstrain.model.vocab", K_SIZE, OFF(dstrain.gpt_vocab), 2, 65536, NULL},
-    {"dstrain.data", K_SECTION, 0, 0, 0, NULL},
-    {"dstrain.data.dataset", K_SPECIAL, OFF(dstrain.dataset), 0, 0, sp_choice},
-    {"dstrain.data.path", K_STRING, OFF(dstrain.data_path), 0, 0, NULL},
-    {"dstrain.data.shuffle", K_BOOL, OFF(dstrain.shuffle), 0, 0, NULL},
-    {"dstrain.data.drop_last", K_BOOL, OFF(dstrain.drop_last), 0, 0, NULL},
-    {"dstrain.data.stride", K_SIZE, OFF(dstrain.data_stride), 0, 65536, NULL},
-    {"dstrain.data.val_fraction", K_DOUBLE, OFF(dstrain.val_fraction), 0.001, 0.999, NULL},
-    {"dstrain.data.synthetic", K_SECTION, 0, 0, 0, NULL},
-    {"dstrain.data.synthetic.train_samples", K_SIZE, OFF(dstrain.synthetic_train), 1, 1e9,
-     NULL},
-    {"dstrain.data.synthetic.test_samples", K_SIZE, OFF(dstrain.synthetic_test), 1, 1e9, NULL},
-    {"dstrain.data.synthetic.features", K_SIZE, OFF(dstrain.synthetic_features), 1, 1e7, NULL},
-    {"dstrain.data.synthetic.classes", K_SIZE, OFF(dstrain.synthetic_classes), 2, 1e6, NULL},
-    {"dstrain.epochs", K_U64, OFF(dstrain.epochs), 0, 1e9, NULL},
-    {"dstrain.steps", K_U64, OFF(dstrain.steps), 0, BIG, NULL},
-    {"dstrain.eval_interval", K_U64, OFF(dstrain.eval_interval), 0, BIG, NULL},
-    {"dstrain.checkpoint_dir", K_STRING, OFF(dstrain.checkpoint_dir), 0, 0, NULL},
-    {"dstrain.save_interval", K_U64, OFF(dstrain.save_interval), 0, BIG, NULL},
-    {"dstrain.save_on_signal", K_BOOL, OFF(dstrain.save_on_signal), 0, 0, NULL},
-    {"dstrain.deterministic", K_SPECIAL, OFF(dstrain.deterministic), 0, 0, sp_tristate},
-    {"dstrain.cpu_half", K_BOOL, OFF(dstrain.cpu_half), 0, 0, NULL},
-    {"dstrain.cpu_gemm", K_SPECIAL, OFF(dstrain.cpu_gemm), 0, 0, sp_choice},
-    {"dstrain.backend", K_SPECIAL, OFF(dstrain.backend), 0, 0, sp_choice},
-    {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL},
-    {"dstrain.resume", K_STRING, OFF(dstrain.resume), 0, 0, NULL},
-    {"dstrain.threads", K_INT, OFF(dstrain.threads), 0, 4096, NULL},
+    {"dstrain.deterministic", K_SPECIAL, OFF(dstrain.deterministic), 0, 0,
+     sp_tristate, "deterministic", 0, "canonical reduction order (true/false)",
+     "null"},
+    {"dstrain.cpu_half", K_BOOL, OFF(dstrain.cpu_half), 0, 0, NULL, "cpu_half",
+     KEY_BARE,
+     "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm "
+     "bytes)",
+     "false"},
+    {"dstrain.cpu_gemm", K_SPECIAL, OFF(dstrain.cpu_gemm), 0, 0, sp_choice,
+     "cpu_gemm", 0,
+     "the CPU's large matrix products: fp32, or bf16 (bf16 inputs, fp32 "
+     "sums; needs AVX512-BF16 or AMX)",
+     "fp32"},
+    {"steps_per_print", K_LONG, OFF(steps_per_print), 0, BIG, NULL,
+     "steps_per_print", 0, "steps between progress lines", "10"},
+    {"seed", K_U64, OFF(seed), 0, BIG, NULL, "seed", 0, "seed", "42"},
+    {"train_batch_size", K_SPECIAL, OFF(given.train), 0, 0, sp_batch,
+     "train_batch", 0, "train_batch_size", NULL},
+    {"train_micro_batch_size_per_gpu", K_SPECIAL, OFF(given.micro), 0, 0,
+     sp_batch, "micro_batch", 0, "micro batch per rank", NULL},
+    {"gradient_accumulation_steps", K_SPECIAL, OFF(given.accum), 0, 0, sp_batch,
+     "grad_accum", 0, "gradient_accumulation_steps", NULL},
+    {"zero_optimization", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"zero_optimization.stage", K_SPECIAL, OFF(zero.stage), 0, 0, sp_zero_stage,
+     "zero_stage", 0, "ZeRO stage (0, 1, 2)", "0"},
+    {"zero_optimization.reduce_bucket_size", K_U64,
+     OFF(zero.reduce_bucket_size), 1, BIG, NULL, "bucket_size", 0,
+     "reduce_bucket_size", "500000000"},
+    {"zero_optimization.overlap_comm", K_BOOL, OFF(zero.overlap_comm), 0, 0,
+     NULL, "overlap_comm", 0, "overlap_comm (true/false)", "false"},
+    {"zero_optimization.allgather_bucket_size", K_U64,
+     OFF(zero.allgather_bucket_size), 1, BIG, NULL, NULL, 0, NULL, "500000000"},
+    {"zero_optimization.contiguous_gradients", K_BOOL,
+     OFF(zero.contiguous_gradients), 0, 0, NULL, NULL, 0, NULL, "true"},
+    {"zero_optimization.reduce_scatter", K_BOOL, OFF(zero.reduce_scatter), 0, 0,
+     NULL, NULL, 0, NULL, "true"},
+    {"optimizer", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"optimizer.type", K_SPECIAL, OFF(optimizer.type), 0, 0, sp_optim_type,
+     NULL, 0, NULL, "Adam"},
+    {"optimizer.params", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"optimizer.params.lr", K_DOUBLE, OFF(optimizer.lr), 0, 1e6, NULL, "lr", 0,
+     "learning rate", "0.001"},
+    {"optimizer.params.betas", K_SPECIAL, 0, 0, 0, sp_betas, NULL, 0, NULL,
+     "0.9,0.999"},
+    {"optimizer.params.eps", K_DOUBLE, OFF(optimizer.eps), 0, 1, NULL, NULL, 0,
+     NULL, "1e-8"},
+    {"optimizer.params.weight_decay", K_DOUBLE, OFF(optimizer.weight_decay), 0,
+     1e6, NULL, NULL, 0, NULL, "0"},
+    {"optimizer.params.adam_w_mode", K_BOOL, OFF(optimizer.adam_w_mode_cfg), 0,
+     0, NULL, NULL, 0, NULL, NULL},
+    {"optimizer.params.momentum", K_DOUBLE, OFF(optimizer.momentum), 0, 1, NULL,
+     NULL, 0, NULL, "0"},
+    {"gradient_clipping", K_DOUBLE, OFF(gradient_clipping), 0, 1e30, NULL,
+     "gradient_clipping", 0, "global L2 norm clip (0: off)", "0"},
+    {"scheduler", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.type", K_SPECIAL, 0, 0, 0, sp_sched_type, NULL, 0, NULL, NULL},
+    {"scheduler.params", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.params.warmup_min_lr", K_DOUBLE, OFF(scheduler.warmup_min_lr),
+     0, 1e6, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.params.warmup_max_lr", K_SPECIAL, 0, 0, 1e6, sp_max_lr, NULL, 0,
+     NULL, NULL},
+    {"scheduler.params.warmup_num_steps", K_LONG,
+     OFF(scheduler.warmup_num_steps), 0, BIG, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.params.warmup_type", K_SPECIAL, 0, 0, 0, sp_warmup_type, NULL,
+     0, NULL, NULL},
+    {"scheduler.params.total_num_steps", K_LONG, OFF(scheduler.total_num_steps),
+     1, BIG, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.params.warmup_min_ratio", K_DOUBLE,
+     OFF(scheduler.warmup_min_ratio), 0, 1, NULL, NULL, 0, NULL, NULL},
+    {"scheduler.params.cos_min_ratio", K_DOUBLE, OFF(scheduler.cos_min_ratio),
+     0, 1, NULL, NULL, 0, NULL, NULL},
+    {"wall_clock_breakdown", K_BOOL, OFF(wall_clock_breakdown), 0, 0, NULL,
+     NULL, 0, NULL, "false"},
+    {"prescale_gradients", K_BOOL, OFF(prescale_gradients), 0, 0, NULL, NULL, 0,
+     NULL, "false"},
+    {"gradient_predivide_factor", K_DOUBLE, OFF(gradient_predivide_factor),
+     1e-30, 1e30, NULL, NULL, 0, NULL, "1"},
+    {"fp16", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"fp16.enabled", K_BOOL, OFF(fp16.enabled), 0, 0, NULL, NULL, 0, NULL,
+     "false"},
+    {"fp16.loss_scale", K_DOUBLE, OFF(fp16.loss_scale), 0, 1e30, NULL, NULL, 0,
+     NULL, "0"},
+    /* 2^127: the largest power of two in fp32, the type the scaled gradient has
+     */
+    {"fp16.initial_scale_power", K_INT, OFF(fp16.initial_scale_power), 0, 127,
+     NULL, NULL, 0, NULL, "16"},
+    {"fp16.loss_scale_window", K_LONG, OFF(fp16.loss_scale_window), 1, BIG,
+     NULL, NULL, 0, NULL, "1000"},
+    {"fp16.hysteresis", K_INT, OFF(fp16.hysteresis), 1, 1e9, NULL, NULL, 0,
+     NULL, "2"},
+    {"fp16.consecutive_hysteresis", K_BOOL, OFF(fp16.consecutive_hysteresis), 0,
+     0, NULL, NULL, 0, NULL, "false"},
+    {"fp16.min_loss_scale", K_DOUBLE, OFF(fp16.min_loss_scale), 1e-30, 1e30,
+     NULL, NULL, 0, NULL, "1"},
+    {"bf16", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL, NULL, 0, NULL, "false"},
+    {"bfloat16", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"bfloat16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL, NULL, 0, NULL, NULL},
 };
+
+int dsl_train_config_flag_at(size_t i, struct dsl_train_config_flag *f)
+{
+    for (size_t j = 0; j < sizeof(keys) / sizeof(keys[0]); j++) {
+        if (!keys[j].flag || i-- > 0)
+            continue;
+        f->name = keys[j].flag;
+        f->key = keys[j].path;
+        f->help = keys[j].help;
+        f->bare = (keys[j].flags & KEY_BARE) != 0;
+        return 1;
+    }
+    return 0;
+}
 
 /* DeepSpeed keys dstrain knows of but does not implement: a warning says so. */
 static const char *const ignored_ds_keys[] = {
@@ -830,52 +936,27 @@ static void ctx_release(struct parse_ctx *c)
 
 /* ---- public ----------------------------------------------------------------------- */
 
+static int set_word(struct dsl_train_config *cfg, const struct key *k, const char *word,
+                    char *err);
+
+/* The defaults are the table's: each row's word goes through the row's own check, as a
+ * flag's would; what no key holds (the batch triple not given, the optimizer's resolved
+ * mode, the scheduler's module defaults) is set here */
 void dsl_train_config_init(struct dsl_train_config *cfg)
 {
+    char err[DSL_ERR_LEN];
     memset(cfg, 0, sizeof(*cfg));
+    dsl_strvec_init(&cfg->warnings);
+    dsl_sched_config_init(&cfg->scheduler, DSL_SCHED_NONE);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+        if (keys[i].def && set_word(cfg, &keys[i], keys[i].def, err) < 0)
+            DSL_BUG(err);
+    /* defaults are no request: only what the file or a flag sets counts as given */
     cfg->given.train = cfg->given.micro = cfg->given.accum = -1;
-    cfg->optimizer.type = DSL_CFG_OPTIM_ADAM;
-    cfg->optimizer.lr = 0.001;
-    cfg->optimizer.beta1 = 0.9;
-    cfg->optimizer.beta2 = 0.999;
-    cfg->optimizer.eps = 1e-8;
-    cfg->optimizer.weight_decay = 0.0;
+    cfg->given.model = cfg->given.data = 0;
     cfg->optimizer.adam_w_mode = 1;
     cfg->optimizer.adam_w_mode_cfg = -1;
-    dsl_sched_config_init(&cfg->scheduler, DSL_SCHED_NONE);
-    cfg->steps_per_print = 10;
-    cfg->seed = 42;
-    cfg->gradient_predivide_factor = 1.0;
-    cfg->fp16.initial_scale_power = 16;
-    cfg->fp16.loss_scale_window = 1000;
-    cfg->fp16.hysteresis = 2;
-    cfg->fp16.min_loss_scale = 1.0;
-    cfg->zero.reduce_bucket_size = 500000000;
-    cfg->zero.allgather_bucket_size = 500000000;
-    cfg->zero.contiguous_gradients = 1;
-    cfg->zero.reduce_scatter = 1;
-    struct dsl_dstrain_config *ds = &cfg->dstrain;
-    ds->model_type = dsl_xstrdup("mlp");
-    ds->hidden[0] = ds->hidden[1] = 1024;
-    ds->nhidden = 2;
-    ds->dataset = dsl_xstrdup("fashion_mnist");
-    ds->data_path = NULL; /* the dataset's own default */
-    ds->gpt_layers = 4;
-    ds->gpt_dim = 128;
-    ds->gpt_heads = 4;
-    ds->gpt_context = 128;
-    ds->gpt_vocab = 256;
-    ds->val_fraction = DSL_CFG_VAL_FRACTION;
-    ds->synthetic_train = 60000;
-    ds->synthetic_test = 10000;
-    ds->synthetic_features = 784;
-    ds->synthetic_classes = 10;
-    ds->shuffle = 1;
-    ds->epochs = 1;
-    ds->deterministic = -1;
-    ds->backend = dsl_xstrdup("auto");
-    ds->cpu_gemm = dsl_xstrdup("fp32");
-    dsl_strvec_init(&cfg->warnings);
+    /* data_path, checkpoint_dir, metrics, resume: NULL, the dataset's own path or none */
 }
 
 void dsl_train_config_release(struct dsl_train_config *cfg)
@@ -971,32 +1052,99 @@ int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int wo
     return r;
 }
 
-int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
-                         char *err)
+/*
+ * A command-line word as a value of the key's type, never as JSON text: a string key
+ * takes the word byte for byte (quotes, backslashes and "\u0041" are characters of a
+ * path); a list key takes comma-separated items (within an optional [ ]); any other key
+ * takes "true", "false", "null", a number (the whole word) or else a string, which its
+ * check then names ("expected a number ..., got a string"). The value is built as a
+ * cJSON node, the typed form the file's values have, so that a flag goes through the
+ * very checks of the same key in the file. Returns the node, owned by the caller.
+ */
+static cJSON *scalar_word(const char *w, size_t n)
 {
-    struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err,
-                          .cli_value = value};
-    const struct key *k = find_key(key);
+    while (n && isspace((unsigned char)*w)) {
+        w++;
+        n--;
+    }
+    while (n && isspace((unsigned char)w[n - 1]))
+        n--;
+    char *t = dsl_xstrndup(w, n);
     cJSON *v;
-    int r;
-    if (!k)
-        return dsl_seterr(err, DSL_ECONFIG, "command line: unknown config key '%s'", key);
-    /* JSON text ("3", "true", "[256,256]", "\"x\"") or else a bare word */
-    v = cJSON_Parse(value);
-    if (!v)
-        v = cJSON_CreateString(value);
+    char *end = NULL;
+    double d = 0.0;
+    /* strtod's own extras (inf, nan, hex) are words, not numbers */
+    int number = n && strspn(t, "0123456789+-.eE") == n && strpbrk(t, "0123456789");
+    if (number)
+        d = strtod(t, &end);
+    if (!strcmp(t, "true") || !strcmp(t, "false"))
+        v = cJSON_CreateBool(!strcmp(t, "true"));
+    else if (!strcmp(t, "null"))
+        v = cJSON_CreateNull();
+    else if (number && end && *end == '\0')
+        v = cJSON_CreateNumber(d);
+    else
+        v = cJSON_CreateString(t);
+    free(t);
+    return v;
+}
+
+static cJSON *word_value(const struct key *k, const char *w)
+{
+    cJSON *v;
+    if (k->kind == K_STRING || k->fn == sp_choice || k->fn == sp_optim_type ||
+        k->fn == sp_sched_type || k->fn == sp_warmup_type) {
+        v = cJSON_CreateString(w);
+    } else if (k->fn == sp_hidden || k->fn == sp_betas) {
+        size_t n = strlen(w);
+        if (n >= 2 && w[0] == '[' && w[n - 1] == ']') {
+            w++;
+            n -= 2;
+        }
+        v = cJSON_CreateArray();
+        if (v && strspn(w, " \t") < n) {
+            for (const char *item = w, *stop = w + n; item <= stop; item++) {
+                const char *comma = memchr(item, ',', (size_t)(stop - item));
+                const char *e = comma ? comma : stop;
+                cJSON *it = scalar_word(item, (size_t)(e - item));
+                if (!it || !cJSON_AddItemToArray(v, it))
+                    DSL_BUG("cJSON out of memory");
+                item = e;
+            }
+        }
+    } else {
+        v = scalar_word(w, strlen(w));
+    }
     if (!v)
         DSL_BUG("cJSON out of memory");
+    return v;
+}
+
+static int set_word(struct dsl_train_config *cfg, const struct key *k, const char *word,
+                    char *err)
+{
+    struct parse_ctx c = {.cfg = cfg, .file = "command line", .cli = 1, .err = err,
+                          .cli_value = word};
+    cJSON *v = word_value(k, word);
     dsl_strvec_init(&c.autos);
-    r = apply(&c, key, k, v);
+    int r = apply(&c, k->path, k, v);
     cJSON_Delete(v);
     if (r == 0 && c.autos.nr)
         r = dsl_seterr(err, DSL_ECONFIG,
                        "command line: '%s' cannot be \"auto\" (only DeepSpeed's HuggingFace "
                        "integration fills that in): give a value",
-                       key);
+                       k->path);
     dsl_strvec_release(&c.autos);
     return r;
+}
+
+int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
+                         char *err)
+{
+    const struct key *k = find_key(key);
+    if (!k)
+        return dsl_seterr(err, DSL_ECONFIG, "command line: unknown config key '%s'", key);
+    return set_word(cfg, k, value, err);
 }
 
 /* ---- cross-field rules ------------------------------------------------------------ */

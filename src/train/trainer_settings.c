@@ -2,8 +2,10 @@
  * dstrain's settings (see include/dslaunch/train/trainer_settings.h): the config module's
  * defaults, then the config file, then the command-line flags, which are applied
  * through dsl_train_config_set() so that a flag is checked exactly like the same key
- * in the file, then the world-size dependent resolution. A declarative table for the
- * common parser (opt.h) drives both the parsing and --help.
+ * in the file, then the world-size dependent resolution. The flags that set a key are
+ * rows of the config module's key table (name, key, help); with dstrain's own few
+ * they make the common parser's table (opt.h), which drives both the parsing and
+ * --help. A flag's word travels as it was typed, never as JSON text.
  *
  * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
  * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
@@ -38,13 +40,13 @@
 #include "dslaunch/common/banned.h"
 
 /*
- * The flags. Each one that sets a config key is recorded with its value in the
- * config module's override syntax (a string quoted, a list bracketed, a bare flag
- * "true"), and applied after every --config file has been read, in command-line order.
+ * The flags. Each one that sets a config key is recorded with its word as typed (a bare
+ * flag "true") and applied after every --config file has been read, in command-line
+ * order; the config module makes the word a value of the key's type.
  */
 struct pending {
     struct dsl_strvec configs;   /* --config files, in order */
-    struct dsl_strvec overrides; /* key, value, key, value ... */
+    struct dsl_strvec overrides; /* key, word, key, word ... */
     char *params_out;            /* --save-params */
     int help;
 };
@@ -52,17 +54,9 @@ struct pending {
 static int set_key(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
     struct pending *p = target;
-    if (!v)
-        v = "true"; /* a bare flag */
-    if (strlen(v) > 4000)
-        return dsl_seterr(err, DSL_EUSAGE, "value of --%s is too long", d->name);
+    (void)err;
     dsl_strvec_push(&p->overrides, d->data);
-    if (d->tag == 's')
-        dsl_strvec_pushf(&p->overrides, "\"%s\"", v);
-    else if (d->tag == 'l')
-        dsl_strvec_pushf(&p->overrides, "[%s]", v);
-    else
-        dsl_strvec_push(&p->overrides, v);
+    dsl_strvec_push(&p->overrides, v ? v : "true"); /* a bare flag */
     return 0;
 }
 
@@ -81,77 +75,83 @@ static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, 
     return 0;
 }
 
-/* a flag that sets config key k: tag 's' quotes the value, 'l' makes it a list, 'b' is
-   a bare flag (true), 0 passes the value as it is */
-#define KEY(n, k, tag, help)                                                                   \
-    {n, 0, DSL_OPT_CALL, 0, (tag) == 'b' ? NULL : "VALUE", help "; key " k, NULL, 0, 0,         \
-     set_key, tag, k}
-
-static const struct dsl_opt opts[] = {
-    {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
-     "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL},
-    KEY("backend", "dstrain.backend", 's', "comm backend: tcp, nccl or auto"),
-    {"local_rank", 0, DSL_OPT_CALL, 0, "N", "accepted for DeepSpeed (LOCAL_RANK from the env wins)",
-     NULL, 0, 0, set_local_rank, 0, NULL},
-    KEY("save_on_signal", "dstrain.save_on_signal", 'b',
-        "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
-        "checkpoint, exit 128 + the signal"),
-    KEY("metrics", "dstrain.metrics", 's', "JSON lines, one object per step, to FILE"),
-    KEY("threads", "dstrain.threads", 0, "compute threads per rank (0: fair share)"),
-    KEY("model", "dstrain.model.type", 's', "model type (mlp or gpt)"),
-    KEY("layers", "dstrain.model.layers", 0, "gpt: transformer blocks"),
-    KEY("dim", "dstrain.model.dim", 0, "gpt: model width"),
-    KEY("heads", "dstrain.model.heads", 0, "gpt: attention heads (dividing dim)"),
-    KEY("context", "dstrain.model.context", 0, "gpt: tokens per window"),
-    KEY("vocab", "dstrain.model.vocab", 0, "gpt: vocabulary size"),
-    KEY("hidden", "dstrain.model.hidden", 'l', "hidden sizes, e.g. 1024,1024"),
-    KEY("data", "dstrain.data.dataset", 's', "fashion_mnist, synthetic, text or tokens"),
-    KEY("data_path", "dstrain.data.path", 's',
-        "the dataset's files (Fashion-MNIST or token shard directory, text file or directory)"),
-    KEY("stride", "dstrain.data.stride", 0, "gpt: tokens between training windows (0: context)"),
-    KEY("synthetic_train", "dstrain.data.synthetic.train_samples", 0,
-        "synthetic training samples"),
-    KEY("synthetic_test", "dstrain.data.synthetic.test_samples", 0, "synthetic test samples"),
-    KEY("synthetic_dim", "dstrain.data.synthetic.features", 0, "synthetic input size"),
-    KEY("drop_last", "dstrain.data.drop_last", 0, "drop the last partial batch (true/false)"),
-    KEY("epochs", "dstrain.epochs", 0, "epochs (when steps is 0)"),
-    KEY("steps", "dstrain.steps", 0, "optimizer steps (0: epochs decide)"),
-    KEY("eval_interval", "dstrain.eval_interval", 0, "steps between evaluations (0: epoch)"),
-    KEY("checkpoint_dir", "dstrain.checkpoint_dir", 's', "checkpoint directory"),
-    KEY("save_interval", "dstrain.save_interval", 0, "steps between checkpoints"),
-    KEY("resume", "dstrain.resume", 's',
-        "resume from 'latest', a tag, or 'auto' (latest if any, else fresh)"),
-    KEY("deterministic", "dstrain.deterministic", 0, "canonical reduction order (true/false)"),
-    KEY("cpu_half", "dstrain.cpu_half", 'b',
-        "fp16/bf16 on the CPU: 16-bit params and gradients (half the comm bytes)"),
-    KEY("cpu_gemm", "dstrain.cpu_gemm", 's',
-        "the CPU's large matrix products: fp32, or bf16 (bf16 inputs, fp32 sums; needs "
-        "AVX512-BF16 or AMX)"),
-    {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
-     "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL},
-    KEY("steps_per_print", "steps_per_print", 0, "steps between progress lines"),
-    KEY("seed", "seed", 0, "seed"),
-    KEY("train_batch", "train_batch_size", 0, "train_batch_size"),
-    KEY("micro_batch", "train_micro_batch_size_per_gpu", 0, "micro batch per rank"),
-    KEY("grad_accum", "gradient_accumulation_steps", 0, "gradient_accumulation_steps"),
-    KEY("zero_stage", "zero_optimization.stage", 0, "ZeRO stage (0, 1, 2)"),
-    KEY("bucket_size", "zero_optimization.reduce_bucket_size", 0, "reduce_bucket_size"),
-    KEY("overlap_comm", "zero_optimization.overlap_comm", 0, "overlap_comm (true/false)"),
-    KEY("lr", "optimizer.params.lr", 0, "learning rate"),
-    KEY("gradient_clipping", "gradient_clipping", 0, "global L2 norm clip (0: off)"),
-    {"help", 'h', DSL_OPT_FLAG, offsetof(struct pending, help), NULL, "show this help", NULL, 0, 0,
-     NULL, 0, NULL},
+/* dstrain's own flags, which set no config key, and the key flag each follows in
+ * --help (NULL: first, "": last); the others come from the config's key table */
+static const struct {
+    const char *after;
+    struct dsl_opt opt;
+} own_opts[] = {
+    {NULL,
+     {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
+      "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL}},
+    {"backend",
+     {"local_rank", 0, DSL_OPT_CALL, 0, "N",
+      "accepted for DeepSpeed (LOCAL_RANK from the env wins)", NULL, 0, 0, set_local_rank, 0,
+      NULL}},
+    {"cpu_gemm",
+     {"save_params", 0, DSL_OPT_STRING, offsetof(struct pending, params_out), "FILE",
+      "write the final fp32 parameters (raw) to FILE", NULL, 0, 0, NULL, 0, NULL}},
+    {"",
+     {"help", 'h', DSL_OPT_FLAG, offsetof(struct pending, help), NULL, "show this help", NULL,
+      0, 0, NULL, 0, NULL}},
 };
 
-static const struct dsl_opt_parser parser = {
-    .prog = "dstrain",
-    .opts = opts,
-    .nopts = sizeof(opts) / sizeof(opts[0]),
+#define NOWN (sizeof(own_opts) / sizeof(own_opts[0]))
+
+/* The option table of the parser: built from the key table, so that a flag and its
+ * key are one row; released by flag_table_release() */
+struct flag_table {
+    struct dsl_opt *opts;
+    size_t n;
+    struct dsl_strvec helps; /* "help; key K", which opts[].help point into */
 };
+
+static void push_own(struct flag_table *t, const char *after)
+{
+    for (size_t i = 0; i < NOWN; i++)
+        if (after ? own_opts[i].after && !strcmp(own_opts[i].after, after) : !own_opts[i].after)
+            t->opts[t->n++] = own_opts[i].opt;
+}
+
+static void flag_table_init(struct flag_table *t, struct dsl_opt_parser *p)
+{
+    struct dsl_train_config_flag f;
+    size_t nkeys = 0;
+    while (dsl_train_config_flag_at(nkeys, &f))
+        nkeys++;
+    t->opts = dsl_xcalloc(nkeys + NOWN, sizeof(t->opts[0]));
+    t->n = 0;
+    dsl_strvec_init(&t->helps);
+    push_own(t, NULL);
+    for (size_t i = 0; dsl_train_config_flag_at(i, &f); i++) {
+        dsl_strvec_pushf(&t->helps, "%s; key %s", f.help, f.key);
+        t->opts[t->n++] = (struct dsl_opt){
+            .name = f.name,
+            .kind = DSL_OPT_CALL,
+            .arg = f.bare ? NULL : "VALUE",
+            .help = t->helps.v[t->helps.nr - 1],
+            .fn = set_key,
+            .data = f.key,
+        };
+        push_own(t, f.name);
+    }
+    push_own(t, "");
+    *p = (struct dsl_opt_parser){.prog = "dstrain", .opts = t->opts, .nopts = t->n};
+}
+
+static void flag_table_release(struct flag_table *t)
+{
+    free(t->opts);
+    dsl_strvec_release(&t->helps);
+}
 
 void dsl_train_settings_help(FILE *f)
 {
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    flag_table_init(&t, &parser);
     dsl_opt_help(&parser, f);
+    flag_table_release(&t);
     fprintf(f, "Flags override the config file; see docs/trainer.md and docs/config.md.\n"
                "Every value is checked against its key's range, as in the file (docs/config.md,\n"
                "\"Ranges\"; e.g. the batch sizes and their product 1..%d).\n",
@@ -159,11 +159,8 @@ void dsl_train_settings_help(FILE *f)
 }
 
 /* backend nccl: the GPU path must be built in and have a GPU to run on */
-static int check_gpu(const struct dsl_train_settings *s, char *err)
+static int check_gpu(char *err)
 {
-    const char *b = s->cfg.dstrain.backend;
-    if (!b || strcmp(b, "nccl") != 0)
-        return 0;
 #ifdef DSL_HAVE_CUDA
     if (dsl_device_cuda_count() > 0)
         return 0;
@@ -272,7 +269,11 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     struct pending p = {.params_out = NULL};
     dsl_strvec_init(&p.configs);
     dsl_strvec_init(&p.overrides);
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    flag_table_init(&t, &parser);
     int r = dsl_opt_parse(&parser, &p, argc, argv, NULL, err);
+    flag_table_release(&t);
     if (r == 0 && p.help)
         r = 1;
     /* the config files first, so that flags override them */
@@ -288,7 +289,7 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     s->params_out = p.params_out;
     dsl_strvec_release(&p.configs);
     dsl_strvec_release(&p.overrides);
-    return r ? r : check_gpu(s, err);
+    return r;
 }
 
 #ifdef DSL_HAVE_CUDA
@@ -301,17 +302,42 @@ static int local_world(void)
 }
 #endif
 
+/*
+ * CPU or GPU: decided here and nowhere else, once, and kept in the settings, so that
+ * the comm, the model, the precision and the warnings all act on one answer (the
+ * device count is asked once, not once per reader). It needs the rank environment in
+ * its final form (LOCAL_WORLD_SIZE for auto, LOCAL_RANK for the device), so dstrain
+ * calls it after adopting srun's or mpirun's variables; _verify() calls it for callers
+ * that did not.
+ */
+int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
+{
+    if (s->placed)
+        return 0;
+    const char *b = s->cfg.dstrain.backend;
+    int gpu = 0;
+    if (b && !strcmp(b, "nccl")) {
+        int r = check_gpu(err);
+        if (r < 0)
+            return r;
+        gpu = 1;
+    } else if (!b || !strcmp(b, "auto")) {
+#ifdef DSL_HAVE_CUDA
+        /* every local rank on a GPU of its own (the same answer on all of them) */
+        gpu = dsl_device_cuda_count() >= local_world();
+#endif
+    }
+    s->gpu = gpu;
+    s->device = dsl_train_settings_device();
+    s->placed = 1;
+    return 0;
+}
+
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
 {
-    const char *b = s->cfg.dstrain.backend;
-    if (b && strcmp(b, "auto") != 0)
-        return b;
-#ifdef DSL_HAVE_CUDA
-    /* every local rank on a GPU of its own (the same answer on all of them) */
-    if (dsl_device_cuda_count() >= local_world())
-        return "nccl";
-#endif
-    return "tcp";
+    if (!s->placed)
+        DSL_BUG("dsl_train_settings_backend() before dsl_train_settings_place()");
+    return s->gpu ? "nccl" : "tcp";
 }
 
 int dsl_train_settings_device(void)
@@ -324,7 +350,10 @@ int dsl_train_settings_device(void)
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
 {
     struct dsl_train_config *c = &s->cfg;
-    int r = dsl_train_config_finish(c, world, err);
+    int r = dsl_train_settings_place(s, err);
+    if (r < 0)
+        return r;
+    r = dsl_train_config_finish(c, world, err);
     if (r < 0)
         return r;
     if (rank == 0)
@@ -348,8 +377,7 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
         dsl_warn("'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP "
                  "ignores it");
-    const char *backend = dsl_train_settings_backend(s);
-    int gpu = backend && !strcmp(backend, "nccl");
+    int gpu = s->gpu;
     const char *warning = NULL;
     enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)

@@ -1,7 +1,8 @@
 /*
  * libFuzzer target: dstrain's command line, parse only. The input is split at NUL
  * bytes into argv[1..] after "dstrain" and goes through dsl_train_settings_parse()
- * (the flags become config overrides, checked like the same keys in a file) and, when
+ * (each flag's word goes to its config key as typed, checked like the same key in a
+ * file; a path such as --metrics must arrive byte for byte, whatever it holds) and, when
  * it accepts them, dsl_train_settings_verify() at a world size from the input's length
  * (as rank 1, which reports nothing). Inputs with a '/' are skipped and the parsing runs
  * in an empty directory of its own (entered and left around it), so --config never
@@ -23,6 +24,21 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* The last --metrics word, if any, is the setting byte for byte. A word that spells a
+ * known option is never taken as a value (the parser refuses it), so every
+ * "--metrics" word here is the option itself. */
+static int metrics_as_typed(const struct dsl_train_settings *s, int argc, char **argv)
+{
+    const char *last = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--metrics") && i + 1 < argc)
+            last = argv[++i];
+        else if (!strncmp(argv[i], "--metrics=", 10))
+            last = argv[i] + 10;
+    }
+    return !last || (s->cfg.dstrain.metrics && !strcmp(s->cfg.dstrain.metrics, last));
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (memchr(data, '/', size))
@@ -38,6 +54,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int r = dsl_train_settings_parse(&s, argc, argv, err);
     fuzz_leave_empty_dir();
     if (r < 0 && !err[0])
+        abort();
+    if (r == 0 && !metrics_as_typed(&s, argc, argv))
         abort();
     if (r == 0) {
         int world = 1 + (int)(size % 8);

@@ -4,6 +4,9 @@
 dsl_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dsltrain)
 target_compile_definitions(test_config PRIVATE
   DSL_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/configs")
+# dstrain's flags reach the settings as typed (paths byte for byte)
+dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_settings.c
+              LIBS dsltrain)
 dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
 dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
               LIBS dsltrain)

@@ -178,14 +178,30 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path,
                            const char *text, size_t len, int world_size, char *err);
 
 /**
- * Apply one override, key as a dotted path of the file's keys and value as JSON text
- * or a bare word: ("dstrain.epochs", "3"), ("optimizer.params.lr", "1e-3"),
- * ("dstrain.backend", "tcp"), ("dstrain.model.hidden", "[256,256]"),
- * ("zero_optimization.stage", "2"). The same checks as in the file apply; an unknown
+ * Apply one override, key as a dotted path of the file's keys and value a command-line
+ * word, taken as a value of the key's type and never read as JSON text: a string key
+ * takes it byte for byte ("dstrain.metrics", "c\"d.jsonl"), a list key comma-separated
+ * items ("dstrain.model.hidden", "256,256" or "[256,256]"), any other key true, false,
+ * null or a number that is the whole word ("dstrain.epochs", "3"),
+ * ("optimizer.params.lr", "1e-3"). The same checks as in the file apply; an unknown
  * key is an error here. Returns 0 or DSL_ECONFIG with err set.
  */
 int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
                          char *err);
+
+/** A config key that is also one of dstrain's flags (a row of config.c's key table). */
+struct dsl_train_config_flag {
+    const char *name; /* "checkpoint_dir": --checkpoint-dir or --checkpoint_dir */
+    const char *key;  /* "dstrain.checkpoint_dir", for dsl_train_config_set() */
+    const char *help; /* its line in --help, without the key */
+    int bare;         /* 1: takes no value and sets true */
+};
+
+/**
+ * The i-th key that has a flag, in the order dstrain --help lists them: returns 1 with
+ * *f filled, or 0 past the last. The strings are static.
+ */
+int dsl_train_config_flag_at(size_t i, struct dsl_train_config_flag *f);
 
 /**
  * Resolve the batch triple for world_size with DeepSpeed's integer-division rules

@@ -26,13 +26,24 @@ struct dsl_train_settings {
     struct dsl_data_opts data;   /* "dstrain": {"data": ...} */
     char *params_out;            /* --save-params FILE (owned) */
     int have_cfg;                /* cfg was initialised */
+    /* CPU or GPU, set once by dsl_train_settings_place() */
+    int placed;                  /* the decision is made */
+    int gpu;                     /* 1: the GPU path (backend nccl); 0: the CPU (tcp) */
+    int device;                  /* the CUDA device: LOCAL_RANK (0 when unset) */
 };
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
-/** The comm backend the settings ask for, "tcp" or "nccl" (which means the GPU path).
- *  "auto": nccl when CUDA is built in and at least LOCAL_WORLD_SIZE GPUs are visible,
- *  so every local rank has its own; tcp otherwise. */
+/**
+ * Decide CPU or GPU, once (later calls keep the answer), into s->gpu and s->device:
+ * backend "nccl" is the GPU path and needs CUDA built in and a visible GPU (else
+ * DSL_ENOTSUP with err set); "tcp" the CPU; "auto" the GPU when CUDA is built in and
+ * at least LOCAL_WORLD_SIZE GPUs are visible, so every local rank has its own. Call it
+ * once the rank environment is final (after dsl_rankenv_adopt());
+ * dsl_train_settings_verify() calls it when nobody has.
+ */
+int dsl_train_settings_place(struct dsl_train_settings *s, char *err);
+/** The comm backend of the decision above: "nccl" (the GPU path) or "tcp". */
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
 /** The CUDA device of this rank: LOCAL_RANK (an index into CUDA_VISIBLE_DEVICES), 0
  *  when unset. */

@@ -103,6 +103,26 @@ assert min(s["setup_s"], s["train_s"], s["eval_s"], s["save_s"]) >= 0, s
 assert abs(parts - s["wall_s"]) < 0.01, (parts, s)
 PY
     ;;
+names)
+    # a path flag names the file it was given, byte for byte: quotes, backslashes and
+    # "\u0041" are characters of the name, not JSON (issue 32: 'c"d.jsonl' wrote 'c',
+    # 'a\tb.jsonl' a name with a TAB, 'e\u0041f.jsonl' wrote 'eAf.jsonl')
+    mkdir "$TMP/n" || fail "mkdir"
+    for m in 'c"d.jsonl' 'a\tb.jsonl' 'e\u0041f.jsonl'; do
+        "$DSTRAIN" --backend tcp $TINY --steps 1 --metrics "$TMP/n/$m" >"$TMP/o.n" 2>&1 ||
+            fail "--metrics '$m': $(cat "$TMP/o.n")"
+        [ -s "$TMP/n/$m" ] || fail "--metrics '$m' wrote $(ls "$TMP/n")"
+        rm -f "$TMP/n/"*
+    done
+    ck='ck"\u0041\'
+    "$DSTRAIN" --backend tcp $TINY --steps 2 --save-interval 1 --checkpoint-dir "$TMP/n/$ck" \
+        --save-params "$TMP/n/p\"\\x" >"$TMP/o.n" 2>&1 || fail "checkpoint: $(cat "$TMP/o.n")"
+    [ -d "$TMP/n/$ck" ] || fail "--checkpoint-dir '$ck' wrote $(ls "$TMP/n")"
+    [ -s "$TMP/n/p\"\\x" ] || fail "--save-params 'p\"\\x' wrote $(ls "$TMP/n")"
+    printf '{"train_batch_size": 32, "steps_per_print": 0}\n' >"$TMP/n/c\"\\u0041.json"
+    "$DSTRAIN" --backend tcp --config "$TMP/n/c\"\\u0041.json" $TINY --steps 1 >"$TMP/o.n" 2>&1 ||
+        fail "--config with a quote and a backslash: $(cat "$TMP/o.n")"
+    ;;
 stages)
     # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
     for v in "0 false" "0 true" "1 false" "1 true" "2 false" "2 true"; do

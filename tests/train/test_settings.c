@@ -1,0 +1,216 @@
+/*
+ * dstrain's command line (trainer_settings.c): a flag's value reaches the settings
+ * exactly as typed. A path may hold any byte but NUL, quotes, backslashes, TABs and
+ * "\u0041" included, and neither the flags nor the config file name may be read as
+ * anything but the bytes given.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dslaunch/common/error.h"
+#include "dslaunch/train/trainer_settings.h"
+#include "test.h"
+
+/* parse "dstrain" + words (NULL-terminated) into s; returns what the parser did */
+static int parse_words(struct dsl_train_settings *s, char *err, const char *const *words)
+{
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = (char *)"dstrain";
+    for (; *words && argc < 63; words++)
+        argv[argc++] = (char *)*words;
+    argv[argc] = NULL;
+    return dsl_train_settings_parse(s, argc, argv, err);
+}
+
+/* flag=value must leave field equal to value, byte for byte */
+static void check_path_flag(const char *flag, const char *value, size_t field_off)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *words[] = {flag, value, NULL};
+    int r = parse_words(&s, err, words);
+    if (r != 0)
+        fprintf(stderr, "%s '%s': %s\n", flag, value, err);
+    ASSERT_EQ(r, 0);
+    char *got = *(char **)(void *)((char *)&s + field_off);
+    ASSERT(got != NULL);
+    ASSERT_STR_EQ(got, value);
+    dsl_train_settings_release(&s);
+}
+
+#define FIELD_OFF(m) offsetof(struct dsl_train_settings, m)
+
+/* the three cases of the issue, and the other characters JSON gives a meaning to */
+static const char *const awkward[] = {
+    "c\"d.jsonl", "a\\tb.jsonl", "e\\u0041f.jsonl", "x\\", "\"",
+    "q\",\"x\":\"y", "tab\there", "null", "[1]", "  spaced  ", "\\\\server\\share",
+};
+
+TEST(metrics_should_take_its_value_byte_for_byte)
+{
+    for (size_t i = 0; i < sizeof(awkward) / sizeof(awkward[0]); i++)
+        check_path_flag("--metrics", awkward[i], FIELD_OFF(cfg.dstrain.metrics));
+}
+
+TEST(checkpoint_dir_should_take_its_value_byte_for_byte)
+{
+    for (size_t i = 0; i < sizeof(awkward) / sizeof(awkward[0]); i++)
+        check_path_flag("--checkpoint-dir", awkward[i], FIELD_OFF(cfg.dstrain.checkpoint_dir));
+}
+
+TEST(data_path_should_take_its_value_byte_for_byte)
+{
+    for (size_t i = 0; i < sizeof(awkward) / sizeof(awkward[0]); i++)
+        check_path_flag("--data-path", awkward[i], FIELD_OFF(cfg.dstrain.data_path));
+}
+
+TEST(save_params_should_take_its_value_byte_for_byte)
+{
+    for (size_t i = 0; i < sizeof(awkward) / sizeof(awkward[0]); i++)
+        check_path_flag("--save-params", awkward[i], FIELD_OFF(params_out));
+}
+
+TEST(resume_should_take_its_value_byte_for_byte)
+{
+    for (size_t i = 0; i < sizeof(awkward) / sizeof(awkward[0]); i++)
+        check_path_flag("--resume", awkward[i], FIELD_OFF(cfg.dstrain.resume));
+}
+
+TEST(the_equals_spelling_should_take_the_value_byte_for_byte_too)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *words[] = {"--metrics=c\"d.jsonl", NULL};
+    ASSERT_OK(parse_words(&s, err, words));
+    ASSERT_STR_EQ(s.cfg.dstrain.metrics, "c\"d.jsonl");
+    dsl_train_settings_release(&s);
+}
+
+TEST(an_empty_path_should_still_be_refused)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *words[] = {"--metrics", "", NULL};
+    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "command line: expected a non-empty string for 'dstrain.metrics'");
+    dsl_train_settings_release(&s);
+}
+
+TEST(config_should_open_the_file_named_byte_for_byte)
+{
+    char dir[] = "/tmp/dsl-settings-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    static const char *const names[] = {"q\"uote.json", "back\\slash.json", "e\\u0041f.json"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char path[256];
+        snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "w");
+        ASSERT(f != NULL);
+        fprintf(f, "{\"train_batch_size\": 8, \"dstrain\": {\"metrics\": \"m%zu\"}}\n", i);
+        fclose(f);
+        struct dsl_train_settings s;
+        char err[DSL_ERR_LEN] = "";
+        const char *words[] = {"--config", path, NULL};
+        int r = parse_words(&s, err, words);
+        if (r != 0)
+            fprintf(stderr, "--config '%s': %s\n", path, err);
+        ASSERT_EQ(r, 0);
+        char want[8];
+        snprintf(want, sizeof(want), "m%zu", i);
+        ASSERT_STR_EQ(s.cfg.dstrain.metrics, want);
+        dsl_train_settings_release(&s);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+TEST(a_list_flag_should_not_splice_its_value_into_json)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    /* once "[%s]": two arrays' worth of text taken as one list */
+    const char *words[] = {"--hidden", "1],[2", NULL};
+    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    dsl_train_settings_release(&s);
+    const char *ok[] = {"--hidden", "64,32", NULL};
+    ASSERT_OK(parse_words(&s, err, ok));
+    ASSERT_EQ(s.cfg.dstrain.nhidden, 2);
+    ASSERT_EQ(s.cfg.dstrain.hidden[0], 64);
+    ASSERT_EQ(s.cfg.dstrain.hidden[1], 32);
+    dsl_train_settings_release(&s);
+}
+
+TEST(a_number_flag_should_take_the_whole_word_as_its_number)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    /* once JSON text with whatever followed the number ignored */
+    const char *words[] = {"--steps", "10x", NULL};
+    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "command line: expected an integer for 'dstrain.steps', got a string");
+    dsl_train_settings_release(&s);
+    const char *ok[] = {"--steps", "10", "--lr", "3e-4", "--drop-last", "true", NULL};
+    ASSERT_OK(parse_words(&s, err, ok));
+    ASSERT_EQ(s.cfg.dstrain.steps, 10);
+    ASSERT(s.cfg.optimizer.lr == 3e-4);
+    ASSERT_EQ(s.cfg.dstrain.drop_last, 1);
+    dsl_train_settings_release(&s);
+}
+
+TEST(every_key_flag_should_be_one_row_of_the_key_table_and_once)
+{
+    struct dsl_train_config_flag f, g;
+    size_t n = 0;
+    for (size_t i = 0; dsl_train_config_flag_at(i, &f); i++, n++) {
+        for (size_t j = 0; j < i; j++) {
+            ASSERT(dsl_train_config_flag_at(j, &g));
+            ASSERT(strcmp(f.name, g.name) != 0);
+            ASSERT(strcmp(f.key, g.key) != 0);
+        }
+        /* the key is the table's: whatever the word, never "unknown config key" */
+        struct dsl_train_config cfg;
+        char err[DSL_ERR_LEN] = "";
+        dsl_train_config_init(&cfg);
+        if (dsl_train_config_set(&cfg, f.key, f.bare ? "true" : "x", err) < 0)
+            ASSERT(strstr(err, "unknown config key") == NULL);
+        dsl_train_config_release(&cfg);
+        ASSERT(f.help && f.help[0]);
+    }
+    ASSERT(n >= 30);
+}
+
+TEST(cpu_or_gpu_should_be_decided_once_and_kept)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *tcp[] = {"--backend", "tcp", "--micro-batch", "8", NULL};
+    ASSERT_OK(parse_words(&s, err, tcp));
+    ASSERT_EQ(s.placed, 0); /* not at parse time: the rank env may still change */
+    ASSERT_OK(dsl_train_settings_place(&s, err));
+    ASSERT_EQ(s.gpu, 0);
+    ASSERT_STR_EQ(dsl_train_settings_backend(&s), "tcp");
+    ASSERT_OK(dsl_train_settings_verify(&s, 1, 1, err)); /* keeps the answer */
+    ASSERT_EQ(s.gpu, 0);
+    dsl_train_settings_release(&s);
+    /* nccl is the GPU path, or an error that says why there is none */
+    const char *nccl[] = {"--backend", "nccl", "--micro-batch", "8", NULL};
+    ASSERT_OK(parse_words(&s, err, nccl));
+    int r = dsl_train_settings_place(&s, err);
+    if (r == 0) {
+        ASSERT_EQ(s.gpu, 1);
+        ASSERT_STR_EQ(dsl_train_settings_backend(&s), "nccl");
+    } else {
+        ASSERT_EQ(r, DSL_ENOTSUP);
+        ASSERT_CONTAINS(err, "backend 'nccl'");
+        ASSERT_EQ(dsl_train_settings_verify(&s, 1, 1, err), DSL_ENOTSUP);
+    }
+    dsl_train_settings_release(&s);
+}
+
+int main(int argc, char **argv)
+{
+    return RUN_TESTS(argc, argv);
+}
