@@ -6,6 +6,11 @@
 #
 #   bench/train.sh [build dir] [epochs] [reps]   (default: build, 1 epoch, 3 reps)
 #
+# BASELINE=/path/to/another/dstrain runs that build too, alternating with this one run
+# by run (A B A B ...) so that both see the same machine, and adds its median and the
+# ratio of the two to the table: how a change moves the ratio to PyTorch, measured side
+# by side.
+#
 # Each dstrain configuration runs `reps` times and the median samples/s counts (every
 # run's figure is printed): on this project's 2-vCPU VMs two back-to-back runs of the
 # same world-2 job differ by up to 25%. PyTorch runs once per world (it takes 4x as
@@ -54,9 +59,9 @@ EOF
 # below Linux's ephemeral port range, so no outgoing connection holds it
 port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }
 
-dstrain_one() { # world threads extra-args...  (one retry on another port)
-    n=$1 th=$2
-    shift 2
+dstrain_one() { # bin runs-file world threads extra-args...  (one retry on another port)
+    bin=$1 runs=$2 n=$3 th=$4
+    shift 4
     for attempt in 1 2; do
         p=$(port)
         r=0
@@ -65,7 +70,7 @@ dstrain_one() { # world threads extra-args...  (one retry on another port)
             RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
                 MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
                 OMP_NUM_THREADS=$th DSLAUNCH_COMM_TIMEOUT=60 DSLAUNCH_STORE_TIMEOUT=60 \
-                "$DSTRAIN" --config "$TMP/bench.json" "$@" >"$TMP/d.$r" 2>&1 &
+                "$bin" --config "$TMP/bench.json" "$@" >"$TMP/d.$r" 2>&1 &
             pids="$pids $!"
             r=$((r + 1))
         done
@@ -73,25 +78,38 @@ dstrain_one() { # world threads extra-args...  (one retry on another port)
         for q in $pids; do wait "$q" || ok=0; done
         if [ "$ok" -eq 1 ]; then
             grep -E "^summary:" "$TMP/d.0" | sed 's/^/    /'
-            sed -n 's/^summary: .*samples\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >>"$TMP/runs"
+            sed -n 's/^summary: .*samples\/s \([0-9.]*\) .*/\1/p' "$TMP/d.0" >>"$runs"
             return 0
         fi
         echo "    dstrain failed (attempt $attempt):" >&2
         tail -n 3 "$TMP"/d.* >&2
     done
-    echo 0 >>"$TMP/runs"
+    echo 0 >>"$runs"
+}
+
+median() { # file: the median of its numbers
+    sort -n "$1" | awk '{v[NR] = $1} END {
+        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m }'
 }
 
 dstrain_world() { # world threads extra-args...: REPS runs, the median into $TMP/sps
     : >"$TMP/runs"
+    : >"$TMP/runs.base"
     i=0
     while [ "$i" -lt "$REPS" ]; do
-        dstrain_one "$@"
+        dstrain_one "$DSTRAIN" "$TMP/runs" "$@"
+        if [ -n "${BASELINE:-}" ]; then
+            echo "    baseline:"
+            dstrain_one "$BASELINE" "$TMP/runs.base" "$@"
+        fi
         i=$((i + 1))
     done
-    sort -n "$TMP/runs" | awk '{v[NR] = $1} END {
-        m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m }' >"$TMP/sps"
+    median "$TMP/runs" >"$TMP/sps"
     echo "    median samples/s $(cat "$TMP/sps") of $REPS runs"
+    if [ -n "${BASELINE:-}" ]; then
+        median "$TMP/runs.base" >"$TMP/sps.base"
+        echo "    baseline median samples/s $(cat "$TMP/sps.base") of $REPS runs"
+    fi
 }
 
 torch_world() { # world threads micro
@@ -126,11 +144,17 @@ echo "# OpenBLAS kernels (OPENBLAS_CORETYPE) for dstrain, PyTorch and sgemm: ${O
 echo "# P = $P parameters, 6P = $(awk -v P=$P 'BEGIN {printf "%.1f", 6 * P / 1e6}') MFLOP per sample"
 
 row() { # label dstrain-sps torch-sps sgemm-before sgemm-after
-    awk -v l="$1" -v d="$2" -v t="$3" -v a="$4" -v b="$5" -v P="$P" 'BEGIN {
+    base=
+    [ -n "${BASELINE:-}" ] && base=$(cat "$TMP/sps.base")
+    awk -v l="$1" -v d="$2" -v t="$3" -v a="$4" -v b="$5" -v P="$P" -v base="$base" 'BEGIN {
         g = 6 * P * d / 1e9; s = (a + b) / 2
-        printf "| %s | %.0f | %s | %s | %.1f | %.1f (%.1f / %.1f) | %.0f%% |\n", l, d,
+        printf "| %s | %.0f | %s | %s | %.1f | %.1f (%.1f / %.1f) | %.0f%% |", l, d,
             (t > 0 ? sprintf("%.0f", t) : "-"), (t > 0 ? sprintf("%.2fx", d / t) : "-"),
             g, s, a, b, 100 * g / s
+        if (base != "")
+            printf " %.0f | %s | %s |", base, (t > 0 ? sprintf("%.2fx", base / t) : "-"),
+                (base > 0 ? sprintf("%.3f", d / base) : "-")
+        printf "\n"
     }' >>"$TMP/table"
 }
 
@@ -157,7 +181,13 @@ for st in 0 1 2; do
 done
 
 echo
-echo "| run | dstrain samples/s (median of $REPS) | PyTorch DDP samples/s | ratio | dstrain GFLOP/s (6P x samples/s) | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm |"
-echo "|---|---|---|---|---|---|---|"
+if [ -n "${BASELINE:-}" ]; then
+    echo "# baseline: $BASELINE"
+    echo "| run | dstrain samples/s (median of $REPS) | PyTorch DDP samples/s | ratio | dstrain GFLOP/s (6P x samples/s) | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm | baseline samples/s | baseline ratio | dstrain / baseline |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+else
+    echo "| run | dstrain samples/s (median of $REPS) | PyTorch DDP samples/s | ratio | dstrain GFLOP/s (6P x samples/s) | sgemm GFLOP/s, mean (before / after) | FLOP rate / sgemm |"
+    echo "|---|---|---|---|---|---|---|"
+fi
 cat "$TMP/table"
 echo "# load after: $(uptime | sed 's/.*load average: //')"
