@@ -16,6 +16,10 @@
 # stays OpenBLAS's fp32 rate, so a bf16 row's share of it can pass 100%
 # (bench/cpugemm.sh measures the bf16 products themselves).
 #
+# BASELINE=/path/to/another/dstrain runs that build too, right after this one in every
+# round, and prints its median and the ratio of the two per world and precision: how a
+# change moves the ratio to PyTorch, measured side by side.
+#
 # With reps > 1 each world runs dstrain and the peer alternately reps times and the
 # medians count (every run's figure is printed): on a shared 2-core machine two runs of
 # the same job can differ by 2x.
@@ -69,7 +73,7 @@ dstrain_world() { # world threads precision: tokens/s into $TMP/tps, val loss in
     while [ "$r" -lt "$n" ]; do
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
-            DSLAUNCH_COMM_TIMEOUT=120 "$DSTRAIN" --config "$TMP/bench.json" \
+            DSLAUNCH_COMM_TIMEOUT=120 "${BIN:-$DSTRAIN}" --config "$TMP/bench.json" \
             --backend tcp --threads "$th" --cpu-gemm "$prec" --steps "$STEPS" \
             --eval-interval "$STEPS" \
             --steps-per-print 0 --checkpoint-dir "$TMP/ck$n" >"$TMP/d.$r" 2>&1 &
@@ -85,7 +89,7 @@ dstrain_world() { # world threads precision: tokens/s into $TMP/tps, val loss in
     sed -n 's/^summary: .*val_loss \([0-9.]*\) .*/\1/p' "$TMP/d.0" >"$TMP/vl"
     # the same model on the peer's own 20 validation batches (needs python3-torch)
     echo - >"$TMP/vs"
-    if /usr/bin/python3 -c "import torch" 2>/dev/null &&
+    if [ -z "${BIN:-}" ] && /usr/bin/python3 -c "import torch" 2>/dev/null &&
         "$DSTRAIN" consolidate "$TMP/ck$n" --out "$TMP/m$n.st" >/dev/null; then
         /usr/bin/python3 "$(dirname "$0")/peers/gpt_val_subset.py" "$TMP/m$n.st" |
             sed -n "s/.*: //p" >"$TMP/vs"
@@ -134,6 +138,7 @@ for w in 1 2; do
         : >"$TMP/tl.$pr"
         : >"$TMP/sa.$pr"
         : >"$TMP/sb.$pr"
+        : >"$TMP/bl.$pr"
     done
     k=0
     while [ "$k" -lt "$REPS" ]; do
@@ -144,6 +149,11 @@ for w in 1 2; do
             dstrain_world "$w" "$th" "$pr"
             cat "$TMP/tps" >>"$TMP/dl.$pr"
             echo "$(cat "$TMP/vl") ($(cat "$TMP/vs"))" >"$TMP/dv.$pr"
+            if [ -n "${BASELINE:-}" ]; then
+                echo "  $pr, baseline"
+                BIN=$BASELINE dstrain_world "$w" "$th" "$pr"
+                cat "$TMP/tps" >>"$TMP/bl.$pr"
+            fi
             sgemm_rate "$w" "$th" >>"$TMP/sb.$pr"
             echo >>"$TMP/sb.$pr"
             torch_world "$w" "$th" "$pr"
@@ -165,6 +175,12 @@ for w in 1 2; do
                 (t > 0 ? sprintf("%.0f", t) : "-"), (t > 0 ? sprintf("%.2fx", d / t) : "-"),
                 g, s, a, b, 100 * g / s, dv, tv
         }' >>"$TMP/table"
+        if [ -n "${BASELINE:-}" ]; then
+            awk -v l="$lab" -v d="$D" -v b="$(med "$TMP/bl.$pr")" -v t="$T" 'BEGIN {
+                printf "# %s: baseline %.0f tokens/s (%s PyTorch), dstrain / baseline %.3f\n", l, b,
+                    (t > 0 ? sprintf("%.2fx", b / t) : "-"), (b > 0 ? d / b : 0)
+            }' >>"$TMP/basel"
+        fi
         echo "$D" >"$TMP/dmed.$w.$pr"
         echo "$T" >"$TMP/tmed.$w.$pr"
     done
@@ -180,4 +196,5 @@ for pr in $PRECS; do
             'BEGIN { if (t > 0) printf "# world %s: dstrain %s %.0f tokens/s against PyTorch fp32 %.0f: %.2fx\n", w, p, d, t, d / t }'
     done
 done
+[ -n "${BASELINE:-}" ] && { echo "# baseline: $BASELINE"; cat "$TMP/basel"; }
 echo "# load after: $(uptime | sed 's/.*load average: //')"
