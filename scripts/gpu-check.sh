@@ -21,7 +21,11 @@
 #             ldd; the tree is then checked to resolve with nothing else;
 #   src/      the test scripts the gpu tests run, bench/gpt_gpu.sh and the PyTorch peer
 #             bench/peers/torch_gpt2_gpu.py, as built;
-#   tests.tsv one line per gpu test: name, the exit status that means skip, command;
+#   tests.tsv one line per test: name, the exit status that means skip, command: the
+#             tests labelled gpu, and the bit-identity tests per OpenBLAS kernel family
+#             (label blascore) whose names match BLAS_TESTS (the unit ones and the
+#             worlds and stages cases), so that the GPU host's CPU, another kind of
+#             CPU than the build machine's, checks the CPU guarantees too;
 # and packs it into BUILD_DIR/bundle/gpu-check.tar.gz (about 20 MiB; the tree is 59),
 # the one thing to bring to the GPU host. It refuses a pack over BUNDLE_MAX_MIB (60).
 #
@@ -35,8 +39,9 @@
 # fail or skip, the three tokens/s and dstrain's ratio to each. Logs go to
 # $OUT/gpu-check (the device tool's $OUT) or /tmp/gpu-check. Every step gets at most
 # what is left of DEADLINE_S (270) seconds, so the table comes out within it. On a
-# machine without a GPU every test skips (77), the benchmarks say n/a, and the exit
-# status is 0. Exit status: 1 if a test or a benchmark failed, else 0.
+# machine without a GPU every gpu test skips (77), the benchmarks say n/a, and the exit
+# status is 0 when the CPU tests pass. BENCH=0 runs the tests alone. Exit status: 1 if
+# a test or a benchmark failed, else 0.
 set -u
 
 usage() {
@@ -80,14 +85,19 @@ bundle() {
         { grep -E "error|Error" "$build/gpu-check.build.log" | head -n 30 >&2; return 1; }
     rm -rf "$b" "$out"
     mkdir -p "$out" "$b/bin" "$b/libexec" "$b/lib" "$b/src"
-    ctest --test-dir "$build" -L gpu --show-only=json-v1 >"$build/gpu-tests.json" ||
+    # the gpu tests, and the bit-identity tests per OpenBLAS kernel family (label
+    # blascore; those of BLAS_TESTS, a regex on the name) on the GPU host's own CPU,
+    # which is a second kind of CPU to hold the CPU guarantees on
+    ctest --test-dir "$build" -L 'gpu|blascore' --show-only=json-v1 >"$build/gpu-tests.json" ||
         return 1
 
     # tests.tsv and the files the tests name: ELF files from the build tree go to
     # libexec/ (named bin/NAME in the commands), files from the source tree to src/
-    python3 - "$build/gpu-tests.json" "$ROOT" "$build" "$b" <<'PY' || return 1
-import json, os, shutil, sys
-spec, root, build, b = sys.argv[1:]
+    python3 - "$build/gpu-tests.json" "$ROOT" "$build" "$b" \
+        "${BLAS_TESTS:-^(test_[a-z_]*|train_ranks_worlds|train_ranks_stages|train_gpt_worlds)@}" \
+        <<'PY' || return 1
+import glob, json, os, re, shutil, sys
+spec, root, build, b, blas = sys.argv[1:]
 root, build = os.path.realpath(root), os.path.realpath(build)
 tests = json.load(open(spec))["tests"]
 if not tests:
@@ -98,6 +108,9 @@ def is_elf(p):
 lines = []
 for t in tests:
     props = {p["name"]: p["value"] for p in t.get("properties", [])}
+    labels = props.get("LABELS", [])
+    if "gpu" not in labels and (not re.search(blas, t["name"]) or props.get("ENVIRONMENT")):
+        continue
     # run mode runs every test in a scratch folder: a working directory in the build
     # tree (CTest's default) is no loss; an environment would be
     wd = os.path.realpath(props.get("WORKING_DIRECTORY", build))
@@ -113,7 +126,9 @@ for t in tests:
         elif p and os.path.isfile(p) and p.startswith(root + "/"):
             rel = os.path.relpath(p, root)
             os.makedirs(os.path.dirname(f"{b}/src/{rel}"), exist_ok=True)
-            shutil.copy2(p, f"{b}/src/{rel}")
+            # with the scripts beside it, which it may source
+            for q in [p] + glob.glob(os.path.dirname(p) + "/*.sh"):
+                shutil.copy2(q, os.path.dirname(f"{b}/src/{rel}"))
             args.append("@B@/src/" + rel)
         elif p and not os.path.exists(p) and not a.startswith("/bin/") and not a.startswith("/usr/"):
             sys.exit(f"gpu-check: test {t['name']}: '{a}' is missing")
@@ -125,7 +140,7 @@ for t in tests:
     lines.append("\t".join([t["name"], str(skip)] + args))
 with open(f"{b}/tests.tsv", "w") as f:
     f.write("\n".join(lines) + "\n")
-print(f"{len(lines)} gpu tests: " + ", ".join(l.split("\t")[0] for l in lines))
+print(f"{len(lines)} tests: " + ", ".join(l.split("\t")[0] for l in lines))
 PY
     for name in dstrain dslaunch dsbench; do
         cp "$build/$name" "$b/libexec/" || return 1
@@ -235,6 +250,7 @@ run() {
     else
         echo "no nvidia-smi"
     fi
+    echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores"
 
     while IFS=$'\t' read -r name skip cmd; do
         [ -n "$name" ] || continue
@@ -243,7 +259,7 @@ run() {
         echo "== test $name"
         mkdir -p "$log/work" && cd "$log/work" || return 1
         timeout -k 5 "$(cap "${TEST_TIMEOUT_S:-240}")" "${argv[@]}" </dev/null \
-            >"$log/$name.log" 2>&1
+            >"$log/${name//@/-}.log" 2>&1
         rc=$?
         cd "$here" || return 1
         if [ "$rc" -eq 0 ]; then
@@ -255,7 +271,7 @@ run() {
         else
             verdict="fail (exit $rc)"
         fi
-        case $verdict in fail*) failed=1; tail -n 15 "$log/$name.log" ;; esac
+        case $verdict in fail*) failed=1; tail -n 15 "$log/${name//@/-}.log" ;; esac
         echo "$name: $verdict"
         names+=("$name")
         verdicts+=("$verdict")
@@ -263,6 +279,15 @@ run() {
 
     local steps=${BENCH_STEPS:-30} psteps=${PEER_STEPS:-30} mb=${MICRO_BATCH:-16}
     local t_ds="" t_eager="" t_comp="" s_ds="" s_eager="" s_comp=""
+    if [ "${BENCH:-1}" = 0 ]; then # the tests alone
+        echo
+        echo "== summary ($(( $(date +%s) - T0 )) s)"
+        printf '%-36s %s\n' test result
+        for i in "${!names[@]}"; do
+            printf '%-36s %s\n' "${names[$i]}" "${verdicts[$i]}"
+        done
+        return "$failed"
+    fi
     echo "== bench/gpt_gpu.sh: dstrain, GPT-2 124M shapes, bf16, world 1, mb $mb, $steps steps"
     timeout -k 5 "$(cap 120)" sh "$b/src/bench/gpt_gpu.sh" "$b/bin" "$steps" "$mb" \
         </dev/null >"$log/gpt_gpu.log" 2>&1
@@ -301,9 +326,9 @@ run() {
     echo
     echo "== summary ($(( $(date +%s) - T0 )) s)"
     local i
-    printf '%-28s %s\n' test result
+    printf '%-36s %s\n' test result
     for i in "${!names[@]}"; do
-        printf '%-28s %s\n' "${names[$i]}" "${verdicts[$i]}"
+        printf '%-36s %s\n' "${names[$i]}" "${verdicts[$i]}"
     done
     echo
     python3 - "${PEAK_TFLOPS:-989}" "$mb" "$t_ds" "$s_ds" "$t_eager" "$s_eager" "$t_comp" \
