@@ -29,7 +29,7 @@ test-asan: setup
 	  -DDSL_WITH_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j$(JOBS)
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	  ctest --test-dir build-asan --output-on-failure -j$(JOBS) -L 'unit|flow' -LE blascore
+	  ctest --test-dir build-asan --output-on-failure -j$(JOBS) -L 'unit|flow' -LE 'blascore|torch'
 
 test-fuzz: setup
 	CC=clang cmake -S . -B build-fuzz -DDSL_FUZZ=ON -DDSL_WITH_CUDA=OFF \
