@@ -76,8 +76,15 @@ static size_t split(size_t full, size_t parts)
 #define WORK_TILE (128.0 * 1024 * 1024) /* flops */
 #define ROWS_TILE 256 /* by_rows: rows per tile, at most */
 
-static void tiles(size_t fm, size_t fn, size_t k, int by_rows, size_t *tr, size_t *tc)
+static void tiles(size_t fm, size_t fn, size_t k, int by_rows, int by_cols, size_t *tr,
+                  size_t *tc)
 {
+    /* a caller that hands the product over in blocks calls for a few tiles at a time:
+     * each tile row (by_rows) has MIN_TILES tiles, each block of half the columns
+     * (by_cols) too, so that the threads share every call, not only whole products */
+    size_t nc0 = by_rows ? MIN_TILES : by_cols ? 2 * MIN_TILES : 1;
+    while (nc0 > 1 && fn / nc0 < 16)
+        nc0 /= 2;
     double work = 2.0 * (double)fm * (double)fn * (double)k;
     size_t want = (size_t)(work / WORK_TILE);
     want = want < MIN_TILES ? MIN_TILES : want > MAX_TILES ? MAX_TILES : want;
@@ -85,11 +92,11 @@ static void tiles(size_t fm, size_t fn, size_t k, int by_rows, size_t *tr, size_
      * cuts through: keep those short, even past MAX_TILES */
     size_t nr0 = by_rows && fm > ROWS_TILE ? ceil_div(fm, ROWS_TILE) : 1;
     size_t most = nr0 > MAX_TILES ? nr0 : MAX_TILES;
-    size_t best_r = nr0, best_c = 1;
+    size_t best_r = nr0, best_c = nc0;
     double best = -1.0;
     for (size_t nr = nr0; nr <= most; nr *= 2)
-        for (size_t nc = 1; nr * nc <= most; nc *= 2) {
-            if ((nr > nr0 && fm / nr < 16) || (nc > 1 && fn / nc < 16))
+        for (size_t nc = nc0; nr * nc <= most; nc *= 2) {
+            if ((nr > nr0 && fm / nr < 16) || (nc > nc0 && fn / nc < 16))
                 continue;
             /* short of tiles: only as a last resort, the most tiles first */
             double pack = (double)nc * (double)fm + (double)nr * (double)fn;
@@ -117,7 +124,7 @@ static size_t full_n(const struct dsl_gemm *g)
 
 void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc)
 {
-    tiles(full_m(g), full_n(g), g->k, g->by_rows, tr, tc);
+    tiles(full_m(g), full_n(g), g->k, g->by_rows, g->by_cols, tr, tc);
 }
 
 struct plan {

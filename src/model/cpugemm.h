@@ -25,8 +25,11 @@
  * shape, and only the covered elements are written back. An element is thus always
  * the same sgemm element, whatever the block, the segment or the thread count.
  * full_m, full_n 0 mean m, n (the call is the whole product); row0, col0 are then 0.
- * by_rows says that callers cut the product by rows (weight-gradient segments): its
- * row tiles are then short, so that a segment boundary splits little work.
+ * by_rows says that callers hand the product over by rows (weight-gradient segments,
+ * dsl_gemm_rows): its row tiles are then short, so that a segment boundary cuts little
+ * work, and each tile row has tiles for every thread; by_cols that they hand it over
+ * by columns (the MLP forward's first layer): its columns are cut finer, so that a
+ * block of them is more than one tile.
  *
  * The elementwise work around a product rides along on the same tile while it is in
  * cache: `bias` (one value per column of the block) fills each row before the product
@@ -39,7 +42,7 @@ struct dsl_gemm {
     const float *a, *b;
     float alpha, beta;
     float *c;
-    int by_rows;
+    int by_rows, by_cols; /* callers hand the product over by rows / by columns */
     size_t full_m, full_n, row0, col0; /* the block's place in the whole product */
     const float *bias, *mask;
     int relu;

@@ -92,7 +92,8 @@ static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, 
     struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows, .k = in,
                          .a = p->act[l], .lda = in, .b = w + r0 * in, .ldb = in,
                          .alpha = 1.0f, .beta = 1.0f, .c = p->act[l + 1] + r0, .ldc = out,
-                         .full_n = out, .col0 = r0, .bias = w + in * out + r0,
+                         .full_n = out, .col0 = r0, .by_cols = l == 0,
+                         .bias = w + in * out + r0,
                          .relu = l + 1 < p->L.nlayers, .bf16 = p->b16};
     dsl_gemm_run(&g);
 }
@@ -101,7 +102,7 @@ static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, 
  * computes whole tiles as their weight rows come in) */
 static size_t mlp_forward_tile(const struct mlp *p, size_t l, size_t n)
 {
-    struct dsl_gemm g = {.m = n, .n = p->L.dims[l + 1], .k = p->L.dims[l]};
+    struct dsl_gemm g = {.m = n, .n = p->L.dims[l + 1], .k = p->L.dims[l], .by_cols = l == 0};
     size_t tr, tc;
     dsl_gemm_tiles(&g, &tr, &tc);
     return tc;
