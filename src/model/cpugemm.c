@@ -74,7 +74,7 @@ static size_t split(size_t full, size_t parts)
 #define MIN_TILES 2
 #define MAX_TILES 64
 #define WORK_TILE (128.0 * 1024 * 1024) /* flops */
-#define ROWS_TILE 256 /* by_rows: rows per tile, at most */
+#define ROWS_TILE DSL_GEMM_ROWS_TILE /* by_rows: rows per tile, at most */
 
 static void tiles(size_t fm, size_t fn, size_t k, int by_rows, int by_cols, size_t *tr,
                   size_t *tc)
@@ -96,7 +96,8 @@ static void tiles(size_t fm, size_t fn, size_t k, int by_rows, int by_cols, size
     double best = -1.0;
     for (size_t nr = nr0; nr <= most; nr *= 2)
         for (size_t nc = nc0; nr * nc <= most; nc *= 2) {
-            if ((nr > nr0 && fm / nr < 16) || (nc > nc0 && fn / nc < 16))
+            if ((nr > nr0 && fm / nr < 16) || (nc > nc0 && fn / nc < 16) ||
+                (nr0 > 1 && nr > nr0)) /* by_rows: ROWS_TILE exactly (cpugemm.h) */
                 continue;
             /* short of tiles: only as a last resort, the most tiles first */
             double pack = (double)nc * (double)fm + (double)nr * (double)fn;
@@ -108,7 +109,7 @@ static void tiles(size_t fm, size_t fn, size_t k, int by_rows, int by_cols, size
                 best_c = nc;
             }
         }
-    *tr = fm ? split(fm, best_r) : 1;
+    *tr = nr0 > 1 ? ROWS_TILE : fm ? split(fm, best_r) : 1;
     *tc = fn ? split(fn, best_c) : 1;
 }
 

@@ -36,6 +36,10 @@
  * (which then adds to it: give beta 1), `relu` clamps at 0 after it, and `mask` zeroes
  * the elements where the same element of mask (same layout and ldc as C) is <= 0.
  */
+/* a by_rows product's row tiles are at most this tall, and are exactly this tall when
+ * the product has more rows: the models cut gradient segments in multiples of it */
+#define DSL_GEMM_ROWS_TILE 256
+
 struct dsl_gemm {
     enum CBLAS_TRANSPOSE ta, tb;
     size_t m, n, k, lda, ldb, ldc;

@@ -23,6 +23,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
+#include "cpugemm.h"
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"
 
@@ -136,6 +137,10 @@ int dsl_gpt_layout_build(struct dsl_gpt_layout *lay, struct dsl_model *m,
         struct dsl_gpt_tensor *t = &lay->t[i];
         size_t rows = spec->seg_max ? spec->seg_max / t->cols : t->rows;
         rows = rows < 1 ? 1 : rows > t->rows ? t->rows : rows;
+        /* whole row tiles of the CPU's products where a block holds one or more
+         * (cpugemm.h): then no tile row straddles two blocks */
+        if (rows >= DSL_GEMM_ROWS_TILE && rows < t->rows)
+            rows = rows / DSL_GEMM_ROWS_TILE * DSL_GEMM_ROWS_TILE;
         size_t nblk = (t->rows + rows - 1) / rows;
         if (nsegs + nblk > cap) {
             cap = (nsegs + nblk) * 2;

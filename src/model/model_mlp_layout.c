@@ -20,6 +20,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
+#include "cpugemm.h"
 #include "model_mlp_impl.h"
 #include "dslaunch/common/banned.h"
 
@@ -97,6 +98,10 @@ int dsl_mlp_layout_build(struct dsl_mlp_layout *lay, struct dsl_model *m,
         size_t in = lay->dims[li], out = lay->dims[li + 1];
         size_t rows = spec->seg_max ? spec->seg_max / in : out;
         rows = rows < 1 ? 1 : rows > out ? out : rows;
+        /* whole row tiles of the CPU's products where a block holds one or more
+         * (cpugemm.h): then no tile row straddles two blocks */
+        if (rows >= DSL_GEMM_ROWS_TILE && rows < out)
+            rows = rows / DSL_GEMM_ROWS_TILE * DSL_GEMM_ROWS_TILE;
         size_t nblk = (out + rows - 1) / rows;
         m->segs = dsl_xreallocarray(m->segs, nsegs + 1 + nblk, sizeof(*m->segs));
         m->segs[nsegs++] = (struct dsl_model_seg){lay->woff[li] + out * in, out, (int)li};
