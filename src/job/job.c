@@ -10,8 +10,9 @@
  *
  * with timestamps, so the watchdog is "state x elapsed time -> action": a node stuck in
  * CONNECTING or HELLO past --connect-timeout fails as unreachable; a RUNNING node
- * silent for --keepalive seconds fails as lost. At most --fanout nodes are in
- * CONNECTING at once.
+ * silent for --keepalive seconds fails as lost, on every transport (a local agent
+ * that is stopped or wedged is as silent as a remote one whose host died). At most
+ * --fanout nodes are in CONNECTING at once.
  *
  * Phases of the job, in order:
  *   connect   every agent says hello (version, cpus, gpus, interfaces)
@@ -228,7 +229,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     m->host_label = dsl_xstrdup(pn->host);
     m->cwd = dsl_xstrdup(job->plan->cwd);
     m->grace = job->opts->term_timeout;
-    m->keepalive = n->local ? 0 : job->opts->tr.keepalive;
+    m->keepalive = job->opts->tr.keepalive;
     m->mem_limit = (double)job->opts->rank_memory_limit;
     for (size_t i = 0; i < job->plan->argv.nr; i++)
         dsl_strvec_push(&m->argv, job->plan->argv.v[i]);
@@ -603,7 +604,9 @@ int dsl_job_run(struct dsl_job *job)
             break;
         for (int i = 0; i < job->nnodes; i++) {
             struct dsl_job_node *n = &job->nodes[i];
-            if (n->state != DSL_NODE_RUNNING || n->local)
+            /* the local transport too: its agent cannot lose a network, but it can stop
+               (SIGSTOP, a debugger, a wedged loop), and then nothing else would tell */
+            if (n->state != DSL_NODE_RUNNING)
                 continue;
             if (job->opts->tr.keepalive > 0 && now - n->last_tx > job->opts->tr.keepalive / 3) {
                 struct dsl_msg m;

@@ -1008,6 +1008,65 @@ for mode in auto v1 v2 tracking; do
     descendant_cases $mode
 done
 
+# ---- the supervisor's own parts going quiet ----
+#
+# A node agent that stops (SIGSTOP, a debugger, a machine that freezes) answers nothing
+# and dies of nothing. The launcher times it out like any silent node (--keepalive, the
+# local transport included), and its clean-up process, which stops hearing from it,
+# ends the ranks on its own. Each case resumes or kills what it stopped, even when it
+# fails, so nothing it froze outlives it.
+
+# wait_exit PID BOUND: wait for dslaunch (a child of this shell) to exit, at most BOUND
+# s (a liveness bound); its exit code in $rc, or fail with it still running
+wait_exit() {
+    local i=0
+    while kill -0 "$1" 2>/dev/null && [ $i -lt $(($2 * 10)) ]; do
+        [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -0 "$1" 2>/dev/null ||
+        fail "dslaunch still running $2 s later" || return 1
+    set +e; wait "$1"; rc=$?; set -e
+}
+
+# process_state PID: its state letter (T: stopped), or nothing when it is gone
+process_state() {
+    awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true
+}
+
+frozen_agent_cases() {
+    local mode=$1
+    expect_success "[$mode] a stopped local node agent is a lost node within --keepalive, and its ranks are stopped" '
+        need_mode $mode
+        export DSLAUNCH_CONTAIN=$mode FLOW_TAG=agstop.$mode.$$ FLOW_PIDFILE=$T_TMP/agstop.$mode
+        "$DSL" --keepalive 3 --term-timeout 1 --include localhost:0,1 "$W" descend pidfile 600 >out 2>err &
+        pid=$!
+        agent=""
+        trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
+        left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
+        assert_alive $left
+        [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
+        agent=$(pgrep -P $pid)  # the local transport forks the agent as a child of dslaunch
+        [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+        kill -STOP $agent
+        wait_exit $pid 40
+        assert_eq "$rc" 200 "exit code (a lost node)"
+        assert_grep "node 0 (localhost) lost: no word from .localhost. for [0-9.]* s" err
+        wait_gone 10 $left
+        wait_no_procs "$FLOW_TAG" 10
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 10
+    '
+}
+
+for mode in auto tracking; do
+    frozen_agent_cases $mode
+done
+
 expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
     [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
     unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
