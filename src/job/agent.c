@@ -638,14 +638,16 @@ static void clean_step(struct agent *a, double now)
     }
     if (left > 0 && now < a->give_up_at)
         return;
+    /* empty, but a process may still be on its way out of the cgroups (its last
+       thread freeing memory): removal is retried each tick until the deadline */
+    if (left <= 0 && dsl_contain_remove(&a->contain) < 0 && now < a->give_up_at)
+        return;
     if (left > 0)
         fprintf(stderr,
                 "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
                 "SIGKILL; the clean-up process keeps trying\n",
                 left, CLEAN_PATIENCE);
-    if (dsl_contain_finish(&a->contain) < 0 && left <= 0)
-        fprintf(stderr, "dslaunch agent: the ranks' cgroups are not empty yet; the clean-up "
-                        "process takes over\n");
+    dsl_contain_finish(&a->contain); /* says what it could not remove */
     a->state = AG_DONE;
 }
 

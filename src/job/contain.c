@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,7 @@
 #define SCAN_EVERY 0.5        /* seconds between reports to the keeper (tracking) */
 #define TOLD_MAX 65536        /* processes the keeper is told of at most */
 #define KEEPER_PATIENCE 10.0  /* seconds the keeper keeps killing before it gives up */
+#define KEEPER_REMOVE_PATIENCE 5.0 /* seconds it then tries to remove the emptied cgroups */
 
 /* ---- /proc ---- */
 
@@ -263,6 +265,48 @@ static void told_add(struct dsl_tracked **t, size_t *n, size_t *cap, pid_t pid,
     (*n)++;
 }
 
+/*
+ * rmdir every rank cgroup still there, again until all are gone or `patience` seconds
+ * passed. An empty cgroup.procs is not yet an empty cgroup: the last thread of a
+ * process leaves cgroup.procs as it begins to exit, but the cgroup only once it has
+ * freed the process's memory, and until then rmdir fails with EBUSY (a trainer that
+ * frees gigabytes takes tens of milliseconds; under load, more). Returns 0 when every
+ * rank cgroup is gone, else the first error (-EBUSY: still populated).
+ */
+static int remove_rank_cgroups(struct dsl_contain *c, double patience)
+{
+    double give_up = dsl_now() + patience;
+    for (;;) {
+        int rc = 0;
+        for (int i = 0; i < c->nranks; i++) {
+            int r = dsl_cgrank_remove(&c->ranks[i].cg);
+            if (r < 0 && !rc)
+                rc = r;
+        }
+        if (!rc) {
+            dsl_cghost_remove_job(&c->host, c->job);
+            return 0;
+        }
+        if (dsl_now() >= give_up)
+            return rc;
+        nap_ms(10);
+    }
+}
+
+/* Name every rank cgroup directory still there, into buf ("" when none). */
+static void left_cgroups(const struct dsl_contain *c, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->nranks; i++)
+        for (int k = 0; k < DSL_CG_NKIND && len + 1 < n; k++)
+            if (c->ranks[i].cg.dir[k]) {
+                int w = snprintf(buf + len, n - len, "%s'%s'", len ? ", " : "",
+                                 c->ranks[i].cg.dir[k]);
+                len = w < 0 ? n : len + (size_t)w;
+            }
+}
+
 /* The agent is gone: empty and remove the ranks' cgroups. */
 static void keeper_clean_cgroups(struct dsl_contain *c)
 {
@@ -278,9 +322,17 @@ static void keeper_clean_cgroups(struct dsl_contain *c)
             break;
         nap_ms(20);
     }
-    for (int i = 0; i < c->nranks; i++)
-        dsl_cgrank_remove(&c->ranks[i].cg);
-    dsl_cghost_remove_job(&c->host, c->job);
+    int r = remove_rank_cgroups(c, KEEPER_REMOVE_PATIENCE);
+    if (r < 0) {
+        /* nobody reads the keeper's stderr (it must not hold the agent's channel open
+           after the agent died): the system log is where this is said */
+        char left[2048];
+        left_cgroups(c, left, sizeof(left));
+        openlog("dslaunch", LOG_PID, LOG_DAEMON);
+        syslog(LOG_WARNING, "clean-up of job '%s': cannot remove cgroup(s) %s: %s", c->job,
+               left, strerror(-r));
+        closelog();
+    }
 }
 
 /*
@@ -686,14 +738,24 @@ void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
     }
 }
 
+int dsl_contain_remove(struct dsl_contain *c)
+{
+    if (!c->cgroups)
+        return 0;
+    return remove_rank_cgroups(c, 0);
+}
+
 int dsl_contain_finish(struct dsl_contain *c)
 {
     int busy = 0;
     if (c->cgroups) {
-        for (int i = 0; i < c->nranks; i++)
-            if (dsl_cgrank_remove(&c->ranks[i].cg) < 0)
-                busy = 1;
-        dsl_cghost_remove_job(&c->host, c->job);
+        busy = remove_rank_cgroups(c, 0) < 0;
+        if (busy) {
+            char left[2048];
+            left_cgroups(c, left, sizeof(left));
+            fprintf(stderr, "dslaunch agent: cannot remove cgroup(s) %s yet; the clean-up "
+                            "process takes over\n", left);
+        }
     } else {
         busy = dsl_contain_count(c) > 0;
     }

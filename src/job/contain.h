@@ -87,9 +87,15 @@ void dsl_contain_tick(struct dsl_contain *c, double now);
 void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
                        struct dsl_exit_cause *out);
 /**
+ * Try once to remove the ranks' cgroups (rmdir, refused while a process is inside or
+ * still exiting). 0 when they are gone (or there are none: process tracking), else
+ * -errno (-EBUSY: not empty yet); call again until it succeeds or the caller gives up.
+ */
+int dsl_contain_remove(struct dsl_contain *c);
+/**
  * The job is over on this node: remove the cgroups and dismiss the clean-up process.
  * -EBUSY when processes are left (the clean-up process then keeps trying after the
- * agent exits).
+ * agent exits; a line on stderr names the cgroups not removed).
  */
 int dsl_contain_finish(struct dsl_contain *c);
 /** Free everything. Without a successful finish the clean-up process takes over. */

@@ -1067,6 +1067,28 @@ for mode in auto tracking; do
     frozen_agent_cases $mode
 done
 
+# Ranks that take a while to die: the last thread of each frees 2 GiB after the process has
+# left cgroup.procs, and until then the kernel refuses to remove the cgroup (EBUSY).
+expect_success "the node agent SIGKILLed while a multi-threaded rank frees its memory: the job's cgroups are still removed" '
+    need_mode auto
+    export DSLAUNCH_CONTAIN=auto FLOW_TAG=bigkill.$$ FLOW_PIDFILE=$T_TMP/bigkill
+    "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend hold 2048 600 >out 2>err &
+    pid=$!
+    # whatever happens, remove what the job left (empty by then), by its own run id only
+    trap "kill -KILL $pid 2>/dev/null || true; id=\$(head -n 1 $FLOW_PIDFILE.0.ready 2>/dev/null);
+          [ -z \"\$id\" ] || find /sys/fs/cgroup -maxdepth 8 -depth -type d -path \"*/dslaunch-\$id*\" -exec rmdir {} + 2>/dev/null || true" EXIT
+    wait_for_file "$FLOW_PIDFILE.0.ready" 20
+    wait_for_file "$FLOW_PIDFILE.0" 60
+    wait_for_file "$FLOW_PIDFILE.1" 60
+    agent=$(pgrep -P $pid)
+    [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+    kill -KILL $agent
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 204 "exit code (node agent died)"
+    wait_no_procs "$FLOW_TAG" 10
+    wait_no_cgroups "$FLOW_PIDFILE.0.ready" 15
+'
+
 expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
     [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
     unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
