@@ -1061,6 +1061,37 @@ frozen_agent_cases() {
         wait_no_procs "$FLOW_TAG" 10
         [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 10
     '
+    expect_success "[$mode] a frozen node agent whose launcher is gone: its clean-up process ends the ranks, and the agent sweeps once resumed" '
+        need_mode $mode
+        export DSLAUNCH_CONTAIN=$mode FLOW_TAG=agfrz.$mode.$$ FLOW_PIDFILE=$T_TMP/agfrz.$mode
+        "$DSL" --keepalive 3 --term-timeout 1 --include localhost:0,1 "$W" descend pidfile 600 >out 2>err &
+        pid=$!
+        agent=""
+        trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
+        left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
+        assert_alive $left
+        [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
+        agent=$(pgrep -P $pid)
+        [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+        # a frozen agent and a launcher that cannot act on it (as for a remote node,
+        # whose launcher can only say it is lost): only the clean-up process is left.
+        # The launcher is stopped, not killed: its death would orphan the agent`s
+        # process group, and the kernel resumes a stopped orphaned group (SIGHUP, SIGCONT)
+        kill -STOP $pid
+        kill -STOP $agent
+        wait_gone 30 $left
+        assert_eq "$(process_state $agent)" T "the agent, still stopped"
+        kill -CONT $agent  # it finds the launcher silent, stops what is left, and exits
+        kill -CONT $pid
+        wait_exit $pid 30
+        wait_gone 10 $agent
+        wait_no_procs "$FLOW_TAG" 10
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 10
+    '
 }
 
 for mode in auto tracking; do
