@@ -389,6 +389,10 @@ static void print_summary(struct dsl_job *job)
     } else if (job->failed_node >= 0) {
         struct dsl_job_node *n = &job->nodes[job->failed_node];
         dsl_error("node %d (%s) lost: %s", job->failed_node, n->pn->host, n->err);
+    } else if (job->paused_for > 0 && !job->stop_requested) {
+        dsl_error("dslaunch itself did not run for %.1f s (stopped by SIGSTOP or ^Z, or "
+                  "suspended), past --keepalive %g s: the node agents lost it and stopped "
+                  "the ranks", job->paused_for, job->opts->tr.keepalive);
     } else if (job->stop_requested) {
         print_stop(job);
         return;
@@ -597,6 +601,7 @@ int dsl_job_run(struct dsl_job *job)
 
     /* run */
     for (;;) {
+        dsl_job_check_paused(job, 0); /* before a silent node is blamed for our pause */
         dsl_job_handle_signals(job);
         dsl_job_watch_tick(job);
         double now = dsl_now();

@@ -176,6 +176,41 @@ void dsl_job_stop(struct dsl_job *job, int sig, double grace)
     begin_stop(job, sig, grace);
 }
 
+/*
+ * A launcher that is stopped (SIGSTOP, ^Z) or suspended for longer than the keepalive
+ * comes back to agents that have lost it: each stopped its ranks with SIGTERM, and
+ * their exit reports wait in the channels. Read first, those would name a rank
+ * "killed by SIGTERM (sent by dslaunch's stop)" as the failure, exit 143, as if
+ * someone had stopped the job. So the gap is noted before anything is read, and the
+ * job ends as a lost launcher: exit 200, the code an agent of a no-ssh node gives when
+ * it loses its coordinator.
+ */
+void dsl_job_check_paused(struct dsl_job *job, double slack)
+{
+    double now = dsl_now(), last = job->t_running;
+    job->t_running = now;
+    double ka = job->opts->tr.keepalive;
+    if (!job->started || last <= 0 || ka <= 0 || job->paused_for > 0 || now - last <= slack)
+        return;
+    /*
+     * An agent loses the launcher when it has heard nothing for the keepalive since the
+     * last message it got, which may be up to a third of a keepalive before the pause
+     * began: the test is each node's last message, not the pause's length. A running
+     * loop pings every keepalive/3, so only a launcher that stood still gets here.
+     */
+    int lost = 0;
+    for (int i = 0; i < job->nnodes; i++)
+        lost |= job->nodes[i].state == DSL_NODE_RUNNING && now - job->nodes[i].last_tx > ka;
+    if (!lost)
+        return;
+    job->paused_for = now - last;
+    if (job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested)
+        job->exit_code = DSL_EXIT_UNREACHABLE;
+    for (int i = 0; i < job->nnodes; i++)
+        job->nodes[i].last_rx = now; /* their silence was ours: time to report */
+    begin_stop(job, SIGTERM, job->opts->term_timeout);
+}
+
 void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt,
                        ...)
 {
@@ -188,7 +223,8 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
     va_end(ap);
     n->err_code = code;
     n->state = DSL_NODE_FAILED;
-    if (was_running && job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested) {
+    if (was_running && job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested &&
+        !job->paused_for) {
         job->failed_node = (int)(n - job->nodes);
         job->exit_code = code == DSL_ETIMEDOUT || code == DSL_ECONNECT ? DSL_EXIT_UNREACHABLE
                                                                        : DSL_EXIT_AGENT;
@@ -374,7 +410,7 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         if (dsl_job_hang_on_exit(job, r))
             break; /* a hang's verdict stands for the job's outcome (job_hang.c) */
         if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0 &&
-            !job->stop_requested) {
+            !job->stop_requested && !job->paused_for) {
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
             job->t_first_fail = dsl_now();
@@ -495,7 +531,9 @@ void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
         pf[npf].events = ev;
         owner[npf++] = i;
     }
+    dsl_job_check_paused(job, 0);
     int pr = poll(pf, npf, timeout_ms);
+    dsl_job_check_paused(job, timeout_ms / 1000.0);
     for (nfds_t k = 0; pr > 0 && k < npf; k++) {
         if (!pf[k].revents)
             continue;

@@ -90,6 +90,10 @@ struct dsl_job {
                                      (SIGINT, SIGTERM, SIGHUP), or SIGPIPE when a reader
                                      of its stdout or stderr went away; 0 */
     int killed_now;               /* a second interrupt killed the ranks without grace */
+    double paused_for;            /* dslaunch itself did not run this long, past the
+                                     keepalive (SIGSTOP, ^Z, a suspend): its agents lost
+                                     it and stopped the ranks; 0: it ran throughout */
+    double t_running;             /* when the loop last ran (job_loop.c) */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     int tty[3];                   /* tty[1], tty[2]: stdout, stderr is a terminal */
     double t_begin, t_stop, t_first_fail;

@@ -1016,25 +1016,6 @@ done
 # ends the ranks on its own. Each case resumes or kills what it stopped, even when it
 # fails, so nothing it froze outlives it.
 
-# wait_exit PID BOUND: wait for dslaunch (a child of this shell) to exit, at most BOUND
-# s (a liveness bound); its exit code in $rc, or fail with it still running
-wait_exit() {
-    local i=0
-    while kill -0 "$1" 2>/dev/null && [ $i -lt $(($2 * 10)) ]; do
-        [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || break
-        sleep 0.1
-        i=$((i + 1))
-    done
-    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -0 "$1" 2>/dev/null ||
-        fail "dslaunch still running $2 s later" || return 1
-    set +e; wait "$1"; rc=$?; set -e
-}
-
-# process_state PID: its state letter (T: stopped), or nothing when it is gone
-process_state() {
-    awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true
-}
-
 frozen_agent_cases() {
     local mode=$1
     expect_success "[$mode] a stopped local node agent is a lost node within --keepalive, and its ranks are stopped" '
@@ -1118,6 +1099,24 @@ expect_success "the node agent SIGKILLed while a multi-threaded rank frees its m
     assert_eq "$rc" 204 "exit code (node agent died)"
     wait_no_procs "$FLOW_TAG" 10
     wait_no_cgroups "$FLOW_PIDFILE.0.ready" 15
+'
+
+expect_success "dslaunch stopped (SIGSTOP) past --keepalive, then resumed: exit 200, saying the agents lost it, not a user's stop" '
+    export FLOW_TAG=lpause.$$ FLOW_PIDFILE=$T_TMP/lpause
+    "$DSL" --keepalive 2 --term-timeout 1 --include localhost:0,1 "$W" pidfile 600 >out 2>err &
+    pid=$!
+    trap "kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    kill -STOP $pid
+    wait_gone 30 $ranks  # the agent, hearing nothing for the keepalive, stopped them
+    kill -CONT $pid
+    wait_exit $pid 30
+    assert_eq "$rc" 200 "exit code (the launcher was lost)"
+    assert_grep "dslaunch itself did not run for [0-9.]* s (stopped by SIGSTOP or ^Z, or suspended), past --keepalive 2 s: the node agents lost it and stopped the ranks" err
+    assert_not_grep "sent by dslaunch.s stop" err
+    wait_no_procs "$FLOW_TAG" 10
 '
 
 expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
