@@ -963,6 +963,8 @@ int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int wo
     if (r == -EFBIG)
         r = dsl_seterr(err, DSL_ECONFIG, "config '%s' is larger than %u bytes", path,
                        MAX_CONFIG_BYTES);
+    else if (r == DSL_ENOTREG)
+        r = dsl_seterr(err, DSL_ECONFIG, "config '%s': %s", path, dsl_strerror(r));
     else if (r < 0)
         r = dsl_seterr(err, r, "cannot open config '%s': %s", path, strerror(-r));
     else

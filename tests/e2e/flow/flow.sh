@@ -424,6 +424,19 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
     assert_grep "nope.txt" err
 '
 
+expect_success "a hostfile or a ds_config that is a FIFO is refused at once, not waited on" '
+    mkfifo hosts.fifo config.fifo
+    # timeout: a liveness bound; a read of a FIFO nobody writes would never end (124)
+    run_capture rc out err timeout 30 "$DSL" --hostfile hosts.fifo "$W" env
+    assert_eq "$rc" 2 "exit code (124: still waiting on the FIFO)"
+    assert_grep "hostfile .hosts.fifo.: not a regular file (a FIFO, socket or device): not reading it" err
+    dstrain="$(dirname "$DSL")/dstrain"
+    [ -x "$dstrain" ] || skip "dstrain is not built beside dslaunch"
+    run_capture rc out err timeout 30 "$dstrain" --config config.fifo
+    assert_eq "$rc" 2 "exit code of dstrain (124: still waiting on the FIFO)"
+    assert_grep "config .config.fifo.: not a regular file (a FIFO, socket or device): not reading it" err
+'
+
 expect_success "a --ssh-config or --ssh-identity that is not there is an error before any host is looked up" '
     printf "nohost-a slots=1\nnohost-b slots=1\n" >hosts_missing_cfg
     run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config "$W" env
