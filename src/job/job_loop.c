@@ -41,6 +41,7 @@
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -280,27 +281,54 @@ void dsl_job_log_sink(void *arg, const char *line)
     dsl_output_flush(job->out);
 }
 
+/*
+ * What dslaunch prints itself quotes text from ranks and nodes (a rank's last stderr
+ * lines in the summary, the names and facts a node reported in the preflight table),
+ * which may hold escape sequences that the terminal would run. So every line goes
+ * through dsl_quote_for_humans(), as the log functions' messages do; the line ends
+ * are the format's own. (The ranks' streamed lines are not printed here: they stay
+ * byte for byte as written.)
+ */
+static char *quote_lines(const char *text)
+{
+    size_t n = strlen(text), cap = n * 6 + 8; /* at most \uNNNN for 3 bytes, \xNN per byte */
+    char *out = dsl_xmalloc(cap + 1), *o = out;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        o += dsl_quote_for_humans(o, cap - (size_t)(o - out) + 1, p, len);
+        if (!nl)
+            break;
+        *o++ = '\n';
+        p = nl + 1;
+    }
+    *o = '\0';
+    return out;
+}
+
 void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    if (!job->out) {
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        return;
-    }
-    va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0) {
-        char *text = dsl_xmalloc((size_t)n + 1);
-        vsnprintf(text, (size_t)n + 1, fmt, ap2);
-        dsl_output_text(job->out, 2, text);
-        dsl_output_flush(job->out);
-        free(text);
+    if (n < 0) {
+        va_end(ap2);
+        return;
     }
+    char *text = dsl_xmalloc((size_t)n + 1);
+    vsnprintf(text, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
+    char *safe = quote_lines(text);
+    if (!job->out) {
+        fputs(safe, stderr);
+    } else if (safe[0]) {
+        dsl_output_text(job->out, 2, safe);
+        dsl_output_flush(job->out);
+    }
+    free(safe);
+    free(text);
 }
 
 /*

@@ -437,6 +437,18 @@ expect_success "a hostfile or a ds_config that is a FIFO is refused at once, not
     assert_grep "config .config.fifo.: not a regular file (a FIFO, socket or device): not reading it" err
 '
 
+expect_success "a rank's stderr quoted in the failure summary is escaped; its streamed lines stay byte-exact" '
+    printf "%s\n" "printf \"X\\033]0;PWNED\\007\\033[2JY\\n\" >&2" "exit 1" >rank.sh
+    run_capture rc out err "$DSL" --include localhost:0 sh rank.sh
+    assert_eq "$rc" 1
+    raw=$(printf "X\033]0;PWNED\007\033[2JY")
+    # the line the rank wrote, streamed as written (docs/design.md)
+    assert_eq "$(grep -cxF "[rank 0] $raw" err)" 1 "raw streamed lines"
+    # what dslaunch prints itself is escaped: no other line carries an ESC or a BEL
+    assert_grep "^  | X\\\\x1b\]0;PWNED\\\\x07\\\\x1b\[2JY$" err
+    assert_eq "$(grep -c "$(printf "[\033\007]")" err)" 1 "lines with a raw ESC or BEL"
+'
+
 expect_success "a --ssh-config or --ssh-identity that is not there is an error before any host is looked up" '
     printf "nohost-a slots=1\nnohost-b slots=1\n" >hosts_missing_cfg
     run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config "$W" env
