@@ -102,6 +102,7 @@ void dsl_job_release(struct dsl_job *job)
         dsl_strvec_release(&job->ranks[i].tail);
         if (job->ranks[i].log)
             fclose(job->ranks[i].log);
+        free(job->ranks[i].log_path);
         free(job->ranks[i].pending_cr);
     }
     free(job->ranks);
@@ -433,6 +434,33 @@ static void print_summary(struct dsl_job *job)
 }
 
 /*
+ * A --log-dir file that could not be written (a full disk, an I/O error) was reported
+ * when it happened; the end says it again with what each log misses. A job whose ranks
+ * all succeeded exits DSL_EXIT_LOGS, so a script that keeps the logs learns they are
+ * not whole; a failed job keeps the exit code of its failure.
+ */
+static void lost_logs_summary(struct dsl_job *job)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1u << 16);
+    int n = 0;
+    for (int i = 0; i < job->nranks; i++)
+        if (job->ranks[i].log_lost)
+            dsl_dynbuf_addf(&b, "%srank %d lost %llu bytes ('%s')", n++ ? ", " : "",
+                            job->ranks[i].rank, job->ranks[i].log_lost,
+                            job->ranks[i].log_path ? job->ranks[i].log_path : "?");
+    if (n && job->exit_code == 0) {
+        dsl_error("every rank exited 0, but the --log-dir files are incomplete: %s; the "
+                  "console had every line",
+                  dsl_dynbuf_str(&b));
+        job->exit_code = DSL_EXIT_LOGS;
+    } else if (n) {
+        dsl_warn("the --log-dir files are incomplete: %s", dsl_dynbuf_str(&b));
+    }
+    dsl_dynbuf_release(&b);
+}
+
+/*
  * The job is over: write what the console still holds (waiting for its readers, as any
  * program would; a signal now has its default effect), then say what was dropped.
  */
@@ -518,8 +546,10 @@ int dsl_job_run(struct dsl_job *job)
             if (!job->ranks[i].log) {
                 dsl_error("--log-dir: %s", lerr);
                 code = DSL_EXIT_USAGE;
+                free(path);
+            } else {
+                job->ranks[i].log_path = path;
             }
-            free(path);
         }
         close(dfd);
         if (code)
@@ -631,6 +661,7 @@ int dsl_job_run(struct dsl_job *job)
         dsl_job_pump(job, sp[0], 200);
     }
     print_summary(job);
+    lost_logs_summary(job);
     code = job->exit_code;
 
 out:

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dslaunch/job/job.h"
@@ -332,6 +333,40 @@ void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
 }
 
 /*
+ * Append a line to rank r's --log-dir file, in one write where it fits. A write that
+ * fails (ENOSPC, EIO, EFBIG) is said at once, naming the rank and the file; the file
+ * is closed, since a log with holes in it would pass for a whole one, and from then
+ * on r->log_lost counts the bytes it misses. The console is not affected.
+ */
+static void log_line(struct dsl_job_rank *r, const char *line, size_t len, const char *end)
+{
+    size_t elen = strlen(end), done = 0, total = len + elen;
+    int fd = fileno(r->log);
+    while (done < total) {
+        struct iovec iov[2];
+        int k = 0;
+        if (done < len)
+            iov[k++] = (struct iovec){.iov_base = (void *)(line + done), .iov_len = len - done};
+        size_t eoff = done > len ? done - len : 0;
+        iov[k++] = (struct iovec){.iov_base = (void *)(end + eoff), .iov_len = elen - eoff};
+        ssize_t w = writev(fd, iov, k);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            r->log_lost = total - done;
+            dsl_error("--log-dir: cannot write '%s' (rank %d): %s; the log misses its lines "
+                      "from here on (the console still has them)",
+                      r->log_path ? r->log_path : "?", r->rank, strerror(e));
+            fclose(r->log);
+            r->log = NULL;
+            return;
+        }
+        done += (size_t)w;
+    }
+}
+
+/*
  * A line of a rank's output. The --log-dir file gets its bytes exactly as written, line
  * end included. So does the console with --no-prefix when it is not a terminal (a pipe
  * or a file: `dslaunch --no-prefix ... > out` holds what the rank wrote). Otherwise each
@@ -343,11 +378,10 @@ static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct
 {
     const char *end = dsl_line_end_text(m->end);
     size_t len = m->line_len;
-    if (r->log) {
-        fwrite(m->line, 1, len, r->log);
-        fputs(end, r->log);
-        fflush(r->log);
-    }
+    if (r->log)
+        log_line(r, m->line, len, end);
+    else if (r->log_lost) /* the log failed: what it misses is counted */
+        r->log_lost += len + strlen(end);
     if (job->opts->no_prefix && !job->tty[m->stream == 2 ? 2 : 1]) {
         print_bytes(job, r, m->stream, m->line, len, end);
         return;

@@ -188,6 +188,11 @@ static int decide(const struct dsl_job *job, int k, struct attempt *a, unsigned 
                  "(SIGUSR1)");
         return 0;
     }
+    if (job->exit_code == DSL_EXIT_LOGS) { /* the ranks succeeded; a rerun fixes no disk */
+        snprintf(a->next, sizeof(a->next), "not restarting: every rank exited 0, only the "
+                 "--log-dir files are incomplete");
+        return 0;
+    }
     if (k == 0 && !job->started) {
         snprintf(a->next, sizeof(a->next), "not restarting: the job could not start");
         return 0;

@@ -1144,6 +1144,23 @@ expect_success "dslaunch stopped (SIGSTOP) past --keepalive, then resumed: exit 
     wait_no_procs "$FLOW_TAG" 10
 '
 
+expect_success "--log-dir on a full file system: the write error is reported at once, the console keeps every line, exit 207" '
+    [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
+    unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
+    export FLOW_TAG=logfull.$$
+    mkdir -m 700 full
+    # a 64 KiB tmpfs as the log directory, in a mount namespace of the job alone; the
+    # two ranks print 4000 lines (about 330 KB) each
+    mnt='"'"'mount -t tmpfs -o size=64k,mode=700 tmpfs "$1" || exit 99; shift; exec "$@"'"'"'
+    run_capture rc out err unshare --mount --propagation private sh -c "$mnt" sh "$T_TMP/full" "$DSL" --log-dir "$T_TMP/full" --include localhost:0,1 "$W" print 4000 0.5
+    assert_eq "$rc" 207 "exit code (the ranks succeeded, the logs are incomplete)"
+    assert_eq "$(grep -c "^\[rank 0\] out 0 " out)" 4000 "rank 0 lines on the console"
+    assert_eq "$(grep -c "^\[rank 1\] out 1 " out)" 4000 "rank 1 lines on the console"
+    assert_grep "^dslaunch: error: --log-dir: cannot write .*/full/rank[01]\.log. (rank [01]): No space left on device; the log misses its lines from here on (the console still has them)" err
+    assert_grep "^dslaunch: error: every rank exited 0, but the --log-dir files are incomplete: rank [01] lost [0-9]* bytes" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
 expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
     [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
     unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
