@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -104,7 +105,8 @@ int dsl_dynbuf_load_file(struct dsl_dynbuf *b, const char *path)
     struct stat st;
     char chunk[65536];
     int r = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO that has no writer must not wait for one */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return -errno;
     if (fstat(fd, &st) < 0) {
@@ -113,6 +115,10 @@ int dsl_dynbuf_load_file(struct dsl_dynbuf *b, const char *path)
     }
     if (S_ISDIR(st.st_mode)) {
         r = -EISDIR;
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        r = DSL_ENOTREG;
         goto out;
     }
     for (;;) {

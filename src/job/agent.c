@@ -32,7 +32,8 @@
  * Containment (contain.c): each rank runs in cgroups of its own where the machine
  * allows it, else the agent tracks its descendants through /proc; either way a process
  * that left the rank's group or session is still found, and a clean-up process that
- * outlives the agent finishes the teardown if the agent itself is killed. Each exit
+ * outlives the agent finishes the teardown if the agent itself is killed, or stops
+ * the ranks if the agent stays silent for the keepalive (stopped, wedged). Each exit
  * report says why the rank ended as far as the node can tell: the OOM killer (the
  * rank cgroup's counter or the kernel log), a signal of dslaunch's own stop, or
  * neither (struct dsl_exit_cause).
@@ -638,14 +639,16 @@ static void clean_step(struct agent *a, double now)
     }
     if (left > 0 && now < a->give_up_at)
         return;
+    /* empty, but a process may still be on its way out of the cgroups (its last
+       thread freeing memory): removal is retried each tick until the deadline */
+    if (left <= 0 && dsl_contain_remove(&a->contain) < 0 && now < a->give_up_at)
+        return;
     if (left > 0)
         fprintf(stderr,
                 "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
                 "SIGKILL; the clean-up process keeps trying\n",
                 left, CLEAN_PATIENCE);
-    if (dsl_contain_finish(&a->contain) < 0 && left <= 0)
-        fprintf(stderr, "dslaunch agent: the ranks' cgroups are not empty yet; the clean-up "
-                        "process takes over\n");
+    dsl_contain_finish(&a->contain); /* says what it could not remove */
     a->state = AG_DONE;
 }
 
@@ -791,6 +794,9 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     for (int i = 0; i < sm->nranks; i++)
         ids[i] = sm->ranks[i].rank;
     char cerr[DSL_ERR_LEN];
+    /* a stopped or wedged agent is fenced by its clean-up process (contain.c) when the
+       launcher calls the node lost */
+    dsl_contain_set_fence(&a->contain, a->keepalive, a->grace);
     int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
                                 sm->nranks, (unsigned long long)sm->mem_limit, cerr);
     free(ids);
@@ -1130,8 +1136,8 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
             begin_cleaning(&a);
         if (a.state == AG_CLEANING)
             clean_step(&a, now);
-        if (a.state == AG_RUNNING || a.state == AG_STOPPING)
-            dsl_contain_tick(&a.contain, now);
+        if (a.state == AG_RUNNING || a.state == AG_STOPPING || a.state == AG_CLEANING)
+            dsl_contain_tick(&a.contain, now); /* the clean-up process hears we live */
         if (a.state == AG_DONE) {
             struct dsl_msg m;
             dsl_msg_init(&m, DSL_MSG_BYE);

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -62,6 +63,7 @@
 #define SCAN_EVERY 0.5        /* seconds between reports to the keeper (tracking) */
 #define TOLD_MAX 65536        /* processes the keeper is told of at most */
 #define KEEPER_PATIENCE 10.0  /* seconds the keeper keeps killing before it gives up */
+#define KEEPER_REMOVE_PATIENCE 5.0 /* seconds it then tries to remove the emptied cgroups */
 
 /* ---- /proc ---- */
 
@@ -264,6 +266,48 @@ static void told_add(struct dsl_tracked **t, size_t *n, size_t *cap, pid_t pid,
     (*n)++;
 }
 
+/*
+ * rmdir every rank cgroup still there, again until all are gone or `patience` seconds
+ * passed. An empty cgroup.procs is not yet an empty cgroup: the last thread of a
+ * process leaves cgroup.procs as it begins to exit, but the cgroup only once it has
+ * freed the process's memory, and until then rmdir fails with EBUSY (a trainer that
+ * frees gigabytes takes tens of milliseconds; under load, more). Returns 0 when every
+ * rank cgroup is gone, else the first error (-EBUSY: still populated).
+ */
+static int remove_rank_cgroups(struct dsl_contain *c, double patience)
+{
+    double give_up = dsl_now() + patience;
+    for (;;) {
+        int rc = 0;
+        for (int i = 0; i < c->nranks; i++) {
+            int r = dsl_cgrank_remove(&c->ranks[i].cg);
+            if (r < 0 && !rc)
+                rc = r;
+        }
+        if (!rc) {
+            dsl_cghost_remove_job(&c->host, c->job);
+            return 0;
+        }
+        if (dsl_now() >= give_up)
+            return rc;
+        nap_ms(10);
+    }
+}
+
+/* Name every rank cgroup directory still there, into buf ("" when none). */
+static void left_cgroups(const struct dsl_contain *c, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->nranks; i++)
+        for (int k = 0; k < DSL_CG_NKIND && len + 1 < n; k++)
+            if (c->ranks[i].cg.dir[k]) {
+                int w = snprintf(buf + len, n - len, "%s'%s'", len ? ", " : "",
+                                 c->ranks[i].cg.dir[k]);
+                len = w < 0 ? n : len + (size_t)w;
+            }
+}
+
 /* The agent is gone: empty and remove the ranks' cgroups. */
 static void keeper_clean_cgroups(struct dsl_contain *c)
 {
@@ -279,9 +323,40 @@ static void keeper_clean_cgroups(struct dsl_contain *c)
             break;
         nap_ms(20);
     }
-    for (int i = 0; i < c->nranks; i++)
-        dsl_cgrank_remove(&c->ranks[i].cg);
-    dsl_cghost_remove_job(&c->host, c->job);
+    int r = remove_rank_cgroups(c, KEEPER_REMOVE_PATIENCE);
+    if (r < 0) {
+        /* nobody reads the keeper's stderr (it must not hold the agent's channel open
+           after the agent died): the system log is where this is said */
+        char left[2048];
+        left_cgroups(c, left, sizeof(left));
+        openlog("dslaunch", LOG_PID, LOG_DAEMON);
+        syslog(LOG_WARNING, "clean-up of job '%s': cannot remove cgroup(s) %s: %s", c->job,
+               left, strerror(-r));
+        closelog();
+    }
+}
+
+/* Mark the processes of ps that the agent told of (or that are in held), and every
+   process below one of those (a fixpoint over the parent links). */
+static void mark_tracked(const struct dsl_procstat *ps, int n, const struct dsl_tracked *told,
+                         size_t ntold, const struct dsl_tracked *held, size_t nheld, char *mark)
+{
+    for (int i = 0; i < n; i++)
+        mark[i] = told_has(told, ntold, ps[i].pid, ps[i].start) ||
+                  told_has(held, nheld, ps[i].pid, ps[i].start);
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (int i = 0; i < n; i++) {
+            if (mark[i])
+                continue;
+            for (int j = 0; j < n; j++)
+                if (mark[j] && ps[j].pid == ps[i].ppid) {
+                    mark[i] = 1;
+                    changed = 1;
+                    break;
+                }
+        }
+    }
 }
 
 /*
@@ -298,23 +373,7 @@ static void keeper_clean_tracked(struct dsl_tracked *told, size_t ntold)
         struct dsl_procstat *ps;
         int n = dsl_contain_scan(&ps);
         char *mark = dsl_xcalloc((size_t)n + 1, 1);
-        for (int i = 0; i < n; i++)
-            mark[i] = told_has(told, ntold, ps[i].pid, ps[i].start) ||
-                      told_has(held, nheld, ps[i].pid, ps[i].start);
-        /* below a marked process (fixpoint over the parent links) */
-        for (int changed = 1; changed;) {
-            changed = 0;
-            for (int i = 0; i < n; i++) {
-                if (mark[i])
-                    continue;
-                for (int j = 0; j < n; j++)
-                    if (mark[j] && ps[j].pid == ps[i].ppid) {
-                        mark[i] = 1;
-                        changed = 1;
-                        break;
-                    }
-            }
-        }
+        mark_tracked(ps, n, told, ntold, held, nheld, mark);
         int fresh = 0;
         for (int i = 0; i < n; i++) {
             if (!mark[i] || ps[i].state == 'Z' || ps[i].pid == getpid() ||
@@ -337,7 +396,58 @@ static void keeper_clean_tracked(struct dsl_tracked *told, size_t ntold)
     free(held);
 }
 
-/* The keeper's program: wait for "D" (dismissed) or EOF (the agent died). */
+/* The fence's first step: sig to every process of the job the keeper knows of. */
+static void keeper_signal(struct dsl_contain *c, const struct dsl_tracked *told, size_t ntold,
+                          int sig)
+{
+    if (c->cgroups) {
+        for (int i = 0; i < c->nranks; i++)
+            dsl_cgrank_signal(&c->ranks[i].cg, sig, 0);
+        return;
+    }
+    struct dsl_procstat *ps;
+    int n = dsl_contain_scan(&ps);
+    char *mark = dsl_xcalloc((size_t)n + 1, 1);
+    mark_tracked(ps, n, told, ntold, NULL, 0, mark);
+    for (int i = 0; i < n; i++)
+        if (mark[i] && ps[i].state != 'Z' && ps[i].pid != getpid() && ps[i].pid != c->self) {
+            kill(ps[i].pid, sig);
+            if (sig != SIGKILL)
+                kill(ps[i].pid, SIGCONT); /* a stopped rank acts on it at once */
+        }
+    free(mark);
+    free(ps);
+}
+
+/* Everything the keeper knows of is gone (cgroups: empty; tracking: cannot tell). */
+static int keeper_all_gone(struct dsl_contain *c)
+{
+    if (!c->cgroups)
+        return 0;
+    for (int i = 0; i < c->nranks; i++)
+        if (dsl_cgrank_count(&c->ranks[i].cg) > 0)
+            return 0;
+    return 1;
+}
+
+/*
+ * The keeper's program: wait for "D" (dismissed) or EOF (the agent died); "P pid start"
+ * tells it of a process (tracking), "H" only that the agent lives.
+ *
+ * The fence. An agent that is alive but silent (SIGSTOPped, wedged, its machine
+ * frozen) neither stops its ranks nor dies, and its launcher can only call the node
+ * lost: the ranks would run on, holding GPUs and talking to peers of a job that is
+ * over, until someone resumed it. So when fence_after seconds pass without a word
+ * from the agent, the keeper stops the ranks itself, as the agent would on losing
+ * its launcher: SIGTERM to every process of the job it knows of, SIGKILL after the
+ * job's grace. It then waits as before: a resumed agent finds its launcher gone (or
+ * silent past the keepalive), sweeps whatever is left, removes the cgroups and
+ * dismisses the keeper; a dead one leaves the keeper to do that. fence_after is the
+ * job's keepalive, the deadline after which the launcher calls the node lost, so the
+ * fence falls when the job has given up on the node anyway. A keeper that was itself
+ * not running (the whole job frozen and thawed, as a Slurm suspend does) does not count
+ * that time as the agent's silence.
+ */
 static int keeper_main(void *arg)
 {
     struct dsl_contain *c = arg; /* this process's copy, from the fork */
@@ -346,32 +456,67 @@ static int keeper_main(void *arg)
     size_t ntold = 0, cap = 0;
     char buf[4096];
     size_t have = 0;
+    double heard = dsl_now(), kill_at = 0;
+    enum { FENCE_NONE, FENCE_TERM, FENCE_DONE } fence = FENCE_NONE;
     for (;;) {
-        ssize_t n = read(0, buf + have, sizeof(buf) - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-        buf[have] = '\0';
-        char *p = buf, *nl;
-        while ((nl = strchr(p, '\n'))) {
-            *nl = '\0';
-            if (p[0] == 'D')
-                return 0;
-            if (p[0] == 'P') {
-                char *end;
-                long pid = strtol(p + 1, &end, 10);
-                unsigned long long start = strtoull(end, NULL, 10);
-                if (pid > 1)
-                    told_add(&told, &ntold, &cap, (pid_t)pid, start);
-            }
-            p = nl + 1;
+        double before = dsl_now();
+        int timeout = -1;
+        if (c->fence_after > 0 && fence == FENCE_NONE) {
+            double left = heard + c->fence_after - before;
+            timeout = left <= 0 ? 0 : (int)(left * 1000) + 1;
+        } else if (fence == FENCE_TERM) {
+            timeout = 20; /* done early once everything is gone */
         }
-        have = (size_t)(buf + have - p);
-        memmove(buf, p, have);
-        if (have >= sizeof(buf) - 1)
-            have = 0; /* not a line of ours */
+        struct pollfd pf = {.fd = 0, .events = POLLIN};
+        int pr = poll(&pf, 1, timeout);
+        double now = dsl_now();
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (timeout >= 0 && now - before > timeout / 1000.0 + 1.0)
+            heard = now; /* overslept by more than a second: the keeper was not running */
+        if (pr > 0) {
+            ssize_t n = read(0, buf + have, sizeof(buf) - 1 - have);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
+            if (n <= 0)
+                break;
+            heard = now;
+            have += (size_t)n;
+            buf[have] = '\0';
+            char *p = buf, *nl;
+            while ((nl = strchr(p, '\n'))) {
+                *nl = '\0';
+                if (p[0] == 'D') {
+                    free(told);
+                    return 0;
+                }
+                if (p[0] == 'P') {
+                    char *end;
+                    long pid = strtol(p + 1, &end, 10);
+                    unsigned long long start = strtoull(end, NULL, 10);
+                    if (pid > 1)
+                        told_add(&told, &ntold, &cap, (pid_t)pid, start);
+                }
+                p = nl + 1;
+            }
+            have = (size_t)(buf + have - p);
+            memmove(buf, p, have);
+            if (have >= sizeof(buf) - 1)
+                have = 0; /* not a line of ours */
+        }
+        if (fence == FENCE_NONE && c->fence_after > 0 && now - heard >= c->fence_after) {
+            keeper_signal(c, told, ntold, SIGTERM);
+            fence = FENCE_TERM;
+            kill_at = now + c->fence_grace;
+        }
+        if (fence == FENCE_TERM && (now >= kill_at || keeper_all_gone(c))) {
+            if (c->cgroups)
+                for (int i = 0; i < c->nranks; i++)
+                    dsl_cgrank_kill(&c->ranks[i].cg, &c->host);
+            else
+                keeper_clean_tracked(told, ntold);
+            fence = FENCE_DONE;
+        }
     }
     if (c->cgroups)
         keeper_clean_cgroups(c);
@@ -591,8 +736,20 @@ int dsl_contain_count(struct dsl_contain *c)
     return left;
 }
 
+void dsl_contain_set_fence(struct dsl_contain *c, double silence, double grace)
+{
+    c->fence_after = silence > 0 ? silence : 0;
+    c->fence_grace = grace > 0 ? grace : 0;
+}
+
 void dsl_contain_tick(struct dsl_contain *c, double now)
 {
+    if (c->keeper_fd >= 0 && c->fence_after > 0 && now >= c->next_beat) {
+        /* four words per silence: a late tick or two never reads as a stopped agent */
+        double every = c->fence_after / 8;
+        c->next_beat = now + (every < 1.0 ? every : 1.0);
+        keeper_say(c, "H\n");
+    }
     if (c->cgroups || c->keeper_fd < 0 || now < c->next_scan)
         return;
     c->next_scan = now + SCAN_EVERY;
@@ -687,14 +844,24 @@ void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
     }
 }
 
+int dsl_contain_remove(struct dsl_contain *c)
+{
+    if (!c->cgroups)
+        return 0;
+    return remove_rank_cgroups(c, 0);
+}
+
 int dsl_contain_finish(struct dsl_contain *c)
 {
     int busy = 0;
     if (c->cgroups) {
-        for (int i = 0; i < c->nranks; i++)
-            if (dsl_cgrank_remove(&c->ranks[i].cg) < 0)
-                busy = 1;
-        dsl_cghost_remove_job(&c->host, c->job);
+        busy = remove_rank_cgroups(c, 0) < 0;
+        if (busy) {
+            char left[2048];
+            left_cgroups(c, left, sizeof(left));
+            fprintf(stderr, "dslaunch agent: cannot remove cgroup(s) %s yet; the clean-up "
+                            "process takes over\n", left);
+        }
     } else {
         busy = dsl_contain_count(c) > 0;
     }

@@ -46,6 +46,10 @@ struct dsl_contain {
     pid_t oom_seen[64];             /* pids the kernel log named as OOM kills (a ring) */
     int noom;
     double next_scan;               /* tracking: when the keeper hears of new processes */
+    double fence_after;             /* the keeper fences the ranks after this many seconds
+                                       without a word from the agent; 0: never */
+    double fence_grace;             /* ... SIGTERM first, SIGKILL this much later */
+    double next_beat;               /* when the agent next tells the keeper it lives */
     struct dsl_tracked *told;       /* tracking: what the keeper has been told */
     size_t ntold, told_cap;
 };
@@ -60,6 +64,14 @@ void dsl_contain_init(struct dsl_contain *c);
 const char *dsl_contain_mode(const struct dsl_contain *c);
 /** 1 when a rank's memory can be limited and its OOM kills counted. */
 int dsl_contain_memory(const struct dsl_contain *c);
+/**
+ * Before dsl_contain_start(): the clean-up process fences the ranks of an agent that
+ * is silent for `silence` seconds (stopped, wedged): SIGTERM to every contained
+ * process, SIGKILL `grace` seconds later. The agent speaks through
+ * dsl_contain_tick(), which must then be called at least every silence/4 seconds
+ * until dsl_contain_finish(). silence 0 (the default): only the agent's death acts.
+ */
+void dsl_contain_set_fence(struct dsl_contain *c, double silence, double grace);
 /**
  * Prepare nranks ranks (global numbers in ranks[]) of the job run_id: make their
  * cgroups (with memory_limit bytes each, 0: none), open the kernel log, start the
@@ -81,16 +93,23 @@ void dsl_contain_signal(struct dsl_contain *c, int sig, const char *skip_group);
 void dsl_contain_kill(struct dsl_contain *c);
 /** Contained processes still alive (ranks not yet reaped included). */
 int dsl_contain_count(struct dsl_contain *c);
-/** Periodic work (process tracking: tell the clean-up process what is new). */
+/** Periodic work: tell the clean-up process the agent lives (when fenced) and, under
+    process tracking, what processes are new. */
 void dsl_contain_tick(struct dsl_contain *c, double now);
 /** Why rank i (reaped just now; sig: the signal that ended it, or 0; by_stop: the agent
     had sent it that signal) ended, as far as the node can tell. */
 void dsl_contain_cause(struct dsl_contain *c, int i, int sig, int by_stop,
                        struct dsl_exit_cause *out);
 /**
+ * Try once to remove the ranks' cgroups (rmdir, refused while a process is inside or
+ * still exiting). 0 when they are gone (or there are none: process tracking), else
+ * -errno (-EBUSY: not empty yet); call again until it succeeds or the caller gives up.
+ */
+int dsl_contain_remove(struct dsl_contain *c);
+/**
  * The job is over on this node: remove the cgroups and dismiss the clean-up process.
  * -EBUSY when processes are left (the clean-up process then keeps trying after the
- * agent exits).
+ * agent exits; a line on stderr names the cgroups not removed).
  */
 int dsl_contain_finish(struct dsl_contain *c);
 /** Free everything. Without a successful finish the clean-up process takes over. */

@@ -10,8 +10,9 @@
  *
  * with timestamps, so the watchdog is "state x elapsed time -> action": a node stuck in
  * CONNECTING or HELLO past --connect-timeout fails as unreachable; a RUNNING node
- * silent for --keepalive seconds fails as lost. At most --fanout nodes are in
- * CONNECTING at once.
+ * silent for --keepalive seconds fails as lost, on every transport (a local agent
+ * that is stopped or wedged is as silent as a remote one whose host died). At most
+ * --fanout nodes are in CONNECTING at once.
  *
  * Phases of the job, in order:
  *   connect   every agent says hello (version, cpus, gpus, interfaces)
@@ -101,6 +102,7 @@ void dsl_job_release(struct dsl_job *job)
         dsl_strvec_release(&job->ranks[i].tail);
         if (job->ranks[i].log)
             fclose(job->ranks[i].log);
+        free(job->ranks[i].log_path);
         free(job->ranks[i].pending_cr);
     }
     free(job->ranks);
@@ -228,7 +230,7 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     m->host_label = dsl_xstrdup(pn->host);
     m->cwd = dsl_xstrdup(job->plan->cwd);
     m->grace = job->opts->term_timeout;
-    m->keepalive = n->local ? 0 : job->opts->tr.keepalive;
+    m->keepalive = job->opts->tr.keepalive;
     m->mem_limit = (double)job->opts->rank_memory_limit;
     for (size_t i = 0; i < job->plan->argv.nr; i++)
         dsl_strvec_push(&m->argv, job->plan->argv.v[i]);
@@ -388,6 +390,10 @@ static void print_summary(struct dsl_job *job)
     } else if (job->failed_node >= 0) {
         struct dsl_job_node *n = &job->nodes[job->failed_node];
         dsl_error("node %d (%s) lost: %s", job->failed_node, n->pn->host, n->err);
+    } else if (job->paused_for > 0 && !job->stop_requested) {
+        dsl_error("dslaunch itself did not run for %.1f s (stopped by SIGSTOP or ^Z, or "
+                  "suspended), past --keepalive %g s: the node agents lost it and stopped "
+                  "the ranks", job->paused_for, job->opts->tr.keepalive);
     } else if (job->stop_requested) {
         print_stop(job);
         return;
@@ -425,6 +431,33 @@ static void print_summary(struct dsl_job *job)
         else if (done || lost)
             dsl_info("no other rank was running%s", extra);
     }
+}
+
+/*
+ * A --log-dir file that could not be written (a full disk, an I/O error) was reported
+ * when it happened; the end says it again with what each log misses. A job whose ranks
+ * all succeeded exits DSL_EXIT_LOGS, so a script that keeps the logs learns they are
+ * not whole; a failed job keeps the exit code of its failure.
+ */
+static void lost_logs_summary(struct dsl_job *job)
+{
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1u << 16);
+    int n = 0;
+    for (int i = 0; i < job->nranks; i++)
+        if (job->ranks[i].log_lost)
+            dsl_dynbuf_addf(&b, "%srank %d lost %llu bytes ('%s')", n++ ? ", " : "",
+                            job->ranks[i].rank, job->ranks[i].log_lost,
+                            job->ranks[i].log_path ? job->ranks[i].log_path : "?");
+    if (n && job->exit_code == 0) {
+        dsl_error("every rank exited 0, but the --log-dir files are incomplete: %s; the "
+                  "console had every line",
+                  dsl_dynbuf_str(&b));
+        job->exit_code = DSL_EXIT_LOGS;
+    } else if (n) {
+        dsl_warn("the --log-dir files are incomplete: %s", dsl_dynbuf_str(&b));
+    }
+    dsl_dynbuf_release(&b);
 }
 
 /*
@@ -513,8 +546,10 @@ int dsl_job_run(struct dsl_job *job)
             if (!job->ranks[i].log) {
                 dsl_error("--log-dir: %s", lerr);
                 code = DSL_EXIT_USAGE;
+                free(path);
+            } else {
+                job->ranks[i].log_path = path;
             }
-            free(path);
         }
         close(dfd);
         if (code)
@@ -596,6 +631,7 @@ int dsl_job_run(struct dsl_job *job)
 
     /* run */
     for (;;) {
+        dsl_job_check_paused(job, 0); /* before a silent node is blamed for our pause */
         dsl_job_handle_signals(job);
         dsl_job_watch_tick(job);
         double now = dsl_now();
@@ -603,7 +639,9 @@ int dsl_job_run(struct dsl_job *job)
             break;
         for (int i = 0; i < job->nnodes; i++) {
             struct dsl_job_node *n = &job->nodes[i];
-            if (n->state != DSL_NODE_RUNNING || n->local)
+            /* the local transport too: its agent cannot lose a network, but it can stop
+               (SIGSTOP, a debugger, a wedged loop), and then nothing else would tell */
+            if (n->state != DSL_NODE_RUNNING)
                 continue;
             if (job->opts->tr.keepalive > 0 && now - n->last_tx > job->opts->tr.keepalive / 3) {
                 struct dsl_msg m;
@@ -623,6 +661,7 @@ int dsl_job_run(struct dsl_job *job)
         dsl_job_pump(job, sp[0], 200);
     }
     print_summary(job);
+    lost_logs_summary(job);
     code = job->exit_code;
 
 out:

@@ -30,6 +30,13 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
 /** One pass of the event loop: poll for at most timeout_ms, handle what is ready. */
 void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms);
 /**
+ * Note whether dslaunch itself stood still since the loop last ran, beyond `slack`
+ * seconds it meant to wait, for longer than the keepalive: then its agents have lost
+ * it and stopped their ranks, and the job ends as a lost launcher (job->paused_for,
+ * exit 200) before anything they sent meanwhile is read.
+ */
+void dsl_job_check_paused(struct dsl_job *job, double slack);
+/**
  * Act on a signal the launcher received since the last call (stop or kill), and on a
  * reader of its stdout or stderr gone away (a stop, as SIGPIPE would be in a shell).
  */

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "dslaunch/job/job.h"
@@ -41,6 +42,7 @@
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/quote.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -176,6 +178,41 @@ void dsl_job_stop(struct dsl_job *job, int sig, double grace)
     begin_stop(job, sig, grace);
 }
 
+/*
+ * A launcher that is stopped (SIGSTOP, ^Z) or suspended for longer than the keepalive
+ * comes back to agents that have lost it: each stopped its ranks with SIGTERM, and
+ * their exit reports wait in the channels. Read first, those would name a rank
+ * "killed by SIGTERM (sent by dslaunch's stop)" as the failure, exit 143, as if
+ * someone had stopped the job. So the gap is noted before anything is read, and the
+ * job ends as a lost launcher: exit 200, the code an agent of a no-ssh node gives when
+ * it loses its coordinator.
+ */
+void dsl_job_check_paused(struct dsl_job *job, double slack)
+{
+    double now = dsl_now(), last = job->t_running;
+    job->t_running = now;
+    double ka = job->opts->tr.keepalive;
+    if (!job->started || last <= 0 || ka <= 0 || job->paused_for > 0 || now - last <= slack)
+        return;
+    /*
+     * An agent loses the launcher when it has heard nothing for the keepalive since the
+     * last message it got, which may be up to a third of a keepalive before the pause
+     * began: the test is each node's last message, not the pause's length. A running
+     * loop pings every keepalive/3, so only a launcher that stood still gets here.
+     */
+    int lost = 0;
+    for (int i = 0; i < job->nnodes; i++)
+        lost |= job->nodes[i].state == DSL_NODE_RUNNING && now - job->nodes[i].last_tx > ka;
+    if (!lost)
+        return;
+    job->paused_for = now - last;
+    if (job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested)
+        job->exit_code = DSL_EXIT_UNREACHABLE;
+    for (int i = 0; i < job->nnodes; i++)
+        job->nodes[i].last_rx = now; /* their silence was ours: time to report */
+    begin_stop(job, SIGTERM, job->opts->term_timeout);
+}
+
 void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, const char *fmt,
                        ...)
 {
@@ -188,7 +225,8 @@ void dsl_job_node_fail(struct dsl_job *job, struct dsl_job_node *n, int code, co
     va_end(ap);
     n->err_code = code;
     n->state = DSL_NODE_FAILED;
-    if (was_running && job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested) {
+    if (was_running && job->failed_rank < 0 && job->failed_node < 0 && !job->stop_requested &&
+        !job->paused_for) {
         job->failed_node = (int)(n - job->nodes);
         job->exit_code = code == DSL_ETIMEDOUT || code == DSL_ECONNECT ? DSL_EXIT_UNREACHABLE
                                                                        : DSL_EXIT_AGENT;
@@ -244,27 +282,88 @@ void dsl_job_log_sink(void *arg, const char *line)
     dsl_output_flush(job->out);
 }
 
+/*
+ * What dslaunch prints itself quotes text from ranks and nodes (a rank's last stderr
+ * lines in the summary, the names and facts a node reported in the preflight table),
+ * which may hold escape sequences that the terminal would run. So every line goes
+ * through dsl_quote_for_humans(), as the log functions' messages do; the line ends
+ * are the format's own. (The ranks' streamed lines are not printed here: they stay
+ * byte for byte as written.)
+ */
+static char *quote_lines(const char *text)
+{
+    size_t n = strlen(text), cap = n * 6 + 8; /* at most \uNNNN for 3 bytes, \xNN per byte */
+    char *out = dsl_xmalloc(cap + 1), *o = out;
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        o += dsl_quote_for_humans(o, cap - (size_t)(o - out) + 1, p, len);
+        if (!nl)
+            break;
+        *o++ = '\n';
+        p = nl + 1;
+    }
+    *o = '\0';
+    return out;
+}
+
 void dsl_job_eprintf(struct dsl_job *job, const char *fmt, ...)
 {
-    va_list ap;
+    va_list ap, ap2;
     va_start(ap, fmt);
-    if (!job->out) {
-        vfprintf(stderr, fmt, ap);
-        va_end(ap);
-        return;
-    }
-    va_list ap2;
     va_copy(ap2, ap);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n > 0) {
-        char *text = dsl_xmalloc((size_t)n + 1);
-        vsnprintf(text, (size_t)n + 1, fmt, ap2);
-        dsl_output_text(job->out, 2, text);
-        dsl_output_flush(job->out);
-        free(text);
+    if (n < 0) {
+        va_end(ap2);
+        return;
     }
+    char *text = dsl_xmalloc((size_t)n + 1);
+    vsnprintf(text, (size_t)n + 1, fmt, ap2);
     va_end(ap2);
+    char *safe = quote_lines(text);
+    if (!job->out) {
+        fputs(safe, stderr);
+    } else if (safe[0]) {
+        dsl_output_text(job->out, 2, safe);
+        dsl_output_flush(job->out);
+    }
+    free(safe);
+    free(text);
+}
+
+/*
+ * Append a line to rank r's --log-dir file, in one write where it fits. A write that
+ * fails (ENOSPC, EIO, EFBIG) is said at once, naming the rank and the file; the file
+ * is closed, since a log with holes in it would pass for a whole one, and from then
+ * on r->log_lost counts the bytes it misses. The console is not affected.
+ */
+static void log_line(struct dsl_job_rank *r, const char *line, size_t len, const char *end)
+{
+    size_t elen = strlen(end), done = 0, total = len + elen;
+    int fd = fileno(r->log);
+    while (done < total) {
+        struct iovec iov[2];
+        int k = 0;
+        if (done < len)
+            iov[k++] = (struct iovec){.iov_base = (void *)(line + done), .iov_len = len - done};
+        size_t eoff = done > len ? done - len : 0;
+        iov[k++] = (struct iovec){.iov_base = (void *)(end + eoff), .iov_len = elen - eoff};
+        ssize_t w = writev(fd, iov, k);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : EIO;
+            r->log_lost = total - done;
+            dsl_error("--log-dir: cannot write '%s' (rank %d): %s; the log misses its lines "
+                      "from here on (the console still has them)",
+                      r->log_path ? r->log_path : "?", r->rank, strerror(e));
+            fclose(r->log);
+            r->log = NULL;
+            return;
+        }
+        done += (size_t)w;
+    }
 }
 
 /*
@@ -279,11 +378,10 @@ static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct
 {
     const char *end = dsl_line_end_text(m->end);
     size_t len = m->line_len;
-    if (r->log) {
-        fwrite(m->line, 1, len, r->log);
-        fputs(end, r->log);
-        fflush(r->log);
-    }
+    if (r->log)
+        log_line(r, m->line, len, end);
+    else if (r->log_lost) /* the log failed: what it misses is counted */
+        r->log_lost += len + strlen(end);
     if (job->opts->no_prefix && !job->tty[m->stream == 2 ? 2 : 1]) {
         print_bytes(job, r, m->stream, m->line, len, end);
         return;
@@ -374,7 +472,7 @@ static void handle_msg(struct dsl_job *job, struct dsl_job_node *n, struct dsl_m
         if (dsl_job_hang_on_exit(job, r))
             break; /* a hang's verdict stands for the job's outcome (job_hang.c) */
         if ((r->sig || r->code != 0) && job->failed_rank < 0 && job->failed_node < 0 &&
-            !job->stop_requested) {
+            !job->stop_requested && !job->paused_for) {
             job->failed_rank = r->rank;
             job->exit_code = r->sig ? 128 + r->sig : r->code;
             job->t_first_fail = dsl_now();
@@ -495,7 +593,9 @@ void dsl_job_pump(struct dsl_job *job, int sig_rfd, int timeout_ms)
         pf[npf].events = ev;
         owner[npf++] = i;
     }
+    dsl_job_check_paused(job, 0);
     int pr = poll(pf, npf, timeout_ms);
+    dsl_job_check_paused(job, timeout_ms / 1000.0);
     for (nfds_t k = 0; pr > 0 && k < npf; k++) {
         if (!pf[k].revents)
             continue;

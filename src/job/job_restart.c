@@ -100,8 +100,9 @@ static void nap(double s)
     }
 }
 
-/* The cause of an attempt's end, in words. */
-static void describe(const struct dsl_job *job, char *buf, size_t n)
+/* The cause of an attempt's end, in words; code: what the attempt exited with (a job
+   that ended before its start, a refused log file for one, has no job->exit_code). */
+static void describe(const struct dsl_job *job, int code, char *buf, size_t n)
 {
     /* the user's stop came first when no failure preceded it: the ranks it killed are
      * its effect, not the cause */
@@ -123,12 +124,12 @@ static void describe(const struct dsl_job *job, char *buf, size_t n)
     } else if (job->failed_node >= 0) {
         const struct dsl_job_node *nd = &job->nodes[job->failed_node];
         snprintf(buf, n, "node %s lost: %.300s", nd->pn->host, nd->err);
-    } else if (job->exit_code == 0 && job->started) {
+    } else if (code == 0 && job->started) {
         snprintf(buf, n, "every rank exited 0");
     } else if (!job->started) {
-        snprintf(buf, n, "the ranks were not started (exit %d)", job->exit_code);
+        snprintf(buf, n, "the ranks were not started (exit %d)", code);
     } else {
-        snprintf(buf, n, "exit %d", job->exit_code);
+        snprintf(buf, n, "exit %d", code);
     }
 }
 
@@ -185,6 +186,11 @@ static int decide(const struct dsl_job *job, int k, struct attempt *a, unsigned 
            left and end in the time limit's kill instead */
         snprintf(a->next, sizeof(a->next), "not restarting: the ranks had Slurm's warning "
                  "(SIGUSR1)");
+        return 0;
+    }
+    if (job->exit_code == DSL_EXIT_LOGS) { /* the ranks succeeded; a rerun fixes no disk */
+        snprintf(a->next, sizeof(a->next), "not restarting: every rank exited 0, only the "
+                 "--log-dir files are incomplete");
         return 0;
     }
     if (k == 0 && !job->started) {
@@ -275,7 +281,7 @@ int dsl_restart_run(struct dsl_plan *p)
         memset(a, 0, sizeof(*a));
         a->code = code;
         a->at = (job.stopping ? job.t_stop : dsl_now()) - job.t_begin;
-        describe(&job, a->cause, sizeof(a->cause));
+        describe(&job, code, a->cause, sizeof(a->cause));
         if (code == 0) {
             dsl_job_release(&job);
             break;

@@ -149,6 +149,8 @@ int dsl_envfile_load(struct dsl_strvec *env, const char *path, char *err)
     else if (r == -EFBIG)
         r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': larger than %u bytes", path,
                        ENVFILE_MAX_BYTES);
+    else if (r == DSL_ENOTREG)
+        r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': %s", path, dsl_strerror(r));
     else if (r < 0)
         r = dsl_seterr(err, r, "env file '%s': %s", path, strerror(-r));
     else

@@ -405,6 +405,8 @@ int dsl_hostfile_load(struct dsl_hostfile *hf, const char *path, char *err)
     if (r == -EFBIG)
         r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': larger than %u bytes", path,
                        HOSTFILE_MAX_BYTES);
+    else if (r == DSL_ENOTREG)
+        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': %s", path, dsl_strerror(r));
     else if (r < 0)
         r = dsl_seterr(err, r, "hostfile '%s': %s", path, strerror(-r));
     else

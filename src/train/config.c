@@ -44,6 +44,7 @@
 struct keypos {
     char *path;
     size_t off;
+    int obj;      /* which object of the text it is a key of (1, 2, ... in text order) */
 };
 
 struct parse_ctx {
@@ -77,7 +78,8 @@ static void index_keys(struct parse_ctx *c)
     enum { MAXDEPTH = 64 };
     char *stack[MAXDEPTH];   /* path of the container at each depth */
     int isobj[MAXDEPTH];
-    int depth = -1, expect_key = 0;
+    int objid[MAXDEPTH];     /* the object at each depth, numbered in text order */
+    int depth = -1, expect_key = 0, nobj = 0;
     char *pending = NULL;    /* path of the last key, for the value that follows */
     size_t alloc = 0;
     const char *t = c->text;
@@ -106,6 +108,7 @@ static void index_keys(struct parse_ctx *c)
                 }
                 c->kp[c->nkp].path = dsl_xstrdup(pending);
                 c->kp[c->nkp].off = s - 1;
+                c->kp[c->nkp].obj = objid[depth];
                 c->nkp++;
                 expect_key = 0;
             }
@@ -118,6 +121,7 @@ static void index_keys(struct parse_ctx *c)
                 else
                     stack[depth] = dsl_xstrdup(pending ? pending : parent);
                 isobj[depth] = ch == '{';
+                objid[depth] = ++nobj;
             }
             expect_key = ch == '{';
         } else if (ch == '}' || ch == ']') {
@@ -149,6 +153,27 @@ static void offset_linecol(const char *text, size_t off, int *line, int *col)
     }
     *line = l;
     *col = cl;
+}
+
+/*
+ * A key given twice in one object ("seed": 7, ..., "seed": 8): JSON leaves it open
+ * which counts (cJSON takes the first, Python's json the last, as DeepSpeed reads
+ * it), so the file means different things to different readers. Refused, naming both.
+ */
+static int check_duplicate_keys(struct parse_ctx *c)
+{
+    for (size_t j = 1; j < c->nkp; j++)
+        for (size_t i = 0; i < j; i++) {
+            if (c->kp[i].obj != c->kp[j].obj || strcmp(c->kp[i].path, c->kp[j].path))
+                continue;
+            int l1, c1, l2, c2;
+            offset_linecol(c->text, c->kp[i].off, &l1, &c1);
+            offset_linecol(c->text, c->kp[j].off, &l2, &c2);
+            return dsl_seterr(c->err, DSL_ECONFIG,
+                              "%s:%d:%d: duplicate key '%s' (first at line %d, column %d): "
+                              "keep one of them", c->file, l2, c2, c->kp[j].path, l1, c1);
+        }
+    return 0;
 }
 
 /* "file:line:col: " for a key path, or "file: " when unknown. */
@@ -1009,7 +1034,9 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path, const
     }
     index_keys(&c);
     dsl_strvec_init(&c.autos);
-    r = walk(&c, "", root);
+    r = check_duplicate_keys(&c);
+    if (r == 0)
+        r = walk(&c, "", root);
     cJSON_Delete(root);
     if (r == 0 && c.autos.nr) {
         struct dsl_dynbuf b;
@@ -1044,6 +1071,8 @@ int dsl_train_config_load(struct dsl_train_config *cfg, const char *path, int wo
     if (r == -EFBIG)
         r = dsl_seterr(err, DSL_ECONFIG, "config '%s' is larger than %u bytes", path,
                        MAX_CONFIG_BYTES);
+    else if (r == DSL_ENOTREG)
+        r = dsl_seterr(err, DSL_ECONFIG, "config '%s': %s", path, dsl_strerror(r));
     else if (r < 0)
         r = dsl_seterr(err, r, "cannot open config '%s': %s", path, strerror(-r));
     else

@@ -682,6 +682,32 @@ TEST(config_should_give_the_position_of_a_key_written_with_escapes)
     dsl_train_config_release(&cfg);
 }
 
+TEST(a_key_given_twice_in_one_object_should_be_refused_naming_both_lines)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8,\n \"seed\": 7,\n \"seed\": 8}", 1, err),
+              DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "t.json:3:2: duplicate key 'seed' (first at line 2, column 2): keep "
+                       "one of them");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8, \"optimizer\": {\"params\": {\"lr\": 1,\n"
+                          "\"lr\": 2}}}", 1, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "t.json:2:1: duplicate key 'optimizer.params.lr' (first at line 1");
+    dsl_train_config_release(&cfg);
+}
+
+TEST(the_same_key_in_two_objects_should_not_be_a_duplicate)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    /* "type" in optimizer and scheduler; "x" in two objects of one list */
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\"}, "
+                          "\"scheduler\": {\"type\": \"WarmupLR\"}, "
+                          "\"unknown_list\": [{\"x\": 1}, {\"x\": 2}]}", 1, err));
+    dsl_train_config_release(&cfg);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

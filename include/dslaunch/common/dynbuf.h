@@ -26,9 +26,11 @@ void dsl_dynbuf_consume(struct dsl_dynbuf *b, size_t n);
 void dsl_dynbuf_reset(struct dsl_dynbuf *b);  /* len = 0, keeps memory */
 void dsl_dynbuf_release(struct dsl_dynbuf *b);
 /**
- * Append the whole file at path. Returns 0, -errno (-EISDIR for a directory), or -EFBIG
- * when the file is larger than the buffer's maximum (the buffer is then released).
- * Callers word the message, since only they know what the file is.
+ * Append the whole file at path. Returns 0, -errno (-EISDIR for a directory),
+ * DSL_ENOTREG for a FIFO, socket or device (a FIFO without a writer would block the
+ * read forever, a device may never end), or -EFBIG when the file is larger than the
+ * buffer's maximum (the buffer is then released). Callers word the message, since only
+ * they know what the file is.
  */
 int dsl_dynbuf_load_file(struct dsl_dynbuf *b, const char *path);
 /** Contents as a string; "" when empty. Valid until the next modification. */

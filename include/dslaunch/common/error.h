@@ -33,6 +33,7 @@ enum dsl_error {
     DSL_ECHECKPOINT = -10016, /* checkpoint missing, truncated or corrupt */
     DSL_ECANCELED = -10017, /* stopped on request (signal) */
     DSL_ENOTSUP = -10018,   /* not supported in this build or configuration */
+    DSL_ENOTREG = -10019,   /* an input file that is a FIFO, socket or device */
 };
 
 /** Text for a negative code (either -errno or DSL_E*). Never NULL; static storage. */

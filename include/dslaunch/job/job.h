@@ -28,6 +28,7 @@ enum dsl_exit_code {
     DSL_EXIT_AGENT = 204,
     DSL_EXIT_HANG = 205,        /* a hang was detected (--hang-timeout) */
     DSL_EXIT_JOB_TIMEOUT = 206, /* --job-timeout ran out */
+    DSL_EXIT_LOGS = 207,        /* every rank exited 0, but --log-dir files are incomplete */
 };
 
 struct dsl_output;
@@ -66,7 +67,9 @@ struct dsl_job_rank {
     double wall;
     struct dsl_strvec tail;
     struct dsl_exit_cause cause; /* why it ended, as its node saw it */
-    FILE *log;
+    FILE *log;                 /* --log-dir file; NULL: none, or closed by a write error */
+    char *log_path;            /* its name, for messages (owned) */
+    unsigned long long log_lost; /* bytes the log misses since a write failed */
     char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
     double last_cr_shown;
 };
@@ -90,6 +93,10 @@ struct dsl_job {
                                      (SIGINT, SIGTERM, SIGHUP), or SIGPIPE when a reader
                                      of its stdout or stderr went away; 0 */
     int killed_now;               /* a second interrupt killed the ranks without grace */
+    double paused_for;            /* dslaunch itself did not run this long, past the
+                                     keepalive (SIGSTOP, ^Z, a suspend): its agents lost
+                                     it and stopped the ranks; 0: it ran throughout */
+    double t_running;             /* when the loop last ran (job_loop.c) */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
     int tty[3];                   /* tty[1], tty[2]: stdout, stderr is a terminal */
     double t_begin, t_stop, t_first_fail;

@@ -424,6 +424,31 @@ expect_success "a bad hostfile names path and line; a missing one is an error" '
     assert_grep "nope.txt" err
 '
 
+expect_success "a hostfile or a ds_config that is a FIFO is refused at once, not waited on" '
+    mkfifo hosts.fifo config.fifo
+    # timeout: a liveness bound; a read of a FIFO nobody writes would never end (124)
+    run_capture rc out err timeout 30 "$DSL" --hostfile hosts.fifo "$W" env
+    assert_eq "$rc" 2 "exit code (124: still waiting on the FIFO)"
+    assert_grep "hostfile .hosts.fifo.: not a regular file (a FIFO, socket or device): not reading it" err
+    dstrain="$(dirname "$DSL")/dstrain"
+    [ -x "$dstrain" ] || skip "dstrain is not built beside dslaunch"
+    run_capture rc out err timeout 30 "$dstrain" --config config.fifo
+    assert_eq "$rc" 2 "exit code of dstrain (124: still waiting on the FIFO)"
+    assert_grep "config .config.fifo.: not a regular file (a FIFO, socket or device): not reading it" err
+'
+
+expect_success "a rank's stderr quoted in the failure summary is escaped; its streamed lines stay byte-exact" '
+    printf "%s\n" "printf \"X\\033]0;PWNED\\007\\033[2JY\\n\" >&2" "exit 1" >rank.sh
+    run_capture rc out err "$DSL" --include localhost:0 sh rank.sh
+    assert_eq "$rc" 1
+    raw=$(printf "X\033]0;PWNED\007\033[2JY")
+    # the line the rank wrote, streamed as written (docs/design.md)
+    assert_eq "$(grep -cxF "[rank 0] $raw" err)" 1 "raw streamed lines"
+    # what dslaunch prints itself is escaped: no other line carries an ESC or a BEL
+    assert_grep "^  | X\\\\x1b\]0;PWNED\\\\x07\\\\x1b\[2JY$" err
+    assert_eq "$(grep -c "$(printf "[\033\007]")" err)" 1 "lines with a raw ESC or BEL"
+'
+
 expect_success "a --ssh-config or --ssh-identity that is not there is an error before any host is looked up" '
     printf "nohost-a slots=1\nnohost-b slots=1\n" >hosts_missing_cfg
     run_capture rc out err "$DSL" --hostfile hosts_missing_cfg --ssh-config no_such_ssh_config "$W" env
@@ -1007,6 +1032,134 @@ descendant_cases() {
 for mode in auto v1 v2 tracking; do
     descendant_cases $mode
 done
+
+# ---- the supervisor's own parts going quiet ----
+#
+# A node agent that stops (SIGSTOP, a debugger, a machine that freezes) answers nothing
+# and dies of nothing. The launcher times it out like any silent node (--keepalive, the
+# local transport included), and its clean-up process, which stops hearing from it,
+# ends the ranks on its own. Each case resumes or kills what it stopped, even when it
+# fails, so nothing it froze outlives it.
+
+frozen_agent_cases() {
+    local mode=$1
+    expect_success "[$mode] a stopped local node agent is a lost node within --keepalive, and its ranks are stopped" '
+        need_mode $mode
+        export DSLAUNCH_CONTAIN=$mode FLOW_TAG=agstop.$mode.$$ FLOW_PIDFILE=$T_TMP/agstop.$mode
+        "$DSL" --keepalive 3 --term-timeout 1 --include localhost:0,1 "$W" descend pidfile 600 >out 2>err &
+        pid=$!
+        agent=""
+        trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
+        left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
+        assert_alive $left
+        [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
+        agent=$(pgrep -P $pid)  # the local transport forks the agent as a child of dslaunch
+        [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+        kill -STOP $agent
+        wait_exit $pid 40
+        assert_eq "$rc" 200 "exit code (a lost node)"
+        assert_grep "node 0 (localhost) lost: no word from .localhost. for [0-9.]* s" err
+        wait_gone 10 $left
+        wait_no_procs "$FLOW_TAG" 10
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 10
+    '
+    expect_success "[$mode] a frozen node agent whose launcher is gone: its clean-up process ends the ranks, and the agent sweeps once resumed" '
+        need_mode $mode
+        export DSLAUNCH_CONTAIN=$mode FLOW_TAG=agfrz.$mode.$$ FLOW_PIDFILE=$T_TMP/agfrz.$mode
+        "$DSL" --keepalive 3 --term-timeout 1 --include localhost:0,1 "$W" descend pidfile 600 >out 2>err &
+        pid=$!
+        agent=""
+        trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
+        left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
+        assert_alive $left
+        [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
+        agent=$(pgrep -P $pid)
+        [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+        # a frozen agent and a launcher that cannot act on it (as for a remote node,
+        # whose launcher can only say it is lost): only the clean-up process is left.
+        # The launcher is stopped, not killed: its death would orphan the agent`s
+        # process group, and the kernel resumes a stopped orphaned group (SIGHUP, SIGCONT)
+        kill -STOP $pid
+        kill -STOP $agent
+        wait_gone 30 $left
+        assert_eq "$(process_state $agent)" T "the agent, still stopped"
+        kill -CONT $agent  # it finds the launcher silent, stops what is left, and exits
+        kill -CONT $pid
+        wait_exit $pid 30
+        wait_gone 10 $agent
+        wait_no_procs "$FLOW_TAG" 10
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 10
+    '
+}
+
+for mode in auto tracking; do
+    frozen_agent_cases $mode
+done
+
+# Ranks that take a while to die: the last thread of each frees 2 GiB after the process has
+# left cgroup.procs, and until then the kernel refuses to remove the cgroup (EBUSY).
+expect_success "the node agent SIGKILLed while a multi-threaded rank frees its memory: the job's cgroups are still removed" '
+    need_mode auto
+    export DSLAUNCH_CONTAIN=auto FLOW_TAG=bigkill.$$ FLOW_PIDFILE=$T_TMP/bigkill
+    "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend hold 2048 600 >out 2>err &
+    pid=$!
+    # whatever happens, remove what the job left (empty by then), by its own run id only
+    trap "kill -KILL $pid 2>/dev/null || true; id=\$(head -n 1 $FLOW_PIDFILE.0.ready 2>/dev/null);
+          [ -z \"\$id\" ] || find /sys/fs/cgroup -maxdepth 8 -depth -type d -path \"*/dslaunch-\$id*\" -exec rmdir {} + 2>/dev/null || true" EXIT
+    wait_for_file "$FLOW_PIDFILE.0.ready" 20
+    wait_for_file "$FLOW_PIDFILE.0" 60
+    wait_for_file "$FLOW_PIDFILE.1" 60
+    agent=$(pgrep -P $pid)
+    [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
+    kill -KILL $agent
+    set +e; wait $pid; rc=$?; set -e
+    assert_eq "$rc" 204 "exit code (node agent died)"
+    wait_no_procs "$FLOW_TAG" 10
+    wait_no_cgroups "$FLOW_PIDFILE.0.ready" 15
+'
+
+expect_success "dslaunch stopped (SIGSTOP) past --keepalive, then resumed: exit 200, saying the agents lost it, not a user's stop" '
+    export FLOW_TAG=lpause.$$ FLOW_PIDFILE=$T_TMP/lpause
+    "$DSL" --keepalive 2 --term-timeout 1 --include localhost:0,1 "$W" pidfile 600 >out 2>err &
+    pid=$!
+    trap "kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
+    kill -STOP $pid
+    wait_gone 30 $ranks  # the agent, hearing nothing for the keepalive, stopped them
+    kill -CONT $pid
+    wait_exit $pid 30
+    assert_eq "$rc" 200 "exit code (the launcher was lost)"
+    assert_grep "dslaunch itself did not run for [0-9.]* s (stopped by SIGSTOP or ^Z, or suspended), past --keepalive 2 s: the node agents lost it and stopped the ranks" err
+    assert_not_grep "sent by dslaunch.s stop" err
+    wait_no_procs "$FLOW_TAG" 10
+'
+
+expect_success "--log-dir on a full file system: the write error is reported at once, the console keeps every line, exit 207" '
+    [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"
+    unshare --mount true 2>/dev/null || skip "cannot make a mount namespace here"
+    export FLOW_TAG=logfull.$$
+    mkdir -m 700 full
+    # a 64 KiB tmpfs as the log directory, in a mount namespace of the job alone; the
+    # two ranks print 4000 lines (about 330 KB) each
+    mnt='"'"'mount -t tmpfs -o size=64k,mode=700 tmpfs "$1" || exit 99; shift; exec "$@"'"'"'
+    run_capture rc out err unshare --mount --propagation private sh -c "$mnt" sh "$T_TMP/full" "$DSL" --log-dir "$T_TMP/full" --include localhost:0,1 "$W" print 4000 0.5
+    assert_eq "$rc" 207 "exit code (the ranks succeeded, the logs are incomplete)"
+    assert_eq "$(grep -c "^\[rank 0\] out 0 " out)" 4000 "rank 0 lines on the console"
+    assert_eq "$(grep -c "^\[rank 1\] out 1 " out)" 4000 "rank 1 lines on the console"
+    assert_grep "^dslaunch: error: --log-dir: cannot write .*/full/rank[01]\.log. (rank [01]): No space left on device; the log misses its lines from here on (the console still has them)" err
+    assert_grep "^dslaunch: error: every rank exited 0, but the --log-dir files are incomplete: rank [01] lost [0-9]* bytes" err
+    wait_no_procs "$FLOW_TAG" 10
+'
 
 expect_success "a read-only /sys/fs/cgroup (as in a container): process tracking, and no descendant survives" '
     [ "$(id -u)" = 0 ] && command -v unshare >/dev/null || skip "needs root and unshare for a private mount namespace"

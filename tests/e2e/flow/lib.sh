@@ -95,6 +95,25 @@ wait_no_procs() {
     return 1
 }
 
+# wait_exit PID BOUND: wait for a child of this shell (dslaunch) to exit, at most BOUND
+# s (a liveness bound); its exit code in $rc, or fail with it still running
+wait_exit() {
+    local i=0
+    while kill -0 "$1" 2>/dev/null && [ $i -lt $(($2 * 10)) ]; do
+        [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ] || break
+        sleep 0.1
+        i=$((i + 1))
+    done
+    [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" = Z ] || ! kill -0 "$1" 2>/dev/null ||
+        fail "dslaunch still running $2 s later" || return 1
+    set +e; wait "$1"; rc=$?; set -e
+}
+
+# process_state PID: its state letter (T: stopped), or nothing when it is gone
+process_state() {
+    awk '{print $3}' "/proc/$1/stat" 2>/dev/null || true
+}
+
 # pid_alive PID: the process exists and is not a zombie
 pid_alive() {
     [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != "Z" ]

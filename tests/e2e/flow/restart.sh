@@ -131,6 +131,16 @@ expect_success "--log-dir keeps every attempt: a restart appends" '
     assert_grep "^attempt=1 " logs/rank0.log
 '
 
+expect_success "a restart refused by a log file with a second link says the exit code it gives (2)" '
+    # rank 1 of the first attempt links its log elsewhere, then fails: the restart may
+    # not append to a file with two names, and its summary line names the exit code
+    run_capture rc out err "$DSL" --max-restarts 1 --log-dir hl --include localhost:0,1 sh -c "if [ \$DSLAUNCH_RESTART_COUNT = 0 ] && [ \$RANK = 1 ]; then ln hl/rank1.log hl/other; exit 3; fi; sleep 0.3"
+    assert_eq "$rc" 2 "exit code"
+    assert_grep "not appending to it" err
+    assert_grep "^  attempt 2: the ranks were not started (exit 2) at [0-9.]* s; no restarts left (1 of 1 used)$" err
+    assert_not_grep "exit 0)" err
+'
+
 printf "node-a slots=2\nnode-b slots=2\nnode-c slots=2\n" >fake3.txt
 
 expect_success "--exclude-failed-nodes: a rank on node-b fails, the restart runs on node-a and node-c" '

@@ -1,6 +1,7 @@
 # Flow tests: the real dslaunch binary against fake workers (worker.c), on the local
 # transport. TAP output; the script's exit status is the verdict.
-dsl_test_executable(flow_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker.c)
+find_package(Threads REQUIRED) # the worker's "hold": a multi-threaded rank
+dsl_test_executable(flow_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker.c LIBS Threads::Threads)
 add_test(NAME flow_launch
          COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/flow.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})

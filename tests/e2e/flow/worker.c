@@ -22,6 +22,10 @@
  *                       signal), write $FLOW_PIDFILE.<rank>.done and exit CODE
  *   oom MB              allocate and touch MB MiB, 1 MiB at a time, then exit 0 (past
  *                       a memory limit the OOM killer ends it first)
+ *   hold MB S           allocate and touch MB MiB, start 4 threads that sleep, write own
+ *                       pid to $FLOW_PIDFILE.<rank>, then sleep S: a multi-threaded process
+ *                       that takes a while to die (its last thread frees the memory), as
+ *                       a trainer does
  *
  * Prefixes, which run before the command and may be combined:
  *   only R CMD ...      run CMD on rank R and "sleep 600" on the others, so tests can
@@ -41,6 +45,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -82,6 +87,15 @@ static void write_pidfile_as(const char *suffix, pid_t pid)
 static void write_pidfile(pid_t pid)
 {
     write_pidfile_as("", pid);
+}
+
+/* a thread of "hold": sleeps until the process ends */
+static void *sleeper(void *arg)
+{
+    (void)arg;
+    for (;;)
+        pause();
+    return NULL;
 }
 
 static volatile sig_atomic_t got_stop;
@@ -330,7 +344,7 @@ int main(int argc, char **argv)
         write_pidfile_as(".done", getpid());
         return (int)strtol(argv[2], NULL, 10);
     }
-    if (!strcmp(cmd, "oom") && argc >= 3) {
+    if ((!strcmp(cmd, "oom") && argc >= 3) || (!strcmp(cmd, "hold") && argc >= 4)) {
         static void *held; /* a chain of the chunks: reachable, so no leak report */
         long mb = strtol(argv[2], NULL, 10);
         for (long i = 0; i < mb; i++) {
@@ -340,6 +354,15 @@ int main(int argc, char **argv)
             memset(p, (int)(i & 0x7f) + 1, 1 << 20); /* touched: really in use */
             memcpy(p, &held, sizeof(held));
             held = p;
+        }
+        if (!strcmp(cmd, "hold")) {
+            for (int t = 0; t < 4; t++) {
+                pthread_t th;
+                if (pthread_create(&th, NULL, sleeper, NULL) != 0)
+                    return 4;
+            }
+            write_pidfile(getpid());
+            nap(strtod(argv[3], NULL));
         }
         return 0;
     }

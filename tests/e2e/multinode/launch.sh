@@ -306,6 +306,42 @@ expect_success "SIGKILL of node2's agent (node2 tracking processes): the job sto
     agent_killed tracking
 '
 
+# agent_stopped MODE: SIGSTOP of node2's agent while node2 contains by MODE. The
+# launcher can only call node2 lost; node2's clean-up process, hearing nothing from the
+# agent for the keepalive, ends the ranks and all they started while the agent stays
+# stopped, and the agent, resumed, sweeps and removes what is left.
+agent_stopped() {
+    "$CL" contain "$D" node2 "$1"
+    agent=""
+    trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; \"\$CL\" contain \"\$D\" node2 auto" EXIT
+    echo "# agent SIGSTOP case, node2 contained by: $(node_contain 1)" >>"$T_TMP/measured"
+    export FLOW_PIDFILE=$T_TMP/as.$1
+    "$DSL" --keepalive 3 --term-timeout 1 "${SSH[@]}" --export FLOW_PIDFILE "$W" descend pidfile 600 >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.ready" 20; wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    left="$(descendant_pids "$FLOW_PIDFILE" 2 3) $(cat "$FLOW_PIDFILE.2" "$FLOW_PIDFILE.3")"
+    assert_alive $left
+    sleep 1.2  # process tracking: one report of what the agent found reaches its clean-up process
+    agent=$(agent_on 2) || fail "no agent under the sshd of node2"
+    kill -STOP $agent
+    wait_exit $pid 40
+    assert_eq "$rc" 200 "exit code (a lost node)"
+    assert_grep "node 1 (node2) lost: no word from .node2. for [0-9.]* s" err
+    wait_gone 30 $left
+    assert_eq "$(process_state $agent)" T "node2's agent, still stopped"
+    kill -CONT $agent
+    wait_ns_clean 20
+    assert_job_clean 20 "$(head -n 1 "$FLOW_PIDFILE.0.ready")"
+}
+
+expect_success "node2's agent SIGSTOPped (node2 in cgroups where the machine has them): node2 is lost (200), and its ranks and all they started end while the agent stays stopped" '
+    agent_stopped auto
+'
+
+expect_success "node2's agent SIGSTOPped (node2 tracking processes): node2 is lost (200), and its ranks and all they started end while the agent stays stopped" '
+    agent_stopped tracking
+'
+
 expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: the job survives" '
     export FLOW_PIDFILE=$T_TMP/unread FLOW_RUNIDS=$T_TMP/unread.ids
     # With a launcher blocked in write, no keepalive went out and every agent stopped
