@@ -133,16 +133,10 @@ size_t dsl_blas_runnable_cores(const char **out, size_t max)
 
 const char *dsl_blas_best_core(void)
 {
-#ifdef DSL_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        return "SkylakeX";
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return "Haswell";
-    if (__builtin_cpu_supports("avx"))
-        return "Sandybridge";
-#endif
+    static const char *const best_first[] = {"SkylakeX", "Haswell", "Sandybridge"};
+    for (size_t i = 0; i < sizeof(best_first) / sizeof(best_first[0]); i++)
+        if (dsl_blas_core_runnable(best_first[i], NULL, 0))
+            return best_first[i];
     return NULL;
 }
 

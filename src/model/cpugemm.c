@@ -240,6 +240,19 @@ void dsl_gemm_carry_release(struct dsl_gemm_carry *cy)
     memset(cy, 0, sizeof(*cy));
 }
 
+/* rows [R0, R1) of the whole product g into c (ldc), as that block of it */
+static void run_rows(const struct dsl_gemm *g, size_t R0, size_t R1, float *c, size_t ldc)
+{
+    struct dsl_gemm w = *g;
+    w.full_m = g->m;
+    w.m = R1 - R0;
+    w.row0 = R0;
+    w.a = a_row(g, R0);
+    w.c = c;
+    w.ldc = ldc;
+    dsl_gemm_run(&w);
+}
+
 /* rows [r0, r1) of tile row t of the whole product (g) into dst (ldd), from the carry,
  * which is computed whole for t first unless it holds t already */
 static void rows_from_carry(const struct dsl_gemm *g, size_t tr, size_t t, size_t r0,
@@ -253,14 +266,7 @@ static void rows_from_carry(const struct dsl_gemm *g, size_t tr, size_t t, size_
             cy->buf = dsl_xmalloc(need * sizeof(float));
             cy->cap = need;
         }
-        struct dsl_gemm w = *g;
-        w.full_m = g->m;
-        w.m = R1 - R0;
-        w.row0 = R0;
-        w.a = g->ta == CblasNoTrans ? g->a + R0 * g->lda : g->a + R0;
-        w.c = cy->buf;
-        w.ldc = g->n;
-        dsl_gemm_run(&w);
+        run_rows(g, R0, R1, cy->buf, g->n);
         cy->tile = t;
         cy->valid = 1;
     }
@@ -271,8 +277,17 @@ static void rows_from_carry(const struct dsl_gemm *g, size_t tr, size_t t, size_
 void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst, size_t ldd,
                    struct dsl_gemm_carry *cy)
 {
-    if (g->bf16 || g->bias || g->mask || g->relu || g->full_m || g->row0)
-        DSL_BUG("dsl_gemm_rows takes a plain whole fp32 product");
+    if (g->bias || g->mask || g->relu || g->full_m || g->row0)
+        DSL_BUG("dsl_gemm_rows takes a plain whole product");
+    if (g->bf16) { /* the bf16 path's blocks are its own: the block as it comes */
+        struct dsl_gemm w = *g;
+        w.m = rows;
+        w.a = a_row(g, r0);
+        w.c = dst;
+        w.ldc = ldd;
+        dsl_gemm_run(&w);
+        return;
+    }
     size_t tr, tc, r1 = r0 + rows;
     dsl_gemm_tiles(g, &tr, &tc);
     size_t a0 = (r0 + tr - 1) / tr * tr, a1 = r1 / tr * tr;
@@ -290,14 +305,7 @@ void dsl_gemm_rows(const struct dsl_gemm *g, size_t r0, size_t rows, float *dst,
     }
     if (a1 < r1) /* the tail: the start of a tile row that ends below r1 */
         rows_from_carry(g, tr, a1 / tr, a1, r1, dst + (a1 - r0) * ldd, ldd, cy);
-    struct dsl_gemm w = *g; /* whole tile rows, straight into dst */
-    w.full_m = g->m;
-    w.m = a1 - a0;
-    w.row0 = a0;
-    w.a = g->ta == CblasNoTrans ? g->a + a0 * g->lda : g->a + a0;
-    w.c = dst + (a0 - r0) * ldd;
-    w.ldc = ldd;
-    dsl_gemm_run(&w);
+    run_rows(g, a0, a1, dst + (a0 - r0) * ldd, ldd); /* whole tile rows, in place */
     if (r0 < a0) /* the head: the end of a tile row that starts above r0 */
         rows_from_carry(g, tr, r0 / tr, r0, a0, dst, ldd, cy);
 }

@@ -66,7 +66,8 @@ void dsl_gemm_tiles(const struct dsl_gemm *g, size_t *tr, size_t *tc);
  * gradients' segments, last block first): the tile rows the block covers go straight
  * to dst; a tile row the block cuts through is computed whole into the carry and its
  * rows copied, and the carry keeps it for the adjacent block, so no tile is computed
- * in part or twice. A plain fp32 product: no bias, mask, ReLU or bf16.
+ * in part or twice. A plain product: no bias, mask or ReLU. With .bf16 the block is
+ * computed as it comes (the bf16 path's blocks are its own).
  * dsl_gemm_carry_reset() before the first block of each product (the carry's tile is
  * only valid for the same product's inputs).
  */

@@ -704,18 +704,12 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
         float *dst = sink->dest(sink->ctx, s);
         float *c = p->g32 ? p->g32 : dst;
         /* rows r0.. of the whole gradient's product (cpugemm.h): the same bits
-         * whatever the segment size; bf16 takes the block as is */
+         * whatever the segment size */
         struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = t->rows,
                              .n = t->cols, .k = N, .a = A, .lda = t->rows, .b = dY,
-                             .ldb = t->cols, .alpha = 1.0f, .beta = 0.0f, .c = c,
-                             .ldc = t->cols, .by_rows = 1, .bf16 = p->b16};
-        if (p->b16) {
-            g.m = nr;
-            g.a = A + r0;
-            dsl_gemm_run(&g);
-        } else {
-            dsl_gemm_rows(&g, r0, nr, c, t->cols, &p->carry);
-        }
+                             .ldb = t->cols, .alpha = 1.0f, .beta = 0.0f, .by_rows = 1,
+                             .bf16 = p->b16};
+        dsl_gemm_rows(&g, r0, nr, c, t->cols, &p->carry);
         if (p->g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);

@@ -85,24 +85,30 @@ static int mlp_init_params(struct dsl_model *m, float *params, uint64_t seed)
 /* act[l+1][:, r0, r0 + rows) = relu?(act[l] W_l[r0, r0 + rows)^T + b_l[r0, r0 + rows)):
  * output columns r0.. of layer l from its weight rows r0.. (w: the layer's fp32 weight),
  * as that block of the layer's whole product (cpugemm.h) */
+static struct dsl_gemm mlp_forward_gemm(const struct mlp *p, size_t l, const float *w,
+                                        size_t n, size_t r0, size_t rows)
+{
+    size_t in = p->L.dims[l], out = p->L.dims[l + 1];
+    return (struct dsl_gemm){.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows,
+                             .k = in, .a = p->act[l], .lda = in, .b = w + r0 * in,
+                             .ldb = in, .alpha = 1.0f, .beta = 1.0f,
+                             .c = p->act[l + 1] + r0, .ldc = out, .full_n = out,
+                             .col0 = r0, .by_cols = l == 0, .bias = w + in * out + r0,
+                             .relu = l + 1 < p->L.nlayers, .bf16 = p->b16};
+}
+
 static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, size_t r0,
                              size_t rows)
 {
-    size_t in = p->L.dims[l], out = p->L.dims[l + 1];
-    struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasTrans, .m = n, .n = rows, .k = in,
-                         .a = p->act[l], .lda = in, .b = w + r0 * in, .ldb = in,
-                         .alpha = 1.0f, .beta = 1.0f, .c = p->act[l + 1] + r0, .ldc = out,
-                         .full_n = out, .col0 = r0, .by_cols = l == 0,
-                         .bias = w + in * out + r0,
-                         .relu = l + 1 < p->L.nlayers, .bf16 = p->b16};
+    struct dsl_gemm g = mlp_forward_gemm(p, l, w, n, r0, rows);
     dsl_gemm_run(&g);
 }
 
 /* the column tile of layer l's forward product at batch n (the forward's first layer
  * computes whole tiles as their weight rows come in) */
-static size_t mlp_forward_tile(const struct mlp *p, size_t l, size_t n)
+static size_t mlp_forward_tile(const struct mlp *p, size_t l, const float *w, size_t n)
 {
-    struct dsl_gemm g = {.m = n, .n = p->L.dims[l + 1], .k = p->L.dims[l], .by_cols = l == 0};
+    struct dsl_gemm g = mlp_forward_gemm(p, l, w, n, 0, p->L.dims[l + 1]);
     size_t tr, tc;
     dsl_gemm_tiles(&g, &tr, &tc);
     return tc;
@@ -145,7 +151,7 @@ static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
         /* the blocks come last first: the columns from each block's first whole tile
          * up to what is done, so that no tile is computed twice or in part (the bf16
          * path's blocks are its own: it takes each block as it comes) */
-        size_t tc = p->b16 ? 1 : mlp_forward_tile(p, l, n), done = out;
+        size_t tc = p->b16 ? 1 : mlp_forward_tile(p, l, wp + woff, n), done = out;
         for (size_t i = 0; i < m->nsegs; i++) {
             const struct dsl_model_seg *sg = &m->segs[i];
             if (sg->layer != (int)l || sg->off >= woff + out * in)
@@ -244,18 +250,11 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
             hdst = sink->dest(sink->ctx, seg);
             float *dw = p->g32 ? p->g32 : hdst;
             /* the layer's whole product, handed over rows r0.. (cpugemm.h): the
-             * same bits whatever the segment size; bf16 takes the block as is */
+             * same bits whatever the segment size */
             struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = out, .n = in,
                                  .k = n, .a = dz, .lda = out, .b = p->act[li], .ldb = in,
-                                 .alpha = 1.0f, .beta = 0.0f, .c = dw, .ldc = in,
-                                 .by_rows = 1, .bf16 = p->b16};
-            if (p->b16) {
-                g.m = rows;
-                g.a = dz + r0;
-                dsl_gemm_run(&g);
-            } else {
-                dsl_gemm_rows(&g, r0, rows, dw, in, &p->carry);
-            }
+                                 .alpha = 1.0f, .beta = 0.0f, .by_rows = 1, .bf16 = p->b16};
+            dsl_gemm_rows(&g, r0, rows, dw, in, &p->carry);
             if (p->g32)
                 mlp_narrow(p, hdst, dw, sg->len);
             sink->done(sink->ctx, seg++);
