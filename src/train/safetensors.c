@@ -16,8 +16,11 @@
  * keeps numbers as doubles). Every error names the file and the byte offset inside the
  * header. It is fuzzed (fuzz_safetensors).
  *
- * A file is read whole and validated before anyone looks at a tensor: header length
- * inside the file, entries well formed, sizes = product(shape) x dtype size without
+ * A file is validated before anyone looks at a tensor, and its header before anything
+ * is allocated for its data: the length and the header are read first, and every
+ * size the header claims is judged against the file's real size (a sparse file of a
+ * terabyte behind a small header fails there, not in malloc). Header length inside
+ * the file, entries well formed, sizes = product(shape) x dtype size without
  * overflow, offsets that tile the data region exactly (sorted, no gap, no overlap,
  * nothing after the last), unique names, then the checksums: the header's SHA-256
  * over its own bytes with its digits zeroed (so any edited field fails), the data's
@@ -755,14 +758,21 @@ void dsl_st_release(struct dsl_st_file *f)
     dsl_strvec_init(&f->meta);
 }
 
-static int cmp_begin(const void *a, const void *b)
+/* a tensor's place in the data region, to sort the entries by it */
+struct span {
+    uint64_t begin, nbytes;
+    size_t i;
+};
+
+static int cmp_span(const void *a, const void *b)
 {
-    const struct dsl_st_tensor *x = a, *y = b;
-    uintptr_t px = (uintptr_t)x->data, py = (uintptr_t)y->data;
-    if (px != py)
-        return px < py ? -1 : 1;
+    const struct span *x = a, *y = b;
+    if (x->begin != y->begin)
+        return x->begin < y->begin ? -1 : 1;
     /* zero-size tensors may share an offset; keep a total order */
-    return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+    if (x->nbytes != y->nbytes)
+        return x->nbytes < y->nbytes ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
 }
 
 /*
@@ -827,53 +837,93 @@ static int check_sums(struct dsl_st_file *f, size_t hlen, size_t sha_at, unsigne
     return 0;
 }
 
-/* Parse f->buf (f->len bytes). */
-static int st_validate(struct dsl_st_file *f, unsigned flags, char *err)
-{
-    uint64_t hlen = 0, datalen;
-    int r;
-    const char *name = f->path;
+/* What st_header() found, for st_finish(). */
+struct st_head {
+    uint64_t hlen;
+    size_t sha_at;
+    struct dsl_st_tensor *t; /* sorted by data offset; data not set yet */
+    uint64_t *begin;         /* t[i]'s first byte in the data region */
+    size_t n;
+};
 
-    if (f->len < 8)
+static void st_head_release(struct st_head *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free((char *)(uintptr_t)h->t[i].name);
+    free(h->t);
+    free(h->begin);
+    memset(h, 0, sizeof(*h));
+}
+
+/* The header length of a file of filelen bytes whose first min(filelen, 8) bytes are
+ * at buf, checked against the file size and the format's limit. */
+static int st_hlen(const char *name, const unsigned char *buf, uint64_t filelen, uint64_t *out,
+                   char *err)
+{
+    uint64_t hlen = 0;
+    if (filelen < 8)
         return dsl_seterr(err, DSL_ECHECKPOINT,
-                          "safetensors file '%s' is truncated: %zu bytes, no header length",
-                          name, f->len);
+                          "safetensors file '%s' is truncated: %" PRIu64
+                          " bytes, no header length",
+                          name, filelen);
     for (int i = 7; i >= 0; i--)
-        hlen = (hlen << 8) | f->buf[i];
-    if (hlen > f->len - 8)
+        hlen = (hlen << 8) | buf[i];
+    if (hlen > filelen - 8)
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "safetensors file '%s' is truncated: header of %" PRIu64
-                          " bytes but only %zu bytes follow",
-                          name, hlen, f->len - 8);
+                          " bytes but only %" PRIu64 " bytes follow",
+                          name, hlen, filelen - 8);
     if (hlen > MAX_HEADER_BYTES || hlen < 2)
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "safetensors file '%s': bad header length %" PRIu64, name, hlen);
-    datalen = f->len - 8 - hlen;
-    const unsigned char *data = f->buf + 8 + hlen;
+    *out = hlen;
+    return 0;
+}
 
-    struct rd p = {.s = (const char *)f->buf + 8, .n = (size_t)hlen, .file = name, .err = err};
-    struct dsl_st_tensor *t = NULL;
+/*
+ * The header of a file of filelen bytes, of which f->buf holds at least the first
+ * 8 + header length: its entries, and every size they claim judged against the data
+ * region the file really has (filelen - 8 - header length), which they must tile
+ * exactly. Nothing here touches the data, so a loader knows that the file is what its
+ * header says before it allocates for the data (a sparse file of a terabyte with a
+ * small header fails here, not in malloc).
+ */
+static int st_header(struct dsl_st_file *f, uint64_t filelen, struct st_head *h, char *err)
+{
+    uint64_t datalen;
+    int r;
+    const char *name = f->path;
+    struct span *sp = NULL;
     uint64_t (*offs)[2] = NULL;
-    size_t n = 0;
-    r = rd_header(&p, f, &t, &offs, &n);
+
+    memset(h, 0, sizeof(*h));
+    if ((r = st_hlen(name, f->buf, filelen, &h->hlen, err)) < 0)
+        return r;
+    datalen = filelen - 8 - h->hlen;
+
+    struct rd p = {.s = (const char *)f->buf + 8, .n = (size_t)h->hlen, .file = name,
+                   .err = err};
+    r = rd_header(&p, f, &h->t, &offs, &h->n);
     free(p.t);
-    size_t sha_at = p.sha_at;
+    h->sha_at = p.sha_at;
     if (r < 0)
         goto fail;
-    for (size_t i = 0; i < n; i++) {
+    sp = dsl_xcalloc(h->n ? h->n : 1, sizeof(*sp));
+    for (size_t i = 0; i < h->n; i++) {
+        struct dsl_st_tensor *t = &h->t[i];
         uint64_t nb = 0;
         for (size_t j = 0; j < i; j++) {
-            if (strcmp(t[i].name, t[j].name) == 0) {
+            if (strcmp(t->name, h->t[j].name) == 0) {
                 r = dsl_seterr(err, DSL_ECHECKPOINT,
                                "safetensors file '%s': tensor '%s' appears twice", name,
-                               t[i].name);
+                               t->name);
                 goto fail;
             }
         }
-        if (tensor_nbytes(&t[i], &nb) < 0) {
+        if (tensor_nbytes(t, &nb) < 0) {
             r = dsl_seterr(err, DSL_ECHECKPOINT,
                            "safetensors file '%s': tensor '%s' has an impossible size", name,
-                           t[i].name);
+                           t->name);
             goto fail;
         }
         if (offs[i][0] > offs[i][1] || offs[i][1] > datalen || offs[i][1] - offs[i][0] != nb) {
@@ -881,51 +931,79 @@ static int st_validate(struct dsl_st_file *f, unsigned flags, char *err)
                            "safetensors file '%s': tensor '%s' has data_offsets [%" PRIu64
                            ", %" PRIu64 "] but needs %" PRIu64 " bytes within %" PRIu64
                            " bytes of data%s",
-                           name, t[i].name, offs[i][0], offs[i][1], nb, datalen,
+                           name, t->name, offs[i][0], offs[i][1], nb, datalen,
                            offs[i][1] > datalen ? " (truncated file?)" : "");
             goto fail;
         }
-        t[i].nbytes = nb;
-        t[i].data = data + offs[i][0];
+        t->nbytes = nb;
+        sp[i] = (struct span){offs[i][0], nb, i};
     }
-    if (n)
-        qsort(t, n, sizeof(*t), cmp_begin);
+    if (h->n)
+        qsort(sp, h->n, sizeof(*sp), cmp_span);
     uint64_t pos = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t b = (uint64_t)((const unsigned char *)t[i].data - data);
-        if (b != pos) {
+    for (size_t i = 0; i < h->n; i++) {
+        if (sp[i].begin != pos) {
             r = dsl_seterr(err, DSL_ECHECKPOINT,
                            "safetensors file '%s': tensor '%s' starts at byte %" PRIu64
                            " of the data, expected %" PRIu64 " (%s)",
-                           name, t[i].name, b, pos, b < pos ? "overlap" : "gap");
+                           name, h->t[sp[i].i].name, sp[i].begin, pos,
+                           sp[i].begin < pos ? "overlap" : "gap");
             goto fail;
         }
-        pos = b + t[i].nbytes;
+        pos = sp[i].begin + sp[i].nbytes;
     }
     if (pos != datalen) {
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "safetensors file '%s': %" PRIu64 " bytes of data but the tensors "
-                       "cover %" PRIu64,
-                       name, datalen, pos);
+                       "cover %" PRIu64 "%s",
+                       name, datalen, pos,
+                       datalen > pos ? " (bytes the header does not describe: the file was "
+                                       "extended, or is not what its header says)"
+                                     : "");
         goto fail;
     }
-    if ((r = check_sums(f, (size_t)hlen, sha_at, flags, err)) < 0)
-        goto fail;
-    f->t = t;
-    f->n = n;
+    /* the entries in data order, with their offsets */
+    struct dsl_st_tensor *sorted = dsl_xcalloc(h->n ? h->n : 1, sizeof(*sorted));
+    h->begin = dsl_xcalloc(h->n ? h->n : 1, sizeof(*h->begin));
+    for (size_t i = 0; i < h->n; i++) {
+        sorted[i] = h->t[sp[i].i];
+        h->begin[i] = sp[i].begin;
+    }
+    free(h->t);
+    h->t = sorted;
+    free(sp);
     free(offs);
     return 0;
 fail:
-    for (size_t i = 0; i < n; i++)
-        free((char *)(uintptr_t)t[i].name);
-    free(t);
+    free(sp);
     free(offs);
+    st_head_release(h);
     return r;
+}
+
+/* The data is in: point the tensors at it, check the sums, hand the entries to f. */
+static int st_finish(struct dsl_st_file *f, struct st_head *h, unsigned flags, char *err)
+{
+    const unsigned char *data = f->buf + 8 + h->hlen;
+    for (size_t i = 0; i < h->n; i++)
+        h->t[i].data = data + h->begin[i];
+    int r = check_sums(f, (size_t)h->hlen, h->sha_at, flags, err);
+    if (r < 0) {
+        st_head_release(h);
+        return r;
+    }
+    f->t = h->t;
+    f->n = h->n;
+    free(h->begin);
+    memset(h, 0, sizeof(*h));
+    return 0;
 }
 
 int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_t len,
                  unsigned flags, char *err)
 {
+    struct st_head h;
+    int r;
     memset(f, 0, sizeof(*f));
     dsl_strvec_init(&f->meta);
     f->path = dsl_xstrdup(name ? name : "<memory>");
@@ -933,12 +1011,40 @@ int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_
     if (len)
         memcpy(f->buf, buf, len);
     f->len = len;
-    return st_validate(f, flags, err);
+    if ((r = st_header(f, len, &h, err)) < 0)
+        return r;
+    return st_finish(f, &h, flags, err);
 }
 
+/* n bytes from fd into buf; how many came (fewer: end of file) or -errno */
+static ssize_t read_full(int fd, unsigned char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -errno;
+        if (k == 0)
+            break;
+        got += (size_t)k;
+    }
+    return (ssize_t)got;
+}
+
+/*
+ * In two reads: the length and the header first, judged against the file's size
+ * (st_header), then, only for a file that is what its header says, the data into a
+ * buffer of the file's size. So a header or a file size that lies costs no more than
+ * the header (at most MAX_HEADER_BYTES).
+ */
 int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *err)
 {
-    size_t len = 0;
+    size_t len = 0, head;
+    uint64_t hlen = 0;
+    struct st_head h;
+    ssize_t k;
     int fd, r;
     memset(f, 0, sizeof(*f));
     dsl_strvec_init(&f->meta);
@@ -947,28 +1053,55 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
     fd = dsl_file_open_regular(path, &len, err);
     if (fd < 0)
         return fd == -ENOENT || fd == -EINVAL ? DSL_ECHECKPOINT : fd;
-    f->buf = malloc(len ? len : 1);
-    if (!f->buf) {
-        close(fd);
-        return dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes to read '%s'", len, path);
+    head = len < 8 ? len : 8;
+    f->buf = dsl_xmalloc(8);
+    if ((k = read_full(fd, f->buf, head)) < 0) {
+        r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
+        goto out;
     }
-    size_t got = 0;
-    while (got < len) {
-        ssize_t k = read(fd, f->buf + got, len - got);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            r = dsl_seterr(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-            close(fd);
-            return r;
-        }
-        if (k == 0)
-            break;
-        got += (size_t)k;
+    if ((size_t)k != head)
+        goto changed;
+    if ((r = st_hlen(path, f->buf, len, &hlen, err)) < 0)
+        goto out;
+    head = 8 + (size_t)hlen; /* at most 8 + MAX_HEADER_BYTES, within the file */
+    f->buf = dsl_xrealloc(f->buf, head);
+    if ((k = read_full(fd, f->buf + 8, head - 8)) < 0) {
+        r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
+        goto out;
     }
+    if ((size_t)k != head - 8)
+        goto changed;
+    f->len = head;
+    if ((r = st_header(f, len, &h, err)) < 0)
+        goto out;
+    /* every size in the header matches the file: now the data */
+    unsigned char *all = realloc(f->buf, len ? len : 1);
+    if (!all) {
+        st_head_release(&h);
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes to read '%s'", len, path);
+        goto out;
+    }
+    f->buf = all;
+    if ((k = read_full(fd, f->buf + head, len - head)) < 0) {
+        st_head_release(&h);
+        r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
+        goto out;
+    }
+    if ((size_t)k != len - head) {
+        st_head_release(&h);
+        goto changed;
+    }
+    f->len = len;
     close(fd);
-    f->len = got;
-    return st_validate(f, flags, err);
+    return st_finish(f, &h, flags, err);
+changed:
+    r = dsl_seterr(err, DSL_ECHECKPOINT,
+                   "safetensors file '%s' changed while it was read (it is shorter than "
+                   "its size of %zu bytes): is something else writing it?",
+                   path, len);
+out:
+    close(fd);
+    return r;
 }
 
 const struct dsl_st_tensor *dsl_st_find(const struct dsl_st_file *f, const char *name)
