@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,36 +56,88 @@ void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len)
     *len = base + (r < rem ? 1 : 0);
 }
 
+/* a name that ends in suffix (and has more before it) */
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n > k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* The suffixes of a save's own directories: <tag>.partial (being written, or left by a
+ * save that died) and <tag>.old (the copy a re-save moves aside). No tag ends so, so
+ * neither is ever taken for a checkpoint by name or through `latest`. */
+static int reserved_tag(const char *tag)
+{
+    return ends_with(tag, ".partial") || ends_with(tag, ".old");
+}
+
 static int bad_tag(const char *tag)
 {
     return !tag || !tag[0] || strchr(tag, '/') || strcmp(tag, ".") == 0 ||
-           strcmp(tag, "..") == 0 || strlen(tag) > 200;
+           strcmp(tag, "..") == 0 || strlen(tag) > 200 || reserved_tag(tag);
 }
 
-/* Remove a directory of plain files (ours: never nested). A link at path is not
- * followed (O_NOFOLLOW), and links inside are removed, not their targets (unlinkat). */
-static int remove_flat_dir(const char *path)
+/* the error for a bad tag; a reserved one says what it is */
+static int tag_error(const char *tag, const char *dir, char *err)
 {
-    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), r = 0;
-    DIR *d;
+    if (tag && reserved_tag(tag))
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "'%s' in '%s' is not a checkpoint: a '.partial' directory is a save "
+                          "that did not finish (a '.old' one the copy a re-save moved aside); "
+                          "name a tag without the suffix, or 'latest'",
+                          tag, dir ? dir : ".");
+    return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+}
+
+/* Empty the directory open at dfd (closed here): files and links are unlinked (a link's
+ * target is never touched), directories emptied and removed, at most depth levels deep. */
+static int empty_dir(int dfd, int depth)
+{
+    DIR *d = fdopendir(dfd);
     struct dirent *e;
-    if (dfd < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!(d = fdopendir(dfd))) {
+    int r = 0;
+    if (!d) {
         r = -errno;
         close(dfd);
         return r;
     }
     while ((e = readdir(d))) {
+        struct stat st;
         if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
             continue;
-        if (unlinkat(dfd, e->d_name, 0) < 0 && r == 0)
+        if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) {
+            int sub = depth > 0 ? openat(dfd, e->d_name,
+                                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                                : -1;
+            int k = sub < 0 ? (depth > 0 ? -errno : -ELOOP) : empty_dir(sub, depth - 1);
+            if (k == 0 && unlinkat(dfd, e->d_name, AT_REMOVEDIR) < 0)
+                k = -errno;
+            if (k < 0 && r == 0)
+                r = k;
+        } else if (unlinkat(dfd, e->d_name, 0) < 0 && errno != ENOENT && r == 0) {
             r = -errno;
+        }
     }
     closedir(d);
-    if (rmdir(path) < 0 && r == 0)
-        r = -errno;
     return r;
+}
+
+/* Remove what is at path, a directory of ours (a .partial or .old one): a link or file
+ * there is unlinked, not followed; a directory is emptied (whatever a killed save or
+ * anyone else left in it, a few levels deep) and removed. 0 when nothing is left. */
+static int remove_tree(const char *path)
+{
+    struct stat st;
+    int dfd, r;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path) < 0 && errno != ENOENT ? -errno : 0;
+    if ((dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+        return -errno;
+    if ((r = empty_dir(dfd, 8)) < 0)
+        return r;
+    return rmdir(path) < 0 && errno != ENOENT ? -errno : 0;
 }
 
 static int fsync_path(const char *path)
@@ -108,17 +161,26 @@ int dsl_ckpt_prepare(const char *dir, const char *tag, char *err)
     char *p;
     int r;
     if (bad_tag(tag))
-        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+        return tag_error(tag, dir, err);
     if ((r = dsl_dir_make_all(dir)) < 0)
         return dsl_seterr(err, r, "cannot create checkpoint directory '%s': %s", dir,
                           strerror(-r));
     p = partial_dir(dir, tag);
-    if ((r = remove_flat_dir(p)) < 0)
+    if ((r = remove_tree(p)) < 0)
         dsl_seterr(err, r, "cannot remove stale '%s': %s", p, strerror(-r));
     else if (mkdir(p, 0755) < 0)
         r = dsl_seterr(err, -errno, "cannot create '%s': %s", p, strerror(errno));
     free(p);
     return r;
+}
+
+void dsl_ckpt_abort(const char *dir, const char *tag)
+{
+    if (bad_tag(tag))
+        return;
+    char *p = partial_dir(dir, tag);
+    remove_tree(p);
+    free(p);
 }
 
 #define PROBE_PREFIX ".dstrain-shared-"
@@ -224,7 +286,7 @@ int dsl_ckpt_write_model(const char *dir, const char *tag, int world,
     char *path;
     int r;
     if (bad_tag(tag))
-        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+        return tag_error(tag, dir, err);
     if (world < 1)
         return dsl_seterr(err, DSL_ECHECKPOINT, "bad world size %d", world);
     if ((r = check_views(views, nviews, numel, err)) < 0)
@@ -258,7 +320,7 @@ int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
     char *path;
     int r;
     if (bad_tag(tag))
-        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+        return tag_error(tag, dir, err);
     if (nstate > DSL_CKPT_MAX_STATE || rank < 0 || rank >= world || offset > numel ||
         len > numel - offset)
         return dsl_seterr(err, DSL_ECHECKPOINT,
@@ -307,6 +369,7 @@ void dsl_ckpt_release(struct dsl_ckpt *c)
 {
     free(c->tag);
     free(c->path);
+    free(c->unverified);
     free(c->params);
     for (size_t i = 0; i < c->nviews; i++)
         free((char *)(uintptr_t)c->views[i].name);
@@ -319,10 +382,113 @@ void dsl_ckpt_release(struct dsl_ckpt *c)
     ckpt_init(c);
 }
 
+/* Internal load flag: the commit validating a save (messages speak of the save). */
+#define CKPT_SAVING (1u << 30)
+
+/* the view that holds flat element i, or NULL */
+static const struct dsl_ckpt_param *view_of(const struct dsl_ckpt *c, size_t i)
+{
+    const struct dsl_ckpt_param *v = NULL;
+    for (size_t k = 0; k < c->nviews; k++)
+        if (c->views[k].offset <= i)
+            v = &c->views[k];
+    return v;
+}
+
+static const char *nonfinite_word(float x)
+{
+    return isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
+
+static int nonfinite_hint(unsigned flags, char *err)
+{
+    size_t n = err ? strlen(err) : 0;
+    if (err)
+        snprintf(err + n, DSL_ERR_LEN - n, "%s",
+                 flags & CKPT_SAVING
+                     ? ": the training has diverged; nothing was saved, and 'latest' (if "
+                       "any) still names the last good checkpoint (a lower learning rate, "
+                       "warmup or gradient clipping may help)"
+                     : ": the run that saved it had diverged, or the file was edited; load "
+                       "an earlier checkpoint by its tag instead (no option loads this one)");
+    return DSL_ECHECKPOINT;
+}
+
+/* The first element of v[0..n) that is not a finite number, or n; *count: how many. */
+static size_t first_nonfinite(const float *v, size_t n, size_t *count)
+{
+    size_t first = n, k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(v[i])) {
+            if (first == n)
+                first = i;
+            k++;
+        }
+    }
+    *count = k;
+    return first;
+}
+
+/* "[3, 17]": element i of a tensor of that shape, row-major */
+static void index_text(const struct dsl_ckpt_param *v, size_t i, char *buf, size_t len)
+{
+    size_t idx[4] = {0, 0, 0, 0}, rest = i, at = 0;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        uint64_t sz = v->shape[d] ? v->shape[d] : 1;
+        idx[d] = (size_t)(rest % sz);
+        rest = (size_t)(rest / sz);
+    }
+    at += (size_t)snprintf(buf, len, "[");
+    for (int d = 0; d < v->ndim && at < len; d++)
+        at += (size_t)snprintf(buf + at, len - at, "%s%zu", d ? ", " : "", idx[d]);
+    if (at < len)
+        snprintf(buf + at, len - at, "]");
+}
+
+/* Every parameter finite: the first that is not is named by tensor and index. */
+static int params_finite(const struct dsl_ckpt *c, const char *file, unsigned flags, char *err)
+{
+    for (size_t k = 0; k < c->nviews; k++) {
+        const struct dsl_ckpt_param *v = &c->views[k];
+        size_t n = (k + 1 < c->nviews ? c->views[k + 1].offset : c->numel) - v->offset, cnt;
+        size_t i = first_nonfinite(c->params + v->offset, n, &cnt);
+        if (i == n)
+            continue;
+        char at[96];
+        index_text(v, i, at, sizeof(at));
+        dsl_seterr(err, DSL_ECHECKPOINT,
+                   "checkpoint file '%s': parameter '%s' element %s is %s (not finite: %zu "
+                   "of its %zu elements)",
+                   file, v->name, at, nonfinite_word(c->params[v->offset + i]), cnt, n);
+        return nonfinite_hint(flags, err);
+    }
+    return 0;
+}
+
+/*
+ * A file without any checksum (no dsl.sha256, dsl.data_sha256 or dsl.crc32): another
+ * tool's, or ours with the checksums cut out, so nothing tells its bytes from what was
+ * saved. Refused unless DSL_CKPT_ALLOW_UNVERIFIED; allowed, the first such file is
+ * noted in c->unverified for the caller's warning.
+ */
+static int unverified(struct dsl_ckpt *c, const char *file, unsigned flags, char *err)
+{
+    if (!(flags & DSL_CKPT_ALLOW_UNVERIFIED))
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint file '%s' has no checksums (no dsl.sha256 or "
+                          "dsl.data_sha256: written by another tool, or they were removed), "
+                          "so corrupt or edited data cannot be detected; pass "
+                          "--allow-unverified-checkpoint to load it anyway",
+                          file);
+    if (!c->unverified)
+        c->unverified = dsl_xstrdup(file);
+    return 0;
+}
+
 /* The model file into c; *bad: its header failed its checksum (the load goes on, so
  * that comparing it with the shards can name the field; load_dir refuses it). */
 static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
-                      char *err)
+                      unsigned flags, char *err)
 {
     struct dsl_st_file f;
     uint64_t numel = 0, ws = 0;
@@ -338,6 +504,10 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "checkpoint file '%s' is not the model state of tag '%s'", f.path, tag);
         goto out;
+    }
+    if (!f.header_bad && f.sum == DSL_ST_SUM_NONE) {
+        if ((r = unverified(c, f.path, flags, err)) < 0)
+            goto out;
     }
     if ((r = meta_num(&f, "dsl.numel", &numel, err)) < 0)
         goto out;
@@ -385,7 +555,8 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
     }
     for (size_t i = 0; i < f.meta.nr; i++)
         dsl_strvec_push(&c->meta, f.meta.v[i]);
-    r = 0;
+    /* an edited header is named by the caller first (the data was not checked) */
+    r = f.header_bad ? 0 : params_finite(c, f.path, flags, err);
 out:
     dsl_st_release(&f);
     return r;
@@ -492,7 +663,7 @@ static int cmp_shard_off(const void *a, const void *b)
 }
 
 static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
-                       char *err)
+                       unsigned flags, char *err)
 {
     int W = c->saved_world, r = 0;
     struct shard *sh = NULL;
@@ -543,7 +714,9 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, in
                            "%s: a checksum was removed",
                            model_sha ? s->file : model, model_sha ? "lacks" : "has",
                            model_sha ? model : s->file, model_sha ? "has one" : "does not");
-        else if (s->f.sum < c->sum)
+        else if (s->f.sum == DSL_ST_SUM_NONE && !model_bad)
+            r = unverified(c, s->file, flags, err);
+        if (r == 0 && s->f.sum < c->sum)
             c->sum = s->f.sum;
     }
     if (r == 0 && model_bad)
@@ -652,7 +825,24 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, in
         }
         for (size_t i = 0; i < n; i++) {
             const struct dsl_st_tensor *t = dsl_st_find(&sh[i].f, c->state_names[k]);
-            memcpy(c->state[k] + sh[i].off, t->data, (size_t)t->nbytes);
+            float *v = c->state[k] + sh[i].off;
+            size_t len = (size_t)sh[i].len, cnt, j;
+            memcpy(v, t->data, (size_t)t->nbytes);
+            if ((j = first_nonfinite(v, len, &cnt)) < len) {
+                size_t flat = (size_t)sh[i].off + j;
+                const struct dsl_ckpt_param *pv = view_of(c, flat);
+                char at[96] = "?";
+                if (pv)
+                    index_text(pv, flat - pv->offset, at, sizeof(at));
+                dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s': optimizer state '%s' of parameter '%s' "
+                           "element %s (flat element %zu) is %s (not finite: %zu of the "
+                           "shard's %zu elements)",
+                           sh[i].file, t->name, pv ? pv->name : "?", at, flat,
+                           nonfinite_word(v[j]), cnt, len);
+                r = nonfinite_hint(flags, err);
+                goto out;
+            }
         }
     }
     r = 0;
@@ -667,12 +857,12 @@ out:
 
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
 static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
-                    char *err)
+                    unsigned flags, char *err)
 {
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
-    if ((r = load_model(c, path, tag, &bad, err)) < 0) {
+    if ((r = load_model(c, path, tag, &bad, flags, err)) < 0) {
         if (bad && err) {
             size_t n = strlen(err);
             snprintf(err + n, DSL_ERR_LEN - n, "; its " EDITED);
@@ -686,7 +876,7 @@ static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int s
                               path);
         return 0;
     }
-    return load_shards(c, path, tag, bad, err);
+    return load_shards(c, path, tag, bad, flags, err);
 }
 
 int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
@@ -696,7 +886,7 @@ int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
     size_t n = strlen(tag);
     int fd = -1, r = 0;
     if (bad_tag(tag)) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag);
+        r = tag_error(tag, dir, err);
         goto out;
     }
     if ((fd = dsl_file_create_temp(path, 0644, &tmp, err)) < 0) {
@@ -768,6 +958,14 @@ int dsl_ckpt_read_latest(const char *dir, char **tag, char *err)
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' '))
         n--;
     buf[n] = '\0';
+    if (strlen(buf) == n && reserved_tag(buf)) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "'%s' names '%s', the directory of a save that did not finish, not a "
+                       "checkpoint: write the tag of a complete checkpoint there, or resume "
+                       "from one by its tag",
+                       path, buf);
+        goto out;
+    }
     if (bad_tag(buf) || strlen(buf) != n) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "'%s' does not hold a valid tag", path);
         goto out;
@@ -798,7 +996,7 @@ static void remove_leftovers(const char *dir)
         if (n > sizeof(part) - 1 && strcmp(e->d_name + n - (sizeof(part) - 1), part) == 0 &&
             lstat(p, &st) == 0) {
             if (S_ISDIR(st.st_mode))
-                remove_flat_dir(p);
+                remove_tree(p);
             else if (S_ISLNK(st.st_mode))
                 unlink(p);
         } else if (strncmp(e->d_name, tmp, sizeof(tmp) - 1) == 0) {
@@ -817,12 +1015,12 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     int r;
     ckpt_init(&c);
     if (bad_tag(tag))
-        return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag ? tag : "");
+        return tag_error(tag, dir, err);
     part = partial_dir(dir, tag);
     final = dsl_xasprintf("%s/%s", dir, tag);
     old = dsl_xasprintf("%s/%s.old", dir, tag);
     /* the same checks as a resume, before anything is switched */
-    if ((r = load_dir(&c, part, tag, 1, err)) < 0)
+    if ((r = load_dir(&c, part, tag, 1, CKPT_SAVING, err)) < 0)
         goto out;
     if (c.saved_world != world) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' was written by %d ranks, not %d",
@@ -834,7 +1032,7 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
         goto out;
     }
     if (stat(final, &st) == 0) {
-        if ((r = remove_flat_dir(old)) < 0 || rename(final, old) < 0) {
+        if ((r = remove_tree(old)) < 0 || rename(final, old) < 0) {
             r = dsl_seterr(err, r < 0 ? r : -errno, "cannot move '%s' aside: %s", final,
                            strerror(r < 0 ? -r : errno));
             goto out;
@@ -851,7 +1049,7 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     }
     if ((r = dsl_ckpt_write_latest(dir, tag, err)) < 0)
         goto out;
-    remove_flat_dir(old);
+    remove_tree(old);
     remove_leftovers(dir);
     r = 0;
 out:
@@ -864,7 +1062,7 @@ out:
 
 /* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
 static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
-                    char *err)
+                    unsigned flags, char *err)
 {
     char *t = NULL, *path;
     int r;
@@ -874,7 +1072,7 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
             return r;
     } else {
         if (bad_tag(tag))
-            return dsl_seterr(err, DSL_ECHECKPOINT, "bad checkpoint tag '%s'", tag);
+            return tag_error(tag, dir, err);
         t = dsl_xstrdup(tag);
     }
     path = dsl_xasprintf("%s/%s", dir, t);
@@ -895,20 +1093,40 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
                        !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
                                                           : "");
     else
-        r = load_dir(c, path, t, shards, err);
+        r = load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, err);
     free(path);
     free(t);
     return r;
 }
 
-int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                  char *err)
 {
-    return load_tag(c, dir, tag, 1, err);
+    return load_tag(c, dir, tag, 1, flags, err);
 }
 
-int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, char *err)
+int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                         char *err)
 {
-    return load_tag(c, dir, tag, 0, err);
+    return load_tag(c, dir, tag, 0, flags, err);
+}
+
+int dsl_ckpt_caveat(const struct dsl_ckpt *c, char *buf, size_t n)
+{
+    if (c->unverified)
+        snprintf(buf, n,
+                 "checkpoint '%s' loaded unverified (allow_unverified_checkpoint): '%s' has "
+                 "no checksums, so corruption or edits in it cannot be detected; the next "
+                 "save writes them",
+                 c->path, c->unverified);
+    else if (c->sum != DSL_ST_SUM_SHA256)
+        snprintf(buf, n,
+                 "checkpoint '%s' has no SHA-256 checksums (written by an older dstrain): "
+                 "edits of its metadata cannot be detected; the next save writes them",
+                 c->path);
+    else
+        return 0;
+    return 1;
 }
 
 int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,
@@ -992,24 +1210,23 @@ bad:
                       v ? "bad" : "missing", key);
 }
 
-int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err)
+int dsl_ckpt_consolidate(struct dsl_ckpt *cp, const char *dir, const char *tag,
+                         const char *out_path, unsigned flags, char *err)
 {
-    struct dsl_ckpt c;
+    struct dsl_ckpt *c = cp;
     struct dsl_st_tensor *t;
     struct dsl_strvec m;
-    int r = dsl_ckpt_load(&c, dir, tag, err);
-    if (r < 0) {
-        dsl_ckpt_release(&c);
+    int r = dsl_ckpt_load(c, dir, tag, flags, err);
+    if (r < 0)
         return r;
-    }
-    t = dsl_xcalloc(c.nviews ? c.nviews : 1, sizeof(*t));
-    for (size_t i = 0; i < c.nviews; i++) {
-        t[i].name = c.views[i].name;
+    t = dsl_xcalloc(c->nviews ? c->nviews : 1, sizeof(*t));
+    for (size_t i = 0; i < c->nviews; i++) {
+        t[i].name = c->views[i].name;
         t[i].dtype = DSL_ST_F32;
-        t[i].ndim = c.views[i].ndim;
-        for (int d = 0; d < c.views[i].ndim; d++)
-            t[i].shape[d] = c.views[i].shape[d];
-        t[i].data = c.params + c.views[i].offset;
+        t[i].ndim = c->views[i].ndim;
+        for (int d = 0; d < c->views[i].ndim; d++)
+            t[i].shape[d] = c->views[i].shape[d];
+        t[i].data = c->params + c->views[i].offset;
     }
     dsl_strvec_init(&m);
     dsl_env_set(&m, "format", "pt");
@@ -1025,9 +1242,8 @@ int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path,
         free(parent);
     }
     if (r >= 0)
-        r = dsl_st_write(out_path, t, c.nviews, &m, err);
+        r = dsl_st_write(out_path, t, c->nviews, &m, err);
     dsl_strvec_release(&m);
     free(t);
-    dsl_ckpt_release(&c);
     return r;
 }

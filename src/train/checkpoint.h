@@ -22,9 +22,11 @@
  *   rank 0:    dsl_ckpt_commit(dir, tag, world)  validates every file, renames the
  *                                                 partial dir to <dir>/<tag>, fsyncs,
  *                                                 then dsl_ckpt_write_latest()
- * A save that fails anywhere before the commit leaves only a stale .partial
- * directory, which the next successful commit removes; the checkpoint `latest` names
- * is never touched. Metadata added by the writers: format=pt, dsl.kind, dsl.tag,
+ * A save that fails anywhere before the commit leaves only the .partial directory,
+ * which rank 0 removes (dsl_ckpt_abort) once every rank knows the save failed; one that
+ * was killed leaves it behind, and the next prepare of that tag and the next successful
+ * commit remove it (whatever is in it, links not followed). The checkpoint `latest`
+ * names is never touched. Metadata added by the writers: format=pt, dsl.kind, dsl.tag,
  * dsl.numel, dsl.world_size, dsl.rank, dsl.shard_offset, dsl.shard_len and the
  * checksums dsl.data_sha256 and dsl.sha256 (safetensors.h); the caller's own keys
  * (step, loss scale, seed, data position ...) are stored as given, the same in every
@@ -34,7 +36,16 @@
  * agree on every key that describes the checkpoint rather than one file (all but
  * dsl.kind, dsl.rank, dsl.shard_offset, dsl.shard_len and the checksums): a mismatch
  * is an error naming the file and the key, and the file whose checksum failed when
- * one did. Checkpoints of older versions (crc32 only) load; c->sum says so.
+ * one did. Checkpoints of older versions (crc32 only) load; c->sum says so. A file
+ * without any checksum is refused unless the caller passes DSL_CKPT_ALLOW_UNVERIFIED
+ * (the user's --allow-unverified-checkpoint). A parameter or optimizer state element
+ * that is not a finite number (nan, inf) is refused always, naming the file, the tensor
+ * and the element: checksums say the bytes are what was saved, not that a run can go
+ * on from them. The commit validates a save with the same code, so a diverged run's
+ * save fails and `latest` stays where it was.
+ *
+ * Tags ending in ".partial" or ".old" are the save's own directories and never a
+ * checkpoint: refused by every function that takes a tag, and in `latest`.
  */
 #ifndef DSLAUNCH_CHECKPOINT_H
 #define DSLAUNCH_CHECKPOINT_H
@@ -65,6 +76,9 @@ void dsl_ckpt_slice(size_t numel, int rank, int world, size_t *off, size_t *len)
 /** Rank 0, before any rank writes: create dir if needed and an empty
  *  <dir>/<tag>.partial (removing a stale one). */
 int dsl_ckpt_prepare(const char *dir, const char *tag, char *err);
+/** Rank 0, after a failed save that every rank has given up: remove <dir>/<tag>.partial
+ *  (best effort; a killed save's is removed by the next prepare or commit). */
+void dsl_ckpt_abort(const char *dir, const char *tag);
 
 /*
  * Is dir one directory every rank sees? Rank 0 writes <dir>/.dstrain-shared-<hex> with
@@ -109,6 +123,10 @@ int dsl_ckpt_has_latest(const char *dir, char *err);
 /** Read <dir>/latest. *tag is malloc'ed, owned by the caller. */
 int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
 
+/** Load flag: load files that carry no checksum at all (another tool's, or ours with
+ *  the checksums removed); c->unverified names the first. Without it they are refused. */
+#define DSL_CKPT_ALLOW_UNVERIFIED 1u
+
 /** A loaded checkpoint: everything in memory, owned by it until _release(). */
 struct dsl_ckpt {
     char *tag;
@@ -124,21 +142,32 @@ struct dsl_ckpt {
     float *state[DSL_CKPT_MAX_STATE]; /* numel floats each, reassembled */
     enum dsl_st_sum sum;         /* the weakest checksum of its files: DSL_ST_SUM_SHA256,
                                     or older files whose metadata nothing protects */
+    char *unverified;            /* the first file without any checksum (loaded with
+                                    DSL_CKPT_ALLOW_UNVERIFIED), or NULL */
 };
 
 /**
  * Load <dir>/<tag> (tag NULL or "latest": the tag in <dir>/latest), validating every
  * file (see dsl_st_load(): regular files only, checksums), the metadata every file
  * must share (see the top), and the shard coverage: a missing, extra, duplicate or
- * overlapping shard, a shard of another tag or world size, or a numel mismatch is an
- * error (DSL_ECHECKPOINT) naming the file. c is initialised either way.
+ * overlapping shard, a shard of another tag or world size, a numel mismatch, a file
+ * without checksums (unless flags has DSL_CKPT_ALLOW_UNVERIFIED) or a value that is not
+ * finite is an error (DSL_ECHECKPOINT) naming the file. Every size in a file's header
+ * is checked against the file's size before anything is allocated for its data. c is
+ * initialised either way.
  */
-int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, char *err);
+int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                  char *err);
 /** The same for the parameters alone (`dstrain sample`): the model file, with
  *  every check of its own, and no optimizer shard read (nstate 0), so the model file
  *  copied without its shards is enough. */
-int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, char *err);
+int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                         char *err);
 void dsl_ckpt_release(struct dsl_ckpt *c);
+/** What a loaded checkpoint's checks could not cover, as a warning for people into buf:
+ *  files loaded without checksums (DSL_CKPT_ALLOW_UNVERIFIED), or an older dstrain's
+ *  files whose metadata nothing protects. 1 when there is something to say, else 0. */
+int dsl_ckpt_caveat(const struct dsl_ckpt *c, char *buf, size_t n);
 /** Compare the saved views with the model's (names, offsets, shapes, numel). */
 int dsl_ckpt_check_params(const struct dsl_ckpt *c, const struct dsl_ckpt_param *views,
                           size_t nviews, size_t numel, char *err);
@@ -158,7 +187,10 @@ int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, 
 
 /** `dstrain consolidate`: one fp32 safetensors file with the parameters of the
  *  checkpoint (tag NULL: latest), one tensor per saved view, written atomically; the
- *  missing directories of out_path are made after the checkpoint has loaded. */
-int dsl_ckpt_consolidate(const char *dir, const char *tag, const char *out_path, char *err);
+ *  missing directories of out_path are made after the checkpoint has loaded. c: the
+ *  checkpoint as loaded (flags as dsl_ckpt_load()), initialised either way, the
+ *  caller's to release (its sum and unverified say what to warn about). */
+int dsl_ckpt_consolidate(struct dsl_ckpt *c, const char *dir, const char *tag,
+                         const char *out_path, unsigned flags, char *err);
 
 #endif

@@ -25,6 +25,7 @@
 #include "bpe.h"
 #include "checkpoint.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/log.h"
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
@@ -34,7 +35,7 @@
 
 struct sample_args {
     char *dir, *tag, *prompt, *temp, *encoder, *bpe;
-    int tokens, seed;
+    int tokens, seed, allow_unverified;
 };
 
 static const struct dsl_opt sample_opts[] = {
@@ -55,6 +56,9 @@ static const struct dsl_opt sample_opts[] = {
      0, 0, NULL, 0, NULL},
     {"bpe", 0, DSL_OPT_STRING, offsetof(struct sample_args, bpe), "FILE",
      "GPT-2's vocab.bpe (or .gz), with --encoder", NULL, 0, 0, NULL, 0, NULL},
+    {"allow_unverified_checkpoint", 0, DSL_OPT_FLAG,
+     offsetof(struct sample_args, allow_unverified), NULL,
+     "read a checkpoint whose files carry no checksums", NULL, 0, 0, NULL, 0, NULL},
 };
 static const struct dsl_opt_parser sample_parser = {
     .prog = "dstrain sample",
@@ -104,11 +108,15 @@ static int run(const struct sample_args *a, char *err)
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
                           a->temp);
     struct dsl_ckpt c;
-    int r = dsl_ckpt_load_params(&c, a->dir, a->tag, err);
+    int r = dsl_ckpt_load_params(&c, a->dir, a->tag,
+                                 a->allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0, err);
     if (r < 0) {
         dsl_ckpt_release(&c);
         return r;
     }
+    char why[DSL_ERR_LEN];
+    if (dsl_ckpt_caveat(&c, why, sizeof(why)))
+        dsl_warn("%s", why);
     struct dsl_model_spec sp = {.type = "gpt", .max_batch = 1};
     size_t g[5];
     if (dsl_ckpt_meta_sizes(&c, "gpt", g, 5, NULL) < 0) {
@@ -219,7 +227,7 @@ out:
 
 int dsl_train_sample_main(int argc, char **argv, char *err)
 {
-    struct sample_args a = {NULL, NULL, NULL, NULL, NULL, NULL, 200, 1};
+    struct sample_args a = {NULL, NULL, NULL, NULL, NULL, NULL, 200, 1, 0};
     if (dsl_opt_help_if_asked(&sample_parser,
                               "usage: dstrain sample --checkpoint DIR [--prompt TEXT] "
                               "[--tokens N] [--temperature X] [--encoder encoder.json --bpe "

@@ -19,8 +19,11 @@
  * and rescales exactly where the uninterrupted one would. A checkpoint without
  * "lossscale" (fp32, or written before loss scaling) resumes with none skipped and
  * the configured initial scale. Every file carries step, seed and lossscale; the loader
- * refuses files that fail their checksums or disagree on them (checkpoint.h), and a
- * checkpoint of an older dstrain, without SHA-256 checksums, resumes with a warning.
+ * refuses files that fail their checksums or disagree on them (checkpoint.h), files
+ * without any checksum unless dstrain.allow_unverified_checkpoint (then with a
+ * warning), and values that are not finite always; a checkpoint of an older dstrain,
+ * with only a crc32 of its data, resumes with a warning. A save that fails is given up
+ * by every rank together, and rank 0 removes its partial directory.
  *
  * Which checkpoint: "latest" (what <dir>/latest names), a tag, or "auto": latest when
  * <dir>/latest exists, else a fresh start without a word. A launcher's restart
@@ -157,6 +160,11 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
     dsl_strvec_release(&meta);
     return 0;
 fail:
+    /* every rank has given the save up (f > 0: all agreed), so nothing writes into the
+     * partial directory any more: rank 0 removes it, rather than leave it to the next
+     * save (when the agreement itself failed, a rank may still write: left alone) */
+    if (f > 0 && t->rank == 0)
+        dsl_ckpt_abort(dir, tag);
     free(full);
     free(params);
     dsl_strvec_release(&meta);
@@ -169,15 +177,13 @@ fail:
                       tag);
 }
 
-/* A checkpoint of an older dstrain (no SHA-256 in its files) loads: its data had a
- * crc32, its files are still checked against each other, but an edit that is the same
- * in every file cannot be seen. Said once, by rank 0 or the consolidate command. */
-static void warn_unprotected(const struct dsl_ckpt *c)
+/* What the load could not check (dsl_ckpt_caveat), said once: by rank 0 on resume,
+ * by consolidate. */
+static void warn_caveat(const struct dsl_ckpt *c)
 {
-    if (c->sum != DSL_ST_SUM_SHA256)
-        dsl_warn("checkpoint '%s' has no SHA-256 checksums (written by an older dstrain): "
-                 "edits of its metadata cannot be detected; the next save writes them",
-                 c->path);
+    char why[DSL_ERR_LEN];
+    if (dsl_ckpt_caveat(c, why, sizeof(why)))
+        dsl_warn("%s", why);
 }
 
 /* The save in the progress record's phase: a save longer than the hang timeout is
@@ -388,11 +394,12 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     struct dsl_ckpt_param views[MAX_VIEWS];
     struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
-    int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, err);
+    unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
+    int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, flags, err);
     if (r < 0)
         goto out;
     if (t->rank == 0)
-        warn_unprotected(&c);
+        warn_caveat(&c);
     if ((r = check_model(s, t, &c, err)) < 0 ||
         (r = dsl_ckpt_check_params(&c, views, nv, t->P, err)) < 0)
         goto out;
@@ -449,6 +456,7 @@ int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *
 
 struct consolidate_args {
     char *tag, *out;
+    int allow_unverified;
 };
 
 static const struct dsl_opt consolidate_opts[] = {
@@ -456,6 +464,9 @@ static const struct dsl_opt consolidate_opts[] = {
      "the checkpoint to read", "latest", 0, 0, NULL, 0, NULL},
     {"out", 0, DSL_OPT_STRING, offsetof(struct consolidate_args, out), "FILE",
      "the file to write", "<dir>/model.safetensors", 0, 0, NULL, 0, NULL},
+    {"allow_unverified_checkpoint", 0, DSL_OPT_FLAG,
+     offsetof(struct consolidate_args, allow_unverified), NULL,
+     "read a checkpoint whose files carry no checksums", NULL, 0, 0, NULL, 0, NULL},
 };
 static const struct dsl_opt_parser consolidate_parser = {
     .prog = "dstrain consolidate",
@@ -465,11 +476,11 @@ static const struct dsl_opt_parser consolidate_parser = {
 
 int dsl_train_consolidate_main(int argc, char **argv, char *err)
 {
-    struct consolidate_args a = {NULL, NULL};
+    struct consolidate_args a = {NULL, NULL, 0};
     struct dsl_strvec dirs;
     dsl_strvec_init(&dirs);
     static const char usage[] = "usage: dstrain consolidate <checkpoint dir> [--tag TAG] "
-                                "[--out FILE]";
+                                "[--out FILE] [--allow-unverified-checkpoint]";
     if (dsl_opt_help_if_asked(&consolidate_parser, usage, argc, argv, stdout))
         return 0;
     int r = dsl_opt_parse(&consolidate_parser, &a, argc, argv, &dirs, err);
@@ -478,9 +489,14 @@ int dsl_train_consolidate_main(int argc, char **argv, char *err)
     if (r == 0) {
         const char *dir = dirs.v[0], *tag = a.tag, *out = a.out;
         char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);
-        r = dsl_ckpt_consolidate(dir, tag, out ? out : def, err);
-        if (r >= 0)
+        struct dsl_ckpt c;
+        r = dsl_ckpt_consolidate(&c, dir, tag, out ? out : def,
+                                 a.allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0, err);
+        if (r >= 0) {
+            warn_caveat(&c);
             printf("dstrain: wrote '%s'\n", out ? out : def);
+        }
+        dsl_ckpt_release(&c);
         free(def);
     }
     free(a.tag);

@@ -4,8 +4,10 @@
  * the files of <dir>: `latest`, then global_step1/mp_rank_00_model_states.safetensors,
  * then global_step1/zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors for r = 0, 1,
  * ...(at most 4); a file the input stops before is missing. Files without checksums
- * load (as older versions wrote them), so the fuzzer reaches the checks across files:
- * the tag, the metadata every file must share, the world size, the shards' coverage.
+ * load with DSL_CKPT_ALLOW_UNVERIFIED, so the fuzzer reaches the checks across files:
+ * the tag, the metadata every file must share, the world size, the shards' coverage,
+ * the values' finiteness. Without the flag the same input loads only if every file
+ * carried a checksum, and then to the same checkpoint.
  * A load either fails with a message or gives a checkpoint that agrees with itself:
  * its views tile its parameters (dsl_ckpt_check_params with its own views), every
  * state vector is there. The metadata the trainer reads back when it resumes goes
@@ -15,6 +17,7 @@
  * to the same state. Nothing leaks, whatever fails where.
  */
 #define _GNU_SOURCE /* memmem */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,12 +107,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     struct dsl_ckpt c;
     char err[DSL_ERR_LEN] = "";
-    int r = dsl_ckpt_load(&c, dir, NULL, err);
+    int r = dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err);
     if (r < 0 && !err[0])
         abort();
+    struct dsl_ckpt strict;
+    char err2[DSL_ERR_LEN] = "";
+    int r2 = dsl_ckpt_load(&strict, dir, NULL, 0, err2);
+    if (r2 < 0 && !err2[0])
+        abort();
+    if (r < 0 ? r2 == 0 : (r2 == 0) != (c.unverified == NULL))
+        abort(); /* the flag only adds files without checksums */
+    if (r2 == 0 && (strict.numel != c.numel ||
+                    (c.numel && memcmp(strict.params, c.params, c.numel * sizeof(float)))))
+        abort();
+    dsl_ckpt_release(&strict);
     if (r == 0) {
         if (!c.params || !c.tag || c.saved_world < 1 || c.nstate > DSL_CKPT_MAX_STATE)
             abort();
+        for (size_t i = 0; i < c.numel; i++)
+            if (!isfinite(c.params[i]))
+                abort(); /* never loaded */
         if (dsl_ckpt_check_params(&c, c.views, c.nviews, c.numel, err) != 0)
             abort();
         for (size_t i = 0; i < c.nstate; i++)

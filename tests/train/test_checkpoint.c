@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "train/checkpoint.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/file.h"
 #include "train/safetensors.h"
 #include "dslaunch/common/xalloc.h"
 #include "test.h"
@@ -173,7 +175,7 @@ TEST(checkpoint_should_round_trip_parameters_state_and_metadata)
     dsl_ckpt_tag(tag, sizeof(tag), 7);
     ASSERT_STR_EQ(tag, "global_step7");
     ASSERT_OK(save(dir, tag, 3, &s, 7, err));
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     assert_state(&c, &s);
     ASSERT_STR_EQ(c.tag, "global_step7");
     ASSERT_EQ(c.saved_world, 3);
@@ -193,7 +195,7 @@ TEST(checkpoint_should_round_trip_parameters_state_and_metadata)
     ASSERT_EQ(dsl_ckpt_check_params(&c, views, NVIEWS, NUMEL + 1, err), DSL_ECHECKPOINT);
     dsl_ckpt_release(&c);
     /* by explicit tag too; only the committed directory and latest remain */
-    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step7", err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step7", 0, err));
     dsl_ckpt_release(&c);
     ASSERT_EQ(count_entries(dir), 2);
     rm_rf(dir);
@@ -213,7 +215,7 @@ TEST(checkpoint_should_recut_for_any_world_size)
     char tags[4][16];
     for (int i = 0; i < 4; i++) {
         struct dsl_ckpt c;
-        ASSERT_OK(dsl_ckpt_load(&c, dir, prev, err));
+        ASSERT_OK(dsl_ckpt_load(&c, dir, prev, 0, err));
         assert_state(&c, &s);
         memcpy(back.p, c.params, sizeof(back.p));
         memcpy(back.m, dsl_ckpt_state(&c, "exp_avg"), sizeof(back.m));
@@ -224,7 +226,7 @@ TEST(checkpoint_should_recut_for_any_world_size)
         prev = tags[i];
     }
     struct dsl_ckpt c;
-    ASSERT_OK(dsl_ckpt_load(&c, dir, "latest", err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "latest", 0, err));
     ASSERT_STR_EQ(c.tag, "w30");
     ASSERT_EQ(c.saved_world, 30);
     assert_state(&c, &s);
@@ -288,8 +290,12 @@ TEST(consolidate_should_write_the_same_bytes_whatever_the_world_size)
     ASSERT_OK(save(dir, "b", 3, &s, 3, err));
     char *o1 = dsl_xasprintf("%s/model1.safetensors", dir);
     char *o3 = dsl_xasprintf("%s/model3.safetensors", dir);
-    ASSERT_OK(dsl_ckpt_consolidate(dir, "a", o1, err));
-    ASSERT_OK(dsl_ckpt_consolidate(dir, NULL, o3, err)); /* latest = b */
+    struct dsl_ckpt c;
+    ASSERT_OK(dsl_ckpt_consolidate(&c, dir, "a", o1, 0, err));
+    ASSERT_EQ(dsl_ckpt_caveat(&c, err, DSL_ERR_LEN), 0);
+    dsl_ckpt_release(&c);
+    ASSERT_OK(dsl_ckpt_consolidate(&c, dir, NULL, o3, 0, err)); /* latest = b */
+    dsl_ckpt_release(&c);
     struct dsl_st_file f1, f3;
     ASSERT_OK(dsl_st_load(&f1, o1, 0, err));
     ASSERT_OK(dsl_st_load(&f3, o3, 0, err));
@@ -402,14 +408,14 @@ TEST(corrupt_checkpoints_should_fail_with_an_error_naming_the_file)
             ASSERT_OK(dsl_ckpt_write_latest(dir, "global_step9", err));
             break;
         }
-        int r = dsl_ckpt_load(&c, dir, NULL, err);
+        int r = dsl_ckpt_load(&c, dir, NULL, 0, err);
         fprintf(stderr, "  %d -> %s\n", (int)corruptions[i].what, err);
         ASSERT_EQ(r, DSL_ECHECKPOINT);
         ASSERT_CONTAINS(err, corruptions[i].err);
         ASSERT_CONTAINS(err, dir); /* names the file */
         dsl_ckpt_release(&c);
         /* the older checkpoint is untouched */
-        ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", err));
+        ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", 0, err));
         assert_state(&c, &s);
         dsl_ckpt_release(&c);
         free(model);
@@ -524,7 +530,7 @@ TEST(edited_checkpoint_headers_should_fail_naming_the_file_and_the_field)
             edit_header(p, edits[i].from, edits[i].to);
             free(p);
         }
-        ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+        ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
         fprintf(stderr, "  %zu -> %s\n", i, err);
         for (int k = 0; k < 3; k++)
             ASSERT_CONTAINS(err, edits[i].err[k]);
@@ -542,26 +548,38 @@ TEST(checkpoints_of_older_versions_should_load_and_still_be_cross_checked)
     struct dsl_ckpt c;
     fill(&s, 1.5f);
     ASSERT_OK(save(dir, "global_step2", 2, &s, 2, err));
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     ASSERT_EQ(c.sum, DSL_ST_SUM_SHA256);
     dsl_ckpt_release(&c);
     /* a checksum removed from one file only: refused */
     char *model = file_in(dir, "global_step2", MODEL), *sh0 = shard_file(dir, "global_step2", 0);
     char *sh1 = shard_file(dir, "global_step2", 1);
     strip_sums(sh1);
-    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, SHARD(1) "' lacks a SHA-256 checksum but the model file");
     dsl_ckpt_release(&c);
-    /* none in any file (as before checksums): loads, and says so */
+    /* none in any file: refused, naming the file and the option, unless allowed; then
+     * it loads and says which file went unchecked */
     strip_sums(model);
     strip_sums(sh0);
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "global_step2/" MODEL "' has no checksums");
+    ASSERT_CONTAINS(err, "pass --allow-unverified-checkpoint to load it anyway");
+    dsl_ckpt_release(&c);
+    ASSERT_EQ(dsl_ckpt_load_params(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "has no checksums");
+    dsl_ckpt_release(&c);
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err));
     ASSERT_EQ(c.sum, DSL_ST_SUM_NONE);
+    ASSERT(c.unverified && strstr(c.unverified, MODEL));
+    char why[DSL_ERR_LEN];
+    ASSERT_EQ(dsl_ckpt_caveat(&c, why, sizeof(why)), 1);
+    ASSERT_CONTAINS(why, "loaded unverified");
     assert_state(&c, &s);
     dsl_ckpt_release(&c);
     /* the files must still agree */
     edit_header(sh0, "\"step\":\"2\"", "\"step\":\"7\"");
-    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, SHARD(0) "': metadata 'step' is '7' but the model file");
     ASSERT(strstr(err, "checksum") == NULL);
     dsl_ckpt_release(&c);
@@ -582,12 +600,12 @@ TEST(a_fifo_in_place_of_a_shard_or_latest_should_fail_the_load_at_once)
     char *sh1 = shard_file(dir, "global_step2", 1);
     ASSERT(unlink(sh1) == 0 && mkfifo(sh1, 0644) == 0);
     alarm(60); /* a hang guard: a blocking read of a FIFO without a writer never returns */
-    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, SHARD(1) "' is not a regular file (a FIFO)");
     dsl_ckpt_release(&c);
     char *latest = dsl_xasprintf("%s/latest", dir);
     ASSERT(unlink(latest) == 0 && mkfifo(latest, 0644) == 0);
-    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, "latest' is not a regular file (a FIFO)");
     alarm(0);
     dsl_ckpt_release(&c);
@@ -617,7 +635,7 @@ TEST(links_at_the_old_predictable_temp_names_should_not_be_followed)
     ASSERT_OK(dsl_ckpt_write_optim(dir, "t", 0, 1, names, slices, 2, 0, NUMEL, NUMEL, NULL,
                                    err));
     ASSERT_OK(dsl_ckpt_commit(dir, "t", 1, err));
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     assert_state(&c, &s);
     dsl_ckpt_release(&c);
     struct stat st;
@@ -661,7 +679,7 @@ TEST(a_successful_save_should_remove_what_failed_saves_left)
     free(latest);
     /* the older checkpoint is no leftover */
     struct dsl_ckpt c;
-    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, "global_step1", 0, err));
     dsl_ckpt_release(&c);
     free(p3);
     free(p4);
@@ -757,14 +775,14 @@ TEST(failed_save_should_leave_the_previous_checkpoint_intact)
     ASSERT_CONTAINS(err, "never_prepared.partial");
     free(blocked);
 
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     ASSERT_STR_EQ(c.tag, "global_step5");
     assert_state(&c, &s);
     dsl_ckpt_release(&c);
 
     /* and a later good save of the same tag replaces it cleanly */
     ASSERT_OK(save(dir, "global_step5", 2, &s2, 5, err));
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     assert_state(&c, &s2);
     dsl_ckpt_release(&c);
     char *old = dsl_xasprintf("%s/global_step5.old", dir);
@@ -773,7 +791,7 @@ TEST(failed_save_should_leave_the_previous_checkpoint_intact)
     /* a crash between moving the old copy aside and renaming the new one in */
     char *cur = dsl_xasprintf("%s/global_step5", dir);
     ASSERT(rename(cur, old) == 0);
-    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     assert_state(&c, &s2);
     dsl_ckpt_release(&c);
     free(cur);
@@ -1025,6 +1043,260 @@ TEST(checkpoint_meta_sizes_should_take_exactly_n_plain_numbers)
     ASSERT_EQ(dsl_ckpt_meta_sizes(&c, "nope", v, 5, err), DSL_ECHECKPOINT);
     ASSERT_CONTAINS(err, "missing metadata 'nope'");
     dsl_strvec_release(&c.meta);
+}
+
+/* ---- integrity (issue 30, item 8) ---------------------------------------------- */
+
+/* Write a save's files as the trainer does and put them in place WITHOUT the commit's
+ * validation, as a checkpoint edited after its save would be: then point latest at it. */
+static void place_unvalidated(const char *dir, const char *tag, const struct state *s)
+{
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_ckpt_prepare(dir, tag, err));
+    ASSERT_OK(dsl_ckpt_write_model(dir, tag, 2, views, NVIEWS, s->p, NUMEL, NULL, err));
+    ASSERT_OK(write_shard(dir, tag, 0, 2, 0, 12, s, err));
+    ASSERT_OK(write_shard(dir, tag, 1, 2, 12, NUMEL - 12, s, err));
+    char *part = dsl_xasprintf("%s/%s.partial", dir, tag), *fin = dsl_xasprintf("%s/%s", dir, tag);
+    ASSERT(rename(part, fin) == 0);
+    ASSERT_OK(dsl_ckpt_write_latest(dir, tag, err));
+    free(part);
+    free(fin);
+}
+
+TEST(a_save_with_a_non_finite_parameter_should_be_refused_and_latest_kept)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s, bad;
+    fill(&s, 0.0f);
+    ASSERT_OK(save(dir, "global_step4", 2, &s, 4, err));
+    fill(&bad, 1.0f);
+    bad.p[13] = NAN; /* layers.0.bias[1] */
+    ASSERT_EQ(save(dir, "global_step8", 2, &bad, 8, err), DSL_ECHECKPOINT);
+    fprintf(stderr, "  -> %s\n", err);
+    ASSERT_CONTAINS(err, "parameter 'layers.0.bias' element [1] is nan");
+    ASSERT_CONTAINS(err, "the training has diverged; nothing was saved");
+    char *latest;
+    ASSERT_OK(dsl_ckpt_read_latest(dir, &latest, err));
+    ASSERT_STR_EQ(latest, "global_step4");
+    free(latest);
+    char *fin = dsl_xasprintf("%s/global_step8", dir);
+    struct stat st;
+    ASSERT(stat(fin, &st) < 0);
+    /* the trainer gives the save up on every rank and removes its partial directory */
+    dsl_ckpt_abort(dir, "global_step8");
+    char *part = dsl_xasprintf("%s/global_step8.partial", dir);
+    ASSERT(stat(part, &st) < 0);
+    free(part);
+    free(fin);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(a_non_finite_parameter_or_state_should_be_refused_naming_tensor_and_index)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 0.5f);
+    s.p[17] = -INFINITY; /* layers.1.weight [0, 2] */
+    place_unvalidated(dir, "global_step3", &s);
+    static const unsigned flags[] = {0, DSL_CKPT_ALLOW_UNVERIFIED};
+    for (size_t i = 0; i < 2; i++) { /* allowing unverified files allows no nan */
+        ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, flags[i], err), DSL_ECHECKPOINT);
+        fprintf(stderr, "  -> %s\n", err);
+        ASSERT_CONTAINS(err, "global_step3/" MODEL "': parameter 'layers.1.weight' element "
+                             "[0, 2] is -inf (not finite: 1 of its 6 elements)");
+        ASSERT_CONTAINS(err, "load an earlier checkpoint by its tag instead");
+        dsl_ckpt_release(&c);
+        /* dstrain sample's reader too */
+        ASSERT_EQ(dsl_ckpt_load_params(&c, dir, NULL, flags[i], err), DSL_ECHECKPOINT);
+        ASSERT_CONTAINS(err, "parameter 'layers.1.weight' element [0, 2] is -inf");
+        dsl_ckpt_release(&c);
+    }
+    /* consolidate: nothing written */
+    char *out = dsl_xasprintf("%s/sub/model.safetensors", dir), *sub = dsl_xasprintf("%s/sub", dir);
+    ASSERT_EQ(dsl_ckpt_consolidate(&c, dir, NULL, out, 0, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "is -inf");
+    dsl_ckpt_release(&c);
+    struct stat st;
+    ASSERT(stat(sub, &st) < 0);
+    /* the optimizer state: rank 1's shard holds flat elements 12..22 */
+    fill(&s, 0.5f);
+    s.v[20] = NAN; /* exp_avg_sq of layers.1.weight [1, 2] */
+    s.v[21] = INFINITY;
+    place_unvalidated(dir, "global_step4", &s);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    fprintf(stderr, "  -> %s\n", err);
+    ASSERT_CONTAINS(err, SHARD(1) "': optimizer state 'exp_avg_sq' of parameter "
+                                  "'layers.1.weight' element [1, 2] (flat element 20) is nan "
+                                  "(not finite: 2 of the shard's 11 elements)");
+    dsl_ckpt_release(&c);
+    /* finite again: loads, bit for bit */
+    fill(&s, 0.5f);
+    place_unvalidated(dir, "global_step5", &s);
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
+    assert_state(&c, &s);
+    dsl_ckpt_release(&c);
+    free(out);
+    free(sub);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(a_checkpoint_without_checksums_and_with_a_nan_should_be_refused_with_what_to_do)
+{
+    /* the issue's case: every checksum cut out, a nan written into the data */
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 0.5f);
+    ASSERT_OK(save(dir, "global_step40", 1, &s, 40, err));
+    char *model = file_in(dir, "global_step40", MODEL), *sh0 = shard_file(dir, "global_step40", 0);
+    strip_sums(model);
+    strip_sums(sh0);
+    struct dsl_st_file f;
+    ASSERT_OK(dsl_st_load(&f, model, 0, err));
+    long data = (long)(f.len - NUMEL * sizeof(float));
+    dsl_st_release(&f);
+    float nan = NAN;
+    int fd = open(model, O_RDWR);
+    ASSERT(fd >= 0 && pwrite(fd, &nan, sizeof(nan), data + 4 * 2) == (ssize_t)sizeof(nan));
+    close(fd);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    fprintf(stderr, "  -> %s\n", err);
+    ASSERT_CONTAINS(err, "checkpoint file '");
+    ASSERT_CONTAINS(err, "global_step40/" MODEL "' has no checksums");
+    ASSERT_CONTAINS(err, "--allow-unverified-checkpoint");
+    dsl_ckpt_release(&c);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "parameter 'layers.0.weight' element [0, 2] is nan");
+    dsl_ckpt_release(&c);
+    free(model);
+    free(sh0);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(a_sparse_terabyte_file_should_be_refused_from_its_header_before_any_allocation)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    struct dsl_ckpt c;
+    fill(&s, 0.5f);
+    ASSERT_OK(save(dir, "global_step2", 2, &s, 2, err));
+    static const char *const which[] = {MODEL, SHARD(1)};
+    for (size_t i = 0; i < 2; i++) {
+        char *p = file_in(dir, "global_step2", which[i]), *keep = dsl_xasprintf("%s/keep", dir);
+        copy_file(p, keep);
+        /* a terabyte of holes after the real file (a smaller one where the filesystem
+           cannot hold that size): the header still describes the original bytes */
+        if (truncate(p, (off_t)1 << 40) != 0)
+            ASSERT(truncate(p, (off_t)1 << 34) == 0);
+        ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+        fprintf(stderr, "  -> %s\n", err);
+        ASSERT_CONTAINS(err, which[i]);
+        ASSERT_CONTAINS(err, "bytes of data but the tensors cover");
+        ASSERT_CONTAINS(err, "bytes the header does not describe");
+        dsl_ckpt_release(&c);
+        ASSERT(rename(keep, p) == 0);
+        free(keep);
+        free(p);
+    }
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
+    dsl_ckpt_release(&c);
+    /* a header length past the file, and one past the format's limit: no allocation */
+    char *p = file_in(dir, "global_step2", MODEL);
+    ASSERT(truncate(p, (off_t)1 << 34) == 0);
+    unsigned char len[8] = {0, 0, 0, 0x80, 0, 0, 0, 0}; /* 2^31 */
+    int fd = open(p, O_RDWR);
+    ASSERT(fd >= 0 && pwrite(fd, len, 8, 0) == 8);
+    close(fd);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "bad header length 2147483648");
+    dsl_ckpt_release(&c);
+    free(p);
+    rm_rf(dir);
+    free(dir);
+}
+
+TEST(stale_partial_directories_should_neither_break_a_save_nor_ever_be_loaded)
+{
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct state s;
+    struct dsl_ckpt c;
+    struct stat st;
+    fill(&s, 0.5f);
+    /* a file outside that links inside the stale partials point at: never touched */
+    char *outside = tmpdir(), *victim = dsl_xasprintf("%s/victim", outside);
+    FILE *f = fopen(victim, "w");
+    ASSERT(f != NULL);
+    fputs("keep", f);
+    fclose(f);
+    /* what a killed save, or anyone after it, left: files, a nested directory, links */
+    char *part = dsl_xasprintf("%s/global_step3.partial", dir);
+    char *nested = dsl_xasprintf("%s/sub/deeper", part);
+    ASSERT(dsl_dir_make_all(nested) == 0);
+    char *x = dsl_xasprintf("%s/" MODEL ".tmp.0123456789abcdef", part);
+    f = fopen(x, "w");
+    fclose(f);
+    free(x);
+    x = dsl_xasprintf("%s/link", nested);
+    ASSERT(symlink(victim, x) == 0);
+    free(x);
+    x = dsl_xasprintf("%s/dirlink", part);
+    ASSERT(symlink(outside, x) == 0);
+    free(x);
+    ASSERT_OK(save(dir, "global_step3", 2, &s, 3, err));
+    ASSERT(stat(part, &st) < 0);
+    ASSERT(stat(victim, &st) == 0);
+    /* a partial that is a link to a directory: the link goes, not what it names */
+    char *part5 = dsl_xasprintf("%s/global_step5.partial", dir);
+    ASSERT(symlink(outside, part5) == 0);
+    ASSERT_OK(save(dir, "global_step5", 2, &s, 5, err));
+    ASSERT(lstat(part5, &st) < 0);
+    ASSERT(stat(victim, &st) == 0);
+    /* a complete save that never committed is no checkpoint: not by its name ... */
+    ASSERT_OK(dsl_ckpt_prepare(dir, "global_step9", err));
+    ASSERT_OK(dsl_ckpt_write_model(dir, "global_step9", 1, views, NVIEWS, s.p, NUMEL, NULL, err));
+    ASSERT_OK(write_shard(dir, "global_step9", 0, 1, 0, NUMEL, &s, err));
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, "global_step9.partial", 0, err), DSL_ECHECKPOINT);
+    fprintf(stderr, "  -> %s\n", err);
+    ASSERT_CONTAINS(err, "'global_step9.partial' in '");
+    ASSERT_CONTAINS(err, "is not a checkpoint: a '.partial' directory is a save that did not "
+                         "finish");
+    dsl_ckpt_release(&c);
+    ASSERT_EQ(dsl_ckpt_load_params(&c, dir, "global_step5.old", 0, err), DSL_ECHECKPOINT);
+    ASSERT_CONTAINS(err, "is not a checkpoint");
+    dsl_ckpt_release(&c);
+    /* ... nor through latest */
+    char *latest = dsl_xasprintf("%s/latest", dir);
+    f = fopen(latest, "w");
+    fputs("global_step9.partial\n", f);
+    fclose(f);
+    ASSERT_EQ(dsl_ckpt_load(&c, dir, NULL, 0, err), DSL_ECHECKPOINT);
+    fprintf(stderr, "  -> %s\n", err);
+    ASSERT_CONTAINS(err, "names 'global_step9.partial', the directory of a save that did not "
+                         "finish");
+    dsl_ckpt_release(&c);
+    ASSERT_EQ(dsl_ckpt_write_latest(dir, "global_step9.partial", err), DSL_ECHECKPOINT);
+    ASSERT_EQ(dsl_ckpt_prepare(dir, "global_step9.partial", err), DSL_ECHECKPOINT);
+    /* the next save puts latest right and clears the partial */
+    ASSERT_OK(save(dir, "global_step6", 2, &s, 6, err));
+    ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
+    ASSERT_STR_EQ(c.tag, "global_step6");
+    dsl_ckpt_release(&c);
+    char *part9 = dsl_xasprintf("%s/global_step9.partial", dir);
+    ASSERT(stat(part9, &st) < 0);
+    free(part9);
+    free(latest);
+    free(part5);
+    free(nested);
+    free(part);
+    rm_rf(outside);
+    free(victim);
+    free(outside);
+    rm_rf(dir);
+    free(dir);
 }
 
 int main(int argc, char **argv)

@@ -114,6 +114,8 @@ struct dsl_dstrain_config {
     char *resume;                /* "latest", a tag, or "auto" (latest if there is one,
                                     else fresh); NULL (default): fresh start, or "auto"
                                     when restarted by a launcher */
+    int allow_unverified_checkpoint; /* default 0: a checkpoint file without checksums
+                                        is refused */
     int threads;                 /* BLAS threads per rank; 0 (default): automatic */
     int cpu_half;                /* default 0: fp16/bf16 on the CPU compute in fp32; 1:
                                     16-bit params and gradients (mixed precision) */
