@@ -45,3 +45,12 @@ dsl_fuzz_target(fuzz_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_settings.c 
 dsl_fuzz_target(fuzz_ckpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_ckpt.c LIBS dsltrain)
 # The stages' bit-identity under every OpenBLAS kernel family the CPU runs.
 dsl_blas_variants(test_train_trainer LABELS unit COMMAND $<TARGET_FILE:test_train_trainer>)
+# Checkpoint integrity with the real dstrain at world 1 (ckpt_integrity.sh): files
+# without checksums, non-finite values, sparse files, stale .partial directories, in
+# resume, consolidate and sample; a second or two.
+if(TARGET dstrain)
+  add_test(NAME train_ckpt_integrity
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh $<TARGET_FILE:dstrain>)
+  set_tests_properties(train_ckpt_integrity PROPERTIES LABELS flow TIMEOUT 120
+                       SKIP_RETURN_CODE 77)
+endif()

@@ -244,17 +244,25 @@ resume)
     train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to2"
     cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
-    # a checkpoint of an older dstrain (its SHA-256 members blanked out) still resumes
-    # at another world size, bit for bit, with a warning that its metadata is unprotected
+    # a checkpoint without checksums (its SHA-256 members blanked out) is refused on
+    # every rank; with --allow-unverified-checkpoint it resumes at another world size,
+    # bit for bit, with a warning (tests/train/ckpt_integrity.sh has the rest)
     cp -R "$TMP/ck4" "$TMP/ckold"
     for f in "$TMP"/ckold/global_step6/*.safetensors; do
         perl -pi -e 's/,"dsl\.data_sha256":"[0-9a-f]{64}","dsl\.sha256":"[0-9a-f]{64}"/" " x length($&)/e' "$f"
     done
     ! grep -q "dsl.sha256" "$TMP"/ckold/global_step6/*.safetensors || fail "checksums not blanked"
+    if run_world 2 oldrefused $TINY --checkpoint-dir "$TMP/ckold" --resume global_step6; then
+        fail "a checkpoint without checksums was resumed"
+    fi
+    for r in 0 1; do
+        grep -q "has no checksums.*pass --allow-unverified-checkpoint" "$TMP/oldrefused.$r.err" ||
+            { show oldrefused; fail "rank $r did not refuse the checkpoint without checksums"; }
+    done
     train_ok 2 old $TINY --checkpoint-dir "$TMP/ckold" --resume global_step6 \
-        --save-params "$TMP/p.old"
+        --allow-unverified-checkpoint --save-params "$TMP/p.old"
     cmp -s "$TMP/p.full" "$TMP/p.old" || fail "an older world-4 checkpoint resumed at world 2 differs"
-    grep -q "has no SHA-256 checksums (written by an older dstrain)" "$TMP/old.0.err" ||
+    grep -q "loaded unverified" "$TMP/old.0.err" ||
         { show old; fail "no warning for a checkpoint without checksums"; }
     # a step edited in one file's header is refused, naming the file and the field,
     # on every rank; a FIFO in place of a shard fails the resume instead of hanging it
