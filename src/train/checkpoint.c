@@ -12,10 +12,20 @@
  * between those two renames leaves <tag> missing with the complete <tag>.old beside
  * it, which the loader then uses.
  *
- * Loading reads every file whole and validates it (dsl_st_load()), then checks the
+ * Loading reads every file and validates it (dsl_st_load(): the header against the
+ * file's size before the data is allocated, then the checksums), then checks the
  * shard set: one file per rank of the saved world size, same tag and numel, and
  * slices that tile [0, numel) exactly. The reassembled full vectors make the world
- * size at resume independent of the one at save.
+ * size at resume independent of the one at save. A file without any checksum stops
+ * the load unless the caller allows it (DSL_CKPT_ALLOW_UNVERIFIED), and every value
+ * is checked to be finite as it is copied in, which nothing allows: the commit runs
+ * the same load over the partial directory (CKPT_SAVING only changes the advice in
+ * the message), so a diverged run's save fails instead of moving `latest`.
+ *
+ * The save's own directories, <tag>.partial and <tag>.old, are never tags (bad_tag),
+ * so neither a name nor `latest` can make the loader take one. A stale partial is
+ * removed whole (remove_tree: links unlinked, never followed) by the next prepare of
+ * its tag, by every commit, and by the trainer after a failed save (dsl_ckpt_abort).
  */
 #include <dirent.h>
 #include <errno.h>

@@ -1064,7 +1064,13 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
     if ((r = st_hlen(path, f->buf, len, &hlen, err)) < 0)
         goto out;
     head = 8 + (size_t)hlen; /* at most 8 + MAX_HEADER_BYTES, within the file */
-    f->buf = dsl_xrealloc(f->buf, head);
+    unsigned char *hb = realloc(f->buf, head);
+    if (!hb) {
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes for the header of '%s'", head,
+                       path);
+        goto out;
+    }
+    f->buf = hb;
     if ((k = read_full(fd, f->buf + 8, head - 8)) < 0) {
         r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
         goto out;
