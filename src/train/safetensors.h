@@ -87,6 +87,8 @@ struct dsl_st_file {
  * blocking), header length within the file, header JSON, every entry's dtype, shape
  * and offsets (in range, matching shape x dtype, contiguous, covering the data
  * exactly), and the checksums it carries (dsl.sha256, dsl.data_sha256, dsl.crc32).
+ * The header is read and judged against the file's size first: nothing is allocated
+ * for the data of a file whose header does not describe exactly its bytes.
  * flags: 0 or DSL_ST_HEADER_SUM_LATER. Returns 0 or DSL_ECHECKPOINT (-errno when
  * unreadable) with err naming the file. f is initialised either way; release it with
  * dsl_st_release().
