@@ -495,18 +495,55 @@ static int unverified(struct dsl_ckpt *c, const char *file, unsigned flags, char
     return 0;
 }
 
+/* The safetensors flags of a load: files without checksums refused from their header,
+ * before their data is read, unless the caller allows them. */
+static unsigned st_flags(unsigned flags)
+{
+    return DSL_ST_HEADER_SUM_LATER |
+           (flags & DSL_CKPT_ALLOW_UNVERIFIED ? 0u : (unsigned)DSL_ST_NEED_SUM);
+}
+
+/*
+ * A file larger than any checkpoint file of a model of numel parameters can be (the
+ * header's limit plus nstate fp32 vectors of numel), when the caller knows numel (0:
+ * not known): refused from its size alone, before it is opened for reading, so a
+ * huge or sparse file whose header agrees with its size costs nothing either. A file
+ * that cannot be stat'ed is left to the load, which names the reason.
+ */
+static int too_large(const char *file, size_t numel, size_t nstate, char *err)
+{
+    struct stat st;
+    if (numel == 0 || stat(file, &st) < 0 || !S_ISREG(st.st_mode))
+        return 0;
+    uint64_t max = 8 + (uint64_t)DSL_ST_MAX_HEADER + (uint64_t)nstate * numel * sizeof(float);
+    if ((uint64_t)st.st_size <= max)
+        return 0;
+    return dsl_seterr(err, DSL_ECHECKPOINT,
+                      "checkpoint file '%s' is %" PRIu64 " bytes, more than a checkpoint of "
+                      "this model (%zu parameters) can hold (%" PRIu64 " bytes at most): not a "
+                      "checkpoint of this model, or damaged",
+                      file, (uint64_t)st.st_size, numel, max);
+}
+
 /* The model file into c; *bad: its header failed its checksum (the load goes on, so
  * that comparing it with the shards can name the field; load_dir refuses it). */
 static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
-                      unsigned flags, char *err)
+                      unsigned flags, size_t numel_hint, char *err)
 {
     struct dsl_st_file f;
     uint64_t numel = 0, ws = 0;
     char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
-    int r = dsl_st_load(&f, fp, DSL_ST_HEADER_SUM_LATER, err);
+    int r = too_large(fp, numel_hint, 1, err);
+    if (r < 0) {
+        free(fp);
+        return r;
+    }
+    r = dsl_st_load(&f, fp, st_flags(flags), err);
     free(fp);
     *bad = f.header_bad;
     c->sum = f.sum;
+    if (r < 0 && f.no_sums) /* refused from its header, before its data was read */
+        r = unverified(c, f.path, flags, err);
     if (r < 0)
         goto out;
     const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
@@ -673,7 +710,7 @@ static int cmp_shard_off(const void *a, const void *b)
 }
 
 static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
-                       unsigned flags, char *err)
+                       unsigned flags, size_t numel_hint, char *err)
 {
     int W = c->saved_world, r = 0;
     struct shard *sh = NULL;
@@ -713,8 +750,18 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, in
     int model_sha = dsl_ckpt_meta(c, "dsl.sha256") != NULL;
     for (size_t i = 0; i < n && r == 0; i++) {
         struct shard *s = &sh[i];
-        if ((r = dsl_st_load(&s->f, s->file, DSL_ST_HEADER_SUM_LATER, err)) < 0 ||
-            (r = compare_meta(c, model, model_bad, &s->f, err)) < 0)
+        if ((r = too_large(s->file, numel_hint, DSL_CKPT_MAX_STATE, err)) < 0)
+            break;
+        if ((r = dsl_st_load(&s->f, s->file, st_flags(flags), err)) < 0 && s->f.no_sums) {
+            if (model_sha) /* refused from its header, before its data was read */
+                r = dsl_seterr(err, DSL_ECHECKPOINT,
+                               "checkpoint file '%s' lacks a SHA-256 checksum but the model "
+                               "file '%s' has one: a checksum was removed",
+                               s->file, model);
+            else
+                r = unverified(c, s->file, flags, err);
+        }
+        if (r < 0 || (r = compare_meta(c, model, model_bad, &s->f, err)) < 0)
             break;
         if (s->f.header_bad)
             r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, s->file);
@@ -867,12 +914,12 @@ out:
 
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
 static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
-                    unsigned flags, char *err)
+                    unsigned flags, size_t numel_hint, char *err)
 {
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
-    if ((r = load_model(c, path, tag, &bad, flags, err)) < 0) {
+    if ((r = load_model(c, path, tag, &bad, flags, numel_hint, err)) < 0) {
         if (bad && err) {
             size_t n = strlen(err);
             snprintf(err + n, DSL_ERR_LEN - n, "; its " EDITED);
@@ -886,7 +933,7 @@ static int load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int s
                               path);
         return 0;
     }
-    return load_shards(c, path, tag, bad, flags, err);
+    return load_shards(c, path, tag, bad, flags, numel_hint, err);
 }
 
 int dsl_ckpt_write_latest(const char *dir, const char *tag, char *err)
@@ -1030,7 +1077,7 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     final = dsl_xasprintf("%s/%s", dir, tag);
     old = dsl_xasprintf("%s/%s.old", dir, tag);
     /* the same checks as a resume, before anything is switched */
-    if ((r = load_dir(&c, part, tag, 1, CKPT_SAVING, err)) < 0)
+    if ((r = load_dir(&c, part, tag, 1, CKPT_SAVING, 0, err)) < 0)
         goto out;
     if (c.saved_world != world) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' was written by %d ranks, not %d",
@@ -1072,7 +1119,7 @@ out:
 
 /* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
 static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
-                    unsigned flags, char *err)
+                    unsigned flags, size_t numel_hint, char *err)
 {
     char *t = NULL, *path;
     int r;
@@ -1103,7 +1150,7 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
                        !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
                                                           : "");
     else
-        r = load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, err);
+        r = load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, numel_hint, err);
     free(path);
     free(t);
     return r;
@@ -1112,13 +1159,19 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
 int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                   char *err)
 {
-    return load_tag(c, dir, tag, 1, flags, err);
+    return load_tag(c, dir, tag, 1, flags, 0, err);
+}
+
+int dsl_ckpt_load_for(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                      size_t numel, char *err)
+{
+    return load_tag(c, dir, tag, 1, flags, numel, err);
 }
 
 int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                          char *err)
 {
-    return load_tag(c, dir, tag, 0, flags, err);
+    return load_tag(c, dir, tag, 0, flags, 0, err);
 }
 
 int dsl_ckpt_caveat(const struct dsl_ckpt *c, char *buf, size_t n)

@@ -158,6 +158,11 @@ struct dsl_ckpt {
  */
 int dsl_ckpt_load(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                   char *err);
+/** dsl_ckpt_load for a model of numel parameters (the resume): a file larger than a
+ *  checkpoint of that model can be (the safetensors header's limit and its fp32
+ *  vectors) is refused from its size, before it is read. */
+int dsl_ckpt_load_for(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
+                      size_t numel, char *err);
 /** The same for the parameters alone (`dstrain sample`): the model file, with
  *  every check of its own, and no optimizer shard read (nstate 0), so the model file
  *  copied without its shards is enough. */

@@ -51,7 +51,7 @@
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
-#define MAX_HEADER_BYTES (100u << 20) /* the limit of the reference implementation */
+#define MAX_HEADER_BYTES DSL_ST_MAX_HEADER
 #define META_CRC "dsl.crc32"
 #define META_SHA "dsl.sha256"
 #define META_DATA_SHA "dsl.data_sha256"
@@ -999,6 +999,17 @@ static int st_finish(struct dsl_st_file *f, struct st_head *h, unsigned flags, c
     return 0;
 }
 
+/* DSL_ST_NEED_SUM: refuse a header without any checksum (h released then) */
+static int need_sums(struct dsl_st_file *f, struct st_head *h, unsigned flags, char *err)
+{
+    if (!(flags & DSL_ST_NEED_SUM) || dsl_env_get(&f->meta, META_SHA) ||
+        dsl_env_get(&f->meta, META_DATA_SHA) || dsl_env_get(&f->meta, META_CRC))
+        return 0;
+    st_head_release(h);
+    f->no_sums = 1;
+    return dsl_seterr(err, DSL_ECHECKPOINT, "safetensors file '%s' has no checksums", f->path);
+}
+
 int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_t len,
                  unsigned flags, char *err)
 {
@@ -1011,7 +1022,7 @@ int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_
     if (len)
         memcpy(f->buf, buf, len);
     f->len = len;
-    if ((r = st_header(f, len, &h, err)) < 0)
+    if ((r = st_header(f, len, &h, err)) < 0 || (r = need_sums(f, &h, flags, err)) < 0)
         return r;
     return st_finish(f, &h, flags, err);
 }
@@ -1079,6 +1090,8 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
         goto changed;
     f->len = head;
     if ((r = st_header(f, len, &h, err)) < 0)
+        goto out;
+    if ((r = need_sums(f, &h, flags, err)) < 0)
         goto out;
     /* every size in the header matches the file: now the data */
     unsigned char *all = realloc(f->buf, len ? len : 1);

@@ -70,6 +70,14 @@ enum dsl_st_sum {
  *  but sets header_bad (the data is then not checked); the caller must refuse the file
  *  (it can first tell which field differs from the files that agree). */
 #define DSL_ST_HEADER_SUM_LATER 1u
+/** Load flag: a file whose header carries no checksum at all (no dsl.sha256,
+ *  dsl.data_sha256 or dsl.crc32) is refused after its header is read, before anything
+ *  is allocated for its data: DSL_ECHECKPOINT with no_sums set (the caller may word the
+ *  error its own way). */
+#define DSL_ST_NEED_SUM 2u
+/** The format's limit on the header (the reference implementation's): a file is at
+ *  most 8 + this + its data. */
+#define DSL_ST_MAX_HEADER (100u << 20)
 
 struct dsl_st_file {
     char *path;                /* for messages */
@@ -80,6 +88,7 @@ struct dsl_st_file {
     struct dsl_strvec meta;    /* "key=value" entries; read with dsl_env_get() */
     enum dsl_st_sum sum;
     int header_bad;            /* only with DSL_ST_HEADER_SUM_LATER */
+    int no_sums;               /* only with DSL_ST_NEED_SUM: refused for it */
 };
 
 /**
@@ -89,7 +98,7 @@ struct dsl_st_file {
  * exactly), and the checksums it carries (dsl.sha256, dsl.data_sha256, dsl.crc32).
  * The header is read and judged against the file's size first: nothing is allocated
  * for the data of a file whose header does not describe exactly its bytes.
- * flags: 0 or DSL_ST_HEADER_SUM_LATER. Returns 0 or DSL_ECHECKPOINT (-errno when
+ * flags: 0 or DSL_ST_HEADER_SUM_LATER and/or DSL_ST_NEED_SUM. Returns 0 or DSL_ECHECKPOINT (-errno when
  * unreadable) with err naming the file. f is initialised either way; release it with
  * dsl_st_release().
  */

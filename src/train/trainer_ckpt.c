@@ -395,7 +395,8 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
     unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
-    int r = dsl_ckpt_load(&c, dir, strcmp(which, "latest") ? which : NULL, flags, err);
+    int r = dsl_ckpt_load_for(&c, dir, strcmp(which, "latest") ? which : NULL, flags, t->P,
+                              err);
     if (r < 0)
         goto out;
     if (t->rank == 0)

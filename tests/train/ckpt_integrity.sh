@@ -99,9 +99,19 @@ refused nan_sample "$NANMSG" sample --checkpoint "$TMP/ckold" --allow-unverified
 cp -R "$TMP/ck" "$TMP/cks"
 truncate -s 1T "$TMP/cks/$MODEL" 2>/dev/null || truncate -s 16G "$TMP/cks/$MODEL" ||
     skip "no sparse files here"
-refused sparse "bytes the header does not describe" \
+refused sparse "more than a checkpoint of this model (1498 parameters) can hold" \
     $TINY --checkpoint-dir "$TMP/cks" --resume latest
 refused sparse_cons "bytes the header does not describe" consolidate "$TMP/cks"
+# a header that agrees with the terabyte (one tensor of 2^38 floats), without checksums:
+# refused from the header, or from the size at resume, before anything is read
+perl -e '$h = q({"__metadata__":{"dsl.kind":"model","dsl.tag":"global_step6","dsl.numel":"274877906944","dsl.world_size":"1","format":"pt"},"0.weight":{"dtype":"F32","shape":[274877906944],"data_offsets":[0,1099511627776]}});
+         $h .= " " x ((8 - length($h) % 8) % 8); print pack("Q<", length $h), $h' \
+    >"$TMP/cks/$MODEL"
+truncate -s $((1099511627776 + $(od -An -tu8 -N8 "$TMP/cks/$MODEL" | tr -d ' ') + 8)) \
+    "$TMP/cks/$MODEL" || skip "no sparse files of a terabyte here"
+refused huge "more than a checkpoint of this model (1498 parameters) can hold" \
+    $TINY --checkpoint-dir "$TMP/cks" --resume latest --allow-unverified-checkpoint
+refused huge_cons "has no checksums" consolidate "$TMP/cks"
 
 # -- a stale partial: the next save goes on, nothing takes it for a checkpoint --------
 cp -R "$TMP/ck" "$TMP/ckp"

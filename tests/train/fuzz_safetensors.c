@@ -4,7 +4,8 @@
  * region, sizes that match the shapes, and tensors that tile the data exactly. Read a
  * second time with DSL_ST_HEADER_SUM_LATER (the checkpoint loader's way), the verdict
  * must be the same, except that a header failing its checksum is then accepted and
- * flagged; a file read as verified by SHA-256 must carry both checksums. The seeds
+ * flagged; a file read as verified by SHA-256 must carry both checksums. With
+ * DSL_ST_NEED_SUM it loads exactly when it loads without and carries a checksum. The seeds
  * are files of both formats (dsl.sha256, and the older dsl.crc32). */
 #include <stddef.h>
 #include <stdint.h>
@@ -43,6 +44,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)total;
     }
     enum dsl_st_sum sum = r == 0 ? f.sum : DSL_ST_SUM_NONE;
+    int keys = r == 0 && (dsl_env_get(&f.meta, "dsl.sha256") ||
+                          dsl_env_get(&f.meta, "dsl.data_sha256") ||
+                          dsl_env_get(&f.meta, "dsl.crc32"));
     if (r == 0 && sum == DSL_ST_SUM_SHA256 &&
         (!dsl_env_get(&f.meta, "dsl.sha256") || !dsl_env_get(&f.meta, "dsl.data_sha256")))
         __builtin_trap();
@@ -59,6 +63,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else if (r2 != r || (r == 0 && f.sum != sum)) {
         __builtin_trap();
     }
+    dsl_st_release(&f);
+
+    /* DSL_ST_NEED_SUM: what loads is what loads without it and carries a checksum; a
+       file refused for having none is refused for that alone */
+    char err3[DSL_ERR_LEN] = "";
+    int r3 = dsl_st_parse(&f, "fuzz.safetensors", data, size, DSL_ST_NEED_SUM, err3);
+    if (r3 < 0 && !err3[0])
+        __builtin_trap();
+    if (r == 0 ? (r3 == 0) != keys || (r3 < 0 && !f.no_sums) : r3 == 0)
+        __builtin_trap();
     dsl_st_release(&f);
     return 0;
 }
