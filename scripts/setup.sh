@@ -20,6 +20,7 @@ PKGS=(
                                                 # reference (tests/e2e/train/bpe_ref.py)
   clang libclang-rt-14-dev                      # libFuzzer targets
   elfutils                                      # eu-stack: the hang detector's stack probes
+  strace                                        # tests: which addresses a job binds
   python3-torch                                 # hang tests with PyTorch DDP programs (Gloo)
 )
 # The benchmarks compare with PyTorch (Gloo, DDP), rsync and pdcp: DSL_SETUP_EXTRA="rsync"

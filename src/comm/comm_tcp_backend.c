@@ -486,7 +486,9 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
 
     if ((r = local_addr_for(master, addr, sizeof(addr), c->err)) < 0)
         goto out;
-    if ((lfd = dsl_net_listen(NULL, 0, w + 64, c->err)) < 0) {
+    /* listen only where the peers are told to connect: loopback for a job on one
+     * machine, the interface that reaches MASTER_ADDR otherwise */
+    if ((lfd = dsl_net_listen(addr, 0, w + 64, c->err)) < 0) {
         r = lfd;
         goto out;
     }

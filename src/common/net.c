@@ -236,14 +236,49 @@ int dsl_net_read_all(int fd, void *buf, size_t n, double deadline)
     return 0;
 }
 
+/* A TCP socket bound to host:port (all addresses for NULL), never listening: a probe
+ * that nobody can connect to, even for the moment it exists. */
+static int bind_probe(const char *host, int port)
+{
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (!host || !*host)
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
+        return -EINVAL;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
 int dsl_net_port_free(const char *host, int port)
 {
-    int fd = dsl_net_listen(host, port, 1, NULL);
+    int fd = bind_probe(host, port);
     if (fd >= 0) {
         close(fd);
         return 1;
     }
     return fd == -EADDRINUSE ? 0 : fd;
+}
+
+int dsl_net_pick_port(const char *host)
+{
+    int fd = bind_probe(host, 0);
+    if (fd < 0)
+        return fd;
+    int port = dsl_net_local_port(fd);
+    close(fd);
+    return port;
 }
 
 int dsl_host_is_local(const char *host)

@@ -546,16 +546,21 @@ void dsl_plan_restart(struct dsl_plan *p, const unsigned char *drop)
 
 int dsl_plan_check_local_port(struct dsl_plan *p, int quiet, char *err)
 {
-    int fr = dsl_net_port_free(NULL, p->master_port);
+    /* an all-local job's store listens on its master address (loopback unless
+     * --master_addr says otherwise; store_server.c): probe there, so that not even the
+     * probe binds every interface; a name or another host's address: all of them */
+    const char *host = p->all_local ? p->master_addr : NULL;
+    int fr = dsl_net_port_free(host, p->master_port);
+    if (fr == -EINVAL || fr == -EADDRNOTAVAIL) {
+        host = NULL;
+        fr = dsl_net_port_free(host, p->master_port);
+    }
     if (fr != 0)
         return 0;
     if (p->opts->master_port_given)
         return dsl_seterr(err, -EADDRINUSE, "master port %d is busy on this machine; choose "
                           "another with --master_port", p->master_port);
-    int fd = dsl_net_listen(NULL, 0, 1, NULL);
-    int port = fd >= 0 ? dsl_net_local_port(fd) : -1;
-    if (fd >= 0)
-        close(fd);
+    int port = dsl_net_pick_port(host);
     if (port <= 0)
         return dsl_seterr(err, -EADDRINUSE, "master port %d is busy and no free port was found",
                           p->master_port);

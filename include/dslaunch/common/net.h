@@ -33,6 +33,10 @@ int dsl_net_set_bufsize(int fd, int bytes);
 /** 1 if a TCP listener could bind host:port now, 0 if it is in use, <0 on other errors. */
 int dsl_net_port_free(const char *host, int port);
 
+/** A port the kernel says is free now on host (NULL: all addresses), or -errno. Bound
+ * for a moment, never listened on. */
+int dsl_net_pick_port(const char *host);
+
 /** Is this host name this machine (localhost, 127.x, ::1, our hostname)? */
 int dsl_host_is_local(const char *host);
 

@@ -14,6 +14,9 @@
 #              accept() failing with EMFILE itself is reproduced in tests/comm/store_test.c
 #   token      a multi-rank dstrain without DSLAUNCH_RUN_TOKEN refuses to start unless
 #              DSLAUNCH_STORE_INSECURE=1
+#   loopback   a job on this machine alone listens on loopback only: every TCP bind of
+#              dslaunch, its agent and both ranks (the port probe, the store, the
+#              collectives' listeners), seen by strace, is to 127.0.0.1
 #
 #   store.sh <dslaunch> <dstrain> <test>       exit 0 pass, 1 fail, 77 skip
 set -u
@@ -250,6 +253,20 @@ token)
         wait "$p" || { show "$TMP/i.0.err" "$TMP/i.1.err"; fail "the insecure job failed"; }
     done
     grep -q "summary: steps 12" "$TMP/i.0.out" || { show "$TMP/i.0.out"; fail "no training"; }
+    ;;
+loopback)
+    command -v strace >/dev/null || skip "no strace (scripts/setup.sh installs it)"
+    strace -f -qq -e trace=bind -o "$TMP/binds" "$DSL" --include localhost:0,1 train $TINY \
+        >"$TMP/l.out" 2>"$TMP/l.err" || { show "$TMP/l.err"; fail "the job failed"; }
+    grep -q "^\[rank 0\] summary: steps 12" "$TMP/l.out" || { show "$TMP/l.out"; fail "no training"; }
+    grep "sa_family=AF_INET" "$TMP/binds" >"$TMP/inet" || true
+    # the probe, the store and two collective listeners at least: not a vacuous pass
+    [ "$(grep -c 'inet_addr("127.0.0.1")' "$TMP/inet")" -ge 4 ] ||
+        { show "$TMP/inet"; fail "fewer TCP binds than the job makes"; }
+    if grep -v 'inet_addr("127.0.0.1")' "$TMP/inet" >"$TMP/other"; then
+        show "$TMP/other"
+        fail "a job on this machine alone bound another address"
+    fi
     ;;
 *)
     fail "unknown test '$TEST'"

@@ -17,7 +17,7 @@ if(TARGET dstrain AND TARGET dslaunch)
 endif()
 # The store against strangers and the master port against a second job (store.sh).
 if(TARGET dstrain AND TARGET dslaunch)
-  foreach(t pairs given handoff flood ulimit token)
+  foreach(t pairs given handoff flood ulimit token loopback)
     add_test(NAME train_store_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/store.sh $<TARGET_FILE:dslaunch>
                      $<TARGET_FILE:dstrain> ${t})
