@@ -197,11 +197,12 @@ static void *open_lib(struct lib *l)
 #define SYM(ret, name, params, args, fail)                                               \
     if (ok) {                                                                            \
         void *sym = dlsym(h, #name);                                                     \
-        if (sym)                                                                         \
+        if (sym) {                                                                       \
             memcpy(&tab->name, &sym, sizeof(sym));                                       \
-        else                                                                             \
-            ok = snprintf(l->err, sizeof(l->err), "%s has no %s (too old)", l->soname,  \
-                          #name) < 0;                                                    \
+        } else {                                                                         \
+            snprintf(l->err, sizeof(l->err), "%s has no %s (too old)", l->soname, #name); \
+            ok = 0;                                                                      \
+        }                                                                                \
     }
 static int fill_driver(struct lib *l, void *h, struct drv_fns *tab)
 {
