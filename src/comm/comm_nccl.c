@@ -410,8 +410,9 @@ int dsl_comm_nccl_available(void)
 {
     char err[DSL_ERR_LEN];
     int n = 0;
-    return dsl_cudalib_load(DSL_CUDALIB_DRIVER | DSL_CUDALIB_NCCL, err) == 0 &&
-           dsl_cudalib_device_count(&n, err) == 0 && n > 0;
+    /* the driver and a device first: a CPU node does not open NCCL */
+    return dsl_cudalib_device_count(&n, err) == 0 && n > 0 &&
+           dsl_cudalib_load(DSL_CUDALIB_NCCL, err) == 0;
 }
 
 void *dsl_comm_stream(struct dsl_comm *c)

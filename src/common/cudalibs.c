@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "dslaunch/common/cudalibs.h"
-#include "dslaunch/common/gpupick.h"
+#include "gpupick.h"
 #include "dslaunch/common/banned.h"
 
 #define STR_(x) #x

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "dslaunch/common/envnames.h"
-#include "dslaunch/common/gpupick.h"
+#include "gpupick.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/banned.h"
 

@@ -161,13 +161,19 @@ void dsl_train_settings_help(FILE *f)
 }
 
 /* The GPU of this rank: the driver, cuBLAS and NCCL loaded (cudalibs.h) and a device
- * by gpupick.h's rule; DSL_ENOGPU with what is missing, DSL_ENOTSUP without CUDA. */
-static int gpu_for_rank(int *device, char *err)
+ * by gpupick.h's rule; DSL_ENOGPU with what is missing, DSL_ENOTSUP without CUDA.
+ * driver_first: a node without the driver or a device does not open cuBLAS and NCCL
+ * (auto on a CPU node); otherwise every missing library is named (nccl). */
+static int gpu_for_rank(int *device, int driver_first, char *err)
 {
 #ifdef DSL_HAVE_CUDA
+    int n = 0, r;
+    if (driver_first && (r = dsl_cudalib_device_count(&n, err)) < 0)
+        return r;
     return dsl_cudalib_place(DSL_CUDALIB_ALL, device, err);
 #else
     (void)device;
+    (void)driver_first;
     return dsl_seterr(err, DSL_ENOTSUP, "this dstrain was built without CUDA");
 #endif
 }
@@ -314,7 +320,7 @@ int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
     char why[DSL_ERR_LEN];
     int gpu = 0, device = 0;
     if (b && !strcmp(b, "nccl")) {
-        int r = gpu_for_rank(&device, why);
+        int r = gpu_for_rank(&device, 0, why);
         if (r == DSL_ENOTSUP)
             return dsl_seterr(err, r, "backend 'nccl': %s (use tcp)", why);
         if (r < 0)
@@ -325,7 +331,7 @@ int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
 #ifdef DSL_HAVE_CUDA
         /* the GPU when this rank has one of its own (by the rule, the same answer on
          * every local rank), else the CPU, and never without a word */
-        gpu = gpu_for_rank(&device, why) == 0;
+        gpu = gpu_for_rank(&device, 1, why) == 0;
         if (!gpu && first_on_node())
             dsl_info("backend auto: training on the CPU (tcp): %s", why);
 #endif

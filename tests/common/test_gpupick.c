@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/common/gpupick.h"
+#include "common/gpupick.h"
 #include "test.h"
 
 /* the device rank lr of lw picks, or -1 with the text in err */
