@@ -25,6 +25,8 @@
 #include "dslaunch/common/parse.h"
 #ifdef DSL_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "dslaunch/common/cudalibs.h"
 #endif
 #include "dslaunch/common/banned.h"
 
@@ -300,17 +302,34 @@ int main(int argc, char **argv)
     }
     struct dsl_comm_opts co = {.backend = o.backend ? o.backend : "tcp",
                                .deterministic = o.deterministic};
-    const char *lr = getenv(DSL_ENV_LOCAL_RANK);
-    if (lr && *lr)
-        dsl_parse_int(lr, 0, 1 << 16, &co.device);
+#ifdef DSL_HAVE_CUDA
+    /* nccl: this rank's GPU by the rule of common/gpupick.h, with the driver and NCCL
+     * loaded, or exit 3 saying what is missing; auto: that, or tcp with a notice */
+    if (!strcmp(co.backend, "nccl") || !strcmp(co.backend, "auto")) {
+        int auto_ = !strcmp(co.backend, "auto");
+        if (dsl_cudalib_place(DSL_CUDALIB_DRIVER | DSL_CUDALIB_NCCL, &co.device, err) == 0) {
+            co.backend = "nccl";
+        } else if (auto_) {
+            fprintf(stderr, "dsbench: backend auto: on the CPU (tcp): %s\n", err);
+            co.backend = "tcp";
+        } else {
+            fprintf(stderr, "dsbench: error: backend 'nccl' needs a GPU for this rank: %s\n",
+                    err);
+            free(o.backend);
+            return 3;
+        }
+    }
+#endif
     int opened = dsl_comm_open_env(&b.c, &co, err);
     if (opened < 0) {
         fprintf(stderr, "dsbench: error: %s\n", err);
         free(o.backend);
         /* a bad setting (DSLAUNCH_COMM_TIMEOUT, a DSL_COMM_* knob, the backend, or a
            backend this build lacks) is a usage error, 2, as in dstrain; a failure to
-           meet the other ranks is 1 */
-        return opened == DSL_EUSAGE || opened == DSL_ENOTSUP ? 2 : 1;
+           meet the other ranks is 1; the GPU not to be had on this node 3 */
+        return opened == DSL_ENOGPU                              ? 3
+               : opened == DSL_EUSAGE || opened == DSL_ENOTSUP ? 2
+                                                                : 1;
     }
     b.rank = dsl_comm_rank(b.c);
     b.world = dsl_comm_size(b.c);

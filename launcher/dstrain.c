@@ -16,8 +16,10 @@
  * (common/rankenv.h).
  *
  * The backend picks the path: tcp trains on the CPU (OpenBLAS); nccl (or auto on a
- * machine with a GPU per local rank) trains on CUDA device LOCAL_RANK with the CUDA
- * model and the CUDA device, through the same trainer code (docs/trainer.md).
+ * machine with a GPU per local rank) trains on the CUDA device of the rule in
+ * common/gpupick.h (srun's one GPU per task, or LOCAL_RANK) with the CUDA model and the
+ * CUDA device, through the same trainer code (docs/trainer.md). A build with CUDA loads
+ * the GPU's libraries only then (common/cudalibs.h), so it runs tcp on any node.
  *
  * Die-fast is fine here: the node agent sees the exit status and stops the job. A
  * SIGTERM kills at once, unless --save-on-signal: then SIGTERM, SIGINT and SIGUSR1
@@ -271,11 +273,12 @@ int main(int argc, char **argv)
     }
     if (source)
         dsl_debug("rank environment taken from %s", source);
-    /* CPU or GPU, once the contract's LOCAL_RANK and LOCAL_WORLD_SIZE are final */
+    /* CPU or GPU, once the contract's LOCAL_RANK and LOCAL_WORLD_SIZE are final; the GPU
+     * asked for and not to be had on this node is 3 (docs/exit-codes.md) */
     if ((r = dsl_train_settings_place(&s, err)) < 0) {
         dsl_error("%s", err);
         dsl_train_settings_release(&s);
-        return 2;
+        return r == DSL_ENOGPU ? 3 : 2;
     }
     /* before any work: may re-execute dstrain with better BLAS kernels */
     if ((r = dsl_blas_check_core(argv, &blas_note, err)) < 0) {

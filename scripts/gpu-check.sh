@@ -16,7 +16,9 @@
 #             python3 (the e2e test, the benchmark) give the bundle's libraries to
 #             dslaunch's programs only;
 #   lib/      every shared library those binaries load that is not glibc's, CUDA's or
-#             NCCL's (libssh and its Kerberos libraries, libcjson, libcrypto,
+#             NCCL's (the binaries link none of CUDA's or NCCL's: the CUDA runtime is
+#             static and cuBLAS and NCCL are opened on first use, found through the
+#             wrapper's LD_LIBRARY_PATH or the system's) (libssh and its Kerberos libraries, libcjson, libcrypto,
 #             libopenblas with libgfortran and libquadmath, libstdc++, ...), found with
 #             ldd; the tree is then checked to resolve with nothing else;
 #   src/      the test scripts the gpu tests run, bench/gpt_gpu.sh and the PyTorch peer
@@ -26,7 +28,7 @@
 #             (label blascore) whose names match BLAS_TESTS (the unit ones and the
 #             worlds and stages cases), so that the GPU host's CPU, another kind of
 #             CPU than the build machine's, checks the CPU guarantees too;
-# and packs it into BUILD_DIR/bundle/gpu-check.tar.gz (about 20 MiB; the tree is 59),
+# and packs it into BUILD_DIR/bundle/gpu-check.tar.gz (about 21 MiB; the tree is 63),
 # the one thing to bring to the GPU host. It refuses a pack over BUNDLE_MAX_MIB (60).
 #
 # run: BUNDLE_DIR is that folder (or the .tar.gz, or an unpacked tree), unpacked into

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/cudalibs.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/parse.h"
@@ -139,6 +140,13 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
 #ifndef DSL_HAVE_CUDA
     if (want_nccl) {
         r = dsl_seterr(err, DSL_ENOTSUP, "backend 'nccl' is not built in (no CUDA/NCCL)");
+        goto out;
+    }
+#else
+    /* the driver and NCCL are loaded on first use: say which one is missing here */
+    char why[DSL_ERR_LEN];
+    if (want_nccl && dsl_cudalib_load(DSL_CUDALIB_DRIVER | DSL_CUDALIB_NCCL, why) < 0) {
+        r = dsl_seterr(err, DSL_ENOGPU, "backend 'nccl': %s", why);
         goto out;
     }
 #endif

@@ -48,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dslaunch/common/cudalibs.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/parse.h"
@@ -407,8 +408,11 @@ static const struct dsl_comm_ops nccl_ops = {
 
 int dsl_comm_nccl_available(void)
 {
+    char err[DSL_ERR_LEN];
     int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+    /* the driver and a device first: a CPU node does not open NCCL */
+    return dsl_cudalib_device_count(&n, err) == 0 && n > 0 &&
+           dsl_cudalib_load(DSL_CUDALIB_NCCL, err) == 0;
 }
 
 void *dsl_comm_stream(struct dsl_comm *c)

@@ -32,6 +32,7 @@ const char *dsl_strerror(int code)
     case DSL_ECANCELED: return "canceled";
     case DSL_ENOTSUP: return "not supported";
     case DSL_ENOTREG: return "not a regular file (a FIFO, socket or device): not reading it";
+    case DSL_ENOGPU: return "no GPU for this rank";
     default: break;
     }
     if (code < 0 && code > -4096)

@@ -7,9 +7,10 @@
  * they make the common parser's table (opt.h), which drives both the parsing and
  * --help. A flag's word travels as it was typed, never as JSON text.
  *
- * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (CUDA device
- * LOCAL_RANK, the CUDA model, nccl collectives), and "auto" takes the GPU path when
- * this dstrain was built with CUDA and every local rank can have a GPU of its own.
+ * The backend decides the path: "tcp" trains on the CPU, "nccl" on the GPU (the CUDA
+ * device of common/gpupick.h's rule, the CUDA model, nccl collectives), and "auto"
+ * takes the GPU path when this dstrain was built with CUDA and this rank can have a GPU
+ * of its own, and says so when it cannot.
  * fp16 turns on DeepSpeed's loss scaling (the scaler from the fp16 section) on the CPU
  * and the GPU alike; the arithmetic stays fp32 on both (no half-precision BLAS on the
  * CPU, half-precision compute on the GPU not implemented yet). bf16 means no loss
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dslaunch/common/cudalibs.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
@@ -158,20 +160,21 @@ void dsl_train_settings_help(FILE *f)
             DSL_CFG_MAX_BATCH);
 }
 
-/* backend nccl: the GPU path must be built in and have a GPU to run on */
-static int check_gpu(char *err)
+/* The GPU of this rank: the driver, cuBLAS and NCCL loaded (cudalibs.h) and a device
+ * by gpupick.h's rule; DSL_ENOGPU with what is missing, DSL_ENOTSUP without CUDA.
+ * driver_first: a node without the driver or a device does not open cuBLAS and NCCL
+ * (auto on a CPU node); otherwise every missing library is named (nccl). */
+static int gpu_for_rank(int *device, int driver_first, char *err)
 {
 #ifdef DSL_HAVE_CUDA
-    if (dsl_device_cuda_count() > 0)
-        return 0;
-    const char *cvd = getenv(DSL_ENV_CUDA_VISIBLE_DEVICES);
-    return dsl_seterr(err, DSL_ENOTSUP,
-                      "backend 'nccl' needs a GPU and none is visible%s%s%s (use tcp)",
-                      cvd ? " with CUDA_VISIBLE_DEVICES='" : "", cvd ? cvd : "",
-                      cvd ? "'" : "");
+    int n = 0, r;
+    if (driver_first && (r = dsl_cudalib_device_count(&n, err)) < 0)
+        return r;
+    return dsl_cudalib_place(DSL_CUDALIB_ALL, device, err);
 #else
-    return dsl_seterr(err, DSL_ENOTSUP,
-                      "backend 'nccl': this dstrain was built without CUDA (use tcp)");
+    (void)device;
+    (void)driver_first;
+    return dsl_seterr(err, DSL_ENOTSUP, "this dstrain was built without CUDA");
 #endif
 }
 
@@ -293,12 +296,11 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
 }
 
 #ifdef DSL_HAVE_CUDA
-/* LOCAL_WORLD_SIZE, 1 when unset or bad */
-static int local_world(void)
+/* local rank 0 (or no LOCAL_RANK): the one rank of a node that says what the node does */
+static int first_on_node(void)
 {
-    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
-    int n;
-    return e && dsl_parse_int(e, 1, 1 << 20, &n) == 0 ? n : 1;
+    const char *e = getenv(DSL_ENV_LOCAL_RANK);
+    return !e || !*e || !strcmp(e, "0");
 }
 #endif
 
@@ -315,20 +317,27 @@ int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
     if (s->placed)
         return 0;
     const char *b = s->cfg.dstrain.backend;
-    int gpu = 0;
+    char why[DSL_ERR_LEN];
+    int gpu = 0, device = 0;
     if (b && !strcmp(b, "nccl")) {
-        int r = check_gpu(err);
+        int r = gpu_for_rank(&device, 0, why);
+        if (r == DSL_ENOTSUP)
+            return dsl_seterr(err, r, "backend 'nccl': %s (use tcp)", why);
         if (r < 0)
-            return r;
+            return dsl_seterr(err, r, "backend 'nccl' needs a GPU for this rank: %s (use tcp)",
+                              why);
         gpu = 1;
     } else if (!b || !strcmp(b, "auto")) {
 #ifdef DSL_HAVE_CUDA
-        /* every local rank on a GPU of its own (the same answer on all of them) */
-        gpu = dsl_device_cuda_count() >= local_world();
+        /* the GPU when this rank has one of its own (by the rule, the same answer on
+         * every local rank), else the CPU, and never without a word */
+        gpu = gpu_for_rank(&device, 1, why) == 0;
+        if (!gpu && first_on_node())
+            dsl_info("backend auto: training on the CPU (tcp): %s", why);
 #endif
     }
     s->gpu = gpu;
-    s->device = dsl_train_settings_device();
+    s->device = gpu ? device : 0;
     s->placed = 1;
     return 0;
 }
@@ -338,13 +347,6 @@ const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
     if (!s->placed)
         DSL_BUG("dsl_train_settings_backend() before dsl_train_settings_place()");
     return s->gpu ? "nccl" : "tcp";
-}
-
-int dsl_train_settings_device(void)
-{
-    const char *e = getenv(DSL_ENV_LOCAL_RANK);
-    int n;
-    return e && dsl_parse_int(e, 0, 1 << 20, &n) == 0 ? n : 0;
 }
 
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)

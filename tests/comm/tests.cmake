@@ -4,7 +4,7 @@ dsl_unit_test(comm_mp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_mp_test.c LIBS
               LABELS flow)
 if(DSL_HAVE_CUDA)
   dsl_unit_test(comm_nccl_gpu_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_nccl_gpu_test.c
-                LIBS dslcomm CUDA::cudart)
+                LIBS dslcomm CUDA::cudart_static)
   set_tests_properties(comm_nccl_gpu_test PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
 dsl_unit_test(store_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/store_test.c LIBS dslcomm)

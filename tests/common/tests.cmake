@@ -12,6 +12,9 @@ dsl_unit_test(test_spawn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_spawn.c LIBS dsl
 dsl_unit_test(test_rankenv SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rankenv.c LIBS dslcommon)
 dsl_fuzz_target(fuzz_slurmlist SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_slurmlist.c LIBS dslcommon)
 dsl_unit_test(test_cpubind SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpubind.c LIBS dslcommon)
+# dslcommon: which GPU a rank takes (srun, torchrun, oversubscribed nodes).
+dsl_unit_test(test_gpupick SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpupick.c LIBS dslcommon)
+dsl_fuzz_target(fuzz_gpupick SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_gpupick.c LIBS dslcommon)
 # dslcommon: the exact limb sums of the gradient norm (fixedsum.h).
 dsl_unit_test(test_fixedsum SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fixedsum.c LIBS dslcommon)
 # dslcommon: a rank's progress file as the agent reads it (record or text).

@@ -203,9 +203,11 @@ TEST(cpu_or_gpu_should_be_decided_once_and_kept)
         ASSERT_EQ(s.gpu, 1);
         ASSERT_STR_EQ(dsl_train_settings_backend(&s), "nccl");
     } else {
-        ASSERT_EQ(r, DSL_ENOTSUP);
+        /* built without CUDA, or no GPU for this rank here (a library, the driver or a
+         * device missing: DSL_ENOGPU, dstrain's exit 3) */
+        ASSERT(r == DSL_ENOTSUP || r == DSL_ENOGPU);
         ASSERT_CONTAINS(err, "backend 'nccl'");
-        ASSERT_EQ(dsl_train_settings_verify(&s, 1, 1, err), DSL_ENOTSUP);
+        ASSERT_EQ(dsl_train_settings_verify(&s, 1, 1, err), r);
     }
     dsl_train_settings_release(&s);
 }

@@ -22,11 +22,11 @@ dsl_unit_test(test_train_halfprec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_halfpre
 # The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
 if(DSL_HAVE_CUDA)
   dsl_unit_test(test_gpu_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_trainer.c
-                LIBS dsltrain CUDA::cudart)
+                LIBS dsltrain CUDA::cudart_static)
   set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
   # The CUDA GPT against the CPU GPT (fp32, bf16, fp16, determinism, trainer steps).
   dsl_unit_test(test_gpu_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_gpt.c
-                LIBS dsltrain CUDA::cudart)
+                LIBS dsltrain CUDA::cudart_static)
   set_tests_properties(test_gpu_gpt PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
 # GPT-2's BPE against the real encoder.json and vocab.bpe (tests/data/gpt2, gzip).

@@ -34,6 +34,7 @@ enum dsl_error {
     DSL_ECANCELED = -10017, /* stopped on request (signal) */
     DSL_ENOTSUP = -10018,   /* not supported in this build or configuration */
     DSL_ENOTREG = -10019,   /* an input file that is a FIFO, socket or device */
+    DSL_ENOGPU = -10020,    /* the GPU was asked for and this node cannot give one */
 };
 
 /** Text for a negative code (either -errno or DSL_E*). Never NULL; static storage. */

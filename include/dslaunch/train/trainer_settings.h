@@ -29,25 +29,24 @@ struct dsl_train_settings {
     /* CPU or GPU, set once by dsl_train_settings_place() */
     int placed;                  /* the decision is made */
     int gpu;                     /* 1: the GPU path (backend nccl); 0: the CPU (tcp) */
-    int device;                  /* the CUDA device: LOCAL_RANK (0 when unset) */
+    int device;                  /* the CUDA device (common/gpupick.h's rule); 0 on the CPU */
 };
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
 int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv, char *err);
 /**
  * Decide CPU or GPU, once (later calls keep the answer), into s->gpu and s->device:
- * backend "nccl" is the GPU path and needs CUDA built in and a visible GPU (else
- * DSL_ENOTSUP with err set); "tcp" the CPU; "auto" the GPU when CUDA is built in and
- * at least LOCAL_WORLD_SIZE GPUs are visible, so every local rank has its own. Call it
- * once the rank environment is final (after dsl_rankenv_adopt());
+ * backend "nccl" is the GPU path and needs CUDA built in (else DSL_ENOTSUP) and, on
+ * this node, the GPU's libraries and a GPU of this rank's own by the rule of
+ * common/gpupick.h (else DSL_ENOGPU, err naming what is missing); "tcp" the CPU;
+ * "auto" the GPU when CUDA is built in and this rank can have one, otherwise the CPU
+ * with a one-line notice from local rank 0 saying why (a build without CUDA: no
+ * notice). Call it once the rank environment is final (after dsl_rankenv_adopt());
  * dsl_train_settings_verify() calls it when nobody has.
  */
 int dsl_train_settings_place(struct dsl_train_settings *s, char *err);
 /** The comm backend of the decision above: "nccl" (the GPU path) or "tcp". */
 const char *dsl_train_settings_backend(const struct dsl_train_settings *s);
-/** The CUDA device of this rank: LOCAL_RANK (an index into CUDA_VISIBLE_DEVICES), 0
- *  when unset. */
-int dsl_train_settings_device(void);
 /** Resolve what needs the world size (batch triple) and fill the structs above;
  *  config warnings are printed on rank 0. */
 int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err);

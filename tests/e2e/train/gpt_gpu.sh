@@ -9,7 +9,8 @@
 #   - bf16 tracks the CPU's fp32 within 5e-2 relative (16-bit activations);
 #   - two GPU runs save the same parameter bits (--save-params): at world 1 nothing is
 #     summed across ranks, and every kernel and cuBLAS call has a fixed order.
-# Skipped (77) when this dstrain has no CUDA or no GPU is visible.
+# Skipped (77) when this dstrain has no CUDA, or there is no NVIDIA driver or no GPU
+# visible.
 #
 #   gpt_gpu.sh <dstrain>       exit 0 pass, 1 fail, 77 skip
 set -u
@@ -39,8 +40,10 @@ run() { # NAME ARGS...: one rank at world 1; summary line into $TMP/NAME.sum
         MASTER_PORT=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )) \
         "$DSTRAIN" $ARGS "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"
     rc=$?
-    grep -q "built without CUDA\|needs a GPU and none is visible" "$TMP/$name.err" &&
-        skip "$(grep -m1 "nccl" "$TMP/$name.err")"
+    # no GPU here: a build without CUDA, no driver, or no device; a GPU host whose
+    # cuBLAS or NCCL cannot be loaded fails (exit 3 names the library)
+    grep -q "built without CUDA\|libcuda.so.1 (the NVIDIA driver)\|no GPU is visible" \
+        "$TMP/$name.err" && skip "$(grep -m1 "nccl" "$TMP/$name.err")"
     [ "$rc" -eq 0 ] || { tail -n 20 "$TMP/$name.out" "$TMP/$name.err" >&2; fail "run $name failed"; }
     grep "^summary:" "$TMP/$name.out" >"$TMP/$name.sum" || fail "no summary from $name"
 }

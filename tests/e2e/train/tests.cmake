@@ -50,6 +50,14 @@ if(TARGET dstrain)
                          SKIP_RETURN_CODE 77)
   endforeach()
 endif()
+# One binary for CPU and GPU nodes (nogpu.sh): no NEEDED entry for the GPU's libraries,
+# tcp and auto train with them out of reach, nccl says which are missing (exit 3).
+if(TARGET dstrain AND TARGET dsbench)
+  add_test(NAME train_nogpu
+           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/nogpu.sh $<TARGET_FILE:dstrain>
+                   $<TARGET_FILE:dsbench>)
+  set_tests_properties(train_nogpu PROPERTIES LABELS flow TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()
 # The GPT on the GPU (gpt_gpu.sh, label gpu): dstrain --backend nccl at world 1 in fp32
 # and bf16 against the CPU run, loss falling, two runs bit-identical; skips without a GPU.
 if(TARGET dstrain AND DSL_HAVE_CUDA)
