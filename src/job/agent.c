@@ -874,6 +874,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .affinity = bind ? &cores : NULL,
             .affinity_size = sizeof(cores),
         };
+        so.cgroup_fd = dsl_contain_cgroup_fd(&a->contain, i, &so.cgroup_fd_procs);
         struct dsl_proc p;
         char err[DSL_ERR_LEN];
         r->t_start = dsl_now();

@@ -23,6 +23,17 @@
  * memory the v2 tree is still used for membership and cgroup.kill, and memory is v1's
  * or nobody's.
  *
+ * Joining: a rank is born in its v2 cgroup (clone3 with CLONE_INTO_CGROUP on an open
+ * fd of the directory, spawn.c) and moves itself into its v1 ones by writing "0" into
+ * their "tasks" files as the first step of the forked child. Both are for speed: a write
+ * to cgroup.procs moves a thread group and takes the kernel's global
+ * cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period, 5-14 ms
+ * measured here, the largest part of a launch of two /bin/true ranks; a thread moving
+ * itself through "tasks" and a process born in its cgroup do not. The forked child has
+ * one thread, so moving it moves the process, and both happen before the exec, as the
+ * cgroup.procs writes did. Where clone3 is refused the child writes the v2
+ * cgroup.procs instead.
+ *
  * Killing: cgroup.kill (v2, kernel 5.14+) kills every member at once, new forks
  * included. Otherwise the members are frozen (v1 freezer, or v2 cgroup.freeze), listed,
  * SIGKILLed and thawed, so nothing forks between the listing and the kill; without a
@@ -347,6 +358,7 @@ int dsl_cgrank_create(struct dsl_cgrank *r, const struct dsl_cghost *h, const ch
                       int rank, unsigned long long memory_limit, char *err)
 {
     memset(r, 0, sizeof(*r));
+    r->fd = -1;
     for (int k = 0; k < DSL_CG_NKIND; k++) {
         if (!h->own[k])
             continue;
@@ -389,7 +401,14 @@ int dsl_cgrank_create(struct dsl_cgrank *r, const struct dsl_cghost *h, const ch
             return rc;
         }
         r->dir[k] = rd;
-        r->procs[r->nprocs++] = dsl_xasprintf("%s/cgroup.procs", rd);
+        if (k == DSL_CG_V2) {
+            r->fd_procs = dsl_xasprintf("%s/cgroup.procs", rd);
+            r->fd = open(rd, O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (r->fd < 0)
+                r->procs[r->nprocs++] = dsl_xstrdup(r->fd_procs);
+        } else {
+            r->procs[r->nprocs++] = dsl_xasprintf("%s/tasks", rd);
+        }
     }
     return 0;
 }
@@ -566,6 +585,10 @@ static int rmdir_tree(const char *dir, int depth)
 int dsl_cgrank_remove(struct dsl_cgrank *r)
 {
     int rc = 0;
+    if (r->fd >= 0) {
+        close(r->fd);
+        r->fd = -1;
+    }
     for (int k = 0; k < DSL_CG_NKIND; k++) {
         if (!r->dir[k])
             continue;
@@ -581,9 +604,13 @@ int dsl_cgrank_remove(struct dsl_cgrank *r)
 
 void dsl_cgrank_release(struct dsl_cgrank *r)
 {
+    if (r->fd >= 0)
+        close(r->fd);
     for (int k = 0; k < DSL_CG_NKIND; k++)
         free(r->dir[k]);
     for (int i = 0; i < r->nprocs; i++)
         free(r->procs[i]);
+    free(r->fd_procs);
     memset(r, 0, sizeof(*r));
+    r->fd = -1;
 }

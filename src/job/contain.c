@@ -452,6 +452,8 @@ static int keeper_main(void *arg)
 {
     struct dsl_contain *c = arg; /* this process's copy, from the fork */
     setsid();
+    for (int i = 0; i < c->nranks; i++)
+        c->ranks[i].cg.fd = -1; /* closed with every other fd at the fork */
     struct dsl_tracked *told = NULL;
     size_t ntold = 0, cap = 0;
     char buf[4096];
@@ -614,6 +616,8 @@ int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *rank
     snprintf(c->run_id, sizeof(c->run_id), "%s", run_id ? run_id : "");
     c->nranks = nranks;
     c->ranks = dsl_xcalloc((size_t)nranks + 1, sizeof(*c->ranks));
+    for (int i = 0; i <= nranks; i++)
+        c->ranks[i].cg.fd = -1; /* none yet (0 is an fd) */
     if (memory_limit && !dsl_contain_memory(c))
         return dsl_seterr(err, DSL_ENOTSUP,
                           "cannot limit a rank's memory here: no memory cgroup (%s)",
@@ -646,6 +650,15 @@ const char *const *dsl_contain_procs(const struct dsl_contain *c, int i)
     if (!c->cgroups || i < 0 || i >= c->nranks || !c->ranks[i].cg.nprocs)
         return NULL;
     return (const char *const *)c->ranks[i].cg.procs;
+}
+
+int dsl_contain_cgroup_fd(const struct dsl_contain *c, int i, const char **procs)
+{
+    *procs = NULL;
+    if (!c->cgroups || i < 0 || i >= c->nranks || c->ranks[i].cg.fd <= 0)
+        return 0;
+    *procs = c->ranks[i].cg.fd_procs;
+    return c->ranks[i].cg.fd;
 }
 
 static void tell_keeper(struct dsl_contain *c, pid_t pid, unsigned long long start)
