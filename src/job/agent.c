@@ -611,6 +611,7 @@ static void begin_stop(struct agent *a, int sig, double grace)
  */
 static void begin_cleaning(struct agent *a)
 {
+    dsl_log_mark("ranks reported");
     if (a->state == AG_RUNNING) {
         char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
         for (int i = 0; i < a->nranks; i++)
@@ -766,6 +767,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
      * (DSLAUNCH_STORE_FD), so no other job can take the port in between. Without
      * rank 0 here it is released.
      */
+    dsl_log_mark("start");
     int store_fd = a->probe_lfd;
     a->probe_lfd = -1;
     int hosts_rank0 = 0;
@@ -799,6 +801,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     dsl_contain_set_fence(&a->contain, a->keepalive, a->grace);
     int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
                                 sm->nranks, (unsigned long long)sm->mem_limit, cerr);
+    dsl_log_mark("contained");
     free(ids);
     int *bind = NULL, per = 0;
     if (crc >= 0 && sm->cpubind)
@@ -923,6 +926,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         close(store_fd);
     free(bind);
     free(devices);
+    dsl_log_mark("ranks started");
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)
@@ -1079,6 +1083,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
     dsl_dynbuf_init(&a.outq, OUTQ_MAX);
     dsl_agent_progress_init(&a.prog);
     dsl_log_set_prog("dslaunch agent");
+    dsl_log_mark("up");
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     dsl_contain_init(&a.contain);
     if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) == 0)
@@ -1140,6 +1145,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
         if (a.state == AG_RUNNING || a.state == AG_STOPPING || a.state == AG_CLEANING)
             dsl_contain_tick(&a.contain, now); /* the clean-up process hears we live */
         if (a.state == AG_DONE) {
+            dsl_log_mark("cleaned");
             struct dsl_msg m;
             dsl_msg_init(&m, DSL_MSG_BYE);
             send_msg(&a, &m);
@@ -1236,6 +1242,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
         close(a.sigpipe[0]);
         close(a.sigpipe[1]);
     }
+    dsl_log_mark("exit");
     if (!join)
         return 0;
     join->signalled = a.stop_cause == STOP_SIGNAL ? a.stop_signo : 0;
