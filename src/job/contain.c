@@ -550,7 +550,10 @@ static void keeper_start(struct dsl_contain *c)
         .fd_out = DSL_SPAWN_DEVNULL,
         .fd_err = DSL_SPAWN_DEVNULL,
         .close_fds = 1,
-        .report_errors = 1,
+        /* not waited for: once fork() returned the keeper exists and holds the pipe, so
+           the agent's death reaches it whenever it first runs; waiting for it to be
+           scheduled cost a context switch (ms on a loaded node) before any rank started */
+        .report_errors = 0,
         .setup_exit = 1,
     };
     char err[DSL_ERR_LEN];
