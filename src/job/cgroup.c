@@ -9,9 +9,10 @@
  * that hierarchy is mounted is a line of /proc/self/mountinfo (fstype cgroup with the
  * controller among its options, or cgroup2); the directory is the mount point plus the
  * path below the mount's root. dsl_cghost_detect() does that for the v2 tree and the v1
- * memory, pids and freezer controllers, then proves each usable by making and removing
- * a probe directory (no permission, a read-only mount, a missing controller all show
- * there). Jobs go below the agent's own cgroup: <own>/dslaunch-<run_id>/rank<N>.
+ * memory, pids and freezer controllers, and takes each where this process may write
+ * (faccessat: no permission and a read-only mount both show there), without making
+ * anything: no probe directory per launch. Jobs go below the agent's own cgroup:
+ * <own>/dslaunch-<run_id>/rank<N>.
  *
  * In the v2 tree a child has the memory controller only when its parent lists memory
  * in cgroup.subtree_control, and a cgroup that holds processes may not enable it (the
@@ -50,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -243,24 +245,54 @@ static void nap_ms(long ms)
 
 /* ---- the host ---- */
 
-/* Make and remove a probe directory in dir: proof that jobs can be made there. */
-static int probe_dir(const char *dir, int *has_kill, int *has_freeze)
+int dsl_cgroup_kernel_at_least(const char *release, int major, int minor)
 {
-    char p[4200];
-    snprintf(p, sizeof(p), "%s/dslaunch-probe-%d", dir, (int)getpid());
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
+    char *end;
+    long ma = strtol(release, &end, 10);
+    if (end == release || *end != '.')
+        return 0;
+    const char *p = end + 1;
+    long mi = strtol(p, &end, 10);
+    if (end == p)
+        return 0;
+    return ma > major || (ma == major && mi >= minor);
+}
+
+/*
+ * Whether jobs can be made in dir, without making anything: this process may write
+ * there (no permission and a read-only mount both fail this). It used to be proven by
+ * making and removing a probe directory in every hierarchy at each launch, which cost
+ * a mkdir and an rmdir each (milliseconds on a loaded node). A wrong "yes" (a
+ * controller's limit on descendants, a security module) costs nothing more: the job's
+ * directories are then refused, and dsl_contain_start() falls back to process
+ * tracking, as it always did when a creation failed.
+ */
+static int can_make_in(const char *dir)
+{
+    return faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0;
+}
+
+/* v2 cgroup.kill and cgroup.freeze: files of every non-root cgroup that has them, so the
+   own cgroup's say; the root has neither, and there the kernel's version says (5.14,
+   5.2). A wrong guess costs nothing but the mode's wording: a kill falls back to the
+   freezer, and a freeze to a signal per listed process, when the write fails. */
+static void v2_features(const char *dir, int *has_kill, int *has_freeze)
+{
     char f[4300];
-    if (has_kill) {
-        snprintf(f, sizeof(f), "%s/cgroup.kill", p);
+    struct stat st;
+    snprintf(f, sizeof(f), "%s/cgroup.type", dir); /* every non-root v2 cgroup has it */
+    if (stat(f, &st) == 0) {
+        snprintf(f, sizeof(f), "%s/cgroup.kill", dir);
         *has_kill = stat(f, &st) == 0;
-    }
-    if (has_freeze) {
-        snprintf(f, sizeof(f), "%s/cgroup.freeze", p);
+        snprintf(f, sizeof(f), "%s/cgroup.freeze", dir);
         *has_freeze = stat(f, &st) == 0;
+        return;
     }
-    return rmdir(p) < 0 ? -errno : 0;
+    struct utsname u;
+    if (uname(&u) == 0) {
+        *has_kill = dsl_cgroup_kernel_at_least(u.release, 5, 14);
+        *has_freeze = dsl_cgroup_kernel_at_least(u.release, 5, 2);
+    }
 }
 
 static int delegates_memory(const char *dir)
@@ -287,13 +319,12 @@ void dsl_cghost_detect(struct dsl_cghost *h, unsigned want)
             if (dsl_cgroup_locate(dsl_dynbuf_str(&mi), dsl_dynbuf_str(&sc), kind_ctl[k], dir,
                                   sizeof(dir)) < 0)
                 continue;
+            if (!can_make_in(dir))
+                continue;
+            h->own[k] = dsl_xstrdup(dir);
             if (k == DSL_CG_V2) {
-                if (probe_dir(dir, &h->v2_kill, &h->v2_freeze) == 0) {
-                    h->own[k] = dsl_xstrdup(dir);
-                    h->v2_memory = delegates_memory(dir);
-                }
-            } else if (probe_dir(dir, NULL, NULL) == 0) {
-                h->own[k] = dsl_xstrdup(dir);
+                v2_features(dir, &h->v2_kill, &h->v2_freeze);
+                h->v2_memory = delegates_memory(dir);
             }
         }
     }

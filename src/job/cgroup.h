@@ -63,6 +63,8 @@ struct dsl_cgmem {
  */
 int dsl_cgroup_locate(const char *mountinfo, const char *self_cgroup, const char *controller,
                       char *dir, size_t n);
+/** 1 when a kernel release ("6.18.4-x", uname's) is major.minor or later, else 0. */
+int dsl_cgroup_kernel_at_least(const char *release, int major, int minor);
 /** 1 when word is one of the words of list (separated by sep), else 0. */
 int dsl_cgroup_has_word(const char *list, const char *word, char sep);
 

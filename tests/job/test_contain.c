@@ -74,6 +74,18 @@ TEST(cgroup_locate_should_handle_pure_v2_escapes_and_mount_roots)
     ASSERT_EQ(dsl_cgroup_locate(mi2, cg4, "memory", d, sizeof(d)), -ENOENT);
 }
 
+TEST(cgroup_kernel_at_least_should_compare_major_then_minor)
+{
+    ASSERT(dsl_cgroup_kernel_at_least("6.18.44-fc-v669", 5, 14));
+    ASSERT(dsl_cgroup_kernel_at_least("5.14.0-362.el9.x86_64", 5, 14));
+    ASSERT(!dsl_cgroup_kernel_at_least("5.4.0-150-generic", 5, 14));
+    ASSERT(dsl_cgroup_kernel_at_least("5.4.0-150-generic", 5, 2));
+    ASSERT(!dsl_cgroup_kernel_at_least("4.19.0", 5, 2));
+    ASSERT(!dsl_cgroup_kernel_at_least("", 5, 2));
+    ASSERT(!dsl_cgroup_kernel_at_least("6", 5, 2)); /* not a release: no guess */
+    ASSERT(!dsl_cgroup_kernel_at_least("x.y", 5, 2));
+}
+
 TEST(cgroup_has_word_should_match_whole_words_only)
 {
     ASSERT(dsl_cgroup_has_word("cpu memory pids\n", "memory", ' '));
