@@ -321,10 +321,14 @@ static pid_t fork_into(int cgroup_fd, int *born)
     return fork();
 }
 
-int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
+/* The fork half of dsl_spawn_child: *notify_out is the read end of the report pipe
+   (-1 without report_errors), for spawn_wait. */
+static int spawn_fork(const struct dsl_child_opts *o, pid_t *pid_out, int *notify_out,
+                      char *err)
 {
     int notify[2] = {-1, -1};
     *pid_out = -1;
+    *notify_out = -1;
     if (o->report_errors && pipe2(notify, O_CLOEXEC) < 0)
         return dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
     if (o->run) {
@@ -344,39 +348,59 @@ int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
     }
     if (pid == 0)
         child(o, parent, notify[1], born);
-    if (notify[0] >= 0) {
+    if (notify[0] >= 0)
         close(notify[1]);
-        int msg[2] = {0, STEP_SETUP};
-        ssize_t n;
-        do {
-            n = read(notify[0], msg, sizeof(msg));
-        } while (n < 0 && errno == EINTR);
-        close(notify[0]);
-        if (n > 0) {
-            int e = msg[0];
-            waitpid(pid, NULL, 0);
-            if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP) /* not the program's */
-                return dsl_seterr(err, DSL_ESPAWN, "cannot put '%s' into its cgroup: %s",
-                                  o->argv ? o->argv[0] : "?", strerror(e));
-            return dsl_seterr(err, -e, "cannot start '%s': %s",
-                              o->argv ? o->argv[0] : "?", strerror(e));
-        }
-    }
     if (o->new_pgroup)
         setpgid(pid, pid); /* also in the parent: no race with an early killpg */
+    *pid_out = pid;
+    *notify_out = notify[0];
+    return 0;
+}
+
+/* The wait half: the child's exec (0), or why it did not start (it is then reaped). */
+static int spawn_wait(pid_t pid, int notify, const char *argv0, char *err)
+{
+    if (notify < 0)
+        return 0;
+    int msg[2] = {0, STEP_SETUP};
+    ssize_t n;
+    do {
+        n = read(notify, msg, sizeof(msg));
+    } while (n < 0 && errno == EINTR);
+    close(notify);
+    if (n <= 0)
+        return 0;
+    int e = msg[0];
+    waitpid(pid, NULL, 0);
+    if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP) /* not the program's */
+        return dsl_seterr(err, DSL_ESPAWN, "cannot put '%s' into its cgroup: %s",
+                          argv0 ? argv0 : "?", strerror(e));
+    return dsl_seterr(err, -e, "cannot start '%s': %s", argv0 ? argv0 : "?", strerror(e));
+}
+
+int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
+{
+    pid_t pid;
+    int notify;
+    int r = spawn_fork(o, &pid, &notify, err);
+    if (r < 0)
+        return r;
+    r = spawn_wait(pid, notify, o->argv ? o->argv[0] : NULL, err);
+    if (r < 0)
+        return r;
     *pid_out = pid;
     return 0;
 }
 
-int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
+int dsl_spawn_begin(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
 {
     int out[2] = {-1, -1}, errp[2] = {-1, -1};
     int r, code;
+    p->pid = -1;
+    p->out_fd = p->err_fd = p->pending = -1;
     char *path = dsl_spawn_resolve(o->argv[0], o->env, o->cwd, &code, err);
     if (!path)
         return code;
-    p->pid = -1;
-    p->out_fd = p->err_fd = -1;
     if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
         r = dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
         goto fail;
@@ -402,7 +426,8 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .setup_exit = 127,
     };
     pid_t pid;
-    r = dsl_spawn_child(&co, &pid, err);
+    int notify;
+    r = spawn_fork(&co, &pid, &notify, err);
     close(out[1]);
     close(errp[1]);
     out[1] = errp[1] = -1;
@@ -413,6 +438,7 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
     p->pid = pid;
     p->out_fd = out[0];
     p->err_fd = errp[0];
+    p->pending = notify;
     free(path);
     return 0;
 fail:
@@ -424,6 +450,26 @@ fail:
     }
     free(path);
     return r;
+}
+
+int dsl_spawn_end(struct dsl_proc *p, const char *argv0, char *err)
+{
+    int notify = p->pending;
+    p->pending = -1;
+    int r = spawn_wait(p->pid, notify, argv0, err);
+    if (r < 0) { /* reaped: nothing of it is left */
+        close(p->out_fd);
+        close(p->err_fd);
+        p->pid = -1;
+        p->out_fd = p->err_fd = -1;
+    }
+    return r;
+}
+
+int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
+{
+    int r = dsl_spawn_begin(p, o, err);
+    return r < 0 ? r : dsl_spawn_end(p, o->argv[0], err);
 }
 
 const char *dsl_signame(int sig)

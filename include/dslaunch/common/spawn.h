@@ -92,6 +92,7 @@ struct dsl_proc {
     pid_t pid;
     int out_fd; /* read end of the child's stdout pipe (non-blocking, CLOEXEC) */
     int err_fd; /* read end of the child's stderr pipe */
+    int pending; /* between dsl_spawn_begin and dsl_spawn_end: its report pipe; else -1 */
 };
 
 /**
@@ -116,6 +117,16 @@ char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int
  * (-errno, or DSL_ESPAWN for a cgroup the child could not join: dsl_spawn_child).
  */
 int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
+/**
+ * dsl_spawn() in two halves, for a caller that starts several workers: begin forks (the
+ * child is in its process group and cgroups from here on) and returns without waiting
+ * for the exec; end waits for it, with dsl_spawn()'s result (argv0 names the program
+ * in err). The children of several begins then run their set-up and exec side by side
+ * instead of one after the other, each a wait for the scheduler on a loaded node. After
+ * a failed end nothing of the child is left (reaped, its pipes closed).
+ */
+int dsl_spawn_begin(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
+int dsl_spawn_end(struct dsl_proc *p, const char *argv0, char *err);
 
 /** "SIGTERM"-style name of a signal; "SIG<n>" for unknown ones (static or thread-local). */
 const char *dsl_signame(int sig);
