@@ -649,7 +649,7 @@ static void clean_step(struct agent *a, double now)
                 "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
                 "SIGKILL; the clean-up process keeps trying\n",
                 left, CLEAN_PATIENCE);
-    dsl_contain_finish(&a->contain); /* says what it could not remove */
+    dsl_contain_finish(&a->contain, left == 0); /* says what it could not remove */
     a->state = AG_DONE;
 }
 

@@ -867,7 +867,7 @@ int dsl_contain_remove(struct dsl_contain *c)
     return remove_rank_cgroups(c, 0);
 }
 
-int dsl_contain_finish(struct dsl_contain *c)
+int dsl_contain_finish(struct dsl_contain *c, int counted_empty)
 {
     int busy = 0;
     if (c->cgroups) {
@@ -879,7 +879,7 @@ int dsl_contain_finish(struct dsl_contain *c)
                             "process takes over\n", left);
         }
     } else {
-        busy = dsl_contain_count(c) > 0;
+        busy = !counted_empty && dsl_contain_count(c) > 0;
     }
     if (!busy)
         keeper_say(c, "D\n");

@@ -112,9 +112,12 @@ int dsl_contain_remove(struct dsl_contain *c);
 /**
  * The job is over on this node: remove the cgroups and dismiss the clean-up process.
  * -EBUSY when processes are left (the clean-up process then keeps trying after the
- * agent exits; a line on stderr names the cgroups not removed).
+ * agent exits; a line on stderr names the cgroups not removed). counted_empty: the
+ * caller's dsl_contain_count() just returned 0 and it started nothing since, so under
+ * process tracking no walk of /proc is made again (nothing is left that could start a
+ * process); 0: count here.
  */
-int dsl_contain_finish(struct dsl_contain *c);
+int dsl_contain_finish(struct dsl_contain *c, int counted_empty);
 /** Free everything. Without a successful finish the clean-up process takes over. */
 void dsl_contain_release(struct dsl_contain *c);
 
