@@ -41,11 +41,11 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
