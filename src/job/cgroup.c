@@ -438,7 +438,14 @@ int dsl_cgrank_create(struct dsl_cgrank *r, const struct dsl_cghost *h, const ch
             if (r->fd < 0)
                 r->procs[r->nprocs++] = dsl_xstrdup(r->fd_procs);
         } else {
-            r->procs[r->nprocs++] = dsl_xasprintf("%s/tasks", rd);
+            /* "tasks" unless only cgroup.procs was made writable (a delegation to a
+               user may chown cgroup.procs alone) */
+            char *t = dsl_xasprintf("%s/tasks", rd);
+            if (faccessat(AT_FDCWD, t, W_OK, AT_EACCESS) < 0) {
+                free(t);
+                t = dsl_xasprintf("%s/cgroup.procs", rd);
+            }
+            r->procs[r->nprocs++] = t;
         }
     }
     return 0;

@@ -38,7 +38,8 @@ struct dsl_cgrank {
     char *dir[DSL_CG_NKIND];       /* the rank's directory per hierarchy (owned) or NULL */
     char *procs[DSL_CG_NKIND + 1]; /* files the child writes "0" into, NULL-terminated
                                       (owned), for dsl_child_opts.cgroup_procs: the v1
-                                      ones' "tasks" (the child is single-threaded), and
+                                      ones' "tasks" (the child is single-threaded; their
+                                      cgroup.procs where only that is writable), and
                                       the v2 one's cgroup.procs when fd could not be
                                       opened */
     int nprocs;
