@@ -404,9 +404,12 @@ static const struct command {
 
 int main(int argc, char **argv)
 {
+    dsl_log_mark("main"); /* since the exec: loading and dynamic linking */
     if (argc > 1)
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
             if (!strcmp(argv[1], commands[i].name))
                 return commands[i].fn(argc - 1, argv + 1);
-    return cmd_run(argc, argv);
+    int code = cmd_run(argc, argv);
+    dsl_log_mark("exit");
+    return code;
 }

@@ -7,7 +7,15 @@
  *   0. "0" written into each listed cgroup.procs file (open, write, close), so the
  *      child and everything it will start belong to its cgroups before any of its own
  *      code runs: a descendant that leaves the process group or the session is still
- *      found there, and its memory is charged there;
+ *      found there, and its memory is charged there. A cgroup v2 directory given as
+ *      cgroup_fd needs no step: the child is made in it (clone3 with
+ *      CLONE_INTO_CGROUP, kernel 5.7+), and where the kernel refuses that, a plain
+ *      fork() is made and the child writes that directory's cgroup.procs in this step.
+ *      Why: a write to cgroup.procs moves a whole thread group and takes the kernel's
+ *      global cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period
+ *      (5-14 ms on the project's machines, once per burst of writes); being born in
+ *      the cgroup takes it for reading only. A single-threaded child moving itself
+ *      through a v1 "tasks" file (what cgroup.c lists) skips that lock as well;
  *   1. setpgid(0, 0) when it is to lead its own group, so the whole subtree can be
  *      signalled with one killpg();
  *   2. PR_SET_PDEATHSIG, so it dies when its spawner is SIGKILLed; the parent may have
@@ -33,11 +41,13 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -212,11 +222,21 @@ static void close_above_2(int a, int b)
     close_range(lo, ~0U, 0);
 }
 
-static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int notify)
+static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int notify,
+                            int born_in_cgroup)
 {
     int fail = o->setup_exit ? o->setup_exit : 127;
     if (child_join_cgroups(o->cgroup_procs) < 0)
         child_fail(notify, errno, STEP_CGROUP, fail);
+    if (o->cgroup_fd > 0 && !born_in_cgroup) {
+        const char *const one[2] = {o->cgroup_fd_procs, NULL};
+        if (!o->cgroup_fd_procs) {
+            errno = EINVAL;
+            child_fail(notify, errno, STEP_CGROUP, fail);
+        }
+        if (child_join_cgroups(one) < 0)
+            child_fail(notify, errno, STEP_CGROUP, fail);
+    }
     if (o->new_pgroup && setpgid(0, 0) < 0)
         child_fail(notify, errno, STEP_SETUP, fail);
     if (o->pdeathsig) {
@@ -264,10 +284,51 @@ static _Noreturn void child(const struct dsl_child_opts *o, pid_t parent, int no
     child_fail(notify, errno, STEP_SETUP, 127);
 }
 
-int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
+/* The kernel's struct clone_args up to its cgroup field (clone3, Linux 5.7). */
+struct clone3_args {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls,
+        set_tid, set_tid_size, cgroup;
+};
+#define DSL_CLONE_INTO_CGROUP 0x200000000ULL
+
+/*
+ * fork(), with the child born in the cgroup v2 directory cgroup_fd (*born set) where
+ * the kernel can. Only for a child that execs: the raw syscall skips glibc's fork
+ * handlers, which is safe for the async-signal-safe steps before an exec and nothing
+ * else. Any refusal (ENOSYS before 5.3 or under a seccomp filter, E2BIG before 5.7,
+ * a permission) falls back to fork(): the child then joins through cgroup.procs, and a
+ * real problem with the cgroup is reported from there.
+ */
+static pid_t fork_into(int cgroup_fd, int *born)
+{
+    *born = 0;
+#ifdef SYS_clone3
+    if (cgroup_fd > 0) {
+        struct clone3_args ca;
+        memset(&ca, 0, sizeof(ca));
+        ca.flags = DSL_CLONE_INTO_CGROUP;
+        ca.exit_signal = SIGCHLD;
+        ca.cgroup = (uint64_t)cgroup_fd;
+        long pid = syscall(SYS_clone3, &ca, sizeof(ca));
+        if (pid >= 0) {
+            *born = 1;
+            return (pid_t)pid;
+        }
+    }
+#else
+    (void)cgroup_fd;
+#endif
+    return fork();
+}
+
+/* The fork half of dsl_spawn_child: *notify_out is the read end of the report pipe
+   (-1 without report_errors), for spawn_wait. */
+static int spawn_fork(const struct dsl_child_opts *o, pid_t *pid_out, int *notify_out,
+                      char *err)
 {
     int notify[2] = {-1, -1};
     *pid_out = -1;
+    *notify_out = -1;
     if (o->report_errors && pipe2(notify, O_CLOEXEC) < 0)
         return dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
     if (o->run) {
@@ -275,7 +336,8 @@ int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
         fflush(stderr);
     }
     pid_t parent = getpid();
-    pid_t pid = fork();
+    int born = 0;
+    pid_t pid = fork_into(o->run ? 0 : o->cgroup_fd, &born);
     if (pid < 0) {
         int e = errno;
         if (notify[0] >= 0) {
@@ -285,40 +347,60 @@ int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
         return dsl_seterr(err, -e, "cannot fork: %s", strerror(e));
     }
     if (pid == 0)
-        child(o, parent, notify[1]);
-    if (notify[0] >= 0) {
+        child(o, parent, notify[1], born);
+    if (notify[0] >= 0)
         close(notify[1]);
-        int msg[2] = {0, STEP_SETUP};
-        ssize_t n;
-        do {
-            n = read(notify[0], msg, sizeof(msg));
-        } while (n < 0 && errno == EINTR);
-        close(notify[0]);
-        if (n > 0) {
-            int e = msg[0];
-            waitpid(pid, NULL, 0);
-            if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP) /* not the program's */
-                return dsl_seterr(err, DSL_ESPAWN, "cannot put '%s' into its cgroup: %s",
-                                  o->argv ? o->argv[0] : "?", strerror(e));
-            return dsl_seterr(err, -e, "cannot start '%s': %s",
-                              o->argv ? o->argv[0] : "?", strerror(e));
-        }
-    }
     if (o->new_pgroup)
         setpgid(pid, pid); /* also in the parent: no race with an early killpg */
+    *pid_out = pid;
+    *notify_out = notify[0];
+    return 0;
+}
+
+/* The wait half: the child's exec (0), or why it did not start (it is then reaped). */
+static int spawn_wait(pid_t pid, int notify, const char *argv0, char *err)
+{
+    if (notify < 0)
+        return 0;
+    int msg[2] = {0, STEP_SETUP};
+    ssize_t n;
+    do {
+        n = read(notify, msg, sizeof(msg));
+    } while (n < 0 && errno == EINTR);
+    close(notify);
+    if (n <= 0)
+        return 0;
+    int e = msg[0];
+    waitpid(pid, NULL, 0);
+    if (n == (ssize_t)sizeof(msg) && msg[1] == STEP_CGROUP) /* not the program's */
+        return dsl_seterr(err, DSL_ESPAWN, "cannot put '%s' into its cgroup: %s",
+                          argv0 ? argv0 : "?", strerror(e));
+    return dsl_seterr(err, -e, "cannot start '%s': %s", argv0 ? argv0 : "?", strerror(e));
+}
+
+int dsl_spawn_child(const struct dsl_child_opts *o, pid_t *pid_out, char *err)
+{
+    pid_t pid;
+    int notify;
+    int r = spawn_fork(o, &pid, &notify, err);
+    if (r < 0)
+        return r;
+    r = spawn_wait(pid, notify, o->argv ? o->argv[0] : NULL, err);
+    if (r < 0)
+        return r;
     *pid_out = pid;
     return 0;
 }
 
-int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
+int dsl_spawn_begin(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
 {
     int out[2] = {-1, -1}, errp[2] = {-1, -1};
     int r, code;
+    p->pid = -1;
+    p->out_fd = p->err_fd = p->pending = -1;
     char *path = dsl_spawn_resolve(o->argv[0], o->env, o->cwd, &code, err);
     if (!path)
         return code;
-    p->pid = -1;
-    p->out_fd = p->err_fd = -1;
     if (pipe2(out, O_CLOEXEC) || pipe2(errp, O_CLOEXEC)) {
         r = dsl_seterr(err, -errno, "cannot create pipe: %s", strerror(errno));
         goto fail;
@@ -334,6 +416,8 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .new_pgroup = o->new_pgroup,
         .pdeathsig = o->pdeathsig,
         .cgroup_procs = o->cgroup_procs,
+        .cgroup_fd = o->cgroup_fd,
+        .cgroup_fd_procs = o->cgroup_fd_procs,
         .keep_fd = o->keep_fd,
         .affinity = o->affinity,
         .affinity_size = o->affinity_size,
@@ -342,7 +426,8 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
         .setup_exit = 127,
     };
     pid_t pid;
-    r = dsl_spawn_child(&co, &pid, err);
+    int notify;
+    r = spawn_fork(&co, &pid, &notify, err);
     close(out[1]);
     close(errp[1]);
     out[1] = errp[1] = -1;
@@ -353,6 +438,7 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
     p->pid = pid;
     p->out_fd = out[0];
     p->err_fd = errp[0];
+    p->pending = notify;
     free(path);
     return 0;
 fail:
@@ -364,6 +450,26 @@ fail:
     }
     free(path);
     return r;
+}
+
+int dsl_spawn_end(struct dsl_proc *p, const char *argv0, char *err)
+{
+    int notify = p->pending;
+    p->pending = -1;
+    int r = spawn_wait(p->pid, notify, argv0, err);
+    if (r < 0) { /* reaped: nothing of it is left */
+        close(p->out_fd);
+        close(p->err_fd);
+        p->pid = -1;
+        p->out_fd = p->err_fd = -1;
+    }
+    return r;
+}
+
+int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
+{
+    int r = dsl_spawn_begin(p, o, err);
+    return r < 0 ? r : dsl_spawn_end(p, o->argv[0], err);
 }
 
 const char *dsl_signame(int sig)

@@ -611,6 +611,7 @@ static void begin_stop(struct agent *a, int sig, double grace)
  */
 static void begin_cleaning(struct agent *a)
 {
+    dsl_log_mark("ranks reported");
     if (a->state == AG_RUNNING) {
         char *signalled = dsl_xcalloc((size_t)a->nranks + 1, 1);
         for (int i = 0; i < a->nranks; i++)
@@ -648,7 +649,7 @@ static void clean_step(struct agent *a, double now)
                 "dslaunch agent: %d process(es) of the job would not die within %.0f s of "
                 "SIGKILL; the clean-up process keeps trying\n",
                 left, CLEAN_PATIENCE);
-    dsl_contain_finish(&a->contain); /* says what it could not remove */
+    dsl_contain_finish(&a->contain, left == 0); /* says what it could not remove */
     a->state = AG_DONE;
 }
 
@@ -766,6 +767,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
      * (DSLAUNCH_STORE_FD), so no other job can take the port in between. Without
      * rank 0 here it is released.
      */
+    dsl_log_mark("start");
     int store_fd = a->probe_lfd;
     a->probe_lfd = -1;
     int hosts_rank0 = 0;
@@ -799,6 +801,7 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
     dsl_contain_set_fence(&a->contain, a->keepalive, a->grace);
     int crc = dsl_contain_start(&a->contain, env_value(&sm->env, DSL_ENV_RUN_ID), ids,
                                 sm->nranks, (unsigned long long)sm->mem_limit, cerr);
+    dsl_log_mark("contained");
     free(ids);
     int *bind = NULL, per = 0;
     if (crc >= 0 && sm->cpubind)
@@ -830,6 +833,11 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
         free(devices);
         return;
     }
+    /* each rank forked first, then the execs awaited (dsl_spawn_begin/_end): the
+       children set up and exec side by side, not one wait for the scheduler each */
+    struct dsl_proc *procs = dsl_xcalloc((size_t)sm->nranks, sizeof(*procs));
+    int forked = 0, fail_at = -1, fail_rc = 0;
+    char fail_err[DSL_ERR_LEN] = "";
     for (int i = 0; i < sm->nranks; i++) {
         struct rank_proc *r = &a->ranks[i];
         struct dsl_strvec env;
@@ -874,10 +882,9 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             .affinity = bind ? &cores : NULL,
             .affinity_size = sizeof(cores),
         };
-        struct dsl_proc p;
-        char err[DSL_ERR_LEN];
+        so.cgroup_fd = dsl_contain_cgroup_fd(&a->contain, i, &so.cgroup_fd_procs);
         r->t_start = dsl_now();
-        int rc = dsl_spawn(&p, &so, err);
+        int rc = dsl_spawn_begin(&procs[i], &so, fail_err);
         dsl_strvec_release(&env);
         dsl_strvec_release(&argv);
         if (r->rank == 0 && store_fd >= 0) {
@@ -885,43 +892,70 @@ static void handle_start(struct agent *a, const struct dsl_msg *sm)
             store_fd = -1;
         }
         if (rc < 0) {
-            struct dsl_msg m;
-            dsl_msg_init(&m, DSL_MSG_SPAWNERR);
-            m.rank = r->rank;
-            m.error = dsl_xstrdup(err);
-            int code = spawn_exit_code(rc);
-            m.code = code;
-            send_msg(a, &m);
-            dsl_msg_release(&m);
-            /* the ranks that are not started count as exited with that code */
-            for (int j = i; j < sm->nranks; j++) {
-                a->ranks[j].exited = 1;
-                a->ranks[j].code = code;
-                a->ranks[j].reported = 1;
-            }
-            begin_stop(a, SIGTERM, a->grace);
-            if (store_fd >= 0)
-                close(store_fd);
-            free(bind);
-            free(devices);
-            return;
+            fail_at = i;
+            fail_rc = rc;
+            break;
         }
-        r->pid = p.pid;
-        dsl_contain_started(&a->contain, i, p.pid);
-        dsl_agent_progress_started(&a->prog, i, p.pid);
-        r->fd[1] = p.out_fd;
-        r->fd[2] = p.err_fd;
+        forked = i + 1;
+    }
+    /* every rank is forked: now their execs, which ran side by side, in rank order */
+    for (int i = 0; i < forked; i++) {
+        struct rank_proc *r = &a->ranks[i];
+        char err[DSL_ERR_LEN];
+        int rc = dsl_spawn_end(&procs[i], sm->argv.v[0], err);
+        if (rc < 0 && (fail_at < 0 || i < fail_at)) {
+            fail_at = i;
+            fail_rc = rc;
+            memcpy(fail_err, err, sizeof(fail_err));
+        }
+        if (fail_at >= 0 && i > fail_at) {
+            /* after a rank that could not start: as when they were started one by one,
+               this one never runs (it is reaped as the subreaper's, unreported) */
+            if (rc == 0) {
+                kill(-procs[i].pid, SIGKILL);
+                kill(procs[i].pid, SIGKILL);
+                close(procs[i].out_fd);
+                close(procs[i].err_fd);
+            }
+            continue;
+        }
+        if (rc < 0)
+            continue;
+        r->pid = procs[i].pid;
+        dsl_contain_started(&a->contain, i, r->pid);
+        dsl_agent_progress_started(&a->prog, i, r->pid);
+        r->fd[1] = procs[i].out_fd;
+        r->fd[2] = procs[i].err_fd;
         struct dsl_msg m;
         dsl_msg_init(&m, DSL_MSG_STARTED);
         m.rank = r->rank;
-        m.pid = (int)p.pid;
+        m.pid = (int)r->pid;
         send_msg(a, &m);
         dsl_msg_release(&m);
+    }
+    free(procs);
+    if (fail_at >= 0) {
+        struct dsl_msg m;
+        dsl_msg_init(&m, DSL_MSG_SPAWNERR);
+        m.rank = a->ranks[fail_at].rank;
+        m.error = dsl_xstrdup(fail_err);
+        int code = spawn_exit_code(fail_rc);
+        m.code = code;
+        send_msg(a, &m);
+        dsl_msg_release(&m);
+        /* the ranks that are not started count as exited with that code */
+        for (int j = fail_at; j < sm->nranks; j++) {
+            a->ranks[j].exited = 1;
+            a->ranks[j].code = code;
+            a->ranks[j].reported = 1;
+        }
+        begin_stop(a, SIGTERM, a->grace);
     }
     if (store_fd >= 0)
         close(store_fd);
     free(bind);
     free(devices);
+    dsl_log_mark("ranks started");
 }
 
 static void handle_msg(struct agent *a, struct dsl_msg *m)
@@ -1078,6 +1112,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
     dsl_dynbuf_init(&a.outq, OUTQ_MAX);
     dsl_agent_progress_init(&a.prog);
     dsl_log_set_prog("dslaunch agent");
+    dsl_log_mark("up");
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     dsl_contain_init(&a.contain);
     if (pipe2(a.sigpipe, O_CLOEXEC | O_NONBLOCK) == 0)
@@ -1139,6 +1174,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
         if (a.state == AG_RUNNING || a.state == AG_STOPPING || a.state == AG_CLEANING)
             dsl_contain_tick(&a.contain, now); /* the clean-up process hears we live */
         if (a.state == AG_DONE) {
+            dsl_log_mark("cleaned");
             struct dsl_msg m;
             dsl_msg_init(&m, DSL_MSG_BYE);
             send_msg(&a, &m);
@@ -1235,6 +1271,7 @@ static int agent_run(int in_fd, int out_fd, struct dsl_seal *seal,
         close(a.sigpipe[0]);
         close(a.sigpipe[1]);
     }
+    dsl_log_mark("exit");
     if (!join)
         return 0;
     join->signalled = a.stop_cause == STOP_SIGNAL ? a.stop_signo : 0;

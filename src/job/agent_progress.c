@@ -552,7 +552,10 @@ int dsl_agent_progress_poll(struct dsl_agent_progress *p, double now, struct dsl
     p->next_tick = now + p->tick;
     progress_msg(p, m);
     struct dsl_procstat *ps = NULL;
-    int nps = dsl_contain_scan(&ps);
+    int live = 0; /* no walk of /proc for ranks that are all gone (a short job's end) */
+    for (int i = 0; i < p->n; i++)
+        live |= p->r[i].path && p->r[i].pid > 0 && !p->r[i].exited && p->r[i].st != ST_TOOL;
+    int nps = live ? dsl_contain_scan(&ps) : 0;
     char *mark = dsl_xcalloc((size_t)(nps > 0 ? nps : 0) + 1, 1);
     for (int i = 0; i < p->n; i++) {
         struct dsl_agent_rank_watch *w = &p->r[i];

@@ -9,9 +9,10 @@
  * that hierarchy is mounted is a line of /proc/self/mountinfo (fstype cgroup with the
  * controller among its options, or cgroup2); the directory is the mount point plus the
  * path below the mount's root. dsl_cghost_detect() does that for the v2 tree and the v1
- * memory, pids and freezer controllers, then proves each usable by making and removing
- * a probe directory (no permission, a read-only mount, a missing controller all show
- * there). Jobs go below the agent's own cgroup: <own>/dslaunch-<run_id>/rank<N>.
+ * memory, pids and freezer controllers, and takes each where this process may write
+ * (faccessat: no permission and a read-only mount both show there), without making
+ * anything: no probe directory per launch. Jobs go below the agent's own cgroup:
+ * <own>/dslaunch-<run_id>/rank<N>.
  *
  * In the v2 tree a child has the memory controller only when its parent lists memory
  * in cgroup.subtree_control, and a cgroup that holds processes may not enable it (the
@@ -22,6 +23,17 @@
  * the agent (a service, a container, the rank of an outer dslaunch job). Without v2
  * memory the v2 tree is still used for membership and cgroup.kill, and memory is v1's
  * or nobody's.
+ *
+ * Joining: a rank is born in its v2 cgroup (clone3 with CLONE_INTO_CGROUP on an open
+ * fd of the directory, spawn.c) and moves itself into its v1 ones by writing "0" into
+ * their "tasks" files as the first step of the forked child. Both are for speed: a write
+ * to cgroup.procs moves a thread group and takes the kernel's global
+ * cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period, 5-14 ms
+ * measured here, the largest part of a launch of two /bin/true ranks; a thread moving
+ * itself through "tasks" and a process born in its cgroup do not. The forked child has
+ * one thread, so moving it moves the process, and both happen before the exec, as the
+ * cgroup.procs writes did. Where clone3 is refused the child writes the v2
+ * cgroup.procs instead.
  *
  * Killing: cgroup.kill (v2, kernel 5.14+) kills every member at once, new forks
  * included. Otherwise the members are frozen (v1 freezer, or v2 cgroup.freeze), listed,
@@ -39,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -232,24 +245,54 @@ static void nap_ms(long ms)
 
 /* ---- the host ---- */
 
-/* Make and remove a probe directory in dir: proof that jobs can be made there. */
-static int probe_dir(const char *dir, int *has_kill, int *has_freeze)
+int dsl_cgroup_kernel_at_least(const char *release, int major, int minor)
 {
-    char p[4200];
-    snprintf(p, sizeof(p), "%s/dslaunch-probe-%d", dir, (int)getpid());
-    if (mkdir(p, 0755) < 0 && errno != EEXIST)
-        return -errno;
-    struct stat st;
+    char *end;
+    long ma = strtol(release, &end, 10);
+    if (end == release || *end != '.')
+        return 0;
+    const char *p = end + 1;
+    long mi = strtol(p, &end, 10);
+    if (end == p)
+        return 0;
+    return ma > major || (ma == major && mi >= minor);
+}
+
+/*
+ * Whether jobs can be made in dir, without making anything: this process may write
+ * there (no permission and a read-only mount both fail this). It used to be proven by
+ * making and removing a probe directory in every hierarchy at each launch, which cost
+ * a mkdir and an rmdir each (milliseconds on a loaded node). A wrong "yes" (a
+ * controller's limit on descendants, a security module) costs nothing more: the job's
+ * directories are then refused, and dsl_contain_start() falls back to process
+ * tracking, as it always did when a creation failed.
+ */
+static int can_make_in(const char *dir)
+{
+    return faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) == 0;
+}
+
+/* v2 cgroup.kill and cgroup.freeze: files of every non-root cgroup that has them, so the
+   own cgroup's say; the root has neither, and there the kernel's version says (5.14,
+   5.2). A wrong guess costs nothing but the mode's wording: a kill falls back to the
+   freezer, and a freeze to a signal per listed process, when the write fails. */
+static void v2_features(const char *dir, int *has_kill, int *has_freeze)
+{
     char f[4300];
-    if (has_kill) {
-        snprintf(f, sizeof(f), "%s/cgroup.kill", p);
+    struct stat st;
+    snprintf(f, sizeof(f), "%s/cgroup.type", dir); /* every non-root v2 cgroup has it */
+    if (stat(f, &st) == 0) {
+        snprintf(f, sizeof(f), "%s/cgroup.kill", dir);
         *has_kill = stat(f, &st) == 0;
-    }
-    if (has_freeze) {
-        snprintf(f, sizeof(f), "%s/cgroup.freeze", p);
+        snprintf(f, sizeof(f), "%s/cgroup.freeze", dir);
         *has_freeze = stat(f, &st) == 0;
+        return;
     }
-    return rmdir(p) < 0 ? -errno : 0;
+    struct utsname u;
+    if (uname(&u) == 0) {
+        *has_kill = dsl_cgroup_kernel_at_least(u.release, 5, 14);
+        *has_freeze = dsl_cgroup_kernel_at_least(u.release, 5, 2);
+    }
 }
 
 static int delegates_memory(const char *dir)
@@ -276,13 +319,12 @@ void dsl_cghost_detect(struct dsl_cghost *h, unsigned want)
             if (dsl_cgroup_locate(dsl_dynbuf_str(&mi), dsl_dynbuf_str(&sc), kind_ctl[k], dir,
                                   sizeof(dir)) < 0)
                 continue;
+            if (!can_make_in(dir))
+                continue;
+            h->own[k] = dsl_xstrdup(dir);
             if (k == DSL_CG_V2) {
-                if (probe_dir(dir, &h->v2_kill, &h->v2_freeze) == 0) {
-                    h->own[k] = dsl_xstrdup(dir);
-                    h->v2_memory = delegates_memory(dir);
-                }
-            } else if (probe_dir(dir, NULL, NULL) == 0) {
-                h->own[k] = dsl_xstrdup(dir);
+                v2_features(dir, &h->v2_kill, &h->v2_freeze);
+                h->v2_memory = delegates_memory(dir);
             }
         }
     }
@@ -347,6 +389,7 @@ int dsl_cgrank_create(struct dsl_cgrank *r, const struct dsl_cghost *h, const ch
                       int rank, unsigned long long memory_limit, char *err)
 {
     memset(r, 0, sizeof(*r));
+    r->fd = -1;
     for (int k = 0; k < DSL_CG_NKIND; k++) {
         if (!h->own[k])
             continue;
@@ -389,7 +432,21 @@ int dsl_cgrank_create(struct dsl_cgrank *r, const struct dsl_cghost *h, const ch
             return rc;
         }
         r->dir[k] = rd;
-        r->procs[r->nprocs++] = dsl_xasprintf("%s/cgroup.procs", rd);
+        if (k == DSL_CG_V2) {
+            r->fd_procs = dsl_xasprintf("%s/cgroup.procs", rd);
+            r->fd = open(rd, O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (r->fd < 0)
+                r->procs[r->nprocs++] = dsl_xstrdup(r->fd_procs);
+        } else {
+            /* "tasks" unless only cgroup.procs was made writable (a delegation to a
+               user may chown cgroup.procs alone) */
+            char *t = dsl_xasprintf("%s/tasks", rd);
+            if (faccessat(AT_FDCWD, t, W_OK, AT_EACCESS) < 0) {
+                free(t);
+                t = dsl_xasprintf("%s/cgroup.procs", rd);
+            }
+            r->procs[r->nprocs++] = t;
+        }
     }
     return 0;
 }
@@ -566,6 +623,10 @@ static int rmdir_tree(const char *dir, int depth)
 int dsl_cgrank_remove(struct dsl_cgrank *r)
 {
     int rc = 0;
+    if (r->fd >= 0) {
+        close(r->fd);
+        r->fd = -1;
+    }
     for (int k = 0; k < DSL_CG_NKIND; k++) {
         if (!r->dir[k])
             continue;
@@ -581,9 +642,13 @@ int dsl_cgrank_remove(struct dsl_cgrank *r)
 
 void dsl_cgrank_release(struct dsl_cgrank *r)
 {
+    if (r->fd >= 0)
+        close(r->fd);
     for (int k = 0; k < DSL_CG_NKIND; k++)
         free(r->dir[k]);
     for (int i = 0; i < r->nprocs; i++)
         free(r->procs[i]);
+    free(r->fd_procs);
     memset(r, 0, sizeof(*r));
+    r->fd = -1;
 }

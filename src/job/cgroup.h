@@ -32,12 +32,20 @@ struct dsl_cghost {
                                 "process tracking" when no hierarchy is usable */
 };
 
-/* One rank's cgroups. */
+/* One rank's cgroups, and how a child of the agent gets into them (cgroup.c says why
+   in this way): born in the v2 one through fd, then into each v1 one through procs. */
 struct dsl_cgrank {
     char *dir[DSL_CG_NKIND];       /* the rank's directory per hierarchy (owned) or NULL */
-    char *procs[DSL_CG_NKIND + 1]; /* their cgroup.procs files, NULL-terminated (owned),
-                                      for dsl_child_opts.cgroup_procs */
+    char *procs[DSL_CG_NKIND + 1]; /* files the child writes "0" into, NULL-terminated
+                                      (owned), for dsl_child_opts.cgroup_procs: the v1
+                                      ones' "tasks" (the child is single-threaded; their
+                                      cgroup.procs where only that is writable), and
+                                      the v2 one's cgroup.procs when fd could not be
+                                      opened */
     int nprocs;
+    int fd;                        /* the v2 directory, open (O_PATH, CLOEXEC), for
+                                      dsl_child_opts.cgroup_fd; -1: none */
+    char *fd_procs;                /* its cgroup.procs (owned), the kernel's fallback */
 };
 
 /* A rank cgroup's memory facts (-1: not known). */
@@ -56,6 +64,8 @@ struct dsl_cgmem {
  */
 int dsl_cgroup_locate(const char *mountinfo, const char *self_cgroup, const char *controller,
                       char *dir, size_t n);
+/** 1 when a kernel release ("6.18.4-x", uname's) is major.minor or later, else 0. */
+int dsl_cgroup_kernel_at_least(const char *release, int major, int minor);
 /** 1 when word is one of the words of list (separated by sep), else 0. */
 int dsl_cgroup_has_word(const char *list, const char *word, char sep);
 
@@ -85,8 +95,8 @@ int dsl_cgrank_signal(const struct dsl_cgrank *r, int sig, pid_t skip_pgid);
 void dsl_cgrank_kill(const struct dsl_cgrank *r, const struct dsl_cghost *h);
 /** Read the memory facts (all -1 where the rank has no memory cgroup). */
 void dsl_cgrank_memory(const struct dsl_cgrank *r, struct dsl_cgmem *m);
-/** rmdir every directory of the rank. 0 when all are gone, else -errno (-EBUSY: not
-    empty yet). */
+/** rmdir every directory of the rank (its fd is closed first). 0 when all are gone,
+    else -errno (-EBUSY: not empty yet). */
 int dsl_cgrank_remove(struct dsl_cgrank *r);
 void dsl_cgrank_release(struct dsl_cgrank *r);
 

@@ -452,6 +452,8 @@ static int keeper_main(void *arg)
 {
     struct dsl_contain *c = arg; /* this process's copy, from the fork */
     setsid();
+    for (int i = 0; i < c->nranks; i++)
+        c->ranks[i].cg.fd = -1; /* closed with every other fd at the fork */
     struct dsl_tracked *told = NULL;
     size_t ntold = 0, cap = 0;
     char buf[4096];
@@ -548,7 +550,10 @@ static void keeper_start(struct dsl_contain *c)
         .fd_out = DSL_SPAWN_DEVNULL,
         .fd_err = DSL_SPAWN_DEVNULL,
         .close_fds = 1,
-        .report_errors = 1,
+        /* not waited for: once fork() returned the keeper exists and holds the pipe, so
+           the agent's death reaches it whenever it first runs; waiting for it to be
+           scheduled cost a context switch (ms on a loaded node) before any rank started */
+        .report_errors = 0,
         .setup_exit = 1,
     };
     char err[DSL_ERR_LEN];
@@ -614,6 +619,8 @@ int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *rank
     snprintf(c->run_id, sizeof(c->run_id), "%s", run_id ? run_id : "");
     c->nranks = nranks;
     c->ranks = dsl_xcalloc((size_t)nranks + 1, sizeof(*c->ranks));
+    for (int i = 0; i <= nranks; i++)
+        c->ranks[i].cg.fd = -1; /* none yet (0 is an fd) */
     if (memory_limit && !dsl_contain_memory(c))
         return dsl_seterr(err, DSL_ENOTSUP,
                           "cannot limit a rank's memory here: no memory cgroup (%s)",
@@ -646,6 +653,15 @@ const char *const *dsl_contain_procs(const struct dsl_contain *c, int i)
     if (!c->cgroups || i < 0 || i >= c->nranks || !c->ranks[i].cg.nprocs)
         return NULL;
     return (const char *const *)c->ranks[i].cg.procs;
+}
+
+int dsl_contain_cgroup_fd(const struct dsl_contain *c, int i, const char **procs)
+{
+    *procs = NULL;
+    if (!c->cgroups || i < 0 || i >= c->nranks || c->ranks[i].cg.fd <= 0)
+        return 0;
+    *procs = c->ranks[i].cg.fd_procs;
+    return c->ranks[i].cg.fd;
 }
 
 static void tell_keeper(struct dsl_contain *c, pid_t pid, unsigned long long start)
@@ -851,7 +867,7 @@ int dsl_contain_remove(struct dsl_contain *c)
     return remove_rank_cgroups(c, 0);
 }
 
-int dsl_contain_finish(struct dsl_contain *c)
+int dsl_contain_finish(struct dsl_contain *c, int counted_empty)
 {
     int busy = 0;
     if (c->cgroups) {
@@ -863,7 +879,7 @@ int dsl_contain_finish(struct dsl_contain *c)
                             "process takes over\n", left);
         }
     } else {
-        busy = dsl_contain_count(c) > 0;
+        busy = !counted_empty && dsl_contain_count(c) > 0;
     }
     if (!busy)
         keeper_say(c, "D\n");

@@ -81,8 +81,11 @@ void dsl_contain_set_fence(struct dsl_contain *c, double silence, double grace);
  */
 int dsl_contain_start(struct dsl_contain *c, const char *run_id, const int *ranks, int nranks,
                       unsigned long long memory_limit, char *err);
-/** cgroup.procs files rank i joins before its exec (dsl_child_opts.cgroup_procs). */
+/** Files rank i writes itself into before its exec (dsl_child_opts.cgroup_procs). */
 const char *const *dsl_contain_procs(const struct dsl_contain *c, int i);
+/** The cgroup v2 directory rank i is born in (dsl_child_opts.cgroup_fd; 0: none), and
+    in *procs its cgroup.procs for kernels that cannot (cgroup_fd_procs). */
+int dsl_contain_cgroup_fd(const struct dsl_contain *c, int i, const char **procs);
 /** Rank i was started as pid. */
 void dsl_contain_started(struct dsl_contain *c, int i, pid_t pid);
 /** Send sig to every contained process except the members of the process groups of
@@ -109,9 +112,12 @@ int dsl_contain_remove(struct dsl_contain *c);
 /**
  * The job is over on this node: remove the cgroups and dismiss the clean-up process.
  * -EBUSY when processes are left (the clean-up process then keeps trying after the
- * agent exits; a line on stderr names the cgroups not removed).
+ * agent exits; a line on stderr names the cgroups not removed). counted_empty: the
+ * caller's dsl_contain_count() just returned 0 and it started nothing since, so under
+ * process tracking no walk of /proc is made again (nothing is left that could start a
+ * process); 0: count here.
  */
-int dsl_contain_finish(struct dsl_contain *c);
+int dsl_contain_finish(struct dsl_contain *c, int counted_empty);
 /** Free everything. Without a successful finish the clean-up process takes over. */
 void dsl_contain_release(struct dsl_contain *c);
 

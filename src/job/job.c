@@ -593,7 +593,9 @@ int dsl_job_run(struct dsl_job *job)
         }
     }
 
+    dsl_log_mark("plan");
     code = phase_connect(job, sp[0], remote_argv.v, NULL /* local agents run in the forked child */);
+    dsl_log_mark("hellos");
     if (job->inspect) {
         code = job->inspect(job, sp[0], code, job->inspect_arg);
         goto out;
@@ -628,6 +630,7 @@ int dsl_job_run(struct dsl_job *job)
         job->nodes[i].state = DSL_NODE_RUNNING;
         job->nodes[i].last_rx = dsl_now();
     }
+    dsl_log_mark("start sent");
 
     /* run */
     for (;;) {
@@ -660,6 +663,7 @@ int dsl_job_run(struct dsl_job *job)
         }
         dsl_job_pump(job, sp[0], 200);
     }
+    dsl_log_mark("byes");
     print_summary(job);
     lost_logs_summary(job);
     code = job->exit_code;
@@ -684,6 +688,7 @@ out:
         if (n->conn.priv)
             n->conn.ops->close(&n->conn);
     }
+    dsl_log_mark("channels closed");
     dsl_job_signals_restore();
     close(sp[0]);
     close(sp[1]);

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +106,61 @@ TEST(a_cgroup_the_child_cannot_join_should_be_the_node_s_failure_not_the_program
     char err[DSL_ERR_LEN];
     ASSERT_EQ(dsl_spawn_child(&o, &pid, err), DSL_ESPAWN);
     ASSERT_CONTAINS(err, "cannot put 'true' into its cgroup: No such file or directory");
+}
+
+/* Read everything from a (non-blocking) pipe until EOF into buf. */
+static void read_all(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + got, n - 1 - got);
+        if (k > 0) {
+            got += (size_t)k;
+            continue;
+        }
+        if (k == 0 || got + 1 >= n)
+            break;
+        usleep(1000); /* EAGAIN: not written yet */
+    }
+    buf[got] = '\0';
+}
+
+TEST(spawn_begin_should_fork_several_workers_whose_execs_end_awaits)
+{
+    char *env[] = {(char *)"PATH=/usr/bin:/bin", NULL};
+    char *ok[] = {(char *)"sh", (char *)"-c", (char *)"echo started", NULL};
+    char bad_path[] = "/tmp/dsl-test-noexec-XXXXXX";
+    int fd = mkstemp(bad_path);
+    ASSERT(fd >= 0);
+    ASSERT(write(fd, "garbage\n", 8) == 8); /* no #!: execve refuses it (ENOEXEC) */
+    close(fd);
+    ASSERT_OK(chmod(bad_path, 0755));
+    char *bad[] = {bad_path, NULL};
+    struct dsl_spawn_opts o_ok = {.argv = ok, .env = env, .stdin_null = 1, .new_pgroup = 1};
+    struct dsl_spawn_opts o_bad = {.argv = bad, .env = env, .stdin_null = 1, .new_pgroup = 1};
+    struct dsl_proc p[3];
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_spawn_begin(&p[0], &o_ok, err));
+    ASSERT_OK(dsl_spawn_begin(&p[1], &o_bad, err)); /* forked: the exec is not known yet */
+    ASSERT_OK(dsl_spawn_begin(&p[2], &o_ok, err));
+    ASSERT_OK(dsl_spawn_end(&p[0], ok[0], err));
+    ASSERT_EQ(dsl_spawn_end(&p[1], bad[0], err), -ENOEXEC);
+    ASSERT_CONTAINS(err, "cannot start '");
+    ASSERT_CONTAINS(err, "Exec format error");
+    ASSERT_EQ(p[1].pid, -1); /* reaped, its pipes closed */
+    ASSERT_EQ(p[1].out_fd, -1);
+    ASSERT_OK(dsl_spawn_end(&p[2], ok[0], err));
+    for (int i = 0; i < 3; i += 2) {
+        char out[64];
+        read_all(p[i].out_fd, out, sizeof(out));
+        ASSERT_STR_EQ(out, "started\n");
+        int st;
+        ASSERT_EQ(waitpid(p[i].pid, &st, 0), p[i].pid);
+        ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        close(p[i].out_fd);
+        close(p[i].err_fd);
+    }
+    ASSERT_OK(unlink(bad_path));
 }
 
 int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }

@@ -22,6 +22,14 @@ void dsl_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dsl_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dsl_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void dsl_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/**
+ * A phase mark for measuring a launch: with DSLAUNCH_TIMINGS=1 in the environment, one
+ * line "dslaunch timing: PROG WHAT SECONDS" on stderr (written directly, never to the
+ * sink), SECONDS the wall clock (CLOCK_REALTIME, to the microsecond) so that the marks
+ * of the launcher, its agents and a script's own clock line up (bench/launch.sh).
+ * Without it: nothing, at the cost of one cached check. what is a fixed word or two.
+ */
+void dsl_log_mark(const char *what);
 /** Print to stdout on rank 0 only. */
 void dsl_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -5,8 +5,9 @@
  * builds on it for a worker whose stdout and stderr the caller reads from pipes.
  *
  * Everything is built before fork(); the child only does async-signal-safe work, in
- * this order: joining its cgroups, its own process group, the parent-death signal (and a check that the
- * parent did not die before it asked for it), default signal dispositions and an empty
+ * this order: joining its cgroups (or being born in one: cgroup_fd), its own process
+ * group, the parent-death signal (and a check that the parent did not die before it
+ * asked for it), default signal dispositions and an empty
  * signal mask, fds 0 to 2, the working directory, closing the other fds, then execve
  * (or a function run in the child itself). With report_errors, a CLOEXEC pipe carries
  * the errno of a failed set-up or exec back, so "cannot start" is reported by the call
@@ -41,6 +42,12 @@ struct dsl_child_opts {
     const char *const *cgroup_procs; /* NULL-terminated cgroup.procs paths the child
                            moves itself into first, before anything else (NULL: none);
                            a failure is "cannot put 'argv[0]' into its cgroup: ..." */
+    int cgroup_fd;      /* an open cgroup v2 directory the child is born in (clone3 with
+                           CLONE_INTO_CGROUP: no migration, so none of the global lock a
+                           write to cgroup.procs takes; 0: none). Not with run. Where the
+                           kernel refuses it (before 5.7, a seccomp filter) the child joins
+                           cgroup_fd_procs (that directory's cgroup.procs) instead */
+    const char *cgroup_fd_procs;
     const int *sigdfl;  /* signals put back to SIG_DFL, 0-terminated; NULL: every one */
     int close_fds;      /* 1: close every fd above 2 before the exec or run */
     const void *affinity; /* a cpu_set_t the child binds itself to (NULL: inherit) */
@@ -73,6 +80,9 @@ struct dsl_spawn_opts {
     int pdeathsig;     /* signal the child gets when the spawner dies (0: none) */
     const char *const *cgroup_procs; /* cgroup.procs files the child joins before its
                           exec (NULL-terminated; NULL: none), see dsl_child_opts */
+    int cgroup_fd;     /* a cgroup v2 directory the child is born in, and its cgroup.procs
+                          for kernels without CLONE_INTO_CGROUP (0: none), see dsl_child_opts */
+    const char *cgroup_fd_procs;
     int keep_fd;       /* an fd above 2 the child inherits at its number (0: none) */
     const void *affinity; /* a cpu_set_t the child binds itself to (NULL: inherit) */
     size_t affinity_size;
@@ -82,6 +92,7 @@ struct dsl_proc {
     pid_t pid;
     int out_fd; /* read end of the child's stdout pipe (non-blocking, CLOEXEC) */
     int err_fd; /* read end of the child's stderr pipe */
+    int pending; /* between dsl_spawn_begin and dsl_spawn_end: its report pipe; else -1 */
 };
 
 /**
@@ -106,6 +117,16 @@ char *dsl_spawn_resolve(const char *prog, char *const *env, const char *cwd, int
  * (-errno, or DSL_ESPAWN for a cgroup the child could not join: dsl_spawn_child).
  */
 int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
+/**
+ * dsl_spawn() in two halves, for a caller that starts several workers: begin forks (the
+ * child is in its process group and cgroups from here on) and returns without waiting
+ * for the exec; end waits for it, with dsl_spawn()'s result (argv0 names the program
+ * in err). The children of several begins then run their set-up and exec side by side
+ * instead of one after the other, each a wait for the scheduler on a loaded node. After
+ * a failed end nothing of the child is left (reaped, its pipes closed).
+ */
+int dsl_spawn_begin(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
+int dsl_spawn_end(struct dsl_proc *p, const char *argv0, char *err);
 
 /** "SIGTERM"-style name of a signal; "SIG<n>" for unknown ones (static or thread-local). */
 const char *dsl_signame(int sig);
