@@ -136,18 +136,29 @@ static int check_local(struct dsl_plan *plan, char *err)
     return 0;
 }
 
-/* --save_pid (DeepSpeed's): "/tmp/<pid>.ds" holds this launcher's pid while it runs;
- * made without following a link someone else planted at the name. */
+/* --save_pid (DeepSpeed's): "/tmp/<pid>.ds" holds this launcher's pid while it runs.
+ * Written to a temporary file (O_EXCL, no link followed) and renamed into place, so a
+ * reader that sees the name sees the whole pid, never an empty file. */
 static int save_pid(char **path, char *err)
 {
-    char *p = dsl_xasprintf("/tmp/%ld.ds", (long)getpid());
-    int fd = dsl_file_create(AT_FDCWD, p, p, 0644, DSL_FILE_REPLACE, err);
+    char *p = dsl_xasprintf("/tmp/%ld.ds", (long)getpid()), *tmp = NULL;
+    int fd = dsl_file_create_temp(p, 0644, &tmp, err);
     if (fd < 0) {
         free(p);
         return fd;
     }
-    dprintf(fd, "%ld\n", (long)getpid());
-    close(fd);
+    errno = 0;
+    int ok = dprintf(fd, "%ld\n", (long)getpid()) > 0;
+    ok = !close(fd) && ok;
+    if (!ok || rename(tmp, p)) {
+        int e = errno ? errno : EIO;
+        unlink(tmp);
+        free(tmp);
+        dsl_seterr(err, -e, "--save_pid: cannot write '%s': %s", p, strerror(e));
+        free(p);
+        return -e;
+    }
+    free(tmp);
     *path = p;
     return 0;
 }
