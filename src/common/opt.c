@@ -33,6 +33,71 @@ static const struct dsl_opt *find_long(const struct dsl_opt_parser *p, const cha
     return NULL;
 }
 
+/* The edit distance between a typed name and an option's (insertions, deletions,
+ * substitutions and swaps of neighbours each cost 1; '-' and '_' are the same), capped
+ * at cap + 1 so that long words cost no more than short ones. */
+static size_t name_distance(const char *a, size_t la, const char *b, size_t cap)
+{
+    size_t lb = strlen(b);
+    if (la > 47 || lb > 47)
+        return cap + 1;
+    if ((la > lb ? la - lb : lb - la) > cap)
+        return cap + 1;
+    size_t d[48][48];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            char ca = a[i - 1] == '-' ? '_' : a[i - 1];
+            size_t best = d[i - 1][j - 1] + (ca != b[j - 1]);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == b[j - 2] &&
+                (a[i - 2] == '-' ? '_' : a[i - 2]) == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] > cap ? cap + 1 : d[la][lb];
+}
+
+/*
+ * For an unknown long option: the visible option nearest to what was typed, when one is
+ * near enough (one edit for names up to 4 characters, two up to 8, three beyond) and
+ * no other is as near, written in the typed spelling ("--num-gpu" -> "--num-gpus").
+ * Empty when there is none.
+ */
+static void did_you_mean(const struct dsl_opt_parser *p, const char *name, size_t len,
+                         char *out, size_t cap)
+{
+    size_t limit = len <= 4 ? 1 : len <= 8 ? 2 : 3, best = limit + 1;
+    const struct dsl_opt *pick = NULL;
+    int tie = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < p->nopts; i++) {
+        const struct dsl_opt *d = &p->opts[i];
+        if (!d->name || !d->help)
+            continue;
+        size_t k = name_distance(name, len, d->name, limit);
+        if (k < best) {
+            best = k;
+            pick = d;
+            tie = 0;
+        } else if (k == best && pick) {
+            tie = 1;
+        }
+    }
+    if (!pick || tie || cap < 8)
+        return;
+    int dashes = memchr(name, '-', len) != NULL;
+    size_t n = (size_t)snprintf(out, cap, "%s", pick->name);
+    for (size_t i = 0; dashes && i < n && i < cap; i++)
+        out[i] = out[i] == '_' ? '-' : out[i];
+}
+
 static const struct dsl_opt *find_short(const struct dsl_opt_parser *p, char c)
 {
     for (size_t i = 0; i < p->nopts; i++)
@@ -206,9 +271,16 @@ int dsl_opt_parse(const struct dsl_opt_parser *p, void *target, int argc, char *
                 dsl_strvec_push(rest, a);
                 continue;
             }
-            if (!d)
+            if (!d) {
+                char near[64];
+                did_you_mean(p, name, len, near, sizeof(near));
+                if (near[0])
+                    return dsl_seterr(err, DSL_EUSAGE, "unknown option '--%.*s': did you mean "
+                                      "'--%s'? (see %s --help)", (int)len, name, near,
+                                      p->prog);
                 return dsl_seterr(err, DSL_EUSAGE, "unknown option '--%.*s' (see %s --help)",
                                   (int)len, name, p->prog);
+            }
             if (eq) {
                 if (!takes_value(d))
                     return dsl_seterr(err, DSL_EUSAGE, "option '--%s' takes no value", d->name);

@@ -153,6 +153,32 @@ TEST(opt_should_name_the_option_in_every_error)
     }
 }
 
+TEST(opt_should_suggest_the_nearest_option_for_a_mistyped_one)
+{
+    struct args a;
+    char err[DSL_ERR_LEN];
+    static const struct {
+        const char *w[3];
+        const char *msg;
+    } cases[] = {
+        {{"--num-item", "3"}, "unknown option '--num-item': did you mean '--num-items'? (see "
+                              "prog --help)"},
+        {{"--num_itmes=3"}, "did you mean '--num_items'?"},
+        {{"--flga"}, "unknown option '--flga': did you mean '--flag'?"},
+        {{"--byts", "1"}, "did you mean '--bytes'?"},
+        /* hidden options are never suggested, and a name near none has no suggestion */
+        {{"--secrte"}, "unknown option '--secrte' (see prog --help)"},
+        {{"--completely-different"}, "unknown option '--completely-different' (see prog"},
+        /* two as near as each other: no guess */
+        {{"--fait"}, "unknown option '--fait' (see prog --help)"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+        release(&a);
+    }
+}
+
 TEST(opt_should_accept_bounded_values_at_both_ends)
 {
     struct args a;
