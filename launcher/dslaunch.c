@@ -169,7 +169,8 @@ static const char *const not_in_jobset[] = {
     "dry_run", "emit", "image", "hostfile", "include", "exclude", "num_nodes", "num_gpus",
     "nproc_per_node", "launcher", "launcher_args", "master_addr", "master_port",
     "force_multi", "no_ssh", "nnodes", "node_rank", "job_secret_file", "remote_dslaunch",
-    "remote_cwd", "sync", NULL};
+    "remote_cwd", "sync", "num_processes", "num_machines", "machine_rank", "main_process_ip",
+    "main_process_port", NULL};
 
 /* --emit jobset: nodes pods (--num_nodes, 1 below 1) of gpus ranks each (--num_gpus or
  * --nproc_per_node; none: each pod counts its own), asking for GPUs only for --num_gpus */

@@ -238,6 +238,18 @@ static const struct dsl_opt opts[] = {
         "PET_NODE_RANK, else JOB_COMPLETION_INDEX", 0, (1 << 20) - 1),
     INT("nproc_per_node", nproc_per_node, "N", "ranks on this node (torchrun's name; "
         "elsewhere the same as --num_gpus)", "the devices found", 1, 1 << 24),
+    FLAG("oversubscribe", oversubscribe, "more ranks on a node than it has GPUs, or CPUs "
+         "where it has none, when no hostfile line gives its slots (docs/placement.md)"),
+    /* accelerate launch's names (one accelerate launch per machine is no-ssh mode) */
+    INT("num_processes", num_processes, "T", "accelerate's name: T ranks in all, T / "
+        "--num_machines on each node (--nproc_per_node)", NULL, 1, 1 << 24),
+    INT("num_machines", nnodes, "N", "accelerate's name for --nnodes", NULL, 1, 1 << 20),
+    INT("machine_rank", node_rank, "K", "accelerate's name for --node_rank", NULL, 0,
+        (1 << 20) - 1),
+    STR("main_process_ip", 0, master_addr, "ADDR", "accelerate's name for --master_addr",
+        NULL),
+    CALL("main_process_port", 0, "PORT", "accelerate's name for --master_port", NULL,
+         set_master_port),
     INT("control_port", control_port, "PORT", "no-ssh mode: the coordinator's port for "
         "the agents, the same on every node", "the master port + 1", 1, 65535),
     STR("job_secret_file", 0, job_secret_file, "FILE", "no-ssh mode: the job's shared "
@@ -304,6 +316,7 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     o->nnodes = -1;
     o->node_rank = -1;
     o->nproc_per_node = -1;
+    o->num_processes = -1;
     o->join_timeout = 300.0;
     dsl_strvec_init(&o->exports);
     dsl_strvec_init(&o->sync_paths);
@@ -403,6 +416,21 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
     if (o->agent_connect || o->agent_key || o->agent_index || o->agent_slurm_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--connect, --launcher-key, --connect-index and "
                           "--slurm-nodes are for --agent only");
+    if (o->num_processes > 0) { /* accelerate's: ranks in all, over --num_machines */
+        int machines = o->nnodes > 0 ? o->nnodes : 1;
+        if (o->num_processes % machines)
+            return dsl_seterr(err, DSL_EUSAGE, "--num_processes %d (ranks in all) does not "
+                              "divide among --num_machines %d: give a multiple of it, or "
+                              "--nproc_per_node (ranks per node)", o->num_processes,
+                              machines);
+        int per = o->num_processes / machines;
+        if (o->nproc_per_node > 0 && o->nproc_per_node != per)
+            return dsl_seterr(err, DSL_EUSAGE, "--num_processes %d over %d node%s is %d per "
+                              "node, but --nproc_per_node is %d: give one of them",
+                              o->num_processes, machines, machines == 1 ? "" : "s", per,
+                              o->nproc_per_node);
+        o->nproc_per_node = per;
+    }
     if (o->nproc_per_node > 0 && o->num_gpus > 0 && o->nproc_per_node != o->num_gpus)
         return dsl_seterr(err, DSL_EUSAGE, "--nproc_per_node %d and --num_gpus %d disagree: "
                           "give one of them", o->nproc_per_node, o->num_gpus);

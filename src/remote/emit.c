@@ -174,7 +174,7 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
  * itself, and the choice of hosts, which the allocation makes */
 static const char *const not_forwarded[] = {
     "dry_run", "emit", "hostfile", "include", "exclude", "num_nodes", "num_gpus",
-    "launcher", "master_addr", "force_multi", NULL};
+    "launcher", "master_addr", "main_process_ip", "force_multi", NULL};
 
 /* A comment line of the script: "# ", text with every control byte as '?' (a file
  * name holding a newline must not end the comment and start a command), "\n". */

@@ -81,6 +81,51 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
     }
 }
 
+TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
+{
+    struct dsl_launch_opts o;
+    char err[DSL_ERR_LEN];
+    /* one machine: --num_processes is the ranks of this node */
+    const char *a[] = {"--num_processes", "4", "prog", NULL};
+    ASSERT_OK(parse(&o, a, err));
+    ASSERT_EQ(o.nproc_per_node, 4);
+    ASSERT_EQ(o.num_gpus, 4); /* as --nproc_per_node outside no-ssh mode */
+    dsl_launch_opts_release(&o);
+    /* one accelerate launch per machine: no-ssh mode, the total split over the machines */
+    const char *b[] = {"--num_processes=8", "--num_machines", "2", "--machine-rank", "1",
+                       "--main_process_ip", "10.0.0.1", "--main_process_port", "29600",
+                       "prog", NULL};
+    ASSERT_OK(parse(&o, b, err));
+    ASSERT_EQ(o.nnodes, 2);
+    ASSERT_EQ(o.node_rank, 1);
+    ASSERT_EQ(o.nproc_per_node, 4);
+    ASSERT_STR_EQ(o.master_addr, "10.0.0.1");
+    ASSERT_EQ(o.master_port, 29600);
+    ASSERT(o.master_port_given);
+    dsl_launch_opts_release(&o);
+    static const struct {
+        const char *args[8];
+        const char *msg;
+    } cases[] = {
+        {{"--num_processes", "5", "--num_machines", "2", "p", NULL},
+         "--num_processes 5 (ranks in all) does not divide among --num_machines 2"},
+        {{"--num_processes", "4", "--nproc_per_node", "3", "p", NULL},
+         "--num_processes 4 over 1 node is 4 per node, but --nproc_per_node is 3"},
+        {{"--main_process_port", "0", "p", NULL}, "option '--main_process_port' is out of "
+                                                  "range: allowed 1..65535"},
+        /* a mistyped option is answered with the nearest one of the table */
+        {{"--num_gpu", "2", "p", NULL}, "unknown option '--num_gpu': did you mean "
+                                        "'--num_gpus'?"},
+        {{"--host-file", "h", "p", NULL}, "did you mean '--hostfile'?"},
+        {{"--log-dri", "d", "p", NULL}, "did you mean '--log-dir'?"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+        dsl_launch_opts_release(&o);
+    }
+}
+
 TEST(options_should_take_the_restart_options_with_torchrun_spellings)
 {
     struct dsl_launch_opts o;

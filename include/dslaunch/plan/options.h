@@ -97,6 +97,10 @@ struct dsl_launch_opts {
     int nnodes;                /* --nnodes N (torchrun's; -1: PET_NNODES) */
     int node_rank;             /* --node_rank K (-1: PET_NODE_RANK, JOB_COMPLETION_INDEX) */
     int nproc_per_node;        /* --nproc_per_node N (torchrun's; -1: devices found) */
+    int num_processes;         /* --num_processes T (accelerate's: T ranks in all, T /
+                                  --num_machines per node; -1: not given) */
+    int oversubscribe;         /* --oversubscribe: more ranks on a node without a hostfile
+                                  line than it has GPUs, or CPUs (docs/placement.md) */
     int control_port;          /* --control_port (0: the master port + 1) */
     char *job_secret_file;     /* --job_secret_file FILE (NULL: DSLAUNCH_JOB_SECRET) */
     double join_timeout;       /* --join_timeout: nodes dial in within this (300 s) */
