@@ -516,7 +516,8 @@ void dsl_launch_opts_help(FILE *f)
                "       dslaunch sync PATH... --hostfile FILE        # copy files to every node\n"
                "       dslaunch ssh-setup --hostfile FILE [--mesh]  # passwordless SSH set-up\n\n"
                "Starts PROGRAM once per slot on every host of a DeepSpeed hostfile and\n"
-               "supervises the job. 'train' runs the bundled trainer dstrain.\n"
+               "supervises the job. 'train' runs the bundled trainer dstrain (a program of\n"
+               "your own named train: give its path, e.g. ./train or $(command -v train)).\n"
                "Multi-word options accept '-' or '_' (--num-gpus = --num_gpus).\n\n"
                "options:\n");
     dsl_opt_help(&parser, f);

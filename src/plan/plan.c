@@ -445,6 +445,18 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
             dsl_strvec_push(&p->argv, first);
         } else {
             dsl_strvec_push_nodup(&p->argv, dsl_plan_program_name(first, slash ? dir : NULL));
+            /* "train" is dstrain: a program of the user's own by that name would be
+             * replaced without a word (issue 33); say which runs, and how to run the other */
+            int code;
+            char rerr[DSL_ERR_LEN];
+            char *mine = !strcmp(first, "train")
+                             ? dsl_spawn_resolve("train", environ, NULL, &code, rerr)
+                             : NULL;
+            if (mine && o->verbose >= 1)
+                dsl_info("'train' runs dslaunch's trainer '%s', not '%s' of your PATH; to "
+                         "run that one, give its path: dslaunch [options] %s ...",
+                         p->argv.v[p->argv.nr - 1], mine, mine);
+            free(mine);
         }
         free(dir);
         if (python && !o->no_local_rank)

@@ -36,3 +36,10 @@ if(TARGET dstrain)
                    $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
   set_tests_properties(flow_emit_sbatch PROPERTIES LABELS flow TIMEOUT 120)
 endif()
+# What a new user meets in the second week (issue 33): the user's own 'train' on PATH,
+# --oversubscribe, --log-dir across runs and restarts, a config error said once.
+add_test(NAME flow_new_user
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/newuser.sh $<TARGET_FILE:dslaunch>
+                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR}
+                 $<$<TARGET_EXISTS:dstrain>:$<TARGET_FILE:dstrain>>)
+set_tests_properties(flow_new_user PROPERTIES LABELS flow TIMEOUT 120)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Flow tests of what a new user meets in the second week (issue 33): which 'train'
+# runs, how many ranks fit a node (--oversubscribe), logs of earlier runs and attempts
+# (--log-dir), one config error said once. The real dslaunch on the local transport.
+# usage: newuser.sh DSLAUNCH WORKER SOURCE_DIR [DSTRAIN]
+set -u
+DSL=$1
+W=$2
+SRC=$3
+DST=${4:-}
+. "$SRC/tests/e2e/flow/lib.sh"
+unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS DSLAUNCH_LOCAL_SLOTS
+cd "$T_TMP"
+
+expect_success "a train of the user's PATH: dslaunch says dstrain runs, and how to run the other" '
+    mkdir -p bin
+    printf "#!/bin/sh\necho mine\n" >bin/train
+    chmod +x bin/train
+    run_capture rc out err env PATH="$T_TMP/bin:$PATH" "$DSL" --dry-run train
+    assert_eq "$rc" 0
+    assert_grep ".train. runs dslaunch.s trainer .*dstrain., not .$T_TMP/bin/train. of your PATH; to run that one, give its path: dslaunch \[options\] $T_TMP/bin/train" err
+    # with its path, the user s own runs, and nothing is said
+    run_capture rc out err env PATH="$T_TMP/bin:$PATH" "$DSL" --num_gpus 1 "$T_TMP/bin/train"
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 0\] mine$" out
+    assert_not_grep "trainer" err
+    # no train on PATH: nothing to say
+    run_capture rc out err "$DSL" --dry-run train
+    assert_eq "$rc" 0
+    assert_not_grep "of your PATH" err
+'
+
+done_testing
