@@ -360,6 +360,22 @@ static void print_stop(struct dsl_job *job)
     }
 }
 
+/*
+ * Whether the console shows every stderr line the rank wrote right above the summary:
+ * it wrote no more than its tail holds, nothing was dropped, and no more lines came
+ * after its last one than the other ranks have (each saying the same, as ranks that
+ * read one bad config do). Then the summary does not print them a second time.
+ */
+static int tail_just_shown(const struct dsl_job *job, const struct dsl_job_rank *r)
+{
+    if (!job->out || job->opts->verbose < 1 || r->err_lines != r->tail.nr)
+        return 0;
+    for (int i = 0; i < job->out->ndest; i++)
+        if (job->out->dest[i].dropped || job->out->dest[i].broken)
+            return 0;
+    return job->console_lines - r->err_seq < (unsigned long)job->nranks;
+}
+
 static void print_summary(struct dsl_job *job)
 {
     if (dsl_job_hang_summary(job))
@@ -382,7 +398,7 @@ static void print_summary(struct dsl_job *job)
         else
             dsl_error("rank %d (host %s, pid %d) exited with code %d after %.1f s%s", r->rank,
                       host, r->pid, r->code, r->wall, why);
-        if (r->tail.nr) {
+        if (r->tail.nr && !tail_just_shown(job, r)) {
             dsl_job_eprintf(job, "  last lines of rank %d's stderr:\n", r->rank);
             for (size_t i = 0; i < r->tail.nr; i++)
                 dsl_job_eprintf(job, "  | %s\n", r->tail.v[i]);

@@ -252,6 +252,11 @@ static void print_bytes(struct dsl_job *job, struct dsl_job_rank *r, int stream,
     } else {
         snprintf(small, sizeof(small), "[rank %d] ", r->rank);
     }
+    job->console_lines++;
+    if (stream == 2) {
+        r->err_lines++;
+        r->err_seq = job->console_lines;
+    }
     if (job->out) {
         dsl_output_bytes(job->out, stream, prefix, line, len, end);
     } else {

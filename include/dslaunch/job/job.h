@@ -70,6 +70,8 @@ struct dsl_job_rank {
     FILE *log;                 /* --log-dir file; NULL: none, or closed by a write error */
     char *log_path;            /* its name, for messages (owned) */
     unsigned long long log_lost; /* bytes the log misses since a write failed */
+    unsigned long err_lines;   /* stderr lines of it the console was given */
+    unsigned long err_seq;     /* the console's line count at its last stderr line */
     char *pending_cr;          /* latest '\r' progress line not yet shown (owned) */
     double last_cr_shown;
 };
@@ -98,6 +100,7 @@ struct dsl_job {
                                      it and stopped the ranks; 0: it ran throughout */
     double t_running;             /* when the loop last ran (job_loop.c) */
     struct dsl_output *out;       /* the console while dsl_job_run() runs (job_impl.h) */
+    unsigned long console_lines;  /* rank lines given to the console so far */
     int tty[3];                   /* tty[1], tty[2]: stdout, stderr is a terminal */
     double t_begin, t_stop, t_first_fail;
     int started;                  /* the ranks were sent "start" */

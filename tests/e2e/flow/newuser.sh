@@ -30,4 +30,30 @@ expect_success "a train of the user's PATH: dslaunch says dstrain runs, and how 
     assert_not_grep "of your PATH" err
 '
 
+expect_success "an error every rank prints is not printed once more by the summary" '
+    # each rank says it, then waits for the other to have said it too
+    cat >saysbad <<"EOS"
+#!/bin/sh
+echo "ds.json: bad value" >&2
+: >"said.$RANK"
+i=0
+while [ ! -e said.0 ] || [ ! -e said.1 ]; do sleep 0.05; i=$((i+1)); [ $i -lt 400 ] || break; done
+exit 2
+EOS
+    chmod +x saysbad
+    run_capture rc out err "$DSL" --num_gpus 2 --oversubscribe ./saysbad
+    assert_eq "$rc" 2
+    assert_eq "$(grep -c "ds.json: bad value" err)" 2 "times the error is printed"
+    assert_grep "exited with code 2" err
+    assert_not_grep "last lines of rank" err
+    if [ -n "$DST" ]; then
+        printf "{\"train_batch_size\": 7, \"train_micro_batch_size_per_gpu\": 2}\n" >bad.json
+        run_capture rc out err "$DSL" --num_gpus 2 --oversubscribe "$DST" --config bad.json
+        assert_eq "$rc" 2
+        [ "$(grep -c "batch sizes do not add up" err)" -le 2 ] || fail "said more than once a rank"
+        assert_not_grep "last lines of rank" err
+    fi
+    # (a rank with more stderr than the summary quotes keeps its quote: flow_launch)
+'
+
 done_testing
