@@ -317,14 +317,19 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
 
 int dsl_nossh_resolve_slots(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *err)
 {
-    if (o->nproc_per_node > 0) {
-        ns->slots = o->nproc_per_node;
-        snprintf(ns->from_slots, sizeof(ns->from_slots), "--nproc_per_node");
-        return 0;
-    }
-    if (o->num_gpus > 0) {
-        ns->slots = o->num_gpus;
-        snprintf(ns->from_slots, sizeof(ns->from_slots), "--num_gpus");
+    /* a count asked for must fit this node, as on a launch without a hostfile: the
+     * oversubscription rule (dsl_local_slots_for, docs/placement.md) */
+    int want = o->nproc_per_node > 0 ? o->nproc_per_node : o->num_gpus;
+    if (want > 0) {
+        char flag[64];
+        dsl_launch_opts_count_flag(o, want, flag, sizeof(flag));
+        int r = dsl_local_slots_for(want, flag, o->oversubscribe, 0, &ns->slots, err);
+        if (r < 0)
+            return r;
+        ns->slots = want;
+        snprintf(ns->from_slots, sizeof(ns->from_slots), "%s",
+                 o->num_processes > 0 ? "--num_processes"
+                 : o->nproc_per_node > 0 ? "--nproc_per_node" : "--num_gpus");
         return 0;
     }
     int r = dsl_local_slots(&ns->slots, 0, err);

@@ -323,6 +323,17 @@ void dsl_launch_opts_init(struct dsl_launch_opts *o)
     dsl_strvec_init(&o->argv);
 }
 
+void dsl_launch_opts_count_flag(const struct dsl_launch_opts *o, int n, char *buf,
+                                size_t cap)
+{
+    if (o->num_processes > 0)
+        snprintf(buf, cap, "--num_processes %d", o->num_processes);
+    else if (o->nproc_per_node > 0)
+        snprintf(buf, cap, "--nproc_per_node %d", o->nproc_per_node);
+    else
+        snprintf(buf, cap, "--num_gpus %d", n);
+}
+
 void dsl_launch_opts_release(struct dsl_launch_opts *o)
 {
     free(o->hostfile);

@@ -329,9 +329,10 @@ int dsl_placement_build(struct dsl_placement *pl, const struct dsl_hostfile *hf,
             if (sel[i].lim == 0)
                 continue;
             if (o->num_gpus > hf->hosts[i].slots) {
-                r = dsl_seterr(err, DSL_EPLACEMENT, "--num_gpus %d but host '%s' has only %d slot%s",
-                               o->num_gpus, hf->hosts[i].name, hf->hosts[i].slots,
-                               hf->hosts[i].slots == 1 ? "" : "s");
+                r = dsl_seterr(err, DSL_EPLACEMENT, "--num_gpus %d but host '%s' has only %d "
+                               "slot%s (a filter selects among a host's slots and cannot add "
+                               "any: docs/placement.md)", o->num_gpus, hf->hosts[i].name,
+                               hf->hosts[i].slots, hf->hosts[i].slots == 1 ? "" : "s");
                 goto out;
             }
             sel[i].lim = o->num_gpus;
@@ -533,5 +534,33 @@ int dsl_local_slots(int *slots, int cpus_only, char *err)
         n = cpus < 1 ? 1 : cpus > DSL_HOSTFILE_MAX_SLOTS ? DSL_HOSTFILE_MAX_SLOTS : (int)cpus;
     }
     *slots = n;
+    return 0;
+}
+
+int dsl_local_slots_for(int want, const char *flag, int oversubscribe, int cpus_only,
+                        int *slots, char *err)
+{
+    int found, r;
+    if ((r = dsl_local_slots(&found, cpus_only, err)) < 0)
+        return r;
+    if (want < 1 || want <= found) {
+        *slots = found;
+        return 0;
+    }
+    const char *set = getenv("DSLAUNCH_LOCAL_SLOTS");
+    int gpus = !set && !cpus_only ? nvidia_gpu_count() : 0;
+    if (gpus > 0)
+        return dsl_seterr(err, DSL_EUSAGE, "%s asks for %d ranks on this node, but it has %d "
+                          "GPU%s, and a rank per GPU is the most (a rank beyond would get a "
+                          "device that is not there): ask for at most %d; for CPU ranks, hide "
+                          "the GPUs with CUDA_VISIBLE_DEVICES=-1 and add --oversubscribe", flag,
+                          want, gpus, gpus == 1 ? "" : "s", gpus);
+    if (!oversubscribe)
+        return dsl_seterr(err, DSL_EUSAGE, "%s asks for %d ranks on this node, but it has %d "
+                          "%s: add --oversubscribe to run more ranks than that (they share "
+                          "the CPUs), or ask for at most %d (docs/placement.md)", flag, want,
+                          found, set ? "slots (DSLAUNCH_LOCAL_SLOTS)"
+                                     : found == 1 ? "CPU" : "CPUs", found);
+    *slots = want;
     return 0;
 }

@@ -168,8 +168,13 @@ static int load_hostfile(struct dsl_plan *p, int *synth, int cpus_only, char *er
         snprintf(p->hosts_from, sizeof(p->hosts_from), "hostfile '%s'", DEFAULT_HOSTFILE);
         return dsl_hostfile_load(hf, DEFAULT_HOSTFILE, err);
     }
+    /* the oversubscription rule (dsl_local_slots_for): more ranks than this machine's
+     * CPUs only with --oversubscribe, never more than its GPUs */
     int slots;
-    if ((r = dsl_local_slots(&slots, cpus_only, err)) < 0)
+    char flag[64];
+    dsl_launch_opts_count_flag(o, o->num_gpus, flag, sizeof(flag));
+    if ((r = dsl_local_slots_for(o->num_gpus, flag, o->oversubscribe, cpus_only, &slots,
+                                 err)) < 0)
         return r;
     dsl_hostfile_add(hf, "localhost", slots);
     snprintf(p->hosts_from, sizeof(p->hosts_from), "this machine");

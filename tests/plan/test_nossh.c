@@ -415,6 +415,7 @@ TEST(nossh_should_count_slots_from_nproc_per_node_then_num_gpus)
     char err[DSL_ERR_LEN];
     char *argv[] = {(char *)"dslaunch", (char *)"--nproc_per_node", (char *)"3", (char *)"p",
                     NULL};
+    setenv("DSLAUNCH_LOCAL_SLOTS", "8", 1); /* the counts below fit this node */
     dsl_launch_opts_init(&o);
     ASSERT_EQ(dsl_launch_opts_parse(&o, 4, argv, err), 0);
     dsl_nossh_init(&ns);
@@ -436,6 +437,32 @@ TEST(nossh_should_count_slots_from_nproc_per_node_then_num_gpus)
     ASSERT_EQ(dsl_launch_opts_parse(&o, 4, argv, err), 0);
     ASSERT_EQ(o.num_gpus, 3);
     dsl_launch_opts_release(&o);
+    unsetenv("DSLAUNCH_LOCAL_SLOTS");
+    dsl_nossh_release(&ns);
+}
+
+TEST(nossh_should_refuse_more_ranks_than_the_node_has_without_oversubscribe)
+{
+    struct dsl_launch_opts o;
+    struct dsl_nossh ns;
+    char err[DSL_ERR_LEN];
+    setenv("DSLAUNCH_LOCAL_SLOTS", "2", 1);
+    char *argv[] = {(char *)"dslaunch", (char *)"--nnodes", (char *)"1", (char *)"--nproc_per_node",
+                    (char *)"4", (char *)"p", NULL};
+    dsl_launch_opts_init(&o);
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 6, argv, err), 0);
+    dsl_nossh_init(&ns);
+    ASSERT_EQ(dsl_nossh_resolve_slots(&ns, &o, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--nproc_per_node 4 asks for 4 ranks on this node, but it has 2 slots "
+                         "(DSLAUNCH_LOCAL_SLOTS): add --oversubscribe");
+    dsl_launch_opts_release(&o);
+    char *argv2[] = {(char *)"dslaunch", (char *)"--nnodes", (char *)"1", (char *)"--nproc_per_node",
+                     (char *)"4", (char *)"--oversubscribe", (char *)"p", NULL};
+    ASSERT_EQ(dsl_launch_opts_parse(&o, 7, argv2, err), 0);
+    ASSERT_EQ(dsl_nossh_resolve_slots(&ns, &o, err), 0);
+    ASSERT_EQ(ns.slots, 4);
+    dsl_launch_opts_release(&o);
+    unsetenv("DSLAUNCH_LOCAL_SLOTS");
     dsl_nossh_release(&ns);
 }
 

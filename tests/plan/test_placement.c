@@ -155,8 +155,10 @@ static const struct {
     {"worker-0", NULL, 1, NONE, "--num_nodes cannot be combined with --include"},
     {NULL, "worker-0", NONE, 1, "--num_gpus cannot be combined with --exclude"},
     {NULL, NULL, 4, NONE, "--num_nodes 4 but there are only 3 hosts"},
-    {NULL, NULL, NONE, 3, "--num_gpus 3 but host 'worker-2' has only 2 slots"},
-    {NULL, NULL, NONE, 5, "--num_gpus 5 but host 'worker-0' has only 4 slots"},
+    {NULL, NULL, NONE, 3, "--num_gpus 3 but host 'worker-2' has only 2 slots (a filter selects among a host's "
+                            "slots and cannot add any: docs/placement.md)"},
+    {NULL, NULL, NONE, 5, "--num_gpus 5 but host 'worker-0' has only 4 slots (a filter selects among a host's "
+                            "slots and cannot add any: docs/placement.md)"},
     {NULL, NULL, 0, NONE, "--num_nodes must be at least 1, not 0"},
     {NULL, NULL, NONE, 0, "--num_gpus must be at least 1, not 0"},
     {NULL, NULL, -2, NONE, "--num_nodes must be at least 1, not -2"},
@@ -542,6 +544,26 @@ TEST(local_slots_should_honour_the_override_and_validate_it)
     ASSERT(slots >= 1);
     ASSERT_OK(dsl_local_slots(&slots, 1, err)); /* the online CPUs */
     ASSERT_EQ(slots, (int)sysconf(_SC_NPROCESSORS_ONLN));
+}
+
+TEST(local_slots_for_should_fit_what_is_asked_or_need_oversubscribe)
+{
+    char err[DSL_ERR_LEN];
+    int slots = 0;
+    setenv("DSLAUNCH_LOCAL_SLOTS", "2", 1);
+    ASSERT_OK(dsl_local_slots_for(-1, "--num_gpus -1", 0, 0, &slots, err));
+    ASSERT_EQ(slots, 2);
+    ASSERT_OK(dsl_local_slots_for(2, "--num_gpus 2", 0, 0, &slots, err));
+    ASSERT_EQ(slots, 2);
+    ASSERT_OK(dsl_local_slots_for(1, "--num_gpus 1", 0, 0, &slots, err));
+    ASSERT_EQ(slots, 2); /* the placement takes the first one */
+    ASSERT_EQ(dsl_local_slots_for(4, "--nproc_per_node 4", 0, 0, &slots, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "--nproc_per_node 4 asks for 4 ranks on this node, but it has 2 "
+                         "slots (DSLAUNCH_LOCAL_SLOTS): add --oversubscribe to run more ranks "
+                         "than that (they share the CPUs), or ask for at most 2");
+    ASSERT_OK(dsl_local_slots_for(4, "--nproc_per_node 4", 1, 0, &slots, err));
+    ASSERT_EQ(slots, 4);
+    unsetenv("DSLAUNCH_LOCAL_SLOTS");
 }
 
 int main(int argc, char **argv)

@@ -115,6 +115,12 @@ enum { DSL_EMIT_NONE = 0, DSL_EMIT_SBATCH = 1, DSL_EMIT_JOBSET = 2 };
 
 void dsl_launch_opts_init(struct dsl_launch_opts *o);
 /**
+ * The option a per-node rank count n came from, as the user wrote it, for messages:
+ * "--num_processes 8", "--nproc_per_node 4" or "--num_gpus 4".
+ */
+void dsl_launch_opts_count_flag(const struct dsl_launch_opts *o, int n, char *buf,
+                                size_t cap);
+/**
  * Whether o may be a no-ssh node other than node 0 (--node_rank K > 0, or without it
  * PET_NODE_RANK or JOB_COMPLETION_INDEX set and not 0), which may be started without a
  * PROGRAM: the launcher requires one once the mode is resolved (dsl_plan_nossh) and it

@@ -103,4 +103,17 @@ char *dsl_base64url(const void *data, size_t n);
  */
 int dsl_local_slots(int *slots, int cpus_only, char *err);
 
+/**
+ * The oversubscription rule, in one place (docs/placement.md, "How many ranks a node
+ * runs"): a node without a hostfile line (this machine with no hostfile, a no-ssh node)
+ * has the slots dslaunch finds (dsl_local_slots), and `want` ranks asked for with the
+ * option `flag` ("--nproc_per_node 4") must fit in them, unless oversubscribe and the
+ * slots are not GPUs (a rank per GPU is the most: a rank beyond would get a device that
+ * is not there). Sets *slots to the node's slot count: what was found, or want when it
+ * is above and allowed; want < 1 means nothing was asked (the found count). DSL_EUSAGE
+ * with err naming flag, what was found and the way out otherwise.
+ */
+int dsl_local_slots_for(int want, const char *flag, int oversubscribe, int cpus_only,
+                        int *slots, char *err);
+
 #endif

@@ -56,4 +56,27 @@ EOS
     # (a rank with more stderr than the summary quotes keeps its quote: flow_launch)
 '
 
+expect_success "one oversubscription rule: counts above what the node has need --oversubscribe" '
+    export DSLAUNCH_LOCAL_SLOTS=2
+    for how in "--nproc_per_node 4" "--nnodes 1 --nproc_per_node 4" "--num_gpus 4" \
+               "--num_processes 4"; do
+        run_capture rc out err "$DSL" $how "$W" env
+        assert_eq "$rc" 2 "$how"
+        assert_grep "error: ${how#--nnodes 1 } asks for 4 ranks on this node, but it has 2 slots (DSLAUNCH_LOCAL_SLOTS): add --oversubscribe" err
+        assert_not_grep "RANK=" out
+        run_capture rc out err "$DSL" --oversubscribe $how "$W" env
+        assert_eq "$rc" 0 "$how --oversubscribe"
+        assert_grep "^\[rank 3\] WORLD_SIZE=4$" out
+    done
+    # a hostfile line states the slots itself: believed as written
+    echo "localhost slots=4" >hf4
+    run_capture rc out err "$DSL" --hostfile hf4 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^\[rank 3\] WORLD_SIZE=4$" out
+    # and a filter cannot add slots to it, --oversubscribe or not
+    run_capture rc out err "$DSL" --hostfile hf4 --oversubscribe --num_gpus 5 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "num_gpus 5 but host .localhost. has only 4 slots" err
+'
+
 done_testing

@@ -143,7 +143,7 @@ expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s
 
 expect_success "uneven slots: node1 runs 1 rank, node2 3; a rank on node2 exits 7: both torn down, 7" '
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 60)) --nproc_per_node 3 "$W" only 2 exit 7 0.5 >out2 2>err2 &
+        --master_port $((PORT + 60)) --nproc_per_node 3 --oversubscribe "$W" only 2 exit 7 0.5 >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 \
         --nproc_per_node 1 --master_port $((PORT + 60)) "$W" only 2 exit 7 0.5
