@@ -66,6 +66,7 @@
 #include "cause.h"
 #include "job_hang.h"
 #include "job_impl.h"
+#include "logdir.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
@@ -537,23 +538,31 @@ int dsl_job_run(struct dsl_job *job)
         }
     dsl_job_hang_init(job);
     if (job->opts->log_dir) {
-        /* ours and writable by no one else, so nothing in it was planted; a log file is
-         * replaced (a link at its name is removed, never written through), a restart
-         * appends so the logs keep every attempt (dsl_dir_open_private, file.h) */
+        /* ours and writable by no one else, so nothing in it was planted
+         * (dsl_dir_open_private, file.h); one new file per rank per attempt, and an
+         * earlier run's files refused before the first one, or removed with
+         * --log-dir-overwrite (logdir.h) */
         char lerr[DSL_ERR_LEN];
         int dfd = dsl_dir_open_private(job->opts->log_dir, lerr);
+        int requeue = dsl_logdir_requeue();
+        if (dfd >= 0 && job->restart_count == 0) {
+            int r = dsl_logdir_claim(dfd, job->opts->log_dir, requeue,
+                                     job->opts->log_dir_overwrite, lerr);
+            if (r < 0) {
+                close(dfd);
+                dfd = r;
+            }
+        }
         if (dfd < 0) {
             dsl_error("--log-dir: %s", lerr);
             code = DSL_EXIT_USAGE;
             goto out;
         }
         for (int i = 0; i < job->nranks && code == 0; i++) {
-            char name[32];
-            snprintf(name, sizeof(name), "rank%d.log", i);
+            char *name = dsl_logdir_rank_name(i, requeue, job->restart_count);
             char *path = dsl_xasprintf("%s/%s", job->opts->log_dir, name);
-            int fd = dsl_file_create(dfd, name, path, 0644,
-                                     job->restart_count ? DSL_FILE_APPEND : DSL_FILE_REPLACE,
-                                     lerr);
+            int fd = dsl_file_create(dfd, name, path, 0644, DSL_FILE_FAIL, lerr);
+            free(name);
             if (fd >= 0 && !(job->ranks[i].log = fdopen(fd, "a"))) {
                 snprintf(lerr, sizeof(lerr), "cannot write log file '%s': %s", path,
                          strerror(errno));

@@ -160,9 +160,12 @@ static const struct dsl_opt opts[] = {
         "(pdsh, mpirun, srun), split on whitespace (no shell)", NULL),
     LIST("export", exports, "VAR[=VALUE]", "also export VAR to every worker (repeatable)"),
     STR("log_dir", 0, log_dir, "DIR",
-        "also write each rank's output to DIR/rank<N>.log (DIR must be yours, not group- or "
-        "world-writable)",
+        "also write each rank's output to DIR/rank<N>.log, a restart's to "
+        "rank<N>.restart<J>.log (DIR must be yours, not group- or world-writable; an "
+        "earlier run's logs there are refused)",
         NULL),
+    FLAG("log_dir_overwrite", log_dir_overwrite,
+         "replace the logs of an earlier run in --log-dir instead of refusing them"),
     FLAG("no_prefix", no_prefix, "do not prefix output lines with the rank"),
     SIZE("output_buffer", output_buffer, "SIZE",
          "memory for output stdout/stderr have not taken yet; past it whole lines are "
@@ -480,6 +483,9 @@ int dsl_launch_opts_parse(struct dsl_launch_opts *o, int argc, char **argv, char
      * (docs/no-ssh.md); the launcher checks once the mode is resolved */
     if (o->mode != DSL_MODE_CHECK && o->argv.nr == 0 && !dsl_launch_opts_may_join(o))
         return dsl_seterr(err, DSL_EUSAGE, "no program given (usage: dslaunch [options] PROGRAM [ARGS...])");
+    if (o->log_dir_overwrite && !o->log_dir)
+        return dsl_seterr(err, DSL_EUSAGE, "--log-dir-overwrite replaces the logs of an "
+                          "earlier run in --log-dir, which is not given");
     if (o->hang_timeout > 0 && o->hang_timeout < 1)
         return dsl_seterr(err, DSL_EUSAGE,
                           "option '--hang-timeout' is under a second: allowed 0 (off) or "

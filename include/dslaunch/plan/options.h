@@ -63,6 +63,7 @@ struct dsl_launch_opts {
     struct dsl_strvec exports; /* --export VAR[=VALUE], repeatable */
     int no_prefix;             /* --no-prefix */
     char *log_dir;             /* --log-dir */
+    int log_dir_overwrite;     /* --log-dir-overwrite: replace an earlier run's logs there */
     size_t output_buffer;      /* --output-buffer bytes (64M): console output not yet read */
     double term_timeout;       /* --term-timeout (10 s) */
     size_t rank_memory_limit;  /* --rank-memory-limit bytes per rank's cgroup (0: none) */

@@ -314,9 +314,9 @@ expect_success "--module runs python3 -u -m MODULE; DeepSpeed flags without a fe
     run_capture rc out err "$DSL" --autotuning tune "$W" env
     assert_eq "$rc" 2
     assert_grep "autotuner" err
-    run_capture rc out err "$DSL" --include localhost:0 --enable_each_rank_log logs "$W" env
+    run_capture rc out err "$DSL" --include localhost:0 --enable_each_rank_log ds_logs "$W" env
     assert_eq "$rc" 0
-    assert_grep "RANK=0" logs/rank0.log
+    assert_grep "RANK=0" ds_logs/rank0.log
 '
 
 expect_success "--bind_cores_to_rank: each rank runs on its own equal share of the cores, OMP_NUM_THREADS its size" '
@@ -489,10 +489,14 @@ expect_success "--log-dir writes one file per rank and still shows the console" 
     assert_grep "^\[rank 1\] RANK=1$" out
 '
 
-expect_success "--log-dir never writes through a link planted at a log name: the link is replaced" '
+expect_success "--log-dir never writes through a link planted at a log name: refused, and the link replaced with --log-dir-overwrite" '
     mkdir -m 0755 planted && echo precious >victim && ln -s "$PWD/victim" planted/rank0.log
     ln -s "$PWD/victim" planted/rank1.log
     run_capture rc out err "$DSL" --log-dir planted --include localhost:0,1 "$W" env
+    assert_eq "$rc" 2
+    assert_grep "holds the logs of an earlier run (.rank0.log. and 1 more)" err
+    assert_eq "$(cat victim)" precious "the link target"
+    run_capture rc out err "$DSL" --log-dir planted --log-dir-overwrite --include localhost:0,1 "$W" env
     assert_eq "$rc" 0
     assert_eq "$(cat victim)" precious "the link target"
     [ ! -L planted/rank0.log ] && [ ! -L planted/rank1.log ] || fail "a log is still a link"
@@ -547,7 +551,8 @@ expect_success "output exactly as written: NUL, \\r, \\r\\n and 2 MB of random b
     printf "a\0b\n\rprog 1\rprog 2\r\nend\r\nno newline" >mixed.bin
     mkdir -m 700 lg
     for f in rand.bin mixed.bin; do
-        run_capture rc out err "$DSL" --include localhost:0 --no-prefix --log-dir lg cat "$f"
+        run_capture rc out err "$DSL" --include localhost:0 --no-prefix --log-dir lg \
+            --log-dir-overwrite cat "$f"
         assert_eq "$rc" 0
         cmp "$f" out || fail "stdout differs from $f"
         cmp "$f" lg/rank0.log || fail "--log-dir differs from $f"

@@ -79,4 +79,51 @@ expect_success "one oversubscription rule: counts above what the node has need -
     assert_grep "num_gpus 5 but host .localhost. has only 4 slots" err
 '
 
+expect_success "--log-dir never replaces an earlier run: refused, or replaced with --log-dir-overwrite" '
+    export DSLAUNCH_LOCAL_SLOTS=4
+    run_capture rc out err "$DSL" --log-dir runlogs --num_gpus 3 sh -c "echo first \$RANK"
+    assert_eq "$rc" 0
+    assert_grep "^first 2$" runlogs/rank2.log
+    # the rerun is refused before anything starts, and the first run s logs stay
+    run_capture rc out err "$DSL" --log-dir runlogs --num_gpus 2 sh -c "echo second \$RANK"
+    assert_eq "$rc" 2
+    assert_grep "^dslaunch: error: --log-dir: directory .runlogs. holds the logs of an earlier run (.rank0.log. and 2 more), which dslaunch does not overwrite: give another --log-dir, move them away, or add --log-dir-overwrite to replace them$" err
+    assert_not_grep "second" out
+    assert_grep "^first 0$" runlogs/rank0.log
+    # asked to, it replaces them all: no rank2.log of the larger run is left behind
+    run_capture rc out err "$DSL" --log-dir runlogs --log-dir-overwrite --num_gpus 2 sh -c "echo second \$RANK"
+    assert_eq "$rc" 0
+    assert_grep "^second 0$" runlogs/rank0.log
+    assert_not_grep "first" runlogs/rank0.log
+    [ ! -e runlogs/rank2.log ] || fail "an earlier run s rank2.log was left"
+    # other files in the directory are not the logs of a run
+    mkdir -m 0755 mixed && echo notes >mixed/notes.txt && echo x >mixed/rank0.log.bak
+    run_capture rc out err "$DSL" --log-dir mixed --num_gpus 1 true
+    assert_eq "$rc" 0
+    run_capture rc out err "$DSL" --log-dir-overwrite --num_gpus 1 true
+    assert_eq "$rc" 2
+    assert_grep "error: --log-dir-overwrite replaces the logs of an earlier run in --log-dir, which is not given" err
+'
+
+expect_success "--log-dir: restarts get a file per rank per attempt; a requeued Slurm job s start keeps the first start s" '
+    export DSLAUNCH_LOCAL_SLOTS=4
+    run_capture rc out err "$DSL" --log-dir rlogs --max-restarts 2 --num_gpus 2 sh -c "echo try \$DSLAUNCH_RESTART_COUNT; [ \$DSLAUNCH_RESTART_COUNT = 2 ]"
+    assert_eq "$rc" 0
+    for k in 0 1; do
+        assert_eq "$(cat rlogs/rank$k.log)" "try 0" "rank $k, first attempt"
+        assert_eq "$(cat rlogs/rank$k.restart1.log)" "try 1" "rank $k, restart 1"
+        assert_eq "$(cat rlogs/rank$k.restart2.log)" "try 2" "rank $k, restart 2"
+    done
+    # Slurm requeued the batch job (same job, SLURM_RESTART_COUNT=1): its logs go beside
+    echo "localhost slots=2" >hf2
+    run_capture rc out err env SLURM_JOB_ID=77 SLURM_RESTART_COUNT=1 "$DSL" --hostfile hf2 --log-dir rlogs sh -c "echo requeued"
+    assert_eq "$rc" 0
+    assert_eq "$(cat rlogs/rank1.requeue1.log)" "requeued"
+    assert_eq "$(cat rlogs/rank1.log)" "try 0"
+    # a second start with the same requeue count is another run
+    run_capture rc out err env SLURM_JOB_ID=77 SLURM_RESTART_COUNT=1 "$DSL" --hostfile hf2 --log-dir rlogs sh -c "echo again"
+    assert_eq "$rc" 2
+    assert_grep "holds the logs of an earlier run (.rank0.requeue1.log. and 1 more)" err
+'
+
 done_testing

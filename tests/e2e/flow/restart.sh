@@ -124,19 +124,22 @@ expect_success "a first attempt that cannot start is not restarted" '
     assert_not_grep "attempt=" out
 '
 
-expect_success "--log-dir keeps every attempt: a restart appends" '
+expect_success "--log-dir keeps every attempt: one file per rank per attempt" '
     run_capture rc out err "$DSL" --max-restarts 1 --log-dir logs --include localhost:0,1 "$P" 0 1 3
     assert_eq "$rc" 0
     assert_grep "^attempt=0 " logs/rank0.log
-    assert_grep "^attempt=1 " logs/rank0.log
+    assert_not_grep "^attempt=1 " logs/rank0.log
+    assert_grep "^attempt=1 " logs/rank0.restart1.log
+    assert_grep "^attempt=1 " logs/rank1.restart1.log
+    assert_not_grep "^attempt=0 " logs/rank1.restart1.log
 '
 
-expect_success "a restart refused by a log file with a second link says the exit code it gives (2)" '
-    # rank 1 of the first attempt links its log elsewhere, then fails: the restart may
-    # not append to a file with two names, and its summary line names the exit code
-    run_capture rc out err "$DSL" --max-restarts 1 --log-dir hl --include localhost:0,1 sh -c "if [ \$DSLAUNCH_RESTART_COUNT = 0 ] && [ \$RANK = 1 ]; then ln hl/rank1.log hl/other; exit 3; fi; sleep 0.3"
+expect_success "a restart refused by a file already at its log name says the exit code it gives (2)" '
+    # rank 1 of the first attempt puts a file at the restart log name, then fails: the
+    # restart does not write through it, and its summary line names the exit code
+    run_capture rc out err "$DSL" --max-restarts 1 --log-dir hl --include localhost:0,1 sh -c "if [ \$DSLAUNCH_RESTART_COUNT = 0 ] && [ \$RANK = 1 ]; then ln -s /dev/null hl/rank1.restart1.log; exit 3; fi; sleep 0.3"
     assert_eq "$rc" 2 "exit code"
-    assert_grep "not appending to it" err
+    assert_grep "cannot create .hl/rank1.restart1.log.: something is already there" err
     assert_grep "^  attempt 2: the ranks were not started (exit 2) at [0-9.]* s; no restarts left (1 of 1 used)$" err
     assert_not_grep "exit 0)" err
 '
