@@ -258,6 +258,10 @@ static int emit_script(const struct dsl_plan *plan, int argc, char **argv, int n
         dsl_info("the ranks save on Slurm's warning but do not resume: the script requeues "
                  "the job on exit 138, but its next start begins afresh (dstrain: add "
                  "--resume auto)");
+    if (!jobset && rq.gpus_unknown && plan->opts->verbose >= 1)
+        dsl_info("the batch script asks for GPUs (--num_gpus), but whether the cluster has "
+                 "any could not be told (its comments say why): for a CPU cluster, use "
+                 "--nproc_per_node instead");
     if (!jobset && rq.signal_unknown && plan->opts->verbose >= 1)
         dsl_info("the batch script asks Slurm for no warning signal: whether the ranks save "
                  "a checkpoint on SIGUSR1 could not be known here (its comments say why)");

@@ -43,6 +43,7 @@
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/remote/emit.h"
 #include "dslaunch/remote/transport.h"
+#include "slurmgpus.h"
 #include "dslaunch/common/banned.h"
 
 static void add_quoted(struct dsl_dynbuf *out, const char *s)
@@ -101,6 +102,8 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
                       "--partition, --time, may be added here)\n");
     if (rq->job_name && rq->job_name[0])
         dsl_dynbuf_addf(out, "#SBATCH --job-name=%s\n", rq->job_name);
+    if (rq->gpu_note)
+        dsl_dynbuf_addstr(out, rq->gpu_note);
     dsl_dynbuf_addf(out, "#SBATCH --nodes=%d\n", rq->nodes);
     if (even) {
         dsl_dynbuf_addf(out, "#SBATCH --ntasks-per-node=%d\n", rq->slots[0]);
@@ -351,6 +354,56 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
     dsl_strvec_release(&configs);
 }
 
+/*
+ * Whether the script asks for GPUs (docs/slurm.md, "GPUs or tasks"): an allocation that
+ * has them says so itself; otherwise only a count of GPUs (--num_gpus, DeepSpeed's) asks
+ * for them, and only where there are any: CUDA_VISIBLE_DEVICES=-1 hides them, and a
+ * cluster whose nodes have none (sinfo) would reject the request. --nproc_per_node and
+ * --num_processes count processes. st->gpu_note says why, where the count does not.
+ */
+static int slots_are_gpus(const struct dsl_plan *p, int gpus, struct dsl_emit_req *rq,
+                          struct dsl_emit_store *st)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    const char *gpn = getenv("SLURM_GPUS_PER_NODE"), *gon = getenv("SLURM_GPUS_ON_NODE");
+    struct dsl_dynbuf note;
+    int on;
+    if (p->from_allocation && ((gpn && gpn[0]) || (gon && gon[0] && strcmp(gon, "0"))))
+        return 1;
+    if (gpus <= 0)
+        return 0;
+    dsl_dynbuf_init(&note, 4096);
+    if (o->nproc_per_node > 0) {
+        note_line(&note, dsl_xasprintf("%s counts processes: tasks are asked for, not GPUs "
+                                       "(for a GPU each, give --num_gpus instead)",
+                                       o->num_processes > 0 ? "--num_processes"
+                                                            : "--nproc_per_node"));
+        on = 0;
+    } else if (p->no_devices) {
+        note_line(&note, dsl_xstrdup("CUDA_VISIBLE_DEVICES hides every GPU (CPU ranks): "
+                                     "tasks are asked for, not GPUs"));
+        on = 0;
+    } else {
+        char why[512];
+        int has = dsl_slurm_cluster_has_gpus(why, sizeof(why));
+        if (has == 0)
+            note_line(&note, dsl_xasprintf("%s: tasks are asked for, not the GPUs of "
+                                           "--num_gpus %d (sbatch would reject them)", why,
+                                           gpus));
+        else if (has < 0)
+            note_line(&note, dsl_xasprintf("GPUs are asked for (--num_gpus %d); whether this "
+                                           "cluster has any could not be told (%s): for a "
+                                           "CPU cluster use --nproc_per_node %d", gpus, why,
+                                           gpus));
+        on = has != 0;
+        rq->gpus_unknown = has < 0;
+    }
+    if (note.len)
+        st->gpu_note = dsl_xstrdup(dsl_dynbuf_str(&note));
+    dsl_dynbuf_release(&note);
+    return on;
+}
+
 void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int nodes,
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st)
 {
@@ -364,8 +417,8 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
     for (int i = 0; i < rq->nodes; i++)
         st->slots[i] = login ? (gpus > 0 ? gpus : p->pl.nodes[0].nslots) : p->pl.nodes[i].nslots;
     rq->slots = st->slots;
-    const char *gpn = getenv("SLURM_GPUS_PER_NODE");
-    rq->gpus = gpus > 0 || (p->from_allocation && gpn && gpn[0]);
+    rq->gpus = slots_are_gpus(p, gpus, rq, st);
+    rq->gpu_note = st->gpu_note;
     look_at_program(p, rq, st);
     rq->signal_secs = 90;
     /* the program's base name, as a job name sbatch's own parser reads as one word */
@@ -397,6 +450,7 @@ void dsl_emit_req_release(struct dsl_emit_store *st)
 {
     free(st->slots);
     free(st->note);
+    free(st->gpu_note);
     dsl_strvec_release(&st->argv);
     memset(st, 0, sizeof(*st));
     dsl_strvec_init(&st->argv);

@@ -232,6 +232,23 @@ TEST(emitted_script_should_ask_for_the_total_when_nodes_are_uneven_but_not_for_g
     dsl_dynbuf_release(&out);
 }
 
+TEST(emitted_script_should_say_why_it_asks_for_tasks_and_not_gpus)
+{
+    static const int slots[] = {2, 2};
+    const char *argv[] = {"prog", NULL};
+    struct dsl_emit_req rq = {.nodes = 2, .slots = slots, .argv = argv,
+                              .gpu_note = "# sinfo lists no GPU on any node of the cluster\n"};
+    struct dsl_dynbuf out;
+    char err[DSL_ERR_LEN];
+    dsl_dynbuf_init(&out, 1 << 20);
+    ASSERT_OK(dsl_emit_sbatch(&rq, &out, err));
+    const char *s = dsl_dynbuf_str(&out);
+    ASSERT_CONTAINS(s, "\n# sinfo lists no GPU on any node of the cluster\n#SBATCH --nodes=2\n"
+                       "#SBATCH --ntasks-per-node=2\ncd ");
+    ASSERT(!strstr(s, "--gpus"));
+    dsl_dynbuf_release(&out);
+}
+
 TEST(emitted_script_should_refuse_a_variable_sh_cannot_export)
 {
     static const int slots[] = {1};

@@ -18,6 +18,11 @@ struct dsl_emit_req {
     int nodes;              /* #SBATCH --nodes */
     const int *slots;       /* the ranks of each node, nodes entries */
     int gpus;               /* the slots are GPUs: also --gpus-per-node (or --gpus) */
+    const char *gpu_note;   /* why the script asks for GPUs or for tasks only, where the
+                               count alone does not say: comment lines as signal_note
+                               (NULL: none) */
+    int gpus_unknown;       /* GPUs asked for, but whether the cluster has any could not
+                               be told (no sinfo, or it failed) */
     int requeue;            /* the ranks save on SIGUSR1 (dstrain --save-on-signal):
                                --signal=B:USR1@signal_secs, --requeue, and a requeue when
                                dslaunch exits 138 */
@@ -50,8 +55,10 @@ int dsl_emit_sbatch(const struct dsl_emit_req *rq, struct dsl_dynbuf *out, char 
  * The request for plan p, run from the dslaunch command line argc/argv (which parsed
  * into p->opts): the plan's nodes and slots, or, when its hosts are this machine (a
  * login node), nodes (1 when below 1) of gpus slots each (the plan's slot count when
- * below 1); slots are GPUs where --num_gpus was given or the allocation has
- * SLURM_GPUS_PER_NODE; requeue when the ranks save on SIGUSR1: the program's arguments
+ * below 1); slots are GPUs where the allocation has them (SLURM_GPUS_PER_NODE,
+ * SLURM_GPUS_ON_NODE), or --num_gpus was given (not --nproc_per_node or --num_processes,
+ * which count processes) and neither CUDA_VISIBLE_DEVICES=-1 nor Slurm (sinfo: a
+ * cluster whose nodes have no GPU) says there are none, gpu_note saying which; requeue when the ranks save on SIGUSR1: the program's arguments
  * hold --save-on-signal, or the program is dstrain and its --config files, read now
  * (relative to the plan's working directory, a bare name also among the configs shipped
  * beside dstrain, the last file that sets the key winning), set dstrain.save_on_signal
@@ -66,6 +73,7 @@ struct dsl_emit_store {
     struct dsl_strvec argv;
     char name[64];
     char *note;
+    char *gpu_note;
 };
 void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int nodes,
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st);

@@ -126,4 +126,48 @@ expect_success "--log-dir: restarts get a file per rank per attempt; a requeued 
     assert_grep "holds the logs of an earlier run (.rank0.requeue1.log. and 1 more)" err
 '
 
+expect_success "--emit sbatch asks for GPUs only where they are: --num_gpus on a CPU cluster, --nproc_per_node" '
+    export DSLAUNCH_LOCAL_SLOTS=2
+    mkdir -p fakebin
+    # a CPU cluster, as sinfo -h -o %G shows one: no gres on any node
+    printf "#!/bin/sh\n[ \"\$*\" = \"-h -o %%G\" ] || exit 9\necho \"(null)\"\n" >fakebin/sinfo_cpu
+    printf "#!/bin/sh\necho \"gpu:a100:4(S:0-1)\"\necho \"(null)\"\n" >fakebin/sinfo_gpu
+    printf "#!/bin/sh\necho \"sinfo: error: Unable to contact slurm controller\" >&2\nexit 1\n" >fakebin/sinfo_down
+    chmod +x fakebin/*
+    run_capture rc out err env DSLAUNCH_SINFO="$T_TMP/fakebin/sinfo_cpu" "$DSL" --dry-run \
+        --emit sbatch --num_nodes 2 --num_gpus 2 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^#SBATCH --nodes=2$" out
+    assert_grep "^#SBATCH --ntasks-per-node=2$" out
+    assert_not_grep "^#SBATCH --gpus" out
+    assert_grep "^# sinfo lists no GPU on any node of the cluster: tasks are asked for, not the GPUs of --num_gpus 2 (sbatch would reject them)$" out
+    # a GPU cluster: GPUs
+    run_capture rc out err env DSLAUNCH_SINFO="$T_TMP/fakebin/sinfo_gpu" "$DSL" --dry-run \
+        --emit sbatch --num_nodes 2 --num_gpus 2 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^#SBATCH --gpus-per-node=2$" out
+    assert_not_grep "^# .*GPU" out
+    # no answer: GPUs, as --num_gpus says, and both the script and stderr say how to ask for tasks
+    run_capture rc out err env DSLAUNCH_SINFO="$T_TMP/fakebin/sinfo_down" "$DSL" --dry-run \
+        --emit sbatch --num_gpus 2 "$W" env
+    assert_eq "$rc" 0
+    assert_grep "^#SBATCH --gpus-per-node=2$" out
+    assert_grep "^# GPUs are asked for (--num_gpus 2); whether this cluster has any could not be told (sinfo failed: sinfo: error: Unable to contact slurm controller): for a CPU cluster use --nproc_per_node 2$" out
+    assert_grep "for a CPU cluster, use --nproc_per_node instead" err
+    # torchrun s and accelerate s counts are processes, whatever the cluster has
+    for how in "--nproc_per_node 2" "--num_processes 2"; do
+        run_capture rc out err env DSLAUNCH_SINFO="$T_TMP/fakebin/sinfo_gpu" "$DSL" --dry-run \
+            --emit sbatch $how "$W" env
+        assert_eq "$rc" 0 "$how"
+        assert_grep "^#SBATCH --ntasks-per-node=2$" out
+        assert_not_grep "^#SBATCH --gpus" out
+        assert_grep "^# --n[a-z_]* counts processes: tasks are asked for, not GPUs" out
+    done
+    # CPU ranks asked for with CUDA_VISIBLE_DEVICES=-1
+    run_capture rc out err env CUDA_VISIBLE_DEVICES=-1 DSLAUNCH_SINFO="$T_TMP/fakebin/sinfo_gpu" \
+        "$DSL" --dry-run --emit sbatch --num_gpus 2 "$W" env
+    assert_eq "$rc" 0
+    assert_not_grep "^#SBATCH --gpus" out
+'
+
 done_testing
