@@ -115,6 +115,25 @@ expect_success "emitted inside an uneven allocation (2 + 1): the script asks for
     assert_slurm_clean
 '
 
+expect_success "on this CPU cluster --num_gpus and --nproc_per_node ask for tasks, and sbatch takes the script" '
+    for how in "--num_gpus 2" "--nproc_per_node 2"; do
+        rm -f who.[0-9]* cpu.sh
+        run_capture rc out err "$DSL" --dry-run --emit sbatch=cpu.sh --num_nodes 2 $how ./printargs.sh
+        cat err >&2
+        assert_eq "$rc" 0 "emit $how"
+        assert_grep "^#SBATCH --ntasks-per-node=2$" cpu.sh
+        assert_not_grep "^#SBATCH --gpus" cpu.sh
+        [ "$how" != "--num_gpus 2" ] ||
+            assert_grep "^# sinfo lists no GPU on any node of the cluster: tasks are asked for" cpu.sh
+        run_capture rc out err sbatch --wait -o "$PWD/cpu.out" cpu.sh
+        cat cpu.out err >&2
+        assert_eq "$rc" 0 "sbatch --wait ($how)"
+        cat who.* >who
+        assert_eq "$(grep -c "world=4" who)" 4 "ranks of world 4 ($how)"
+    done
+    assert_slurm_clean
+'
+
 expect_success "an emitted file is never written through an existing one" '
     echo keep >taken.sh
     run_capture rc out err "$DSL" --dry-run --emit sbatch=taken.sh ./printargs.sh

@@ -51,6 +51,20 @@ expect_success "sbatch --gres=gpu:2 (SLURM_GPUS_ON_NODE): 2 ranks a node on GPUs
     assert_slurm_clean
 '
 
+expect_success "--emit sbatch --num_gpus 2 on this GPU cluster asks for --gpus-per-node=2, and sbatch runs it" '
+    run_capture rc out err "$DSL" --dry-run --emit sbatch=gjob.sh --num_nodes 2 --num_gpus 2 ./envp.sh
+    cat err >&2
+    assert_eq "$rc" 0 "emit"
+    assert_grep "^#SBATCH --gpus-per-node=2$" gjob.sh
+    assert_not_grep "could not be told" gjob.sh
+    run_capture rc out err sbatch --wait -o "$PWD/gjob.out" gjob.sh
+    cat gjob.out >&2
+    assert_eq "$rc" 0 "exit"
+    ranks gjob.out >r
+    assert_eq "$(grep -c "world=4 host=n[12] cvd=0,1$" r)" 4 "ranks on GPUs 0,1"
+    assert_slurm_clean
+'
+
 expect_success "salloc --gres=gpu:3 sets no GPU variable there: --num_gpus 3 says it" '
     run_capture rc out err salloc -N2 --gres=gpu:3 "$DSL" --num_gpus 3 ./envp.sh
     cat err >&2
