@@ -43,7 +43,6 @@
 #include "dslaunch/plan/plan.h"
 #include "dslaunch/remote/emit.h"
 #include "dslaunch/remote/transport.h"
-#include "slurmgpus.h"
 #include "dslaunch/common/banned.h"
 
 static void add_quoted(struct dsl_dynbuf *out, const char *s)

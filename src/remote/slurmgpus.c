@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "slurmgpus.h"
+#include "dslaunch/remote/emit.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
@@ -34,8 +34,7 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* the gres text names a GPU: "gpu" at the start of a line or after a comma */
-static int names_gpu(const char *text)
+int dsl_slurm_gres_has_gpu(const char *text)
 {
     for (const char *p = text; (p = strstr(p, "gpu")); p += 3)
         if (p == text || p[-1] == '\n' || p[-1] == ',')
@@ -116,7 +115,7 @@ int dsl_slurm_cluster_has_gpus(char *why, size_t cap)
         snprintf(why, cap, "sinfo failed%s%.*s", n ? ": " : " without a word",
                  (int)(n > 160 ? 160 : n), buf);
         answer = -1;
-    } else if (names_gpu(buf)) {
+    } else if (dsl_slurm_gres_has_gpu(buf)) {
         snprintf(why, cap, "sinfo lists GPUs on the cluster's nodes");
         answer = 1;
     } else {

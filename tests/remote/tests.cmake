@@ -41,6 +41,8 @@ dsl_fuzz_target(fuzz_seal SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_seal.c LIBS dsl
 dsl_fuzz_target(fuzz_cbstream SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_cbstream.c LIBS dslremote)
 # the quoting of --emit jobset: every string reads back byte for byte
 dsl_fuzz_target(fuzz_yamlquote SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_yamlquote.c LIBS dslremote)
+# sinfo's gres text, read by --emit sbatch to know whether the cluster has GPUs
+dsl_fuzz_target(fuzz_sinfo SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_sinfo.c LIBS dslremote)
 # dslremote: the slurm agent's index and environment.
 dsl_unit_test(test_slurm_agent SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_slurm_agent.c LIBS dslremote)
 # dslremote: no-ssh mode's derived keys and coordinator listener, on loopback.

@@ -116,4 +116,24 @@ int dsl_jobset_name(const char *program, char *name, size_t cap);
  */
 int dsl_yaml_quote(struct dsl_dynbuf *out, const char *s, size_t n, int dollars);
 
+/*
+ * Whether the Slurm cluster of this login node has GPUs at all (slurmgpus.c), for
+ * `--emit sbatch`: a script that asks a CPU cluster for --gpus-per-node is rejected by
+ * sbatch ("Invalid generic resource (gres) specification").
+ */
+/**
+ * Ask `sinfo -h -o %G` (DSLAUNCH_SINFO names another sinfo) for the generic resources of
+ * the cluster's nodes: 1 when a node has GPUs (a "gpu" gres), 0 when none has, -1 when
+ * it cannot be told (no sinfo, sinfo failed or said nothing within 10 s), with why
+ * saying so in words for a comment. The one program --emit runs; it reads nothing else.
+ */
+int dsl_slurm_cluster_has_gpus(char *why, size_t cap);
+
+/**
+ * Whether sinfo's gres text (one line per group of nodes: "gpu:4", "gpu:a100:8(S:0-1)",
+ * "shard:2,gpu:1", "(null)") names a GPU: a "gpu" item at the start of a line or after a
+ * comma. Reads up to the text's NUL.
+ */
+int dsl_slurm_gres_has_gpu(const char *text);
+
 #endif
