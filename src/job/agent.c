@@ -343,6 +343,10 @@ static void handle_probe(struct agent *a, const struct dsl_msg *pm)
             m.program_ok = 0; /* python3 is there, the script it would run is not */
             free(m.detail);
             m.detail = dsl_xstrdup(err);
+        } else {
+            free(m.detail); /* found: the path, for the launcher's comparison (a venv) */
+            m.detail = path;
+            path = NULL;
         }
         free(path);
     }

@@ -27,13 +27,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
+#include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "job_impl.h"
 #include "dslaunch/common/banned.h"
+
+extern char **environ;
 
 /* Does the node have an interface that a socket-interface variable the user exported
  * lets the library use? NCCL_SOCKET_IFNAME is a comma list of name prefixes, of exact
@@ -175,15 +180,98 @@ static int is_loopback(const char *a)
  * job on this machine) when that is known now, else on every address. Sets the plan's
  * master_port. 0 or an exit code.
  */
+/*
+ * An activated Python environment here (docs/env.md, "A Python environment on every
+ * node"): VIRTUAL_ENV is set and the program, looked up in this PATH, is inside it
+ * ($VIRTUAL_ENV/bin/python3 for a .py script). Local ranks inherit it; remote ranks
+ * would run their login PATH's python3 without a word. So the probe asks every node to
+ * look the program up with this PATH and VIRTUAL_ENV: where every node finds it inside
+ * the same venv, both join the export set; where one does not, the preflight says which
+ * and how to fix it. NULL when there is nothing to check; otherwise *here is the
+ * program's path here (the caller frees both).
+ */
+static char *venv_here(const struct dsl_job *job, const char *prog, char **here)
+{
+    const char *venv = getenv("VIRTUAL_ENV");
+    *here = NULL;
+    if (!venv || venv[0] != '/' || !prog[0] || strchr(prog, '/'))
+        return NULL;
+    int code;
+    char err[DSL_ERR_LEN];
+    char *path = dsl_spawn_resolve(prog, environ, job->plan->cwd, &code, err);
+    size_t n = strlen(venv);
+    while (n > 1 && venv[n - 1] == '/')
+        n--;
+    if (!path || strncmp(path, venv, n) || path[n] != '/') {
+        free(path);
+        return NULL;
+    }
+    *here = path;
+    return dsl_xstrndup(venv, n);
+}
+
 /* The export set travels with the probe: the agent looks the program up in the PATH the
- * rank will have, not in its own login environment. */
-static void probe_env(struct dsl_job *job, struct dsl_msg *m)
+ * rank will have, not in its own login environment; with an activated venv, in this
+ * PATH (venv_here). */
+static void probe_env(struct dsl_job *job, struct dsl_msg *m, const char *venv)
 {
     for (size_t i = 0; i < job->plan->exported.nr; i++)
         dsl_strvec_push(&m->env, job->plan->exported.v[i]);
+    if (venv) {
+        const char *path = getenv("PATH");
+        dsl_env_set(&m->env, "PATH", path ? path : "");
+        dsl_env_set(&m->env, "VIRTUAL_ENV", venv);
+    }
 }
 
-static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const char *cwd)
+/*
+ * After the probe, with an activated venv here: every node found the program inside it
+ * (the agent's detail is the path it resolved) and PATH and VIRTUAL_ENV join the export
+ * set, or the nodes that did not are named with what they found and how to fix it.
+ * Nodes whose agent reports no path (an older dslaunch) are not counted either way.
+ * 0 or DSL_EXIT_PREFLIGHT.
+ */
+static int venv_check(struct dsl_job *job, const char *prog, const char *venv,
+                      const char *here)
+{
+    struct dsl_dynbuf bad;
+    dsl_dynbuf_init(&bad, 1u << 16);
+    int nbad = 0, seen = 0;
+    size_t n = strlen(venv);
+    for (int i = 0; i < job->nnodes; i++) {
+        struct dsl_job_node *nd = &job->nodes[i];
+        const char *p = nd->probed.detail;
+        if (!nd->probed.program_ok || !p || p[0] != '/')
+            continue;
+        seen++;
+        if (!strncmp(p, venv, n) && p[n] == '/')
+            continue;
+        dsl_dynbuf_addf(&bad, "%s'%s' on %s", nbad++ ? ", " : "", p, nd->pn->host);
+    }
+    int r = 0;
+    if (nbad) {
+        dsl_error("preflight: '%s' is '%s' here, in the activated venv '%s', but %s: the "
+                  "ranks there would run another Python. Make the venv at the same path on "
+                  "every node (e.g. dslaunch sync %s with the same --hostfile), or deactivate "
+                  "it here to run each node's own '%s'",
+                  prog, here, venv, dsl_dynbuf_str(&bad), venv, prog);
+        r = DSL_EXIT_PREFLIGHT;
+    } else if (seen) {
+        const char *path = getenv("PATH");
+        int added = !dsl_env_get(&job->plan->exported, "PATH") ||
+                    !dsl_env_get(&job->plan->exported, "VIRTUAL_ENV");
+        dsl_env_set(&job->plan->exported, "PATH", path ? path : "");
+        dsl_env_set(&job->plan->exported, "VIRTUAL_ENV", venv);
+        if (added && job->restart_count == 0)
+            dsl_info("the activated venv '%s' is at the same path on every node: its PATH "
+                     "and VIRTUAL_ENV go to every rank, which runs '%s'", venv, here);
+    }
+    dsl_dynbuf_release(&bad);
+    return r;
+}
+
+static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const char *cwd,
+                     const char *venv)
 {
     struct dsl_job_node *n0 = &job->nodes[0];
     struct dsl_msg m;
@@ -196,7 +284,7 @@ static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const c
     m.cwd = dsl_xstrdup(cwd);
     if (prog[0] && job->plan->script)
         m.script = dsl_xstrdup(job->plan->script);
-    probe_env(job, &m);
+    probe_env(job, &m, venv);
     const char *bind = job->opts->master_addr ? job->opts->master_addr
                        : job->plan->all_local ? "127.0.0.1"
                                               : NULL;
@@ -223,7 +311,7 @@ static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const c
 
 int dsl_job_reserve_port(struct dsl_job *job, int sig_rfd)
 {
-    return hold_port(job, sig_rfd, "", "");
+    return hold_port(job, sig_rfd, "", "", NULL);
 }
 
 /*
@@ -236,9 +324,13 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     struct dsl_msg m;
     int r;
     const char *prog = job->plan->argv.nr ? job->plan->argv.v[0] : "";
+    char *here = NULL, *venv = venv_here(job, prog, &here);
     /* round 1: node 0 holds the port */
-    if ((r = hold_port(job, sig_rfd, prog, job->plan->cwd)) != 0)
+    if ((r = hold_port(job, sig_rfd, prog, job->plan->cwd, venv)) != 0) {
+        free(venv);
+        free(here);
         return r;
+    }
 
     /* round 2: everyone else test-connects to node 0's candidate addresses */
     struct dsl_strvec cand;
@@ -267,7 +359,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     m.cwd = dsl_xstrdup(job->plan->cwd);
     if (job->plan->script)
         m.script = dsl_xstrdup(job->plan->script);
-    probe_env(job, &m);
+    probe_env(job, &m, venv);
     for (int i = 1; i < job->nnodes; i++) {
         job->nodes[i].have_probed = 0;
         dsl_job_node_send(&job->nodes[i], &m);
@@ -276,6 +368,8 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_msg_release(&m);
     if ((r = wait_probed(job, sig_rfd, 1, job->nnodes)) != 0) {
         dsl_strvec_release(&cand);
+        free(venv);
+        free(here);
         return r;
     }
     int chosen = -1;
@@ -322,6 +416,10 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                 if (!strcmp(n0->hello.ifaces[i].addrs.v[k], job->plan->master_addr))
                     n0->iface = dsl_xstrdup(n0->hello.ifaces[i].name);
     dsl_strvec_release(&cand);
+    if (!bad && venv && venv_check(job, prog, venv, here) != 0)
+        bad = 1;
+    free(venv);
+    free(here);
     if (bad)
         return DSL_EXIT_PREFLIGHT;
     if (dsl_plan_rank0_takes_port(job->plan))

@@ -277,8 +277,8 @@ static const struct dsl_opt opts[] = {
              "(--max-restarts) can only leave nodes out"),
     NOT_HERE("no_ssh_check", NULL, "the preflight always checks every host; leave the flag out"),
     NOT_HERE("venv_script", "FILE", "ranks run the python3 of their PATH: activate the venv "
-             "here and add --export PATH (and --export VIRTUAL_ENV), so every node runs the "
-             "venv's python3 if it is at the same path there (docs/env.md)"),
+             "here, and every node runs the venv's python3 if it is at the same path there "
+             "(the preflight checks it and exports PATH and VIRTUAL_ENV; docs/env.md)"),
     NOT_HERE("comment", "TEXT", "with --launcher slurm, pass it to srun: --launcher-args "
              "'--comment=TEXT'"),
     NOT_TORCHRUN("standalone", NULL, "a job on this machine alone needs no rendezvous; leave "

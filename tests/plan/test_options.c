@@ -71,7 +71,8 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
         {{"--tee", "3", "p", NULL}, "--log-dir DIR"},
         {{"--venv_script", "/v/bin/activate", "p", NULL},
          "option '--venv_script' is DeepSpeed's; dslaunch has no such feature: ranks run the "
-         "python3 of their PATH: activate the venv here and add --export PATH"},
+         "python3 of their PATH: activate the venv here, and every node runs the venv's "
+         "python3 if it is at the same path there"},
         {{"--comment", "x", "p", NULL}, "--launcher-args '--comment=TEXT'"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

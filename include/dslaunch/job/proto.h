@@ -27,7 +27,8 @@
  *                 "start" arrives is handed to rank 0 (DSLAUNCH_STORE_FD)
  *   probed  a->l  port (held port, 0 if none), port_busy, reach [0|1 per connect addr],
  *                 iface, src (the interface and source address routing to the first
- *                 reached address), program_ok, cwd_ok, detail, facts (only when
+ *                 reached address), program_ok, cwd_ok, detail (what failed; the
+ *                 program's path where it was found), facts (only when
  *                 the probe had diag = 1: {kernel, glibc, cuda_driver, cuda_runtime, nccl,
  *                 cudart_path, nccl_path (optional), cvd, cvd_set, nvml, gpu_free[], gpu_total[] (MiB), ib[], p2p,
  *                 disk_free, t_recv, t_send}, see facts.h)

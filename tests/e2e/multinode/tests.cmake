@@ -23,3 +23,9 @@ add_test(NAME cluster_nossh
                  bash ${CMAKE_CURRENT_LIST_DIR}/nossh.sh $<TARGET_FILE:dslaunch>
                  $<TARGET_FILE:flow_worker> $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cluster_nossh PROPERTIES LABELS cluster TIMEOUT 300)
+# An activated Python venv on the launching host (issue 33): exported to every rank when
+# every node has it at the same path, a node without it named by the preflight.
+add_test(NAME cluster_venv
+         COMMAND ${dsl_with_cluster} 2
+                 bash ${CMAKE_CURRENT_LIST_DIR}/venv.sh $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cluster_venv PROPERTIES LABELS cluster TIMEOUT 300)
