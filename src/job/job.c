@@ -497,6 +497,26 @@ static void close_console(struct dsl_job *job)
     dsl_output_close(o);
 }
 
+/*
+ * An attempt that started no rank (a preflight that failed, --check) leaves no log
+ * files: its empty ones are removed, so that the rerun after the fix is not refused as
+ * another run's logs (logdir.h). Only a file that is still the one opened and empty.
+ */
+static void drop_unused_logs(struct dsl_job *job)
+{
+    for (int i = 0; i < job->nranks; i++) {
+        struct dsl_job_rank *r = &job->ranks[i];
+        struct stat a, b;
+        if (!r->log || !r->log_path)
+            continue;
+        if (fstat(fileno(r->log), &a) == 0 && a.st_size == 0 &&
+            lstat(r->log_path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            unlink(r->log_path);
+        fclose(r->log);
+        r->log = NULL;
+    }
+}
+
 int dsl_job_run(struct dsl_job *job)
 {
     int code = 0;
@@ -718,6 +738,8 @@ out:
     close(sp[0]);
     close(sp[1]);
     dsl_strvec_release(&remote_argv);
+    if (!job->started)
+        drop_unused_logs(job);
     close_console(job);
     return code;
 }

@@ -96,6 +96,12 @@ expect_success "--log-dir never replaces an earlier run: refused, or replaced wi
     assert_grep "^second 0$" runlogs/rank0.log
     assert_not_grep "first" runlogs/rank0.log
     [ ! -e runlogs/rank2.log ] || fail "an earlier run s rank2.log was left"
+    # an attempt that started no rank (--check here; a failed preflight) leaves no logs
+    run_capture rc out err "$DSL" --check --log-dir checked --num_gpus 2
+    assert_eq "$rc" 0
+    [ -z "$(ls checked)" ] || fail "--check left logs: $(ls checked)"
+    run_capture rc out err "$DSL" --log-dir checked --num_gpus 2 true
+    assert_eq "$rc" 0
     # other files in the directory are not the logs of a run
     mkdir -m 0755 mixed && echo notes >mixed/notes.txt && echo x >mixed/rank0.log.bak
     run_capture rc out err "$DSL" --log-dir mixed --num_gpus 1 true
@@ -107,7 +113,20 @@ expect_success "--log-dir never replaces an earlier run: refused, or replaced wi
 
 expect_success "--log-dir: restarts get a file per rank per attempt; a requeued Slurm job s start keeps the first start s" '
     export DSLAUNCH_LOCAL_SLOTS=4
-    run_capture rc out err "$DSL" --log-dir rlogs --max-restarts 2 --num_gpus 2 sh -c "echo try \$DSLAUNCH_RESTART_COUNT; [ \$DSLAUNCH_RESTART_COUNT = 2 ]"
+    # each rank says which attempt it is in, waits for the other to have said it, and
+    # fails but in the third attempt
+    cat >tries <<"EOS"
+#!/bin/sh
+echo "try $DSLAUNCH_RESTART_COUNT"
+: >"tried.$DSLAUNCH_RESTART_COUNT.$RANK"
+i=0
+while [ ! -e "tried.$DSLAUNCH_RESTART_COUNT.0" ] || [ ! -e "tried.$DSLAUNCH_RESTART_COUNT.1" ]; do
+    sleep 0.05; i=$((i+1)); [ $i -lt 400 ] || break
+done
+[ "$DSLAUNCH_RESTART_COUNT" = 2 ]
+EOS
+    chmod +x tries
+    run_capture rc out err "$DSL" --log-dir rlogs --max-restarts 2 --num_gpus 2 ./tries
     assert_eq "$rc" 0
     for k in 0 1; do
         assert_eq "$(cat rlogs/rank$k.log)" "try 0" "rank $k, first attempt"
