@@ -365,12 +365,19 @@ static void print_stop(struct dsl_job *job)
  * Whether the console shows every stderr line the rank wrote right above the summary:
  * it wrote no more than its tail holds, nothing was dropped, and no more lines came
  * after its last one than the other ranks have (each saying the same, as ranks that
- * read one bad config do). Then the summary does not print them a second time.
+ * read one bad config do). Then the summary does not print them a second time. A line
+ * with control characters is quoted all the same: streamed as written, a terminal may
+ * have run its escape sequences instead of showing them, and the quote shows them
+ * escaped.
  */
 static int tail_just_shown(const struct dsl_job *job, const struct dsl_job_rank *r)
 {
     if (!job->out || job->opts->verbose < 1 || r->err_lines != r->tail.nr)
         return 0;
+    for (size_t i = 0; i < r->tail.nr; i++)
+        for (const char *c = r->tail.v[i]; *c; c++)
+            if ((unsigned char)*c < 0x20 || *c == 0x7f)
+                return 0;
     for (int i = 0; i < job->out->ndest; i++)
         if (job->out->dest[i].dropped || job->out->dest[i].broken)
             return 0;
