@@ -144,7 +144,8 @@ static int train(struct dsl_train_settings *s)
         goto out;
     int rank = dsl_comm_rank(comm), world = dsl_comm_size(comm);
     dsl_log_set_rank(rank);
-    if ((r = dsl_train_settings_verify(s, rank, world, err)) < 0)
+    if ((r = dsl_train_settings_verify(s, rank, world, err)) < 0 ||
+        (r = dsl_train_resume_batch(s, rank, err)) < 0)
         goto out;
     int threads = dsl_blas_set_threads(blas_threads(s));
     if ((r = dsl_data_load(&tr, &te, &s->data, err)) < 0)

@@ -1194,6 +1194,55 @@ static int global_batch(const char *file, long mb, long ga, long ws, char *err)
                       file, mb, ga, ws, g, DSL_CFG_MAX_BATCH);
 }
 
+int dsl_train_config_keep_batch(struct dsl_train_config *cfg, long saved_batch,
+                                int saved_world, const char *ckpt, char *note, size_t n,
+                                char *err)
+{
+    long ws = cfg->world_size, mb = cfg->train_micro_batch_size_per_gpu;
+    long ga = cfg->gradient_accumulation_steps;
+    /* train_batch_size given: DeepSpeed's rule already holds it at every world size (or
+       the config said otherwise on purpose); the same world: nothing changed by it */
+    if (saved_batch <= 0 || saved_world <= 0 || saved_world == ws ||
+        saved_batch == cfg->train_batch_size || cfg->given.train > 0)
+        return 0;
+    if (saved_batch % (mb * ws) == 0) {
+        long nga = saved_batch / (mb * ws);
+        snprintf(note, n,
+                 "keeping the global batch of checkpoint '%s': train_batch_size %ld (saved at "
+                 "world size %d) at world size %ld: gradient_accumulation_steps %ld -> %ld "
+                 "(train_micro_batch_size_per_gpu %ld x %ld x world size %ld)",
+                 ckpt, saved_batch, saved_world, ws, ga, nga, mb, nga, ws);
+        cfg->gradient_accumulation_steps = nga;
+        cfg->train_batch_size = saved_batch;
+        return 1;
+    }
+    /* the largest micro batch below this one that keeps it, as a suggestion */
+    long m = mb - 1;
+    while (m > 0 && saved_batch % (m * ws) != 0)
+        m--;
+    char alt[320] = "";
+    size_t l = 0;
+    if (saved_batch % mb == 0) { /* the world sizes that keep it with this micro batch */
+        long q = saved_batch / mb, shown = 0;
+        for (long w = 1; w <= q && shown < 8; w++)
+            if (q % w == 0 && l < sizeof(alt) - 40)
+                l += (size_t)snprintf(alt + l, sizeof(alt) - l, "%s%ld",
+                                      shown++ ? ", " : " (world size ", w);
+        l += (size_t)snprintf(alt + l, sizeof(alt) - l, "%s)", shown == 8 ? ", ..." : "");
+    }
+    if (m > 0)
+        snprintf(alt + l, sizeof(alt) - l, ", a micro batch that keeps it (--micro-batch %ld: "
+                 "%ld x %ld x world size %ld)", m, m, saved_batch / (m * ws), ws);
+    return dsl_seterr(err, DSL_ECONFIG,
+                      "checkpoint '%s' was trained with train_batch_size %ld at world size %d; "
+                      "at world size %ld with train_micro_batch_size_per_gpu %ld it cannot be "
+                      "kept: %ld is not a multiple of %ld x %ld = %ld; resume at a world size "
+                      "that keeps it%s, or set 'train_batch_size' (--train-batch) to change "
+                      "the global batch on purpose",
+                      ckpt, saved_batch, saved_world, ws, mb, saved_batch, mb, ws, mb * ws,
+                      alt);
+}
+
 int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
 {
     /* no config parsed at all: the batch came (or not) from the command line alone */

@@ -445,6 +445,46 @@ out:
     return r;
 }
 
+/*
+ * Before the trainer is built: the global batch of the checkpoint the run will resume
+ * (as resume() picks it), kept at this world size (dsl_train_config_keep_batch). Every
+ * rank reads the same model file and decides alike; a checkpoint that does not load is
+ * left for resume() to report, with the collective checks.
+ */
+int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err)
+{
+    const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
+    if (!which && dir && *dir && restart_count() > 0)
+        which = "auto";
+    if (!which || !dir || !*dir || s->cfg.given.train > 0)
+        return 0;
+    if (!strcmp(which, "auto")) {
+        char e2[DSL_ERR_LEN];
+        if (dsl_ckpt_has_latest(dir, e2) != 1)
+            return 0;
+        which = "latest";
+    }
+    struct dsl_ckpt c;
+    char e3[DSL_ERR_LEN], note[512];
+    unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
+    uint64_t gb;
+    int r = 0;
+    if (dsl_ckpt_load_params(&c, dir, strcmp(which, "latest") ? which : NULL, flags, e3) < 0 ||
+        dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) < 0 || gb > DSL_CFG_MAX_BATCH)
+        goto out;
+    r = dsl_train_config_keep_batch(&s->cfg, (long)gb, c.saved_world, c.path, note,
+                                    sizeof(note), err);
+    if (r > 0) {
+        s->to.grad_accum = (size_t)s->cfg.gradient_accumulation_steps;
+        if (rank == 0)
+            printf("dstrain: %s\n", note);
+        r = 0;
+    }
+out:
+    dsl_ckpt_release(&c);
+    return r;
+}
+
 /* Loading, in the progress record's phase like a save. */
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {

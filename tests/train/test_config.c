@@ -521,6 +521,61 @@ TEST(command_line_overrides_should_reuse_the_same_checks)
     dsl_train_config_release(&cfg);
 }
 
+TEST(a_resume_at_another_world_should_keep_the_checkpoints_global_batch_or_refuse)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN], note[512];
+    /* the shipped configs' shape: micro batch and accumulation, no train_batch_size */
+    ASSERT_OK(parse(&cfg, "{\"train_micro_batch_size_per_gpu\": 16, "
+                          "\"gradient_accumulation_steps\": 1}", 0, err));
+    /* 16 ranks made 256; at 8 the accumulation doubles, the global batch holds */
+    ASSERT_OK(dsl_train_config_finish(&cfg, 8, err));
+    ASSERT_EQ(cfg.train_batch_size, 128);
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 256, 16, "ck/global_step40", note,
+                                          sizeof(note), err), 1);
+    ASSERT_EQ(cfg.train_batch_size, 256);
+    ASSERT_EQ(cfg.gradient_accumulation_steps, 2);
+    ASSERT_STR_EQ(note, "keeping the global batch of checkpoint 'ck/global_step40': "
+                        "train_batch_size 256 (saved at world size 16) at world size 8: "
+                        "gradient_accumulation_steps 1 -> 2 (train_micro_batch_size_per_gpu "
+                        "16 x 2 x world size 8)");
+    /* growth: 64 at world 4 kept at 8 by accumulating less */
+    ASSERT_OK(dsl_train_config_set(&cfg, "gradient_accumulation_steps", "2", err));
+    ASSERT_OK(dsl_train_config_finish(&cfg, 8, err));
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 128, 4, "ck", note, sizeof(note), err), 1);
+    ASSERT_EQ(cfg.gradient_accumulation_steps, 1);
+    /* cannot be made: the numbers, the world sizes that work, a micro batch that does */
+    ASSERT_OK(dsl_train_config_finish(&cfg, 12, err));
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 256, 16, "ck/global_step40", note,
+                                          sizeof(note), err), DSL_ECONFIG);
+    ASSERT_STR_EQ(err, "checkpoint 'ck/global_step40' was trained with train_batch_size 256 "
+                       "at world size 16; at world size 12 with train_micro_batch_size_per_gpu "
+                       "16 it cannot be kept: 256 is not a multiple of 16 x 12 = 192; resume "
+                       "at a world size that keeps it (world size 1, 2, 4, 8, 16), or set "
+                       "'train_batch_size' (--train-batch) to change the global batch on "
+                       "purpose");
+    ASSERT_OK(dsl_train_config_finish(&cfg, 4, err));
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 96, 2, "ck", note, sizeof(note), err),
+              DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "(world size 1, 2, 3, 6), a micro batch that keeps it "
+                         "(--micro-batch 12: 12 x 2 x world size 4)");
+    /* nothing to do: the same world, the same batch, an unknown one */
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 256, 4, "ck", note, sizeof(note), err), 0);
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 128, 2, "ck", note, sizeof(note), err), 0);
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 0, 2, "ck", note, sizeof(note), err), 0);
+    ASSERT_EQ(cfg.train_batch_size, 128);
+    dsl_train_config_release(&cfg);
+    /* train_batch_size given: DeepSpeed's rule keeps it (accumulation derived); a
+       different one in the checkpoint was changed on purpose, and stays changed */
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 64, \"train_micro_batch_size_per_gpu\": 8}",
+                    0, err));
+    ASSERT_OK(dsl_train_config_finish(&cfg, 2, err));
+    ASSERT_EQ(cfg.gradient_accumulation_steps, 4);
+    ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 128, 4, "ck", note, sizeof(note), err), 0);
+    ASSERT_EQ(cfg.train_batch_size, 64);
+    dsl_train_config_release(&cfg);
+}
+
 TEST(size_keys_given_should_be_recorded_per_model_so_that_unused_ones_can_be_named)
 {
     struct dsl_train_config cfg;

@@ -212,6 +212,19 @@ int dsl_train_config_flag_at(size_t i, struct dsl_train_config_flag *f);
  * cross-field rules (fp16 with bf16). Safe to call again after more overrides.
  */
 int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err);
+/**
+ * Resuming a checkpoint of global batch saved_batch, saved at world size saved_world,
+ * with a finished cfg (dsl_train_config_finish): keep train_batch_size when the world
+ * size changed and the config does not give train_batch_size itself (its global batch
+ * then followed the world size), by changing gradient_accumulation_steps. Returns 1
+ * when it did (note: one line for people, naming ckpt and the numbers), 0 when nothing
+ * needs changing (train_batch_size given, the same world size or the same batch, an
+ * unknown saved batch), DSL_ECONFIG with err when the micro batch and world size
+ * cannot make it.
+ */
+int dsl_train_config_keep_batch(struct dsl_train_config *cfg, long saved_batch,
+                                int saved_world, const char *ckpt, char *note, size_t n,
+                                char *err);
 
 /**
  * The precision this run will use. On a GPU: what the config asks. On the CPU

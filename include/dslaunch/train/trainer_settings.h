@@ -57,6 +57,10 @@ void dsl_train_settings_release(struct dsl_train_settings *s);
 void dsl_train_settings_help(FILE *f);
 
 /** With s->resume: load the checkpoint into t (any world size). Collective. */
+/** After _verify(), before the data is bound: keep the global batch of the checkpoint
+ *  the run resumes when the world size changed (dsl_train_config_keep_batch; rank 0
+ *  says so in one line), or DSL_ECONFIG with the numbers when it cannot be kept. */
+int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err);
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err);
 /** `dstrain consolidate <dir> [--tag T] [--out FILE]` (argv[0] = "consolidate"). */
 int dsl_train_consolidate_main(int argc, char **argv, char *err);

@@ -219,6 +219,32 @@ sys.exit(0 if len(a) == len(b) and diff <= 1e-3 * big else 1)
 PY
     done
     ;;
+batch)
+    # a config of micro batch and accumulation only (the shipped ones): the global batch
+    # followed the world size, so a resume at another world size keeps the checkpoint's
+    # (32) by changing the accumulation, says so, and equals the uninterrupted run bit
+    # for bit (the same global and micro batch); one that cannot keep it refuses
+    B="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-dim 24
+       --hidden 32,16 --micro-batch 8 --grad-accum 2 --steps 12 --bucket-size 200
+       --steps-per-print 0 --eval-interval 6 --lr 0.01"
+    train_ok 2 bfull $B --save-params "$TMP/p.bfull"
+    train_ok 2 bhalf $B --steps 6 --checkpoint-dir "$TMP/ckb"
+    for w in 1 4; do
+        train_ok "$w" "bto$w" $B --checkpoint-dir "$TMP/ckb" --resume global_step6 \
+            --save-params "$TMP/p.bto$w"
+        cmp -s "$TMP/p.bfull" "$TMP/p.bto$w" ||
+            fail "resumed at world $w: not the uninterrupted run's parameters"
+    done
+    grep -q "^dstrain: keeping the global batch of checkpoint '$TMP/ckb/global_step6': train_batch_size 32 (saved at world size 2) at world size 1: gradient_accumulation_steps 2 -> 4 (train_micro_batch_size_per_gpu 8 x 4 x world size 1)$" \
+        "$TMP/bto1.0.out" || fail "world 1: $(head -3 "$TMP/bto1.0.out")"
+    grep -q "global batch 32 = micro 8 x accumulation 1 x 4 ranks" "$TMP/bto4.0.out" ||
+        fail "world 4: $(grep 'global batch' "$TMP/bto4.0.out")"
+    if run_world 3 bto3 $B --checkpoint-dir "$TMP/ckb" --resume global_step6; then
+        fail "a global batch that world 3 cannot make was changed"
+    fi
+    grep -q "error: checkpoint '$TMP/ckb/global_step6' was trained with train_batch_size 32 at world size 2; at world size 3 with train_micro_batch_size_per_gpu 8 it cannot be kept: 32 is not a multiple of 8 x 3 = 24; resume at a world size that keeps it (world size 1, 2, 4)" \
+        "$TMP/bto3.0.err" || { show bto3; fail "world 3 refusal"; }
+    ;;
 killed)
     # a rank killed mid-run makes the others fail within the timeout, naming it
     export DSLAUNCH_COMM_TIMEOUT=10

@@ -1,7 +1,7 @@
 # Multi-rank runs of the real dstrain driven by ranks.sh (ranks started by hand with the
 # env contract, so they do not depend on the launcher). Label: flow.
 if(TARGET dstrain)
-  foreach(t cli names stages worlds memory accum killed resume consolidate signal fmnist fp16 half)
+  foreach(t cli names stages worlds memory accum batch killed resume consolidate signal fmnist fp16 half)
     add_test(NAME train_ranks_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
     set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
