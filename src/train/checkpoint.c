@@ -527,19 +527,17 @@ static int too_large(const char *file, size_t numel, size_t nstate, char *err)
 
 /* The model file into c; *bad: its header failed its checksum (the load goes on, so
  * that comparing it with the shards can name the field; load_dir refuses it). */
-static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
-                      unsigned flags, size_t numel_hint, char *err)
+/* The model file of <path> (tag given), or a file of its own: `dstrain consolidate`'s
+ * output (tag NULL; no dsl.kind, dsl.tag, dsl.numel or dsl.world_size to check). */
+static int load_model_file(struct dsl_ckpt *c, const char *fp, const char *tag, int *bad,
+                           unsigned flags, size_t numel_hint, char *err)
 {
     struct dsl_st_file f;
-    uint64_t numel = 0, ws = 0;
-    char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    uint64_t numel = 0, ws = 1;
     int r = too_large(fp, numel_hint, 1, err);
-    if (r < 0) {
-        free(fp);
+    if (r < 0)
         return r;
-    }
     r = dsl_st_load(&f, fp, st_flags(flags), err);
-    free(fp);
     *bad = f.header_bad;
     c->sum = f.sum;
     if (r < 0 && f.no_sums) /* refused from its header, before its data was read */
@@ -547,7 +545,7 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
     if (r < 0)
         goto out;
     const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
-    if (!kind || strcmp(kind, "model") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+    if (tag && (!kind || strcmp(kind, "model") != 0 || !ftag || strcmp(ftag, tag) != 0)) {
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "checkpoint file '%s' is not the model state of tag '%s'", f.path, tag);
         goto out;
@@ -556,9 +554,9 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
         if ((r = unverified(c, f.path, flags, err)) < 0)
             goto out;
     }
-    if ((r = meta_num(&f, "dsl.numel", &numel, err)) < 0)
+    if (tag && (r = meta_num(&f, "dsl.numel", &numel, err)) < 0)
         goto out;
-    if ((r = meta_num(&f, "dsl.world_size", &ws, err)) < 0)
+    if (tag && (r = meta_num(&f, "dsl.world_size", &ws, err)) < 0)
         goto out;
     if (ws < 1 || ws > 1u << 20) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad world size %" PRIu64,
@@ -575,6 +573,8 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
         }
         total += (size_t)(f.t[i].nbytes / 4);
     }
+    if (!tag)
+        numel = total;
     if (total != numel) {
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "checkpoint file '%s': tensors hold %zu elements, metadata says %" PRIu64,
@@ -606,6 +606,15 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
     r = f.header_bad ? 0 : params_finite(c, f.path, flags, err);
 out:
     dsl_st_release(&f);
+    return r;
+}
+
+static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
+                      unsigned flags, size_t numel_hint, char *err)
+{
+    char *fp = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    int r = load_model_file(c, fp, tag, bad, flags, numel_hint, err);
+    free(fp);
     return r;
 }
 
@@ -1118,13 +1127,45 @@ out:
 }
 
 /* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
+/* dir is a tag's directory itself: it has no 'latest' but a model file. *parent and
+ * *tag (malloc'ed) split it: "ck/global_step40/" -> "ck", "global_step40". */
+static int is_step_dir(const char *dir, char **parent, char **tag)
+{
+    struct stat st;
+    char *l = dsl_xasprintf("%s/latest", dir), *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, dir);
+    int yes = lstat(l, &st) < 0 && errno == ENOENT && stat(m, &st) == 0 && S_ISREG(st.st_mode);
+    free(l);
+    free(m);
+    if (!yes)
+        return 0;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/')
+        b--;
+    char *t = dsl_xstrndup(dir + b, n - b);
+    if (bad_tag(t)) { /* the load then says what is wrong, as for any directory */
+        free(t);
+        return 0;
+    }
+    *tag = t;
+    *parent = b == 0 ? dsl_xstrdup(".") : dsl_xstrndup(dir, b > 1 ? b - 1 : 1);
+    return 1;
+}
+
 static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
                     unsigned flags, size_t numel_hint, char *err)
 {
     char *t = NULL, *path;
     int r;
     ckpt_init(c);
-    if (!tag || strcmp(tag, "latest") == 0) {
+    char *parent = NULL;
+    if ((flags & DSL_CKPT_STEP_DIR) && (!tag || strcmp(tag, "latest") == 0) &&
+        is_step_dir(dir, &parent, &t)) {
+        /* a tag's directory named itself (ck/global_step40): its parent and its tag */
+        dir = parent;
+    } else if (!tag || strcmp(tag, "latest") == 0) {
         if ((r = dsl_ckpt_read_latest(dir, &t, err)) < 0)
             return r;
     } else {
@@ -1153,6 +1194,24 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
         r = load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, numel_hint, err);
     free(path);
     free(t);
+    free(parent);
+    return r;
+}
+
+int dsl_ckpt_load_file(struct dsl_ckpt *c, const char *file, unsigned flags, char *err)
+{
+    int bad = 0;
+    ckpt_init(c);
+    const char *base = strrchr(file, '/');
+    c->tag = dsl_xstrdup(base ? base + 1 : file);
+    c->path = dsl_xstrdup(file);
+    int r = load_model_file(c, file, NULL, &bad, flags & DSL_CKPT_ALLOW_UNVERIFIED, 0, err);
+    if (r < 0 && bad && err) {
+        size_t n = strlen(err);
+        snprintf(err + n, DSL_ERR_LEN - n, "; its " EDITED);
+    } else if (r >= 0 && bad) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, file);
+    }
     return r;
 }
 
@@ -1293,6 +1352,14 @@ int dsl_ckpt_consolidate(struct dsl_ckpt *cp, const char *dir, const char *tag,
     }
     dsl_strvec_init(&m);
     dsl_env_set(&m, "format", "pt");
+    /* what the checkpoint says about its model and run (the GPT's shape "gpt", its
+     * tokens "gpt_tokens", step, seed ...), so that `dstrain sample` reads the file;
+     * the checkpoint's own bookkeeping (dsl.*) describes files this one is not */
+    for (size_t i = 0; i < c->meta.nr; i++) {
+        const char *kv = c->meta.v[i];
+        if (strncmp(kv, "dsl.", 4) != 0 && strncmp(kv, "format=", 7) != 0)
+            dsl_strvec_push(&m, kv);
+    }
     /* out_path's missing directories are made once the checkpoint has loaded (as
      * DeepSpeed's zero_to_fp32 makes its output directory), so a bad checkpoint leaves
      * none behind */

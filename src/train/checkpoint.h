@@ -126,6 +126,10 @@ int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
 /** Load flag: load files that carry no checksum at all (another tool's, or ours with
  *  the checksums removed); c->unverified names the first. Without it they are refused. */
 #define DSL_CKPT_ALLOW_UNVERIFIED 1u
+/** Load flag (the readers of a finished checkpoint: consolidate, sample): dir may be a
+ *  tag's directory itself (ck/global_step40, which has a model file and no 'latest')
+ *  when no tag is given; it is read as that tag of its parent. */
+#define DSL_CKPT_STEP_DIR 2u
 
 /** A loaded checkpoint: everything in memory, owned by it until _release(). */
 struct dsl_ckpt {
@@ -168,6 +172,11 @@ int dsl_ckpt_load_for(struct dsl_ckpt *c, const char *dir, const char *tag, unsi
  *  copied without its shards is enough. */
 int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                          char *err);
+/** One safetensors file of fp32 parameters on its own: `dstrain consolidate`'s output
+ *  (its metadata carries the model's shape as the checkpoint's did), with the same
+ *  checks of its checksums and values; saved_world 1, no optimizer state, tag the
+ *  file's name. c is initialised either way. */
+int dsl_ckpt_load_file(struct dsl_ckpt *c, const char *file, unsigned flags, char *err);
 void dsl_ckpt_release(struct dsl_ckpt *c);
 /** What a loaded checkpoint's checks could not cover, as a warning for people into buf:
  *  files loaded without checksums (DSL_CKPT_ALLOW_UNVERIFIED), or an older dstrain's

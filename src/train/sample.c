@@ -1,8 +1,11 @@
 /*
  * `dstrain sample`: what a trained GPT has learned, as text.
  *
- *   dstrain sample --checkpoint DIR [--tag T] [--prompt TEXT] [--tokens N]
+ *   dstrain sample --checkpoint DIR|FILE [--tag T] [--prompt TEXT] [--tokens N]
  *                  [--temperature X] [--seed S] [--encoder F --bpe F]
+ *
+ * DIR is the checkpoint directory or one tag's directory in it (ck/global_step40);
+ * FILE is `dstrain consolidate`'s output, which carries the same metadata.
  *
  * Loads the checkpoint's parameters (the shape from its "gpt" metadata: layers, dim,
  * heads, context, vocab), feeds the prompt's tokens and draws N tokens one at a time
@@ -19,6 +22,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,8 +43,9 @@ struct sample_args {
 };
 
 static const struct dsl_opt sample_opts[] = {
-    {"checkpoint", 0, DSL_OPT_STRING, offsetof(struct sample_args, dir), "DIR",
-     "the checkpoint directory (dstrain.checkpoint_dir)", NULL, 0, 0, NULL, 0, NULL},
+    {"checkpoint", 0, DSL_OPT_STRING, offsetof(struct sample_args, dir), "DIR|FILE",
+     "the checkpoint directory (dstrain.checkpoint_dir), one tag's directory in it, or "
+     "dstrain consolidate's file", NULL, 0, 0, NULL, 0, NULL},
     {"tag", 0, DSL_OPT_STRING, offsetof(struct sample_args, tag), "TAG",
      "the checkpoint to read", "latest", 0, 0, NULL, 0, NULL},
     {"prompt", 0, DSL_OPT_STRING, offsetof(struct sample_args, prompt), "TEXT",
@@ -108,8 +113,21 @@ static int run(const struct sample_args *a, char *err)
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
                           a->temp);
     struct dsl_ckpt c;
-    int r = dsl_ckpt_load_params(&c, a->dir, a->tag,
-                                 a->allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0, err);
+    unsigned fl = a->allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
+    struct stat st;
+    int r;
+    /* the checkpoint directory, one tag's directory in it, or one file of parameters
+       (`dstrain consolidate`'s model.safetensors) */
+    if (stat(a->dir, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (a->tag)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "dstrain sample: '%s' is a file of parameters, not a checkpoint "
+                              "directory: leave out --tag",
+                              a->dir);
+        r = dsl_ckpt_load_file(&c, a->dir, fl, err);
+    } else {
+        r = dsl_ckpt_load_params(&c, a->dir, a->tag, fl | DSL_CKPT_STEP_DIR, err);
+    }
     if (r < 0) {
         dsl_ckpt_release(&c);
         return r;
@@ -229,7 +247,7 @@ int dsl_train_sample_main(int argc, char **argv, char *err)
 {
     struct sample_args a = {NULL, NULL, NULL, NULL, NULL, NULL, 200, 1, 0};
     if (dsl_opt_help_if_asked(&sample_parser,
-                              "usage: dstrain sample --checkpoint DIR [--prompt TEXT] "
+                              "usage: dstrain sample --checkpoint DIR|FILE [--prompt TEXT] "
                               "[--tokens N] [--temperature X] [--encoder encoder.json --bpe "
                               "vocab.bpe]",
                               argc, argv, stdout))

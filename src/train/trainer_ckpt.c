@@ -532,7 +532,9 @@ int dsl_train_consolidate_main(int argc, char **argv, char *err)
         char *def = out ? NULL : dsl_xasprintf("%s/model.safetensors", dir);
         struct dsl_ckpt c;
         r = dsl_ckpt_consolidate(&c, dir, tag, out ? out : def,
-                                 a.allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0, err);
+                                 (a.allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0) |
+                                     DSL_CKPT_STEP_DIR,
+                                 err);
         if (r >= 0) {
             warn_caveat(&c);
             printf("dstrain: wrote '%s'\n", out ? out : def);

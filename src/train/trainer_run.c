@@ -235,9 +235,21 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
                total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
-    if (t->step >= total) {
-        /* resumed at or past the end: say so, and evaluate the checkpoint so that the
-           summary's validation figures are its own, not a blank */
+    if (t->step > total) {
+        /* resumed past the end: the steps were lowered by mistake, or the wrong
+           checkpoint_dir; training back to an earlier step cannot be done */
+        r = dsl_seterr(err, DSL_ECONFIG,
+                       "the checkpoint is at step %" PRIu64 " but the run ends at step "
+                       "%" PRIu64 " (%s): it is past the end; raise the steps above %" PRIu64
+                       " to go on, or resume an earlier checkpoint (--resume TAG)",
+                       t->step, total, ro->steps ? "dstrain.steps" : "dstrain.epochs",
+                       t->step);
+        goto out;
+    }
+    if (t->step == total) {
+        /* resumed exactly at the end (a finished run started again, e.g. a restart):
+           nothing to do; say so, and evaluate the checkpoint so that the summary's
+           validation figures are its own; the summary has no training loss (no nan) */
         if (t->rank == 0)
             printf("dstrain: the checkpoint is at step %" PRIu64 " and the run ends at step "
                    "%" PRIu64 " (%s): nothing to train; raise the steps to go on\n",
@@ -425,16 +437,23 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         printf("dstrain: wall time by phase (rank 0): setup %.2f s, training %.2f s, "
                "evaluation %.2f s, checkpoints %.2f s\n",
                sum->setup_s, sum->train_s, sum->eval_s, sum->save_s);
-        if (tpsample)
-            printf("summary: steps %" PRIu64 " wall %.2f s tokens/s %.0f final_loss %.4f "
-                   "val_loss %.4f nats/%s %.4f bits/%s%s%s\n",
-                   sum->steps, sum->wall_s, sum->tokens_per_s, sum->final_loss, tloss, unit,
-                   tloss / log(2.0), unit, fp16, sum->stopped ? " (stopped by signal)" : "");
-        else
-            printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f final_loss %.4f "
-                   "test_acc %.4f%s%s\n",
-                   sum->steps, sum->wall_s, sum->samples_per_s, sum->final_loss, sum->test_acc,
-                   fp16, sum->stopped ? " (stopped by signal)" : "");
+        {
+            /* no step ran (a finished run resumed): no training loss to show */
+            char fl[48] = "";
+            if (t->step > first)
+                snprintf(fl, sizeof(fl), " final_loss %.4f", sum->final_loss);
+            if (tpsample)
+                printf("summary: steps %" PRIu64 " wall %.2f s tokens/s %.0f%s val_loss %.4f "
+                       "nats/%s %.4f bits/%s%s%s\n",
+                       sum->steps, sum->wall_s, sum->tokens_per_s, fl, tloss, unit,
+                       tloss / log(2.0), unit, fp16,
+                       sum->stopped ? " (stopped by signal)" : "");
+            else
+                printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f%s test_acc "
+                       "%.4f%s%s\n",
+                       sum->steps, sum->wall_s, sum->samples_per_s, fl, sum->test_acc, fp16,
+                       sum->stopped ? " (stopped by signal)" : "");
+        }
         fflush(stdout);
     }
     r = sum->stopped ? DSL_ECANCELED : 0;

@@ -189,8 +189,33 @@ inputs)
     grep -q "^dstrain: the checkpoint is at step 4 and the run ends at step 4 (dstrain.steps): nothing to train; raise the steps to go on" \
         "$TMP/again.0.out" || fail "a finished run resumed: $(cat "$TMP/again.0.out")"
     want=$(sed -n 's/^summary: .* val_loss \([0-9.]*\) nats.*/\1/p' "$TMP/done.0.out")
-    grep -q "^summary: steps 4 .* final_loss nan val_loss $want nats/byte" "$TMP/again.0.out" ||
-        fail "a finished run's summary: $(grep summary "$TMP/again.0.out") (want val_loss $want)"
+    grep -q "^summary: steps 4 wall [0-9.]* s tokens/s [0-9]* val_loss $want nats/byte" \
+        "$TMP/again.0.out" ||
+        fail "a finished run's summary: $(grep summary "$TMP/again.0.out") (want val_loss $want, no final_loss)"
+    ! grep -q nan "$TMP/again.0.out" || fail "a finished run resumed prints nan: $(grep nan "$TMP/again.0.out")"
+    # resumed with fewer steps than the checkpoint has: refused with the numbers, exit 2
+    "$DSTRAIN" $GPT --steps 2 --checkpoint-dir "$TMP/ck" --resume latest >"$TMP/below.out" 2>&1
+    rc=$?
+    [ "$rc" -eq 2 ] || fail "--steps below the checkpoint's step: exit $rc, not 2: $(cat "$TMP/below.out")"
+    grep -q "error: the checkpoint is at step 4 but the run ends at step 2 (dstrain.steps): it is past the end; raise the steps above 4 to go on, or resume an earlier checkpoint (--resume TAG)" \
+        "$TMP/below.out" || fail "--steps below the checkpoint's step: $(cat "$TMP/below.out")"
+    ! grep -q nan "$TMP/below.out" || fail "--steps below the checkpoint's step printed nan"
+    # what a user reads back: sample from a tag's directory named directly, and from
+    # consolidate's file (it keeps the model's shape), the same text as from the dir
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --prompt "3 the" --tokens 12 --temperature 0 \
+        >"$TMP/sd.out" 2>&1 || fail "sample: $(cat "$TMP/sd.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck/global_step4/" --prompt "3 the" --tokens 12 \
+        --temperature 0 >"$TMP/st.out" 2>&1 || fail "sample of a tag's directory: $(cat "$TMP/st.out")"
+    cmp -s "$TMP/sd.out" "$TMP/st.out" || fail "sample of a tag's directory differs"
+    "$DSTRAIN" consolidate "$TMP/ck/global_step4" --out "$TMP/cons/model.safetensors" \
+        >"$TMP/co.out" 2>&1 || fail "consolidate of a tag's directory: $(cat "$TMP/co.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/cons/model.safetensors" --prompt "3 the" --tokens 12 \
+        --temperature 0 >"$TMP/sc.out" 2>&1 || fail "sample of consolidate's file: $(cat "$TMP/sc.out")"
+    cmp -s "$TMP/sd.out" "$TMP/sc.out" || fail "sample of consolidate's file differs: $(cat "$TMP/sc.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/cons/model.safetensors" --tag global_step4 \
+        >"$TMP/sct.out" 2>&1 && fail "--tag with a file accepted"
+    grep -q "is a file of parameters, not a checkpoint directory: leave out --tag" "$TMP/sct.out" ||
+        fail "--tag with a file: $(cat "$TMP/sct.out")"
     python3 - "$TMP/done.jsonl" "$TMP/again.jsonl" <<'PY' || fail "metrics are not JSON"
 import json, sys
 for f in sys.argv[1:]:
