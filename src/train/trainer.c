@@ -282,11 +282,27 @@ static void sink_need(void *ctx, size_t off, size_t len)
     }
 }
 
+/* A rank's requests for the step (DSL_STEP_STOP, DSL_STEP_SAVE), as a number the loss
+ * reduction sums: 1 for a stop, 2^21 for a save. A world has at most 2^20 ranks and
+ * only rank 0 asks for saves, so the sum is exact in a float and both can be read
+ * back (request_of). */
+#define SAVE_UNIT 2097152.0f
+static float request_word(int req)
+{
+    return (req & DSL_STEP_STOP ? 1.0f : 0.0f) + (req & DSL_STEP_SAVE ? SAVE_UNIT : 0.0f);
+}
+
+static void request_of(float sum, struct dsl_step_result *res)
+{
+    res->save = sum >= SAVE_UNIT;
+    res->stop = sum - (res->save ? SAVE_UNIT : 0.0f) > 0.0f;
+}
+
 /* A streamed step's loss, hits (stats[0], stats[1]) and stop flag, reduced over the
  * ranks in one asynchronous call (stats_req) */
 static int issue_stats(struct dsl_trainer *t)
 {
-    t->stats[2] = t->stop_flag ? 1.0f : 0.0f;
+    t->stats[2] = request_word(t->stop_flag);
     int r = dsl_comm_iallreduce(t->comm, t->stats, t->stats, 3, DSL_FLOAT32, DSL_SUM,
                                 &t->stats_req);
     t->stats_issued = r == 0;
@@ -526,7 +542,7 @@ static int device_scalars(struct dsl_trainer *t, int stop_request, int clip, siz
     uint64_t *dsum = (uint64_t *)(void *)(ds + t->off_sum);
     int32_t *dlimb = (int32_t *)(void *)(ds + t->off_limb);
     int shared = t->o.zero_stage > 0 && t->world > 1, req, r;
-    float stop = stop_request ? 1.0f : 0.0f;
+    float stop = request_word(stop_request);
     /* the host's flag (staged before the call returns), max and sum from zero */
     if ((r = d->ops->copy(d, dstats + 2 * ga, &stop, sizeof(stop), DSL_COPY_H2D)) < 0 ||
         (r = d->ops->set_zero(d, (float *)(void *)dmax, (t->off_limb - t->off_max) / 4)) < 0)
@@ -602,7 +618,7 @@ static void read_stats(const struct dsl_trainer *t, size_t ga, struct dsl_step_r
 {
     res->loss = (double)tree_sum(t->stats, ga) / (double)t->G;
     res->accuracy = (double)tree_sum(t->stats + ga, ga) / (double)t->G;
-    res->stop = t->stats[2 * ga] > 0.0f;
+    request_of(t->stats[2 * ga], res);
     res->loss_scale = res->next_scale = t->ls.cur_scale;
 }
 
@@ -788,7 +804,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                                 &gsum)) < 0)
             return comm_fail(t, r, "loss, overflow and norm reduction", err);
     } else {
-        t->stats[2 * ga] = stop_request ? 1.0f : 0.0f;
+        t->stats[2 * ga] = request_word(stop_request);
         if (t->o.loss_scaling) {
             int overflow;
             if ((r = grad_overflow(t, &overflow, &lmax)) < 0)
@@ -916,12 +932,19 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
 int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,
                          double *loss, char *err)
 {
+    return dsl_trainer_evaluate_n(t, d, 0, acc, loss, err);
+}
+
+int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, size_t limit,
+                           double *acc, double *loss, char *err)
+{
     struct dsl_model *m = t->model;
     size_t off, len, bs = m->max_batch;
+    size_t total = limit && limit < d->n ? limit : d->n;
     int r0 = dsl_trainer_sync(t, err);
     if (r0 < 0)
         return r0;
-    dsl_shard_of(d->n, t->rank, t->world, &off, &len);
+    dsl_shard_of(total, t->rank, t->world, &off, &len);
     /* a lazy split (token data read from its runs, data.h) is gathered a chunk at a
      * time into scratch; the chunks are the same as over rows, so are the bits */
     float *xs = NULL;
@@ -964,7 +987,7 @@ int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, dou
     r = dsl_trainer_allreduce_host(t, v, 2, DSL_FLOAT32, DSL_SUM);
     if (r < 0)
         return comm_fail(t, r, "evaluation reduction", err);
-    *acc = (double)v[0] / (double)d->n;
-    *loss = (double)v[1] / (double)d->n;
+    *acc = (double)v[0] / (double)total;
+    *loss = (double)v[1] / (double)total;
     return 0;
 }

@@ -166,13 +166,13 @@ static const char *jnum(char *buf, size_t len, double x)
 
 /* the evaluation at the current step, its line (rank 0) and its metrics record */
 static int eval_report(struct dsl_trainer *t, const struct dsl_dataset *test, FILE *mf,
-                       uint64_t spe, const char *unit, double *acc, double *tloss,
-                       uint64_t *bytes_other, char *err)
+                       uint64_t spe, const char *unit, size_t limit, double *acc,
+                       double *tloss, uint64_t *bytes_other, char *err)
 {
     uint64_t c0;
     int r;
     if ((r = between_steps(t, &c0, err)) < 0 ||
-        (r = dsl_trainer_evaluate(t, test, acc, tloss, err)) < 0)
+        (r = dsl_trainer_evaluate_n(t, test, limit, acc, tloss, err)) < 0)
         return r;
     *bytes_other += dsl_comm_bytes_sent(t->comm) - c0;
     if (t->rank == 0 && t->model->tokens_per_sample) /* per token: in nats and bits */
@@ -235,6 +235,19 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
                total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
+    /* eval_iters: a bounded evaluation, the same first samples every time (so that
+       evaluations compare), eval_iters global batches of them */
+    size_t eval_n = 0;
+    if (ro->eval_iters && test->n && ro->eval_iters <= SIZE_MAX / t->G &&
+        ro->eval_iters * t->G < test->n) {
+        eval_n = (size_t)ro->eval_iters * t->G;
+        if (t->rank == 0)
+            printf("dstrain: each evaluation on the first %zu of %zu test samples "
+                   "(dstrain.eval_iters %" PRIu64 " x global batch %zu)\n",
+                   eval_n, test->n, ro->eval_iters, t->G);
+    }
+    /* save_interval_minutes: rank 0's clock asks, the step's reduction tells every rank */
+    double last_save = dsl_now();
     if (t->step > total) {
         /* resumed past the end: the steps were lowered by mistake, or the wrong
            checkpoint_dir; training back to an earlier step cannot be done */
@@ -255,7 +268,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                    "%" PRIu64 " (%s): nothing to train; raise the steps to go on\n",
                    t->step, total, ro->steps ? "dstrain.steps" : "dstrain.epochs");
         double e0 = dsl_now();
-        if ((r = eval_report(t, test, mf, spe, unit, &acc, &tloss, &bytes_other, err)) < 0)
+        if ((r = eval_report(t, test, mf, spe, unit, eval_n, &acc, &tloss, &bytes_other,
+                               err)) < 0)
             goto out;
         t_eval += dsl_now() - e0;
     }
@@ -266,7 +280,10 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     while (t->step < total) {
         uint64_t epoch = t->step / spe;
         const size_t *idx = dsl_sampler_step(&smp, epoch, (size_t)(t->step % spe));
-        int want_stop = ro->stop_flag && *ro->stop_flag;
+        int want_stop = ro->stop_flag && *ro->stop_flag ? DSL_STEP_STOP : 0;
+        if (t->rank == 0 && ro->save && ro->save_minutes > 0 &&
+            dsl_now() - last_save >= ro->save_minutes * 60.0)
+            want_stop |= DSL_STEP_SAVE;
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
         dsl_progress_step(prog, t->step);
@@ -346,18 +363,21 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         }
         if (t->step % eval_every == 0 || t->step == total) {
             double e0 = dsl_now();
-            if ((r = eval_report(t, test, mf, spe, unit, &acc, &tloss, &bytes_other, err)) <
+            if ((r = eval_report(t, test, mf, spe, unit, eval_n, &acc, &tloss, &bytes_other,
+                               err)) <
                 0)
                 goto out;
             t_eval += dsl_now() - e0;
             t_print += dsl_now() - e0;
         }
-        if (ro->save && ro->save_interval && t->step % ro->save_interval == 0) {
+        if (ro->save && ((ro->save_interval && t->step % ro->save_interval == 0) ||
+                         res.save)) {
             double s0 = dsl_now();
             if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
                 goto out;
             saved_at = t->step;
             t_save += dsl_now() - s0;
+            last_save = dsl_now();
         }
         if (res.stop) {
             sum->stopped = 1;

@@ -471,11 +471,17 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     ro->steps_per_print = c->steps_per_print > 0 ? (uint64_t)c->steps_per_print : 0;
     ro->eval_interval = c->dstrain.eval_interval;
     ro->save_interval = c->dstrain.save_interval;
+    ro->save_minutes = c->dstrain.save_interval_minutes;
+    ro->eval_iters = c->dstrain.eval_iters;
     ro->shuffle = c->dstrain.shuffle;
     ro->drop_last = c->dstrain.drop_last;
     ro->seed = c->seed;
     ro->metrics_path = c->dstrain.metrics;
-    ro->save_on_signal = c->dstrain.save_on_signal;
+    /* a run stopped (dslaunch's stop, Ctrl-C, Slurm's warning) keeps its work by
+       default wherever it has somewhere to keep it */
+    ro->save_on_signal = c->dstrain.save_on_signal >= 0
+                             ? c->dstrain.save_on_signal
+                             : c->dstrain.checkpoint_dir && *c->dstrain.checkpoint_dir;
     ro->prefix = "dstrain";
     ro->params_out = s->params_out;
     ro->wall_clock_breakdown = c->wall_clock_breakdown;

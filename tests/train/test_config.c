@@ -375,6 +375,10 @@ TEST(defaults_should_be_deepspeeds)
     ASSERT_STR_EQ(cfg.dstrain.backend, "auto");
     ASSERT_EQ(cfg.dstrain.deterministic, -1);
     ASSERT(cfg.dstrain.checkpoint_dir == NULL && cfg.dstrain.resume == NULL);
+    /* a stop saves wherever there is a checkpoint_dir; no time interval; whole eval */
+    ASSERT_EQ(cfg.dstrain.save_on_signal, -1);
+    ASSERT(cfg.dstrain.save_interval_minutes == 0.0);
+    ASSERT_EQ(cfg.dstrain.eval_iters, 0);
     ASSERT_EQ(cfg.warnings.nr, 0);
     dsl_train_config_release(&cfg);
 }
@@ -503,6 +507,15 @@ TEST(command_line_overrides_should_reuse_the_same_checks)
     ASSERT_STR_EQ(cfg.dstrain.checkpoint_dir, "/tmp/ck");
     ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.deterministic", "true", err));
     ASSERT_EQ(cfg.dstrain.deterministic, 1);
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.save_on_signal", "false", err));
+    ASSERT_EQ(cfg.dstrain.save_on_signal, 0);
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.save_interval_minutes", "30", err));
+    ASSERT(cfg.dstrain.save_interval_minutes == 30.0);
+    ASSERT_EQ(dsl_train_config_set(&cfg, "dstrain.save_interval_minutes", "-1", err),
+              DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "'dstrain.save_interval_minutes' out of range");
+    ASSERT_OK(dsl_train_config_set(&cfg, "dstrain.eval_iters", "20", err));
+    ASSERT_EQ(cfg.dstrain.eval_iters, 20);
     ASSERT_EQ(dsl_train_config_set(&cfg, "optimizer.params.lr", "fast", err), DSL_ECONFIG);
     ASSERT_STR_EQ(err, "command line: expected a number for 'optimizer.params.lr', got a string");
     ASSERT_EQ(dsl_train_config_set(&cfg, "zero_optimization.stage", "3", err), DSL_ECONFIG);

@@ -107,7 +107,10 @@ struct dsl_dstrain_config {
     uint64_t eval_interval;      /* steps; 0 (default): at the end of every epoch */
     char *checkpoint_dir;        /* NULL (default): no checkpoints */
     uint64_t save_interval;      /* steps; 0 (default): only at the end */
-    int save_on_signal;          /* default 0 */
+    double save_interval_minutes; /* also after a step this long after the last save;
+                                     0 (default): none by time */
+    uint64_t eval_iters;         /* global batches per evaluation; 0 (default): all */
+    int save_on_signal;          /* -1 (default): on when checkpoint_dir is set */
     int deterministic;           /* -1 (default): on for the tcp (CPU) backend */
     char *backend;               /* "auto" (default), "tcp", "nccl" */
     char *metrics;               /* JSON-lines file; NULL (default): none */

@@ -129,6 +129,7 @@ struct dsl_step_result {
     double next_scale; /* the scale after this step's update */
     int skipped;     /* the gradient overflowed on some rank: nothing was updated */
     int stop;        /* some rank asked to stop (signal) */
+    int save;        /* rank 0 asked for a checkpoint after this step (save_interval_minutes) */
     uint64_t bytes_sent;
     /* seconds in this step: forward+backward (incl. issuing overlapped reductions),
      * waiting for gradient reductions after backward, loss/norm reductions,
@@ -211,9 +212,12 @@ void dsl_trainer_release(struct dsl_trainer *t);
 
 /**
  * One optimizer step over global batch `idx` (G = micro x accum x world indices into
- * `train`). stop_request: this rank's wish to stop after the step (signal), agreed
- * over all ranks into res->stop.
+ * `train`). stop_request: this rank's requests, DSL_STEP_STOP (stop after the step: a
+ * signal) and DSL_STEP_SAVE (a checkpoint after it; rank 0 only), agreed over all ranks
+ * with the loss into res->stop and res->save.
  */
+#define DSL_STEP_STOP 1
+#define DSL_STEP_SAVE 2
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
                      const size_t *idx, int stop_request, struct dsl_step_result *res,
                      char *err);
@@ -226,6 +230,9 @@ int dsl_trainer_sync(struct dsl_trainer *t, char *err);
 /** Accuracy and mean loss on a dataset, split over the ranks (all ranks call it). */
 int dsl_trainer_evaluate(struct dsl_trainer *t, const struct dsl_dataset *d, double *acc,
                          double *loss, char *err);
+/** The same over the first limit samples of d (limit 0 or above d->n: all of them). */
+int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, size_t limit,
+                           double *acc, double *loss, char *err);
 
 /** Text of the last failure: the device's if it failed, else the comm's. */
 const char *dsl_trainer_last_error(const struct dsl_trainer *t);
@@ -274,6 +281,10 @@ struct dsl_run_opts {
     uint64_t steps_per_print; /* 0: never */
     uint64_t eval_interval;   /* steps; 0: at the end of every epoch */
     uint64_t save_interval;   /* steps; 0: only at the end (with a checkpoint dir) */
+    double save_minutes;      /* also a checkpoint when this many minutes have passed
+                                 since the last (rank 0's clock decides); 0: never */
+    uint64_t eval_iters;      /* evaluate eval_iters x global batch samples of the test
+                                 set (its first ones); 0: all of it */
     int shuffle, drop_last;
     uint64_t seed;
     const char *metrics_path; /* JSON lines, rank 0; NULL: none */

@@ -224,6 +224,16 @@ for f in sys.argv[1:]:
 s = [json.loads(l) for l in open(sys.argv[2])][-1]
 assert s["type"] == "summary" and s["final_loss"] is None and s["test_loss"] > 0, s
 PY
+    # eval_iters bounds the evaluation: its first eval_iters x global batch samples, the
+    # same ones every time; one at least the test set's size is the whole evaluation
+    train_ok 1 ei1 --steps 2 --eval-interval 2 --eval-iters 1
+    train_ok 1 eiall --steps 2 --eval-interval 2
+    train_ok 1 eibig --steps 2 --eval-interval 2 --eval-iters 1000
+    grep -q "^dstrain: each evaluation on the first 16 of [0-9]* test samples (dstrain.eval_iters 1 x global batch 16)$" \
+        "$TMP/ei1.0.out" || fail "eval_iters 1: $(cat "$TMP/ei1.0.out")"
+    ev() { sed -n 's/^eval step 2 .* val_loss \([0-9.]*\) .*/\1/p' "$TMP/$1.0.out"; }
+    [ -n "$(ev eiall)" ] && [ "$(ev eiall)" = "$(ev eibig)" ] && [ "$(ev ei1)" != "$(ev eiall)" ] ||
+        fail "eval_iters: val_loss $(ev ei1) (1), $(ev eibig) (1000), $(ev eiall) (all)"
     # a model of a vocabulary below 256 (ASCII token shards at vocabulary 128): a prompt
     # byte beyond it is refused before anything is printed, naming the byte
     "$DSTRAIN" tokenize --out "$TMP/ascii" "$TMP/text" >/dev/null || fail "tokenize failed"

@@ -358,6 +358,24 @@ signal)
     [ "$rc" -eq 138 ] || { cat "$TMP/u.out" >&2; fail "exit status $rc after SIGUSR1 twice, expected 138"; }
     tag=$(cat "$TMP/cku/latest") || { ls -R "$TMP/cku" >&2; fail "no checkpoint after SIGUSR1 twice"; }
     [ -d "$TMP/cku/$tag" ] || fail "latest names '$tag', which is not there"
+    # with a checkpoint_dir a stop saves by default (dslaunch's stop is a SIGTERM): no
+    # --save-on-signal, and the run killed late still keeps its work
+    run_world 2 sigd $SIG --checkpoint-dir "$TMP/cksd" --metrics "$TMP/sigd.json" &
+    bg=$!
+    wait_steps "$TMP/sigd.json"
+    kill -TERM $(cat "$TMP/sigd.pids")
+    wait "$bg"
+    rc=$?
+    [ "$rc" -eq 143 ] || { show sigd; fail "exit status $rc after SIGTERM by default, expected 143"; }
+    tag=$(cat "$TMP/cksd/latest") || fail "no checkpoint written on SIGTERM by default"
+    [ -d "$TMP/cksd/$tag" ] || fail "latest names '$tag', which is not there"
+    # save_interval_minutes: rank 0's clock asks, every rank saves after the same step
+    # (a tiny interval: a save after every step, whatever the machine's speed)
+    train_ok 2 mins $TINY --steps 3 --checkpoint-dir "$TMP/ckm" --save-interval-minutes 1e-9
+    for s in 1 2 3; do
+        [ -f "$TMP/ckm/global_step$s/zero_pp_rank_1_mp_rank_00_optim_states.safetensors" ] ||
+            { ls -R "$TMP/ckm" >&2; fail "no checkpoint by time after step $s"; }
+    done
     ;;
 fmnist)
     # the README's main job, short: real Fashion-MNIST at world 2, the loss falls
