@@ -14,7 +14,9 @@
  * through its readers too: the step and global batch (dsl_ckpt_meta_u64), dstrain
  * sample's GPT sizes (dsl_ckpt_meta_sizes: what parses prints back the same) and the loss
  * scaler's state (dsl_lossscale_restore), which, when it reads, formats and reads back
- * to the same state. Nothing leaks, whatever fails where.
+ * to the same state. The same files are then read as `dstrain sample` and `consolidate`
+ * may: the tag's directory named itself (DSL_CKPT_STEP_DIR), and the model file alone
+ * (dsl_ckpt_load_file, as for consolidate's output). Nothing leaks, whatever fails where.
  */
 #define _GNU_SOURCE /* memmem */
 #include <math.h>
@@ -135,5 +137,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         resume_meta(&c);
     }
     dsl_ckpt_release(&c);
+    /* the readers of a finished checkpoint: the tag's directory named itself (read as
+     * that tag of its parent, as `latest` names it or not), and the model file on its
+     * own as `dstrain sample` reads consolidate's output */
+    struct dsl_ckpt d;
+    char err3[DSL_ERR_LEN] = "";
+    r = dsl_ckpt_load_params(&d, tagdir, NULL, DSL_CKPT_ALLOW_UNVERIFIED | DSL_CKPT_STEP_DIR,
+                             err3);
+    if (r < 0 && !err3[0])
+        abort();
+    dsl_ckpt_release(&d);
+    err3[0] = '\0';
+    r = dsl_ckpt_load_file(&d, files[1], DSL_CKPT_ALLOW_UNVERIFIED, err3);
+    if (r < 0 && !err3[0])
+        abort();
+    if (r == 0) {
+        for (size_t i = 0; i < d.numel; i++)
+            if (!isfinite(d.params[i]))
+                abort();
+        if (dsl_ckpt_check_params(&d, d.views, d.nviews, d.numel, err3) != 0)
+            abort();
+        resume_meta(&d);
+    }
+    dsl_ckpt_release(&d);
     return 0;
 }
