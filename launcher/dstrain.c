@@ -5,8 +5,9 @@
  *   dstrain consolidate <checkpoint dir> [--tag T] [--out FILE]
  *   dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F]
  *                    [--encoder encoder.json --bpe vocab.bpe] PATH...
- *   dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] [--temperature X]
+ *   dstrain sample --checkpoint DIR|FILE [--prompt TEXT] [--tokens N] [--temperature X]
  *                  [--encoder encoder.json --bpe vocab.bpe]
+ *   dstrain plot METRICS.jsonl [--width N] [--height N]
  *
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
@@ -74,9 +75,10 @@ static int usage(FILE *f)
             "       dstrain consolidate <checkpoint dir> [--tag TAG] [--out FILE]\n"
             "       dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F]\n"
             "                        [--encoder encoder.json --bpe vocab.bpe] PATH...\n"
-            "       dstrain sample --checkpoint DIR [--prompt TEXT] [--tokens N] "
+            "       dstrain sample --checkpoint DIR|FILE [--prompt TEXT] [--tokens N] "
             "[--temperature X]\n"
-            "                      [--encoder encoder.json --bpe vocab.bpe]\n\n");
+            "                      [--encoder encoder.json --bpe vocab.bpe]\n"
+            "       dstrain plot METRICS.jsonl [--width N] [--height N]\n\n");
     dsl_train_settings_help(f);
     return f == stdout ? 0 : 2;
 }
@@ -242,8 +244,10 @@ int main(int argc, char **argv)
         }
         return 0;
     }
-    if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "sample"))) {
+    if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "sample") ||
+                     !strcmp(argv[1], "plot"))) {
         int r = !strcmp(argv[1], "sample") ? dsl_train_sample_main(argc - 1, argv + 1, err)
+                : !strcmp(argv[1], "plot") ? dsl_train_plot_main(argc - 1, argv + 1, err)
                                            : dsl_train_tokenize_main(argc - 1, argv + 1, err);
         if (r < 0) {
             dsl_error("%s", err);

@@ -345,6 +345,7 @@ static int sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *
 static int sp_hidden(struct parse_ctx *c, const struct key *k, const cJSON *v);
 static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v);
 static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v);
+static int sp_anystring(struct parse_ctx *c, const struct key *k, const cJSON *v);
 
 #define BIG 9.007199254740992e15 /* 2^53: integers a double holds exactly */
 /* a default written as a macro, as the word a row's def holds */
@@ -523,6 +524,20 @@ static const struct key keys[] = {
      NULL, NULL, 0, NULL, "1"},
     {"bf16", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
     {"bf16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL, NULL, 0, NULL, "false"},
+    {"csv_monitor", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"csv_monitor.enabled", K_BOOL, OFF(csv_monitor.enabled), 0, 0, NULL, NULL, 0, NULL,
+     "false"},
+    {"csv_monitor.output_path", K_SPECIAL, OFF(csv_monitor.output_path), 0, 0, sp_anystring,
+     NULL, 0, NULL, NULL},
+    {"csv_monitor.job_name", K_STRING, OFF(csv_monitor.job_name), 0, 0, NULL, NULL, 0, NULL,
+     "DeepSpeedJobName"},
+    {"tensorboard", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
+    {"tensorboard.enabled", K_BOOL, OFF(tensorboard.enabled), 0, 0, NULL, NULL, 0, NULL,
+     "false"},
+    {"tensorboard.output_path", K_SPECIAL, OFF(tensorboard.output_path), 0, 0, sp_anystring,
+     NULL, 0, NULL, NULL},
+    {"tensorboard.job_name", K_STRING, OFF(tensorboard.job_name), 0, 0, NULL, NULL, 0, NULL,
+     "DeepSpeedJobName"},
     {"bfloat16", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
     {"bfloat16.enabled", K_BOOL, OFF(bf16), 0, 0, NULL, NULL, 0, NULL, NULL},
 };
@@ -546,7 +561,7 @@ static const char *const ignored_ds_keys[] = {
     "activation_checkpointing", "aio", "amp", "autotuning", "checkpoint", "comms_logger",
     "communication_data_type", "compression_training", "curriculum_learning", "data_efficiency",
     "data_types", "dump_state", "elasticity", "flops_profiler", "gradient_clipping_type",
-    "memory_breakdown", "monitor", "csv_monitor", "wandb", "tensorboard", "pipeline",
+    "memory_breakdown", "monitor", "wandb", "comet", "pipeline",
     "sparse_attention", "sparse_gradients", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "disable_allgather", "fp32_allreduce", "timers",
     "nebula", "compile", "quantize_training", "eigenvalue", "progressive_layer_drop",
@@ -862,6 +877,19 @@ static int sp_choice(struct parse_ctx *c, const struct key *k, const cJSON *v)
                 json_type_name(v));
 }
 
+/* a string that may be empty (DeepSpeed's monitors' output_path: "" is the working
+   directory); null clears it */
+static int sp_anystring(struct parse_ctx *c, const struct key *k, const cJSON *v)
+{
+    char **p = FIELD(c, k, char *);
+    if (!cJSON_IsNull(v) && !cJSON_IsString(v))
+        return cerr(c, k->path, "expected a string for '%s', got %s", k->path,
+                    json_type_name(v));
+    free(*p);
+    *p = cJSON_IsNull(v) ? NULL : dsl_xstrdup(v->valuestring);
+    return 0;
+}
+
 static int sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v)
 {
     if (cJSON_IsNull(v))
@@ -1003,6 +1031,10 @@ void dsl_train_config_release(struct dsl_train_config *cfg)
     free(ds->cpu_gemm);
     free(ds->metrics);
     free(ds->resume);
+    free(cfg->csv_monitor.output_path);
+    free(cfg->csv_monitor.job_name);
+    free(cfg->tensorboard.output_path);
+    free(cfg->tensorboard.job_name);
     dsl_strvec_release(&cfg->warnings);
     memset(cfg, 0, sizeof(*cfg));
 }

@@ -29,7 +29,9 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/model/blascore.h"
+#include "dslaunch/common/log.h"
 #include "dslaunch/train/trainer.h"
+#include "monitor.h"
 #include "dslaunch/common/banned.h"
 
 int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
@@ -194,11 +196,26 @@ static int eval_report(struct dsl_trainer *t, const struct dsl_dataset *test, FI
     return 0;
 }
 
+/* One scalar to DeepSpeed's monitors at x = the samples trained so far. Rank 0 alone
+ * writes, so a failure cannot stop rank 0 alone (the others would wait for it in the
+ * next collective): it is a warning naming the file, and the monitors stop. */
+static void monitor_put(struct dsl_monitor *mon, const struct dsl_trainer *t, const char *tag,
+                        double v)
+{
+    char e[DSL_ERR_LEN];
+    if ((mon->csv_dir || mon->tb) && isfinite(v) &&
+        dsl_monitor_scalar(mon, tag, v, t->step * t->G, e) < 0) {
+        dsl_warn("%s; the monitors stop, training goes on", e);
+        dsl_monitor_close(mon);
+    }
+}
+
 int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                     const struct dsl_dataset *train, const struct dsl_dataset *test,
                     struct dsl_run_summary *sum, char *err)
 {
     struct dsl_sampler smp;
+    struct dsl_monitor mon = {0};
     FILE *mf = NULL;
     int r = dsl_sampler_init(&smp, train->n, t->G, ro->seed, ro->shuffle, ro->drop_last, err);
     if (r < 0)
@@ -218,6 +235,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     }
     if ((r = dsl_trainer_report_memory(t, mf, err)) < 0)
         goto out;
+    if (t->rank == 0 && (ro->csv_monitor || ro->tensorboard)) {
+        char e[DSL_ERR_LEN];
+        if (dsl_monitor_open(&mon, ro->csv_monitor, ro->tensorboard, e) < 0)
+            dsl_warn("%s; no monitor writes, training goes on", e);
+    }
 
     uint64_t spe = smp.steps_per_epoch;
     uint64_t total = ro->steps ? ro->steps : ro->epochs * spe;
@@ -298,6 +320,12 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->t_optim += res.t_optim;
         sum->t_gather += res.t_gather;
         sum->final_loss = res.loss;
+        if (t->rank == 0) { /* DeepSpeed's automatically monitored scalars */
+            monitor_put(&mon, t, "Train/Samples/train_loss", res.loss);
+            monitor_put(&mon, t, "Train/Samples/lr", (double)res.lr);
+            if (t->o.loss_scaling)
+                monitor_put(&mon, t, "Train/Samples/loss_scale", res.loss_scale);
+        }
         if (res.skipped && t->rank == 0) {
             printf("dstrain: step %" PRIu64 ": gradient overflow, step skipped; loss scale "
                    "%g -> %g\n",
@@ -369,6 +397,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                 goto out;
             t_eval += dsl_now() - e0;
             t_print += dsl_now() - e0;
+            if (t->rank == 0)
+                monitor_put(&mon, t, "Eval/Samples/test_loss", tloss);
         }
         if (ro->save && ((ro->save_interval && t->step % ro->save_interval == 0) ||
                          res.save)) {
@@ -478,6 +508,7 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
     }
     r = sum->stopped ? DSL_ECANCELED : 0;
 out:
+    dsl_monitor_close(&mon);
     if (mf)
         fclose(mf);
     dsl_sampler_release(&smp);

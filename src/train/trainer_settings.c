@@ -473,6 +473,8 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     ro->save_interval = c->dstrain.save_interval;
     ro->save_minutes = c->dstrain.save_interval_minutes;
     ro->eval_iters = c->dstrain.eval_iters;
+    ro->csv_monitor = &c->csv_monitor;
+    ro->tensorboard = &c->tensorboard;
     ro->shuffle = c->dstrain.shuffle;
     ro->drop_last = c->dstrain.drop_last;
     ro->seed = c->seed;

@@ -255,14 +255,14 @@ TEST(unknown_keys_should_warn_once_each_and_not_fail)
     const char *json = "{\n"
                        "  \"train_batch_size\": 8,\n"
                        "  \"foo\": 1,\n"
-                       "  \"tensorboard\": {\"enabled\": true},\n"
+                       "  \"wandb\": {\"enabled\": true},\n"
                        "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}},\n"
                        "  \"dstrain\": {\"colour\": \"blue\"}\n"
                        "}\n";
     ASSERT_OK(parse(&cfg, json, 1, err));
     ASSERT_EQ(cfg.warnings.nr, 4);
     ASSERT_STR_EQ(cfg.warnings.v[0], "t.json:3:3: unknown key 'foo' (ignored)");
-    ASSERT_STR_EQ(cfg.warnings.v[1], "t.json:4:3: DeepSpeed key 'tensorboard' is not "
+    ASSERT_STR_EQ(cfg.warnings.v[1], "t.json:4:3: DeepSpeed key 'wandb' is not "
                                      "implemented by dstrain and is ignored");
     ASSERT_STR_EQ(cfg.warnings.v[2], "t.json:5:44: unknown key 'optimizer.params.amsgrad' "
                                      "(ignored)");
@@ -586,6 +586,28 @@ TEST(a_resume_at_another_world_should_keep_the_checkpoints_global_batch_or_refus
     ASSERT_EQ(cfg.gradient_accumulation_steps, 4);
     ASSERT_EQ(dsl_train_config_keep_batch(&cfg, 128, 4, "ck", note, sizeof(note), err), 0);
     ASSERT_EQ(cfg.train_batch_size, 64);
+    dsl_train_config_release(&cfg);
+}
+
+TEST(deepspeeds_monitor_sections_should_be_read_with_deepspeeds_defaults)
+{
+    struct dsl_train_config cfg;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(parse(&cfg, "{\"train_batch_size\": 8, \"csv_monitor\": {\"enabled\": true, "
+                          "\"output_path\": \"\", \"job_name\": \"run1\"}, "
+                          "\"tensorboard\": {\"enabled\": true, \"output_path\": \"logs/\"}}",
+                    1, err));
+    ASSERT_EQ(cfg.warnings.nr, 0); /* implemented now: no "not implemented" warning */
+    ASSERT_EQ(cfg.csv_monitor.enabled, 1);
+    ASSERT_STR_EQ(cfg.csv_monitor.output_path, ""); /* DeepSpeed's default: the cwd */
+    ASSERT_STR_EQ(cfg.csv_monitor.job_name, "run1");
+    ASSERT_EQ(cfg.tensorboard.enabled, 1);
+    ASSERT_STR_EQ(cfg.tensorboard.output_path, "logs/");
+    ASSERT_STR_EQ(cfg.tensorboard.job_name, "DeepSpeedJobName");
+    dsl_train_config_release(&cfg);
+    ASSERT_EQ(parse(&cfg, "{\"train_batch_size\": 8, \"tensorboard\": {\"output_path\": 3}}",
+                    1, err), DSL_ECONFIG);
+    ASSERT_CONTAINS(err, "expected a string for 'tensorboard.output_path', got a number");
     dsl_train_config_release(&cfg);
 }
 

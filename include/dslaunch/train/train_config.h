@@ -137,6 +137,13 @@ struct dsl_dstrain_config {
 #define DSL_CFG_GIVEN_VAL_FRACTION 1u
 #define DSL_CFG_GIVEN_STRIDE 2u
 
+/* DeepSpeed's csv_monitor / tensorboard sections (src/train/monitor.c) */
+struct dsl_cfg_monitor {
+    int enabled;       /* default 0 */
+    char *output_path; /* NULL or "" (default): the working directory */
+    char *job_name;    /* default "DeepSpeedJobName" */
+};
+
 struct dsl_train_config {
     char *path;                     /* the file, for messages ("<string>" if none) */
     /* the batch triple, resolved by _finish() (0 before it) */
@@ -160,6 +167,7 @@ struct dsl_train_config {
     double gradient_predivide_factor; /* default 1.0 */
     struct dsl_fp16_config fp16;
     int bf16;                       /* bf16.enabled (or legacy "bfloat16"); default 0 */
+    struct dsl_cfg_monitor csv_monitor, tensorboard;
     struct dsl_zero_config zero;
     struct dsl_dstrain_config dstrain;
 

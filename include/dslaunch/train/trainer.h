@@ -274,6 +274,8 @@ void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, f
 
 /* ---- the training loop (trainer_run.c) ------------------------------------------ */
 
+struct dsl_cfg_monitor;
+
 struct dsl_run_opts {
     uint64_t steps;           /* global steps in all (fp16: skipped ones count); 0: epochs
                                  x steps per epoch */
@@ -300,6 +302,8 @@ struct dsl_run_opts {
                                  the summary's setup phase is the time until training */
     const char *token_unit;   /* a language model (the model's tokens_per_sample > 0):
                                  "byte" or "token", the unit its losses are per */
+    /* DeepSpeed's monitors (rank 0; src/train/monitor.c); NULL or not enabled: none */
+    const struct dsl_cfg_monitor *csv_monitor, *tensorboard;
 };
 
 struct dsl_run_summary {

@@ -70,5 +70,8 @@ int dsl_train_tokenize_main(int argc, char **argv, char *err);
 /** `dstrain sample --checkpoint DIR [--prompt TEXT] ...` (argv[0] = "sample",
  *  sample.c): a GPT checkpoint continues a prompt. */
 int dsl_train_sample_main(int argc, char **argv, char *err);
+/** `dstrain plot METRICS.jsonl [--width N] [--height N]` (argv[0] = "plot"): the losses
+ *  of a metrics file as a text chart on stdout (src/train/plot.c). */
+int dsl_train_plot_main(int argc, char **argv, char *err);
 
 #endif

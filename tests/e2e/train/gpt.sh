@@ -90,6 +90,70 @@ PY
     grep -q "1 byte of text: too few to split" "$TMP/t3.out" || fail "1 byte: $(cat "$TMP/t3.out")"
     [ ! -e "$TMP/tk2" ] || fail "a refused tokenize left $(ls -R "$TMP/tk2")"
     ;;
+monitors)
+    # DeepSpeed's csv_monitor and tensorboard keys of a DeepSpeed user's config: the
+    # files where DeepSpeed puts them, the csv rows the metrics' losses, the event file
+    # TFRecords (checked CRCs) of Event protos that protoc --decode_raw reads; and
+    # dstrain plot draws the metrics file
+    cat >"$TMP/mon.json" <<JSON
+{"train_batch_size": 16, "train_micro_batch_size_per_gpu": 8, "fp16": {"enabled": true},
+ "csv_monitor": {"enabled": true, "output_path": "$TMP/out/csv/", "job_name": "j1"},
+ "tensorboard": {"enabled": true, "output_path": "$TMP/out/tb", "job_name": "j1"}}
+JSON
+    train_ok 1 mon --config "$TMP/mon.json" --steps 6 --eval-interval 3 --metrics "$TMP/mon.jsonl"
+    for f in Train_Samples_train_loss Train_Samples_lr Train_Samples_loss_scale Eval_Samples_test_loss; do
+        [ -f "$TMP/out/csv/j1/$f.csv" ] || { ls -R "$TMP/out" >&2; fail "no csv_monitor file $f.csv"; }
+    done
+    ev=$(ls "$TMP"/out/tb/j1/events.out.tfevents.*) || fail "no tensorboard event file"
+    python3 - "$TMP/mon.jsonl" "$TMP/out/csv/j1" "$ev" <<'PY' || fail "monitor files"
+import json, struct, sys
+m = [json.loads(l) for l in open(sys.argv[1])]
+steps = [x for x in m if x["type"] == "step"]
+rows = open(sys.argv[2] + "/Train_Samples_train_loss.csv", newline="").read().split("\r\n")
+assert rows[0] == "step,train_loss" and rows[-1] == "", rows
+got = [tuple(r.split(",")) for r in rows[1:-1]]
+want = [(str(16 * s["step"]), s["loss"]) for s in steps]
+assert len(got) == len(want) == 6, (got, want)
+for (gx, gy), (wx, wy) in zip(got, want):
+    assert gx == wx and abs(float(gy) - wy) <= 1e-6 * abs(wy), (gx, gy, wx, wy)
+def crc32c(b):
+    c = 0xFFFFFFFF
+    for x in b:
+        c ^= x
+        for _ in range(8):
+            c = (c >> 1) ^ (0x82F63B78 & -(c & 1))
+    return c ^ 0xFFFFFFFF
+def masked(b):
+    c = crc32c(b)
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+data, pos, recs = open(sys.argv[3], "rb").read(), 0, []
+while pos < len(data):
+    n, = struct.unpack_from("<Q", data, pos)
+    assert struct.unpack_from("<I", data, pos + 8)[0] == masked(data[pos:pos + 8]), pos
+    rec = data[pos + 12:pos + 12 + n]
+    assert struct.unpack_from("<I", data, pos + 12 + n)[0] == masked(rec), pos
+    recs.append(rec)
+    pos += 16 + n
+assert pos == len(data) and len(recs) == 1 + 6 * 3 + 2, len(recs)
+for i, r in enumerate(recs):
+    open("%s.rec%d" % (sys.argv[3], i), "wb").write(r)
+PY
+    "$DSTRAIN" plot "$TMP/mon.jsonl" --width 40 --height 8 >"$TMP/plot.out" 2>&1 ||
+        fail "dstrain plot: $(cat "$TMP/plot.out")"
+    grep -q "^$TMP/mon.jsonl: loss by step (\* training: 6 steps, o evaluation: 2)$" "$TMP/plot.out" &&
+        [ "$(grep -c '|' "$TMP/plot.out")" -eq 8 ] || fail "dstrain plot: $(cat "$TMP/plot.out")"
+    printf 'not json\n' >"$TMP/bad.jsonl"
+    "$DSTRAIN" plot "$TMP/bad.jsonl" >"$TMP/plotbad.out" 2>&1 && fail "plot of no losses succeeded"
+    grep -q "dstrain plot: no losses in '$TMP/bad.jsonl' (1 line is not records of a metrics file)" \
+        "$TMP/plotbad.out" || fail "plot of no losses: $(cat "$TMP/plotbad.out")"
+    command -v protoc >/dev/null || skip "no protoc (Debian protobuf-compiler) to decode the events"
+    protoc --decode_raw <"$ev.rec0" >"$TMP/rec0.txt" || fail "protoc cannot read the first event"
+    grep -q '^3: "brain.Event:2"' "$TMP/rec0.txt" || fail "first event: $(cat "$TMP/rec0.txt")"
+    protoc --decode_raw <"$ev.rec1" >"$TMP/rec1.txt" || fail "protoc cannot read an event"
+    tr -d ' \n' <"$TMP/rec1.txt" >"$TMP/rec1.flat"
+    grep -q '^1:0x[0-9a-f]*2:165{1{1:"Train/Samples/train_loss"2:0x[0-9a-f]*}}$' "$TMP/rec1.flat" ||
+        fail "a scalar event: $(cat "$TMP/rec1.txt")"
+    ;;
 worlds)
     # deterministic mode: worlds 1 and 2 and every stage, and 2 threads, same bits
     train_ok 1 w1 --steps 12 --eval-interval 6 --save-params "$TMP/p.w1"

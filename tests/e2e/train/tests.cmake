@@ -32,7 +32,7 @@ endif()
 # (skipped without python3-torch) the forward against PyTorch; inputs: a new user's
 # edge cases (resumes, shapes, prompts, names, killed runs), a second or two.
 if(TARGET dstrain AND TARGET dslaunch)
-  foreach(t launch worlds resume torch inputs)
+  foreach(t launch worlds resume torch inputs monitors)
     add_test(NAME train_gpt_${t}
              COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
                      $<TARGET_FILE:dstrain> ${t})
