@@ -361,7 +361,7 @@ static const struct key keys[] = {
     {"dstrain.save_on_signal", K_SPECIAL, OFF(dstrain.save_on_signal), 0, 0, sp_tristate,
      "save_on_signal", KEY_BARE,
      "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
-     "checkpoint, exit 128 + the signal (null: on with a checkpoint_dir)",
+     "checkpoint, exit 128 + the signal (default: on when a checkpoint dir is set)",
      "null"},
     {"dstrain.metrics", K_STRING, OFF(dstrain.metrics), 0, 0, NULL, "metrics",
      0, "JSON lines, one object per step, to FILE", NULL},
