@@ -489,9 +489,10 @@ half)
     grep -q "bf16 parameters and gradients, fp32 arithmetic and master weights" \
         "$TMP/h1.0.err" || fail "no cpu_half warning"
     grep -q "bf16 with fp32 master weights" "$TMP/h1.0.out" || fail "not the bf16 path"
-    for v in "2 0" "2 1" "2 2" "4 0" "4 2"; do
+    for v in "2 0" "2 1" "2 2" "4 0" "4 2" "2 3" "4 3"; do
         set -- $v
-        train_ok "$1" "h$1s$2" $HALF --zero-stage "$2" --save-params "$TMP/p.h$1s$2"
+        train_ok "$1" "h$1s$2" $HALF --zero-stage "$2" --save-params "$TMP/p.h$1s$2" \
+            --param-persistence-threshold 0
         cmp -s "$TMP/p.h1" "$TMP/p.h$1s$2" || fail "bf16 world $1 stage $2 differs from world 1"
     done
     # the fp32 run is another one: the 16-bit path must change the result
@@ -503,13 +504,16 @@ half)
         sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
     echo "# bf16 loss first 3 steps $first, last 3 steps $last"
     awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.95 * a)}' || fail "loss did not fall"
+    # (evaluation only at the end: stage 3's next forward would reuse the layers an
+    # evaluation left gathered, and send less than the step's usual bytes)
     # model-state bytes: 2P params, 2P grads (2S at stage 2, plus bf16 buckets), and
     # 12 bytes of fp32 master + Adam m + v per shard element; and half the bytes sent:
     # 2(N-1)/N x 2P at world 2, against 4P in fp32 (plus the per-step loss reduction
     # and padding)
-    for st in 0 1 2; do
+    for st in 0 1 2 3; do
         MEM="$TINY --config $TMP/bf16.json --micro-batch 16 --zero-stage $st --steps 8
-             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000"
+             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000
+             --param-persistence-threshold 0 --eval-interval 0"
         train_ok 2 "hm$st" $MEM --cpu-half
         train_ok 2 "fm$st" $MEM
         P=$(params_of "$TMP/hm$st.0.out")
@@ -520,6 +524,12 @@ half)
             0) want=$((16 * P)) ;;
             1) want=$((4 * P + 12 * S)) ;;
             2) want=$((2 * P + 14 * S + B)) ;;
+            3) # (2 + 2 + 12) per shard element, bf16 buckets, and two bf16 windows of
+               # the largest layer (65792 parameters)
+               gath=$(grep "rank $r model-state bytes" "$TMP/hm3.0.out" |
+                   sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+               [ "$gath" = $((2 * 65792 * 2)) ] || fail "bf16 stage 3 rank $r: gathered '$gath'"
+               want=$((16 * S + B + gath)) ;;
             esac
             [ "$tot" -eq "$want" ] || fail "bf16 stage $st rank $r: $tot bytes, formula $want"
         done
@@ -529,6 +539,7 @@ half)
         0) fw=$((16 * P)) ;;
         1) fw=$((4 * P + 6 * P)) ;;
         2) fw=$((2 * P + 7 * P)) ;;
+        3) fw=$((8 * P)) ;;
         esac
         [ -n "$f" ] && [ "$f" -eq "$fw" ] || fail "bf16 stage $st: formula '$f', expected $fw"
         bh=$(bytes_per_step "$TMP/hm$st.0.out")
