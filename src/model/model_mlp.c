@@ -8,6 +8,10 @@
  * per-layer workspace sized for max_batch rows; with the trainer's sink it computes
  * the first layer's output columns segment by segment, asking need() for each weight
  * block first (mlp_forward), and it hands the loss to the sink before backward starts.
+ * At ZeRO stage 3 the sink's layer() hands it each layer whole instead (forward: every
+ * layer in order; backward: from the last down to the second, for the input
+ * gradient's product), and it gives each back with unlayer() as soon as that product
+ * is done.
  * Backward walks the layers from the
  * last to the first; for layer l it first writes the bias gradient, then the weight
  * gradient in row blocks of at most seg_max elements (last block first), handing each
@@ -124,6 +128,20 @@ static void mlp_need(struct mlp *p, const float *params, const struct dsl_grad_s
         mlp_widen(p, p->w32 + off, params, off, len);
 }
 
+/* ZeRO stage 3: layer l's fp32 parameters (its weight, then its bias) from the sink's
+ * layer() (16-bit ones widened into w32 at the layer's place); release with
+ * sink->unlayer */
+static const float *mlp_layer(struct mlp *p, const struct dsl_grad_sink *src, size_t l,
+                              int next)
+{
+    const float *lw = src->layer(src->ctx, (int)l, next);
+    if (!p->w32)
+        return lw;
+    size_t len = p->L.dims[l + 1] * (p->L.dims[l] + 1);
+    mlp_widen(p, p->w32 + p->L.woff[l], lw, 0, len);
+    return p->w32 + p->L.woff[l];
+}
+
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
  * used (params itself, or the widened copy of 16-bit ones). With a sink that has
  * need(), the first layer goes segment by segment in backward order (the bias, then
@@ -136,12 +154,21 @@ static void mlp_need(struct mlp *p, const float *params, const struct dsl_grad_s
  * activations again), so they go whole. */
 static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
                                 const float *params, const float *x, size_t n,
-                                const struct dsl_grad_sink *sink)
+                                const struct dsl_grad_sink *sink, int backward)
 {
     const float *wp = p->w32 ? p->w32 : params;
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->L.nlayers; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1], woff = p->L.woff[l];
+        if (sink && sink->layer) {
+            /* stage 3: the layer whole, then the next one; backward asks for the last
+             * layer first and never for the first (its input gradient is not needed) */
+            int last = (int)p->L.nlayers - 1;
+            int next = l + 1 < p->L.nlayers ? (int)l + 1 : backward && last > 0 ? last : -1;
+            mlp_forward_cols(p, l, mlp_layer(p, sink, l, next), n, 0, out);
+            sink->unlayer(sink->ctx, (int)l);
+            continue;
+        }
         if (!sink || !sink->need || l > 0) {
             mlp_need(p, params, sink, woff, out * (in + 1));
             mlp_forward_cols(p, l, wp + woff, n, 0, out);
@@ -220,7 +247,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    params = mlp_forward(m, p, params, x, n, sink); /* fp32 from here on */
+    params = mlp_forward(m, p, params, x, n, sink, 1); /* fp32 from here on */
     float *dz = p->dz, *dnext = p->dz2;
     mlp_loss(p, y, n, dz, loss_scale, st);
     if (sink->loss)
@@ -229,7 +256,11 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     size_t seg = 0;
     for (size_t li = p->L.nlayers; li-- > 0;) {
         size_t in = p->L.dims[li], out = p->L.dims[li + 1];
-        const float *w = params + p->L.woff[li];
+        /* stage 3: the layer's weight again, for its input gradient below (asked for
+         * now, so that the layer below it can be fetched meanwhile) */
+        const float *w = !sink->layer ? params + p->L.woff[li]
+                         : li > 0     ? mlp_layer(p, sink, li, li > 1 ? (int)li - 1 : -1)
+                                      : NULL;
         /* bias: column sums in sample order */
         const struct dsl_model_seg *sg = &m->segs[seg];
         float *hdst = sink->dest(sink->ctx, seg);
@@ -267,6 +298,8 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
                              .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li],
                              .bf16 = p->b16};
         dsl_gemm_run(&g);
+        if (sink->layer)
+            sink->unlayer(sink->ctx, (int)li);
         float *t = dz;
         dz = dnext;
         dnext = t;
@@ -281,7 +314,20 @@ static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(m, p, params, x, n, NULL);
+    mlp_forward(m, p, params, x, n, NULL, 0);
+    mlp_loss(p, y, n, NULL, 1.0f, st);
+    return 0;
+}
+
+static int mlp_evaluate_src(struct dsl_model *m, const struct dsl_grad_sink *src,
+                            const float *x, const int32_t *y, size_t n,
+                            struct dsl_model_stats *st)
+{
+    struct mlp *p = m->impl;
+    int r = mlp_check_labels(m, y, n);
+    if (r < 0)
+        return r;
+    mlp_forward(m, p, NULL, x, n, src, 0);
     mlp_loss(p, y, n, NULL, 1.0f, st);
     return 0;
 }
@@ -309,6 +355,7 @@ static const struct dsl_model_ops mlp_ops = {
     .init_params = mlp_init_params,
     .forward_backward = mlp_forward_backward,
     .evaluate = mlp_evaluate,
+    .evaluate_src = mlp_evaluate_src,
     .release = mlp_release,
 };
 

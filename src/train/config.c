@@ -452,7 +452,7 @@ static const struct key keys[] = {
      "grad_accum", 0, "gradient_accumulation_steps", NULL},
     {"zero_optimization", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
     {"zero_optimization.stage", K_SPECIAL, OFF(zero.stage), 0, 0, sp_zero_stage,
-     "zero_stage", 0, "ZeRO stage (0, 1, 2)", "0"},
+     "zero_stage", 0, "ZeRO stage (0, 1, 2, 3)", "0"},
     {"zero_optimization.reduce_bucket_size", K_U64,
      OFF(zero.reduce_bucket_size), 1, BIG, NULL, "bucket_size", 0,
      "reduce_bucket_size", "500000000"},
@@ -462,6 +462,18 @@ static const struct key keys[] = {
      OFF(zero.allgather_bucket_size), 1, BIG, NULL, NULL, 0, NULL, "500000000"},
     {"zero_optimization.contiguous_gradients", K_BOOL,
      OFF(zero.contiguous_gradients), 0, 0, NULL, NULL, 0, NULL, "true"},
+    {"zero_optimization.stage3_prefetch_bucket_size", K_U64,
+     OFF(zero.stage3_prefetch_bucket_size), 0, BIG, NULL, "prefetch_bucket_size", 0,
+     "stage 3: fetch the next layer while one computes (0: off)", "50000000"},
+    {"zero_optimization.stage3_max_live_parameters", K_U64,
+     OFF(zero.stage3_max_live_parameters), 1, BIG, NULL, "max_live_parameters", 0,
+     "stage 3: most gathered parameters at once", "1000000000"},
+    {"zero_optimization.stage3_param_persistence_threshold", K_U64,
+     OFF(zero.stage3_param_persistence_threshold), 0, BIG, NULL,
+     "param_persistence_threshold", 0, "stage 3: layers this small stay whole", "100000"},
+    {"zero_optimization.stage3_gather_16bit_weights_on_model_save", K_BOOL,
+     OFF(zero.stage3_gather_16bit_weights_on_model_save), 0, 0, NULL, NULL, 0, NULL,
+     "false"},
     {"zero_optimization.reduce_scatter", K_BOOL, OFF(zero.reduce_scatter), 0, 0,
      NULL, NULL, 0, NULL, "true"},
     {"optimizer", K_SECTION, 0, 0, 0, NULL, NULL, 0, NULL, NULL},
@@ -800,10 +812,8 @@ static int sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *
     int r;
     if ((r = get_integer(c, k, v, -BIG, BIG, &d)) < 0)
         return r;
-    if (d == 3)
-        return cerr(c, k->path, "ZeRO stage 3 is not supported yet (use stage 0, 1 or 2)");
     if (d < 0 || d > 3)
-        return cerr(c, k->path, "'%s' must be 0, 1 or 2, got %.0f", k->path, d);
+        return cerr(c, k->path, "'%s' must be 0, 1, 2 or 3, got %.0f", k->path, d);
     *FIELD(c, k, int) = (int)d;
     return 0;
 }

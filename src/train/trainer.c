@@ -1,5 +1,5 @@
 /*
- * The data-parallel step of dstrain: ZeRO stages 0, 1 and 2 over flat buffers.
+ * The data-parallel step of dstrain: ZeRO stages 0, 1, 2 and 3 over flat buffers.
  *
  * Theory of operation. The model hands its gradient over in segments, last layer
  * first (model.h); the trainer groups consecutive segments into buckets of at most
@@ -11,7 +11,12 @@
  *      the full gradient buffer receives the sum;
  *   2: backward wrote the bucket into a staging buffer (one, or two alternating with
  *      overlap_comm); it is reduce-scattered into the rank's shard buffer, and the
- *      staging buffer is reused for a later bucket once that call has completed.
+ *      staging buffer is reused for a later bucket once that call has completed;
+ *   3: as 2; the parameters are sharded too, and forward and backward get each layer
+ *      whole from the sink's layer() (trainer_zero3.c), gathered from the shards.
+ *      Bucket boundaries fall on layer boundaries, so the shard is per bucket as at
+ *      stages 1/2, and the optimizer updates the shard in place; after the step
+ *      every gathered copy is stale and the next forward gathers again.
  * With overlap_comm the calls are the asynchronous ones (dsl_comm_i*), issued from
  * inside backward and executed by the comm's progress thread while backward goes on
  * with the next layers; every rank issues the same calls in the same order because
@@ -126,7 +131,7 @@ static void *slot_of(struct dsl_trainer *t, size_t j)
 static void *leaf_ptr(struct dsl_trainer *t, size_t j)
 {
     const struct dsl_bucket *b = &t->bk[j];
-    if (t->o.zero_stage == 2)
+    if (t->o.zero_stage >= 2)
         return EL(t->gshard, b->soff);
     return EL(t->grads, b->lo + b->poff);
 }
@@ -196,8 +201,8 @@ static float *sink_dest(void *ctx, size_t seg)
 static int reduce_bucket(struct dsl_trainer *t, size_t j, int async)
 {
     struct dsl_bucket *b = &t->bk[j];
-    void *src = t->o.zero_stage == 2 ? slot_of(t, j) : EL(t->grads, b->lo);
-    void *dst = t->o.zero_stage == 2 ? EL(t->gshard, b->soff) : EL(src, b->poff);
+    void *src = t->o.zero_stage >= 2 ? slot_of(t, j) : EL(t->grads, b->lo);
+    void *dst = t->o.zero_stage >= 2 ? EL(t->gshard, b->soff) : EL(src, b->poff);
     enum dsl_dtype ty = t->gtype;
     int r;
     if (t->defer && (r = dsl_mixed_acc_out(t, src, ACC(t->acc[0], b->lo), b->len)) < 0)
@@ -229,7 +234,7 @@ static void sink_done(void *ctx, size_t seg)
     int r = 0;
     if (t->o.overlap_comm)
         r = reduce_bucket(t, j, 1);
-    else if (t->o.zero_stage == 2)
+    else if (t->o.zero_stage >= 2)
         r = reduce_bucket(t, j, 0);
     if (r < 0)
         t->comm_err = r;
@@ -719,6 +724,11 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     t->stop_flag = stop_request;
     if (streamed)
         sink.loss = sink_loss;
+    if (t->o.zero_stage == 3) { /* the layers come whole from the shards */
+        sink.need = NULL;
+        sink.layer = dsl_z3_layer;
+        sink.unlayer = dsl_z3_unlayer;
+    }
     if (gpu && (r = t->dev->ops->set_zero(t->dev, t->dscal, t->scal_bytes / 4)) < 0)
         return comm_fail(t, r, "step setup", err);
     for (size_t k = 0; k < ga; k++) {
@@ -734,8 +744,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             sink.dev_stats = (float *)t->dscal + k;
             sink.dev_stats_stride = ga;
         }
-        r = m->ops->forward_backward(m, (const float *)t->params, t->xb, t->yb, mb,
-                                     scale * lavg, &sink, &st);
+        /* stage 3: the model reads no flat buffer (the layers come from the sink) */
+        const float *fp = t->o.zero_stage == 3 ? NULL : (const float *)t->params;
+        r = m->ops->forward_backward(m, fp, t->xb, t->yb, mb, scale * lavg, &sink, &st);
         if (r < 0)
             return dsl_seterr(err, r, "forward/backward failed at step %llu%s%s",
                               (unsigned long long)t->step + 1, *m->err ? ": " : "", m->err);
@@ -894,7 +905,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
      * backward order); with a shard (stages 1/2) each bucket's all-gather is issued
      * right after its update and left running: the next forward waits for each
      * layer's buckets just before it needs them (sink_need) */
-    int gather = t->o.zero_stage > 0 && t->world > 1;
+    int gather = (t->o.zero_stage == 1 || t->o.zero_stage == 2) && t->world > 1;
     double t_issue = 0.0;
     t->ngather = t->gather_done = 0;
     for (size_t jj = t->nbk; jj-- > 0;) {
@@ -918,6 +929,9 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     }
     for (int i = 0; i < t->nacc; i++)
         t->acc_used[i] = 0;
+    /* stage 3: the next forward gathers the updated layers */
+    if (t->o.zero_stage == 3 && (r = dsl_z3_invalidate(t)) < 0)
+        return comm_fail(t, r, "parameter all-gather", err);
     /* GPU: no wait here: the optimizer's kernels and the all-gathers run on while the
      * host gathers the next batch; a fault shows up at the next step's one wait */
     res->t_optim = dsl_now() - c0 - t_issue;
@@ -970,7 +984,18 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
             dsl_dataset_gather(d, ix, n, xs, ys);
         }
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
-        if ((r = m->ops->evaluate(m, (const float *)t->params, x, y, n, &st)) < 0) {
+        if (t->o.zero_stage == 3) {
+            struct dsl_grad_sink src = {.layer = dsl_z3_layer, .unlayer = dsl_z3_unlayer,
+                                        .ctx = t};
+            r = m->ops->evaluate_src(m, &src, x, y, n, &st);
+            if (r >= 0 && t->comm_err) {
+                r = comm_fail(t, t->comm_err, "evaluation's parameter all-gather", err);
+                break;
+            }
+        } else {
+            r = m->ops->evaluate(m, (const float *)t->params, x, y, n, &st);
+        }
+        if (r < 0) {
             dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
             break;
         }

@@ -114,7 +114,7 @@ int dsl_mixed_optim(struct dsl_trainer *t, size_t j, enum dsl_dtype gty, void *g
 {
     struct dsl_device *d = t->dev;
     const struct dsl_bucket *b = &t->bk[j];
-    void *p = dsl_mixed_el(t, t->params, b->lo + b->poff);
+    void *p = dsl_mixed_el(t, t->params, t->o.zero_stage == 3 ? b->soff : b->lo + b->poff);
     float *m = t->m ? t->m + b->soff : NULL, *v = t->v ? t->v + b->soff : NULL;
     int r;
     if (t->gtype == DSL_FLOAT32)
@@ -136,14 +136,23 @@ int dsl_mixed_load(struct dsl_trainer *t, const float *full)
 {
     struct dsl_device *d = t->dev;
     int r;
-    if (t->gtype == DSL_FLOAT32)
+    if (t->gtype == DSL_FLOAT32 && t->o.zero_stage < 3)
         return d->ops->copy(d, t->params, full, t->P * sizeof(float), DSL_COPY_D2D);
     for (size_t j = 0; j < t->nbk; j++) {
         const struct dsl_bucket *b = &t->bk[j];
-        if ((r = d->ops->copy(d, t->master + b->soff, full + b->lo + b->poff,
-                              b->plen * sizeof(float), DSL_COPY_D2D)) < 0)
+        if ((r = d->ops->copy(d, t->gtype == DSL_FLOAT32 ? (float *)t->params + b->soff
+                                                         : t->master + b->soff,
+                              full + b->lo + b->poff, b->plen * sizeof(float),
+                              DSL_COPY_D2D)) < 0)
+            return r;
+        /* stage 3: the 16-bit rounding of this rank's piece only */
+        if (t->gtype != DSL_FLOAT32 && t->o.zero_stage == 3 &&
+            (r = d->ops->to_half(d, t->gtype, dsl_mixed_el(t, t->params, b->soff),
+                                 full + b->lo + b->poff, b->plen)) < 0)
             return r;
     }
+    if (t->o.zero_stage == 3)
+        return 0;
     return d->ops->to_half(d, t->gtype, t->params, full, t->P);
 }
 
@@ -183,6 +192,7 @@ double dsl_zero_state_formula(int stage, size_t P, int N, size_t spp, size_t hsz
     switch (stage) {
     case 0: return (2.0 * h + opt) * p;
     case 1: return 2.0 * h * p + opt * p / n;
-    default: return h * p + (h + opt) * p / n;
+    case 2: return h * p + (h + opt) * p / n;
+    default: return (2.0 * h + opt) * p / n;
     }
 }

@@ -51,7 +51,10 @@ int dsl_mixed_optim(struct dsl_trainer *t, size_t j, enum dsl_dtype gty, void *g
                     uint64_t step, float ga, float gscale);
 /** Set the parameters from a full fp32 vector in device memory (P floats): fp32 copies
  *  it into t->params; mixed precision copies this rank's pieces into t->master and
- *  rounds all of it into t->params (so every rank holds the same 16-bit copy). */
+ *  rounds all of it into t->params (so every rank holds the same 16-bit copy). At
+ *  stage 3, where t->params is the rank's shard, only this rank's pieces go in (fp32
+ *  or their 16-bit rounding); the caller marks the gathered layers stale
+ *  (dsl_z3_invalidate). */
 int dsl_mixed_load(struct dsl_trainer *t, const float *full);
 /** Check that the model, the device and opts agree on the element type; fill t->gtype
  *  and t->esz. 0 or DSL_ECONFIG / DSL_ENOTSUP with err set. */

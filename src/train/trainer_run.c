@@ -36,10 +36,10 @@
 
 int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
 {
-    enum { NV = 7 };
+    enum { NV = 8 };
     const struct dsl_mem_report *m = &t->mem;
-    uint64_t mine[NV] = {m->params, m->grads,       m->optim,
-                         m->buckets, m->accum, m->shard_elems, m->padding_elems};
+    uint64_t mine[NV] = {m->params, m->grads,       m->optim,         m->buckets,
+                         m->accum,  m->shard_elems, m->padding_elems, m->gathered};
     size_t W = (size_t)t->world;
     int32_t *all = calloc(2 * NV * W, sizeof(int32_t));
     if (!all)
@@ -58,32 +58,36 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err)
         double f = dsl_zero_state_formula(t->o.zero_stage, t->P, t->world,
                                           dsl_optim_state_per_param(&t->o.optim), t->esz);
         printf("%s: model %zu params, ZeRO stage %d, %d ranks, %zu buckets; %s model-state "
-               "formula %.0f bytes + buckets + accumulation\n",
+               "formula %.0f bytes + buckets + accumulation%s\n",
                "dstrain", t->P, t->o.zero_stage, t->world, t->nbk,
                t->gtype == DSL_FLOAT16    ? "fp16 with fp32 master weights"
                : t->gtype == DSL_BFLOAT16 ? "bf16 with fp32 master weights"
                                           : "fp32",
-               f);
+               f, t->o.zero_stage == 3 ? " + gathered layers" : "");
         for (size_t k = 0; k < W; k++) {
             uint64_t v[NV];
             for (int i = 0; i < NV; i++)
                 v[i] = (uint64_t)(uint32_t)all[k * 2 * NV + 2 * (size_t)i] << 32 |
                        (uint32_t)all[k * 2 * NV + 2 * (size_t)i + 1];
-            uint64_t tot = v[0] + v[1] + v[2] + v[3] + v[4];
+            uint64_t tot = v[0] + v[1] + v[2] + v[3] + v[4] + v[7];
+            char gath[48] = "";
+            if (t->o.zero_stage == 3)
+                snprintf(gath, sizeof(gath), " gathered %" PRIu64, v[7]);
             printf("dstrain: rank %zu model-state bytes %" PRIu64 " (params %" PRIu64
                    " grads %" PRIu64 " optimizer %" PRIu64 " buckets %" PRIu64
-                   " accumulation %" PRIu64 "; shard %" PRIu64 " elements, padding %" PRIu64
+                   " accumulation %" PRIu64 "%s; shard %" PRIu64 " elements, padding %" PRIu64
                    ")\n",
-                   k, tot, v[0], v[1], v[2], v[3], v[4], v[5], v[6]);
+                   k, tot, v[0], v[1], v[2], v[3], v[4], gath, v[5], v[6]);
             if (metrics)
                 fprintf(metrics,
                         "{\"type\":\"memory\",\"rank\":%zu,\"stage\":%d,\"world\":%d,"
                         "\"nparams\":%zu,\"total\":%" PRIu64 ",\"params\":%" PRIu64
                         ",\"grads\":%" PRIu64 ",\"optimizer\":%" PRIu64
                         ",\"buckets\":%" PRIu64 ",\"accumulation\":%" PRIu64
-                        ",\"shard_elems\":%" PRIu64 ",\"padding_elems\":%" PRIu64 "}\n",
+                        ",\"shard_elems\":%" PRIu64 ",\"padding_elems\":%" PRIu64
+                        ",\"gathered\":%" PRIu64 "}\n",
                         k, t->o.zero_stage, t->world, t->P, tot, v[0], v[1], v[2], v[3],
-                        v[4], v[5], v[6]);
+                        v[4], v[5], v[6], v[7]);
         }
         fflush(stdout);
     }

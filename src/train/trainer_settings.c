@@ -391,14 +391,27 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
         dsl_warn("dstrain.deterministic is ignored on the GPU: nccl's summation order is "
                  "not under dstrain's control, so the run is not bit-identical across world "
                  "sizes and stages");
-    if (c->zero.stage > 2)
-        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
+    if (c->zero.stage > 3)
+        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           c->zero.stage);
+    /* stage 3 runs the MLP on the CPU so far: say what is missing, never run stage 2 */
+    if (c->zero.stage == 3 && (gpu || gpt_model))
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "'zero_optimization.stage' 3 is not implemented %s yet (it runs the "
+                          "MLP on the CPU): use stage 0, 1 or 2",
+                          gpu ? "on the GPU" : "for the GPT ('dstrain.model.type' \"gpt\")");
+    if (c->zero.stage == 3 && rank == 0 && c->dstrain.checkpoint_dir)
+        dsl_warn("ZeRO stage 3: checkpoints still gather the whole model and optimizer "
+                 "state on every rank to save them (the per-rank save without a gather is "
+                 "not implemented yet); they resume at any stage and world size");
 
     struct dsl_trainer_opts *to = &s->to;
     to->micro_batch = (size_t)c->train_micro_batch_size_per_gpu;
     to->grad_accum = (size_t)c->gradient_accumulation_steps;
     to->zero_stage = c->zero.stage;
+    to->z3_prefetch = (size_t)c->zero.stage3_prefetch_bucket_size;
+    to->z3_max_live = (size_t)c->zero.stage3_max_live_parameters;
+    to->z3_persist = (size_t)c->zero.stage3_param_persistence_threshold;
     to->bucket_elems = (size_t)c->zero.reduce_bucket_size;
     to->overlap_comm = c->zero.overlap_comm;
     to->deterministic = gpu ? 0 : c->dstrain.deterministic < 0 ? 1 : c->dstrain.deterministic;

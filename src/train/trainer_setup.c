@@ -75,7 +75,9 @@ static void build_buckets(struct dsl_trainer *t)
     t->seg_bucket = dsl_xcalloc(m->nsegs, sizeof(size_t));
     size_t nb = 0, len = 0, first = 0;
     for (size_t i = 0; i < m->nsegs; i++) {
-        if (len && B && len + m->segs[i].len > B) {
+        /* stage 3 gathers a layer as a run of whole buckets: cut at every layer */
+        int cut = t->o.zero_stage == 3 && i > 0 && m->segs[i].layer != m->segs[i - 1].layer;
+        if (len && ((B && len + m->segs[i].len > B) || cut)) {
             t->bk[nb++] = (struct dsl_bucket){.lo = m->segs[i - 1].off, .len = len,
                                               .seg_first = first, .seg_last = i - 1};
             len = 0;
@@ -166,9 +168,14 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if (!dsl_fixedsum_fits(t->world)) /* the gradient norm's exact limb sums */
         return dsl_seterr(err, DSL_ECONFIG, "%d ranks: the gradient norm's exact sums "
                           "allow at most %d", t->world, DSL_FIXEDSUM_MAX_RANKS);
-    if (o->zero_stage < 0 || o->zero_stage > 2)
-        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1 or 2)",
+    if (o->zero_stage < 0 || o->zero_stage > 3)
+        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           o->zero_stage);
+    if (o->zero_stage == 3 && (!d->host_memory || !model->ops->evaluate_src))
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "ZeRO stage 3 is not implemented %s yet (it runs the MLP on the "
+                          "CPU): use stage 0, 1 or 2",
+                          !d->host_memory ? "on the GPU" : "for this model");
     if (!o->micro_batch || !o->grad_accum || o->micro_batch > model->max_batch)
         return dsl_seterr(err, DSL_ECONFIG, "bad micro batch %zu / accumulation %zu",
                           o->micro_batch, o->grad_accum);
@@ -182,7 +189,8 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     size_t maxb = 0;
     for (size_t j = 0; j < t->nbk; j++)
         maxb = t->bk[j].len > maxb ? t->bk[j].len : maxb;
-    t->params = comm_elems(t, t->P, &fail, &r->params);
+    /* stage 3: only this rank's shard of the parameters (trainer_zero3.c) */
+    t->params = comm_elems(t, o->zero_stage == 3 ? t->S : t->P, &fail, &r->params);
     if (o->zero_stage < 2) {
         t->grads = comm_elems(t, t->P, &fail, &r->grads);
     } else {
@@ -264,15 +272,20 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         dsl_trainer_release(t);
         return rr;
     }
-    r->total = r->params + r->grads + r->optim + r->buckets + r->accum;
+    if (o->zero_stage == 3 && (fail = dsl_z3_setup(t, err)) < 0) {
+        int rr = fail;
+        dsl_trainer_release(t);
+        return rr;
+    }
+    r->total = r->params + r->grads + r->optim + r->buckets + r->accum + r->gathered;
     r->shard_elems = t->S;
     r->nbuckets = t->nbk;
-    r->max_bucket = t->o.zero_stage == 2 ? maxb : 0;
+    r->max_bucket = t->o.zero_stage >= 2 ? maxb : 0;
     for (size_t j = 0; j < t->nbk && o->zero_stage > 0; j++)
         r->padding_elems += dsl_shard_size(t->bk[j].len, t->world) * (size_t)t->world -
                             t->bk[j].len;
     int ri;
-    if (t->gtype == DSL_FLOAT32) {
+    if (t->gtype == DSL_FLOAT32 && o->zero_stage < 3) {
         ri = model->ops->init_params(model, t->params, o->seed);
     } else {
         /* fp32 initial values through a temporary buffer into master and 16-bit copy */
@@ -300,6 +313,7 @@ void dsl_trainer_release(struct dsl_trainer *t)
             (void)dsl_comm_wait(t->comm, t->bk[j].req);
     if (t->comm && t->stats_issued)
         (void)dsl_comm_wait(t->comm, t->stats_req);
+    dsl_z3_release(t);
     comm_buf_free(t, d, t->params);
     comm_buf_free(t, d, t->grads);
     d->ops->free(d, t->gshard);

@@ -131,6 +131,11 @@ int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err)
             return state_fail(t, r, "parameter gather", err);
         return 0;
     }
+    if (t->o.zero_stage == 3) { /* fp32 shard on the host: gathered bucket by bucket */
+        if ((r = gather_vec(t, t->params, host, NULL)) < 0)
+            return state_fail(t, r, "parameter gather", err);
+        return 0;
+    }
     if ((r = d->ops->copy(d, host, t->params, t->P * sizeof(float), DSL_COPY_D2H)) < 0)
         return state_fail(t, r, "copying the parameters", err);
     return 0;
@@ -142,9 +147,10 @@ int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char 
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
-    if (t->master) {
+    if (t->master || t->o.zero_stage == 3) {
         if (d->host_memory) { /* the host vector is the device's memory */
-            if ((r = dsl_mixed_load(t, host)) < 0)
+            if ((r = dsl_mixed_load(t, host)) < 0 ||
+                (t->o.zero_stage == 3 && (r = dsl_z3_invalidate(t)) < 0))
                 return state_fail(t, r, "loading the parameters", err);
             return 0;
         }

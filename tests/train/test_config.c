@@ -137,10 +137,11 @@ static const struct {
     {"{\"train_batch_size\": 8} x", "t.json:1:25: unexpected text after the JSON value"},
     {"[1, 2]", "t.json: expected a JSON object at the top level"},
     {"", "t.json:1:1: invalid JSON"},
-    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3}}",
-     "t.json:1:47: ZeRO stage 3 is not supported yet"},
     {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 7}}",
-     "'zero_optimization.stage' must be 0, 1 or 2, got 7"},
+     "'zero_optimization.stage' must be 0, 1, 2 or 3, got 7"},
+    {"{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+     "\"stage3_max_live_parameters\": 0}}",
+     "'zero_optimization.stage3_max_live_parameters' out of range: allowed 1..9007199254740992"},
     {"{\"train_batch_size\": 8, \"zero_optimization\": 2}",
      "expected an object for 'zero_optimization', got a number"},
     {"{\"train_batch_size\": 8, \"zero_optimization\": {\"overlap_comm\": 1}}",
@@ -518,8 +519,17 @@ TEST(command_line_overrides_should_reuse_the_same_checks)
     ASSERT_EQ(cfg.dstrain.eval_iters, 20);
     ASSERT_EQ(dsl_train_config_set(&cfg, "optimizer.params.lr", "fast", err), DSL_ECONFIG);
     ASSERT_STR_EQ(err, "command line: expected a number for 'optimizer.params.lr', got a string");
-    ASSERT_EQ(dsl_train_config_set(&cfg, "zero_optimization.stage", "3", err), DSL_ECONFIG);
-    ASSERT_CONTAINS(err, "ZeRO stage 3 is not supported yet");
+    /* stage 3 and its keys (DeepSpeed's names and defaults) */
+    ASSERT_EQ(cfg.zero.stage3_prefetch_bucket_size, 50000000);
+    ASSERT_EQ(cfg.zero.stage3_max_live_parameters, 1000000000);
+    ASSERT_EQ(cfg.zero.stage3_param_persistence_threshold, 100000);
+    ASSERT_EQ(cfg.zero.stage3_gather_16bit_weights_on_model_save, 0);
+    ASSERT_OK(dsl_train_config_set(&cfg, "zero_optimization.stage", "3", err));
+    ASSERT_EQ(cfg.zero.stage, 3);
+    ASSERT_OK(dsl_train_config_set(&cfg, "zero_optimization.stage3_param_persistence_threshold",
+                                   "0", err));
+    ASSERT_EQ(cfg.zero.stage3_param_persistence_threshold, 0);
+    ASSERT_OK(dsl_train_config_set(&cfg, "zero_optimization.stage", "0", err));
     ASSERT_EQ(dsl_train_config_set(&cfg, "dstrain.nope", "1", err), DSL_ECONFIG);
     ASSERT_STR_EQ(err, "command line: unknown config key 'dstrain.nope'");
     /* finish after overrides, and again after more: resolves from the given values */

@@ -212,6 +212,30 @@ TEST(cpu_or_gpu_should_be_decided_once_and_kept)
     dsl_train_settings_release(&s);
 }
 
+/* stage 3 runs the MLP on the CPU so far: the GPT is refused, naming what is missing,
+ * rather than run at another stage */
+TEST(stage_three_should_be_refused_for_the_gpt_by_name)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *mlp[] = {"--backend", "tcp", "--micro-batch", "8", "--zero-stage", "3", NULL};
+    ASSERT_OK(parse_words(&s, err, mlp));
+    ASSERT_OK(dsl_train_settings_verify(&s, 0, 1, err));
+    ASSERT_EQ(s.to.zero_stage, 3);
+    ASSERT_EQ(s.to.z3_persist, 100000);
+    dsl_train_settings_release(&s);
+    const char *gpt[] = {"--backend", "tcp", "--micro-batch", "8", "--zero-stage", "3",
+                         "--model", "gpt", "--data", "text", NULL};
+    ASSERT_OK(parse_words(&s, err, gpt));
+    int r = dsl_train_settings_verify(&s, 0, 1, err);
+    if (r != DSL_ENOTSUP)
+        fprintf(stderr, "%d: %s\n", r, err);
+    ASSERT_EQ(r, DSL_ENOTSUP);
+    ASSERT_CONTAINS(err, "not implemented for the GPT");
+    ASSERT_CONTAINS(err, "use stage 0, 1 or 2");
+    dsl_train_settings_release(&s);
+}
+
 int main(int argc, char **argv)
 {
     return RUN_TESTS(argc, argv);

@@ -81,6 +81,17 @@ struct dsl_grad_sink {
      *  the first dest(), so the trainer can start reducing them while backward runs. A
      *  model that never calls it still fills st. */
     void (*loss)(void *ctx, const struct dsl_model_stats *st);
+    /** ZeRO stage 3 (NULL otherwise; only a model whose ops have evaluate_src takes
+     *  it): the params pointer the model was passed is then not read. Before forward
+     *  reads layer l's parameters (the flat range of the segments whose .layer is l),
+     *  and again before backward reads them, the model calls layer(ctx, l, next),
+     *  which returns that range whole (element 0 is the layer's lowest offset), valid
+     *  until unlayer(ctx, l); next is the layer it will ask for after this one (-1:
+     *  none this pass), so the source can fetch it while l computes. A model holds at
+     *  most one layer at a time. On a failure layer() returns a readable range of
+     *  zeros and records the error with its owner, who reports it after the pass. */
+    const float *(*layer)(void *ctx, int l, int next);
+    void (*unlayer)(void *ctx, int l);
 };
 
 /** Loss statistics of one forward pass. */
@@ -143,6 +154,12 @@ struct dsl_model_ops {
     /** Forward only (evaluation); stats as above. */
     int (*evaluate)(struct dsl_model *m, const float *params, const float *x,
                     const int32_t *y, size_t n, struct dsl_model_stats *st);
+    /** Forward only with the parameters from src's layer()/unlayer() (ZeRO stage 3,
+     *  see dsl_grad_sink); NULL: the model cannot take its parameters a layer at a
+     *  time, and the trainer refuses stage 3 for it. */
+    int (*evaluate_src)(struct dsl_model *m, const struct dsl_grad_sink *src,
+                        const float *x, const int32_t *y, size_t n,
+                        struct dsl_model_stats *st);
     void (*release)(struct dsl_model *m);
 };
 

@@ -63,12 +63,17 @@ struct dsl_fp16_config {
 };
 
 struct dsl_zero_config {
-    int stage;                   /* 0, 1, 2 (3: error); default 0 */
+    int stage;                   /* 0, 1, 2, 3 (3: the CPU MLP only); default 0 */
     uint64_t reduce_bucket_size; /* elements; default 500000000 */
     uint64_t allgather_bucket_size; /* elements; default 500000000 */
     int overlap_comm;            /* default 0 */
     int contiguous_gradients;    /* default 1 */
     int reduce_scatter;          /* default 1 */
+    /* stage 3, in elements (DeepSpeed's defaults) */
+    uint64_t stage3_prefetch_bucket_size;        /* default 50000000; 0: no prefetch */
+    uint64_t stage3_max_live_parameters;         /* default 1000000000 */
+    uint64_t stage3_param_persistence_threshold; /* default 100000 */
+    int stage3_gather_16bit_weights_on_model_save; /* default 0 */
 };
 
 enum dsl_precision {

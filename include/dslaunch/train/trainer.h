@@ -1,6 +1,6 @@
 /*
  * The data-parallel trainer: one optimizer step = forward/backward over this rank's
- * micro batches, gradient reduction (ZeRO stage 0, 1 or 2), optional clipping, the
+ * micro batches, gradient reduction (ZeRO stage 0, 1, 2 or 3), optional clipping, the
  * optimizer on this rank's shard and (stages 1/2) an all-gather of the parameters.
  *
  * Ownership of the flat model state (P parameters, N ranks, S = this rank's shard):
@@ -8,6 +8,13 @@
  *   stage 1: params P, grads P, optimizer state S             (8P + 8S bytes)
  *   stage 2: params P, reduced grads S, optimizer state S, plus one (two with
  *            overlap_comm) bucket staging buffers             (4P + 12S + buckets)
+ *   stage 3: params S (in shard order), grads S, optimizer state S, the staging
+ *            buffers of stage 2, and the gathered layers: two windows of the largest
+ *            layer (one without prefetch) plus whole copies of the layers under the
+ *            persistence threshold (16S + buckets + gathered; trainer_zero3.c). The
+ *            model gets each layer whole through the sink's layer() (model.h); the
+ *            CPU MLP only, for now (a GPU device or a model without evaluate_src is
+ *            refused at init).
  * Stages 1/2 all-gather the parameters bucket by bucket in forward order right after
  * each bucket's optimizer update and do not wait: the next forward waits for each
  * layer's buckets just before using them (model.h's need()).
@@ -84,7 +91,12 @@ typedef float (*dsl_lr_fn)(void *ctx, uint64_t step);
 struct dsl_trainer_opts {
     size_t micro_batch;   /* train_micro_batch_size_per_gpu */
     size_t grad_accum;    /* gradient_accumulation_steps */
-    int zero_stage;       /* 0, 1, 2 */
+    int zero_stage;       /* 0, 1, 2, 3 */
+    /* stage 3 (DeepSpeed's stage3_* keys, in elements): a layer of at most
+     * z3_persist parameters is kept whole on every rank; the next layer is fetched
+     * while one computes when z3_prefetch > 0 and two layers fit in z3_max_live,
+     * else one at a time (one layer over z3_max_live: dsl_trainer_init refuses) */
+    size_t z3_prefetch, z3_max_live, z3_persist;
     size_t bucket_elems;  /* reduce_bucket_size (elements) */
     int overlap_comm;     /* issue reductions during backward */
     int deterministic;    /* canonical summation order */
@@ -115,8 +127,18 @@ struct dsl_bucket {
                                    and its update is left to the next forward */
 };
 
+/* ZeRO stage 3: one model layer (the flat range of its segments) and the buckets
+ * that hold it (bucket boundaries fall on layer boundaries at stage 3) */
+struct dsl_z3_layer {
+    size_t lo, len;
+    size_t bfirst, blast; /* buckets [bfirst, blast] (backward order) */
+    void *keep;           /* a persistent layer's whole copy (z3_persist), else NULL */
+    int fresh;            /* keep holds this step's values */
+};
+
 struct dsl_mem_report {
     uint64_t params, grads, optim, buckets, accum, total;
+    uint64_t gathered; /* stage 3: the gathered layers' windows and persistent layers */
     size_t shard_elems, padding_elems, nbuckets, max_bucket;
 };
 
@@ -151,7 +173,7 @@ struct dsl_trainer {
     /* params, grads, gshard, staging and acc hold elements of gtype (esz bytes) */
     enum dsl_dtype gtype; /* DSL_FLOAT32, or the 16-bit type of mixed precision */
     size_t esz;
-    void *params;      /* P */
+    void *params;      /* P; at stage 3 this rank's S elements, in shard order */
     void *grads;       /* P (stages 0, 1) or NULL */
     void *gshard;      /* S (stage 2) or NULL */
     void *staging[2];  /* stage 2 bucket buffers */
@@ -180,6 +202,13 @@ struct dsl_trainer {
      * the step's one host synchronisation */
     void *dscal, *hscal;
     size_t scal_bytes, off_max, off_sum, off_limb;
+
+    /* stage 3 (trainer_zero3.c): the layers, and two windows of the largest one whose
+     * contents (win_layer, -1: none) stay valid until the next optimizer step */
+    struct dsl_z3_layer *zl;
+    size_t nzl, win_elems;
+    void *win[2];
+    int win_layer[2], win_req[2], win_held[2], nwin;
 
     int *gq;            /* all-gather requests of the last step, in issue order */
     size_t *gb;         /* ... and their buckets */
@@ -342,5 +371,19 @@ int dsl_trainer_report_memory(struct dsl_trainer *t, FILE *metrics, char *err);
  * Defined with the trainer's mixed-precision code (trainer_mixed.c).
  */
 double dsl_zero_state_formula(int stage, size_t P, int N, size_t spp, size_t hsz);
+
+/* ---- ZeRO stage 3's gathered layers (trainer_zero3.c) ------------------------------ */
+
+/** Lay out the layers and allocate the windows and persistent copies (counted into
+ *  t->mem.gathered); called by dsl_trainer_init after the buckets. 0 or a negative
+ *  code with err set. */
+int dsl_z3_setup(struct dsl_trainer *t, char *err);
+void dsl_z3_release(struct dsl_trainer *t);
+/** The sink's layer()/unlayer() (model.h) on a trainer */
+const float *dsl_z3_layer(void *ctx, int l, int next);
+void dsl_z3_unlayer(void *ctx, int l);
+/** The parameters changed (optimizer step, load): every gathered copy is stale. Waits
+ *  for gathers still in flight; 0 or a negative code. */
+int dsl_z3_invalidate(struct dsl_trainer *t);
 
 #endif

@@ -74,8 +74,16 @@ cli)
     "$DSTRAIN" --bogus 2>"$TMP/e1" && fail "--bogus accepted"
     [ $? -eq 2 ] || fail "--bogus: exit status not 2"
     grep -q "unknown option '--bogus'" "$TMP/e1" || fail "no message for --bogus"
-    "$DSTRAIN" $TINY --zero-stage 3 2>"$TMP/e2" && fail "stage 3 accepted"
-    grep -qi "stage" "$TMP/e2" || fail "no message for stage 3"
+    # stage 3 runs the MLP on the CPU: the GPT is refused by name, not run at stage 2,
+    # and so is a layer that stage3_max_live_parameters cannot hold
+    "$DSTRAIN" --backend tcp $TINY --zero-stage 3 --model gpt --data text \
+        --data-path "$TMP/nothing" 2>"$TMP/e2" && fail "stage 3 accepted for the GPT"
+    grep -q "'zero_optimization.stage' 3 is not implemented for the GPT" "$TMP/e2" ||
+        fail "no message for stage 3 with the GPT: $(cat "$TMP/e2")"
+    "$DSTRAIN" --backend tcp $TINY --zero-stage 3 --param-persistence-threshold 0 \
+        --max-live-parameters 100 2>"$TMP/e6" && fail "a layer over max_live accepted"
+    grep -q "stage3_max_live_parameters' is 100 but layer 0 has 800 parameters" "$TMP/e6" ||
+        fail "no message for max_live: $(cat "$TMP/e6")"
     "$DSTRAIN" $TINY --steps 1 --local_rank=3 >/dev/null 2>&1 || fail "--local_rank=3 rejected"
     # a size of the other model is named as unused rather than silently dropped
     "$DSTRAIN" $TINY --steps 1 --layers 3 >/dev/null 2>"$TMP/e5" || fail "--layers on the MLP: $(cat "$TMP/e5")"
@@ -124,13 +132,24 @@ names)
         fail "--config with a quote and a backslash: $(cat "$TMP/o.n")"
     ;;
 stages)
-    # ZeRO stages 0, 1, 2 (with and without overlap) give identical parameters
-    for v in "0 false" "0 true" "1 false" "1 true" "2 false" "2 true"; do
+    # ZeRO stages 0, 1, 2, 3 (with and without overlap) give identical parameters;
+    # stage 3 here gathers every layer (persistence threshold 0)
+    Z3="--param-persistence-threshold 0"
+    for v in "0 false" "0 true" "1 false" "1 true" "2 false" "2 true" "3 false" "3 true"; do
         set -- $v
-        train_ok 2 "s$1o$2" $TINY --zero-stage "$1" --overlap-comm "$2" \
+        train_ok 2 "s$1o$2" $TINY --zero-stage "$1" --overlap-comm "$2" $Z3 \
             --save-params "$TMP/p.s$1o$2"
         cmp -s "$TMP/p.s0ofalse" "$TMP/p.s$1o$2" ||
             fail "stage $1 overlap $2 differs from stage 0"
+    done
+    # stage 3 keeping its small layers whole (its default threshold, 100000: all of
+    # TINY; 600: the first layer gathered, the others whole), or gathering one layer
+    # at a time (no prefetch)
+    for v in "100000" "600" "0 --prefetch-bucket-size 0"; do
+        set -- $v
+        train_ok 2 s3 $TINY --zero-stage 3 --overlap-comm true \
+            --param-persistence-threshold "$@" --save-params "$TMP/p.s3"
+        cmp -s "$TMP/p.s0ofalse" "$TMP/p.s3" || fail "stage 3 with threshold $* differs"
     done
     # world 4 has one micro step per rank: stage 0 with overlap streams its optimizer
     # and leaves the last buckets' updates to the next forward, evaluation and the end
@@ -142,8 +161,9 @@ worlds)
     # deterministic mode: worlds 1, 2, 4 (and each stage at world 4) are bit-identical
     train_ok 1 w1 $TINY --save-params "$TMP/p.w1"
     for n in 2 4; do
-        for st in 0 2; do
-            train_ok "$n" "w$n.$st" $TINY --zero-stage "$st" --save-params "$TMP/p.w$n.$st"
+        for st in 0 2 3; do
+            train_ok "$n" "w$n.$st" $TINY --zero-stage "$st" --save-params "$TMP/p.w$n.$st" \
+                --param-persistence-threshold 0
             cmp -s "$TMP/p.w1" "$TMP/p.w$n.$st" ||
                 fail "world $n stage $st differs from world 1"
         done
@@ -157,14 +177,19 @@ worlds)
     cmp -s "$TMP/p.w1" "$TMP/p.c1" && fail "clipping at 0.05 changed nothing"
     train_ok 4 c4 $TINY --gradient-clipping 0.05 --zero-stage 2 --save-params "$TMP/p.c4"
     cmp -s "$TMP/p.c1" "$TMP/p.c4" || fail "world 4 stage 2 with clipping differs from world 1"
+    train_ok 4 c43 $TINY --gradient-clipping 0.05 --zero-stage 3 --save-params "$TMP/p.c43" \
+        --param-persistence-threshold 0
+    cmp -s "$TMP/p.c1" "$TMP/p.c43" || fail "world 4 stage 3 with clipping differs from world 1"
     ;;
 memory)
     # reported model-state bytes equal the ZeRO formula (fp32 CPU, Adam)
-    for st in 0 1 2; do
+    for st in 0 1 2 3; do
         # micro batch 16: no accumulation buffers at world 2; buckets of 200 KB, so
-        # the comm's small-message path is not the only one
+        # the comm's small-message path is not the only one; stage 3 gathers every
+        # layer (persistence threshold 0)
         train_ok 2 "m$st" $TINY --micro-batch 16 --zero-stage "$st" --steps 2 \
-            --synthetic-dim 128 --hidden 256,256 --bucket-size 50000
+            --synthetic-dim 128 --hidden 256,256 --bucket-size 50000 \
+            --param-persistence-threshold 0
         P=$(params_of "$TMP/m$st.0.out")
         [ -n "$P" ] || fail "no parameter count in the output"
         # bytes sent per step: 2(N-1)/N x 4P for all-reduce, and for reduce-scatter +
@@ -180,6 +205,12 @@ memory)
             0) want=$((16 * P)) ;;
             1) want=$((8 * P + 8 * S)) ;;
             2) want=$((4 * P + 12 * S + B)) ;;
+            3) # 16 bytes per shard element, the staging buckets, and two windows of
+               # the largest layer (256 x 256 + 256 = 65792 parameters), prefetched
+               gath=$(grep "rank $r model-state bytes" "$TMP/m3.0.out" |
+                   sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+               [ "$gath" = $((2 * 65792 * 4)) ] || fail "stage 3 rank $r: gathered '$gath'"
+               want=$((16 * S + B + gath)) ;;
             esac
             [ "$tot" -eq "$want" ] || fail "stage $st rank $r: $tot bytes, formula $want"
             # the shard is P/N up to one element of padding per bucket
@@ -190,6 +221,17 @@ memory)
             fi
         done
     done
+    # the printed formula at stage 3 is 16P/N; with the default threshold (100000)
+    # every layer of this model is kept whole, and the windows are gone
+    f=$(sed -n 's/.*fp32 model-state formula \([0-9]*\) bytes.*/\1/p' "$TMP/m3.0.out")
+    [ "$f" = $((16 * P / 2)) ] || fail "stage 3: formula '$f', expected $((16 * P / 2))"
+    train_ok 2 m3p $TINY --micro-batch 16 --zero-stage 3 --steps 2 \
+        --synthetic-dim 128 --hidden 256,256 --bucket-size 50000
+    model_state "$TMP/m3p.0.out" 0
+    gath=$(grep "rank 0 model-state bytes" "$TMP/m3p.0.out" |
+        sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+    [ "$gath" = $((4 * P)) ] || fail "stage 3 persistent: gathered '$gath', expected $((4 * P))"
+    [ "$tot" -eq $((16 * S + B + gath)) ] || fail "stage 3 persistent: $tot bytes"
     ;;
 accum)
     # outside deterministic mode stages 0/1 sum the micro steps locally and reduce once
@@ -270,6 +312,21 @@ resume)
     train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to2"
     cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
+    # stage 3: resumed at stage 3 and the same world, at stages 0 and 2 on other worlds,
+    # and the world-4 stage-1 checkpoint at stage 3 on world 2: all bit for bit
+    Z3="--zero-stage 3 --param-persistence-threshold 0"
+    train_ok 2 z3half $TINY $Z3 --steps 6 --checkpoint-dir "$TMP/ck3"
+    for v in "2 z3rest $Z3" "4 z3to2 --zero-stage 2" "1 z3to0 --zero-stage 0"; do
+        set -- $v
+        n=$1 tag=$2
+        shift 2
+        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/ck3" --resume global_step6 \
+            --save-params "$TMP/p.$tag"
+        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "stage-3 checkpoint resumed ($tag) differs"
+    done
+    train_ok 2 w4to3 $TINY $Z3 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
+        --save-params "$TMP/p.w4to3"
+    cmp -s "$TMP/p.full" "$TMP/p.w4to3" || fail "world-4 stage-1 checkpoint resumed at stage 3 differs"
     # a checkpoint without checksums (its SHA-256 members blanked out) is refused on
     # every rank; with --allow-unverified-checkpoint it resumes at another world size,
     # bit for bit, with a warning (tests/train/ckpt_integrity.sh has the rest)
@@ -476,9 +533,10 @@ half)
     grep -q "bf16 parameters and gradients, fp32 arithmetic and master weights" \
         "$TMP/h1.0.err" || fail "no cpu_half warning"
     grep -q "bf16 with fp32 master weights" "$TMP/h1.0.out" || fail "not the bf16 path"
-    for v in "2 0" "2 1" "2 2" "4 0" "4 2"; do
+    for v in "2 0" "2 1" "2 2" "4 0" "4 2" "2 3" "4 3"; do
         set -- $v
-        train_ok "$1" "h$1s$2" $HALF --zero-stage "$2" --save-params "$TMP/p.h$1s$2"
+        train_ok "$1" "h$1s$2" $HALF --zero-stage "$2" --save-params "$TMP/p.h$1s$2" \
+            --param-persistence-threshold 0
         cmp -s "$TMP/p.h1" "$TMP/p.h$1s$2" || fail "bf16 world $1 stage $2 differs from world 1"
     done
     # the fp32 run is another one: the 16-bit path must change the result
@@ -490,13 +548,16 @@ half)
         sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' | awk '{s+=$1} END {print s/NR}')
     echo "# bf16 loss first 3 steps $first, last 3 steps $last"
     awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.95 * a)}' || fail "loss did not fall"
+    # (evaluation only at the end: stage 3's next forward would reuse the layers an
+    # evaluation left gathered, and send less than the step's usual bytes)
     # model-state bytes: 2P params, 2P grads (2S at stage 2, plus bf16 buckets), and
     # 12 bytes of fp32 master + Adam m + v per shard element; and half the bytes sent:
     # 2(N-1)/N x 2P at world 2, against 4P in fp32 (plus the per-step loss reduction
     # and padding)
-    for st in 0 1 2; do
+    for st in 0 1 2 3; do
         MEM="$TINY --config $TMP/bf16.json --micro-batch 16 --zero-stage $st --steps 8
-             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000"
+             --synthetic-dim 128 --hidden 256,256 --bucket-size 50000
+             --param-persistence-threshold 0 --eval-interval 0"
         train_ok 2 "hm$st" $MEM --cpu-half
         train_ok 2 "fm$st" $MEM
         P=$(params_of "$TMP/hm$st.0.out")
@@ -507,6 +568,12 @@ half)
             0) want=$((16 * P)) ;;
             1) want=$((4 * P + 12 * S)) ;;
             2) want=$((2 * P + 14 * S + B)) ;;
+            3) # (2 + 2 + 12) per shard element, bf16 buckets, and two bf16 windows of
+               # the largest layer (65792 parameters)
+               gath=$(grep "rank $r model-state bytes" "$TMP/hm3.0.out" |
+                   sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+               [ "$gath" = $((2 * 65792 * 2)) ] || fail "bf16 stage 3 rank $r: gathered '$gath'"
+               want=$((16 * S + B + gath)) ;;
             esac
             [ "$tot" -eq "$want" ] || fail "bf16 stage $st rank $r: $tot bytes, formula $want"
         done
@@ -516,6 +583,7 @@ half)
         0) fw=$((16 * P)) ;;
         1) fw=$((4 * P + 6 * P)) ;;
         2) fw=$((2 * P + 7 * P)) ;;
+        3) fw=$((8 * P)) ;;
         esac
         [ -n "$f" ] && [ "$f" -eq "$fw" ] || fail "bf16 stage $st: formula '$f', expected $fw"
         bh=$(bytes_per_step "$TMP/hm$st.0.out")
