@@ -15,7 +15,6 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/job/proto.h"
-#include "job/proto_hang.h"
 #include "test.h"
 
 static char *dup_s(const char *s)
