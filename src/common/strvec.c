@@ -111,6 +111,14 @@ const char *dsl_env_get(const struct dsl_strvec *env, const char *key)
     return eq ? eq + 1 : NULL;
 }
 
+const char *dsl_env_lookup(char *const *env, const char *key, size_t keylen)
+{
+    for (; env && *env; env++)
+        if (!strncmp(*env, key, keylen) && (*env)[keylen] == '=')
+            return *env + keylen + 1;
+    return NULL;
+}
+
 int dsl_env_unset(struct dsl_strvec *env, const char *key)
 {
     long i = env_find(env, key);

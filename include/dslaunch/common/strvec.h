@@ -37,5 +37,11 @@ void dsl_env_set(struct dsl_strvec *env, const char *key, const char *value);
 const char *dsl_env_get(const struct dsl_strvec *env, const char *key);
 /** Remove key from env. Returns 1 if it was present. */
 int dsl_env_unset(struct dsl_strvec *env, const char *key);
+/**
+ * The value of the first "K=V" entry whose K is the first keylen bytes of key, in a
+ * NULL-terminated array (environ, a strvec's v; NULL reads as empty), or NULL. Allocates
+ * nothing: a forked child may call it.
+ */
+const char *dsl_env_lookup(char *const *env, const char *key, size_t keylen);
 
 #endif
