@@ -56,14 +56,6 @@ void dsl_strvec_pushv(struct dsl_strvec *sv, const char *const *items)
         dsl_strvec_push(sv, *items);
 }
 
-void dsl_strvec_pop(struct dsl_strvec *sv)
-{
-    if (!sv->nr)
-        return;
-    free(sv->v[--sv->nr]);
-    sv->v[sv->nr] = NULL;
-}
-
 void dsl_strvec_release(struct dsl_strvec *sv)
 {
     if (sv->v != empty_v) {

@@ -476,7 +476,6 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     ro->seed = c->seed;
     ro->metrics_path = c->dstrain.metrics;
     ro->save_on_signal = c->dstrain.save_on_signal;
-    ro->prefix = "dstrain";
     ro->params_out = s->params_out;
     ro->wall_clock_breakdown = c->wall_clock_breakdown;
 

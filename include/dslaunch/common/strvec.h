@@ -23,8 +23,6 @@ const char *dsl_strvec_pushf(struct dsl_strvec *sv, const char *fmt, ...)
 void dsl_strvec_pushv(struct dsl_strvec *sv, const char *const *items);
 /** Take ownership of s (allocated with malloc) and append it. */
 void dsl_strvec_push_nodup(struct dsl_strvec *sv, char *s);
-/** Remove and free the last entry, if any. */
-void dsl_strvec_pop(struct dsl_strvec *sv);
 void dsl_strvec_release(struct dsl_strvec *sv);
 void dsl_strvec_clear(struct dsl_strvec *sv);
 
