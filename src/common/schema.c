@@ -74,7 +74,10 @@ static void encode_row(const struct dsl_schema_row *r, const void *obj, cJSON *o
     case DSL_SK_DOUBLE: cJSON_AddNumberToObject(o, r->name, number_of(r, obj)); break;
     case DSL_SK_STR: {
         const char *s = *CAT(obj, r->off, char *);
-        cJSON_AddStringToObject(o, r->name, s ? s : "");
+        if (!s && (r->flags & DSL_SF_NULLABLE))
+            cJSON_AddNullToObject(o, r->name);
+        else
+            cJSON_AddStringToObject(o, r->name, s ? s : "");
         break;
     }
     case DSL_SK_TEXT: cJSON_AddStringToObject(o, r->name, CAT(obj, r->off, char)); break;
@@ -166,6 +169,8 @@ static int decode_number(const struct dsl_schema_row *r, const cJSON *v, void *o
 
 static int decode_string(const struct dsl_schema_row *r, const cJSON *v, void *obj, char *err)
 {
+    if (cJSON_IsNull(v) && r->kind == DSL_SK_STR && (r->flags & DSL_SF_NULLABLE))
+        return 0; /* stays NULL */
     if (!cJSON_IsString(v) || !v->valuestring)
         return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not a string", r->name);
     size_t n = strlen(v->valuestring);
@@ -294,7 +299,7 @@ int dsl_schema_decode(const struct dsl_schema *s, void *obj, const cJSON *o, cha
     for (int i = 0; i < s->nrows; i++) {
         const struct dsl_schema_row *r = &s->rows[i];
         if (r->kind == DSL_SK_CUSTOM) { /* it reads its own members: o, not one of them */
-            int rc = r->custom->decode(obj, o, err);
+            int rc = r->custom->decode ? r->custom->decode(obj, o, err) : 0;
             if (rc < 0)
                 return rc;
             continue;

@@ -1,7 +1,8 @@
 /*
  * Schemas: a struct and the JSON object that carries it, described once as a table of
  * rows (member name, kind, offset, bounds, default, flags) and walked by one encoder and
- * one decoder. The control protocol's messages are the first users (job/proto.c).
+ * one decoder: the control protocol's messages (job/proto.c) and the plan `--dry-run`
+ * prints (plan/plan.c).
  *
  * Decoding is strict: a required member must be present with its JSON type; numbers are
  * finite, integral where the member is an integer, and within the row's bounds; strings
@@ -47,12 +48,14 @@ enum {
                                   written or read */
     DSL_SF_SAME_COUNT = 1 << 5, /* an array whose count (at aux) an earlier row set:
                                   its length must be that count */
+    DSL_SF_NULLABLE = 1 << 6,  /* STR: NULL is written as null, and null reads as NULL */
 };
 
 struct dsl_schema;
 
 /* A member of a shape no kind describes: encode adds it (or them) to o; decode reads
-   them from o, returning 0 or a negative code with err set. */
+   them from o, returning 0 or a negative code with err set (NULL: a schema that is
+   only written, as `--dry-run`'s). */
 struct dsl_schema_custom {
     void (*encode)(const void *obj, struct cJSON *o);
     int (*decode)(void *obj, const struct cJSON *o, char *err);
