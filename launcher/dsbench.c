@@ -150,6 +150,30 @@ static uint64_t count_wrong(struct bench *b, enum bench_op op, size_t n, int ite
     return wrong;
 }
 
+/*
+ * The slowest rank's time and the sum of every rank's wrong count, on every rank: two
+ * tiny collectives on host values, or on the nccl backend (which reduces device memory
+ * only) on the first two elements of the device buffers, staged through the host.
+ */
+static int agree(struct bench *b, float dt, int32_t wr, float *dtmax, int32_t *wsum)
+{
+    if (!b->on_device)
+        return dsl_comm_allreduce(b->c, &dt, dtmax, 1, DSL_FLOAT32, DSL_MAX) < 0 ||
+                       dsl_comm_allreduce(b->c, &wr, wsum, 1, DSL_INT32, DSL_SUM) < 0
+                   ? -1
+                   : 0;
+    float v[2] = {dt, 0};
+    memcpy(&v[1], &wr, sizeof(wr)); /* an int32 in a float's place */
+    if (copy_in(b, b->send, v, 2) < 0 ||
+        dsl_comm_allreduce(b->c, b->send, b->recv, 1, DSL_FLOAT32, DSL_MAX) < 0 ||
+        dsl_comm_allreduce(b->c, b->send + 1, b->recv + 1, 1, DSL_INT32, DSL_SUM) < 0 ||
+        copy_out(b, v, b->recv, 2) < 0)
+        return -1;
+    *dtmax = v[0];
+    memcpy(wsum, &v[1], sizeof(*wsum));
+    return 0;
+}
+
 static double busbw_factor(enum bench_op op, int world)
 {
     double n = world;
@@ -336,7 +360,8 @@ int main(int argc, char **argv)
     b.on_device = !strcmp(dsl_comm_backend(b.c), "nccl");
     b.max_count = o.max_bytes / sizeof(float);
     b.plain_malloc = o.plain_malloc;
-    if (alloc_buffers(&b, b.max_count * sizeof(float)) < 0) {
+    /* at least two elements: agree() stages its two values there */
+    if (alloc_buffers(&b, (b.max_count < 2 ? 2 : b.max_count) * sizeof(float)) < 0) {
         fprintf(stderr, "dsbench: error: cannot allocate 3 x %zu bytes\n", o.max_bytes);
         dsl_comm_close(b.c);
         free(o.backend);
@@ -387,12 +412,8 @@ int main(int argc, char **argv)
                     wrong = count_wrong(&b, (enum bench_op)op, n, iter);
             }
             wr = wrong > INT32_MAX / 1024 ? INT32_MAX / 1024 : (int32_t)wrong;
-            /* agree: slowest time and total wrong (both tiny host-side collectives) */
-            if (b.on_device) {
-                dtmax = dt;
-                wsum = wr; /* nccl runs at world 1 here; device buffers only */
-            } else if (dsl_comm_allreduce(b.c, &dt, &dtmax, 1, DSL_FLOAT32, DSL_MAX) < 0 ||
-                       dsl_comm_allreduce(b.c, &wr, &wsum, 1, DSL_INT32, DSL_SUM) < 0) {
+            /* agree: slowest time and total wrong, on every backend and world size */
+            if (agree(&b, dt, wr, &dtmax, &wsum) < 0) {
                 fprintf(stderr, "dsbench: rank %d: error: %s\n", b.rank, dsl_comm_last_error(b.c));
                 failed = 1;
                 break;

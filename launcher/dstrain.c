@@ -145,7 +145,6 @@ static int train(struct dsl_train_settings *s)
     if ((r = dsl_comm_open_env(&comm, &co, err)) < 0)
         goto out;
     int rank = dsl_comm_rank(comm), world = dsl_comm_size(comm);
-    dsl_log_set_rank(rank);
     if ((r = dsl_train_settings_verify(s, rank, world, err)) < 0 ||
         (r = dsl_train_resume_batch(s, rank, err)) < 0)
         goto out;

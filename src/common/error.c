@@ -1,4 +1,4 @@
-/* Error codes to text, the DSL_TRY trace switch, DSL_BUG and dsl_seterr. */
+/* Error codes to text, DSL_BUG and dsl_seterr. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,16 +38,6 @@ const char *dsl_strerror(int code)
     if (code < 0 && code > -4096)
         return strerror(-code);
     return "unknown error";
-}
-
-int dsl_trace_enabled(void)
-{
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *s = getenv("DSLAUNCH_TRACE");
-        enabled = s && *s && strcmp(s, "0") != 0;
-    }
-    return enabled;
 }
 
 _Noreturn void dsl_bug_at(const char *file, int line, const char *msg)

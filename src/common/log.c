@@ -15,13 +15,11 @@
 #include "dslaunch/common/banned.h"
 
 static const char *prog = "dslaunch";
-static int my_rank = 0;
 static int level = 1;
 static void (*sink)(void *arg, const char *line);
 static void *sink_arg;
 
 void dsl_log_set_prog(const char *p) { prog = p; }
-void dsl_log_set_rank(int rank) { my_rank = rank; }
 void dsl_log_set_level(int l) { level = l; }
 int dsl_log_level(void) { return level; }
 
@@ -108,14 +106,3 @@ void dsl_debug(const char *fmt, ...)
     va_end(ap);
 }
 
-void dsl_log0(const char *fmt, ...)
-{
-    if (my_rank != 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
-    va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
-}

@@ -53,6 +53,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/spawn.h"
+#include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -60,11 +61,7 @@ extern char **environ;
 
 static const char *find_env(char *const *env, const char *key)
 {
-    size_t n = strlen(key);
-    for (; env && *env; env++)
-        if (!strncmp(*env, key, n) && (*env)[n] == '=')
-            return *env + n + 1;
-    return NULL;
+    return dsl_env_lookup(env, key, strlen(key));
 }
 
 static int is_exec_file(const char *path)

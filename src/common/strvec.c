@@ -56,14 +56,6 @@ void dsl_strvec_pushv(struct dsl_strvec *sv, const char *const *items)
         dsl_strvec_push(sv, *items);
 }
 
-void dsl_strvec_pop(struct dsl_strvec *sv)
-{
-    if (!sv->nr)
-        return;
-    free(sv->v[--sv->nr]);
-    sv->v[sv->nr] = NULL;
-}
-
 void dsl_strvec_release(struct dsl_strvec *sv)
 {
     if (sv->v != empty_v) {
@@ -109,6 +101,14 @@ const char *dsl_env_get(const struct dsl_strvec *env, const char *key)
         return NULL;
     const char *eq = strchr(env->v[i], '=');
     return eq ? eq + 1 : NULL;
+}
+
+const char *dsl_env_lookup(char *const *env, const char *key, size_t keylen)
+{
+    for (; env && *env; env++)
+        if (!strncmp(*env, key, keylen) && (*env)[keylen] == '=')
+            return *env + keylen + 1;
+    return NULL;
 }
 
 int dsl_env_unset(struct dsl_strvec *env, const char *key)

@@ -78,6 +78,7 @@
 #include "dslaunch/job/nossh_node.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/spawn.h"
+#include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 
@@ -685,11 +686,7 @@ static void apply_env(struct dsl_strvec *env, const struct dsl_strvec *add)
 /* The value of key in a list of "K=V" entries, or NULL. */
 static const char *env_value(const struct dsl_strvec *env, const char *key)
 {
-    size_t kl = strlen(key);
-    for (size_t k = 0; k < env->nr; k++)
-        if (!strncmp(env->v[k], key, kl) && env->v[k][kl] == '=')
-            return env->v[k] + kl + 1;
-    return NULL;
+    return dsl_env_lookup(env->v, key, strlen(key));
 }
 
 /*

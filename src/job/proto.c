@@ -1,15 +1,22 @@
 /*
  * The control protocol: typed messages <-> single JSON lines.
  *
- * Decoding is strict: every member a message type needs must be present with the right
- * JSON type, numbers must be integral where integers are expected, and strings are
- * copied out so the cJSON tree never outlives this file. Unknown members are ignored, so
- * a newer peer can add information without breaking an older one of the same protocol
- * version.
+ * Every message type is a table of member rows (name, kind, offset in struct dsl_msg,
+ * bounds, flags), walked by common/schema.c for encoding and decoding; what no kind
+ * describes (an output line's base64 form, the line end "cr" implies) is a custom row,
+ * and the rules between members a check function. Decoding is strict: every member a
+ * message type needs must be present with the right JSON type, numbers must be integral
+ * where integers are expected and within bounds, and strings are copied out so the cJSON
+ * tree never outlives this file. Unknown members are ignored, so a newer peer can add
+ * information without breaking an older one of the same protocol version. The member
+ * order of a line is the table's: the bytes are those of protocol version 1
+ * (tests/job/test_proto_types.c holds them).
  */
 #include <errno.h>
-#include <math.h>
+#include <float.h>
+#include <limits.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,19 +24,10 @@
 #include <openssl/evp.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/schema.h"
 #include "dslaunch/job/proto.h"
 #include "dslaunch/common/xalloc.h"
-#include "proto_hang.h"
 #include "dslaunch/common/banned.h"
-
-static const char *const type_names[] = {
-    [DSL_MSG_HELLO] = "hello",     [DSL_MSG_PROBE] = "probe",  [DSL_MSG_PROBED] = "probed",
-    [DSL_MSG_START] = "start",     [DSL_MSG_STARTED] = "started", [DSL_MSG_OUT] = "out",
-    [DSL_MSG_EXIT] = "exit",       [DSL_MSG_SPAWNERR] = "spawnerr", [DSL_MSG_STOP] = "stop",
-    [DSL_MSG_PING] = "ping",       [DSL_MSG_BYE] = "bye",
-    [DSL_MSG_PROGRESS] = "progress", [DSL_MSG_STACKS] = "stacks", [DSL_MSG_STACKED] = "stacked",
-    [DSL_MSG_SIGNAL] = "signal",
-};
 
 void dsl_msg_init(struct dsl_msg *m, enum dsl_msg_type type)
 {
@@ -77,213 +75,349 @@ void dsl_msg_release(struct dsl_msg *m)
     free(m->argv_sha256);
     free(m->refused);
     dsl_strvec_release(&m->tail);
-    dsl_proto_hang_release(m);
+    free(m->progress);
+    for (int i = 0; i < m->nstacks; i++) {
+        free(m->stacks[i].tool);
+        free(m->stacks[i].text);
+    }
+    free(m->stacks);
     dsl_msg_init(m, 0);
 }
 
-/* ---- encoding ---- */
+/* ---- the member tables: one row a member, in the order a message writes them ---- */
 
-static void add_strvec(cJSON *o, const char *name, const struct dsl_strvec *sv)
+#define F(n, k, o) .name = (n), .kind = DSL_SK_##k, .off = (o)
+#define M(f) offsetof(struct dsl_msg, f)
+#define NROWS(rows) (int)(sizeof(rows) / sizeof((rows)[0]))
+#define SCHEMA(n, rows, check) {(n), (rows), NROWS(rows), (check)}
+#define MAX_BYTES 9223372036854775807.0 /* a byte count: up to 2^63 */
+#define MAX_ENTRIES 65536               /* progress and stack entries */
+
+static const struct dsl_schema_row iface_rows[] = {
+    {F("name", STR, offsetof(struct dsl_iface, name))},
+    {F("addrs", STRVEC, offsetof(struct dsl_iface, addrs))},
+};
+static const struct dsl_schema iface_schema = SCHEMA("interface", iface_rows, NULL);
+
+static int check_hello(const void *obj, char *err)
 {
-    cJSON *a = cJSON_AddArrayToObject(o, name);
-    for (size_t i = 0; i < sv->nr; i++)
-        cJSON_AddItemToArray(a, cJSON_CreateString(sv->v[i]));
+    const struct dsl_msg *m = obj;
+    if (m->slots && m->node_rank >= m->nnodes)
+        return dsl_seterr(err, DSL_EPROTO, "bad slots, node_rank or nnodes");
+    size_t dn = m->argv_sha256 ? strlen(m->argv_sha256) : 0;
+    if ((dn != 0 && dn != 64) || (m->argv_sha256 && strspn(m->argv_sha256, "0123456789abcdef") != dn))
+        return dsl_seterr(err, DSL_EPROTO, "bad argv_sha256");
+    return 0;
 }
 
-static void add_str(cJSON *o, const char *name, const char *s)
-{
-    cJSON_AddStringToObject(o, name, s ? s : "");
-}
+static const struct dsl_schema_row hello_rows[] = {
+    {F("proto", INT, M(proto))},
+    {F("version", STR, M(version))},
+    {F("host", STR, M(host))},
+    {F("cpus", INT, M(cpus))},
+    {F("gpus", INT, M(gpus))},
+    {F("pid", INT, M(pid))},
+    {F("ifaces", ARRAY, M(ifaces)), .hi = 4096, .aux = M(nifaces),
+     .size = sizeof(struct dsl_iface), .sub = &iface_schema},
+    {F("contain", STR, M(contain)), .flags = DSL_SF_OPT},
+    {F("memcg", INT, M(memcg)), .flags = DSL_SF_OPT},
+    /* a no-ssh node's slots, node_rank and nnodes travel together */
+    {F("slots", INT, M(slots)), .lo = 1, .hi = 1 << 24, .flags = DSL_SF_OPT | DSL_SF_POSITIVE},
+    {F("node_rank", INT, M(node_rank)), .lo = 0, .hi = INT_MAX, .flags = DSL_SF_WITH_PREV},
+    {F("nnodes", INT, M(nnodes)), .lo = 1, .hi = INT_MAX, .flags = DSL_SF_WITH_PREV},
+    {F("argv_sha256", STR, M(argv_sha256)), .flags = DSL_SF_OPT},
+    {F("argv", STRVEC, M(argv)), .flags = DSL_SF_OPT | DSL_SF_FLAGGED, .aux = M(has_argv)},
+};
 
-static void add_facts(cJSON *o, const struct dsl_facts *f)
+static const struct dsl_schema_row probe_rows[] = {
+    {F("port", INT, M(port)), .lo = 0, .hi = 65535},
+    {F("pick", INT, M(pick))},
+    {F("cport", INT, M(cport)), .lo = 0, .hi = 65535},
+    {F("connect", STRVEC, M(connect))},
+    {F("program", STR, M(program))},
+    {F("cwd", STR, M(cwd))},
+    {F("script", STR, M(script)), .flags = DSL_SF_OPT},
+    {F("diag", INT, M(diag)), .flags = DSL_SF_OPT},
+    {F("ld_path", STR, M(ld_path)), .flags = DSL_SF_OPT},
+    {F("bind", STR, M(bind)), .flags = DSL_SF_OPT},
+    {F("env", STRVEC, M(env)), .flags = DSL_SF_OPT},
+};
+
+#define FA(f) offsetof(struct dsl_facts, f)
+static const struct dsl_schema_row facts_rows[] = {
+    {F("kernel", STR, FA(kernel))},
+    {F("glibc", STR, FA(glibc))},
+    {F("cuda_driver", STR, FA(cuda_driver))},
+    {F("cuda_runtime", STR, FA(cuda_runtime))},
+    {F("nccl", STR, FA(nccl))},
+    {F("cudart_path", STR, FA(cudart_path)), .flags = DSL_SF_OPTIONAL},
+    {F("nccl_path", STR, FA(nccl_path)), .flags = DSL_SF_OPTIONAL},
+    {F("cvd", STR, FA(cvd))},
+    {F("cvd_set", INT, FA(cvd_set))},
+    {F("nvml", INT, FA(nvml))},
+    {F("gpu_free", DOUBLES, FA(gpu_free_mib)), .hi = 4096, .aux = FA(ngpu)},
+    {F("gpu_total", DOUBLES, FA(gpu_total_mib)), .hi = 4096, .aux = FA(ngpu),
+     .flags = DSL_SF_SAME_COUNT},
+    {F("ib", STRVEC, FA(ib))},
+    {F("p2p", INT, FA(p2p))},
+    {F("disk_free", DOUBLE, FA(disk_free))},
+    {F("t_recv", DOUBLE, FA(t_recv))},
+    {F("t_send", DOUBLE, FA(t_send))},
+};
+static const struct dsl_schema facts_schema = SCHEMA("facts", facts_rows, NULL);
+
+static const struct dsl_schema_row probed_rows[] = {
+    {F("port", INT, M(port))},
+    {F("port_busy", INT, M(port_busy))},
+    {F("reach", FLAGS, M(reach)), .aux = M(nreach)},
+    {F("iface", STR, M(iface))},
+    {F("src", STR, M(src))},
+    {F("program_ok", INT, M(program_ok))},
+    {F("cwd_ok", INT, M(cwd_ok))},
+    {F("detail", STR, M(detail))},
+    {F("facts", OBJPTR, M(facts)), .flags = DSL_SF_OPT, .size = sizeof(struct dsl_facts),
+     .sub = &facts_schema},
+};
+
+#define RS(f) offsetof(struct dsl_rank_spec, f)
+static const struct dsl_schema_row rank_rows[] = {
+    {F("rank", INT, RS(rank)), .lo = 0, .hi = INT_MAX},
+    {F("local_rank", INT, RS(local_rank)), .lo = 0, .hi = INT_MAX},
+    {F("env", STRVEC, RS(env))},
+};
+static const struct dsl_schema rank_schema = SCHEMA("rank", rank_rows, NULL);
+
+static const struct dsl_schema_row start_rows[] = {
+    {F("node_rank", INT, M(node_rank))},
+    {F("host_label", STR, M(host_label))},
+    {F("cwd", STR, M(cwd))},
+    {F("argv", STRVEC, M(argv)), .lo = 1, .hi = INT_MAX},
+    {F("env", STRVEC, M(env))},
+    {F("ranks", ARRAY, M(ranks)), .lo = 1, .hi = 65536, .aux = M(nranks),
+     .size = sizeof(struct dsl_rank_spec), .sub = &rank_schema},
+    {F("grace", DOUBLE, M(grace)), .lo = 0, .hi = DBL_MAX},
+    {F("keepalive", DOUBLE, M(keepalive)), .lo = 0, .hi = DBL_MAX},
+    {F("lra", INT, M(local_rank_arg))},
+    {F("mem_limit", DOUBLE, M(mem_limit)), .lo = 0, .hi = MAX_BYTES,
+     .flags = DSL_SF_OPT | DSL_SF_POSITIVE},
+    {F("cpubind", INT, M(cpubind)), .flags = DSL_SF_OPT},
+    {F("cores", STR, M(core_list)), .flags = DSL_SF_OPT},
+    {F("progress", DOUBLE, M(progress_tick)), .lo = 0, .hi = 3600,
+     .flags = DSL_SF_OPT | DSL_SF_POSITIVE},
+};
+
+static const struct dsl_schema_row started_rows[] = {
+    {F("rank", INT, M(rank))},
+    {F("pid", INT, M(pid))},
+};
+
+/* An out line holding a NUL travels as base64 in "x" (a JSON string cannot carry a NUL
+   through cJSON), with "line" empty. */
+static void encode_line(const void *obj, cJSON *o)
 {
-    cJSON *x = cJSON_AddObjectToObject(o, "facts");
-    add_str(x, "kernel", f->kernel);
-    add_str(x, "glibc", f->glibc);
-    add_str(x, "cuda_driver", f->cuda_driver);
-    add_str(x, "cuda_runtime", f->cuda_runtime);
-    add_str(x, "nccl", f->nccl);
-    add_str(x, "cudart_path", f->cudart_path);
-    add_str(x, "nccl_path", f->nccl_path);
-    add_str(x, "cvd", f->cvd);
-    cJSON_AddNumberToObject(x, "cvd_set", f->cvd_set);
-    cJSON_AddNumberToObject(x, "nvml", f->nvml);
-    cJSON *fr = cJSON_AddArrayToObject(x, "gpu_free");
-    cJSON *to = cJSON_AddArrayToObject(x, "gpu_total");
-    for (int i = 0; i < f->ngpu; i++) {
-        cJSON_AddItemToArray(fr, cJSON_CreateNumber(f->gpu_free_mib[i]));
-        cJSON_AddItemToArray(to, cJSON_CreateNumber(f->gpu_total_mib[i]));
+    const struct dsl_msg *m = obj;
+    size_t len = m->line ? (m->line_len ? m->line_len : strlen(m->line)) : 0;
+    if (m->line && memchr(m->line, '\0', len)) {
+        char *b64 = dsl_xmalloc(4 * ((len + 2) / 3) + 1);
+        EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)m->line, (int)len);
+        cJSON_AddStringToObject(o, "line", "");
+        cJSON_AddStringToObject(o, "x", b64);
+        free(b64);
+    } else {
+        cJSON_AddStringToObject(o, "line", m->line ? m->line : "");
     }
-    add_strvec(x, "ib", &f->ib);
-    cJSON_AddNumberToObject(x, "p2p", f->p2p);
-    cJSON_AddNumberToObject(x, "disk_free", f->disk_free);
-    cJSON_AddNumberToObject(x, "t_recv", f->t_recv);
-    cJSON_AddNumberToObject(x, "t_send", f->t_send);
 }
+
+static int decode_line(void *obj, const cJSON *o, char *err)
+{
+    struct dsl_msg *m = obj;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "line");
+    if (!cJSON_IsString(v) || !v->valuestring)
+        return dsl_seterr(err, DSL_EPROTO, "member 'line' missing or not a string");
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "x");
+    if (!x) {
+        m->line = dsl_xstrdup(v->valuestring);
+        m->line_len = strlen(m->line);
+        return 0;
+    }
+    if (!cJSON_IsString(x) || !x->valuestring)
+        return dsl_seterr(err, DSL_EPROTO, "member 'x' missing or not a string");
+    const char *b64 = x->valuestring;
+    size_t bl = strlen(b64);
+    unsigned char *raw = bl % 4 == 0 ? dsl_xmalloc(bl / 4 * 3 + 1) : NULL;
+    int n = raw ? EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)bl) : -1;
+    /* EVP_DecodeBlock counts the bytes of '=' padding as zeros */
+    for (size_t k = bl; n > 0 && k > 0 && b64[k - 1] == '=' && k + 2 > bl; k--)
+        n--;
+    if (n < 0) {
+        free(raw);
+        return dsl_seterr(err, DSL_EPROTO, "bad base64 in an output line");
+    }
+    raw[n] = '\0';
+    m->line = (char *)raw;
+    m->line_len = (size_t)n;
+    return 0;
+}
+
+/* "end" is written only when it is not the one "cr" implies. */
+static void encode_end(const void *obj, cJSON *o)
+{
+    const struct dsl_msg *m = obj;
+    if (m->end != (m->cr ? DSL_END_CR : DSL_END_LF))
+        cJSON_AddNumberToObject(o, "end", m->end);
+}
+
+static const struct dsl_schema_row end_rows[] = {
+    {F("end", INT, M(end)), .lo = DSL_END_NONE, .hi = DSL_END_CRLF, .bad = "line end"},
+};
+static const struct dsl_schema end_schema = SCHEMA("end", end_rows, NULL);
+
+static int decode_end(void *obj, const cJSON *o, char *err)
+{
+    struct dsl_msg *m = obj;
+    m->end = m->cr ? DSL_END_CR : DSL_END_LF;
+    if (!cJSON_GetObjectItemCaseSensitive(o, "end"))
+        return 0;
+    return dsl_schema_decode(&end_schema, m, o, err);
+}
+
+static const struct dsl_schema_custom line_member = {encode_line, decode_line};
+static const struct dsl_schema_custom end_member = {encode_end, decode_end};
+
+static const struct dsl_schema_row out_rows[] = {
+    {F("rank", INT, M(rank))},
+    {F("s", INT, M(stream)), .lo = 1, .hi = 2, .bad = "stream"},
+    {F("line", CUSTOM, 0), .custom = &line_member}, /* and "x" */
+    {F("cr", INT, M(cr))},
+    {F("end", CUSTOM, 0), .custom = &end_member},
+};
+
+#define EC(f) offsetof(struct dsl_exit_cause, f)
+static const struct dsl_schema_row cause_rows[] = {
+    {F("oom", INT, EC(oom)), .lo = DSL_OOM_NONE, .hi = DSL_OOM_OTHER},
+    {F("src", INT, EC(oom_src)), .lo = DSL_OOMSRC_NONE, .hi = DSL_OOMSRC_KMSG},
+    {F("kills", INT, EC(oom_kills)), .lo = 0, .hi = INT_MAX},
+    {F("stop", INT, EC(by_stop)), .lo = 0, .hi = 1},
+    /* absent from older agents: "not known to be" */
+    {F("unstopped", BOOL, EC(unstopped)), .lo = 0, .hi = 1, .flags = DSL_SF_OPT},
+    {F("limit", DOUBLE, EC(mem_limit)), .lo = 0, .hi = MAX_BYTES},
+    {F("peak", DOUBLE, EC(mem_peak)), .lo = 0, .hi = MAX_BYTES},
+    {F("avail", DOUBLE, EC(mem_avail)), .lo = 0, .hi = MAX_BYTES},
+};
+static const struct dsl_schema cause_schema = SCHEMA("cause", cause_rows, NULL);
+
+static const struct dsl_schema_row exit_rows[] = {
+    {F("rank", INT, M(rank))},
+    {F("pid", INT, M(pid))},
+    {F("code", INT, M(code))},
+    {F("sig", INT, M(sig))},
+    {F("wall", DOUBLE, M(wall))},
+    {F("tail", STRVEC, M(tail))},
+    {F("cause", OBJECT, M(cause)), .flags = DSL_SF_OPT | DSL_SF_FLAGGED, .aux = M(cause.known),
+     .sub = &cause_schema},
+};
+
+static const struct dsl_schema_row spawnerr_rows[] = {
+    {F("rank", INT, M(rank))},
+    {F("error", STR, M(error))},
+    /* the exit code it stands for; absent from older agents */
+    {F("code", INT, M(code)), .lo = 1, .hi = 255, .flags = DSL_SF_OPT, .bad = "spawn error code"},
+};
+
+static const struct dsl_schema_row stop_rows[] = {
+    {F("sig", INT, M(sig)), .lo = 0, .hi = 64},
+    {F("grace", DOUBLE, M(grace)), .lo = 0, .hi = DBL_MAX},
+    {F("refused", STR, M(refused)), .flags = DSL_SF_OPT},
+};
+
+/* Only SIGUSR1 and SIGUSR2 pass through to the ranks, never a kill. */
+static int check_signal(const void *obj, char *err)
+{
+    const struct dsl_msg *m = obj;
+    if (m->sig != SIGUSR1 && m->sig != SIGUSR2)
+        return dsl_seterr(err, DSL_EPROTO, "bad signal request %d", m->sig);
+    return 0;
+}
+
+static const struct dsl_schema_row signal_rows[] = {
+    {F("sig", INT, M(sig))},
+};
+
+#define RP(f) offsetof(struct dsl_rank_progress, f)
+static const struct dsl_schema_row progress_entry_rows[] = {
+    {F("rank", INT, RP(rank)), .lo = 0, .hi = 1 << 24},
+    {F("adv", INT, RP(advanced)), .lo = 0, .hi = 1},
+    {F("form", INT, RP(view.form)), .lo = 0, .hi = DSL_PROGRESS_TEXT},
+    {F("hs", INT, RP(view.has_step)), .lo = 0, .hi = 1},
+    {F("step", U64, RP(view.step))},
+    {F("cseq", U64, RP(view.coll_seq))},
+    {F("ckind", INT, RP(view.coll_kind)), .lo = 0, .hi = 127},
+    {F("in", INT, RP(view.in_coll)), .lo = 0, .hi = 1},
+    {F("text", TEXT, RP(view.text)), .size = sizeof(((struct dsl_progress_view *)0)->text)},
+    {F("ps", CHAR, RP(pstate))},
+    /* optional: an older launcher ignores it, an older agent omits it */
+    {F("ph", INT, RP(view.phase)), .lo = 0, .hi = DSL_PROGRESS_PHASE_MAX, .flags = DSL_SF_OPT},
+    /* new within version 1: its presence tells a newer launcher that the agent knows
+       the stacks request's probe member; absent, busy reads -1 (unknown) */
+    {F("busy", BOOL, RP(busy)), .lo = 0, .hi = 1, .def = -1, .flags = DSL_SF_OPTIONAL},
+};
+static const struct dsl_schema progress_entry_schema =
+    SCHEMA("progress", progress_entry_rows, NULL);
+
+static const struct dsl_schema_row progress_rows[] = {
+    {F("ranks", ARRAY, M(progress)), .hi = MAX_ENTRIES, .aux = M(nprogress),
+     .size = sizeof(struct dsl_rank_progress), .sub = &progress_entry_schema},
+};
+
+static const struct dsl_schema_row stacks_rows[] = {
+    {F("timeout", DOUBLE, M(stack_timeout)), .lo = 0, .hi = 3600},
+    {F("probe", BOOL, M(stack_probe)), .lo = 0, .hi = 1, .flags = DSL_SF_OPT},
+};
+
+#define RK(f) offsetof(struct dsl_rank_stack, f)
+static const struct dsl_schema_row stack_entry_rows[] = {
+    {F("rank", INT, RK(rank)), .lo = 0, .hi = 1 << 24},
+    {F("pid", INT, RK(pid)), .lo = 0, .hi = INT_MAX},
+    {F("tool", STR, RK(tool)), .hi = 64},
+    {F("text", STR, RK(text)), .hi = DSL_PROTO_MAX_STACK},
+};
+static const struct dsl_schema stack_entry_schema = SCHEMA("stack", stack_entry_rows, NULL);
+
+static const struct dsl_schema_row stacked_rows[] = {
+    /* the answer to a probe, not to a capture */
+    {F("probe", BOOL, M(stack_probe)), .lo = 0, .hi = 1, .flags = DSL_SF_OPT},
+    {F("stacks", ARRAY, M(stacks)), .hi = MAX_ENTRIES, .aux = M(nstacks),
+     .size = sizeof(struct dsl_rank_stack), .sub = &stack_entry_schema},
+};
+
+/* The messages by type: the schema's name is the "t" member. */
+static const struct dsl_schema messages[DSL_MSG_NTYPES] = {
+    [DSL_MSG_HELLO] = SCHEMA("hello", hello_rows, check_hello),
+    [DSL_MSG_PROBE] = SCHEMA("probe", probe_rows, NULL),
+    [DSL_MSG_PROBED] = SCHEMA("probed", probed_rows, NULL),
+    [DSL_MSG_START] = SCHEMA("start", start_rows, NULL),
+    [DSL_MSG_STARTED] = SCHEMA("started", started_rows, NULL),
+    [DSL_MSG_OUT] = SCHEMA("out", out_rows, NULL),
+    [DSL_MSG_EXIT] = SCHEMA("exit", exit_rows, NULL),
+    [DSL_MSG_SPAWNERR] = SCHEMA("spawnerr", spawnerr_rows, NULL),
+    [DSL_MSG_STOP] = SCHEMA("stop", stop_rows, NULL),
+    [DSL_MSG_PING] = {"ping", NULL, 0, NULL},
+    [DSL_MSG_BYE] = {"bye", NULL, 0, NULL},
+    [DSL_MSG_PROGRESS] = SCHEMA("progress", progress_rows, NULL),
+    [DSL_MSG_STACKS] = SCHEMA("stacks", stacks_rows, NULL),
+    [DSL_MSG_STACKED] = SCHEMA("stacked", stacked_rows, NULL),
+    [DSL_MSG_SIGNAL] = SCHEMA("signal", signal_rows, check_signal),
+};
+
+/* ---- the coder ---- */
 
 int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
 {
     if (m->type < DSL_MSG_HELLO || m->type >= DSL_MSG_NTYPES)
         return -EINVAL;
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "t", type_names[m->type]);
-    switch (m->type) {
-    case DSL_MSG_HELLO: {
-        cJSON_AddNumberToObject(o, "proto", m->proto);
-        add_str(o, "version", m->version);
-        add_str(o, "host", m->host);
-        cJSON_AddNumberToObject(o, "cpus", m->cpus);
-        cJSON_AddNumberToObject(o, "gpus", m->gpus);
-        cJSON_AddNumberToObject(o, "pid", m->pid);
-        cJSON *a = cJSON_AddArrayToObject(o, "ifaces");
-        for (int i = 0; i < m->nifaces; i++) {
-            cJSON *f = cJSON_CreateObject();
-            add_str(f, "name", m->ifaces[i].name);
-            add_strvec(f, "addrs", &m->ifaces[i].addrs);
-            cJSON_AddItemToArray(a, f);
-        }
-        if (m->contain)
-            add_str(o, "contain", m->contain);
-        if (m->memcg)
-            cJSON_AddNumberToObject(o, "memcg", m->memcg);
-        if (m->slots > 0) {
-            cJSON_AddNumberToObject(o, "slots", m->slots);
-            cJSON_AddNumberToObject(o, "node_rank", m->node_rank);
-            cJSON_AddNumberToObject(o, "nnodes", m->nnodes);
-        }
-        if (m->argv_sha256)
-            add_str(o, "argv_sha256", m->argv_sha256);
-        if (m->has_argv)
-            add_strvec(o, "argv", &m->argv);
-        break;
-    }
-    case DSL_MSG_PROBE:
-        cJSON_AddNumberToObject(o, "port", m->port);
-        cJSON_AddNumberToObject(o, "pick", m->pick);
-        cJSON_AddNumberToObject(o, "cport", m->cport);
-        add_strvec(o, "connect", &m->connect);
-        add_str(o, "program", m->program);
-        add_str(o, "cwd", m->cwd);
-        if (m->script)
-            add_str(o, "script", m->script);
-        if (m->diag)
-            cJSON_AddNumberToObject(o, "diag", m->diag);
-        if (m->ld_path)
-            add_str(o, "ld_path", m->ld_path);
-        if (m->bind)
-            add_str(o, "bind", m->bind);
-        if (m->env.nr)
-            add_strvec(o, "env", &m->env);
-        break;
-    case DSL_MSG_PROBED: {
-        cJSON_AddNumberToObject(o, "port", m->port);
-        cJSON_AddNumberToObject(o, "port_busy", m->port_busy);
-        cJSON *a = cJSON_AddArrayToObject(o, "reach");
-        for (int i = 0; i < m->nreach; i++)
-            cJSON_AddItemToArray(a, cJSON_CreateNumber(m->reach[i]));
-        add_str(o, "iface", m->iface);
-        add_str(o, "src", m->src);
-        cJSON_AddNumberToObject(o, "program_ok", m->program_ok);
-        cJSON_AddNumberToObject(o, "cwd_ok", m->cwd_ok);
-        add_str(o, "detail", m->detail);
-        if (m->facts)
-            add_facts(o, m->facts);
-        break;
-    }
-    case DSL_MSG_START: {
-        cJSON_AddNumberToObject(o, "node_rank", m->node_rank);
-        add_str(o, "host_label", m->host_label);
-        add_str(o, "cwd", m->cwd);
-        add_strvec(o, "argv", &m->argv);
-        add_strvec(o, "env", &m->env);
-        cJSON *a = cJSON_AddArrayToObject(o, "ranks");
-        for (int i = 0; i < m->nranks; i++) {
-            cJSON *r = cJSON_CreateObject();
-            cJSON_AddNumberToObject(r, "rank", m->ranks[i].rank);
-            cJSON_AddNumberToObject(r, "local_rank", m->ranks[i].local_rank);
-            add_strvec(r, "env", &m->ranks[i].env);
-            cJSON_AddItemToArray(a, r);
-        }
-        cJSON_AddNumberToObject(o, "grace", m->grace);
-        cJSON_AddNumberToObject(o, "keepalive", m->keepalive);
-        cJSON_AddNumberToObject(o, "lra", m->local_rank_arg);
-        if (m->mem_limit > 0)
-            cJSON_AddNumberToObject(o, "mem_limit", m->mem_limit);
-        if (m->cpubind)
-            cJSON_AddNumberToObject(o, "cpubind", m->cpubind);
-        if (m->core_list)
-            add_str(o, "cores", m->core_list);
-        dsl_proto_hang_encode(m, o);
-        break;
-    }
-    case DSL_MSG_STARTED:
-        cJSON_AddNumberToObject(o, "rank", m->rank);
-        cJSON_AddNumberToObject(o, "pid", m->pid);
-        break;
-    case DSL_MSG_OUT: {
-        cJSON_AddNumberToObject(o, "rank", m->rank);
-        cJSON_AddNumberToObject(o, "s", m->stream);
-        size_t len = m->line ? (m->line_len ? m->line_len : strlen(m->line)) : 0;
-        if (m->line && memchr(m->line, '\0', len)) {
-            /* a JSON string cannot carry a NUL through cJSON: the bytes as base64 */
-            char *b64 = dsl_xmalloc(4 * ((len + 2) / 3) + 1);
-            EVP_EncodeBlock((unsigned char *)b64, (const unsigned char *)m->line, (int)len);
-            add_str(o, "line", "");
-            add_str(o, "x", b64);
-            free(b64);
-        } else {
-            add_str(o, "line", m->line);
-        }
-        cJSON_AddNumberToObject(o, "cr", m->cr);
-        if (m->end != (m->cr ? DSL_END_CR : DSL_END_LF)) /* the usual end is implied */
-            cJSON_AddNumberToObject(o, "end", m->end);
-        break;
-    }
-    case DSL_MSG_EXIT:
-        cJSON_AddNumberToObject(o, "rank", m->rank);
-        cJSON_AddNumberToObject(o, "pid", m->pid);
-        cJSON_AddNumberToObject(o, "code", m->code);
-        cJSON_AddNumberToObject(o, "sig", m->sig);
-        cJSON_AddNumberToObject(o, "wall", m->wall);
-        add_strvec(o, "tail", &m->tail);
-        if (m->cause.known) {
-            cJSON *c = cJSON_AddObjectToObject(o, "cause");
-            cJSON_AddNumberToObject(c, "oom", m->cause.oom);
-            cJSON_AddNumberToObject(c, "src", m->cause.oom_src);
-            cJSON_AddNumberToObject(c, "kills", m->cause.oom_kills);
-            cJSON_AddNumberToObject(c, "stop", m->cause.by_stop);
-            if (m->cause.unstopped) /* absent from older agents: "not known to be" */
-                cJSON_AddNumberToObject(c, "unstopped", 1);
-            cJSON_AddNumberToObject(c, "limit", m->cause.mem_limit);
-            cJSON_AddNumberToObject(c, "peak", m->cause.mem_peak);
-            cJSON_AddNumberToObject(c, "avail", m->cause.mem_avail);
-        }
-        break;
-    case DSL_MSG_SPAWNERR:
-        cJSON_AddNumberToObject(o, "rank", m->rank);
-        add_str(o, "error", m->error);
-        if (m->code) /* the exit code it stands for; absent from older agents */
-            cJSON_AddNumberToObject(o, "code", m->code);
-        break;
-    case DSL_MSG_STOP:
-        cJSON_AddNumberToObject(o, "sig", m->sig);
-        cJSON_AddNumberToObject(o, "grace", m->grace);
-        if (m->refused)
-            add_str(o, "refused", m->refused);
-        break;
-    case DSL_MSG_SIGNAL:
-        cJSON_AddNumberToObject(o, "sig", m->sig);
-        break;
-    case DSL_MSG_PING:
-    case DSL_MSG_BYE:
-        break;
-    case DSL_MSG_PROGRESS:
-    case DSL_MSG_STACKS:
-    case DSL_MSG_STACKED:
-    case DSL_MSG_NTYPES:
-        dsl_proto_hang_encode(m, o);
-        break;
-    }
+    cJSON_AddStringToObject(o, "t", messages[m->type].name);
+    dsl_schema_encode(&messages[m->type], m, o);
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s)
@@ -293,368 +427,6 @@ int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out)
         r = dsl_dynbuf_add(out, "\n", 1);
     cJSON_free(s);
     return r;
-}
-
-/* ---- decoding ---- */
-
-static int get_int(const cJSON *o, const char *name, int *out, char *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(v))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not a number", name);
-    double d = v->valuedouble;
-    if (!(d >= -2147483648.0 && d <= 2147483647.0) || d != floor(d))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' is not an integer", name);
-    *out = (int)d;
-    return 0;
-}
-
-static int get_double(const cJSON *o, const char *name, double *out, char *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not a number", name);
-    *out = v->valuedouble;
-    return 0;
-}
-
-static int get_str(const cJSON *o, const char *name, char **out, char *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsString(v) || !v->valuestring)
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not a string", name);
-    *out = dsl_xstrdup(v->valuestring);
-    return 0;
-}
-
-static int get_strvec(const cJSON *o, const char *name, struct dsl_strvec *out, char *err)
-{
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsArray(a))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not an array", name);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a)
-    {
-        if (!cJSON_IsString(e) || !e->valuestring)
-            return dsl_seterr(err, DSL_EPROTO, "member '%s' holds a non-string", name);
-        dsl_strvec_push(out, e->valuestring);
-    }
-    return 0;
-}
-
-static int get_doubles(const cJSON *o, const char *name, double **out, int *n, char *err)
-{
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsArray(a))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' missing or not an array", name);
-    int cnt = cJSON_GetArraySize(a);
-    if (cnt > 4096)
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' is too long", name);
-    *out = dsl_xcalloc((size_t)cnt + 1, sizeof(double));
-    *n = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a)
-    {
-        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble))
-            return dsl_seterr(err, DSL_EPROTO, "member '%s' holds a non-number", name);
-        (*out)[(*n)++] = e->valuedouble;
-    }
-    return 0;
-}
-
-static int get_facts(const cJSON *o, struct dsl_facts *f, char *err)
-{
-    int r, nf = 0, nt = 0;
-    if ((r = get_str(o, "kernel", &f->kernel, err)) < 0 ||
-        (r = get_str(o, "glibc", &f->glibc, err)) < 0 ||
-        (r = get_str(o, "cuda_driver", &f->cuda_driver, err)) < 0 ||
-        (r = get_str(o, "cuda_runtime", &f->cuda_runtime, err)) < 0 ||
-        (r = get_str(o, "nccl", &f->nccl, err)) < 0 || (r = get_str(o, "cvd", &f->cvd, err)) < 0 ||
-        (r = get_int(o, "cvd_set", &f->cvd_set, err)) < 0 ||
-        (r = get_int(o, "nvml", &f->nvml, err)) < 0 ||
-        (r = get_doubles(o, "gpu_free", &f->gpu_free_mib, &nf, err)) < 0 ||
-        (r = get_doubles(o, "gpu_total", &f->gpu_total_mib, &nt, err)) < 0 ||
-        (r = get_strvec(o, "ib", &f->ib, err)) < 0 || (r = get_int(o, "p2p", &f->p2p, err)) < 0 ||
-        (r = get_double(o, "disk_free", &f->disk_free, err)) < 0 ||
-        (r = get_double(o, "t_recv", &f->t_recv, err)) < 0 ||
-        (r = get_double(o, "t_send", &f->t_send, err)) < 0)
-        return r;
-    if (nf != nt)
-        return dsl_seterr(err, DSL_EPROTO, "members 'gpu_free' and 'gpu_total' differ in length");
-    if (cJSON_GetObjectItemCaseSensitive(o, "cudart_path") &&
-        (r = get_str(o, "cudart_path", &f->cudart_path, err)) < 0)
-        return r;
-    if (cJSON_GetObjectItemCaseSensitive(o, "nccl_path") &&
-        (r = get_str(o, "nccl_path", &f->nccl_path, err)) < 0)
-        return r;
-    f->ngpu = nf;
-    return 0;
-}
-
-/* A byte count: a finite number from 0 to 2^63. */
-static int get_bytes(const cJSON *o, const char *name, double *out, char *err)
-{
-    int r = get_double(o, name, out, err);
-    if (r == 0 && !(*out >= 0 && *out <= 9223372036854775807.0))
-        return dsl_seterr(err, DSL_EPROTO, "member '%s' is not a byte count", name);
-    return r;
-}
-
-static int get_cause(const cJSON *o, struct dsl_exit_cause *c, char *err)
-{
-    int r;
-    if (!cJSON_IsObject(o))
-        return dsl_seterr(err, DSL_EPROTO, "member 'cause' is not an object");
-    if ((r = get_int(o, "oom", &c->oom, err)) < 0 || (r = get_int(o, "src", &c->oom_src, err)) < 0 ||
-        (r = get_int(o, "kills", &c->oom_kills, err)) < 0 ||
-        (r = get_int(o, "stop", &c->by_stop, err)) < 0 ||
-        (r = get_bytes(o, "limit", &c->mem_limit, err)) < 0 ||
-        (r = get_bytes(o, "peak", &c->mem_peak, err)) < 0 ||
-        (r = get_bytes(o, "avail", &c->mem_avail, err)) < 0)
-        return r;
-    c->unstopped = 0;
-    if (cJSON_GetObjectItemCaseSensitive(o, "unstopped") &&
-        (r = get_int(o, "unstopped", &c->unstopped, err)) < 0)
-        return r;
-    if (c->oom < DSL_OOM_NONE || c->oom > DSL_OOM_OTHER || c->oom_src < DSL_OOMSRC_NONE ||
-        c->oom_src > DSL_OOMSRC_KMSG || c->oom_kills < 0 || (c->by_stop != 0 && c->by_stop != 1) ||
-        (c->unstopped != 0 && c->unstopped != 1))
-        return dsl_seterr(err, DSL_EPROTO, "member 'cause' out of range");
-    c->known = 1;
-    return 0;
-}
-
-static int decode_body(struct dsl_msg *m, const cJSON *o, char *err)
-{
-    int r = 0;
-#define TRY(x)                                                                 \
-    do {                                                                       \
-        if ((r = (x)) < 0)                                                     \
-            return r;                                                          \
-    } while (0)
-    switch (m->type) {
-    case DSL_MSG_HELLO: {
-        TRY(get_int(o, "proto", &m->proto, err));
-        TRY(get_str(o, "version", &m->version, err));
-        TRY(get_str(o, "host", &m->host, err));
-        TRY(get_int(o, "cpus", &m->cpus, err));
-        TRY(get_int(o, "gpus", &m->gpus, err));
-        TRY(get_int(o, "pid", &m->pid, err));
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "ifaces");
-        if (!cJSON_IsArray(a))
-            return dsl_seterr(err, DSL_EPROTO, "member 'ifaces' missing or not an array");
-        int n = cJSON_GetArraySize(a);
-        if (n > 4096)
-            return dsl_seterr(err, DSL_EPROTO, "too many interfaces");
-        m->ifaces = dsl_xcalloc((size_t)n + 1, sizeof(*m->ifaces));
-        const cJSON *f;
-        cJSON_ArrayForEach(f, a)
-        {
-            struct dsl_iface *ifc = &m->ifaces[m->nifaces++];
-            dsl_strvec_init(&ifc->addrs);
-            if (!cJSON_IsObject(f))
-                return dsl_seterr(err, DSL_EPROTO, "interface is not an object");
-            TRY(get_str(f, "name", &ifc->name, err));
-            TRY(get_strvec(f, "addrs", &ifc->addrs, err));
-        }
-        if (cJSON_GetObjectItemCaseSensitive(o, "contain"))
-            TRY(get_str(o, "contain", &m->contain, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "memcg"))
-            TRY(get_int(o, "memcg", &m->memcg, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "slots")) {
-            TRY(get_int(o, "slots", &m->slots, err));
-            TRY(get_int(o, "node_rank", &m->node_rank, err));
-            TRY(get_int(o, "nnodes", &m->nnodes, err));
-            if (m->slots < 1 || m->slots > (1 << 24) || m->node_rank < 0 || m->nnodes < 1 ||
-                m->node_rank >= m->nnodes)
-                return dsl_seterr(err, DSL_EPROTO, "bad slots, node_rank or nnodes");
-        }
-        if (cJSON_GetObjectItemCaseSensitive(o, "argv_sha256")) {
-            TRY(get_str(o, "argv_sha256", &m->argv_sha256, err));
-            size_t dn = strlen(m->argv_sha256);
-            if ((dn != 0 && dn != 64) || strspn(m->argv_sha256, "0123456789abcdef") != dn)
-                return dsl_seterr(err, DSL_EPROTO, "bad argv_sha256");
-        }
-        if (cJSON_GetObjectItemCaseSensitive(o, "argv")) {
-            TRY(get_strvec(o, "argv", &m->argv, err));
-            m->has_argv = 1;
-        }
-        break;
-    }
-    case DSL_MSG_PROBE:
-        TRY(get_int(o, "port", &m->port, err));
-        TRY(get_int(o, "pick", &m->pick, err));
-        TRY(get_int(o, "cport", &m->cport, err));
-        TRY(get_strvec(o, "connect", &m->connect, err));
-        TRY(get_str(o, "program", &m->program, err));
-        TRY(get_str(o, "cwd", &m->cwd, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "script"))
-            TRY(get_str(o, "script", &m->script, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "diag"))
-            TRY(get_int(o, "diag", &m->diag, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "ld_path"))
-            TRY(get_str(o, "ld_path", &m->ld_path, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "bind"))
-            TRY(get_str(o, "bind", &m->bind, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "env"))
-            TRY(get_strvec(o, "env", &m->env, err));
-        if (m->port < 0 || m->port > 65535 || m->cport < 0 || m->cport > 65535)
-            return dsl_seterr(err, DSL_EPROTO, "port out of range");
-        break;
-    case DSL_MSG_PROBED: {
-        TRY(get_int(o, "port", &m->port, err));
-        TRY(get_int(o, "port_busy", &m->port_busy, err));
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "reach");
-        if (!cJSON_IsArray(a))
-            return dsl_seterr(err, DSL_EPROTO, "member 'reach' missing or not an array");
-        int n = cJSON_GetArraySize(a);
-        m->reach = dsl_xcalloc((size_t)n + 1, sizeof(int));
-        const cJSON *e;
-        cJSON_ArrayForEach(e, a)
-        {
-            if (!cJSON_IsNumber(e))
-                return dsl_seterr(err, DSL_EPROTO, "member 'reach' holds a non-number");
-            m->reach[m->nreach++] = e->valuedouble != 0;
-        }
-        TRY(get_str(o, "iface", &m->iface, err));
-        TRY(get_str(o, "src", &m->src, err));
-        TRY(get_int(o, "program_ok", &m->program_ok, err));
-        TRY(get_int(o, "cwd_ok", &m->cwd_ok, err));
-        TRY(get_str(o, "detail", &m->detail, err));
-        const cJSON *fo = cJSON_GetObjectItemCaseSensitive(o, "facts");
-        if (fo) {
-            if (!cJSON_IsObject(fo))
-                return dsl_seterr(err, DSL_EPROTO, "member 'facts' is not an object");
-            m->facts = dsl_xmalloc(sizeof(*m->facts));
-            dsl_facts_init(m->facts);
-            TRY(get_facts(fo, m->facts, err));
-        }
-        break;
-    }
-    case DSL_MSG_START: {
-        TRY(get_int(o, "node_rank", &m->node_rank, err));
-        TRY(get_str(o, "host_label", &m->host_label, err));
-        TRY(get_str(o, "cwd", &m->cwd, err));
-        TRY(get_strvec(o, "argv", &m->argv, err));
-        TRY(get_strvec(o, "env", &m->env, err));
-        TRY(get_double(o, "grace", &m->grace, err));
-        TRY(get_double(o, "keepalive", &m->keepalive, err));
-        TRY(get_int(o, "lra", &m->local_rank_arg, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "mem_limit"))
-            TRY(get_bytes(o, "mem_limit", &m->mem_limit, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "cpubind"))
-            TRY(get_int(o, "cpubind", &m->cpubind, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "cores"))
-            TRY(get_str(o, "cores", &m->core_list, err));
-        if (m->argv.nr == 0)
-            return dsl_seterr(err, DSL_EPROTO, "empty argv");
-        if (m->grace < 0 || m->keepalive < 0)
-            return dsl_seterr(err, DSL_EPROTO, "negative grace or keepalive");
-        const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "ranks");
-        if (!cJSON_IsArray(a))
-            return dsl_seterr(err, DSL_EPROTO, "member 'ranks' missing or not an array");
-        int n = cJSON_GetArraySize(a);
-        if (n < 1 || n > 65536)
-            return dsl_seterr(err, DSL_EPROTO, "bad rank count %d", n);
-        m->ranks = dsl_xcalloc((size_t)n, sizeof(*m->ranks));
-        const cJSON *rk;
-        cJSON_ArrayForEach(rk, a)
-        {
-            struct dsl_rank_spec *s = &m->ranks[m->nranks++];
-            dsl_strvec_init(&s->env);
-            if (!cJSON_IsObject(rk))
-                return dsl_seterr(err, DSL_EPROTO, "rank is not an object");
-            TRY(get_int(rk, "rank", &s->rank, err));
-            TRY(get_int(rk, "local_rank", &s->local_rank, err));
-            TRY(get_strvec(rk, "env", &s->env, err));
-            if (s->rank < 0 || s->local_rank < 0)
-                return dsl_seterr(err, DSL_EPROTO, "negative rank");
-        }
-        TRY(dsl_proto_hang_decode(m, o, err));
-        break;
-    }
-    case DSL_MSG_STARTED:
-        TRY(get_int(o, "rank", &m->rank, err));
-        TRY(get_int(o, "pid", &m->pid, err));
-        break;
-    case DSL_MSG_OUT:
-        TRY(get_int(o, "rank", &m->rank, err));
-        TRY(get_int(o, "s", &m->stream, err));
-        TRY(get_str(o, "line", &m->line, err));
-        m->line_len = strlen(m->line);
-        TRY(get_int(o, "cr", &m->cr, err));
-        m->end = m->cr ? DSL_END_CR : DSL_END_LF;
-        if (cJSON_GetObjectItemCaseSensitive(o, "end")) {
-            TRY(get_int(o, "end", &m->end, err));
-            if (m->end < DSL_END_NONE || m->end > DSL_END_CRLF)
-                return dsl_seterr(err, DSL_EPROTO, "bad line end %d", m->end);
-        }
-        if (cJSON_GetObjectItemCaseSensitive(o, "x")) {
-            char *b64 = NULL;
-            TRY(get_str(o, "x", &b64, err));
-            size_t bl = strlen(b64);
-            unsigned char *raw = bl % 4 == 0 ? dsl_xmalloc(bl / 4 * 3 + 1) : NULL;
-            int n = raw ? EVP_DecodeBlock(raw, (const unsigned char *)b64, (int)bl) : -1;
-            /* EVP_DecodeBlock counts the bytes of '=' padding as zeros */
-            for (size_t k = bl; n > 0 && k > 0 && b64[k - 1] == '=' && k + 2 > bl; k--)
-                n--;
-            free(b64);
-            if (n < 0) {
-                free(raw);
-                return dsl_seterr(err, DSL_EPROTO, "bad base64 in an output line");
-            }
-            raw[n] = '\0';
-            free(m->line);
-            m->line = (char *)raw;
-            m->line_len = (size_t)n;
-        }
-        if (m->stream != 1 && m->stream != 2)
-            return dsl_seterr(err, DSL_EPROTO, "bad stream %d", m->stream);
-        break;
-    case DSL_MSG_EXIT:
-        TRY(get_int(o, "rank", &m->rank, err));
-        TRY(get_int(o, "pid", &m->pid, err));
-        TRY(get_int(o, "code", &m->code, err));
-        TRY(get_int(o, "sig", &m->sig, err));
-        TRY(get_double(o, "wall", &m->wall, err));
-        TRY(get_strvec(o, "tail", &m->tail, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "cause"))
-            TRY(get_cause(cJSON_GetObjectItemCaseSensitive(o, "cause"), &m->cause, err));
-        break;
-    case DSL_MSG_SPAWNERR:
-        TRY(get_int(o, "rank", &m->rank, err));
-        TRY(get_str(o, "error", &m->error, err));
-        if (cJSON_GetObjectItemCaseSensitive(o, "code")) {
-            TRY(get_int(o, "code", &m->code, err));
-            if (m->code < 1 || m->code > 255)
-                return dsl_seterr(err, DSL_EPROTO, "bad spawn error code %d", m->code);
-        }
-        break;
-    case DSL_MSG_STOP:
-        TRY(get_int(o, "sig", &m->sig, err));
-        TRY(get_double(o, "grace", &m->grace, err));
-        if (m->sig < 0 || m->sig > 64 || m->grace < 0)
-            return dsl_seterr(err, DSL_EPROTO, "bad stop request");
-        if (cJSON_GetObjectItemCaseSensitive(o, "refused"))
-            TRY(get_str(o, "refused", &m->refused, err));
-        break;
-    case DSL_MSG_SIGNAL:
-        TRY(get_int(o, "sig", &m->sig, err));
-        if (m->sig != SIGUSR1 && m->sig != SIGUSR2)
-            return dsl_seterr(err, DSL_EPROTO, "bad signal request %d", m->sig);
-        break;
-    case DSL_MSG_PING:
-    case DSL_MSG_BYE:
-        break;
-    case DSL_MSG_PROGRESS:
-    case DSL_MSG_STACKS:
-    case DSL_MSG_STACKED:
-    case DSL_MSG_NTYPES:
-        TRY(dsl_proto_hang_decode(m, o, err));
-        break;
-    }
-#undef TRY
-    return 0;
 }
 
 int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err)
@@ -670,13 +442,13 @@ int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err)
         goto out;
     }
     for (int i = DSL_MSG_HELLO; i < DSL_MSG_NTYPES; i++)
-        if (!strcmp(t->valuestring, type_names[i]))
+        if (!strcmp(t->valuestring, messages[i].name))
             m->type = (enum dsl_msg_type)i;
     if (!m->type) {
         dsl_seterr(err, r, "unknown control message '%.40s'", t->valuestring);
         goto out;
     }
-    r = decode_body(m, o, err);
+    r = dsl_schema_decode(&messages[m->type], m, o, err);
 out:
     cJSON_Delete(o);
     if (r < 0)

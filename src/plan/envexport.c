@@ -159,15 +159,6 @@ int dsl_envfile_load(struct dsl_strvec *env, const char *path, char *err)
     return r;
 }
 
-/* The value of name in a NULL-terminated "K=V" array, or NULL. */
-static const char *environ_get(char *const *environ_, const char *name, size_t n)
-{
-    for (size_t i = 0; environ_ && environ_[i]; i++)
-        if (strncmp(environ_[i], name, n) == 0 && environ_[i][n] == '=')
-            return environ_[i] + n + 1;
-    return NULL;
-}
-
 static int add_export(struct dsl_strvec *env, char *const *environ_, const char *spec, char *err)
 {
     size_t n = strlen(spec), kn = name_len(spec, n);
@@ -176,7 +167,7 @@ static int add_export(struct dsl_strvec *env, char *const *environ_, const char 
                           "--export '%s': expected VAR or VAR=VALUE with VAR a variable name",
                           spec);
     char *key = dsl_xstrndup(spec, kn);
-    const char *val = kn < n ? spec + kn + 1 : environ_get(environ_, spec, kn);
+    const char *val = kn < n ? spec + kn + 1 : dsl_env_lookup(environ_, spec, kn);
     if (!val) {
         free(key);
         return dsl_seterr(err, DSL_EUSAGE, "--export '%s': not set in the environment", spec);

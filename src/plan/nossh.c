@@ -15,6 +15,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/plan/hostfile.h"
 #include "dslaunch/plan/nossh.h"
@@ -48,11 +49,7 @@ void dsl_nossh_release(struct dsl_nossh *ns)
 
 static const char *env_get(char *const *env, const char *name)
 {
-    size_t n = strlen(name);
-    for (; env && *env; env++)
-        if (!strncmp(*env, name, n) && (*env)[n] == '=')
-            return *env + n + 1;
-    return NULL;
+    return dsl_env_lookup(env, name, strlen(name));
 }
 
 /* An env value as an int in lo..hi; "N:N" too for PET_NNODES (torchrun's min:max). */

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/schema.h"
 #include "dslaunch/common/xalloc.h"
 #include "allocation.h"
 #include "dslaunch/plan/launcherargs.h"
@@ -222,50 +224,75 @@ static void add_srun(cJSON *o, const struct dsl_plan *p)
 }
 
 /* no-ssh mode: each value and where it came from (the secret itself never) */
-static void add_nossh(cJSON *o, const struct dsl_plan *p)
+static void nossh_role(const void *obj, cJSON *o)
 {
-    const struct dsl_nossh *ns = &p->nossh;
-    cJSON *n = cJSON_AddObjectToObject(o, "no_ssh");
-    cJSON_AddStringToObject(n, "role", ns->node_rank == 0 ? "coordinator" : "agent");
-    cJSON_AddNumberToObject(n, "nnodes", ns->nnodes);
-    cJSON_AddNumberToObject(n, "node_rank", ns->node_rank);
-    if (ns->master_addr)
-        cJSON_AddStringToObject(n, "master_addr", ns->master_addr);
-    else
-        cJSON_AddNullToObject(n, "master_addr");
-    cJSON_AddNumberToObject(n, "master_port", ns->master_port);
-    cJSON_AddNumberToObject(n, "control_port", ns->control_port);
-    cJSON_AddNumberToObject(n, "slots", ns->slots);
-    cJSON *from = cJSON_AddObjectToObject(n, "from");
-    cJSON_AddStringToObject(from, "nnodes", ns->from_nnodes);
-    cJSON_AddStringToObject(from, "node_rank", ns->from_node_rank);
-    cJSON_AddStringToObject(from, "master_addr", ns->from_master_addr);
-    cJSON_AddStringToObject(from, "master_port", ns->from_master_port);
-    cJSON_AddStringToObject(from, "control_port", ns->from_control_port);
-    cJSON_AddStringToObject(from, "slots", ns->from_slots);
-    cJSON_AddStringToObject(from, "secret", ns->from_secret);
+    const struct dsl_nossh *ns = obj;
+    cJSON_AddStringToObject(o, "role", ns->node_rank == 0 ? "coordinator" : "agent");
+}
+
+static void nossh_note(const void *obj, cJSON *o)
+{
+    const struct dsl_nossh *ns = obj;
     if (ns->nnodes > 1)
-        cJSON_AddStringToObject(n, "note", ns->node_rank == 0
+        cJSON_AddStringToObject(o, "note", ns->node_rank == 0
                                 ? "the other nodes are placed once they dial in; world_info "
                                   "and ranks show this node only"
                                 : "this node's ranks are numbered by the coordinator");
 }
 
+static const struct dsl_schema_custom role_member = {nossh_role, NULL};
+static const struct dsl_schema_custom note_member = {nossh_note, NULL};
+
+#define F(n, k, o) .name = (n), .kind = DSL_SK_##k, .off = (o)
+#define NS(f) offsetof(struct dsl_nossh, f)
+#define NROWS(rows) (int)(sizeof(rows) / sizeof((rows)[0]))
+#define TEXT_ROW(n, f) {F(n, TEXT, NS(f)), .size = sizeof(((struct dsl_nossh *)0)->f)}
+static const struct dsl_schema_row nossh_from_rows[] = {
+    TEXT_ROW("nnodes", from_nnodes),
+    TEXT_ROW("node_rank", from_node_rank),
+    TEXT_ROW("master_addr", from_master_addr),
+    TEXT_ROW("master_port", from_master_port),
+    TEXT_ROW("control_port", from_control_port),
+    TEXT_ROW("slots", from_slots),
+    TEXT_ROW("secret", from_secret),
+};
+static const struct dsl_schema nossh_from = {"from", nossh_from_rows, NROWS(nossh_from_rows),
+                                             NULL};
+static const struct dsl_schema_row nossh_rows[] = {
+    {F("role", CUSTOM, 0), .custom = &role_member},
+    {F("nnodes", INT, NS(nnodes))},
+    {F("node_rank", INT, NS(node_rank))},
+    {F("master_addr", STR, NS(master_addr)), .flags = DSL_SF_NULLABLE},
+    {F("master_port", INT, NS(master_port))},
+    {F("control_port", INT, NS(control_port))},
+    {F("slots", INT, NS(slots))},
+    {F("from", OBJECT, 0), .sub = &nossh_from}, /* the same struct's from_* members */
+    {F("note", CUSTOM, 0), .custom = &note_member},
+};
+static const struct dsl_schema nossh_schema = {"no_ssh", nossh_rows, NROWS(nossh_rows), NULL};
+
+/* world_info: one entry a node */
+#define ND(f) offsetof(struct dsl_node, f)
+static const struct dsl_schema_row node_rows[] = {
+    {F("host", STR, ND(host))},
+    {F("user", STR, ND(user)), .flags = DSL_SF_OPT},
+    {F("slots", FLAGS, ND(slots)), .aux = ND(nslots)}, /* device ids: integers */
+};
+static const struct dsl_schema node_schema = {"node", node_rows, NROWS(node_rows), NULL};
+static const struct dsl_schema_row world_rows[] = {
+    {F("world_info", ARRAY, offsetof(struct dsl_placement, nodes)),
+     .aux = offsetof(struct dsl_placement, nr), .size = sizeof(struct dsl_node),
+     .sub = &node_schema},
+    {F("world_size", INT, offsetof(struct dsl_placement, world_size))},
+};
+static const struct dsl_schema world_schema = {"placement", world_rows, NROWS(world_rows),
+                                               NULL};
+
 void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
 {
     const struct dsl_placement *pl = &p->pl;
     cJSON *o = cJSON_CreateObject();
-    cJSON *wi = cJSON_AddArrayToObject(o, "world_info");
-    for (int i = 0; i < pl->nr; i++) {
-        cJSON *h = cJSON_CreateObject();
-        cJSON_AddStringToObject(h, "host", pl->nodes[i].host);
-        if (pl->nodes[i].user)
-            cJSON_AddStringToObject(h, "user", pl->nodes[i].user);
-        cJSON_AddItemToObject(h, "slots", cJSON_CreateIntArray(pl->nodes[i].slots,
-                                                               pl->nodes[i].nslots));
-        cJSON_AddItemToArray(wi, h);
-    }
-    cJSON_AddNumberToObject(o, "world_size", pl->world_size);
+    dsl_schema_encode(&world_schema, pl, o); /* world_info, world_size */
     cJSON_AddStringToObject(o, "master_addr", p->master_addr);
     cJSON_AddNumberToObject(o, "master_port", p->master_port);
     cJSON_AddStringToObject(o, "launcher", dsl_plan_launcher_name(p));
@@ -283,7 +310,7 @@ void dsl_plan_print_json(const struct dsl_plan *p, FILE *out)
         dsl_strvec_release(&words);
     }
     if (p->nossh.on)
-        add_nossh(o, p);
+        dsl_schema_encode(&nossh_schema, &p->nossh, cJSON_AddObjectToObject(o, "no_ssh"));
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < pl->nr; i++)
         for (int s = 0; s < pl->nodes[i].nslots; s++) {

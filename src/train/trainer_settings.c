@@ -497,7 +497,6 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     ro->save_on_signal = c->dstrain.save_on_signal >= 0
                              ? c->dstrain.save_on_signal
                              : c->dstrain.checkpoint_dir && *c->dstrain.checkpoint_dir;
-    ro->prefix = "dstrain";
     ro->params_out = s->params_out;
     ro->wall_clock_breakdown = c->wall_clock_breakdown;
 

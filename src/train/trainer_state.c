@@ -46,14 +46,6 @@ void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, floa
     }
 }
 
-void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full)
-{
-    for (size_t j = 0; j < t->nbk; j++) {
-        const struct dsl_bucket *b = &t->bk[j];
-        memcpy(full + b->lo + b->poff, shard + b->soff, b->plen * sizeof(float));
-    }
-}
-
 /* the largest bucket, in elements */
 static size_t max_bucket(const struct dsl_trainer *t)
 {

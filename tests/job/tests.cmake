@@ -15,3 +15,6 @@ dsl_unit_test(test_proto_hang SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto_hang.
 # dsljob: the kernel texts the agent reads (/proc/PID/stat, meminfo, kernel log lines,
 # mountinfo with /proc/self/cgroup).
 dsl_fuzz_target(fuzz_procfs SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_procfs.c LIBS dsljob)
+# every message type: the bytes of protocol version 1, round trips, refusals
+dsl_unit_test(test_proto_types SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto_types.c
+              LIBS dsljob PkgConfig::CJSON)

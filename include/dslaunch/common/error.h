@@ -40,24 +40,6 @@ enum dsl_error {
 /** Text for a negative code (either -errno or DSL_E*). Never NULL; static storage. */
 const char *dsl_strerror(int code);
 
-/*
- * DSL_TRY(expr): evaluate expr; if it is negative, print a "file:line" trace line to
- * stderr when DSLAUNCH_TRACE is set and return it from the current function. For code
- * that propagates errors upward (the launcher, the agent). The worker uses die-fast
- * checks instead: its node agent sees the exit status and stops the job.
- */
-int dsl_trace_enabled(void);
-#define DSL_TRY(expr)                                                          \
-    do {                                                                       \
-        int dsl_try_r_ = (expr);                                               \
-        if (dsl_try_r_ < 0) {                                                  \
-            if (dsl_trace_enabled())                                           \
-                fprintf(stderr, "  at %s:%d: %s\n", __FILE__, __LINE__,        \
-                        dsl_strerror(dsl_try_r_));                             \
-            return dsl_try_r_;                                                 \
-        }                                                                      \
-    } while (0)
-
 /** Abort with a message: an internal invariant is broken (a dslaunch bug). */
 _Noreturn void dsl_bug_at(const char *file, int line, const char *msg);
 #define DSL_BUG(msg) dsl_bug_at(__FILE__, __LINE__, (msg))

@@ -1,13 +1,11 @@
 /*
  * Messages for people. Errors go to stderr as "dslaunch: error: ..." (git style:
  * lowercase, subject in quotes, no trailing period); the program name is set once.
- * dsl_log0 prints only on rank 0 (set with dsl_log_set_rank), for trainer chatter.
  */
 #ifndef DSLAUNCH_LOG_H
 #define DSLAUNCH_LOG_H
 
 void dsl_log_set_prog(const char *prog);
-void dsl_log_set_rank(int rank);
 /** 0 = quiet (errors only), 1 = normal, 2 = verbose. */
 void dsl_log_set_level(int level);
 int dsl_log_level(void);
@@ -30,7 +28,5 @@ void dsl_debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * Without it: nothing, at the cost of one cached check. what is a fixed word or two.
  */
 void dsl_log_mark(const char *what);
-/** Print to stdout on rank 0 only. */
-void dsl_log0(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif

@@ -23,8 +23,6 @@ const char *dsl_strvec_pushf(struct dsl_strvec *sv, const char *fmt, ...)
 void dsl_strvec_pushv(struct dsl_strvec *sv, const char *const *items);
 /** Take ownership of s (allocated with malloc) and append it. */
 void dsl_strvec_push_nodup(struct dsl_strvec *sv, char *s);
-/** Remove and free the last entry, if any. */
-void dsl_strvec_pop(struct dsl_strvec *sv);
 void dsl_strvec_release(struct dsl_strvec *sv);
 void dsl_strvec_clear(struct dsl_strvec *sv);
 
@@ -37,5 +35,11 @@ void dsl_env_set(struct dsl_strvec *env, const char *key, const char *value);
 const char *dsl_env_get(const struct dsl_strvec *env, const char *key);
 /** Remove key from env. Returns 1 if it was present. */
 int dsl_env_unset(struct dsl_strvec *env, const char *key);
+/**
+ * The value of the first "K=V" entry whose K is the first keylen bytes of key, in a
+ * NULL-terminated array (environ, a strvec's v; NULL reads as empty), or NULL. Allocates
+ * nothing: a forked child may call it.
+ */
+const char *dsl_env_lookup(char *const *env, const char *key, size_t keylen);
 
 #endif

@@ -80,6 +80,7 @@
 #define DSL_PROTO_VERSION 1
 #define DSL_PROTO_MAX_LINE (8u << 20)
 #define DSL_PROTO_MAX_TAIL 20
+#define DSL_PROTO_MAX_STACK (256u << 10) /* bytes of one rank's stack text */
 
 enum dsl_msg_type {
     DSL_MSG_HELLO = 1,
@@ -206,7 +207,7 @@ struct dsl_msg {
     double stack_timeout;      /* stacks: seconds each capture may take */
     int stack_probe;           /* stacks: native stacks only, the ranks left as they are;
                                   stacked: the answer to such a probe */
-    /* progress / stacked (owned; proto_hang.c codes them) */
+    /* progress / stacked (owned) */
     struct dsl_rank_progress *progress;
     int nprogress;
     struct dsl_rank_stack *stacks;

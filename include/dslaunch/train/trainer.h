@@ -296,10 +296,8 @@ int dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t 
 /** All P parameters into / from host memory (waits for parameter all-gathers first). */
 int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err);
 int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char *err);
-/** Copy this rank's pieces of a full flat vector into / out of shard order (both host
- *  memory). */
+/** Copy this rank's pieces of a full flat vector into shard order (both host memory). */
 void dsl_trainer_shard_pack(const struct dsl_trainer *t, const float *full, float *shard);
-void dsl_trainer_shard_unpack(const struct dsl_trainer *t, const float *shard, float *full);
 
 /* ---- the training loop (trainer_run.c) ------------------------------------------ */
 
@@ -324,7 +322,6 @@ struct dsl_run_opts {
     /* checkpoint hooks (NULL: no checkpoints); tag is "global_step<N>" */
     int (*save)(void *ctx, struct dsl_trainer *t, const char *tag, char *err);
     void *save_ctx;
-    const char *prefix;       /* "dstrain" for the progress lines */
     const char *params_out;   /* write the final fp32 parameters (raw, rank 0); NULL */
     int wall_clock_breakdown; /* add the step-time split to every progress line */
     double t_process;         /* dsl_now() when the process started its work (0: unknown):
