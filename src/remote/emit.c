@@ -225,10 +225,12 @@ static char *config_path(const struct dsl_plan *p, const char *dstrain, const ch
     return path;
 }
 
-/* dstrain.save_on_signal (*save: 0 or 1) and dstrain.resume (*resume: 1 when a
- * non-empty string) of the config at path, each left as it is when the file does not
- * set it, the last of a repeated key winning as in dstrain. 0, or -1 with why. */
-static int dstrain_keys(const char *path, int *save, int *resume, char *why, size_t cap)
+/* dstrain.save_on_signal (*save: 0 or 1), dstrain.resume (*resume: 1 when a non-empty
+ * string) and dstrain.checkpoint_dir (*ckdir: 1 when a non-empty string) of the config
+ * at path, each left as it is when the file does not set it, the last of a repeated
+ * key winning as in dstrain. 0, or -1 with why. */
+static int dstrain_keys(const char *path, int *save, int *resume, int *ckdir, char *why,
+                        size_t cap)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, 16u << 20); /* dstrain's own limit */
@@ -262,6 +264,8 @@ static int dstrain_keys(const char *path, int *save, int *resume, char *why, siz
                 }
             } else if (!strcmp(it->string, "resume") && cJSON_IsString(it)) {
                 *resume = it->valuestring[0] != '\0';
+            } else if (!strcmp(it->string, "checkpoint_dir") && cJSON_IsString(it)) {
+                *ckdir = it->valuestring[0] != '\0';
             }
         }
     }
@@ -278,8 +282,8 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
     int dstrain = !strcmp(base_name(prog), "dstrain");
     struct dsl_strvec configs;
     struct dsl_dynbuf note, unread;
-    int flag = 0, save = -1, cfg_resume = 0, unknown = 0;
-    const char *save_in = NULL;
+    int flag = 0, save = -1, cfg_resume = 0, unknown = 0, ckdir = 0;
+    const char *save_in = NULL, *ckdir_in = NULL;
 
     dsl_strvec_init(&configs);
     dsl_dynbuf_init(&note, 1 << 16);
@@ -290,6 +294,12 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
             flag = 1;
         else if (!strncmp(a, "--resume", 8))
             rq->resumes = 1;
+        else if (dstrain && (!strcmp(a, "--checkpoint-dir") || !strcmp(a, "--checkpoint_dir")) &&
+                 k + 1 < o->argv.nr && o->argv.v[k + 1][0])
+            ckdir = 1;
+        else if (dstrain && (!strncmp(a, "--checkpoint-dir=", 17) ||
+                             !strncmp(a, "--checkpoint_dir=", 17)) && a[17])
+            ckdir = 1;
         else if (dstrain && !strcmp(a, "--config") && k + 1 < o->argv.nr)
             dsl_strvec_push(&configs, o->argv.v[++k]);
         else if (dstrain && !strncmp(a, "--config=", 9))
@@ -297,8 +307,8 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
     }
     for (size_t i = 0; i < configs.nr; i++) {
         char *path = config_path(p, prog, configs.v[i]), why[160];
-        int s = -1, r = -1;
-        if (dstrain_keys(path, &s, &r, why, sizeof(why)) < 0) {
+        int s = -1, r = -1, c = -1;
+        if (dstrain_keys(path, &s, &r, &c, why, sizeof(why)) < 0) {
             note_line(&unread, dsl_xasprintf("could not read --config '%s' while writing this "
                                            "script (%s): whether it turns "
                                            "dstrain.save_on_signal on is not known",
@@ -311,6 +321,8 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
             }
             if (r >= 0)
                 cfg_resume = r;
+            if (c >= 0)
+                ckdir_in = c ? configs.v[i] : NULL;
         }
         free(path);
     }
@@ -323,6 +335,16 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
         note_line(&note, dsl_xasprintf("the ranks save a checkpoint on Slurm's warning: "
                                        "dstrain.save_on_signal is true in --config '%s' (as "
                                        "read while this script was written)", save_in));
+        rq->requeue = 1;
+    } else if (save < 0 && dstrain && !unknown && (ckdir || ckdir_in)) {
+        /* dstrain's default: a run with a checkpoint directory saves on a stop signal */
+        note_line(&note, ckdir ? dsl_xstrdup("the ranks save a checkpoint on Slurm's warning: "
+                                             "dstrain does by default when it has a checkpoint "
+                                             "directory (--checkpoint-dir)")
+                               : dsl_xasprintf("the ranks save a checkpoint on Slurm's warning: "
+                                               "dstrain does by default when it has a "
+                                               "checkpoint directory (dstrain.checkpoint_dir in "
+                                               "--config '%s')", ckdir_in));
         rq->requeue = 1;
     } else if (unknown) {
         if (unread.len) /* (with the flag, which overrides them, they do not matter) */

@@ -55,6 +55,23 @@ expect_success "dstrain.save_on_signal in a --config asks for the warning and re
     assert_grep "true in --config .sub/cfg/x.json." b.sh
 '
 
+expect_success "dstrain with a checkpoint dir saves on a signal by default: warning and requeue" '
+    cd "$T_TMP"
+    emit a.sh train --checkpoint-dir ck --resume auto
+    requeues a.sh
+    assert_grep "^# the ranks save a checkpoint on Slurm.s warning: dstrain does by default when it has a checkpoint directory (--checkpoint-dir)" a.sh
+    echo "{\"dstrain\": {\"checkpoint_dir\": \"ck\"}}" >ck.json
+    emit b.sh train --config ck.json
+    requeues b.sh
+    assert_grep "by default when it has a checkpoint directory (dstrain.checkpoint_dir in --config .ck.json.)" b.sh
+    # turned off in a file: no warning; no checkpoint dir at all: none either
+    echo "{\"dstrain\": {\"checkpoint_dir\": \"ck\", \"save_on_signal\": false}}" >ckoff.json
+    emit c.sh train --config ckoff.json
+    execs c.sh
+    emit d.sh train --steps 3
+    execs d.sh
+'
+
 expect_success "dstrain.resume in a --config counts as resuming" '
     cd "$T_TMP"
     echo "{\"dstrain\": {\"save_on_signal\": true, \"resume\": \"auto\"}}" >onr.json
