@@ -10,7 +10,9 @@
  * verdict is the exit status. What it covers: gradient buckets (several per segment,
  * one per model), ZeRO stages 0, 1 and 2, shards that world does not divide (the
  * trainer's padding, and the comm's padded form with DSLAUNCH_NCCL_PAD_ALWAYS=1),
- * overlap_comm, accumulation, clipping and fp16 loss scaling.
+ * overlap_comm, accumulation, clipping and fp16 loss scaling; and, in one variant, that the
+ * GPU timers (common/gpuprof.h) change no result and read every step, with launches in
+ * the classes the MLP and the trainer mark.
  *
  * The parent never touches CUDA (a CUDA context does not survive fork): a probe child
  * asks for the device count, and the test exits 77 (skip) without a device.
@@ -28,6 +30,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/model/data.h"
 #include "dslaunch/model/device.h"
@@ -44,6 +47,7 @@ struct variant {
     int ls_pow; /* > 0: fp16 loss scaling from 2^ls_pow */
     int pad_always;
     enum dsl_dtype dtype;
+    int timers; /* the GPU timers on (common/gpuprof.h): their totals are checked */
 };
 
 #define STEPS 6
@@ -114,6 +118,8 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
     }
     struct dsl_sampler s;
     int tinit = 0, sinit = 0;
+    if (gpu && v->timers && (r = dsl_gpuprof_enable(gdev.stream, err)) < 0)
+        goto out;
     if ((r = dsl_trainer_init(&t, &o, c, &m, err)) < 0)
         goto out;
     tinit = 1;
@@ -136,7 +142,33 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
         goto out;
     }
     r = dsl_trainer_params_to_host(&t, out->params, err);
+    if (r == 0 && gpu && v->timers) {
+        /* every step read once the stream is done; the classes the MLP and the trainer
+         * mark have launches; the segments add up to some time */
+        struct dsl_gpuprof_totals g;
+        double ms = 0.0;
+        if ((r = gdev.ops->synchronize(&gdev)) < 0)
+            goto out;
+        dsl_gpuprof_collect();
+        dsl_gpuprof_take(&g, 1);
+        for (int k = 0; k < DSL_PROF_NCLASS; k++)
+            ms += g.ms[k];
+        fprintf(stderr, "# gpu timers: %llu steps read, %.3f ms, launches fwd_matmul %llu "
+                "lm_head_loss %llu bwd_matmul %llu optimizer %llu\n",
+                (unsigned long long)g.steps, ms,
+                (unsigned long long)g.launches[DSL_PROF_FWD_MATMUL],
+                (unsigned long long)g.launches[DSL_PROF_HEAD],
+                (unsigned long long)g.launches[DSL_PROF_BWD_MATMUL],
+                (unsigned long long)g.launches[DSL_PROF_OPTIM]);
+        if (g.steps != STEPS || !(ms > 0.0) || !g.launches[DSL_PROF_FWD_MATMUL] ||
+            !g.launches[DSL_PROF_HEAD] || !g.launches[DSL_PROF_BWD_MATMUL] ||
+            !g.launches[DSL_PROF_OPTIM])
+            r = dsl_seterr(err, -EINVAL, "gpu timers: %llu steps read of %d, %g ms, or a "
+                           "class without launches", (unsigned long long)g.steps, STEPS, ms);
+    }
 out:
+    if (gpu && v->timers)
+        dsl_gpuprof_disable();
     if (sinit)
         dsl_sampler_release(&s);
     if (tinit)
@@ -261,16 +293,17 @@ static int run_world(int world, const struct variant *vs, size_t nv)
 
 /* MLP 20-16-12-4: 592 parameters in segments of at most 64 */
 static const struct variant variants[] = {
-    /* stage overlap bucket accum clip ls pad dtype */
-    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32},    /* one bucket per segment */
-    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32}, /* overlap, accumulation, clipping */
-    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32},   /* shards that 4 (and 2) do not divide */
-    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32}, /* fp16 loss scaling */
-    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32}, /* one bucket for the whole model */
-    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32},
-    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32},  /* the comm's padded form, every call */
-    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32},
-    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16}, /* the shipped config's shape */
+    /* stage overlap bucket accum clip ls pad dtype timers */
+    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0},    /* one bucket per segment */
+    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0}, /* overlap, accumulation, clipping */
+    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32, 0},   /* shards that 4 (and 2) do not divide */
+    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0}, /* fp16 loss scaling */
+    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32, 0}, /* one bucket for the whole model */
+    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32, 0},
+    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32, 0},  /* the comm's padded form, every call */
+    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32, 0},
+    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0}, /* the shipped config's shape */
+    {2, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 1}, /* with the GPU timers on */
 };
 #define NV (sizeof(variants) / sizeof(variants[0]))
 
