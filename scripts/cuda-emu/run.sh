@@ -78,7 +78,7 @@ case $FILTER in
         "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
         "$L/common/libdslcommon.a" $(pkg-config --libs openblas libcrypto) $DNNL -lz -lm \
         -lpthread
-    EMU_DEVICES=1 "$T/worlds" "${TESTS:-}"
+    EMU_DEVICES=1 GPU_WORLDS_ALARM_S=${GPU_WORLDS_ALARM_S:-7200} "$T/worlds" "${TESTS:-}"
     exit $?
     ;;
 esac

@@ -32,6 +32,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/net.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/model/data.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/model/model.h"
@@ -272,7 +273,13 @@ static int run_world(int world, const struct variant *vs, size_t nv)
             setenv("DSLAUNCH_RUN_TOKEN", "gpu-worlds-token", 1);
             setenv("DSLAUNCH_COMM_TIMEOUT", "120", 1);
             setenv("DSLAUNCH_STORE_TIMEOUT", "60", 1);
-            alarm(400); /* a hang is a failure, not a stuck CI job */
+            /* a hang is a failure, not a stuck CI job (GPU_WORLDS_ALARM_S: longer, for
+             * the CPU emulation of CUDA, scripts/cuda-emu/run.sh) */
+            const char *al = getenv("GPU_WORLDS_ALARM_S");
+            int secs = 400;
+            if (al && *al && dsl_parse_int(al, 1, 86400, &secs) < 0)
+                secs = 400;
+            alarm((unsigned)secs);
             _exit(rank_main(r, world, vs, nv, ports));
         }
         pids[r] = pid;
