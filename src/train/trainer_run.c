@@ -26,6 +26,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/dtype.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/model/blascore.h"
@@ -398,7 +399,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->t_gather *= k;
     }
     if (t->rank == 0) {
-        dsl_gputime_report(mf, sum->steps, 1); /* after the sync above: every step */
+        /* GPU timers: every step's events complete (one host wait, at the end of the
+         * run), so the final report covers the whole run */
+        if (dsl_gpuprof_enabled() && !t->dev->host_memory)
+            (void)t->dev->ops->synchronize(t->dev);
+        dsl_gputime_report(mf, sum->steps, 1);
         char fp16[96] = "", fp16j[96] = "";
         if (t->o.loss_scaling) {
             snprintf(fp16, sizeof(fp16), " skipped %" PRIu64 " loss_scale %g", sum->skipped,
