@@ -17,10 +17,25 @@
 #             kernels can be compared side by side (run it once with each)
 #
 # Needs a dstrain built with CUDA and a visible GPU: without one it says so and exits 1.
+# dstrain's GPU timers (CUDA events) print the GPU time per phase with each progress
+# line and per kernel class at the end ("gpu ms per step", docs/trainer.md).
+#
+# PROFILE_STEP=S profiles step S (S >= 2; default run: 3 steps) with Nsight Compute
+# instead of measuring throughput: a first run with DSTRAIN_COUNT_LAUNCHES=1 (no ncu)
+# reads how many launches come before step S and how many are in it, then
+#   ncu --clock-control none --metrics gpu__time_duration.sum --profile-from-start off
+#       --launch-count COUNT ...
+# runs S steps with DSTRAIN_PROFILE_STEP=S (dstrain opens the profiler's window around
+# that step), or with PROFILE_MODE=skip, --launch-skip BEFORE --launch-count COUNT and no
+# window. Prints the kernels by GPU time, the top PROFILE_TOP (15) with their share
+# ("gpt_gpu profile: ..." lines). NCU names the binary (default: ncu on PATH, then
+# $CUDA_HOME/bin/ncu); exit 1 if it is missing or profiles nothing.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 STEPS=${2:-40}
+PROFILE_STEP=${PROFILE_STEP:-}
+[ -n "$PROFILE_STEP" ] && STEPS=$PROFILE_STEP
 MB=${3:-16}
 PEAK=${PEAK_TFLOPS:-989}
 ATTENTION=${ATTENTION:-tensor}
@@ -67,12 +82,89 @@ cat >"$TMP/bench.json" <<JSON
   }
 }
 JSON
-DSL_GPT_ATTENTION=$ATTENTION RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 \
-    MASTER_PORT=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )) \
-    "$DSTRAIN" --config "$TMP/bench.json" >"$TMP/out" 2>"$TMP/err"
+# run dstrain (PREFIX: a profiler's command line before it, as words)
+run_dstrain() {
+    # shellcheck disable=SC2086 # PREFIX is words
+    DSL_GPT_ATTENTION=$ATTENTION RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+        MASTER_ADDR=127.0.0.1 MASTER_PORT=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )) \
+        ${PREFIX:-} "$DSTRAIN" --config "$TMP/bench.json" >"$TMP/out" 2>"$TMP/err"
+}
+if [ -n "$PROFILE_STEP" ]; then
+    case $PROFILE_STEP in '' | *[!0-9]* | 0 | 1) echo "PROFILE_STEP must be 2 or more" >&2; exit 1 ;; esac
+    NCU=${NCU:-$(command -v ncu || echo "${CUDA_HOME:-/usr/local/cuda}/bin/ncu")}
+    export DSTRAIN_COUNT_LAUNCHES=1 # "dstrain: launches step S before B count C"
+    run_dstrain
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        # exit 3: no GPU for this rank (docs/exit-codes.md)
+        { [ "$rc" -eq 3 ] || grep -q "built without CUDA\|needs a GPU" "$TMP/err"; } &&
+            { echo "gpt_gpu: no GPU to run on: $(grep -m1 nccl "$TMP/err")" >&2; exit 1; }
+        tail -n 20 "$TMP/out" "$TMP/err" >&2
+        echo "gpt_gpu: dstrain failed (exit $rc)" >&2
+        exit 1
+    fi
+    line=$(grep "^dstrain: launches step $PROFILE_STEP " "$TMP/out")
+    before=$(echo "$line" | sed -n 's/.* before \([0-9]*\) count.*/\1/p')
+    count=$(echo "$line" | sed -n 's/.* count \([0-9]*\)$/\1/p')
+    [ -n "$before" ] && [ -n "$count" ] ||
+        { echo "gpt_gpu: no launch count for step $PROFILE_STEP in dstrain's output" >&2; exit 1; }
+    [ -x "$NCU" ] || { echo "gpt_gpu: no Nsight Compute ($NCU)" >&2; exit 1; }
+    # a cuBLAS call counts once and may launch more kernels: the range mode's cap is
+    # twice the count; the skip mode takes the count as it is
+    if [ "${PROFILE_MODE:-range}" = skip ]; then
+        sel="--launch-skip $before --launch-count $count"
+    else
+        sel="--profile-from-start off --launch-count $(( 2 * count + 16 ))"
+    fi
+    echo "gpt_gpu profile: step $PROFILE_STEP of $STEPS: $before launches before it, $count in it" \
+        "(dstrain's count); ncu $sel"
+    PREFIX="$NCU --clock-control none --metrics gpu__time_duration.sum $sel --csv --page raw
+            --log-file $TMP/ncu.csv"
+    # the window around the step (range mode), and no events of the timers in the way
+    export DSTRAIN_PROFILE_STEP=$PROFILE_STEP DSTRAIN_GPU_TIMERS=0
+    run_dstrain
+    rc=$?
+    if [ "$rc" -ne 0 ]; then
+        tail -n 20 "$TMP/out" "$TMP/err" "$TMP/ncu.csv" >&2
+        echo "gpt_gpu: dstrain under ncu failed (exit $rc)" >&2
+        exit 1
+    fi
+    python3 - "$TMP/ncu.csv" "$count" "${PROFILE_TOP:-15}" <<'PY'
+import csv, re, sys
+path, counted, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = [r for r in csv.reader(l for l in open(path, errors="replace") if l.startswith('"'))]
+if len(rows) < 3:
+    sys.exit("gpt_gpu: ncu profiled no kernel (see its log: " + path + "):\n" +
+             "".join(open(path, errors="replace").readlines()[-10:]))
+head, units = rows[0], rows[1]
+try:
+    kn, tm = head.index("Kernel Name"), head.index("gpu__time_duration.sum")
+except ValueError:
+    sys.exit("gpt_gpu: no Kernel Name or gpu__time_duration.sum column in ncu's output")
+scale = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(units[tm], None)
+if scale is None:
+    sys.exit(f"gpt_gpu: unknown unit '{units[tm]}' of gpu__time_duration.sum")
+by = {}
+for r in rows[2:]:
+    name = re.sub(r"\(.*$", "", r[kn]).strip() or r[kn]   # no parameter list
+    name = re.sub(r"^(void )", "", name)
+    ms = float(r[tm].replace(",", "")) * scale
+    c = by.setdefault(name, [0.0, 0])
+    c[0] += ms
+    c[1] += 1
+total = sum(v[0] for v in by.values())
+n = sum(v[1] for v in by.values())
+print(f"gpt_gpu profile: {n} kernels profiled (dstrain counted {counted} launches, cuBLAS "
+      f"calls once each), {total:.2f} ms of GPU time in the step")
+for name, (ms, k) in sorted(by.items(), key=lambda kv: -kv[1][0])[:top]:
+    print(f"gpt_gpu profile: {ms:9.3f} ms {100 * ms / total:5.1f}% {k:5d}x {name[:100]}")
+PY
+    exit $?
+fi
+run_dstrain
 rc=$?
 if [ "$rc" -ne 0 ]; then
-    if grep -q "built without CUDA\|needs a GPU and none is visible" "$TMP/err"; then
+    if [ "$rc" -eq 3 ] || grep -q "built without CUDA\|needs a GPU" "$TMP/err"; then
         echo "gpt_gpu: no GPU to run on: $(grep -m1 nccl "$TMP/err")" >&2
     else
         tail -n 20 "$TMP/out" "$TMP/err" >&2

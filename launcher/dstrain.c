@@ -45,6 +45,7 @@
 #include "dslaunch/model/data.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/parse.h"
@@ -163,6 +164,13 @@ static int train(struct dsl_train_settings *s)
         if ((r = dsl_device_cuda_open(&gpu_dev, device, err)) < 0)
             goto out;
         have_gpu = 1;
+        /* GPU time per phase from CUDA events (common/gpuprof.h), unless
+         * DSTRAIN_GPU_TIMERS=0; DSTRAIN_COUNT_LAUNCHES=1 prints launches per step */
+        const char *gt = getenv("DSTRAIN_GPU_TIMERS"), *cl = getenv("DSTRAIN_COUNT_LAUNCHES");
+        if (cl && !strcmp(cl, "1"))
+            dsl_gpuprof_count_launches();
+        if (!(gt && !strcmp(gt, "0")) && (r = dsl_gpuprof_enable(gpu_dev.stream, err)) < 0)
+            goto out;
         s->to.dev = &gpu_dev;
         s->model.stream = gpu_dev.stream; /* one stream for the model and the device */
         r = dsl_model_create_cuda(&model, &s->model, err);
@@ -217,8 +225,10 @@ out:
     if (have_trainer)
         dsl_trainer_release(&t);
     dsl_model_release(&model);
-    if (have_gpu)
+    if (have_gpu) {
+        dsl_gpuprof_disable(); /* its events before the device's stream */
         dsl_device_release(&gpu_dev);
+    }
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     if (comm)

@@ -36,9 +36,17 @@
 # or $CUDA_HOME/lib64, NCCL in the system library path, python3; PyTorch for the
 # peer) it runs every gpu test's command directly (not through ctest, whose files name
 # this machine's paths), then bench/gpt_gpu.sh (dstrain, GPT-2 124M shapes, bf16,
-# world 1, micro batch 16, BENCH_STEPS=30 steps) and the PyTorch peer in eager mode and
-# under torch.compile (PEER_STEPS=30 each), and prints a table last: each test's pass,
-# fail or skip, the three tokens/s and dstrain's ratio to each. Logs go to
+# world 1, micro batch 16, BENCH_STEPS=30 steps; its GPU time per phase from dstrain's
+# CUDA-event timers goes into the table) and the PyTorch peer in eager mode and under
+# torch.compile (PEER_STEPS=30 each; after the profile, so that torch.compile's compile
+# time, the most expensive step, is the one a short deadline cuts), and the one-step
+# profile: bench/gpt_gpu.sh with
+# PROFILE_STEP=3 (dstrain counts its launches per step in a first run, then Nsight
+# Compute, `ncu --clock-control none --metrics gpu__time_duration.sum`, profiles step 3
+# alone: the window dstrain opens around it, capped by --launch-count; PROFILE_MODE=skip
+# uses --launch-skip/--launch-count instead), and prints a table last: each test's pass,
+# fail or skip, the three tokens/s and dstrain's ratio to each, the GPU time per phase,
+# and the profiled step's top kernels by time. PROFILE=0 leaves the profile out. Logs go to
 # $OUT/gpu-check (the device tool's $OUT) or /tmp/gpu-check. Every step gets at most
 # what is left of DEADLINE_S (270) seconds, so the table comes out within it. On a
 # machine without a GPU every gpu test skips (77), the benchmarks say n/a, and the exit
@@ -305,6 +313,26 @@ run() {
     fi
     tail -n 2 "$log/gpt_gpu.log"
 
+    # the one-step profile: Nsight Compute over step 3 of a 3-step run (gpt_gpu.sh)
+    local s_prof="skipped (PROFILE=0)"
+    if [ "${PROFILE:-1}" != 0 ]; then
+        echo "== profile: one step of dstrain's GPT under Nsight Compute (bench/gpt_gpu.sh PROFILE_STEP=3)"
+        PROFILE_STEP=3 PROFILE_MODE=${PROFILE_MODE:-range} timeout -k 5 "$(cap 150)" \
+            sh "$b/src/bench/gpt_gpu.sh" "$b/bin" 3 "$mb" </dev/null >"$log/profile.log" 2>&1
+        rc=$?
+        if grep -q "^gpt_gpu profile: .* kernels profiled" "$log/profile.log"; then
+            s_prof=ok
+        elif grep -q "no GPU to run on" "$log/profile.log"; then
+            s_prof="n/a (no GPU)"
+        elif grep -q "no Nsight Compute" "$log/profile.log"; then
+            s_prof="n/a (no ncu)"
+        else
+            s_prof="fail (exit $rc)"
+            failed=1
+            tail -n 8 "$log/profile.log"
+        fi
+    fi
+
     local mode
     for mode in eager compile; do
         echo "== PyTorch peer, $mode, mb $mb, $psteps steps"
@@ -351,6 +379,11 @@ for (label, t, s) in (("dstrain", a[0], a[1]), ("torch eager", a[2], a[3]),
     print(f"{label:<28} {float(t):12.0f} {mfu:5.1f}%  {ratio}")
 print(f"(MFU against PEAK_TFLOPS={peak:g})")
 PY
+    # dstrain's GPU time per phase (CUDA events, the benchmark's whole run)
+    grep -m1 "^dstrain: gpu ms per step" "$log/gpt_gpu.log" | sed 's/^dstrain: /dstrain /'
+    echo "one-step profile (ncu): $s_prof"
+    grep "^gpt_gpu profile: " "$log/profile.log" 2>/dev/null | sed -n '1,7p' |
+        sed 's/^gpt_gpu profile: /  /'
     return "$failed"
 }
 

@@ -16,10 +16,10 @@ while True:
     if j < 0:
         out.append(src[i:])
         break
-    m = re.search(r"(dsl_k_\w+(?:<[\w, ]+>)?)$", src[:j])
+    m = re.search(r"(dsl_k_\w+(?:<[\w, ]+>)?)\s*$", src[:j])
     if not m:
         sys.exit(f"{sys.argv[1]}: a launch without a dsl_k_ kernel name before offset {j}")
-    name, start = m.group(1), j - len(m.group(1))
+    name, start = m.group(1), m.start(1)
     e = src.find(">>>", j)
     depth, parts, cur = 0, [], ""
     for ch in src[j + 3:e]:

@@ -8,7 +8,10 @@
 # test takes a minute or two (one host thread per CUDA thread).
 # The trainer test needs NCCL and is not run. A filter with "cuda_mlp" in it runs the
 # CUDA MLP (model_mlp_cuda.c, model_mlp_kernels.cu) against the CPU MLP instead
-# (drv_mlp.c: the need() calls, gradients, loss), a second or so.
+# (drv_mlp.c: the need() calls, gradients, loss), a second or so. "cuda_worlds" builds and
+# runs tests/train/test_gpu_worlds.c itself (world 2 and 4 on one device through the
+# cuda-tcp backend, against the CPU trainer), with the device ops' kernels emulated too;
+# TESTS, a filter on its test names (e.g. world_two), runs part of it.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
 #
@@ -44,17 +47,46 @@ for f in model_gpt_cuda model_mlp_cuda model_cuda model_cuda_host; do
     # shellcheck disable=SC2086
     gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
 done
-# shellcheck disable=SC2086
-DRV=drv
-case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; esac
-gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
-    -c "$E/$DRV.c" -o "$T/drv.o"
 L=$B/src
 # a build with oneDNN (bf16 products on the CPU) needs it and OpenMP's runtime linked too
 DNNL=
 if ar t "$L/model/libdslmodel.a" | grep -q cpugemm_bf16; then
     DNNL="-ldnnl -fopenmp"
 fi
+case $FILTER in
+*cuda_worlds*)
+    # the multi-rank GPU trainer test itself (tests/train/test_gpu_worlds.c): world 2
+    # and 4 on one emulated device through the cuda-tcp backend against the CPU trainer;
+    # the device ops' kernels (device_kernels.cu) emulated too, comm.c, comm_cudahost.c
+    # and common/gpuprof.c compiled as in a CUDA build. device_kernels.o is linked before
+    # rt.o, whose dsl_cuda_to_half it replaces (the same conversion).
+    python3 "$E/launches.py" "$ROOT/src/model/device_kernels.cu" "$T/device_kernels.cpp"
+    # shellcheck disable=SC2086
+    g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/device_kernels.cpp" -o "$T/device_kernels.o"
+    for f in src/model/device_cuda src/comm/comm src/comm/comm_cudahost src/common/gpuprof \
+        tests/train/test_gpu_worlds scripts/cuda-emu/emu_worlds; do
+        # shellcheck disable=SC2086
+        gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/src/comm" \
+            -I"$ROOT/tests" -c "$ROOT/$f.c" -o "$T/$(basename "$f").o"
+    done
+    # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
+    g++ "$T/test_gpu_worlds.o" "$T/comm.o" "$T/comm_cudahost.o" "$T/gpuprof.o" \
+        "$T/device_cuda.o" "$T/device_kernels.o" "$T/model_mlp_cuda.o" "$T/model_gpt_cuda.o" \
+        "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/model_gpt_kernels.o" \
+        "$T/model_gpt_attention.o" "$T/model_mlp_kernels.o" "$T/emu_worlds.o" "$T/rt.o" $X \
+        -Wl,--allow-multiple-definition -o "$T/worlds" \
+        "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
+        "$L/common/libdslcommon.a" $(pkg-config --libs openblas libcrypto) $DNNL -lz -lm \
+        -lpthread
+    EMU_DEVICES=1 GPU_WORLDS_ALARM_S=${GPU_WORLDS_ALARM_S:-7200} "$T/worlds" "${TESTS:-}"
+    exit $?
+    ;;
+esac
+# shellcheck disable=SC2086
+DRV=drv
+case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; esac
+gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
+    -c "$E/$DRV.c" -o "$T/drv.o"
 # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
 g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_mlp_cuda.o" "$T/model_cuda.o" \
     "$T/model_cuda_host.o" "$T/model_gpt_kernels.o" "$T/model_gpt_attention.o" \

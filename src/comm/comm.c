@@ -125,15 +125,23 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     }
 
     const char *backend = o->backend && *o->backend ? o->backend : "auto";
-    int want_nccl = 0;
-    if (!strcmp(backend, "nccl")) {
+    int want_nccl = 0, staged = 0;
+    if (!strcmp(backend, "cuda-tcp")) {
+        /* device buffers through host memory and tcp: several ranks on one GPU (tests) */
+#ifdef DSL_HAVE_CUDA
+        staged = 1;
+#else
+        r = dsl_seterr(err, DSL_ENOTSUP, "backend 'cuda-tcp' is not built in (no CUDA)");
+        goto out;
+#endif
+    } else if (!strcmp(backend, "nccl")) {
         want_nccl = 1;
     } else if (!strcmp(backend, "auto")) {
 #ifdef DSL_HAVE_CUDA
         want_nccl = dsl_comm_nccl_available();
 #endif
     } else if (strcmp(backend, "tcp") != 0) {
-        r = dsl_seterr(err, DSL_EUSAGE, "unknown backend '%s' (expected tcp, nccl or auto)",
+        r = dsl_seterr(err, DSL_EUSAGE, "unknown backend '%s' (expected tcp, nccl, auto or cuda-tcp)",
                        backend);
         goto out;
     }
@@ -151,6 +159,7 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     }
 #endif
 
+    (void)staged; /* read only in a CUDA build */
     if (c->world > 1) {
         struct dsl_store_opts so;
         if ((r = dsl_store_opts_from_env(&so, err)) < 0)
@@ -170,6 +179,10 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     } else {
         r = dsl_comm_tcp_open(c);
     }
+#ifdef DSL_HAVE_CUDA
+    if (r == 0 && staged)
+        r = dsl_comm_cudahost_wrap(c);
+#endif
     if (r < 0) {
         dsl_seterr(err, r, "%s", c->err[0] ? c->err : dsl_strerror(r));
         goto out;

@@ -68,6 +68,7 @@ struct dsl_comm_queue_item {
 struct dsl_comm {
     const struct dsl_comm_ops *ops;
     void *impl; /* the backend's state, owned by it */
+    void *stage; /* cuda-tcp: the staging wrapper around the host backend (comm_cudahost.c) */
     int rank, world;
     double timeout_s;
     int deterministic;
@@ -110,6 +111,9 @@ int dsl_comm_tcp_read_hello(int fd, int world, const char *token, double deadlin
 #ifdef DSL_HAVE_CUDA
 int dsl_comm_nccl_open(struct dsl_comm *c);
 int dsl_comm_nccl_available(void);
+/* cuda-tcp: wrap the host backend c was just opened with (tcp, or the world-1 copies)
+ * so that its collectives take device buffers, staged through host memory */
+int dsl_comm_cudahost_wrap(struct dsl_comm *c);
 #endif
 
 #endif

@@ -39,6 +39,7 @@
 
 #include "dslaunch/model/device.h"
 #include "cuda_kernels.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/banned.h"
 
@@ -97,6 +98,7 @@ static int fail(struct dsl_device *d, const char *what, cudaError_t e)
 
 static int check(struct dsl_device *d, const char *what, cudaError_t e)
 {
+    dsl_gpuprof_launch(what); /* counts "launching ..." (gpuprof.h) */
     if (d->failed)
         return d->failed;
     return e == cudaSuccess ? 0 : fail(d, what, e);

@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/model/model.h"
 
 /* m->err set to "cuda: WHAT failed: ..."; -ENOMEM for an allocation, else DSL_EREMOTE */
@@ -20,12 +21,17 @@ int dsl_model_blas_err(struct dsl_model *m, const char *what, cublasStatus_t s);
 /* wait on the host for stream (bounded through m->wait when set): one host sync */
 int dsl_model_cuda_wait(struct dsl_model *m, cudaStream_t stream);
 
-/* return the model error of a failed CUDA call from the enclosing function */
+/* return the model error of a failed CUDA call from the enclosing function; a call
+ * whose text starts with "launching" counts as a kernel launch (gpuprof.h) */
 #define CU(m, what, expr)                                                      \
     do {                                                                       \
+        dsl_gpuprof_launch(what);                                              \
         cudaError_t cu_e_ = (expr);                                            \
         if (cu_e_ != cudaSuccess)                                              \
             return dsl_model_cuda_err((m), (what), cu_e_);                     \
     } while (0)
+
+/* the GPU timers' kernel class from here on (gpuprof.h): MARK(FWD_MATMUL) */
+#define MARK(cls) dsl_gpuprof_mark(DSL_PROF_##cls)
 
 #endif

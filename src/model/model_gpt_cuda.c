@@ -221,6 +221,7 @@ static int gemm_c(struct dsl_model *mo, const char *what, cublasOperation_t ta,
     if (!m || !n)
         return 0;
     const float alpha = 1.0f;
+    dsl_gpuprof_launch("launching cublasGemmEx");
     cublasStatus_t st = cublasGemmEx(p->blas, ta, tb, im, in, ik, &alpha, A, p->dt, ia, B, p->dt,
                                      ib, &beta, C, c32 ? CUDA_R_32F : p->dt, ic,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -399,6 +400,7 @@ static int lt_gemm(struct dsl_model *mo, const char *what, cublasLtEpilogue_t ep
             return 1;
     }
     const float one = 1.0f;
+    dsl_gpuprof_launch("launching cublasLtMatmul");
     LT(mo, what, cublasLtMatmul(p->lt, q->desc, &one, A, q->la, B, q->lb, &beta, C, q->ld, D,
                                 q->ld, &q->algo, p->ltws, GPT_CUDA_LT_WORKSPACE, p->stream));
     return 0;
@@ -508,6 +510,7 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
     const struct dsl_gpt_layout *L = &p->L;
     size_t T = L->T, C = L->C, N = B * T;
     need(p, sink, 0);
+    MARK(FWD_ELEM);
     CU(m, "launching dsl_k_gpt_encoder",
        dsl_cuda_gpt_encoder(p->stream, p->et, p->enc, dev_inp(p), W(p, params, GPT_WTE),
                             W(p, params, GPT_WPE), N, T, C));
@@ -516,24 +519,30 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         need(p, sink, l + 1);
         struct gpt_cuda_block *h = &p->h[l];
 #define WB(k) W(p, params, GPT_BLOCK(l, k))
+        MARK(FWD_NORM);
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln1, h->ln1m, h->ln1r, res, WB(GPT_LN1_W),
                                   WB(GPT_LN1_B), N, C));
+        MARK(FWD_MATMUL); /* the bias broadcast the GEMM accumulates onto with it */
         CU(m, "launching dsl_k_gpt_resbias",
            dsl_cuda_gpt_resbias(p->stream, p->et, h->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
         TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), h->qkv, N, C, 3 * C, 1.0f));
+        MARK(FWD_ATTN);
         CU(m, "launching dsl_k_gpt_attn_fwd",
            dsl_cuda_gpt_attention(p->stream, p->et, p->attn_tc, h->atty, h->lse, h->qkv, B, T,
                                   L->NH, C / L->NH));
+        MARK(FWD_MATMUL);
         CU(m, "launching dsl_k_gpt_resbias",
            dsl_cuda_gpt_resbias(p->stream, p->et, h->res2, res, WB(GPT_PROJ_B), N, C));
         TRY(proj_fwd(m, h->atty, WB(GPT_PROJ_W), h->res2, N, C, C, 1.0f));
+        MARK(FWD_NORM);
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
                                   WB(GPT_LN2_W), WB(GPT_LN2_B), N, C));
         /* fchg = gelu(ln2 W + b) with fch = ln2 W + b kept for backward: one GEMM with
          * epilogues, or three passes */
         int sep = 1;
+        MARK(FWD_MATMUL);
         if (p->lt)
             TRY(sep = lt_gemm(m, "MLP input projection GEMM (bias and GELU epilogue)",
                               CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
@@ -543,12 +552,14 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
             CU(m, "launching dsl_k_gpt_resbias",
                dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
             TRY(proj_fwd(m, h->ln2, WB(GPT_FC_W), h->fch, N, C, 4 * C, 1.0f));
+            MARK(FWD_ELEM);
             CU(m, "launching dsl_k_gpt_gelu",
                dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
         }
         /* res3 = res2 + fchg W + b: one GEMM with a bias epilogue (res2 as C), or the
          * broadcast of res2 + b and a GEMM onto it */
         sep = 1;
+        MARK(FWD_MATMUL);
         if (p->lt)
             TRY(sep = lt_gemm(m, "MLP output projection GEMM (bias epilogue)",
                               CUBLASLT_EPILOGUE_BIAS, OP_N, OP_N, C, N, 4 * C, WB(GPT_FCPROJ_W),
@@ -564,6 +575,7 @@ static int gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         res = h->res3;
     }
     need(p, sink, L->L + 1);
+    MARK(FWD_NORM);
     CU(m, "launching dsl_k_gpt_layernorm",
        dsl_cuda_gpt_layernorm(p->stream, p->et, p->lnf, p->lnfm, p->lnfr, res,
                               W(p, params, GPT_LNF_W(L->L)), W(p, params, GPT_LNF_B(L->L)), N,
@@ -579,6 +591,7 @@ static int gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int 
     const struct dsl_gpt_layout *L = &p->L;
     size_t C = L->C, V = L->V, Vp = p->Vp, N = B * L->T;
     const void *wte = W(p, params, GPT_WTE);
+    MARK(HEAD);
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
         const void *x = el(p, p->lnf, r0 * C);
@@ -612,6 +625,7 @@ static int deliver(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t
         const struct dsl_model_seg *sg = &m->segs[s];
         void *dst = sink->dest(sink->ctx, s);
         size_t o = sg->off - t->off;
+        MARK(BWD_ELEM); /* again after each done(): the trainer marks its own work */
         if (f32 && p->et != DSL_CUDA_FP32)
             CU(m, "launching dsl_k_to_half",
                dsl_cuda_to_half(p->stream, p->et == DSL_CUDA_BF16, dst, (const float *)src + o,
@@ -634,6 +648,7 @@ static int deliver_bias(struct dsl_model *m, const struct dsl_grad_sink *sink, s
     for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) { /* one: a vector */
         const struct dsl_model_seg *sg = &m->segs[s];
         void *dst = sink->dest(sink->ctx, s);
+        MARK(BWD_ELEM);
         CU(m, "launching dsl_k_gpt_colsum",
            dsl_cuda_gpt_colsum(p->stream, p->et, dst, NULL, el(p, dy, sg->off - t->off), NULL,
                                NULL, NULL, N, sg->len, p->part));
@@ -654,6 +669,7 @@ static int deliver_weight(struct dsl_model *m, const struct dsl_grad_sink *sink,
         size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
         void *dst = sink->dest(sink->ctx, s);
         /* dW_blk^T [cols, nr] = dY^T A_blk */
+        MARK(BWD_MATMUL);
         TRY(gemm(m, "weight gradient GEMM", OP_N, OP_T, t->cols, nr, N, dY, t->cols,
                  el(p, A, r0), t->rows, 0.0f, dst, t->cols));
         sink->done(sink->ctx, s);
@@ -668,6 +684,7 @@ static int ln_backward(struct dsl_model *m, const struct dsl_grad_sink *sink, si
 {
     struct gpt_cuda *p = m->impl;
     size_t C = p->L.C;
+    MARK(BWD_NORM);
     CU(m, "launching dsl_k_gpt_colsum (LayerNorm)",
        dsl_cuda_gpt_colsum(p->stream, p->et, p->g1, p->g2, dy, x, mean, rstd, N, C, p->part));
     CU(m, "launching dsl_k_gpt_ln_back",
@@ -697,6 +714,7 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
         /* d4C = (dres W^T) gelu'(fch): one GEMM with an epilogue, or two passes */
         int sep = 1;
+        MARK(BWD_MATMUL);
         if (p->lt)
             TRY(sep = lt_gemm(m, "MLP output projection input gradient GEMM (GELU gradient "
                               "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
@@ -704,24 +722,29 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
                               NULL, h->fch, 4 * C));
         if (sep) {
             TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
+            MARK(BWD_ELEM);
             CU(m, "launching dsl_k_gpt_gelu (backward)",
                dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
         }
         /* the MLP's input projection */
         TRY(deliver_bias(m, sink, TI(GPT_FC_B), p->d4C, N));
         TRY(deliver_weight(m, sink, TI(GPT_FC_W), h->ln2, p->d4C, N));
+        MARK(BWD_MATMUL);
         TRY(proj_bwd(m, p->d4C, WB(GPT_FC_W), p->dC, N, C, 4 * C));
         TRY(ln_backward(m, sink, TI(GPT_LN2_W), TI(GPT_LN2_B), p->dres, p->dC, h->res2,
                         WB(GPT_LN2_W), h->ln2m, h->ln2r, N));
         /* attention's output projection: dres is now the gradient of res2 */
         TRY(deliver_bias(m, sink, TI(GPT_PROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_PROJ_W), h->atty, p->dres, N));
+        MARK(BWD_MATMUL);
         TRY(proj_bwd(m, p->dres, WB(GPT_PROJ_W), p->dC, N, C, C));
+        MARK(BWD_ATTN);
         CU(m, "launching dsl_k_gpt_attn_dkv and dsl_k_gpt_attn_dq",
            dsl_cuda_gpt_attention_back(p->stream, p->et, p->attn_tc, p->d3C, h->qkv, h->atty,
                                        p->dC, h->lse, p->rowd, B, T, L->NH, C / L->NH));
         TRY(deliver_bias(m, sink, TI(GPT_QKV_B), p->d3C, N));
         TRY(deliver_weight(m, sink, TI(GPT_QKV_W), h->ln1, p->d3C, N));
+        MARK(BWD_MATMUL);
         TRY(proj_bwd(m, p->d3C, WB(GPT_QKV_W), p->dC, N, C, 3 * C));
         TRY(ln_backward(m, sink, TI(GPT_LN1_W), TI(GPT_LN1_B), p->dres, p->dC, res,
                         WB(GPT_LN1_W), h->ln1m, h->ln1r, N));
@@ -730,10 +753,12 @@ static int gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
     }
     /* the embeddings: positions summed over the samples, tokens scattered into the
      * head's part of wte's gradient, both in row order (fp32) */
+    MARK(BWD_ELEM);
     CU(m, "launching dsl_k_gpt_wpe_grad",
        dsl_cuda_gpt_wpe_grad(p->stream, p->et, p->dwpe, p->dres, B, T, C));
     TRY(deliver(m, sink, GPT_WPE, p->dwpe, 1));
     int32_t *tok = p->ids + 2 * N, *off = tok + N, *rows = off + N + 1;
+    MARK(BWD_ELEM);
     CU(m, "launching dsl_k_gpt_wte_scatter",
        dsl_cuda_gpt_wte_scatter(p->stream, p->et, p->dwte, p->dres, tok, off, rows, p->nu, C));
     return deliver(m, sink, GPT_WTE, p->dwte, 1);
@@ -750,6 +775,7 @@ static int gpt_cuda_stats(struct dsl_model *m, size_t B, const struct dsl_grad_s
     st->correct = 0;
     st->deferred = 0;
     if (sink && sink->dev_stats) {
+        MARK(HEAD);
         if (B)
             CU(m, "launching dsl_k_gpt_loss_stats",
                dsl_cuda_gpt_loss_stats(p->stream, p->rowloss, p->rowarg, dev_tgt(p, N), B, T,

@@ -110,6 +110,7 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
         dsl_gemm_dim(k, "k", &ik, mo->err) < 0 || dsl_gemm_dim(lda, "lda", &ia, mo->err) < 0 ||
         dsl_gemm_dim(ldb, "ldb", &ib, mo->err) < 0 || dsl_gemm_dim(ldc, "ldc", &ic, mo->err) < 0)
         return DSL_ECONFIG;
+    dsl_gpuprof_launch("launching a cuBLAS GEMM");
     if (!p->half) {
         st = cublasSgemm(p->blas, ta, tb, im, in, ik, &one, A, ia, B, ib, &zero, C, ic);
     } else {
@@ -188,6 +189,7 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
         if (need)
             sink->need(sink->ctx, q->off, q->len);
         const void *w = el(p, params, p->L.woff[l]);
+        MARK(FWD_MATMUL);
         /* output columns r0.. of z: z[:, r0:r0+rows]^T (rows x n) = W[r0:r0+rows, :]
          * (rows x in, i.e. column-major in x rows, transposed) x act^T */
         if (n && q->rows &&
@@ -197,6 +199,7 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
             return r;
         if (i + 1 < p->nplan[need] && plan[i + 1].layer == l)
             continue; /* the layer's last block is still to come */
+        MARK(FWD_ELEM);
         if (p->half)
             CU(m, "launching dsl_k_bias_act",
                dsl_cuda_mlp_half_bias_act(p->stream, p->bf16, p->act[l + 1], el(p, w, in * out),
@@ -206,6 +209,7 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
                dsl_cuda_mlp_bias_act(p->stream, p->act[l + 1], el(p, w, in * out), n, out,
                                      l + 1 < nl));
     }
+    MARK(HEAD);
     if (p->half)
         CU(m, "launching dsl_k_loss",
            dsl_cuda_mlp_half_loss(p->stream, p->bf16, p->act[nl], p->y, n, m->out_dim, p->loss,
@@ -270,6 +274,7 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
         const void *w = el(p, params, p->L.woff[li]);
         /* bias: column sums in sample order */
         void *db = sink->dest(sink->ctx, seg);
+        MARK(BWD_ELEM);
         if (p->half)
             CU(m, "launching dsl_k_bias_grad",
                dsl_cuda_mlp_half_bias_grad(p->stream, p->bf16, dz, n, out, db));
@@ -283,6 +288,7 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
             const struct dsl_model_seg *sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             void *dw = sink->dest(sink->ctx, seg);
+            MARK(BWD_MATMUL);
             if (n) {
                 if ((r = gemm(m, "weight gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_T, in, rows,
                               n, p->act[li], in, el(p, dz, r0), out, dw, in)) < 0)
@@ -297,6 +303,7 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
             break;
         /* gradient of the layer input, through the ReLU of the layer below:
          * dnext^T (in x n) = W^T (in x out) x dz^T (out x n) */
+        MARK(BWD_MATMUL);
         if (n && (r = gemm(m, "input gradient sgemm", CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w,
                            in, dz, out, dnext, in)) < 0)
             return r;

@@ -95,6 +95,7 @@
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/fixedsum.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
@@ -231,6 +232,7 @@ static void sink_done(void *ctx, size_t seg)
     size_t j = t->seg_bucket[seg];
     if (seg != t->bk[j].seg_last || t->comm_err || (t->defer && !t->last_micro))
         return;
+    dsl_gpuprof_mark(DSL_PROF_GRAD); /* GPU timers: the bucket's work, until the model's next */
     int r = 0;
     if (t->o.overlap_comm)
         r = reduce_bucket(t, j, 1);
@@ -246,6 +248,7 @@ static int gather_wait_upto(struct dsl_trainer *t, size_t k)
     if (k < t->gather_done)
         return 0;
     double w0 = dsl_now();
+    dsl_gpuprof_mark(DSL_PROF_GATHER_WAIT);
     int r = dsl_comm_wait(t->comm, t->gq[k]);
     t->gather_wait += dsl_now() - w0;
     t->gather_done = k + 1;
@@ -720,6 +723,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     memset(res, 0, sizeof(*res));
 
     double c0, c1 = dsl_now();
+    dsl_gpuprof_step_begin(t->step + 1); /* GPU timers (gpuprof.h): no-ops on the CPU */
     t->gather_wait = t->pend_wait = t->pend_optim = 0.0;
     t->stop_flag = stop_request;
     if (streamed)
@@ -754,6 +758,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             return comm_fail(t, t->comm_err, "gradient reduction", err);
         c1 = dsl_now();
         res->t_compute += c1 - c0;
+        dsl_gpuprof_mark(t->defer && !t->last_micro ? DSL_PROF_GRAD : DSL_PROF_COMM_WAIT);
         if (t->defer && !t->last_micro) {
             /* deferred: keep a local sum of the micro steps, reduce at the last one */
             r = dsl_mixed_acc_in(t, t->acc[0], t->grads, t->P, k == 0);
@@ -772,6 +777,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         }
         c0 = dsl_now();
         res->t_reduce += c0 - c1;
+        dsl_gpuprof_mark(DSL_PROF_GRAD);
         if (ga > 1 && !t->defer && (r = accumulate(t)) < 0)
             return comm_fail(t, r, "gradient accumulation", err);
         c1 = dsl_now();
@@ -798,8 +804,10 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
         t->step++;
         res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
         res->host_syncs = dsl_hostsync_count() - syncs0;
+        dsl_gpuprof_step_end();
         return 0;
     }
+    dsl_gpuprof_mark(DSL_PROF_COMM_WAIT);
     if ((r = dsl_trainer_sync(t, err)) < 0)
         return r;
     if ((r = fold_levels(t)) < 0)
@@ -810,6 +818,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     uint32_t lmax = 0; /* loss scaling: this rank's largest |g| (bits), still scaled */
     uint32_t gmax = 0; /* GPU: the agreed max |g| (bits) of the raw gradient */
     uint64_t gsum = 0; /* GPU: its fixed-point sum of squares over every rank */
+    dsl_gpuprof_mark(DSL_PROF_SCALARS);
     if (gpu) {
         if ((r = device_scalars(t, stop_request, t->o.grad_clip > 0.0f, nstats, &gmax,
                                 &gsum)) < 0)
@@ -838,6 +847,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
             skip_step(t, res, sent0);
             res->t_small = dsl_now() - c1;
             res->host_syncs = dsl_hostsync_count() - syncs0;
+            dsl_gpuprof_step_end();
             return 0;
         }
     }
@@ -907,6 +917,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
      * layer's buckets just before it needs them (sink_need) */
     int gather = (t->o.zero_stage == 1 || t->o.zero_stage == 2) && t->world > 1;
     double t_issue = 0.0;
+    dsl_gpuprof_mark(DSL_PROF_OPTIM);
     t->ngather = t->gather_done = 0;
     for (size_t jj = t->nbk; jj-- > 0;) {
         struct dsl_bucket *b = &t->bk[jj];
@@ -940,6 +951,7 @@ int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
     t->step++;
     res->bytes_sent = dsl_comm_bytes_sent(t->comm) - sent0;
     res->host_syncs = dsl_hostsync_count() - syncs0;
+    dsl_gpuprof_step_end();
     return 0;
 }
 

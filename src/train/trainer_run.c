@@ -26,11 +26,13 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/dtype.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/model/blascore.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/train/trainer.h"
+#include "gputime.h"
 #include "monitor.h"
 #include "dslaunch/common/banned.h"
 
@@ -313,6 +315,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
             goto out;
         dsl_progress_step(prog, t->step);
+        if (t->rank == 0)
+            dsl_gputime_step(t->step); /* DSTRAIN_COUNT_LAUNCHES=1 */
         brk[0] += res.t_compute;
         brk[1] += res.t_reduce;
         brk[2] += res.t_small;
@@ -385,6 +389,8 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
                        "small-reductions %.2f optimizer %.2f all-gather %.2f\n",
                        brk[0] * k, brk[1] * k, brk[2] * k, brk[3] * k, brk[4] * k);
             }
+            if (print) /* GPU time per phase from CUDA events (GPU timers on) */
+                dsl_gputime_report(mf, t->step, 0);
             if (print) {
                 for (int i = 0; i < 5; i++)
                     brk[i] = 0.0;
@@ -459,6 +465,11 @@ int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
         sum->t_gather *= k;
     }
     if (t->rank == 0) {
+        /* GPU timers: every step's events complete (one host wait, at the end of the
+         * run), so the final report covers the whole run */
+        if (dsl_gpuprof_enabled() && !t->dev->host_memory)
+            (void)t->dev->ops->synchronize(t->dev);
+        dsl_gputime_report(mf, sum->steps, 1);
         char fp16[96] = "", fp16j[96] = "";
         if (t->o.loss_scaling) {
             snprintf(fp16, sizeof(fp16), " skipped %" PRIu64 " loss_scale %g", sum->skipped,

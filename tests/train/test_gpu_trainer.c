@@ -17,7 +17,8 @@
  *   - mixed precision (bf16 and fp16 compute with fp32 master weights) at world 1
  *     against the CPU's fp32 trainer within half-precision tolerances, the model-state
  *     bytes equal to the mixed-precision ZeRO formula, and the loss falling.
- * Every comparison prints its largest difference ("# ... max diff"). Exits 77 (skip)
+ * All of it with dstrain's GPU timers on (common/gpuprof.h), so the one host wait per
+ * step holds with them. Every comparison prints its largest difference ("# ... max diff"). Exits 77 (skip)
  * without a CUDA device, non-zero on a mismatch.
  */
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/model/model.h"
@@ -764,7 +766,14 @@ int main(int argc, char **argv)
         return 1;
     }
     fprintf(stderr, "# device %s\n", gdev.name);
+    /* the GPU timers on, as in dstrain: every comparison and the one host wait per step
+     * hold with them (they record events and never wait) */
+    if (dsl_gpuprof_enable(gdev.stream, err) < 0) {
+        fprintf(stderr, "gpu timers: %s\n", err);
+        return 1;
+    }
     int r = RUN_TESTS(argc, argv);
+    dsl_gpuprof_disable();
     if (gdev.failed) {
         fprintf(stderr, "device error: %s\n", gdev.err);
         r = 1;

@@ -28,6 +28,11 @@ if(DSL_HAVE_CUDA)
   dsl_unit_test(test_gpu_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_gpt.c
                 LIBS dsltrain CUDA::cudart_static)
   set_tests_properties(test_gpu_gpt PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+  # World 2 and 4 on one GPU (the cuda-tcp backend) against the CPU trainer at the same
+  # world: buckets, ZeRO-1/2 shards, uneven and padded shards, overlap.
+  dsl_unit_test(test_gpu_worlds SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_worlds.c
+                LIBS dsltrain CUDA::cudart_static)
+  set_tests_properties(test_gpu_worlds PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
 endif()
 # GPT-2's BPE against the real encoder.json and vocab.bpe (tests/data/gpt2, gzip).
 dsl_unit_test(test_bpe SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bpe.c LIBS dsltrain)

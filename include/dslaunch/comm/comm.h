@@ -48,7 +48,9 @@ enum dsl_redop {
 struct dsl_comm;
 
 struct dsl_comm_opts {
-    const char *backend; /* "tcp", "nccl", or NULL/"auto" (nccl when built and a GPU is there) */
+    const char *backend; /* "tcp", "nccl", or NULL/"auto" (nccl when built and a GPU is there);
+                            "cuda-tcp" (CUDA builds, tests): device buffers staged through
+                            host memory into tcp, so several ranks may share one GPU */
     double timeout_s;    /* <= 0: DSLAUNCH_COMM_TIMEOUT or 300 */
     int deterministic;   /* tcp: fixed summation order */
     int device;          /* nccl: CUDA device to use (usually 0 of CUDA_VISIBLE_DEVICES) */
@@ -69,7 +71,7 @@ void dsl_comm_close(struct dsl_comm *c);
 
 int dsl_comm_rank(const struct dsl_comm *c);
 int dsl_comm_size(const struct dsl_comm *c);
-const char *dsl_comm_backend(const struct dsl_comm *c); /* "tcp" or "nccl" */
+const char *dsl_comm_backend(const struct dsl_comm *c); /* "tcp", "nccl" or "cuda-tcp" */
 /** Text of the last failure, naming the rank(s) waited for; "" if none. */
 const char *dsl_comm_last_error(const struct dsl_comm *c);
 /** Payload bytes this rank has sent since open (both backends count by algorithm). */
