@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
@@ -324,14 +323,22 @@ int main(int argc, char **argv)
         free(o.backend);
         return 2;
     }
+    struct dsl_rankenv env; /* the contract, read once and passed down */
+    if (dsl_rankenv_load(&env, err) < 0) {
+        fprintf(stderr, "dsbench: error: %s\n", err);
+        free(o.backend);
+        return 2;
+    }
     struct dsl_comm_opts co = {.backend = o.backend ? o.backend : "tcp",
-                               .deterministic = o.deterministic};
+                               .deterministic = o.deterministic,
+                               .env = &env};
 #ifdef DSL_HAVE_CUDA
     /* nccl: this rank's GPU by the rule of common/gpupick.h, with the driver and NCCL
      * loaded, or exit 3 saying what is missing; auto: that, or tcp with a notice */
     if (!strcmp(co.backend, "nccl") || !strcmp(co.backend, "auto")) {
         int auto_ = !strcmp(co.backend, "auto");
-        if (dsl_cudalib_place(DSL_CUDALIB_DRIVER | DSL_CUDALIB_NCCL, &co.device, err) == 0) {
+        if (dsl_cudalib_place(DSL_CUDALIB_DRIVER | DSL_CUDALIB_NCCL, &env, &co.device,
+                              err) == 0) {
             co.backend = "nccl";
         } else if (auto_) {
             fprintf(stderr, "dsbench: backend auto: on the CPU (tcp): %s\n", err);

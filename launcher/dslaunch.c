@@ -26,6 +26,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/nossh_node.h"
@@ -371,10 +372,9 @@ static int cmd_run(int argc, char **argv)
         opts.verbose >= 1) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         int per = plan.pl.nodes[0].nslots;
-        long t = cpus / (per ? per : 1);
-        dsl_info("setting OMP_NUM_THREADS=%ld for each rank (%ld CPU%s, %d local rank%s); "
-                 "export it to choose another value", t < 1 ? 1 : t, cpus, cpus == 1 ? "" : "s",
-                 per, per == 1 ? "" : "s");
+        dsl_info("setting OMP_NUM_THREADS=%d for each rank (%ld CPU%s, %d local rank%s); "
+                 "export it to choose another value", dsl_rankenv_omp_share(cpus, per), cpus,
+                 cpus == 1 ? "" : "s", per, per == 1 ? "" : "s");
     }
     if (opts.sync_paths.nr && (code = sync_first(&opts, &plan.pl)) != 0)
         goto out;

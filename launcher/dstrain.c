@@ -39,7 +39,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dslaunch/common/envnames.h"
 #include "dslaunch/model/blascore.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/data.h"
@@ -48,8 +47,8 @@
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/model/model.h"
-#include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
+#include "dslaunch/common/parse.h"
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/train/trainer_settings.h"
@@ -84,36 +83,23 @@ static int usage(FILE *f)
     return f == stdout ? 0 : 2;
 }
 
-/* the ranks on this node (LOCAL_WORLD_SIZE; 1 when unset or not a count) */
-static int local_ranks(void)
-{
-    const char *e = getenv(DSL_ENV_LOCAL_WORLD_SIZE);
-    int n;
-    return e && dsl_parse_int(e, 1, 1 << 20, &n) == 0 ? n : 1;
-}
-
 /* OMP_NUM_THREADS if set, else the cores shared fairly among the local ranks */
 static int blas_threads(const struct dsl_train_settings *s)
 {
-    const char *e = getenv(DSL_ENV_OMP_NUM_THREADS);
-    int n;
     if (s->cfg.dstrain.threads > 0)
         return s->cfg.dstrain.threads;
-    if (e && dsl_parse_int(e, 1, 4096, &n) == 0)
-        return n;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    n = (int)(cores > 0 ? cores : 1) / local_ranks();
-    return n < 1 ? 1 : n;
+    if (s->env.omp_threads > 0)
+        return s->env.omp_threads;
+    return dsl_rankenv_omp_share(sysconf(_SC_NPROCESSORS_ONLN), s->env.local_world_size);
 }
 
 /* more compute threads on this node than CPUs: they take turns on the cores, and a
  * step waits for the slowest (once per node, by local rank 0) */
-static void warn_oversubscribed(int threads)
+static void warn_oversubscribed(const struct dsl_rankenv *env, int threads)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *lr = getenv(DSL_ENV_LOCAL_RANK);
-    int local = local_ranks();
-    if (lr && *lr && strcmp(lr, "0"))
+    int local = env->local_world_size;
+    if (env->local_rank != 0)
         return;
     if (cores > 0 && (long)threads * local > cores)
         dsl_warn("%d compute thread%s per rank x %d local rank%s on %ld CPU%s: the threads "
@@ -137,7 +123,8 @@ static int train(struct dsl_train_settings *s)
     int gpu = s->gpu, device = s->device;
     struct dsl_comm_opts co = {.backend = backend,
                                .deterministic = s->cfg.dstrain.deterministic != 0,
-                               .device = gpu ? device : 0};
+                               .device = gpu ? device : 0,
+                               .env = &s->env};
     /* progress heartbeats for the launcher's hang detection (DSLAUNCH_PROGRESS_FILE) */
     if (!dsl_progress_self(err) && *err) {
         dsl_warn("%s; reporting no progress", err);
@@ -194,7 +181,7 @@ static int train(struct dsl_train_settings *s)
     if (rank == 0 && blas_note && !gpu)
         printf("dstrain: note: %s\n", blas_note);
     if (!gpu)
-        warn_oversubscribed(threads);
+        warn_oversubscribed(&s->env, threads);
     if (rank == 0)
         printf("dstrain: %s on %zu samples (test %zu), backend %s, %s, deterministic %s, "
                "optimizer %s lr %g\n",
@@ -287,6 +274,13 @@ int main(int argc, char **argv)
     }
     if (source)
         dsl_debug("rank environment taken from %s", source);
+    /* the contract, read once here and passed down (the comm, the settings) */
+    if ((r = dsl_rankenv_load(&s.env, err)) < 0) {
+        dsl_error("%s", err);
+        dsl_train_settings_release(&s);
+        return 2;
+    }
+    s.have_env = 1;
     /* CPU or GPU, once the contract's LOCAL_RANK and LOCAL_WORLD_SIZE are final; the GPU
      * asked for and not to be had on this node is 3 (docs/exit-codes.md) */
     if ((r = dsl_train_settings_place(&s, err)) < 0) {

@@ -3,7 +3,8 @@
  * table dispatch, and asynchronous calls. The arithmetic the backends share (sums,
  * shards) is in comm_reduce.c, below them, so no backend ever calls back up into here.
  *
- * Theory of operation. dsl_comm_open_env() reads the env contract. At world size 1
+ * Theory of operation. dsl_comm_open_env() takes the worker's rank contract (or loads
+ * it: common/rankenv.h) and keeps a copy for the backends. At world size 1
  * there is no store and no socket: every collective is a copy ("self" path below),
  * which keeps single-process training free of any networking. Otherwise rank 0 hosts
  * the rendezvous store and every rank opens a backend through it (comm_tcp.c,
@@ -77,19 +78,6 @@ static const struct dsl_comm_ops self_ops = {
 
 /* ---- opening ---- */
 
-static int env_int(const char *name, int def, int min, int max, int *out, char *err)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) {
-        *out = def;
-        return 0;
-    }
-    if (dsl_parse_int(s, min, max, out) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad %s: allowed %d..%d, got '%s'", name, min, max,
-                          s);
-    return 0;
-}
-
 int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char *err)
 {
     struct dsl_comm_opts defaults = {0};
@@ -106,10 +94,12 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     c->deterministic = o->deterministic;
     c->device = o->device;
     c->prog = dsl_progress_self(NULL);
-    if ((r = env_int(DSL_ENV_WORLD_SIZE, 1, 1, 1 << 20, &c->world, err)) < 0)
+    if (o->env)
+        c->env = *o->env;
+    else if ((r = dsl_rankenv_load(&c->env, err)) < 0)
         goto out;
-    if ((r = env_int(DSL_ENV_RANK, 0, 0, c->world - 1, &c->rank, err)) < 0)
-        goto out;
+    c->world = c->env.world_size;
+    c->rank = c->env.rank;
     c->timeout_s = o->timeout_s;
     if (c->timeout_s <= 0) {
         const char *s = getenv(DSL_ENV_COMM_TIMEOUT);
@@ -162,7 +152,7 @@ int dsl_comm_open_env(struct dsl_comm **out, const struct dsl_comm_opts *o, char
     (void)staged; /* read only in a CUDA build */
     if (c->world > 1) {
         struct dsl_store_opts so;
-        if ((r = dsl_store_opts_from_env(&so, err)) < 0)
+        if ((r = dsl_store_opts_from_rankenv(&so, &c->env, err)) < 0)
             goto out;
         so.rank = c->rank;
         so.world_size = c->world;

@@ -14,6 +14,7 @@
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/progress.h"
+#include "dslaunch/common/rankenv.h"
 
 enum dsl_comm_kind {
     DSL_COLL_ALLREDUCE,
@@ -70,6 +71,7 @@ struct dsl_comm {
     void *impl; /* the backend's state, owned by it */
     void *stage; /* cuda-tcp: the staging wrapper around the host backend (comm_cudahost.c) */
     int rank, world;
+    struct dsl_rankenv env; /* the rank contract it was opened with */
     double timeout_s;
     int deterministic;
     int device;

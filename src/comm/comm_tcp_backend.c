@@ -46,7 +46,6 @@
 
 #include <openssl/crypto.h>
 
-#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/opt.h"
@@ -416,8 +415,8 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
 {
     struct tcp *t = dsl_xcalloc(1, sizeof(*t));
     int w = c->world, me = c->rank, lfd = -1, r;
-    const char *token = getenv(DSL_ENV_RUN_TOKEN);
-    const char *master = getenv(DSL_ENV_MASTER_ADDR);
+    const char *token = c->env.run_token;
+    const char *master = c->env.master_addr;
     const char *algo = getenv("DSL_COMM_ALGO");
     char addr[64], key[64], val[128];
     size_t sockbuf;

@@ -31,6 +31,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/rankenv.h"
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
 #include "store_proto.h"
@@ -52,28 +53,30 @@ struct dsl_store {
 
 int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err)
 {
+    struct dsl_rankenv env;
+    int r = dsl_rankenv_load(&env, err);
+    return r < 0 ? r : dsl_store_opts_from_rankenv(o, &env, err);
+}
+
+int dsl_store_opts_from_rankenv(struct dsl_store_opts *o, const struct dsl_rankenv *env,
+                                char *err)
+{
     const char *s;
     memset(o, 0, sizeof(*o));
-    o->addr = getenv(DSL_ENV_MASTER_ADDR);
+    o->addr = env->master_addr;
     if (!o->addr || !*o->addr)
         o->addr = "127.0.0.1";
-    o->run_id = getenv(DSL_ENV_RUN_ID);
-    o->token = getenv(DSL_ENV_RUN_TOKEN);
-    if (!o->run_id)
-        o->run_id = "";
-    if (!o->token)
-        o->token = "";
+    o->run_id = env->run_id ? env->run_id : "";
+    o->token = env->run_token ? env->run_token : "";
     o->timeout_s = 300;
-    o->world_size = 1;
-    if (!(s = getenv(DSL_ENV_MASTER_PORT)) || dsl_parse_int(s, 1, 65535, &o->port) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad or missing MASTER_PORT '%s'", s ? s : "");
+    o->world_size = env->world_size;
+    o->rank = env->rank;
+    if (!(o->port = env->master_port))
+        return dsl_seterr(err, DSL_EUSAGE, "bad or missing MASTER_PORT '%s'",
+                          env->master_port_text ? env->master_port_text : "");
     if ((s = getenv(DSL_ENV_STORE_TIMEOUT)) && *s &&
         (dsl_parse_seconds(s, &o->timeout_s) < 0 || o->timeout_s <= 0))
         return dsl_seterr(err, DSL_EUSAGE, "bad DSLAUNCH_STORE_TIMEOUT '%s'", s);
-    if ((s = getenv(DSL_ENV_WORLD_SIZE)) && *s && dsl_parse_int(s, 1, 1 << 20, &o->world_size) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad WORLD_SIZE '%s'", s);
-    if ((s = getenv(DSL_ENV_RANK)) && *s && dsl_parse_int(s, 0, o->world_size - 1, &o->rank) < 0)
-        return dsl_seterr(err, DSL_EUSAGE, "bad RANK '%s'", s);
     if ((s = getenv(DSL_ENV_STORE_INSECURE)) && *s) {
         if (strcmp(s, "0") && strcmp(s, "1"))
             return dsl_seterr(err, DSL_EUSAGE, "bad " DSL_ENV_STORE_INSECURE " '%s' (0 or 1)", s);
@@ -82,8 +85,7 @@ int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err)
     if ((s = getenv(DSL_ENV_STORE_DEBUG)) && *s)
         o->debug = strcmp(s, "0") != 0;
     /* only the rank that hosts the store serves on the socket its agent reserved */
-    if ((s = getenv(DSL_ENV_STORE_FD)) && *s && o->rank == 0 &&
-        dsl_parse_int(s, 3, 1 << 20, &o->inherited_fd) < 0)
+    if ((s = env->store_fd_text) && *s && o->rank == 0 && !(o->inherited_fd = env->store_fd))
         return dsl_seterr(err, DSL_EUSAGE, "bad " DSL_ENV_STORE_FD " '%s'", s);
     return 0;
 }

@@ -23,6 +23,7 @@
 
 struct dsl_store;        /* a client connection (opaque) */
 struct dsl_store_server; /* the server thread (opaque) */
+struct dsl_rankenv;
 
 struct dsl_store_opts {
     const char *addr;    /* MASTER_ADDR */
@@ -53,6 +54,9 @@ struct dsl_store_stats {
 
 /** Fill opts from the environment (RANK, WORLD_SIZE, MASTER_*, DSLAUNCH_*). */
 int dsl_store_opts_from_env(struct dsl_store_opts *o, char *err);
+/** The same from a loaded rank contract (the store's own knobs from the environment). */
+int dsl_store_opts_from_rankenv(struct dsl_store_opts *o, const struct dsl_rankenv *env,
+                                char *err);
 
 /**
  * Start a server on opts->port (port 0 = any; the chosen port is returned by

@@ -383,12 +383,12 @@ int dsl_cudalib_device_count(int *n, char *err)
     return 0;
 }
 
-int dsl_cudalib_place(unsigned which, int *device, char *err)
+int dsl_cudalib_place(unsigned which, const struct dsl_rankenv *env, int *device, char *err)
 {
     int n = 0, r = dsl_cudalib_load(which | DSL_CUDALIB_DRIVER, err);
     if (r == 0)
         r = dsl_cudalib_device_count(&n, err);
     if (r == 0)
-        r = dsl_gpu_pick_env(n, device, err);
+        r = dsl_gpu_pick_env(n, env, device, err);
     return r;
 }

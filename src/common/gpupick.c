@@ -1,15 +1,13 @@
 /*
  * Which CUDA device a rank takes (gpupick.h has the rule). Pure: the numbers come in,
- * a device index or an error text goes out; dsl_gpu_pick_env() reads the environment
- * the way the trainer does (getenv and the checked parser) and asks the pure function.
+ * a device index or an error text goes out; dsl_gpu_pick_env() takes the inputs from
+ * the rank contract the worker loaded once (rankenv.h) and asks the pure function.
  * No CUDA here: the caller counts the devices (the driver, through cudalibs.h).
  */
-#include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/common/envnames.h"
 #include "gpupick.h"
-#include "dslaunch/common/parse.h"
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/banned.h"
 
 int dsl_gpu_cvd_entries(const char *cvd)
@@ -62,17 +60,8 @@ int dsl_gpu_pick(int visible, int local_rank, int local_world, const char *cvd, 
                       local_rank, visible, visible == 1 ? "" : "s", w, v, q, local_world);
 }
 
-/* an environment variable as a count in [lo, hi], or def when unset or not one */
-static int env_int(const char *name, int lo, int hi, int def)
+int dsl_gpu_pick_env(int visible, const struct dsl_rankenv *env, int *device, char *err)
 {
-    const char *e = getenv(name);
-    int n;
-    return e && dsl_parse_int(e, lo, hi, &n) == 0 ? n : def;
-}
-
-int dsl_gpu_pick_env(int visible, int *device, char *err)
-{
-    return dsl_gpu_pick(visible, env_int(DSL_ENV_LOCAL_RANK, 0, 1 << 20, 0),
-                        env_int(DSL_ENV_LOCAL_WORLD_SIZE, 1, 1 << 20, 1),
-                        getenv(DSL_ENV_CUDA_VISIBLE_DEVICES), device, err);
+    return dsl_gpu_pick(visible, env->local_rank, env->local_world_size,
+                        env->cuda_visible_devices, device, err);
 }

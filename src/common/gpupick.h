@@ -29,12 +29,14 @@
 int dsl_gpu_pick(int visible, int local_rank, int local_world, const char *cvd, int *device,
                  char *err);
 
+struct dsl_rankenv;
+
 /**
- * dsl_gpu_pick() on this process's environment: LOCAL_RANK (0 when unset or not a
- * number), LOCAL_WORLD_SIZE (1 likewise) and CUDA_VISIBLE_DEVICES, with visible from
- * the caller.
+ * dsl_gpu_pick() on this rank's contract, as dsl_rankenv_load() read it: LOCAL_RANK (0
+ * when unset or not a number), LOCAL_WORLD_SIZE (1 likewise) and CUDA_VISIBLE_DEVICES,
+ * with visible from the caller.
  */
-int dsl_gpu_pick_env(int visible, int *device, char *err);
+int dsl_gpu_pick_env(int visible, const struct dsl_rankenv *env, int *device, char *err);
 
 /** Entries of a CUDA_VISIBLE_DEVICES value: comma-separated, empty ones not counted. */
 int dsl_gpu_cvd_entries(const char *cvd);

@@ -22,6 +22,7 @@
  * step id so that two steps sharing a first node do not collide.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,10 +294,113 @@ static int from_mpi(struct adopt *a, int pmix, char *err)
     return 0;
 }
 
+/* ---- the contract as one struct ---- */
+
+enum { K_INT, K_STR };
+enum {
+    C_STRICT = 1,   /* out of range is an error, not the default */
+    C_RANK_HI = 2,  /* the range ends at WORLD_SIZE - 1 */
+    C_PER_RANK = 4, /* written per rank, not per node */
+    C_FACT = 8,     /* a node fact: loaded, never exported */
+    C_ALIASES = 16, /* read: the first of the names that is set */
+};
+
+/* One member: the names it is written under (the first is its own, the others aliases
+   written beside it), its place in the struct, its range and default. Loaded in this
+   order (WORLD_SIZE before RANK), exported in this order. */
+struct contract_row {
+    const char *names[4];
+    int kind;
+    size_t off, text_off; /* text_off: where the text as found goes (0: nowhere) */
+    int lo, hi, def;
+    unsigned flags;
+};
+
+#define E(f) offsetof(struct dsl_rankenv, f)
+static const struct contract_row contract[] = {
+    {{DSL_ENV_MASTER_ADDR}, K_STR, E(master_addr), 0, 0, 0, 0, 0},
+    {{DSL_ENV_MASTER_PORT}, K_INT, E(master_port), E(master_port_text), 1, 65535, 0, 0},
+    {{DSL_ENV_WORLD_SIZE}, K_INT, E(world_size), 0, 1, RANKS_MAX, 1, C_STRICT},
+    {{DSL_ENV_LOCAL_WORLD_SIZE, DSL_ENV_LOCAL_SIZE}, K_INT, E(local_world_size), 0, 1,
+     RANKS_MAX, 1, 0},
+    {{DSL_ENV_NODE_RANK, DSL_ENV_GROUP_RANK, DSL_ENV_CROSS_RANK}, K_INT, E(node_rank), 0, 0,
+     RANKS_MAX, 0, 0},
+    {{DSL_ENV_NNODES, DSL_ENV_CROSS_SIZE}, K_INT, E(nnodes), 0, 1, RANKS_MAX, 1, 0},
+    {{DSL_ENV_CUDA_VISIBLE_DEVICES}, K_STR, E(cuda_visible_devices), 0, 0, 0, 0, 0},
+    {{DSL_ENV_RUN_ID}, K_STR, E(run_id), 0, 0, 0, 0, 0},
+    {{DSL_ENV_RUN_TOKEN}, K_STR, E(run_token), 0, 0, 0, 0, 0},
+    {{DSL_ENV_RESTART_COUNT, DSL_ENV_TE_RESTART_COUNT}, K_INT, E(restart_count), 0, 0,
+     1 << 30, 0, C_ALIASES},
+    {{DSL_ENV_TE_MAX_RESTARTS}, K_INT, E(max_restarts), 0, 0, 1 << 30, 0, 0},
+    {{DSL_ENV_RANK}, K_INT, E(rank), 0, 0, RANKS_MAX, 0, C_STRICT | C_RANK_HI | C_PER_RANK},
+    {{DSL_ENV_LOCAL_RANK}, K_INT, E(local_rank), 0, 0, RANKS_MAX, 0, C_PER_RANK},
+    {{DSL_ENV_OMP_NUM_THREADS}, K_INT, E(omp_threads), 0, 1, 4096, 0, C_FACT},
+    {{DSL_ENV_STORE_FD}, K_INT, E(store_fd), E(store_fd_text), 3, 1 << 20, 0, C_FACT},
+};
+#define NCONTRACT (sizeof(contract) / sizeof(contract[0]))
+
+#define FIELD(e, off, type) ((type *)(void *)((char *)(e) + (off)))
+#define CFIELD(e, off, type) ((const type *)(const void *)((const char *)(e) + (off)))
+
+int dsl_rankenv_load(struct dsl_rankenv *e, char *err)
+{
+    struct dsl_rankenv got = {0};
+    for (size_t i = 0; i < NCONTRACT; i++) {
+        const struct contract_row *c = &contract[i];
+        const char *s = getenv(c->names[0]);
+        for (int k = 1; !s && (c->flags & C_ALIASES) && k < 4 && c->names[k]; k++)
+            s = getenv(c->names[k]);
+        if (c->text_off)
+            *FIELD(&got, c->text_off, const char *) = s;
+        if (c->kind == K_STR) {
+            *FIELD(&got, c->off, const char *) = s;
+            continue;
+        }
+        int hi = (c->flags & C_RANK_HI) ? got.world_size - 1 : c->hi, v = c->def;
+        if (s && *s && dsl_parse_int(s, c->lo, hi, &v) < 0) {
+            if (c->flags & C_STRICT)
+                return dsl_seterr(err, DSL_EUSAGE, "bad %s: allowed %d..%d, got '%s'",
+                                  c->names[0], c->lo, hi, s);
+            v = c->def;
+        }
+        *FIELD(&got, c->off, int) = v;
+    }
+    *e = got;
+    return 0;
+}
+
+void dsl_rankenv_export(const struct dsl_rankenv *e, unsigned parts, struct dsl_strvec *env)
+{
+    for (size_t i = 0; i < NCONTRACT; i++) {
+        const struct contract_row *c = &contract[i];
+        unsigned part = (c->flags & C_PER_RANK) ? DSL_RANKENV_RANK : DSL_RANKENV_NODE;
+        if ((c->flags & C_FACT) || !(parts & part))
+            continue;
+        const char *s = c->kind == K_STR ? *CFIELD(e, c->off, char *) : NULL;
+        if (c->kind == K_STR && !s)
+            continue;
+        for (int k = 0; k < 4 && c->names[k]; k++) {
+            if (c->kind == K_STR)
+                dsl_strvec_pushf(env, "%s=%s", c->names[k], s);
+            else
+                dsl_strvec_pushf(env, "%s=%d", c->names[k], *CFIELD(e, c->off, int));
+        }
+    }
+}
+
+int dsl_rankenv_omp_share(long cpus, int local_ranks)
+{
+    long t = (cpus > 0 ? cpus : 1) / (local_ranks > 0 ? local_ranks : 1);
+    return t < 1 ? 1 : t > 1 << 20 ? 1 << 20 : (int)t;
+}
+
+/* Set a member of the contract under its name and every alias (value NULL: not at all). */
 static void set(const char *name, const char *value)
 {
-    if (value && setenv(name, value, 1) != 0)
-        DSL_BUG("setenv failed (out of memory)"); /* names are valid: only ENOMEM */
+    for (size_t i = 0; value && i < NCONTRACT; i++)
+        for (int k = 0; !strcmp(contract[i].names[0], name) && k < 4 && contract[i].names[k]; k++)
+            if (setenv(contract[i].names[k], value, 1) != 0)
+                DSL_BUG("setenv failed (out of memory)"); /* names are valid: only ENOMEM */
 }
 
 int dsl_rankenv_adopt(const char **source, char *err)
@@ -327,12 +431,8 @@ int dsl_rankenv_adopt(const char **source, char *err)
     set(DSL_ENV_WORLD_SIZE, a.world);
     set(DSL_ENV_LOCAL_RANK, a.local_rank);
     set(DSL_ENV_LOCAL_WORLD_SIZE, a.local_world);
-    set(DSL_ENV_LOCAL_SIZE, a.local_world);
     set(DSL_ENV_NODE_RANK, a.node_rank);
-    set(DSL_ENV_GROUP_RANK, a.node_rank);
-    set(DSL_ENV_CROSS_RANK, a.node_rank);
     set(DSL_ENV_NNODES, a.nnodes);
-    set(DSL_ENV_CROSS_SIZE, a.nnodes);
     set(DSL_ENV_MASTER_ADDR, a.addr);
     set(DSL_ENV_MASTER_PORT, a.port);
     set(DSL_ENV_RUN_ID, a.run_id);
@@ -341,3 +441,4 @@ out:
     adopt_release(&a);
     return r;
 }
+

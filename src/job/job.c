@@ -70,6 +70,7 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
@@ -241,23 +242,20 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     size_t dl = 0;
     for (int s = 0; s < pn->nslots && dl < sizeof(devs) - 16; s++)
         dl += (size_t)snprintf(devs + dl, sizeof(devs) - dl, "%s%d", s ? "," : "", pn->slots[s]);
-    dsl_strvec_pushf(&m->env, DSL_ENV_MASTER_ADDR "=%s", job->plan->master_addr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_MASTER_PORT "=%d", job->plan->master_port);
-    dsl_strvec_pushf(&m->env, DSL_ENV_WORLD_SIZE "=%d", job->pl->world_size);
-    dsl_strvec_pushf(&m->env, DSL_ENV_LOCAL_WORLD_SIZE "=%d", pn->nslots);
-    dsl_strvec_pushf(&m->env, DSL_ENV_LOCAL_SIZE "=%d", pn->nslots);
-    dsl_strvec_pushf(&m->env, DSL_ENV_NODE_RANK "=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, DSL_ENV_GROUP_RANK "=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_RANK "=%d", pn->node_rank);
-    dsl_strvec_pushf(&m->env, DSL_ENV_NNODES "=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CROSS_SIZE "=%d", job->pl->nr);
-    dsl_strvec_pushf(&m->env, DSL_ENV_CUDA_VISIBLE_DEVICES "=%s",
-                     job->plan->no_devices ? job->plan->no_devices : devs);
-    dsl_strvec_pushf(&m->env, DSL_ENV_RUN_ID "=%s", job->plan->run_id);
-    dsl_strvec_pushf(&m->env, DSL_ENV_RUN_TOKEN "=%s", job->plan->token);
-    dsl_strvec_pushf(&m->env, DSL_ENV_RESTART_COUNT "=%d", job->restart_count);
-    dsl_strvec_pushf(&m->env, DSL_ENV_TE_RESTART_COUNT "=%d", job->restart_count);
-    dsl_strvec_pushf(&m->env, DSL_ENV_TE_MAX_RESTARTS "=%d", job->opts->max_restarts);
+    struct dsl_rankenv re = {
+        .world_size = job->pl->world_size,
+        .local_world_size = pn->nslots,
+        .node_rank = pn->node_rank,
+        .nnodes = job->pl->nr,
+        .master_addr = job->plan->master_addr,
+        .master_port = job->plan->master_port,
+        .cuda_visible_devices = job->plan->no_devices ? job->plan->no_devices : devs,
+        .run_id = job->plan->run_id,
+        .run_token = job->plan->token,
+        .restart_count = job->restart_count,
+        .max_restarts = job->opts->max_restarts,
+    };
+    dsl_rankenv_export(&re, DSL_RANKENV_NODE, &m->env);
     if (n->iface) {
         if (!dsl_env_get(&job->plan->exported, DSL_ENV_NCCL_SOCKET_IFNAME))
             dsl_strvec_pushf(&m->env, DSL_ENV_NCCL_SOCKET_IFNAME "=%s", n->iface);
@@ -268,19 +266,18 @@ static void build_start(struct dsl_job *job, struct dsl_job_node *n, struct dsl_
     if (job->opts->bind_core_list)
         m->core_list = dsl_xstrdup(job->opts->bind_core_list);
     /* with binding, the agent sets it to each rank's share of the cores */
-    if (!dsl_env_get(&job->plan->exported, DSL_ENV_OMP_NUM_THREADS) && !m->cpubind) {
-        int cpus = n->hello.cpus > 0 ? n->hello.cpus : 1;
-        int t = cpus / pn->nslots;
-        dsl_strvec_pushf(&m->env, DSL_ENV_OMP_NUM_THREADS "=%d", t < 1 ? 1 : t);
-    }
+    if (!dsl_env_get(&job->plan->exported, DSL_ENV_OMP_NUM_THREADS) && !m->cpubind)
+        dsl_strvec_pushf(&m->env, DSL_ENV_OMP_NUM_THREADS "=%d",
+                         dsl_rankenv_omp_share(n->hello.cpus, pn->nslots));
     m->ranks = dsl_xcalloc((size_t)pn->nslots, sizeof(*m->ranks));
     for (int s = 0; s < pn->nslots; s++) {
         struct dsl_rank_spec *rs = &m->ranks[m->nranks++];
         rs->rank = pn->first_rank + s;
         rs->local_rank = s;
         dsl_strvec_init(&rs->env);
-        dsl_strvec_pushf(&rs->env, DSL_ENV_RANK "=%d", rs->rank);
-        dsl_strvec_pushf(&rs->env, DSL_ENV_LOCAL_RANK "=%d", s);
+        re.rank = rs->rank;
+        re.local_rank = s;
+        dsl_rankenv_export(&re, DSL_RANKENV_RANK, &rs->env);
     }
     m->local_rank_arg = job->plan->local_rank_at;
     dsl_job_hang_start_msg(job, m);

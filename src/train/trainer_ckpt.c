@@ -44,7 +44,6 @@
 
 #include "checkpoint.h"
 #include "dslaunch/comm/comm.h"
-#include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/opt.h"
@@ -226,17 +225,6 @@ static int restore_lossscale(struct dsl_trainer *t, const struct dsl_ckpt *c, ch
     return 0;
 }
 
-/* The launcher's restart count (DSLAUNCH_RESTART_COUNT, else torchrun's
- * TORCHELASTIC_RESTART_COUNT): 0 on a first attempt or outside a launcher. */
-static int restart_count(void)
-{
-    const char *e = getenv(DSL_ENV_RESTART_COUNT);
-    int n;
-    if (!e)
-        e = getenv(DSL_ENV_TE_RESTART_COUNT);
-    return e && dsl_parse_int(e, 0, 1 << 30, &n) == 0 ? n : 0;
-}
-
 /*
  * resume "auto": 1 when <dir>/latest names a checkpoint, 0 when there is none yet.
  * Collective: every rank looks, and all must see the same (a checkpoint_dir that is
@@ -378,7 +366,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
         s->ro.save_ctx = s;
     }
     /* restarted by the launcher after a failure: go on from the last checkpoint */
-    if (!which && dir && *dir && restart_count() > 0)
+    if (!which && dir && *dir && s->env.restart_count > 0)
         which = "auto";
     if (!which)
         return 0;
@@ -454,7 +442,8 @@ out:
 int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
-    if (!which && dir && *dir && restart_count() > 0)
+    /* s->env: loaded by dsl_train_settings_verify() (its _place()) before this */
+    if (!which && dir && *dir && s->env.restart_count > 0)
         which = "auto";
     if (!which || !dir || !*dir || s->cfg.given.train > 0)
         return 0;

@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "dslaunch/common/cudalibs.h"
-#include "dslaunch/common/envnames.h"
 #include "dslaunch/model/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/lossscale.h"
@@ -161,17 +160,20 @@ void dsl_train_settings_help(FILE *f)
 }
 
 /* The GPU of this rank: the driver, cuBLAS and NCCL loaded (cudalibs.h) and a device
- * by gpupick.h's rule; DSL_ENOGPU with what is missing, DSL_ENOTSUP without CUDA.
+ * by gpupick.h's rule on the loaded contract env; DSL_ENOGPU with what is missing,
+ * DSL_ENOTSUP without CUDA.
  * driver_first: a node without the driver or a device does not open cuBLAS and NCCL
  * (auto on a CPU node); otherwise every missing library is named (nccl). */
-static int gpu_for_rank(int *device, int driver_first, char *err)
+static int gpu_for_rank(const struct dsl_rankenv *env, int *device, int driver_first,
+                        char *err)
 {
 #ifdef DSL_HAVE_CUDA
     int n = 0, r;
     if (driver_first && (r = dsl_cudalib_device_count(&n, err)) < 0)
         return r;
-    return dsl_cudalib_place(DSL_CUDALIB_ALL, device, err);
+    return dsl_cudalib_place(DSL_CUDALIB_ALL, env, device, err);
 #else
+    (void)env;
     (void)device;
     (void)driver_first;
     return dsl_seterr(err, DSL_ENOTSUP, "this dstrain was built without CUDA");
@@ -295,15 +297,6 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
     return r;
 }
 
-#ifdef DSL_HAVE_CUDA
-/* local rank 0 (or no LOCAL_RANK): the one rank of a node that says what the node does */
-static int first_on_node(void)
-{
-    const char *e = getenv(DSL_ENV_LOCAL_RANK);
-    return !e || !*e || !strcmp(e, "0");
-}
-#endif
-
 /*
  * CPU or GPU: decided here and nowhere else, once, and kept in the settings, so that
  * the comm, the model, the precision and the warnings all act on one answer (the
@@ -316,11 +309,17 @@ int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
 {
     if (s->placed)
         return 0;
+    if (!s->have_env) {
+        int r = dsl_rankenv_load(&s->env, err);
+        if (r < 0)
+            return r;
+        s->have_env = 1;
+    }
     const char *b = s->cfg.dstrain.backend;
     char why[DSL_ERR_LEN];
     int gpu = 0, device = 0;
     if (b && !strcmp(b, "nccl")) {
-        int r = gpu_for_rank(&device, 0, why);
+        int r = gpu_for_rank(&s->env, &device, 0, why);
         if (r == DSL_ENOTSUP)
             return dsl_seterr(err, r, "backend 'nccl': %s (use tcp)", why);
         if (r < 0)
@@ -331,8 +330,8 @@ int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
 #ifdef DSL_HAVE_CUDA
         /* the GPU when this rank has one of its own (by the rule, the same answer on
          * every local rank), else the CPU, and never without a word */
-        gpu = gpu_for_rank(&device, 1, why) == 0;
-        if (!gpu && first_on_node())
+        gpu = gpu_for_rank(&s->env, &device, 1, why) == 0;
+        if (!gpu && s->env.local_rank == 0) /* one rank of the node says it */
             dsl_info("backend auto: training on the CPU (tcp): %s", why);
 #endif
     }

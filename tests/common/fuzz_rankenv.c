@@ -1,6 +1,7 @@
 /*
  * libFuzzer target: the environment srun, mpirun or a PMIx launcher gives a rank, as
- * dstrain and dsbench adopt it (dsl_rankenv_adopt). The input's lines are "NAME=VALUE"
+ * dstrain and dsbench adopt it (dsl_rankenv_adopt) and then load it (dsl_rankenv_load).
+ * The input's lines are "NAME=VALUE"
  * for the launcher variables below (others are ignored); the contract's variables the
  * adoption sets are cleared before each run. An adoption either fails with a message
  * and sets nothing, or sets a rank inside its world, a local rank inside its node and a
@@ -86,6 +87,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         if (getenv(DSL_ENV_NNODES) && getenv(DSL_ENV_NODE_RANK) &&
             num(DSL_ENV_NODE_RANK) >= num(DSL_ENV_NNODES))
+            abort();
+        /* what it set, a worker loads: the same rank and world, every alias agreeing */
+        struct dsl_rankenv e;
+        if (dsl_rankenv_load(&e, err) < 0 || e.rank != rank || e.world_size != world ||
+            (getenv(DSL_ENV_LOCAL_SIZE) && e.local_world_size != num(DSL_ENV_LOCAL_SIZE)) ||
+            (getenv(DSL_ENV_CROSS_RANK) && e.node_rank != num(DSL_ENV_CROSS_RANK)))
             abort();
     } else if (getenv(DSL_ENV_RANK)) {
         abort();

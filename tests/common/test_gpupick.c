@@ -6,6 +6,7 @@
 
 #include "dslaunch/common/error.h"
 #include "common/gpupick.h"
+#include "dslaunch/common/rankenv.h"
 #include "test.h"
 
 /* the device rank lr of lw picks, or -1 with the text in err */
@@ -106,6 +107,14 @@ TEST(local_rank_past_the_devices_should_fail_and_say_so)
     ASSERT_EQ(pick(2, -3, 0, NULL, err), 0);
 }
 
+/* the rule on the contract as dsl_rankenv_load() reads it from the environment */
+static int pick_env(int visible, int *dev, char *err)
+{
+    struct dsl_rankenv env;
+    int r = dsl_rankenv_load(&env, err);
+    return r < 0 ? r : dsl_gpu_pick_env(visible, &env, dev, err);
+}
+
 TEST(pick_env_should_read_local_rank_world_and_cuda_visible_devices)
 {
     char err[DSL_ERR_LEN];
@@ -113,16 +122,16 @@ TEST(pick_env_should_read_local_rank_world_and_cuda_visible_devices)
     setenv("LOCAL_RANK", "1", 1);
     setenv("LOCAL_WORLD_SIZE", "2", 1);
     setenv("CUDA_VISIBLE_DEVICES", "1", 1);
-    ASSERT_OK(dsl_gpu_pick_env(1, &dev, err));
+    ASSERT_OK(pick_env(1, &dev, err));
     ASSERT_EQ(dev, 0);
     unsetenv("CUDA_VISIBLE_DEVICES");
-    ASSERT_OK(dsl_gpu_pick_env(2, &dev, err));
+    ASSERT_OK(pick_env(2, &dev, err));
     ASSERT_EQ(dev, 1);
-    ASSERT_EQ(dsl_gpu_pick_env(1, &dev, err), DSL_ENOGPU);
+    ASSERT_EQ(pick_env(1, &dev, err), DSL_ENOGPU);
     /* not numbers: the defaults (rank 0 of 1) */
     setenv("LOCAL_RANK", "x", 1);
     setenv("LOCAL_WORLD_SIZE", "", 1);
-    ASSERT_OK(dsl_gpu_pick_env(1, &dev, err));
+    ASSERT_OK(pick_env(1, &dev, err));
     ASSERT_EQ(dev, 0);
     unsetenv("LOCAL_RANK");
     unsetenv("LOCAL_WORLD_SIZE");

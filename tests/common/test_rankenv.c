@@ -227,6 +227,70 @@ TEST(rankenv_should_name_the_bad_variable)
 
 }
 
+TEST(contract_should_load_defaults_aliases_and_refuse_a_rank_outside_the_world)
+{
+    clear_env();
+    unsetenv("DSLAUNCH_RESTART_COUNT");
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+    unsetenv("OMP_NUM_THREADS");
+    unsetenv("DSLAUNCH_STORE_FD");
+    struct dsl_rankenv e;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_rankenv_load(&e, err));
+    ASSERT(e.rank == 0 && e.world_size == 1 && e.local_rank == 0 && e.local_world_size == 1);
+    ASSERT(e.nnodes == 1 && e.master_addr == NULL && e.master_port == 0 && e.store_fd == 0);
+    setenv("WORLD_SIZE", "4", 1);
+    setenv("RANK", "3", 1);
+    setenv("LOCAL_WORLD_SIZE", "x", 1); /* not a count: the default */
+    setenv("MASTER_PORT", "70000", 1);   /* not a port: 0, and the text for the store */
+    setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+    setenv("OMP_NUM_THREADS", "6", 1);
+    ASSERT_OK(dsl_rankenv_load(&e, err));
+    ASSERT(e.rank == 3 && e.world_size == 4 && e.local_world_size == 1);
+    ASSERT(e.master_port == 0 && !strcmp(e.master_port_text, "70000"));
+    ASSERT(e.restart_count == 2 && e.omp_threads == 6);
+    setenv("DSLAUNCH_RESTART_COUNT", "1", 1); /* dslaunch's name first */
+    ASSERT_OK(dsl_rankenv_load(&e, err));
+    ASSERT_EQ(e.restart_count, 1);
+    setenv("RANK", "4", 1);
+    ASSERT_EQ(dsl_rankenv_load(&e, err), DSL_EUSAGE);
+    ASSERT_CONTAINS(err, "bad RANK: allowed 0..3, got '4'");
+    unsetenv("DSLAUNCH_RESTART_COUNT");
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+    unsetenv("OMP_NUM_THREADS");
+    clear_env();
+}
+
+TEST(contract_should_export_every_alias_beside_its_name_and_a_rank_apart)
+{
+    struct dsl_rankenv e = {.world_size = 8, .local_world_size = 4, .node_rank = 1,
+                            .nnodes = 2, .master_addr = "10.0.0.1", .master_port = 29500,
+                            .cuda_visible_devices = "0,1,2,3", .run_id = "r1",
+                            .run_token = "t", .restart_count = 2, .max_restarts = 3,
+                            .omp_threads = 5, .store_fd = 7, .rank = 6, .local_rank = 2};
+    struct dsl_strvec env;
+    dsl_strvec_init(&env);
+    dsl_rankenv_export(&e, DSL_RANKENV_NODE, &env);
+    static const char *const node[] = {
+        "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29500", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=4",
+        "LOCAL_SIZE=4", "NODE_RANK=1", "GROUP_RANK=1", "CROSS_RANK=1", "NNODES=2",
+        "CROSS_SIZE=2", "CUDA_VISIBLE_DEVICES=0,1,2,3", "DSLAUNCH_RUN_ID=r1",
+        "DSLAUNCH_RUN_TOKEN=t", "DSLAUNCH_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=2",
+        "TORCHELASTIC_MAX_RESTARTS=3", NULL}; /* the launcher's order; no node facts */
+    for (size_t i = 0; node[i]; i++)
+        ASSERT_STR_EQ(env.v[i], node[i]);
+    ASSERT_EQ(env.nr, 16);
+    dsl_strvec_clear(&env);
+    dsl_rankenv_export(&e, DSL_RANKENV_RANK, &env);
+    ASSERT_EQ(env.nr, 2);
+    ASSERT_STR_EQ(env.v[0], "RANK=6");
+    ASSERT_STR_EQ(env.v[1], "LOCAL_RANK=2");
+    dsl_strvec_release(&env);
+    ASSERT_EQ(dsl_rankenv_omp_share(16, 3), 5);
+    ASSERT_EQ(dsl_rankenv_omp_share(2, 8), 1);
+    ASSERT_EQ(dsl_rankenv_omp_share(-1, 1), 1); /* sysconf failed */
+}
+
 TEST(tasks_per_node_should_expand_repeats_and_refuse_malformed_lists)
 {
     char err[DSL_ERR_LEN];

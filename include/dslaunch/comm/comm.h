@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct dsl_rankenv;
+
 #include "dslaunch/common/dtype.h"
 
 enum dsl_redop {
@@ -54,6 +56,8 @@ struct dsl_comm_opts {
     double timeout_s;    /* <= 0: DSLAUNCH_COMM_TIMEOUT or 300 */
     int deterministic;   /* tcp: fixed summation order */
     int device;          /* nccl: CUDA device to use (usually 0 of CUDA_VISIBLE_DEVICES) */
+    const struct dsl_rankenv *env; /* the worker's rank contract, loaded once (NULL: the
+                                      comm loads it); kept for the comm's lifetime */
 };
 
 /** Shard of n elements for rank (see the convention above). */

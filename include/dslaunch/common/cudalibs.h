@@ -46,12 +46,15 @@ int dsl_cudalib_load(unsigned which, char *err);
  */
 int dsl_cudalib_device_count(int *n, char *err);
 
+struct dsl_rankenv;
+
 /**
  * The device this rank trains on: loads which (the driver always), counts the devices
- * and applies the rule of gpupick.h to this process's LOCAL_RANK, LOCAL_WORLD_SIZE and
- * CUDA_VISIBLE_DEVICES. 0 with *device, or DSL_ENOGPU with the reason in err.
+ * and applies the rule of gpupick.h to the LOCAL_RANK, LOCAL_WORLD_SIZE and
+ * CUDA_VISIBLE_DEVICES of env (the rank contract the worker loaded). 0 with *device,
+ * or DSL_ENOGPU with the reason in err.
  */
-int dsl_cudalib_place(unsigned which, int *device, char *err);
+int dsl_cudalib_place(unsigned which, const struct dsl_rankenv *env, int *device, char *err);
 
 /** The soname tried for one DSL_CUDALIB_* bit (DSL_CUDALIB_CUBLAS: cuBLAS's). */
 const char *dsl_cudalib_soname(unsigned lib);

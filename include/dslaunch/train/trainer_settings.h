@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 
+#include "dslaunch/common/rankenv.h"
 #include "dslaunch/model/data.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/scheduler.h"
@@ -30,6 +31,9 @@ struct dsl_train_settings {
     int placed;                  /* the decision is made */
     int gpu;                     /* 1: the GPU path (backend nccl); 0: the CPU (tcp) */
     int device;                  /* the CUDA device (common/gpupick.h's rule); 0 on the CPU */
+    /* the rank contract: the worker's, loaded once (have_env), else by _place() */
+    struct dsl_rankenv env;
+    int have_env;
 };
 
 /** Parse argv (incl. --config). Returns 0, 1 for --help, or DSL_EUSAGE/DSL_ECONFIG. */
@@ -41,7 +45,9 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
  * common/gpupick.h (else DSL_ENOGPU, err naming what is missing); "tcp" the CPU;
  * "auto" the GPU when CUDA is built in and this rank can have one, otherwise the CPU
  * with a one-line notice from local rank 0 saying why (a build without CUDA: no
- * notice). Call it once the rank environment is final (after dsl_rankenv_adopt());
+ * notice). The rule's inputs come from s->env, which the worker sets (have_env = 1)
+ * once the rank environment is final (after dsl_rankenv_adopt()), or _place() loads
+ * it (DSL_EUSAGE for a bad RANK or WORLD_SIZE);
  * dsl_train_settings_verify() calls it when nobody has.
  */
 int dsl_train_settings_place(struct dsl_train_settings *s, char *err);
