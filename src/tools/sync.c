@@ -59,6 +59,7 @@
 #include "dslaunch/plan/placement.h"
 #include "digest.h"
 #include "dslaunch/remote/sshsession.h"
+#include "dslaunch/remote/transport.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/tools/sync.h"
 #include "dslaunch/common/xalloc.h"
@@ -349,6 +350,68 @@ static int set_mode(struct sync_host *h, const char *path, mode_t mode)
     return 0;
 }
 
+/* rename(2) of tmp over path on the node, replacing an existing file atomically.
+ * OpenSSH's sftp-server does a plain SFTP v3 RENAME with link(2), which refuses an
+ * existing target, and libssh 0.10 has no call for posix-rename@openssh.com; `mv -f`
+ * of a file within one directory is rename(2). One exec channel on the same session. */
+static int remote_replace(struct sync_host *h, const char *tmp, const char *path)
+{
+    char *qs = dsl_shell_quote(tmp), *qd = dsl_shell_quote(path);
+    char *cmd = dsl_xasprintf("exec mv -f -- %s %s", qs, qd);
+    free(qs);
+    free(qd);
+    int st = -1;
+    ssh_channel ch = ssh_channel_new(h->s);
+    if (ch && ssh_channel_open_session(ch) == SSH_OK &&
+        ssh_channel_request_exec(ch, cmd) == SSH_OK) {
+        char buf[512];
+        while (ssh_channel_read(ch, buf, sizeof(buf), 0) > 0)
+            ;
+        ssh_channel_send_eof(ch);
+        ssh_channel_close(ch);
+        st = ssh_channel_get_exit_status(ch);
+    }
+    if (ch)
+        ssh_channel_free(ch);
+    free(cmd);
+    return st == 0 ? 0 : -1;
+}
+
+/* After a lost race where no rename could replace the file (a server without a shell
+ * for mv): is path already what e is, by size and SHA-256? Read back over SFTP, so it
+ * costs the file's bytes, and only ever on that path. */
+static int already_there(struct sync_host *h, const struct sync_entry *e, const char *path)
+{
+    int missing, same = 0;
+    sftp_attributes a = rlstat(h, path, &missing);
+    if (!a || rtype(a) != SSH_FILEXFER_TYPE_REGULAR || a->size != e->size) {
+        sftp_attributes_free(a);
+        return 0;
+    }
+    sftp_attributes_free(a);
+    unsigned char want[DSL_SHA256_LEN], got[DSL_SHA256_LEN];
+    char err[DSL_ERR_LEN];
+    if (dsl_sha256_file(e->local, want, err) < 0)
+        return 0;
+    sftp_file f = sftp_open(h->sftp, path, O_RDONLY, 0);
+    struct dsl_sha256 c;
+    if (!f || dsl_sha256_init(&c) < 0) {
+        if (f)
+            sftp_close(f);
+        return 0;
+    }
+    ssize_t n;
+    uint64_t total = 0;
+    while ((n = sftp_read(f, h->buf, SYNC_CHUNK)) > 0) {
+        dsl_sha256_update(&c, h->buf, (size_t)n);
+        total += (uint64_t)n;
+    }
+    sftp_close(f);
+    if (dsl_sha256_final(&c, got) == 0 && n == 0 && total == e->size)
+        same = !memcmp(want, got, sizeof(want));
+    return same;
+}
+
 static int copy_file(struct sync_host *h, const struct sync_entry *e, const char *path,
                      sftp_attributes old)
 {
@@ -413,9 +476,17 @@ static int copy_file(struct sync_host *h, const struct sync_entry *e, const char
         goto out;
     if (old && rtype(old) == SSH_FILEXFER_TYPE_DIRECTORY && (r = rm_rf(h, path, rtype(old))) < 0)
         goto out;
-    if (sftp_rename(h->sftp, tmp, path) < 0) {
-        /* a server without posix-rename refuses an existing target: unlink, retry */
-        if (!old || sftp_unlink(h->sftp, path) < 0 || sftp_rename(h->sftp, tmp, path) < 0) {
+    /* An existing target (or one another node placed meanwhile) is replaced with
+     * rename(2) on the node, never unlinked first: there is no moment without a file. */
+    if ((old && rtype(old) == SSH_FILEXFER_TYPE_REGULAR) || sftp_rename(h->sftp, tmp, path) < 0) {
+        if (remote_replace(h, tmp, path) < 0) {
+            if (already_there(h, e, path)) { /* another node placed the same file */
+                sftp_unlink(h->sftp, tmp);
+                free(tmp);
+                tmp = NULL;
+                h->same++;
+                goto out;
+            }
             r = host_fail(h, "rename into place", path);
             goto out;
         }
