@@ -21,9 +21,16 @@
  *              several threads). Copies
  *              go to ".NAME.dsl-sync-XXXX" in the same directory, are fsync'ed when the
  *              server offers fsync@openssh.com, get mode and mtime, and are renamed over
- *              NAME (libssh 0.10 uses posix-rename@openssh.com when the server offers
- *              it, which replaces atomically): a failed copy never replaces a good file
+ *              NAME: an SFTP rename for a new NAME, `mv -f` (rename(2)) on an exec
+ *              channel for an existing one, as OpenSSH's SFTP v3 rename is link(2) and
+ *              libssh 0.10 has no posix-rename call: a failed copy never replaces a good
+ *              file, and an updated file is never missing
  *   symlink    copied as a link (same target text); a different remote entry is replaced
+ *
+ * Shared destinations: before each PATH a host creates ".NAME.dsl-sync-claim-RUN" beside
+ * it with O_EXCL, RUN a random id of this run. The host that makes it copies; a host that
+ * finds it (the nodes share the directory: NFS, a bind mount) waits for the owner, copies
+ * nothing and says so. The owner removes the claim once every other host has looked.
  *
  * A host stops at its first failure (the message names host and path); the others go
  * on. The main thread prints a progress line every second on stderr once a copy has
@@ -59,6 +66,7 @@
 #include "dslaunch/plan/placement.h"
 #include "digest.h"
 #include "dslaunch/remote/sshsession.h"
+#include "dslaunch/remote/transport.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/tools/sync.h"
 #include "dslaunch/common/xalloc.h"
@@ -93,6 +101,10 @@ struct sync_host {
     ssh_session s;
     sftp_session sftp;
     int can_fsync;
+    const char *shared_with;   /* borrowed: the host that copied a shared destination */
+    unsigned shared;           /* roots left to shared_with (same directory there) */
+    _Atomic size_t looked;     /* roots whose claim this host has checked */
+    _Atomic size_t finished;   /* roots this host is done with (copied, or gave up) */
     char *buf;                 /* SYNC_CHUNK bytes */
     _Atomic uint64_t bytes;
     _Atomic unsigned copied;
@@ -114,6 +126,8 @@ struct sync_run {
     struct sync_host *hosts;
     size_t nhosts;
     _Atomic size_t next;
+    char token[17];            /* this run's id, in the claim file of a destination */
+    int all_at_once;           /* a thread per host: hosts may wait for each other */
     pthread_mutex_t hash_locks[SYNC_HASH_LOCKS]; /* local hashes are computed once */
 };
 
@@ -349,6 +363,68 @@ static int set_mode(struct sync_host *h, const char *path, mode_t mode)
     return 0;
 }
 
+/* rename(2) of tmp over path on the node, replacing an existing file atomically.
+ * OpenSSH's sftp-server does a plain SFTP v3 RENAME with link(2), which refuses an
+ * existing target, and libssh 0.10 has no call for posix-rename@openssh.com; `mv -f`
+ * of a file within one directory is rename(2). One exec channel on the same session. */
+static int remote_replace(struct sync_host *h, const char *tmp, const char *path)
+{
+    char *qs = dsl_shell_quote(tmp), *qd = dsl_shell_quote(path);
+    char *cmd = dsl_xasprintf("exec mv -f -- %s %s", qs, qd);
+    free(qs);
+    free(qd);
+    int st = -1;
+    ssh_channel ch = ssh_channel_new(h->s);
+    if (ch && ssh_channel_open_session(ch) == SSH_OK &&
+        ssh_channel_request_exec(ch, cmd) == SSH_OK) {
+        char buf[512];
+        while (ssh_channel_read(ch, buf, sizeof(buf), 0) > 0)
+            ;
+        ssh_channel_send_eof(ch);
+        ssh_channel_close(ch);
+        st = ssh_channel_get_exit_status(ch);
+    }
+    if (ch)
+        ssh_channel_free(ch);
+    free(cmd);
+    return st == 0 ? 0 : -1;
+}
+
+/* After a lost race where no rename could replace the file (a server without a shell
+ * for mv): is path already what e is, by size and SHA-256? Read back over SFTP, so it
+ * costs the file's bytes, and only ever on that path. */
+static int already_there(struct sync_host *h, const struct sync_entry *e, const char *path)
+{
+    int missing, same = 0;
+    sftp_attributes a = rlstat(h, path, &missing);
+    if (!a || rtype(a) != SSH_FILEXFER_TYPE_REGULAR || a->size != e->size) {
+        sftp_attributes_free(a);
+        return 0;
+    }
+    sftp_attributes_free(a);
+    unsigned char want[DSL_SHA256_LEN], got[DSL_SHA256_LEN];
+    char err[DSL_ERR_LEN];
+    if (dsl_sha256_file(e->local, want, err) < 0)
+        return 0;
+    sftp_file f = sftp_open(h->sftp, path, O_RDONLY, 0);
+    struct dsl_sha256 c;
+    if (!f || dsl_sha256_init(&c) < 0) {
+        if (f)
+            sftp_close(f);
+        return 0;
+    }
+    ssize_t n;
+    uint64_t total = 0;
+    while ((n = sftp_read(f, h->buf, SYNC_CHUNK)) > 0) {
+        dsl_sha256_update(&c, h->buf, (size_t)n);
+        total += (uint64_t)n;
+    }
+    sftp_close(f);
+    if (dsl_sha256_final(&c, got) == 0 && n == 0 && total == e->size)
+        same = !memcmp(want, got, sizeof(want));
+    return same;
+}
+
 static int copy_file(struct sync_host *h, const struct sync_entry *e, const char *path,
                      sftp_attributes old)
 {
@@ -413,9 +489,17 @@ static int copy_file(struct sync_host *h, const struct sync_entry *e, const char
         goto out;
     if (old && rtype(old) == SSH_FILEXFER_TYPE_DIRECTORY && (r = rm_rf(h, path, rtype(old))) < 0)
         goto out;
-    if (sftp_rename(h->sftp, tmp, path) < 0) {
-        /* a server without posix-rename refuses an existing target: unlink, retry */
-        if (!old || sftp_unlink(h->sftp, path) < 0 || sftp_rename(h->sftp, tmp, path) < 0) {
+    /* An existing target (or one another node placed meanwhile) is replaced with
+     * rename(2) on the node, never unlinked first: there is no moment without a file. */
+    if ((old && rtype(old) == SSH_FILEXFER_TYPE_REGULAR) || sftp_rename(h->sftp, tmp, path) < 0) {
+        if (remote_replace(h, tmp, path) < 0) {
+            if (already_there(h, e, path)) { /* another node placed the same file */
+                sftp_unlink(h->sftp, tmp);
+                free(tmp);
+                tmp = NULL;
+                h->same++;
+                goto out;
+            }
             r = host_fail(h, "rename into place", path);
             goto out;
         }
@@ -770,6 +854,77 @@ static int make_parents(struct sync_host *h, const char *path)
     return r;
 }
 
+static void nap(void)
+{
+    struct timespec ts = {0, 20 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Claim file of a root: ".NAME.dsl-sync-claim-TOKEN" beside it, made with O_EXCL.
+ * The host that makes it copies; a host of this run that finds it (another node sharing
+ * the directory: NFS, a bind mount) waits for that host and copies nothing.
+ * Returns the owning host when another host owns it, else NULL (*made: ours to remove). */
+static char *claim_path(const struct sync_run *run, const char *remote)
+{
+    const char *sl = strrchr(remote, '/');
+    if (sl)
+        return dsl_xasprintf("%.*s.%s.dsl-sync-claim-%s", (int)(sl - remote + 1), remote,
+                             sl + 1, run->token);
+    return dsl_xasprintf(".%s.dsl-sync-claim-%s", remote, run->token);
+}
+
+static struct sync_host *claim(struct sync_run *run, struct sync_host *h, const char *cp,
+                               int *made)
+{
+    size_t self = (size_t)(h - run->hosts);
+    *made = 0;
+    sftp_file f = sftp_open(h->sftp, cp, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (f) {
+        char line[32];
+        int n = snprintf(line, sizeof(line), "%zu\n", self);
+        /* a short write leaves a claim the others cannot read: they copy too, and the
+         * atomic replace keeps that safe, only not once */
+        (void)sftp_write(f, line, (size_t)n);
+        sftp_close(f);
+        *made = 1;
+        return NULL;
+    }
+    /* the owner creates, then writes: an empty claim is read again for up to 2 s */
+    char line[32];
+    ssize_t n = 0;
+    for (int tries = 0; n == 0 && tries < 100; tries++) {
+        if (tries)
+            nap();
+        f = sftp_open(h->sftp, cp, O_RDONLY, 0);
+        if (!f)
+            return NULL; /* no claim to be seen: copy as usual */
+        n = sftp_read(f, line, sizeof(line) - 1);
+        sftp_close(f);
+    }
+    if (n <= 0)
+        return NULL;
+    line[n] = '\0';
+    char *end;
+    unsigned long idx = strtoul(line, &end, 10);
+    if (end == line || *end != '\n' || idx >= run->nhosts || idx == self)
+        return NULL;
+    return &run->hosts[idx];
+}
+
+/* The owner of root i keeps its claim until every other host has looked at it (or is
+ * done), so a fast copy cannot hide the sharing from a host that connected later. Only
+ * when every host has a thread: otherwise one may wait for a host that cannot start. */
+static void wait_looked(struct sync_run *run, struct sync_host *h, size_t i)
+{
+    if (!run->all_at_once)
+        return;
+    for (size_t j = 0; j < run->nhosts; j++) {
+        struct sync_host *o = &run->hosts[j];
+        while (o != h && !atomic_load(&o->done) && atomic_load(&o->looked) <= i)
+            nap();
+    }
+}
+
 static void sync_host_run(struct sync_run *run, struct sync_host *h)
 {
     const struct dsl_sync_opts *o = run->o;
@@ -799,16 +954,47 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
         struct sync_root *root = &run->roots[i];
         if (make_parents(h, root->remote) < 0)
             break;
+        int made;
+        char *cp = claim_path(run, root->remote);
+        struct sync_host *owner = claim(run, h, cp, &made);
+        atomic_store(&h->looked, i + 1);
+        if (owner) {
+            /* the owner made its claim in this run, so it is running: wait for it */
+            while (!atomic_load(&owner->done) && atomic_load(&owner->finished) <= i)
+                nap();
+            if (owner->rc == 0) {
+                h->shared_with = owner->name;
+                h->shared++;
+                atomic_store(&h->finished, i + 1);
+                free(cp);
+                continue;
+            }
+            /* the owner failed: copy from here after all */
+        }
         int missing;
         sftp_attributes a = rlstat(h, root->remote, &missing);
         if (!a && !missing) {
             host_fail(h, "read", root->remote);
+            if (made) {
+                wait_looked(run, h, i);
+                sftp_unlink(h->sftp, cp);
+            }
+            free(cp);
             break;
         }
         r = sync_entry(run, h, &root->e, root->remote, a);
         sftp_attributes_free(a);
         if (r == 0)
             r = flush_pending(run, h);
+        if (r < 0 && h->rc == 0)
+            h->rc = r; /* before finished: a waiting host must see the failure */
+        if (made) {
+            wait_looked(run, h, i);
+            if (sftp_unlink(h->sftp, cp) < 0 && r == 0)
+                r = host_fail(h, "remove", cp);
+        }
+        atomic_store(&h->finished, i + 1);
+        free(cp);
         if (r < 0 && h->rc == 0)
             h->rc = r;
     }
@@ -942,9 +1128,15 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     }
     ssh_init();
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
+    {
+        uint64_t tok = ((uint64_t)(unsigned)rand() << 32) ^ (uint64_t)(unsigned)rand() ^
+                       ((uint64_t)getpid() << 16) ^ (uint64_t)time(NULL);
+        snprintf(run.token, sizeof(run.token), "%016llx", (unsigned long long)tok);
+    }
     size_t nthreads = (size_t)(o->fanout > 0 ? o->fanout : 1);
     if (nthreads > nhosts)
         nthreads = nhosts;
+    run.all_at_once = nthreads == nhosts;
     pthread_t *tid = dsl_xcalloc(nthreads ? nthreads : 1, sizeof(*tid));
     size_t started = 0;
     double t0 = dsl_now();
@@ -977,6 +1169,9 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
             printf("%s: FAILED after %u copied: %s\n", h->name, c, h->err);
             continue;
         }
+        if (h->shared) /* said even with -q: the user must know the nodes share it */
+            printf("%s: shares the destination with %s, copied there once (%u path%s)\n",
+                   h->name, h->shared_with, h->shared, h->shared == 1 ? "" : "s");
         if (o->verbose >= 0) {
             char hb[32];
             human((double)b, hb, sizeof(hb));

@@ -254,6 +254,47 @@ expect_success "dstrain checkpoints on storage the nodes do not share: refused a
     [ -z "$(ls -A "$T_TMP/ckpt" | grep dstrain-shared)" ] || fail "probe file left behind"
 '
 
+# $T_TMP is outside the nodes' private tmpfs: all three see one directory there, as
+# nodes see NFS or a bind mount. Exactly one node copies; an updated file is never gone.
+expect_success "a destination the nodes share: copied once, said so, 5 runs of 5, never missing" '
+    S=$T_TMP/shared
+    mkdir -p "$S" "$T_TMP/shsrc"
+    printf "small\n" >"$T_TMP/shsrc/small"
+    for i in 1 2 3 4 5; do
+        head -c 20000000 /dev/urandom >"$T_TMP/shsrc/big.bin"
+        touch -d "@$((1600000000 + i))" "$T_TMP/shsrc/big.bin"
+        [ "$i" = 1 ] || touch -d "@$((1600000000 + i))" "$T_TMP/shsrc/small"
+        : >"$T_TMP/missing"
+        if [ "$i" -gt 1 ]; then # a reader during the update: old or new file, never none
+            (while :; do
+                s=$(stat -c %s "$S/shsrc/big.bin" 2>/dev/null) || echo "missing" >>"$T_TMP/missing"
+                [ -z "$s" ] || [ "$s" = 20000000 ] || echo "size $s" >>"$T_TMP/missing"
+            done) &
+            reader=$!
+        fi
+        run_capture rc out err "$DSL" sync --dest "$S/" "${SSH[@]}" "$T_TMP/shsrc"
+        [ "$i" = 1 ] || { kill "$reader"; wait "$reader" 2>/dev/null || true; }
+        cat out err
+        assert_eq "$rc" 0 "run $i: exit code"
+        [ "$(grep -c "^node[123]: shares the destination with node[123], copied there once (1 path)$" out)" = 2 ] ||
+            fail "run $i: two nodes should say that they share the destination"
+        [ "$(grep -c "^node[123]: 2 copied (20.0 MB)" out)" = 1 ] || fail "run $i: not copied once"
+        assert_grep "^sync: 3 hosts, 2 entries copied" out
+        [ ! -s "$T_TMP/missing" ] || { sort "$T_TMP/missing" | uniq -c >&2; fail "run $i: big.bin was missing or partial"; }
+        cmp "$T_TMP/shsrc/big.bin" "$S/shsrc/big.bin" || fail "run $i: content differs"
+        [ -z "$(find "$S" -name "*.dsl-sync-*")" ] || fail "run $i: temp or claim files left"
+    done
+'
+
+expect_success "dslaunch --sync onto a shared directory starts the job" '
+    printf "shared input\n" >"$T_TMP/shsrc/input"
+    run_capture rc out err "$DSL" "${SSH[@]}" --sync "$T_TMP/shsrc" --num_gpus 1 cat "$T_TMP/shsrc/input"
+    cat out err
+    assert_eq "$rc" 0
+    assert_grep "^\[node3:rank 2\] shared input$" out
+    [ "$(grep -c "^node[123]: shares the destination with" out)" = 2 ] || fail "sharing not said"
+'
+
 expect_success "usage errors: no paths, missing source" '
     run_capture rc out err "$DSL" sync "${SSH[@]}"
     assert_eq "$rc" 2

@@ -1,5 +1,6 @@
 # dslaunch sync against the namespace cluster (label cluster): every sshd gets a private
-# tmpfs over the data directory, so each node's copy is real and checked on its own.
+# tmpfs over the data directory, so each node's copy is real and checked on its own;
+# the flow's temporary directory outside it is one directory all nodes share.
 if(DSL_WITH_SSH)
   add_test(NAME cluster_sync
            COMMAND ${CMAKE_COMMAND} -E env DSL_CLUSTER_PRIVATE_DIR=${CMAKE_BINARY_DIR}/sync-test-data
