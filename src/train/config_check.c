@@ -76,46 +76,46 @@ int dsl_train_config_keep_batch(struct dsl_train_config *cfg, long saved_batch,
                       alt);
 }
 
-int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
+/* A batch key written "auto" (-2): the number to write instead, where one follows. */
+static int batch_auto_err(const char *file, long tb, long mb, long ga, long ws, char *err)
 {
-    /* no config parsed at all: the batch came (or not) from the command line alone */
-    const char *file = cfg->path ? cfg->path : "command line";
+    const char *name;
+    long want;
+    if (tb == -2) {
+        name = "train_batch_size";
+        double w = (double)(mb > 0 ? mb : 1) * (double)(ga > 0 ? ga : 1) * (double)ws;
+        want = w <= DSL_CFG_MAX_BATCH ? (long)w : 0;
+    } else if (mb == -2) {
+        name = "train_micro_batch_size_per_gpu";
+        want = tb > 0 ? tb / ws / (ga > 0 ? ga : 1) : 0;
+    } else {
+        name = "gradient_accumulation_steps";
+        want = tb > 0 && mb > 0 ? tb / mb / ws : 1;
+    }
+    if (want <= 0)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: '%s' is \"auto\", which only the HuggingFace integration of "
+                          "DeepSpeed fills in: write a positive integer such that "
+                          "train_batch_size = train_micro_batch_size_per_gpu x "
+                          "gradient_accumulation_steps x world size (%ld)",
+                          file, name, ws);
+    return dsl_seterr(err, DSL_ECONFIG,
+                      "%s: '%s' is \"auto\", which only the HuggingFace integration of "
+                      "DeepSpeed fills in: write %ld (train_batch_size = "
+                      "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
+                      "world size %ld), or leave the key out",
+                      file, name, want, ws);
+}
+
+/* The batch triple from what was given, as DeepSpeed completes it, into cfg. */
+static int resolve_batch(struct dsl_train_config *cfg, const char *file, int world_size,
+                         char *err)
+{
     long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
     long ws = world_size;
     char inferred[128] = "";
     int r;
 
-    if (world_size <= 0)
-        return dsl_seterr(err, DSL_ECONFIG, "%s: world size %d is not positive", file,
-                          world_size);
-    if (tb == -2 || mb == -2 || ga == -2) {
-        const char *name;
-        long want;
-        if (tb == -2) {
-            name = "train_batch_size";
-            double w = (double)(mb > 0 ? mb : 1) * (double)(ga > 0 ? ga : 1) * (double)ws;
-            want = w <= DSL_CFG_MAX_BATCH ? (long)w : 0;
-        } else if (mb == -2) {
-            name = "train_micro_batch_size_per_gpu";
-            want = tb > 0 ? tb / ws / (ga > 0 ? ga : 1) : 0;
-        } else {
-            name = "gradient_accumulation_steps";
-            want = tb > 0 && mb > 0 ? tb / mb / ws : 1;
-        }
-        if (want <= 0)
-            return dsl_seterr(err, DSL_ECONFIG,
-                              "%s: '%s' is \"auto\", which only the HuggingFace integration of "
-                              "DeepSpeed fills in: write a positive integer such that "
-                              "train_batch_size = train_micro_batch_size_per_gpu x "
-                              "gradient_accumulation_steps x world size (%ld)",
-                              file, name, ws);
-        return dsl_seterr(err, DSL_ECONFIG,
-                          "%s: '%s' is \"auto\", which only the HuggingFace integration of "
-                          "DeepSpeed fills in: write %ld (train_batch_size = "
-                          "train_micro_batch_size_per_gpu x gradient_accumulation_steps x "
-                          "world size %ld), or leave the key out",
-                          file, name, want, ws);
-    }
     /* deepspeed/runtime/config.py _set_batch_related_parameters; each given value is at
        most DSL_CFG_MAX_BATCH, so products are exact in a double and never overflow */
     if (tb > 0 && mb > 0 && ga > 0) {
@@ -156,7 +156,12 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
     cfg->train_micro_batch_size_per_gpu = mb;
     cfg->gradient_accumulation_steps = ga;
     cfg->world_size = world_size;
+    return 0;
+}
 
+/* The rules between keys other than the batch's; sets the optimizer's resolved mode. */
+static int check_rules(struct dsl_train_config *cfg, const char *file, char *err)
+{
     if (cfg->fp16.enabled && cfg->bf16)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: 'fp16.enabled' and 'bf16.enabled' cannot both be true", file);
@@ -202,6 +207,24 @@ int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *
                           "%s: nothing to train: 'dstrain.steps' and 'dstrain.epochs' are both 0",
                           file);
     return 0;
+}
+
+int dsl_train_config_finish(struct dsl_train_config *cfg, int world_size, char *err)
+{
+    /* no config parsed at all: the batch came (or not) from the command line alone */
+    const char *file = cfg->path ? cfg->path : "command line";
+    long tb = cfg->given.train, mb = cfg->given.micro, ga = cfg->given.accum;
+    long ws = world_size;
+    int r;
+
+    if (world_size <= 0)
+        return dsl_seterr(err, DSL_ECONFIG, "%s: world size %d is not positive", file,
+                          world_size);
+    if (tb == -2 || mb == -2 || ga == -2)
+        return batch_auto_err(file, tb, mb, ga, ws, err);
+    if ((r = resolve_batch(cfg, file, world_size, err)) < 0)
+        return r;
+    return check_rules(cfg, file, err);
 }
 
 enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg, int on_gpu,
