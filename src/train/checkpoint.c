@@ -718,6 +718,159 @@ static int cmp_shard_off(const void *a, const void *b)
     return x->rank - y->rank;
 }
 
+/* Every rank below the saved world size, each exactly once. */
+static int check_ranks(const char *path, const struct shard *sh, size_t n, int W, char *err)
+{
+    int r;
+    for (size_t i = 0; i < n; i++) {
+        if (sh[i].rank >= W) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "unexpected shard file '%s': the checkpoint was saved by %d rank%s",
+                           sh[i].file, W, W == 1 ? "" : "s");
+            return r;
+        }
+    }
+    /* every rank exactly once (names are unique in a directory, ranks < W) */
+    for (int rk = 0; rk < W; rk++) {
+        int found = 0;
+        for (size_t i = 0; i < n; i++)
+            found += sh[i].rank == rk;
+        if (!found) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint '%s' is incomplete: missing shard file '" SHARD_FMT
+                           "' (rank %d of %d)",
+                           path, rk, rk, W);
+            return r;
+        }
+    }
+    return 0;
+}
+
+/* Each shard's own record: an optimizer shard of tag, its rank and range, the same state
+ * tensors as the first shard's; sets each shard's range and c->nstate. */
+static int check_shard_meta(struct dsl_ckpt *c, const char *tag, struct shard *sh, size_t n,
+                            int W, char *err)
+{
+    int r;
+    for (size_t i = 0; i < n; i++) {
+        struct shard *s = &sh[i];
+        uint64_t numel = 0, ws = 0, rank = 0;
+        const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");
+        const char *ftag = dsl_env_get(&s->f.meta, "dsl.tag");
+        if (!kind || strcmp(kind, "optim") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' is not an optimizer shard of tag '%s'",
+                           s->file, tag);
+            return r;
+        }
+        if ((r = meta_num(&s->f, "dsl.numel", &numel, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.world_size", &ws, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.rank", &rank, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.shard_offset", &s->off, err)) < 0 ||
+            (r = meta_num(&s->f, "dsl.shard_len", &s->len, err)) < 0)
+            return r;
+        if (numel != c->numel || ws != (uint64_t)W || rank != (uint64_t)s->rank ||
+            s->off > numel || s->len > numel - s->off) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' does not match the checkpoint: rank %" PRIu64
+                           " of %" PRIu64 ", [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64
+                           " elements, expected rank %d of %d and %zu elements",
+                           s->file, rank, ws, s->off, s->len, numel, s->rank, W, c->numel);
+            return r;
+        }
+        if (i == 0) {
+            if (s->f.n > DSL_CKPT_MAX_STATE) {
+                r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': too many tensors",
+                               s->file);
+                return r;
+            }
+            c->nstate = s->f.n;
+        }
+        if (s->f.n != c->nstate) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s' holds %zu state tensors, '%s' holds %zu",
+                           s->file, s->f.n, sh[0].file, c->nstate);
+            return r;
+        }
+        for (size_t k = 0; k < s->f.n; k++) {
+            const struct dsl_st_tensor *t = &s->f.t[k];
+            if (t->dtype != DSL_ST_F32 || t->ndim != 1 || t->shape[0] != s->len ||
+                (i > 0 && !dsl_st_find(&sh[0].f, t->name))) {
+                r = dsl_seterr(err, DSL_ECHECKPOINT,
+                               "checkpoint file '%s': state tensor '%s' is not an fp32 vector "
+                               "of the shard's %" PRIu64 " elements present in every shard",
+                               s->file, t->name, s->len);
+                return r;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The shards, sorted by offset, cover the c->numel elements without gap or overlap. */
+static int check_coverage(const struct dsl_ckpt *c, const char *path, struct shard *sh,
+                          size_t n, char *err)
+{
+    int r;
+    qsort(sh, n, sizeof(*sh), cmp_shard_off);
+    uint64_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (sh[i].off != pos) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint '%s': shard file '%s' starts at element %" PRIu64
+                           ", expected %" PRIu64 " (%s)",
+                           path, sh[i].file, sh[i].off, pos,
+                           sh[i].off < pos ? "overlapping shards" : "a gap between shards");
+            return r;
+        }
+        pos += sh[i].len;
+    }
+    if (pos != c->numel) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint '%s': shards cover %" PRIu64 " of %zu elements", path, pos,
+                       c->numel);
+        return r;
+    }
+    return 0;
+}
+
+/* The optimizer state, whole, from the shards into c, refused if not finite. */
+static int gather_state(struct dsl_ckpt *c, struct shard *sh, size_t n, unsigned flags,
+                        char *err)
+{
+    int r;
+    for (size_t k = 0; k < c->nstate; k++) {
+        c->state_names[k] = dsl_xstrdup(sh[0].f.t[k].name);
+        c->state[k] = malloc(c->numel ? c->numel * sizeof(float) : 1);
+        if (!c->state[k]) {
+            r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu state elements", c->numel);
+            return r;
+        }
+        for (size_t i = 0; i < n; i++) {
+            const struct dsl_st_tensor *t = dsl_st_find(&sh[i].f, c->state_names[k]);
+            float *v = c->state[k] + sh[i].off;
+            size_t len = (size_t)sh[i].len, cnt, j;
+            memcpy(v, t->data, (size_t)t->nbytes);
+            if ((j = first_nonfinite(v, len, &cnt)) < len) {
+                size_t flat = (size_t)sh[i].off + j;
+                const struct dsl_ckpt_param *pv = view_of(c, flat);
+                char at[96] = "?";
+                if (pv)
+                    index_text(pv, flat - pv->offset, at, sizeof(at));
+                dsl_seterr(err, DSL_ECHECKPOINT,
+                           "checkpoint file '%s': optimizer state '%s' of parameter '%s' "
+                           "element %s (flat element %zu) is %s (not finite: %zu of the "
+                           "shard's %zu elements)",
+                           sh[i].file, t->name, pv ? pv->name : "?", at, flat,
+                           nonfinite_word(v[j]), cnt, len);
+                r = nonfinite_hint(flags, err);
+                return r;
+            }
+        }
+    }
+    return 0;
+}
+
 static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
                        unsigned flags, size_t numel_hint, char *err)
 {
@@ -790,127 +943,11 @@ static int load_shards(struct dsl_ckpt *c, const char *path, const char *tag, in
     free(model);
     if (r < 0)
         goto out;
-    for (size_t i = 0; i < n; i++) {
-        if (sh[i].rank >= W) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "unexpected shard file '%s': the checkpoint was saved by %d rank%s",
-                           sh[i].file, W, W == 1 ? "" : "s");
-            goto out;
-        }
-    }
-    /* every rank exactly once (names are unique in a directory, ranks < W) */
-    for (int rk = 0; rk < W; rk++) {
-        int found = 0;
-        for (size_t i = 0; i < n; i++)
-            found += sh[i].rank == rk;
-        if (!found) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint '%s' is incomplete: missing shard file '" SHARD_FMT
-                           "' (rank %d of %d)",
-                           path, rk, rk, W);
-            goto out;
-        }
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct shard *s = &sh[i];
-        uint64_t numel = 0, ws = 0, rank = 0;
-        const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");
-        const char *ftag = dsl_env_get(&s->f.meta, "dsl.tag");
-        if (!kind || strcmp(kind, "optim") != 0 || !ftag || strcmp(ftag, tag) != 0) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s' is not an optimizer shard of tag '%s'",
-                           s->file, tag);
-            goto out;
-        }
-        if ((r = meta_num(&s->f, "dsl.numel", &numel, err)) < 0 ||
-            (r = meta_num(&s->f, "dsl.world_size", &ws, err)) < 0 ||
-            (r = meta_num(&s->f, "dsl.rank", &rank, err)) < 0 ||
-            (r = meta_num(&s->f, "dsl.shard_offset", &s->off, err)) < 0 ||
-            (r = meta_num(&s->f, "dsl.shard_len", &s->len, err)) < 0)
-            goto out;
-        if (numel != c->numel || ws != (uint64_t)W || rank != (uint64_t)s->rank ||
-            s->off > numel || s->len > numel - s->off) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s' does not match the checkpoint: rank %" PRIu64
-                           " of %" PRIu64 ", [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64
-                           " elements, expected rank %d of %d and %zu elements",
-                           s->file, rank, ws, s->off, s->len, numel, s->rank, W, c->numel);
-            goto out;
-        }
-        if (i == 0) {
-            if (s->f.n > DSL_CKPT_MAX_STATE) {
-                r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': too many tensors",
-                               s->file);
-                goto out;
-            }
-            c->nstate = s->f.n;
-        }
-        if (s->f.n != c->nstate) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s' holds %zu state tensors, '%s' holds %zu",
-                           s->file, s->f.n, sh[0].file, c->nstate);
-            goto out;
-        }
-        for (size_t k = 0; k < s->f.n; k++) {
-            const struct dsl_st_tensor *t = &s->f.t[k];
-            if (t->dtype != DSL_ST_F32 || t->ndim != 1 || t->shape[0] != s->len ||
-                (i > 0 && !dsl_st_find(&sh[0].f, t->name))) {
-                r = dsl_seterr(err, DSL_ECHECKPOINT,
-                               "checkpoint file '%s': state tensor '%s' is not an fp32 vector "
-                               "of the shard's %" PRIu64 " elements present in every shard",
-                               s->file, t->name, s->len);
-                goto out;
-            }
-        }
-    }
-    qsort(sh, n, sizeof(*sh), cmp_shard_off);
-    uint64_t pos = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sh[i].off != pos) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint '%s': shard file '%s' starts at element %" PRIu64
-                           ", expected %" PRIu64 " (%s)",
-                           path, sh[i].file, sh[i].off, pos,
-                           sh[i].off < pos ? "overlapping shards" : "a gap between shards");
-            goto out;
-        }
-        pos += sh[i].len;
-    }
-    if (pos != c->numel) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT,
-                       "checkpoint '%s': shards cover %" PRIu64 " of %zu elements", path, pos,
-                       c->numel);
+    if ((r = check_ranks(path, sh, n, W, err)) < 0 ||
+        (r = check_shard_meta(c, tag, sh, n, W, err)) < 0 ||
+        (r = check_coverage(c, path, sh, n, err)) < 0 ||
+        (r = gather_state(c, sh, n, flags, err)) < 0)
         goto out;
-    }
-    for (size_t k = 0; k < c->nstate; k++) {
-        c->state_names[k] = dsl_xstrdup(sh[0].f.t[k].name);
-        c->state[k] = malloc(c->numel ? c->numel * sizeof(float) : 1);
-        if (!c->state[k]) {
-            r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu state elements", c->numel);
-            goto out;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const struct dsl_st_tensor *t = dsl_st_find(&sh[i].f, c->state_names[k]);
-            float *v = c->state[k] + sh[i].off;
-            size_t len = (size_t)sh[i].len, cnt, j;
-            memcpy(v, t->data, (size_t)t->nbytes);
-            if ((j = first_nonfinite(v, len, &cnt)) < len) {
-                size_t flat = (size_t)sh[i].off + j;
-                const struct dsl_ckpt_param *pv = view_of(c, flat);
-                char at[96] = "?";
-                if (pv)
-                    index_text(pv, flat - pv->offset, at, sizeof(at));
-                dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s': optimizer state '%s' of parameter '%s' "
-                           "element %s (flat element %zu) is %s (not finite: %zu of the "
-                           "shard's %zu elements)",
-                           sh[i].file, t->name, pv ? pv->name : "?", at, flat,
-                           nonfinite_word(v[j]), cnt, len);
-                r = nonfinite_hint(flags, err);
-                goto out;
-            }
-        }
-    }
     r = 0;
 out:
     for (size_t i = 0; i < n; i++) {

@@ -168,44 +168,50 @@ static int tensor_nbytes(const struct dsl_st_tensor *t, uint64_t *out)
     return 0;
 }
 
-int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
-                 const struct dsl_strvec *meta, char *err)
+/* The SHA-256 of all tensors' bytes in order, as hex into data_sha. */
+static int data_digest(const char *path, const struct dsl_st_tensor *t, size_t n,
+                       char data_sha[SHA_HEX + 1], char *err)
 {
-    struct dsl_dynbuf h;
-    uint64_t off = 0, hlen;
-    char *tmp = NULL, data_sha[SHA_HEX + 1], head_sha[SHA_HEX + 1];
-    int fd = -1, r;
-    size_t sha_at;
-    unsigned char lenbuf[8];
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdlen = 0;
+    int r = 0;
 
-    /* no hard limit while building; the size is checked once at the end */
-    dsl_dynbuf_init(&h, (size_t)-1 / 2);
     if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
         r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': libcrypto has no SHA-256", path);
-        goto out;
+        goto done;
     }
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = 0;
         if (tensor_nbytes(&t[i], &nb) < 0) {
             r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': bad tensor '%s'", path,
                            t[i].name);
-            goto out;
+            goto done;
         }
         if (nb && EVP_DigestUpdate(ctx, t[i].data, (size_t)nb) != 1) {
             r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
-            goto out;
+            goto done;
         }
     }
     if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen * 2 != SHA_HEX) {
         r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
-        goto out;
+        goto done;
     }
     for (unsigned i = 0; i < mdlen; i++)
         snprintf(data_sha + 2 * i, 3, "%02x", md[i]);
-    dsl_dynbuf_addstr(&h, "{\"__metadata__\":{");
+done:
+    EVP_MD_CTX_free(ctx);
+    return r;
+}
+
+/* The JSON header into h: meta (less the checksum keys), the data's checksum, zeros
+ * where the header's own goes (returns their offset), each tensor, padding to 8. */
+static size_t build_header(struct dsl_dynbuf *h, const struct dsl_st_tensor *t, size_t n,
+                           const struct dsl_strvec *meta, const char *data_sha)
+{
+    uint64_t off = 0;
+    size_t sha_at;
+    dsl_dynbuf_addstr(h, "{\"__metadata__\":{");
     for (size_t i = 0; meta && i < meta->nr; i++) {
         const char *eq = strchr(meta->v[i], '=');
         if (!eq)
@@ -213,32 +219,50 @@ int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
         char *k = dsl_xstrndup(meta->v[i], (size_t)(eq - meta->v[i]));
         if (strcmp(k, META_CRC) != 0 && strcmp(k, META_SHA) != 0 &&
             strcmp(k, META_DATA_SHA) != 0) {
-            json_str(&h, k);
-            dsl_dynbuf_addstr(&h, ":");
-            json_str(&h, eq + 1);
-            dsl_dynbuf_addstr(&h, ",");
+            json_str(h, k);
+            dsl_dynbuf_addstr(h, ":");
+            json_str(h, eq + 1);
+            dsl_dynbuf_addstr(h, ",");
         }
         free(k);
     }
     /* the data's checksum, then the header's own, which covers every other byte of
      * the header (the data's checksum included); its digits are zeros while hashing */
-    dsl_dynbuf_addf(&h, "\"" META_DATA_SHA "\":\"%s\",\"" META_SHA "\":\"", data_sha);
-    sha_at = h.len;
-    dsl_dynbuf_addf(&h, "%s\"}", zeros);
+    dsl_dynbuf_addf(h, "\"" META_DATA_SHA "\":\"%s\",\"" META_SHA "\":\"", data_sha);
+    sha_at = h->len;
+    dsl_dynbuf_addf(h, "%s\"}", zeros);
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = 0;
         tensor_nbytes(&t[i], &nb);
-        dsl_dynbuf_addstr(&h, ",");
-        json_str(&h, t[i].name);
-        dsl_dynbuf_addf(&h, ":{\"dtype\":\"%s\",\"shape\":[", dsl_st_dtype_name(t[i].dtype));
+        dsl_dynbuf_addstr(h, ",");
+        json_str(h, t[i].name);
+        dsl_dynbuf_addf(h, ":{\"dtype\":\"%s\",\"shape\":[", dsl_st_dtype_name(t[i].dtype));
         for (int d = 0; d < t[i].ndim; d++)
-            dsl_dynbuf_addf(&h, "%s%" PRIu64, d ? "," : "", t[i].shape[d]);
-        dsl_dynbuf_addf(&h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
+            dsl_dynbuf_addf(h, "%s%" PRIu64, d ? "," : "", t[i].shape[d]);
+        dsl_dynbuf_addf(h, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + nb);
         off += nb;
     }
-    dsl_dynbuf_addstr(&h, "}");
-    while ((8 + h.len) % 8 != 0)
-        dsl_dynbuf_addstr(&h, " ");
+    dsl_dynbuf_addstr(h, "}");
+    while ((8 + h->len) % 8 != 0)
+        dsl_dynbuf_addstr(h, " ");
+    return sha_at;
+}
+
+int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
+                 const struct dsl_strvec *meta, char *err)
+{
+    struct dsl_dynbuf h;
+    uint64_t hlen;
+    char *tmp = NULL, data_sha[SHA_HEX + 1], head_sha[SHA_HEX + 1];
+    int fd = -1, r;
+    size_t sha_at;
+    unsigned char lenbuf[8];
+
+    /* no hard limit while building; the size is checked once at the end */
+    dsl_dynbuf_init(&h, (size_t)-1 / 2);
+    if ((r = data_digest(path, t, n, data_sha, err)) < 0)
+        goto out;
+    sha_at = build_header(&h, t, n, meta, data_sha);
     if (!h.buf || h.len > MAX_HEADER_BYTES) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': header too large", path);
         goto out;
@@ -299,7 +323,6 @@ out:
         free(tmp);
     }
     dsl_dynbuf_release(&h);
-    EVP_MD_CTX_free(ctx);
     return r;
 }
 

@@ -100,6 +100,86 @@ static int32_t draw(const float *logits, size_t V, double temp, uint64_t *s)
     return (int32_t)am;
 }
 
+/* Opens a->dir with its caveat warned; on an error c is released (or never loaded). */
+static int open_ckpt(const struct sample_args *a, struct dsl_ckpt *c, char *err)
+{
+    unsigned fl = a->allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
+    struct stat st;
+    int r;
+    /* the checkpoint directory, one tag's directory in it, or one file of parameters
+       (`dstrain consolidate`'s model.safetensors) */
+    if (stat(a->dir, &st) == 0 && S_ISREG(st.st_mode)) {
+        if (a->tag)
+            return dsl_seterr(err, DSL_EUSAGE,
+                              "dstrain sample: '%s' is a file of parameters, not a checkpoint "
+                              "directory: leave out --tag",
+                              a->dir);
+        r = dsl_ckpt_load_file(c, a->dir, fl, err);
+    } else {
+        r = dsl_ckpt_load_params(c, a->dir, a->tag, fl | DSL_CKPT_STEP_DIR, err);
+    }
+    if (r < 0) {
+        dsl_ckpt_release(c);
+        return r;
+    }
+    char why[DSL_ERR_LEN];
+    if (dsl_ckpt_caveat(c, why, sizeof(why)))
+        dsl_warn("%s", why);
+    return r;
+}
+
+/* The prompt's tokens, then a->tokens more drawn one by one, printed as they come. */
+static int generate(const struct sample_args *a, struct dsl_model *m, const struct dsl_ckpt *c,
+                    const struct dsl_model_spec *sp, struct dsl_bpe *bpe, int bytes,
+                    double temp, char *err)
+{
+    int r = 0;
+    const char *prompt = a->prompt && *a->prompt ? a->prompt : "\n";
+    size_t np = strlen(prompt), T = sp->gpt.context;
+    uint16_t *ptok = NULL;
+    if (bpe)
+        ptok = dsl_bpe_encode(bpe, (const uint8_t *)prompt, np, &np);
+    for (size_t i = 0; !ptok && i < np; i++)
+        if ((unsigned char)prompt[i] >= sp->out_dim) { /* bytes, a vocabulary below 256 */
+            r = dsl_seterr(err, DSL_EUSAGE,
+                           "dstrain sample: the prompt's byte 0x%02x at offset %zu is outside "
+                           "the vocabulary of %zu of checkpoint '%s': give a prompt of the "
+                           "bytes below %zu, the ids it was trained on",
+                           (unsigned char)prompt[i], i, sp->out_dim, c->path, sp->out_dim);
+            return r;
+        }
+    size_t total = np + (size_t)a->tokens;
+    int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
+    float *logits = dsl_xmalloc(sp->out_dim * sizeof(float));
+    for (size_t i = 0; i < np; i++)
+        tok[i] = ptok ? ptok[i] : (unsigned char)prompt[i];
+    free(ptok);
+    uint64_t s = (uint64_t)a->seed;
+    fputs(prompt, stdout);
+    for (size_t n = np; n < total; n++) {
+        size_t w = n < T ? n : T;
+        if ((r = dsl_model_next_logits(m, c->params, tok + n - w, w, logits)) < 0) {
+            dsl_seterr(err, r, "%s", m->err);
+            break;
+        }
+        /* bytes: only the ids the data had (a larger vocabulary's rest never occurs) */
+        tok[n] = draw(logits, bytes && sp->out_dim > 256 ? 256 : sp->out_dim, temp, &s);
+        if (bpe) {
+            size_t l;
+            const uint8_t *p = dsl_bpe_token(bpe, (size_t)tok[n], &l);
+            if (p) /* an id beyond encoder.json (a padded vocabulary) prints nothing */
+                fwrite(p, 1, l, stdout);
+        } else {
+            putchar(tok[n]);
+        }
+        fflush(stdout);
+    }
+    putchar('\n');
+    free(tok);
+    free(logits);
+    return r;
+}
+
 static int run(const struct sample_args *a, char *err)
 {
     double temp = 0.8;
@@ -113,28 +193,9 @@ static int run(const struct sample_args *a, char *err)
                           "option '--temperature' must be a number from 0 to 100, got '%s'",
                           a->temp);
     struct dsl_ckpt c;
-    unsigned fl = a->allow_unverified ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
-    struct stat st;
     int r;
-    /* the checkpoint directory, one tag's directory in it, or one file of parameters
-       (`dstrain consolidate`'s model.safetensors) */
-    if (stat(a->dir, &st) == 0 && S_ISREG(st.st_mode)) {
-        if (a->tag)
-            return dsl_seterr(err, DSL_EUSAGE,
-                              "dstrain sample: '%s' is a file of parameters, not a checkpoint "
-                              "directory: leave out --tag",
-                              a->dir);
-        r = dsl_ckpt_load_file(&c, a->dir, fl, err);
-    } else {
-        r = dsl_ckpt_load_params(&c, a->dir, a->tag, fl | DSL_CKPT_STEP_DIR, err);
-    }
-    if (r < 0) {
-        dsl_ckpt_release(&c);
+    if ((r = open_ckpt(a, &c, err)) < 0)
         return r;
-    }
-    char why[DSL_ERR_LEN];
-    if (dsl_ckpt_caveat(&c, why, sizeof(why)))
-        dsl_warn("%s", why);
     struct dsl_model_spec sp = {.type = "gpt", .max_batch = 1};
     size_t g[5];
     if (dsl_ckpt_meta_sizes(&c, "gpt", g, 5, NULL) < 0) {
@@ -192,49 +253,7 @@ static int run(const struct sample_args *a, char *err)
                        c.path, sp.out_dim);
         goto out;
     }
-    const char *prompt = a->prompt && *a->prompt ? a->prompt : "\n";
-    size_t np = strlen(prompt), T = sp.gpt.context;
-    uint16_t *ptok = NULL;
-    if (have_bpe)
-        ptok = dsl_bpe_encode(&bpe, (const uint8_t *)prompt, np, &np);
-    for (size_t i = 0; !ptok && i < np; i++)
-        if ((unsigned char)prompt[i] >= sp.out_dim) { /* bytes, a vocabulary below 256 */
-            r = dsl_seterr(err, DSL_EUSAGE,
-                           "dstrain sample: the prompt's byte 0x%02x at offset %zu is outside "
-                           "the vocabulary of %zu of checkpoint '%s': give a prompt of the "
-                           "bytes below %zu, the ids it was trained on",
-                           (unsigned char)prompt[i], i, sp.out_dim, c.path, sp.out_dim);
-            goto out;
-        }
-    size_t total = np + (size_t)a->tokens;
-    int32_t *tok = dsl_xmalloc(total * sizeof(int32_t));
-    float *logits = dsl_xmalloc(sp.out_dim * sizeof(float));
-    for (size_t i = 0; i < np; i++)
-        tok[i] = ptok ? ptok[i] : (unsigned char)prompt[i];
-    free(ptok);
-    uint64_t s = (uint64_t)a->seed;
-    fputs(prompt, stdout);
-    for (size_t n = np; n < total; n++) {
-        size_t w = n < T ? n : T;
-        if ((r = dsl_model_next_logits(&m, c.params, tok + n - w, w, logits)) < 0) {
-            dsl_seterr(err, r, "%s", m.err);
-            break;
-        }
-        /* bytes: only the ids the data had (a larger vocabulary's rest never occurs) */
-        tok[n] = draw(logits, bytes && sp.out_dim > 256 ? 256 : sp.out_dim, temp, &s);
-        if (have_bpe) {
-            size_t l;
-            const uint8_t *p = dsl_bpe_token(&bpe, (size_t)tok[n], &l);
-            if (p) /* an id beyond encoder.json (a padded vocabulary) prints nothing */
-                fwrite(p, 1, l, stdout);
-        } else {
-            putchar(tok[n]);
-        }
-        fflush(stdout);
-    }
-    putchar('\n');
-    free(tok);
-    free(logits);
+    r = generate(a, &m, &c, &sp, have_bpe ? &bpe : NULL, bytes, temp, err);
 out:
     if (have_bpe)
         dsl_bpe_release(&bpe);

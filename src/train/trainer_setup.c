@@ -128,21 +128,11 @@ static int model_stream_wait(void *ctx, void *stream)
     return r;
 }
 
-int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
-                     struct dsl_comm *comm, struct dsl_model *model, char *err)
+/* What the device, the model and the options must agree on before anything is allocated;
+ * sets up mixed precision and the GPU's stream waits. */
+static int check_setup(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                       struct dsl_comm *comm, struct dsl_model *model, char *err)
 {
-    memset(t, 0, sizeof(*t));
-    t->o = *o;
-    t->comm = comm;
-    t->model = model;
-    t->dev = o->dev ? o->dev : dsl_device_cpu();
-    t->rank = dsl_comm_rank(comm);
-    t->world = dsl_comm_size(comm);
-    t->P = model->nparams;
-    if (o->loss_scaling)
-        t->ls = o->scaler;
-    else
-        dsl_lossscale_init(&t->ls, NULL);
     struct dsl_device *d = t->dev;
     if ((model->on_device != 0) == (d->host_memory != 0))
         return dsl_seterr(err, DSL_ECONFIG, "a %s model cannot train on device '%s'",
@@ -179,11 +169,15 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if (!o->micro_batch || !o->grad_accum || o->micro_batch > model->max_batch)
         return dsl_seterr(err, DSL_ECONFIG, "bad micro batch %zu / accumulation %zu",
                           o->micro_batch, o->grad_accum);
-    t->G = o->micro_batch * o->grad_accum * (size_t)t->world;
-    build_buckets(t);
-    t->gq = dsl_xcalloc(t->nbk, sizeof(int));
-    t->gb = dsl_xcalloc(t->nbk, sizeof(size_t));
+    return 0;
+}
 
+/* The step's buffers and state, each counted in t->mem; returns 1 when one failed (the
+ * caller reports the total), and the largest bucket in *maxb_out. */
+static int alloc_state(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                       struct dsl_model *model, size_t *maxb_out)
+{
+    struct dsl_device *d = t->dev;
     struct dsl_mem_report *r = &t->mem;
     int fail = 0;
     size_t maxb = 0;
@@ -254,6 +248,62 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
         if (!t->dscal || !t->hscal)
             fail = 1;
     }
+    *maxb_out = maxb;
+    return fail;
+}
+
+/* The model's initial parameters, straight into t->params or through fp32 into the
+ * master weights and their 16-bit copy; releases t on an error. */
+static int first_params(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                        struct dsl_model *model, char *err)
+{
+    struct dsl_device *d = t->dev;
+    int ri;
+    if (t->gtype == DSL_FLOAT32 && o->zero_stage < 3) {
+        ri = model->ops->init_params(model, t->params, o->seed);
+    } else {
+        /* fp32 initial values through a temporary buffer into master and 16-bit copy */
+        float *full = d->ops->alloc(d, (t->P ? t->P : 1) * sizeof(float));
+        ri = !full ? -ENOMEM : model->ops->init_params(model, full, o->seed);
+        if (ri >= 0 && (ri = dsl_mixed_load(t, full)) < 0)
+            snprintf(model->err, sizeof(model->err), "%s", d->err);
+        d->ops->free(d, full);
+    }
+    if (ri < 0) {
+        dsl_trainer_release(t);
+        return dsl_seterr(err, ri, "cannot initialise the parameters: %s",
+                          *model->err ? model->err : dsl_strerror(ri));
+    }
+    return 0;
+}
+
+int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
+                     struct dsl_comm *comm, struct dsl_model *model, char *err)
+{
+    memset(t, 0, sizeof(*t));
+    t->o = *o;
+    t->comm = comm;
+    t->model = model;
+    t->dev = o->dev ? o->dev : dsl_device_cpu();
+    t->rank = dsl_comm_rank(comm);
+    t->world = dsl_comm_size(comm);
+    t->P = model->nparams;
+    if (o->loss_scaling)
+        t->ls = o->scaler;
+    else
+        dsl_lossscale_init(&t->ls, NULL);
+    int rc = check_setup(t, o, comm, model, err);
+    if (rc < 0)
+        return rc;
+    struct dsl_device *d = t->dev;
+    t->G = o->micro_batch * o->grad_accum * (size_t)t->world;
+    build_buckets(t);
+    t->gq = dsl_xcalloc(t->nbk, sizeof(int));
+    t->gb = dsl_xcalloc(t->nbk, sizeof(size_t));
+
+    struct dsl_mem_report *r = &t->mem;
+    size_t maxb = 0;
+    int fail = alloc_state(t, o, model, &maxb);
     if (fail) {
         uint64_t total = r->params + r->grads + r->optim + r->buckets + r->accum;
         char why[DSL_ERR_LEN + 2] = "";
@@ -284,23 +334,7 @@ int dsl_trainer_init(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     for (size_t j = 0; j < t->nbk && o->zero_stage > 0; j++)
         r->padding_elems += dsl_shard_size(t->bk[j].len, t->world) * (size_t)t->world -
                             t->bk[j].len;
-    int ri;
-    if (t->gtype == DSL_FLOAT32 && o->zero_stage < 3) {
-        ri = model->ops->init_params(model, t->params, o->seed);
-    } else {
-        /* fp32 initial values through a temporary buffer into master and 16-bit copy */
-        float *full = d->ops->alloc(d, (t->P ? t->P : 1) * sizeof(float));
-        ri = !full ? -ENOMEM : model->ops->init_params(model, full, o->seed);
-        if (ri >= 0 && (ri = dsl_mixed_load(t, full)) < 0)
-            snprintf(model->err, sizeof(model->err), "%s", d->err);
-        d->ops->free(d, full);
-    }
-    if (ri < 0) {
-        dsl_trainer_release(t);
-        return dsl_seterr(err, ri, "cannot initialise the parameters: %s",
-                          *model->err ? model->err : dsl_strerror(ri));
-    }
-    return 0;
+    return first_params(t, o, model, err);
 }
 
 void dsl_trainer_release(struct dsl_trainer *t)
