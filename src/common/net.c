@@ -72,7 +72,10 @@ int dsl_net_set_bufsize(int fd, int bytes)
     return 0;
 }
 
-int dsl_net_listen(const char *host, int port, int backlog, char *err)
+/* A TCP socket bound to host:port (all addresses for NULL or ""), not yet listening:
+ * the listener's first half, and on its own a probe of the port that nobody can
+ * connect to, even for the moment it exists. */
+static int bound_socket(const char *host, int port, char *err)
 {
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof(sa));
@@ -88,7 +91,18 @@ int dsl_net_listen(const char *host, int port, int backlog, char *err)
         return dsl_seterr(err, -errno, "cannot create socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, backlog)) {
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+        int e = errno;
+        close(fd);
+        return dsl_seterr(err, -e, "cannot listen on port %d: %s", port, strerror(e));
+    }
+    return fd;
+}
+
+int dsl_net_listen(const char *host, int port, int backlog, char *err)
+{
+    int fd = bound_socket(host, port, err);
+    if (fd >= 0 && listen(fd, backlog)) {
         int e = errno;
         close(fd);
         return dsl_seterr(err, -e, "cannot listen on port %d: %s", port, strerror(e));
@@ -236,34 +250,9 @@ int dsl_net_read_all(int fd, void *buf, size_t n, double deadline)
     return 0;
 }
 
-/* A TCP socket bound to host:port (all addresses for NULL), never listening: a probe
- * that nobody can connect to, even for the moment it exists. */
-static int bind_probe(const char *host, int port)
-{
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons((uint16_t)port);
-    if (!host || !*host)
-        sa.sin_addr.s_addr = htonl(INADDR_ANY);
-    else if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        return -EINVAL;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    return fd;
-}
-
 int dsl_net_port_free(const char *host, int port)
 {
-    int fd = bind_probe(host, port);
+    int fd = bound_socket(host, port, NULL);
     if (fd >= 0) {
         close(fd);
         return 1;
@@ -273,7 +262,7 @@ int dsl_net_port_free(const char *host, int port)
 
 int dsl_net_pick_port(const char *host)
 {
-    int fd = bind_probe(host, 0);
+    int fd = bound_socket(host, 0, NULL);
     if (fd < 0)
         return fd;
     int port = dsl_net_local_port(fd);
