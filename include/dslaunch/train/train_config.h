@@ -207,7 +207,7 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path,
 int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
                          char *err);
 
-/** A config key that is also one of dstrain's flags (a row of config_keys.c's key table). */
+/** A config key that is also one of dstrain's flags (a row of config_table.c's key table). */
 struct dsl_train_config_flag {
     const char *name; /* "checkpoint_dir": --checkpoint-dir or --checkpoint_dir */
     const char *key;  /* "dstrain.checkpoint_dir", for dsl_train_config_set() */
