@@ -159,6 +159,47 @@ void dsl_train_settings_help(FILE *f)
             DSL_CFG_MAX_BATCH);
 }
 
+/* docs/trainer.md's flag table: a row per flag in --help's order, with its config key */
+static void flags_markdown(FILE *f)
+{
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    struct dsl_train_config_flag kf;
+    size_t nkey = 0;
+    flag_table_init(&t, &parser);
+    fputs("| flag | key | meaning |\n|---|---|---|\n", f);
+    for (size_t i = 0; i < t.n; i++) {
+        const struct dsl_opt *o = &t.opts[i];
+        int is_key = o->fn == set_key && dsl_train_config_flag_at(nkey++, &kf);
+        char dashed[64], name[128], key[96];
+        snprintf(dashed, sizeof(dashed), "%s", o->name);
+        for (char *c = dashed; *c; c++)
+            *c = *c == '_' ? '-' : *c;
+        char shortname[8] = "";
+        if (o->short_name)
+            snprintf(shortname, sizeof(shortname), "`-%c`, ", o->short_name);
+        snprintf(name, sizeof(name), "%s`--%s%s%s`", shortname, dashed, o->arg ? " " : "",
+                 o->arg ? o->arg : "");
+        snprintf(key, sizeof(key), is_key ? "`%s`" : "%s", is_key ? kf.key : "");
+        dsl_train_doc_cell(f, name);
+        dsl_train_doc_cell(f, key);
+        dsl_train_doc_cell(f, is_key ? kf.help : o->help);
+        fputs("|\n", f);
+    }
+    flag_table_release(&t);
+}
+
+int dsl_train_keys_main(int argc, char **argv, char *err)
+{
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-' && strcmp(argv[1], "--flags") != 0))
+        return dsl_seterr(err, DSL_EUSAGE, "usage: dstrain keys [SECTION | --flags]");
+    if (argc == 2 && !strcmp(argv[1], "--flags")) {
+        flags_markdown(stdout);
+        return 0;
+    }
+    return dsl_train_config_doc(stdout, argc == 2 ? argv[1] : NULL, err);
+}
+
 /* The GPU of this rank: the driver, cuBLAS and NCCL loaded (cudalibs.h) and a device
  * by gpupick.h's rule on the loaded contract env; DSL_ENOGPU with what is missing,
  * DSL_ENOTSUP without CUDA.
