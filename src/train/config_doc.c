@@ -66,7 +66,7 @@ static const char *fmt_num(double x, char *buf, size_t cap)
         snprintf(buf, cap, "2^53");
         return buf;
     }
-    if (x == (double)(int64_t)x && x > -1e15 && x < 1e15) {
+    if (x > -1e15 && x < 1e15 && x == (double)(int64_t)x) { /* in range before the cast */
         snprintf(buf, cap, "%.0f", x);
         return buf;
     }

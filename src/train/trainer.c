@@ -26,8 +26,8 @@
  *
  * After the last micro step the gradient pieces are divided by the global batch (the
  * model gives fp32 gradients of the summed loss; 16-bit ones already of the mean, see
- * lavg in dsl_trainer_step), optionally clipped with the global L2
- * norm, and the optimizer runs over this rank's pieces (stage 0: everything). Stages
+ * lavg in step_begin), optionally clipped with the global L2 norm (trainer_grads.c),
+ * and the optimizer runs over this rank's pieces (stage 0: everything). Stages
  * 1/2 then all-gather the parameters bucket by bucket, in place. Stage 0 on the CPU
  * with overlap, one micro step and neither clipping nor loss scaling streams instead:
  * each bucket is updated as soon as its all-reduce completes, while the later ones are
