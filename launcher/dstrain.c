@@ -8,6 +8,7 @@
  *   dstrain sample --checkpoint DIR|FILE [--prompt TEXT] [--tokens N] [--temperature X]
  *                  [--encoder encoder.json --bpe vocab.bpe]
  *   dstrain plot METRICS.jsonl [--width N] [--height N]
+ *   dstrain keys [SECTION | --flags]                 the docs' key and flag tables
  *
  * Settings come in layers: built-in defaults, then the DeepSpeed
  * config file with its "dstrain" object, then the flags below (every "dstrain" key has
@@ -78,7 +79,8 @@ static int usage(FILE *f)
             "       dstrain sample --checkpoint DIR|FILE [--prompt TEXT] [--tokens N] "
             "[--temperature X]\n"
             "                      [--encoder encoder.json --bpe vocab.bpe]\n"
-            "       dstrain plot METRICS.jsonl [--width N] [--height N]\n\n");
+            "       dstrain plot METRICS.jsonl [--width N] [--height N]\n"
+            "       dstrain keys [SECTION | --flags]\n\n");
     dsl_train_settings_help(f);
     return f == stdout ? 0 : 2;
 }
@@ -241,9 +243,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc > 1 && (!strcmp(argv[1], "tokenize") || !strcmp(argv[1], "sample") ||
-                     !strcmp(argv[1], "plot"))) {
+                     !strcmp(argv[1], "plot") || !strcmp(argv[1], "keys"))) {
         int r = !strcmp(argv[1], "sample") ? dsl_train_sample_main(argc - 1, argv + 1, err)
                 : !strcmp(argv[1], "plot") ? dsl_train_plot_main(argc - 1, argv + 1, err)
+                : !strcmp(argv[1], "keys") ? dsl_train_keys_main(argc - 1, argv + 1, err)
                                            : dsl_train_tokenize_main(argc - 1, argv + 1, err);
         if (r < 0) {
             dsl_error("%s", err);

@@ -3,7 +3,7 @@
  *
  * Theory of operation. The file is parsed by cJSON in one go; cJSON's tree is walked
  * once, object by object, against a table of known keys (dsl_cfgp_keys[] in
- * config_keys.c, dotted paths such as "optimizer.params.lr"). A section entry
+ * config_table.c, dotted paths such as "optimizer.params.lr"). A section entry
  * descends, a leaf entry converts and range-checks its value into the struct, anything
  * else becomes a warning. Command line overrides (dsl_train_config_set) go through the
  * same leaf entries, with the flag's word made a value of the key's type (a string

@@ -1,8 +1,9 @@
 /*
  * Inside the ds_config reader (config.c): what its files share. Only config*.c include
  * this. config_msg.c places keys in the text and words the messages, config_keys.c holds
- * the key table and the checks of its special keys, config.c walks the tree and takes
- * the flags, config_check.c holds the cross-key rules; each uses only the ones before.
+ * the checks of the special keys, config_table.c the key table, config.c walks the tree
+ * and takes the flags, config_check.c holds the cross-key rules, config_doc.c prints the
+ * table as the docs' key tables; each uses only the ones before.
  */
 #ifndef DSL_TRAIN_CONFIG_INTERNAL_H
 #define DSL_TRAIN_CONFIG_INTERNAL_H
@@ -65,13 +66,15 @@ struct key {
     special_fn fn;
     const char *flag; /* dstrain's --flag, '_' between words; NULL: none */
     unsigned flags;   /* enum key_flags */
-    const char *help; /* the flag's --help line */
+    const char *help; /* what it is, in a line; a flag's is its --help line */
     const char *def;  /* the default, as a flag's word; NULL: zero, or none */
+    const char *doc;  /* docs/config.md's notes, where help is not enough (NULL: help) */
+    const char *def_doc; /* the default in words, where no value says it */
 };
 
 #define FIELD(c, k, T) ((T *)(void *)((char *)(c)->cfg + (k)->off))
 
-/* the table (config_keys.c), in dstrain --help's order for the rows with a flag */
+/* the table (config_table.c), in dstrain --help's order for the rows with a flag */
 extern const struct key dsl_cfgp_keys[];
 extern const size_t dsl_cfgp_nkeys;
 const struct key *dsl_cfgp_find_key(const char *path);
@@ -85,6 +88,21 @@ int dsl_cfgp_sp_sched_type(struct parse_ctx *c, const struct key *k, const cJSON
 int dsl_cfgp_sp_warmup_type(struct parse_ctx *c, const struct key *k, const cJSON *v);
 int dsl_cfgp_sp_hidden(struct parse_ctx *c, const struct key *k, const cJSON *v);
 int dsl_cfgp_sp_betas(struct parse_ctx *c, const struct key *k, const cJSON *v);
+int dsl_cfgp_sp_max_lr(struct parse_ctx *c, const struct key *k, const cJSON *v);
+int dsl_cfgp_sp_zero_stage(struct parse_ctx *c, const struct key *k, const cJSON *v);
+int dsl_cfgp_sp_anystring(struct parse_ctx *c, const struct key *k, const cJSON *v);
+int dsl_cfgp_sp_tristate(struct parse_ctx *c, const struct key *k, const cJSON *v);
+
+/* What a key takes, in words, for the docs' key tables */
+struct key_words {
+    const char *type;  /* "integer", "string", ... */
+    char allowed[160]; /* "`mlp`, `gpt`", "1..16777216, null" */
+    int bounds;        /* allowed is the row's min..max */
+    int quoted;        /* a default is shown as code: `mlp` */
+    int list;          /* a default is a comma-separated list, shown as [a, b] */
+};
+/* the words of a K_SPECIAL row (config_keys.c) */
+void dsl_cfgp_special_words(const struct key *k, struct key_words *w);
 
 /* positions and messages (config_msg.c) */
 void dsl_cfgp_index_keys(struct parse_ctx *c);

@@ -1,7 +1,8 @@
 /*
  * The trainer's collectives on small host arrays: the per-step loss sums and flags,
  * the gradient norm's maximum and integer limbs, evaluation counts, checkpoint
- * agreement and memory reports, whatever device holds the model.
+ * agreement and memory reports, whatever device holds the model; and the words of a
+ * failed collective.
  *
  * Theory of operation. On a device with host memory (the CPU) the array goes straight
  * to the comm. On a GPU the nccl comm takes device pointers only, so the array crosses
@@ -18,6 +19,22 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/common/banned.h"
+
+const char *dsl_trainer_last_error(const struct dsl_trainer *t)
+{
+    if (t->dev && t->dev->failed)
+        return t->dev->err;
+    return dsl_comm_last_error(t->comm);
+}
+
+/* a comm (or device) failure: the text is the device's when it failed, else the comm's */
+int dsl_trainer_comm_fail(struct dsl_trainer *t, int r, const char *what, char *err)
+{
+    t->ngather = t->gather_done = 0; /* the comm is unusable now: nothing to wait for */
+    const char *why = dsl_trainer_last_error(t);
+    return dsl_seterr(err, r, "%s failed at step %llu: %s", what,
+                      (unsigned long long)t->step + 1, why && *why ? why : dsl_strerror(r));
+}
 
 int dsl_trainer_allreduce_host(struct dsl_trainer *t, void *buf, size_t count,
                                enum dsl_dtype ty, enum dsl_redop op)

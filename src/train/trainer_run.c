@@ -216,316 +216,400 @@ static void monitor_put(struct dsl_monitor *mon, const struct dsl_trainer *t, co
     }
 }
 
-int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
-                    const struct dsl_dataset *train, const struct dsl_dataset *test,
-                    struct dsl_run_summary *sum, char *err)
-{
+/* What the loop carries from step to step (dsl_trainer_run) */
+struct run {
+    struct dsl_trainer *t;
+    const struct dsl_run_opts *ro;
+    const struct dsl_dataset *train, *test;
+    struct dsl_run_summary *sum;
     struct dsl_sampler smp;
-    struct dsl_monitor mon = {0};
-    FILE *mf = NULL;
-    int r = dsl_sampler_init(&smp, train->n, t->G, ro->seed, ro->shuffle, ro->drop_last, err);
-    if (r < 0)
-        return r;
-    memset(sum, 0, sizeof(*sum));
-    sum->final_loss = NAN; /* no step run (a finished run resumed): no training loss */
+    struct dsl_monitor mon;
+    FILE *mf; /* the metrics file (rank 0), or NULL */
+    uint64_t spe, total, eval_every; /* steps per epoch, in all, between evaluations */
+    uint64_t first, saved_at;         /* the step the run started at, and last saved */
+    uint64_t bytes0, bytes_other;     /* the comm's counter at the start; sent between steps */
+    double t_start, t_eval, t_save, t_print, last_save;
+    uint64_t print_step; /* the step of the last progress line */
+    double brk[5];       /* step-time split since the last progress line */
+    double acc, tloss;   /* the last evaluation */
+    size_t tpsample;     /* a language model's tokens per sample, else 0 */
+    const char *unit;
+    size_t eval_n; /* eval_iters: the test samples each evaluation reads; 0: all */
+};
+
+static int run_eval(struct run *u, char *err)
+{
+    return eval_report(u->t, u->test, u->mf, u->spe, u->unit, u->eval_n, &u->acc, &u->tloss,
+                       &u->bytes_other, err);
+}
+
+/* the metrics file, the memory report and the monitors */
+static int run_open(struct run *u, char *err)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_opts *ro = u->ro;
+    int r;
     if (ro->metrics_path && t->rank == 0) {
-        mf = fopen(ro->metrics_path, t->step ? "a" : "w");
-        if (!mf) {
-            r = dsl_seterr(err, -errno, "cannot write metrics '%s': %s", ro->metrics_path,
-                           strerror(errno));
-            goto out;
-        }
+        u->mf = fopen(ro->metrics_path, t->step ? "a" : "w");
+        if (!u->mf)
+            return dsl_seterr(err, -errno, "cannot write metrics '%s': %s", ro->metrics_path,
+                              strerror(errno));
         /* a record per write: a run killed mid-training leaves whole lines, and a
            reader following the file sees each step as it ends */
-        setvbuf(mf, NULL, _IOLBF, 0);
+        setvbuf(u->mf, NULL, _IOLBF, 0);
     }
-    if ((r = dsl_trainer_report_memory(t, mf, err)) < 0)
-        goto out;
+    if ((r = dsl_trainer_report_memory(t, u->mf, err)) < 0)
+        return r;
     if (t->rank == 0 && (ro->csv_monitor || ro->tensorboard)) {
         char e[DSL_ERR_LEN];
-        if (dsl_monitor_open(&mon, ro->csv_monitor, ro->tensorboard, e) < 0)
+        if (dsl_monitor_open(&u->mon, ro->csv_monitor, ro->tensorboard, e) < 0)
             dsl_warn("%s; no monitor writes, training goes on", e);
     }
+    return 0;
+}
 
-    uint64_t spe = smp.steps_per_epoch;
-    uint64_t total = ro->steps ? ro->steps : ro->epochs * spe;
-    uint64_t eval_every = ro->eval_interval ? ro->eval_interval : spe;
-    uint64_t first = t->step, saved_at = UINT64_MAX, bytes_other = 0;
-    uint64_t bytes0 = dsl_comm_bytes_sent(t->comm);
-    double t_start = dsl_now(), t_eval = 0.0, t_save = 0.0, t_print = t_start;
-    uint64_t print_step = t->step;
-    double brk[5] = {0}; /* step-time split since the last progress line */
-    double acc = NAN, tloss = NAN;
-    struct dsl_step_result res = {0};
-    size_t tpsample = t->model->tokens_per_sample;
-    const char *unit = ro->token_unit ? ro->token_unit : "token";
+/* the run's length and evaluation size, said on rank 0; a checkpoint at or past the end */
+static int run_plan(struct run *u, char *err)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_opts *ro = u->ro;
+    u->spe = u->smp.steps_per_epoch;
+    u->total = ro->steps ? ro->steps : ro->epochs * u->spe;
+    u->eval_every = ro->eval_interval ? ro->eval_interval : u->spe;
+    u->first = t->step;
+    u->saved_at = UINT64_MAX;
+    u->bytes0 = dsl_comm_bytes_sent(t->comm);
+    u->t_start = u->t_print = dsl_now();
+    u->print_step = t->step;
+    u->acc = u->tloss = NAN;
+    u->tpsample = t->model->tokens_per_sample;
+    u->unit = ro->token_unit ? ro->token_unit : "token";
     if (t->rank == 0)
         printf("dstrain: %" PRIu64 " steps (%" PRIu64 " per epoch), global batch %zu = "
                "micro %zu x accumulation %zu x %d ranks, starting at step %" PRIu64 "\n",
-               total, spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
+               u->total, u->spe, t->G, t->o.micro_batch, t->o.grad_accum, t->world, t->step);
     /* eval_iters: a bounded evaluation, the same first samples every time (so that
        evaluations compare), eval_iters global batches of them */
-    size_t eval_n = 0;
-    if (ro->eval_iters && test->n && ro->eval_iters <= SIZE_MAX / t->G &&
-        ro->eval_iters * t->G < test->n) {
-        eval_n = (size_t)ro->eval_iters * t->G;
+    if (ro->eval_iters && u->test->n && ro->eval_iters <= SIZE_MAX / t->G &&
+        ro->eval_iters * t->G < u->test->n) {
+        u->eval_n = (size_t)ro->eval_iters * t->G;
         if (t->rank == 0)
             printf("dstrain: each evaluation on the first %zu of %zu test samples "
                    "(dstrain.eval_iters %" PRIu64 " x global batch %zu)\n",
-                   eval_n, test->n, ro->eval_iters, t->G);
+                   u->eval_n, u->test->n, ro->eval_iters, t->G);
     }
     /* save_interval_minutes: rank 0's clock asks, the step's reduction tells every rank */
-    double last_save = dsl_now();
-    if (t->step > total) {
+    u->last_save = dsl_now();
+    if (t->step > u->total)
         /* resumed past the end: the steps were lowered by mistake, or the wrong
            checkpoint_dir; training back to an earlier step cannot be done */
-        r = dsl_seterr(err, DSL_ECONFIG,
-                       "the checkpoint is at step %" PRIu64 " but the run ends at step "
-                       "%" PRIu64 " (%s): it is past the end; raise the steps above %" PRIu64
-                       " to go on, or resume an earlier checkpoint (--resume TAG)",
-                       t->step, total, ro->steps ? "dstrain.steps" : "dstrain.epochs",
-                       t->step);
-        goto out;
-    }
-    if (t->step == total) {
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "the checkpoint is at step %" PRIu64 " but the run ends at step "
+                          "%" PRIu64 " (%s): it is past the end; raise the steps above %" PRIu64
+                          " to go on, or resume an earlier checkpoint (--resume TAG)",
+                          t->step, u->total, ro->steps ? "dstrain.steps" : "dstrain.epochs",
+                          t->step);
+    if (t->step == u->total) {
         /* resumed exactly at the end (a finished run started again, e.g. a restart):
            nothing to do; say so, and evaluate the checkpoint so that the summary's
            validation figures are its own; the summary has no training loss (no nan) */
         if (t->rank == 0)
             printf("dstrain: the checkpoint is at step %" PRIu64 " and the run ends at step "
                    "%" PRIu64 " (%s): nothing to train; raise the steps to go on\n",
-                   t->step, total, ro->steps ? "dstrain.steps" : "dstrain.epochs");
+                   t->step, u->total, ro->steps ? "dstrain.steps" : "dstrain.epochs");
         double e0 = dsl_now();
-        if ((r = eval_report(t, test, mf, spe, unit, eval_n, &acc, &tloss, &bytes_other,
-                               err)) < 0)
-            goto out;
-        t_eval += dsl_now() - e0;
+        int r = run_eval(u, err);
+        if (r < 0)
+            return r;
+        u->t_eval += dsl_now() - e0;
     }
+    return 0;
+}
 
-    /* the step in the progress record (common/progress.h): one store per step */
-    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+/* the step's times into the progress line's split and the summary; its scalars to the
+ * monitors, and a skipped step said (rank 0) */
+static void run_account(struct run *u, const struct dsl_step_result *res)
+{
+    struct dsl_trainer *t = u->t;
+    struct dsl_run_summary *sum = u->sum;
+    u->brk[0] += res->t_compute;
+    u->brk[1] += res->t_reduce;
+    u->brk[2] += res->t_small;
+    u->brk[3] += res->t_optim;
+    u->brk[4] += res->t_gather;
+    sum->t_compute += res->t_compute;
+    sum->t_reduce += res->t_reduce;
+    sum->t_small += res->t_small;
+    sum->t_optim += res->t_optim;
+    sum->t_gather += res->t_gather;
+    sum->final_loss = res->loss;
+    if (t->rank == 0) { /* DeepSpeed's automatically monitored scalars */
+        monitor_put(&u->mon, t, "Train/Samples/train_loss", res->loss);
+        monitor_put(&u->mon, t, "Train/Samples/lr", (double)res->lr);
+        if (t->o.loss_scaling)
+            monitor_put(&u->mon, t, "Train/Samples/loss_scale", res->loss_scale);
+    }
+    if (res->skipped && t->rank == 0) {
+        printf("dstrain: step %" PRIu64 ": gradient overflow, step skipped; loss scale "
+               "%g -> %g\n",
+               t->step, res->loss_scale, res->next_scale);
+        fflush(stdout);
+    }
+}
+
+/* rank 0: the progress line every steps_per_print steps, and the step's metrics record */
+static void run_print(struct run *u, const struct dsl_step_result *res, uint64_t epoch)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_opts *ro = u->ro;
+    double now = dsl_now();
+    int print = ro->steps_per_print && t->step % ro->steps_per_print == 0;
+    if (t->rank != 0 || !(print || u->mf))
+        return;
+    double sps = (double)((t->step - u->print_step) * t->G) / (now - u->t_print);
+    char fp16[96] = "", fp16j[96] = "";
+    if (t->o.loss_scaling) {
+        snprintf(fp16, sizeof(fp16), " loss_scale %g skipped %" PRIu64, res->loss_scale,
+                 t->ls.skipped);
+        snprintf(fp16j, sizeof(fp16j), ",\"loss_scale\":%.17g,\"skipped\":%" PRIu64,
+                 res->loss_scale, t->ls.skipped);
+    }
+    if (!t->dev->host_memory) { /* GPU: the host waits of this step (goal: 1) */
+        size_t l = strlen(fp16), lj = strlen(fp16j);
+        snprintf(fp16 + l, sizeof(fp16) - l, " host_syncs %" PRIu64, res->host_syncs);
+        snprintf(fp16j + lj, sizeof(fp16j) - lj, ",\"host_syncs\":%" PRIu64, res->host_syncs);
+    }
+    if (print) {
+        /* the ETA from the mean time per step so far, evaluations included */
+        char el[32], eta[32];
+        double spent = now - u->t_start;
+        double left = spent / (double)(t->step - u->first) * (double)(u->total - t->step);
+        fmt_hms(spent, el, sizeof(el));
+        fmt_hms(left, eta, sizeof(eta));
+        char tps[48] = ""; /* a language model: its throughput in tokens */
+        if (u->tpsample)
+            snprintf(tps, sizeof(tps), " tokens/s %.0f", sps * (double)u->tpsample);
+        printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e%s "
+               "samples/s %.1f%s elapsed %s eta %s\n",
+               t->step, u->total, epoch + 1, res->loss, (double)res->lr, fp16, sps, tps, el,
+               eta);
+    }
+    if (u->mf) {
+        char jl[32], ja[32], jr[32], jg[32];
+        fprintf(u->mf,
+                "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
+                ",\"loss\":%s,\"train_acc\":%s,\"lr\":%s,\"grad_norm\":%s%s,"
+                "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
+                t->step, epoch + 1, jnum(jl, sizeof(jl), res->loss),
+                jnum(ja, sizeof(ja), res->accuracy), jnum(jr, sizeof(jr), res->lr),
+                jnum(jg, sizeof(jg), res->grad_norm), fp16j, res->bytes_sent,
+                now - u->t_start);
+    }
+    if (print && ro->wall_clock_breakdown) {
+        double k = 1e3 / (double)(t->step - u->print_step);
+        printf("time per step (ms): forward+backward %.2f reduce-wait %.2f "
+               "small-reductions %.2f optimizer %.2f all-gather %.2f\n",
+               u->brk[0] * k, u->brk[1] * k, u->brk[2] * k, u->brk[3] * k, u->brk[4] * k);
+    }
+    if (print) /* GPU time per phase from CUDA events (GPU timers on) */
+        dsl_gputime_report(u->mf, t->step, 0);
+    if (print) {
+        for (int i = 0; i < 5; i++)
+            u->brk[i] = 0.0;
+        u->t_print = now;
+        u->print_step = t->step;
+        fflush(stdout);
+    }
+}
+
+static int run_save(struct run *u, char *err)
+{
+    double s0 = dsl_now();
+    int r = save_ckpt(u->t, u->ro, &u->bytes_other, err);
+    if (r < 0)
+        return r;
+    u->saved_at = u->t->step;
+    u->t_save += dsl_now() - s0;
+    return 0;
+}
+
+/* One step of the loop with what follows it: progress, evaluation, checkpoints; 1 when
+ * the ranks agreed to stop */
+static int run_step(struct run *u, struct dsl_progress_rec *prog, char *err)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_opts *ro = u->ro;
+    struct dsl_step_result res = {0};
+    uint64_t epoch = t->step / u->spe;
+    const size_t *idx = dsl_sampler_step(&u->smp, epoch, (size_t)(t->step % u->spe));
+    int want_stop = ro->stop_flag && *ro->stop_flag ? DSL_STEP_STOP : 0, r;
+    if (t->rank == 0 && ro->save && ro->save_minutes > 0 &&
+        dsl_now() - u->last_save >= ro->save_minutes * 60.0)
+        want_stop |= DSL_STEP_SAVE;
+    if ((r = dsl_trainer_step(t, u->train, idx, want_stop, &res, err)) < 0)
+        return r;
     dsl_progress_step(prog, t->step);
-    while (t->step < total) {
-        uint64_t epoch = t->step / spe;
-        const size_t *idx = dsl_sampler_step(&smp, epoch, (size_t)(t->step % spe));
-        int want_stop = ro->stop_flag && *ro->stop_flag ? DSL_STEP_STOP : 0;
-        if (t->rank == 0 && ro->save && ro->save_minutes > 0 &&
-            dsl_now() - last_save >= ro->save_minutes * 60.0)
-            want_stop |= DSL_STEP_SAVE;
-        if ((r = dsl_trainer_step(t, train, idx, want_stop, &res, err)) < 0)
-            goto out;
-        dsl_progress_step(prog, t->step);
+    if (t->rank == 0)
+        dsl_gputime_step(t->step); /* DSTRAIN_COUNT_LAUNCHES=1 */
+    run_account(u, &res);
+    run_print(u, &res, epoch);
+    if (t->step % u->eval_every == 0 || t->step == u->total) {
+        double e0 = dsl_now();
+        if ((r = run_eval(u, err)) < 0)
+            return r;
+        u->t_eval += dsl_now() - e0;
+        u->t_print += dsl_now() - e0;
         if (t->rank == 0)
-            dsl_gputime_step(t->step); /* DSTRAIN_COUNT_LAUNCHES=1 */
-        brk[0] += res.t_compute;
-        brk[1] += res.t_reduce;
-        brk[2] += res.t_small;
-        brk[3] += res.t_optim;
-        brk[4] += res.t_gather;
-        sum->t_compute += res.t_compute;
-        sum->t_reduce += res.t_reduce;
-        sum->t_small += res.t_small;
-        sum->t_optim += res.t_optim;
-        sum->t_gather += res.t_gather;
-        sum->final_loss = res.loss;
-        if (t->rank == 0) { /* DeepSpeed's automatically monitored scalars */
-            monitor_put(&mon, t, "Train/Samples/train_loss", res.loss);
-            monitor_put(&mon, t, "Train/Samples/lr", (double)res.lr);
-            if (t->o.loss_scaling)
-                monitor_put(&mon, t, "Train/Samples/loss_scale", res.loss_scale);
-        }
-        if (res.skipped && t->rank == 0) {
-            printf("dstrain: step %" PRIu64 ": gradient overflow, step skipped; loss scale "
-                   "%g -> %g\n",
-                   t->step, res.loss_scale, res.next_scale);
-            fflush(stdout);
-        }
-        double now = dsl_now();
-        int print = ro->steps_per_print && t->step % ro->steps_per_print == 0;
-        if (t->rank == 0 && (print || mf)) {
-            double sps = (double)((t->step - print_step) * t->G) / (now - t_print);
-            char fp16[96] = "", fp16j[96] = "";
-            if (t->o.loss_scaling) {
-                snprintf(fp16, sizeof(fp16), " loss_scale %g skipped %" PRIu64,
-                         res.loss_scale, t->ls.skipped);
-                snprintf(fp16j, sizeof(fp16j), ",\"loss_scale\":%.17g,\"skipped\":%" PRIu64,
-                         res.loss_scale, t->ls.skipped);
-            }
-            if (!t->dev->host_memory) { /* GPU: the host waits of this step (goal: 1) */
-                size_t l = strlen(fp16), lj = strlen(fp16j);
-                snprintf(fp16 + l, sizeof(fp16) - l, " host_syncs %" PRIu64, res.host_syncs);
-                snprintf(fp16j + lj, sizeof(fp16j) - lj, ",\"host_syncs\":%" PRIu64,
-                         res.host_syncs);
-            }
-            if (print) {
-                /* the ETA from the mean time per step so far, evaluations included */
-                char el[32], eta[32];
-                double spent = now - t_start;
-                double left = spent / (double)(t->step - first) * (double)(total - t->step);
-                fmt_hms(spent, el, sizeof(el));
-                fmt_hms(left, eta, sizeof(eta));
-                char tps[48] = ""; /* a language model: its throughput in tokens */
-                if (tpsample)
-                    snprintf(tps, sizeof(tps), " tokens/s %.0f", sps * (double)tpsample);
-                printf("step %" PRIu64 "/%" PRIu64 " epoch %" PRIu64 " loss %.4f lr %.4e%s "
-                       "samples/s %.1f%s elapsed %s eta %s\n",
-                       t->step, total, epoch + 1, res.loss, (double)res.lr, fp16, sps, tps, el,
-                       eta);
-            }
-            if (mf) {
-                char jl[32], ja[32], jr[32], jg[32];
-                fprintf(mf,
-                        "{\"type\":\"step\",\"step\":%" PRIu64 ",\"epoch\":%" PRIu64
-                        ",\"loss\":%s,\"train_acc\":%s,\"lr\":%s,\"grad_norm\":%s%s,"
-                        "\"bytes_sent\":%" PRIu64 ",\"time\":%.6f}\n",
-                        t->step, epoch + 1, jnum(jl, sizeof(jl), res.loss),
-                        jnum(ja, sizeof(ja), res.accuracy), jnum(jr, sizeof(jr), res.lr),
-                        jnum(jg, sizeof(jg), res.grad_norm), fp16j, res.bytes_sent,
-                        now - t_start);
-            }
-            if (print && ro->wall_clock_breakdown) {
-                double k = 1e3 / (double)(t->step - print_step);
-                printf("time per step (ms): forward+backward %.2f reduce-wait %.2f "
-                       "small-reductions %.2f optimizer %.2f all-gather %.2f\n",
-                       brk[0] * k, brk[1] * k, brk[2] * k, brk[3] * k, brk[4] * k);
-            }
-            if (print) /* GPU time per phase from CUDA events (GPU timers on) */
-                dsl_gputime_report(mf, t->step, 0);
-            if (print) {
-                for (int i = 0; i < 5; i++)
-                    brk[i] = 0.0;
-                t_print = now;
-                print_step = t->step;
-                fflush(stdout);
-            }
-        }
-        if (t->step % eval_every == 0 || t->step == total) {
-            double e0 = dsl_now();
-            if ((r = eval_report(t, test, mf, spe, unit, eval_n, &acc, &tloss, &bytes_other,
-                               err)) <
-                0)
-                goto out;
-            t_eval += dsl_now() - e0;
-            t_print += dsl_now() - e0;
-            if (t->rank == 0)
-                monitor_put(&mon, t, "Eval/Samples/test_loss", tloss);
-        }
-        if (ro->save && ((ro->save_interval && t->step % ro->save_interval == 0) ||
-                         res.save)) {
-            double s0 = dsl_now();
-            if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
-                goto out;
-            saved_at = t->step;
-            t_save += dsl_now() - s0;
-            last_save = dsl_now();
-        }
-        if (res.stop) {
-            sum->stopped = 1;
-            if (ro->save_on_signal && ro->save && saved_at != t->step) {
-                double s0 = dsl_now();
-                if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
-                    goto out;
-                saved_at = t->step;
-                t_save += dsl_now() - s0;
-            }
-            break;
-        }
+            monitor_put(&u->mon, t, "Eval/Samples/test_loss", u->tloss);
     }
-    if (!sum->stopped && ro->save && saved_at != t->step && t->step > first) {
-        double s0 = dsl_now();
-        if ((r = save_ckpt(t, ro, &bytes_other, err)) < 0)
-            goto out;
-        t_save += dsl_now() - s0;
+    if (ro->save && ((ro->save_interval && t->step % ro->save_interval == 0) || res.save)) {
+        if ((r = run_save(u, err)) < 0)
+            return r;
+        u->last_save = dsl_now();
     }
+    if (!res.stop)
+        return 0;
+    u->sum->stopped = 1;
+    if (ro->save_on_signal && ro->save && u->saved_at != t->step && (r = run_save(u, err)) < 0)
+        return r;
+    return 1;
+}
 
-    if ((r = dsl_trainer_sync(t, err)) < 0)
-        goto out;
-    uint64_t bytes = dsl_comm_bytes_sent(t->comm) - bytes0 - bytes_other;
-    if (ro->params_out && (r = write_params(t, ro->params_out, err)) < 0)
-        goto out;
+/* the summary's numbers once the loop is over */
+static void run_sum(struct run *u, uint64_t bytes)
+{
+    struct dsl_trainer *t = u->t;
+    struct dsl_run_summary *sum = u->sum;
+    const struct dsl_run_opts *ro = u->ro;
     sum->steps = t->step;
     sum->skipped = t->ls.skipped;
-    sum->wall_s = dsl_now() - t_start;
-    sum->train_s = sum->wall_s - t_eval - t_save;
-    sum->eval_s = t_eval;
-    sum->save_s = t_save;
-    sum->setup_s = ro->t_process > 0 && ro->t_process < t_start ? t_start - ro->t_process : 0.0;
+    sum->wall_s = dsl_now() - u->t_start;
+    sum->train_s = sum->wall_s - u->t_eval - u->t_save;
+    sum->eval_s = u->t_eval;
+    sum->save_s = u->t_save;
+    sum->setup_s =
+        ro->t_process > 0 && ro->t_process < u->t_start ? u->t_start - ro->t_process : 0.0;
     sum->samples_per_s =
-        sum->train_s > 0 ? (double)((t->step - first) * t->G) / sum->train_s : 0.0;
-    sum->test_acc = acc;
-    sum->test_loss = tloss;
-    sum->tokens_per_s = sum->samples_per_s * (double)tpsample;
-    sum->bytes_per_step = t->step > first ? bytes / (t->step - first) : 0;
-    if (t->step > first) {
-        double k = 1e3 / (double)(t->step - first); /* ms per step */
+        sum->train_s > 0 ? (double)((t->step - u->first) * t->G) / sum->train_s : 0.0;
+    sum->test_acc = u->acc;
+    sum->test_loss = u->tloss;
+    sum->tokens_per_s = sum->samples_per_s * (double)u->tpsample;
+    sum->bytes_per_step = t->step > u->first ? bytes / (t->step - u->first) : 0;
+    if (t->step > u->first) {
+        double k = 1e3 / (double)(t->step - u->first); /* ms per step */
         sum->t_compute *= k;
         sum->t_reduce *= k;
         sum->t_small *= k;
         sum->t_optim *= k;
         sum->t_gather *= k;
     }
-    if (t->rank == 0) {
-        /* GPU timers: every step's events complete (one host wait, at the end of the
-         * run), so the final report covers the whole run */
-        if (dsl_gpuprof_enabled() && !t->dev->host_memory)
-            (void)t->dev->ops->synchronize(t->dev);
-        dsl_gputime_report(mf, sum->steps, 1);
-        char fp16[96] = "", fp16j[96] = "";
-        if (t->o.loss_scaling) {
-            snprintf(fp16, sizeof(fp16), " skipped %" PRIu64 " loss_scale %g", sum->skipped,
-                     t->ls.cur_scale);
-            snprintf(fp16j, sizeof(fp16j), ",\"skipped\":%" PRIu64 ",\"loss_scale\":%.17g",
-                     sum->skipped, t->ls.cur_scale);
-        }
-        char jl[32], ja[32], jt[32];
-        if (mf)
-            fprintf(mf,
-                    "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
-                    "\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"final_loss\":%s,"
-                    "\"test_acc\":%s,\"test_loss\":%s,"
-                    "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
-                    "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
-                    "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
-                    "\"save_s\":%.3f,\"blas\":\"%s\"}\n",
-                    sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
-                    jnum(jl, sizeof(jl), sum->final_loss), jnum(ja, sizeof(ja), sum->test_acc),
-                    jnum(jt, sizeof(jt), sum->test_loss), sum->bytes_per_step,
-                    sum->stopped, fp16j, sum->t_compute,
-                    sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather, sum->setup_s,
-                    sum->train_s, sum->eval_s, sum->save_s, dsl_blas_core());
-        printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n",
-               sum->bytes_per_step);
-        printf("dstrain: ms per step (rank 0): forward+backward %.2f, gradient reduction "
-               "wait %.2f, loss/norm reduction %.2f, optimizer %.2f, parameter all-gather "
-               "%.2f\n",
-               sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
-        printf("dstrain: wall time by phase (rank 0): setup %.2f s, training %.2f s, "
-               "evaluation %.2f s, checkpoints %.2f s\n",
-               sum->setup_s, sum->train_s, sum->eval_s, sum->save_s);
-        {
-            /* no step ran (a finished run resumed): no training loss to show */
-            char fl[48] = "";
-            if (t->step > first)
-                snprintf(fl, sizeof(fl), " final_loss %.4f", sum->final_loss);
-            if (tpsample)
-                printf("summary: steps %" PRIu64 " wall %.2f s tokens/s %.0f%s val_loss %.4f "
-                       "nats/%s %.4f bits/%s%s%s\n",
-                       sum->steps, sum->wall_s, sum->tokens_per_s, fl, tloss, unit,
-                       tloss / log(2.0), unit, fp16,
-                       sum->stopped ? " (stopped by signal)" : "");
-            else
-                printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f%s test_acc "
-                       "%.4f%s%s\n",
-                       sum->steps, sum->wall_s, sum->samples_per_s, fl, sum->test_acc, fp16,
-                       sum->stopped ? " (stopped by signal)" : "");
-        }
-        fflush(stdout);
+}
+
+/* rank 0: the summary's metrics record and lines */
+static void run_report(const struct run *u)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_summary *sum = u->sum;
+    /* GPU timers: every step's events complete (one host wait, at the end of the run),
+     * so the final report covers the whole run */
+    if (dsl_gpuprof_enabled() && !t->dev->host_memory)
+        (void)t->dev->ops->synchronize(t->dev);
+    dsl_gputime_report(u->mf, sum->steps, 1);
+    char fp16[96] = "", fp16j[96] = "";
+    if (t->o.loss_scaling) {
+        snprintf(fp16, sizeof(fp16), " skipped %" PRIu64 " loss_scale %g", sum->skipped,
+                 t->ls.cur_scale);
+        snprintf(fp16j, sizeof(fp16j), ",\"skipped\":%" PRIu64 ",\"loss_scale\":%.17g",
+                 sum->skipped, t->ls.cur_scale);
     }
-    r = sum->stopped ? DSL_ECANCELED : 0;
+    char jl[32], ja[32], jt[32];
+    if (u->mf)
+        fprintf(u->mf,
+                "{\"type\":\"summary\",\"steps\":%" PRIu64 ",\"wall_s\":%.3f,"
+                "\"samples_per_s\":%.1f,\"tokens_per_s\":%.1f,\"final_loss\":%s,"
+                "\"test_acc\":%s,\"test_loss\":%s,"
+                "\"bytes_per_step\":%" PRIu64 ",\"stopped\":%d%s,\"ms_compute\":%.3f,"
+                "\"ms_reduce_wait\":%.3f,\"ms_small\":%.3f,\"ms_optim\":%.3f,"
+                "\"ms_gather\":%.3f,\"setup_s\":%.3f,\"train_s\":%.3f,\"eval_s\":%.3f,"
+                "\"save_s\":%.3f,\"blas\":\"%s\"}\n",
+                sum->steps, sum->wall_s, sum->samples_per_s, sum->tokens_per_s,
+                jnum(jl, sizeof(jl), sum->final_loss), jnum(ja, sizeof(ja), sum->test_acc),
+                jnum(jt, sizeof(jt), sum->test_loss), sum->bytes_per_step, sum->stopped,
+                fp16j, sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim,
+                sum->t_gather, sum->setup_s, sum->train_s, sum->eval_s, sum->save_s,
+                dsl_blas_core());
+    printf("dstrain: comm bytes sent per step (rank 0): %" PRIu64 "\n", sum->bytes_per_step);
+    printf("dstrain: ms per step (rank 0): forward+backward %.2f, gradient reduction "
+           "wait %.2f, loss/norm reduction %.2f, optimizer %.2f, parameter all-gather "
+           "%.2f\n",
+           sum->t_compute, sum->t_reduce, sum->t_small, sum->t_optim, sum->t_gather);
+    printf("dstrain: wall time by phase (rank 0): setup %.2f s, training %.2f s, "
+           "evaluation %.2f s, checkpoints %.2f s\n",
+           sum->setup_s, sum->train_s, sum->eval_s, sum->save_s);
+    /* no step ran (a finished run resumed): no training loss to show */
+    char fl[48] = "";
+    if (t->step > u->first)
+        snprintf(fl, sizeof(fl), " final_loss %.4f", sum->final_loss);
+    if (u->tpsample)
+        printf("summary: steps %" PRIu64 " wall %.2f s tokens/s %.0f%s val_loss %.4f "
+               "nats/%s %.4f bits/%s%s%s\n",
+               sum->steps, sum->wall_s, sum->tokens_per_s, fl, u->tloss, u->unit,
+               u->tloss / log(2.0), u->unit, fp16, sum->stopped ? " (stopped by signal)" : "");
+    else
+        printf("summary: steps %" PRIu64 " wall %.2f s samples/s %.1f%s test_acc "
+               "%.4f%s%s\n",
+               sum->steps, sum->wall_s, sum->samples_per_s, fl, sum->test_acc, fp16,
+               sum->stopped ? " (stopped by signal)" : "");
+    fflush(stdout);
+}
+
+/* after the loop: the final checkpoint, the parameters (--save-params), the summary */
+static int run_finish(struct run *u, char *err)
+{
+    struct dsl_trainer *t = u->t;
+    const struct dsl_run_opts *ro = u->ro;
+    int r;
+    if (!u->sum->stopped && ro->save && u->saved_at != t->step && t->step > u->first) {
+        double s0 = dsl_now();
+        if ((r = save_ckpt(t, ro, &u->bytes_other, err)) < 0)
+            return r;
+        u->t_save += dsl_now() - s0;
+    }
+    if ((r = dsl_trainer_sync(t, err)) < 0)
+        return r;
+    uint64_t bytes = dsl_comm_bytes_sent(t->comm) - u->bytes0 - u->bytes_other;
+    if (ro->params_out && (r = write_params(t, ro->params_out, err)) < 0)
+        return r;
+    run_sum(u, bytes);
+    if (t->rank == 0)
+        run_report(u);
+    return u->sum->stopped ? DSL_ECANCELED : 0;
+}
+
+int dsl_trainer_run(struct dsl_trainer *t, const struct dsl_run_opts *ro,
+                    const struct dsl_dataset *train, const struct dsl_dataset *test,
+                    struct dsl_run_summary *sum, char *err)
+{
+    struct run u = {.t = t, .ro = ro, .train = train, .test = test, .sum = sum};
+    int r = dsl_sampler_init(&u.smp, train->n, t->G, ro->seed, ro->shuffle, ro->drop_last,
+                             err);
+    if (r < 0)
+        return r;
+    memset(sum, 0, sizeof(*sum));
+    sum->final_loss = NAN; /* no step run (a finished run resumed): no training loss */
+    if ((r = run_open(&u, err)) < 0 || (r = run_plan(&u, err)) < 0)
+        goto out;
+    /* the step in the progress record (common/progress.h): one store per step */
+    struct dsl_progress_rec *prog = dsl_progress_self(NULL);
+    dsl_progress_step(prog, t->step);
+    while (t->step < u.total && (r = run_step(&u, prog, err)) == 0)
+        ;
+    if (r >= 0)
+        r = run_finish(&u, err);
 out:
-    dsl_monitor_close(&mon);
-    if (mf)
-        fclose(mf);
-    dsl_sampler_release(&smp);
+    dsl_monitor_close(&u.mon);
+    if (u.mf)
+        fclose(u.mf);
+    dsl_sampler_release(&u.smp);
     return r;
 }

@@ -159,6 +159,47 @@ void dsl_train_settings_help(FILE *f)
             DSL_CFG_MAX_BATCH);
 }
 
+/* docs/trainer.md's flag table: a row per flag in --help's order, with its config key */
+static void flags_markdown(FILE *f)
+{
+    struct flag_table t;
+    struct dsl_opt_parser parser;
+    struct dsl_train_config_flag kf;
+    size_t nkey = 0;
+    flag_table_init(&t, &parser);
+    fputs("| flag | key | meaning |\n|---|---|---|\n", f);
+    for (size_t i = 0; i < t.n; i++) {
+        const struct dsl_opt *o = &t.opts[i];
+        int is_key = o->fn == set_key && dsl_train_config_flag_at(nkey++, &kf);
+        char dashed[64], name[128], key[96];
+        snprintf(dashed, sizeof(dashed), "%s", o->name);
+        for (char *c = dashed; *c; c++)
+            *c = *c == '_' ? '-' : *c;
+        char shortname[8] = "";
+        if (o->short_name)
+            snprintf(shortname, sizeof(shortname), "`-%c`, ", o->short_name);
+        snprintf(name, sizeof(name), "%s`--%s%s%s`", shortname, dashed, o->arg ? " " : "",
+                 o->arg ? o->arg : "");
+        snprintf(key, sizeof(key), is_key ? "`%s`" : "%s", is_key ? kf.key : "");
+        dsl_train_doc_cell(f, name);
+        dsl_train_doc_cell(f, key);
+        dsl_train_doc_cell(f, is_key ? kf.help : o->help);
+        fputs("|\n", f);
+    }
+    flag_table_release(&t);
+}
+
+int dsl_train_keys_main(int argc, char **argv, char *err)
+{
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-' && strcmp(argv[1], "--flags") != 0))
+        return dsl_seterr(err, DSL_EUSAGE, "usage: dstrain keys [SECTION | --flags]");
+    if (argc == 2 && !strcmp(argv[1], "--flags")) {
+        flags_markdown(stdout);
+        return 0;
+    }
+    return dsl_train_config_doc(stdout, argc == 2 ? argv[1] : NULL, err);
+}
+
 /* The GPU of this rank: the driver, cuBLAS and NCCL loaded (cudalibs.h) and a device
  * by gpupick.h's rule on the loaded contract env; DSL_ENOGPU with what is missing,
  * DSL_ENOTSUP without CUDA.
@@ -348,39 +389,40 @@ const char *dsl_train_settings_backend(const struct dsl_train_settings *s)
     return s->gpu ? "nccl" : "tcp";
 }
 
-int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
+/* rank 0: a key given for the other model or dataset goes unused, and says so */
+static void warn_unused(const struct dsl_train_config *c, int rank)
 {
-    struct dsl_train_config *c = &s->cfg;
-    int r = dsl_train_settings_place(s, err);
-    if (r < 0)
-        return r;
-    r = dsl_train_config_finish(c, world, err);
-    if (r < 0)
-        return r;
-    if (rank == 0)
-        for (size_t i = 0; i < c->warnings.nr; i++)
-            dsl_warn("%s", c->warnings.v[i]);
+    if (rank != 0)
+        return;
     /* a size meant for the other model would go unused without a word */
     int gpt_model = c->dstrain.model_type && !strcmp(c->dstrain.model_type, "gpt");
-    if (rank == 0 && gpt_model && (c->given.model & DSL_CFG_GIVEN_MLP))
+    if (gpt_model && (c->given.model & DSL_CFG_GIVEN_MLP))
         dsl_warn("'dstrain.model.hidden' (--hidden) sizes the MLP: the GPT ignores it (its "
                  "sizes are layers, dim, heads, context and vocab)");
-    if (rank == 0 && !gpt_model && (c->given.model & DSL_CFG_GIVEN_GPT))
+    if (!gpt_model && (c->given.model & DSL_CFG_GIVEN_GPT))
         dsl_warn("'dstrain.model' layers, dim, heads, context and vocab size the GPT: the MLP "
                  "ignores them (its sizes are 'dstrain.model.hidden'; for the GPT set "
                  "'dstrain.model.type' to \"gpt\")");
     const char *ds = c->dstrain.dataset;
     /* (the default's value is no request: configs/gpt_fortunes.json with --data tokens) */
-    if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_VAL_FRACTION) && ds &&
+    if ((c->given.data & DSL_CFG_GIVEN_VAL_FRACTION) && ds &&
         !strcmp(ds, "tokens") && c->dstrain.val_fraction != DSL_CFG_VAL_FRACTION)
         dsl_warn("'dstrain.data.val_fraction' splits dataset \"text\": token shards are split "
                  "by their names (*train*.bin, *val*.bin), so it is unused");
-    if (rank == 0 && (c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
+    if ((c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
         dsl_warn("'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP "
                  "ignores it");
+}
+
+/* the precision on this device, and what the device or the model cannot do */
+static int check_device(const struct dsl_train_settings *s, int rank, enum dsl_precision *prec,
+                        char *err)
+{
+    const struct dsl_train_config *c = &s->cfg;
     int gpu = s->gpu;
+    int gpt_model = c->dstrain.model_type && !strcmp(c->dstrain.model_type, "gpt");
     const char *warning = NULL;
-    enum dsl_precision prec = dsl_train_config_precision(c, gpu, &warning);
+    *prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
         dsl_warn("%s", warning);
     /* on the CPU the config module's warning above says that it computes in fp32, or
@@ -403,7 +445,14 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
         dsl_warn("ZeRO stage 3: checkpoints still gather the whole model and optimizer "
                  "state on every rank to save them (the per-rank save without a gather is "
                  "not implemented yet); they resume at any stage and world size");
+    return 0;
+}
 
+/* the trainer's batch, ZeRO, precision and optimizer */
+static void fill_trainer(struct dsl_train_settings *s, enum dsl_precision prec)
+{
+    struct dsl_train_config *c = &s->cfg;
+    int gpu = s->gpu;
     struct dsl_trainer_opts *to = &s->to;
     to->micro_batch = (size_t)c->train_micro_batch_size_per_gpu;
     to->grad_accum = (size_t)c->gradient_accumulation_steps;
@@ -433,7 +482,14 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     h->weight_decay = (float)c->optimizer.weight_decay;
     h->adam_w_mode = c->optimizer.adam_w_mode;
     h->momentum = (float)c->optimizer.momentum;
+}
 
+/* the model's shape and its products' precision */
+static void fill_model(struct dsl_train_settings *s, int rank)
+{
+    const struct dsl_train_config *c = &s->cfg;
+    const struct dsl_trainer_opts *to = &s->to;
+    int gpu = s->gpu;
     struct dsl_model_spec *m = &s->model;
     m->type = c->dstrain.model_type;
     m->nhidden = c->dstrain.nhidden;
@@ -463,7 +519,11 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     if (m->gemm_bf16 && rank == 0)
         printf("dstrain: the model's large matrix products in bf16 (bf16-rounded inputs, fp32 "
                "sums; oneDNN)\n");
+}
 
+static void fill_data(struct dsl_train_settings *s)
+{
+    const struct dsl_train_config *c = &s->cfg;
     struct dsl_data_opts *d = &s->data;
     d->name = c->dstrain.dataset;
     d->path = c->dstrain.data_path;
@@ -476,7 +536,11 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
     d->stride = c->dstrain.data_stride;
     d->vocab = c->dstrain.gpt_vocab;
     d->val_fraction = c->dstrain.val_fraction;
+}
 
+static void fill_run(struct dsl_train_settings *s)
+{
+    struct dsl_train_config *c = &s->cfg;
     struct dsl_run_opts *ro = &s->ro;
     ro->steps = c->dstrain.steps;
     ro->epochs = c->dstrain.epochs;
@@ -498,9 +562,30 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
                              : c->dstrain.checkpoint_dir && *c->dstrain.checkpoint_dir;
     ro->params_out = s->params_out;
     ro->wall_clock_breakdown = c->wall_clock_breakdown;
+}
 
+int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world, char *err)
+{
+    struct dsl_train_config *c = &s->cfg;
+    enum dsl_precision prec;
+    int r = dsl_train_settings_place(s, err);
+    if (r < 0)
+        return r;
+    r = dsl_train_config_finish(c, world, err);
+    if (r < 0)
+        return r;
+    if (rank == 0)
+        for (size_t i = 0; i < c->warnings.nr; i++)
+            dsl_warn("%s", c->warnings.v[i]);
+    warn_unused(c, rank);
+    if ((r = check_device(s, rank, &prec, err)) < 0)
+        return r;
+    fill_trainer(s, prec);
+    fill_model(s, rank);
+    fill_data(s);
+    fill_run(s);
     size_t W = (size_t)world;
-    if (to->deterministic && world > 1 && (W & (W - 1)) && rank == 0)
+    if (s->to.deterministic && world > 1 && (W & (W - 1)) && rank == 0)
         dsl_warn("world size %d is not a power of two: the run is reproducible at this "
                  "world size, but not bit-identical to other world sizes",
                  world);

@@ -4,6 +4,8 @@
 dsl_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dsltrain)
 target_compile_definitions(test_config PRIVATE
   DSL_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/configs")
+# the key table as docs/config.md's key tables (dstrain keys)
+dsl_unit_test(test_config_doc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config_doc.c LIBS dsltrain)
 # dstrain's flags reach the settings as typed (paths byte for byte)
 dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_settings.c
               LIBS dsltrain)
@@ -55,6 +57,16 @@ dsl_blas_variants(test_train_trainer LABELS unit COMMAND $<TARGET_FILE:test_trai
 # Checkpoint integrity with the real dstrain at world 1 (ckpt_integrity.sh): files
 # without checksums, non-finite values, sparse files, stale .partial directories, in
 # resume, consolidate and sample; a second or two.
+# docs/config.md's key tables and docs/trainer.md's flag table are what `dstrain keys`
+# prints (scripts/gen-docs.py; `cmake --build build --target docs` rewrites them).
+find_package(Python3 COMPONENTS Interpreter)
+if(TARGET dstrain AND Python3_Interpreter_FOUND)
+  add_test(NAME docs_should_match_the_key_and_flag_tables
+           COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/scripts/gen-docs.py --check
+                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR}/docs/config.md
+                   ${PROJECT_SOURCE_DIR}/docs/trainer.md)
+  set_tests_properties(docs_should_match_the_key_and_flag_tables PROPERTIES LABELS unit)
+endif()
 if(TARGET dstrain)
   add_test(NAME train_ckpt_integrity
            COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh $<TARGET_FILE:dstrain>)

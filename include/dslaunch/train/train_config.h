@@ -22,6 +22,7 @@
 #define DSLAUNCH_TRAIN_CONFIG_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "dslaunch/train/scheduler.h"
@@ -207,7 +208,7 @@ int dsl_train_config_parse(struct dsl_train_config *cfg, const char *path,
 int dsl_train_config_set(struct dsl_train_config *cfg, const char *key, const char *value,
                          char *err);
 
-/** A config key that is also one of dstrain's flags (a row of config_keys.c's key table). */
+/** A config key that is also one of dstrain's flags (a row of config_table.c's key table). */
 struct dsl_train_config_flag {
     const char *name; /* "checkpoint_dir": --checkpoint-dir or --checkpoint_dir */
     const char *key;  /* "dstrain.checkpoint_dir", for dsl_train_config_set() */
@@ -220,6 +221,16 @@ struct dsl_train_config_flag {
  * *f filled, or 0 past the last. The strings are static.
  */
 int dsl_train_config_flag_at(size_t i, struct dsl_train_config_flag *f);
+
+/**
+ * docs/config.md's key table of one section of the page (batch, optimizer, scheduler,
+ * precision, top, zero_optimization, dstrain, monitors) as markdown on f: a row per key
+ * with its type, default, allowed values and notes; section NULL: every section, each
+ * under a heading of its name. DSL_EUSAGE for an unknown section (err lists them).
+ */
+int dsl_train_config_doc(FILE *f, const char *section, char *err);
+/** One markdown table cell ("| s "), with '|' escaped. */
+void dsl_train_doc_cell(FILE *f, const char *s);
 
 /**
  * Resolve the batch triple for world_size with DeepSpeed's integer-division rules

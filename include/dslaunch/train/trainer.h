@@ -265,6 +265,10 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
 
 /** Text of the last failure: the device's if it failed, else the comm's. */
 const char *dsl_trainer_last_error(const struct dsl_trainer *t);
+/** A failed collective or device call of the trainer into err ("WHAT failed at step N:
+ *  why", why from dsl_trainer_last_error()); returns r. The comm is unusable then, so
+ *  nothing is left to wait for. (trainer_hostcoll.c) */
+int dsl_trainer_comm_fail(struct dsl_trainer *t, int r, const char *what, char *err);
 
 /**
  * Collectives on small HOST arrays, whatever the device: on the CPU straight to the

@@ -70,6 +70,10 @@ int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err);
 int dsl_train_resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err);
 /** `dstrain consolidate <dir> [--tag T] [--out FILE]` (argv[0] = "consolidate"). */
 int dsl_train_consolidate_main(int argc, char **argv, char *err);
+/** `dstrain keys [SECTION | --flags]` (argv[0] = "keys"): docs/config.md's key table of
+ *  a section (every section without one), or with --flags docs/trainer.md's flag table,
+ *  as markdown on stdout, from the tables that drive parsing (scripts/gen-docs.py). */
+int dsl_train_keys_main(int argc, char **argv, char *err);
 /** `dstrain tokenize [--out DIR] [--name NAME] [--val_fraction F] PATH...` (argv[0] =
  *  "tokenize", tokenize.c): text into llm.c token shards, byte-level. */
 int dsl_train_tokenize_main(int argc, char **argv, char *err);
