@@ -425,6 +425,17 @@ signal)
     [ "$rc" -eq 143 ] || { show sigd; fail "exit status $rc after SIGTERM by default, expected 143"; }
     tag=$(cat "$TMP/cksd/latest") || fail "no checkpoint written on SIGTERM by default"
     [ -d "$TMP/cksd/$tag" ] || fail "latest names '$tag', which is not there"
+    # --no-save-on-signal turns that default off: SIGTERM ends the run and saves nothing
+    run_world 2 sign $SIG --checkpoint-dir "$TMP/cksn" --no-save-on-signal \
+        --metrics "$TMP/sign.json" &
+    bg=$!
+    wait_steps "$TMP/sign.json"
+    kill -TERM $(cat "$TMP/sign.pids")
+    wait "$bg"
+    rc=$?
+    [ "$rc" -eq 143 ] || { show sign; fail "exit status $rc after SIGTERM with --no-save-on-signal, expected 143"; }
+    [ ! -e "$TMP/cksn/latest" ] || fail "a checkpoint was written on SIGTERM with --no-save-on-signal"
+    [ -z "$(ls -A "$TMP/cksn" 2>/dev/null)" ] || { ls -R "$TMP/cksn" >&2; fail "--no-save-on-signal left files in the checkpoint dir"; }
     # save_interval_minutes: rank 0's clock asks, every rank saves after the same step
     # (a tiny interval: a save after every step, whatever the machine's speed)
     train_ok 2 mins $TINY --steps 3 --checkpoint-dir "$TMP/ckm" --save-interval-minutes 1e-9
