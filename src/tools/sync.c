@@ -11,7 +11,12 @@
  * Shared destinations: before each PATH a host creates ".NAME.dsl-sync-claim-RUN" beside
  * it with O_EXCL, RUN a random id of this run. The host that makes it copies; a host that
  * finds it (the nodes share the directory: NFS, a bind mount) waits for the owner, copies
- * nothing and says so. The owner removes the claim once every other host has looked.
+ * nothing and says so. The claim stays until every other host has looked: with a thread
+ * per host the owner waits for that; with fewer threads (--fanout below the hosts) it
+ * cannot, as a host that has not started needs its thread, so the owner ends with its
+ * session left open and its claims kept, and the main thread removes them once every
+ * host is done (SYNC_KEEP_MAX sessions at most; past that a claim goes at once, a later
+ * host finds the files up to date instead of being told, and the summary says so).
  *
  * A host stops at its first failure (the message names host and path); the others go
  * on. The main thread prints a progress line every second on stderr once a copy has
@@ -122,6 +127,45 @@ static void wait_looked(struct sync_run *run, struct sync_host *h, size_t i)
     }
 }
 
+/* Done with the claim cp of root i: removed, or kept for later (see the theory). 0, or
+ * -1 when it could not be removed. */
+static int release_claim(struct sync_run *run, struct sync_host *h, size_t i, const char *cp)
+{
+    if (!run->all_at_once && h->kept.nr == 0) {
+        if (atomic_fetch_add(&run->keeping, 1) < SYNC_KEEP_MAX) {
+            dsl_strvec_push(&h->kept, cp);
+            return 0;
+        }
+        atomic_store(&run->keep_full, 1);
+    } else if (!run->all_at_once) {
+        dsl_strvec_push(&h->kept, cp); /* its session stays open anyway */
+        return 0;
+    }
+    wait_looked(run, h, i);
+    return sftp_unlink(h->sftp, cp) < 0 ? -1 : 0;
+}
+
+static void host_close(struct sync_host *h)
+{
+    if (h->sftp)
+        sftp_free(h->sftp);
+    h->sftp = NULL;
+    dsl_ssh_session_close(h->s);
+    h->s = NULL;
+}
+
+/* Once every host is done: the claims kept open (release_claim) are removed. */
+static void remove_kept(struct sync_run *run)
+{
+    for (size_t j = 0; j < run->nhosts; j++) {
+        struct sync_host *h = &run->hosts[j];
+        for (size_t k = 0; k < h->kept.nr && h->sftp; k++)
+            if (sftp_unlink(h->sftp, h->kept.v[k]) < 0 && h->rc == 0)
+                dsl_sync_host_fail(h, "remove", h->kept.v[k]);
+        host_close(h);
+    }
+}
+
 static void sync_host_run(struct sync_run *run, struct sync_host *h)
 {
     const struct dsl_sync_opts *o = run->o;
@@ -172,10 +216,8 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
         sftp_attributes a = dsl_sync_remote_lstat(h, root->remote, &missing);
         if (!a && !missing) {
             dsl_sync_host_fail(h, "read", root->remote);
-            if (made) {
-                wait_looked(run, h, i);
-                sftp_unlink(h->sftp, cp);
-            }
+            if (made)
+                release_claim(run, h, i, cp);
             free(cp);
             break;
         }
@@ -185,22 +227,16 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
             r = dsl_sync_checksum_flush(run, h);
         if (r < 0 && h->rc == 0)
             h->rc = r; /* before finished: a waiting host must see the failure */
-        if (made) {
-            wait_looked(run, h, i);
-            if (sftp_unlink(h->sftp, cp) < 0 && r == 0)
-                r = dsl_sync_host_fail(h, "remove", cp);
-        }
+        if (made && release_claim(run, h, i, cp) < 0 && r == 0)
+            r = dsl_sync_host_fail(h, "remove", cp);
         atomic_store(&h->finished, i + 1);
         free(cp);
         if (r < 0 && h->rc == 0)
             h->rc = r;
     }
 out:
-    if (h->sftp)
-        sftp_free(h->sftp);
-    h->sftp = NULL;
-    dsl_ssh_session_close(h->s);
-    h->s = NULL;
+    if (!h->kept.nr || !h->s || !ssh_is_connected(h->s))
+        host_close(h); /* else remove_kept closes it */
     free(h->buf);
     h->buf = NULL;
     h->t1 = dsl_now();
@@ -322,6 +358,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
         run.hosts[i].name = hosts[i];
         run.hosts[i].o = o;
         dsl_strvec_init(&run.hosts[i].pending);
+        dsl_strvec_init(&run.hosts[i].kept);
     }
     ssh_init();
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
@@ -348,6 +385,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     for (size_t i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     free(tid);
+    remove_kept(&run);
     double dt = dsl_now() - t0;
 
     uint64_t total = 0;
@@ -376,6 +414,10 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
                    h->same, h->deleted, h->t1 - h->t0);
         }
     }
+    if (atomic_load(&run.keep_full)) /* said even with -q, as sharing is */
+        printf("sync: more than %d hosts held claims while --fanout %d was below the %zu "
+               "hosts: a host sharing a destination with one of them may have found it up "
+               "to date instead of being told\n", SYNC_KEEP_MAX, o->fanout, nhosts);
     char ht[32], hr[32];
     human((double)total, ht, sizeof(ht));
     human(dt > 0 ? (double)total / dt : 0, hr, sizeof(hr));
@@ -399,6 +441,7 @@ out:
     free(run.roots);
     for (size_t i = 0; i < run.nhosts; i++) {
         dsl_strvec_release(&run.hosts[i].pending);
+        dsl_strvec_release(&run.hosts[i].kept);
         free(run.hosts[i].pending_e);
     }
     free(run.hosts);

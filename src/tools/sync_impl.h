@@ -23,6 +23,7 @@
 #define SYNC_HASH_BATCH 64          /* files per remote sha256sum command */
 #define SYNC_HASH_THREADS 8         /* local hashing threads per batch, at most */
 #define SYNC_HASH_LOCKS 64          /* striped locks over the entries' hash state */
+#define SYNC_KEEP_MAX 256           /* sessions kept open for their claims, at most */
 
 struct sync_entry {
     char *name;                /* name in the parent directory; owned */
@@ -61,6 +62,8 @@ struct sync_host {
     double t0, t1;
     int rc;
     char err[DSL_ERR_LEN];
+    struct dsl_strvec kept;    /* claims kept past this host's end (fewer threads than
+                                  hosts), its session open, until every host has looked */
     struct dsl_strvec pending; /* --checksum: remote paths whose hash must be compared */
     struct sync_entry **pending_e;
     size_t pending_alloc;
@@ -75,6 +78,8 @@ struct sync_run {
     _Atomic size_t next;
     char token[17];            /* this run's id, in the claim file of a destination */
     int all_at_once;           /* a thread per host: hosts may wait for each other */
+    _Atomic size_t keeping;    /* hosts whose session stays open for their claims */
+    _Atomic int keep_full;     /* SYNC_KEEP_MAX reached: later claims went at once */
     pthread_mutex_t hash_locks[SYNC_HASH_LOCKS]; /* local hashes are computed once */
 };
 
