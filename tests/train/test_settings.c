@@ -223,7 +223,7 @@ TEST(no_save_on_signal_should_turn_saving_on_a_stop_signal_off)
     char err[DSL_ERR_LEN] = "";
     const char *bad[] = {"--no-save-on-signal=yes", NULL};
     ASSERT(parse_words(&s, err, bad) < 0);
-    ASSERT_CONTAINS(err, "no-save-on-signal");
+    ASSERT_CONTAINS(err, "option '--no_save_on_signal' takes no value");
     dsl_train_settings_release(&s);
 }
 
