@@ -174,7 +174,7 @@ static const char *const not_in_jobset[] = {
     "main_process_port", NULL};
 
 /* --emit jobset: nodes pods (--num_nodes, 1 below 1) of gpus ranks each (--num_gpus or
- * --nproc_per_node; none: each pod counts its own), asking for GPUs only for --num_gpus */
+ * --nproc_per_node; none: each pod counts its own), asking for GPUs only for a GPU job */
 static int jobset_manifest(const struct dsl_plan *plan, int argc, char **argv, int nodes,
                            int gpus, struct dsl_dynbuf *out, char *err)
 {
@@ -192,12 +192,15 @@ static int jobset_manifest(const struct dsl_plan *plan, int argc, char **argv, i
         if (strncmp(plan->exported.v[k], DSL_ENV_JOB_SECRET "=",
                     strlen(DSL_ENV_JOB_SECRET) + 1) != 0)
             dsl_strvec_push(&env, plan->exported.v[k]);
+    const char *gpu_note;
+    int asks_gpus = dsl_jobset_asks_gpus(gpus, o->nproc_per_node, plan->no_devices, &gpu_note);
     struct dsl_jobset_req rq = {
         .name = name,
         .image = o->image,
         .nodes = nodes > 0 ? nodes : 1,
         .slots = gpus > 0 ? gpus : 0,
-        .gpus = gpus > 0 && o->nproc_per_node <= 0,
+        .gpus = asks_gpus,
+        .gpu_note = gpu_note,
         .master_port = o->master_port,
         .control_port = o->control_port,
         .env = (const char *const *)env.v,

@@ -64,6 +64,7 @@
 #include "dslaunch/job/job.h"
 #include "dslaunch/remote/join.h"
 #include "cause.h"
+#include "errfold.h"
 #include "job_hang.h"
 #include "job_impl.h"
 #include "logdir.h"
@@ -109,6 +110,10 @@ void dsl_job_release(struct dsl_job *job)
     }
     free(job->ranks);
     dsl_job_hang_release(job);
+    if (job->fold)
+        dsl_errfold_release(job->fold);
+    free(job->fold);
+    job->fold = NULL;
     memset(job, 0, sizeof(*job));
 }
 
@@ -379,6 +384,19 @@ static int tail_just_shown(const struct dsl_job *job, const struct dsl_job_rank 
         if (job->out->dest[i].dropped || job->out->dest[i].broken)
             return 0;
     return job->console_lines - r->err_seq < (unsigned long)job->nranks;
+}
+
+/* Which ranks wrote an error line the console showed once (errfold.h). */
+static void report_folds(const struct dsl_job *job)
+{
+    if (!job->fold)
+        return;
+    struct dsl_strvec lines;
+    dsl_strvec_init(&lines);
+    dsl_errfold_report(job->fold, &lines);
+    for (size_t i = 0; i < lines.nr; i++)
+        dsl_info("%s", lines.v[i]);
+    dsl_strvec_release(&lines);
 }
 
 static void print_summary(struct dsl_job *job)
@@ -713,6 +731,7 @@ int dsl_job_run(struct dsl_job *job)
         dsl_job_pump(job, sp[0], 200);
     }
     dsl_log_mark("byes");
+    report_folds(job);
     print_summary(job);
     lost_logs_summary(job);
     code = job->exit_code;

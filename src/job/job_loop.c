@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "dslaunch/job/job.h"
+#include "errfold.h"
 #include "job_hang.h"
 #include "job_impl.h"
 #include "dslaunch/common/log.h"
@@ -372,12 +373,33 @@ static void log_line(struct dsl_job_rank *r, const char *line, size_t len, const
 }
 
 /*
+ * Whether a whole stderr line of r is the same error line another rank has shown
+ * (errfold.h): then it is not shown again, and counts as shown for the summary, which
+ * quotes a rank's last lines only when the console does not show them already.
+ */
+static int fold_line(struct dsl_job *job, struct dsl_job_rank *r, const char *line, size_t len)
+{
+    if (job->nranks < 2)
+        return 0;
+    if (!job->fold) {
+        job->fold = dsl_xmalloc(sizeof(*job->fold));
+        dsl_errfold_init(job->fold, job->nranks);
+    }
+    if (!dsl_errfold_line(job->fold, r->rank, line, len))
+        return 0;
+    r->err_lines++;
+    r->err_seq = job->console_lines;
+    return 1;
+}
+
+/*
  * A line of a rank's output. The --log-dir file gets its bytes exactly as written, line
  * end included. So does the console with --no-prefix when it is not a terminal (a pipe
  * or a file: `dslaunch --no-prefix ... > out` holds what the rank wrote). Otherwise each
  * line is shown with its prefix and a newline; on a terminal a progress bar redrawing
  * itself with "\r" is shown at most once a second, and a "\r" with nothing before it
- * (tqdm starts each update so) shows nothing.
+ * (tqdm starts each update so) shows nothing; an error line on stderr that another
+ * rank has shown already is folded into it (fold_line).
  */
 static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct dsl_msg *m)
 {
@@ -412,6 +434,9 @@ static void handle_out(struct dsl_job *job, struct dsl_job_rank *r, const struct
     }
     free(r->pending_cr);
     r->pending_cr = NULL;
+    if (m->stream == 2 && (m->end == DSL_END_LF || m->end == DSL_END_CRLF) &&
+        fold_line(job, r, m->line, len))
+        return;
     print_bytes(job, r, m->stream, m->line, len, "\n");
 }
 

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/envnames.h"
@@ -182,96 +183,146 @@ static int is_loopback(const char *a)
  */
 /*
  * An activated Python environment here (docs/env.md, "A Python environment on every
- * node"): VIRTUAL_ENV is set and the program, looked up in this PATH, is inside it
- * ($VIRTUAL_ENV/bin/python3 for a .py script). Local ranks inherit it; remote ranks
- * would run their login PATH's python3 without a word. So the probe asks every node to
- * look the program up with this PATH and VIRTUAL_ENV: where every node finds it inside
- * the same venv, both join the export set; where one does not, the preflight says which
- * and how to fix it. NULL when there is nothing to check; otherwise *here is the
- * program's path here (the caller frees both).
+ * node"): a venv (VIRTUAL_ENV) or a conda env (CONDA_PREFIX, a directory with
+ * conda-meta/) whose bin holds the program, looked up in this PATH ($PREFIX/bin/python3
+ * for a .py script). Local ranks inherit it; remote ranks would run their login PATH's
+ * python3 without a word. So the probe asks every node to look the program up with this
+ * PATH and the env's variable: where every node finds it inside the same prefix, they
+ * join the export set; where one does not, the preflight says which and how to fix it.
+ * A venv is checked before a conda env: one made inside a conda env is what runs.
  */
-static char *venv_here(const struct dsl_job *job, const char *prog, char **here)
+struct pyenv {
+    char *prefix;      /* owned; NULL: nothing to check */
+    char *here;        /* the program's path here; owned */
+    const char *kind;  /* "venv" or "conda env" */
+    const char *var;   /* VIRTUAL_ENV or CONDA_PREFIX */
+    int conda;
+};
+
+static void pyenv_release(struct pyenv *pe)
 {
-    const char *venv = getenv("VIRTUAL_ENV");
-    *here = NULL;
-    if (!venv || venv[0] != '/' || !prog[0] || strchr(prog, '/'))
-        return NULL;
+    free(pe->prefix);
+    free(pe->here);
+    memset(pe, 0, sizeof(*pe));
+}
+
+/* The length of prefix without trailing slashes when path is inside it, else 0. */
+static size_t inside(const char *path, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    while (n > 1 && prefix[n - 1] == '/')
+        n--;
+    return prefix[0] == '/' && !strncmp(path, prefix, n) && path[n] == '/' ? n : 0;
+}
+
+static void pyenv_here(const struct dsl_job *job, const char *prog, struct pyenv *pe)
+{
+    memset(pe, 0, sizeof(*pe));
+    const char *venv = getenv("VIRTUAL_ENV"), *conda = getenv("CONDA_PREFIX");
+    if ((!venv && !conda) || !prog[0] || strchr(prog, '/'))
+        return;
     int code;
     char err[DSL_ERR_LEN];
     char *path = dsl_spawn_resolve(prog, environ, job->plan->cwd, &code, err);
-    size_t n = strlen(venv);
-    while (n > 1 && venv[n - 1] == '/')
-        n--;
-    if (!path || strncmp(path, venv, n) || path[n] != '/') {
-        free(path);
-        return NULL;
+    size_t n;
+    if (path && venv && (n = inside(path, venv))) {
+        pe->prefix = dsl_xstrndup(venv, n);
+        pe->kind = "venv";
+        pe->var = "VIRTUAL_ENV";
+    } else if (path && conda && (n = inside(path, conda))) {
+        char *meta = dsl_xasprintf("%.*s/conda-meta", (int)n, conda);
+        struct stat st;
+        if (stat(meta, &st) == 0 && S_ISDIR(st.st_mode)) {
+            pe->prefix = dsl_xstrndup(conda, n);
+            pe->kind = "conda env";
+            pe->var = "CONDA_PREFIX";
+            pe->conda = 1;
+        }
+        free(meta);
     }
-    *here = path;
-    return dsl_xstrndup(venv, n);
+    if (pe->prefix)
+        pe->here = path;
+    else
+        free(path);
 }
 
 /* The export set travels with the probe: the agent looks the program up in the PATH the
- * rank will have, not in its own login environment; with an activated venv, in this
- * PATH (venv_here). */
-static void probe_env(struct dsl_job *job, struct dsl_msg *m, const char *venv)
+ * rank will have, not in its own login environment; with an activated Python
+ * environment, in this PATH (pyenv_here). */
+static void probe_env(struct dsl_job *job, struct dsl_msg *m, const struct pyenv *pe)
 {
     for (size_t i = 0; i < job->plan->exported.nr; i++)
         dsl_strvec_push(&m->env, job->plan->exported.v[i]);
-    if (venv) {
+    if (pe && pe->prefix) {
         const char *path = getenv("PATH");
         dsl_env_set(&m->env, "PATH", path ? path : "");
-        dsl_env_set(&m->env, "VIRTUAL_ENV", venv);
+        dsl_env_set(&m->env, pe->var, pe->prefix);
     }
 }
 
+/* The variables of an activated env that go to every rank: PATH, the env's own, and
+ * for conda its name (CONDA_DEFAULT_ENV) where set. 1 when one was not there yet. */
+static int pyenv_export(struct dsl_job *job, const struct pyenv *pe)
+{
+    struct dsl_strvec *ex = &job->plan->exported;
+    const char *path = getenv("PATH"), *name = pe->conda ? getenv("CONDA_DEFAULT_ENV") : NULL;
+    int added = !dsl_env_get(ex, "PATH") || !dsl_env_get(ex, pe->var) ||
+                (name && !dsl_env_get(ex, "CONDA_DEFAULT_ENV"));
+    dsl_env_set(ex, "PATH", path ? path : "");
+    dsl_env_set(ex, pe->var, pe->prefix);
+    if (name)
+        dsl_env_set(ex, "CONDA_DEFAULT_ENV", name);
+    return added;
+}
+
 /*
- * After the probe, with an activated venv here: every node found the program inside it
- * (the agent's detail is the path it resolved) and PATH and VIRTUAL_ENV join the export
- * set, or the nodes that did not are named with what they found and how to fix it.
+ * After the probe, with an activated env here: every node found the program inside it
+ * (the agent's detail is the path it resolved) and its variables join the export set,
+ * or the nodes that did not are named with what they found and how to fix it.
  * Nodes whose agent reports no path (an older dslaunch) are not counted either way.
  * 0 or DSL_EXIT_PREFLIGHT.
  */
-static int venv_check(struct dsl_job *job, const char *prog, const char *venv,
-                      const char *here)
+static int pyenv_check(struct dsl_job *job, const char *prog, const struct pyenv *pe)
 {
     struct dsl_dynbuf bad;
     dsl_dynbuf_init(&bad, 1u << 16);
     int nbad = 0, seen = 0;
-    size_t n = strlen(venv);
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *nd = &job->nodes[i];
         const char *p = nd->probed.detail;
         if (!nd->probed.program_ok || !p || p[0] != '/')
             continue;
         seen++;
-        if (!strncmp(p, venv, n) && p[n] == '/')
+        if (inside(p, pe->prefix))
             continue;
         dsl_dynbuf_addf(&bad, "%s'%s' on %s", nbad++ ? ", " : "", p, nd->pn->host);
     }
     int r = 0;
     if (nbad) {
-        dsl_error("preflight: '%s' is '%s' here, in the activated venv '%s', but %s: the "
-                  "ranks there would run another Python. Make the venv at the same path on "
-                  "every node (e.g. dslaunch sync %s with the same --hostfile), or deactivate "
-                  "it here to run each node's own '%s'",
-                  prog, here, venv, dsl_dynbuf_str(&bad), venv, prog);
+        dsl_error("preflight: '%s' is '%s' here, in the activated %s '%s', but %s: the "
+                  "ranks there would run another Python. Make the %s at the same path on "
+                  "every node (e.g. dslaunch sync %s with the same --hostfile%s), or "
+                  "deactivate it here%s to run each node's own '%s'",
+                  prog, pe->here, pe->kind, pe->prefix, dsl_dynbuf_str(&bad), pe->kind,
+                  pe->prefix, pe->conda ? ", or conda create -p PREFIX on each node" : "",
+                  pe->conda ? " (conda deactivate)" : "", prog);
         r = DSL_EXIT_PREFLIGHT;
-    } else if (seen) {
-        const char *path = getenv("PATH");
-        int added = !dsl_env_get(&job->plan->exported, "PATH") ||
-                    !dsl_env_get(&job->plan->exported, "VIRTUAL_ENV");
-        dsl_env_set(&job->plan->exported, "PATH", path ? path : "");
-        dsl_env_set(&job->plan->exported, "VIRTUAL_ENV", venv);
-        if (added && job->restart_count == 0)
+    } else if (seen && pyenv_export(job, pe) && job->restart_count == 0) {
+        if (pe->conda)
+            dsl_info("the activated conda env '%s' is at the same path on every node: its "
+                     "PATH, CONDA_PREFIX%s go to every rank, which runs '%s'", pe->prefix,
+                     getenv("CONDA_DEFAULT_ENV") ? " and CONDA_DEFAULT_ENV" : "", pe->here);
+        else
             dsl_info("the activated venv '%s' is at the same path on every node: its PATH "
-                     "and VIRTUAL_ENV go to every rank, which runs '%s'", venv, here);
+                     "and VIRTUAL_ENV go to every rank, which runs '%s'", pe->prefix,
+                     pe->here);
     }
     dsl_dynbuf_release(&bad);
     return r;
 }
 
 static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const char *cwd,
-                     const char *venv)
+                     const struct pyenv *pe)
 {
     struct dsl_job_node *n0 = &job->nodes[0];
     struct dsl_msg m;
@@ -284,7 +335,7 @@ static int hold_port(struct dsl_job *job, int sig_rfd, const char *prog, const c
     m.cwd = dsl_xstrdup(cwd);
     if (prog[0] && job->plan->script)
         m.script = dsl_xstrdup(job->plan->script);
-    probe_env(job, &m, venv);
+    probe_env(job, &m, pe);
     const char *bind = job->opts->master_addr ? job->opts->master_addr
                        : job->plan->all_local ? "127.0.0.1"
                                               : NULL;
@@ -324,11 +375,11 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     struct dsl_msg m;
     int r;
     const char *prog = job->plan->argv.nr ? job->plan->argv.v[0] : "";
-    char *here = NULL, *venv = venv_here(job, prog, &here);
+    struct pyenv pe;
+    pyenv_here(job, prog, &pe);
     /* round 1: node 0 holds the port */
-    if ((r = hold_port(job, sig_rfd, prog, job->plan->cwd, venv)) != 0) {
-        free(venv);
-        free(here);
+    if ((r = hold_port(job, sig_rfd, prog, job->plan->cwd, &pe)) != 0) {
+        pyenv_release(&pe);
         return r;
     }
 
@@ -359,7 +410,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     m.cwd = dsl_xstrdup(job->plan->cwd);
     if (job->plan->script)
         m.script = dsl_xstrdup(job->plan->script);
-    probe_env(job, &m, venv);
+    probe_env(job, &m, &pe);
     for (int i = 1; i < job->nnodes; i++) {
         job->nodes[i].have_probed = 0;
         dsl_job_node_send(&job->nodes[i], &m);
@@ -368,8 +419,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     dsl_msg_release(&m);
     if ((r = wait_probed(job, sig_rfd, 1, job->nnodes)) != 0) {
         dsl_strvec_release(&cand);
-        free(venv);
-        free(here);
+        pyenv_release(&pe);
         return r;
     }
     int chosen = -1;
@@ -416,10 +466,9 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
                 if (!strcmp(n0->hello.ifaces[i].addrs.v[k], job->plan->master_addr))
                     n0->iface = dsl_xstrdup(n0->hello.ifaces[i].name);
     dsl_strvec_release(&cand);
-    if (!bad && venv && venv_check(job, prog, venv, here) != 0)
+    if (!bad && pe.prefix && pyenv_check(job, prog, &pe) != 0)
         bad = 1;
-    free(venv);
-    free(here);
+    pyenv_release(&pe);
     if (bad)
         return DSL_EXIT_PREFLIGHT;
     if (dsl_plan_rank0_takes_port(job->plan))

@@ -292,6 +292,8 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
         const char *a = o->argv.v[k];
         if (!strcmp(a, "--save-on-signal") || !strcmp(a, "--save_on_signal"))
             flag = 1;
+        else if (!strcmp(a, "--no-save-on-signal") || !strcmp(a, "--no_save_on_signal"))
+            flag = -1; /* the last of the two wins, as in dstrain */
         else if (!strncmp(a, "--resume", 8))
             rq->resumes = 1;
         else if (dstrain && (!strcmp(a, "--checkpoint-dir") || !strcmp(a, "--checkpoint_dir")) &&
@@ -327,7 +329,10 @@ static void look_at_program(const struct dsl_plan *p, struct dsl_emit_req *rq,
         free(path);
     }
     rq->resumes |= cfg_resume;
-    if (flag) {
+    if (flag < 0) {
+        note_line(&note, dsl_xstrdup("no warning signal asked for: the program's arguments "
+                                     "hold --no-save-on-signal"));
+    } else if (flag) {
         note_line(&note, dsl_xstrdup("the ranks save a checkpoint on Slurm's warning: the "
                                      "program's arguments hold --save-on-signal"));
         rq->requeue = 1;

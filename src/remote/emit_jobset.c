@@ -156,6 +156,23 @@ static int env_name_ok(const char *s, size_t n)
     return 1;
 }
 
+int dsl_jobset_asks_gpus(int num_gpus, int nproc_per_node, const char *no_devices,
+                         const char **note)
+{
+    *note = NULL;
+    if (nproc_per_node > 0) {
+        *note = "--nproc_per_node counts processes: no nvidia.com/gpu is asked for (for a "
+                "GPU each, give --num_gpus instead)";
+        return 0;
+    }
+    if (num_gpus > 0 && no_devices) {
+        *note = "CUDA_VISIBLE_DEVICES hides every GPU (CPU ranks): no nvidia.com/gpu is "
+                "asked for";
+        return 0;
+    }
+    return num_gpus > 0;
+}
+
 int dsl_emit_jobset(const struct dsl_jobset_req *rq, struct dsl_dynbuf *out, char *err)
 {
     const char *name = rq->name;
@@ -178,6 +195,8 @@ int dsl_emit_jobset(const struct dsl_jobset_req *rq, struct dsl_dynbuf *out, cha
         dsl_dynbuf_addf(out, " of %d rank%s", rq->slots, rq->slots == 1 ? "" : "s");
     else
         dsl_dynbuf_addstr(out, ", each running as many ranks as its pod has GPUs, else CPUs");
+    if (rq->gpu_note && !rq->gpus)
+        dsl_dynbuf_addf(out, "\n# %s", rq->gpu_note);
     dsl_dynbuf_addf(out, "\n# The pods read the job secret from the Secret '%s-secret' (key "
                     "'secret'); make it first:\n#   kubectl create secret generic %s-secret "
                     "--from-literal=secret=\"$(openssl rand -hex 32)\"\n# then: kubectl apply "

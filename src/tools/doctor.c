@@ -16,7 +16,7 @@
  * If nothing so far blocks a job, doctor runs the bundled dsbench all-reduce as a normal
  * job: a child `dslaunch` with the same options, whose stdout is captured and whose
  * "# avg busbw" line is the bandwidth (doctor_bench.c). Finally the rows (doctor_report.c)
- * are printed as one table, or as one JSON object with --json. ^C during the agents'
+ * are printed as one table, or as one JSON object with --json (doctor_output.c). ^C during the agents'
  * phase stops like a launch does; during the all-reduce it reaches the child too.
  *
  * Exit: 0 when no row failed, 1 when some did, 2 for usage errors.
@@ -30,8 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include <cjson/cJSON.h>
 
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/tools/doctor.h"
@@ -48,6 +46,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
 #include "dslaunch/common/xalloc.h"
+#include "doctor_impl.h"
 #include "dslaunch/common/banned.h"
 
 extern char **environ;
@@ -57,25 +56,6 @@ extern char **environ;
 #define SKEW_FAIL 1.0            /* s of clock offset (beyond the error bound) that fail */
 #define DISK_FAIL (1024.0 * 1024 * 1024) /* bytes free below which a node fails */
 #define GPU_FREE_NOTE 0.5        /* fraction of a GPU's memory free below which: note */
-
-struct doc_node {
-    int probed;         /* the master probe answered for this node */
-    int reached;        /* node 0: holds the master port; others: reached node 0 */
-    char *iface, *src;  /* route to the master (owned) */
-    int asked, answered;
-    double t0, t3;      /* diag sent / answer seen, launcher's CLOCK_REALTIME */
-    double offset, bound;
-};
-
-struct doctor {
-    int json, allreduce;
-    struct dsl_strvec fwd;   /* the launcher options given, for the all-reduce job */
-    struct dsl_job *job;
-    struct doc_node *dn;
-    int connect_code, probe_code, probe_ran, interrupted;
-    struct dsl_doctor_bench bench;
-    struct dsl_doctor_report rep;
-};
 
 static void doc_release(struct doctor *d, int nnodes)
 {
@@ -190,12 +170,6 @@ static void put(struct doctor *d, const char *host, const char *check, enum dsl_
     free(value);
 }
 
-static const struct dsl_facts *facts_of(const struct dsl_job_node *n)
-{
-    return n->state != DSL_NODE_FAILED && n->have_probed && n->probed.facts ? n->probed.facts
-                                                                            : NULL;
-}
-
 /* One version check across nodes: flag the nodes that differ from the majority. */
 static void check_versions(struct doctor *d, struct dsl_job *job, const char *check,
                            size_t member, size_t path_member, enum dsl_doctor_status mismatch,
@@ -205,7 +179,7 @@ static void check_versions(struct doctor *d, struct dsl_job *job, const char *ch
     int *idx = dsl_xcalloc((size_t)job->nnodes + 1, sizeof(int));
     int nv = 0;
     for (int i = 0; i < job->nnodes; i++) {
-        const struct dsl_facts *f = facts_of(&job->nodes[i]);
+        const struct dsl_facts *f = dsl_doctor_facts_of(&job->nodes[i]);
         if (!f)
             continue;
         char *const *field = (char *const *)(const void *)((const char *)f + member);
@@ -217,7 +191,7 @@ static void check_versions(struct doctor *d, struct dsl_job *job, const char *ch
         const char *host = job->nodes[idx[k]].pn->host;
         const char *path = "";
         if (path_member) {
-            const struct dsl_facts *f = facts_of(&job->nodes[idx[k]]);
+            const struct dsl_facts *f = dsl_doctor_facts_of(&job->nodes[idx[k]]);
             char *const *pf = (char *const *)(const void *)((const char *)f + path_member);
             path = *pf ? *pf : "";
         }
@@ -278,7 +252,7 @@ static void check_gpus(struct doctor *d, struct dsl_job *job)
 {
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
-        const struct dsl_facts *f = facts_of(n);
+        const struct dsl_facts *f = dsl_doctor_facts_of(n);
         if (!f)
             continue;
         const char *host = n->pn->host;
@@ -459,7 +433,7 @@ static void check_network(struct doctor *d, struct dsl_job *job)
             check_ifname(d, job, i, DSL_ENV_GLOO_SOCKET_IFNAME, 1);
         }
         /* InfiniBand */
-        const struct dsl_facts *f = facts_of(n);
+        const struct dsl_facts *f = dsl_doctor_facts_of(n);
         if (!f)
             continue;
         if (f->ib.nr) {
@@ -490,7 +464,7 @@ static void check_node_misc(struct doctor *d, struct dsl_job *job)
         const char *host = n->pn->host;
         if (n->state == DSL_NODE_FAILED && !dn->answered)
             continue;
-        const struct dsl_facts *f = facts_of(n);
+        const struct dsl_facts *f = dsl_doctor_facts_of(n);
         if (!f) {
             put(d, host, "facts", DSL_DOCTOR_FAIL,
                 dsl_xasprintf("the agent on %s did not answer the diag probe: install dslaunch "
@@ -541,7 +515,7 @@ static void run_bench(struct doctor *d, struct dsl_job *job)
 {
     int gpus = 1;
     for (int i = 0; i < job->nnodes; i++) {
-        const struct dsl_facts *f = facts_of(&job->nodes[i]);
+        const struct dsl_facts *f = dsl_doctor_facts_of(&job->nodes[i]);
         if (job->nodes[i].hello.gpus <= 0 || !f || !strcmp(f->nccl, "none"))
             gpus = 0;
     }
@@ -593,109 +567,6 @@ static void check_bench(struct doctor *d, struct dsl_job *job)
                             "often cure hangs)"
                           : ""),
         dsl_xasprintf("failed (exit %d, %s backend): %s", b->code, b->backend, last));
-}
-
-/* ---- output ---- */
-
-static void print_json(struct doctor *d, struct dsl_job *job)
-{
-    cJSON *o = cJSON_CreateObject();
-    int problems = dsl_doctor_report_count(&d->rep, DSL_DOCTOR_FAIL);
-    cJSON_AddBoolToObject(o, "ok", problems == 0);
-    cJSON_AddNumberToObject(o, "problems", problems);
-    cJSON_AddNumberToObject(o, "notes", dsl_doctor_report_count(&d->rep, DSL_DOCTOR_NOTE));
-    cJSON_AddStringToObject(o, "version", DSL_VERSION);
-    cJSON_AddStringToObject(o, "master_addr", job->plan->master_addr ? job->plan->master_addr : "");
-    cJSON_AddNumberToObject(o, "master_port", job->plan->master_port);
-    cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
-    for (int i = 0; i < job->nnodes; i++) {
-        struct dsl_job_node *n = &job->nodes[i];
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "host", n->pn->host);
-        cJSON_AddBoolToObject(x, "reachable", n->state != DSL_NODE_FAILED);
-        if (n->have_hello) {
-            cJSON_AddStringToObject(x, "hostname", n->hello.host);
-            cJSON_AddStringToObject(x, "dslaunch", n->hello.version);
-            cJSON_AddNumberToObject(x, "cpus", n->hello.cpus);
-            cJSON_AddNumberToObject(x, "gpus", n->hello.gpus);
-        }
-        cJSON_AddNumberToObject(x, "slots", n->pn->nslots);
-        if (d->dn && d->dn[i].probed) {
-            cJSON_AddBoolToObject(x, "master_reached", d->dn[i].reached);
-            cJSON_AddStringToObject(x, "iface", d->dn[i].iface);
-            cJSON_AddStringToObject(x, "src", d->dn[i].src);
-        }
-        const struct dsl_facts *f = facts_of(n);
-        if (f) {
-            cJSON_AddStringToObject(x, "kernel", f->kernel);
-            cJSON_AddStringToObject(x, "glibc", f->glibc);
-            cJSON_AddStringToObject(x, "cuda_driver", f->cuda_driver);
-            cJSON_AddStringToObject(x, "cuda_runtime", f->cuda_runtime);
-            cJSON_AddStringToObject(x, "nccl", f->nccl);
-            if (f->cvd_set)
-                cJSON_AddStringToObject(x, "cuda_visible_devices", f->cvd);
-            cJSON *g = cJSON_AddArrayToObject(x, "gpu_free_mib");
-            for (int k = 0; k < f->ngpu; k++)
-                cJSON_AddItemToArray(g, cJSON_CreateNumber(f->gpu_free_mib[k]));
-            cJSON *ib = cJSON_AddArrayToObject(x, "infiniband");
-            for (size_t k = 0; k < f->ib.nr; k++)
-                cJSON_AddItemToArray(ib, cJSON_CreateString(f->ib.v[k]));
-            cJSON_AddNumberToObject(x, "disk_free", f->disk_free);
-            cJSON_AddNumberToObject(x, "clock_offset", d->dn[i].offset);
-            cJSON_AddNumberToObject(x, "clock_bound", d->dn[i].bound);
-        }
-        cJSON_AddItemToArray(nodes, x);
-    }
-    cJSON *checks = cJSON_AddArrayToObject(o, "checks");
-    for (int i = 0; i < d->rep.nrows; i++) {
-        const struct dsl_doctor_row *r = &d->rep.rows[i];
-        cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "host", r->host);
-        cJSON_AddStringToObject(x, "check", r->check);
-        cJSON_AddStringToObject(x, "status", r->status == DSL_DOCTOR_OK     ? "ok"
-                                             : r->status == DSL_DOCTOR_NOTE ? "note"
-                                                                            : "fail");
-        cJSON_AddStringToObject(x, "value", r->value);
-        if (r->remedy)
-            cJSON_AddStringToObject(x, "remedy", r->remedy);
-        cJSON_AddItemToArray(checks, x);
-    }
-    if (d->bench.ran) {
-        cJSON *b = cJSON_AddObjectToObject(o, "allreduce");
-        cJSON_AddBoolToObject(b, "ok", d->bench.ok);
-        cJSON_AddStringToObject(b, "backend", d->bench.backend);
-        cJSON_AddNumberToObject(b, "ranks", job->pl->world_size);
-        cJSON_AddNumberToObject(b, "busbw_gbps", d->bench.busbw);
-        cJSON *t = cJSON_AddArrayToObject(b, "table");
-        for (size_t k = 0; k < d->bench.table.nr; k++)
-            cJSON_AddItemToArray(t, cJSON_CreateString(d->bench.table.v[k]));
-    }
-    char *s = cJSON_Print(o);
-    fputs(s, stdout);
-    fputc('\n', stdout);
-    cJSON_free(s);
-    cJSON_Delete(o);
-}
-
-static void print_table(struct doctor *d, struct dsl_job *job)
-{
-    printf("dslaunch doctor %s: %d node(s), %d rank(s), MASTER_ADDR=%s MASTER_PORT=%d\n",
-           DSL_VERSION, job->nnodes, job->pl->world_size,
-           job->plan->master_addr ? job->plan->master_addr : "?", job->plan->master_port);
-    dsl_doctor_report_print(&d->rep, stdout);
-    if (d->bench.ran && d->bench.table.nr) {
-        printf("all-reduce (%s):\n", d->bench.backend);
-        for (size_t k = 0; k < d->bench.table.nr; k++)
-            printf("  %s\n", d->bench.table.v[k]);
-    }
-    int problems = dsl_doctor_report_count(&d->rep, DSL_DOCTOR_FAIL);
-    int notes = dsl_doctor_report_count(&d->rep, DSL_DOCTOR_NOTE);
-    if (problems)
-        printf("doctor: %d problem(s), %d note(s)\n", problems, notes);
-    else
-        printf("doctor: all checks passed on %d node(s)%s\n", job->nnodes,
-               notes ? " (see the notes)" : "");
-    fflush(stdout);
 }
 
 /* ---- the command ---- */
@@ -827,9 +698,9 @@ int dsl_doctor_main(int argc, char **argv)
     check_node_misc(&d, &job);
     check_bench(&d, &job);
     if (d.json)
-        print_json(&d, &job);
+        dsl_doctor_print_json(&d, &job);
     else
-        print_table(&d, &job);
+        dsl_doctor_print_table(&d, &job);
     code = dsl_doctor_report_count(&d.rep, DSL_DOCTOR_FAIL) ? 1 : 0;
 
 out:

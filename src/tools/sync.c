@@ -1,44 +1,28 @@
 /*
  * dslaunch sync: files and directories to every host over SFTP.
  *
- * Theory of operation. The sources are scanned once, locally, into a tree of entries
- * (directories with their children sorted by name, regular files, symlinks); other file
- * types are skipped with a warning. Then min(--fanout, hosts) worker threads take hosts
- * from a shared counter; each opens one blocking libssh session (sshsession.c: the
- * launcher's config, host-key and authentication rules) and one SFTP session on it,
- * and walks the tree:
- *
- *   directory  one SFTP readdir of the remote directory gives name, type, size, mtime
- *              and mode of every remote child at once (no stat per file), so a no-change
- *              run costs one round trip per directory; missing directories are made,
- *              with --delete remote children absent at the source are removed
- *              (recursively); mode and mtime are set after the children are done
- *   file       skipped when the remote one is a regular file of the same size and mtime
- *              (seconds); with --checksum, when the SHA-256 of both sides match (the
- *              remote side hashes with `sha256sum` on an exec channel of the same
- *              session, in batches, so no file is read back over the network; its lines
- *              are matched by path, and the local side hashes the batch meanwhile on
- *              several threads). Copies
- *              go to ".NAME.dsl-sync-XXXX" in the same directory, are fsync'ed when the
- *              server offers fsync@openssh.com, get mode and mtime, and are renamed over
- *              NAME: an SFTP rename for a new NAME, `mv -f` (rename(2)) on an exec
- *              channel for an existing one, as OpenSSH's SFTP v3 rename is link(2) and
- *              libssh 0.10 has no posix-rename call: a failed copy never replaces a good
- *              file, and an updated file is never missing
- *   symlink    copied as a link (same target text); a different remote entry is replaced
+ * Theory of operation. The sources are scanned once, locally (sync_scan.c). Then
+ * min(--fanout, hosts) worker threads take hosts from a shared counter; each opens one
+ * blocking libssh session (sshsession.c: the launcher's config, host-key and
+ * authentication rules) and one SFTP session on it, and walks the tree onto the host
+ * (sync_walk.c; --checksum: sync_checksum.c; single file operations and the atomic
+ * replace: sync_remote.c).
  *
  * Shared destinations: before each PATH a host creates ".NAME.dsl-sync-claim-RUN" beside
  * it with O_EXCL, RUN a random id of this run. The host that makes it copies; a host that
  * finds it (the nodes share the directory: NFS, a bind mount) waits for the owner, copies
- * nothing and says so. The owner removes the claim once every other host has looked.
+ * nothing and says so. The claim stays until every other host has looked: with a thread
+ * per host the owner waits for that; with fewer threads (--fanout below the hosts) it
+ * cannot, as a host that has not started needs its thread, so the owner ends with its
+ * session left open and its claims kept, and the main thread removes them once every
+ * host is done (SYNC_KEEP_MAX sessions at most; past that a claim goes at once, a later
+ * host finds the files up to date instead of being told, and the summary says so).
  *
  * A host stops at its first failure (the message names host and path); the others go
  * on. The main thread prints a progress line every second on stderr once a copy has
  * run for a second (bytes, files, rate, slowest host), then one summary line per host
  * and a total on stdout.
  */
-#define _DEFAULT_SOURCE /* realpath */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -64,795 +48,13 @@
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/plan/placement.h"
-#include "digest.h"
 #include "dslaunch/remote/sshsession.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/tools/sync.h"
 #include "dslaunch/common/xalloc.h"
+#include "sync_impl.h"
 #include "dslaunch/common/banned.h"
-
-#define SYNC_CHUNK (128u * 1024u)   /* bytes per SFTP write (OpenSSH takes 256 KiB) */
-#define SYNC_HASH_BATCH 64          /* files per remote sha256sum command */
-#define SYNC_HASH_THREADS 8         /* local hashing threads per batch, at most */
-#define SYNC_HASH_LOCKS 64          /* striped locks over the entries' hash state */
-
-struct sync_entry {
-    char *name;                /* name in the parent directory; owned */
-    char *local;               /* local path; owned */
-    mode_t mode;               /* st_mode, type included */
-    uint64_t size;
-    int64_t mtime;
-    char *link;                /* symlink target; owned */
-    struct sync_entry *kids;   /* directories: children sorted by name; owned */
-    size_t nkids, alloc;
-    unsigned char sha[32];     /* --checksum: local hash */
-    int hashed;
-};
-
-struct sync_root {
-    struct sync_entry e;
-    char *remote;              /* absolute (or --dest relative) remote path; owned */
-};
-
-struct sync_host {
-    const char *name;          /* borrowed */
-    const struct dsl_sync_opts *o;
-    ssh_session s;
-    sftp_session sftp;
-    int can_fsync;
-    const char *shared_with;   /* borrowed: the host that copied a shared destination */
-    unsigned shared;           /* roots left to shared_with (same directory there) */
-    _Atomic size_t looked;     /* roots whose claim this host has checked */
-    _Atomic size_t finished;   /* roots this host is done with (copied, or gave up) */
-    char *buf;                 /* SYNC_CHUNK bytes */
-    _Atomic uint64_t bytes;
-    _Atomic unsigned copied;
-    _Atomic int done;
-    unsigned same, deleted;
-    unsigned long mut;         /* remote changes made (directory mtimes need redoing) */
-    double t0, t1;
-    int rc;
-    char err[DSL_ERR_LEN];
-    struct dsl_strvec pending; /* --checksum: remote paths whose hash must be compared */
-    struct sync_entry **pending_e;
-    size_t pending_alloc;
-};
-
-struct sync_run {
-    const struct dsl_sync_opts *o;
-    struct sync_root *roots;
-    size_t nroots;
-    struct sync_host *hosts;
-    size_t nhosts;
-    _Atomic size_t next;
-    char token[17];            /* this run's id, in the claim file of a destination */
-    int all_at_once;           /* a thread per host: hosts may wait for each other */
-    pthread_mutex_t hash_locks[SYNC_HASH_LOCKS]; /* local hashes are computed once */
-};
-
-/* ---- local scan ---- */
-
-static int entry_cmp(const void *a, const void *b)
-{
-    return strcmp(((const struct sync_entry *)a)->name, ((const struct sync_entry *)b)->name);
-}
-
-static void entry_release(struct sync_entry *e)
-{
-    for (size_t i = 0; i < e->nkids; i++)
-        entry_release(&e->kids[i]);
-    free(e->kids);
-    free(e->name);
-    free(e->local);
-    free(e->link);
-}
-
-/* lstat local and fill e (name and local set by the caller); 1: skipped type. */
-static int scan(struct sync_entry *e, char *err)
-{
-    struct stat st;
-    if (lstat(e->local, &st) < 0)
-        return dsl_seterr(err, -errno, "cannot read '%s': %s", e->local, strerror(errno));
-    e->mode = st.st_mode;
-    e->size = (uint64_t)st.st_size;
-    e->mtime = (int64_t)st.st_mtime;
-    if (S_ISLNK(st.st_mode)) {
-        char buf[PATH_MAX];
-        ssize_t n = readlink(e->local, buf, sizeof(buf) - 1);
-        if (n < 0)
-            return dsl_seterr(err, -errno, "cannot read link '%s': %s", e->local,
-                              strerror(errno));
-        buf[n] = '\0';
-        e->link = dsl_xstrdup(buf);
-        return 0;
-    }
-    if (S_ISREG(st.st_mode))
-        return 0;
-    if (!S_ISDIR(st.st_mode)) {
-        dsl_warn("sync: skipping '%s': not a file, directory or symlink", e->local);
-        return 1;
-    }
-    DIR *d = opendir(e->local);
-    if (!d)
-        return dsl_seterr(err, -errno, "cannot read directory '%s': %s", e->local,
-                          strerror(errno));
-    struct dirent *de;
-    int r = 0;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-            continue;
-        DSL_ALLOC_GROW(e->kids, e->nkids, e->alloc);
-        struct sync_entry *k = &e->kids[e->nkids];
-        memset(k, 0, sizeof(*k));
-        k->name = dsl_xstrdup(de->d_name);
-        k->local = dsl_xasprintf("%s/%s", e->local, de->d_name);
-        r = scan(k, err);
-        if (r < 0) {
-            e->nkids++;
-            break;
-        }
-        if (r == 1) {
-            entry_release(k);
-            r = 0;
-            continue;
-        }
-        e->nkids++;
-    }
-    closedir(d);
-    if (r < 0)
-        return r;
-    if (e->nkids)
-        qsort(e->kids, e->nkids, sizeof(*e->kids), entry_cmp);
-    return 0;
-}
-
-/* PATH -> its absolute form without resolving the last component, and the remote path. */
-static int make_root(struct sync_root *root, const char *path, const char *dest, char *err)
-{
-    char *p = dsl_xstrdup(path);
-    size_t len = strlen(p);
-    while (len > 1 && p[len - 1] == '/')
-        p[--len] = '\0';
-    char *slash = strrchr(p, '/');
-    const char *base = slash ? slash + 1 : p;
-    char *dir = slash ? (slash == p ? dsl_xstrdup("/") : dsl_xstrndup(p, (size_t)(slash - p)))
-                      : dsl_xstrdup(".");
-    char real[PATH_MAX];
-    int r = 0;
-    if (!*base || !strcmp(base, ".") || !strcmp(base, "..")) {
-        /* "." or "dir/..": resolve the whole thing */
-        if (!realpath(p, real)) {
-            r = dsl_seterr(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-            goto out;
-        }
-        root->e.local = dsl_xstrdup(real);
-    } else {
-        if (!realpath(dir, real)) {
-            r = dsl_seterr(err, -errno, "cannot read '%s': %s", path, strerror(errno));
-            goto out;
-        }
-        root->e.local = dsl_xasprintf("%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
-    }
-    if (!strcmp(root->e.local, "/")) {
-        r = dsl_seterr(err, DSL_EUSAGE, "refusing to sync '/'");
-        goto out;
-    }
-    const char *b = strrchr(root->e.local, '/') + 1;
-    root->e.name = dsl_xstrdup(b);
-    if (dest)
-        root->remote = dsl_xasprintf("%s%s%s", dest,
-                                     dest[0] && dest[strlen(dest) - 1] == '/' ? "" : "/", b);
-    else
-        root->remote = dsl_xstrdup(root->e.local);
-    r = scan(&root->e, err);
-    if (r == 1)
-        r = dsl_seterr(err, DSL_EUSAGE, "cannot sync '%s': not a file, directory or symlink",
-                       path);
-out:
-    free(p);
-    free(dir);
-    return r;
-}
-
-/* ---- remote side ---- */
-
-static const char *fx_text(int fx)
-{
-    switch (fx) {
-    case SSH_FX_NO_SUCH_FILE: return "no such file or directory";
-    case SSH_FX_PERMISSION_DENIED: return "permission denied";
-    case SSH_FX_NO_CONNECTION:
-    case SSH_FX_CONNECTION_LOST: return "connection lost";
-    case SSH_FX_OP_UNSUPPORTED: return "operation not supported by the server";
-    case SSH_FX_FILE_ALREADY_EXISTS: return "file exists";
-    case SSH_FX_WRITE_PROTECT: return "read-only file system";
-    case SSH_FX_NO_MEDIA: return "no media";
-    default: return "failure";
-    }
-}
-
-/*
- * Record the host's failure: "cannot create '/d/f': read-only file system". OpenSSH
- * reports EROFS and ENOSPC as a bare SSH_FX_FAILURE; ask statvfs@openssh.com which.
- */
-static int host_fail(struct sync_host *h, const char *what, const char *path)
-{
-    int fx = h->sftp ? sftp_get_error(h->sftp) : -1;
-    const char *why = fx_text(fx);
-    if (fx == SSH_FX_FAILURE && h->sftp &&
-        sftp_extension_supported(h->sftp, "statvfs@openssh.com", "2")) {
-        char *dir = dsl_xstrdup(path);
-        char *sl = strrchr(dir, '/');
-        if (sl && sl != dir)
-            *sl = '\0';
-        sftp_statvfs_t v = sftp_statvfs(h->sftp, dir);
-        if (v && (v->f_flag & SSH_FXE_STATVFS_ST_RDONLY))
-            why = "read-only file system";
-        else if (v && v->f_bavail == 0)
-            why = "no space left on device";
-        sftp_statvfs_free(v);
-        free(dir);
-    }
-    if (!ssh_is_connected(h->s))
-        why = ssh_get_error(h->s);
-    h->rc = fx == SSH_FX_NO_CONNECTION || fx == SSH_FX_CONNECTION_LOST ? DSL_ECONNECT
-                                                                       : DSL_EREMOTE;
-    snprintf(h->err, sizeof(h->err), "%s: cannot %s '%s': %s", h->name, what, path, why);
-    return h->rc;
-}
-
-/* lstat: attributes, or NULL with *missing set when the path does not exist. */
-static sftp_attributes rlstat(struct sync_host *h, const char *path, int *missing)
-{
-    sftp_attributes a = sftp_lstat(h->sftp, path);
-    *missing = !a && sftp_get_error(h->sftp) == SSH_FX_NO_SUCH_FILE;
-    return a;
-}
-
-static int rtype(sftp_attributes a)
-{
-    return a->type;
-}
-
-static int rm_rf(struct sync_host *h, const char *path, int type)
-{
-    if (type == SSH_FILEXFER_TYPE_DIRECTORY) {
-        sftp_dir d = sftp_opendir(h->sftp, path);
-        if (!d)
-            return host_fail(h, "read directory", path);
-        sftp_attributes a;
-        int r = 0;
-        while (r == 0 && (a = sftp_readdir(h->sftp, d))) {
-            if (strcmp(a->name, ".") && strcmp(a->name, "..")) {
-                char *sub = dsl_xasprintf("%s/%s", path, a->name);
-                r = rm_rf(h, sub, rtype(a));
-                free(sub);
-            }
-            sftp_attributes_free(a);
-        }
-        sftp_closedir(d);
-        if (r < 0)
-            return r;
-        if (sftp_rmdir(h->sftp, path) < 0)
-            return host_fail(h, "remove directory", path);
-    } else if (sftp_unlink(h->sftp, path) < 0) {
-        return host_fail(h, "remove", path);
-    }
-    h->mut++;
-    return 0;
-}
-
-static int set_meta(struct sync_host *h, const char *path, const struct sync_entry *e)
-{
-    struct sftp_attributes_struct at;
-    memset(&at, 0, sizeof(at));
-    at.flags = SSH_FILEXFER_ATTR_PERMISSIONS | SSH_FILEXFER_ATTR_ACMODTIME;
-    at.permissions = (uint32_t)(e->mode & 07777);
-    at.atime = (uint32_t)e->mtime;
-    at.mtime = (uint32_t)e->mtime;
-    if (sftp_setstat(h->sftp, path, &at) < 0)
-        return host_fail(h, "set mode and mtime of", path);
-    return 0;
-}
-
-static int set_mode(struct sync_host *h, const char *path, mode_t mode)
-{
-    if (sftp_chmod(h->sftp, path, mode & 07777) < 0)
-        return host_fail(h, "set the mode of", path);
-    return 0;
-}
-
-/* rename(2) of tmp over path on the node, replacing an existing file atomically.
- * OpenSSH's sftp-server does a plain SFTP v3 RENAME with link(2), which refuses an
- * existing target, and libssh 0.10 has no call for posix-rename@openssh.com; `mv -f`
- * of a file within one directory is rename(2). One exec channel on the same session. */
-static int remote_replace(struct sync_host *h, const char *tmp, const char *path)
-{
-    char *qs = dsl_shell_quote(tmp), *qd = dsl_shell_quote(path);
-    char *cmd = dsl_xasprintf("exec mv -f -- %s %s", qs, qd);
-    free(qs);
-    free(qd);
-    int st = -1;
-    ssh_channel ch = ssh_channel_new(h->s);
-    if (ch && ssh_channel_open_session(ch) == SSH_OK &&
-        ssh_channel_request_exec(ch, cmd) == SSH_OK) {
-        char buf[512];
-        while (ssh_channel_read(ch, buf, sizeof(buf), 0) > 0)
-            ;
-        ssh_channel_send_eof(ch);
-        ssh_channel_close(ch);
-        st = ssh_channel_get_exit_status(ch);
-    }
-    if (ch)
-        ssh_channel_free(ch);
-    free(cmd);
-    return st == 0 ? 0 : -1;
-}
-
-/* After a lost race where no rename could replace the file (a server without a shell
- * for mv): is path already what e is, by size and SHA-256? Read back over SFTP, so it
- * costs the file's bytes, and only ever on that path. */
-static int already_there(struct sync_host *h, const struct sync_entry *e, const char *path)
-{
-    int missing, same = 0;
-    sftp_attributes a = rlstat(h, path, &missing);
-    if (!a || rtype(a) != SSH_FILEXFER_TYPE_REGULAR || a->size != e->size) {
-        sftp_attributes_free(a);
-        return 0;
-    }
-    sftp_attributes_free(a);
-    unsigned char want[DSL_SHA256_LEN], got[DSL_SHA256_LEN];
-    char err[DSL_ERR_LEN];
-    if (dsl_sha256_file(e->local, want, err) < 0)
-        return 0;
-    sftp_file f = sftp_open(h->sftp, path, O_RDONLY, 0);
-    struct dsl_sha256 c;
-    if (!f || dsl_sha256_init(&c) < 0) {
-        if (f)
-            sftp_close(f);
-        return 0;
-    }
-    ssize_t n;
-    uint64_t total = 0;
-    while ((n = sftp_read(f, h->buf, SYNC_CHUNK)) > 0) {
-        dsl_sha256_update(&c, h->buf, (size_t)n);
-        total += (uint64_t)n;
-    }
-    sftp_close(f);
-    if (dsl_sha256_final(&c, got) == 0 && n == 0 && total == e->size)
-        same = !memcmp(want, got, sizeof(want));
-    return same;
-}
-
-static int copy_file(struct sync_host *h, const struct sync_entry *e, const char *path,
-                     sftp_attributes old)
-{
-    char *tmp = NULL;
-    const char *sl = strrchr(path, '/');
-    unsigned rnd = (unsigned)rand() ^ (unsigned)getpid();
-    if (sl)
-        tmp = dsl_xasprintf("%.*s.%s.dsl-sync-%06x", (int)(sl - path + 1), path, sl + 1,
-                            rnd & 0xffffffu);
-    else
-        tmp = dsl_xasprintf(".%s.dsl-sync-%06x", path, rnd & 0xffffffu);
-    int r = 0, fd = -1;
-    sftp_file f = NULL;
-    fd = open(e->local, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        h->rc = -errno;
-        snprintf(h->err, sizeof(h->err), "%s: cannot read local '%s': %s", h->name, e->local,
-                 strerror(errno));
-        r = h->rc;
-        goto out;
-    }
-    f = sftp_open(h->sftp, tmp, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    if (!f) {
-        r = host_fail(h, "create", tmp);
-        goto out;
-    }
-    for (;;) {
-        ssize_t n = read(fd, h->buf, SYNC_CHUNK);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            h->rc = -errno;
-            snprintf(h->err, sizeof(h->err), "%s: cannot read local '%s': %s", h->name,
-                     e->local, strerror(errno));
-            r = h->rc;
-            goto out;
-        }
-        if (n == 0)
-            break;
-        size_t off = 0;
-        while (off < (size_t)n) {
-            ssize_t w = sftp_write(f, h->buf + off, (size_t)n - off);
-            if (w <= 0) {
-                r = host_fail(h, "write", tmp);
-                goto out;
-            }
-            off += (size_t)w;
-            atomic_fetch_add(&h->bytes, (uint64_t)w);
-        }
-    }
-    if (h->can_fsync && sftp_fsync(f) < 0) {
-        r = host_fail(h, "fsync", tmp);
-        goto out;
-    }
-    int cr = sftp_close(f);
-    f = NULL;
-    if (cr < 0) {
-        r = host_fail(h, "write", tmp);
-        goto out;
-    }
-    if ((r = set_meta(h, tmp, e)) < 0)
-        goto out;
-    if (old && rtype(old) == SSH_FILEXFER_TYPE_DIRECTORY && (r = rm_rf(h, path, rtype(old))) < 0)
-        goto out;
-    /* An existing target (or one another node placed meanwhile) is replaced with
-     * rename(2) on the node, never unlinked first: there is no moment without a file. */
-    if ((old && rtype(old) == SSH_FILEXFER_TYPE_REGULAR) || sftp_rename(h->sftp, tmp, path) < 0) {
-        if (remote_replace(h, tmp, path) < 0) {
-            if (already_there(h, e, path)) { /* another node placed the same file */
-                sftp_unlink(h->sftp, tmp);
-                free(tmp);
-                tmp = NULL;
-                h->same++;
-                goto out;
-            }
-            r = host_fail(h, "rename into place", path);
-            goto out;
-        }
-    }
-    free(tmp);
-    tmp = NULL;
-    h->mut++;
-    atomic_fetch_add(&h->copied, 1u);
-    if (h->o->verbose > 0)
-        printf("%s: copied %s\n", h->name, path);
-out:
-    if (f)
-        sftp_close(f);
-    if (tmp && h->sftp && ssh_is_connected(h->s))
-        sftp_unlink(h->sftp, tmp); /* best effort: never leave half a copy behind */
-    free(tmp);
-    if (fd >= 0)
-        close(fd);
-    return r;
-}
-
-static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
-                      const char *path, sftp_attributes a);
-static int flush_pending(struct sync_run *run, struct sync_host *h);
-
-static int attr_cmp(const void *x, const void *y)
-{
-    return strcmp((*(sftp_attributes const *)x)->name, (*(sftp_attributes const *)y)->name);
-}
-
-static int sync_dir(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
-                    const char *path, sftp_attributes a)
-{
-    int r = 0;
-    if (a && rtype(a) != SSH_FILEXFER_TYPE_DIRECTORY) {
-        if ((r = rm_rf(h, path, rtype(a))) < 0)
-            return r;
-        a = NULL;
-    }
-    if (!a) {
-        if (sftp_mkdir(h->sftp, path, 0700) < 0)
-            return host_fail(h, "create directory", path);
-        h->mut++;
-    }
-    /* every remote child with its attributes, in one listing */
-    sftp_attributes *list = NULL;
-    size_t nlist = 0, alloc = 0;
-    if (a) {
-        sftp_dir d = sftp_opendir(h->sftp, path);
-        if (!d)
-            return host_fail(h, "read directory", path);
-        sftp_attributes x;
-        while ((x = sftp_readdir(h->sftp, d))) {
-            if (!strcmp(x->name, ".") || !strcmp(x->name, "..")) {
-                sftp_attributes_free(x);
-                continue;
-            }
-            DSL_ALLOC_GROW(list, nlist, alloc);
-            list[nlist++] = x;
-        }
-        int eof = sftp_dir_eof(d);
-        sftp_closedir(d);
-        if (!eof) {
-            r = host_fail(h, "read directory", path);
-            goto out;
-        }
-        if (nlist)
-            qsort(list, nlist, sizeof(*list), attr_cmp);
-    }
-    unsigned long mut0 = h->mut;
-    char *seen = nlist ? dsl_xcalloc(nlist, 1) : NULL;
-    for (size_t i = 0; i < e->nkids && r == 0; i++) {
-        struct sync_entry *k = &e->kids[i];
-        sftp_attributes *hit = NULL;
-        if (nlist) {
-            struct sftp_attributes_struct key;
-            sftp_attributes kp = &key;
-            key.name = k->name;
-            hit = bsearch(&kp, list, nlist, sizeof(*list), attr_cmp);
-        }
-        if (hit)
-            seen[hit - list] = 1;
-        char *sub = dsl_xasprintf("%s/%s", path, k->name);
-        r = sync_entry(run, h, k, sub, hit ? *hit : NULL);
-        free(sub);
-    }
-    if (r == 0)
-        r = flush_pending(run, h); /* --checksum copies land before the mtime is set */
-    if (r == 0 && run->o->delete_extra) {
-        for (size_t i = 0; i < nlist && r == 0; i++) {
-            if (seen[i])
-                continue;
-            char *sub = dsl_xasprintf("%s/%s", path, list[i]->name);
-            r = rm_rf(h, sub, rtype(list[i]));
-            if (r == 0) {
-                h->deleted++;
-                if (h->o->verbose > 0)
-                    printf("%s: deleted %s\n", h->name, sub);
-            }
-            free(sub);
-        }
-    }
-    free(seen);
-    /* a change inside the directory moved its mtime: set it again */
-    if (r == 0 && (!a || h->mut != mut0 || (a->permissions & 07777) != (e->mode & 07777) ||
-                   (int64_t)a->mtime != e->mtime))
-        r = set_meta(h, path, e);
-out:
-    for (size_t i = 0; i < nlist; i++)
-        sftp_attributes_free(list[i]);
-    free(list);
-    return r;
-}
-
-/* --checksum: hash the local file once (several hosts may ask for it at once, and a
- * host hashes its batch on several threads). Each entry's state is guarded by one of
- * SYNC_HASH_LOCKS striped locks, so different files hash in parallel. */
-static pthread_mutex_t *hash_lock_of(struct sync_run *run, const struct sync_entry *e)
-{
-    return &run->hash_locks[((uintptr_t)e / sizeof(*e)) % SYNC_HASH_LOCKS];
-}
-
-static int local_hash(struct sync_run *run, struct sync_entry *e, char *err)
-{
-    int r = 0;
-    pthread_mutex_t *m = hash_lock_of(run, e);
-    pthread_mutex_lock(m);
-    if (!e->hashed) {
-        r = dsl_sha256_file(e->local, e->sha, err);
-        if (r == 0)
-            e->hashed = 1;
-    }
-    pthread_mutex_unlock(m);
-    return r;
-}
-
-struct hash_batch {
-    struct sync_run *run;
-    struct sync_entry **e;
-    size_t n;
-    _Atomic size_t next;
-    pthread_mutex_t lock;
-    int rc;                 /* first failure, under lock */
-    char err[DSL_ERR_LEN];
-};
-
-static void *hash_worker(void *arg)
-{
-    struct hash_batch *b = arg;
-    char err[DSL_ERR_LEN];
-    size_t i;
-    while ((i = atomic_fetch_add(&b->next, 1)) < b->n) {
-        int r = local_hash(b->run, b->e[i], err);
-        if (r < 0) {
-            pthread_mutex_lock(&b->lock);
-            if (!b->rc) {
-                b->rc = r;
-                snprintf(b->err, sizeof(b->err), "%s", err);
-            }
-            pthread_mutex_unlock(&b->lock);
-        }
-    }
-    return NULL;
-}
-
-/* Start hashing b's entries on up to SYNC_HASH_THREADS threads (and the cores there
- * are); *nt says how many started, 0 when the caller must hash them itself. */
-static void hash_batch_start(struct hash_batch *b, pthread_t *t, size_t *nt)
-{
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t want = cpus > 1 ? (size_t)cpus : 1;
-    if (want > SYNC_HASH_THREADS)
-        want = SYNC_HASH_THREADS;
-    if (want > b->n)
-        want = b->n;
-    *nt = 0;
-    while (*nt < want && pthread_create(&t[*nt], NULL, hash_worker, b) == 0)
-        (*nt)++;
-}
-
-/* Hash the pending remote files with one sha256sum while the local side hashes them on
- * several threads; copy those that differ. Remote lines are matched to files by path,
- * not by position: a file sha256sum cannot read prints no line (its error goes to
- * stderr), and any file without a matching line counts as different. */
-static int flush_pending(struct sync_run *run, struct sync_host *h)
-{
-    if (!h->pending.nr)
-        return 0;
-    struct dsl_dynbuf cmd, out;
-    dsl_dynbuf_init(&cmd, 1u << 20); /* SYNC_HASH_BATCH quoted paths */
-    dsl_dynbuf_init(&out, 1u << 20); /* as many "<hash>  <path>" lines */
-    int r = 0;
-    size_t n = h->pending.nr;
-    char (*remote)[65] = dsl_xcalloc(n, sizeof(*remote)); /* "" = no line for it */
-
-    struct hash_batch b;
-    memset(&b, 0, sizeof(b));
-    b.run = run;
-    b.e = h->pending_e;
-    b.n = n;
-    pthread_mutex_init(&b.lock, NULL);
-    pthread_t t[SYNC_HASH_THREADS];
-    size_t nt;
-    hash_batch_start(&b, t, &nt);
-
-    dsl_dynbuf_addstr(&cmd, "exec sha256sum --");
-    for (size_t i = 0; i < n; i++) {
-        char *q = dsl_shell_quote(h->pending.v[i]);
-        dsl_dynbuf_addf(&cmd, " %s", q);
-        free(q);
-    }
-    ssh_channel ch = ssh_channel_new(h->s);
-    if (!ch || ssh_channel_open_session(ch) != SSH_OK ||
-        ssh_channel_request_exec(ch, dsl_dynbuf_str(&cmd)) != SSH_OK) {
-        if (ch)
-            ssh_channel_free(ch);
-        h->rc = DSL_EREMOTE;
-        snprintf(h->err, sizeof(h->err), "%s: cannot run sha256sum for --checksum: %s",
-                 h->name, ssh_get_error(h->s));
-        r = h->rc;
-    } else {
-        char buf[8192];
-        int got;
-        while ((got = ssh_channel_read(ch, buf, sizeof(buf), 0)) > 0)
-            dsl_dynbuf_add(&out, buf, (size_t)got);
-        ssh_channel_send_eof(ch);
-        ssh_channel_close(ch);
-        ssh_channel_free(ch);
-    }
-    if (nt == 0)
-        hash_worker(&b);
-    for (size_t k = 0; k < nt; k++)
-        pthread_join(t[k], NULL);
-    pthread_mutex_destroy(&b.lock);
-    if (r < 0)
-        goto out;
-    if (b.rc < 0) {
-        h->rc = r = b.rc;
-        snprintf(h->err, sizeof(h->err), "%s: %.400s", h->name, b.err);
-        goto out;
-    }
-
-    const char *p = dsl_dynbuf_str(&out), *end = p + strlen(p);
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        char hex[65], *path;
-        if (dsl_sha256_parse_sum_line(p, len, hex, &path) == 0) {
-            for (size_t i = 0; i < n; i++) {
-                if (!remote[i][0] && !strcmp(h->pending.v[i], path)) {
-                    memcpy(remote[i], hex, sizeof(hex));
-                    break;
-                }
-            }
-            free(path);
-        }
-        p += len + (nl ? 1 : 0);
-    }
-    for (size_t i = 0; i < n && r == 0; i++) {
-        struct sync_entry *e = h->pending_e[i];
-        int same = 0;
-        if (remote[i][0]) {
-            char hex[65];
-            for (int k = 0; k < 32; k++)
-                snprintf(hex + 2 * k, 3, "%02x", e->sha[k]);
-            same = !strcmp(remote[i], hex);
-        }
-        if (same) {
-            h->same++;
-            continue;
-        }
-        int missing;
-        sftp_attributes a = rlstat(h, h->pending.v[i], &missing);
-        r = copy_file(h, e, h->pending.v[i], a);
-        sftp_attributes_free(a);
-    }
-out:
-    free(remote);
-    dsl_strvec_clear(&h->pending);
-    dsl_dynbuf_release(&cmd);
-    dsl_dynbuf_release(&out);
-    return r;
-}
-
-static int sync_entry(struct sync_run *run, struct sync_host *h, struct sync_entry *e,
-                      const char *path, sftp_attributes a)
-{
-    int r;
-    if (S_ISDIR(e->mode))
-        return sync_dir(run, h, e, path, a);
-    if (S_ISLNK(e->mode)) {
-        if (a && rtype(a) == SSH_FILEXFER_TYPE_SYMLINK) {
-            char *t = sftp_readlink(h->sftp, path);
-            int same = t && !strcmp(t, e->link);
-            ssh_string_free_char(t);
-            if (same) {
-                h->same++;
-                return 0;
-            }
-        }
-        if (a && (r = rm_rf(h, path, rtype(a))) < 0)
-            return r;
-        if (sftp_symlink(h->sftp, e->link, path) < 0)
-            return host_fail(h, "create symlink", path);
-        h->mut++;
-        atomic_fetch_add(&h->copied, 1u);
-        return 0;
-    }
-    /* regular file */
-    if (a && rtype(a) == SSH_FILEXFER_TYPE_REGULAR && a->size == e->size) {
-        if (run->o->checksum) {
-            if ((a->permissions & 07777) != (e->mode & 07777) &&
-                (r = set_mode(h, path, e->mode)) < 0)
-                return r;
-            DSL_ALLOC_GROW(h->pending_e, h->pending.nr, h->pending_alloc);
-            h->pending_e[h->pending.nr] = e;
-            dsl_strvec_push(&h->pending, path);
-            return h->pending.nr >= SYNC_HASH_BATCH ? flush_pending(run, h) : 0;
-        }
-        if ((int64_t)a->mtime == e->mtime) {
-            h->same++;
-            if ((a->permissions & 07777) != (e->mode & 07777))
-                return set_mode(h, path, e->mode);
-            return 0;
-        }
-    }
-    if (a && rtype(a) != SSH_FILEXFER_TYPE_REGULAR && rtype(a) != SSH_FILEXFER_TYPE_DIRECTORY) {
-        if ((r = rm_rf(h, path, rtype(a))) < 0)
-            return r;
-        a = NULL;
-    }
-    return copy_file(h, e, path, a);
-}
-
-/* mkdir -p of the parent of path. */
-static int make_parents(struct sync_host *h, const char *path)
-{
-    char *p = dsl_xstrdup(path);
-    int r = 0;
-    for (char *s = strchr(p + 1, '/'); s && r == 0; s = strchr(s + 1, '/')) {
-        *s = '\0';
-        int missing;
-        sftp_attributes a = rlstat(h, p, &missing);
-        if (!a && missing && sftp_mkdir(h->sftp, p, 0755) < 0)
-            r = host_fail(h, "create directory", p);
-        else if (!a && !missing)
-            r = host_fail(h, "read", p);
-        sftp_attributes_free(a);
-        *s = '/';
-    }
-    free(p);
-    return r;
-}
 
 static void nap(void)
 {
@@ -925,6 +127,45 @@ static void wait_looked(struct sync_run *run, struct sync_host *h, size_t i)
     }
 }
 
+/* Done with the claim cp of root i: removed, or kept for later (see the theory). 0, or
+ * -1 when it could not be removed. */
+static int release_claim(struct sync_run *run, struct sync_host *h, size_t i, const char *cp)
+{
+    if (!run->all_at_once && h->kept.nr == 0) {
+        if (atomic_fetch_add(&run->keeping, 1) < SYNC_KEEP_MAX) {
+            dsl_strvec_push(&h->kept, cp);
+            return 0;
+        }
+        atomic_store(&run->keep_full, 1);
+    } else if (!run->all_at_once) {
+        dsl_strvec_push(&h->kept, cp); /* its session stays open anyway */
+        return 0;
+    }
+    wait_looked(run, h, i);
+    return sftp_unlink(h->sftp, cp) < 0 ? -1 : 0;
+}
+
+static void host_close(struct sync_host *h)
+{
+    if (h->sftp)
+        sftp_free(h->sftp);
+    h->sftp = NULL;
+    dsl_ssh_session_close(h->s);
+    h->s = NULL;
+}
+
+/* Once every host is done: the claims kept open (release_claim) are removed. */
+static void remove_kept(struct sync_run *run)
+{
+    for (size_t j = 0; j < run->nhosts; j++) {
+        struct sync_host *h = &run->hosts[j];
+        for (size_t k = 0; k < h->kept.nr && h->sftp; k++)
+            if (sftp_unlink(h->sftp, h->kept.v[k]) < 0 && h->rc == 0)
+                dsl_sync_host_fail(h, "remove", h->kept.v[k]);
+        host_close(h);
+    }
+}
+
 static void sync_host_run(struct sync_run *run, struct sync_host *h)
 {
     const struct dsl_sync_opts *o = run->o;
@@ -952,7 +193,7 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
     h->buf = dsl_xmalloc(SYNC_CHUNK);
     for (size_t i = 0; i < run->nroots && h->rc == 0; i++) {
         struct sync_root *root = &run->roots[i];
-        if (make_parents(h, root->remote) < 0)
+        if (dsl_sync_remote_mkdirs(h, root->remote) < 0)
             break;
         int made;
         char *cp = claim_path(run, root->remote);
@@ -972,38 +213,30 @@ static void sync_host_run(struct sync_run *run, struct sync_host *h)
             /* the owner failed: copy from here after all */
         }
         int missing;
-        sftp_attributes a = rlstat(h, root->remote, &missing);
+        sftp_attributes a = dsl_sync_remote_lstat(h, root->remote, &missing);
         if (!a && !missing) {
-            host_fail(h, "read", root->remote);
-            if (made) {
-                wait_looked(run, h, i);
-                sftp_unlink(h->sftp, cp);
-            }
+            dsl_sync_host_fail(h, "read", root->remote);
+            if (made)
+                release_claim(run, h, i, cp);
             free(cp);
             break;
         }
-        r = sync_entry(run, h, &root->e, root->remote, a);
+        r = dsl_sync_entry_sync(run, h, &root->e, root->remote, a);
         sftp_attributes_free(a);
         if (r == 0)
-            r = flush_pending(run, h);
+            r = dsl_sync_checksum_flush(run, h);
         if (r < 0 && h->rc == 0)
             h->rc = r; /* before finished: a waiting host must see the failure */
-        if (made) {
-            wait_looked(run, h, i);
-            if (sftp_unlink(h->sftp, cp) < 0 && r == 0)
-                r = host_fail(h, "remove", cp);
-        }
+        if (made && release_claim(run, h, i, cp) < 0 && r == 0)
+            r = dsl_sync_host_fail(h, "remove", cp);
         atomic_store(&h->finished, i + 1);
         free(cp);
         if (r < 0 && h->rc == 0)
             h->rc = r;
     }
 out:
-    if (h->sftp)
-        sftp_free(h->sftp);
-    h->sftp = NULL;
-    dsl_ssh_session_close(h->s);
-    h->s = NULL;
+    if (!h->kept.nr || !h->s || !ssh_is_connected(h->s))
+        host_close(h); /* else remove_kept closes it */
     free(h->buf);
     h->buf = NULL;
     h->t1 = dsl_now();
@@ -1113,7 +346,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     run.roots = dsl_xcalloc(o->npaths ? o->npaths : 1, sizeof(*run.roots));
     for (size_t i = 0; i < o->npaths; i++) {
         run.nroots++;
-        if ((rc = make_root(&run.roots[i], o->paths[i], o->dest, err)) < 0) {
+        if ((rc = dsl_sync_root_make(&run.roots[i], o->paths[i], o->dest, err)) < 0) {
             dsl_error("sync: %s", err);
             rc = DSL_EUSAGE; /* nothing was copied anywhere */
             goto out;
@@ -1125,6 +358,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
         run.hosts[i].name = hosts[i];
         run.hosts[i].o = o;
         dsl_strvec_init(&run.hosts[i].pending);
+        dsl_strvec_init(&run.hosts[i].kept);
     }
     ssh_init();
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
@@ -1151,6 +385,7 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     for (size_t i = 0; i < started; i++)
         pthread_join(tid[i], NULL);
     free(tid);
+    remove_kept(&run);
     double dt = dsl_now() - t0;
 
     uint64_t total = 0;
@@ -1179,6 +414,10 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
                    h->same, h->deleted, h->t1 - h->t0);
         }
     }
+    if (atomic_load(&run.keep_full)) /* said even with -q, as sharing is */
+        printf("sync: more than %d hosts held claims while --fanout %d was below the %zu "
+               "hosts: a host sharing a destination with one of them may have found it up "
+               "to date instead of being told\n", SYNC_KEEP_MAX, o->fanout, nhosts);
     char ht[32], hr[32];
     human((double)total, ht, sizeof(ht));
     human(dt > 0 ? (double)total / dt : 0, hr, sizeof(hr));
@@ -1196,12 +435,13 @@ int dsl_sync_run(const struct dsl_sync_opts *o, char *const *hosts, size_t nhost
     fflush(stdout);
 out:
     for (size_t i = 0; i < run.nroots; i++) {
-        entry_release(&run.roots[i].e);
+        dsl_sync_entry_release(&run.roots[i].e);
         free(run.roots[i].remote);
     }
     free(run.roots);
     for (size_t i = 0; i < run.nhosts; i++) {
         dsl_strvec_release(&run.hosts[i].pending);
+        dsl_strvec_release(&run.hosts[i].kept);
         free(run.hosts[i].pending_e);
     }
     free(run.hosts);

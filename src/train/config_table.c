@@ -33,8 +33,8 @@ const struct key dsl_cfgp_keys[] = {
      .help = "on SIGTERM, SIGINT or SIGUSR1 (Slurm's warning) finish the step, write a "
              "checkpoint, exit 128 + the signal (default: on when a checkpoint dir is set)",
      .doc = "on SIGTERM, SIGINT or SIGUSR1 finish the step, save, exit 128 + the signal "
-            "(`--save-on-signal`); null = on when `checkpoint_dir` is set, `false` turns it "
-            "off (trainer.md, Failure behaviour; `dslaunch --dry-run --emit sbatch` reads it "
+            "(`--save-on-signal`); null = on when `checkpoint_dir` is set, `false` "
+            "(`--no-save-on-signal`) turns it off (trainer.md, Failure behaviour; `dslaunch --dry-run --emit sbatch` reads it "
             "to ask Slurm for the warning: docs/slurm.md)"},
     {.path = "dstrain.metrics", .kind = K_STRING, .off = OFF(dstrain.metrics),
      .flag = "metrics", .help = "JSON lines, one object per step, to FILE"},

@@ -61,6 +61,13 @@ static int set_key(void *target, const struct dsl_opt *d, const char *v, char *e
     return 0;
 }
 
+/* --no-save-on-signal: the key's false, which a bare key flag cannot say */
+static int set_key_false(void *target, const struct dsl_opt *d, const char *v, char *err)
+{
+    (void)v;
+    return set_key(target, d, "false", err);
+}
+
 static int set_local_rank(void *target, const struct dsl_opt *d, const char *v, char *err)
 {
     int lr;
@@ -85,6 +92,10 @@ static const struct {
     {NULL,
      {"config", 0, DSL_OPT_LIST, offsetof(struct pending, configs), "FILE",
       "DeepSpeed config file (ds_config.json)", NULL, 0, 0, NULL, 0, NULL}},
+    {"save_on_signal",
+     {"no_save_on_signal", 0, DSL_OPT_CALL, 0, NULL,
+      "never save on a stop signal, also with a checkpoint dir; key dstrain.save_on_signal "
+      "false", NULL, 0, 0, set_key_false, 0, "dstrain.save_on_signal"}},
     {"backend",
      {"local_rank", 0, DSL_OPT_CALL, 0, "N",
       "accepted for DeepSpeed (LOCAL_RANK from the env wins)", NULL, 0, 0, set_local_rank, 0,

@@ -3,6 +3,7 @@
 dsl_unit_test(test_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_proto.c LIBS dsljob)
 dsl_unit_test(test_nossh_check SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_nossh_check.c LIBS dsljob)
 # the launcher's console queue: never blocks, drops whole lines, reports EPIPE
+dsl_unit_test(test_errfold SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_errfold.c LIBS dsljob)
 dsl_unit_test(test_output SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_output.c LIBS dsljob)
 dsl_fuzz_target(fuzz_proto SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_proto.c LIBS dsljob)
 # the plan's device ids as places in the GPUs Slurm gave an agent's step

@@ -109,6 +109,35 @@ TEST(jobset_without_slots_should_let_each_pod_count_and_ask_for_no_gpu)
     dsl_dynbuf_release(&b);
 }
 
+TEST(jobset_should_ask_for_gpus_only_for_a_gpu_job)
+{
+    const char *note = "unset";
+    ASSERT_EQ(dsl_jobset_asks_gpus(2, 0, NULL, &note), 1);
+    ASSERT(note == NULL);
+    ASSERT_EQ(dsl_jobset_asks_gpus(0, 0, NULL, &note), 0);
+    ASSERT(note == NULL);
+    ASSERT_EQ(dsl_jobset_asks_gpus(2, 2, NULL, &note), 0);
+    ASSERT_CONTAINS(note, "--nproc_per_node counts processes");
+    ASSERT_EQ(dsl_jobset_asks_gpus(2, 0, "-1", &note), 0);
+    ASSERT_CONTAINS(note, "CUDA_VISIBLE_DEVICES hides every GPU");
+
+    /* the manifest says why in its header and asks for no GPU */
+    struct dsl_jobset_req rq = req();
+    rq.gpus = 0;
+    rq.gpu_note = note;
+    struct dsl_dynbuf b;
+    dsl_dynbuf_init(&b, 1 << 20);
+    char err[DSL_ERR_LEN] = "";
+    ASSERT_OK(dsl_emit_jobset(&rq, &b, err));
+    const char *y = dsl_dynbuf_str(&b);
+    ASSERT_CONTAINS(y, "\n# CUDA_VISIBLE_DEVICES hides every GPU (CPU ranks): no nvidia.com/gpu "
+                       "is asked for\n");
+    ASSERT_CONTAINS(y, "- \"--nproc_per_node\"\n              - \"4\"\n");
+    ASSERT(strstr(y, "nvidia.com/gpu: ") == NULL);
+    ASSERT(strstr(y, "resources:") == NULL);
+    dsl_dynbuf_release(&b);
+}
+
 TEST(jobset_should_refuse_words_that_are_not_utf8_and_bad_env_names_by_name)
 {
     struct dsl_jobset_req rq = req();

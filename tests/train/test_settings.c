@@ -182,6 +182,51 @@ TEST(every_key_flag_should_be_one_row_of_the_key_table_and_once)
     ASSERT(n >= 30);
 }
 
+/* the last of --save-on-signal and --no-save-on-signal wins, over a file too */
+static int save_on_signal_of(const char *const *words)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    int r = parse_words(&s, err, words);
+    if (r != 0)
+        fprintf(stderr, "%s\n", err);
+    ASSERT_EQ(r, 0);
+    int v = s.cfg.dstrain.save_on_signal;
+    dsl_train_settings_release(&s);
+    return v;
+}
+
+TEST(no_save_on_signal_should_turn_saving_on_a_stop_signal_off)
+{
+    const char *dflt[] = {"--checkpoint-dir", "ck", NULL};
+    const char *off[] = {"--checkpoint-dir", "ck", "--no-save-on-signal", NULL};
+    const char *off_[] = {"--no_save_on_signal", NULL};
+    const char *on_off[] = {"--save-on-signal", "--no-save-on-signal", NULL};
+    const char *off_on[] = {"--no-save-on-signal", "--save-on-signal", NULL};
+    ASSERT_EQ(save_on_signal_of(dflt), -1); /* on by default: a checkpoint dir is set */
+    ASSERT_EQ(save_on_signal_of(off), 0);
+    ASSERT_EQ(save_on_signal_of(off_), 0);
+    ASSERT_EQ(save_on_signal_of(on_off), 0);
+    ASSERT_EQ(save_on_signal_of(off_on), 1);
+
+    char path[] = "/tmp/dsl_test_sosXXXXXX";
+    int fd = mkstemp(path);
+    ASSERT(fd >= 0);
+    const char *json = "{\"dstrain\": {\"save_on_signal\": true}}";
+    ASSERT_EQ(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    const char *file_on_flag_off[] = {"--config", path, "--no-save-on-signal", NULL};
+    ASSERT_EQ(save_on_signal_of(file_on_flag_off), 0);
+    unlink(path);
+
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *bad[] = {"--no-save-on-signal=yes", NULL};
+    ASSERT(parse_words(&s, err, bad) < 0);
+    ASSERT_CONTAINS(err, "option '--no_save_on_signal' takes no value");
+    dsl_train_settings_release(&s);
+}
+
 TEST(cpu_or_gpu_should_be_decided_once_and_kept)
 {
     struct dsl_train_settings s;

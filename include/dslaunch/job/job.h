@@ -76,6 +76,8 @@ struct dsl_job_rank {
     double last_cr_shown;
 };
 
+struct dsl_errfold;
+
 struct dsl_job {
     struct dsl_plan *plan;        /* what to run (not owned); the probe may refine its
                                      master_addr and master_port */
@@ -111,6 +113,8 @@ struct dsl_job {
     int restart_count;            /* attempt of the job (restart.h), 0 for the first: the
                                      ranks' DSLAUNCH_RESTART_COUNT */
     struct dsl_job_hang *hang;    /* progress, hang detection, stacks (job_hang.c; owned) */
+    struct dsl_errfold *fold;     /* the same error line of many ranks shown once
+                                     (errfold.h; owned, made on the first stderr line) */
     /*
      * Inspect mode (`dslaunch doctor`): when set, dsl_job_run() calls inspect once every
      * node has said hello or failed (connect_code: what the connect phase would have

@@ -90,7 +90,10 @@ struct dsl_jobset_req {
     const char *image;       /* every pod's container image (required) */
     int nodes;               /* pods = node count */
     int slots;               /* --nproc_per_node for every pod; 0: each pod counts its own */
-    int gpus;                /* the slots are GPUs: ask for nvidia.com/gpu: slots */
+    int gpus;                /* the slots are GPUs: ask for nvidia.com/gpu: slots
+                                (dsl_jobset_asks_gpus) */
+    const char *gpu_note;    /* why no GPU is asked for although a count was given, or
+                                NULL; a comment line of the manifest's header */
     int master_port;         /* the rendezvous port; node 0's pod is the master */
     int control_port;        /* 0: master_port + 1 */
     const char *const *env;  /* "K=V" entries for the pods' env; NULL-terminated; never
@@ -105,6 +108,15 @@ struct dsl_jobset_req {
  * env name Kubernetes refuses.
  */
 int dsl_emit_jobset(const struct dsl_jobset_req *rq, struct dsl_dynbuf *out, char *err);
+/**
+ * Whether the pods ask for GPUs, by the rule of `--emit sbatch` less the cluster lookup
+ * (nothing is looked up for a manifest): only --num_gpus (num_gpus > 0) counts GPUs,
+ * --nproc_per_node counts processes, and CUDA_VISIBLE_DEVICES that hides every GPU
+ * (no_devices, the plan's) means CPU ranks. 1 or 0; *note (static text, or NULL) says
+ * why not where a count was given.
+ */
+int dsl_jobset_asks_gpus(int num_gpus, int nproc_per_node, const char *no_devices,
+                         const char **note);
 /** A JobSet name from a program path ("/opt/Train_v2.py" -> "train-v2-py"). 0. */
 int dsl_jobset_name(const char *program, char *name, size_t cap);
 /**

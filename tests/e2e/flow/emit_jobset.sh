@@ -62,6 +62,28 @@ assert c["resources"]["limits"]["nvidia.com/gpu"] == 2
 PY
 '
 
+expect_success "GPUs only for a GPU job: not for --nproc_per_node, nor with CUDA_VISIBLE_DEVICES=-1" '
+    python3 -c "import yaml" 2>/dev/null || skip "no python3-yaml"
+    cd "$T_TMP"
+    for how in "CUDA_VISIBLE_DEVICES=-1 --num_gpus" "CUDA_VISIBLE_DEVICES=0 --nproc_per_node"; do
+        set -- $how
+        rm -f cpu.yaml
+        run_capture rc out err env "$1" "$DSL" --dry-run --emit jobset=cpu.yaml --image i \
+            --num_nodes 2 "$2" 3 "$W" env
+        assert_eq "$rc" 0 "$how"
+        python3 - <<"PY"
+import yaml
+d = yaml.safe_load(open("cpu.yaml"))
+c = d["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+assert "resources" not in c, c.get("resources")
+i = c["command"].index("--nproc_per_node")
+assert c["command"][i + 1] == "3", c["command"]
+PY
+        [ $? = 0 ] || fail "$how: the pods ask for GPUs"
+        assert_grep "^# .*no nvidia.com/gpu is asked for" cpu.yaml
+    done
+'
+
 expect_success "without --image, with --nnodes, or onto an existing file: refused" '
     cd "$T_TMP"
     run_capture rc out err "$DSL" --dry-run --emit jobset "$W" env

@@ -70,6 +70,12 @@ expect_success "dstrain with a checkpoint dir saves on a signal by default: warn
     execs c.sh
     emit d.sh train --steps 3
     execs d.sh
+    # turned off with --no-save-on-signal: no warning; the last of the two flags decides
+    emit e.sh train --checkpoint-dir ck --save-on-signal --no-save-on-signal
+    execs e.sh
+    assert_grep "^# no warning signal asked for: the program.s arguments hold --no-save-on-signal$" e.sh
+    emit f.sh train --checkpoint-dir ck --no-save-on-signal --save-on-signal
+    requeues f.sh
 '
 
 expect_success "dstrain.resume in a --config counts as resuming" '

@@ -56,6 +56,41 @@ EOS
     # (a rank with more stderr than the summary quotes keeps its quote: flow_launch)
 '
 
+expect_success "the same error line of 4 ranks is shown once, and which ranks wrote it is said once" '
+    # every rank says it, and exits only once all 4 have said it: 4 copies reach dslaunch
+    cat >says4 <<"EOS"
+#!/bin/sh
+echo "error: config ds.json:3: bad value for train_batch_size" >&2
+echo "ds.json: checked by rank $RANK" >&2
+: >"said4.$RANK"
+i=0
+while [ "$(ls said4.* | wc -l)" -lt 4 ]; do sleep 0.05; i=$((i+1)); [ $i -lt 400 ] || break; done
+exit 2
+EOS
+    chmod +x says4
+    rm -f said4.*
+    run_capture rc out err "$DSL" --num_gpus 4 --oversubscribe --log-dir logs4 ./says4
+    cat err
+    assert_eq "$rc" 2
+    assert_eq "$(grep -c "bad value for train_batch_size" out err | awk -F: "{s+=\$2} END {print s}")" 1 \
+        "copies of the error line"
+    assert_eq "$(grep -c "wrote the same error line as rank" err)" 1 "notes of the fold"
+    assert_grep "^dslaunch: ranks [0-3][-, 0-3]* wrote the same error line as rank [0-3] (shown once above)$" err
+    # lines that differ, and lines that are no error, are all shown
+    assert_eq "$(grep -c "ds.json: checked by rank" err)" 4
+    # the --log-dir files keep every line of every rank
+    assert_eq "$(cat logs4/* | grep -c "bad value for train_batch_size")" 4
+    if [ -n "$DST" ]; then
+        printf "{\"train_batch_size\": \"x\"}\n" >bad4.json
+        run_capture rc out err "$DSL" --num_gpus 4 --oversubscribe "$DST" --config bad4.json
+        cat err
+        assert_eq "$rc" 2
+        assert_eq "$(cat out err | grep -c "expected an integer for .train_batch_size.")" 1 \
+            "copies of dstrain s config error"
+        assert_not_grep "last lines of rank" err
+    fi
+'
+
 expect_success "one oversubscription rule: counts above what the node has need --oversubscribe" '
     export DSLAUNCH_LOCAL_SLOTS=2
     for how in "--nproc_per_node 4" "--nnodes 1 --nproc_per_node 4" "--num_gpus 4" \

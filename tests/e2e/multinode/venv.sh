@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Cluster tier (issue 33, item 3): an activated Python venv follows the job to the other
-# nodes. Run under with_cluster.sh 2 (nodes node1 and node2 over ssh; the launching host
+# Cluster tier (issue 33, item 3): an activated Python venv, or conda env, follows the
+# job to the other nodes. Run under with_cluster.sh 2 (nodes node1 and node2 over ssh; the launching host
 # is neither). The "venv" is a directory with bin/python3, a script that says which
 # Python ran; the nodes see this machine's files, so it is at the same path on both,
-# until node2's sshd namespace gets an empty directory mounted over it.
+# until node2's sshd namespace gets an empty directory mounted over it. The "conda env"
+# is the same with conda-meta/ and bin/python3 a symlink to python3.11, as conda makes it.
 # usage: with_cluster.sh 2 venv.sh DSLAUNCH SOURCE_DIR
 set -u
 DSL=$1
@@ -19,6 +20,14 @@ echo "venv python3 host=$(hostname) VIRTUAL_ENV=$VIRTUAL_ENV"
 EOS
 chmod +x venv/bin/python3
 V=$T_TMP/venv
+mkdir -p conda/bin conda/conda-meta
+cat >conda/bin/python3.11 <<'EOS'
+#!/bin/sh
+echo "conda python3 host=$(hostname) CONDA_PREFIX=$CONDA_PREFIX CONDA_DEFAULT_ENV=$CONDA_DEFAULT_ENV"
+EOS
+chmod +x conda/bin/python3.11
+ln -s python3.11 conda/bin/python3
+C=$T_TMP/conda
 
 expect_success "an activated venv at the same path on every node: every rank runs its python3" '
     run_capture rc out err env VIRTUAL_ENV="$V" PATH="$V/bin:$PATH" "$DSL" "${SSH[@]}" python3
@@ -43,8 +52,44 @@ expect_success "a node without the venv: the preflight names it and what it woul
     wait_ns_clean 10
 '
 
+expect_success "an activated conda env at the same path on every node: every rank runs its python3" '
+    run_capture rc out err env -u VIRTUAL_ENV CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv \
+        PATH="$C/bin:$PATH" "$DSL" "${SSH[@]}" python3
+    cat err
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "conda python3 .*CONDA_PREFIX=$C CONDA_DEFAULT_ENV=fakeenv$" out)" 4 \
+        "ranks on the conda env s python3"
+    assert_grep "^\[node2:rank 3\] conda python3" out
+    assert_grep "the activated conda env .$C. is at the same path on every node: its PATH, CONDA_PREFIX and CONDA_DEFAULT_ENV go to every rank, which runs .$C/bin/python3." err
+    wait_ns_clean 10
+'
+
+expect_success "a node without the conda env: the preflight names it and how to fix it, nothing starts" '
+    [ "$MODE" = netns ] || skip "loopback mode: the nodes share this machine s mounts"
+    "$CL" mnt "$D" node2 mount --bind "$T_TMP/empty" "$C"
+    run_capture rc out err env -u VIRTUAL_ENV CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv \
+        PATH="$C/bin:$PATH" "$DSL" "${SSH[@]}" python3
+    "$CL" mnt "$D" node2 umount "$C"
+    cat err
+    assert_eq "$rc" 202
+    assert_grep "error: preflight: .python3. is .$C/bin/python3. here, in the activated conda env .$C., but ./[^ ]*python3. on node2: the ranks there would run another Python. Make the conda env at the same path on every node (e.g. dslaunch sync $C with the same --hostfile, or conda create -p PREFIX on each node), or deactivate it here (conda deactivate)" err
+    assert_not_grep "on node1" err
+    assert_not_grep "conda python3" out
+    wait_ns_clean 10
+'
+
+expect_success "a venv made inside a conda env: the venv is what runs, and what is exported" '
+    run_capture rc out err env VIRTUAL_ENV="$V" CONDA_PREFIX="$C" PATH="$V/bin:$C/bin:$PATH" \
+        "$DSL" "${SSH[@]}" python3
+    assert_eq "$rc" 0
+    assert_eq "$(grep -c "venv python3 .*VIRTUAL_ENV=$V$" out)" 4
+    assert_grep "the activated venv .$V. is at the same path on every node" err
+    assert_not_grep "conda env" err
+    wait_ns_clean 10
+'
+
 expect_success "no venv here: nothing is exported or compared" '
-    run_capture rc out err env -u VIRTUAL_ENV "$DSL" "${SSH[@]}" sh -c "echo VE=\${VIRTUAL_ENV:-none}"
+    run_capture rc out err env -u VIRTUAL_ENV -u CONDA_PREFIX "$DSL" "${SSH[@]}" sh -c "echo VE=\${VIRTUAL_ENV:-none}"
     assert_eq "$rc" 0
     assert_eq "$(grep -c "VE=none" out)" 4
     assert_not_grep "venv" err

@@ -286,6 +286,33 @@ expect_success "a destination the nodes share: copied once, said so, 5 runs of 5
     done
 '
 
+expect_success "--fanout below the hosts onto a shared destination: copied once, the others told" '
+    S=$T_TMP/sharedk
+    mkdir -p "$S" "$T_TMP/shk"
+    for k in 1 2; do
+        head -c 3000000 /dev/urandom >"$T_TMP/shk/data.bin"
+        touch -d "@$((1600000100 + k))" "$T_TMP/shk/data.bin"
+        run_capture rc out err "$DSL" sync --fanout $k --dest "$S/" "${SSH[@]}" "$T_TMP/shk"
+        cat out err
+        assert_eq "$rc" 0 "--fanout $k: exit code"
+        [ "$(grep -c "^node[123]: shares the destination with node[123], copied there once (1 path)$" out)" = 2 ] ||
+            fail "--fanout $k: two nodes should say that they share the destination"
+        [ "$(grep -c "^node[123]: 1 copied (3.0 MB)" out)" = 1 ] || fail "--fanout $k: not copied once"
+        assert_not_grep "up to date instead of being told" out
+        cmp "$T_TMP/shk/data.bin" "$S/shk/data.bin" || fail "--fanout $k: content differs"
+        [ -z "$(find "$S" -name "*.dsl-sync-*")" ] || fail "--fanout $k: temp or claim files left"
+    done
+    # the private tmpfs of each node: nothing shared, every node copies, no claim left
+    run_capture rc out err "$DSL" sync --fanout 1 --dest "$P/fk/" "${SSH[@]}" "$T_TMP/shk"
+    cat out err
+    assert_eq "$rc" 0
+    [ "$(grep -c "^node[123]: 1 copied (3.0 MB)" out)" = 3 ] || fail "not copied to every node"
+    assert_not_grep "shares the destination" out
+    for n in 1 2 3; do
+        [ -z "$("$CL" mnt "$D" $n find "$P/fk" -name "*.dsl-sync-*")" ] || fail "node$n: claim left"
+    done
+'
+
 expect_success "dslaunch --sync onto a shared directory starts the job" '
     printf "shared input\n" >"$T_TMP/shsrc/input"
     run_capture rc out err "$DSL" "${SSH[@]}" --sync "$T_TMP/shsrc" --num_gpus 1 cat "$T_TMP/shsrc/input"

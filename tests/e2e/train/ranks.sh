@@ -387,12 +387,19 @@ signal)
     SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
          --hidden 256,256 --train-batch 64 --micro-batch 32 --steps 1000 --lr 0.001
          --steps-per-print 0 --eval-interval 0"
-    run_world 2 sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks" --metrics "$TMP/sig.json" &
-    bg=$!
-    wait_steps "$TMP/sig.json"
-    kill -TERM $(cat "$TMP/sig.pids")
-    wait "$bg"
-    rc=$?
+    # term_world NAME ARGS...: world 2 training, SIGTERM to every rank after its first
+    # step; rc is the world's exit status
+    term_world() {
+        tw=$1
+        shift
+        run_world 2 "$tw" "$@" --metrics "$TMP/$tw.json" &
+        bg=$!
+        wait_steps "$TMP/$tw.json"
+        kill -TERM $(cat "$TMP/$tw.pids")
+        wait "$bg"
+        rc=$?
+    }
+    term_world sig $SIG --save-on-signal --checkpoint-dir "$TMP/cks"
     [ "$rc" -eq 143 ] || { show sig; fail "exit status $rc after SIGTERM, expected 143"; }
     tag=$(cat "$TMP/cks/latest") || fail "no checkpoint written on SIGTERM"
     echo "# stopped and saved at $tag"
@@ -416,15 +423,15 @@ signal)
     [ -d "$TMP/cku/$tag" ] || fail "latest names '$tag', which is not there"
     # with a checkpoint_dir a stop saves by default (dslaunch's stop is a SIGTERM): no
     # --save-on-signal, and the run killed late still keeps its work
-    run_world 2 sigd $SIG --checkpoint-dir "$TMP/cksd" --metrics "$TMP/sigd.json" &
-    bg=$!
-    wait_steps "$TMP/sigd.json"
-    kill -TERM $(cat "$TMP/sigd.pids")
-    wait "$bg"
-    rc=$?
+    term_world sigd $SIG --checkpoint-dir "$TMP/cksd"
     [ "$rc" -eq 143 ] || { show sigd; fail "exit status $rc after SIGTERM by default, expected 143"; }
     tag=$(cat "$TMP/cksd/latest") || fail "no checkpoint written on SIGTERM by default"
     [ -d "$TMP/cksd/$tag" ] || fail "latest names '$tag', which is not there"
+    # --no-save-on-signal turns that default off: SIGTERM ends the run and saves nothing
+    term_world sign $SIG --checkpoint-dir "$TMP/cksn" --no-save-on-signal
+    [ "$rc" -eq 143 ] || { show sign; fail "exit status $rc after SIGTERM with --no-save-on-signal, expected 143"; }
+    [ ! -e "$TMP/cksn/latest" ] || fail "a checkpoint was written on SIGTERM with --no-save-on-signal"
+    [ -z "$(ls -A "$TMP/cksn" 2>/dev/null)" ] || { ls -R "$TMP/cksn" >&2; fail "--no-save-on-signal left files in the checkpoint dir"; }
     # save_interval_minutes: rank 0's clock asks, every rank saves after the same step
     # (a tiny interval: a save after every step, whatever the machine's speed)
     train_ok 2 mins $TINY --steps 3 --checkpoint-dir "$TMP/ckm" --save-interval-minutes 1e-9
