@@ -3,10 +3,13 @@
  * (format in safetensors.h; the header's grammar in safetensors_header.c, loading in
  * safetensors_load.c).
  *
- * Theory of operation. A write hashes the data first (dsl.data_sha256), builds the
- * header with 64 zeros where its own checksum goes, hashes the 8 length bytes and the
- * header as they are then (the reader zeroes the same digits to check), and writes
- * digits, header and data to a temporary file with a random name beside the target,
+ * Theory of operation. A write is a stream (dsl_st_stream_*, so that a consolidation
+ * can write one layer at a time): the header goes first with zeros for the data's
+ * checksum, the data follows and is hashed as it passes (dsl.data_sha256), and at the
+ * end the header, whose length the checksum's fixed 64 digits do not change, is
+ * written again over the first with the data's checksum and its own (over the 8
+ * length bytes and the header with its own digits as zeros, as the reader hashes it).
+ * All of it goes to a temporary file with a random name beside the target,
  * created O_EXCL|O_NOFOLLOW so that no link planted there is followed, which is
  * fsynced and renamed into place, then the directory is fsynced, so a crash leaves
  * either the old file or the new one.
@@ -147,42 +150,6 @@ static int write_all(int fd, const void *p, uint64_t n)
 }
 
 
-/* The SHA-256 of all tensors' bytes in order, as hex into data_sha. */
-static int data_digest(const char *path, const struct dsl_st_tensor *t, size_t n,
-                       char data_sha[SHA_HEX + 1], char *err)
-{
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    int r = 0;
-
-    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': libcrypto has no SHA-256", path);
-        goto done;
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t nb = 0;
-        if (dsl_st_tensor_nbytes(&t[i], &nb) < 0) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': bad tensor '%s'", path,
-                           t[i].name);
-            goto done;
-        }
-        if (nb && EVP_DigestUpdate(ctx, t[i].data, (size_t)nb) != 1) {
-            r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
-            goto done;
-        }
-    }
-    if (EVP_DigestFinal_ex(ctx, md, &mdlen) != 1 || mdlen * 2 != SHA_HEX) {
-        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
-        goto done;
-    }
-    for (unsigned i = 0; i < mdlen; i++)
-        snprintf(data_sha + 2 * i, 3, "%02x", md[i]);
-done:
-    EVP_MD_CTX_free(ctx);
-    return r;
-}
-
 /* The JSON header into h: meta (less the checksum keys), the data's checksum, zeros
  * where the header's own goes (returns their offset), each tensor, padding to 8. */
 static size_t build_header(struct dsl_dynbuf *h, const struct dsl_st_tensor *t, size_t n,
@@ -227,80 +194,167 @@ static size_t build_header(struct dsl_dynbuf *h, const struct dsl_st_tensor *t, 
     return sha_at;
 }
 
-int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
-                 const struct dsl_strvec *meta, char *err)
+/* The 8 length bytes and the header, both checksums in place, at the start of the
+ * file: data_sha is the data's, and the header's own is computed over its zeros. */
+static int put_header(struct dsl_st_stream *w, const char *data_sha, char *err)
 {
     struct dsl_dynbuf h;
-    uint64_t hlen;
-    char *tmp = NULL, data_sha[SHA_HEX + 1], head_sha[SHA_HEX + 1];
-    int fd = -1, r;
-    size_t sha_at;
+    char head_sha[SHA_HEX + 1];
     unsigned char lenbuf[8];
-
+    int r = 0;
     /* no hard limit while building; the size is checked once at the end */
     dsl_dynbuf_init(&h, (size_t)-1 / 2);
-    if ((r = data_digest(path, t, n, data_sha, err)) < 0)
-        goto out;
-    sha_at = build_header(&h, t, n, meta, data_sha);
+    size_t sha_at = build_header(&h, w->t, w->n, &w->meta, data_sha);
     if (!h.buf || h.len > MAX_HEADER_BYTES) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': header too large", path);
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': header too large", w->path);
         goto out;
     }
-    hlen = h.len;
     for (int i = 0; i < 8; i++)
-        lenbuf[i] = (unsigned char)(hlen >> (8 * i));
+        lenbuf[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     /* the digits are still zeros here, as the reader reads them (header_sha) */
     if (dsl_st_sha256_hex(lenbuf, 8, h.buf, h.len, NULL, 0, head_sha) < 0) {
-        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", path);
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", w->path);
         goto out;
     }
     memcpy(h.buf + sha_at, head_sha, SHA_HEX);
-
-    /* O_EXCL|O_NOFOLLOW at a random name: nothing planted beside path is written */
-    if ((fd = dsl_file_create_temp(path, 0644, &tmp, err)) < 0) {
-        r = fd;
+    if (w->hlen && w->hlen != h.len) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': the header changed size",
+                       w->path);
         goto out;
     }
-    if ((r = write_all(fd, lenbuf, 8)) < 0 || (r = write_all(fd, h.buf, h.len)) < 0)
-        goto write_failed;
+    w->hlen = h.len;
+    if (lseek(w->fd, 0, SEEK_SET) < 0 || (r = write_all(w->fd, lenbuf, 8)) < 0 ||
+        (r = write_all(w->fd, h.buf, h.len)) < 0)
+        r = dsl_seterr(err, r < 0 ? r : -errno, "cannot write '%s': %s", w->tmp,
+                       strerror(r < 0 ? -r : errno));
+out:
+    dsl_dynbuf_release(&h);
+    return r;
+}
+
+int dsl_st_stream_begin(struct dsl_st_stream *w, const char *path,
+                        const struct dsl_st_tensor *t, size_t n,
+                        const struct dsl_strvec *meta, char *err)
+{
+    int r;
+    memset(w, 0, sizeof(*w));
+    w->fd = -1;
+    w->path = dsl_xstrdup(path);
+    w->t = dsl_xcalloc(n ? n : 1, sizeof(*w->t));
+    w->n = n;
+    dsl_strvec_init(&w->meta);
+    for (size_t i = 0; meta && i < meta->nr; i++)
+        dsl_strvec_push(&w->meta, meta->v[i]);
     for (size_t i = 0; i < n; i++) {
         uint64_t nb = 0;
-        dsl_st_tensor_nbytes(&t[i], &nb);
-        if ((r = write_all(fd, t[i].data, nb)) < 0)
-            goto write_failed;
+        w->t[i] = t[i];
+        w->t[i].data = NULL;
+        if (dsl_st_tensor_nbytes(&t[i], &nb) < 0) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': bad tensor '%s'", path,
+                           t[i].name);
+            goto fail;
+        }
+        w->total += nb;
     }
-    if (fsync(fd) < 0) {
-        r = -errno;
-        goto write_failed;
+    w->md = EVP_MD_CTX_new();
+    if (!w->md || EVP_DigestInit_ex(w->md, EVP_sha256(), NULL) != 1) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': libcrypto has no SHA-256", path);
+        goto fail;
     }
-    if (close(fd) < 0) {
-        fd = -1;
-        r = -errno;
-        goto write_failed;
+    /* O_EXCL|O_NOFOLLOW at a random name: nothing planted beside path is written */
+    if ((r = w->fd = dsl_file_create_temp(path, 0644, &w->tmp, err)) < 0)
+        goto fail;
+    /* the header goes first with zeros for the data's checksum; dsl_st_stream_end
+     * writes it again, of the same length, once the data is hashed */
+    if ((r = put_header(w, dsl_st_zeros, err)) < 0)
+        goto fail;
+    return 0;
+fail:
+    dsl_st_stream_abort(w);
+    return r;
+}
+
+int dsl_st_stream_put(struct dsl_st_stream *w, const void *p, size_t n, char *err)
+{
+    int r;
+    if (n > w->total - w->done)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': more data than its tensors",
+                          w->path);
+    if (n && EVP_DigestUpdate(w->md, p, n) != 1)
+        return dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", w->path);
+    if ((r = write_all(w->fd, p, n)) < 0)
+        return dsl_seterr(err, r, "cannot write '%s': %s", w->tmp, strerror(-r));
+    w->done += n;
+    return 0;
+}
+
+int dsl_st_stream_end(struct dsl_st_stream *w, char *err)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    char data_sha[SHA_HEX + 1];
+    int r;
+    if (w->done != w->total) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "cannot write '%s': %" PRIu64 " of %" PRIu64
+                       " data bytes given", w->path, w->done, w->total);
+        goto out;
     }
-    fd = -1;
-    if (rename(tmp, path) < 0) {
-        r = dsl_seterr(err, -errno, "cannot rename '%s' to '%s': %s", tmp, path,
+    if (EVP_DigestFinal_ex(w->md, md, &mdlen) != 1 || mdlen * 2 != SHA_HEX) {
+        r = dsl_seterr(err, DSL_ENOTSUP, "cannot write '%s': SHA-256 failed", w->path);
+        goto out;
+    }
+    for (unsigned i = 0; i < mdlen; i++)
+        snprintf(data_sha + 2 * i, 3, "%02x", md[i]);
+    if ((r = put_header(w, data_sha, err)) < 0)
+        goto out;
+    if (fsync(w->fd) < 0 || close(w->fd) < 0) {
+        w->fd = -1;
+        r = dsl_seterr(err, -errno, "cannot write '%s': %s", w->tmp, strerror(errno));
+        goto out;
+    }
+    w->fd = -1;
+    if (rename(w->tmp, w->path) < 0) {
+        r = dsl_seterr(err, -errno, "cannot rename '%s' to '%s': %s", w->tmp, w->path,
                        strerror(errno));
         goto out;
     }
-    free(tmp);
-    tmp = NULL;
-    if ((r = dsl_file_sync_dir_of(path)) < 0) {
-        dsl_seterr(err, r, "cannot sync the directory of '%s': %s", path, strerror(-r));
-        goto out;
-    }
-    r = 0;
-    goto out;
-write_failed:
-    dsl_seterr(err, r, "cannot write '%s': %s", tmp, strerror(-r));
+    free(w->tmp);
+    w->tmp = NULL;
+    if ((r = dsl_file_sync_dir_of(w->path)) < 0)
+        dsl_seterr(err, r, "cannot sync the directory of '%s': %s", w->path, strerror(-r));
 out:
-    if (fd >= 0)
-        close(fd);
-    if (tmp) {
-        unlink(tmp);
-        free(tmp);
-    }
-    dsl_dynbuf_release(&h);
+    dsl_st_stream_abort(w);
     return r;
+}
+
+void dsl_st_stream_abort(struct dsl_st_stream *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmp)
+        unlink(w->tmp);
+    free(w->tmp);
+    free(w->path);
+    free(w->t);
+    EVP_MD_CTX_free(w->md);
+    dsl_strvec_release(&w->meta);
+    memset(w, 0, sizeof(*w));
+    w->fd = -1;
+}
+
+int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
+                 const struct dsl_strvec *meta, char *err)
+{
+    struct dsl_st_stream w;
+    int r = dsl_st_stream_begin(&w, path, t, n, meta, err);
+    for (size_t i = 0; i < n && r >= 0; i++) {
+        uint64_t nb = 0;
+        dsl_st_tensor_nbytes(&t[i], &nb);
+        r = dsl_st_stream_put(&w, t[i].data, (size_t)nb, err);
+    }
+    if (r < 0) {
+        dsl_st_stream_abort(&w);
+        return r;
+    }
+    return dsl_st_stream_end(&w, err);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
 #include <zlib.h>
 
 #include "dslaunch/common/error.h"
@@ -36,6 +37,9 @@ void dsl_st_release(struct dsl_st_file *f)
     free(f->t);
     free(f->buf);
     free(f->path);
+    if (f->fd_open)
+        close(f->fd);
+    free(f->begin);
     dsl_strvec_release(&f->meta);
     memset(f, 0, sizeof(*f));
     dsl_strvec_init(&f->meta);
@@ -56,6 +60,43 @@ static int cmp_span(const void *a, const void *b)
     if (x->nbytes != y->nbytes)
         return x->nbytes < y->nbytes ? -1 : 1;
     return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* The data's checksums against what the header says: got, the data's SHA-256 in hex
+ * (NULL: the header has none), crc its crc32 (for an older file's dsl.crc32). */
+static int sums_match(struct dsl_st_file *f, const char *got, unsigned long crc, char *err)
+{
+    const char *want = dsl_env_get(&f->meta, META_DATA_SHA);
+    const char *wcrc = dsl_env_get(&f->meta, META_CRC);
+    if (want) {
+        if (strcmp(got, want) != 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "safetensors file '%s': the tensor data does not match its "
+                              "checksum (" META_DATA_SHA " %.12s..., the data hashes to "
+                              "%.12s...): the data is corrupt",
+                              f->path, want, got);
+        if (dsl_env_get(&f->meta, META_SHA))
+            f->sum = DSL_ST_SUM_SHA256;
+    } else if (wcrc) {
+        char c[16];
+        snprintf(c, sizeof(c), "%08lx", crc);
+        if (strcmp(c, wcrc) != 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "safetensors file '%s': checksum mismatch (crc32 %s, header says "
+                              "%s): the data is corrupt",
+                              f->path, c, wcrc);
+        f->sum = DSL_ST_SUM_CRC32;
+    }
+    return 0;
+}
+
+/* a file that got shorter between its stat and its read */
+static int st_changed(const char *path, size_t len, char *err)
+{
+    return dsl_seterr(err, DSL_ECHECKPOINT,
+                      "safetensors file '%s' changed while it was read (it is shorter than "
+                      "its size of %zu bytes): is something else writing it?",
+                      path, len);
 }
 
 /*
@@ -92,32 +133,15 @@ static int check_sums(struct dsl_st_file *f, size_t hlen, size_t sha_at, unsigne
                               f->path);
         }
     }
-    if (want) {
-        if (dsl_st_sha256_hex(data, datalen, NULL, 0, NULL, 0, got) < 0)
-            return dsl_seterr(err, DSL_ENOTSUP,
-                              "safetensors file '%s': cannot check it: libcrypto has no "
-                              "SHA-256",
-                              f->path);
-        if (strcmp(got, want) != 0)
-            return dsl_seterr(err, DSL_ECHECKPOINT,
-                              "safetensors file '%s': the tensor data does not match its "
-                              "checksum (" META_DATA_SHA " %.12s..., the data hashes to "
-                              "%.12s...): the data is corrupt",
-                              f->path, want, got);
-        if (head)
-            f->sum = DSL_ST_SUM_SHA256;
-    } else if (crc) {
-        char c[16];
-        snprintf(c, sizeof(c), "%08lx",
-                 dsl_st_crc_update(crc32(0L, Z_NULL, 0), data, datalen) & 0xffffffffUL);
-        if (strcmp(c, crc) != 0)
-            return dsl_seterr(err, DSL_ECHECKPOINT,
-                              "safetensors file '%s': checksum mismatch (crc32 %s, header says "
-                              "%s): the data is corrupt",
-                              f->path, c, crc);
-        f->sum = DSL_ST_SUM_CRC32;
-    }
-    return 0;
+    if (!want && !crc)
+        return 0;
+    if (want && dsl_st_sha256_hex(data, datalen, NULL, 0, NULL, 0, got) < 0)
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "safetensors file '%s': cannot check it: libcrypto has no SHA-256",
+                          f->path);
+    return sums_match(f, want ? got : NULL,
+                      dsl_st_crc_update(crc32(0L, Z_NULL, 0), data, datalen) & 0xffffffffUL,
+                      err);
 }
 
 /* What st_header() found, for st_finish(). */
@@ -325,16 +349,16 @@ static ssize_t read_full(int fd, unsigned char *buf, size_t n)
 }
 
 /*
- * In two reads: the length and the header first, judged against the file's size
- * (st_header), then, only for a file that is what its header says, the data into a
- * buffer of the file's size. So a header or a file size that lies costs no more than
- * the header (at most MAX_HEADER_BYTES).
+ * The length and the header of path, judged against the file's size (st_header): f
+ * holds the header (f->len = 8 + its length), h the entries, *fd the open file, *size
+ * its size. So a header or a file size that lies costs no more than the header (at
+ * most MAX_HEADER_BYTES).
  */
-int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *err)
+static int st_open_head(struct dsl_st_file *f, const char *path, unsigned flags,
+                        struct st_head *h, int *fdp, size_t *size, char *err)
 {
     size_t len = 0, head;
     uint64_t hlen = 0;
-    struct st_head h;
     ssize_t k;
     int fd, r;
     memset(f, 0, sizeof(*f));
@@ -346,10 +370,8 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
         return fd == -ENOENT || fd == -EINVAL ? DSL_ECHECKPOINT : fd;
     head = len < 8 ? len : 8;
     f->buf = dsl_xmalloc(8);
-    if ((k = read_full(fd, f->buf, head)) < 0) {
-        r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
-        goto out;
-    }
+    if ((k = read_full(fd, f->buf, head)) < 0)
+        goto unreadable;
     if ((size_t)k != head)
         goto changed;
     if ((r = st_hlen(path, f->buf, len, &hlen, err)) < 0)
@@ -362,45 +384,149 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
         goto out;
     }
     f->buf = hb;
-    if ((k = read_full(fd, f->buf + 8, head - 8)) < 0) {
-        r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
-        goto out;
-    }
+    if ((k = read_full(fd, f->buf + 8, head - 8)) < 0)
+        goto unreadable;
     if ((size_t)k != head - 8)
         goto changed;
     f->len = head;
-    if ((r = st_header(f, len, &h, err)) < 0)
+    if ((r = st_header(f, len, h, err)) < 0 || (r = need_sums(f, h, flags, err)) < 0)
         goto out;
-    if ((r = need_sums(f, &h, flags, err)) < 0)
-        goto out;
+    *fdp = fd;
+    *size = len;
+    return 0;
+unreadable:
+    r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
+    goto out;
+changed:
+    r = st_changed(path, len, err);
+out:
+    close(fd);
+    return r;
+}
+
+/* In two reads: the header (st_open_head), then, only for a file that is what its
+ * header says, the data into a buffer of the file's size. */
+int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *err)
+{
+    size_t len = 0, head;
+    struct st_head h;
+    ssize_t k;
+    int fd = -1, r;
+    if ((r = st_open_head(f, path, flags, &h, &fd, &len, err)) < 0)
+        return r;
+    head = f->len;
     /* every size in the header matches the file: now the data */
     unsigned char *all = realloc(f->buf, len ? len : 1);
     if (!all) {
-        st_head_release(&h);
         r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes to read '%s'", len, path);
-        goto out;
+        goto fail;
     }
     f->buf = all;
     if ((k = read_full(fd, f->buf + head, len - head)) < 0) {
-        st_head_release(&h);
         r = dsl_seterr(err, (int)k, "cannot read '%s': %s", path, strerror((int)-k));
-        goto out;
+        goto fail;
     }
     if ((size_t)k != len - head) {
-        st_head_release(&h);
-        goto changed;
+        r = st_changed(path, len, err);
+        goto fail;
     }
     f->len = len;
     close(fd);
     return st_finish(f, &h, flags, err);
-changed:
-    r = dsl_seterr(err, DSL_ECHECKPOINT,
-                   "safetensors file '%s' changed while it was read (it is shorter than "
-                   "its size of %zu bytes): is something else writing it?",
-                   path, len);
-out:
+fail:
+    st_head_release(&h);
     close(fd);
     return r;
+}
+
+int dsl_st_open(struct dsl_st_file *f, const char *path, unsigned flags, char *err)
+{
+    struct st_head h;
+    size_t len = 0;
+    int fd = -1, r;
+    char got[SHA_HEX + 1];
+    if ((r = st_open_head(f, path, flags, &h, &fd, &len, err)) < 0)
+        return r;
+    f->fd = fd;
+    f->fd_open = 1;
+    f->data_at = f->len;
+    f->data_len = len - f->len;
+    f->t = h.t; /* data NULL: read it with dsl_st_pread */
+    f->n = h.n;
+    f->begin = h.begin;
+    f->whole.name = "";
+    f->whole.nbytes = f->data_len;
+    const char *head = dsl_env_get(&f->meta, META_SHA);
+    if (!head)
+        return 0;
+    if (dsl_st_header_sha(f->buf, (size_t)h.hlen, h.sha_at, got) < 0)
+        return dsl_seterr(err, DSL_ENOTSUP, "safetensors file '%s': cannot check it: "
+                          "libcrypto has no SHA-256", f->path);
+    if (strcmp(got, head) == 0)
+        return 0;
+    if (flags & DSL_ST_HEADER_SUM_LATER) {
+        f->header_bad = 1;
+        return 0;
+    }
+    return dsl_seterr(err, DSL_ECHECKPOINT, "safetensors file '%s': the header does not "
+                      "match its checksum (" META_SHA "): it was edited or is corrupt",
+                      f->path);
+}
+
+int dsl_st_pread(const struct dsl_st_file *f, const struct dsl_st_tensor *t, uint64_t off,
+                 void *buf, size_t n, char *err)
+{
+    uint64_t at = f->data_at + off;
+    if (t != &f->whole)
+        at += f->begin[t - f->t];
+    unsigned char *p = buf;
+    if (off > t->nbytes || n > t->nbytes - off)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "safetensors file '%s': read past tensor '%s'",
+                          f->path, t->name);
+    while (n > 0) {
+        ssize_t k = pread(f->fd, p, n, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? dsl_seterr(err, -errno, "cannot read '%s': %s", f->path,
+                                      strerror(errno))
+                         : st_changed(f->path, (size_t)(f->data_at + f->data_len), err);
+        p += k;
+        at += (uint64_t)k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int dsl_st_verify(struct dsl_st_file *f, void *buf, size_t bufsize, char *err)
+{
+    const char *want = dsl_env_get(&f->meta, META_DATA_SHA);
+    const char *crc = dsl_env_get(&f->meta, META_CRC);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned long c32 = crc32(0L, Z_NULL, 0);
+    int r = md && EVP_DigestInit_ex(md, EVP_sha256(), NULL) == 1
+                ? 0
+                : dsl_seterr(err, DSL_ENOTSUP, "safetensors file '%s': cannot check it: "
+                             "libcrypto has no SHA-256", f->path);
+    f->sum = DSL_ST_SUM_NONE;
+    for (uint64_t at = 0; r == 0 && at < f->data_len && (want || crc);) {
+        size_t k = f->data_len - at < bufsize ? (size_t)(f->data_len - at) : bufsize;
+        if ((r = dsl_st_pread(f, &f->whole, at, buf, k, err)) < 0)
+            break;
+        if (EVP_DigestUpdate(md, buf, k) != 1)
+            r = dsl_seterr(err, DSL_ENOTSUP, "safetensors file '%s': SHA-256 failed", f->path);
+        c32 = dsl_st_crc_update(c32, buf, k);
+        at += k;
+    }
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    char got[SHA_HEX + 1] = "";
+    if (r == 0 && want && (EVP_DigestFinal_ex(md, d, &dlen) != 1 || dlen * 2 != SHA_HEX))
+        r = dsl_seterr(err, DSL_ENOTSUP, "safetensors file '%s': SHA-256 failed", f->path);
+    for (unsigned i = 0; r == 0 && i < dlen; i++)
+        snprintf(got + 2 * i, 3, "%02x", d[i]);
+    EVP_MD_CTX_free(md);
+    return r < 0 ? r : sums_match(f, want ? got : NULL, c32 & 0xffffffffUL, err);
 }
 
 const struct dsl_st_tensor *dsl_st_find(const struct dsl_st_file *f, const char *name)
