@@ -26,6 +26,7 @@
 #include "checkpoint_internal.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
+#include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/file.h"
 #include "safetensors.h"
 #include "dslaunch/common/banned.h"
@@ -107,12 +108,27 @@ int dsl_ckpt_write_model(const char *dir, const char *tag, int world,
     return r;
 }
 
+/* nstate fp32 vectors of len elements into path with the metadata m */
+static int write_state(const char *path, const char *const *names, const float *const *slices,
+                       size_t nstate, size_t len, const struct dsl_strvec *m, char *err)
+{
+    struct dsl_st_tensor t[DSL_CKPT_MAX_STATE];
+    memset(t, 0, sizeof(t));
+    for (size_t i = 0; i < nstate; i++) {
+        t[i].name = names[i];
+        t[i].dtype = DSL_ST_F32;
+        t[i].ndim = 1;
+        t[i].shape[0] = len;
+        t[i].data = slices[i];
+    }
+    return dsl_st_write(path, t, nstate, m, err);
+}
+
 int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
                          const char *const *names, const float *const *slices,
                          size_t nstate, size_t offset, size_t len, size_t numel,
                          const struct dsl_strvec *meta, char *err)
 {
-    struct dsl_st_tensor t[DSL_CKPT_MAX_STATE];
     struct dsl_strvec m;
     char *path;
     int r;
@@ -123,27 +139,94 @@ int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
         return dsl_seterr(err, DSL_ECHECKPOINT,
                           "bad optimizer shard: rank %d of %d, [%zu, +%zu) of %zu, %zu states",
                           rank, world, offset, len, numel, nstate);
-    memset(t, 0, sizeof(t));
-    for (size_t i = 0; i < nstate; i++) {
-        t[i].name = names[i];
-        t[i].dtype = DSL_ST_F32;
-        t[i].ndim = 1;
-        t[i].shape[0] = len;
-        t[i].data = slices[i];
-    }
     meta_common(&m, meta, "optim", tag, numel);
     meta_setnum(&m, "dsl.world_size", (uint64_t)world);
     meta_setnum(&m, "dsl.rank", (uint64_t)rank);
     meta_setnum(&m, "dsl.shard_offset", offset);
     meta_setnum(&m, "dsl.shard_len", len);
     path = dsl_xasprintf("%s/%s.partial/" SHARD_FMT, dir, tag, rank);
-    r = dsl_st_write(path, t, nstate, &m, err);
+    r = write_state(path, names, slices, nstate, len, &m, err);
     free(path);
     dsl_strvec_release(&m);
     return r;
 }
 
+/* "0.weight[64,784];0.bias[64]" (dsl.views) into b; -1 for a name that cannot be told
+ * apart from the separators */
+static int views_text(struct dsl_dynbuf *b, const struct dsl_ckpt_param *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strpbrk(v[i].name, "[];="))
+            return -1;
+        dsl_dynbuf_addf(b, "%s%s[", i ? ";" : "", v[i].name);
+        for (int d = 0; d < v[i].ndim; d++)
+            dsl_dynbuf_addf(b, "%s%" PRIu64, d ? "," : "", v[i].shape[d]);
+        dsl_dynbuf_addstr(b, "]");
+    }
+    return 0;
+}
 
+/* the checkpoint's keys (caller's, format, tag, numel, world, views) and this rank's */
+static int zero3_meta(struct dsl_strvec *m, const struct dsl_strvec *meta, const char *tag,
+                      int rank, int world, const struct dsl_ckpt_param *views, size_t nviews,
+                      size_t numel, const size_t (*ranges)[2], size_t nranges, size_t *len)
+{
+    struct dsl_dynbuf b;
+    int r;
+    dsl_dynbuf_init(&b, (size_t)-1 / 2);
+    *len = 0;
+    for (size_t i = 0; i < nranges; i++) {
+        dsl_dynbuf_addf(&b, "%s%zu+%zu", i ? "," : "", ranges[i][0], ranges[i][1]);
+        *len += ranges[i][1];
+    }
+    meta_common(m, meta, "model_shard", tag, numel);
+    meta_setnum(m, "dsl.world_size", (uint64_t)world);
+    meta_setnum(m, "dsl.rank", (uint64_t)rank);
+    dsl_env_set(m, "dsl.shard_ranges", b.buf ? b.buf : "");
+    b.len = 0;
+    if (b.buf)
+        b.buf[0] = '\0';
+    r = views_text(&b, views, nviews);
+    dsl_env_set(m, "dsl.views", b.buf ? b.buf : "");
+    dsl_dynbuf_release(&b);
+    return r;
+}
+
+int dsl_ckpt_write_zero3(const char *dir, const char *tag, int rank, int world,
+                         const struct dsl_ckpt_param *views, size_t nviews, size_t numel,
+                         const size_t (*ranges)[2], size_t nranges, const float *params,
+                         const char *const *names, const float *const *slices, size_t nstate,
+                         const struct dsl_strvec *meta, char *err)
+{
+    struct dsl_strvec m;
+    size_t len = 0;
+    int r;
+    if (dsl_ckpt_tag_bad(tag))
+        return dsl_ckpt_tag_error(tag, dir, err);
+    if (nstate > DSL_CKPT_MAX_STATE || rank < 0 || rank >= world)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "bad parameter shard: rank %d of %d, %zu "
+                          "states", rank, world, nstate);
+    if ((r = check_views(views, nviews, numel, err)) < 0)
+        return r;
+    if (zero3_meta(&m, meta, tag, rank, world, views, nviews, numel, ranges, nranges, &len) < 0) {
+        dsl_strvec_release(&m);
+        return dsl_seterr(err, DSL_ECHECKPOINT, "a parameter name holds '[', ']', ';' or '=': "
+                          "it cannot be written into a stage 3 checkpoint");
+    }
+    const char *flat[1] = {DSL_CKPT_FLAT};
+    const float *pv[1] = {params};
+    char *path = dsl_xasprintf("%s/%s.partial/" DSL_CKPT_SHARD_FMT, dir, tag, rank, "model");
+    r = write_state(path, flat, pv, 1, len, &m, err);
+    free(path);
+    if (r >= 0) {
+        dsl_env_set(&m, "dsl.kind", "optim");
+        path = dsl_xasprintf("%s/%s.partial/" SHARD_FMT, dir, tag, rank);
+        r = write_state(path, names, slices, nstate, len, &m, err);
+        free(path);
+    }
+    dsl_strvec_release(&m);
+    return r;
+}
 
 int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
 {
@@ -195,51 +278,5 @@ out:
     free(part);
     free(final);
     free(old);
-    return r;
-}
-
-int dsl_ckpt_consolidate(struct dsl_ckpt *cp, const char *dir, const char *tag,
-                         const char *out_path, unsigned flags, char *err)
-{
-    struct dsl_ckpt *c = cp;
-    struct dsl_st_tensor *t;
-    struct dsl_strvec m;
-    int r = dsl_ckpt_load(c, dir, tag, flags, err);
-    if (r < 0)
-        return r;
-    t = dsl_xcalloc(c->nviews ? c->nviews : 1, sizeof(*t));
-    for (size_t i = 0; i < c->nviews; i++) {
-        t[i].name = c->views[i].name;
-        t[i].dtype = DSL_ST_F32;
-        t[i].ndim = c->views[i].ndim;
-        for (int d = 0; d < c->views[i].ndim; d++)
-            t[i].shape[d] = c->views[i].shape[d];
-        t[i].data = c->params + c->views[i].offset;
-    }
-    dsl_strvec_init(&m);
-    dsl_env_set(&m, "format", "pt");
-    /* what the checkpoint says about its model and run (the GPT's shape "gpt", its
-     * tokens "gpt_tokens", step, seed ...), so that `dstrain sample` reads the file;
-     * the checkpoint's own bookkeeping (dsl.*) describes files this one is not */
-    for (size_t i = 0; i < c->meta.nr; i++) {
-        const char *kv = c->meta.v[i];
-        if (strncmp(kv, "dsl.", 4) != 0 && strncmp(kv, "format=", 7) != 0)
-            dsl_strvec_push(&m, kv);
-    }
-    /* out_path's missing directories are made once the checkpoint has loaded (as
-     * DeepSpeed's zero_to_fp32 makes its output directory), so a bad checkpoint leaves
-     * none behind */
-    const char *slash = strrchr(out_path, '/');
-    if (slash && slash != out_path) {
-        char *parent = dsl_xstrndup(out_path, (size_t)(slash - out_path));
-        if ((r = dsl_dir_make_all(parent)) < 0)
-            dsl_seterr(err, r, "cannot make the directory '%s' for '%s': %s", parent,
-                       out_path, strerror(-r));
-        free(parent);
-    }
-    if (r >= 0)
-        r = dsl_st_write(out_path, t, c->nviews, &m, err);
-    dsl_strvec_release(&m);
-    free(t);
     return r;
 }

@@ -12,6 +12,7 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -162,4 +163,96 @@ int dsl_ckpt_too_large(const char *file, size_t numel, size_t nstate, char *err)
                       "this model (%zu parameters) can hold (%" PRIu64 " bytes at most): not a "
                       "checkpoint of this model, or damaged",
                       file, (uint64_t)st.st_size, numel, max);
+}
+
+/* A decimal number of at most 19 digits, no sign or leading zero, at *p; advances *p. */
+static int read_u64(const char **p, uint64_t *out)
+{
+    const char *s = *p;
+    uint64_t v = 0;
+    size_t k = 0;
+    while (s[k] >= '0' && s[k] <= '9' && k < 20)
+        v = v * 10 + (uint64_t)(s[k++] - '0');
+    if (k == 0 || k > 19 || (s[0] == '0' && k > 1))
+        return -1;
+    *out = v;
+    *p = s + k;
+    return 0;
+}
+
+int dsl_ckpt_ranges_parse(const char *v, uint64_t numel, uint64_t (**out)[2], size_t *n,
+                          uint64_t *total)
+{
+    uint64_t (*rg)[2] = NULL, sum = 0;
+    size_t k = 0, alloc = 0;
+    const char *p = v;
+    while (*p) {
+        uint64_t off, len;
+        if (read_u64(&p, &off) < 0 || *p++ != '+' || read_u64(&p, &len) < 0 || len == 0 ||
+            off > numel || len > numel - off || sum > numel - len || (*p && *p++ != ',') ||
+            (!*p && p[-1] == ','))
+            goto bad;
+        if (k == alloc) {
+            alloc = alloc ? 2 * alloc : 16;
+            rg = dsl_xreallocarray(rg, alloc, sizeof(*rg));
+        }
+        rg[k][0] = off;
+        rg[k][1] = len;
+        sum += len;
+        k++;
+    }
+    *out = rg;
+    *n = k;
+    *total = sum;
+    return 0;
+bad:
+    free(rg);
+    return -1;
+}
+
+int dsl_ckpt_views_parse(const char *v, size_t numel, struct dsl_ckpt_param **out, size_t *n)
+{
+    struct dsl_ckpt_param *pv = NULL;
+    size_t k = 0, alloc = 0, pos = 0;
+    const char *p = v;
+    while (*p) {
+        const char *b = strchr(p, '[');
+        uint64_t shape[4], sz = 1;
+        int nd = 0;
+        if (!b || b == p || memchr(p, ';', (size_t)(b - p)))
+            goto bad;
+        const char *q = b + 1;
+        while (*q != ']') {
+            if (nd == 4 || read_u64(&q, &shape[nd]) < 0 || (*q != ',' && *q != ']') ||
+                (shape[nd] && sz > numel / shape[nd]))
+                goto bad;
+            sz *= shape[nd++];
+            if (*q == ',' && *++q == ']')
+                goto bad;
+        }
+        if (sz > numel - pos || (q[1] && q[1] != ';') || (q[1] == ';' && !q[2]))
+            goto bad;
+        if (k == alloc) {
+            alloc = alloc ? 2 * alloc : 16;
+            pv = dsl_xreallocarray(pv, alloc, sizeof(*pv));
+        }
+        memset(&pv[k], 0, sizeof(pv[k]));
+        pv[k].name = dsl_xstrndup(p, (size_t)(b - p));
+        pv[k].offset = pos;
+        pv[k].ndim = nd;
+        memcpy(pv[k].shape, shape, (size_t)nd * sizeof(shape[0]));
+        pos += (size_t)sz;
+        k++;
+        p = q[1] ? q + 2 : q + 1;
+    }
+    if (pos != numel)
+        goto bad;
+    *out = pv;
+    *n = k;
+    return 0;
+bad:
+    for (size_t i = 0; i < k; i++)
+        free((char *)(uintptr_t)pv[i].name);
+    free(pv);
+    return -1;
 }

@@ -14,6 +14,10 @@
 #include "safetensors.h"
 
 #define SHARD_FMT "zero_pp_rank_%d_mp_rank_00_optim_states.safetensors"
+/* a stage 3 rank's files: DSL_CKPT_SHARD_FMT with the rank and "model" or "optim" */
+#define DSL_CKPT_SHARD_FMT "zero_pp_rank_%d_mp_rank_00_%s_states.safetensors"
+/* the one tensor of a stage 3 parameter shard (DeepSpeed's fp32_flat_groups, one group) */
+#define DSL_CKPT_FLAT "fp32_flat"
 #define EDITED "header does not match its checksum (dsl.sha256): it was edited or is corrupt"
 /* Internal load flag: the commit validating a save (messages speak of the save). */
 #define CKPT_SAVING (1u << 30)
@@ -54,6 +58,13 @@ int dsl_ckpt_params_finite(const struct dsl_ckpt *c, const char *file, unsigned 
 /** A file without any checksum: refused unless DSL_CKPT_ALLOW_UNVERIFIED; allowed, the
  *  first such file is noted in c->unverified. */
 int dsl_ckpt_unverified(struct dsl_ckpt *c, const char *file, unsigned flags, char *err);
+/** "off+len,off+len,...": ranges inside [0, numel), none empty, into *out (malloc'ed,
+ *  n of them) and their total into *total; -1 when v is anything else. */
+int dsl_ckpt_ranges_parse(const char *v, uint64_t numel, uint64_t (**out)[2], size_t *n,
+                          uint64_t *total);
+/** "name[d0,d1];name[d0]": the parameter views of a stage 3 checkpoint (dsl.views), laid
+ *  end to end from offset 0, covering numel; names malloc'ed; -1 when v is anything else. */
+int dsl_ckpt_views_parse(const char *v, size_t numel, struct dsl_ckpt_param **out, size_t *n);
 /** The safetensors flags of a load. */
 unsigned dsl_ckpt_st_flags(unsigned flags);
 /** A file larger than any checkpoint file of a model of numel parameters (nstate fp32
@@ -66,9 +77,31 @@ void dsl_ckpt_init(struct dsl_ckpt *c);
  *  0: the model file alone. */
 int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
                       unsigned flags, size_t numel_hint, char *err);
-/** The optimizer shards of path into c, after its model file (model_bad: the model
+/** The optimizer shards (params: stage 3's parameter shards) of path into c, after its model file (model_bad: the model
  *  file's header failed its checksum). */
 int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
-                         unsigned flags, size_t numel_hint, char *err);
+                         int params, unsigned flags, size_t numel_hint, char *err);
+
+/* Stage 3's parameter shards for a streamed consolidation: each file opened with its
+ * header only, the set judged as dsl_ckpt_load_shards does, then every file's data
+ * checked against its checksum through one buffer of bufsize bytes. */
+struct dsl_ckpt_shards;
+int dsl_ckpt_shards_open(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                         unsigned flags, size_t bufsize, struct dsl_ckpt_shards **out, char *err);
+/** The len floats of view v from the shards' pieces into buf, checked finite. */
+int dsl_ckpt_shards_read(const struct dsl_ckpt_shards *set, const struct dsl_ckpt *c,
+                         const struct dsl_ckpt_param *v, size_t len, float *buf,
+                         unsigned flags, char *err);
+void dsl_ckpt_shards_free(struct dsl_ckpt_shards *set);
+/** Rank 0's parameter shard of a stage 3 save in path, its header only: c's metadata,
+ *  world size, size and views; the parameters allocated (uninitialised) when alloc. */
+int dsl_ckpt_load_zero3_head(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
+                             int alloc, unsigned flags, char *err);
+/** A stage 3 save in path: no model file, and parameter shards beside the optimizer's. */
+int dsl_ckpt_is_zero3(const char *path);
+/** Which directory (dir/tag, or its .old copy) and tag a load of (dir, tag) reads, as
+ *  dsl_ckpt_load() picks them; both malloc'ed. */
+int dsl_ckpt_resolve(const char *dir, const char *tag, unsigned flags, char **path, char **t,
+                     char *err);
 
 #endif

@@ -9,6 +9,7 @@
  * <tag>.old is there is a re-save that died between its two renames (checkpoint.c):
  * the old copy is complete and is read instead.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdint.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "checkpoint_internal.h"
@@ -140,6 +142,75 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
     return r;
 }
 
+int dsl_ckpt_is_zero3(const char *path)
+{
+    static const char post[] = "_mp_rank_00_model_states.safetensors";
+    struct stat st;
+    char *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    int model = lstat(m, &st) == 0 || errno != ENOENT, yes = 0;
+    free(m);
+    DIR *d = model ? NULL : opendir(path);
+    struct dirent *e;
+    while (d && !yes && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        yes = strncmp(e->d_name, "zero_pp_rank_", 13) == 0 && n > sizeof(post) - 1 &&
+              strcmp(e->d_name + n - (sizeof(post) - 1), post) == 0;
+    }
+    if (d)
+        closedir(d);
+    return yes;
+}
+
+/* (its data is read with the other shards) */
+int dsl_ckpt_load_zero3_head(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
+                             int alloc, unsigned flags, char *err)
+{
+    struct dsl_st_file f;
+    uint64_t numel = 0, ws = 0;
+    char *fp = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, path, 0, "model");
+    int r = dsl_st_open(&f, fp, dsl_ckpt_st_flags(flags), err);
+    *bad = f.header_bad;
+    if (r == DSL_ECHECKPOINT && !f.no_sums && access(fp, F_OK) < 0)
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint '%s' is incomplete: missing shard file '" DSL_CKPT_SHARD_FMT
+                       "' (rank 0): copy it back from where the checkpoint was saved, or "
+                       "resume an earlier checkpoint by its tag",
+                       path, 0, "model");
+    if (r < 0 && f.no_sums)
+        r = dsl_ckpt_unverified(c, f.path, flags, err);
+    if (r < 0)
+        goto out;
+    const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
+    const char *views = dsl_env_get(&f.meta, "dsl.views");
+    if (!kind || strcmp(kind, "model_shard") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint file '%s' is not a parameter shard of tag '%s'", fp, tag);
+        goto out;
+    }
+    if ((r = dsl_ckpt_meta_num(&f, "dsl.numel", &numel, err)) < 0 ||
+        (r = dsl_ckpt_meta_num(&f, "dsl.world_size", &ws, err)) < 0)
+        goto out;
+    if (ws < 1 || ws > 1u << 20 || numel > SIZE_MAX / sizeof(float) || !views ||
+        dsl_ckpt_views_parse(views, (size_t)numel, &c->views, &c->nviews) < 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad world size, size or "
+                       "'dsl.views' metadata", fp);
+        goto out;
+    }
+    c->zero3 = 1;
+    c->numel = (size_t)numel;
+    c->saved_world = (int)ws;
+    c->sum = DSL_ST_SUM_SHA256; /* lowered by the shards' own, as they are read */
+    for (size_t i = 0; i < f.meta.nr; i++)
+        dsl_strvec_push(&c->meta, f.meta.v[i]);
+    c->params = alloc ? malloc(c->numel ? c->numel * sizeof(float) : 1) : NULL;
+    if (alloc && !c->params)
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu parameters", c->numel);
+out:
+    dsl_st_release(&f);
+    free(fp);
+    return r;
+}
+
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
 int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
                       unsigned flags, size_t numel_hint, char *err)
@@ -147,6 +218,13 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
+    if (dsl_ckpt_is_zero3(path)) {
+        if ((r = dsl_ckpt_load_zero3_head(c, path, tag, &bad, 1, flags, err)) < 0 ||
+            (r = dsl_ckpt_load_shards(c, path, tag, bad, 1, flags, numel_hint, err)) < 0 ||
+            !shards)
+            return r;
+        return dsl_ckpt_load_shards(c, path, tag, 0, 0, flags, numel_hint, err);
+    }
     if ((r = load_model(c, path, tag, &bad, flags, numel_hint, err)) < 0) {
         if (bad && err) {
             size_t n = strlen(err);
@@ -161,21 +239,24 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
                               path);
         return 0;
     }
-    return dsl_ckpt_load_shards(c, path, tag, bad, flags, numel_hint, err);
+    return dsl_ckpt_load_shards(c, path, tag, bad, 0, flags, numel_hint, err);
 }
 
-
-
 /* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
-/* dir is a tag's directory itself: it has no 'latest' but a model file. *parent and
+/* dir is a tag's directory itself: it has no 'latest' but a model file (or, saved at
+ * stage 3, rank 0's parameter shard). *parent and
  * *tag (malloc'ed) split it: "ck/global_step40/" -> "ck", "global_step40". */
 static int is_step_dir(const char *dir, char **parent, char **tag)
 {
     struct stat st;
     char *l = dsl_xasprintf("%s/latest", dir), *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, dir);
-    int yes = lstat(l, &st) < 0 && errno == ENOENT && stat(m, &st) == 0 && S_ISREG(st.st_mode);
+    char *z = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, dir, 0, "model");
+    int yes = lstat(l, &st) < 0 && errno == ENOENT &&
+              ((stat(m, &st) == 0 && S_ISREG(st.st_mode)) ||
+               (stat(z, &st) == 0 && S_ISREG(st.st_mode)));
     free(l);
     free(m);
+    free(z);
     if (!yes)
         return 0;
     size_t n = strlen(dir);
@@ -194,13 +275,11 @@ static int is_step_dir(const char *dir, char **parent, char **tag)
     return 1;
 }
 
-static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
-                    unsigned flags, size_t numel_hint, char *err)
+int dsl_ckpt_resolve(const char *dir, const char *tag, unsigned flags, char **pathp, char **tp,
+                     char *err)
 {
-    char *t = NULL, *path;
-    int r;
-    dsl_ckpt_init(c);
-    char *parent = NULL;
+    char *t = NULL, *path, *parent = NULL;
+    int r = 0;
     if ((flags & DSL_CKPT_STEP_DIR) && (!tag || strcmp(tag, "latest") == 0) &&
         is_step_dir(dir, &parent, &t)) {
         /* a tag's directory named itself (ck/global_step40): its parent and its tag */
@@ -226,15 +305,32 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
             free(old);
         }
     }
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint '%s' in '%s'%s", t, dir,
                        !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
                                                           : "");
-    else
-        r = dsl_ckpt_load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, numel_hint, err);
+        free(path);
+        free(t);
+    } else {
+        *pathp = path;
+        *tp = t;
+    }
+    free(parent);
+    return r;
+}
+
+static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,
+                    unsigned flags, size_t numel_hint, char *err)
+{
+    char *t = NULL, *path = NULL;
+    dsl_ckpt_init(c);
+    int r = dsl_ckpt_resolve(dir, tag, flags, &path, &t, err);
+    if (r < 0)
+        return r;
+    r = dsl_ckpt_load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, numel_hint,
+                          err);
     free(path);
     free(t);
-    free(parent);
     return r;
 }
 

@@ -1,11 +1,13 @@
 /*
- * Checkpoints, the optimizer shards of a tag: found by name, each validated and
- * compared with the model file, then judged as a set and reassembled.
+ * Checkpoints, the per-rank files of a tag: the optimizer shards, and at stage 3 the
+ * parameter shards, found by name, each validated and compared with the model file
+ * (at stage 3 rank 0's parameter shard), then judged as a set and reassembled.
  *
  * Theory of operation. Every shard file is read and compared with the model file
  * before the set is judged, so an edited world size is named as such; then one file
- * per rank of the saved world size, same tag and numel, and slices that tile
- * [0, numel) exactly; then the state is copied into full vectors, each value checked
+ * per rank of the saved world size, same tag and numel, and ranges that tile
+ * [0, numel) exactly (one slice per file, or at stage 3 one piece per bucket, as each
+ * rank held them); then the state is copied into full vectors, each value checked
  * to be finite.
  */
 #include <dirent.h>
@@ -23,15 +25,28 @@
 #include "safetensors.h"
 #include "dslaunch/common/banned.h"
 
-/* "zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors" -> r, or -1 (not a shard
- * name), or -2 (looks like one but is malformed). */
-static int shard_rank(const char *name)
+/* The two sets of per-rank files: optimizer shards (every stage) and, at stage 3,
+ * parameter shards; kind is their dsl.kind. */
+struct shard_kind {
+    const char *post, *kind, *what;
+};
+static const struct shard_kind kinds[2] = {
+    {"_mp_rank_00_optim_states.safetensors", "optim", "an optimizer shard"},
+    {"_mp_rank_00_model_states.safetensors", "model_shard", "a parameter shard"},
+};
+
+/* "zero_pp_rank_<r><post>" -> r, or -1 (not such a name: another kind's, or none), or
+ * -2 (looks like one but is malformed). */
+static int shard_rank(const char *name, const struct shard_kind *k)
 {
-    static const char pre[] = "zero_pp_rank_", post[] = "_mp_rank_00_optim_states.safetensors";
+    static const char pre[] = "zero_pp_rank_";
     if (strncmp(name, pre, sizeof(pre) - 1) != 0)
         return -1;
     const char *s = name + sizeof(pre) - 1, *u = strchr(s, '_');
-    if (!u || strcmp(u, post) != 0)
+    for (size_t i = 0; i < 2; i++)
+        if (&kinds[i] != k && u && strcmp(u, kinds[i].post) == 0)
+            return -1;
+    if (!u || strcmp(u, k->post) != 0)
         return -2;
     char *num = dsl_xstrndup(s, (size_t)(u - s));
     int r;
@@ -45,7 +60,9 @@ struct shard {
     int rank;
     char *file;
     struct dsl_st_file f;
-    uint64_t off, len;
+    uint64_t len;        /* elements of each of its tensors */
+    uint64_t (*rg)[2];   /* the flat ranges [offset, length) it holds, in its order */
+    size_t nrg;
 };
 
 /* Metadata that describes one file only; every other key describes the checkpoint
@@ -53,9 +70,9 @@ struct shard {
  * the same in the model file and every shard. */
 static int per_file_key(const char *k, size_t n)
 {
-    static const char *const own[] = {"dsl.kind",         "dsl.rank",  "dsl.shard_offset",
-                                      "dsl.shard_len",    "dsl.crc32", "dsl.sha256",
-                                      "dsl.data_sha256"};
+    static const char *const own[] = {"dsl.kind",        "dsl.rank",        "dsl.shard_offset",
+                                      "dsl.shard_len",   "dsl.shard_ranges", "dsl.crc32",
+                                      "dsl.sha256",      "dsl.data_sha256"};
     for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
         if (strlen(own[i]) == n && strncmp(k, own[i], n) == 0)
             return 1;
@@ -114,16 +131,23 @@ static int compare_meta(const struct dsl_ckpt *c, const char *model, int model_b
     return 0;
 }
 
-static int cmp_shard_off(const void *a, const void *b)
+/* one range of one shard, to sort all of them by offset */
+struct piece {
+    uint64_t off, len;
+    size_t shard;
+};
+
+static int cmp_piece(const void *a, const void *b)
 {
-    const struct shard *x = a, *y = b;
+    const struct piece *x = a, *y = b;
     if (x->off != y->off)
         return x->off < y->off ? -1 : 1;
-    return x->rank - y->rank;
+    return x->shard < y->shard ? -1 : x->shard > y->shard;
 }
 
 /* Every rank below the saved world size, each exactly once. */
-static int check_ranks(const char *path, const struct shard *sh, size_t n, int W, char *err)
+static int check_ranks(const char *path, const struct shard *sh, size_t n, int W,
+                       const struct shard_kind *k, char *err)
 {
     int r;
     for (size_t i = 0; i < n; i++) {
@@ -141,19 +165,48 @@ static int check_ranks(const char *path, const struct shard *sh, size_t n, int W
             found += sh[i].rank == rk;
         if (!found) {
             r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint '%s' is incomplete: missing shard file '" SHARD_FMT
-                           "' (rank %d of %d)",
-                           path, rk, rk, W);
+                           "checkpoint '%s' is incomplete: missing shard file "
+                           "'zero_pp_rank_%d%s' (rank %d of %d): copy it back from where the "
+                           "checkpoint was saved, or resume an earlier checkpoint by its tag",
+                           path, rk, k->post, rk, W);
             return r;
         }
     }
     return 0;
 }
 
+/* The ranges a shard holds: dsl.shard_ranges (a stage 3 save: one per bucket), else
+ * the one slice dsl.shard_offset, dsl.shard_len. */
+static int shard_ranges(struct shard *s, uint64_t numel, char *err)
+{
+    const char *v = dsl_env_get(&s->f.meta, "dsl.shard_ranges");
+    uint64_t off = 0, len = 0;
+    int r;
+    if (v) {
+        if (dsl_ckpt_ranges_parse(v, numel, &s->rg, &s->nrg, &s->len) < 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad metadata "
+                              "'dsl.shard_ranges'", s->file);
+        return 0;
+    }
+    if ((r = dsl_ckpt_meta_num(&s->f, "dsl.shard_offset", &off, err)) < 0 ||
+        (r = dsl_ckpt_meta_num(&s->f, "dsl.shard_len", &len, err)) < 0)
+        return r;
+    if (off > numel || len > numel - off)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint file '%s': [%" PRIu64 ", +%" PRIu64 ") is outside the "
+                          "%" PRIu64 " elements", s->file, off, len, numel);
+    s->rg = dsl_xcalloc(1, sizeof(*s->rg));
+    s->rg[0][0] = off;
+    s->rg[0][1] = len;
+    s->nrg = len ? 1 : 0;
+    s->len = len;
+    return 0;
+}
+
 /* Each shard's own record: an optimizer shard of tag, its rank and range, the same state
  * tensors as the first shard's; sets each shard's range and c->nstate. */
 static int check_shard_meta(struct dsl_ckpt *c, const char *tag, struct shard *sh, size_t n,
-                            int W, char *err)
+                            int W, const struct shard_kind *kd, char *err)
 {
     int r;
     for (size_t i = 0; i < n; i++) {
@@ -161,26 +214,33 @@ static int check_shard_meta(struct dsl_ckpt *c, const char *tag, struct shard *s
         uint64_t numel = 0, ws = 0, rank = 0;
         const char *kind = dsl_env_get(&s->f.meta, "dsl.kind");
         const char *ftag = dsl_env_get(&s->f.meta, "dsl.tag");
-        if (!kind || strcmp(kind, "optim") != 0 || !ftag || strcmp(ftag, tag) != 0) {
-            r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s' is not an optimizer shard of tag '%s'",
-                           s->file, tag);
+        if (!kind || strcmp(kind, kd->kind) != 0 || !ftag || strcmp(ftag, tag) != 0) {
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s' is not %s of tag '%s'",
+                           s->file, kd->what, tag);
             return r;
         }
         if ((r = dsl_ckpt_meta_num(&s->f, "dsl.numel", &numel, err)) < 0 ||
             (r = dsl_ckpt_meta_num(&s->f, "dsl.world_size", &ws, err)) < 0 ||
             (r = dsl_ckpt_meta_num(&s->f, "dsl.rank", &rank, err)) < 0 ||
-            (r = dsl_ckpt_meta_num(&s->f, "dsl.shard_offset", &s->off, err)) < 0 ||
-            (r = dsl_ckpt_meta_num(&s->f, "dsl.shard_len", &s->len, err)) < 0)
+            (r = shard_ranges(s, numel, err)) < 0)
             return r;
-        if (numel != c->numel || ws != (uint64_t)W || rank != (uint64_t)s->rank ||
-            s->off > numel || s->len > numel - s->off) {
+        if (numel != c->numel || ws != (uint64_t)W || rank != (uint64_t)s->rank) {
             r = dsl_seterr(err, DSL_ECHECKPOINT,
                            "checkpoint file '%s' does not match the checkpoint: rank %" PRIu64
-                           " of %" PRIu64 ", [%" PRIu64 ", +%" PRIu64 ") of %" PRIu64
-                           " elements, expected rank %d of %d and %zu elements",
-                           s->file, rank, ws, s->off, s->len, numel, s->rank, W, c->numel);
+                           " of %" PRIu64 ", %" PRIu64 " elements, expected rank %d of %d and "
+                           "%zu elements",
+                           s->file, rank, ws, numel, s->rank, W, c->numel);
             return r;
+        }
+        if (kd->kind == kinds[1].kind) { /* parameters: one fp32 vector */
+            const struct dsl_st_tensor *t = s->f.n == 1 ? &s->f.t[0] : NULL;
+            if (!t || strcmp(t->name, DSL_CKPT_FLAT) != 0 || t->dtype != DSL_ST_F32 ||
+                t->ndim != 1 || t->shape[0] != s->len)
+                return dsl_seterr(err, DSL_ECHECKPOINT,
+                                  "checkpoint file '%s' must hold one fp32 vector '"
+                                  DSL_CKPT_FLAT "' of its %" PRIu64 " elements",
+                                  s->file, s->len);
+            continue;
         }
         if (i == 0) {
             if (s->f.n > DSL_CKPT_MAX_STATE) {
@@ -211,39 +271,78 @@ static int check_shard_meta(struct dsl_ckpt *c, const char *tag, struct shard *s
     return 0;
 }
 
-/* The shards, sorted by offset, cover the c->numel elements without gap or overlap. */
+/* The shards' ranges, sorted by offset, cover the c->numel elements without gap or
+ * overlap. */
 static int check_coverage(const struct dsl_ckpt *c, const char *path, struct shard *sh,
                           size_t n, char *err)
 {
-    int r;
-    qsort(sh, n, sizeof(*sh), cmp_shard_off);
+    size_t np = 0, k = 0;
+    int r = 0;
+    for (size_t i = 0; i < n; i++)
+        np += sh[i].nrg;
+    struct piece *pc = dsl_xcalloc(np ? np : 1, sizeof(*pc));
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < sh[i].nrg; j++)
+            pc[k++] = (struct piece){sh[i].rg[j][0], sh[i].rg[j][1], i};
+    qsort(pc, np, sizeof(*pc), cmp_piece);
     uint64_t pos = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (sh[i].off != pos) {
+    for (size_t i = 0; i < np && r == 0; i++) {
+        if (pc[i].off != pos)
             r = dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint '%s': shard file '%s' starts at element %" PRIu64
-                           ", expected %" PRIu64 " (%s)",
-                           path, sh[i].file, sh[i].off, pos,
-                           sh[i].off < pos ? "overlapping shards" : "a gap between shards");
-            return r;
-        }
-        pos += sh[i].len;
+                           "checkpoint '%s': shard file '%s' holds element %" PRIu64
+                           ", expected %" PRIu64 " next (%s)",
+                           path, sh[pc[i].shard].file, pc[i].off, pos,
+                           pc[i].off < pos ? "overlapping shards" : "a gap between shards");
+        pos += pc[i].len;
     }
-    if (pos != c->numel) {
+    if (r == 0 && pos != c->numel)
         r = dsl_seterr(err, DSL_ECHECKPOINT,
                        "checkpoint '%s': shards cover %" PRIu64 " of %zu elements", path, pos,
                        c->numel);
-        return r;
+    free(pc);
+    return r;
+}
+
+/* One tensor of shard s (its data: s->len floats) copied to its ranges of dst (numel
+ * floats), each value checked to be finite; what is "the parameter" or "optimizer state
+ * 'exp_avg' of parameter" in the message. */
+static int scatter_ranges(const struct dsl_ckpt *c, const struct shard *s,
+                          const struct dsl_st_tensor *t, float *dst, int params, unsigned flags,
+                          char *err)
+{
+    const float *src = t->data;
+    for (size_t g = 0; g < s->nrg; g++) {
+        size_t off = (size_t)s->rg[g][0], len = (size_t)s->rg[g][1], cnt, j;
+        memcpy(dst + off, src, len * sizeof(float));
+        src += len;
+        if ((j = dsl_ckpt_first_nonfinite(dst + off, len, &cnt)) == len)
+            continue;
+        size_t flat = off + j;
+        const struct dsl_ckpt_param *pv = dsl_ckpt_view_of(c, flat);
+        char at[96] = "?", what[160];
+        if (pv)
+            dsl_ckpt_index_text(pv, flat - pv->offset, at, sizeof(at));
+        snprintf(what, sizeof(what), params ? "parameter '%s'" : "optimizer state '%s' of "
+                 "parameter '%s'", params ? (pv ? pv->name : "?") : t->name, pv ? pv->name : "?");
+        dsl_seterr(err, DSL_ECHECKPOINT,
+                   "checkpoint file '%s': %s element %s (flat element %zu) is %s (not finite: "
+                   "%zu of the %s %zu elements)",
+                   s->file, what, at, flat, dsl_ckpt_nonfinite_word(dst[flat]), cnt,
+                   s->nrg == 1 ? "shard's" : "piece's", len);
+        return dsl_ckpt_nonfinite_hint(flags, err);
     }
     return 0;
 }
 
-/* The optimizer state, whole, from the shards into c, refused if not finite. */
-static int gather_state(struct dsl_ckpt *c, struct shard *sh, size_t n, unsigned flags,
-                        char *err)
+/* The optimizer state (or, params, the parameters), whole, from the shards into c. */
+static int gather_state(struct dsl_ckpt *c, struct shard *sh, size_t n, int params,
+                        unsigned flags, char *err)
 {
     int r;
-    for (size_t k = 0; k < c->nstate; k++) {
+    for (size_t i = 0; params && i < n; i++)
+        if ((r = scatter_ranges(c, &sh[i], &sh[i].f.t[0], c->params, 1, flags, err)) < 0)
+            return r;
+    for (size_t k = 0; !params && k < c->nstate; k++) {
         c->state_names[k] = dsl_xstrdup(sh[0].f.t[k].name);
         c->state[k] = malloc(c->numel ? c->numel * sizeof(float) : 1);
         if (!c->state[k]) {
@@ -252,32 +351,21 @@ static int gather_state(struct dsl_ckpt *c, struct shard *sh, size_t n, unsigned
         }
         for (size_t i = 0; i < n; i++) {
             const struct dsl_st_tensor *t = dsl_st_find(&sh[i].f, c->state_names[k]);
-            float *v = c->state[k] + sh[i].off;
-            size_t len = (size_t)sh[i].len, cnt, j;
-            memcpy(v, t->data, (size_t)t->nbytes);
-            if ((j = dsl_ckpt_first_nonfinite(v, len, &cnt)) < len) {
-                size_t flat = (size_t)sh[i].off + j;
-                const struct dsl_ckpt_param *pv = dsl_ckpt_view_of(c, flat);
-                char at[96] = "?";
-                if (pv)
-                    dsl_ckpt_index_text(pv, flat - pv->offset, at, sizeof(at));
-                dsl_seterr(err, DSL_ECHECKPOINT,
-                           "checkpoint file '%s': optimizer state '%s' of parameter '%s' "
-                           "element %s (flat element %zu) is %s (not finite: %zu of the "
-                           "shard's %zu elements)",
-                           sh[i].file, t->name, pv ? pv->name : "?", at, flat,
-                           dsl_ckpt_nonfinite_word(v[j]), cnt, len);
-                r = dsl_ckpt_nonfinite_hint(flags, err);
+            if ((r = scatter_ranges(c, &sh[i], t, c->state[k], 0, flags, err)) < 0)
                 return r;
-            }
         }
     }
     return 0;
 }
 
-int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
-                       unsigned flags, size_t numel_hint, char *err)
+/* The shard files of one kind in path, each read (stream: its header only, the file
+ * kept open) and compared with the reference file, then judged as a set: *shp, *np
+ * (the caller's to free with free_shards, also on failure). */
+static int collect(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                   int params, int stream, unsigned flags, size_t numel_hint, struct shard **shp,
+                   size_t *np, char *err)
 {
+    const struct shard_kind *kd = &kinds[params ? 1 : 0];
     int W = c->saved_world, r = 0;
     struct shard *sh = NULL;
     size_t n = 0, alloc = 0;
@@ -289,7 +377,7 @@ int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, 
     /* every shard file is read and compared with the model file before the shard set
      * is judged, so that an edited world size is named as such */
     while ((e = readdir(d))) {
-        int rk = shard_rank(e->d_name);
+        int rk = shard_rank(e->d_name, kd);
         if (rk == -1)
             continue;
         if (rk == -2) {
@@ -312,13 +400,16 @@ int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, 
     closedir(d);
     if (r < 0)
         goto out;
-    char *model = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    char *model = c->zero3 ? dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, path, 0, "model")
+                           : dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
     int model_sha = dsl_ckpt_meta(c, "dsl.sha256") != NULL;
     for (size_t i = 0; i < n && r == 0; i++) {
         struct shard *s = &sh[i];
         if ((r = dsl_ckpt_too_large(s->file, numel_hint, DSL_CKPT_MAX_STATE, err)) < 0)
             break;
-        if ((r = dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err)) < 0 && s->f.no_sums) {
+        r = stream ? dsl_st_open(&s->f, s->file, dsl_ckpt_st_flags(flags), err)
+                   : dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err);
+        if (r < 0 && s->f.no_sums) {
             if (model_sha) /* refused from its header, before its data was read */
                 r = dsl_seterr(err, DSL_ECHECKPOINT,
                                "checkpoint file '%s' lacks a SHA-256 checksum but the model "
@@ -347,17 +438,99 @@ int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, 
     free(model);
     if (r < 0)
         goto out;
-    if ((r = check_ranks(path, sh, n, W, err)) < 0 ||
-        (r = check_shard_meta(c, tag, sh, n, W, err)) < 0 ||
-        (r = check_coverage(c, path, sh, n, err)) < 0 ||
-        (r = gather_state(c, sh, n, flags, err)) < 0)
+    if ((r = check_ranks(path, sh, n, W, kd, err)) < 0 ||
+        (r = check_shard_meta(c, tag, sh, n, W, kd, err)) < 0)
         goto out;
-    r = 0;
+    r = check_coverage(c, path, sh, n, err);
 out:
+    *shp = sh;
+    *np = n;
+    return r;
+}
+
+static void free_shards(struct shard *sh, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
         free(sh[i].file);
+        free(sh[i].rg);
         dsl_st_release(&sh[i].f);
     }
     free(sh);
-    return r;
+}
+
+int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                         int params, unsigned flags, size_t numel_hint, char *err)
+{
+    struct shard *sh = NULL;
+    size_t n = 0;
+    int r = collect(c, path, tag, model_bad, params, 0, flags, numel_hint, &sh, &n, err);
+    if (r >= 0)
+        r = gather_state(c, sh, n, params, flags, err);
+    free_shards(sh, n);
+    return r < 0 ? r : 0;
+}
+
+struct dsl_ckpt_shards {
+    struct shard *sh;
+    size_t n;
+};
+
+int dsl_ckpt_shards_open(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                         unsigned flags, size_t bufsize, struct dsl_ckpt_shards **out, char *err)
+{
+    struct dsl_ckpt_shards *set = dsl_xcalloc(1, sizeof(*set));
+    int r = collect(c, path, tag, model_bad, 1, 1, flags, 0, &set->sh, &set->n, err);
+    void *buf = r < 0 ? NULL : malloc(bufsize ? bufsize : 1);
+    if (r >= 0 && !buf)
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes to check '%s'", bufsize, path);
+    /* every file's data against its checksum before any of it is used */
+    for (size_t i = 0; r >= 0 && i < set->n; i++)
+        r = dsl_st_verify(&set->sh[i].f, buf, bufsize ? bufsize : 1, err);
+    free(buf);
+    if (r < 0) {
+        dsl_ckpt_shards_free(set);
+        return r;
+    }
+    if (bufsize > c->stream_peak)
+        c->stream_peak = bufsize;
+    *out = set;
+    return 0;
+}
+
+int dsl_ckpt_shards_read(const struct dsl_ckpt_shards *set, const struct dsl_ckpt *c,
+                         const struct dsl_ckpt_param *v, size_t len, float *buf,
+                         unsigned flags, char *err)
+{
+    size_t lo = v->offset, hi = v->offset + len, cnt, j;
+    for (size_t i = 0; i < set->n; i++) {
+        const struct shard *s = &set->sh[i];
+        uint64_t at = 0; /* the range's first element in the file's vector */
+        for (size_t g = 0; g < s->nrg; at += s->rg[g][1], g++) {
+            size_t a = (size_t)s->rg[g][0], b = a + (size_t)s->rg[g][1];
+            size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+            if (x >= y)
+                continue;
+            int r = dsl_st_pread(&s->f, &s->f.t[0], (at + (x - a)) * sizeof(float),
+                                 buf + (x - lo), (y - x) * sizeof(float), err);
+            if (r < 0)
+                return r;
+        }
+    }
+    if ((j = dsl_ckpt_first_nonfinite(buf, len, &cnt)) == len)
+        return 0;
+    char where[96];
+    dsl_ckpt_index_text(v, j, where, sizeof(where));
+    dsl_seterr(err, DSL_ECHECKPOINT,
+               "checkpoint '%s': parameter '%s' element %s is %s (not finite: %zu of its %zu "
+               "elements)",
+               c->path, v->name, where, dsl_ckpt_nonfinite_word(buf[j]), cnt, len);
+    return dsl_ckpt_nonfinite_hint(flags, err);
+}
+
+void dsl_ckpt_shards_free(struct dsl_ckpt_shards *set)
+{
+    if (!set)
+        return;
+    free_shards(set->sh, set->n);
+    free(set);
 }

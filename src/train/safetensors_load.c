@@ -457,6 +457,11 @@ int dsl_st_open(struct dsl_st_file *f, const char *path, unsigned flags, char *e
     f->whole.name = "";
     f->whole.nbytes = f->data_len;
     const char *head = dsl_env_get(&f->meta, META_SHA);
+    const char *want = dsl_env_get(&f->meta, META_DATA_SHA);
+    /* what the file carries; dsl_st_verify says whether its data matches */
+    f->sum = head && want                                   ? DSL_ST_SUM_SHA256
+             : !want && dsl_env_get(&f->meta, META_CRC) ? DSL_ST_SUM_CRC32
+                                                            : DSL_ST_SUM_NONE;
     if (!head)
         return 0;
     if (dsl_st_header_sha(f->buf, (size_t)h.hlen, h.sha_at, got) < 0)

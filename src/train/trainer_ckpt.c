@@ -3,9 +3,13 @@
  * `dstrain consolidate` subcommand, over the config module's checkpoint.h.
  *
  * Theory of operation. Saving is collective. Rank 0 prepares <dir>/<tag>.partial;
- * every rank gathers the full, unpadded optimizer state (ZeRO shards are per-bucket
- * pieces in memory, so an all-gather per bucket rebuilds the flat vectors) and writes
- * its dsl_ckpt_slice() of them; rank 0 also writes the parameters. An all-reduce of
+ * at stages 0-2 every rank gathers the full, unpadded optimizer state (ZeRO shards are
+ * per-bucket pieces in memory, so an all-gather per bucket rebuilds the flat vectors)
+ * and writes its dsl_ckpt_slice() of them; rank 0 also writes the parameters. At
+ * stage 3 nothing is gathered: every rank writes the pieces it holds, parameters and
+ * optimizer state, with where they go (a model too large for one rank never passes
+ * through one); with stage3_gather_16bit_weights_on_model_save rank 0 then streams the
+ * shards, one tensor at a time, into a 16-bit model file beside them. An all-reduce of
  * the failure flags then decides, on every rank alike, whether rank 0 commits (rename
  * + latest) or everyone reports the failure; a second one spreads the commit's
  * result. A failed save never touches the checkpoint `latest` names.
@@ -90,43 +94,39 @@ static int agree(struct dsl_trainer *t, int failed)
     return r < 0 ? r : f;
 }
 
-static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+/* The checkpoint's own keys, the same in every file of the save. */
+static void save_meta(const struct dsl_train_settings *s, const struct dsl_trainer *t,
+                      struct dsl_strvec *meta)
 {
-    struct dsl_train_settings *s = ctx;
-    const char *dir = s->cfg.dstrain.checkpoint_dir;
-    struct dsl_ckpt_param views[MAX_VIEWS];
-    struct dsl_model_tensor names[MAX_VIEWS];
-    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    dsl_strvec_pushf(meta, "step=%" PRIu64, t->step);
+    dsl_strvec_pushf(meta, "global_batch=%zu", t->G);
+    dsl_strvec_pushf(meta, "zero_stage=%d", t->o.zero_stage);
+    dsl_strvec_pushf(meta, "seed=%" PRIu64, t->o.seed);
+    if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
+        dsl_strvec_pushf(meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
+                         s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
+                         t->model->out_dim);
+    if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
+        !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
+        dsl_strvec_pushf(meta, "gpt_tokens=bytes");
+    char ls[160];
+    dsl_lossscale_format(&t->ls, ls, sizeof(ls));
+    dsl_strvec_pushf(meta, "lossscale=%s", ls);
+}
+
+/* Stages 0-2: the full optimizer state and parameters gathered on every rank; rank 0
+ * writes the model file, every rank its slice of the state. */
+static int save_gathered(struct dsl_trainer *t, const char *dir, const char *tag,
+                         const struct dsl_ckpt_param *views, size_t nv,
+                         const struct dsl_strvec *meta, char *myerr)
+{
     size_t nstate;
     const char *const *sn = state_names(t, &nstate);
-    char myerr[DSL_ERR_LEN] = "";
-    int r = 0, f;
-    float *full = NULL, *params = NULL;
-    struct dsl_strvec meta;
-    dsl_strvec_init(&meta);
-
-    if (t->rank == 0)
-        r = dsl_ckpt_prepare(dir, tag, myerr);
-    if ((f = agree(t, r < 0)) != 0)
-        goto fail;
-    full = nstate ? malloc(nstate * t->P * sizeof(float)) : NULL;
+    float *full = nstate ? malloc(nstate * t->P * sizeof(float)) : NULL, *params = NULL;
+    int r;
     if (nstate && !full) {
         r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the optimizer state");
     } else if ((r = dsl_trainer_gather_state(t, full, nstate, myerr)) >= 0) {
-        dsl_strvec_pushf(&meta, "step=%" PRIu64, t->step);
-        dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
-        dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
-        dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
-        if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
-            dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
-                             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
-                             t->model->out_dim);
-        if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
-            !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
-            dsl_strvec_pushf(&meta, "gpt_tokens=bytes");
-        char ls[160];
-        dsl_lossscale_format(&t->ls, ls, sizeof(ls));
-        dsl_strvec_pushf(&meta, "lossscale=%s", ls);
         /* the parameters in host memory (a copy: they may live on a GPU), fetched by
          * every rank: with mixed precision at ZeRO 1/2 the fp32 master is sharded and
          * fetching it is an all-gather; rank 0 writes them */
@@ -134,8 +134,7 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         if (!params)
             r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the parameters");
         else if ((r = dsl_trainer_params_to_host(t, params, myerr)) >= 0 && t->rank == 0)
-            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, &meta,
-                                     myerr);
+            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, meta, myerr);
         if (r >= 0) {
             size_t off, len;
             const float *slices[DSL_CKPT_MAX_STATE];
@@ -143,10 +142,84 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
             for (size_t i = 0; i < nstate; i++)
                 slices[i] = full + i * t->P + off;
             r = dsl_ckpt_write_optim(dir, tag, t->rank, t->world, sn, slices, nstate, off,
-                                     len, t->P, &meta, myerr);
+                                     len, t->P, meta, myerr);
         }
     }
+    free(full);
+    free(params);
+    return r;
+}
+
+/* Stage 3: every rank writes the pieces it holds (its parameter shard and optimizer
+ * state, per bucket), nothing gathered from any other rank. */
+static int save_zero3(struct dsl_trainer *t, const char *dir, const char *tag,
+                      const struct dsl_ckpt_param *views, size_t nv,
+                      const struct dsl_strvec *meta, char *myerr)
+{
+    size_t nstate, n = 0;
+    const char *const *sn = state_names(t, &nstate);
+    const float *slices[2] = {t->m, t->v};
+    int r = dsl_trainer_sync(t, myerr);
+    if (r < 0)
+        return r;
+    /* the pieces in shard order (bk[j].soff grows with j), as params, m and v hold them */
+    size_t (*rg)[2] = dsl_xcalloc(t->nbk ? t->nbk : 1, sizeof(*rg));
+    for (size_t j = 0; j < t->nbk; j++) {
+        if (t->bk[j].plen == 0)
+            continue;
+        rg[n][0] = t->bk[j].lo + t->bk[j].poff;
+        rg[n][1] = t->bk[j].plen;
+        n++;
+    }
+    r = dsl_ckpt_write_zero3(dir, tag, t->rank, t->world, views, nv, t->P,
+                             (const size_t(*)[2])rg, n,
+                             t->master ? t->master : (const float *)t->params, sn, slices,
+                             nstate, meta, myerr);
+    free(rg);
+    return r;
+}
+
+/* Stage 3 with stage3_gather_16bit_weights_on_model_save, rank 0, once every rank's
+ * shards are in the partial directory: the 16-bit weights streamed from them (one
+ * tensor at a time, never the whole model) into <tag>/model_16bit.safetensors. */
+static int save_16bit(const struct dsl_train_settings *s, const char *dir, const char *tag,
+                      char *myerr)
+{
+    struct dsl_ckpt c;
+    char *part = dsl_xasprintf("%s/%s.partial", dir, tag);
+    char *out = dsl_xasprintf("%s/" DSL_CKPT_16BIT_FILE, part);
+    int r = dsl_ckpt_consolidate_zero3(&c, part, tag, out,
+                                       s->cfg.fp16.enabled ? DSL_ST_F16 : DSL_ST_BF16, 0, myerr);
+    dsl_ckpt_release(&c);
+    free(out);
+    free(part);
+    return r;
+}
+
+static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+{
+    struct dsl_train_settings *s = ctx;
+    const char *dir = s->cfg.dstrain.checkpoint_dir;
+    struct dsl_ckpt_param views[MAX_VIEWS];
+    struct dsl_model_tensor names[MAX_VIEWS];
+    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    char myerr[DSL_ERR_LEN] = "";
+    int r = 0, f, z3 = t->o.zero_stage == 3;
+    struct dsl_strvec meta;
+    dsl_strvec_init(&meta);
+
+    if (t->rank == 0)
+        r = dsl_ckpt_prepare(dir, tag, myerr);
     if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    save_meta(s, t, &meta);
+    r = z3 ? save_zero3(t, dir, tag, views, nv, &meta, myerr)
+           : save_gathered(t, dir, tag, views, nv, &meta, myerr);
+    if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    if (z3 && s->cfg.zero.stage3_gather_16bit_weights_on_model_save && t->rank == 0)
+        r = save_16bit(s, dir, tag, myerr);
+    if (z3 && (f = agree(t, r < 0)) != 0)
         goto fail;
     if (t->rank == 0)
         r = dsl_ckpt_commit(dir, tag, t->world, myerr);
@@ -154,8 +227,6 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         goto fail;
     if (t->rank == 0)
         printf("dstrain: saved checkpoint '%s/%s'\n", dir, tag);
-    free(full);
-    free(params);
     dsl_strvec_release(&meta);
     return 0;
 fail:
@@ -164,8 +235,6 @@ fail:
      * save (when the agreement itself failed, a rank may still write: left alone) */
     if (f > 0 && t->rank == 0)
         dsl_ckpt_abort(dir, tag);
-    free(full);
-    free(params);
     dsl_strvec_release(&meta);
     if (f < 0)
         return dsl_seterr(err, f, "checkpoint '%s/%s': %s", dir, tag,

@@ -399,10 +399,6 @@ int dsl_train_settings_verify(struct dsl_train_settings *s, int rank, int world,
                           "'zero_optimization.stage' 3 is not implemented %s yet (it runs the "
                           "MLP on the CPU): use stage 0, 1 or 2",
                           gpu ? "on the GPU" : "for the GPT ('dstrain.model.type' \"gpt\")");
-    if (c->zero.stage == 3 && rank == 0 && c->dstrain.checkpoint_dir)
-        dsl_warn("ZeRO stage 3: checkpoints still gather the whole model and optimizer "
-                 "state on every rank to save them (the per-rank save without a gather is "
-                 "not implemented yet); they resume at any stage and world size");
 
     struct dsl_trainer_opts *to = &s->to;
     to->micro_batch = (size_t)c->train_micro_batch_size_per_gpu;
