@@ -10,6 +10,8 @@ dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_setting
 dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
 dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
               LIBS dsltrain)
+dsl_unit_test(test_ckpt_zero3 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_zero3.c
+              LIBS dsltrain)
 dsl_fuzz_target(fuzz_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_config.c LIBS dsltrain)
 dsl_fuzz_target(fuzz_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_safetensors.c
                 LIBS dsltrain)
