@@ -192,6 +192,27 @@ static int zero3_meta(struct dsl_strvec *m, const struct dsl_strvec *meta, const
     return r;
 }
 
+/* A stage 3 file just written, read back as a load reads it: its checksums, and every
+ * value finite (the commit judges the set from the headers alone). */
+static int reread(const char *path, char *err)
+{
+    struct dsl_st_file f;
+    int r = dsl_st_load(&f, path, DSL_ST_NEED_SUM, err);
+    for (size_t k = 0; r >= 0 && k < f.n; k++) {
+        size_t n = (size_t)(f.t[k].nbytes / sizeof(float)), cnt;
+        size_t j = dsl_ckpt_first_nonfinite(f.t[k].data, n, &cnt);
+        if (j == n)
+            continue;
+        dsl_seterr(err, DSL_ECHECKPOINT,
+                   "checkpoint file '%s': '%s' element %zu is %s (not finite: %zu of %zu)",
+                   path, f.t[k].name, j, dsl_ckpt_nonfinite_word(((const float *)f.t[k].data)[j]),
+                   cnt, n);
+        r = dsl_ckpt_nonfinite_hint(CKPT_SAVING, err);
+    }
+    dsl_st_release(&f);
+    return r;
+}
+
 int dsl_ckpt_write_zero3(const char *dir, const char *tag, int rank, int world,
                          const struct dsl_ckpt_param *views, size_t nviews, size_t numel,
                          const size_t (*ranges)[2], size_t nranges, const float *params,
@@ -216,12 +237,14 @@ int dsl_ckpt_write_zero3(const char *dir, const char *tag, int rank, int world,
     const char *flat[1] = {DSL_CKPT_FLAT};
     const float *pv[1] = {params};
     char *path = dsl_xasprintf("%s/%s.partial/" DSL_CKPT_SHARD_FMT, dir, tag, rank, "model");
-    r = write_state(path, flat, pv, 1, len, &m, err);
+    if ((r = write_state(path, flat, pv, 1, len, &m, err)) >= 0)
+        r = reread(path, err);
     free(path);
     if (r >= 0) {
         dsl_env_set(&m, "dsl.kind", "optim");
         path = dsl_xasprintf("%s/%s.partial/" SHARD_FMT, dir, tag, rank);
-        r = write_state(path, names, slices, nstate, len, &m, err);
+        if ((r = write_state(path, names, slices, nstate, len, &m, err)) >= 0)
+            r = reread(path, err);
         free(path);
     }
     dsl_strvec_release(&m);
@@ -240,8 +263,9 @@ int dsl_ckpt_commit(const char *dir, const char *tag, int world, char *err)
     part = dsl_ckpt_partial_dir(dir, tag);
     final = dsl_xasprintf("%s/%s", dir, tag);
     old = dsl_xasprintf("%s/%s.old", dir, tag);
-    /* the same checks as a resume, before anything is switched */
-    if ((r = dsl_ckpt_load_dir(&c, part, tag, 1, CKPT_SAVING, 0, err)) < 0)
+    /* the same checks as a resume, before anything is switched; a stage 3 save's from
+     * the headers (each rank checked its own files' data), so no rank reads the model */
+    if ((r = dsl_ckpt_load_dir(&c, part, tag, 1, CKPT_SAVING | CKPT_HEADERS, 0, err)) < 0)
         goto out;
     if (c.saved_world != world) {
         r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' was written by %d ranks, not %d",

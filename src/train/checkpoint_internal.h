@@ -21,6 +21,9 @@
 #define EDITED "header does not match its checksum (dsl.sha256): it was edited or is corrupt"
 /* Internal load flag: the commit validating a save (messages speak of the save). */
 #define CKPT_SAVING (1u << 30)
+/* Internal load flag: a stage 3 save's sets judged from the files' headers alone (the
+ * commit: each rank checked its own files' data when it wrote them). */
+#define CKPT_HEADERS (1u << 29)
 
 /* ---- the directory (checkpoint_dir.c) ---- */
 /** A tag no checkpoint can have: empty, a path, too long, or a save's own directory
@@ -82,6 +85,10 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
 int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
                          int params, unsigned flags, size_t numel_hint, char *err);
 
+/** The shard set of one kind (params: stage 3's parameter shards) in path judged from
+ *  the files' headers alone: ranks, metadata, ranges; no data is read. */
+int dsl_ckpt_shards_judge(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                          int params, unsigned flags, char *err);
 /* Stage 3's parameter shards for a streamed consolidation: each file opened with its
  * header only, the set judged as dsl_ckpt_load_shards does, then every file's data
  * checked against its checksum through one buffer of bufsize bytes. */

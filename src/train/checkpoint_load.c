@@ -218,6 +218,12 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
+    if (dsl_ckpt_is_zero3(path) && (flags & CKPT_HEADERS)) {
+        if ((r = dsl_ckpt_load_zero3_head(c, path, tag, &bad, 0, flags, err)) < 0 ||
+            (r = dsl_ckpt_shards_judge(c, path, tag, bad, 1, flags, err)) < 0)
+            return r;
+        return dsl_ckpt_shards_judge(c, path, tag, 0, 0, flags, err);
+    }
     if (dsl_ckpt_is_zero3(path)) {
         if ((r = dsl_ckpt_load_zero3_head(c, path, tag, &bad, 1, flags, err)) < 0 ||
             (r = dsl_ckpt_load_shards(c, path, tag, bad, 1, flags, numel_hint, err)) < 0 ||

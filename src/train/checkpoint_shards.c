@@ -470,6 +470,16 @@ int dsl_ckpt_load_shards(struct dsl_ckpt *c, const char *path, const char *tag, 
     return r < 0 ? r : 0;
 }
 
+int dsl_ckpt_shards_judge(struct dsl_ckpt *c, const char *path, const char *tag, int model_bad,
+                          int params, unsigned flags, char *err)
+{
+    struct shard *sh = NULL;
+    size_t n = 0;
+    int r = collect(c, path, tag, model_bad, params, 1, flags, 0, &sh, &n, err);
+    free_shards(sh, n);
+    return r < 0 ? r : 0;
+}
+
 struct dsl_ckpt_shards {
     struct shard *sh;
     size_t n;

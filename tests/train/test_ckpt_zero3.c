@@ -7,6 +7,7 @@
  */
 #include <dirent.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -368,6 +369,27 @@ TEST(overlapping_zero3_pieces_should_fail_the_commit_and_keep_latest)
     ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     ASSERT(memcmp(c.params, md.p, md.numel * sizeof(float)) == 0);
     dsl_ckpt_release(&c);
+    rm_rf(dir);
+    free(dir);
+    model_release(&md);
+}
+
+TEST(a_zero3_save_with_a_nan_should_fail_at_its_writer_and_keep_latest)
+{
+    struct model md;
+    model_init(&md, 3, 20, 16);
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    ASSERT_OK(save_z3(dir, "global_step7", 2, &md, 50, 0, err));
+    md.s[md.numel - 1] = NAN; /* in the last rank's optimizer pieces */
+    ASSERT_ERR(save_z3(dir, "global_step9", 2, &md, 50, 0, err));
+    printf("  -> %s\n", err);
+    ASSERT_CONTAINS(err, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': 'exp_avg_sq'");
+    ASSERT_CONTAINS(err, "the training has diverged; nothing was saved");
+    dsl_ckpt_abort(dir, "global_step9");
+    char *tag = NULL;
+    ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
+    ASSERT_STR_EQ(tag, "global_step7");
+    free(tag);
     rm_rf(dir);
     free(dir);
     model_release(&md);
