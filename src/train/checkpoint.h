@@ -159,6 +159,10 @@ int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
  *  tag's directory itself (ck/global_step40, which has a model file and no 'latest')
  *  when no tag is given; it is read as that tag of its parent. */
 #define DSL_CKPT_STEP_DIR 2u
+/** Load flag for dsl_ckpt_load_params: of a stage 3 checkpoint only rank 0's parameter
+ *  shard's header (the metadata, world size, views; params NULL), not every rank's
+ *  pieces; other checkpoints load their model file as without it. */
+#define DSL_CKPT_HEAD_ONLY 4u
 
 /** A loaded checkpoint: everything in memory, owned by it until _release(). */
 struct dsl_ckpt {
@@ -178,6 +182,10 @@ struct dsl_ckpt {
     char *unverified;            /* the first file without any checksum (loaded with
                                     DSL_CKPT_ALLOW_UNVERIFIED), or NULL */
     int zero3;                   /* saved by ZeRO stage 3: per-rank parameter shards */
+    size_t (*ranges)[2];         /* dsl_ckpt_load_rank: the flat [offset, length) pieces
+                                    params and every state hold, nranges of them, shard_len
+                                    elements in all; else NULL */
+    size_t nranges, shard_len;
     size_t stream_peak;          /* consolidate of a stage 3 checkpoint: the largest data
                                     buffer it held, in bytes (one tensor's) */
 };
@@ -204,6 +212,16 @@ int dsl_ckpt_load_for(struct dsl_ckpt *c, const char *dir, const char *tag, unsi
  *  copied without its shards is enough. */
 int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                          char *err);
+/**
+ * A stage 3 checkpoint resumed at the world size it was saved at: rank's own two files
+ * only (its parameter and optimizer shards, every check a load makes of them and of
+ * their agreement), no other rank's. c->params and c->state hold the rank's pieces
+ * (c->shard_len floats each, laid out as c->ranges says); views, meta and numel as a
+ * whole load gives them. 1 (c released) when the checkpoint is not a stage 3 one or was
+ * saved at another world size than world: load it whole instead.
+ */
+int dsl_ckpt_load_rank(struct dsl_ckpt *c, const char *dir, const char *tag, int rank,
+                       int world, unsigned flags, size_t numel, char *err);
 /** One safetensors file of fp32 parameters on its own: `dstrain consolidate`'s output
  *  (its metadata carries the model's shape as the checkpoint's did), with the same
  *  checks of its checksums and values; saved_world 1, no optimizer state, tag the

@@ -41,6 +41,7 @@ void dsl_ckpt_release(struct dsl_ckpt *c)
     for (size_t i = 0; i < c->nviews; i++)
         free((char *)(uintptr_t)c->views[i].name);
     free(c->views);
+    free(c->ranges);
     for (size_t i = 0; i < DSL_CKPT_MAX_STATE; i++) {
         free(c->state_names[i]);
         free(c->state[i]);
@@ -218,6 +219,8 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
     int r, bad = 0;
     c->tag = dsl_xstrdup(tag);
     c->path = dsl_xstrdup(path);
+    if (dsl_ckpt_is_zero3(path) && (flags & DSL_CKPT_HEAD_ONLY) && !shards)
+        return dsl_ckpt_load_zero3_head(c, path, tag, &bad, 0, flags, err);
     if (dsl_ckpt_is_zero3(path) && (flags & CKPT_HEADERS)) {
         if ((r = dsl_ckpt_load_zero3_head(c, path, tag, &bad, 0, flags, err)) < 0 ||
             (r = dsl_ckpt_shards_judge(c, path, tag, bad, 1, flags, err)) < 0)
@@ -333,7 +336,8 @@ static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int sh
     int r = dsl_ckpt_resolve(dir, tag, flags, &path, &t, err);
     if (r < 0)
         return r;
-    r = dsl_ckpt_load_dir(c, path, t, shards, flags & DSL_CKPT_ALLOW_UNVERIFIED, numel_hint,
+    r = dsl_ckpt_load_dir(c, path, t, shards,
+                          flags & (DSL_CKPT_ALLOW_UNVERIFIED | DSL_CKPT_HEAD_ONLY), numel_hint,
                           err);
     free(path);
     free(t);

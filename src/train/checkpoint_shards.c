@@ -13,9 +13,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "checkpoint_internal.h"
@@ -304,7 +306,7 @@ static int check_coverage(const struct dsl_ckpt *c, const char *path, struct sha
 }
 
 /* One tensor of shard s (its data: s->len floats) copied to its ranges of dst (numel
- * floats), each value checked to be finite; what is "the parameter" or "optimizer state
+ * floats; NULL: none), each value checked to be finite; what is "the parameter" or "optimizer state
  * 'exp_avg' of parameter" in the message. */
 static int scatter_ranges(const struct dsl_ckpt *c, const struct shard *s,
                           const struct dsl_st_tensor *t, float *dst, int params, unsigned flags,
@@ -313,9 +315,10 @@ static int scatter_ranges(const struct dsl_ckpt *c, const struct shard *s,
     const float *src = t->data;
     for (size_t g = 0; g < s->nrg; g++) {
         size_t off = (size_t)s->rg[g][0], len = (size_t)s->rg[g][1], cnt, j;
-        memcpy(dst + off, src, len * sizeof(float));
+        if (dst)
+            memcpy(dst + off, src, len * sizeof(float));
         src += len;
-        if ((j = dsl_ckpt_first_nonfinite(dst + off, len, &cnt)) == len)
+        if ((j = dsl_ckpt_first_nonfinite(src - len, len, &cnt)) == len)
             continue;
         size_t flat = off + j;
         const struct dsl_ckpt_param *pv = dsl_ckpt_view_of(c, flat);
@@ -327,7 +330,7 @@ static int scatter_ranges(const struct dsl_ckpt *c, const struct shard *s,
         dsl_seterr(err, DSL_ECHECKPOINT,
                    "checkpoint file '%s': %s element %s (flat element %zu) is %s (not finite: "
                    "%zu of the %s %zu elements)",
-                   s->file, what, at, flat, dsl_ckpt_nonfinite_word(dst[flat]), cnt,
+                   s->file, what, at, flat, dsl_ckpt_nonfinite_word((src - len)[j]), cnt,
                    s->nrg == 1 ? "shard's" : "piece's", len);
         return dsl_ckpt_nonfinite_hint(flags, err);
     }
@@ -543,4 +546,117 @@ void dsl_ckpt_shards_free(struct dsl_ckpt_shards *set)
         return;
     free_shards(set->sh, set->n);
     free(set);
+}
+
+/* One of rank's own files of a stage 3 save in path, read whole and judged on its own
+ * (kind, tag, rank, world, ranges) and against rank 0's parameter shard, ref, whose
+ * header c holds. */
+static int own_file(struct dsl_ckpt *c, const char *path, const char *tag, int rank, int world,
+                    int params, unsigned flags, size_t numel_hint, struct shard *s,
+                    const char *ref, char *err)
+{
+    const struct shard_kind *kd = &kinds[params ? 1 : 0];
+    int r;
+    s->rank = rank;
+    s->file = dsl_xasprintf("%s/zero_pp_rank_%d%s", path, rank, kd->post);
+    if ((r = dsl_ckpt_too_large(s->file, numel_hint, DSL_CKPT_MAX_STATE, err)) < 0)
+        return r;
+    if ((r = dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err)) < 0 && s->f.no_sums)
+        r = dsl_ckpt_unverified(c, s->file, flags, err);
+    if (r == DSL_ECHECKPOINT && access(s->file, F_OK) < 0)
+        return dsl_seterr(err, DSL_ECHECKPOINT,
+                          "checkpoint '%s' is incomplete: missing shard file 'zero_pp_rank_%d%s' "
+                          "(rank %d): copy it back from where the checkpoint was saved, or "
+                          "resume an earlier checkpoint by its tag",
+                          path, rank, kd->post, rank);
+    if (r < 0)
+        return r;
+    if (s->f.header_bad)
+        return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, s->file);
+    if (s->f.sum == DSL_ST_SUM_NONE && (r = dsl_ckpt_unverified(c, s->file, flags, err)) < 0)
+        return r;
+    c->sum = s->f.sum < c->sum ? s->f.sum : c->sum;
+    if ((r = compare_meta(c, ref, 0, &s->f, err)) < 0)
+        return r;
+    return check_shard_meta(c, tag, s, 1, world, kd, err);
+}
+
+/* rank's pieces of one tensor of s into a vector of its own, checked finite */
+static float *own_vector(struct dsl_ckpt *c, const struct shard *s,
+                         const struct dsl_st_tensor *t, int params, unsigned flags, char *err)
+{
+    float *v = malloc(s->len ? (size_t)s->len * sizeof(float) : 1);
+    if (!v) {
+        dsl_seterr(err, -ENOMEM, "cannot allocate %" PRIu64 " elements", s->len);
+        return NULL;
+    }
+    memcpy(v, t->data, (size_t)t->nbytes);
+    if (scatter_ranges(c, s, t, NULL, params, flags, err) < 0) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+int dsl_ckpt_load_rank(struct dsl_ckpt *c, const char *dir, const char *tag, int rank,
+                       int world, unsigned flags, size_t numel, char *err)
+{
+    struct shard sh[2];
+    char *path = NULL, *t = NULL, *ref = NULL;
+    int bad = 0, r;
+    memset(sh, 0, sizeof(sh));
+    dsl_strvec_init(&sh[0].f.meta);
+    dsl_strvec_init(&sh[1].f.meta);
+    dsl_ckpt_init(c);
+    if ((r = dsl_ckpt_resolve(dir, tag, flags, &path, &t, err)) < 0)
+        return r;
+    c->tag = t;
+    c->path = path;
+    if (!dsl_ckpt_is_zero3(path))
+        goto whole;
+    ref = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, path, 0, "model");
+    /* rank 0's header says the world size, which every rank can read */
+    if ((r = dsl_ckpt_load_zero3_head(c, path, t, &bad, 0, flags, err)) < 0)
+        goto out;
+    if (bad) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': its " EDITED, ref);
+        goto out;
+    }
+    if (c->saved_world != world)
+        goto whole;
+    if ((r = own_file(c, path, t, rank, world, 1, flags, numel, &sh[0], ref, err)) < 0 ||
+        (r = own_file(c, path, t, rank, world, 0, flags, numel, &sh[1], ref, err)) < 0)
+        goto out;
+    if (sh[0].nrg != sh[1].nrg || memcmp(sh[0].rg, sh[1].rg, sh[0].nrg * sizeof(*sh[0].rg))) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s' holds other pieces than '%s'",
+                       sh[1].file, sh[0].file);
+        goto out;
+    }
+    c->zero3 = 1;
+    c->shard_len = (size_t)sh[0].len;
+    c->nranges = sh[0].nrg;
+    c->ranges = dsl_xcalloc(c->nranges ? c->nranges : 1, sizeof(*c->ranges));
+    for (size_t i = 0; i < c->nranges; i++) {
+        c->ranges[i][0] = (size_t)sh[0].rg[i][0];
+        c->ranges[i][1] = (size_t)sh[0].rg[i][1];
+    }
+    r = (c->params = own_vector(c, &sh[0], &sh[0].f.t[0], 1, flags, err)) ? 0 : DSL_ECHECKPOINT;
+    for (size_t k = 0; r == 0 && k < c->nstate; k++) {
+        c->state_names[k] = dsl_xstrdup(sh[1].f.t[k].name);
+        if (!(c->state[k] = own_vector(c, &sh[1], &sh[1].f.t[k], 0, flags, err)))
+            r = DSL_ECHECKPOINT;
+    }
+    goto out;
+whole:
+    r = 1;
+out:
+    for (int i = 0; i < 2; i++) {
+        free(sh[i].file);
+        free(sh[i].rg);
+        dsl_st_release(&sh[i].f);
+    }
+    free(ref);
+    if (r != 0)
+        dsl_ckpt_release(c);
+    return r;
 }

@@ -424,6 +424,94 @@ static int check_model(const struct dsl_train_settings *s, const struct dsl_trai
     return 0;
 }
 
+/* The checkpoint's whole state, re-cut for this trainer's stage and world. */
+static int apply_whole(struct dsl_trainer *t, const struct dsl_ckpt *c, char *err)
+{
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    float *state = nstate ? dsl_xmalloc(nstate * t->P * sizeof(float)) : NULL;
+    int r = 0;
+    for (size_t i = 0; i < nstate && r == 0; i++) {
+        const float *v = dsl_ckpt_state(c, sn[i]);
+        if (!v)
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state '%s'",
+                           c->path, sn[i]);
+        else
+            memcpy(state + i * t->P, v, t->P * sizeof(float));
+    }
+    if (r == 0 && (r = dsl_trainer_params_from_host(t, c->params, err)) >= 0)
+        r = dsl_trainer_scatter_state(t, state, nstate, err);
+    free(state);
+    return r;
+}
+
+/* Does the rank's saved shard hold exactly the pieces this trainer's shard holds? */
+static int same_pieces(const struct dsl_trainer *t, const struct dsl_ckpt *c)
+{
+    size_t n = 0;
+    if (c->shard_len != t->S)
+        return 0;
+    for (size_t j = 0; j < t->nbk; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        if (b->plen == 0)
+            continue;
+        if (n >= c->nranges || c->ranges[n][0] != b->lo + b->poff || c->ranges[n][1] != b->plen)
+            return 0;
+        n++;
+    }
+    return n == c->nranges;
+}
+
+/* Stage 3 at the save's world, with the same pieces: the rank's own shard, as it is. */
+static int apply_own(struct dsl_trainer *t, const struct dsl_ckpt *c, char *err)
+{
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    float *vecs[2] = {t->m, t->v};
+    int r = dsl_trainer_sync(t, err);
+    for (size_t i = 0; r >= 0 && i < nstate && i < 2; i++) {
+        const float *v = dsl_ckpt_state(c, sn[i]);
+        if (!v)
+            return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state "
+                              "'%s'", c->path, sn[i]);
+        memcpy(vecs[i], v, t->S * sizeof(float));
+    }
+    if (r < 0)
+        return r;
+    memcpy(t->params, c->params, t->S * sizeof(float));
+    /* the gathered layers held the old parameters */
+    return dsl_z3_invalidate(t);
+}
+
+/*
+ * The checkpoint to resume. A stage 3 checkpoint at this world size, resumed at stage 3
+ * in fp32 with the same bucket pieces, is read rank by rank: each rank only its own
+ * files (dsl_ckpt_load_rank), all agreeing that every rank could; anything else is
+ * loaded whole on every rank and re-cut.
+ */
+static int load_for_resume(struct dsl_trainer *t, struct dsl_ckpt *c, const char *dir,
+                           const char *tag, unsigned flags, char *err)
+{
+    if (t->o.zero_stage == 3 && !t->master && t->dev->host_memory) {
+        int r = dsl_ckpt_load_rank(c, dir, tag, t->rank, t->world, flags, t->P, err);
+        int mine = r == 0 && same_pieces(t, c), f = agree(t, r < 0);
+        /* every rank the same way: own shards only when each rank's are its pieces */
+        int all = f == 0 ? agree(t, !mine) : 1;
+        if (f < 0 || all < 0)
+            return dsl_seterr(err, f < 0 ? f : all, "resume: %s", dsl_trainer_last_error(t));
+        if (r < 0)
+            return r;
+        if (f > 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "resume: another rank could not load its shard of the "
+                              "checkpoint (its error says which file)");
+        if (all == 0)
+            return 0;
+        dsl_ckpt_release(c);
+    }
+    return dsl_ckpt_load_for(c, dir, tag, flags, t->P, err);
+}
+
 static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
@@ -452,8 +540,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
     unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
-    int r = dsl_ckpt_load_for(&c, dir, strcmp(which, "latest") ? which : NULL, flags, t->P,
-                              err);
+    int r = load_for_resume(t, &c, dir, strcmp(which, "latest") ? which : NULL, flags, err);
     if (r < 0)
         goto out;
     if (t->rank == 0)
@@ -464,23 +551,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     uint64_t step, gb;
     if ((r = dsl_ckpt_meta_u64(&c, "step", &step, err)) < 0)
         goto out;
-    size_t nstate;
-    const char *const *sn = state_names(t, &nstate);
-    float *state = nstate ? dsl_xmalloc(nstate * t->P * sizeof(float)) : NULL;
-    for (size_t i = 0; i < nstate; i++) {
-        const float *v = dsl_ckpt_state(&c, sn[i]);
-        if (!v) {
-            free(state);
-            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state '%s'",
-                           c.path, sn[i]);
-            goto out;
-        }
-        memcpy(state + i * t->P, v, t->P * sizeof(float));
-    }
-    if ((r = dsl_trainer_params_from_host(t, c.params, err)) >= 0)
-        r = dsl_trainer_scatter_state(t, state, nstate, err);
-    free(state);
-    if (r < 0)
+    if ((r = c.ranges ? apply_own(t, &c, err) : apply_whole(t, &c, err)) < 0)
         goto out;
     t->step = step;
     if ((r = restore_lossscale(t, &c, err)) < 0)
@@ -494,8 +565,8 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
                "loss scale %g, %" PRIu64 " steps skipped so far\n",
                c.path, step, c.saved_world, t->ls.cur_scale, t->ls.skipped);
     else if (t->rank == 0)
-        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d)\n",
-               c.path, step, c.saved_world);
+        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d%s)\n",
+               c.path, step, c.saved_world, c.ranges ? "; each rank read its own shard" : "");
     r = 0;
 out:
     dsl_ckpt_release(&c);
@@ -527,7 +598,9 @@ int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err)
     unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
     uint64_t gb;
     int r = 0;
-    if (dsl_ckpt_load_params(&c, dir, strcmp(which, "latest") ? which : NULL, flags, e3) < 0 ||
+    /* (a stage 3 checkpoint's header says it: no rank reads every shard for it) */
+    if (dsl_ckpt_load_params(&c, dir, strcmp(which, "latest") ? which : NULL,
+                             flags | DSL_CKPT_HEAD_ONLY, e3) < 0 ||
         dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) < 0 || gb > DSL_CFG_MAX_BATCH)
         goto out;
     r = dsl_train_config_keep_batch(&s->cfg, (long)gb, c.saved_world, c.path, note,

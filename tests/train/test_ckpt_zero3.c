@@ -395,6 +395,46 @@ TEST(a_zero3_save_with_a_nan_should_fail_at_its_writer_and_keep_latest)
     model_release(&md);
 }
 
+TEST(a_rank_should_read_only_its_own_zero3_shard_at_the_saved_world)
+{
+    struct model md;
+    model_init(&md, 3, 20, 16);
+    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    struct dsl_ckpt c;
+    ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
+    /* rank 1 of 3 needs no other rank's files: the others' shards removed */
+    for (int r = 0; r < 3; r++) {
+        if (r == 1)
+            continue;
+        char *f = in_tag(dir, "global_step7", r, "optim");
+        ASSERT(unlink(f) == 0);
+        free(f);
+    }
+    char *f2 = in_tag(dir, "global_step7", 2, "model");
+    ASSERT(unlink(f2) == 0);
+    free(f2);
+    ASSERT_EQ(dsl_ckpt_load_rank(&c, dir, NULL, 1, 3, 0, md.numel, err), 0);
+    ASSERT(c.zero3 && c.nranges > 1 && c.saved_world == 3 && c.nstate == 2);
+    size_t at = 0;
+    for (size_t i = 0; i < c.nranges; i++) {
+        const float *m = dsl_ckpt_state(&c, "exp_avg");
+        ASSERT(memcmp(c.params + at, md.p + c.ranges[i][0], c.ranges[i][1] * 4) == 0);
+        ASSERT(memcmp(m + at, md.m + c.ranges[i][0], c.ranges[i][1] * 4) == 0);
+        at += c.ranges[i][1];
+    }
+    ASSERT_EQ(at, c.shard_len);
+    ASSERT_STR_EQ(dsl_ckpt_meta(&c, "step"), "7");
+    dsl_ckpt_release(&c);
+    /* another world size: 1, load it whole */
+    ASSERT_EQ(dsl_ckpt_load_rank(&c, dir, NULL, 1, 2, 0, md.numel, err), 1);
+    /* rank 0's own optimizer shard is gone: named */
+    ASSERT_ERR(dsl_ckpt_load_rank(&c, dir, NULL, 0, 3, 0, md.numel, err));
+    ASSERT_CONTAINS(err, "missing shard file 'zero_pp_rank_0_mp_rank_00_optim_states");
+    rm_rf(dir);
+    free(dir);
+    model_release(&md);
+}
+
 TEST(zero3_metadata_parsers_should_take_exactly_their_grammar)
 {
     uint64_t(*rg)[2] = NULL, total = 0;
