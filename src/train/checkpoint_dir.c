@@ -1,6 +1,8 @@
 /*
  * Checkpoints, the directory: tags, the save's own directories (<tag>.partial,
- * <tag>.old), `latest`, and the probe that tells whether every rank sees checkpoint_dir.
+ * <tag>.old), `latest`, which directory a load reads (a tag, `latest`, a tag's own
+ * directory named itself, a stage 3 save's), and the probe that tells whether every
+ * rank sees checkpoint_dir.
  *
  * Theory of operation. The save's own directories are never tags
  * (dsl_ckpt_tag_bad), so neither a name nor `latest` can make the loader take one. A
@@ -8,7 +10,9 @@
  * followed) by the next prepare of its tag, by every commit, and by the trainer after
  * a failed save (dsl_ckpt_abort). `latest` is written last in a save (temp file with a
  * random name, fsync, rename, fsync of the directory) and read as a regular file only,
- * so a FIFO in its place cannot hang a resume.
+ * so a FIFO in its place cannot hang a resume. A tag whose directory is missing while
+ * its <tag>.old is there is a re-save that died between its two renames (checkpoint.c):
+ * the old copy is complete and is read instead.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -343,4 +347,100 @@ void dsl_ckpt_remove_leftovers(const char *dir)
         free(p);
     }
     closedir(d);
+}
+
+int dsl_ckpt_is_zero3(const char *path)
+{
+    static const char post[] = "_mp_rank_00_model_states.safetensors";
+    struct stat st;
+    char *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
+    int model = lstat(m, &st) == 0 || errno != ENOENT, yes = 0;
+    free(m);
+    DIR *d = model ? NULL : opendir(path);
+    struct dirent *e;
+    while (d && !yes && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        yes = strncmp(e->d_name, "zero_pp_rank_", 13) == 0 && n > sizeof(post) - 1 &&
+              strcmp(e->d_name + n - (sizeof(post) - 1), post) == 0;
+    }
+    if (d)
+        closedir(d);
+    return yes;
+}
+
+/* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
+/* dir is a tag's directory itself: it has no 'latest' but a model file (or, saved at
+ * stage 3, rank 0's parameter shard). *parent and
+ * *tag (malloc'ed) split it: "ck/global_step40/" -> "ck", "global_step40". */
+static int is_step_dir(const char *dir, char **parent, char **tag)
+{
+    struct stat st;
+    char *l = dsl_xasprintf("%s/latest", dir), *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, dir);
+    char *z = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, dir, 0, "model");
+    int yes = lstat(l, &st) < 0 && errno == ENOENT &&
+              ((stat(m, &st) == 0 && S_ISREG(st.st_mode)) ||
+               (stat(z, &st) == 0 && S_ISREG(st.st_mode)));
+    free(l);
+    free(m);
+    free(z);
+    if (!yes)
+        return 0;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/')
+        b--;
+    char *t = dsl_xstrndup(dir + b, n - b);
+    if (dsl_ckpt_tag_bad(t)) { /* the load then says what is wrong, as for any directory */
+        free(t);
+        return 0;
+    }
+    *tag = t;
+    *parent = b == 0 ? dsl_xstrdup(".") : dsl_xstrndup(dir, b > 1 ? b - 1 : 1);
+    return 1;
+}
+
+int dsl_ckpt_resolve(const char *dir, const char *tag, unsigned flags, char **pathp, char **tp,
+                     char *err)
+{
+    char *t = NULL, *path, *parent = NULL;
+    int r = 0;
+    if ((flags & DSL_CKPT_STEP_DIR) && (!tag || strcmp(tag, "latest") == 0) &&
+        is_step_dir(dir, &parent, &t)) {
+        /* a tag's directory named itself (ck/global_step40): its parent and its tag */
+        dir = parent;
+    } else if (!tag || strcmp(tag, "latest") == 0) {
+        if ((r = dsl_ckpt_read_latest(dir, &t, err)) < 0)
+            return r;
+    } else {
+        if (dsl_ckpt_tag_bad(tag))
+            return dsl_ckpt_tag_error(tag, dir, err);
+        t = dsl_xstrdup(tag);
+    }
+    path = dsl_xasprintf("%s/%s", dir, t);
+    struct stat st;
+    if (stat(path, &st) < 0) {
+        /* a re-save of this tag died between moving the old copy aside and renaming
+         * the new one in: the old copy is complete (see the top of this file) */
+        char *old = dsl_xasprintf("%s.old", path);
+        if (stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
+            free(path);
+            path = old;
+        } else {
+            free(old);
+        }
+    }
+    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint '%s' in '%s'%s", t, dir,
+                       !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
+                                                          : "");
+        free(path);
+        free(t);
+    } else {
+        *pathp = path;
+        *tp = t;
+    }
+    free(parent);
+    return r;
 }

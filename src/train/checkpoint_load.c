@@ -1,13 +1,14 @@
 /*
- * Checkpoints, loading: which tag (a name, `latest`, a tag's own directory), the model
- * file, then the shards (checkpoint_shards.c).
+ * Checkpoints, loading: the model file, then the shards (checkpoint_shards.c); at stage
+ * 3 rank 0's parameter shard's header, then every rank's parameter and optimizer
+ * shards.
  *
  * Theory of operation. Loading reads every file and validates it (dsl_st_load(): the
  * header against the file's size before the data is allocated, then the checksums),
  * then checks the shard set; the reassembled full vectors make the world size at
- * resume independent of the one at save. A tag whose directory is missing while its
- * <tag>.old is there is a re-save that died between its two renames (checkpoint.c):
- * the old copy is complete and is read instead.
+ * resume independent of the one at save. The commit judges a stage 3 save's sets from
+ * the files' headers (CKPT_HEADERS), since each rank read its own files back as it
+ * wrote them.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -25,30 +26,6 @@
 #include "dslaunch/common/xalloc.h"
 #include "safetensors.h"
 #include "dslaunch/common/banned.h"
-
-void dsl_ckpt_init(struct dsl_ckpt *c)
-{
-    memset(c, 0, sizeof(*c));
-    dsl_strvec_init(&c->meta);
-}
-
-void dsl_ckpt_release(struct dsl_ckpt *c)
-{
-    free(c->tag);
-    free(c->path);
-    free(c->unverified);
-    free(c->params);
-    for (size_t i = 0; i < c->nviews; i++)
-        free((char *)(uintptr_t)c->views[i].name);
-    free(c->views);
-    free(c->ranges);
-    for (size_t i = 0; i < DSL_CKPT_MAX_STATE; i++) {
-        free(c->state_names[i]);
-        free(c->state[i]);
-    }
-    dsl_strvec_release(&c->meta);
-    dsl_ckpt_init(c);
-}
 
 /* The model file into c; *bad: its header failed its checksum (the load goes on, so
  * that comparing it with the shards can name the field; dsl_ckpt_load_dir refuses it).
@@ -143,75 +120,6 @@ static int load_model(struct dsl_ckpt *c, const char *path, const char *tag, int
     return r;
 }
 
-int dsl_ckpt_is_zero3(const char *path)
-{
-    static const char post[] = "_mp_rank_00_model_states.safetensors";
-    struct stat st;
-    char *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, path);
-    int model = lstat(m, &st) == 0 || errno != ENOENT, yes = 0;
-    free(m);
-    DIR *d = model ? NULL : opendir(path);
-    struct dirent *e;
-    while (d && !yes && (e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        yes = strncmp(e->d_name, "zero_pp_rank_", 13) == 0 && n > sizeof(post) - 1 &&
-              strcmp(e->d_name + n - (sizeof(post) - 1), post) == 0;
-    }
-    if (d)
-        closedir(d);
-    return yes;
-}
-
-/* (its data is read with the other shards) */
-int dsl_ckpt_load_zero3_head(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
-                             int alloc, unsigned flags, char *err)
-{
-    struct dsl_st_file f;
-    uint64_t numel = 0, ws = 0;
-    char *fp = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, path, 0, "model");
-    int r = dsl_st_open(&f, fp, dsl_ckpt_st_flags(flags), err);
-    *bad = f.header_bad;
-    if (r == DSL_ECHECKPOINT && !f.no_sums && access(fp, F_OK) < 0)
-        r = dsl_seterr(err, DSL_ECHECKPOINT,
-                       "checkpoint '%s' is incomplete: missing shard file '" DSL_CKPT_SHARD_FMT
-                       "' (rank 0): copy it back from where the checkpoint was saved, or "
-                       "resume an earlier checkpoint by its tag",
-                       path, 0, "model");
-    if (r < 0 && f.no_sums)
-        r = dsl_ckpt_unverified(c, f.path, flags, err);
-    if (r < 0)
-        goto out;
-    const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
-    const char *views = dsl_env_get(&f.meta, "dsl.views");
-    if (!kind || strcmp(kind, "model_shard") != 0 || !ftag || strcmp(ftag, tag) != 0) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT,
-                       "checkpoint file '%s' is not a parameter shard of tag '%s'", fp, tag);
-        goto out;
-    }
-    if ((r = dsl_ckpt_meta_num(&f, "dsl.numel", &numel, err)) < 0 ||
-        (r = dsl_ckpt_meta_num(&f, "dsl.world_size", &ws, err)) < 0)
-        goto out;
-    if (ws < 1 || ws > 1u << 20 || numel > SIZE_MAX / sizeof(float) || !views ||
-        dsl_ckpt_views_parse(views, (size_t)numel, &c->views, &c->nviews) < 0) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad world size, size or "
-                       "'dsl.views' metadata", fp);
-        goto out;
-    }
-    c->zero3 = 1;
-    c->numel = (size_t)numel;
-    c->saved_world = (int)ws;
-    c->sum = DSL_ST_SUM_SHA256; /* lowered by the shards' own, as they are read */
-    for (size_t i = 0; i < f.meta.nr; i++)
-        dsl_strvec_push(&c->meta, f.meta.v[i]);
-    c->params = alloc ? malloc(c->numel ? c->numel * sizeof(float) : 1) : NULL;
-    if (alloc && !c->params)
-        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu parameters", c->numel);
-out:
-    dsl_st_release(&f);
-    free(fp);
-    return r;
-}
-
 /* Load the checkpoint in directory path (the tag's directory or a partial one). */
 int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int shards,
                       unsigned flags, size_t numel_hint, char *err)
@@ -249,83 +157,6 @@ int dsl_ckpt_load_dir(struct dsl_ckpt *c, const char *path, const char *tag, int
         return 0;
     }
     return dsl_ckpt_load_shards(c, path, tag, bad, 0, flags, numel_hint, err);
-}
-
-/* <dir>/<tag> into c; shards 0: the model file alone (the parameters) */
-/* dir is a tag's directory itself: it has no 'latest' but a model file (or, saved at
- * stage 3, rank 0's parameter shard). *parent and
- * *tag (malloc'ed) split it: "ck/global_step40/" -> "ck", "global_step40". */
-static int is_step_dir(const char *dir, char **parent, char **tag)
-{
-    struct stat st;
-    char *l = dsl_xasprintf("%s/latest", dir), *m = dsl_xasprintf("%s/" DSL_CKPT_MODEL_FILE, dir);
-    char *z = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, dir, 0, "model");
-    int yes = lstat(l, &st) < 0 && errno == ENOENT &&
-              ((stat(m, &st) == 0 && S_ISREG(st.st_mode)) ||
-               (stat(z, &st) == 0 && S_ISREG(st.st_mode)));
-    free(l);
-    free(m);
-    free(z);
-    if (!yes)
-        return 0;
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    size_t b = n;
-    while (b > 0 && dir[b - 1] != '/')
-        b--;
-    char *t = dsl_xstrndup(dir + b, n - b);
-    if (dsl_ckpt_tag_bad(t)) { /* the load then says what is wrong, as for any directory */
-        free(t);
-        return 0;
-    }
-    *tag = t;
-    *parent = b == 0 ? dsl_xstrdup(".") : dsl_xstrndup(dir, b > 1 ? b - 1 : 1);
-    return 1;
-}
-
-int dsl_ckpt_resolve(const char *dir, const char *tag, unsigned flags, char **pathp, char **tp,
-                     char *err)
-{
-    char *t = NULL, *path, *parent = NULL;
-    int r = 0;
-    if ((flags & DSL_CKPT_STEP_DIR) && (!tag || strcmp(tag, "latest") == 0) &&
-        is_step_dir(dir, &parent, &t)) {
-        /* a tag's directory named itself (ck/global_step40): its parent and its tag */
-        dir = parent;
-    } else if (!tag || strcmp(tag, "latest") == 0) {
-        if ((r = dsl_ckpt_read_latest(dir, &t, err)) < 0)
-            return r;
-    } else {
-        if (dsl_ckpt_tag_bad(tag))
-            return dsl_ckpt_tag_error(tag, dir, err);
-        t = dsl_xstrdup(tag);
-    }
-    path = dsl_xasprintf("%s/%s", dir, t);
-    struct stat st;
-    if (stat(path, &st) < 0) {
-        /* a re-save of this tag died between moving the old copy aside and renaming
-         * the new one in: the old copy is complete (see the top of this file) */
-        char *old = dsl_xasprintf("%s.old", path);
-        if (stat(old, &st) == 0 && S_ISDIR(st.st_mode)) {
-            free(path);
-            path = old;
-        } else {
-            free(old);
-        }
-    }
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-        r = dsl_seterr(err, DSL_ECHECKPOINT, "no checkpoint '%s' in '%s'%s", t, dir,
-                       !tag || strcmp(tag, "latest") == 0 ? " (named by its 'latest' file)"
-                                                          : "");
-        free(path);
-        free(t);
-    } else {
-        *pathp = path;
-        *tp = t;
-    }
-    free(parent);
-    return r;
 }
 
 static int load_tag(struct dsl_ckpt *c, const char *dir, const char *tag, int shards,

@@ -1,5 +1,5 @@
 /*
- * Checkpoints, what a loaded one says: its metadata, its optimizer state by name, its
+ * Checkpoints, a loaded one: its init and release, and what it says: its metadata, its optimizer state by name, its
  * parameter views against the model's, and what its load could not check.
  */
 #include <errno.h>
@@ -111,4 +111,28 @@ int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, 
 bad:
     return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s': %s metadata '%s'", c->path,
                       v ? "bad" : "missing", key);
+}
+
+void dsl_ckpt_init(struct dsl_ckpt *c)
+{
+    memset(c, 0, sizeof(*c));
+    dsl_strvec_init(&c->meta);
+}
+
+void dsl_ckpt_release(struct dsl_ckpt *c)
+{
+    free(c->tag);
+    free(c->path);
+    free(c->unverified);
+    free(c->params);
+    for (size_t i = 0; i < c->nviews; i++)
+        free((char *)(uintptr_t)c->views[i].name);
+    free(c->views);
+    free(c->ranges);
+    for (size_t i = 0; i < DSL_CKPT_MAX_STATE; i++) {
+        free(c->state_names[i]);
+        free(c->state[i]);
+    }
+    dsl_strvec_release(&c->meta);
+    dsl_ckpt_init(c);
 }

@@ -8,7 +8,10 @@
  * per rank of the saved world size, same tag and numel, and ranges that tile
  * [0, numel) exactly (one slice per file, or at stage 3 one piece per bucket, as each
  * rank held them); then the state is copied into full vectors, each value checked
- * to be finite.
+ * to be finite. The same judgement serves a stage 3 save's commit and streamed
+ * consolidation with the files' headers only (their data read later, or by its writer),
+ * and a resume at a stage 3 save's world with one rank's own two files only
+ * (dsl_ckpt_load_rank).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -359,6 +362,56 @@ static int gather_state(struct dsl_ckpt *c, struct shard *sh, size_t n, int para
         }
     }
     return 0;
+}
+
+/* (its data is read with the other shards) */
+int dsl_ckpt_load_zero3_head(struct dsl_ckpt *c, const char *path, const char *tag, int *bad,
+                             int alloc, unsigned flags, char *err)
+{
+    struct dsl_st_file f;
+    uint64_t numel = 0, ws = 0;
+    char *fp = dsl_xasprintf("%s/" DSL_CKPT_SHARD_FMT, path, 0, "model");
+    int r = dsl_st_open(&f, fp, dsl_ckpt_st_flags(flags), err);
+    *bad = f.header_bad;
+    if (r == DSL_ECHECKPOINT && !f.no_sums && access(fp, F_OK) < 0)
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint '%s' is incomplete: missing shard file '" DSL_CKPT_SHARD_FMT
+                       "' (rank 0): copy it back from where the checkpoint was saved, or "
+                       "resume an earlier checkpoint by its tag",
+                       path, 0, "model");
+    if (r < 0 && f.no_sums)
+        r = dsl_ckpt_unverified(c, f.path, flags, err);
+    if (r < 0)
+        goto out;
+    const char *kind = dsl_env_get(&f.meta, "dsl.kind"), *ftag = dsl_env_get(&f.meta, "dsl.tag");
+    const char *views = dsl_env_get(&f.meta, "dsl.views");
+    if (!kind || strcmp(kind, "model_shard") != 0 || !ftag || strcmp(ftag, tag) != 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT,
+                       "checkpoint file '%s' is not a parameter shard of tag '%s'", fp, tag);
+        goto out;
+    }
+    if ((r = dsl_ckpt_meta_num(&f, "dsl.numel", &numel, err)) < 0 ||
+        (r = dsl_ckpt_meta_num(&f, "dsl.world_size", &ws, err)) < 0)
+        goto out;
+    if (ws < 1 || ws > 1u << 20 || numel > SIZE_MAX / sizeof(float) || !views ||
+        dsl_ckpt_views_parse(views, (size_t)numel, &c->views, &c->nviews) < 0) {
+        r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint file '%s': bad world size, size or "
+                       "'dsl.views' metadata", fp);
+        goto out;
+    }
+    c->zero3 = 1;
+    c->numel = (size_t)numel;
+    c->saved_world = (int)ws;
+    c->sum = DSL_ST_SUM_SHA256; /* lowered by the shards' own, as they are read */
+    for (size_t i = 0; i < f.meta.nr; i++)
+        dsl_strvec_push(&c->meta, f.meta.v[i]);
+    c->params = alloc ? malloc(c->numel ? c->numel * sizeof(float) : 1) : NULL;
+    if (alloc && !c->params)
+        r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu parameters", c->numel);
+out:
+    dsl_st_release(&f);
+    free(fp);
+    return r;
 }
 
 /* The shard files of one kind in path, each read (stream: its header only, the file
