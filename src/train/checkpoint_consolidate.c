@@ -60,6 +60,22 @@ static void out_meta(const struct dsl_ckpt *c, struct dsl_strvec *m)
     }
 }
 
+/* The output's tensors, one per view of c, of dtype; their data c's parameters when it
+ * holds them (names are c's; the array is the caller's to free). */
+static struct dsl_st_tensor *tensors_of(const struct dsl_ckpt *c, enum dsl_st_dtype dtype)
+{
+    struct dsl_st_tensor *t = dsl_xcalloc(c->nviews ? c->nviews : 1, sizeof(*t));
+    for (size_t i = 0; i < c->nviews; i++) {
+        t[i].name = c->views[i].name;
+        t[i].dtype = dtype;
+        t[i].ndim = c->views[i].ndim;
+        for (int d = 0; d < c->views[i].ndim; d++)
+            t[i].shape[d] = c->views[i].shape[d];
+        t[i].data = c->params ? c->params + c->views[i].offset : NULL;
+    }
+    return t;
+}
+
 static size_t view_len(const struct dsl_ckpt *c, size_t i)
 {
     return (i + 1 < c->nviews ? c->views[i + 1].offset : c->numel) - c->views[i].offset;
@@ -115,14 +131,7 @@ int dsl_ckpt_consolidate_zero3(struct dsl_ckpt *c, const char *path, const char 
         r = dsl_ckpt_shards_open(c, path, tag, bad, flags, maxv * sizeof(float), &set, err);
     if (r < 0)
         goto out;
-    t = dsl_xcalloc(c->nviews ? c->nviews : 1, sizeof(*t));
-    for (size_t i = 0; i < c->nviews; i++) {
-        t[i].name = c->views[i].name;
-        t[i].dtype = dtype;
-        t[i].ndim = c->views[i].ndim;
-        for (int d = 0; d < c->views[i].ndim; d++)
-            t[i].shape[d] = c->views[i].shape[d];
-    }
+    t = tensors_of(c, dtype);
     dsl_strvec_release(&m);
     out_meta(c, &m);
     if ((r = make_parent(out_path, err)) < 0 ||
@@ -158,15 +167,7 @@ int dsl_ckpt_consolidate(struct dsl_ckpt *cp, const char *dir, const char *tag,
         return r;
     if ((r = dsl_ckpt_load(c, dir, tag, flags, err)) < 0)
         return r;
-    t = dsl_xcalloc(c->nviews ? c->nviews : 1, sizeof(*t));
-    for (size_t i = 0; i < c->nviews; i++) {
-        t[i].name = c->views[i].name;
-        t[i].dtype = DSL_ST_F32;
-        t[i].ndim = c->views[i].ndim;
-        for (int d = 0; d < c->views[i].ndim; d++)
-            t[i].shape[d] = c->views[i].shape[d];
-        t[i].data = c->params + c->views[i].offset;
-    }
+    t = tensors_of(c, DSL_ST_F32);
     out_meta(c, &m);
     r = make_parent(out_path, err);
     if (r >= 0)

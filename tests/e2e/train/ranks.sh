@@ -53,6 +53,22 @@ wait_steps() {
     done
 }
 
+# resumed_equal CK "WORLD NAME ARGS..." ...: each run resumes $TMP/CK's global_step6
+# with its ARGS and must end with the uninterrupted run's parameters ($TMP/p.full)
+resumed_equal() {
+    ck=$1
+    shift
+    for v in "$@"; do
+        # shellcheck disable=SC2086 # a run's words
+        set -- $v
+        n=$1 tag=$2
+        shift 2
+        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/$ck" --resume global_step6 \
+            --save-params "$TMP/p.$tag"
+        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "$ck resumed ($tag) differs"
+    done
+}
+
 # the training must work at all: world 1 without any env
 [ -x "$DSTRAIN" ] || skip "no dstrain"
 if ! "$DSTRAIN" --backend tcp $TINY --steps 1 >"$TMP/probe.out" 2>&1; then
@@ -326,14 +342,8 @@ resume)
     done
     [ ! -e "$TMP/ck3/global_step6/mp_rank_00_model_states.safetensors" ] ||
         fail "stage 3 wrote a gathered model file"
-    for v in "2 z3rest $Z3" "4 z3w4 $Z3" "4 z3to2 --zero-stage 2" "1 z3to0 --zero-stage 0"; do
-        set -- $v
-        n=$1 tag=$2
-        shift 2
-        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/ck3" --resume global_step6 \
-            --save-params "$TMP/p.$tag"
-        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "stage-3 checkpoint resumed ($tag) differs"
-    done
+    resumed_equal ck3 "2 z3rest $Z3" "4 z3w4 $Z3" "4 z3to2 --zero-stage 2" \
+        "1 z3to0 --zero-stage 0"
     # at the save's world and stage each rank read only its own shard
     grep -q "at step 6 (saved at world size 2; each rank read its own shard)" "$TMP/z3rest.0.out" ||
         { show z3rest; fail "stage 3 at the same world did not read per rank"; }
@@ -343,14 +353,7 @@ resume)
     cmp -s "$TMP/p.full" "$TMP/p.w4to3" || fail "world-4 stage-1 checkpoint resumed at stage 3 differs"
     # a stage-3 checkpoint at world 4, resumed at stage 3 on world 2 and at stage 1 on 1
     train_ok 4 z3w4half $TINY $Z3 --steps 6 --checkpoint-dir "$TMP/ck34"
-    for v in "2 z34to2 $Z3" "1 z34to1 --zero-stage 1"; do
-        set -- $v
-        n=$1 tag=$2
-        shift 2
-        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/ck34" --resume global_step6 \
-            --save-params "$TMP/p.$tag"
-        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "world-4 stage-3 checkpoint resumed ($tag) differs"
-    done
+    resumed_equal ck34 "2 z34to2 $Z3" "1 z34to1 --zero-stage 1"
     # a stage-3 shard missing or corrupt: refused on every rank, naming the file and
     # what to do; nothing trained
     for k in model optim; do
