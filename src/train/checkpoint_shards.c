@@ -30,6 +30,17 @@
 #include "safetensors.h"
 #include "dslaunch/common/banned.h"
 
+/* What to do about a stage 3 shard that does not read back as it was saved: it is one
+ * rank's part of the model, which no other file holds (appended to err). */
+static void advise(unsigned flags, char *err)
+{
+    size_t n = err ? strlen(err) : 0;
+    if (err && !(flags & CKPT_SAVING) && n < DSL_ERR_LEN)
+        snprintf(err + n, DSL_ERR_LEN - n, "; no other file holds this rank's part of the "
+                 "model: restore the file from where the checkpoint was saved, or resume an "
+                 "earlier checkpoint by its tag (--resume TAG)");
+}
+
 /* The two sets of per-rank files: optimizer shards (every stage) and, at stage 3,
  * parameter shards; kind is their dsl.kind. */
 struct shard_kind {
@@ -465,6 +476,8 @@ static int collect(struct dsl_ckpt *c, const char *path, const char *tag, int mo
             break;
         r = stream ? dsl_st_open(&s->f, s->file, dsl_ckpt_st_flags(flags), err)
                    : dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err);
+        if (r < 0 && !s->f.no_sums && c->zero3)
+            advise(flags, err);
         if (r < 0 && s->f.no_sums) {
             if (model_sha) /* refused from its header, before its data was read */
                 r = dsl_seterr(err, DSL_ECHECKPOINT,
@@ -551,7 +564,8 @@ int dsl_ckpt_shards_open(struct dsl_ckpt *c, const char *path, const char *tag, 
         r = dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes to check '%s'", bufsize, path);
     /* every file's data against its checksum before any of it is used */
     for (size_t i = 0; r >= 0 && i < set->n; i++)
-        r = dsl_st_verify(&set->sh[i].f, buf, bufsize ? bufsize : 1, err);
+        if ((r = dsl_st_verify(&set->sh[i].f, buf, bufsize ? bufsize : 1, err)) < 0)
+            advise(flags, err);
     free(buf);
     if (r < 0) {
         dsl_ckpt_shards_free(set);
@@ -614,7 +628,9 @@ static int own_file(struct dsl_ckpt *c, const char *path, const char *tag, int r
     s->file = dsl_xasprintf("%s/zero_pp_rank_%d%s", path, rank, kd->post);
     if ((r = dsl_ckpt_too_large(s->file, numel_hint, DSL_CKPT_MAX_STATE, err)) < 0)
         return r;
-    if ((r = dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err)) < 0 && s->f.no_sums)
+    if ((r = dsl_st_load(&s->f, s->file, dsl_ckpt_st_flags(flags), err)) < 0 && !s->f.no_sums)
+        advise(flags, err);
+    if (r < 0 && s->f.no_sums)
         r = dsl_ckpt_unverified(c, s->file, flags, err);
     if (r == DSL_ECHECKPOINT && access(s->file, F_OK) < 0)
         return dsl_seterr(err, DSL_ECHECKPOINT,

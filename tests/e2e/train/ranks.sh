@@ -375,7 +375,7 @@ resume)
     if run_world 2 z3bad $TINY $Z3 --checkpoint-dir "$TMP/ck3bad" --resume global_step6; then
         fail "a stage-3 checkpoint with a corrupt shard was resumed"
     fi
-    grep -q "zero_pp_rank_0_mp_rank_00_model_states.safetensors': the tensor data does not match its checksum" \
+    grep -q "zero_pp_rank_0_mp_rank_00_model_states.safetensors': the tensor data does not match its checksum.*restore the file from where the checkpoint was saved" \
         "$TMP/z3bad.0.err" || { show z3bad; fail "the corrupt stage-3 shard was not named"; }
     # a checkpoint without checksums (its SHA-256 members blanked out) is refused on
     # every rank; with --allow-unverified-checkpoint it resumes at another world size,
