@@ -7,6 +7,19 @@
  *   <dir>/<tag>/zero_pp_rank_<r>_mp_rank_00_optim_states.safetensors
  *                                                          rank r's optimizer shard
  *
+ * ZeRO stage 3 saves without a gather, as DeepSpeed does: no model file; every rank r
+ * writes its own parameters beside its optimizer shard,
+ *
+ *   <dir>/<tag>/zero_pp_rank_<r>_mp_rank_00_model_states.safetensors
+ *
+ * one fp32 vector "fp32_flat" of the pieces it holds (one per reduce bucket), where
+ * they go in "dsl.shard_ranges" ("offset+length,..." in flat elements, the same in
+ * its optimizer shard, whose vectors hold the same pieces), the parameter names and
+ * shapes in "dsl.views" ("0.weight[64,784];0.bias[64];..."), in every file of the save.
+ * The loader reassembles them as it does optimizer shards, so such a checkpoint
+ * resumes at any stage and world size; `dstrain consolidate` streams the parameter
+ * shards into one file one tensor at a time.
+ *
  * The tag is "global_step<N>" by default. Optimizer shards always hold a contiguous
  * [offset, offset+len) slice of the FULL UNPADDED flat state vectors (whatever the
  * ZeRO stage and its in-memory padding), recorded in the metadata; the loader
@@ -57,6 +70,9 @@
 #include "safetensors.h"
 
 #define DSL_CKPT_MODEL_FILE "mp_rank_00_model_states.safetensors"
+/* stage 3 with stage3_gather_16bit_weights_on_model_save: the 16-bit weights, one tensor
+ * per view, beside the shards (no loader reads it; it is for other tools) */
+#define DSL_CKPT_16BIT_FILE "model_16bit.safetensors"
 #define DSL_CKPT_MAX_STATE 4
 
 /** A named view of the flat parameter vector, e.g. {"layers.0.weight", 0, 2,
@@ -108,6 +124,19 @@ int dsl_ckpt_write_optim(const char *dir, const char *tag, int rank, int world,
                          size_t nstate, size_t offset, size_t len, size_t numel,
                          const struct dsl_strvec *meta, char *err);
 
+/**
+ * ZeRO stage 3, every rank: its parameter shard and its optimizer shard (see the top),
+ * nothing from any other rank. ranges[0..nranges): the flat [offset, offset+length)
+ * pieces this rank holds, in the order of params and of every slices[i] (each the sum
+ * of the lengths); views: the whole model's, as for dsl_ckpt_write_model (names without
+ * '[' or ';').
+ */
+int dsl_ckpt_write_zero3(const char *dir, const char *tag, int rank, int world,
+                         const struct dsl_ckpt_param *views, size_t nviews, size_t numel,
+                         const size_t (*ranges)[2], size_t nranges, const float *params,
+                         const char *const *names, const float *const *slices, size_t nstate,
+                         const struct dsl_strvec *meta, char *err);
+
 /** Rank 0, after every rank's files are durable: validate the partial directory
  *  (world shards, full coverage), move it to <dir>/<tag>, write latest, then remove
  *  the <other tag>.partial directories and latest.tmp.* files that failed saves left
@@ -130,6 +159,10 @@ int dsl_ckpt_read_latest(const char *dir, char **tag, char *err);
  *  tag's directory itself (ck/global_step40, which has a model file and no 'latest')
  *  when no tag is given; it is read as that tag of its parent. */
 #define DSL_CKPT_STEP_DIR 2u
+/** Load flag for dsl_ckpt_load_params: of a stage 3 checkpoint only rank 0's parameter
+ *  shard's header (the metadata, world size, views; params NULL), not every rank's
+ *  pieces; other checkpoints load their model file as without it. */
+#define DSL_CKPT_HEAD_ONLY 4u
 
 /** A loaded checkpoint: everything in memory, owned by it until _release(). */
 struct dsl_ckpt {
@@ -148,6 +181,13 @@ struct dsl_ckpt {
                                     or older files whose metadata nothing protects */
     char *unverified;            /* the first file without any checksum (loaded with
                                     DSL_CKPT_ALLOW_UNVERIFIED), or NULL */
+    int zero3;                   /* saved by ZeRO stage 3: per-rank parameter shards */
+    size_t (*ranges)[2];         /* dsl_ckpt_load_rank: the flat [offset, length) pieces
+                                    params and every state hold, nranges of them, shard_len
+                                    elements in all; else NULL */
+    size_t nranges, shard_len;
+    size_t stream_peak;          /* consolidate of a stage 3 checkpoint: the largest data
+                                    buffer it held, in bytes (one tensor's) */
 };
 
 /**
@@ -172,6 +212,16 @@ int dsl_ckpt_load_for(struct dsl_ckpt *c, const char *dir, const char *tag, unsi
  *  copied without its shards is enough. */
 int dsl_ckpt_load_params(struct dsl_ckpt *c, const char *dir, const char *tag, unsigned flags,
                          char *err);
+/**
+ * A stage 3 checkpoint resumed at the world size it was saved at: rank's own two files
+ * only (its parameter and optimizer shards, every check a load makes of them and of
+ * their agreement), no other rank's. c->params and c->state hold the rank's pieces
+ * (c->shard_len floats each, laid out as c->ranges says); views, meta and numel as a
+ * whole load gives them. 1 (c released) when the checkpoint is not a stage 3 one or was
+ * saved at another world size than world: load it whole instead.
+ */
+int dsl_ckpt_load_rank(struct dsl_ckpt *c, const char *dir, const char *tag, int rank,
+                       int world, unsigned flags, size_t numel, char *err);
 /** One safetensors file of fp32 parameters on its own: `dstrain consolidate`'s output
  *  (its metadata carries the model's shape as the checkpoint's did), with the same
  *  checks of its checksums and values; saved_world 1, no optimizer state, tag the
@@ -206,5 +256,17 @@ int dsl_ckpt_meta_sizes(const struct dsl_ckpt *c, const char *key, size_t *out, 
  *  caller's to release (its sum and unverified say what to warn about). */
 int dsl_ckpt_consolidate(struct dsl_ckpt *c, const char *dir, const char *tag,
                          const char *out_path, unsigned flags, char *err);
+/**
+ * The streamed consolidation of a stage 3 checkpoint in directory path (a tag's, or a
+ * save's partial one): its parameter shards opened without reading their data, their
+ * checksums checked and the checkpoint's metadata compared across them, then one tensor
+ * at a time read from the shards' pieces, checked finite, converted to dtype (F32,
+ * F16 or BF16) and written to out_path (atomically; dsl_st_stream). At most one tensor's
+ * floats (and its 16-bit copy) are in memory: c->stream_peak says how many bytes.
+ * c: initialised here, its meta the shards', params NULL.
+ */
+int dsl_ckpt_consolidate_zero3(struct dsl_ckpt *c, const char *path, const char *tag,
+                               const char *out_path, enum dsl_st_dtype dtype, unsigned flags,
+                               char *err);
 
 #endif

@@ -221,8 +221,9 @@ const struct key dsl_cfgp_keys[] = {
             "every rank"},
     {.path = "zero_optimization.stage3_gather_16bit_weights_on_model_save", .kind = K_BOOL,
      .off = OFF(zero.stage3_gather_16bit_weights_on_model_save), .def = "false",
-     .help = "accepted; stage 3 checkpoints hold the consolidated fp32 model either way (the "
-             "gather-free save is not implemented yet)"},
+     .help = "stage 3: every save also writes `model_16bit.safetensors` (bf16, or fp16 with "
+             "`fp16` enabled) beside the shards, streamed from them one tensor at a time by "
+             "rank 0; ignored at stages 0-2 (their model file is the whole fp32 model)"},
     {.path = "zero_optimization.reduce_scatter", .kind = K_BOOL,
      .off = OFF(zero.reduce_scatter), .def = "true", .help = "accepted"},
     {.path = "optimizer", .kind = K_SECTION},

@@ -59,6 +59,28 @@ struct dsl_st_tensor {
 int dsl_st_write(const char *path, const struct dsl_st_tensor *t, size_t n,
                  const struct dsl_strvec *meta, char *err);
 
+/** A file written in pieces: dsl_st_stream_begin() with the tensors (their data is not
+ *  read), then their bytes in order through dsl_st_stream_put() in pieces of any size,
+ *  then dsl_st_stream_end(), which puts the checksums in the header and renames the
+ *  file into place as dsl_st_write() does; dsl_st_stream_abort() drops it. Whatever
+ *  fails, nothing is left at path or beside it. The struct owns its copies. */
+struct dsl_st_stream {
+    char *path, *tmp;
+    int fd;
+    struct dsl_st_tensor *t; /* data NULL */
+    size_t n;
+    struct dsl_strvec meta;
+    uint64_t total, done, hlen;
+    void *md; /* libcrypto's digest of the data so far */
+};
+int dsl_st_stream_begin(struct dsl_st_stream *w, const char *path,
+                        const struct dsl_st_tensor *t, size_t n,
+                        const struct dsl_strvec *meta, char *err);
+int dsl_st_stream_put(struct dsl_st_stream *w, const void *p, size_t n, char *err);
+/** Releases w whatever the result. */
+int dsl_st_stream_end(struct dsl_st_stream *w, char *err);
+void dsl_st_stream_abort(struct dsl_st_stream *w);
+
 /** The strongest checksum a loaded file carried (all that it carried matched). */
 enum dsl_st_sum {
     DSL_ST_SUM_NONE = 0, /* none: another tool's file */
@@ -89,6 +111,11 @@ struct dsl_st_file {
     enum dsl_st_sum sum;
     int header_bad;            /* only with DSL_ST_HEADER_SUM_LATER */
     int no_sums;               /* only with DSL_ST_NEED_SUM: refused for it */
+    /* dsl_st_open only: the file stays open, the data is not read */
+    int fd, fd_open;
+    uint64_t data_at, data_len; /* the data region's place in the file */
+    uint64_t *begin;            /* t[i]'s first byte in the data region */
+    struct dsl_st_tensor whole; /* the data region as one tensor of bytes */
 };
 
 /**
@@ -106,6 +133,20 @@ int dsl_st_load(struct dsl_st_file *f, const char *path, unsigned flags, char *e
 /** The same over bytes in memory (copied); name is used in messages. */
 int dsl_st_parse(struct dsl_st_file *f, const char *name, const void *buf, size_t len,
                  unsigned flags, char *err);
+/**
+ * dsl_st_load without the data: the header read and judged as there (its dsl.sha256
+ * checked, or header_bad with DSL_ST_HEADER_SUM_LATER), the file kept open, every
+ * tensor's data NULL. Read the data with dsl_st_pread, check it with dsl_st_verify;
+ * release with dsl_st_release. For files larger than one wants in memory at once.
+ */
+int dsl_st_open(struct dsl_st_file *f, const char *path, unsigned flags, char *err);
+/** n bytes of tensor t of an open file (one of f->t, or &f->whole), from byte off of
+ *  its data, into buf. */
+int dsl_st_pread(const struct dsl_st_file *f, const struct dsl_st_tensor *t, uint64_t off,
+                 void *buf, size_t n, char *err);
+/** The data checksum of an open file (dsl.data_sha256, or an older file's dsl.crc32),
+ *  the data read through buf in pieces of bufsize bytes; sets f->sum. */
+int dsl_st_verify(struct dsl_st_file *f, void *buf, size_t bufsize, char *err);
 /** The tensor called name, or NULL. */
 const struct dsl_st_tensor *dsl_st_find(const struct dsl_st_file *f, const char *name);
 void dsl_st_release(struct dsl_st_file *f);

@@ -3,9 +3,13 @@
  * `dstrain consolidate` subcommand, over the config module's checkpoint.h.
  *
  * Theory of operation. Saving is collective. Rank 0 prepares <dir>/<tag>.partial;
- * every rank gathers the full, unpadded optimizer state (ZeRO shards are per-bucket
- * pieces in memory, so an all-gather per bucket rebuilds the flat vectors) and writes
- * its dsl_ckpt_slice() of them; rank 0 also writes the parameters. An all-reduce of
+ * at stages 0-2 every rank gathers the full, unpadded optimizer state (ZeRO shards are
+ * per-bucket pieces in memory, so an all-gather per bucket rebuilds the flat vectors)
+ * and writes its dsl_ckpt_slice() of them; rank 0 also writes the parameters. At
+ * stage 3 nothing is gathered: every rank writes the pieces it holds, parameters and
+ * optimizer state, with where they go (a model too large for one rank never passes
+ * through one); with stage3_gather_16bit_weights_on_model_save rank 0 then streams the
+ * shards, one tensor at a time, into a 16-bit model file beside them. An all-reduce of
  * the failure flags then decides, on every rank alike, whether rank 0 commits (rename
  * + latest) or everyone reports the failure; a second one spreads the commit's
  * result. A failed save never touches the checkpoint `latest` names.
@@ -90,43 +94,39 @@ static int agree(struct dsl_trainer *t, int failed)
     return r < 0 ? r : f;
 }
 
-static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+/* The checkpoint's own keys, the same in every file of the save. */
+static void save_meta(const struct dsl_train_settings *s, const struct dsl_trainer *t,
+                      struct dsl_strvec *meta)
 {
-    struct dsl_train_settings *s = ctx;
-    const char *dir = s->cfg.dstrain.checkpoint_dir;
-    struct dsl_ckpt_param views[MAX_VIEWS];
-    struct dsl_model_tensor names[MAX_VIEWS];
-    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    dsl_strvec_pushf(meta, "step=%" PRIu64, t->step);
+    dsl_strvec_pushf(meta, "global_batch=%zu", t->G);
+    dsl_strvec_pushf(meta, "zero_stage=%d", t->o.zero_stage);
+    dsl_strvec_pushf(meta, "seed=%" PRIu64, t->o.seed);
+    if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
+        dsl_strvec_pushf(meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
+                         s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
+                         t->model->out_dim);
+    if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
+        !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
+        dsl_strvec_pushf(meta, "gpt_tokens=bytes");
+    char ls[160];
+    dsl_lossscale_format(&t->ls, ls, sizeof(ls));
+    dsl_strvec_pushf(meta, "lossscale=%s", ls);
+}
+
+/* Stages 0-2: the full optimizer state and parameters gathered on every rank; rank 0
+ * writes the model file, every rank its slice of the state. */
+static int save_gathered(struct dsl_trainer *t, const char *dir, const char *tag,
+                         const struct dsl_ckpt_param *views, size_t nv,
+                         const struct dsl_strvec *meta, char *myerr)
+{
     size_t nstate;
     const char *const *sn = state_names(t, &nstate);
-    char myerr[DSL_ERR_LEN] = "";
-    int r = 0, f;
-    float *full = NULL, *params = NULL;
-    struct dsl_strvec meta;
-    dsl_strvec_init(&meta);
-
-    if (t->rank == 0)
-        r = dsl_ckpt_prepare(dir, tag, myerr);
-    if ((f = agree(t, r < 0)) != 0)
-        goto fail;
-    full = nstate ? malloc(nstate * t->P * sizeof(float)) : NULL;
+    float *full = nstate ? malloc(nstate * t->P * sizeof(float)) : NULL, *params = NULL;
+    int r;
     if (nstate && !full) {
         r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the optimizer state");
     } else if ((r = dsl_trainer_gather_state(t, full, nstate, myerr)) >= 0) {
-        dsl_strvec_pushf(&meta, "step=%" PRIu64, t->step);
-        dsl_strvec_pushf(&meta, "global_batch=%zu", t->G);
-        dsl_strvec_pushf(&meta, "zero_stage=%d", t->o.zero_stage);
-        dsl_strvec_pushf(&meta, "seed=%" PRIu64, t->o.seed);
-        if (s->model.type && !strcmp(s->model.type, "gpt")) /* what `dstrain sample` builds */
-            dsl_strvec_pushf(&meta, "gpt=%zu,%zu,%zu,%zu,%zu", s->model.gpt.layers,
-                             s->model.gpt.dim, s->model.gpt.heads, s->model.gpt.context,
-                             t->model->out_dim);
-        if (s->model.type && !strcmp(s->model.type, "gpt") && s->ro.token_unit &&
-            !strcmp(s->ro.token_unit, "byte")) /* tokens are bytes, whatever the vocab */
-            dsl_strvec_pushf(&meta, "gpt_tokens=bytes");
-        char ls[160];
-        dsl_lossscale_format(&t->ls, ls, sizeof(ls));
-        dsl_strvec_pushf(&meta, "lossscale=%s", ls);
         /* the parameters in host memory (a copy: they may live on a GPU), fetched by
          * every rank: with mixed precision at ZeRO 1/2 the fp32 master is sharded and
          * fetching it is an all-gather; rank 0 writes them */
@@ -134,8 +134,7 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         if (!params)
             r = dsl_seterr(myerr, -ENOMEM, "checkpoint: cannot allocate the parameters");
         else if ((r = dsl_trainer_params_to_host(t, params, myerr)) >= 0 && t->rank == 0)
-            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, &meta,
-                                     myerr);
+            r = dsl_ckpt_write_model(dir, tag, t->world, views, nv, params, t->P, meta, myerr);
         if (r >= 0) {
             size_t off, len;
             const float *slices[DSL_CKPT_MAX_STATE];
@@ -143,10 +142,84 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
             for (size_t i = 0; i < nstate; i++)
                 slices[i] = full + i * t->P + off;
             r = dsl_ckpt_write_optim(dir, tag, t->rank, t->world, sn, slices, nstate, off,
-                                     len, t->P, &meta, myerr);
+                                     len, t->P, meta, myerr);
         }
     }
+    free(full);
+    free(params);
+    return r;
+}
+
+/* Stage 3: every rank writes the pieces it holds (its parameter shard and optimizer
+ * state, per bucket), nothing gathered from any other rank. */
+static int save_zero3(struct dsl_trainer *t, const char *dir, const char *tag,
+                      const struct dsl_ckpt_param *views, size_t nv,
+                      const struct dsl_strvec *meta, char *myerr)
+{
+    size_t nstate, n = 0;
+    const char *const *sn = state_names(t, &nstate);
+    const float *slices[2] = {t->m, t->v};
+    int r = dsl_trainer_sync(t, myerr);
+    if (r < 0)
+        return r;
+    /* the pieces in shard order (bk[j].soff grows with j), as params, m and v hold them */
+    size_t (*rg)[2] = dsl_xcalloc(t->nbk ? t->nbk : 1, sizeof(*rg));
+    for (size_t j = 0; j < t->nbk; j++) {
+        if (t->bk[j].plen == 0)
+            continue;
+        rg[n][0] = t->bk[j].lo + t->bk[j].poff;
+        rg[n][1] = t->bk[j].plen;
+        n++;
+    }
+    r = dsl_ckpt_write_zero3(dir, tag, t->rank, t->world, views, nv, t->P,
+                             (const size_t(*)[2])rg, n,
+                             t->master ? t->master : (const float *)t->params, sn, slices,
+                             nstate, meta, myerr);
+    free(rg);
+    return r;
+}
+
+/* Stage 3 with stage3_gather_16bit_weights_on_model_save, rank 0, once every rank's
+ * shards are in the partial directory: the 16-bit weights streamed from them (one
+ * tensor at a time, never the whole model) into <tag>/model_16bit.safetensors. */
+static int save_16bit(const struct dsl_train_settings *s, const char *dir, const char *tag,
+                      char *myerr)
+{
+    struct dsl_ckpt c;
+    char *part = dsl_xasprintf("%s/%s.partial", dir, tag);
+    char *out = dsl_xasprintf("%s/" DSL_CKPT_16BIT_FILE, part);
+    int r = dsl_ckpt_consolidate_zero3(&c, part, tag, out,
+                                       s->cfg.fp16.enabled ? DSL_ST_F16 : DSL_ST_BF16, 0, myerr);
+    dsl_ckpt_release(&c);
+    free(out);
+    free(part);
+    return r;
+}
+
+static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
+{
+    struct dsl_train_settings *s = ctx;
+    const char *dir = s->cfg.dstrain.checkpoint_dir;
+    struct dsl_ckpt_param views[MAX_VIEWS];
+    struct dsl_model_tensor names[MAX_VIEWS];
+    size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
+    char myerr[DSL_ERR_LEN] = "";
+    int r = 0, f, z3 = t->o.zero_stage == 3;
+    struct dsl_strvec meta;
+    dsl_strvec_init(&meta);
+
+    if (t->rank == 0)
+        r = dsl_ckpt_prepare(dir, tag, myerr);
     if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    save_meta(s, t, &meta);
+    r = z3 ? save_zero3(t, dir, tag, views, nv, &meta, myerr)
+           : save_gathered(t, dir, tag, views, nv, &meta, myerr);
+    if ((f = agree(t, r < 0)) != 0)
+        goto fail;
+    if (z3 && s->cfg.zero.stage3_gather_16bit_weights_on_model_save && t->rank == 0)
+        r = save_16bit(s, dir, tag, myerr);
+    if (z3 && (f = agree(t, r < 0)) != 0)
         goto fail;
     if (t->rank == 0)
         r = dsl_ckpt_commit(dir, tag, t->world, myerr);
@@ -154,8 +227,6 @@ static int save(void *ctx, struct dsl_trainer *t, const char *tag, char *err)
         goto fail;
     if (t->rank == 0)
         printf("dstrain: saved checkpoint '%s/%s'\n", dir, tag);
-    free(full);
-    free(params);
     dsl_strvec_release(&meta);
     return 0;
 fail:
@@ -164,8 +235,6 @@ fail:
      * save (when the agreement itself failed, a rank may still write: left alone) */
     if (f > 0 && t->rank == 0)
         dsl_ckpt_abort(dir, tag);
-    free(full);
-    free(params);
     dsl_strvec_release(&meta);
     if (f < 0)
         return dsl_seterr(err, f, "checkpoint '%s/%s': %s", dir, tag,
@@ -355,6 +424,94 @@ static int check_model(const struct dsl_train_settings *s, const struct dsl_trai
     return 0;
 }
 
+/* The checkpoint's whole state, re-cut for this trainer's stage and world. */
+static int apply_whole(struct dsl_trainer *t, const struct dsl_ckpt *c, char *err)
+{
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    float *state = nstate ? dsl_xmalloc(nstate * t->P * sizeof(float)) : NULL;
+    int r = 0;
+    for (size_t i = 0; i < nstate && r == 0; i++) {
+        const float *v = dsl_ckpt_state(c, sn[i]);
+        if (!v)
+            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state '%s'",
+                           c->path, sn[i]);
+        else
+            memcpy(state + i * t->P, v, t->P * sizeof(float));
+    }
+    if (r == 0 && (r = dsl_trainer_params_from_host(t, c->params, err)) >= 0)
+        r = dsl_trainer_scatter_state(t, state, nstate, err);
+    free(state);
+    return r;
+}
+
+/* Does the rank's saved shard hold exactly the pieces this trainer's shard holds? */
+static int same_pieces(const struct dsl_trainer *t, const struct dsl_ckpt *c)
+{
+    size_t n = 0;
+    if (c->shard_len != t->S)
+        return 0;
+    for (size_t j = 0; j < t->nbk; j++) {
+        const struct dsl_bucket *b = &t->bk[j];
+        if (b->plen == 0)
+            continue;
+        if (n >= c->nranges || c->ranges[n][0] != b->lo + b->poff || c->ranges[n][1] != b->plen)
+            return 0;
+        n++;
+    }
+    return n == c->nranges;
+}
+
+/* Stage 3 at the save's world, with the same pieces: the rank's own shard, as it is. */
+static int apply_own(struct dsl_trainer *t, const struct dsl_ckpt *c, char *err)
+{
+    size_t nstate;
+    const char *const *sn = state_names(t, &nstate);
+    float *vecs[2] = {t->m, t->v};
+    int r = dsl_trainer_sync(t, err);
+    for (size_t i = 0; r >= 0 && i < nstate && i < 2; i++) {
+        const float *v = dsl_ckpt_state(c, sn[i]);
+        if (!v)
+            return dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state "
+                              "'%s'", c->path, sn[i]);
+        memcpy(vecs[i], v, t->S * sizeof(float));
+    }
+    if (r < 0)
+        return r;
+    memcpy(t->params, c->params, t->S * sizeof(float));
+    /* the gathered layers held the old parameters */
+    return dsl_z3_invalidate(t);
+}
+
+/*
+ * The checkpoint to resume. A stage 3 checkpoint at this world size, resumed at stage 3
+ * in fp32 with the same bucket pieces, is read rank by rank: each rank only its own
+ * files (dsl_ckpt_load_rank), all agreeing that every rank could; anything else is
+ * loaded whole on every rank and re-cut.
+ */
+static int load_for_resume(struct dsl_trainer *t, struct dsl_ckpt *c, const char *dir,
+                           const char *tag, unsigned flags, char *err)
+{
+    if (t->o.zero_stage == 3 && !t->master && t->dev->host_memory) {
+        int r = dsl_ckpt_load_rank(c, dir, tag, t->rank, t->world, flags, t->P, err);
+        int mine = r == 0 && same_pieces(t, c), f = agree(t, r < 0);
+        /* every rank the same way: own shards only when each rank's are its pieces */
+        int all = f == 0 ? agree(t, !mine) : 1;
+        if (f < 0 || all < 0)
+            return dsl_seterr(err, f < 0 ? f : all, "resume: %s", dsl_trainer_last_error(t));
+        if (r < 0)
+            return r;
+        if (f > 0)
+            return dsl_seterr(err, DSL_ECHECKPOINT,
+                              "resume: another rank could not load its shard of the "
+                              "checkpoint (its error says which file)");
+        if (all == 0)
+            return 0;
+        dsl_ckpt_release(c);
+    }
+    return dsl_ckpt_load_for(c, dir, tag, flags, t->P, err);
+}
+
 static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err)
 {
     const char *dir = s->cfg.dstrain.checkpoint_dir, *which = s->cfg.dstrain.resume;
@@ -383,8 +540,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     struct dsl_model_tensor names[MAX_VIEWS];
     size_t nv = make_views(&s->model, t->model->in_dim, t->model->out_dim, views, names);
     unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
-    int r = dsl_ckpt_load_for(&c, dir, strcmp(which, "latest") ? which : NULL, flags, t->P,
-                              err);
+    int r = load_for_resume(t, &c, dir, strcmp(which, "latest") ? which : NULL, flags, err);
     if (r < 0)
         goto out;
     if (t->rank == 0)
@@ -395,23 +551,7 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
     uint64_t step, gb;
     if ((r = dsl_ckpt_meta_u64(&c, "step", &step, err)) < 0)
         goto out;
-    size_t nstate;
-    const char *const *sn = state_names(t, &nstate);
-    float *state = nstate ? dsl_xmalloc(nstate * t->P * sizeof(float)) : NULL;
-    for (size_t i = 0; i < nstate; i++) {
-        const float *v = dsl_ckpt_state(&c, sn[i]);
-        if (!v) {
-            free(state);
-            r = dsl_seterr(err, DSL_ECHECKPOINT, "checkpoint '%s' has no optimizer state '%s'",
-                           c.path, sn[i]);
-            goto out;
-        }
-        memcpy(state + i * t->P, v, t->P * sizeof(float));
-    }
-    if ((r = dsl_trainer_params_from_host(t, c.params, err)) >= 0)
-        r = dsl_trainer_scatter_state(t, state, nstate, err);
-    free(state);
-    if (r < 0)
+    if ((r = c.ranges ? apply_own(t, &c, err) : apply_whole(t, &c, err)) < 0)
         goto out;
     t->step = step;
     if ((r = restore_lossscale(t, &c, err)) < 0)
@@ -425,8 +565,8 @@ static int resume(struct dsl_train_settings *s, struct dsl_trainer *t, char *err
                "loss scale %g, %" PRIu64 " steps skipped so far\n",
                c.path, step, c.saved_world, t->ls.cur_scale, t->ls.skipped);
     else if (t->rank == 0)
-        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d)\n",
-               c.path, step, c.saved_world);
+        printf("dstrain: resumed from '%s' at step %" PRIu64 " (saved at world size %d%s)\n",
+               c.path, step, c.saved_world, c.ranges ? "; each rank read its own shard" : "");
     r = 0;
 out:
     dsl_ckpt_release(&c);
@@ -458,7 +598,9 @@ int dsl_train_resume_batch(struct dsl_train_settings *s, int rank, char *err)
     unsigned flags = s->cfg.dstrain.allow_unverified_checkpoint ? DSL_CKPT_ALLOW_UNVERIFIED : 0;
     uint64_t gb;
     int r = 0;
-    if (dsl_ckpt_load_params(&c, dir, strcmp(which, "latest") ? which : NULL, flags, e3) < 0 ||
+    /* (a stage 3 checkpoint's header says it: no rank reads every shard for it) */
+    if (dsl_ckpt_load_params(&c, dir, strcmp(which, "latest") ? which : NULL,
+                             flags | DSL_CKPT_HEAD_ONLY, e3) < 0 ||
         dsl_ckpt_meta_u64(&c, "global_batch", &gb, NULL) < 0 || gb > DSL_CFG_MAX_BATCH)
         goto out;
     r = dsl_train_config_keep_batch(&s->cfg, (long)gb, c.saved_world, c.path, note,

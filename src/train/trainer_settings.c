@@ -452,10 +452,6 @@ static int check_device(const struct dsl_train_settings *s, int rank, enum dsl_p
                           "'zero_optimization.stage' 3 is not implemented %s yet (it runs the "
                           "MLP on the CPU): use stage 0, 1 or 2",
                           gpu ? "on the GPU" : "for the GPT ('dstrain.model.type' \"gpt\")");
-    if (c->zero.stage == 3 && rank == 0 && c->dstrain.checkpoint_dir)
-        dsl_warn("ZeRO stage 3: checkpoints still gather the whole model and optimizer "
-                 "state on every rank to save them (the per-rank save without a gather is "
-                 "not implemented yet); they resume at any stage and world size");
     return 0;
 }
 

@@ -12,6 +12,8 @@ dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_setting
 dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
 dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
               LIBS dsltrain)
+dsl_unit_test(test_ckpt_zero3 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_zero3.c
+              LIBS dsltrain)
 dsl_fuzz_target(fuzz_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_config.c LIBS dsltrain)
 dsl_fuzz_target(fuzz_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_safetensors.c
                 LIBS dsltrain)
@@ -50,6 +52,9 @@ dsl_fuzz_target(fuzz_bpe_files SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_bpe_files.
 dsl_fuzz_target(fuzz_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_settings.c LIBS dsltrain)
 # a whole checkpoint directory as the resume reads it (latest, model file, shards)
 dsl_fuzz_target(fuzz_ckpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_ckpt.c LIBS dsltrain)
+# a ZeRO stage 3 checkpoint directory (per-rank parameter shards), loaded and streamed
+dsl_fuzz_target(fuzz_ckpt_zero3 SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_ckpt_zero3.c
+                LIBS dsltrain)
 # a metrics file as `dstrain plot` reads and draws it
 dsl_fuzz_target(fuzz_plot SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_plot.c LIBS dsltrain)
 # The stages' bit-identity under every OpenBLAS kernel family the CPU runs.

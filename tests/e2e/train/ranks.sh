@@ -53,6 +53,22 @@ wait_steps() {
     done
 }
 
+# resumed_equal CK "WORLD NAME ARGS..." ...: each run resumes $TMP/CK's global_step6
+# with its ARGS and must end with the uninterrupted run's parameters ($TMP/p.full)
+resumed_equal() {
+    ck=$1
+    shift
+    for v in "$@"; do
+        # shellcheck disable=SC2086 # a run's words
+        set -- $v
+        n=$1 tag=$2
+        shift 2
+        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/$ck" --resume global_step6 \
+            --save-params "$TMP/p.$tag"
+        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "$ck resumed ($tag) differs"
+    done
+}
+
 # the training must work at all: world 1 without any env
 [ -x "$DSTRAIN" ] || skip "no dstrain"
 if ! "$DSTRAIN" --backend tcp $TINY --steps 1 >"$TMP/probe.out" 2>&1; then
@@ -311,21 +327,56 @@ resume)
     train_ok 2 w4to2 $TINY --zero-stage 2 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to2"
     cmp -s "$TMP/p.full" "$TMP/p.w4to2" || fail "world-4 checkpoint resumed at world 2 differs"
-    # stage 3: resumed at stage 3 and the same world, at stages 0 and 2 on other worlds,
-    # and the world-4 stage-1 checkpoint at stage 3 on world 2: all bit for bit
+    # stage 3 saves without a gather: every rank its own parameter and optimizer
+    # pieces, no model file. Resumed at stage 3 at the same world and at world 4, at
+    # stages 0 and 2 on other worlds, and the world-4 stage-1 checkpoint at stage 3 on
+    # world 2: all bit for bit
     Z3="--zero-stage 3 --param-persistence-threshold 0"
     train_ok 2 z3half $TINY $Z3 --steps 6 --checkpoint-dir "$TMP/ck3"
-    for v in "2 z3rest $Z3" "4 z3to2 --zero-stage 2" "1 z3to0 --zero-stage 0"; do
-        set -- $v
-        n=$1 tag=$2
-        shift 2
-        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/ck3" --resume global_step6 \
-            --save-params "$TMP/p.$tag"
-        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "stage-3 checkpoint resumed ($tag) differs"
+    ! grep -q "gather the whole model" "$TMP/z3half.0.err" || fail "stage 3 still warns of a gather"
+    for r in 0 1; do
+        for k in model optim; do
+            [ -f "$TMP/ck3/global_step6/zero_pp_rank_${r}_mp_rank_00_${k}_states.safetensors" ] ||
+                fail "stage 3 wrote no $k shard for rank $r"
+        done
     done
+    [ ! -e "$TMP/ck3/global_step6/mp_rank_00_model_states.safetensors" ] ||
+        fail "stage 3 wrote a gathered model file"
+    resumed_equal ck3 "2 z3rest $Z3" "4 z3w4 $Z3" "4 z3to2 --zero-stage 2" \
+        "1 z3to0 --zero-stage 0"
+    # at the save's world and stage each rank read only its own shard
+    grep -q "at step 6 (saved at world size 2; each rank read its own shard)" "$TMP/z3rest.0.out" ||
+        { show z3rest; fail "stage 3 at the same world did not read per rank"; }
+    ! grep -q "each rank read its own shard" "$TMP/z3w4.0.out" || fail "world 4 read per rank"
     train_ok 2 w4to3 $TINY $Z3 --checkpoint-dir "$TMP/ck4" --resume global_step6 \
         --save-params "$TMP/p.w4to3"
     cmp -s "$TMP/p.full" "$TMP/p.w4to3" || fail "world-4 stage-1 checkpoint resumed at stage 3 differs"
+    # a stage-3 checkpoint at world 4, resumed at stage 3 on world 2 and at stage 1 on 1
+    train_ok 4 z3w4half $TINY $Z3 --steps 6 --checkpoint-dir "$TMP/ck34"
+    resumed_equal ck34 "2 z34to2 $Z3" "1 z34to1 --zero-stage 1"
+    # a stage-3 shard missing or corrupt: refused on every rank, naming the file and
+    # what to do; nothing trained
+    for k in model optim; do
+        cp -R "$TMP/ck3" "$TMP/ck3$k"
+        rm "$TMP/ck3$k/global_step6/zero_pp_rank_1_mp_rank_00_${k}_states.safetensors"
+        if run_world 2 "z3miss$k" $TINY $Z3 --checkpoint-dir "$TMP/ck3$k" --resume global_step6; then
+            fail "a stage-3 checkpoint without rank 1's $k shard was resumed"
+        fi
+        # at the save's world each rank reads its own files: rank 1 names its missing
+        # file, rank 0 that another rank could not load
+        grep -q "missing shard file 'zero_pp_rank_1_mp_rank_00_${k}_states.safetensors' (rank 1): copy it back" \
+            "$TMP/z3miss$k.1.err" || { show "z3miss$k"; fail "rank 1 did not name the missing $k shard"; }
+        grep -q "another rank could not load its shard" "$TMP/z3miss$k.0.err" ||
+            { show "z3miss$k"; fail "rank 0 did not say another rank failed"; }
+    done
+    cp -R "$TMP/ck3" "$TMP/ck3bad"
+    f="$TMP/ck3bad/global_step6/zero_pp_rank_0_mp_rank_00_model_states.safetensors"
+    printf 'X' | dd of="$f" bs=1 seek=$(($(wc -c <"$f") - 3)) conv=notrunc 2>/dev/null
+    if run_world 2 z3bad $TINY $Z3 --checkpoint-dir "$TMP/ck3bad" --resume global_step6; then
+        fail "a stage-3 checkpoint with a corrupt shard was resumed"
+    fi
+    grep -q "zero_pp_rank_0_mp_rank_00_model_states.safetensors': the tensor data does not match its checksum.*restore the file from where the checkpoint was saved" \
+        "$TMP/z3bad.0.err" || { show z3bad; fail "the corrupt stage-3 shard was not named"; }
     # a checkpoint without checksums (its SHA-256 members blanked out) is refused on
     # every rank; with --allow-unverified-checkpoint it resumes at another world size,
     # bit for bit, with a warning (tests/train/ckpt_integrity.sh has the rest)
@@ -380,6 +431,32 @@ consolidate)
         fail "consolidate accepted a checkpoint with a missing shard"
     fi
     [ ! -e "$TMP/bad.safetensors" ] || fail "consolidate wrote a file from a broken checkpoint"
+    # a stage-3 checkpoint (per-rank shards, no model file) consolidates, streamed one
+    # tensor at a time, to the world-1 parameters; with
+    # stage3_gather_16bit_weights_on_model_save the save writes the bf16 rounding of
+    # them beside the shards
+    echo '{"zero_optimization": {"stage3_gather_16bit_weights_on_model_save": true}}' \
+        >"$TMP/g16.json"
+    train_ok 4 c43 $TINY --config "$TMP/g16.json" --zero-stage 3 \
+        --param-persistence-threshold 0 --checkpoint-dir "$TMP/ckc3"
+    "$DSTRAIN" consolidate "$TMP/ckc3/global_step12" --out "$TMP/m3.safetensors" >/dev/null ||
+        fail "consolidate of a stage-3 checkpoint failed"
+    tail -c "$size" "$TMP/m3.safetensors" | cmp -s - "$TMP/p.c1" ||
+        fail "consolidated stage-3 parameters differ from world 1"
+    python3 - "$TMP/ckc3/global_step12/model_16bit.safetensors" "$TMP/p.c1" <<'PY' ||
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+assert all(v["dtype"] == "BF16" for k, v in h.items() if k != "__metadata__"), "not bf16"
+full = open(sys.argv[2], "rb").read()
+f32 = struct.unpack("<%dI" % (len(full) // 4), full)
+# round to nearest even, as the trainer's bf16 conversion does (no nan here)
+want = [((x + 0x7fff + ((x >> 16) & 1)) >> 16) & 0xffff for x in f32]
+got = list(struct.unpack("<%dH" % (len(f32)), b[8 + n:]))
+assert got == want, "16-bit weights are not the rounded parameters"
+PY
+        fail "model_16bit.safetensors is not the bf16 rounding of the parameters"
     ;;
 signal)
     # SIGTERM with --save-on-signal: all ranks stop after the same step, save, exit
