@@ -16,9 +16,9 @@
 #include "dslaunch/model/data.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/model/model.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 
-#include "model/gemm_dims.h"
+#include "dslaunch/device/gemm_dims.h"
 #include "model/model_mlp_impl.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
