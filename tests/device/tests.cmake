@@ -1,9 +1,15 @@
 # dsldevice: the CPU thread pool and the CPU device's ops on it (test_train_cpupool), the
-# BLAS check (test_train_blascore), the products the CPU models share (test_model_cpugemm).
-# The CTest names keep the prefixes of the folders they lived in.
+# BLAS check (test_train_blascore), the products the CPU models share (test_model_cpugemm),
+# the optimizer update (test_device_optimizer) and the checked GEMM dimensions
+# (test_device_gemm_dims). The CTest names of the first three keep the prefixes of the
+# folders they lived in.
 dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c
               LIBS dsldevice)
 dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
+              LIBS dsldevice)
+dsl_unit_test(test_device_optimizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optimizer.c
+              LIBS dsldevice)
+dsl_unit_test(test_device_gemm_dims SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_dims.c
               LIBS dsldevice)
 # The products the CPU models share (cpugemm.h): bf16 against a reference, any cut.
 dsl_unit_test(test_model_cpugemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpugemm.c
