@@ -1,6 +1,6 @@
 /*
  * The CPU GPT's products in fp32 (OpenBLAS sgemm) and in bf16 (oneDNN, --cpu-gemm bf16)
- * through the models' own dsl_gemm_run (src/model/cpugemm.h), on the shapes of one
+ * through the models' own dsl_gemm_run (dslaunch/device/cpugemm.h), on the shapes of one
  * training step of bench/gpt.sh's model (micro batch 16 x context 128 = 2048 rows,
  * d = 128, vocabulary 256): forward, input gradients and weight gradients. The bf16
  * figures include rounding both inputs to bf16. For bench/cpugemm.sh.
@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "dslaunch/model/model.h"
-#include "model/cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 
 static double now(void)
 {

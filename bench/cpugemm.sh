@@ -13,7 +13,7 @@ trap 'rm -rf "$T"' EXIT
 [ -f "$B/src/model/libdslmodel.a" ] || { echo "no $B/src/model/libdslmodel.a: build first" >&2; exit 1; }
 # shellcheck disable=SC2046 # pkg-config's flags are words
 cc -O2 -fopenmp -I"$ROOT/src" -I"$ROOT/include" "$ROOT/bench/cpugemm.c" -o "$T/cpugemm" \
-    "$B/src/model/libdslmodel.a" "$B/src/common/libdslcommon.a" \
+    "$B/src/model/libdslmodel.a" "$B/src/device/libdsldevice.a" "$B/src/common/libdslcommon.a" \
     $(pkg-config --libs openblas) -ldnnl -lz -lm -lpthread
 echo "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') $(nproc) cores; load: $(uptime | sed 's/.*load average: //')"
 for th in 1 2; do

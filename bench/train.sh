@@ -35,7 +35,7 @@ cc -O2 -o "$TMP/sgemm" "$ROOT/bench/sgemm.c" $(pkg-config --cflags --libs openbl
 
 # Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
 # replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know, see
-# src/model/blascore.c), so PyTorch and the sgemm reference get them too.
+# src/device/blascore.c), so PyTorch and the sgemm reference get them too.
 if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
     core=$(RANK=0 WORLD_SIZE=1 "$DSTRAIN" --data synthetic --synthetic-train 64 \
         --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |

@@ -50,7 +50,7 @@ netnodes_up trnet 2
 
 # Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
 # replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know,
-# src/model/blascore.c), so PyTorch gets them too (as bench/train.sh does).
+# src/device/blascore.c), so PyTorch gets them too (as bench/train.sh does).
 if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
     core=$(RANK=0 WORLD_SIZE=1 "$build/dstrain" --data synthetic --synthetic-train 64 \
         --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |

@@ -40,10 +40,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dslaunch/model/blascore.h"
+#include "dslaunch/device/blascore.h"
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/data.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/log.h"

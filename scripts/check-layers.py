@@ -29,8 +29,9 @@ ALLOWED = {
     "job": {"common", "plan", "remote"},
     "tools": {"common", "plan", "remote", "job"},
     "comm": {"common"},
-    "model": {"common"},
-    "train": {"common", "comm", "model"},
+    "device": {"common"},
+    "model": {"common", "device"},
+    "train": {"common", "comm", "model", "device"},
 }
 INC = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

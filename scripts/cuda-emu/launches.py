@@ -4,7 +4,8 @@
 `emu_launch(dim3(GRID), dim3(BLOCK), &NAME, SHMEM)(ARGS)` (SHMEM: the dynamic shared memory
 in bytes), every `extern __shared__ [__align__(N)] TYPE NAME[];` becomes
 `TYPE *NAME = (TYPE *)emu_dyn_smem;` (the launch's buffer, 128-byte aligned), emu.h is
-included before cuda_kernels.h and `#include <mma.h>` is dropped (emu.h emulates WMMA).
+included before cuda_kernels.h (the model's or the device's) and `#include <mma.h>` is
+dropped (emu.h emulates WMMA).
 usage: launches.py IN.cu OUT.cpp"""
 import re
 import sys
@@ -34,6 +35,6 @@ while True:
     out.append(src[i:start] + f"emu_launch(dim3({parts[0].strip()}), dim3({parts[1].strip()}), &{name}, {shm})")
     i = e + 3
 text = re.sub(r"extern __shared__ (?:__align__\(\d+\) )?(\w+) (\w+)\[\];", r"\1 *\2 = (\1 *)emu_dyn_smem;", "".join(out))
-text = text.replace('#include "cuda_kernels.h"', '#include "emu.h"\n#include "cuda_kernels.h"')
+text = re.sub(r'#include "((?:dslaunch/device/)?cuda_kernels\.h)"', r'#include "emu.h"\n#include "\1"', text)
 text = text.replace("#include <mma.h>\n", "")
 open(sys.argv[2], "w").write(text)

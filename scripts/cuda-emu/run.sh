@@ -30,7 +30,8 @@ B=${1:-$ROOT/build}
 FILTER=${2:-cuda_gpt}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 E=$ROOT/scripts/cuda-emu
-[ -f "$B/src/model/libdslmodel.a" ] || { echo "no $B/src/model/libdslmodel.a: build first" >&2; exit 1; }
+[ -f "$B/src/model/libdslmodel.a" ] && [ -f "$B/src/device/libdsldevice.a" ] ||
+    { echo "no $B/src/model/libdslmodel.a or $B/src/device/libdsldevice.a: build first" >&2; exit 1; }
 [ -f "$CUDA/include/cuda_runtime.h" ] || { echo "no CUDA headers in $CUDA (set CUDA_HOME)" >&2; exit 1; }
 T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
 trap 'rm -rf "$T"' EXIT
@@ -50,7 +51,7 @@ done
 L=$B/src
 # a build with oneDNN (bf16 products on the CPU) needs it and OpenMP's runtime linked too
 DNNL=
-if ar t "$L/model/libdslmodel.a" | grep -q cpugemm_bf16; then
+if ar t "$L/device/libdsldevice.a" | grep -q cpugemm_bf16; then
     DNNL="-ldnnl -fopenmp"
 fi
 case $FILTER in
@@ -60,10 +61,10 @@ case $FILTER in
     # the device ops' kernels (device_kernels.cu) emulated too, comm.c, comm_cudahost.c
     # and common/gpuprof.c compiled as in a CUDA build. device_kernels.o is linked before
     # rt.o, whose dsl_cuda_to_half it replaces (the same conversion).
-    python3 "$E/launches.py" "$ROOT/src/model/device_kernels.cu" "$T/device_kernels.cpp"
+    python3 "$E/launches.py" "$ROOT/src/device/device_kernels.cu" "$T/device_kernels.cpp"
     # shellcheck disable=SC2086
     g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/device_kernels.cpp" -o "$T/device_kernels.o"
-    for f in src/model/device_cuda src/comm/comm src/comm/comm_cudahost src/common/gpuprof \
+    for f in src/device/device_cuda src/comm/comm src/comm/comm_cudahost src/common/gpuprof \
         tests/train/test_gpu_worlds scripts/cuda-emu/emu_worlds; do
         # shellcheck disable=SC2086
         gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/src/comm" \
@@ -76,7 +77,8 @@ case $FILTER in
         "$T/model_gpt_attention.o" "$T/model_mlp_kernels.o" "$T/emu_worlds.o" "$T/rt.o" $X \
         -Wl,--allow-multiple-definition -o "$T/worlds" \
         "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
-        "$L/common/libdslcommon.a" $(pkg-config --libs openblas libcrypto) $DNNL -lz -lm \
+        "$L/device/libdsldevice.a" "$L/common/libdslcommon.a" \
+        $(pkg-config --libs openblas libcrypto) $DNNL -lz -lm \
         -lpthread
     EMU_DEVICES=1 GPU_WORLDS_ALARM_S=${GPU_WORLDS_ALARM_S:-7200} "$T/worlds" "${TESTS:-}"
     exit $?
@@ -93,5 +95,6 @@ g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_mlp_cuda.o" "$T/model_cuda.o" \
     "$T/model_mlp_kernels.o" \
     "$T/rt.o" $X -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
-    "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL -lz -lcrypto -lm -lpthread
+    "$L/device/libdsldevice.a" "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL \
+    -lz -lcrypto -lm -lpthread
 "$T/drv" "$FILTER"

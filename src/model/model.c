@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/model/cpupool.h"
-#include "cpugemm.h"
+#include "dslaunch/device/cpupool.h"
+#include "dslaunch/device/cpugemm.h"
 #include "dslaunch/model/model.h"
 #include "model_gpt_impl.h"
 #include "model_mlp_impl.h"

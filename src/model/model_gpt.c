@@ -49,11 +49,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/halfvec.h"
 #include "dslaunch/common/xalloc.h"
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/device/cpupool.h"
 #include "dslaunch/model/model.h"
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"

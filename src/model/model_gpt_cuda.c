@@ -116,7 +116,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/model/model.h"
-#include "gemm_dims.h"
+#include "dslaunch/device/gemm_dims.h"
 #include "model_cuda_impl.h"
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"

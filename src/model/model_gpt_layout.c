@@ -23,7 +23,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "model_gpt_impl.h"
 #include "dslaunch/common/banned.h"
 

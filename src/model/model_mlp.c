@@ -47,7 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/xalloc.h"

@@ -61,7 +61,7 @@
 #include "cuda_kernels.h"
 #include "model_cuda_impl.h"
 #include "model_mlp_impl.h"
-#include "gemm_dims.h"
+#include "dslaunch/device/gemm_dims.h"
 #include "dslaunch/common/banned.h"
 
 struct mlp_cuda {

@@ -20,7 +20,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "model_mlp_impl.h"
 #include "dslaunch/common/banned.h"
 

@@ -90,7 +90,7 @@
 #include <string.h>
 
 #include "dslaunch/comm/comm.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/hostsync.h"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "dslaunch/comm/comm.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/fixedsum.h"
 #include "dslaunch/train/trainer.h"
 #include "trainer_grads.h"

@@ -26,7 +26,7 @@
  */
 #include <string.h>
 
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/dtype.h"
 #include "trainer_mixed.h"

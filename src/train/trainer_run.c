@@ -29,7 +29,7 @@
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
-#include "dslaunch/model/blascore.h"
+#include "dslaunch/device/blascore.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/train/trainer.h"
 #include "gputime.h"

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/cudalibs.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/common/log.h"

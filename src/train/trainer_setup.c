@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "dslaunch/comm/comm.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/fixedsum.h"
 #include "dslaunch/common/parse.h"

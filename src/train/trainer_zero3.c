@@ -38,7 +38,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/train/trainer.h"
 #include "trainer_mixed.h"
 #include "dslaunch/common/banned.h"

@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/device/cpupool.h"
 #include "dslaunch/model/model.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 
 #include "test.h"
 #include "dslaunch/common/banned.h"

@@ -55,7 +55,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/halfvec.h"
 #include "dslaunch/model/data.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/trainer.h"
 #include "test.h"

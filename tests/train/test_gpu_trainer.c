@@ -30,7 +30,7 @@
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/data.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/gpuprof.h"

@@ -34,7 +34,7 @@
 #include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/model/data.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/train/trainer.h"

@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/model/cpupool.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/cpupool.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/train/trainer.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 #include "dslaunch/common/halfvec.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"

@@ -79,10 +79,10 @@
 
 #include "dslaunch/comm/comm.h"
 #include "dslaunch/model/data.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/train/lossscale.h"
 #include "dslaunch/model/model.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 
 /* lr for the 0-based applied optimizer step (steps skipped on fp16 overflow do not
  * count: DeepSpeed does not step the scheduler on them) */

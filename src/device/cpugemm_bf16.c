@@ -37,11 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/halfvec.h"
 #include "dslaunch/common/xalloc.h"
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/device/cpupool.h"
 #include "dslaunch/common/banned.h"
 
 #define CACHE_SLOTS 64

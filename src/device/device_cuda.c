@@ -37,8 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/model/device.h"
-#include "cuda_kernels.h"
+#include "dslaunch/device/device.h"
+#include "dslaunch/device/cuda_kernels.h"
 #include "dslaunch/common/gpuprof.h"
 #include "dslaunch/common/hostsync.h"
 #include "dslaunch/common/banned.h"

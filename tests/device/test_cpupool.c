@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/model/cpupool.h"
-#include "dslaunch/model/device.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/cpupool.h"
+#include "dslaunch/device/device.h"
+#include "dslaunch/device/optimizer.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 

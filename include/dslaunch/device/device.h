@@ -1,8 +1,8 @@
 /*
  * Where the trainer's model state lives and the few buffer operations the trainer runs
- * on it, behind a small ops table: "cpu" (host memory, plain loops: src/model/
+ * on it, behind a small ops table: "cpu" (host memory, plain loops: src/device/
  * device_cpu.c) and "cuda" (device memory, kernels on the device's own stream:
- * src/model/device_cuda.c, src/model/device_kernels.cu). The trainer touches
+ * src/device/device_cuda.c, src/device/device_kernels.cu). The trainer touches
  * parameters, gradients, shards, staging buckets, accumulation levels and optimizer
  * state only through these calls, so ZeRO stages 0/1/2 are the same code on both.
  *
@@ -29,7 +29,7 @@
 
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/common/error.h"
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 
 enum dsl_copy_dir {
     DSL_COPY_H2D = 0, /* host -> device */

@@ -27,7 +27,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/device/cpupool.h"
 #include "dslaunch/common/banned.h"
 
 #define POOL_MAX 64

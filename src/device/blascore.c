@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/model/blascore.h"
+#include "dslaunch/device/blascore.h"
 #include "dslaunch/common/banned.h"
 
 /* Kernel families OpenBLAS falls back to for an unknown x86-64 CPU. */

@@ -1,5 +1,5 @@
 /*
- * OpenBLAS's kernel choice, checked against the CPU (src/model/blascore.c).
+ * OpenBLAS's kernel choice, checked against the CPU (src/device/blascore.c).
  */
 #ifndef DSLAUNCH_BLASCORE_H
 #define DSLAUNCH_BLASCORE_H

@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dslaunch/model/cpupool.h"
-#include "dslaunch/model/device.h"
+#include "dslaunch/device/cpupool.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/halfvec.h"
 #include "dslaunch/common/banned.h"
 

@@ -6,7 +6,7 @@
  */
 #include <limits.h>
 
-#include "gemm_dims.h"
+#include "dslaunch/device/gemm_dims.h"
 #include "dslaunch/common/banned.h"
 
 int dsl_gemm_dim(size_t v, const char *what, int *out, char *err)

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/model/blascore.h"
+#include "dslaunch/device/blascore.h"
 #include "test.h"
 
 static const char *self_path;

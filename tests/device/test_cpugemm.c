@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "dslaunch/common/halfvec.h"
-#include "dslaunch/model/blascore.h"
-#include "dslaunch/model/cpupool.h"
-#include "model/cpugemm.h"
+#include "dslaunch/device/blascore.h"
+#include "dslaunch/device/cpupool.h"
+#include "dslaunch/device/cpugemm.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 

@@ -40,10 +40,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpugemm.h"
+#include "dslaunch/device/cpugemm.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/xalloc.h"
-#include "dslaunch/model/cpupool.h"
+#include "dslaunch/device/cpupool.h"
 #include "dslaunch/common/banned.h"
 
 static int to_int(size_t v)

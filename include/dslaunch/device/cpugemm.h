@@ -1,6 +1,6 @@
 /*
  * One sgemm cut over the rank's threads (cpupool.h), shared by the CPU models
- * (model_mlp.c, model_gpt.c). Private to src/model.
+ * (model_mlp.c, model_gpt.c).
  */
 #ifndef DSL_CPUGEMM_H
 #define DSL_CPUGEMM_H

@@ -5,7 +5,7 @@
  */
 #include <math.h>
 
-#include "dslaunch/model/optimizer.h"
+#include "dslaunch/device/optimizer.h"
 #include "dslaunch/common/banned.h"
 
 size_t dsl_optim_state_per_param(const struct dsl_optim_hparams *h)

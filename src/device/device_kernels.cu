@@ -19,7 +19,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "cuda_kernels.h"
+#include "dslaunch/device/cuda_kernels.h"
 #include "dslaunch/common/fixedsum.h"
 
 #define THREADS DSL_CUDA_THREADS
