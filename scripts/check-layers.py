@@ -25,9 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOWED = {
     "common": set(),
     "plan": {"common"},
-    "remote": {"common", "plan"},
-    "job": {"common", "plan", "remote"},
-    "tools": {"common", "plan", "remote", "job"},
+    "proto": {"common"},
+    "remote": {"common", "plan", "proto"},
+    "job": {"common", "plan", "proto", "remote"},
+    "tools": {"common", "plan", "proto", "remote", "job"},
     "comm": {"common"},
     "model": {"common"},
     "train": {"common", "comm", "model"},

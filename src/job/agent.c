@@ -76,7 +76,7 @@
 #include "dslaunch/remote/seal.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/common/xalloc.h"

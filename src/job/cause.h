@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 /** MemAvailable of a /proc/meminfo text, in bytes. 0, or -ENOENT when it has none. */
 int dsl_cause_meminfo_available(const char *meminfo, double *bytes);

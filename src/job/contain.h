@@ -11,7 +11,7 @@
 #include <sys/types.h>
 
 #include "cgroup.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 /* One process as /proc/<pid>/stat describes it. */
 struct dsl_procstat {

@@ -26,7 +26,7 @@
 #include "dslaunch/common/quote.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/banned.h"
 
 #define SHOW_MAX 1400 /* bytes of each command line in a message (the log line is 4 KiB) */

@@ -38,7 +38,7 @@
 #include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/remote/connectback.h"
 #include "dslaunch/remote/join.h"
 #include "dslaunch/common/banned.h"

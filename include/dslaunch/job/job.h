@@ -11,7 +11,7 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/placement.h"
 #include "dslaunch/plan/plan.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/remote/transport.h"
 

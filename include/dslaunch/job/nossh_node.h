@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/plan/plan.h"
 
 /** Exit code of a node whose job the coordinator refused before it started (a node

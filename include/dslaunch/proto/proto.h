@@ -74,7 +74,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/progress.h"
-#include "dslaunch/remote/facts.h"
+#include "dslaunch/proto/facts.h"
 #include "dslaunch/common/strvec.h"
 
 #define DSL_PROTO_VERSION 1
