@@ -27,6 +27,7 @@ ALLOWED = {
     "plan": {"common"},
     "proto": {"common"},
     "remote": {"common", "plan", "proto"},
+    "agent": {"common", "plan", "proto", "remote"},
     "job": {"common", "plan", "proto", "remote"},
     "tools": {"common", "plan", "proto", "remote", "job"},
     "comm": {"common"},

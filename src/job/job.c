@@ -60,10 +60,9 @@
 
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/file.h"
-#include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/remote/join.h"
-#include "cause.h"
+#include "dslaunch/proto/cause.h"
 #include "job_hang.h"
 #include "job_impl.h"
 #include "logdir.h"
@@ -74,6 +73,14 @@
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
+
+/* the agent the nodes on this machine run (dsl_job_set_agent) */
+static int (*local_agent)(int in_fd, int out_fd);
+
+void dsl_job_set_agent(int (*agent_main)(int in_fd, int out_fd))
+{
+    local_agent = agent_main;
+}
 
 void dsl_job_init(struct dsl_job *job, struct dsl_plan *p)
 {
@@ -627,7 +634,13 @@ int dsl_job_run(struct dsl_job *job)
         dsl_msg_init(&n->probed, 0);
         if (n->local) {
             n->conn.ops = &dsl_transport_local;
-            n->conn.agent_main = dsl_agent_main;
+            if (!local_agent) {
+                dsl_error("host '%s' is this machine, and this program cannot run a node "
+                          "agent itself", n->pn->host);
+                code = DSL_EXIT_USAGE;
+                goto out;
+            }
+            n->conn.agent_main = local_agent;
         } else {
             const struct dsl_transport_ops *ops =
                 job->plan->nossh.on ? &dsl_transport_joined : transport_for(kind);

@@ -63,8 +63,8 @@
 
 #include "contain.h"
 #include "devmap.h"
-#include "dslaunch/job/agent.h"
-#include "dslaunch/job/job.h"
+#include "agent_impl.h"
+#include "dslaunch/agent/agent.h"
 #include "agent_progress.h"
 #include "dslaunch/common/cpubind.h"
 #include "dslaunch/common/envnames.h"
@@ -75,7 +75,7 @@
 #include "dslaunch/remote/netinfo.h"
 #include "dslaunch/remote/seal.h"
 #include "dslaunch/common/parse.h"
-#include "dslaunch/job/nossh_node.h"
+#include "dslaunch/proto/exitcode.h"
 #include "dslaunch/proto/proto.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/strvec.h"
@@ -601,7 +601,7 @@ static void begin_stop(struct agent *a, int sig, double grace)
         return;
     /* a rank that is already dead died before the stop, whatever killed it: reaped now,
      * before the stop's signal, it is reported so (unstopped), and the launcher can name
-     * it rather than a peer that failed because of it (job_loop.c) */
+     * it rather than a peer that failed because of it (job/job_loop.c) */
     reap(a);
     a->state = AG_STOPPING;
     a->kill_at = dsl_now() + grace;
@@ -972,7 +972,7 @@ static void handle_msg(struct agent *a, struct dsl_msg *m)
         break;
     case DSL_MSG_STOP:
         if (m->refused && a->join && a->state == AG_WAITING) {
-            /* no-ssh: the coordinator refuses the job before it starts (nossh_check.c) */
+            /* no-ssh: the coordinator refuses the job before it starts (job/nossh_check.c) */
             dsl_error("the coordinator refused the job: %s", m->refused);
             note_stop(a, STOP_REFUSED, 0);
         }

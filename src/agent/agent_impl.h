@@ -1,23 +1,16 @@
 /*
- * The node agent: `dslaunch --agent`. One runs on every host of a job. It speaks the
- * control protocol (proto.h) on a byte stream with the launcher (fds in_fd/out_fd:
- * stdin/stdout, or a connected socket), starts the node's ranks when told, streams
- * their output line by line, reports their exits, and stops them on request.
- *
- * The agent never outlives its launcher's interest: EOF on in_fd, a silent launcher
- * (no message for the keepalive period) or a SIGTERM/SIGHUP/SIGINT to the agent all
- * mean "tear down": every rank's process group gets SIGTERM, then SIGKILL after the
- * grace period, and the agent exits. Nothing is left behind.
+ * The agent's entry points on a connection its dialler made (agent_dial.c), private to
+ * src/agent.
  */
-#ifndef DSLAUNCH_AGENT_H
-#define DSLAUNCH_AGENT_H
+#ifndef DSLAUNCH_AGENT_IMPL_H
+#define DSLAUNCH_AGENT_IMPL_H
+
+#include <stddef.h>
 
 struct dsl_seal;
 
-/** Run the agent until the job on this node is over. Returns the process exit code. */
-int dsl_agent_main(int in_fd, int out_fd);
 /**
- * The same on a connect-back socket fd whose handshake is done (seal OPEN, the
+ * The agent on a connect-back socket fd whose handshake is done (seal OPEN, the
  * caller's): every byte in and out goes through the seal's frames. A frame that fails
  * authentication is treated as EOF from the launcher (the ranks are stopped).
  */

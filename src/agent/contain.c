@@ -50,7 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cause.h"
+#include "dslaunch/proto/cause.h"
 #include "contain.h"
 #include "progress_files.h"
 #include "dslaunch/common/dynbuf.h"

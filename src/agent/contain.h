@@ -1,12 +1,12 @@
 /*
- * Containing a node's ranks (private to src/job, used by the agent): every process a
+ * Containing a node's ranks (private to src/agent): every process a
  * rank starts, in whatever session or group it puts itself, is found and killed when
  * the node is done, and survives neither a SIGKILL of the agent nor its crash. Ranks
  * go into cgroups of their own where the machine allows it (cgroup.h); elsewhere the
  * agent tracks its descendants through /proc. See contain.c for how.
  */
-#ifndef DSLAUNCH_JOB_CONTAIN_H
-#define DSLAUNCH_JOB_CONTAIN_H
+#ifndef DSLAUNCH_AGENT_CONTAIN_H
+#define DSLAUNCH_AGENT_CONTAIN_H
 
 #include <sys/types.h>
 
