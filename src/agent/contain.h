@@ -121,6 +121,8 @@ int dsl_contain_finish(struct dsl_contain *c, int counted_empty);
 /** Free everything. Without a successful finish the clean-up process takes over. */
 void dsl_contain_release(struct dsl_contain *c);
 
+/* ---- the process table (procfs.c) ---- */
+
 /** Parse the text of /proc/<pid>/stat. 0, or -EINVAL. */
 int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out);
 /** Read and parse /proc/<pid>/stat. 0, -errno (the process is gone) or -EINVAL. */
