@@ -7,12 +7,13 @@
  * and the
  * stdout and stderr pipes of every rank. States of the node:
  *
- *   WAITING   hello sent; probe and start requests are served (a probe with diag = 1,
- *             from `dslaunch doctor`, also collects this node's facts: facts.c)
- *   RUNNING   ranks started; output is forwarded as "out" messages, one per line, never
- *             split (a '\r' also ends a line, flagged so the launcher can treat progress
- *             bars gently); each reaped rank is reported with an "exit" message once its
- *             pipes have been drained of what was already written
+ *   WAITING   hello sent; probe and start requests are served (agent_start.c; a probe
+ *             with diag = 1, from `dslaunch doctor`, also collects this node's facts)
+ *   RUNNING   ranks started (agent_ranks.c from here on); output is forwarded as "out"
+ *             messages, one per line, never split (a '\r' also ends a line, flagged so
+ *             the launcher can treat progress bars gently); each reaped rank is reported
+ *             with an "exit" message once its pipes have been drained of what was
+ *             already written
  *   STOPPING  a stop request, a signal, or the launcher gone: every live rank's process
  *             group and every other process of the ranks got the stop signal; at
  *             kill_at (the job's grace later, whatever started the stop) the survivors
