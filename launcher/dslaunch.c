@@ -1,9 +1,9 @@
 /*
  * dslaunch's main(): a table of commands, the way git dispatches its builtins. The
  * first argument picks a command (doctor, sync, ssh-setup); anything else is a launch,
- * whose option parser also knows the agent mode (`dslaunch --agent`), --help and
- * --version. Each command is a library call; the launch reads top to bottom as the
- * data flow of docs/design.md:
+ * whose option parser also knows the agent mode (`dslaunch --agent`, agent/agent.h),
+ * --help and --version. Each command is a library call; the launch reads top to bottom
+ * as the data flow of docs/design.md:
  *
  *   options -> plan (plan/plan.c: hostfile, placement, export set, program, rendezvous)
  *     -> local checks (program, master port) -> --dry-run JSON | --sync | the job (job.c),
@@ -24,17 +24,15 @@
 #include "dslaunch/common/file.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/log.h"
-#include "dslaunch/common/net.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/rankenv.h"
-#include "dslaunch/job/agent.h"
+#include "dslaunch/agent/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/nossh_node.h"
 #include "dslaunch/job/restart.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/plan.h"
-#include "dslaunch/remote/connectback.h"
 #include "dslaunch/remote/emit.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/tools/doctor.h"
@@ -75,48 +73,6 @@ static int sync_first(const struct dsl_launch_opts *opts, const struct dsl_place
     dsl_error("--sync needs a build with libssh (DSL_WITH_SSH)");
     return DSL_EXIT_USAGE;
 #endif
-}
-
-/*
- * `dslaunch --agent [--connect H:P --launcher-key L [--connect-index I]]`: the node
- * agent on the control channel: stdin/stdout, or a sealed connection back to the
- * launcher (connectback.h).
- */
-static int run_agent(const struct dsl_launch_opts *opts)
-{
-    if (!opts->agent_connect)
-        return dsl_agent_main(0, 1);
-    char err[DSL_ERR_LEN] = "";
-    int fd, index = opts->agent_index;
-    struct dsl_seal seal;
-    /* started by srun with the job's GPUs on this node (Slurm's gres sets SLURM_STEP_GPUS
-     * with CUDA_VISIBLE_DEVICES): the plan's device ids are places in that list; a gres
-     * without device files gets "NoDevFiles", which names no device */
-    const char *step_cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (opts->agent_slurm_nodes && getenv("SLURM_STEP_GPUS") && step_cvd &&
-        strcmp(step_cvd, "NoDevFiles") != 0)
-        dsl_agent_set_node_devices(step_cvd);
-    if (opts->agent_slurm_nodes && dsl_slurm_agent_prepare(opts->agent_slurm_nodes, &index,
-                                                           err) < 0) {
-        dsl_error("%s", err);
-        return DSL_EXIT_UNREACHABLE;
-    }
-    double deadline = dsl_now() + 30.0;
-    if (dsl_agent_cb_dial(opts->agent_connect, opts->agent_key, index, 30.0, 1,
-                          &fd, &seal, err) < 0) {
-        dsl_error("cannot connect back to the launcher: %s", err);
-        dsl_seal_release(&seal);
-        return DSL_EXIT_UNREACHABLE;
-    }
-    if (dsl_agent_cb_handshake(fd, &seal, deadline, err) < 0) {
-        dsl_error("%s", err);
-        dsl_seal_release(&seal);
-        return DSL_EXIT_UNREACHABLE;
-    }
-    int code = dsl_agent_main_sealed(fd, &seal);
-    dsl_seal_release(&seal);
-    close(fd);
-    return code;
 }
 
 /* Checks that only this machine can make before an all-local job starts. */
@@ -306,7 +262,7 @@ static int cmd_run(int argc, char **argv)
         code = 0;
         goto out;
     case DSL_MODE_AGENT:
-        code = run_agent(&opts);
+        code = dsl_agent_run(&opts);
         goto out;
     default:
         break;
@@ -424,6 +380,7 @@ static const struct command {
 int main(int argc, char **argv)
 {
     dsl_log_mark("main"); /* since the exec: loading and dynamic linking */
+    dsl_job_set_agent(dsl_agent_main); /* the local nodes' agent, for run and doctor */
     if (argc > 1)
         for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
             if (!strcmp(argv[1], commands[i].name))

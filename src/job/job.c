@@ -60,10 +60,9 @@
 
 #include "dslaunch/common/envnames.h"
 #include "dslaunch/common/file.h"
-#include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/remote/join.h"
-#include "cause.h"
+#include "dslaunch/proto/cause.h"
 #include "errfold.h"
 #include "job_hang.h"
 #include "job_impl.h"
@@ -75,6 +74,14 @@
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
+
+/* the agent the nodes on this machine run (dsl_job_set_agent) */
+static int (*local_agent)(int in_fd, int out_fd);
+
+void dsl_job_set_agent(int (*agent_main)(int in_fd, int out_fd))
+{
+    local_agent = agent_main;
+}
 
 void dsl_job_init(struct dsl_job *job, struct dsl_plan *p)
 {
@@ -539,33 +546,9 @@ static void drop_unused_logs(struct dsl_job *job)
     }
 }
 
-int dsl_job_run(struct dsl_job *job)
+/* One entry per rank of the placement, in rank order. */
+static void setup_ranks(struct dsl_job *job)
 {
-    int code = 0;
-    int sp[2] = {-1, -1};
-    struct dsl_strvec remote_argv;
-    dsl_strvec_init(&remote_argv);
-    job->t_begin = dsl_now();
-
-    if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) < 0) {
-        dsl_error("cannot create pipe: %s", strerror(errno));
-        return DSL_EXIT_AGENT;
-    }
-    struct dsl_output console;
-    fflush(stdout);
-    fflush(stderr);
-    dsl_output_open(&console, STDOUT_FILENO, STDERR_FILENO, job->opts->output_buffer);
-    job->tty[1] = isatty(STDOUT_FILENO);
-    job->tty[2] = isatty(STDERR_FILENO);
-    job->out = &console;
-    dsl_log_set_sink(dsl_job_log_sink, job);
-    dsl_job_signals_catch(sp[1]);
-
-    dsl_strvec_push(&remote_argv,
-                    job->opts->remote_dslaunch ? job->opts->remote_dslaunch : job->plan->self_exe);
-    dsl_strvec_push(&remote_argv, "--agent");
-
-    /* ranks */
     job->nranks = job->pl->world_size;
     job->ranks = dsl_xcalloc((size_t)job->nranks, sizeof(*job->ranks));
     for (int i = 0; i < job->pl->nr; i++)
@@ -579,51 +562,58 @@ int dsl_job_run(struct dsl_job *job)
             r->last_cr_shown = -1e9;
         }
     dsl_job_hang_init(job);
-    if (job->opts->log_dir) {
-        /* ours and writable by no one else, so nothing in it was planted
-         * (dsl_dir_open_private, file.h); one new file per rank per attempt, and an
-         * earlier run's files refused before the first one, or removed with
-         * --log-dir-overwrite (logdir.h) */
-        char lerr[DSL_ERR_LEN];
-        int dfd = dsl_dir_open_private(job->opts->log_dir, lerr);
-        int requeue = dsl_logdir_requeue();
-        if (dfd >= 0 && job->restart_count == 0) {
-            int r = dsl_logdir_claim(dfd, job->opts->log_dir, requeue,
-                                     job->opts->log_dir_overwrite, lerr);
-            if (r < 0) {
-                close(dfd);
-                dfd = r;
-            }
+}
+
+/* --log-dir: one new file per rank of this attempt. 0 or an exit code. */
+static int open_logs(struct dsl_job *job)
+{
+    if (!job->opts->log_dir)
+        return 0;
+    /* ours and writable by no one else, so nothing in it was planted
+     * (dsl_dir_open_private, file.h); one new file per rank per attempt, and an
+     * earlier run's files refused before the first one, or removed with
+     * --log-dir-overwrite (logdir.h) */
+    char lerr[DSL_ERR_LEN];
+    int dfd = dsl_dir_open_private(job->opts->log_dir, lerr);
+    int requeue = dsl_logdir_requeue();
+    if (dfd >= 0 && job->restart_count == 0) {
+        int r = dsl_logdir_claim(dfd, job->opts->log_dir, requeue,
+                                 job->opts->log_dir_overwrite, lerr);
+        if (r < 0) {
+            close(dfd);
+            dfd = r;
         }
-        if (dfd < 0) {
+    }
+    if (dfd < 0) {
+        dsl_error("--log-dir: %s", lerr);
+        return DSL_EXIT_USAGE;
+    }
+    int code = 0;
+    for (int i = 0; i < job->nranks && code == 0; i++) {
+        char *name = dsl_logdir_rank_name(i, requeue, job->restart_count);
+        char *path = dsl_xasprintf("%s/%s", job->opts->log_dir, name);
+        int fd = dsl_file_create(dfd, name, path, 0644, DSL_FILE_FAIL, lerr);
+        free(name);
+        if (fd >= 0 && !(job->ranks[i].log = fdopen(fd, "a"))) {
+            snprintf(lerr, sizeof(lerr), "cannot write log file '%s': %s", path,
+                     strerror(errno));
+            close(fd);
+        }
+        if (!job->ranks[i].log) {
             dsl_error("--log-dir: %s", lerr);
             code = DSL_EXIT_USAGE;
-            goto out;
+            free(path);
+        } else {
+            job->ranks[i].log_path = path;
         }
-        for (int i = 0; i < job->nranks && code == 0; i++) {
-            char *name = dsl_logdir_rank_name(i, requeue, job->restart_count);
-            char *path = dsl_xasprintf("%s/%s", job->opts->log_dir, name);
-            int fd = dsl_file_create(dfd, name, path, 0644, DSL_FILE_FAIL, lerr);
-            free(name);
-            if (fd >= 0 && !(job->ranks[i].log = fdopen(fd, "a"))) {
-                snprintf(lerr, sizeof(lerr), "cannot write log file '%s': %s", path,
-                         strerror(errno));
-                close(fd);
-            }
-            if (!job->ranks[i].log) {
-                dsl_error("--log-dir: %s", lerr);
-                code = DSL_EXIT_USAGE;
-                free(path);
-            } else {
-                job->ranks[i].log_path = path;
-            }
-        }
-        close(dfd);
-        if (code)
-            goto out;
     }
+    close(dfd);
+    return code;
+}
 
-    /* nodes */
+/* One entry per node with the transport that reaches its agent. 0 or an exit code. */
+static int setup_nodes(struct dsl_job *job)
+{
     job->nnodes = job->pl->nr;
     job->nodes = dsl_xcalloc((size_t)job->nnodes, sizeof(*job->nodes));
     /* auto with the hosts of a Slurm allocation: one srun step, this node's agent too */
@@ -645,7 +635,12 @@ int dsl_job_run(struct dsl_job *job)
         dsl_msg_init(&n->probed, 0);
         if (n->local) {
             n->conn.ops = &dsl_transport_local;
-            n->conn.agent_main = dsl_agent_main;
+            if (!local_agent) {
+                dsl_error("host '%s' is this machine, and this program cannot run a node "
+                          "agent itself", n->pn->host);
+                return DSL_EXIT_USAGE;
+            }
+            n->conn.agent_main = local_agent;
         } else {
             const struct dsl_transport_ops *ops =
                 job->plan->nossh.on ? &dsl_transport_joined : transport_for(kind);
@@ -653,40 +648,36 @@ int dsl_job_run(struct dsl_job *job)
                 dsl_error("host '%s' is not this machine, and this dslaunch was built without "
                           "the %s transport", n->pn->host,
                           dsl_plan_launcher_name(job->plan));
-                code = DSL_EXIT_USAGE;
-                goto out;
+                return DSL_EXIT_USAGE;
             }
             n->conn.ops = ops;
         }
     }
+    return 0;
+}
 
-    dsl_log_mark("plan");
-    code = phase_connect(job, sp[0], remote_argv.v, NULL /* local agents run in the forked child */);
-    dsl_log_mark("hellos");
-    if (job->inspect) {
-        code = job->inspect(job, sp[0], code, job->inspect_arg);
-        goto out;
-    }
-    if (code != 0)
-        goto out;
+/* Preflight on the connected agents: hellos, then the probe (or, for a job on this
+ * machine, the master port's reservation). 0 or an exit code. */
+static int preflight(struct dsl_job *job, int sig_rfd)
+{
+    int code;
     if ((code = dsl_job_check_hellos(job)) != 0)
-        goto out;
+        return code;
     if (!job->plan->all_local || job->opts->mode == DSL_MODE_CHECK) {
-        if ((code = dsl_job_probe(job, sp[0])) != 0)
-            goto out;
+        if ((code = dsl_job_probe(job, sig_rfd)) != 0)
+            return code;
     } else if (dsl_plan_rank0_takes_port(job->plan)) {
-        if ((code = dsl_job_reserve_port(job, sp[0])) != 0)
-            goto out;
+        if ((code = dsl_job_reserve_port(job, sig_rfd)) != 0)
+            return code;
     }
     if (job->opts->mode == DSL_MODE_CHECK || (job->opts->verbose >= 2) ||
         (!job->plan->all_local && job->opts->verbose >= 1))
         dsl_job_print_preflight(job);
-    if (job->opts->mode == DSL_MODE_CHECK) {
-        dsl_job_eprintf(job, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
-        goto out;
-    }
+    return 0;
+}
 
-    /* start */
+static void send_starts(struct dsl_job *job)
+{
     job->started = 1;
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_msg m;
@@ -697,9 +688,11 @@ int dsl_job_run(struct dsl_job *job)
         job->nodes[i].state = DSL_NODE_RUNNING;
         job->nodes[i].last_rx = dsl_now();
     }
-    dsl_log_mark("start sent");
+}
 
-    /* run */
+/* Supervise until every rank is done, or a stop outlived its grace. */
+static void supervise(struct dsl_job *job, int sig_rfd)
+{
     for (;;) {
         dsl_job_check_paused(job, 0); /* before a silent node is blamed for our pause */
         dsl_job_handle_signals(job);
@@ -728,16 +721,13 @@ int dsl_job_run(struct dsl_job *job)
                      job->opts->term_timeout + 5.0);
             break;
         }
-        dsl_job_pump(job, sp[0], 200);
+        dsl_job_pump(job, sig_rfd, 200);
     }
-    dsl_log_mark("byes");
-    report_folds(job);
-    print_summary(job);
-    lost_logs_summary(job);
-    code = job->exit_code;
+}
 
-out:
-    /* closing the channels makes every agent kill whatever is left and exit */
+/* Closing the channels makes every agent kill whatever is left and exit. */
+static void close_channels(struct dsl_job *job)
+{
     for (int i = 0; job->nodes && i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         if (n->conn.priv && n->conn.state == DSL_CONN_OPEN) {
@@ -756,6 +746,61 @@ out:
         if (n->conn.priv)
             n->conn.ops->close(&n->conn);
     }
+}
+
+int dsl_job_run(struct dsl_job *job)
+{
+    int code = 0;
+    int sp[2] = {-1, -1};
+    struct dsl_strvec remote_argv;
+    dsl_strvec_init(&remote_argv);
+    job->t_begin = dsl_now();
+
+    if (pipe2(sp, O_CLOEXEC | O_NONBLOCK) < 0) {
+        dsl_error("cannot create pipe: %s", strerror(errno));
+        return DSL_EXIT_AGENT;
+    }
+    struct dsl_output console;
+    fflush(stdout);
+    fflush(stderr);
+    dsl_output_open(&console, STDOUT_FILENO, STDERR_FILENO, job->opts->output_buffer);
+    job->tty[1] = isatty(STDOUT_FILENO);
+    job->tty[2] = isatty(STDERR_FILENO);
+    job->out = &console;
+    dsl_log_set_sink(dsl_job_log_sink, job);
+    dsl_job_signals_catch(sp[1]);
+
+    dsl_strvec_push(&remote_argv,
+                    job->opts->remote_dslaunch ? job->opts->remote_dslaunch : job->plan->self_exe);
+    dsl_strvec_push(&remote_argv, "--agent");
+
+    setup_ranks(job);
+    if ((code = open_logs(job)) != 0 || (code = setup_nodes(job)) != 0)
+        goto out;
+    dsl_log_mark("plan");
+    code = phase_connect(job, sp[0], remote_argv.v, NULL /* local agents run in the forked child */);
+    dsl_log_mark("hellos");
+    if (job->inspect) {
+        code = job->inspect(job, sp[0], code, job->inspect_arg);
+        goto out;
+    }
+    if (code != 0 || (code = preflight(job, sp[0])) != 0)
+        goto out;
+    if (job->opts->mode == DSL_MODE_CHECK) {
+        dsl_job_eprintf(job, "preflight ok: %d node(s), %d rank(s)\n", job->nnodes, job->nranks);
+        goto out;
+    }
+    send_starts(job);
+    dsl_log_mark("start sent");
+    supervise(job, sp[0]);
+    dsl_log_mark("byes");
+    report_folds(job);
+    print_summary(job);
+    lost_logs_summary(job);
+    code = job->exit_code;
+
+out:
+    close_channels(job);
     dsl_log_mark("channels closed");
     dsl_job_signals_restore();
     close(sp[0]);

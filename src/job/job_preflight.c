@@ -365,6 +365,87 @@ int dsl_job_reserve_port(struct dsl_job *job, int sig_rfd)
     return hold_port(job, sig_rfd, "", "", NULL);
 }
 
+/* Round 2's addresses: --master_addr, loopback for a job on this machine, else node
+ * 0's IPv4 addresses other than loopback (loopback when it has none). */
+static void master_candidates(struct dsl_job *job, struct dsl_strvec *cand)
+{
+    struct dsl_job_node *n0 = &job->nodes[0];
+    if (job->opts->master_addr) {
+        dsl_strvec_push(cand, job->opts->master_addr);
+    } else if (job->plan->all_local) {
+        /* every node is this machine: loopback, as the plan without a preflight says */
+        dsl_strvec_push(cand, "127.0.0.1");
+    } else {
+        for (int i = 0; i < n0->hello.nifaces; i++)
+            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
+                const char *a = n0->hello.ifaces[i].addrs.v[k];
+                if (!is_loopback(a) && !strchr(a, ':'))
+                    dsl_strvec_push(cand, a);
+            }
+        if (cand->nr == 0)
+            dsl_strvec_push(cand, "127.0.0.1");
+    }
+}
+
+/* MASTER_ADDR: the first candidate every node reached. 0, or 1 with the reachability
+ * table printed. */
+static int choose_master(struct dsl_job *job, const struct dsl_strvec *cand)
+{
+    struct dsl_job_node *n0 = &job->nodes[0];
+    int chosen = -1;
+    for (size_t k = 0; k < cand->nr && chosen < 0; k++) {
+        int all = 1;
+        for (int i = 1; i < job->nnodes; i++)
+            if ((int)k >= job->nodes[i].probed.nreach || !job->nodes[i].probed.reach[k])
+                all = 0;
+        if (all)
+            chosen = (int)k;
+    }
+    if (chosen < 0) {
+        dsl_error("preflight: no address of '%s' is reachable on port %d from every node",
+                  n0->pn->host, job->plan->master_port);
+        for (int i = 1; i < job->nnodes; i++)
+            for (size_t k = 0; k < cand->nr; k++)
+                dsl_job_eprintf(job, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host,
+                                cand->v[k], job->plan->master_port,
+                                (int)k < job->nodes[i].probed.nreach &&
+                                        job->nodes[i].probed.reach[k]
+                                    ? "ok"
+                                    : "unreachable");
+        return 1;
+    }
+    free(job->plan->master_addr);
+    job->plan->master_addr = dsl_xstrdup(cand->v[chosen]);
+    return 0;
+}
+
+/*
+ * Round 3, for a rank 0 that binds the port itself: node 0 lets go of the master port
+ * before any rank starts anywhere. Were it released only when node 0 gets "start", a
+ * rank of a faster node could connect to the probe listener first and be reset when it
+ * closes.
+ */
+static int release_port(struct dsl_job *job, int sig_rfd)
+{
+    struct dsl_job_node *n0 = &job->nodes[0];
+    struct dsl_msg m;
+    int r;
+    dsl_msg_init(&m, DSL_MSG_PROBE);
+    m.program = dsl_xstrdup("");
+    m.cwd = dsl_xstrdup("");
+    struct dsl_msg held = n0->probed; /* keep round 1's answer for the callers */
+    dsl_msg_init(&n0->probed, 0);
+    n0->have_probed = 0;
+    dsl_job_node_send(n0, &m);
+    dsl_job_node_flush(n0);
+    dsl_msg_release(&m);
+    r = wait_probed(job, sig_rfd, 0, 1);
+    dsl_msg_release(&n0->probed);
+    n0->probed = held;
+    n0->have_probed = 1;
+    return r;
+}
+
 /*
  * The multi-node probe (see the theory above). Fills master_addr, master_port and
  * every node's iface. Returns 0 or an exit code.
@@ -386,21 +467,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
     /* round 2: everyone else test-connects to node 0's candidate addresses */
     struct dsl_strvec cand;
     dsl_strvec_init(&cand);
-    if (job->opts->master_addr) {
-        dsl_strvec_push(&cand, job->opts->master_addr);
-    } else if (job->plan->all_local) {
-        /* every node is this machine: loopback, as the plan without a preflight says */
-        dsl_strvec_push(&cand, "127.0.0.1");
-    } else {
-        for (int i = 0; i < n0->hello.nifaces; i++)
-            for (size_t k = 0; k < n0->hello.ifaces[i].addrs.nr; k++) {
-                const char *a = n0->hello.ifaces[i].addrs.v[k];
-                if (!is_loopback(a) && !strchr(a, ':'))
-                    dsl_strvec_push(&cand, a);
-            }
-        if (cand.nr == 0)
-            dsl_strvec_push(&cand, "127.0.0.1");
-    }
+    master_candidates(job, &cand);
     dsl_msg_init(&m, DSL_MSG_PROBE);
     m.port = 0;
     m.cport = job->plan->master_port;
@@ -422,32 +489,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
         pyenv_release(&pe);
         return r;
     }
-    int chosen = -1;
-    for (size_t k = 0; k < cand.nr && chosen < 0; k++) {
-        int all = 1;
-        for (int i = 1; i < job->nnodes; i++)
-            if ((int)k >= job->nodes[i].probed.nreach || !job->nodes[i].probed.reach[k])
-                all = 0;
-        if (all)
-            chosen = (int)k;
-    }
-    int bad = 0;
-    if (chosen < 0) {
-        dsl_error("preflight: no address of '%s' is reachable on port %d from every node",
-                  n0->pn->host, job->plan->master_port);
-        for (int i = 1; i < job->nnodes; i++)
-            for (size_t k = 0; k < cand.nr; k++)
-                dsl_job_eprintf(job, "  %-20s -> %s:%d %s\n", job->nodes[i].pn->host,
-                                cand.v[k], job->plan->master_port,
-                                (int)k < job->nodes[i].probed.nreach &&
-                                        job->nodes[i].probed.reach[k]
-                                    ? "ok"
-                                    : "unreachable");
-        bad = 1;
-    } else {
-        free(job->plan->master_addr);
-        job->plan->master_addr = dsl_xstrdup(cand.v[chosen]);
-    }
+    int bad = choose_master(job, &cand);
     for (int i = 0; i < job->nnodes; i++) {
         struct dsl_job_node *n = &job->nodes[i];
         if (!n->probed.program_ok || !n->probed.cwd_ok) {
@@ -473,25 +515,7 @@ int dsl_job_probe(struct dsl_job *job, int sig_rfd)
         return DSL_EXIT_PREFLIGHT;
     if (dsl_plan_rank0_takes_port(job->plan))
         return 0; /* node 0's agent hands the held socket to rank 0's store */
-    /*
-     * Round 3: node 0 lets go of the master port before any rank starts anywhere. Were
-     * it released only when node 0 gets "start", a rank of a faster node could connect
-     * to the probe listener first and be reset when it closes.
-     */
-    dsl_msg_init(&m, DSL_MSG_PROBE);
-    m.program = dsl_xstrdup("");
-    m.cwd = dsl_xstrdup("");
-    struct dsl_msg held = n0->probed; /* keep round 1's answer for the callers */
-    dsl_msg_init(&n0->probed, 0);
-    n0->have_probed = 0;
-    dsl_job_node_send(n0, &m);
-    dsl_job_node_flush(n0);
-    dsl_msg_release(&m);
-    r = wait_probed(job, sig_rfd, 0, 1);
-    dsl_msg_release(&n0->probed);
-    n0->probed = held;
-    n0->have_probed = 1;
-    return r;
+    return release_port(job, sig_rfd);
 }
 
 void dsl_job_print_preflight(struct dsl_job *job)

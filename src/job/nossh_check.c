@@ -11,50 +11,21 @@
  * `dslaunch --node_rank 1 ...`) sends the empty digest and is accepted: it runs node
  * 0's program, as it asked to.
  *
- * The digest is over each word as an 8-byte big-endian length and its bytes, so no two
- * different word lists share an encoding ("a b" vs "a" "b", an empty word).
+ * The digest itself is the hello's (proto/argv_digest.c).
  */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <openssl/evp.h>
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/quote.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/banned.h"
 
 #define SHOW_MAX 1400 /* bytes of each command line in a message (the log line is 4 KiB) */
-
-void dsl_nossh_argv_digest(char *const *argv, size_t n, char hex[65])
-{
-    hex[0] = '\0';
-    if (!n)
-        return;
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    if (!ctx)
-        abort(); /* out of memory: as dsl_xmalloc */
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    for (size_t i = 0; i < n; i++) {
-        size_t len = strlen(argv[i]);
-        unsigned char be[8];
-        for (int b = 0; b < 8; b++)
-            be[b] = (unsigned char)((uint64_t)len >> (56 - 8 * b));
-        EVP_DigestUpdate(ctx, be, sizeof(be));
-        EVP_DigestUpdate(ctx, argv[i], len);
-    }
-    EVP_DigestFinal_ex(ctx, md, &mdlen);
-    EVP_MD_CTX_free(ctx);
-    for (unsigned int i = 0; i < mdlen && i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
 
 /* argv as 'w1' 'w2' ..., each word made safe to show, cut at SHOW_MAX */
 static void show_argv(struct dsl_dynbuf *b, char *const *argv, size_t n)

@@ -1,5 +1,6 @@
 /*
- * No-ssh mode's coordinator wait and a joining node's loop (nossh_node.h).
+ * No-ssh mode's coordinator wait (nossh_node.h); a joining node's loop is the agent's
+ * (agent/agent_dial.c).
  *
  * Theory of operation, node 0. Before the plan is built: the join listener
  * (remote/join.c) is opened on the control port with every node rank's key derived from
@@ -14,13 +15,6 @@
  * connections, which replay the hello. SIGINT/SIGTERM/SIGHUP end the wait (128 +
  * signal). At --join_timeout the missing node ranks are named, with the connections the
  * listener refused (a different secret), and the launcher exits 203: nothing was started.
- *
- * Node K. The keys come from the secret; the agent dials node 0's address (retrying
- * while the coordinator is not up yet, until --join_timeout), the handshake proves both
- * ends, and the node agent runs on the channel in this process. Its result is the
- * node's exit code. After a failed attempt the node dials again once: the coordinator
- * keeps its listener for restarts, so "connection refused" means it has exited and the
- * node exits too; --max-restarts bounds the attempts here as there.
  */
 #include <errno.h>
 #include <poll.h>
@@ -35,10 +29,9 @@
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
-#include "dslaunch/job/agent.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/remote/connectback.h"
 #include "dslaunch/remote/join.h"
 #include "dslaunch/common/banned.h"
@@ -234,79 +227,4 @@ void dsl_nossh_end(void)
     if (join_opened)
         dsl_join_close();
     join_opened = 0;
-}
-
-int dsl_nossh_join(struct dsl_plan *p)
-{
-    const struct dsl_nossh *ns = &p->nossh;
-    const struct dsl_launch_opts *o = p->opts;
-    char err[DSL_ERR_LEN] = "", label[32];
-    unsigned char lpriv[DSL_SEAL_KEY_LEN], lpub[DSL_SEAL_KEY_LEN];
-    unsigned char apriv[DSL_SEAL_KEY_LEN], apub[DSL_SEAL_KEY_LEN];
-    dsl_join_agent_label(ns->node_rank, label, sizeof(label));
-    if (dsl_seal_key_derive(ns->secret, ns->secret_len, "launcher", lpriv, lpub, err) < 0 ||
-        dsl_seal_key_derive(ns->secret, ns->secret_len, label, apriv, apub, err) < 0) {
-        dsl_error("%s", err);
-        return DSL_EXIT_AUTH;
-    }
-    memset(lpriv, 0, sizeof(lpriv)); /* only the coordinator needs it */
-    char *hostport = strchr(ns->master_addr, ':')
-                         ? dsl_xasprintf("[%s]:%d", ns->master_addr, ns->control_port)
-                         : dsl_xasprintf("%s:%d", ns->master_addr, ns->control_port);
-    struct dsl_agent_join join = {.node_rank = ns->node_rank, .nnodes = ns->nnodes,
-                                  .slots = ns->slots, .argv = o->argv.v,
-                                  .argc = o->argv.nr};
-    int code = DSL_EXIT_UNREACHABLE;
-    for (int attempt = 0;; attempt++) {
-        int fd = -1;
-        struct dsl_seal seal;
-        double deadline = dsl_now() + o->join_timeout;
-        if (attempt == 0 && o->verbose >= 1)
-            dsl_info("node rank %d of %d: dialling the coordinator at %s (up to %.0f s)",
-                     ns->node_rank, ns->nnodes, hostport, o->join_timeout);
-        if (dsl_agent_cb_dial_keyed(hostport, apriv, lpub, deadline, attempt == 0, &fd, &seal,
-                                    err) < 0) {
-            if (attempt == 0) {
-                dsl_error("node rank %d: cannot reach the coordinator (node 0) at %s within "
-                          "%.0f s: %s", ns->node_rank, hostport, o->join_timeout, err);
-                code = DSL_EXIT_UNREACHABLE;
-            } else if (o->verbose >= 2) {
-                dsl_info("the coordinator has ended; no further attempt");
-            }
-            dsl_seal_release(&seal);
-            break;
-        }
-        /* a dial for a restart waits in the coordinator's backlog until its next attempt
-         * begins, which may be after a lost node's keepalive: as long as the join */
-        int hr = dsl_agent_cb_handshake(fd, &seal, attempt ? deadline : dsl_now() + 10.0, err);
-        if (hr < 0 && attempt > 0) {
-            /* the coordinator ended, or its next attempt left this node out: its
-             * summary says why; this node keeps its last attempt's code */
-            if (o->verbose >= 1)
-                dsl_info("node rank %d: the coordinator took this node into no further "
-                         "attempt", ns->node_rank);
-        } else if (hr < 0) {
-            dsl_error("node rank %d: the coordinator at %s did not accept this node (%s): the "
-                      "job secret (%s) must be the same on every node, and node rank %d must "
-                      "be below --nnodes there and not taken", ns->node_rank, hostport, err,
-                      ns->from_secret, ns->node_rank);
-            code = DSL_EXIT_AUTH;
-        }
-        if (hr < 0) {
-            dsl_seal_release(&seal);
-            close(fd);
-            break;
-        }
-        if (o->verbose >= 2)
-            dsl_info("node rank %d: joined the coordinator at %s", ns->node_rank, hostport);
-        join.signalled = join.refused = 0;
-        code = dsl_agent_main_joined(fd, &seal, &join);
-        dsl_seal_release(&seal);
-        close(fd);
-        if (code == 0 || join.signalled || join.refused || attempt >= o->max_restarts)
-            break;
-    }
-    memset(apriv, 0, sizeof(apriv));
-    free(hostport);
-    return code;
 }

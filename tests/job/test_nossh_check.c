@@ -5,7 +5,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/job/nossh_node.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "test.h"
 
 /* node rank k's hello as its agent sends it, started with argv[0..n), round-tripped */

@@ -8,7 +8,7 @@
 #include "dslaunch/tools/doctor.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/facts.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "test.h"
 
 static const char *names_a[] = {"lo", "dsl0", NULL};

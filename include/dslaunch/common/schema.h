@@ -1,7 +1,7 @@
 /*
  * Schemas: a struct and the JSON object that carries it, described once as a table of
  * rows (member name, kind, offset, bounds, default, flags) and walked by one encoder and
- * one decoder: the control protocol's messages (job/proto.c) and the plan `--dry-run`
+ * one decoder: the control protocol's messages (proto/proto.c) and the plan `--dry-run`
  * prints (plan/plan.c).
  *
  * Decoding is strict: a required member must be present with its JSON type; numbers are

@@ -11,25 +11,10 @@
 #include "dslaunch/plan/options.h"
 #include "dslaunch/plan/placement.h"
 #include "dslaunch/plan/plan.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/exitcode.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/remote/transport.h"
-
-/** Fixed exit codes of the launcher (docs/exit-codes.md). */
-enum dsl_exit_code {
-    DSL_EXIT_OK = 0,
-    DSL_EXIT_USAGE = 2,
-    DSL_EXIT_NOEXEC = 126,
-    DSL_EXIT_NOTFOUND = 127,
-    DSL_EXIT_UNREACHABLE = 200,
-    DSL_EXIT_AUTH = 201,
-    DSL_EXIT_PREFLIGHT = 202,
-    DSL_EXIT_TIMEOUT = 203,
-    DSL_EXIT_AGENT = 204,
-    DSL_EXIT_HANG = 205,        /* a hang was detected (--hang-timeout) */
-    DSL_EXIT_JOB_TIMEOUT = 206, /* --job-timeout ran out */
-    DSL_EXIT_LOGS = 207,        /* every rank exited 0, but --log-dir files are incomplete */
-};
 
 struct dsl_output;
 
@@ -125,6 +110,13 @@ struct dsl_job {
     void *inspect_arg;
 };
 
+/**
+ * The node agent's entry point (agent/agent.h: dsl_agent_main), which the nodes on
+ * this machine run in the local transport's forked child. The program hands it in
+ * once, before any job runs, so that the job does not link the agent; without it a
+ * job with a node on this machine fails to start.
+ */
+void dsl_job_set_agent(int (*agent_main)(int in_fd, int out_fd));
 /** Set up a job for the plan p, which must outlive it. */
 void dsl_job_init(struct dsl_job *job, struct dsl_plan *p);
 /** Connect, check, start, supervise, summarise. Returns the launcher's exit code. */

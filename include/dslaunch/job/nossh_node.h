@@ -6,21 +6,17 @@
  *            one's name and slots from its hello, and adds them to the plan in node-rank
  *            order; the job then runs as with SSH, its connections to those nodes being
  *            the channels they dialled (dsl_transport_joined).
- *   node K   dsl_nossh_join() dials node 0 and runs this node's agent on that channel;
- *            after a failed attempt it dials again while the coordinator listens and
- *            --max-restarts allows, so a restarted job gets its node back.
+ *   node K   dsl_nossh_join() (agent/agent.h) dials node 0 and runs this node's agent
+ *            on that channel.
  */
 #ifndef DSLAUNCH_JOB_NOSSH_NODE_H
 #define DSLAUNCH_JOB_NOSSH_NODE_H
 
 #include <stddef.h>
 
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/exitcode.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/plan/plan.h"
-
-/** Exit code of a node whose job the coordinator refused before it started (a node
- *  differs: program and arguments, dslaunch version, --nnodes). */
-#define DSL_NOSSH_EXIT_REFUSED 202
 
 /**
  * Node 0: listen on the control port and wait (--join_timeout) until node ranks
@@ -35,20 +31,7 @@
 int dsl_nossh_coordinate(struct dsl_plan *p);
 /** Close what dsl_nossh_coordinate() opened (nothing if it did not run). */
 void dsl_nossh_end(void);
-/**
- * Node K > 0: dial the coordinator (retrying until --join_timeout), prove the job
- * secret, run the node agent; returns this node's exit code (dsl_agent_main_joined;
- * 200 when the coordinator was never reached, 201 when it refused this node's key, 202
- * when it refused the job because a node differs).
- */
-int dsl_nossh_join(struct dsl_plan *p);
 
-/**
- * The digest a no-ssh node's hello carries of the PROGRAM and arguments it was started
- * with (argv[0..n)): SHA-256 of each word as an 8-byte big-endian length and its bytes,
- * in lowercase hex; "" when n is 0 (no PROGRAM: the node runs node 0's).
- */
-void dsl_nossh_argv_digest(char *const *argv, size_t n, char hex[65]);
 /**
  * Node 0: does node rank k's hello h fit this job (nnodes nodes, node 0 started with
  * argv[0..argc))? The same control protocol and dslaunch version, the same node count

@@ -5,37 +5,14 @@
  * (NVML), CUDA_VISIBLE_DEVICES, InfiniBand devices, peer-to-peer access between GPUs,
  * free disk in the working directory, and the agent's clock for the skew estimate.
  *
- * Every pointer member is owned by the struct and freed by dsl_facts_release().
+ * The facts themselves are the probed message's datum (proto/facts.h).
  */
 #ifndef DSLAUNCH_FACTS_H
 #define DSLAUNCH_FACTS_H
 
 #include <stddef.h>
 
-#include "dslaunch/common/strvec.h"
-
-struct dsl_facts {
-    char *kernel;       /* uname -r */
-    char *glibc;        /* gnu_get_libc_version() */
-    char *cuda_driver;  /* "12.4" from libcuda.so.1, or "none" */
-    char *cuda_runtime; /* "12.4" from libcudart, or "none" */
-    char *nccl;         /* "2.20.5" from libnccl.so.2, or "none" */
-    char *cudart_path;  /* the file the runtime was loaded from, "" if none */
-    char *nccl_path;    /* the file NCCL was loaded from, "" if none */
-    char *cvd;          /* the agent's CUDA_VISIBLE_DEVICES, "" when unset */
-    int cvd_set;
-    int nvml;           /* 1: NVML answered, gpu_free/gpu_total hold ngpu entries */
-    int ngpu;
-    double *gpu_free_mib, *gpu_total_mib;
-    struct dsl_strvec ib; /* entries of /sys/class/infiniband */
-    int p2p;            /* 1 every GPU pair has peer access, 0 some pair lacks it, -1 n/a */
-    double disk_free;   /* bytes available in the working directory, -1 unknown */
-    double t_recv;      /* CLOCK_REALTIME (s) when the request arrived */
-    double t_send;      /* CLOCK_REALTIME (s) when the reply was made */
-};
-
-void dsl_facts_init(struct dsl_facts *f);
-void dsl_facts_release(struct dsl_facts *f);
+#include "dslaunch/proto/facts.h"
 
 /**
  * Collect this machine's facts into f (initialised by the caller). cwd is the job's

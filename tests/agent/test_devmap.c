@@ -2,7 +2,7 @@
 #include <stdlib.h>
 
 #include "dslaunch/common/error.h"
-#include "job/devmap.h"
+#include "agent/devmap.h"
 #include "test.h"
 
 static void expect(const char *ids, const char *node, const char *want)

@@ -1,14 +1,14 @@
 /*
- * Why a rank died (private to src/job): reading the node's evidence (agent side) and
- * saying it in the launcher's summary. Pure functions over text, so the parsing and
+ * Why a rank died, the exit message's cause: reading the node's evidence (the agent)
+ * and saying it in the launcher's summary (the job). Pure functions over text, so the parsing and
  * the wording are unit-tested without a kernel to provoke.
  */
-#ifndef DSLAUNCH_JOB_CAUSE_H
-#define DSLAUNCH_JOB_CAUSE_H
+#ifndef DSLAUNCH_PROTO_CAUSE_H
+#define DSLAUNCH_PROTO_CAUSE_H
 
 #include <stddef.h>
 
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 /** MemAvailable of a /proc/meminfo text, in bytes. 0, or -ENOENT when it has none. */
 int dsl_cause_meminfo_available(const char *meminfo, double *bytes);

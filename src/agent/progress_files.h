@@ -1,11 +1,11 @@
 /*
- * The ranks' progress files on a node (private to src/job): where they live, their
+ * The ranks' progress files on a node (private to src/agent): where they live, their
  * names, and their removal when the agent that made them is gone. The agent makes them
  * (agent_progress.c); its clean-up process removes them when the agent was killed
  * (contain.c), so neither a live job's nor a dead agent's files linger.
  */
-#ifndef DSLAUNCH_JOB_PROGRESS_FILES_H
-#define DSLAUNCH_JOB_PROGRESS_FILES_H
+#ifndef DSLAUNCH_AGENT_PROGRESS_FILES_H
+#define DSLAUNCH_AGENT_PROGRESS_FILES_H
 
 #include <sys/types.h>
 

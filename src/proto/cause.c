@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cause.h"
+#include "dslaunch/proto/cause.h"
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/banned.h"
 

@@ -13,9 +13,9 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/spawn.h"
-#include "job/cause.h"
-#include "job/cgroup.h"
-#include "job/contain.h"
+#include "dslaunch/proto/cause.h"
+#include "agent/cgroup.h"
+#include "agent/contain.h"
 #include "test.h"
 
 /* A hybrid machine: v1 controllers (cpu,cpuacct together) and an empty v2 tree. */

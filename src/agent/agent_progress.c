@@ -55,7 +55,7 @@
 #include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "progress_files.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/banned.h"
 
 extern char **environ;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "job/devmap.h"
+#include "agent/devmap.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

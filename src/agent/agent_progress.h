@@ -14,7 +14,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/progress.h"
 #include "dslaunch/common/strvec.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 /* Python processes below one rank whose tracebacks a stack capture asks for, at most */
 #define DSL_AGENT_PY_MAX 8

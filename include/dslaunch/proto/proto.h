@@ -74,7 +74,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/progress.h"
-#include "dslaunch/remote/facts.h"
+#include "dslaunch/proto/facts.h"
 #include "dslaunch/common/strvec.h"
 
 #define DSL_PROTO_VERSION 1
@@ -221,6 +221,13 @@ void dsl_msg_release(struct dsl_msg *m);
 int dsl_msg_encode(const struct dsl_msg *m, struct dsl_dynbuf *out);
 /** Decode one line (without its '\n'). On error m is released and err says why. */
 int dsl_msg_decode(struct dsl_msg *m, const char *line, size_t len, char *err);
+
+/**
+ * The digest a no-ssh node's hello carries of the PROGRAM and arguments it was started
+ * with (argv[0..n)): SHA-256 of each word as an 8-byte big-endian length and its bytes,
+ * in lowercase hex; "" when n is 0 (no PROGRAM: the node runs node 0's).
+ */
+void dsl_nossh_argv_digest(char *const *argv, size_t n, char hex[65]);
 
 /* How a rank's output line ended (out messages): the bytes that follow line. */
 enum dsl_line_end {

@@ -14,7 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "test.h"
 
 static char *dup_s(const char *s)

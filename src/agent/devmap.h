@@ -6,8 +6,8 @@
  * A rank is given those names, never the plan's bare numbers, which would be another
  * job's GPUs.
  */
-#ifndef DSLAUNCH_JOB_DEVMAP_H
-#define DSLAUNCH_JOB_DEVMAP_H
+#ifndef DSLAUNCH_AGENT_DEVMAP_H
+#define DSLAUNCH_AGENT_DEVMAP_H
 
 /**
  * Map ids (the plan's CUDA_VISIBLE_DEVICES for a node: "0,1", "" for none, or a list

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

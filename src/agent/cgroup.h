@@ -1,10 +1,10 @@
 /*
- * Cgroups for ranks (private to src/job): what this machine offers (a host), and one
+ * Cgroups for ranks (private to src/agent): what this machine offers (a host), and one
  * rank's set of cgroups, one per hierarchy used. contain.h builds the agent's policy on
  * top of it; cgroup.c says how each operation maps to the kernel's files.
  */
-#ifndef DSLAUNCH_JOB_CGROUP_H
-#define DSLAUNCH_JOB_CGROUP_H
+#ifndef DSLAUNCH_AGENT_CGROUP_H
+#define DSLAUNCH_AGENT_CGROUP_H
 
 #include <stddef.h>
 #include <sys/types.h>

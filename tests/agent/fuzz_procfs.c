@@ -20,9 +20,9 @@
 #include <string.h>
 
 #include "dslaunch/common/xalloc.h"
-#include "job/cause.h"
-#include "job/cgroup.h"
-#include "job/contain.h"
+#include "dslaunch/proto/cause.h"
+#include "agent/cgroup.h"
+#include "agent/contain.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

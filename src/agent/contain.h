@@ -1,17 +1,17 @@
 /*
- * Containing a node's ranks (private to src/job, used by the agent): every process a
+ * Containing a node's ranks (private to src/agent): every process a
  * rank starts, in whatever session or group it puts itself, is found and killed when
  * the node is done, and survives neither a SIGKILL of the agent nor its crash. Ranks
  * go into cgroups of their own where the machine allows it (cgroup.h); elsewhere the
  * agent tracks its descendants through /proc. See contain.c for how.
  */
-#ifndef DSLAUNCH_JOB_CONTAIN_H
-#define DSLAUNCH_JOB_CONTAIN_H
+#ifndef DSLAUNCH_AGENT_CONTAIN_H
+#define DSLAUNCH_AGENT_CONTAIN_H
 
 #include <sys/types.h>
 
 #include "cgroup.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 
 /* One process as /proc/<pid>/stat describes it. */
 struct dsl_procstat {
@@ -120,6 +120,8 @@ int dsl_contain_remove(struct dsl_contain *c);
 int dsl_contain_finish(struct dsl_contain *c, int counted_empty);
 /** Free everything. Without a successful finish the clean-up process takes over. */
 void dsl_contain_release(struct dsl_contain *c);
+
+/* ---- the process table (procfs.c) ---- */
 
 /** Parse the text of /proc/<pid>/stat. 0, or -EINVAL. */
 int dsl_contain_parse_stat(const char *text, struct dsl_procstat *out);

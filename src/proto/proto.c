@@ -10,7 +10,7 @@
  * tree never outlives this file. Unknown members are ignored, so a newer peer can add
  * information without breaking an older one of the same protocol version. The member
  * order of a line is the table's: the bytes are those of protocol version 1
- * (tests/job/test_proto_types.c holds them).
+ * (tests/proto/test_proto_types.c holds them).
  */
 #include <errno.h>
 #include <float.h>
@@ -25,7 +25,7 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/schema.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/banned.h"
 

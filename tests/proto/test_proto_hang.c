@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "dslaunch/common/error.h"
-#include "dslaunch/job/proto.h"
+#include "dslaunch/proto/proto.h"
 #include "test.h"
 
 static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)
