@@ -186,10 +186,18 @@ int dsl_cgroup_locate(const char *mountinfo, const char *self_cgroup, const char
 
 /* ---- files ---- */
 
+/* dir/name into path (size len); 0, or -ENAMETOOLONG: a cut path names another file */
+static int join(char *path, size_t len, const char *dir, const char *name)
+{
+    int n = snprintf(path, len, "%s/%s", dir, name);
+    return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
+}
+
 static int write_file(const char *dir, const char *name, const char *val)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (join(path, sizeof(path), dir, name) < 0)
+        return -ENAMETOOLONG;
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -203,8 +211,9 @@ static int write_file(const char *dir, const char *name, const char *val)
 static int read_file(const char *dir, const char *name, struct dsl_dynbuf *b)
 {
     char path[4200];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
     dsl_dynbuf_init(b, CG_FILE_MAX);
+    if (join(path, sizeof(path), dir, name) < 0)
+        return -ENAMETOOLONG;
     return dsl_dynbuf_load_file(b, path);
 }
 
@@ -371,8 +380,8 @@ void dsl_cghost_remove_job(const struct dsl_cghost *h, const char *job)
     for (int k = 0; k < DSL_CG_NKIND; k++)
         if (h->own[k]) {
             char p[4200];
-            snprintf(p, sizeof(p), "%s/%s", h->own[k], job);
-            rmdir(p); /* fails while another agent of the job on this machine still has ranks */
+            if (join(p, sizeof(p), h->own[k], job) == 0)
+                rmdir(p); /* fails while another agent of the job on this machine still has ranks */
         }
 }
 
@@ -480,7 +489,8 @@ static int each_pid_at(const char *dir, void (*fn)(pid_t pid, void *arg), void *
         if (e->d_type != DT_DIR || e->d_name[0] == '.')
             continue;
         char sub[4400];
-        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+        if (join(sub, sizeof(sub), dir, e->d_name) < 0)
+            continue;
         int k = each_pid_at(sub, fn, arg, depth + 1);
         if (k > 0)
             n += k;
@@ -612,8 +622,8 @@ static int rmdir_tree(const char *dir, int depth)
         if (e->d_type != DT_DIR || e->d_name[0] == '.')
             continue;
         char sub[4400];
-        snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
-        rmdir_tree(sub, depth + 1);
+        if (join(sub, sizeof(sub), dir, e->d_name) == 0)
+            rmdir_tree(sub, depth + 1);
     }
     if (d)
         closedir(d);

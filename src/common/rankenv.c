@@ -185,7 +185,7 @@ static int need_int(const char *name, int min, int max, int *out, char **text,
 
 static int from_slurm(struct adopt *a, char *err)
 {
-    int rank, world, local, node, nnodes = 1, local_world, r;
+    int rank, world, local, node, nnodes = 1, local_world = 0, r;
     const char *who = "srun";
     if ((r = need_int("SLURM_STEP_NUM_TASKS", 1, RANKS_MAX, &world, &a->world, who, err)) < 0 ||
         (r = need_int("SLURM_PROCID", 0, world - 1, &rank, &a->rank, who, err)) < 0 ||
