@@ -108,9 +108,8 @@ static inline void dsl_gemm_block_post(const struct dsl_gemm *g, size_t i0, size
     for (size_t i = 0; g->mask && i < m; i++) {
         float *ci = c + i * g->ldc;
         const float *mi = g->mask + (i0 + i) * g->ldc + j0;
-        for (size_t j = 0; j < n; j++)
-            if (mi[j] <= 0.0f)
-                ci[j] = 0.0f;
+        for (size_t j = 0; j < n; j++) /* a store every time: the loop vectorizes */
+            ci[j] = mi[j] <= 0.0f ? 0.0f : ci[j];
     }
 }
 
