@@ -61,4 +61,13 @@ void dsl_job_print_preflight(struct dsl_job *job);
  */
 int dsl_job_reserve_port(struct dsl_job *job, int sig_rfd);
 
+/* ---- job_summary.c ---- */
+
+/**
+ * The job's end in words, once, after the byes: the stop's cause (or the hang verdict),
+ * the error lines shown once for many ranks, incomplete --log-dir files (which may set
+ * job->exit_code to DSL_EXIT_LOGS).
+ */
+void dsl_job_summary(struct dsl_job *job);
+
 #endif
