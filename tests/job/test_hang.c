@@ -276,10 +276,9 @@ TEST(judge_should_name_only_the_rank_asleep_outside_the_collective_the_others_wa
 TEST(judge_should_name_a_spinning_rank_after_three_quarters_of_the_timeout_and_a_stopped_one_as_such)
 {
     silent_world(4);
-    for (int i = 0; i < 4; i++) {
-        R[i].wait = DSL_HANG_WAIT_IN;
+    wait_inside(4, NULL);
+    for (int i = 0; i < 4; i++)
         R[i].waited = 2.5;
-    }
     R[1].wait = DSL_HANG_WAIT_NO;
     R[1].busy = 1;
     /* a rank at work outside (a save, an evaluation on one rank) may keep the others
