@@ -231,6 +231,14 @@ void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_aft
     }
 }
 
+void dsl_cb_conn_begin(struct dsl_conn *c)
+{
+    c->t_start = dsl_now();
+    c->state = DSL_CONN_CONNECTING;
+    c->err_code = 0;
+    c->err[0] = '\0';
+}
+
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
 {
     va_list ap;
@@ -265,4 +273,14 @@ int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail
     char msg[sizeof(c->err)];
     dsl_cb_no_agent_msg(msg, sizeof(msg), missing, agent, c->host, tail);
     return dsl_cb_conn_fail(c, missing ? -ENOENT : -EACCES, "%s", msg);
+}
+
+int dsl_cb_conn_ended(struct dsl_conn *c, const char *prog, int status, const char *agent,
+                      const char *tail, int *code)
+{
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (*code == 127 && !tail[0])
+        return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run %s for '%s' (not installed?)", prog,
+                                c->host);
+    return dsl_cb_conn_no_agent(c, agent, tail);
 }

@@ -551,6 +551,28 @@ int dsl_cb_listener_take(struct dsl_cb_listener *l, const unsigned char key[DSL_
 
 /* ---- the listener shared by the connect-back transports of this process ---- */
 
+int dsl_cb_conn_accept(struct dsl_conn *c, struct dsl_cb_listener *l, int *expecting,
+                       struct dsl_cb_stream *st, const unsigned char lpriv[DSL_SEAL_KEY_LEN],
+                       const unsigned char key[DSL_SEAL_KEY_LEN], int epfd)
+{
+    if (*expecting && st->fd < 0) {
+        int fd = dsl_cb_listener_take(l, key);
+        if (fd >= 0) {
+            *expecting = 0;
+            dsl_cb_stream_init(st, fd, lpriv, key);
+            struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
+            epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+        }
+    }
+    if (st->fd < 0)
+        return 0;
+    char err[DSL_ERR_LEN];
+    int h = dsl_cb_stream_handshake(st, c->host, err);
+    if (h < 0)
+        return dsl_cb_conn_fail(c, h, "%s", err);
+    return h;
+}
+
 static struct dsl_cb_listener *shared_l;
 static int shared_refs;
 

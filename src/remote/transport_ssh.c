@@ -179,10 +179,7 @@ static int ssh_progress(struct dsl_conn *c)
 static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                     char *const *agent_argv)
 {
-    c->t_start = dsl_now();
-    c->state = DSL_CONN_CONNECTING;
-    c->err_code = 0;
-    c->err[0] = '\0';
+    dsl_cb_conn_begin(c);
     struct ssh_priv *p = dsl_xcalloc(1, sizeof(*p));
     dsl_dynbuf_init(&p->errbuf, DSL_SSH_STDERR_MAX * 2);
     c->priv = p;
@@ -344,13 +341,4 @@ static void ssh_close(struct dsl_conn *c)
     c->priv = NULL;
 }
 
-const struct dsl_transport_ops dsl_transport_ssh = {
-    .name = "ssh",
-    .open = ssh_open,
-    .progress = ssh_progress,
-    .pollfd = ssh_pollfd,
-    .read = ssh_read,
-    .write = ssh_write,
-    .close_write = ssh_close_write,
-    .close = ssh_close,
-};
+const struct dsl_transport_ops dsl_transport_ssh = DSL_TRANSPORT_OPS("ssh", ssh);
