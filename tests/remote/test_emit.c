@@ -14,6 +14,7 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/emit.h"
+#include "sh_output.h"
 #include "test.h"
 
 static char dir[] = "/tmp/dsl-emit-test.XXXXXX";
@@ -56,12 +57,7 @@ static char *slurp(const char *name, size_t *len)
         dsl_dynbuf_release(&b);
         return NULL;
     }
-    char *out = malloc(b.len + 1);
-    ASSERT(out != NULL);
-    memcpy(out, dsl_dynbuf_str(&b), b.len + 1);
-    *len = b.len;
-    dsl_dynbuf_release(&b);
-    return out;
+    return dynbuf_take(&b, len);
 }
 
 static const char *const nasty[] = {
