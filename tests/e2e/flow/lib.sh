@@ -216,6 +216,17 @@ wait_for_file() {
     fail "file $1 did not appear"
 }
 
+# wait_metrics FILE BOUND: until dstrain's metrics FILE holds a training step (BOUND
+# seconds at most)
+wait_metrics() {
+    local i=0
+    until grep -q '"type":"step"' "$1" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -le $(($2 * 10)) ] || fail "no training step after $2 s"
+        sleep 0.1
+    done
+}
+
 done_testing() {
     echo "1..$T_N"
     echo "flow: $((T_N - T_FAILED)) passed, $T_FAILED failed"

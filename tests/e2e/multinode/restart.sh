@@ -11,7 +11,6 @@ DSTRAIN=$3
 SRC=$4
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 [ "$NODES" = 3 ] || { echo "restart.sh needs a 3-node cluster" >&2; exit 1; }
 
 # Remote ranks see only the env contract and exported variables, so the rank programs
