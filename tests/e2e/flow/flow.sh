@@ -117,12 +117,10 @@ expect_success "SIGINT to dslaunch stops every rank and leaves no process" '
     export FLOW_TAG=sigint.$$ FLOW_PIDFILE=$T_TMP/sigint
     "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_ranks 2 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     assert_alive $ranks
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     assert_eq "$rc" 130
     assert_grep "got SIGINT" err
     wait_no_procs "$FLOW_TAG" 10
@@ -133,12 +131,10 @@ expect_success "SIGTERM to dslaunch is forwarded and reported" '
     export FLOW_TAG=sigterm.$$ FLOW_PIDFILE=$T_TMP/sigterm
     "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_ranks 2 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     assert_alive $ranks
-    kill -TERM $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait TERM $pid
     assert_eq "$rc" 143
     wait_no_procs "$FLOW_TAG" 10
     wait_gone 5 $ranks
@@ -151,10 +147,8 @@ expect_success "SIG${sig%:*} to dslaunch: ranks exiting 1 on it still give ${sig
     export FLOW_TAG=stop'"${sig%:*}"'.$$ FLOW_PIDFILE=$T_TMP/stop'"${sig%:*}"'
     "$DSL" --term-timeout 20 --include localhost:0,1 "$W" on-signal 1 0 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    kill -'"${sig%:*}"' $pid
-    set +e; wait $pid; rc=$?; set -e
+    wait_ranks 2 20
+    kill_wait '"${sig%:*}"' $pid
     assert_eq "$rc" '"${sig#*:}"' "exit code"
     [ -s "$FLOW_PIDFILE.0.done" ] && [ -s "$FLOW_PIDFILE.1.done" ] || fail "a rank did not run its handler"
     assert_not_grep "error:" err
@@ -167,10 +161,8 @@ expect_success "ranks outliving the grace after SIGTERM: still 143, killed ranks
     export FLOW_TAG=outlive.$$ FLOW_PIDFILE=$T_TMP/outlive
     "$DSL" --term-timeout 1 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    kill -TERM $pid
-    set +e; wait $pid; rc=$?; set -e
+    wait_ranks 2 20
+    kill_wait TERM $pid
     assert_eq "$rc" 143 "exit code"
     assert_not_grep "error:" err
     assert_grep "stopped by SIGTERM; 0 ranks stopped, 2 killed after the 1 s grace" err
@@ -181,12 +173,10 @@ expect_success "a second Ctrl-C kills at once: still 130, no error line" '
     export FLOW_TAG=twice.$$ FLOW_PIDFILE=$T_TMP/twice
     "$DSL" --term-timeout 300 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_ranks 2 20
     kill -INT $pid
     i=0; until grep -q "got SIGINT" err || [ $i -ge 200 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     assert_eq "$rc" 130 "exit code"
     assert_grep "second interrupt" err
     assert_not_grep "error:" err
@@ -238,8 +228,7 @@ expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
     export FLOW_TAG=sigkill.$$ FLOW_PIDFILE=$T_TMP/sigkill
     "$DSL" --include localhost:0,1 "$W" grandchild 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_ranks 2 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1)
     assert_alive $ranks $gcs
@@ -1003,8 +992,7 @@ descendant_cases() {
         wait_for_file "$FLOW_PIDFILE.1.ready" 20
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
         assert_alive $left
-        kill -INT $pid
-        set +e; wait $pid; rc=$?; set -e
+        kill_wait INT $pid
         assert_eq "$rc" 130 "exit code"
         wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
         assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
@@ -1057,8 +1045,7 @@ frozen_agent_cases() {
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
         wait_for_file "$FLOW_PIDFILE.0.ready" 20
         wait_for_file "$FLOW_PIDFILE.1.ready" 20
-        wait_for_file "$FLOW_PIDFILE.0" 20
-        wait_for_file "$FLOW_PIDFILE.1" 20
+        wait_ranks 2 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
         [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
@@ -1081,8 +1068,7 @@ frozen_agent_cases() {
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
         wait_for_file "$FLOW_PIDFILE.0.ready" 20
         wait_for_file "$FLOW_PIDFILE.1.ready" 20
-        wait_for_file "$FLOW_PIDFILE.0" 20
-        wait_for_file "$FLOW_PIDFILE.1" 20
+        wait_ranks 2 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
         [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
@@ -1120,8 +1106,7 @@ expect_success "the node agent SIGKILLed while a multi-threaded rank frees its m
     trap "kill -KILL $pid 2>/dev/null || true; id=\$(head -n 1 $FLOW_PIDFILE.0.ready 2>/dev/null);
           [ -z \"\$id\" ] || find /sys/fs/cgroup -maxdepth 8 -depth -type d -path \"*/dslaunch-\$id*\" -exec rmdir {} + 2>/dev/null || true" EXIT
     wait_for_file "$FLOW_PIDFILE.0.ready" 20
-    wait_for_file "$FLOW_PIDFILE.0" 60
-    wait_for_file "$FLOW_PIDFILE.1" 60
+    wait_ranks 2 60
     agent=$(pgrep -P $pid)
     [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
     kill -KILL $agent
@@ -1136,8 +1121,7 @@ expect_success "dslaunch stopped (SIGSTOP) past --keepalive, then resumed: exit 
     "$DSL" --keepalive 2 --term-timeout 1 --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
     trap "kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_ranks 2 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     kill -STOP $pid
     wait_gone 30 $ranks  # the agent, hearing nothing for the keepalive, stopped them

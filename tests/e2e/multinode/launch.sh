@@ -182,8 +182,7 @@ expect_success "Ctrl-C on the launcher tears the job down on every node" '
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     assert_eq "$rc" 130
     wait_ns_clean 15
 '

@@ -89,8 +89,7 @@ expect_success "Ctrl-C while waiting for a lost node: no restart, exit 130" '
         sleep 0.1
     done
     t0=$SECONDS
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     wait
     "$CL" exec "$D" 3 ip link set "$IFNAME_3" up
     assert_eq "$rc" 130

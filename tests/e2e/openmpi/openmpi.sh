@@ -182,8 +182,7 @@ expect_success "Ctrl-C on the launcher: exit 130, mpirun reaped, nothing left an
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/cc "$W" pidfile 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$T_TMP/cc.$r" 20; done
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     assert_eq "$rc" 130
     wait_all_clean 15
 '
