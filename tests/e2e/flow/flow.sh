@@ -958,6 +958,17 @@ need_mode() {
     echo "containment: $line"
 }
 
+# descendants_gone MODE PIDS...: once dslaunch has returned nothing of the job runs, the
+# agent ended it (not its clean-up process), and no cgroup of it is left
+descendants_gone() {
+    local mode=$1
+    shift
+    wait_gone 0 "$@"
+    assert_not_grep "clean-up process" err
+    wait_no_procs "$FLOW_TAG" 5
+    [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
+}
+
 descendant_cases() {
     local mode=$1
     expect_success "[$mode] a clean exit (0) leaves no setsid child or daemon behind" '
@@ -966,10 +977,7 @@ descendant_cases() {
         run_capture rc out err "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend exit 0
         assert_eq "$rc" 0 "exit code"
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
-        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
-        wait_no_procs "$FLOW_TAG" 5
-        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
+        descendants_gone $mode $left
     '
     expect_success "[$mode] a failing rank (exit 1): no descendant of any rank survives" '
         need_mode $mode
@@ -978,34 +986,26 @@ descendant_cases() {
         assert_eq "$rc" 1 "exit code"
         assert_grep "rank 1 (host localhost, pid [0-9]*) exited with code 1" err
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
-        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
-        wait_no_procs "$FLOW_TAG" 5
-        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
+        descendants_gone $mode $left
     '
     expect_success "[$mode] Ctrl-C (SIGINT to dslaunch): no descendant survives" '
         need_mode $mode
         export DSLAUNCH_CONTAIN=$mode FLOW_TAG=dint.$mode.$$ FLOW_PIDFILE=$T_TMP/dint.$mode
         "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600 >out 2>err &
         pid=$!
-        wait_for_file "$FLOW_PIDFILE.0.ready" 20
-        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_ranks 2 20 .ready
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
         assert_alive $left
         kill_wait INT $pid
         assert_eq "$rc" 130 "exit code"
-        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
-        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
-        wait_no_procs "$FLOW_TAG" 5
-        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
+        descendants_gone $mode $left
     '
     expect_success "[$mode] the node agent SIGKILLed: its clean-up process kills every descendant" '
         need_mode $mode
         export DSLAUNCH_CONTAIN=$mode FLOW_TAG=dkill.$mode.$$ FLOW_PIDFILE=$T_TMP/dkill.$mode
         "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600 >out 2>err &
         pid=$!
-        wait_for_file "$FLOW_PIDFILE.0.ready" 20
-        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_ranks 2 20 .ready
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
         assert_alive $left
         # process tracking tells the clean-up process what it found every 0.5 s (its
@@ -1043,8 +1043,7 @@ frozen_agent_cases() {
         pid=$!
         agent=""
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-        wait_for_file "$FLOW_PIDFILE.0.ready" 20
-        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_ranks 2 20 .ready
         wait_ranks 2 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
@@ -1066,8 +1065,7 @@ frozen_agent_cases() {
         pid=$!
         agent=""
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-        wait_for_file "$FLOW_PIDFILE.0.ready" 20
-        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_ranks 2 20 .ready
         wait_ranks 2 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
