@@ -56,8 +56,8 @@ dsl_blas_variants(test_train_trainer LABELS unit COMMAND $<TARGET_FILE:test_trai
 # without checksums, non-finite values, sparse files, stale .partial directories, in
 # resume, consolidate and sample; a second or two.
 if(TARGET dstrain)
-  add_test(NAME train_ckpt_integrity
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh $<TARGET_FILE:dstrain>)
-  set_tests_properties(train_ckpt_integrity PROPERTIES LABELS flow TIMEOUT 120
-                       SKIP_RETURN_CODE 77)
+  dsl_script_test(train_ckpt_integrity LABEL flow TIMEOUT 120
+                  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh
+                          $<TARGET_FILE:dstrain>
+                  PROPERTIES SKIP_RETURN_CODE 77)
 endif()
