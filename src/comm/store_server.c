@@ -424,12 +424,10 @@ int dsl_store_server_start(struct dsl_store_server **out, const struct dsl_store
 {
     int r;
     *out = NULL;
-    if ((!o->token || !*o->token) && o->world_size > 1 && !o->insecure)
-        return dsl_seterr(err, DSL_EUSAGE,
-                          "refusing to start an open store: " DSL_ENV_RUN_TOKEN " is not set, so "
-                          "anyone who can reach port %d could join the job; set it to a secret "
-                          "all ranks share (dslaunch does), or " DSL_ENV_STORE_INSECURE
-                          "=1 to run without one", o->port);
+    char where[32];
+    snprintf(where, sizeof(where), "port %d", o->port);
+    if ((r = dsl_store_check_token(o, "start", where, err)) < 0)
+        return r;
     struct dsl_store_server *sv = dsl_xcalloc(1, sizeof(*sv));
     sv->wake[0] = sv->wake[1] = -1;
     sv->lfd = sv->reserve_fd = -1;

@@ -23,8 +23,11 @@
 #include <openssl/crypto.h>
 
 #include "dslaunch/common/dynbuf.h"
+#include "dslaunch/common/envnames.h"
+#include "dslaunch/common/error.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/xalloc.h"
+#include "store.h"
 #include "store_proto.h"
 #include "store_state.h"
 #include "dslaunch/common/banned.h"
@@ -359,4 +362,16 @@ int dsl_store_proto_feed(const uint8_t *data, size_t n)
     dsl_store_client_release(&cl);
     dsl_store_state_release(&s);
     return frames;
+}
+
+int dsl_store_check_token(const struct dsl_store_opts *o, const char *verb, const char *where,
+                          char *err)
+{
+    if ((o->token && *o->token) || o->world_size <= 1 || o->insecure)
+        return 0;
+    return dsl_seterr(err, DSL_EUSAGE,
+                      "refusing to %s an open store: " DSL_ENV_RUN_TOKEN " is not set, so "
+                      "anyone who can reach %s could join the job; set it to a secret all "
+                      "ranks share (dslaunch does), or " DSL_ENV_STORE_INSECURE
+                      "=1 to run without one", verb, where);
 }

@@ -54,4 +54,11 @@ int dsl_store_client_process(struct store_state *s, struct store_client *cl);
 /* A parked GET/WAIT whose keys all exist now gets its reply. Returns 1 if answered. */
 int dsl_store_client_answer(struct store_state *s, struct store_client *cl);
 
+struct dsl_store_opts;
+/* An open store (no token) of more than one rank is refused unless o->insecure: 0, or
+ * DSL_EUSAGE with err saying what refused to verb it (use, start) and who could reach
+ * where. */
+int dsl_store_check_token(const struct dsl_store_opts *o, const char *verb, const char *where,
+                          char *err);
+
 #endif
