@@ -19,13 +19,33 @@
 #include "train/safetensors.h"
 #include "dslaunch/common/xalloc.h"
 #include "test.h"
-#include "test_fs.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
 
+static void rm_rf(const char *path)
+{
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char *p = dsl_xasprintf("%s/%s", path, e->d_name);
+            rm_rf(p);
+            free(p);
+        }
+        closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
 static char *tmpdir(void)
 {
-    return test_tmpdir("ckpt");
+    char *t = dsl_xstrdup("/tmp/dsl-ckpt-test-XXXXXX");
+    ASSERT(mkdtemp(t) != NULL);
+    return t;
 }
 
 #define NUMEL 23
