@@ -117,10 +117,12 @@ expect_success "SIGINT to dslaunch stops every rank and leaves no process" '
     export FLOW_TAG=sigint.$$ FLOW_PIDFILE=$T_TMP/sigint
     "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
-    wait_ranks 2 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     assert_alive $ranks
-    kill_wait INT $pid
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 130
     assert_grep "got SIGINT" err
     wait_no_procs "$FLOW_TAG" 10
@@ -131,10 +133,12 @@ expect_success "SIGTERM to dslaunch is forwarded and reported" '
     export FLOW_TAG=sigterm.$$ FLOW_PIDFILE=$T_TMP/sigterm
     "$DSL" --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
-    wait_ranks 2 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     assert_alive $ranks
-    kill_wait TERM $pid
+    kill -TERM $pid
+    set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 143
     wait_no_procs "$FLOW_TAG" 10
     wait_gone 5 $ranks
@@ -147,8 +151,10 @@ expect_success "SIG${sig%:*} to dslaunch: ranks exiting 1 on it still give ${sig
     export FLOW_TAG=stop'"${sig%:*}"'.$$ FLOW_PIDFILE=$T_TMP/stop'"${sig%:*}"'
     "$DSL" --term-timeout 20 --include localhost:0,1 "$W" on-signal 1 0 >out 2>err &
     pid=$!
-    wait_ranks 2 20
-    kill_wait '"${sig%:*}"' $pid
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    kill -'"${sig%:*}"' $pid
+    set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" '"${sig#*:}"' "exit code"
     [ -s "$FLOW_PIDFILE.0.done" ] && [ -s "$FLOW_PIDFILE.1.done" ] || fail "a rank did not run its handler"
     assert_not_grep "error:" err
@@ -161,8 +167,10 @@ expect_success "ranks outliving the grace after SIGTERM: still 143, killed ranks
     export FLOW_TAG=outlive.$$ FLOW_PIDFILE=$T_TMP/outlive
     "$DSL" --term-timeout 1 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
     pid=$!
-    wait_ranks 2 20
-    kill_wait TERM $pid
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    kill -TERM $pid
+    set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 143 "exit code"
     assert_not_grep "error:" err
     assert_grep "stopped by SIGTERM; 0 ranks stopped, 2 killed after the 1 s grace" err
@@ -173,10 +181,12 @@ expect_success "a second Ctrl-C kills at once: still 130, no error line" '
     export FLOW_TAG=twice.$$ FLOW_PIDFILE=$T_TMP/twice
     "$DSL" --term-timeout 300 --include localhost:0,1 "$W" on-signal 0 600 >out 2>err &
     pid=$!
-    wait_ranks 2 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
     kill -INT $pid
     i=0; until grep -q "got SIGINT" err || [ $i -ge 200 ]; do sleep 0.1; i=$((i + 1)); done
-    kill_wait INT $pid
+    kill -INT $pid
+    set +e; wait $pid; rc=$?; set -e
     assert_eq "$rc" 130 "exit code"
     assert_grep "second interrupt" err
     assert_not_grep "error:" err
@@ -228,7 +238,8 @@ expect_success "SIGKILL of dslaunch leaves no agent or rank behind" '
     export FLOW_TAG=sigkill.$$ FLOW_PIDFILE=$T_TMP/sigkill
     "$DSL" --include localhost:0,1 "$W" grandchild 600 >out 2>err &
     pid=$!
-    wait_ranks 2 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1)
     assert_alive $ranks $gcs
@@ -958,17 +969,6 @@ need_mode() {
     echo "containment: $line"
 }
 
-# descendants_gone MODE PIDS...: once dslaunch has returned nothing of the job runs, the
-# agent ended it (not its clean-up process), and no cgroup of it is left
-descendants_gone() {
-    local mode=$1
-    shift
-    wait_gone 0 "$@"
-    assert_not_grep "clean-up process" err
-    wait_no_procs "$FLOW_TAG" 5
-    [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
-}
-
 descendant_cases() {
     local mode=$1
     expect_success "[$mode] a clean exit (0) leaves no setsid child or daemon behind" '
@@ -977,7 +977,10 @@ descendant_cases() {
         run_capture rc out err "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend exit 0
         assert_eq "$rc" 0 "exit code"
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        descendants_gone $mode $left
+        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
+        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
+        wait_no_procs "$FLOW_TAG" 5
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
     '
     expect_success "[$mode] a failing rank (exit 1): no descendant of any rank survives" '
         need_mode $mode
@@ -986,26 +989,35 @@ descendant_cases() {
         assert_eq "$rc" 1 "exit code"
         assert_grep "rank 1 (host localhost, pid [0-9]*) exited with code 1" err
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        descendants_gone $mode $left
+        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
+        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
+        wait_no_procs "$FLOW_TAG" 5
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
     '
     expect_success "[$mode] Ctrl-C (SIGINT to dslaunch): no descendant survives" '
         need_mode $mode
         export DSLAUNCH_CONTAIN=$mode FLOW_TAG=dint.$mode.$$ FLOW_PIDFILE=$T_TMP/dint.$mode
         "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600 >out 2>err &
         pid=$!
-        wait_ranks 2 20 .ready
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
         assert_alive $left
-        kill_wait INT $pid
+        kill -INT $pid
+        set +e; wait $pid; rc=$?; set -e
         assert_eq "$rc" 130 "exit code"
-        descendants_gone $mode $left
+        wait_gone 0 $left  # when dslaunch returns, nothing of the job runs
+        assert_not_grep "clean-up process" err  # ... and the agent did it, not its keeper
+        wait_no_procs "$FLOW_TAG" 5
+        [ $mode = tracking ] || wait_no_cgroups "$FLOW_PIDFILE.0.ready" 5
     '
     expect_success "[$mode] the node agent SIGKILLed: its clean-up process kills every descendant" '
         need_mode $mode
         export DSLAUNCH_CONTAIN=$mode FLOW_TAG=dkill.$mode.$$ FLOW_PIDFILE=$T_TMP/dkill.$mode
         "$DSL" --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600 >out 2>err &
         pid=$!
-        wait_ranks 2 20 .ready
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
         left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
         assert_alive $left
         # process tracking tells the clean-up process what it found every 0.5 s (its
@@ -1043,8 +1055,10 @@ frozen_agent_cases() {
         pid=$!
         agent=""
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-        wait_ranks 2 20 .ready
-        wait_ranks 2 20
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
         [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
@@ -1065,8 +1079,10 @@ frozen_agent_cases() {
         pid=$!
         agent=""
         trap "[ -z \"\$agent\" ] || kill -CONT \$agent 2>/dev/null || true; kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-        wait_ranks 2 20 .ready
-        wait_ranks 2 20
+        wait_for_file "$FLOW_PIDFILE.0.ready" 20
+        wait_for_file "$FLOW_PIDFILE.1.ready" 20
+        wait_for_file "$FLOW_PIDFILE.0" 20
+        wait_for_file "$FLOW_PIDFILE.1" 20
         left="$(descendant_pids "$FLOW_PIDFILE" 0 1) $(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")"
         assert_alive $left
         [ $mode != tracking ] || sleep 1.2  # the clean-up process hears of them (tracking)
@@ -1104,7 +1120,8 @@ expect_success "the node agent SIGKILLed while a multi-threaded rank frees its m
     trap "kill -KILL $pid 2>/dev/null || true; id=\$(head -n 1 $FLOW_PIDFILE.0.ready 2>/dev/null);
           [ -z \"\$id\" ] || find /sys/fs/cgroup -maxdepth 8 -depth -type d -path \"*/dslaunch-\$id*\" -exec rmdir {} + 2>/dev/null || true" EXIT
     wait_for_file "$FLOW_PIDFILE.0.ready" 20
-    wait_ranks 2 60
+    wait_for_file "$FLOW_PIDFILE.0" 60
+    wait_for_file "$FLOW_PIDFILE.1" 60
     agent=$(pgrep -P $pid)
     [ -n "$agent" ] || fail "no agent under dslaunch ($pid)"
     kill -KILL $agent
@@ -1119,7 +1136,8 @@ expect_success "dslaunch stopped (SIGSTOP) past --keepalive, then resumed: exit 
     "$DSL" --keepalive 2 --term-timeout 1 --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
     trap "kill -CONT $pid 2>/dev/null || true; kill -KILL $pid 2>/dev/null || true" EXIT
-    wait_ranks 2 20
+    wait_for_file "$FLOW_PIDFILE.0" 20
+    wait_for_file "$FLOW_PIDFILE.1" 20
     ranks=$(cat "$FLOW_PIDFILE.0" "$FLOW_PIDFILE.1")
     kill -STOP $pid
     wait_gone 30 $ranks  # the agent, hearing nothing for the keepalive, stopped them
