@@ -216,12 +216,11 @@ wait_for_file() {
     fail "file $1 did not appear"
 }
 
-# wait_ranks N BOUND [SUFFIX]: until ranks 0..N-1 wrote their pid files
-# ($FLOW_PIDFILE.RANK, or with SUFFIX such as .ready the worker's other marks), each
+# wait_ranks N BOUND: until ranks 0..N-1 wrote their pid files ($FLOW_PIDFILE.RANK), each
 # within BOUND seconds
 wait_ranks() {
     local r
-    for r in $(seq 0 $(($1 - 1))); do wait_for_file "$FLOW_PIDFILE.$r${3:-}" "$2"; done
+    for r in $(seq 0 $(($1 - 1))); do wait_for_file "$FLOW_PIDFILE.$r" "$2"; done
 }
 
 # kill_wait SIG PID: send SIG to PID, a child of this shell, and wait for it; its exit
