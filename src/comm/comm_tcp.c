@@ -229,94 +229,140 @@ void dsl_tcp_spin_paid(struct tcp *t, int paid)
         t->spin_cur = t->spin_cur / 2 > 1e-6 ? t->spin_cur / 2 : 1e-6;
 }
 
+/* Send what the peer's current send region has ready. 0, or the error. */
+static int peer_send(struct dsl_comm *c, struct peer *pe, const char *what, short *ev,
+                     int *progress)
+{
+    if (pe->send.i >= pe->send.n)
+        return 0;
+    struct region *rg = &pe->send.r[pe->send.i];
+    size_t avail = rg->avail ? *rg->avail : rg->len;
+    if (avail > rg->len)
+        avail = rg->len;
+    if (avail <= rg->done)
+        return 0;
+    size_t n = avail - rg->done;
+    ssize_t w = send(pe->fd, rg->buf + rg->done, n < IO_MAX ? n : IO_MAX,
+                     MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+        rg->done += (size_t)w;
+        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)w, memory_order_relaxed);
+        *progress = 1;
+    } else if (errno == EAGAIN || errno == EINTR) {
+        *ev |= POLLOUT;
+    } else {
+        return fail_peer(c, pe, what, -errno);
+    }
+    return 0;
+}
+
+/* Receive into the peer's current recv region as far as its window allows; *held when
+ * the window is full until the slower peers' data is summed. 0, or the error. */
+static int peer_recv(struct dsl_comm *c, struct tcp *t, struct peer *pe, const char *what,
+                     short *ev, int *held, int *progress)
+{
+    if (pe->recv.i >= pe->recv.n)
+        return 0;
+    struct region *rg = &pe->recv.r[pe->recv.i];
+    size_t n = rg->len - rg->done;
+    char *at = rg->buf + rg->done;
+    if (rg->wrap) { /* up to the window's end, then from its start again */
+        size_t off = rg->done % rg->wrap;
+        at = rg->buf + off;
+        if (n > rg->wrap - off)
+            n = rg->wrap - off;
+        /* the mesh: not past what is summed plus a window (the ring sums all
+           it receives at once, so it is never ahead) */
+        if (rg->kind == RG_MESH && n > t->mesh_reduced + rg->wrap - rg->done)
+            n = t->mesh_reduced + rg->wrap - rg->done;
+    }
+    ssize_t got = n ? recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT) : -1;
+    if (!n) {
+        *held = 1; /* until the slower peers' data is summed: they wake us */
+    } else if (got > 0) {
+        rg->done += (size_t)got;
+        *progress = 1;
+        if (rg->kind == RG_RING)
+            hook_ring(t, rg);
+        else if (rg->kind == RG_MESH)
+            hook_mesh(c, t);
+    } else if (got == 0) {
+        return fail_peer(c, pe, what, 0);
+    } else if (errno == EAGAIN || errno == EINTR) {
+        *ev |= POLLIN;
+    } else {
+        return fail_peer(c, pe, what, -errno);
+    }
+    return 0;
+}
+
+/* One non-blocking pass over every peer; fills t->pfd with the ones to wait for.
+ * 0, or the error. */
+static int engine_pass(struct dsl_comm *c, struct tcp *t, const char *what, int *progress,
+                       int *busy, int *npfd)
+{
+    *progress = *busy = *npfd = 0;
+    for (int p = 0; p < c->world; p++) {
+        struct peer *pe = &t->peer[p];
+        if (p == c->rank)
+            continue;
+        short ev = 0;
+        int held = 0, r;
+        skip_done(&pe->send);
+        skip_done(&pe->recv);
+        if ((r = peer_send(c, pe, what, &ev, progress)) < 0 ||
+            (r = peer_recv(c, t, pe, what, &ev, &held, progress)) < 0)
+            return r;
+        skip_done(&pe->send);
+        skip_done(&pe->recv);
+        if (peer_pending(pe)) {
+            *busy = 1;
+            /* a peer read no further until the slower ones catch up: their data
+               wakes us, not its (a hang-up shows once it is read again) */
+            if (held && !ev && pe->send.i >= pe->send.n)
+                continue;
+            /* a send blocked only on a dependency needs no POLLOUT; still watch for
+             * the peer going away */
+            t->pfd[*npfd] = (struct pollfd){.fd = pe->fd, .events = (short)(ev | POLLRDHUP)};
+            t->pfd_peer[(*npfd)++] = p;
+        }
+    }
+    return 0;
+}
+
+/* Sleep in poll() on the npfd peers until one can move or the deadline; a peer that hung
+ * up with nothing left to read fails the call. 0, or the error. */
+static int engine_wait(struct dsl_comm *c, struct tcp *t, const char *what, int npfd,
+                       int timeout_ms, double deadline)
+{
+    int n = poll(t->pfd, (nfds_t)npfd, timeout_ms);
+    if (n < 0 && errno != EINTR)
+        return dsl_seterr(c->err, -errno, "%s: poll: %s", what, strerror(errno));
+    if (n == 0 && dsl_now() >= deadline)
+        return fail_timeout(c, t, what);
+    for (int i = 0; i < n && i < npfd; i++) {
+        short re = t->pfd[i].revents;
+        struct peer *pe = &t->peer[t->pfd_peer[i]];
+        /* hang-up with nothing left to read: the peer is gone */
+        if ((re & (POLLHUP | POLLERR)) && !(re & POLLIN))
+            return fail_peer(c, pe, what, (re & POLLERR) ? -ECONNRESET : 0);
+        if ((re & POLLRDHUP) && !(re & POLLIN) && !(t->pfd[i].events & POLLOUT))
+            return fail_peer(c, pe, what, 0);
+    }
+    return 0;
+}
+
 int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
 {
     double deadline = dsl_now() + c->timeout_s;
-    int r = 0;
     double idle_since = 0;
 
     for (;;) {
-        int progress = 0, busy = 0, npfd = 0;
-        for (int p = 0; p < c->world; p++) {
-            struct peer *pe = &t->peer[p];
-            if (p == c->rank)
-                continue;
-            short ev = 0;
-            int held = 0;
-            skip_done(&pe->send);
-            skip_done(&pe->recv);
-            if (pe->send.i < pe->send.n) {
-                struct region *rg = &pe->send.r[pe->send.i];
-                size_t avail = rg->avail ? *rg->avail : rg->len;
-                if (avail > rg->len)
-                    avail = rg->len;
-                if (avail > rg->done) {
-                    size_t n = avail - rg->done;
-                    ssize_t w = send(pe->fd, rg->buf + rg->done, n < IO_MAX ? n : IO_MAX,
-                                     MSG_NOSIGNAL | MSG_DONTWAIT);
-                    if (w > 0) {
-                        rg->done += (size_t)w;
-                        atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)w,
-                                                  memory_order_relaxed);
-                        progress = 1;
-                    } else if (errno == EAGAIN || errno == EINTR) {
-                        ev |= POLLOUT;
-                    } else {
-                        r = fail_peer(c, pe, what, -errno);
-                        goto out;
-                    }
-                }
-            }
-            if (pe->recv.i < pe->recv.n) {
-                struct region *rg = &pe->recv.r[pe->recv.i];
-                size_t n = rg->len - rg->done;
-                char *at = rg->buf + rg->done;
-                if (rg->wrap) { /* up to the window's end, then from its start again */
-                    size_t off = rg->done % rg->wrap;
-                    at = rg->buf + off;
-                    if (n > rg->wrap - off)
-                        n = rg->wrap - off;
-                    /* the mesh: not past what is summed plus a window (the ring sums all
-                       it receives at once, so it is never ahead) */
-                    if (rg->kind == RG_MESH && n > t->mesh_reduced + rg->wrap - rg->done)
-                        n = t->mesh_reduced + rg->wrap - rg->done;
-                }
-                ssize_t got = n ? recv(pe->fd, at, n < IO_MAX ? n : IO_MAX, MSG_DONTWAIT) : -1;
-                if (!n) {
-                    held = 1; /* until the slower peers' data is summed: they wake us */
-                } else if (got > 0) {
-                    rg->done += (size_t)got;
-                    progress = 1;
-                    if (rg->kind == RG_RING)
-                        hook_ring(t, rg);
-                    else if (rg->kind == RG_MESH)
-                        hook_mesh(c, t);
-                } else if (got == 0) {
-                    r = fail_peer(c, pe, what, 0);
-                    goto out;
-                } else if (errno == EAGAIN || errno == EINTR) {
-                    ev |= POLLIN;
-                } else {
-                    r = fail_peer(c, pe, what, -errno);
-                    goto out;
-                }
-            }
-            skip_done(&pe->send);
-            skip_done(&pe->recv);
-            if (peer_pending(pe)) {
-                busy = 1;
-                /* a peer read no further until the slower ones catch up: their data
-                   wakes us, not its (a hang-up shows once it is read again) */
-                if (held && !ev && pe->send.i >= pe->send.n)
-                    continue;
-                /* a send blocked only on a dependency needs no POLLOUT; still watch for
-                 * the peer going away */
-                t->pfd[npfd] = (struct pollfd){.fd = pe->fd, .events = (short)(ev | POLLRDHUP)};
-                t->pfd_peer[npfd++] = p;
-            }
-        }
+        int progress, busy, npfd, r;
+        if ((r = engine_pass(c, t, what, &progress, &busy, &npfd)) < 0)
+            return r;
         if (!busy)
-            break;
+            return 0;
         if (progress) {
             if (idle_since != 0)
                 dsl_tcp_spin_paid(t, 1);
@@ -340,39 +386,15 @@ int dsl_tcp_engine_run(struct dsl_comm *c, struct tcp *t, const char *what)
             idle_since = 0;
         }
         int timeout_ms = (int)((deadline - dsl_now()) * 1000.0) + 1;
-        if (timeout_ms <= 0) {
-            r = fail_timeout(c, t, what);
-            goto out;
-        }
+        if (timeout_ms <= 0)
+            return fail_timeout(c, t, what);
         if (!npfd) { /* only held peers: cannot last, the slowest is never held */
             sched_yield();
             continue;
         }
-        int n = poll(t->pfd, (nfds_t)npfd, timeout_ms);
-        if (n < 0 && errno != EINTR) {
-            r = dsl_seterr(c->err, -errno, "%s: poll: %s", what, strerror(errno));
-            goto out;
-        }
-        if (n == 0 && dsl_now() >= deadline) {
-            r = fail_timeout(c, t, what);
-            goto out;
-        }
-        for (int i = 0; i < n && i < npfd; i++) {
-            short re = t->pfd[i].revents;
-            struct peer *pe = &t->peer[t->pfd_peer[i]];
-            /* hang-up with nothing left to read: the peer is gone */
-            if ((re & (POLLHUP | POLLERR)) && !(re & POLLIN)) {
-                r = fail_peer(c, pe, what, (re & POLLERR) ? -ECONNRESET : 0);
-                goto out;
-            }
-            if ((re & POLLRDHUP) && !(re & POLLIN) && !(t->pfd[i].events & POLLOUT)) {
-                r = fail_peer(c, pe, what, 0);
-                goto out;
-            }
-        }
+        if ((r = engine_wait(c, t, what, npfd, timeout_ms, deadline)) < 0)
+            return r;
     }
-out:
-    return r;
 }
 
 /* ---- algorithms ---- */

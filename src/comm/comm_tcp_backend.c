@@ -411,36 +411,26 @@ static int env_size(const char *name, size_t def, size_t min, size_t max, size_t
     return 0;
 }
 
-int dsl_comm_tcp_open(struct dsl_comm *c)
-{
-    struct tcp *t = dsl_xcalloc(1, sizeof(*t));
-    int w = c->world, me = c->rank, lfd = -1, r;
-    const char *token = c->env.run_token;
-    const char *master = c->env.master_addr;
-    const char *algo = getenv("DSL_COMM_ALGO");
-    char addr[64], key[64], val[128];
-    size_t sockbuf;
-    double deadline = dsl_now() + c->timeout_s;
+/* Knobs read from the environment at open (DSL_COMM_*). */
+struct tcp_knobs {
+    size_t use_cma, spin, sockbuf;
+};
 
-    c->impl = t;
-    if (!token)
-        token = "";
-    if (!master || !*master)
-        master = "127.0.0.1";
+static int tcp_read_knobs(struct dsl_comm *c, struct tcp *t, struct tcp_knobs *k)
+{
+    const char *algo = getenv("DSL_COMM_ALGO");
+    int r;
     t->algo = ALGO_AUTO;
     if (algo && !strcmp(algo, "ring"))
         t->algo = ALGO_RING;
     else if (algo && !strcmp(algo, "mesh"))
         t->algo = ALGO_MESH;
-    else if (algo && *algo && strcmp(algo, "auto")) {
-        r = dsl_seterr(c->err, DSL_EUSAGE, "bad DSL_COMM_ALGO '%s' (ring, mesh or auto)", algo);
-        goto out;
-    }
-    size_t use_cma, spin;
+    else if (algo && *algo && strcmp(algo, "auto"))
+        return dsl_seterr(c->err, DSL_EUSAGE, "bad DSL_COMM_ALGO '%s' (ring, mesh or auto)", algo);
     /* thresholds may be anything (a huge one means never); the CMA chunk is a buffer,
        the spin budget a wait, the socket buffer memory: those have bounds */
     if ((r = env_size("DSL_COMM_SMALL", 16 << 10, 0, SIZE_MAX, &t->small_max, c->err)) < 0 ||
-        (r = env_size("DSL_COMM_CMA", 1, 0, 1, &use_cma, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_CMA", 1, 0, 1, &k->use_cma, c->err)) < 0 ||
         (r = env_size("DSL_COMM_CMA_MIN", 16 << 10, 0, SIZE_MAX, &t->cma_min, c->err)) < 0 ||
         (r = env_size("DSL_COMM_SHM_SMALL", 32 << 10, 0, SIZE_MAX, &t->shm_small, c->err)) <
             0 ||
@@ -448,18 +438,22 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
                       c->err)) < 0 ||
         (r = env_size("DSL_COMM_STREAM_MIN", 16 << 20, 0, SIZE_MAX, &t->stream_min, c->err)) <
             0 ||
-        (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &spin, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SPIN_US", 50, 0, 1000000, &k->spin, c->err)) < 0 ||
         /* 0: autotuning. A fixed SO_RCVBUF is capped at net.core.rmem_max (often 4 MiB)
            and turns the receive window's autotuning off, while autotuning may grow it to
            tcp_rmem's maximum; measured interleaved at 16-256 MiB, worlds 2 and 4 over
            loopback (docs/benchmarks.md, issue 17), autotuning gave 10-20% more busbw
            from 64 MiB on than fixed 4 MiB buffers */
-        (r = env_size("DSL_COMM_SOCKBUF", 0, 0, 1 << 30, &sockbuf, c->err)) < 0 ||
+        (r = env_size("DSL_COMM_SOCKBUF", 0, 0, 1 << 30, &k->sockbuf, c->err)) < 0 ||
         (r = env_size("DSL_COMM_RECV_WIN", 256 << 10, 0, 1 << 30, &t->recv_win, c->err)) < 0)
-        goto out;
-    if (sockbuf > (1u << 30))
-        sockbuf = 1u << 30;
+        return r;
+    if (k->sockbuf > (1u << 30))
+        k->sockbuf = 1u << 30;
+    return 0;
+}
 
+static void tcp_peers_alloc(struct tcp *t, int w)
+{
     t->maxq = 2 * w + 2;
     t->peer = dsl_xcalloc((size_t)w, sizeof(*t->peer));
     for (int p = 0; p < w; p++) {
@@ -482,25 +476,44 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
     t->addrs = dsl_xcalloc((size_t)w * 2, sizeof(uint64_t));
     t->zc_send = dsl_xcalloc((size_t)w, sizeof(void *));
     t->zc_recv = dsl_xcalloc((size_t)w, sizeof(void *));
+}
 
-    if ((r = local_addr_for(master, addr, sizeof(addr), c->err)) < 0)
-        goto out;
-    /* listen only where the peers are told to connect: loopback for a job on one
-     * machine, the interface that reaches MASTER_ADDR otherwise */
-    if ((lfd = dsl_net_listen(addr, 0, w + 64, c->err)) < 0) {
-        r = lfd;
-        goto out;
+/* Connect to rank p at its published "addr:port" (v, consumed) and say hello. */
+static int tcp_dial_peer(struct dsl_comm *c, struct tcp *t, int p, char *v, const char *token,
+                         int sockbuf, double deadline)
+{
+    char *colon = strrchr(v, ':');
+    int port = 0, r;
+    if (!colon || dsl_parse_int(colon + 1, 1, 65535, &port) < 0) {
+        free(v);
+        return dsl_seterr(c->err, DSL_EPROTO, "rank %d published a bad address", p);
     }
-    if (sockbuf)
-        dsl_net_set_bufsize(lfd, (int)sockbuf);
+    *colon = '\0';
+    int fd = dsl_net_connect(v, port, deadline - dsl_now(), c->err);
+    free(v);
+    if (fd < 0)
+        return fd;
+    t->peer[p].fd = fd;
+    tune_socket(fd, sockbuf);
+    struct hello h;
+    make_hello(&h, c->rank, c->world, token);
+    if ((r = dsl_net_write_all(fd, h.b, h.len, deadline)) < 0)
+        return dsl_seterr(c->err, DSL_EPEER, "%s: cannot send hello: %s", t->peer[p].name,
+                          dsl_strerror(r));
+    return 0;
+}
+
+/* Publish this rank's listener (at val), learn every peer's address and dial the lower
+ * ranks; errors name the rank. */
+static int tcp_dial_lower(struct dsl_comm *c, struct tcp *t, const char *val, const char *token,
+                          int sockbuf, double deadline)
+{
+    char key[64];
+    int me = c->rank, r;
     snprintf(key, sizeof(key), "dsl/tcp/%d", me);
-    snprintf(val, sizeof(val), "%s:%d", addr, dsl_net_local_port(lfd));
-    if ((r = dsl_store_set(c->store, key, val, strlen(val))) < 0) {
-        dsl_seterr(c->err, r, "%s", dsl_store_last_error(c->store));
-        goto out;
-    }
-    /* learn every peer's address (names errors by rank) */
-    for (int p = 0; p < w; p++) {
+    if ((r = dsl_store_set(c->store, key, val, strlen(val))) < 0)
+        return dsl_seterr(c->err, r, "%s", dsl_store_last_error(c->store));
+    for (int p = 0; p < c->world; p++) {
         void *v = NULL;
         size_t vn;
         if (p == me) {
@@ -508,41 +521,23 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             continue;
         }
         snprintf(key, sizeof(key), "dsl/tcp/%d", p);
-        if ((r = dsl_store_get(c->store, key, &v, &vn)) < 0) {
-            dsl_seterr(c->err, r, "waiting for rank %d's address: %s", p,
-                       dsl_store_last_error(c->store));
-            goto out;
-        }
+        if ((r = dsl_store_get(c->store, key, &v, &vn)) < 0)
+            return dsl_seterr(c->err, r, "waiting for rank %d's address: %s", p,
+                              dsl_store_last_error(c->store));
         snprintf(t->peer[p].name, sizeof(t->peer[p].name), "rank %d (%.100s)", p, (char *)v);
-        if (p < me) { /* connect to lower ranks */
-            char *colon = strrchr(v, ':');
-            int port = 0;
-            if (!colon || dsl_parse_int(colon + 1, 1, 65535, &port) < 0) {
-                free(v);
-                r = dsl_seterr(c->err, DSL_EPROTO, "rank %d published a bad address", p);
-                goto out;
-            }
-            *colon = '\0';
-            int fd = dsl_net_connect(v, port, deadline - dsl_now(), c->err);
+        if (p >= me)
             free(v);
-            if (fd < 0) {
-                r = fd;
-                goto out;
-            }
-            t->peer[p].fd = fd;
-            tune_socket(fd, (int)sockbuf);
-            struct hello h;
-            make_hello(&h, me, w, token);
-            if ((r = dsl_net_write_all(fd, h.b, h.len, deadline)) < 0) {
-                r = dsl_seterr(c->err, DSL_EPEER, "%s: cannot send hello: %s", t->peer[p].name,
-                               dsl_strerror(r));
-                goto out;
-            }
-        } else {
-            free(v);
-        }
+        else if ((r = tcp_dial_peer(c, t, p, v, token, sockbuf, deadline)) < 0)
+            return r;
     }
-    /* accept the higher ranks; drop anything that does not say a proper hello */
+    return 0;
+}
+
+/* Accept the higher ranks; drop anything that does not say a proper hello. */
+static int tcp_accept_higher(struct dsl_comm *c, struct tcp *t, int lfd, const char *token,
+                             int sockbuf, double deadline)
+{
+    int w = c->world, me = c->rank;
     for (int need = w - 1 - me; need > 0;) {
         int fd = dsl_net_accept(lfd, deadline, c->err);
         if (fd < 0) {
@@ -551,10 +546,10 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             for (int p = me + 1; p < w; p++)
                 if (t->peer[p].fd < 0)
                     dsl_dynbuf_addf(&b, "%s%s", b.len ? ", " : "", t->peer[p].name);
-            r = dsl_seterr(c->err, DSL_ETIMEDOUT, "connecting the mesh timed out waiting for %s",
-                           dsl_dynbuf_str(&b));
+            int r = dsl_seterr(c->err, DSL_ETIMEDOUT,
+                               "connecting the mesh timed out waiting for %s", dsl_dynbuf_str(&b));
             dsl_dynbuf_release(&b);
-            goto out;
+            return r;
         }
         double hd = dsl_now() + 10 < deadline ? dsl_now() + 10 : deadline;
         int p = dsl_comm_tcp_read_hello(fd, w, token, hd);
@@ -562,13 +557,16 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
             close(fd);
             continue;
         }
-        tune_socket(fd, (int)sockbuf);
+        tune_socket(fd, sockbuf);
         t->peer[p].fd = fd;
         need--;
     }
-    for (int p = 0; p < w; p++)
-        if (p != me)
-            dsl_net_set_nonblock(t->peer[p].fd, 1);
+    return 0;
+}
+
+/* Bring the knobs into the ranges the engine relies on. */
+static void tcp_clamp_knobs(struct tcp *t, size_t spin)
+{
     t->cma_chunk = t->cma_chunk < 4096 ? 4096 : t->cma_chunk > (64u << 20) ? 64u << 20 : t->cma_chunk;
     t->cma_chunk &= ~(size_t)63;
     t->recv_win &= ~(size_t)63; /* a multiple of every element size */
@@ -576,8 +574,46 @@ int dsl_comm_tcp_open(struct dsl_comm *c)
         t->shm_small = DSL_CMA_SLOT;
     t->spin_s = (double)(spin > 1000000 ? 1000000 : spin) * 1e-6;
     t->spin_cur = t->spin_s;
+}
+
+int dsl_comm_tcp_open(struct dsl_comm *c)
+{
+    struct tcp *t = dsl_xcalloc(1, sizeof(*t));
+    int w = c->world, me = c->rank, lfd = -1, r;
+    const char *token = c->env.run_token;
+    const char *master = c->env.master_addr;
+    char addr[64], val[128];
+    struct tcp_knobs k;
+    double deadline = dsl_now() + c->timeout_s;
+
+    c->impl = t;
+    if (!token)
+        token = "";
+    if (!master || !*master)
+        master = "127.0.0.1";
+    if ((r = tcp_read_knobs(c, t, &k)) < 0)
+        goto out;
+    tcp_peers_alloc(t, w);
+    if ((r = local_addr_for(master, addr, sizeof(addr), c->err)) < 0)
+        goto out;
+    /* listen only where the peers are told to connect: loopback for a job on one
+     * machine, the interface that reaches MASTER_ADDR otherwise */
+    if ((lfd = dsl_net_listen(addr, 0, w + 64, c->err)) < 0) {
+        r = lfd;
+        goto out;
+    }
+    if (k.sockbuf)
+        dsl_net_set_bufsize(lfd, (int)k.sockbuf);
+    snprintf(val, sizeof(val), "%s:%d", addr, dsl_net_local_port(lfd));
+    if ((r = tcp_dial_lower(c, t, val, token, (int)k.sockbuf, deadline)) < 0 ||
+        (r = tcp_accept_higher(c, t, lfd, token, (int)k.sockbuf, deadline)) < 0)
+        goto out;
+    for (int p = 0; p < w; p++)
+        if (p != me)
+            dsl_net_set_nonblock(t->peer[p].fd, 1);
+    tcp_clamp_knobs(t, k.spin);
     c->ops = &tcp_ops;
-    if (use_cma && (r = dsl_cma_probe(c, t)) < 0)
+    if (k.use_cma && (r = dsl_cma_probe(c, t)) < 0)
         goto out;
     r = 0;
 out:

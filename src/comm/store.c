@@ -35,6 +35,7 @@
 #include "store.h"
 #include "dslaunch/common/xalloc.h"
 #include "store_proto.h"
+#include "store_state.h"
 #include "dslaunch/common/banned.h"
 
 /* ---- client ---- */
@@ -249,12 +250,10 @@ int dsl_store_open(struct dsl_store **out, const struct dsl_store_opts *o, char 
     struct dsl_store_server *sv = NULL;
     int r;
     *out = NULL;
-    if ((!o->token || !*o->token) && o->world_size > 1 && !o->insecure)
-        return dsl_seterr(err, DSL_EUSAGE,
-                          "refusing to use an open store: " DSL_ENV_RUN_TOKEN " is not set, so "
-                          "anyone who can reach %s:%d could join the job; set it to a secret "
-                          "all ranks share (dslaunch does), or " DSL_ENV_STORE_INSECURE
-                          "=1 to run without one", o->addr ? o->addr : "", o->port);
+    char where[300];
+    snprintf(where, sizeof(where), "%.200s:%d", o->addr ? o->addr : "", o->port);
+    if ((r = dsl_store_check_token(o, "use", where, err)) < 0)
+        return r;
     if (o->rank == 0 && (r = dsl_store_server_start(&sv, o, err)) < 0)
         return r;
     struct dsl_store_opts co = *o;

@@ -175,26 +175,11 @@ out:
     return r;
 }
 
-int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,
-                      char *err)
+/* The node count and this node's rank, each from its flag or torchrun's variables. */
+static int resolve_nodes(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,
+                         char *err)
 {
-    dsl_nossh_release(ns);
     const char *pet_nnodes = env_get(env, "PET_NNODES");
-    int explicit = o->no_ssh || o->node_rank >= 0 || o->nnodes > 0;
-    if (!explicit && !(pet_nnodes && pet_nnodes[0] && !o->hostfile &&
-                       o->launcher == DSL_LAUNCHER_AUTO))
-        return 0;
-    ns->on = 1;
-    if (o->hostfile)
-        return dsl_seterr(err, DSL_EUSAGE, "no-ssh mode (--no_ssh, --node_rank, --nnodes) "
-                          "takes its nodes from the nodes that dial in: leave out --hostfile");
-    if (o->launcher != DSL_LAUNCHER_AUTO)
-        return dsl_seterr(err, DSL_EUSAGE, "no-ssh mode starts no agents: leave out "
-                          "--launcher (every node runs dslaunch itself)");
-    if (o->include || o->exclude || o->num_nodes > 0)
-        return dsl_seterr(err, DSL_EUSAGE, "--include, --exclude and --num_nodes choose among "
-                          "a hostfile's hosts; in no-ssh mode every node that runs dslaunch "
-                          "is in the job (use --nproc_per_node or --num_gpus per node)");
     int r;
     /* nodes */
     if (o->nnodes > 0) {
@@ -237,6 +222,14 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
         return dsl_seterr(err, DSL_EUSAGE, "node rank %d (from %s) is not below the node count "
                           "%d (from %s)", ns->node_rank, ns->from_node_rank, ns->nnodes,
                           ns->from_nnodes);
+    return 0;
+}
+
+/* Node 0's address and the master and control ports. */
+static int resolve_master(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,
+                          char *err)
+{
+    int r;
     /* the coordinator */
     const char *pet_addr = env_get(env, "PET_MASTER_ADDR");
     if (o->master_addr) {
@@ -286,6 +279,14 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
         return dsl_seterr(err, DSL_EUSAGE, "--control_port %d is the master port: the "
                           "coordinator's control channel needs a port of its own",
                           ns->control_port);
+    return 0;
+}
+
+/* The job's shared secret: a file, or the variable; a job of one node needs none. */
+static int resolve_secret(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,
+                          char *err)
+{
+    int r;
     /* the shared secret: not needed by a job of one node */
     if (ns->nnodes > 1) {
         const char *sv = env_get(env, DSL_ENV_JOB_SECRET);
@@ -309,6 +310,33 @@ int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, cha
     } else {
         snprintf(ns->from_secret, sizeof(ns->from_secret), "not needed (one node)");
     }
+    return 0;
+}
+
+int dsl_nossh_resolve(struct dsl_nossh *ns, const struct dsl_launch_opts *o, char *const *env,
+                      char *err)
+{
+    dsl_nossh_release(ns);
+    const char *pet_nnodes = env_get(env, "PET_NNODES");
+    int explicit = o->no_ssh || o->node_rank >= 0 || o->nnodes > 0;
+    if (!explicit && !(pet_nnodes && pet_nnodes[0] && !o->hostfile &&
+                       o->launcher == DSL_LAUNCHER_AUTO))
+        return 0;
+    ns->on = 1;
+    if (o->hostfile)
+        return dsl_seterr(err, DSL_EUSAGE, "no-ssh mode (--no_ssh, --node_rank, --nnodes) "
+                          "takes its nodes from the nodes that dial in: leave out --hostfile");
+    if (o->launcher != DSL_LAUNCHER_AUTO)
+        return dsl_seterr(err, DSL_EUSAGE, "no-ssh mode starts no agents: leave out "
+                          "--launcher (every node runs dslaunch itself)");
+    if (o->include || o->exclude || o->num_nodes > 0)
+        return dsl_seterr(err, DSL_EUSAGE, "--include, --exclude and --num_nodes choose among "
+                          "a hostfile's hosts; in no-ssh mode every node that runs dslaunch "
+                          "is in the job (use --nproc_per_node or --num_gpus per node)");
+    int r;
+    if ((r = resolve_nodes(ns, o, env, err)) < 0 || (r = resolve_master(ns, o, env, err)) < 0 ||
+        (r = resolve_secret(ns, o, env, err)) < 0)
+        return r;
     return 0;
 }
 

@@ -378,15 +378,12 @@ static void first_rendezvous(struct dsl_plan *p)
         p->master_addr = dsl_xstrdup(p->pl.nodes[0].host);
 }
 
-int dsl_plan_build(struct dsl_plan *p, char *err)
+/* The hostfile (or this machine, or the allocation) filtered into the placement. */
+static int plan_placement(struct dsl_plan *p, char *err)
 {
     const struct dsl_launch_opts *o = p->opts;
-    struct dsl_placement *pl = &p->pl;
     char *include_cvd = NULL;
     int r, synth = 0;
-
-    if ((r = dsl_plan_nossh(p, err)) < 0)
-        return r;
 
     /* hostfile -> placement */
     struct dsl_placement_opts po = {
@@ -439,66 +436,66 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
     po.include_as = cvd_as;
     if (p->nossh.on)
         po.num_gpus = -1; /* each node's count is its own (dsl_nossh_resolve_slots) */
-    r = dsl_placement_build(pl, &p->hf, &po, err);
+    r = dsl_placement_build(&p->pl, &p->hf, &po, err);
     free(cvd_as);
     free(include_cvd);
-    if (r < 0)
-        return r;
+    return r < 0 ? r : 0;
+}
 
-    /* export set */
-    char cwd[PATH_MAX];
-    if (!getcwd(cwd, sizeof(cwd)))
-        return dsl_seterr(err, -errno, "cannot read the current directory: %s", strerror(errno));
-    if ((r = dsl_envexport_build(&p->exported, environ, getenv("HOME"), cwd, o->exports.v,
-                                 o->exports.nr, err)) < 0)
-        return r;
-
-    /* program */
-    p->self_exe = self_exe();
-    p->cwd = dsl_xstrdup(o->remote_cwd ? o->remote_cwd : cwd);
-    set_all_local(p);
-    if (o->argv.nr) {
-        char *dir = dsl_xstrdup(p->self_exe);
-        char *slash = strrchr(dir, '/');
-        if (slash)
-            *slash = '\0';
-        const char *first = o->argv.v[0];
-        size_t flen = strlen(first);
-        int python = !o->no_python &&
-                     (o->module || (flen > 3 && !strcmp(first + flen - 3, ".py")));
-        if (python) {
-            /* as DeepSpeed runs a script: python3 -u SCRIPT --local_rank=N ARGS */
-            dsl_strvec_push(&p->argv, "python3");
-            dsl_strvec_push(&p->argv, "-u");
-            if (o->module)
-                dsl_strvec_push(&p->argv, "-m");
-            else
-                p->script = dsl_xstrdup(first);
-            dsl_strvec_push(&p->argv, first);
-        } else {
-            dsl_strvec_push_nodup(&p->argv, dsl_plan_program_name(first, slash ? dir : NULL));
-            /* "train" is dstrain: a program of the user's own by that name would be
-             * replaced without a word (issue 33); say which runs, and how to run the other */
-            int code;
-            char rerr[DSL_ERR_LEN];
-            char *mine = !strcmp(first, "train")
-                             ? dsl_spawn_resolve("train", environ, NULL, &code, rerr)
-                             : NULL;
-            if (mine && o->verbose >= 1)
-                dsl_info("'train' runs dslaunch's trainer '%s', not '%s' of your PATH; to "
-                         "run that one, give its path: dslaunch [options] %s ...",
-                         p->argv.v[p->argv.nr - 1], mine, mine);
-            free(mine);
-        }
-        free(dir);
-        if (python && !o->no_local_rank)
-            p->local_rank_at = (int)p->argv.nr;
-        for (size_t i = 1; i < o->argv.nr; i++)
-            dsl_strvec_push(&p->argv, o->argv.v[i]);
-        if (!p->local_rank_at && o->local_rank_arg)
-            p->local_rank_at = (int)p->argv.nr;
+/* The program's argv as every rank runs it: a Python script through python3 -u, else
+ * the program by name (dstrain's for "train"). */
+static void plan_program(struct dsl_plan *p)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    if (!o->argv.nr)
+        return;
+    char *dir = dsl_xstrdup(p->self_exe);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    const char *first = o->argv.v[0];
+    size_t flen = strlen(first);
+    int python = !o->no_python &&
+                 (o->module || (flen > 3 && !strcmp(first + flen - 3, ".py")));
+    if (python) {
+        /* as DeepSpeed runs a script: python3 -u SCRIPT --local_rank=N ARGS */
+        dsl_strvec_push(&p->argv, "python3");
+        dsl_strvec_push(&p->argv, "-u");
+        if (o->module)
+            dsl_strvec_push(&p->argv, "-m");
+        else
+            p->script = dsl_xstrdup(first);
+        dsl_strvec_push(&p->argv, first);
+    } else {
+        dsl_strvec_push_nodup(&p->argv, dsl_plan_program_name(first, slash ? dir : NULL));
+        /* "train" is dstrain: a program of the user's own by that name would be
+         * replaced without a word (issue 33); say which runs, and how to run the other */
+        int code;
+        char rerr[DSL_ERR_LEN];
+        char *mine = !strcmp(first, "train")
+                         ? dsl_spawn_resolve("train", environ, NULL, &code, rerr)
+                         : NULL;
+        if (mine && o->verbose >= 1)
+            dsl_info("'train' runs dslaunch's trainer '%s', not '%s' of your PATH; to "
+                     "run that one, give its path: dslaunch [options] %s ...",
+                     p->argv.v[p->argv.nr - 1], mine, mine);
+        free(mine);
     }
+    free(dir);
+    if (python && !o->no_local_rank)
+        p->local_rank_at = (int)p->argv.nr;
+    for (size_t i = 1; i < o->argv.nr; i++)
+        dsl_strvec_push(&p->argv, o->argv.v[i]);
+    if (!p->local_rank_at && o->local_rank_arg)
+        p->local_rank_at = (int)p->argv.nr;
+}
 
+/* What the transport needs of this machine and of the placement, before any host is
+ * contacted. */
+static int plan_check_transport(const struct dsl_plan *p, char *err)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    const struct dsl_placement *pl = &p->pl;
     if (pl->nr < o->min_nodes)
         return dsl_seterr(err, DSL_EUSAGE, "--min-nodes %d but the job has only %d node%s",
                           o->min_nodes, pl->nr, pl->nr == 1 ? "" : "s");
@@ -550,6 +547,32 @@ int dsl_plan_build(struct dsl_plan *p, char *err)
                                   "cannot be honoured: remove '%s@' from the hostfile, or use "
                                   "--launcher ssh", pl->nodes[i].user, pl->nodes[i].host,
                                   p->hosts_from, pl->nodes[i].user);
+    return 0;
+}
+
+int dsl_plan_build(struct dsl_plan *p, char *err)
+{
+    const struct dsl_launch_opts *o = p->opts;
+    int r;
+
+    if ((r = dsl_plan_nossh(p, err)) < 0 || (r = plan_placement(p, err)) < 0)
+        return r;
+
+    /* export set */
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof(cwd)))
+        return dsl_seterr(err, -errno, "cannot read the current directory: %s", strerror(errno));
+    if ((r = dsl_envexport_build(&p->exported, environ, getenv("HOME"), cwd, o->exports.v,
+                                 o->exports.nr, err)) < 0)
+        return r;
+
+    /* program */
+    p->self_exe = self_exe();
+    p->cwd = dsl_xstrdup(o->remote_cwd ? o->remote_cwd : cwd);
+    set_all_local(p);
+    plan_program(p);
+    if ((r = plan_check_transport(p, err)) < 0)
+        return r;
     first_rendezvous(p);
     return 0;
 }

@@ -221,10 +221,7 @@ static int same_user(const char *a, const char *b)
 int dsl_batch_open(struct dsl_batch_kind *k, struct dsl_conn *c,
                    const struct dsl_transport_opts *o, char *const *agent_argv)
 {
-    c->t_start = dsl_now();
-    c->state = DSL_CONN_CONNECTING;
-    c->err_code = 0;
-    c->err[0] = '\0';
+    dsl_cb_conn_begin(c);
     struct dsl_batch_conn *p = dsl_xcalloc(1, sizeof(*p));
     p->epfd = p->st.fd = -1;
     p->connect_timeout = o->connect_timeout;
@@ -314,39 +311,27 @@ int dsl_batch_progress(struct dsl_conn *c)
                                 c->host);
     batch_drain(b);
     dsl_cb_listener_service(shared_l);
-    if (p->expecting && p->st.fd < 0) {
-        int fd = dsl_cb_listener_take(shared_l, b->keys.key[p->index]);
-        if (fd >= 0) {
-            p->expecting = 0;
-            dsl_cb_stream_init(&p->st, fd, b->lpriv, b->keys.key[p->index]);
-            epoll_add(p->epfd, fd);
-        }
-    }
-    if (p->st.fd >= 0) {
-        char err[DSL_ERR_LEN];
-        int h = dsl_cb_stream_handshake(&p->st, c->host, err);
-        if (h < 0)
-            return dsl_cb_conn_fail(c, h, "%s", err);
-        if (h == 1) {
-            close(p->epfd);
-            p->epfd = -1;
-            if (++b->nopen == (int)b->hosts.nr && k->all_open)
-                k->all_open(b);
-            c->state = DSL_CONN_OPEN;
-            c->t_open = dsl_now();
-            return 0;
-        }
+    int h = dsl_cb_conn_accept(c, shared_l, &p->expecting, &p->st, b->lpriv,
+                               b->keys.key[p->index], p->epfd);
+    if (h < 0)
+        return h;
+    if (h == 1) {
+        close(p->epfd);
+        p->epfd = -1;
+        if (++b->nopen == (int)b->hosts.nr && k->all_open)
+            k->all_open(b);
+        c->state = DSL_CONN_OPEN;
+        c->t_open = dsl_now();
+        return 0;
     }
     batch_drain(b);
     if (batch_reap(b)) {
         batch_drain(b);
         char tail[400];
         out_summary(k, dsl_dynbuf_str(&b->out), tail, sizeof(tail));
-        int code = WIFEXITED(b->status) ? WEXITSTATUS(b->status) : 128 + WTERMSIG(b->status);
-        if (code == 127 && !tail[0])
-            return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run %s for '%s' (not installed?)",
-                                    k->prog, c->host);
-        int r = dsl_cb_conn_no_agent(c, b->agent_argv.nr ? b->agent_argv.v[0] : NULL, tail);
+        int code, r = dsl_cb_conn_ended(c, k->prog, b->status,
+                                        b->agent_argv.nr ? b->agent_argv.v[0] : NULL, tail,
+                                        &code);
         if (r < 0)
             return r;
         return k->ended(c, code, tail);

@@ -279,10 +279,7 @@ static int joined_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                        char *const *agent_argv)
 {
     (void)agent_argv;
-    c->t_start = dsl_now();
-    c->state = DSL_CONN_CONNECTING;
-    c->err_code = 0;
-    c->err[0] = '\0';
+    dsl_cb_conn_begin(c);
     int k = dsl_join_rank_of(c->host);
     if (k < 0 || J.slot[k].held)
         return dsl_cb_conn_fail(c, DSL_EUSAGE, "'%s' is no node of this no-ssh job", c->host);
@@ -376,13 +373,4 @@ static void joined_close(struct dsl_conn *c)
     c->priv = NULL;
 }
 
-const struct dsl_transport_ops dsl_transport_joined = {
-    .name = "no-ssh",
-    .open = joined_open,
-    .progress = joined_progress,
-    .pollfd = joined_pollfd,
-    .read = joined_read,
-    .write = joined_write,
-    .close_write = joined_close_write,
-    .close = joined_close,
-};
+const struct dsl_transport_ops dsl_transport_joined = DSL_TRANSPORT_OPS("no-ssh", joined);

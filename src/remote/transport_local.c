@@ -164,13 +164,4 @@ static void local_close(struct dsl_conn *c)
     c->priv = NULL;
 }
 
-const struct dsl_transport_ops dsl_transport_local = {
-    .name = "local",
-    .open = local_open,
-    .progress = local_progress,
-    .pollfd = local_pollfd,
-    .read = local_read,
-    .write = local_write,
-    .close_write = local_close_write,
-    .close = local_close,
-};
+const struct dsl_transport_ops dsl_transport_local = DSL_TRANSPORT_OPS("local", local);

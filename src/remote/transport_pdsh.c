@@ -126,10 +126,7 @@ static int classify(const char *text)
 static int pdsh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                      char *const *agent_argv)
 {
-    c->t_start = dsl_now();
-    c->state = DSL_CONN_CONNECTING;
-    c->err_code = 0;
-    c->err[0] = '\0';
+    dsl_cb_conn_begin(c);
     struct pdsh_priv *p = dsl_xcalloc(1, sizeof(*p));
     p->outfd = p->epfd = p->st.fd = p->pidfd = -1;
     p->connect_timeout = o->connect_timeout;
@@ -219,42 +216,27 @@ static int pdsh_progress(struct dsl_conn *c)
         return 0;
     drain_out(p);
     dsl_cb_listener_service(p->l);
-    if (p->expecting && p->st.fd < 0) {
-        int fd = dsl_cb_listener_take(p->l, p->keys.key[0]);
-        if (fd >= 0) {
-            p->expecting = 0;
-            dsl_cb_stream_init(&p->st, fd, p->lpriv, p->keys.key[0]);
-            struct epoll_event ev = {.events = EPOLLIN, .data.fd = fd};
-            epoll_ctl(p->epfd, EPOLL_CTL_ADD, fd, &ev);
+    int h = dsl_cb_conn_accept(c, p->l, &p->expecting, &p->st, p->lpriv, p->keys.key[0],
+                               p->epfd);
+    if (h < 0)
+        return h;
+    if (h == 1) {
+        if (p->epfd >= 0) {
+            close(p->epfd);
+            p->epfd = -1;
         }
-    }
-    if (p->st.fd >= 0) {
-        char err[DSL_ERR_LEN];
-        int h = dsl_cb_stream_handshake(&p->st, c->host, err);
-        if (h < 0)
-            return dsl_cb_conn_fail(c, h, "%s", err);
-        if (h == 1) {
-            if (p->epfd >= 0) {
-                close(p->epfd);
-                p->epfd = -1;
-            }
-            /* ssh has read its files long ago: no link left even if we are SIGKILLed */
-            dsl_cb_sshfiles_release(&p->files);
-            c->state = DSL_CONN_OPEN;
-            c->t_open = dsl_now();
-            return 0;
-        }
+        /* ssh has read its files long ago: no link left even if we are SIGKILLed */
+        dsl_cb_sshfiles_release(&p->files);
+        c->state = DSL_CONN_OPEN;
+        c->t_open = dsl_now();
+        return 0;
     }
     drain_out(p);
     if (reap(p)) {
         drain_out(p);
         char tail[400];
         out_tail(p, tail, sizeof(tail));
-        int code = WIFEXITED(p->status) ? WEXITSTATUS(p->status) : 128 + WTERMSIG(p->status);
-        if (code == 127 && !tail[0])
-            return dsl_cb_conn_fail(c, DSL_ESPAWN, "cannot run pdsh for '%s' (not installed?)",
-                                    c->host);
-        int r = dsl_cb_conn_no_agent(c, p->agent, tail);
+        int code, r = dsl_cb_conn_ended(c, "pdsh", p->status, p->agent, tail, &code);
         if (r < 0)
             return r;
         return dsl_cb_conn_fail(c, classify(tail), "pdsh to '%s' ended (exit %d) before its agent "
@@ -333,13 +315,4 @@ static void pdsh_close(struct dsl_conn *c)
     c->priv = NULL;
 }
 
-const struct dsl_transport_ops dsl_transport_pdsh = {
-    .name = "pdsh",
-    .open = pdsh_open,
-    .progress = pdsh_progress,
-    .pollfd = pdsh_pollfd,
-    .read = pdsh_read,
-    .write = pdsh_write,
-    .close_write = pdsh_close_write,
-    .close = pdsh_close,
-};
+const struct dsl_transport_ops dsl_transport_pdsh = DSL_TRANSPORT_OPS("pdsh", pdsh);

@@ -38,7 +38,6 @@
  */
 #include <errno.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,23 +69,9 @@ struct ssh_priv {
     double t_eof;           /* when EOF was first seen (0: not yet) */
 };
 
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
 /* err was filled by an sshsession.c helper */
 static int conn_fail_code(struct dsl_conn *c, int code)
 {
-    c->state = DSL_CONN_FAILED;
-    c->err_code = code;
-    return code;
-}
-
-static int conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(c->err, sizeof(c->err), fmt, ap);
-    va_end(ap);
     c->state = DSL_CONN_FAILED;
     c->err_code = code;
     return code;
@@ -100,8 +85,8 @@ static int step_connect(struct dsl_conn *c, struct ssh_priv *p)
     if (rc != SSH_OK) {
         char t[600];
         dsl_ssh_target_text(p->s, c->host, t, sizeof(t));
-        return conn_fail(c, DSL_ECONNECT, "cannot connect to %s: %s", t,
-                         ssh_get_error(p->s));
+        return dsl_cb_conn_fail(c, DSL_ECONNECT, "cannot connect to %s: %s", t,
+                                ssh_get_error(p->s));
     }
     dsl_ssh_set_keepalive(p->s, p->keepalive);
     int r = dsl_ssh_check_host_key(p->s, c->host, p->accept_new, c->err);
@@ -126,23 +111,23 @@ static int step_start(struct dsl_conn *c, struct ssh_priv *p)
 {
     int rc;
     if (!p->ch && !(p->ch = ssh_channel_new(p->s)))
-        return conn_fail(c, DSL_ECONNECT, "cannot create a channel to '%s': %s", c->host,
-                         ssh_get_error(p->s));
+        return dsl_cb_conn_fail(c, DSL_ECONNECT, "cannot create a channel to '%s': %s", c->host,
+                                ssh_get_error(p->s));
     if (!p->chan_open) {
         rc = ssh_channel_open_session(p->ch);
         if (rc == SSH_AGAIN)
             return 0;
         if (rc != SSH_OK)
-            return conn_fail(c, DSL_EREMOTE, "'%s' refused a session channel: %s", c->host,
-                             ssh_get_error(p->s));
+            return dsl_cb_conn_fail(c, DSL_EREMOTE, "'%s' refused a session channel: %s", c->host,
+                                    ssh_get_error(p->s));
         p->chan_open = 1;
     }
     rc = ssh_channel_request_exec(p->ch, p->cmd);
     if (rc == SSH_AGAIN)
         return 0;
     if (rc != SSH_OK)
-        return conn_fail(c, DSL_EREMOTE, "'%s' refused to run %s: %s", c->host, p->cmd,
-                         ssh_get_error(p->s));
+        return dsl_cb_conn_fail(c, DSL_EREMOTE, "'%s' refused to run %s: %s", c->host, p->cmd,
+                                ssh_get_error(p->s));
     c->state = DSL_CONN_OPEN;
     c->t_open = dsl_now();
     return 1;
@@ -162,10 +147,11 @@ static int ssh_progress(struct dsl_conn *c)
                 [DSL_CONN_AUTHENTICATING] = "authenticating",
                 [DSL_CONN_STARTING] = "starting the agent",
             };
-            return conn_fail(c, DSL_ETIMEDOUT, "cannot reach '%s': timed out after %.1f s (%s)",
-                             c->host, p->connect_timeout,
-                             c->state <= DSL_CONN_STARTING && what[c->state] ? what[c->state]
-                                                                             : "?");
+            const char *doing =
+                c->state <= DSL_CONN_STARTING && what[c->state] ? what[c->state] : "?";
+            return dsl_cb_conn_fail(c, DSL_ETIMEDOUT,
+                                    "cannot reach '%s': timed out after %.1f s (%s)", c->host,
+                                    p->connect_timeout, doing);
         }
         int r;
         switch (c->state) {
@@ -193,10 +179,7 @@ static int ssh_progress(struct dsl_conn *c)
 static int ssh_open(struct dsl_conn *c, const struct dsl_transport_opts *o,
                     char *const *agent_argv)
 {
-    c->t_start = dsl_now();
-    c->state = DSL_CONN_CONNECTING;
-    c->err_code = 0;
-    c->err[0] = '\0';
+    dsl_cb_conn_begin(c);
     struct ssh_priv *p = dsl_xcalloc(1, sizeof(*p));
     dsl_dynbuf_init(&p->errbuf, DSL_SSH_STDERR_MAX * 2);
     c->priv = p;
@@ -358,13 +341,4 @@ static void ssh_close(struct dsl_conn *c)
     c->priv = NULL;
 }
 
-const struct dsl_transport_ops dsl_transport_ssh = {
-    .name = "ssh",
-    .open = ssh_open,
-    .progress = ssh_progress,
-    .pollfd = ssh_pollfd,
-    .read = ssh_read,
-    .write = ssh_write,
-    .close_write = ssh_close_write,
-    .close = ssh_close,
-};
+const struct dsl_transport_ops dsl_transport_ssh = DSL_TRANSPORT_OPS("ssh", ssh);

@@ -23,9 +23,12 @@
 #include "comm/store_proto.h"
 #include "test.h"
 
-static struct dsl_store_server *start_server(void)
+/* A server of job "job1" (token "tok") whose strangers have hello_timeout seconds for
+ * their hello (0: the default). */
+static struct dsl_store_server *start_server_with(double hello_timeout)
 {
-    struct dsl_store_opts o = {.run_id = "job1", .token = "tok", .timeout_s = 5, .world_size = 3};
+    struct dsl_store_opts o = {.run_id = "job1", .token = "tok", .timeout_s = 5, .world_size = 3,
+                               .hello_timeout_s = hello_timeout};
     struct dsl_store_server *s = NULL;
     char err[DSL_ERR_LEN] = "";
     if (dsl_store_server_start(&s, &o, err) < 0) {
@@ -33,6 +36,11 @@ static struct dsl_store_server *start_server(void)
         abort();
     }
     return s;
+}
+
+static struct dsl_store_server *start_server(void)
+{
+    return start_server_with(0);
 }
 
 static int connect_as(struct dsl_store_server *s, const char *run, const char *tok, int rank,
@@ -66,6 +74,24 @@ static void assert_serving(struct dsl_store_server *s)
     ASSERT_EQ(n, 3);
     free(v);
     dsl_store_free(st);
+}
+
+/* A plain TCP connection to the server, no hello said. */
+static int raw_client(struct dsl_store_server *s)
+{
+    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
+    ASSERT(fd >= 0);
+    return fd;
+}
+
+/* The server dropped exactly n clients for their deadlines and still serves; free it. */
+static void free_after_timeouts(struct dsl_store_server *s, unsigned long n)
+{
+    struct dsl_store_stats st;
+    dsl_store_server_stats(s, &st);
+    ASSERT_EQ(st.timed_out, n);
+    assert_serving(s);
+    dsl_store_server_free(s);
 }
 
 TEST(store_should_set_get_add_and_delete)
@@ -193,8 +219,7 @@ TEST(store_should_refuse_a_wrong_token_job_or_version)
     ASSERT_EQ(connect_as(s, "job1", "", 0, 2, &st, err), DSL_ETOKEN);
 
     /* a hello of version 2, by hand */
-    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    int fd = raw_client(s);
     unsigned char f[] = {0, 0, 0, 18, DSL_STORE_HELLO, 'D', 'S', 'L', 'S', 0, 2,
                          0, 4, 'j', 'o', 'b', '1', 0, 0, 0, 0, 0};
     f[3] = (unsigned char)(sizeof(f) - 4);
@@ -216,8 +241,7 @@ TEST(store_should_refuse_a_wrong_token_job_or_version)
 /* Send raw bytes; the server must answer with ERR and/or close, never hang or crash. */
 static void expect_refused(struct dsl_store_server *s, const void *bytes, size_t n)
 {
-    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    int fd = raw_client(s);
     ASSERT_OK(dsl_net_write_all(fd, bytes, n, dsl_now() + 2));
     unsigned char buf[512];
     int closed = 0;
@@ -255,25 +279,11 @@ TEST(store_should_drop_garbage_and_bad_lengths_and_keep_serving)
         assert_serving(s);
     }
     /* a client that stalls half-way through a frame does not block the others */
-    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    int fd = raw_client(s);
     ASSERT_OK(dsl_net_write_all(fd, "\0\0\0\x20\x01", 5, dsl_now() + 2));
     assert_serving(s);
     close(fd);
     dsl_store_server_free(s);
-}
-
-static struct dsl_store_server *start_server_with(double hello_timeout)
-{
-    struct dsl_store_opts o = {.run_id = "job1", .token = "tok", .timeout_s = 5, .world_size = 3,
-                               .hello_timeout_s = hello_timeout};
-    struct dsl_store_server *s = NULL;
-    char err[DSL_ERR_LEN] = "";
-    if (dsl_store_server_start(&s, &o, err) < 0) {
-        fprintf(stderr, "%s\n", err);
-        abort();
-    }
-    return s;
 }
 
 /* Wait (at most 10 s) until the server hangs up on fd; 1 if it did. */
@@ -304,30 +314,23 @@ static size_t hello_bytes(unsigned char *f)
 TEST(store_should_hang_up_on_a_connection_that_never_says_hello)
 {
     struct dsl_store_server *s = start_server_with(0.3);
-    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    int fd = raw_client(s);
     ASSERT(hung_up(fd));
     close(fd);
     /* nor on one that sends half a hello and stops */
-    fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    fd = raw_client(s);
     unsigned char f[64];
     size_t n = hello_bytes(f);
     ASSERT_OK(dsl_net_write_all(fd, f, n - 3, dsl_now() + 2));
     ASSERT(hung_up(fd));
     close(fd);
-    struct dsl_store_stats st;
-    dsl_store_server_stats(s, &st);
-    ASSERT_EQ(st.timed_out, 2);
-    assert_serving(s);
-    dsl_store_server_free(s);
+    free_after_timeouts(s, 2);
 }
 
 TEST(store_should_hang_up_on_an_authenticated_client_that_holds_a_partial_frame)
 {
     struct dsl_store_server *s = start_server_with(0.2); /* a frame gets 6 x 0.2 s */
-    int fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    int fd = raw_client(s);
     unsigned char f[64], h[4], body[16];
     size_t n = hello_bytes(f);
     ASSERT_OK(dsl_net_write_all(fd, f, n, dsl_now() + 2));
@@ -340,11 +343,7 @@ TEST(store_should_hang_up_on_an_authenticated_client_that_holds_a_partial_frame)
     ASSERT_OK(dsl_net_write_all(fd, part, sizeof(part), dsl_now() + 2));
     ASSERT(hung_up(fd));
     close(fd);
-    struct dsl_store_stats st;
-    dsl_store_server_stats(s, &st);
-    ASSERT_EQ(st.timed_out, 1);
-    assert_serving(s);
-    dsl_store_server_free(s);
+    free_after_timeouts(s, 1);
 }
 
 /* How many connections owing a hello the server keeps (as it computes it). */
@@ -575,8 +574,7 @@ TEST(store_should_listen_on_the_master_address_only)
     /* another loopback address of this machine does not reach it */
     int fd = dsl_net_connect("127.0.0.2", dsl_store_server_port(s), 0.2, NULL);
     ASSERT(fd < 0);
-    fd = dsl_net_connect("127.0.0.1", dsl_store_server_port(s), 2, NULL);
-    ASSERT(fd >= 0);
+    fd = raw_client(s);
     close(fd);
     dsl_store_server_free(s);
 }

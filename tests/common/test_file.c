@@ -11,21 +11,18 @@
 #include "dslaunch/common/file.h"
 #include "dslaunch/common/xalloc.h"
 #include "test.h"
+#include "test_fs.h"
 
 static char *tmpdir(void)
 {
-    char *t = dsl_xstrdup("/tmp/dsl-file-test-XXXXXX");
-    ASSERT(mkdtemp(t) != NULL);
+    char *t = test_tmpdir("file");
     ASSERT(chmod(t, 0755) == 0);
     return t;
 }
 
 static void put(const char *path, const char *text)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ASSERT(fd >= 0);
-    ASSERT(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
-    close(fd);
+    test_write_file(path, text, 0644);
 }
 
 static char *get(const char *path)
@@ -38,27 +35,6 @@ static char *get(const char *path)
     buf[n] = '\0';
     close(fd);
     return buf;
-}
-
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char *p = dsl_xasprintf("%s/%s", path, e->d_name);
-            struct stat st;
-            if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-                rm_rf(p);
-            else
-                unlink(p);
-            free(p);
-        }
-        closedir(d);
-        rmdir(path);
-    }
 }
 
 static void write_fd(int fd, const char *text)

@@ -15,6 +15,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/spawn.h"
 #include "test.h"
+#include "test_fs.h"
 
 TEST(check_script_should_find_a_script_in_cwd_and_name_a_missing_one_with_where)
 {
@@ -23,10 +24,7 @@ TEST(check_script_should_find_a_script_in_cwd_and_name_a_missing_one_with_where)
     ASSERT(mkdtemp(dir) != NULL);
     char path[64];
     snprintf(path, sizeof(path), "%s/train.py", dir);
-    FILE *f = fopen(path, "w");
-    ASSERT(f != NULL);
-    fputs("print(1)\n", f);
-    fclose(f);
+    test_write_file(path, "print(1)\n", 0644);
     ASSERT_OK(dsl_spawn_check_script("train.py", dir, err));
     ASSERT_OK(dsl_spawn_check_script(path, NULL, err));
     ASSERT_EQ(dsl_spawn_check_script("trian.py", dir, err), -ENOENT);

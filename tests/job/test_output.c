@@ -72,6 +72,27 @@ static long check_lines(const char *text, const char *tag)
     return count;
 }
 
+/* A reader at last, in a child: everything o queued on the pipe p arrives, in order, in
+ * whole lines tagged tag, and with the dropped ones makes total; o is closed. */
+static void expect_read_back(struct dsl_output *o, int p[2], const char *tag, long dropped,
+                             long total)
+{
+    pid_t c = fork();
+    if (c == 0) {
+        close_writers(o, p[1]);
+        size_t n;
+        char *all = slurp(p[0], &n);
+        _exit(check_lines(all, tag) + dropped == total ? 0 : 1);
+    }
+    close(p[0]);
+    dsl_output_close(o);
+    close(p[1]);
+    int st;
+    ASSERT_EQ(waitpid(c, &st, 0), c);
+    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    alarm(0);
+}
+
 TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropped)
 {
     guard();
@@ -95,22 +116,7 @@ TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropp
     ASSERT_EQ(o.dest[0].dropped, dropped);
     ASSERT(dsl_output_queued(&o) <= 256 * 1024);
     ASSERT_EQ(fcntl(p[1], F_GETFL), flags); /* the shared description is untouched */
-    /* a reader at last: everything queued arrives, in order, in whole lines */
-    pid_t c = fork();
-    if (c == 0) {
-        close_writers(&o, p[1]);
-        size_t n;
-        char *all = slurp(p[0], &n);
-        long got = check_lines(all, "[rank 0]");
-        _exit(got + dropped == total ? 0 : 1);
-    }
-    close(p[0]);
-    dsl_output_close(&o);
-    close(p[1]);
-    int st;
-    ASSERT_EQ(waitpid(c, &st, 0), c);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    alarm(0);
+    expect_read_back(&o, p, "[rank 0]", dropped, total);
 }
 
 TEST(the_poll_fallback_should_not_block_either)
@@ -135,20 +141,7 @@ TEST(the_poll_fallback_should_not_block_either)
     }
     ASSERT(dropped > 0);
     ASSERT_EQ(fcntl(p[1], F_GETFL) & O_NONBLOCK, 0);
-    pid_t c = fork();
-    if (c == 0) {
-        close_writers(&o, p[1]);
-        size_t n;
-        char *all = slurp(p[0], &n);
-        _exit(check_lines(all, "x") + dropped == 50000 ? 0 : 1);
-    }
-    close(p[0]);
-    dsl_output_close(&o);
-    close(p[1]);
-    int st;
-    ASSERT_EQ(waitpid(c, &st, 0), c);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    alarm(0);
+    expect_read_back(&o, p, "x", dropped, 50000);
 }
 
 TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
@@ -166,20 +159,7 @@ TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
         dsl_output_flush(&o);
     }
     ASSERT(dropped > 0 && dropped < total);
-    pid_t c = fork();
-    if (c == 0) {
-        close_writers(&o, p[1]);
-        size_t n;
-        char *all = slurp(p[0], &n);
-        _exit(check_lines(all, "z") + dropped == total ? 0 : 1);
-    }
-    close(p[0]);
-    dsl_output_close(&o);
-    close(p[1]);
-    int st;
-    ASSERT_EQ(waitpid(c, &st, 0), c);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    alarm(0);
+    expect_read_back(&o, p, "z", dropped, total);
 }
 
 TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)

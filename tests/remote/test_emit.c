@@ -14,7 +14,9 @@
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/emit.h"
+#include "sh_output.h"
 #include "test.h"
+#include "test_fs.h"
 
 static char dir[] = "/tmp/dsl-emit-test.XXXXXX";
 
@@ -56,12 +58,7 @@ static char *slurp(const char *name, size_t *len)
         dsl_dynbuf_release(&b);
         return NULL;
     }
-    char *out = malloc(b.len + 1);
-    ASSERT(out != NULL);
-    memcpy(out, dsl_dynbuf_str(&b), b.len + 1);
-    *len = b.len;
-    dsl_dynbuf_release(&b);
-    return out;
+    return dynbuf_take(&b, len);
 }
 
 static const char *const nasty[] = {
@@ -269,11 +266,7 @@ int main(int argc, char **argv)
     ASSERT(mkdtemp(dir) != NULL);
     char path[256];
     snprintf(path, sizeof(path), "%s/scontrol", dir);
-    FILE *f = fopen(path, "w");
-    ASSERT(f != NULL);
-    fputs("#!/bin/sh\necho \"$@\" >scontrol.called\n", f);
-    ASSERT_OK(fclose(f));
-    ASSERT_OK(chmod(path, 0755));
+    test_write_file(path, "#!/bin/sh\necho \"$@\" >scontrol.called\n", 0755);
     int rc = RUN_TESTS(argc, argv);
     static const char *const files[] = {"scontrol", "scontrol.called", "job.sh", "args", "env"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {

@@ -22,6 +22,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
+#include "sh_output.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
@@ -44,39 +45,6 @@ static const char *const nasty[] = {
     "utf8 \xc3\xa9\xe2\x82\xac",
 };
 
-/* Run cmd through /bin/sh -c and capture stdout. */
-static char *sh_output(const char *cmd, size_t *len)
-{
-    int p[2];
-    ASSERT_OK(pipe(p));
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        close(p[0]);
-        close(p[1]);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    size_t alloc = 4096, n = 0;
-    char *buf = dsl_xmalloc(alloc);
-    for (;;) {
-        if (n == alloc)
-            buf = dsl_xrealloc(buf, alloc *= 2);
-        ssize_t r = read(p[0], buf + n, alloc - n);
-        if (r <= 0)
-            break;
-        n += (size_t)r;
-    }
-    close(p[0]);
-    int st;
-    waitpid(pid, &st, 0);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    *len = n;
-    return buf;
-}
-
 TEST(shell_command_should_deliver_every_nasty_argument_byte_for_byte_through_sh)
 {
     size_t n = sizeof(nasty) / sizeof(nasty[0]);
@@ -90,13 +58,7 @@ TEST(shell_command_should_deliver_every_nasty_argument_byte_for_byte_through_sh)
     ASSERT(strncmp(cmd, "exec 'printf' ", 14) == 0);
     size_t len;
     char *out = sh_output(cmd, &len);
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        ASSERT(off < len);
-        ASSERT_STR_EQ(out + off, nasty[i]);
-        off += strlen(nasty[i]) + 1;
-    }
-    ASSERT_EQ(off, len);
+    assert_nul_words(out, len, nasty, n);
     struct stat st;
     ASSERT(stat("/tmp/dsl-pwned", &st) < 0);
     free(out);
@@ -209,14 +171,24 @@ static void read_key(int fd, unsigned char key[32])
     read_keys(fd, 1, (unsigned char (*)[32])key);
 }
 
-/* Child agent: dial (key line into key_fd), handshake, send msg sealed, wait for EOF. */
-static pid_t cb_child(const char *hostports, const char *lhex, int key_fd, const char *msg)
+/* Child agent of a fresh launcher key (lpriv): dial (its key line into the pipe whose read
+ * end is *key_rd), handshake, send msg sealed, wait for EOF. */
+static pid_t cb_child(const char *hostports, unsigned char lpriv[32], int *key_rd,
+                      const char *msg)
 {
+    char lhex[65];
+    int kp[2];
+    launcher_key(lpriv, lhex);
+    ASSERT_OK(pipe(kp));
     pid_t pid = fork();
     ASSERT(pid >= 0);
-    if (pid)
+    if (pid) {
+        close(kp[1]);
+        *key_rd = kp[0];
         return pid;
-    int fd;
+    }
+    int fd, key_fd = kp[1];
+    close(kp[0]);
     char err[DSL_ERR_LEN];
     struct dsl_seal seal;
     signal(SIGPIPE, SIG_IGN);
@@ -273,14 +245,10 @@ TEST(cb_listener_should_hand_over_the_socket_of_the_agent_whose_key_line_it_read
     char *list = dsl_xasprintf("127.0.0.1:%d,%s", dsl_net_local_port(dead), arg);
     close(dead);
     unsigned char lpriv[32], akey[32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
-    int kp[2];
-    ASSERT_OK(pipe(kp));
-    pid_t pid = cb_child(list, lhex, kp[1], "{\"t\":\"hello\"}\n");
-    close(kp[1]);
-    read_key(kp[0], akey);
-    close(kp[0]);
+    int kfd;
+    pid_t pid = cb_child(list, lpriv, &kfd, "{\"t\":\"hello\"}\n");
+    read_key(kfd, akey);
+    close(kfd);
     dsl_cb_listener_expect(l, akey);
     int fd = cb_wait(l, akey, 10);
     ASSERT_OK(fd);
@@ -420,12 +388,8 @@ TEST(cb_agent_should_refuse_a_launcher_that_does_not_hold_its_key)
     ASSERT_OK(lfd);
     char *arg = dsl_xasprintf("127.0.0.1:%d", dsl_net_local_port(lfd));
     unsigned char lpriv[32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
-    int kp[2];
-    ASSERT_OK(pipe(kp));
-    pid_t pid = cb_child(arg, lhex, kp[1], "{\"plan\":\"secret\"}\n");
-    close(kp[1]);
+    int kfd;
+    pid_t pid = cb_child(arg, lpriv, &kfd, "{\"plan\":\"secret\"}\n");
     int fd = accept(lfd, NULL, NULL);
     ASSERT_OK(fd);
     unsigned char hello[DSL_SEAL_HELLO_LEN], fake[64];
@@ -439,7 +403,7 @@ TEST(cb_agent_should_refuse_a_launcher_that_does_not_hold_its_key)
     char c;
     ASSERT_EQ(read(fd, &c, 1), 0);
     close(fd);
-    close(kp[0]);
+    close(kfd);
     close(lfd);
     free(arg);
 }

@@ -13,6 +13,7 @@
 
 #include "dslaunch/common/dynbuf.h"
 #include "dslaunch/remote/transport.h"
+#include "sh_output.h"
 #include "test.h"
 
 TEST(shell_quote_should_produce_the_exact_posix_form)
@@ -48,34 +49,8 @@ static char *sh_words(const char *words, size_t *len)
     script = malloc(n);
     ASSERT(script != NULL);
     snprintf(script, n, "set -- %s; printf '%%s|' \"$#\"; printf '%%s\\0' \"$@\"", words);
-    int p[2];
-    ASSERT_OK(pipe(p));
-    pid_t pid = fork();
-    ASSERT(pid >= 0);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        close(p[0]);
-        close(p[1]);
-        execl("/bin/sh", "sh", "-c", script, (char *)NULL);
-        _exit(127);
-    }
-    close(p[1]);
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    char chunk[4096];
-    ssize_t got;
-    while ((got = read(p[0], chunk, sizeof(chunk))) > 0)
-        ASSERT_OK(dsl_dynbuf_add(&b, chunk, (size_t)got));
-    close(p[0]);
-    int st;
-    ASSERT(waitpid(pid, &st, 0) == pid);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char *out = sh_output(script, len);
     free(script);
-    *len = b.len;
-    char *out = malloc(b.len + 1);
-    ASSERT(out != NULL);
-    memcpy(out, dsl_dynbuf_str(&b), b.len + 1);
-    dsl_dynbuf_release(&b);
     return out;
 }
 
@@ -144,12 +119,7 @@ TEST(shell_quote_should_round_trip_every_byte_value_and_adjacent_words)
     size_t off = strlen(want);
     ASSERT_STR_EQ(out + off, all);
     off += strlen(all) + 1;
-    for (size_t i = 0; i < n; i++) {
-        ASSERT(off < len);
-        ASSERT_STR_EQ(out + off, nasty[i]);
-        off += strlen(nasty[i]) + 1;
-    }
-    ASSERT_EQ(off, len);
+    assert_nul_words(out + off, len - off, nasty, n);
     free(out);
     dsl_dynbuf_release(&words);
 }

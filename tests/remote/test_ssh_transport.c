@@ -19,6 +19,7 @@
 #include "dslaunch/common/parse.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
+#include "sh_output.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
@@ -112,13 +113,7 @@ TEST(ssh_fixed_command_should_survive_the_remote_shell_byte_for_byte)
         DSL_FAIL_("%s", c.err);
     size_t len;
     char *out = read_to_eof(&c, &len);
-    size_t off = 0;
-    for (int i = 0; i < N; i++) {
-        ASSERT(off < len);
-        ASSERT_STR_EQ(out + off, args[i]);
-        off += strlen(args[i]) + 1;
-    }
-    ASSERT_EQ(off, len);
+    assert_nul_words(out, len, args, N);
     ASSERT(access("/tmp/dsl-pwned-remote", F_OK) < 0);
     free(out);
     conn_free(&c);

@@ -14,18 +14,16 @@ if(DSL_WITH_SSH)
                       SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ssh_transport.c
                               ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
                       LIBS dslremote)
-  add_test(NAME cluster_ssh_transport
-           COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_ssh_transport>)
-  set_tests_properties(cluster_ssh_transport PROPERTIES LABELS cluster TIMEOUT 300)
+  dsl_script_test(cluster_ssh_transport LABEL cluster TIMEOUT 300
+                  COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_ssh_transport>)
 endif()
 # pdsh transport: the test binary doubles as the connect-back "agent" on the nodes
 dsl_test_executable(test_pdsh_transport
                     SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pdsh_transport.c
                             ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
                     LIBS dslremote)
-add_test(NAME cluster_pdsh_openmpi_transports
-         COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_pdsh_transport>)
-set_tests_properties(cluster_pdsh_openmpi_transports PROPERTIES LABELS cluster TIMEOUT 300)
+dsl_script_test(cluster_pdsh_openmpi_transports LABEL cluster TIMEOUT 300
+                COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_pdsh_transport>)
 if(DSL_WITH_SSH)
   # benchmark helper (docs/multinode.md): the ssh transport alone, N sessions at once
   dsl_test_executable(dsl_ssh_fanout SOURCES ${CMAKE_CURRENT_LIST_DIR}/ssh_fanout.c

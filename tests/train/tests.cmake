@@ -73,8 +73,8 @@ if(TARGET dstrain AND Python3_Interpreter_FOUND)
   set_tests_properties(docs_should_match_the_key_and_flag_tables PROPERTIES LABELS unit)
 endif()
 if(TARGET dstrain)
-  add_test(NAME train_ckpt_integrity
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh $<TARGET_FILE:dstrain>)
-  set_tests_properties(train_ckpt_integrity PROPERTIES LABELS flow TIMEOUT 120
-                       SKIP_RETURN_CODE 77)
+  dsl_script_test(train_ckpt_integrity LABEL flow TIMEOUT 120
+                  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ckpt_integrity.sh
+                          $<TARGET_FILE:dstrain>
+                  PROPERTIES SKIP_RETURN_CODE 77)
 endif()

@@ -160,6 +160,8 @@ int dsl_cb_reap(pid_t *pid, int *status, int outfd, int *pidfd);
  */
 void dsl_cb_stop(pid_t *pid, int *status, int outfd, int *pidfd, double term_after,
                  double kill_after);
+/** Set c CONNECTING from now, with no error: the start of every transport's open(). */
+void dsl_cb_conn_begin(struct dsl_conn *c);
 /** Set c FAILED with err_code code and the message; returns code. */
 int dsl_cb_conn_fail(struct dsl_conn *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -177,6 +179,14 @@ void dsl_cb_no_agent_msg(char *buf, size_t n, int missing, const char *agent,
  * return that; else 0.
  */
 int dsl_cb_conn_no_agent(struct dsl_conn *c, const char *agent, const char *tail);
+/**
+ * The launcher program prog (pdsh, srun, ...) ended with waitpid status before c's agent
+ * connected back, its output ending in tail: *code is its exit code (128 + signal).
+ * Fails c (negative) when prog could not run or the agent is missing or unrunnable
+ * (dsl_cb_conn_no_agent); 0 leaves the verdict to the transport.
+ */
+int dsl_cb_conn_ended(struct dsl_conn *c, const char *prog, int status, const char *agent,
+                      const char *tail, int *code);
 
 /*
  * Key lines ("DSLCB2-KEY I A", see above) in pdsh's or mpirun's output: the first
@@ -240,6 +250,14 @@ void dsl_cb_stream_close(struct dsl_cb_stream *st);
  * failed and marks the connection closed at EOF.
  */
 struct dsl_conn;
+/**
+ * Bring c's stream up: once the listener l holds the connection for key (while
+ * *expecting), take it into st (cleared *expecting) and add it to epfd; then advance the
+ * handshake. 1: open; 0: not yet; negative: c FAILED with the reason in c->err.
+ */
+int dsl_cb_conn_accept(struct dsl_conn *c, struct dsl_cb_listener *l, int *expecting,
+                       struct dsl_cb_stream *st, const unsigned char lpriv[DSL_SEAL_KEY_LEN],
+                       const unsigned char key[DSL_SEAL_KEY_LEN], int epfd);
 int dsl_cb_conn_pollfd(const struct dsl_conn *c, const struct dsl_cb_stream *st, int wait_fd,
                        short *events);
 ssize_t dsl_cb_conn_read(struct dsl_conn *c, struct dsl_cb_stream *st, void *buf, size_t n);

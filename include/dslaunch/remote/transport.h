@@ -67,6 +67,15 @@ struct dsl_transport_ops {
     void (*close)(struct dsl_conn *c);
 };
 
+/** The ops table of a transport called name_ whose functions are prefix_open,
+ *  prefix_progress, ... prefix_close. */
+#define DSL_TRANSPORT_OPS(name_, prefix_)                                                \
+    {                                                                                    \
+        .name = (name_), .open = prefix_##_open, .progress = prefix_##_progress,        \
+        .pollfd = prefix_##_pollfd, .read = prefix_##_read, .write = prefix_##_write,    \
+        .close_write = prefix_##_close_write, .close = prefix_##_close,                  \
+    }
+
 struct dsl_conn {
     const struct dsl_transport_ops *ops;
     char *host;                /* owned */

@@ -2,6 +2,5 @@
 # back to sshd on 127.0.0.x without CAP_NET_ADMIN). Each test brings its own cluster up
 # and down through with_cluster.sh. Label: cluster. Run: ctest -L cluster
 # This is the cluster's own test; the transports' cluster tests are in tests/remote.
-add_test(NAME cluster_selftest
-         COMMAND ${dsl_with_cluster} 3 ${CMAKE_CURRENT_LIST_DIR}/selftest.sh)
-set_tests_properties(cluster_selftest PROPERTIES LABELS cluster TIMEOUT 300)
+dsl_script_test(cluster_selftest LABEL cluster TIMEOUT 300
+                COMMAND ${dsl_with_cluster} 3 ${CMAKE_CURRENT_LIST_DIR}/selftest.sh)

@@ -9,7 +9,6 @@ DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 # a port of our own, so a busy 29500 elsewhere on the machine cannot interfere
 PORT=$((20000 + $$ % 20000))
 

@@ -216,6 +216,31 @@ wait_for_file() {
     fail "file $1 did not appear"
 }
 
+# wait_ranks N BOUND: until ranks 0..N-1 wrote their pid files ($FLOW_PIDFILE.RANK), each
+# within BOUND seconds
+wait_ranks() {
+    local r
+    for r in $(seq 0 $(($1 - 1))); do wait_for_file "$FLOW_PIDFILE.$r" "$2"; done
+}
+
+# kill_wait SIG PID: send SIG to PID, a child of this shell, and wait for it; its exit
+# status in rc
+kill_wait() {
+    kill -"$1" "$2"
+    set +e; wait "$2"; rc=$?; set -e
+}
+
+# wait_metrics FILE BOUND: until dstrain's metrics FILE holds a training step (BOUND
+# seconds at most)
+wait_metrics() {
+    local i=0
+    until grep -q '"type":"step"' "$1" 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -le $(($2 * 10)) ] || fail "no training step after $2 s"
+        sleep 0.1
+    done
+}
+
 done_testing() {
     echo "1..$T_N"
     echo "flow: $((T_N - T_FAILED)) passed, $T_FAILED failed"

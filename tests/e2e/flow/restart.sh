@@ -74,10 +74,8 @@ expect_success "Ctrl-C during the second attempt: no restart, exit 130, both att
         "if [ \$DSLAUNCH_RESTART_COUNT = 0 ]; then exec \"\$W\" only 1 exit 4 0.1; fi; exec \"\$W\" pidfile 600" \
         >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    wait_ranks 2 20
+    kill_wait INT $pid
     assert_eq "$rc" 130
     assert_grep "^  attempt 1: rank 1 on localhost exited 4 at [0-9.]* s; restarting (1 of 3)$" err
     assert_grep "^  attempt 2: stopped by SIGINT at [0-9.]* s; not restarting$" err
@@ -89,10 +87,8 @@ expect_success "SIGTERM during the first attempt: no restart, exit 143" '
     export FLOW_TAG=term.$$ FLOW_PIDFILE=$T_TMP/term
     "$DSL" --max-restarts 3 --include localhost:0,1 "$W" pidfile 600 >out 2>err &
     pid=$!
-    wait_for_file "$FLOW_PIDFILE.1" 20
-    wait_for_file "$FLOW_PIDFILE.0" 20
-    kill -TERM $pid
-    set +e; wait $pid; rc=$?; set -e
+    wait_ranks 2 20
+    kill_wait TERM $pid
     assert_eq "$rc" 143
     assert_grep "attempt 1: stopped by SIGTERM at [0-9.]* s; not restarting" err
     assert_not_grep "attempt 2" err
@@ -106,8 +102,7 @@ expect_success "Slurm's warning ends the restarts: ranks that save on SIGUSR1 ex
     pid=$!
     wait_for_file up.0 20
     wait_for_file up.1 20
-    kill -USR1 $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait USR1 $pid
     assert_eq "$rc" 138
     assert_grep "got SIGUSR1: passed it to the ranks of 1 node" err
     assert_grep "exited with code 138 after [0-9.]* s, as a rank does that saved on Slurm.s warning" err

@@ -10,20 +10,10 @@ DSTRAIN=$2
 SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 export OMP_NUM_THREADS=1
 TINY="--backend tcp --data synthetic --synthetic-train 960 --synthetic-test 96
       --synthetic-dim 24 --hidden 32,16 --train-batch 48 --micro-batch 8 --bucket-size 200
       --steps-per-print 200 --eval-interval 0 --lr 0.01 --steps 100000000"
-
-wait_metrics() {
-    local i=0
-    until grep -q '"type":"step"' "$1" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 900 ] || fail "no training step after 90 s"
-        sleep 0.1
-    done
-}
 
 # rank_pid TAG RANK: the dstrain process of rank RANK in the job tagged TAG
 rank_pid() {
@@ -45,7 +35,7 @@ run_stopped() {
         --export DSLAUNCH_COMM_TIMEOUT="$comm" \
         "$DSTRAIN" $TINY --metrics "$T_TMP/$name/m.json" >out 2>err) &
     job=$!
-    wait_metrics "$name/m.json"
+    wait_metrics "$name/m.json" 90
     victim=$(rank_pid "$name.$$" 3) || fail "rank 3 not found"
     echo "$victim" >"$name.victim"
     tr '\0' '\n' <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p" >"$name.runid"

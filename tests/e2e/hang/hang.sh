@@ -42,16 +42,6 @@ rank_pid() {
     return 1
 }
 
-# wait_metrics FILE: until rank 0 logged a training step (60 s at most)
-wait_metrics() {
-    local i=0
-    until grep -q '"type":"step"' "$1" 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -le 600 ] || fail "no training step after 60 s"
-        sleep 0.1
-    done
-}
-
 # stacks_of REPORT RANK: the stack section of one rank in a text report
 stacks_of() {
     awk -v r="==== rank $2 " 'index($0, r) == 1 { on = 1; next } /^==== rank / { on = 0 } on' "$1"
@@ -71,7 +61,7 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
     "$DSL" --hang-timeout 3 --term-timeout 2 --include localhost:0,1 "$DSTRAIN" $TINY \
         --steps 100000000 --metrics m.json >out 2>err &
     job=$!
-    wait_metrics m.json
+    wait_metrics m.json 60
     victim=$(rank_pid "$FLOW_TAG" 1)
     run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
     pf=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_PROGRESS_FILE=//p")
@@ -107,7 +97,7 @@ expect_success "dstrain: when the collective times out first, the summary names 
     "$DSL" --hang-timeout 600 --term-timeout 2 --include localhost:0,1 "$DSTRAIN" $TINY \
         --steps 100000000 --metrics m.json >out 2>err &
     job=$!
-    wait_metrics m.json
+    wait_metrics m.json 60
     victim=$(rank_pid "$FLOW_TAG" 1)
     survivor=$(rank_pid "$FLOW_TAG" 0)
     run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
@@ -144,7 +134,7 @@ by_hand() {
             >"$name.$r.out" 2>"$name.$r.err" &
         pids+=($!)
     done
-    wait_metrics "$name.m.json"
+    wait_metrics "$name.m.json" 60
     kill -"$sig" "${pids[1]}"
     t0=$(now)
     for r in $(seq 0 $((n - 1))); do

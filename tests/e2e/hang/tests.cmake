@@ -3,18 +3,19 @@
 # capture timeouts) should not compete with other suites for the cores, and its jobs
 # take the default master port as flow_launch's do.
 if(TARGET dstrain)
-  add_test(NAME flow_hang
-           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hang.sh $<TARGET_FILE:dslaunch>
-                   $<TARGET_FILE:dstrain> $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
-  set_tests_properties(flow_hang PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
+  dsl_script_test(flow_hang LABEL flow TIMEOUT 600
+                  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/hang.sh $<TARGET_FILE:dslaunch>
+                          $<TARGET_FILE:dstrain> $<TARGET_FILE:flow_worker>
+                          ${PROJECT_SOURCE_DIR}
+                  PROPERTIES RUN_SERIAL TRUE)
 endif()
 # The same across nodes: world 6 on a 3-node namespace cluster over SSH (label cluster).
 if(TARGET dstrain)
-  add_test(NAME cluster_hang
-           COMMAND ${dsl_with_cluster} 3
-                   bash ${CMAKE_CURRENT_LIST_DIR}/cluster_hang.sh $<TARGET_FILE:dslaunch>
-                   $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR})
-  set_tests_properties(cluster_hang PROPERTIES LABELS cluster TIMEOUT 600 RUN_SERIAL TRUE)
+  dsl_script_test(cluster_hang LABEL cluster TIMEOUT 600
+                  COMMAND ${dsl_with_cluster} 3 bash
+                          ${CMAKE_CURRENT_LIST_DIR}/cluster_hang.sh $<TARGET_FILE:dslaunch>
+                          $<TARGET_FILE:dstrain> ${PROJECT_SOURCE_DIR}
+                  PROPERTIES RUN_SERIAL TRUE)
 endif()
 # PyTorch DDP programs (Debian's python3-torch, Gloo) that report no progress: healthy
 # jobs run to their end, each culprit is named alone (torch_hang.sh; skips without
@@ -27,9 +28,7 @@ add_test(NAME flow_torch_hang
 set_tests_properties(flow_torch_hang PROPERTIES LABELS "flow;torch" TIMEOUT 300 RUN_SERIAL TRUE
                      SKIP_RETURN_CODE 77)
 # The same across nodes: one rank on each of 2 namespace nodes over SSH (label cluster).
-add_test(NAME cluster_torch_hang
-         COMMAND ${dsl_with_cluster} 2
-                 bash ${CMAKE_CURRENT_LIST_DIR}/torch_hang.sh $<TARGET_FILE:dslaunch>
-                 ${PROJECT_SOURCE_DIR} cluster)
-set_tests_properties(cluster_torch_hang PROPERTIES LABELS cluster TIMEOUT 300 RUN_SERIAL TRUE
-                     SKIP_RETURN_CODE 77)
+dsl_script_test(cluster_torch_hang LABEL cluster TIMEOUT 300
+                COMMAND ${dsl_with_cluster} 2 bash ${CMAKE_CURRENT_LIST_DIR}/torch_hang.sh
+                        $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR} cluster
+                PROPERTIES RUN_SERIAL TRUE SKIP_RETURN_CODE 77)

@@ -1,8 +1,7 @@
 # The installed tree (cmake --install) run as a user would, away from the build tree:
 # train and dsbench through the installed dslaunch, man pages, bash completion. Label flow.
 if(TARGET dslaunch AND TARGET dstrain AND TARGET dsbench)
-  add_test(NAME flow_install
-           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/install.sh ${CMAKE_BINARY_DIR}
-                   ${PROJECT_SOURCE_DIR})
-  set_tests_properties(flow_install PROPERTIES LABELS flow TIMEOUT 300)
+  dsl_script_test(flow_install LABEL flow TIMEOUT 300
+                  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/install.sh ${CMAKE_BINARY_DIR}
+                          ${PROJECT_SOURCE_DIR})
 endif()

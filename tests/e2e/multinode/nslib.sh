@@ -2,13 +2,14 @@
 # cluster (run under tests/e2e/cluster/with_cluster.sh). Source it after tests/e2e/flow/lib.sh:
 #   . "$SRC/tests/e2e/multinode/nslib.sh"
 # It sets D (the cluster directory) and CL (cluster.sh), reads cluster.env (NODES, MODE,
-# ADDR_i, IFNAME_i), clears the variables that would leak this host's GPU and network
-# choices into the job, changes to the test's scratch directory, and defines the
-# namespace leftover checks below.
+# ADDR_i, IFNAME_i), sets SSH to the options that reach the nodes over ssh, clears the
+# variables that would leak this host's GPU and network choices into the job, changes
+# to the test's scratch directory, and defines the namespace leftover checks below.
 
 D=$DSL_CLUSTER_DIR
 CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
+SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
 cd "$T_TMP" || exit 1
 
@@ -36,4 +37,22 @@ wait_ns_clean() {
     done
     for p in $left; do ps -o pid,stat,args -p "$p" >&2 || true; done
     fail "processes left in the namespaces:$left"
+}
+
+# assert_world_2x2 OUT: OUT, the prefixed `env` of a job of 2 nodes x 2 slots, holds
+# every rank's contract, node 1's address as MASTER_ADDR everywhere, each node's own
+# interface (netns mode) and one run id
+assert_world_2x2() {
+    local r
+    for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" "$1"; done
+    assert_grep "^\[node1:rank 0\] MASTER_ADDR=$ADDR_1$" "$1"
+    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" "$1"
+    assert_grep "^\[node2:rank 3\] NODE_RANK=1$" "$1"
+    assert_grep "^\[node2:rank 3\] LOCAL_RANK=1$" "$1"
+    assert_grep "^\[node2:rank 2\] WORLD_SIZE=4$" "$1"
+    if [ "$MODE" = netns ]; then
+        assert_grep "^\[node1:rank 1\] NCCL_SOCKET_IFNAME=$IFNAME_1$" "$1"
+        assert_grep "^\[node2:rank 2\] NCCL_SOCKET_IFNAME=$IFNAME_2$" "$1"
+    fi
+    [ $(grep "DSLAUNCH_RUN_ID=" "$1" | sed "s/.*=//" | sort -u | wc -l) = 1 ]
 }

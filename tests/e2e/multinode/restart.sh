@@ -11,7 +11,6 @@ DSTRAIN=$3
 SRC=$4
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 [ "$NODES" = 3 ] || { echo "restart.sh needs a 3-node cluster" >&2; exit 1; }
 
 # Remote ranks see only the env contract and exported variables, so the rank programs
@@ -90,8 +89,7 @@ expect_success "Ctrl-C while waiting for a lost node: no restart, exit 130" '
         sleep 0.1
     done
     t0=$SECONDS
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     wait
     "$CL" exec "$D" 3 ip link set "$IFNAME_3" up
     assert_eq "$rc" 130

@@ -11,7 +11,6 @@ DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 
 mkdir -p venv/bin empty
 cat >venv/bin/python3 <<'EOS'

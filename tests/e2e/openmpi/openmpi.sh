@@ -14,7 +14,7 @@ W=$2
 SRC=$3
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--launcher openmpi --hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
+SSH=(--launcher openmpi "${SSH[@]}")
 # mpirun's session directories in a folder of this test's own: every mpirun of every
 # suite otherwise shares TMPDIR/ompi.HOST.UID, which the last one out removes, so an
 # mpirun of another suite starting at that moment failed ("orte_session_dir failed").
@@ -63,17 +63,7 @@ wait_all_clean() {  # liveness bound, not a speed check
 expect_success "2 nodes x 2 slots through mpirun: env, MASTER_ADDR, interfaces per node" '
     run_capture rc out err "$DSL" "${SSH[@]}" "$W" env
     assert_eq "$rc" 0
-    for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
-    assert_grep "^\[node1:rank 0\] MASTER_ADDR=$ADDR_1$" out
-    assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
-    assert_grep "^\[node2:rank 3\] NODE_RANK=1$" out
-    assert_grep "^\[node2:rank 3\] LOCAL_RANK=1$" out
-    assert_grep "^\[node2:rank 2\] WORLD_SIZE=4$" out
-    if [ "$MODE" = netns ]; then
-        assert_grep "^\[node1:rank 1\] NCCL_SOCKET_IFNAME=$IFNAME_1$" out
-        assert_grep "^\[node2:rank 2\] NCCL_SOCKET_IFNAME=$IFNAME_2$" out
-    fi
-    [ $(grep "DSLAUNCH_RUN_ID=" out | sed "s/.*=//" | sort -u | wc -l) = 1 ]
+    assert_world_2x2 out
     wait_all_clean 10
 '
 
@@ -192,8 +182,7 @@ expect_success "Ctrl-C on the launcher: exit 130, mpirun reaped, nothing left an
     "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/cc "$W" pidfile 600 >out 2>err &
     pid=$!
     for r in 0 1 2 3; do wait_for_file "$T_TMP/cc.$r" 20; done
-    kill -INT $pid
-    set +e; wait $pid; rc=$?; set -e
+    kill_wait INT $pid
     assert_eq "$rc" 130
     wait_all_clean 15
 '

@@ -10,7 +10,6 @@ SRC=$3
 HERE=$SRC/tests/e2e/security
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 
 command -v pdsh >/dev/null || { echo "not ok 1 - pdsh is not installed (apt-get install pdsh)"; exit 1; }
 command -v mpirun >/dev/null || { echo "not ok 1 - mpirun is not installed (apt-get install openmpi-bin)"; exit 1; }

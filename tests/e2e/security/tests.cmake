@@ -3,8 +3,7 @@
 # exported, inherited or argv canaries or the run token; `ps` shows no secret; a fake
 # launcher and an agent the launcher did not start are refused; hostile --ssh-config /
 # --ssh-identity paths run nothing on the ssh, pdsh and openmpi transports.
-add_test(NAME cluster_security
-         COMMAND ${dsl_with_cluster} 2
-                 bash ${CMAKE_CURRENT_LIST_DIR}/security.sh $<TARGET_FILE:dslaunch>
-                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cluster_security PROPERTIES LABELS cluster TIMEOUT 600)
+dsl_script_test(cluster_security LABEL cluster TIMEOUT 600
+                COMMAND ${dsl_with_cluster} 2 bash ${CMAKE_CURRENT_LIST_DIR}/security.sh
+                        $<TARGET_FILE:dslaunch> $<TARGET_FILE:flow_worker>
+                        ${PROJECT_SOURCE_DIR})

@@ -21,9 +21,7 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
-D=$DSL_CLUSTER_DIR
-CL=$DSL_CLUSTER_SH
-. "$D/cluster.env"
+. "$SRC/tests/e2e/multinode/nslib.sh"
 cd "$T_TMP"
 
 U=dslss$$

@@ -3,13 +3,11 @@
 # password on one host, --ssh_port) against the namespace cluster (root). The unit
 # tests (test_authkeys, test_sshlocal) are in tests/tools.
 if(DSL_WITH_SSH)
-  add_test(NAME flow_sshsetup
-           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sshsetup_flow.sh $<TARGET_FILE:dslaunch>
-                   ${PROJECT_SOURCE_DIR})
-  set_tests_properties(flow_sshsetup PROPERTIES LABELS flow TIMEOUT 120)
-  add_test(NAME cluster_sshsetup
-           COMMAND ${dsl_with_cluster} 3
-                   bash ${CMAKE_CURRENT_LIST_DIR}/sshsetup_cluster.sh $<TARGET_FILE:dslaunch>
-                   ${PROJECT_SOURCE_DIR})
-  set_tests_properties(cluster_sshsetup PROPERTIES LABELS cluster TIMEOUT 300)
+  dsl_script_test(flow_sshsetup LABEL flow TIMEOUT 120
+                  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/sshsetup_flow.sh
+                          $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
+  dsl_script_test(cluster_sshsetup LABEL cluster TIMEOUT 300
+                  COMMAND ${dsl_with_cluster} 3 bash
+                          ${CMAKE_CURRENT_LIST_DIR}/sshsetup_cluster.sh
+                          $<TARGET_FILE:dslaunch> ${PROJECT_SOURCE_DIR})
 endif()

@@ -8,12 +8,9 @@ set -u
 DSL=$1
 SRC=$2
 . "$SRC/tests/e2e/flow/lib.sh"
-D=$DSL_CLUSTER_DIR
-CL=$DSL_CLUSTER_SH
-. "$D/cluster.env"
+. "$SRC/tests/e2e/multinode/nslib.sh"
 P=$PRIVATE_DIR
 [ -n "$P" ] || { echo "Bail out! the cluster has no private directory"; exit 1; }
-SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 trap 'rm -rf "$T_TMP" "$P"/tree "$P"/one "$P"/cs "$P"/cs2 "$P"/ckpt' EXIT
 cd "$T_TMP"
 

@@ -18,13 +18,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 GPT2=$HERE/../../data/gpt2
 ENC=$GPT2/encoder.json.gz
 BPE=$GPT2/vocab.bpe.gz
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-bpe.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1
+. "$(dirname "$0")/scratch.sh"
+scratch bpe
 unset CUDA_VISIBLE_DEVICES
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
 [ -x "$DSTRAIN" ] || skip "no dstrain"
 
 case $TEST in

@@ -15,14 +15,9 @@ set -u
 DSL=$1
 DSTRAIN=$2
 TEST=$3
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-gpt.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-60}
-export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-60}
+. "$(dirname "$0")/scratch.sh"
+scratch gpt 60
 unset CUDA_VISIBLE_DEVICES
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
 [ -x "$DSL" ] && [ -x "$DSTRAIN" ] || skip "no dslaunch or dstrain"
 
 # a few sentences over and over: structure a tiny model learns in a hundred steps

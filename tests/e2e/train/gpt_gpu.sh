@@ -15,13 +15,8 @@
 #   gpt_gpu.sh <dstrain>       exit 0 pass, 1 fail, 77 skip
 set -u
 DSTRAIN=$1
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-gptgpu.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-60}
-export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-60}
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
+. "$(dirname "$0")/scratch.sh"
+scratch gptgpu 60
 [ -x "$DSTRAIN" ] || skip "no dstrain"
 
 seq 1 600 | awk '{ print $1 % 7, "the quick brown fox jumps over the lazy dog" }' >"$TMP/text"

@@ -25,12 +25,8 @@
 set -u
 DSTRAIN=$1
 DSBENCH=$2
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-nogpu.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-export OMP_NUM_THREADS=1
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
+. "$(dirname "$0")/scratch.sh"
+scratch nogpu
 command -v readelf >/dev/null || skip "no readelf"
 GPULIBS='lib(cuda|cudart|cublas|cublasLt|nccl)\.so'
 

@@ -11,14 +11,9 @@
 set -u
 DSTRAIN=$1
 TEST=$2
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-test.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/scratch.sh"
 # bounded waits: a rank whose rank 0 failed to start gives up in 30 s, not 300
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-30}
-export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-30}
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
-skip() { echo "SKIP: $*" >&2; exit 77; }
+scratch test 30
 
 # a small model and data set; every run of a test uses the same global batch (32)
 TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-dim 24

@@ -8,16 +8,11 @@
 set -u
 DSL=$1
 DSTRAIN=$2
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/dstrain-restart.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+. "$(dirname "$0")/scratch.sh"
 # generous bounds: a loaded machine (ASan, parallel ctest) must not fail a healthy run
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=${DSLAUNCH_COMM_TIMEOUT:-120}
-export DSLAUNCH_STORE_TIMEOUT=${DSLAUNCH_STORE_TIMEOUT:-120}
+scratch restart 120
 unset CUDA_VISIBLE_DEVICES
-
-fail() { echo "FAIL: $*" >&2; exit 1; }
 . "$(dirname "$0")/../flow/census.sh"
-skip() { echo "SKIP: $*" >&2; exit 77; }
 [ -x "$DSL" ] && [ -x "$DSTRAIN" ] || skip "no dslaunch or dstrain"
 
 # a few milliseconds a step, so that a kill lands well inside the run

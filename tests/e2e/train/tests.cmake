@@ -2,27 +2,26 @@
 # env contract, so they do not depend on the launcher). Label: flow.
 if(TARGET dstrain)
   foreach(t cli names stages worlds memory accum batch killed resume consolidate signal fmnist fp16 half)
-    add_test(NAME train_ranks_${t}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
-    set_tests_properties(train_ranks_${t} PROPERTIES LABELS flow TIMEOUT 300
-                         SKIP_RETURN_CODE 77)
+    dsl_script_test(train_ranks_${t} LABEL flow TIMEOUT 300
+                    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain>
+                            ${t}
+                    PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
 endif()
 # dstrain under dslaunch --max-restarts: killed once, restarted, resumed, bit for bit.
 if(TARGET dstrain AND TARGET dslaunch)
-  add_test(NAME train_restart
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
-                   $<TARGET_FILE:dstrain>)
-  set_tests_properties(train_restart PROPERTIES LABELS flow TIMEOUT 300 SKIP_RETURN_CODE 77)
+  dsl_script_test(train_restart LABEL flow TIMEOUT 300
+                  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>
+                          $<TARGET_FILE:dstrain>
+                  PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 # The store against strangers and the master port against a second job (store.sh).
 if(TARGET dstrain AND TARGET dslaunch)
   foreach(t pairs given handoff flood ulimit token loopback)
-    add_test(NAME train_store_${t}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/store.sh $<TARGET_FILE:dslaunch>
-                     $<TARGET_FILE:dstrain> ${t})
-    set_tests_properties(train_store_${t} PROPERTIES LABELS flow TIMEOUT 300
-                         SKIP_RETURN_CODE 77)
+    dsl_script_test(train_store_${t} LABEL flow TIMEOUT 300
+                    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/store.sh $<TARGET_FILE:dslaunch>
+                            $<TARGET_FILE:dstrain> ${t}
+                    PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
   # pairs holds the default master port 29500, as one case of flow_launch does
   set_tests_properties(train_store_pairs PROPERTIES RUN_SERIAL TRUE)
@@ -33,37 +32,35 @@ endif()
 # edge cases (resumes, shapes, prompts, names, killed runs), a second or two.
 if(TARGET dstrain AND TARGET dslaunch)
   foreach(t launch worlds resume torch inputs monitors)
-    add_test(NAME train_gpt_${t}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
-                     $<TARGET_FILE:dstrain> ${t})
-    set_tests_properties(train_gpt_${t} PROPERTIES LABELS flow TIMEOUT 300
-                         SKIP_RETURN_CODE 77)
+    dsl_script_test(train_gpt_${t} LABEL flow TIMEOUT 300
+                    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
+                            $<TARGET_FILE:dstrain> ${t}
+                    PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
 endif()
 # GPT-2 BPE (bpe.sh): tokenize against GPT-2's encoder.py (skipped without
 # python3-regex), and training and sampling on BPE shards.
 if(TARGET dstrain)
   foreach(t reference train)
-    add_test(NAME train_bpe_${t}
-             COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bpe.sh $<TARGET_FILE:dstrain> ${t})
-    set_tests_properties(train_bpe_${t} PROPERTIES LABELS flow TIMEOUT 300
-                         SKIP_RETURN_CODE 77)
+    dsl_script_test(train_bpe_${t} LABEL flow TIMEOUT 300
+                    COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/bpe.sh $<TARGET_FILE:dstrain> ${t}
+                    PROPERTIES SKIP_RETURN_CODE 77)
   endforeach()
 endif()
 # One binary for CPU and GPU nodes (nogpu.sh): no NEEDED entry for the GPU's libraries,
 # tcp and auto train with them out of reach, nccl says which are missing (exit 3).
 if(TARGET dstrain AND TARGET dsbench)
-  add_test(NAME train_nogpu
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/nogpu.sh $<TARGET_FILE:dstrain>
-                   $<TARGET_FILE:dsbench>)
-  set_tests_properties(train_nogpu PROPERTIES LABELS flow TIMEOUT 300 SKIP_RETURN_CODE 77)
+  dsl_script_test(train_nogpu LABEL flow TIMEOUT 300
+                  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/nogpu.sh $<TARGET_FILE:dstrain>
+                          $<TARGET_FILE:dsbench>
+                  PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 # The GPT on the GPU (gpt_gpu.sh, label gpu): dstrain --backend nccl at world 1 in fp32
 # and bf16 against the CPU run, loss falling, two runs bit-identical; skips without a GPU.
 if(TARGET dstrain AND DSL_HAVE_CUDA)
-  add_test(NAME train_gpt_gpu
-           COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt_gpu.sh $<TARGET_FILE:dstrain>)
-  set_tests_properties(train_gpt_gpu PROPERTIES LABELS gpu TIMEOUT 300 SKIP_RETURN_CODE 77)
+  dsl_script_test(train_gpt_gpu LABEL gpu TIMEOUT 300
+                  COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt_gpu.sh $<TARGET_FILE:dstrain>
+                  PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 # The determinism cases again under every OpenBLAS kernel family the CPU runs (worlds,
 # stages, accumulation, resume, 16-bit parameters, a restart, the GPT's worlds and
