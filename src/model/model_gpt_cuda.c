@@ -55,12 +55,16 @@
  * dimension must be), the MLP's input projection is cublasLtMatmul with
  * CUBLASLT_EPILOGUE_GELU_AUX_BIAS: fchg = gelu(ln2 W + b) written and fch = ln2 W + b
  * kept as the aux matrix; backward, the output projection's input gradient uses
- * CUBLASLT_EPILOGUE_DGELU with fch as aux, so d4C = (dres W^T) gelu'(fch) in one GEMM;
- * and the MLP's output projection adds its bias by CUBLASLT_EPILOGUE_BIAS with the
- * residual res2 as the GEMM's C (beta 1) and res3 as D. That replaces the bias
- * broadcasts, the GELU kernel and the GELU-gradient kernel: three passes over N x 4C
- * and one over N x C. The residual and the bias are added to the fp32 product before
- * the one rounding (the kernels round res2 + b to 16 bits first). Roundings differ from
+ * CUBLASLT_EPILOGUE_DGELU_BGRAD with fch as aux, so d4C = (dres W^T) gelu'(fch) in one
+ * GEMM that also writes fc's bias gradient (d4C's column sums, from the fp32 values)
+ * into its segment (DGELU and the column sums where the heuristic has nothing for it);
+ * and every other projection adds its bias by CUBLASLT_EPILOGUE_BIAS: qkv with beta 0,
+ * the attention's and the MLP's output projections with the residual as the GEMM's C
+ * (beta 1). That replaces the bias broadcasts, the GELU kernel, the GELU-gradient
+ * kernel and one bias gradient's column sums: per block four passes over N x 4C, one
+ * over N x 3C and two over N x C. The residual and the bias are added to the fp32
+ * product before the one rounding (the kernels round res + b to 16 bits first).
+ * DSL_GPT_EPILOGUES=off keeps the kernels. Roundings differ from
  * those kernels: the epilogue's GELU takes the
  * fp32 pre-activation (the kernels take it rounded to 16 bits), its gradient multiplies
  * the fp32 product (the kernels round it first), both evaluate gelu' at the 16-bit fch,
@@ -468,10 +472,17 @@ static int setup_blas(struct dsl_model *m, struct gpt_cuda *p, size_t C, char *e
         return create_fail(m, err, DSL_EREMOTE, "cublas: cannot set the math mode: %s",
                            cublasGetStatusString(bs));
     }
-    /* the MLP's bias, GELU and GELU gradient as cuBLASLt epilogues in 16-bit (fp32 keeps
-     * the kernels with the CPU's tanh); its aux matrix needs a leading dimension 4C that
-     * is a multiple of 8 */
-    if (p->et != DSL_CUDA_FP32 && (4 * C) % 8 == 0) {
+    /* the biases, the MLP's GELU and their gradients as cuBLASLt epilogues in 16-bit
+     * (fp32 keeps the kernels with the CPU's tanh); the GELU's aux matrix needs a
+     * leading dimension 4C that is a multiple of 8; DSL_GPT_EPILOGUES=off keeps the
+     * kernels too (a GPU session's A/B) */
+    const char *epi = getenv("DSL_GPT_EPILOGUES");
+    if (epi && *epi && strcmp(epi, "on") != 0 && strcmp(epi, "off") != 0) {
+        dsl_model_release(m);
+        return dsl_seterr(err, DSL_ECONFIG, "gpt: DSL_GPT_EPILOGUES '%s' is neither on nor off",
+                          epi);
+    }
+    if (p->et != DSL_CUDA_FP32 && (4 * C) % 8 == 0 && !(epi && strcmp(epi, "off") == 0)) {
         if ((bs = cublasLtCreate(&p->lt)) != CUBLAS_STATUS_SUCCESS) {
             p->lt = NULL;
             return create_fail(m, err,

@@ -42,6 +42,27 @@ static int proj_bwd(struct dsl_model *m, const void *dout, const void *w, void *
                 din, cin);
 }
 
+/* row-major out [N, cout] = resid + in [N, cin] W [cin, cout] + b (resid NULL: none): one
+ * GEMM with a BIAS epilogue (resid as its C), or the broadcast of resid + b and a GEMM
+ * onto it when the model keeps the kernels */
+static int proj_bias_fwd(struct dsl_model *m, const char *what, const void *in, const void *w,
+                         const void *b, const void *resid, void *out, size_t N, size_t cin,
+                         size_t cout)
+{
+    struct gpt_cuda *p = m->impl;
+    int sep = 1;
+    MARK(FWD_MATMUL);
+    if (p->lt)
+        TRY(sep = dsl_gpt_gemm_lt(m, what, CUBLASLT_EPILOGUE_BIAS, OP_N, OP_N, cout, N, cin, w,
+                                  cout, in, cin, resid ? 1.0f : 0.0f, resid, out, cout, b, NULL,
+                                  0));
+    if (!sep)
+        return 0;
+    CU(m, "launching dsl_k_gpt_resbias",
+       dsl_cuda_gpt_resbias(p->stream, p->et, out, resid, b, N, cout));
+    return proj_fwd(m, in, w, out, N, cin, cout, 1.0f);
+}
+
 /* ---- forward ---- */
 
 /* the flat ranges the sink's need() is called for, in order: embeddings, blocks, ln_f */
@@ -84,18 +105,14 @@ int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln1, h->ln1m, h->ln1r, res, WB(GPT_LN1_W),
                                   WB(GPT_LN1_B), N, C));
-        MARK(FWD_MATMUL); /* the bias broadcast the GEMM accumulates onto with it */
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->qkv, NULL, WB(GPT_QKV_B), N, 3 * C));
-        TRY(proj_fwd(m, h->ln1, WB(GPT_QKV_W), h->qkv, N, C, 3 * C, 1.0f));
+        TRY(proj_bias_fwd(m, "qkv projection GEMM", h->ln1, WB(GPT_QKV_W), WB(GPT_QKV_B),
+                          NULL, h->qkv, N, C, 3 * C));
         MARK(FWD_ATTN);
         CU(m, "launching dsl_k_gpt_attn_fwd",
            dsl_cuda_gpt_attention(p->stream, p->et, p->attn_tc, h->atty, h->lse, h->qkv, B, T,
                                   L->NH, C / L->NH));
-        MARK(FWD_MATMUL);
-        CU(m, "launching dsl_k_gpt_resbias",
-           dsl_cuda_gpt_resbias(p->stream, p->et, h->res2, res, WB(GPT_PROJ_B), N, C));
-        TRY(proj_fwd(m, h->atty, WB(GPT_PROJ_W), h->res2, N, C, C, 1.0f));
+        TRY(proj_bias_fwd(m, "attention output projection GEMM", h->atty, WB(GPT_PROJ_W),
+                          WB(GPT_PROJ_B), res, h->res2, N, C, C));
         MARK(FWD_NORM);
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln2, h->ln2m, h->ln2r, h->res2,
@@ -106,9 +123,9 @@ int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         MARK(FWD_MATMUL);
         if (p->lt)
             TRY(sep = dsl_gpt_gemm_lt(m, "MLP input projection GEMM (bias and GELU epilogue)",
-                              CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
-                              WB(GPT_FC_W), 4 * C, h->ln2, C, 0.0f, NULL, h->fchg, 4 * C,
-                              WB(GPT_FC_B), h->fch, 4 * C));
+                                      CUBLASLT_EPILOGUE_GELU_AUX_BIAS, OP_N, OP_N, 4 * C, N, C,
+                                      WB(GPT_FC_W), 4 * C, h->ln2, C, 0.0f, NULL, h->fchg,
+                                      4 * C, WB(GPT_FC_B), h->fch, 4 * C));
         if (sep) {
             CU(m, "launching dsl_k_gpt_resbias",
                dsl_cuda_gpt_resbias(p->stream, p->et, h->fch, NULL, WB(GPT_FC_B), N, 4 * C));
@@ -117,21 +134,8 @@ int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
             CU(m, "launching dsl_k_gpt_gelu",
                dsl_cuda_gpt_gelu(p->stream, p->et, h->fchg, h->fch, N * 4 * C, 0));
         }
-        /* res3 = res2 + fchg W + b: one GEMM with a bias epilogue (res2 as C), or the
-         * broadcast of res2 + b and a GEMM onto it */
-        sep = 1;
-        MARK(FWD_MATMUL);
-        if (p->lt)
-            TRY(sep = dsl_gpt_gemm_lt(m, "MLP output projection GEMM (bias epilogue)",
-                              CUBLASLT_EPILOGUE_BIAS, OP_N, OP_N, C, N, 4 * C, WB(GPT_FCPROJ_W),
-                              C, h->fchg, 4 * C, 1.0f, h->res2, h->res3, C, WB(GPT_FCPROJ_B),
-                              NULL, 0));
-        if (sep) {
-            CU(m, "launching dsl_k_gpt_resbias",
-               dsl_cuda_gpt_resbias(p->stream, p->et, h->res3, h->res2, WB(GPT_FCPROJ_B), N,
-                                    C));
-            TRY(proj_fwd(m, h->fchg, WB(GPT_FCPROJ_W), h->res3, N, 4 * C, C, 1.0f));
-        }
+        TRY(proj_bias_fwd(m, "MLP output projection GEMM", h->fchg, WB(GPT_FCPROJ_W),
+                          WB(GPT_FCPROJ_B), h->res2, h->res3, N, 4 * C, C));
 #undef WB
         res = h->res3;
     }
@@ -238,6 +242,45 @@ static int deliver_weight(struct dsl_model *m, const struct dsl_grad_sink *sink,
     return 0;
 }
 
+/* d4C = (dres W^T) gelu'(fch), and the column sums of d4C to the sink as bias tb's
+ * gradient: one GEMM with the DGELU_BGRAD epilogue writing the sums straight into the
+ * bias's one segment, or the DGELU epilogue and the column-sum kernels, or a GEMM, the
+ * GELU-gradient kernel and the column sums. The bias comes after the output projection's
+ * weight in backward order, so its dest() is asked for exactly where the kernels would */
+static int mlp_dgelu(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t tb,
+                     const void *w, void *fch, size_t N)
+{
+    struct gpt_cuda *p = m->impl;
+    size_t C = p->L.C;
+    const struct dsl_gpt_tensor *t = &p->L.t[tb];
+    int sep = 1;
+    MARK(BWD_MATMUL);
+    if (p->lt && t->nseg == 1) {
+        void *dst = sink->dest(sink->ctx, t->seg0);
+        TRY(sep = dsl_gpt_gemm_lt(m, "MLP output projection input gradient GEMM (GELU and bias "
+                                  "gradient epilogue)", CUBLASLT_EPILOGUE_DGELU_BGRAD, OP_T,
+                                  OP_N, 4 * C, N, C, w, C, p->dres, C, 0.0f, NULL, p->d4C,
+                                  4 * C, dst, fch, 4 * C));
+        if (!sep) {
+            sink->done(sink->ctx, t->seg0);
+            return 0;
+        }
+        /* the segment's dest() is asked for again below: the same pointer */
+    }
+    if (p->lt)
+        TRY(sep = dsl_gpt_gemm_lt(m, "MLP output projection input gradient GEMM (GELU "
+                                  "gradient epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N,
+                                  4 * C, N, C, w, C, p->dres, C, 0.0f, NULL, p->d4C, 4 * C,
+                                  NULL, fch, 4 * C));
+    if (sep) {
+        TRY(proj_bwd(m, p->dres, w, p->d4C, N, 4 * C, C));
+        MARK(BWD_ELEM);
+        CU(m, "launching dsl_k_gpt_gelu (backward)",
+           dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, fch, N * 4 * C, 1));
+    }
+    return deliver_bias(m, sink, tb, p->d4C, N);
+}
+
 /* LayerNorm backward: its bias then its weight to the sink, dx += */
 static int ln_backward(struct dsl_model *m, const struct dsl_grad_sink *sink, size_t tw,
                        size_t tb, void *dx, const void *dy, const void *x, const void *w,
@@ -273,22 +316,9 @@ int dsl_gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
         /* the MLP's output projection: dres is the gradient of res3 */
         TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
         TRY(deliver_weight(m, sink, TI(GPT_FCPROJ_W), h->fchg, p->dres, N));
-        /* d4C = (dres W^T) gelu'(fch): one GEMM with an epilogue, or two passes */
-        int sep = 1;
-        MARK(BWD_MATMUL);
-        if (p->lt)
-            TRY(sep = dsl_gpt_gemm_lt(m, "MLP output projection input gradient GEMM (GELU gradient "
-                              "epilogue)", CUBLASLT_EPILOGUE_DGELU, OP_T, OP_N, 4 * C, N, C,
-                              WB(GPT_FCPROJ_W), C, p->dres, C, 0.0f, NULL, p->d4C, 4 * C,
-                              NULL, h->fch, 4 * C));
-        if (sep) {
-            TRY(proj_bwd(m, p->dres, WB(GPT_FCPROJ_W), p->d4C, N, 4 * C, C));
-            MARK(BWD_ELEM);
-            CU(m, "launching dsl_k_gpt_gelu (backward)",
-               dsl_cuda_gpt_gelu(p->stream, p->et, p->d4C, h->fch, N * 4 * C, 1));
-        }
+        /* d4C = (dres W^T) gelu'(fch) and the MLP's input bias gradient */
+        TRY(mlp_dgelu(m, sink, TI(GPT_FC_B), WB(GPT_FCPROJ_W), h->fch, N));
         /* the MLP's input projection */
-        TRY(deliver_bias(m, sink, TI(GPT_FC_B), p->d4C, N));
         TRY(deliver_weight(m, sink, TI(GPT_FC_W), h->ln2, p->d4C, N));
         MARK(BWD_MATMUL);
         TRY(proj_bwd(m, p->d4C, WB(GPT_FC_W), p->dC, N, C, 4 * C));
