@@ -11,7 +11,8 @@
 # (drv_mlp.c: the need() calls, gradients, loss), a second or so. "cuda_worlds" builds and
 # runs tests/train/test_gpu_worlds.c itself (world 2 and 4 on one device through the
 # cuda-tcp backend, against the CPU trainer), with the device ops' kernels emulated too;
-# TESTS, a filter on its test names (e.g. world_two), runs part of it.
+# TESTS, a filter on its test names (e.g. world_two), runs part of it. "cuda_launches"
+# counts the CUDA GPT's launches per micro step (drv_launches.c), a few seconds.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
 #
@@ -89,7 +90,7 @@ case $FILTER in
 esac
 # shellcheck disable=SC2086
 DRV=drv
-case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; esac
+case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; *cuda_launches*) DRV=drv_launches ;; esac
 gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
     -c "$E/$DRV.c" -o "$T/drv.o"
 # a CUDA build's libraries name the runtime's stream, event and profiler calls (the nccl
