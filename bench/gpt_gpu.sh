@@ -15,6 +15,9 @@
 #             scalar (the scalar fp32 kernels) or auto (the model's choice): passed to
 #             dstrain as DSL_GPT_ATTENTION and named in the result line, so the two
 #             kernels can be compared side by side (run it once with each)
+#   EPILOGUES=on (default: the projections' bias, the MLP's GELU and their gradients in
+#             cuBLASLt epilogues) or off (plain GEMMs and the separate kernels): passed
+#             as DSL_GPT_EPILOGUES and named in the result line, the A/B of the epilogues
 #
 # Needs a dstrain built with CUDA and a visible GPU: without one it says so and exits 1.
 # dstrain's GPU timers (CUDA events) print the GPU time per phase with each progress
@@ -44,6 +47,11 @@ tensor) ATTN_NAME="tensor cores (WMMA, bf16 in, fp32 accumulators)" ;;
 scalar) ATTN_NAME="scalar fp32 kernels" ;;
 auto) ATTN_NAME="the model's choice (tensor cores on sm_80+)" ;;
 *) echo "ATTENTION '$ATTENTION' is none of tensor, scalar, auto" >&2; exit 1 ;;
+esac
+EPILOGUES=${EPILOGUES:-on}
+case $EPILOGUES in
+on | off) ;;
+*) echo "EPILOGUES '$EPILOGUES' is neither on nor off" >&2; exit 1 ;;
 esac
 DSTRAIN=$BUILD/dstrain
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/dsbench-gptgpu.XXXXXX")
@@ -85,7 +93,7 @@ JSON
 # run dstrain (PREFIX: a profiler's command line before it, as words)
 run_dstrain() {
     # shellcheck disable=SC2086 # PREFIX is words
-    DSL_GPT_ATTENTION=$ATTENTION RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+    DSL_GPT_ATTENTION=$ATTENTION DSL_GPT_EPILOGUES=$EPILOGUES RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )) \
         ${PREFIX:-} "$DSTRAIN" --config "$TMP/bench.json" >"$TMP/out" 2>"$TMP/err"
 }
@@ -175,15 +183,16 @@ fi
 cat "$TMP/out"
 tps=$(grep "^step .* tokens/s" "$TMP/out" | tail -n 1 | sed -n 's/.* tokens\/s \([0-9]*\).*/\1/p')
 [ -n "$tps" ] || { echo "gpt_gpu: no tokens/s in dstrain's progress lines" >&2; exit 1; }
-python3 - "$tps" "$PEAK" $L $C $T $V "$ATTN_NAME" <<'PY'
+python3 - "$tps" "$PEAK" $L $C $T $V "$ATTN_NAME" "$EPILOGUES" <<'PY'
 import sys
 tps, peak = float(sys.argv[1]), float(sys.argv[2])
 L, C, T, V = map(int, sys.argv[3:7])
-attn = sys.argv[7]
+attn, epi = sys.argv[7], sys.argv[8]
 params = 12 * L * C * C + V * C
 fpt = 6 * params + 12 * L * T * C
 tf = tps * fpt / 1e12
 print(f"gpt_gpu: GPT-2 124M shapes ({params / 1e6:.1f} M matmul parameters), bf16, world 1: "
       f"{tps:.0f} tokens/s, {fpt / 1e9:.3f} GFLOP/token, {tf:.1f} TFLOP/s, "
-      f"MFU {100 * tf / peak:.1f}% of {peak:g} TFLOP/s; attention on {attn}")
+      f"MFU {100 * tf / peak:.1f}% of {peak:g} TFLOP/s; attention on {attn}; "
+      f"cuBLASLt epilogues {epi}")
 PY

@@ -37,7 +37,8 @@
 # peer) it runs every gpu test's command directly (not through ctest, whose files name
 # this machine's paths), then bench/gpt_gpu.sh (dstrain, GPT-2 124M shapes, bf16,
 # world 1, micro batch 16, BENCH_STEPS=30 steps; its GPU time per phase from dstrain's
-# CUDA-event timers goes into the table) and the PyTorch peer in eager mode and under
+# CUDA-event timers goes into the table), the same with the cuBLASLt epilogues off
+# (EPILOGUES=off, AB_STEPS=20 steps; 0 leaves it out) and the PyTorch peer in eager mode and under
 # torch.compile (PEER_STEPS=30 each; after the profile, so that torch.compile's compile
 # time, the most expensive step, is the one a short deadline cuts), and the one-step
 # profile: bench/gpt_gpu.sh with
@@ -45,8 +46,8 @@
 # Compute, `ncu --clock-control none --metrics gpu__time_duration.sum`, profiles step 3
 # alone: the window dstrain opens around it, capped by --launch-count; PROFILE_MODE=skip
 # uses --launch-skip/--launch-count instead), and prints a table last: each test's pass,
-# fail or skip, the three tokens/s and dstrain's ratio to each, the GPU time per phase,
-# and the profiled step's top kernels by time. PROFILE=0 leaves the profile out. Logs go to
+# fail or skip, the four tokens/s and dstrain's ratio to each, the GPU time per phase,
+# the launches per step and the profiled step's top kernels by time. PROFILE=0 leaves the profile out. Logs go to
 # $OUT/gpu-check (the device tool's $OUT) or /tmp/gpu-check. Every step gets at most
 # what is left of DEADLINE_S (270) seconds, so the table comes out within it. On a
 # machine without a GPU every gpu test skips (77), the benchmarks say n/a, and the exit
@@ -298,20 +299,36 @@ run() {
         done
         return "$failed"
     fi
+    # bench/gpt_gpu.sh (with the caller's environment) into $log/NAME.log, at most CAP
+    # seconds: sets t_bench (its tokens/s, or empty) and s_bench (ok, n/a, fail)
+    local t_bench s_bench
+    gpt_bench() { # NAME STEPS CAP
+        timeout -k 5 "$(cap "$3")" sh "$b/src/bench/gpt_gpu.sh" "$b/bin" "$2" "$mb" \
+            </dev/null >"$log/$1.log" 2>&1
+        rc=$?
+        t_bench=$(tokens "$log/$1.log")
+        if [ -n "$t_bench" ]; then
+            s_bench=ok
+        elif grep -q "no GPU to run on" "$log/$1.log"; then
+            s_bench="n/a (no GPU)"
+        else
+            s_bench="fail (exit $rc)"
+            failed=1
+        fi
+    }
     echo "== bench/gpt_gpu.sh: dstrain, GPT-2 124M shapes, bf16, world 1, mb $mb, $steps steps"
-    timeout -k 5 "$(cap 120)" sh "$b/src/bench/gpt_gpu.sh" "$b/bin" "$steps" "$mb" \
-        </dev/null >"$log/gpt_gpu.log" 2>&1
-    rc=$?
-    t_ds=$(tokens "$log/gpt_gpu.log")
-    if [ -n "$t_ds" ]; then
-        s_ds=ok
-    elif grep -q "no GPU to run on" "$log/gpt_gpu.log"; then
-        s_ds="n/a (no GPU)"
-    else
-        s_ds="fail (exit $rc)"
-        failed=1
-    fi
+    gpt_bench gpt_gpu "$steps" 120
+    t_ds=$t_bench s_ds=$s_bench
     tail -n 2 "$log/gpt_gpu.log"
+
+    # the A/B of the cuBLASLt epilogues: the same benchmark with plain GEMMs and the
+    # separate bias/GELU kernels, short (the ratio is what counts)
+    local t_noepi="" s_noepi="skipped (AB_STEPS=0)" absteps=${AB_STEPS:-20}
+    if [ "$absteps" != 0 ]; then
+        echo "== bench/gpt_gpu.sh with EPILOGUES=off, mb $mb, $absteps steps"
+        EPILOGUES=off gpt_bench gpt_gpu_noepi "$absteps" 60
+        t_noepi=$t_bench s_noepi=$s_bench
+    fi
 
     # the one-step profile: Nsight Compute over step 3 of a 3-step run (gpt_gpu.sh)
     local s_prof="skipped (PROFILE=0)"
@@ -362,7 +379,7 @@ run() {
     done
     echo
     python3 - "${PEAK_TFLOPS:-989}" "$mb" "$t_ds" "$s_ds" "$t_eager" "$s_eager" "$t_comp" \
-        "$s_comp" <<'PY'
+        "$s_comp" "$t_noepi" "$s_noepi" <<'PY'
 import sys
 peak, mb, a = float(sys.argv[1]), sys.argv[2], sys.argv[3:]
 L, C, T, V = 12, 768, 1024, 50257  # bench/gpt_gpu.sh's FLOP count per token
@@ -370,7 +387,7 @@ fpt = 6 * (12 * L * C * C + V * C) + 12 * L * T * C
 ds = float(a[0]) if a[0] else None
 print(f"{'GPT-2 124M bf16, mb ' + mb:<28} {'tokens/s':>12} {'MFU':>6}  dstrain / row")
 for (label, t, s) in (("dstrain", a[0], a[1]), ("torch eager", a[2], a[3]),
-                      ("torch.compile", a[4], a[5])):
+                      ("torch.compile", a[4], a[5]), ("dstrain, epilogues off", a[6], a[7])):
     if not t:
         print(f"{label:<28} {s:>12}")
         continue

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <map>
+#include <vector>
 thread_local emu_ctx emu_c;
 std::barrier<> *emu_block_bar;
 std::barrier<> *emu_warp_bar[32];
@@ -185,7 +186,9 @@ extern "C" cudaError_t cudaGetDeviceCount(int *n)
  * fp32 once; BIAS adds the bias (D's type, widened) in fp32; GELU_AUX_BIAS stores the
  * fp32 pre-activation rounded to the aux type (D's) as aux and D = GELU of the unrounded
  * fp32 value, rounded once; DGELU multiplies the fp32 product by GELU's derivative at aux
- * (widened) and rounds once. GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi)
+ * (widened) and rounds once; DGELU_BGRAD does that and writes, through the bias pointer
+ * in D's type, each row's sum over D's columns of those fp32 gradients (summed in double,
+ * rounded once), the bias gradient the header documents. GELU is the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi)
  * (x + 0.044715 x^3))) with libm's tanhf, deliberately not the model's rational tanh:
  * the library's own tanh is undocumented, so the model must agree with the oracle within
  * the tests' tolerances whatever tanh it uses. Attributes, epilogues or types outside the
@@ -233,7 +236,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
         memcpy(&x->epi, buf, n);
         if (x->epi != CUBLASLT_EPILOGUE_DEFAULT && x->epi != CUBLASLT_EPILOGUE_BIAS &&
-            x->epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && x->epi != CUBLASLT_EPILOGUE_DGELU)
+            x->epi != CUBLASLT_EPILOGUE_GELU_AUX_BIAS && x->epi != CUBLASLT_EPILOGUE_DGELU &&
+            x->epi != CUBLASLT_EPILOGUE_DGELU_BGRAD)
             lt_die("epilogue", x->epi);
         break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, n); break;
@@ -340,14 +344,16 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
     check_align("B", B, b->t, b->ld);
     check_align("C", C, c->t, c->ld);
     check_align("D", D, d->t, d->ld);
-    int gelu = x->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, dgelu = x->epi == CUBLASLT_EPILOGUE_DGELU;
+    int gelu = x->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bgrad = x->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    int dgelu = x->epi == CUBLASLT_EPILOGUE_DGELU || bgrad;
     int bias = x->epi == CUBLASLT_EPILOGUE_BIAS || gelu;
-    if (bias && !x->bias) lt_die("bias epilogue without a bias pointer", x->epi);
+    if ((bias || bgrad) && !x->bias) lt_die("bias epilogue without a bias pointer", x->epi);
     if (gelu || dgelu) {
         if (!x->aux || x->auxld % 8 || x->auxld < (int64_t)m) lt_die("aux leading dimension", (long)x->auxld);
         check_align("aux", x->aux, d->t, x->auxld);
     }
     float al = *(const float *)alpha, be = *(const float *)beta;
+    std::vector<double> gsum(bgrad ? m : 0, 0.0);
     for (uint64_t j = 0; j < n; j++)
         for (uint64_t i = 0; i < m; i++) {
             double s = 0;
@@ -364,8 +370,13 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t 
                 v = gelu_tanh(v);
             } else if (dgelu) {
                 v *= dgelu_tanh(ld(x->aux, d->t, i + j * x->auxld));
+                if (bgrad) gsum[i] += v;
             }
             st(D, d->t, i + j * d->ld, v);
         }
+    /* DGELU_BGRAD: the bias gradient, D's row sums of the fp32 GELU gradient, in D's
+     * type (the header: "the same type as the output elements") */
+    for (uint64_t i = 0; i < (bgrad ? m : 0); i++)
+        st(const_cast<void *>(x->bias), d->t, i, (float)gsum[i]);
     return CUBLAS_STATUS_SUCCESS;
 }

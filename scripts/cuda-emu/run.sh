@@ -11,7 +11,8 @@
 # (drv_mlp.c: the need() calls, gradients, loss), a second or so. "cuda_worlds" builds and
 # runs tests/train/test_gpu_worlds.c itself (world 2 and 4 on one device through the
 # cuda-tcp backend, against the CPU trainer), with the device ops' kernels emulated too;
-# TESTS, a filter on its test names (e.g. world_two), runs part of it.
+# TESTS, a filter on its test names (e.g. world_two), runs part of it. "cuda_launches"
+# counts the CUDA GPT's launches per micro step (drv_launches.c), a few seconds.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)
 #
@@ -37,14 +38,19 @@ T=$(mktemp -d "${TMPDIR:-/tmp}/dsl-cuda-emu.XXXXXX")
 trap 'rm -rf "$T"' EXIT
 INC="-I$CUDA/include -I$ROOT/include -I$ROOT/src/model -I$E"
 X=${EMU_FLAGS:-}
-for k in model_gpt_kernels model_gpt_attention model_mlp_kernels; do
+# the models' kernels (emulated) and host code, compiled here; linked by both drivers
+KERNELS="model_gpt_kernels model_gpt_attention model_gpt_attention_tc model_mlp_kernels"
+HOSTC="model_gpt_cuda model_gpt_cuda_gemm model_gpt_cuda_pass model_mlp_cuda model_cuda model_cuda_host"
+MODEL_O=
+for k in $KERNELS $HOSTC; do MODEL_O="$MODEL_O $T/$k.o"; done
+for k in $KERNELS; do
     python3 "$E/launches.py" "$ROOT/src/model/$k.cu" "$T/$k.cpp"
     # shellcheck disable=SC2086 # INC and X are words
     g++ -std=c++20 -O1 -ffp-contract=off $X $INC -c "$T/$k.cpp" -o "$T/$k.o"
 done
 # shellcheck disable=SC2086 # X is words
 g++ -std=c++20 -O1 -ffp-contract=off $X -I"$CUDA/include" -I"$E" -c "$E/rt.cpp" -o "$T/rt.o"
-for f in model_gpt_cuda model_mlp_cuda model_cuda model_cuda_host; do
+for f in $HOSTC; do
     # shellcheck disable=SC2086
     gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -c "$ROOT/src/model/$f.c" -o "$T/$f.o"
 done
@@ -72,9 +78,7 @@ case $FILTER in
     done
     # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
     g++ "$T/test_gpu_worlds.o" "$T/comm.o" "$T/comm_cudahost.o" "$T/gpuprof.o" \
-        "$T/device_cuda.o" "$T/device_kernels.o" "$T/model_mlp_cuda.o" "$T/model_gpt_cuda.o" \
-        "$T/model_cuda.o" "$T/model_cuda_host.o" "$T/model_gpt_kernels.o" \
-        "$T/model_gpt_attention.o" "$T/model_mlp_kernels.o" "$T/emu_worlds.o" "$T/rt.o" $X \
+        "$T/device_cuda.o" "$T/device_kernels.o" $MODEL_O "$T/emu_worlds.o" "$T/rt.o" $X \
         -Wl,--allow-multiple-definition -o "$T/worlds" \
         "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
         "$L/device/libdsldevice.a" "$L/common/libdslcommon.a" \
@@ -86,14 +90,16 @@ case $FILTER in
 esac
 # shellcheck disable=SC2086
 DRV=drv
-case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; esac
+case $FILTER in *cuda_mlp*) DRV=drv_mlp ;; *cuda_launches*) DRV=drv_launches ;; esac
 gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -I"$ROOT/tests" -I"$ROOT/tests/train" \
     -c "$E/$DRV.c" -o "$T/drv.o"
+# a CUDA build's libraries name the runtime's stream, event and profiler calls (the nccl
+# backend, the GPU timers) and define cuBLAS(Lt)'s names (common/cudalibs.c): emu_worlds.o
+# stubs the former, and rt.o, linked before the libraries, wins over the latter
+# shellcheck disable=SC2086
+gcc -std=c11 -D_GNU_SOURCE -O1 -DDSL_HAVE_CUDA=1 $X $INC -c "$E/emu_worlds.c" -o "$T/emu_worlds.o"
 # shellcheck disable=SC2046,SC2086 # pkg-config's flags and X are words
-g++ "$T/drv.o" "$T/model_gpt_cuda.o" "$T/model_mlp_cuda.o" "$T/model_cuda.o" \
-    "$T/model_cuda_host.o" "$T/model_gpt_kernels.o" "$T/model_gpt_attention.o" \
-    "$T/model_mlp_kernels.o" \
-    "$T/rt.o" $X -o "$T/drv" \
+g++ "$T/drv.o" $MODEL_O "$T/emu_worlds.o" "$T/rt.o" $X -Wl,--allow-multiple-definition -o "$T/drv" \
     "$L/train/libdsltrain.a" "$L/comm/libdslcomm.a" "$L/model/libdslmodel.a" \
     "$L/device/libdsldevice.a" "$L/common/libdslcommon.a" $(pkg-config --libs openblas) $DNNL \
     -lz -lcrypto -lm -lpthread

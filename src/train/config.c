@@ -126,6 +126,10 @@ static int apply(struct parse_ctx *c, const char *path, const struct key *k, con
         c->cfg->given.data |= DSL_CFG_GIVEN_VAL_FRACTION;
     if (!strcmp(path, "dstrain.data.stride"))
         c->cfg->given.data |= DSL_CFG_GIVEN_STRIDE;
+    if (!strcmp(path, "zero_optimization.reduce_bucket_size"))
+        c->cfg->given.zero |= DSL_CFG_GIVEN_BUCKET;
+    if (!strcmp(path, "zero_optimization.overlap_comm"))
+        c->cfg->given.zero |= DSL_CFG_GIVEN_OVERLAP;
     if (k->kind != K_SECTION)
         return apply_leaf(c, k, v);
     /* DeepSpeed's legacy "zero_optimization": true|false means stage 1|0 */
@@ -196,7 +200,7 @@ void dsl_train_config_init(struct dsl_train_config *cfg)
             DSL_BUG(err);
     /* defaults are no request: only what the file or a flag sets counts as given */
     cfg->given.train = cfg->given.micro = cfg->given.accum = -1;
-    cfg->given.model = cfg->given.data = 0;
+    cfg->given.model = cfg->given.data = cfg->given.zero = 0;
     cfg->optimizer.adam_w_mode = 1;
     cfg->optimizer.adam_w_mode_cfg = -1;
     /* data_path, checkpoint_dir, metrics, resume: NULL, the dataset's own path or none */

@@ -469,6 +469,13 @@ static void fill_trainer(struct dsl_train_settings *s, enum dsl_precision prec)
     to->z3_persist = (size_t)c->zero.stage3_param_persistence_threshold;
     to->bucket_elems = (size_t)c->zero.reduce_bucket_size;
     to->overlap_comm = c->zero.overlap_comm;
+    /* the GPU's defaults where the config is silent: buckets of DSL_GPU_BUCKET_ELEMS,
+     * each all-reduced on the comm's stream as soon as backward has written it (DeepSpeed's
+     * 5e8 makes a GPT-2 one bucket, reduced only after backward: no overlap) */
+    if (gpu && !(c->given.zero & DSL_CFG_GIVEN_BUCKET))
+        to->bucket_elems = DSL_GPU_BUCKET_ELEMS;
+    if (gpu && !(c->given.zero & DSL_CFG_GIVEN_OVERLAP))
+        to->overlap_comm = 1;
     to->deterministic = gpu ? 0 : c->dstrain.deterministic < 0 ? 1 : c->dstrain.deterministic;
     to->grad_clip = (float)c->gradient_clipping;
     to->prescale = c->prescale_gradients;

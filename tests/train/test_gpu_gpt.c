@@ -437,14 +437,16 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
 /* ---- the MLP's epilogues ---- */
 
 /* In 16-bit the MLP's input projection, bias and GELU are one cuBLASLt GEMM with the
- * GELU_AUX_BIAS epilogue, its GELU gradient the DGELU epilogue of the next GEMM back
- * and its output projection's bias a BIAS epilogue over the residual, which need the aux matrix's leading dimension 4C to be a multiple of 8
- * (model_gpt_cuda.c): the tests above run that path; an odd width (33, 3 heads of 11)
- * keeps the separate bias and GELU kernels, which must track the CPU as well, and so
- * must the tiny GPT when the heuristic offers only algorithms that reduce split-K
- * partial products in 16 bits, which the model refuses (under the emulator
- * EMU_LT_16BIT_REDUCTIONS_ONLY makes its heuristic do that, and its matmul aborts on
- * such an algorithm; a GPU ignores the variable). */
+ * GELU_AUX_BIAS epilogue, its GELU gradient and input bias gradient the DGELU_BGRAD
+ * epilogue of the next GEMM back and every other projection's bias a BIAS epilogue
+ * (over the residual where there is one), which need the aux matrix's leading dimension
+ * 4C to be a multiple of 8 (model_gpt_cuda.c): the tests above run that path; an odd
+ * width (33, 3 heads of 11) keeps the separate bias and GELU kernels, which must track
+ * the CPU as well, and so must the tiny GPT when the heuristic offers only algorithms
+ * that reduce split-K partial products in 16 bits, which the model refuses (under the
+ * emulator EMU_LT_16BIT_REDUCTIONS_ONLY makes its heuristic do that, and its matmul
+ * aborts on such an algorithm; a GPU ignores the variable), or when DSL_GPT_EPILOGUES
+ * is off. */
 TEST(cuda_gpt_in_16_bit_without_the_epilogues_should_track_the_cpu_gpt)
 {
     const struct shape h = {1, 33, 3, 16, 256, 2};
@@ -453,6 +455,10 @@ TEST(cuda_gpt_in_16_bit_without_the_epilogues_should_track_the_cpu_gpt)
     setenv("EMU_LT_16BIT_REDUCTIONS_ONLY", "1", 1);
     compare_half(&tiny_shape, DSL_BFLOAT16);
     unsetenv("EMU_LT_16BIT_REDUCTIONS_ONLY");
+    /* and when asked not to take them (a GPU session's A/B) */
+    setenv("DSL_GPT_EPILOGUES", "off", 1);
+    compare_half(&tiny_shape, DSL_FLOAT16);
+    unsetenv("DSL_GPT_EPILOGUES");
 }
 
 /* ---- the vocabulary's padding ---- */

@@ -257,6 +257,56 @@ TEST(cpu_or_gpu_should_be_decided_once_and_kept)
     dsl_train_settings_release(&s);
 }
 
+/* verify() as on a rank placed on a GPU (s.gpu set by hand: no device needed) */
+static void verify_on_gpu(struct dsl_train_settings *s, const char *const *words)
+{
+    char err[DSL_ERR_LEN] = "";
+    ASSERT_OK(parse_words(s, err, words));
+    s->placed = 1;
+    s->gpu = 1;
+    int r = dsl_train_settings_verify(s, 0, 1, err);
+    if (r < 0)
+        fprintf(stderr, "%s\n", err);
+    ASSERT_OK(r);
+}
+
+/* DeepSpeed's reduce_bucket_size (5e8) makes a GPT-2 one bucket, reduced after backward:
+ * on a GPU the defaults are smaller buckets issued during backward, and whatever the
+ * config says wins; the CPU keeps DeepSpeed's defaults (its bits must not move) */
+TEST(a_gpu_rank_should_default_to_small_overlapped_buckets_unless_the_config_says)
+{
+    struct dsl_train_settings s;
+    char err[DSL_ERR_LEN] = "";
+    const char *plain[] = {"--backend", "tcp", "--micro-batch", "8", NULL};
+    ASSERT_OK(parse_words(&s, err, plain));
+    ASSERT_OK(dsl_train_settings_verify(&s, 0, 1, err));
+    ASSERT_EQ(s.gpu, 0);
+    ASSERT_EQ(s.to.bucket_elems, 500000000);
+    ASSERT_EQ(s.to.overlap_comm, 0);
+    ASSERT_EQ(s.model.seg_max, 500000000);
+    dsl_train_settings_release(&s);
+
+    verify_on_gpu(&s, plain);
+    ASSERT_EQ(s.to.bucket_elems, DSL_GPU_BUCKET_ELEMS);
+    ASSERT_EQ(s.to.overlap_comm, 1);
+    ASSERT_EQ(s.model.seg_max, DSL_GPU_BUCKET_ELEMS);
+    dsl_train_settings_release(&s);
+
+    const char *given[] = {"--backend", "tcp", "--micro-batch", "8", "--bucket-size",
+                           "500000000", "--overlap-comm", "false", NULL};
+    verify_on_gpu(&s, given);
+    ASSERT_EQ(s.to.bucket_elems, 500000000);
+    ASSERT_EQ(s.to.overlap_comm, 0);
+    dsl_train_settings_release(&s);
+
+    const char *one[] = {"--backend", "tcp", "--micro-batch", "8", "--bucket-size", "1000",
+                         NULL};
+    verify_on_gpu(&s, one);
+    ASSERT_EQ(s.to.bucket_elems, 1000);
+    ASSERT_EQ(s.to.overlap_comm, 1);
+    dsl_train_settings_release(&s);
+}
+
 /* stage 3 runs the MLP on the CPU so far: the GPT is refused, naming what is missing,
  * rather than run at another stage */
 TEST(stage_three_should_be_refused_for_the_gpt_by_name)

@@ -142,6 +142,9 @@ struct dsl_dstrain_config {
 /* cfg->given.data: data keys that only some datasets or models use */
 #define DSL_CFG_GIVEN_VAL_FRACTION 1u
 #define DSL_CFG_GIVEN_STRIDE 2u
+/* cfg->given.zero: keys whose default differs on the GPU path when they are not set */
+#define DSL_CFG_GIVEN_BUCKET 1u
+#define DSL_CFG_GIVEN_OVERLAP 2u
 
 /* DeepSpeed's csv_monitor / tensorboard sections (src/train/monitor.c) */
 struct dsl_cfg_monitor {
@@ -161,6 +164,7 @@ struct dsl_train_config {
         long train, micro, accum;   /* as written; -1: not given, -2: "auto" */
         unsigned model;             /* DSL_CFG_GIVEN_*: which model's size keys were set */
         unsigned data;              /* DSL_CFG_GIVEN_VAL_FRACTION, _STRIDE: set */
+        unsigned zero;              /* DSL_CFG_GIVEN_BUCKET, _OVERLAP: set */
     } given;
 
     struct dsl_optim_config optimizer;

@@ -97,8 +97,10 @@ struct dsl_trainer_opts {
      * while one computes when z3_prefetch > 0 and two layers fit in z3_max_live,
      * else one at a time (one layer over z3_max_live: dsl_trainer_init refuses) */
     size_t z3_prefetch, z3_max_live, z3_persist;
-    size_t bucket_elems;  /* reduce_bucket_size (elements) */
-    int overlap_comm;     /* issue reductions during backward */
+    size_t bucket_elems;  /* reduce_bucket_size (elements); DSL_GPU_BUCKET_ELEMS on a GPU
+                           * when the config does not say */
+    int overlap_comm;     /* issue reductions during backward (on a GPU unless the config
+                           * says otherwise) */
     int deterministic;    /* canonical summation order */
     float grad_clip;      /* gradient_clipping; 0 = off */
     int prescale;         /* prescale_gradients */
@@ -245,6 +247,11 @@ void dsl_trainer_release(struct dsl_trainer *t);
  * signal) and DSL_STEP_SAVE (a checkpoint after it; rank 0 only), agreed over all ranks
  * with the loss into res->stop and res->save.
  */
+/* reduce_bucket_size on the GPU path when the config does not set it: a few transformer
+ * layers of GPT-2 124M (7.1M parameters each) per bucket, so the all-reduces on the comm
+ * stream overlap backward (DeepSpeed's 5e8 makes the model one bucket) */
+#define DSL_GPU_BUCKET_ELEMS ((size_t)25000000)
+
 #define DSL_STEP_STOP 1
 #define DSL_STEP_SAVE 2
 int dsl_trainer_step(struct dsl_trainer *t, const struct dsl_dataset *train,
