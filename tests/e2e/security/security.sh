@@ -108,10 +108,13 @@ expect_success "an agent the launcher did not start cannot join a pdsh job, even
     done
     # the intruder dials with the real agent'"'"'s arguments, but its key line goes to
     # its own stdout, not through pdsh: the launcher never expects its key
-    run_capture rc out err "$CL" exec "$D" 2 "$DSL" --agent --connect "$c" --launcher-key "$k"
-    cat err
+    # files of its own: the job writes its stderr to err in this directory meanwhile
+    run_capture rc intruder.out intruder.err \
+        "$CL" exec "$D" 2 "$DSL" --agent --connect "$c" --launcher-key "$k"
+    cat intruder.err
     [ "$rc" != 0 ] || fail "an intruding agent got in"
-    assert_grep "launcher did not answer the handshake\|connect-back refused\|cannot connect back" err
+    assert_grep "launcher did not answer the handshake\|connect-back refused\|cannot connect back" \
+        intruder.err
     rc=0; wait $job || rc=$?
     cat "$T_TMP/err"
     assert_eq "$rc" 0
