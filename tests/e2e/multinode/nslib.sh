@@ -11,6 +11,12 @@ CL=$DSL_CLUSTER_SH
 . "$D/cluster.env"
 SSH=(--hostfile "$D/hostfile" --ssh-config "$D/ssh_config")
 unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS NCCL_SOCKET_IFNAME GLOO_SOCKET_IFNAME
+# Open MPI's session directories in this test's scratch directory, on the nodes too:
+# every cluster names its nodes node1, node2, ..., so the orted daemons of two suites
+# running at once shared /tmp/ompi.node1.UID, which the last one out removes, and an
+# orted starting at that moment failed ("orte_session_dir failed"). mpirun hands the
+# environment's OMPI_MCA_ parameters to the daemons it starts over ssh.
+export OMPI_MCA_orte_tmpdir_base="$T_TMP" PRTE_MCA_prte_tmpdir_base="$T_TMP"
 cd "$T_TMP" || exit 1
 
 # Processes other than sshd left in a node's namespace.
