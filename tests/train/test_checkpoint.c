@@ -19,34 +19,10 @@
 #include "train/safetensors.h"
 #include "dslaunch/common/xalloc.h"
 #include "test.h"
+#include "test_fs.h"
 
 /* ---- helpers --------------------------------------------------------------------- */
 
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char *p = dsl_xasprintf("%s/%s", path, e->d_name);
-            rm_rf(p);
-            free(p);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-static char *tmpdir(void)
-{
-    char *t = dsl_xstrdup("/tmp/dsl-ckpt-test-XXXXXX");
-    ASSERT(mkdtemp(t) != NULL);
-    return t;
-}
 
 #define NUMEL 23
 static const struct dsl_ckpt_param views[] = {
@@ -168,7 +144,7 @@ static int count_entries(const char *dir)
 
 TEST(checkpoint_should_round_trip_parameters_state_and_metadata)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN], tag[64];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN], tag[64];
     struct state s;
     struct dsl_ckpt c;
     uint64_t step;
@@ -205,7 +181,7 @@ TEST(checkpoint_should_round_trip_parameters_state_and_metadata)
 
 TEST(checkpoint_should_recut_for_any_world_size)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s, back;
     fill(&s, 1.0f);
     /* saved at world 4, re-saved from the reassembled vectors at 2, 1, 5 and 30 (more
@@ -257,7 +233,7 @@ TEST(checkpoint_slice_should_split_evenly_and_cover_everything)
 
 TEST(latest_should_be_replaced_atomically_and_read_back)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN], *tag;
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN], *tag;
     ASSERT_OK(dsl_ckpt_write_latest(dir, "global_step10", err));
     ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
     ASSERT_STR_EQ(tag, "global_step10");
@@ -284,7 +260,7 @@ TEST(latest_should_be_replaced_atomically_and_read_back)
 
 TEST(consolidate_should_write_the_same_bytes_whatever_the_world_size)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     fill(&s, 2.0f);
     ASSERT_OK(save(dir, "a", 1, &s, 3, err));
@@ -359,7 +335,7 @@ static const struct {
 TEST(corrupt_checkpoints_should_fail_with_an_error_naming_the_file)
 {
     for (size_t i = 0; i < sizeof(corruptions) / sizeof(corruptions[0]); i++) {
-        char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+        char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
         struct state s;
         struct dsl_ckpt c;
         fill(&s, 0.0f);
@@ -518,7 +494,7 @@ static const struct {
 TEST(edited_checkpoint_headers_should_fail_naming_the_file_and_the_field)
 {
     for (size_t i = 0; i < sizeof(edits) / sizeof(edits[0]); i++) {
-        char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+        char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
         struct state s;
         struct dsl_ckpt c;
         fill(&s, 0.0f);
@@ -544,7 +520,7 @@ TEST(edited_checkpoint_headers_should_fail_naming_the_file_and_the_field)
 
 TEST(checkpoints_of_older_versions_should_load_and_still_be_cross_checked)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
     struct state s;
     struct dsl_ckpt c;
     fill(&s, 1.5f);
@@ -593,7 +569,7 @@ TEST(checkpoints_of_older_versions_should_load_and_still_be_cross_checked)
 
 TEST(a_fifo_in_place_of_a_shard_or_latest_should_fail_the_load_at_once)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
     struct state s;
     struct dsl_ckpt c;
     fill(&s, 0.0f);
@@ -618,7 +594,7 @@ TEST(a_fifo_in_place_of_a_shard_or_latest_should_fail_the_load_at_once)
 
 TEST(links_at_the_old_predictable_temp_names_should_not_be_followed)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
     char *victim = dsl_xasprintf("%s/victim", dir);
     struct state s;
     struct dsl_ckpt c;
@@ -651,7 +627,7 @@ TEST(links_at_the_old_predictable_temp_names_should_not_be_followed)
 
 TEST(a_successful_save_should_remove_what_failed_saves_left)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN] = "";
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN] = "";
     struct state s;
     fill(&s, 0.0f);
     ASSERT_OK(save(dir, "global_step1", 1, &s, 1, err));
@@ -712,7 +688,7 @@ TEST(overlapping_or_gapped_shards_should_be_refused_at_commit)
         {12, 10, "shards cover 22 of 23 elements"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char *dir = tmpdir(), err[DSL_ERR_LEN];
+        char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
         struct state s;
         fill(&s, 0.0f);
         ASSERT_OK(save(dir, "good", 2, &s, 1, err));
@@ -738,7 +714,7 @@ TEST(overlapping_or_gapped_shards_should_be_refused_at_commit)
 
 TEST(failed_save_should_leave_the_previous_checkpoint_intact)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s, s2;
     struct dsl_ckpt c;
     fill(&s, 0.0f);
@@ -803,7 +779,7 @@ TEST(failed_save_should_leave_the_previous_checkpoint_intact)
 
 TEST(writers_should_reject_views_that_do_not_tile_the_parameters)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     fill(&s, 0.0f);
     struct dsl_ckpt_param bad[NVIEWS];
@@ -825,7 +801,7 @@ TEST(writers_should_reject_views_that_do_not_tile_the_parameters)
 
 TEST(safetensors_should_round_trip_dtypes_shapes_and_escaped_metadata)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     char *path = dsl_xasprintf("%s/x.safetensors", dir);
     float f[6] = {1, 2, 3, 4, 5, 6};
     int64_t q[2] = {-1, 1LL << 40};
@@ -1066,7 +1042,7 @@ static void place_unvalidated(const char *dir, const char *tag, const struct sta
 
 TEST(a_save_with_a_non_finite_parameter_should_be_refused_and_latest_kept)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s, bad;
     fill(&s, 0.0f);
     ASSERT_OK(save(dir, "global_step4", 2, &s, 4, err));
@@ -1095,7 +1071,7 @@ TEST(a_save_with_a_non_finite_parameter_should_be_refused_and_latest_kept)
 
 TEST(a_non_finite_parameter_or_state_should_be_refused_naming_tensor_and_index)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     struct dsl_ckpt c;
     fill(&s, 0.5f);
@@ -1147,7 +1123,7 @@ TEST(a_non_finite_parameter_or_state_should_be_refused_naming_tensor_and_index)
 TEST(a_checkpoint_without_checksums_and_with_a_nan_should_be_refused_with_what_to_do)
 {
     /* the case: every checksum cut out, a nan written into the data */
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     struct dsl_ckpt c;
     fill(&s, 0.5f);
@@ -1180,7 +1156,7 @@ TEST(a_checkpoint_without_checksums_and_with_a_nan_should_be_refused_with_what_t
 
 TEST(a_sparse_terabyte_file_should_be_refused_from_its_header_before_any_allocation)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     struct dsl_ckpt c;
     fill(&s, 0.5f);
@@ -1257,13 +1233,13 @@ TEST(a_sparse_terabyte_file_should_be_refused_from_its_header_before_any_allocat
 
 TEST(stale_partial_directories_should_neither_break_a_save_nor_ever_be_loaded)
 {
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("ckpt"), err[DSL_ERR_LEN];
     struct state s;
     struct dsl_ckpt c;
     struct stat st;
     fill(&s, 0.5f);
     /* a file outside that links inside the stale partials point at: never touched */
-    char *outside = tmpdir(), *victim = dsl_xasprintf("%s/victim", outside);
+    char *outside = test_tmpdir("ckpt"), *victim = dsl_xasprintf("%s/victim", outside);
     FILE *f = fopen(victim, "w");
     ASSERT(f != NULL);
     fputs("keep", f);

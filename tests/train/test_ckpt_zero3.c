@@ -22,32 +22,8 @@
 #include "train/checkpoint_internal.h"
 #include "train/safetensors.h"
 #include "test.h"
+#include "test_fs.h"
 
-static void rm_rf(const char *path)
-{
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char *p = dsl_xasprintf("%s/%s", path, e->d_name);
-            rm_rf(p);
-            free(p);
-        }
-        closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-static char *tmpdir(void)
-{
-    char *t = dsl_xstrdup("/tmp/dsl-z3-test-XXXXXX");
-    ASSERT(mkdtemp(t) != NULL);
-    return t;
-}
 
 /* An MLP-shaped model: layers of [width, in] weights and [width] biases. */
 struct model {
@@ -177,7 +153,7 @@ TEST(zero3_checkpoint_should_load_whole_at_any_world_size)
     struct model md;
     model_init(&md, 3, 20, 16);
     for (int world = 1; world <= 4; world++) {
-        char *dir = tmpdir(), err[DSL_ERR_LEN];
+        char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
         struct dsl_ckpt c;
         ASSERT_OK(save_z3(dir, "global_step7", world, &md, 50, 0, err));
         ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
@@ -207,7 +183,7 @@ TEST(zero3_consolidate_should_hold_one_tensor_at_a_time)
     /* 6 layers of 128 x 128: the largest tensor is a sixth of the model */
     struct model md;
     model_init(&md, 6, 128, 128);
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     char *out1 = dsl_xasprintf("%s/w1/model.safetensors", dir);
     char *out4 = dsl_xasprintf("%s/w4.safetensors", dir);
     char *d1 = dsl_xasprintf("%s/ck1", dir), *d4 = dsl_xasprintf("%s/ck4", dir);
@@ -252,7 +228,7 @@ TEST(zero3_16bit_weights_should_be_the_rounded_parameters_streamed_the_same_way)
 {
     struct model md;
     model_init(&md, 4, 64, 64);
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     char *out = dsl_xasprintf("%s/m16.safetensors", dir);
     char *path = dsl_xasprintf("%s/global_step7", dir);
     struct dsl_ckpt c;
@@ -320,7 +296,7 @@ TEST(a_missing_or_corrupt_zero3_shard_should_be_refused_naming_the_file)
                         "data does not match its checksum"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char *dir = tmpdir(), err[DSL_ERR_LEN];
+        char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
         ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
         char *f = in_tag(dir, "global_step7", cases[i].rank, cases[i].kind);
         if (cases[i].corrupt)
@@ -333,7 +309,7 @@ TEST(a_missing_or_corrupt_zero3_shard_should_be_refused_naming_the_file)
         free(dir);
     }
     /* the optimizer's files are the resume's: a load refuses them, naming the file */
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
     ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
     char *f = in_tag(dir, "global_step7", 1, "optim");
@@ -355,7 +331,7 @@ TEST(overlapping_zero3_pieces_should_fail_the_commit_and_keep_latest)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
     ASSERT_OK(save_z3(dir, "global_step7", 2, &md, 50, 0, err));
     ASSERT_ERR(save_z3(dir, "global_step9", 2, &md, 50, 1, err));
@@ -378,7 +354,7 @@ TEST(a_zero3_save_with_a_nan_should_fail_at_its_writer_and_keep_latest)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     ASSERT_OK(save_z3(dir, "global_step7", 2, &md, 50, 0, err));
     md.s[md.numel - 1] = NAN; /* in the last rank's optimizer pieces */
     ASSERT_ERR(save_z3(dir, "global_step9", 2, &md, 50, 0, err));
@@ -399,7 +375,7 @@ TEST(a_rank_should_read_only_its_own_zero3_shard_at_the_saved_world)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = tmpdir(), err[DSL_ERR_LEN];
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
     ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
     /* rank 1 of 3 needs no other rank's files: the others' shards removed */
