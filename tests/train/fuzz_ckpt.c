@@ -31,10 +31,10 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/lossscale.h"
 #include "train/checkpoint.h"
+#include "fuzz_files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CUT "\n--8<--\n"
 #define NFILES 6 /* latest, the model file, 4 shards */
 
 static char dir[64], tagdir[96], files[NFILES][200];
@@ -95,18 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0])
         setup();
-    const uint8_t *p = data, *end = data + size;
-    for (int i = 0; i < NFILES; i++) {
-        unlink(files[i]);
-        if (!p)
-            continue;
-        const uint8_t *cut = memmem(p, (size_t)(end - p), CUT, sizeof(CUT) - 1);
-        size_t n = cut ? (size_t)(cut - p) : (size_t)(end - p);
-        FILE *f = fopen(files[i], "wb");
-        if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0)
-            abort();
-        p = cut ? cut + sizeof(CUT) - 1 : NULL;
-    }
+    fuzz_write_parts(data, size, files[0], sizeof(files[0]), NFILES);
     struct dsl_ckpt c;
     char err[DSL_ERR_LEN] = "";
     int r = dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err);

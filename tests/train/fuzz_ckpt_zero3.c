@@ -23,10 +23,10 @@
 
 #include "dslaunch/common/error.h"
 #include "train/checkpoint.h"
+#include "fuzz_files.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CUT "\n--8<--\n"
 #define NFILES 7 /* latest, 3 ranks' model and optimizer shards */
 
 static char dir[64], tagdir[96], out[128], files[NFILES][200];
@@ -54,22 +54,6 @@ static void setup(void)
         snprintf(files[i], sizeof(files[i]), "%s/zero_pp_rank_%d_mp_rank_00_%s_states.safetensors",
                  tagdir, (i - 1) / 2, (i - 1) % 2 ? "optim" : "model");
     atexit(remove_all);
-}
-
-static void split(const uint8_t *data, size_t size)
-{
-    const uint8_t *p = data, *end = data + size;
-    for (int i = 0; i < NFILES; i++) {
-        unlink(files[i]);
-        if (!p)
-            continue;
-        const uint8_t *cut = memmem(p, (size_t)(end - p), CUT, sizeof(CUT) - 1);
-        size_t n = cut ? (size_t)(cut - p) : (size_t)(end - p);
-        FILE *f = fopen(files[i], "wb");
-        if (!f || (n && fwrite(p, 1, n, f) != n) || fclose(f) != 0)
-            abort();
-        p = cut ? cut + sizeof(CUT) - 1 : NULL;
-    }
 }
 
 /* consolidate in fp32: a failure leaves no file; a success reads back as whole's
@@ -104,7 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0])
         setup();
-    split(data, size);
+    fuzz_write_parts(data, size, files[0], sizeof(files[0]), NFILES);
     struct dsl_ckpt c, strict;
     char err[DSL_ERR_LEN] = "", err2[DSL_ERR_LEN] = "";
     int r = dsl_ckpt_load(&c, dir, NULL, DSL_CKPT_ALLOW_UNVERIFIED, err);
