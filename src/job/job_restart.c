@@ -88,9 +88,11 @@ static void catch_between(void)
 }
 
 /* Sleep s seconds, or less when a signal arrives. */
+/* Sleeps s seconds, or less when a signal comes between attempts; says so then, so
+   that a user who stopped the wait sees it was cut short. */
 static void nap(double s)
 {
-    double end = dsl_now() + s;
+    double start = dsl_now(), end = start + s;
     while (!between_sig) {
         double left = end - dsl_now();
         if (left <= 0)
@@ -98,6 +100,8 @@ static void nap(double s)
         struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
         nanosleep(&ts, NULL);
     }
+    dsl_info("the wait was cut short by %s after %.1f of %.0f s", dsl_signame(between_sig),
+             dsl_now() - start, s);
 }
 
 /* The cause of an attempt's end, in words; code: what the attempt exited with (a job
