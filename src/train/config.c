@@ -218,6 +218,8 @@ void dsl_train_config_release(struct dsl_train_config *cfg)
     free(ds->cpu_gemm);
     free(ds->metrics);
     free(ds->resume);
+    free(cfg->zero.offload_optimizer);
+    free(cfg->zero.offload_param);
     free(cfg->csv_monitor.output_path);
     free(cfg->csv_monitor.job_name);
     free(cfg->tensorboard.output_path);

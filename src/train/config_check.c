@@ -5,9 +5,11 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dslaunch/common/error.h"
+#include "dslaunch/common/xalloc.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/common/banned.h"
@@ -159,9 +161,39 @@ static int resolve_batch(struct dsl_train_config *cfg, const char *file, int wor
     return 0;
 }
 
+/* ZeRO-Offload's keys against the stage, as DeepSpeed has them: the optimizer state
+ * moves at stages 1-3 (it is sharded there), the parameters at stage 3. The legacy
+ * "cpu_offload": true is offload_optimizer "cpu". */
+static int check_offload(struct dsl_zero_config *z, const char *file, char *err)
+{
+    if (z->cpu_offload && !dsl_cfg_offloads(z->offload_optimizer)) {
+        free(z->offload_optimizer);
+        z->offload_optimizer = dsl_xstrdup("cpu");
+    }
+    const char *opt = z->offload_optimizer, *par = z->offload_param;
+    if ((opt && !strcmp(opt, "nvme")) || (par && !strcmp(par, "nvme")))
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'zero_optimization.%s.device' \"nvme\" is not supported by "
+                          "dstrain (no NVMe offload): use \"cpu\" or \"none\"",
+                          file, opt && !strcmp(opt, "nvme") ? "offload_optimizer"
+                                                           : "offload_param");
+    if (dsl_cfg_offloads(opt) && z->stage < 1)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or "
+                          "3 (it moves the optimizer state those stages shard), and "
+                          "'zero_optimization.stage' is 0", file);
+    if (dsl_cfg_offloads(par) && z->stage != 3)
+        return dsl_seterr(err, DSL_ECONFIG,
+                          "%s: 'zero_optimization.offload_param' needs ZeRO stage 3 (it moves "
+                          "the parameter shards), and 'zero_optimization.stage' is %d",
+                          file, z->stage);
+    return 0;
+}
+
 /* The rules between keys other than the batch's; sets the optimizer's resolved mode. */
 static int check_rules(struct dsl_train_config *cfg, const char *file, char *err)
 {
+    int r;
     if (cfg->fp16.enabled && cfg->bf16)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: 'fp16.enabled' and 'bf16.enabled' cannot both be true", file);
@@ -202,6 +234,8 @@ static int check_rules(struct dsl_train_config *cfg, const char *file, char *err
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: dataset \"text\" is byte-level: 'dstrain.model.vocab' must be at "
                           "least 256, got %zu", file, ds->gpt_vocab);
+    if ((r = check_offload(&cfg->zero, file, err)) < 0)
+        return r;
     if (cfg->dstrain.steps == 0 && cfg->dstrain.epochs == 0)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: nothing to train: 'dstrain.steps' and 'dstrain.epochs' are both 0",
@@ -263,6 +297,11 @@ enum dsl_precision dsl_train_config_precision(const struct dsl_train_config *cfg
         return DSL_PREC_FP32;
     }
     return cfg->fp16.enabled ? DSL_PREC_FP16 : DSL_PREC_BF16;
+}
+
+int dsl_cfg_offloads(const char *device)
+{
+    return device && strcmp(device, "none") != 0;
 }
 
 const char *dsl_cfg_optim_name(enum dsl_cfg_optim t)

@@ -184,6 +184,12 @@ static const struct {
     {"dstrain.backend", "nccl", "nccl"},
     {"dstrain.cpu_gemm", "fp32", "fp32"},
     {"dstrain.cpu_gemm", "bf16", "bf16"},
+    {"zero_optimization.offload_optimizer.device", "none", "none"},
+    {"zero_optimization.offload_optimizer.device", "cpu", "cpu"},
+    {"zero_optimization.offload_optimizer.device", "nvme", "nvme"},
+    {"zero_optimization.offload_param.device", "none", "none"},
+    {"zero_optimization.offload_param.device", "cpu", "cpu"},
+    {"zero_optimization.offload_param.device", "nvme", "nvme"},
 };
 
 /* the words a choice key takes (no alternative spellings), each between quotes q */

@@ -226,6 +226,25 @@ const struct key dsl_cfgp_keys[] = {
              "rank 0; ignored at stages 0-2 (their model file is the whole fp32 model)"},
     {.path = "zero_optimization.reduce_scatter", .kind = K_BOOL,
      .off = OFF(zero.reduce_scatter), .def = "true", .help = "accepted"},
+    {.path = "zero_optimization.offload_optimizer", .kind = K_SECTION},
+    {.path = "zero_optimization.offload_optimizer.device", .kind = K_SPECIAL,
+     .off = OFF(zero.offload_optimizer), .fn = dsl_cfgp_sp_choice, .def = "none",
+     .help = "ZeRO-Offload of the optimizer state and step (stages 1-3)",
+     .doc = "ZeRO-Offload of the fp32 master weights, the optimizer state and its step "
+            "(stages 1-3): on the CPU (tcp) a no-op, said once (they are in host memory "
+            "already); on the GPU not implemented yet, an error; `nvme` is an error"},
+    {.path = "zero_optimization.offload_optimizer.pin_memory", .kind = K_BOOL,
+     .off = OFF(zero.offload_optimizer_pin), .def = "false", .help = "accepted"},
+    {.path = "zero_optimization.offload_param", .kind = K_SECTION},
+    {.path = "zero_optimization.offload_param.device", .kind = K_SPECIAL,
+     .off = OFF(zero.offload_param), .fn = dsl_cfgp_sp_choice, .def = "none",
+     .help = "stage 3: ZeRO-Offload of the parameters",
+     .doc = "stage 3 only: ZeRO-Offload of the parameter shards, as `offload_optimizer`: "
+            "a no-op on the CPU, an error on the GPU and for `nvme`"},
+    {.path = "zero_optimization.offload_param.pin_memory", .kind = K_BOOL,
+     .off = OFF(zero.offload_param_pin), .def = "false", .help = "accepted"},
+    {.path = "zero_optimization.cpu_offload", .kind = K_BOOL, .off = OFF(zero.cpu_offload),
+     .def = "false", .help = "legacy: true means `offload_optimizer.device` \"cpu\""},
     {.path = "optimizer", .kind = K_SECTION},
     {.path = "optimizer.type", .kind = K_SPECIAL, .off = OFF(optimizer.type),
      .fn = dsl_cfgp_sp_optim_type, .def = "Adam",
@@ -355,9 +374,8 @@ static const char *const ignored_ds_keys[] = {
  * zero_optimization is DeepSpeed's too, and said so). */
 static const char *const ignored_ds_paths[] = {
     "fp16_master_weights_and_grads", "zero_optimization.allgather_partitions",
-    "zero_optimization.cpu_offload", "zero_optimization.cpu_offload_params",
-    "zero_optimization.cpu_offload_use_pin_memory", "zero_optimization.offload_optimizer",
-    "zero_optimization.offload_param", "zero_optimization.sub_group_size",
+    "zero_optimization.cpu_offload_params", "zero_optimization.cpu_offload_use_pin_memory",
+    "zero_optimization.sub_group_size",
     "zero_optimization.round_robin_gradients", "zero_optimization.load_from_fp32_weights",
     "zero_optimization.elastic_checkpoint", "zero_optimization.ignore_unused_parameters",
     "zero_optimization.fp16_master_weights_and_grads", "zero_optimization.mics_shard_size",
@@ -383,5 +401,9 @@ int dsl_cfgp_is_ignored(const char *prefix, const char *name, const char *path)
     for (size_t i = 0; i < sizeof(ignored_ds_paths) / sizeof(ignored_ds_paths[0]); i++)
         if (strcmp(ignored_ds_paths[i], path) == 0)
             return 1;
-    return !strncmp(path, "zero_optimization.", 18) && !strchr(path + 18, '.');
+    /* the offload sections' other keys (nvme_path, buffer_count, ratio ...) are
+     * DeepSpeed's too */
+    return !strncmp(path, "zero_optimization.", 18) &&
+           (!strchr(path + 18, '.') || !strncmp(path + 18, "offload_optimizer.", 18) ||
+            !strncmp(path + 18, "offload_param.", 14));
 }

@@ -277,14 +277,16 @@ TEST(deepspeed_keys_dstrain_lacks_should_say_not_implemented_also_when_nested)
     char err[DSL_ERR_LEN];
     const char *json = "{\"train_batch_size\": 8, \"fp16_master_weights_and_grads\": false,\n"
                        " \"zero_optimization\": {\"stage\": 1, \"allgather_partitions\": true,\n"
-                       "   \"cpu_offload\": false, \"stage3_gather_x\": 1, \"overlap_comm\": true},\n"
+                       "   \"cpu_offload_params\": false, \"stage3_gather_x\": 1,\n"
+                       "   \"overlap_comm\": true},\n"
                        " \"fp16\": {\"enabled\": false, \"auto_cast\": false}}";
     ASSERT_OK(parse(&cfg, json, 1, err));
     ASSERT_EQ(cfg.warnings.nr, 5);
     ASSERT_CONTAINS(cfg.warnings.v[0], "'fp16_master_weights_and_grads' is not implemented");
     ASSERT_CONTAINS(cfg.warnings.v[1], "'zero_optimization.allgather_partitions' is not "
                                        "implemented by dstrain and is ignored");
-    ASSERT_CONTAINS(cfg.warnings.v[2], "'zero_optimization.cpu_offload' is not implemented");
+    ASSERT_CONTAINS(cfg.warnings.v[2],
+                    "'zero_optimization.cpu_offload_params' is not implemented");
     ASSERT_CONTAINS(cfg.warnings.v[3], "'zero_optimization.stage3_gather_x' is not implemented");
     ASSERT_CONTAINS(cfg.warnings.v[4], "'fp16.auto_cast' is not implemented");
     ASSERT_EQ(cfg.zero.overlap_comm, 1);

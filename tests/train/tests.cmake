@@ -9,6 +9,8 @@ dsl_unit_test(test_config_doc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config_doc.
 # dstrain's flags reach the settings as typed (paths byte for byte)
 dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_settings.c
               LIBS dsltrain)
+# ZeRO-Offload's keys: read, checked against the stage, a no-op on the CPU, refused on the GPU
+dsl_unit_test(test_offload SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_offload.c LIBS dsltrain)
 dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
 dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
               LIBS dsltrain)

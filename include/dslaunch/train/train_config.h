@@ -75,6 +75,15 @@ struct dsl_zero_config {
     uint64_t stage3_max_live_parameters;         /* default 1000000000 */
     uint64_t stage3_param_persistence_threshold; /* default 100000 */
     int stage3_gather_16bit_weights_on_model_save; /* default 0 */
+    /* ZeRO-Offload's target, "none", "cpu" or "nvme" (NULL: none): offload_optimizer
+     * (stages 1-3) and offload_param (stage 3). The CPU trainer's state is in host
+     * memory already (a no-op, said once); the GPU trainer refuses it, and "nvme"
+     * everywhere. */
+    char *offload_optimizer;
+    char *offload_param;
+    int offload_optimizer_pin;   /* offload_optimizer.pin_memory; default 0 */
+    int offload_param_pin;       /* offload_param.pin_memory; default 0 */
+    int cpu_offload;             /* legacy: offload_optimizer "cpu"; default 0 */
 };
 
 enum dsl_precision {
@@ -186,6 +195,9 @@ struct dsl_train_config {
 
 /** Defaults (DeepSpeed's where DeepSpeed has one). */
 void dsl_train_config_init(struct dsl_train_config *cfg);
+/* 1 when an offload device (zero.offload_optimizer, zero.offload_param) moves data:
+ * "cpu" or "nvme"; NULL and "none" do not */
+int dsl_cfg_offloads(const char *device);
 void dsl_train_config_release(struct dsl_train_config *cfg);
 
 /**
