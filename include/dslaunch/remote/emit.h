@@ -79,6 +79,13 @@ void dsl_emit_req_from_plan(const struct dsl_plan *p, int argc, char **argv, int
                             int gpus, struct dsl_emit_req *rq, struct dsl_emit_store *st);
 void dsl_emit_req_release(struct dsl_emit_store *st);
 
+/* --dry-run --emit: the plan as the batch script or JobSet opts->emit asks for, on
+ * stdout or into opts->emit_file (created anew; removed again on any failure), with the
+ * notes on what it could not know; argc/argv: the launch's command line, nodes/gpus as
+ * for dsl_emit_req_from_plan. Returns the exit code (0, or DSL_EXIT_USAGE after saying
+ * why). */
+int dsl_emit_plan(const struct dsl_plan *plan, int argc, char **argv, int nodes, int gpus);
+
 /*
  * `--emit jobset`: a Kubernetes JobSet (jobset.x-k8s.io/v1alpha2) that runs the job in
  * no-ssh mode (docs/no-ssh.md), one indexed replicated job "node" of nodes pods.
