@@ -44,12 +44,8 @@ trap 'rm -rf "$TMP"' EXIT
 [ -x "$DSTRAIN" ] || { echo "no $DSTRAIN (build it first)" >&2; exit 1; }
 [ -d /usr/share/games/fortunes ] || { echo "no fortunes (apt-get install fortunes)" >&2; exit 1; }
 cc -O2 -o "$TMP/sgemm" "$ROOT/bench/sgemm.c" $(pkg-config --cflags --libs openblas)
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then # dstrain's kernel choice for everyone (train.sh)
-    core=$(RANK=0 WORLD_SIZE=1 "$DSTRAIN" --data synthetic --synthetic-train 64 \
-        --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |
-        sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1)
-    [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
-fi
+. "$ROOT/bench/blascore.sh" # dstrain's kernel choice for everyone
+bench_blascore "$DSTRAIN"
 # the peer's settings exactly (the shipped configs/gpt_fortunes.json trains longer, with
 # a schedule)
 cat >"$TMP/bench.json" <<EOF

@@ -33,15 +33,9 @@ trap 'rm -rf "$TMP"' EXIT
 
 cc -O2 -o "$TMP/sgemm" "$ROOT/bench/sgemm.c" $(pkg-config --cflags --libs openblas)
 
-# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
-# replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know, see
-# src/device/blascore.c), so PyTorch and the sgemm reference get them too.
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-    core=$(RANK=0 WORLD_SIZE=1 "$DSTRAIN" --data synthetic --synthetic-train 64 \
-        --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |
-        sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1)
-    [ -n "$core" ] && export OPENBLAS_CORETYPE=$core
-fi
+# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with
+. "$ROOT/bench/blascore.sh"
+bench_blascore "$DSTRAIN"
 
 cat >"$TMP/bench.json" <<EOF
 {

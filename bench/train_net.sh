@@ -48,15 +48,10 @@ python=/usr/bin/python3
 source "$here/netnodes.sh"
 netnodes_up trnet 2
 
-# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with (it
-# replaces OpenBLAS's fallback kernels on a CPU model OpenBLAS does not know,
-# src/device/blascore.c), so PyTorch gets them too (as bench/train.sh does).
-if [[ -z ${OPENBLAS_CORETYPE:-} ]]; then
-    core=$(RANK=0 WORLD_SIZE=1 "$build/dstrain" --data synthetic --synthetic-train 64 \
-        --synthetic-test 64 --micro-batch 64 --steps 1 2>/dev/null |
-        sed -n 's/.*(OpenBLAS \([A-Za-z0-9]*\)).*/\1/p' | head -n 1 || true)
-    [[ -n $core ]] && export OPENBLAS_CORETYPE=$core
-fi
+# Every program runs the same OpenBLAS kernels: the ones dstrain ends up with
+# shellcheck source=bench/blascore.sh
+source "$here/blascore.sh"
+bench_blascore "$build/dstrain" || true
 echo "# OpenBLAS kernels (OPENBLAS_CORETYPE): ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}" >&2
 
 for b in $buckets; do

@@ -58,28 +58,20 @@ static float seed_val(int rank, size_t i, int iter)
     return (float)((int)((i * 13 + (size_t)rank * 7 + (size_t)iter * 5) % 17) - 8);
 }
 
-static int copy_in(struct bench *b, float *dst, const float *src, size_t n)
+/* a copy between the host and the benchmark's buffers (on the GPU with --backend nccl);
+ * to_device: host to buffer, else buffer to host */
+static int copy_buf(struct bench *b, float *dst, const float *src, size_t n, int to_device)
 {
 #ifdef DSL_HAVE_CUDA
     if (b->on_device)
-        return cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess
+        return cudaMemcpy(dst, src, n * sizeof(float),
+                          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost) ==
+                       cudaSuccess
                    ? 0
                    : -1;
 #endif
     (void)b;
-    memcpy(dst, src, n * sizeof(float));
-    return 0;
-}
-
-static int copy_out(struct bench *b, float *dst, const float *src, size_t n)
-{
-#ifdef DSL_HAVE_CUDA
-    if (b->on_device)
-        return cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess
-                   ? 0
-                   : -1;
-#endif
-    (void)b;
+    (void)to_device;
     memcpy(dst, src, n * sizeof(float));
     return 0;
 }
@@ -111,16 +103,16 @@ static int seed(struct bench *b, enum bench_op op, size_t n, int iter)
     if (op == OP_ALLGATHER) {
         for (size_t i = 0; i < len; i++)
             h[i] = seed_val(b->rank, off + i, iter);
-        return copy_in(b, b->send, h, len);
+        return copy_buf(b, b->send, h, len, 1);
     }
     if (op == OP_BROADCAST) {
         for (size_t i = 0; i < n; i++)
             h[i] = b->rank == 0 ? seed_val(0, i, iter) : -99.0f;
-        return copy_in(b, b->recv, h, n);
+        return copy_buf(b, b->recv, h, n, 1);
     }
     for (size_t i = 0; i < n; i++)
         h[i] = seed_val(b->rank, i, iter);
-    return copy_in(b, b->send, h, n);
+    return copy_buf(b, b->send, h, n, 1);
 }
 
 /* Count wrong values of a checked iteration on this rank. */
@@ -130,7 +122,7 @@ static uint64_t count_wrong(struct bench *b, enum bench_op op, size_t n, int ite
     dsl_shard_of(n, b->rank, b->world, &off, &len);
     size_t m = op == OP_REDUCE_SCATTER ? len : n;
     uint64_t wrong = 0;
-    if (copy_out(b, b->host, b->recv, m) < 0)
+    if (copy_buf(b, b->host, b->recv, m, 0) < 0)
         return m ? m : 1;
     for (size_t i = 0; i < m; i++) {
         float want = 0;
@@ -163,10 +155,10 @@ static int agree(struct bench *b, float dt, int32_t wr, float *dtmax, int32_t *w
                    : 0;
     float v[2] = {dt, 0};
     memcpy(&v[1], &wr, sizeof(wr)); /* an int32 in a float's place */
-    if (copy_in(b, b->send, v, 2) < 0 ||
+    if (copy_buf(b, b->send, v, 2, 1) < 0 ||
         dsl_comm_allreduce(b->c, b->send, b->recv, 1, DSL_FLOAT32, DSL_MAX) < 0 ||
         dsl_comm_allreduce(b->c, b->send + 1, b->recv + 1, 1, DSL_INT32, DSL_SUM) < 0 ||
-        copy_out(b, v, b->recv, 2) < 0)
+        copy_buf(b, v, b->recv, 2, 0) < 0)
         return -1;
     *dtmax = v[0];
     memcpy(wsum, &v[1], sizeof(*wsum));
