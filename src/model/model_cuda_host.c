@@ -1,6 +1,7 @@
 /*
- * What both CUDA models share on the host (model_cuda_impl.h): CUDA and cuBLAS errors as
- * model errors, and the one bounded host wait on a model's stream.
+ * What both CUDA models share on the host (model_cuda_impl.h): their buffers'
+ * allocation, CUDA and cuBLAS errors as model errors, and the one bounded host wait on
+ * a model's stream.
  */
 #include <errno.h>
 
@@ -9,6 +10,32 @@
 #include "dslaunch/model/model.h"
 #include "model_cuda_impl.h"
 #include "dslaunch/common/banned.h"
+
+static void *cuda_alloc(int host, size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (*fail)
+        return NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = host ? cudaMallocHost(&v, n) : cudaMalloc(&v, n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+void *dsl_model_cuda_alloc(size_t bytes, size_t *total, int *fail)
+{
+    return cuda_alloc(0, bytes, total, fail);
+}
+
+void *dsl_model_cuda_host_alloc(size_t bytes, size_t *total, int *fail)
+{
+    return cuda_alloc(1, bytes, total, fail);
+}
 
 int dsl_model_cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
 {

@@ -369,18 +369,6 @@ static const struct dsl_model_ops mlp_cuda_ops = {
     .release = mlpc_release,
 };
 
-static void *dev_alloc(size_t bytes, size_t *total, int *fail)
-{
-    void *v = NULL;
-    *total += bytes;
-    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *fail = 1;
-        return NULL;
-    }
-    return v;
-}
-
 int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
 {
     struct dsl_mlp_layout lay;
@@ -449,14 +437,14 @@ int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     size_t B = spec->max_batch, total = 0;
     int fail = 0;
     for (size_t l = 0; l <= lay.nlayers; l++)
-        p->act[l] = dev_alloc(B * lay.dims[l] * p->esz, &total, &fail);
-    p->y = dev_alloc(B * sizeof(int32_t), &total, &fail);
+        p->act[l] = dsl_model_cuda_alloc(B * lay.dims[l] * p->esz, &total, &fail);
+    p->y = dsl_model_cuda_alloc(B * sizeof(int32_t), &total, &fail);
     if (p->half)
-        p->x32 = dev_alloc(B * lay.dims[0] * sizeof(float), &total, &fail);
-    p->dz = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
-    p->dz2 = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
-    p->loss = dev_alloc(B * sizeof(float), &total, &fail);
-    p->correct = dev_alloc(B * sizeof(int32_t), &total, &fail);
+        p->x32 = dsl_model_cuda_alloc(B * lay.dims[0] * sizeof(float), &total, &fail);
+    p->dz = dsl_model_cuda_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->dz2 = dsl_model_cuda_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->loss = dsl_model_cuda_alloc(B * sizeof(float), &total, &fail);
+    p->correct = dsl_model_cuda_alloc(B * sizeof(int32_t), &total, &fail);
     if (cudaMallocHost((void **)&p->hloss, (B ? B : 1) * sizeof(float)) != cudaSuccess)
         p->hloss = NULL, fail = 1;
     if (cudaMallocHost((void **)&p->hcorrect, (B ? B : 1) * sizeof(int32_t)) != cudaSuccess)
