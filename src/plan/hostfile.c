@@ -401,15 +401,8 @@ int dsl_hostfile_load(struct dsl_hostfile *hf, const char *path, char *err)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, HOSTFILE_MAX_BYTES);
-    int r = dsl_dynbuf_load_file(&b, path);
-    if (r == -EFBIG)
-        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': larger than %u bytes", path,
-                       HOSTFILE_MAX_BYTES);
-    else if (r == DSL_ENOTREG)
-        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': %s", path, dsl_strerror(r));
-    else if (r < 0)
-        r = dsl_seterr(err, r, "hostfile '%s': %s", path, strerror(-r));
-    else
+    int r = dsl_dynbuf_load_named(&b, path, "hostfile", DSL_EHOSTFILE, err);
+    if (r == 0)
         r = dsl_hostfile_parse(hf, path, dsl_dynbuf_str(&b), b.len, err);
     dsl_dynbuf_release(&b);
     return r;
