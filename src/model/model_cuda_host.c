@@ -4,6 +4,7 @@
  * a model's stream.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/hostsync.h"
@@ -35,6 +36,25 @@ void *dsl_model_cuda_alloc(size_t bytes, size_t *total, int *fail)
 void *dsl_model_cuda_host_alloc(size_t bytes, size_t *total, int *fail)
 {
     return cuda_alloc(1, bytes, total, fail);
+}
+
+float *dsl_model_cuda_params_host(struct dsl_model *m)
+{
+    float *h = malloc(m->nparams * sizeof(float));
+    if (!h)
+        dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial parameters",
+                   m->nparams * sizeof(float));
+    return h;
+}
+
+int dsl_model_cuda_params_put(struct dsl_model *m, float *params, float *h, cudaStream_t stream)
+{
+    /* from pageable memory the data is staged before the call returns: h may go */
+    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream);
+    free(h);
+    CU(m, "copying the initial parameters", e);
+    return 0;
 }
 
 int dsl_model_cuda_err(struct dsl_model *m, const char *what, cudaError_t e)

@@ -24,6 +24,12 @@ int dsl_model_blas_err(struct dsl_model *m, const char *what, cublasStatus_t s);
 void *dsl_model_cuda_alloc(size_t bytes, size_t *total, int *fail);
 void *dsl_model_cuda_host_alloc(size_t bytes, size_t *total, int *fail);
 
+/* the host buffer (malloc'd) the initial parameters are made in; NULL with m->err set */
+float *dsl_model_cuda_params_host(struct dsl_model *m);
+
+/* copy the initial parameters h, made on the host, to params on stream, and free h */
+int dsl_model_cuda_params_put(struct dsl_model *m, float *params, float *h, cudaStream_t stream);
+
 /* wait on the host for stream (bounded through m->wait when set): one host sync */
 int dsl_model_cuda_wait(struct dsl_model *m, cudaStream_t stream);
 

@@ -226,17 +226,11 @@ static int gpt_cuda_stats(struct dsl_model *m, size_t B, const struct dsl_grad_s
 static int gpt_cuda_init_params(struct dsl_model *m, float *params, uint64_t seed)
 {
     struct gpt_cuda *p = m->impl;
-    float *h = malloc(m->nparams * sizeof(float));
+    float *h = dsl_model_cuda_params_host(m);
     if (!h)
-        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
-                          "parameters", m->nparams * sizeof(float));
+        return -ENOMEM;
     dsl_gpt_layout_init(&p->L, h, seed);
-    /* from pageable memory the data is staged before the call returns: h may go */
-    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
-                                    cudaMemcpyHostToDevice, p->stream);
-    free(h);
-    CU(m, "copying the initial parameters", e);
-    return 0;
+    return dsl_model_cuda_params_put(m, params, h, p->stream);
 }
 
 /* an empty micro batch: zero gradients, in order */
