@@ -35,6 +35,15 @@ wait_pid_gone() {
     done
 }
 
+# wait_four_ranks: until the job's 4 ranks wrote their run ids to $FLOW_RUNIDS (10 s at
+# the most)
+wait_four_ranks() {
+    local i
+    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
+        break; sleep 0.1; done
+    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+}
+
 expect_success "two nodes make one job: RANK 0..3, WORLD_SIZE 4, one MASTER_ADDR/PORT, NODE_RANK" '
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" --master_port $PORT \
         --nproc_per_node 2 "$W" env >out2 2>err2 &
@@ -108,9 +117,7 @@ expect_success "killing node2s launcher tears node1 down within grace + 2 s, not
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 30)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
     p1=$!
-    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
-        break; sleep 0.1; done
-    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+    wait_four_ranks
     pid1=$(cat "$T_TMP/pid.1")
     kill -9 "$(cat "$T_TMP/pid.2")"
     wait_pid_gone "$pid1" 5
@@ -127,9 +134,7 @@ expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s
     p2=$!
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 40)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
-    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
-        break; sleep 0.1; done
-    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+    wait_four_ranks
     pid2=$(cat "$T_TMP/pid.2")
     kill -9 "$(cat "$T_TMP/pid.1")"
     wait_pid_gone "$pid2" 5
