@@ -34,18 +34,24 @@ signal_at_step() {
     cat "$log" >&2
 }
 
+# resume_saved CKDIR PARAMS: the signal left a checkpoint in CKDIR from before the last
+# step, and the run resumed from it ends well, its parameters in PARAMS
+resume_saved() {
+    tag=$(cat "$1/latest") || fail "no checkpoint written on SIGUSR1"
+    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/$1" \
+        --resume latest --save-params "$2"
+    cat err >&2
+    assert_eq "$rc" 0 "resumed run"
+}
+
 expect_success "SIGUSR1 from Slurm: the ranks save, exit 138, and the resumed run equals the full one" '
     srun -N2 -n4 -J dsl-usr1 "$DSTRAIN" $SIG --save-on-signal --checkpoint-dir "$PWD/ck" \
         --metrics "$PWD/m.json" >run.out 2>run.err &
     bg=$!
     signal_at_step dsl-usr1 m.json run.err -s USR1
     assert_eq "$rc" 138 "srun exit (128 + SIGUSR1)"
-    tag=$(cat ck/latest) || fail "no checkpoint written on SIGUSR1"
-    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
-    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ck" \
-        --resume latest --save-params p.resumed
-    cat err >&2
-    assert_eq "$rc" 0 "resumed run"
+    resume_saved ck p.resumed
     run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full
     assert_eq "$rc" 0 "full run"
     cmp p.full p.resumed || fail "the resumed run differs from the uninterrupted one"
@@ -61,12 +67,7 @@ expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every ra
     signal_at_step dsl-busr1 mb.json batch.out -b -s USR1
     assert_eq "$rc" 138 "sbatch --wait exit (the job s: dslaunch s, the ranks 128 + SIGUSR1)"
     assert_grep "got SIGUSR1: passed it to the ranks of 2 nodes" batch.out
-    tag=$(cat ckb/latest) || fail "no checkpoint written on SIGUSR1"
-    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
-    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ckb" \
-        --resume latest --save-params p.bresumed
-    cat err >&2
-    assert_eq "$rc" 0 "resumed run"
+    resume_saved ckb p.bresumed
     cmp p.full p.bresumed || fail "the resumed run differs from the uninterrupted one"
     assert_slurm_clean
 '
