@@ -60,12 +60,14 @@ in_mode() {
 }
 
 # start_ready ARGS...: dslaunch ARGS... in the background (stdout in out, stderr in err,
-# its pid in pid), once both ranks' descendants are ready
+# its pid in pid), once both ranks' descendants are ready; their pids in left, alive
 start_ready() {
     "$DSL" "$@" >out 2>err &
     pid=$!
     wait_for_file "$FLOW_PIDFILE.0.ready" 20
     wait_for_file "$FLOW_PIDFILE.1.ready" 20
+    left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
+    assert_alive $left
 }
 
 # job_gone BOUND: no process of the job is left and, unless under process tracking, its
@@ -103,8 +105,6 @@ descendant_cases() {
     expect_success "[$mode] Ctrl-C (SIGINT to dslaunch): no descendant survives" '
         in_mode $mode dint
         start_ready --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600
-        left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        assert_alive $left
         kill_wait INT $pid
         assert_eq "$rc" 130 "exit code"
         swept_by_agent
@@ -112,8 +112,6 @@ descendant_cases() {
     expect_success "[$mode] the node agent SIGKILLed: its clean-up process kills every descendant" '
         in_mode $mode dkill
         start_ready --term-timeout 1 --include localhost:0,1 "$W" descend sleep 600
-        left=$(descendant_pids "$FLOW_PIDFILE" 0 1)
-        assert_alive $left
         # process tracking tells the clean-up process what it found every 0.5 s (its
         # documented gap); cgroups have no gap, so only that mode waits for a report
         [ $mode != tracking ] || sleep 1.2
