@@ -64,6 +64,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/proto/exitcode.h"
 #include "dslaunch/proto/proto.h"
@@ -233,16 +234,8 @@ static void read_control(struct dsl_agent *a)
 
 static void install_signals(void)
 {
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGCHLD, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    dsl_signals_set(on_signal, SA_RESTART | SA_NOCLDSTOP,
+                    (const int[]){SIGCHLD, SIGTERM, SIGINT, SIGHUP, SIGUSR1, 0});
     signal(SIGPIPE, SIG_IGN);
 }
 

@@ -469,11 +469,45 @@ static const char *primary(const struct dsl_cgrank *r)
     return NULL;
 }
 
+/* Call fn(sub, depth + 1, arg) for each cgroup directly below dir; below 16 levels it
+ * stops, which bounds the recursion of the walks built on it. */
+static void each_child(const char *dir, int depth,
+                       void (*fn)(const char *sub, int depth, void *arg), void *arg)
+{
+    DIR *d = depth < 16 ? opendir(dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_type != DT_DIR || e->d_name[0] == '.')
+            continue;
+        char sub[4400];
+        if (join(sub, sizeof(sub), dir, e->d_name) == 0)
+            fn(sub, depth + 1, arg);
+    }
+    if (d)
+        closedir(d);
+}
+
 /*
  * Call fn for every pid in dir/cgroup.procs and in the cgroups below it (a rank may run
  * its own dslaunch, whose ranks are then in cgroups inside this one: cgroup.procs lists
  * direct members only). Returns how many, or -errno when dir cannot be read.
  */
+static int each_pid_at(const char *dir, void (*fn)(pid_t pid, void *arg), void *arg, int depth);
+
+struct pid_walk {
+    void (*fn)(pid_t pid, void *arg);
+    void *arg;
+    int n;
+};
+
+static void pid_walk_below(const char *sub, int depth, void *arg)
+{
+    struct pid_walk *w = arg;
+    int k = each_pid_at(sub, w->fn, w->arg, depth);
+    if (k > 0)
+        w->n += k;
+}
+
 static int each_pid_at(const char *dir, void (*fn)(pid_t pid, void *arg), void *arg, int depth)
 {
     struct dsl_dynbuf b;
@@ -482,21 +516,9 @@ static int each_pid_at(const char *dir, void (*fn)(pid_t pid, void *arg), void *
         dsl_dynbuf_release(&b);
         return r;
     }
-    int n = 0;
-    DIR *d = depth < 16 ? opendir(dir) : NULL;
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_type != DT_DIR || e->d_name[0] == '.')
-            continue;
-        char sub[4400];
-        if (join(sub, sizeof(sub), dir, e->d_name) < 0)
-            continue;
-        int k = each_pid_at(sub, fn, arg, depth + 1);
-        if (k > 0)
-            n += k;
-    }
-    if (d)
-        closedir(d);
+    struct pid_walk w = {fn, arg, 0};
+    each_child(dir, depth, pid_walk_below, &w);
+    int n = w.n;
     for (const char *p = dsl_dynbuf_str(&b); *p;) {
         char *end;
         long pid = strtol(p, &end, 10);
@@ -614,19 +636,17 @@ void dsl_cgrank_memory(const struct dsl_cgrank *r, struct dsl_cgmem *m)
 }
 
 /* rmdir dir after the (empty) cgroups below it; the kernel refuses a populated one. */
+static int rmdir_tree(const char *dir, int depth);
+
+static void rmdir_below(const char *sub, int depth, void *arg)
+{
+    (void)arg;
+    rmdir_tree(sub, depth);
+}
+
 static int rmdir_tree(const char *dir, int depth)
 {
-    DIR *d = depth < 16 ? opendir(dir) : NULL;
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_type != DT_DIR || e->d_name[0] == '.')
-            continue;
-        char sub[4400];
-        if (join(sub, sizeof(sub), dir, e->d_name) == 0)
-            rmdir_tree(sub, depth + 1);
-    }
-    if (d)
-        closedir(d);
+    each_child(dir, depth, rmdir_below, NULL);
     return rmdir(dir);
 }
 

@@ -95,6 +95,19 @@ void dsl_dynbuf_release(struct dsl_dynbuf *b)
     b->alloc = 0;
 }
 
+int dsl_dynbuf_load_named(struct dsl_dynbuf *b, const char *path, const char *what, int code,
+                          char *err)
+{
+    int r = dsl_dynbuf_load_file(b, path);
+    if (r == -EFBIG)
+        return dsl_seterr(err, code, "%s '%s': larger than %zu bytes", what, path, b->max);
+    if (r == DSL_ENOTREG)
+        return dsl_seterr(err, code, "%s '%s': %s", what, path, dsl_strerror(r));
+    if (r < 0)
+        return dsl_seterr(err, r, "%s '%s': %s", what, path, strerror(-r));
+    return 0;
+}
+
 const char *dsl_dynbuf_str(const struct dsl_dynbuf *b)
 {
     return b->buf ? b->buf : "";

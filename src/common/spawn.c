@@ -469,6 +469,17 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err)
     return r < 0 ? r : dsl_spawn_end(p, o->argv[0], err);
 }
 
+void dsl_signals_set(void (*handler)(int), int flags, const int *sigs)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = flags;
+    for (; *sigs; sigs++)
+        sigaction(*sigs, &sa, NULL);
+}
+
 const char *dsl_signame(int sig)
 {
     static const struct {

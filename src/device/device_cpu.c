@@ -156,17 +156,52 @@ static int cpu_to_half(struct dsl_device *d, enum dsl_dtype ht, void *dst, const
     return 0;
 }
 
+/* Apply op to the n 16-bit elements at hp in place, HBLK of them at a time widened to
+ * float (op gets the block, where it starts and how long it is, and arg). */
+static void in_float_blocks(struct dsl_device *d, enum dsl_dtype ht, void *hp, size_t n,
+                            void (*op)(struct dsl_device *d, enum dsl_dtype ht, float *a,
+                                       size_t i, size_t k, const void *arg),
+                            const void *arg)
+{
+    float a[HBLK];
+    for (size_t i = 0; i < n; i += HBLK) {
+        size_t k = n - i < HBLK ? n - i : HBLK;
+        widen(ht, a, hel(hp, i), k);
+        op(d, ht, a, i, k, arg);
+        narrow(ht, hel(hp, i), a, k);
+    }
+}
+
+/* a += the 16-bit src's block at i */
+static void add_half_block(struct dsl_device *d, enum dsl_dtype ht, float *a, size_t i, size_t k,
+                           const void *src)
+{
+    float b[HBLK];
+    widen(ht, b, chel(src, i), k);
+    cpu_add(d, a, b, k);
+}
+
+/* a += the float src's block at i */
+static void add_f32_block(struct dsl_device *d, enum dsl_dtype ht, float *a, size_t i, size_t k,
+                          const void *src)
+{
+    (void)ht;
+    cpu_add(d, a, (const float *)src + i, k);
+}
+
+/* a *= *f */
+static void scale_block(struct dsl_device *d, enum dsl_dtype ht, float *a, size_t i, size_t k,
+                        const void *f)
+{
+    (void)ht;
+    (void)i;
+    cpu_scale(d, a, k, *(const float *)f);
+}
+
 static int cpu_half_add(struct dsl_device *d, enum dsl_dtype ht, void *dst, const void *src,
                         size_t n)
 {
-    float a[HBLK], b[HBLK];
-    for (size_t i = 0; i < n; i += HBLK) {
-        size_t k = n - i < HBLK ? n - i : HBLK;
-        widen(ht, a, hel(dst, i), k);
-        widen(ht, b, chel(src, i), k);
-        cpu_add(d, a, b, k);
-        narrow(ht, hel(dst, i), a, k);
-    }
+    in_float_blocks(d, ht, dst, n, add_half_block, src);
     return 0;
 }
 
@@ -181,37 +216,21 @@ static int cpu_widen(struct dsl_device *d, enum dsl_dtype ht, float *dst, const 
 static int cpu_widen_add(struct dsl_device *d, enum dsl_dtype ht, float *dst, const void *src,
                          size_t n)
 {
-    float b[HBLK];
-    for (size_t i = 0; i < n; i += HBLK) {
-        size_t k = n - i < HBLK ? n - i : HBLK;
-        widen(ht, b, chel(src, i), k);
-        cpu_add(d, dst + i, b, k);
-    }
+    for (size_t i = 0; i < n; i += HBLK)
+        add_half_block(d, ht, dst + i, i, n - i < HBLK ? n - i : HBLK, src);
     return 0;
 }
 
 static int cpu_half_add_f32(struct dsl_device *d, enum dsl_dtype ht, void *dst, const float *src,
                             size_t n)
 {
-    float a[HBLK];
-    for (size_t i = 0; i < n; i += HBLK) {
-        size_t k = n - i < HBLK ? n - i : HBLK;
-        widen(ht, a, hel(dst, i), k);
-        cpu_add(d, a, src + i, k);
-        narrow(ht, hel(dst, i), a, k);
-    }
+    in_float_blocks(d, ht, dst, n, add_f32_block, src);
     return 0;
 }
 
 static int cpu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_t n, float f)
 {
-    float a[HBLK];
-    for (size_t i = 0; i < n; i += HBLK) {
-        size_t k = n - i < HBLK ? n - i : HBLK;
-        widen(ht, a, hel(p, i), k);
-        cpu_scale(d, a, k, f);
-        narrow(ht, hel(p, i), a, k);
-    }
+    in_float_blocks(d, ht, p, n, scale_block, &f);
     return 0;
 }
 

@@ -235,41 +235,6 @@ static int scratch_read(struct dsl_device *d, void *host, const void *word, size
     return 0;
 }
 
-static int cu_absmax_bits(struct dsl_device *d, const float *p, size_t n, uint32_t *out)
-{
-    struct cuda_dev *c = d->impl;
-    unsigned int *dmax = c->scratch, h = 0;
-    int r;
-    *out = 0;
-    if (d->failed || !n)
-        return d->failed;
-    if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
-        (r = check(d, "launching dsl_k_absmax_bits", dsl_cuda_absmax_bits(st(d), p, n, dmax))) <
-            0 ||
-        (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
-        return r;
-    *out = h;
-    return 0;
-}
-
-static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double k,
-                          uint64_t *out)
-{
-    struct cuda_dev *c = d->impl;
-    unsigned long long *dsum = (unsigned long long *)((char *)c->scratch + 8), h = 0;
-    int r;
-    *out = 0;
-    if (d->failed || !n)
-        return d->failed;
-    if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0 ||
-        (r = check(d, "launching dsl_k_sumsq_fixed", dsl_cuda_sumsq_fixed(st(d), p, n, k, dsum))) <
-            0 ||
-        (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
-        return r;
-    *out = (uint64_t)h;
-    return 0;
-}
-
 /* the per-step constants exactly as dsl_optim_step() computes them */
 static struct dsl_cuda_adam adam_consts(const struct dsl_optim_hparams *h, float lr, uint64_t t,
                                         float gscale)
@@ -348,42 +313,6 @@ static int cu_half_scale(struct dsl_device *d, enum dsl_dtype ht, void *p, size_
                              dsl_cuda_half_scale(st(d), ht == DSL_BFLOAT16, p, n, f));
 }
 
-static int cu_half_absmax_bits(struct dsl_device *d, enum dsl_dtype ht, const void *p,
-                               size_t n, uint32_t *out)
-{
-    struct cuda_dev *c = d->impl;
-    unsigned int *dmax = c->scratch, h = 0;
-    int r;
-    *out = 0;
-    if (d->failed || !n)
-        return d->failed;
-    if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
-        (r = check(d, "launching dsl_k_absmax_bits (16-bit)",
-                   dsl_cuda_half_absmax_bits(st(d), ht == DSL_BFLOAT16, p, n, dmax))) < 0 ||
-        (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
-        return r;
-    *out = h;
-    return 0;
-}
-
-static int cu_half_sumsq_fixed(struct dsl_device *d, enum dsl_dtype ht, const void *p,
-                               size_t n, double k, uint64_t *out)
-{
-    struct cuda_dev *c = d->impl;
-    unsigned long long *dsum = (unsigned long long *)((char *)c->scratch + 8), h = 0;
-    int r;
-    *out = 0;
-    if (d->failed || !n)
-        return d->failed;
-    if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0 ||
-        (r = check(d, "launching dsl_k_sumsq_fixed (16-bit)",
-                   dsl_cuda_half_sumsq_fixed(st(d), ht == DSL_BFLOAT16, p, n, k, dsum))) < 0 ||
-        (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
-        return r;
-    *out = (uint64_t)h;
-    return 0;
-}
-
 static int cu_half_optim_step(struct dsl_device *d, const struct dsl_optim_hparams *h,
                               float lr, uint64_t t, enum dsl_dtype ht, float ga, float gscale,
                               float *p, void *hp, const void *g, float *m, float *v, size_t len)
@@ -439,6 +368,72 @@ static int cu_scalars_finish(struct dsl_device *d, const uint64_t *dsum, int32_t
 static int cu_synchronize(struct dsl_device *d)
 {
     return host_wait(d, "the stream");
+}
+
+/* ---- results read back to the host: the scratch word, then a bounded wait ---- */
+
+/* The absolute maximum's bits of p's n elements, of type t (fp32, or 16-bit). */
+static int absmax_bits(struct dsl_device *d, enum dsl_dtype t, const void *p, size_t n,
+                       uint32_t *out)
+{
+    struct cuda_dev *c = d->impl;
+    uint32_t *dmax = c->scratch, h = 0;
+    int r;
+    *out = 0;
+    if (d->failed || !n)
+        return d->failed;
+    if ((r = scratch_zero(d, dmax, sizeof(*dmax))) < 0 ||
+        (r = cu_absmax_bits_acc(d, t, p, n, dmax)) < 0 ||
+        (r = scratch_read(d, &h, dmax, sizeof(h))) < 0)
+        return r;
+    *out = h;
+    return 0;
+}
+
+/* The exact limb sum of (k p[i])^2 over p's n elements, of type t (fp32, or 16-bit). */
+static int sumsq_fixed(struct dsl_device *d, enum dsl_dtype t, const void *p, size_t n,
+                       double k, uint64_t *out)
+{
+    struct cuda_dev *c = d->impl;
+    unsigned long long *dsum = (unsigned long long *)((char *)c->scratch + 8), h = 0;
+    int r;
+    *out = 0;
+    if (d->failed || !n)
+        return d->failed;
+    if ((r = scratch_zero(d, dsum, sizeof(*dsum))) < 0)
+        return r;
+    if (t == DSL_FLOAT32)
+        r = check(d, "launching dsl_k_sumsq_fixed", dsl_cuda_sumsq_fixed(st(d), p, n, k, dsum));
+    else
+        r = check(d, "launching dsl_k_sumsq_fixed (16-bit)",
+                  dsl_cuda_half_sumsq_fixed(st(d), t == DSL_BFLOAT16, p, n, k, dsum));
+    if (r < 0 || (r = scratch_read(d, &h, dsum, sizeof(h))) < 0)
+        return r;
+    *out = (uint64_t)h;
+    return 0;
+}
+
+static int cu_absmax_bits(struct dsl_device *d, const float *p, size_t n, uint32_t *out)
+{
+    return absmax_bits(d, DSL_FLOAT32, p, n, out);
+}
+
+static int cu_sumsq_fixed(struct dsl_device *d, const float *p, size_t n, double k,
+                          uint64_t *out)
+{
+    return sumsq_fixed(d, DSL_FLOAT32, p, n, k, out);
+}
+
+static int cu_half_absmax_bits(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                               size_t n, uint32_t *out)
+{
+    return absmax_bits(d, ht, p, n, out);
+}
+
+static int cu_half_sumsq_fixed(struct dsl_device *d, enum dsl_dtype ht, const void *p,
+                               size_t n, double k, uint64_t *out)
+{
+    return sumsq_fixed(d, ht, p, n, k, out);
 }
 
 static void cu_release(struct dsl_device *d)

@@ -96,15 +96,7 @@ static void on_signal(int sig)
 void dsl_job_signals_catch(int wfd)
 {
     sig_wfd = wfd;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
+    dsl_signals_set(on_signal, SA_RESTART, (const int[]){SIGINT, SIGTERM, SIGHUP, SIGUSR1, 0});
     signal(SIGPIPE, SIG_IGN);
 }
 

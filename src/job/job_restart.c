@@ -76,17 +76,6 @@ static void on_between(int sig)
     between_sig = sig;
 }
 
-static void catch_between(void)
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_between;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-}
-
 /* Sleep s seconds, or less when a signal arrives. */
 /* Sleeps s seconds, or less when a signal comes between attempts; says so then, so
    that a user who stopped the wait sees it was cut short. */
@@ -278,7 +267,7 @@ int dsl_restart_run(struct dsl_plan *p)
             dsl_job_release(&job);
             break;
         }
-        catch_between();
+        dsl_signals_set(on_between, 0, DSL_STOP_SIGNALS);
 
         att = dsl_xreallocarray(att, (size_t)natt + 1, sizeof(*att));
         struct attempt *a = &att[natt++];

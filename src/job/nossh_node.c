@@ -28,6 +28,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/log.h"
 #include "dslaunch/common/parse.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/job/job.h"
 #include "dslaunch/job/nossh_node.h"
@@ -42,17 +43,6 @@ static int join_opened;
 static void on_wait_signal(int sig)
 {
     wait_sig = sig;
-}
-
-static void wait_signals(void (*handler)(int))
-{
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = handler;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
 }
 
 /* The agent's hello from what node rank k sent: 1 decoded, 0 not complete, <0 bad. */
@@ -134,7 +124,7 @@ int dsl_nossh_coordinate(struct dsl_plan *p)
         dsl_info("no-ssh coordinator: waiting up to %.0f s for %d node%s to dial in on port %d",
                  o->join_timeout, n - 1, n == 2 ? "" : "s", ns->control_port);
     wait_sig = 0;
-    wait_signals(on_wait_signal);
+    dsl_signals_set(on_wait_signal, 0, DSL_STOP_SIGNALS);
     double t0 = dsl_now(), deadline = t0 + o->join_timeout;
     int refused_seen = 0;
     while (in < n) {
@@ -214,7 +204,7 @@ int dsl_nossh_coordinate(struct dsl_plan *p)
     if (o->verbose >= 1)
         dsl_info("no-ssh coordinator: all %d nodes are in after %.1f s", n, dsl_now() - t0);
 out:
-    wait_signals(SIG_DFL);
+    dsl_signals_set(SIG_DFL, 0, DSL_STOP_SIGNALS);
     for (int k = 0; k < n; k++)
         dsl_msg_release(&hello[k]);
     free(hello);

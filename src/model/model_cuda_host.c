@@ -1,14 +1,61 @@
 /*
- * What both CUDA models share on the host (model_cuda_impl.h): CUDA and cuBLAS errors as
- * model errors, and the one bounded host wait on a model's stream.
+ * What both CUDA models share on the host (model_cuda_impl.h): their buffers'
+ * allocation, CUDA and cuBLAS errors as model errors, and the one bounded host wait on
+ * a model's stream.
  */
 #include <errno.h>
+#include <stdlib.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/hostsync.h"
 #include "dslaunch/model/model.h"
 #include "model_cuda_impl.h"
 #include "dslaunch/common/banned.h"
+
+static void *cuda_alloc(int host, size_t bytes, size_t *total, int *fail)
+{
+    void *v = NULL;
+    *total += bytes;
+    if (*fail)
+        return NULL;
+    size_t n = bytes ? bytes : 1;
+    cudaError_t e = host ? cudaMallocHost(&v, n) : cudaMalloc(&v, n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *fail = 1;
+        return NULL;
+    }
+    return v;
+}
+
+void *dsl_model_cuda_alloc(size_t bytes, size_t *total, int *fail)
+{
+    return cuda_alloc(0, bytes, total, fail);
+}
+
+void *dsl_model_cuda_host_alloc(size_t bytes, size_t *total, int *fail)
+{
+    return cuda_alloc(1, bytes, total, fail);
+}
+
+float *dsl_model_cuda_params_host(struct dsl_model *m)
+{
+    float *h = malloc(m->nparams * sizeof(float));
+    if (!h)
+        dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial parameters",
+                   m->nparams * sizeof(float));
+    return h;
+}
+
+int dsl_model_cuda_params_put(struct dsl_model *m, float *params, float *h, cudaStream_t stream)
+{
+    /* from pageable memory the data is staged before the call returns: h may go */
+    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
+                                    cudaMemcpyHostToDevice, stream);
+    free(h);
+    CU(m, "copying the initial parameters", e);
+    return 0;
+}
 
 int dsl_model_cuda_err(struct dsl_model *m, const char *what, cudaError_t e)
 {

@@ -226,17 +226,11 @@ static int gpt_cuda_stats(struct dsl_model *m, size_t B, const struct dsl_grad_s
 static int gpt_cuda_init_params(struct dsl_model *m, float *params, uint64_t seed)
 {
     struct gpt_cuda *p = m->impl;
-    float *h = malloc(m->nparams * sizeof(float));
+    float *h = dsl_model_cuda_params_host(m);
     if (!h)
-        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
-                          "parameters", m->nparams * sizeof(float));
+        return -ENOMEM;
     dsl_gpt_layout_init(&p->L, h, seed);
-    /* from pageable memory the data is staged before the call returns: h may go */
-    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
-                                    cudaMemcpyHostToDevice, p->stream);
-    free(h);
-    CU(m, "copying the initial parameters", e);
-    return 0;
+    return dsl_model_cuda_params_put(m, params, h, p->stream);
 }
 
 /* an empty micro batch: zero gradients, in order */
@@ -325,34 +319,6 @@ static const struct dsl_model_ops gpt_cuda_ops = {
     .evaluate = gpt_cuda_evaluate,
     .release = gpt_cuda_release,
 };
-
-static void *dev_alloc(size_t bytes, size_t *total, int *fail)
-{
-    void *v = NULL;
-    *total += bytes;
-    if (*fail)
-        return NULL;
-    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *fail = 1;
-        return NULL;
-    }
-    return v;
-}
-
-static void *host_alloc(size_t bytes, size_t *total, int *fail)
-{
-    void *v = NULL;
-    *total += bytes;
-    if (*fail)
-        return NULL;
-    if (cudaMallocHost(&v, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *fail = 1;
-        return NULL;
-    }
-    return v;
-}
 
 /* the message formatted before the model (whose state it may quote) is released */
 __attribute__((format(printf, 4, 5))) static int create_fail(struct dsl_model *m, char *err,
@@ -504,49 +470,49 @@ static void alloc_buffers(struct gpt_cuda *p, size_t B, size_t *total, size_t *h
     p->R = p->R < 1 ? 1 : p->R > N ? N : p->R;
     size_t e = p->esz, BHT = B * NH * T, nk = dsl_cuda_gpt_colsum_chunks(N);
     int fail = 0;
-    p->ids = dev_alloc((5 * N + 1) * sizeof(int32_t), total, &fail);
-    p->enc = dev_alloc(N * C * e, total, &fail);
-    p->lnf = dev_alloc(N * C * e, total, &fail);
-    p->logits = dev_alloc(p->R * p->Vp * e, total, &fail);
-    p->dres = dev_alloc(N * C * e, total, &fail);
-    p->dC = dev_alloc(N * C * e, total, &fail);
-    p->d3C = dev_alloc(3 * N * C * e, total, &fail);
-    p->d4C = dev_alloc(4 * N * C * e, total, &fail);
-    p->rowd = dev_alloc(BHT * sizeof(float), total, &fail);
-    p->g1 = dev_alloc(C * e, total, &fail);
-    p->g2 = dev_alloc(C * e, total, &fail);
-    p->lnfm = dev_alloc(N * sizeof(float), total, &fail);
-    p->lnfr = dev_alloc(N * sizeof(float), total, &fail);
-    p->rowloss = dev_alloc(N * sizeof(float), total, &fail);
-    p->rowarg = dev_alloc(N * sizeof(int32_t), total, &fail);
-    p->dwte = dev_alloc(V * C * sizeof(float), total, &fail);
-    p->dwpe = dev_alloc(T * C * sizeof(float), total, &fail);
-    p->part = dev_alloc(2 * (nk ? nk : 1) * 4 * C * sizeof(float), total, &fail);
+    p->ids = dsl_model_cuda_alloc((5 * N + 1) * sizeof(int32_t), total, &fail);
+    p->enc = dsl_model_cuda_alloc(N * C * e, total, &fail);
+    p->lnf = dsl_model_cuda_alloc(N * C * e, total, &fail);
+    p->logits = dsl_model_cuda_alloc(p->R * p->Vp * e, total, &fail);
+    p->dres = dsl_model_cuda_alloc(N * C * e, total, &fail);
+    p->dC = dsl_model_cuda_alloc(N * C * e, total, &fail);
+    p->d3C = dsl_model_cuda_alloc(3 * N * C * e, total, &fail);
+    p->d4C = dsl_model_cuda_alloc(4 * N * C * e, total, &fail);
+    p->rowd = dsl_model_cuda_alloc(BHT * sizeof(float), total, &fail);
+    p->g1 = dsl_model_cuda_alloc(C * e, total, &fail);
+    p->g2 = dsl_model_cuda_alloc(C * e, total, &fail);
+    p->lnfm = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+    p->lnfr = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+    p->rowloss = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+    p->rowarg = dsl_model_cuda_alloc(N * sizeof(int32_t), total, &fail);
+    p->dwte = dsl_model_cuda_alloc(V * C * sizeof(float), total, &fail);
+    p->dwpe = dsl_model_cuda_alloc(T * C * sizeof(float), total, &fail);
+    p->part = dsl_model_cuda_alloc(2 * (nk ? nk : 1) * 4 * C * sizeof(float), total, &fail);
     if (p->lt)
-        p->ltws = dev_alloc(GPT_CUDA_LT_WORKSPACE, total, &fail);
+        p->ltws = dsl_model_cuda_alloc(GPT_CUDA_LT_WORKSPACE, total, &fail);
     for (size_t l = 0; l < p->L.L; l++) {
         struct gpt_cuda_block *h = &p->h[l];
-        h->ln1 = dev_alloc(N * C * e, total, &fail);
-        h->qkv = dev_alloc(3 * N * C * e, total, &fail);
-        h->lse = dev_alloc(BHT * sizeof(float), total, &fail);
-        h->atty = dev_alloc(N * C * e, total, &fail);
-        h->res2 = dev_alloc(N * C * e, total, &fail);
-        h->ln2 = dev_alloc(N * C * e, total, &fail);
-        h->fch = dev_alloc(4 * N * C * e, total, &fail);
-        h->fchg = dev_alloc(4 * N * C * e, total, &fail);
-        h->res3 = dev_alloc(N * C * e, total, &fail);
-        h->ln1m = dev_alloc(N * sizeof(float), total, &fail);
-        h->ln1r = dev_alloc(N * sizeof(float), total, &fail);
-        h->ln2m = dev_alloc(N * sizeof(float), total, &fail);
-        h->ln2r = dev_alloc(N * sizeof(float), total, &fail);
+        h->ln1 = dsl_model_cuda_alloc(N * C * e, total, &fail);
+        h->qkv = dsl_model_cuda_alloc(3 * N * C * e, total, &fail);
+        h->lse = dsl_model_cuda_alloc(BHT * sizeof(float), total, &fail);
+        h->atty = dsl_model_cuda_alloc(N * C * e, total, &fail);
+        h->res2 = dsl_model_cuda_alloc(N * C * e, total, &fail);
+        h->ln2 = dsl_model_cuda_alloc(N * C * e, total, &fail);
+        h->fch = dsl_model_cuda_alloc(4 * N * C * e, total, &fail);
+        h->fchg = dsl_model_cuda_alloc(4 * N * C * e, total, &fail);
+        h->res3 = dsl_model_cuda_alloc(N * C * e, total, &fail);
+        h->ln1m = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+        h->ln1r = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+        h->ln2m = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
+        h->ln2r = dsl_model_cuda_alloc(N * sizeof(float), total, &fail);
     }
     for (int k = 0; k < 2; k++) {
-        p->hids[k] = host_alloc((5 * N + 1) * sizeof(int32_t), htotal, &fail);
+        p->hids[k] = dsl_model_cuda_host_alloc((5 * N + 1) * sizeof(int32_t), htotal, &fail);
         if (!fail && cudaEventCreateWithFlags(&p->up[k], cudaEventDisableTiming) != cudaSuccess)
             p->up[k] = NULL, fail = 1;
     }
-    p->hloss = host_alloc(N * sizeof(float), htotal, &fail);
-    p->harg = host_alloc(N * sizeof(int32_t), htotal, &fail);
+    p->hloss = dsl_model_cuda_host_alloc(N * sizeof(float), htotal, &fail);
+    p->harg = dsl_model_cuda_host_alloc(N * sizeof(int32_t), htotal, &fail);
     p->count = calloc(V + 1, sizeof(int32_t));
     p->htgt = calloc(N ? N : 1, sizeof(int32_t));
     *failp = fail;

@@ -37,6 +37,7 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "model_loss_stats.cuh"
 #include "model_gpt_kernels.cuh"
 
 #define COL_ROWS 256 /* rows per partial column sum */
@@ -350,8 +351,6 @@ __global__ void dsl_k_gpt_classifier(T *logits, const int32_t *tgt, size_t rows,
 __global__ void dsl_k_gpt_loss_stats(const float *loss, const int32_t *arg, const int32_t *tgt,
                                      size_t B, size_t Tc, float *out, size_t stride)
 {
-    __shared__ double sl[THREADS];
-    __shared__ unsigned long long sc[THREADS];
     double l = 0.0;
     unsigned long long h = 0;
     for (size_t b = threadIdx.x; b < B; b += THREADS) {
@@ -361,20 +360,7 @@ __global__ void dsl_k_gpt_loss_stats(const float *loss, const int32_t *arg, cons
         l = __dadd_rn(l, __ddiv_rn(s, (double)Tc));
         h += arg[b * Tc + Tc - 1] == tgt[b * Tc + Tc - 1];
     }
-    sl[threadIdx.x] = l;
-    sc[threadIdx.x] = h;
-    __syncthreads();
-    for (unsigned s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sl[threadIdx.x] = __dadd_rn(sl[threadIdx.x], sl[threadIdx.x + s]);
-            sc[threadIdx.x] += sc[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        out[0] = (float)sl[0];
-        out[stride] = (float)sc[0];
-    }
+    dsl_block_loss_stats(l, h, out, stride);
 }
 
 /* ---- launchers ---- */

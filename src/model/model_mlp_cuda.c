@@ -124,17 +124,11 @@ static int gemm(struct dsl_model *mo, const char *what, cublasOperation_t ta,
 static int mlpc_init_params(struct dsl_model *m, float *params, uint64_t seed)
 {
     struct mlp_cuda *p = m->impl;
-    float *h = malloc(m->nparams * sizeof(float));
+    float *h = dsl_model_cuda_params_host(m);
     if (!h)
-        return dsl_seterr(m->err, -ENOMEM, "cannot allocate %zu bytes for the initial "
-                          "parameters", m->nparams * sizeof(float));
+        return -ENOMEM;
     dsl_mlp_layout_init(&p->L, h, seed);
-    /* from pageable memory the data is staged before the call returns: h may go */
-    cudaError_t e = cudaMemcpyAsync(params, h, m->nparams * sizeof(float),
-                                    cudaMemcpyHostToDevice, p->stream);
-    free(h);
-    CU(m, "copying the initial parameters", e);
-    return 0;
+    return dsl_model_cuda_params_put(m, params, h, p->stream);
 }
 
 static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t n)
@@ -369,18 +363,6 @@ static const struct dsl_model_ops mlp_cuda_ops = {
     .release = mlpc_release,
 };
 
-static void *dev_alloc(size_t bytes, size_t *total, int *fail)
-{
-    void *v = NULL;
-    *total += bytes;
-    if (cudaMalloc(&v, bytes ? bytes : 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        *fail = 1;
-        return NULL;
-    }
-    return v;
-}
-
 int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, char *err)
 {
     struct dsl_mlp_layout lay;
@@ -449,14 +431,14 @@ int dsl_mlp_create_cuda(struct dsl_model *m, const struct dsl_model_spec *spec, 
     size_t B = spec->max_batch, total = 0;
     int fail = 0;
     for (size_t l = 0; l <= lay.nlayers; l++)
-        p->act[l] = dev_alloc(B * lay.dims[l] * p->esz, &total, &fail);
-    p->y = dev_alloc(B * sizeof(int32_t), &total, &fail);
+        p->act[l] = dsl_model_cuda_alloc(B * lay.dims[l] * p->esz, &total, &fail);
+    p->y = dsl_model_cuda_alloc(B * sizeof(int32_t), &total, &fail);
     if (p->half)
-        p->x32 = dev_alloc(B * lay.dims[0] * sizeof(float), &total, &fail);
-    p->dz = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
-    p->dz2 = dev_alloc(B * lay.maxdim * p->esz, &total, &fail);
-    p->loss = dev_alloc(B * sizeof(float), &total, &fail);
-    p->correct = dev_alloc(B * sizeof(int32_t), &total, &fail);
+        p->x32 = dsl_model_cuda_alloc(B * lay.dims[0] * sizeof(float), &total, &fail);
+    p->dz = dsl_model_cuda_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->dz2 = dsl_model_cuda_alloc(B * lay.maxdim * p->esz, &total, &fail);
+    p->loss = dsl_model_cuda_alloc(B * sizeof(float), &total, &fail);
+    p->correct = dsl_model_cuda_alloc(B * sizeof(int32_t), &total, &fail);
     if (cudaMallocHost((void **)&p->hloss, (B ? B : 1) * sizeof(float)) != cudaSuccess)
         p->hloss = NULL, fail = 1;
     if (cudaMallocHost((void **)&p->hcorrect, (B ? B : 1) * sizeof(int32_t)) != cudaSuccess)

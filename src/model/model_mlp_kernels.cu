@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "model_loss_stats.cuh"
 
 #define THREADS DSL_CUDA_THREADS
 #define GRID_STRIDE DSL_GRID_STRIDE
@@ -149,28 +150,13 @@ template <typename T> __global__ void dsl_k_relu_mask(T *d, const T *a, size_t l
 __global__ void dsl_k_loss_stats(const float *loss, const int32_t *correct, size_t n, float *out,
                                  size_t stride)
 {
-    __shared__ double sl[THREADS];
-    __shared__ unsigned long long sc[THREADS];
     double l = 0.0;
     unsigned long long h = 0;
     for (size_t i = threadIdx.x; i < n; i += THREADS) {
         l = __dadd_rn(l, (double)loss[i]);
         h += correct[i] != 0;
     }
-    sl[threadIdx.x] = l;
-    sc[threadIdx.x] = h;
-    __syncthreads();
-    for (unsigned s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            sl[threadIdx.x] = __dadd_rn(sl[threadIdx.x], sl[threadIdx.x + s]);
-            sc[threadIdx.x] += sc[threadIdx.x + s];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        out[0] = (float)sl[0];
-        out[stride] = (float)sc[0];
-    }
+    dsl_block_loss_stats(l, h, out, stride);
 }
 
 /* ---- launchers ---- */

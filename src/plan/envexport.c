@@ -143,18 +143,14 @@ int dsl_envfile_load(struct dsl_strvec *env, const char *path, char *err)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, ENVFILE_MAX_BYTES);
-    int r = dsl_dynbuf_load_file(&b, path);
-    if (r == -ENOENT || r == -ENOTDIR)
+    int r = dsl_dynbuf_load_named(&b, path, "env file", DSL_ECONFIG, err);
+    if (r == -ENOENT || r == -ENOTDIR) {
         r = 0; /* a missing env file is no error */
-    else if (r == -EFBIG)
-        r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': larger than %u bytes", path,
-                       ENVFILE_MAX_BYTES);
-    else if (r == DSL_ENOTREG)
-        r = dsl_seterr(err, DSL_ECONFIG, "env file '%s': %s", path, dsl_strerror(r));
-    else if (r < 0)
-        r = dsl_seterr(err, r, "env file '%s': %s", path, strerror(-r));
-    else
+        if (err)
+            err[0] = '\0';
+    } else if (r == 0) {
         r = dsl_envfile_parse(env, path, dsl_dynbuf_str(&b), b.len, err);
+    }
     dsl_dynbuf_release(&b);
     return r;
 }

@@ -164,10 +164,11 @@ static int portable_char(char c)
            c == '.' || c == '-' || c == '_';
 }
 
-int dsl_user_name_valid(const char *name)
+/* 1 to max portable characters, not starting with '-' (it would read as an option) */
+static int portable_name(const char *name, size_t max)
 {
     size_t n = strlen(name);
-    if (n == 0 || n > DSL_USER_NAME_MAX || name[0] == '-')
+    if (n == 0 || n > max || name[0] == '-')
         return 0;
     for (size_t i = 0; i < n; i++)
         if (!portable_char(name[i]))
@@ -175,15 +176,14 @@ int dsl_user_name_valid(const char *name)
     return 1;
 }
 
+int dsl_user_name_valid(const char *name)
+{
+    return portable_name(name, DSL_USER_NAME_MAX);
+}
+
 int dsl_host_name_valid(const char *name)
 {
-    size_t n = strlen(name);
-    if (n == 0 || n > DSL_HOST_NAME_MAX || name[0] == '-')
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!portable_char(name[i]))
-            return 0;
-    return 1;
+    return portable_name(name, DSL_HOST_NAME_MAX);
 }
 
 /* State of one parse: where we are, for messages. */
@@ -401,15 +401,8 @@ int dsl_hostfile_load(struct dsl_hostfile *hf, const char *path, char *err)
 {
     struct dsl_dynbuf b;
     dsl_dynbuf_init(&b, HOSTFILE_MAX_BYTES);
-    int r = dsl_dynbuf_load_file(&b, path);
-    if (r == -EFBIG)
-        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': larger than %u bytes", path,
-                       HOSTFILE_MAX_BYTES);
-    else if (r == DSL_ENOTREG)
-        r = dsl_seterr(err, DSL_EHOSTFILE, "hostfile '%s': %s", path, dsl_strerror(r));
-    else if (r < 0)
-        r = dsl_seterr(err, r, "hostfile '%s': %s", path, strerror(-r));
-    else
+    int r = dsl_dynbuf_load_named(&b, path, "hostfile", DSL_EHOSTFILE, err);
+    if (r == 0)
         r = dsl_hostfile_parse(hf, path, dsl_dynbuf_str(&b), b.len, err);
     dsl_dynbuf_release(&b);
     return r;

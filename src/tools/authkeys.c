@@ -84,6 +84,13 @@ int dsl_authkeys_find_key(const char *line, const char **type, size_t *tlen,
     return -1;
 }
 
+/* The line after l's, or NULL when l's is the last. */
+static const char *next_line(const char *l)
+{
+    const char *nl = strchr(l, '\n');
+    return nl ? nl + 1 : NULL;
+}
+
 static int same_key(const char *line, const char *type, size_t tlen, const char *blob,
                     size_t blen)
 {
@@ -119,13 +126,9 @@ int dsl_authkeys_merge(const char *text, const char *keyline, char **out)
     *out = NULL;
     if (dsl_authkeys_find_key(keyline, &type, &tlen, &blob, &blen) < 0)
         return DSL_EUSAGE;
-    for (const char *l = text; l && *l;) {
+    for (const char *l = text; l && *l; l = next_line(l)) {
         if (same_key(l, type, tlen, blob, blen))
             return 0;
-        const char *nl = strchr(l, '\n');
-        if (!nl)
-            break;
-        l = nl + 1;
     }
     *out = append_line(text, keyline);
     return 1;
@@ -204,13 +207,9 @@ int dsl_knownhosts_merge(const char *text, const char *line, char **out)
     if (!next_field(line, &pos, &hosts, &hlen) || hosts[0] == '#' || hosts[0] == '@' ||
         dsl_authkeys_find_key(line + pos, &type, &tlen, &blob, &blen) < 0)
         return DSL_EUSAGE;
-    for (const char *l = text; l && *l;) {
+    for (const char *l = text; l && *l; l = next_line(l)) {
         if (kh_present(l, hosts, hlen, type, tlen, blob, blen))
             return 0;
-        const char *nl = strchr(l, '\n');
-        if (!nl)
-            break;
-        l = nl + 1;
     }
     *out = append_line(text, line);
     return 1;
@@ -220,13 +219,9 @@ int dsl_knownhosts_merge(const char *text, const char *line, char **out)
 static const char *find_marker_line(const char *text, const char *marker)
 {
     size_t ml = strlen(marker);
-    for (const char *l = text; l && *l;) {
+    for (const char *l = text; l && *l; l = next_line(l)) {
         if (!strncmp(l, marker, ml) && (l[ml] == '\n' || l[ml] == '\0' || l[ml] == '\r'))
             return l;
-        const char *nl = strchr(l, '\n');
-        if (!nl)
-            break;
-        l = nl + 1;
     }
     return NULL;
 }
@@ -262,42 +257,34 @@ int dsl_sshconfig_merge(const char *text, const char *block, char **out)
     return 1;
 }
 
+/* What each kind of file must not allow, what it becomes, and why; fix -1 keeps the
+ * mode and only takes the forbidden bits away (a home directory's other bits are the
+ * user's business). Indexed by enum dsl_sshperm_kind. */
+static const struct {
+    unsigned int forbidden;
+    int fix;
+    const char *why;
+} sshperm_rules[] = {
+    [DSL_SSHPERM_HOME] = {022u, -1,
+                          "group/other-writable, so sshd ignores the authorized_keys below it"},
+    [DSL_SSHPERM_SSHDIR] = {022u, 0700,
+                            "group/other-writable, so sshd ignores the authorized_keys in it"},
+    [DSL_SSHPERM_AUTHKEYS] = {022u, 0600, "group/other-writable, so sshd ignores it"},
+    [DSL_SSHPERM_PRIVKEY] = {077u, 0600, "readable by group/other, so ssh refuses to use it"},
+    [DSL_SSHPERM_CONFIG] = {022u, 0600, "group/other-writable, so ssh refuses to read it"},
+};
+
 int dsl_sshperm_fix(enum dsl_sshperm_kind kind, unsigned int mode, const char **why)
 {
     const char *w = NULL;
     int fix = -1;
     mode &= 07777u;
-    switch (kind) {
-    case DSL_SSHPERM_HOME:
-        if (mode & 022u) {
-            fix = (int)(mode & ~022u);
-            w = "group/other-writable, so sshd ignores the authorized_keys below it";
-        }
-        break;
-    case DSL_SSHPERM_SSHDIR:
-        if (mode & 022u) {
-            fix = 0700;
-            w = "group/other-writable, so sshd ignores the authorized_keys in it";
-        }
-        break;
-    case DSL_SSHPERM_AUTHKEYS:
-        if (mode & 022u) {
-            fix = 0600;
-            w = "group/other-writable, so sshd ignores it";
-        }
-        break;
-    case DSL_SSHPERM_PRIVKEY:
-        if (mode & 077u) {
-            fix = 0600;
-            w = "readable by group/other, so ssh refuses to use it";
-        }
-        break;
-    case DSL_SSHPERM_CONFIG:
-        if (mode & 022u) {
-            fix = 0600;
-            w = "group/other-writable, so ssh refuses to read it";
-        }
-        break;
+    if ((size_t)kind < sizeof sshperm_rules / sizeof sshperm_rules[0] &&
+        (mode & sshperm_rules[kind].forbidden)) {
+        fix = sshperm_rules[kind].fix;
+        if (fix < 0)
+            fix = (int)(mode & ~sshperm_rules[kind].forbidden);
+        w = sshperm_rules[kind].why;
     }
     if (why)
         *why = w;

@@ -47,6 +47,7 @@
 #include "dslaunch/plan/placement.h"
 #include "dslaunch/common/xalloc.h"
 #include "doctor_impl.h"
+#include "toolargs.h"
 #include "dslaunch/common/banned.h"
 
 extern char **environ;
@@ -624,16 +625,9 @@ int dsl_doctor_main(int argc, char **argv)
     /* doctor's own flags come before the program; the rest is the launcher's */
     struct doctor_args da = {0};
     dsl_strvec_push(&args, "dslaunch");
-    if (dsl_opt_parse(&doctor_parser, &da, argc, argv, &args, err) < 0) {
-        dsl_error("doctor: %s", err);
-        usage(stderr);
+    static const struct dsl_tool_usage tu = {"doctor", usage, 1};
+    if (!dsl_tool_args_parse(&doctor_parser, &tu, &da, &da.help, argc, argv, &args, &code))
         goto out;
-    }
-    if (da.help) {
-        usage(stdout);
-        code = 0;
-        goto out;
-    }
     d.json = da.json;
     d.allreduce = !da.no_allreduce;
     /* parsed as --check, which makes the program optional */

@@ -69,6 +69,7 @@
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/remote/transport.h"
 #include "dslaunch/common/xalloc.h"
+#include "toolargs.h"
 #include "dslaunch/common/banned.h"
 
 #define SETUP_FILE_MAX DSL_SSHFILES_MAX /* the largest ssh file we read */
@@ -682,16 +683,9 @@ int dsl_sshsetup_main(int argc, char **argv)
     memset(&st, 0, sizeof(st));
     dsl_hostfile_init(&hf);
 
-    if (dsl_opt_parse(&setup_parser, &sa, argc, argv, NULL, err) < 0) {
-        dsl_error("ssh-setup: %s", err);
-        usage(stderr);
+    static const struct dsl_tool_usage tu = {"ssh-setup", usage, 1};
+    if (!dsl_tool_args_parse(&setup_parser, &tu, &sa, &sa.help, argc, argv, NULL, &code))
         goto out;
-    }
-    if (sa.help) {
-        usage(stdout);
-        code = 0;
-        goto out;
-    }
     st.hostfile = sa.hostfile;
     st.key_path_opt = sa.key;
     st.ssh_config = sa.ssh_config;

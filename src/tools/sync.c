@@ -54,6 +54,7 @@
 #include "dslaunch/tools/sync.h"
 #include "dslaunch/common/xalloc.h"
 #include "sync_impl.h"
+#include "toolargs.h"
 #include "dslaunch/common/banned.h"
 
 static void nap(void)
@@ -519,15 +520,9 @@ int dsl_sync_main(int argc, char **argv)
     dsl_strvec_init(&paths);
     dsl_strvec_init(&hosts);
 
-    if (dsl_opt_parse(&sync_parser, &sa, argc, argv, &paths, err) < 0) {
-        dsl_error("sync: %s", err);
+    static const struct dsl_tool_usage tu = {"sync", usage, 0};
+    if (!dsl_tool_args_parse(&sync_parser, &tu, &sa, &sa.help, argc, argv, &paths, &code))
         goto out;
-    }
-    if (sa.help) {
-        usage(stdout);
-        code = 0;
-        goto out;
-    }
     if ((sa.ssh_config && dsl_file_check_readable("--ssh-config", sa.ssh_config, err) < 0) ||
         (sa.ssh_identity &&
          dsl_file_check_readable("--ssh-identity", sa.ssh_identity, err) < 0)) {

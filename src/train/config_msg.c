@@ -152,14 +152,24 @@ static void where(const struct parse_ctx *c, const char *path, char *buf, size_t
     snprintf(buf, n, "%s: ", c->file);
 }
 
+/* Both parts of a message about key path: where (as where() writes it) and the text. */
+__attribute__((format(printf, 7, 0))) static void where_and_text(struct parse_ctx *c,
+                                                                 const char *path, char *w,
+                                                                 size_t wn, char *msg,
+                                                                 size_t mn, const char *fmt,
+                                                                 va_list ap)
+{
+    where(c, path, w, wn);
+    vsnprintf(msg, mn, fmt, ap);
+}
+
 __attribute__((format(printf, 3, 4))) int dsl_cfgp_err(struct parse_ctx *c, const char *path,
                                                       const char *fmt, ...)
 {
     char w[256], msg[DSL_ERR_LEN];
     va_list ap;
-    where(c, path, w, sizeof(w));
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    where_and_text(c, path, w, sizeof(w), msg, sizeof(msg), fmt, ap);
     va_end(ap);
     return dsl_seterr(c->err, DSL_ECONFIG, "%s%s", w, msg);
 }
@@ -170,9 +180,8 @@ __attribute__((format(printf, 3, 4))) void dsl_cfgp_warn(struct parse_ctx *c,
 {
     char w[256], msg[DSL_ERR_LEN];
     va_list ap;
-    where(c, path, w, sizeof(w));
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    where_and_text(c, path, w, sizeof(w), msg, sizeof(msg), fmt, ap);
     va_end(ap);
     /* escaped now, as dsl_seterr() does for errors: the warnings outlive this call */
     char safe[DSL_ERR_LEN];

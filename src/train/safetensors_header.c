@@ -297,16 +297,31 @@ static size_t next_start(const struct rd *p)
     return p->k < p->nt ? p->t[p->k].start : p->n;
 }
 
+/* The token of value v when v is of the kind cJSON's test is() accepts; else NULL with
+ * *r the error: the walk lost, or "expected 'c'" where the value starts. */
+static const struct tok *typed_tok(struct rd *p, const cJSON *v,
+                                   cJSON_bool (*is)(const cJSON *), char c, int *r)
+{
+    const struct tok *t = val_tok(p, v);
+    if (!t) {
+        *r = lost(p);
+        return NULL;
+    }
+    if (!is(v)) {
+        *r = rd_err(p, t->start, "expected '%c'", c);
+        return NULL;
+    }
+    return t;
+}
+
 /* [uint, ...] with at most max entries */
 static int rd_uint_array(struct rd *p, const cJSON *a, uint64_t *v, int max, int *count,
                          size_t *end)
 {
-    const struct tok *at = val_tok(p, a);
-    int k = 0;
+    int k = 0, r = 0;
+    const struct tok *at = typed_tok(p, a, cJSON_IsArray, '[', &r);
     if (!at)
-        return lost(p);
-    if (!cJSON_IsArray(a))
-        return rd_err(p, at->start, "expected '['");
+        return r;
     for (const cJSON *e = a->child; e; e = e->next) {
         const struct tok *et = val_tok(p, e);
         if (!et)
@@ -324,22 +339,18 @@ static int rd_uint_array(struct rd *p, const cJSON *a, uint64_t *v, int max, int
 
 static int rd_tensor(struct rd *p, const cJSON *o, struct dsl_st_tensor *t, uint64_t off[2])
 {
-    int r, have_dtype = 0, have_shape = 0, have_off = 0;
-    const struct tok *ot = val_tok(p, o);
+    int r = 0, have_dtype = 0, have_shape = 0, have_off = 0;
+    const struct tok *ot = typed_tok(p, o, cJSON_IsObject, '{', &r);
     if (!ot)
-        return lost(p);
-    if (!cJSON_IsObject(o))
-        return rd_err(p, ot->start, "expected '{'");
+        return r;
     for (const cJSON *m = o->child; m; m = m->next) {
         if (!next_tok(p, TK_STR))
             return lost(p);
         size_t vat = next_start(p), end = 0;
         if (strcmp(m->string, "dtype") == 0 && !have_dtype) {
-            const struct tok *vt = val_tok(p, m);
+            const struct tok *vt = typed_tok(p, m, cJSON_IsString, '"', &r);
             if (!vt)
-                return lost(p);
-            if (!cJSON_IsString(m))
-                return rd_err(p, vt->start, "expected '\"'");
+                return r;
             int d = dsl_st_dtype_parse(m->valuestring);
             if (d < 0)
                 return rd_err(p, vt->end, "unsupported dtype '%s'", m->valuestring);
@@ -367,22 +378,19 @@ static int rd_tensor(struct rd *p, const cJSON *o, struct dsl_st_tensor *t, uint
 
 static int rd_metadata(struct rd *p, const cJSON *o, struct dsl_strvec *meta)
 {
-    const struct tok *ot = val_tok(p, o);
+    int r = 0;
+    const struct tok *ot = typed_tok(p, o, cJSON_IsObject, '{', &r);
     if (!ot)
-        return lost(p);
-    if (!cJSON_IsObject(o))
-        return rd_err(p, ot->start, "expected '{'");
+        return r;
     for (const cJSON *m = o->child; m; m = m->next) {
         const struct tok *kt = next_tok(p, TK_STR);
         if (!kt)
             return lost(p);
         if (strchr(m->string, '=') || !m->string[0] || dsl_env_get(meta, m->string))
             return rd_err(p, kt->end, "unsupported or repeated metadata key '%s'", m->string);
-        const struct tok *vt = val_tok(p, m);
+        const struct tok *vt = typed_tok(p, m, cJSON_IsString, '"', &r);
         if (!vt)
-            return lost(p);
-        if (!cJSON_IsString(m))
-            return rd_err(p, vt->start, "expected '\"'");
+            return r;
         if (strcmp(m->string, META_SHA) == 0 || strcmp(m->string, META_DATA_SHA) == 0) {
             /* 64 lowercase hex digits, spelled without escapes, so the header's own
              * digits sit at a known place and read as zeros while hashing */

@@ -33,6 +33,14 @@ void dsl_dynbuf_release(struct dsl_dynbuf *b);
  * they know what the file is.
  */
 int dsl_dynbuf_load_file(struct dsl_dynbuf *b, const char *path);
+/**
+ * dsl_dynbuf_load_file() of a file the user named, what it is in words ("hostfile"):
+ * 0, or the failure's code with err set to "WHAT 'PATH': larger than MAX bytes" or
+ * "WHAT 'PATH': not a regular file" (both with code), or "WHAT 'PATH': <strerror>"
+ * (with the -errno).
+ */
+int dsl_dynbuf_load_named(struct dsl_dynbuf *b, const char *path, const char *what, int code,
+                          char *err);
 /** Contents as a string; "" when empty. Valid until the next modification. */
 const char *dsl_dynbuf_str(const struct dsl_dynbuf *b);
 

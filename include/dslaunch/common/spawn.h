@@ -16,6 +16,7 @@
 #ifndef DSLAUNCH_SPAWN_H
 #define DSLAUNCH_SPAWN_H
 
+#include <signal.h>
 #include <sys/types.h>
 
 #define DSL_SPAWN_KEEP (-1)    /* fd_in/fd_out/fd_err: leave what the child inherits */
@@ -127,6 +128,15 @@ int dsl_spawn(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
  */
 int dsl_spawn_begin(struct dsl_proc *p, const struct dsl_spawn_opts *o, char *err);
 int dsl_spawn_end(struct dsl_proc *p, const char *argv0, char *err);
+
+/* The signals that ask a program to stop, for dsl_signals_set(). */
+#define DSL_STOP_SIGNALS ((const int[]){SIGINT, SIGTERM, SIGHUP, 0})
+
+/**
+ * Install handler (or SIG_DFL, SIG_IGN) for each signal of sigs (ended by 0), with
+ * sa_flags flags and no signal blocked while it runs.
+ */
+void dsl_signals_set(void (*handler)(int), int flags, const int *sigs);
 
 /** "SIGTERM"-style name of a signal; "SIG<n>" for unknown ones (static or thread-local). */
 const char *dsl_signame(int sig);

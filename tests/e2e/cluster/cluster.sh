@@ -49,21 +49,12 @@ ifname_of() { # node index (1-based)
     if (( i <= ${#IFNAMES[@]} )); then echo "${IFNAMES[$((i - 1))]}"; else echo "eth$i"; fi
 }
 
-load_env() {
-    local dir=$1
-    [[ -f $dir/cluster.env ]] || die "no cluster in '$dir' (missing cluster.env)"
-    # shellcheck disable=SC1091
-    source "$dir/cluster.env"
-}
-
-node_index() { # node1 | 1 -> 1
-    local n=${1#node}
-    [[ $n =~ ^[0-9]+$ ]] && (( n >= 1 && n <= NODES )) || die "no node '$1' (1..$NODES)"
-    echo "$n"
-}
-
-# ip2int, subnet_free, pick_subnet
+# ip2int, subnet_free, pick_subnet; source_env, index_of
 . "$(dirname "$SELF")/subnet.sh"
+. "$(dirname "$SELF")/nodes.sh"
+
+load_env() { source_env "$1" cluster.env cluster; }
+node_index() { index_of node "$1" "1..$NODES"; } # node1 | 1 -> 1
 
 gen_keys() {
     local dir=$1 nodes=$2 i

@@ -143,36 +143,38 @@ wait_gone() {
     fail "processes still running:$left"
 }
 
-# grandchild_pids PIDFILE RANK...: the pids that the worker's grandchildren wrote to
-# PIDFILE.RANK.gc themselves (worker "grandchild" mode), one per line. Fails when one
-# is missing, so a test of their clean-up cannot pass without grandchildren.
-grandchild_pids() {
-    local base=$1 r p
-    shift
+# written_pids PIDFILE "SUFFIX..." WHAT RANK...: the pids that processes of the worker
+# wrote to PIDFILE.RANK.SUFFIX themselves, one per line. Fails, saying "rank RANK WHAT"
+# (%s: the suffix), when one is missing, so a test of their clean-up cannot pass
+# without something to clean up.
+written_pids() {
+    local base=$1 sufs=$2 what=$3 r s p
+    shift 3
     for r in "$@"; do
-        p=$(head -n 1 "$base.$r.gc" 2>/dev/null)
-        case $p in
-            '' | *[!0-9]*) fail "rank $r started no grandchild ($base.$r.gc: '$p')"; return 1 ;;
-        esac
-        echo "$p"
-    done
-}
-
-# descendant_pids PIDFILE RANK...: the pids of the processes the worker's "descend"
-# left behind (they wrote PIDFILE.RANK.sid and .dmn themselves), one per line. Fails
-# when one is missing, so a clean-up test cannot pass without something to clean up.
-descendant_pids() {
-    local base=$1 r s p
-    shift
-    for r in "$@"; do
-        for s in sid dmn; do
+        for s in $sufs; do
             p=$(head -n 1 "$base.$r.$s" 2>/dev/null)
             case $p in
-                '' | *[!0-9]*) fail "rank $r left no $s process ($base.$r.$s: '$p')"; return 1 ;;
+                '' | *[!0-9]*) fail "rank $r ${what//%s/$s} ($base.$r.$s: '$p')"; return 1 ;;
             esac
             echo "$p"
         done
     done
+}
+
+# grandchild_pids PIDFILE RANK...: the pids of the worker's grandchildren ("grandchild"
+# mode, PIDFILE.RANK.gc)
+grandchild_pids() {
+    local base=$1
+    shift
+    written_pids "$base" gc "started no grandchild" "$@"
+}
+
+# descendant_pids PIDFILE RANK...: the pids of the processes the worker's "descend"
+# left behind (PIDFILE.RANK.sid and .dmn)
+descendant_pids() {
+    local base=$1
+    shift
+    written_pids "$base" "sid dmn" "left no %s process" "$@"
 }
 
 # wait_no_cgroups READYFILE BOUND: the job's cgroups (dslaunch-<run id>, the run id as

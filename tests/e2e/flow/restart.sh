@@ -7,10 +7,8 @@ set -u
 DSL=$1
 W=$2
 SRC=$3
-. "$SRC/tests/e2e/flow/lib.sh"
-export DSLAUNCH_LOCAL_SLOTS=4 W
-unset CUDA_VISIBLE_DEVICES OMP_NUM_THREADS
-cd "$T_TMP"
+. "$SRC/tests/e2e/flow/local.sh"
+export W # the rank program runs it
 
 # a rank program: "fail_on ATTEMPTS RANK CODE": rank RANK exits CODE on the listed
 # attempts (space-separated restart counts, or "all"); everything else prints its env

@@ -2,12 +2,22 @@
 # transport. TAP output; the script's exit status is the verdict.
 find_package(Threads REQUIRED) # the worker's "hold": a multi-threaded rank
 dsl_test_executable(flow_worker SOURCES ${CMAKE_CURRENT_LIST_DIR}/worker.c LIBS Threads::Threads)
-add_test(NAME flow_launch
-         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/flow.sh $<TARGET_FILE:dslaunch>
-                 $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
-# RUN_SERIAL: one case holds the default master port 29500, which any other job of
-# the suite (whose rank 0 listens there) would otherwise race for.
-set_tests_properties(flow_launch PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
+# flow_launch: the env contract, arguments, usage errors, hostfiles, output, --dry-run;
+# flow_signals: stopping a job (SIGINT/TERM/HUP/KILL of dslaunch, SIGUSR1 to the ranks);
+# flow_contain: nothing a rank starts survives, agents going quiet, OOM kills.
+# RUN_SERIAL: one case of flow_launch holds the default master port 29500, which any
+# other job of the suite (whose rank 0 listens there) would otherwise race for; the
+# stops, freezes and OOM kills of the other two have bounds that should not compete
+# with other suites for the cores, as flow_hang's do.
+foreach(part launch:flow signals:signals contain:contain)
+  string(REPLACE ":" ";" part ${part})
+  list(GET part 0 name)
+  list(GET part 1 script)
+  add_test(NAME flow_${name}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/${script}.sh $<TARGET_FILE:dslaunch>
+                   $<TARGET_FILE:flow_worker> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(flow_${name} PROPERTIES LABELS flow TIMEOUT 600 RUN_SERIAL TRUE)
+endforeach()
 # Restarts (--max-restarts, --exclude-failed-nodes, --min-nodes) with the same worker.
 dsl_script_test(flow_restart LABEL flow TIMEOUT 300
                 COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/restart.sh $<TARGET_FILE:dslaunch>

@@ -35,14 +35,39 @@ wait_pid_gone() {
     done
 }
 
+# node2 OFFSET ARGS...: node2's dslaunch with ARGS..., node rank 1 of 2, dialling node1
+# at port PORT + OFFSET, in the background: output in out2 and err2, its pid in p2
+node2() {
+    local off=$1
+    shift
+    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
+        --master_port $((PORT + off)) "$@" >out2 2>err2 &
+    p2=$!
+}
+
+# node2_done: node2's exit status in rc2, once it ended, and both nodes' stderr shown
+node2_done() {
+    rc2=0
+    wait $p2 || rc2=$?
+    cat err err2
+}
+
+# wait_four_ranks: until the job's 4 ranks wrote their run ids to $FLOW_RUNIDS (10 s at
+# the most)
+wait_four_ranks() {
+    local i
+    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
+        break; sleep 0.1; done
+    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+}
+
 expect_success "two nodes make one job: RANK 0..3, WORLD_SIZE 4, one MASTER_ADDR/PORT, NODE_RANK" '
     on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" --master_port $PORT \
         --nproc_per_node 2 "$W" env >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 --master_addr "$ADDR_1" \
         --master_port $PORT --nproc_per_node 2 "$W" env
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 0 "the coordinator"
     assert_eq "$rc2" 0 "node rank 1"
     for r in 0 1 2 3; do assert_grep "rank $r\] RANK=$r$" out; done
@@ -63,8 +88,7 @@ expect_success "PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT alon
     on_node 2 env $PET PET_NODE_RANK=1 "$DSL" "$W" env >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 env $PET PET_NODE_RANK=0 "$DSL" --num_gpus 2 "$W" env
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 0
     assert_eq "$rc2" 0
     assert_grep "^\[node2:rank [0-9]*\] NODE_RANK=1$" out
@@ -87,8 +111,7 @@ expect_success "a wrong secret is refused with a clear message and nothing is st
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --join_timeout 6 --node_rank 0 --nnodes 2 \
         --master_port $((PORT + 20)) --export FLOW_RUNIDS "$W" env
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc2" 201 "the node with the wrong secret"
     assert_grep "node rank 1: the coordinator at $ADDR_1:$((PORT + 21)) did not accept this node" err2
     assert_grep "the job secret (DSLAUNCH_JOB_SECRET) must be the same on every node" err2
@@ -108,9 +131,7 @@ expect_success "killing node2s launcher tears node1 down within grace + 2 s, not
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 30)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
     p1=$!
-    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
-        break; sleep 0.1; done
-    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+    wait_four_ranks
     pid1=$(cat "$T_TMP/pid.1")
     kill -9 "$(cat "$T_TMP/pid.2")"
     wait_pid_gone "$pid1" 5
@@ -122,14 +143,10 @@ expect_success "killing node2s launcher tears node1 down within grace + 2 s, not
 
 expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s, nothing left" '
     export FLOW_RUNIDS=$T_TMP/kill1.ids
-    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 40)) "$W" sleep 600 >out2 2>err2 &
-    p2=$!
+    node2 40 "$W" sleep 600
     on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 --master_port $((PORT + 40)) \
         --export FLOW_RUNIDS "$W" sleep 600 >out 2>err &
-    for i in $(seq 100); do [ -s "$FLOW_RUNIDS" ] && [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] && \
-        break; sleep 0.1; done
-    [ $(wc -l <"$FLOW_RUNIDS") -ge 4 ] || fail "the ranks did not start"
+    wait_four_ranks
     pid2=$(cat "$T_TMP/pid.2")
     kill -9 "$(cat "$T_TMP/pid.1")"
     wait_pid_gone "$pid2" 5
@@ -142,13 +159,10 @@ expect_success "killing node1s coordinator stops node2s ranks within grace + 2 s
 '
 
 expect_success "uneven slots: node1 runs 1 rank, node2 3; a rank on node2 exits 7: both torn down, 7" '
-    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 60)) --nproc_per_node 3 --oversubscribe "$W" only 2 exit 7 0.5 >out2 2>err2 &
-    p2=$!
+    node2 60 --nproc_per_node 3 --oversubscribe "$W" only 2 exit 7 0.5
     run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --node_rank 0 --nnodes 2 \
         --nproc_per_node 1 --master_port $((PORT + 60)) "$W" only 2 exit 7 0.5
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 7
     assert_eq "$rc2" 7 "node rank 1 (its rank failed)"
     assert_grep "rank 2 (host node2, pid [0-9]*) exited with code 7" err
@@ -166,8 +180,7 @@ expect_success "--max-restarts across nodes: a failed attempt runs again, node2 
     chmod +x prog
     run_capture rc out err on_node 1 "$DSL" --term-timeout 3 --max-restarts 1 --node_rank 0 \
         --nnodes 2 --master_port $((PORT + 70)) "$T_TMP/prog"
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 0
     assert_eq "$rc2" 0
     assert_grep "restarting (1 of 1)" err
@@ -178,13 +191,10 @@ expect_success "--max-restarts across nodes: a failed attempt runs again, node2 
 # Rank 0 exits 0 and the others sleep on: silence alone names nobody (hang.c), but
 # silence after a rank finished does, and the verdict names node2's ranks.
 expect_success "hang detection sees node2s ranks: --hang-timeout stops the job with 205" '
-    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 80)) "$W" only 0 exit 0 0.3 >out2 2>err2 &
-    p2=$!
+    node2 80 "$W" only 0 exit 0 0.3
     run_capture rc out err on_node 1 "$DSL" --term-timeout 2 --hang-timeout 2 --node_rank 0 \
         --nnodes 2 --master_port $((PORT + 80)) "$W" only 0 exit 0 0.3
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 205
     assert_eq "$rc2" 1 "node rank 1, stopped by the coordinator"
     assert_grep "error: hang: rank 0 exited 0 at .*node2" err
@@ -201,8 +211,7 @@ x$(printf "\033")[31m" >out2 2>err2 &
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 \
         --master_port $((PORT + 90)) --export FLOW_RUNIDS "$W" env --lr=0.2
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 202 "the coordinator"
     assert_eq "$rc2" 202 "node rank 1"
     assert_grep "node rank 1 (.node2.) was started with another program or arguments than node 0" err
@@ -222,8 +231,7 @@ expect_success "a node with another dslaunch version (a stale image) is refused:
     p2=$!
     run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 \
         --master_port $((PORT + 100)) "$W" env
-    rc2=0; wait $p2 || rc2=$?
-    cat err err2
+    node2_done
     assert_eq "$rc" 202 "the coordinator"
     assert_eq "$rc2" 202 "node rank 1"
     assert_grep "node rank 1 (.node2.) runs dslaunch 0.0.1-stale, node 0 runs " err
@@ -237,9 +245,7 @@ expect_success "dstrain trains at world 4 across the two nodes" '
     ARGS=(--backend tcp --data synthetic --synthetic-train 512 --synthetic-test 64
           --synthetic-dim 32 --hidden 32 --train-batch 32 --lr 0.01 --steps-per-print 0
           --eval-interval 0 --steps 20)
-    on_node 2 "$DSL" --node_rank 1 --nnodes 2 --master_addr "$ADDR_1" \
-        --master_port $((PORT + 50)) --nproc_per_node 2 "$DSTRAIN" "${ARGS[@]}" >out2 2>err2 &
-    p2=$!
+    node2 50 --nproc_per_node 2 "$DSTRAIN" "${ARGS[@]}"
     run_capture rc out err on_node 1 "$DSL" --node_rank 0 --nnodes 2 --nproc_per_node 2 \
         --master_port $((PORT + 50)) --export OMP_NUM_THREADS=1 "$DSTRAIN" "${ARGS[@]}"
     rc2=0; wait $p2 || rc2=$?

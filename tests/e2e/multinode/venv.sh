@@ -28,23 +28,39 @@ chmod +x conda/bin/python3.11
 ln -s python3.11 conda/bin/python3
 C=$T_TMP/conda
 
-expect_success "an activated venv at the same path on every node: every rank runs its python3" '
-    run_capture rc out err env VIRTUAL_ENV="$V" PATH="$V/bin:$PATH" "$DSL" "${SSH[@]}" python3
+# python_everywhere KIND MARK ENV...: dslaunch, under env ENV..., runs the fake KIND's
+# python3 on all 4 ranks, each line ending with MARK
+python_everywhere() {
+    local kind=$1 mark=$2
+    shift 2
+    run_capture rc out err env "$@" "$DSL" "${SSH[@]}" python3
     cat err
     assert_eq "$rc" 0
-    assert_eq "$(grep -c "venv python3 .*VIRTUAL_ENV=$V$" out)" 4 "ranks on the venv s python3"
-    assert_grep "^\[node2:rank 3\] venv python3" out
+    assert_eq "$(grep -c "$kind python3 .*$mark\$" out)" 4 "ranks on the $kind s python3"
+    assert_grep "^\[node2:rank 3\] $kind python3" out
+}
+
+# refused_without DIR ENV...: with DIR hidden on node2 (an empty directory mounted over
+# it), dslaunch under env ENV... is refused before anything starts (202)
+refused_without() {
+    local dir=$1
+    shift
+    [ "$MODE" = netns ] || skip "loopback mode: the nodes share this machine s mounts"
+    "$CL" mnt "$D" node2 mount --bind "$T_TMP/empty" "$dir"
+    run_capture rc out err env "$@" "$DSL" "${SSH[@]}" python3
+    "$CL" mnt "$D" node2 umount "$dir"
+    cat err
+    assert_eq "$rc" 202
+}
+
+expect_success "an activated venv at the same path on every node: every rank runs its python3" '
+    python_everywhere venv "VIRTUAL_ENV=$V" VIRTUAL_ENV="$V" PATH="$V/bin:$PATH"
     assert_grep "the activated venv .$V. is at the same path on every node: its PATH and VIRTUAL_ENV go to every rank, which runs .$V/bin/python3." err
     wait_ns_clean 10
 '
 
 expect_success "a node without the venv: the preflight names it and what it would run, nothing starts" '
-    [ "$MODE" = netns ] || skip "loopback mode: the nodes share this machine s mounts"
-    "$CL" mnt "$D" node2 mount --bind "$T_TMP/empty" "$V"
-    run_capture rc out err env VIRTUAL_ENV="$V" PATH="$V/bin:$PATH" "$DSL" "${SSH[@]}" python3
-    "$CL" mnt "$D" node2 umount "$V"
-    cat err
-    assert_eq "$rc" 202
+    refused_without "$V" VIRTUAL_ENV="$V" PATH="$V/bin:$PATH"
     assert_grep "error: preflight: .python3. is .$V/bin/python3. here, in the activated venv .$V., but ./[^ ]*python3. on node2: the ranks there would run another Python. Make the venv at the same path on every node (e.g. dslaunch sync $V with the same --hostfile), or deactivate it here" err
     assert_not_grep "on node1" err
     assert_not_grep "venv python3" out
@@ -52,25 +68,15 @@ expect_success "a node without the venv: the preflight names it and what it woul
 '
 
 expect_success "an activated conda env at the same path on every node: every rank runs its python3" '
-    run_capture rc out err env -u VIRTUAL_ENV CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv \
-        PATH="$C/bin:$PATH" "$DSL" "${SSH[@]}" python3
-    cat err
-    assert_eq "$rc" 0
-    assert_eq "$(grep -c "conda python3 .*CONDA_PREFIX=$C CONDA_DEFAULT_ENV=fakeenv$" out)" 4 \
-        "ranks on the conda env s python3"
-    assert_grep "^\[node2:rank 3\] conda python3" out
+    python_everywhere conda "CONDA_PREFIX=$C CONDA_DEFAULT_ENV=fakeenv" -u VIRTUAL_ENV \
+        CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv PATH="$C/bin:$PATH"
     assert_grep "the activated conda env .$C. is at the same path on every node: its PATH, CONDA_PREFIX and CONDA_DEFAULT_ENV go to every rank, which runs .$C/bin/python3." err
     wait_ns_clean 10
 '
 
 expect_success "a node without the conda env: the preflight names it and how to fix it, nothing starts" '
-    [ "$MODE" = netns ] || skip "loopback mode: the nodes share this machine s mounts"
-    "$CL" mnt "$D" node2 mount --bind "$T_TMP/empty" "$C"
-    run_capture rc out err env -u VIRTUAL_ENV CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv \
-        PATH="$C/bin:$PATH" "$DSL" "${SSH[@]}" python3
-    "$CL" mnt "$D" node2 umount "$C"
-    cat err
-    assert_eq "$rc" 202
+    refused_without "$C" -u VIRTUAL_ENV CONDA_PREFIX="$C" CONDA_DEFAULT_ENV=fakeenv \
+        PATH="$C/bin:$PATH"
     assert_grep "error: preflight: .python3. is .$C/bin/python3. here, in the activated conda env .$C., but ./[^ ]*python3. on node2: the ranks there would run another Python. Make the conda env at the same path on every node (e.g. dslaunch sync $C with the same --hostfile, or conda create -p PREFIX on each node), or deactivate it here (conda deactivate)" err
     assert_not_grep "on node1" err
     assert_not_grep "conda python3" out

@@ -7,10 +7,7 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
-unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
 
 # summary FILE: "world N; host:slots ...; master M; from F" from a --dry-run JSON
 summary() {

@@ -19,12 +19,8 @@ set -u
 DSL=$1
 DSTRAIN=$2
 SRC=$3
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # the nodes see this machine's files
-unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
-unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
-export OMP_NUM_THREADS=1 DSLAUNCH_LOCAL_SLOTS=2 # the script asks for 2 ranks a node
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
+export DSLAUNCH_LOCAL_SLOTS=2 # the script asks for 2 ranks a node
 
 # the argument printer: each rank writes its arguments NUL-separated, the exported value,
 # and where it ran

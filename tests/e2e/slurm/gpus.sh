@@ -9,12 +9,8 @@
 set -u
 DSL=$1
 SRC=$2
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # the nodes see this machine's files
-unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
-unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_GPUS_PER_NODE SLURM_GPUS SLURM_GPUS_ON_NODE
-export OMP_NUM_THREADS=1
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
+unset SLURM_GPUS_PER_NODE SLURM_GPUS SLURM_GPUS_ON_NODE
 [ "$(scontrol show node n1 | grep -o 'Gres=gpu:[0-9]*')" = Gres=gpu:4 ] ||
     { echo "not a cluster with 4 GPUs a node (DSL_SLURM_GPUS=4)" >&2; exit 1; }
 

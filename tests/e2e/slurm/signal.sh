@@ -12,35 +12,46 @@ set -u
 DSL=$1
 DSTRAIN=$2
 SRC=$3
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # the nodes see this machine's files
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
-export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-unset CUDA_VISIBLE_DEVICES RANK WORLD_SIZE MASTER_ADDR MASTER_PORT SLURM_JOB_ID
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
+slurm_rank_env
 SIG="--data synthetic --synthetic-train 4096 --synthetic-test 64 --synthetic-dim 128
      --hidden 256,256 --train-batch 64 --micro-batch 16 --steps 400 --lr 0.001
      --steps-per-print 0 --eval-interval 0 --deterministic true"
+
+# signal_at_step NAME METRICS LOG SCANCEL_ARGS...: once the job NAME, started in the
+# background as $bg, wrote a training step to METRICS, signal it with scancel
+# SCANCEL_ARGS...; then wait for it (its exit status in rc) and show LOG
+signal_at_step() {
+    local name=$1 metrics=$2 log=$3 job
+    shift 3
+    for _ in $(seq 600); do grep -q "\"type\":\"step\"" "$metrics" 2>/dev/null && break; sleep 0.1; done
+    grep -q "\"type\":\"step\"" "$metrics" || { kill $bg; cat "$log" >&2; fail "no training step"; }
+    job=$(squeue -h -n "$name" -o %i)
+    [ -n "$job" ] || fail "no job named $name"
+    scancel "$@" "$job"
+    rc=0
+    wait $bg || rc=$?
+    cat "$log" >&2
+}
+
+# resume_saved CKDIR PARAMS: the signal left a checkpoint in CKDIR from before the last
+# step, and the run resumed from it ends well, its parameters in PARAMS
+resume_saved() {
+    tag=$(cat "$1/latest") || fail "no checkpoint written on SIGUSR1"
+    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
+    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/$1" \
+        --resume latest --save-params "$2"
+    cat err >&2
+    assert_eq "$rc" 0 "resumed run"
+}
 
 expect_success "SIGUSR1 from Slurm: the ranks save, exit 138, and the resumed run equals the full one" '
     srun -N2 -n4 -J dsl-usr1 "$DSTRAIN" $SIG --save-on-signal --checkpoint-dir "$PWD/ck" \
         --metrics "$PWD/m.json" >run.out 2>run.err &
     bg=$!
-    for _ in $(seq 600); do grep -q "\"type\":\"step\"" m.json 2>/dev/null && break; sleep 0.1; done
-    grep -q "\"type\":\"step\"" m.json || { kill $bg; cat run.err >&2; fail "no training step"; }
-    job=$(squeue -h -n dsl-usr1 -o %i)
-    [ -n "$job" ] || fail "no job named dsl-usr1"
-    scancel -s USR1 "$job"
-    rc=0
-    wait $bg || rc=$?
-    cat run.err >&2
+    signal_at_step dsl-usr1 m.json run.err -s USR1
     assert_eq "$rc" 138 "srun exit (128 + SIGUSR1)"
-    tag=$(cat ck/latest) || fail "no checkpoint written on SIGUSR1"
-    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
-    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ck" \
-        --resume latest --save-params p.resumed
-    cat err >&2
-    assert_eq "$rc" 0 "resumed run"
+    resume_saved ck p.resumed
     run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --save-params p.full
     assert_eq "$rc" 0 "full run"
     cmp p.full p.resumed || fail "the resumed run differs from the uninterrupted one"
@@ -53,22 +64,10 @@ expect_success "SIGUSR1 to a batch script that execs dslaunch (B:USR1): every ra
         "$DSL" "$DSTRAIN" "$(echo $SIG)" "$PWD" "$PWD" >job.sh
     sbatch --wait -N2 --ntasks-per-node=2 -J dsl-busr1 -o "$PWD/batch.out" job.sh >sb.out 2>&1 &
     bg=$!
-    for _ in $(seq 600); do grep -q "\"type\":\"step\"" mb.json 2>/dev/null && break; sleep 0.1; done
-    grep -q "\"type\":\"step\"" mb.json || { kill $bg; cat batch.out >&2; fail "no training step"; }
-    job=$(squeue -h -n dsl-busr1 -o %i)
-    [ -n "$job" ] || fail "no job named dsl-busr1"
-    scancel -b -s USR1 "$job"
-    rc=0
-    wait $bg || rc=$?
-    cat batch.out >&2
+    signal_at_step dsl-busr1 mb.json batch.out -b -s USR1
     assert_eq "$rc" 138 "sbatch --wait exit (the job s: dslaunch s, the ranks 128 + SIGUSR1)"
     assert_grep "got SIGUSR1: passed it to the ranks of 2 nodes" batch.out
-    tag=$(cat ckb/latest) || fail "no checkpoint written on SIGUSR1"
-    [ "$tag" != global_step400 ] || fail "the run finished before the signal: $tag"
-    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $SIG --checkpoint-dir "$PWD/ckb" \
-        --resume latest --save-params p.bresumed
-    cat err >&2
-    assert_eq "$rc" 0 "resumed run"
+    resume_saved ckb p.bresumed
     cmp p.full p.bresumed || fail "the resumed run differs from the uninterrupted one"
     assert_slurm_clean
 '
@@ -80,14 +79,7 @@ expect_success "SIGUSR1 to every task of the job (scancel --full, --signal witho
         "$DSL" "$DSTRAIN" "$(echo $SIG)" "$PWD" "$PWD" >jobf.sh
     sbatch --wait -N2 --ntasks-per-node=2 -J dsl-fusr1 -o "$PWD/batchf.out" jobf.sh >sbf.out 2>&1 &
     bg=$!
-    for _ in $(seq 600); do grep -q "\"type\":\"step\"" mf.json 2>/dev/null && break; sleep 0.1; done
-    grep -q "\"type\":\"step\"" mf.json || { kill $bg; cat batchf.out >&2; fail "no training step"; }
-    job=$(squeue -h -n dsl-fusr1 -o %i)
-    [ -n "$job" ] || fail "no job named dsl-fusr1"
-    scancel --full -s USR1 "$job"
-    rc=0
-    wait $bg || rc=$?
-    cat batchf.out >&2
+    signal_at_step dsl-fusr1 mf.json batchf.out --full -s USR1
     assert_eq "$rc" 138 "sbatch --wait exit"
     tag=$(cat ckf/latest) || fail "no checkpoint written on SIGUSR1"
     [ -d "ckf/$tag" ] || fail "latest names $tag, which is not there: $(ls ckf)"

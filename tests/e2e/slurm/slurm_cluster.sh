@@ -50,6 +50,7 @@ die() { echo "slurm_cluster.sh: error: $*" >&2; exit 1; }
 
 # ip2int, subnet_free, pick_subnet: the same choice of subnet as the namespace cluster
 . "$(dirname "$(readlink -f "$0")")/../cluster/subnet.sh"
+. "$(dirname "$(readlink -f "$0")")/../cluster/nodes.sh"
 
 port_free() { ! ss -Htan "sport = :$1" 2>/dev/null | grep -q .; }
 
@@ -62,18 +63,8 @@ pick_port() { # a TCP port nothing listens on in the root namespace
     die "no free port for slurmctld"
 }
 
-load_env() {
-    local dir=$1
-    [[ -f $dir/slurm.env ]] || die "no Slurm cluster in '$dir' (missing slurm.env)"
-    # shellcheck disable=SC1091
-    source "$dir/slurm.env"
-}
-
-node_index() { # n2 | 2 -> 2
-    local n=${1#n}
-    [[ $n =~ ^[0-9]+$ ]] && (( n >= 1 && n <= NODES )) || die "no node '$1' (n1..n$NODES)"
-    echo "$n"
-}
+load_env() { source_env "$1" slurm.env "Slurm cluster"; }
+node_index() { index_of n "$1" "n1..n$NODES"; } # n2 | 2 -> 2
 
 var() { local n=$1; echo "${!n:-}"; }
 

@@ -10,13 +10,8 @@ DSL=$1
 DSTRAIN=$2
 DSBENCH=$3
 SRC=$4
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # every file a test writes is in its own temporary directory
-export OMP_NUM_THREADS=1 DSLAUNCH_COMM_TIMEOUT=120 DSLAUNCH_STORE_TIMEOUT=120
-export DSLAUNCH_RUN_TOKEN=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-unset CUDA_VISIBLE_DEVICES RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
-# the nodes see this machine's files; /tmp of the test is theirs too
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
+slurm_rank_env
 TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-dim 24
       --hidden 32,16 --micro-batch 8 --steps 12 --bucket-size 200
       --steps-per-print 0 --eval-interval 6 --lr 0.01 --deterministic true"
@@ -30,24 +25,24 @@ reference() {
     [ "$rc" = 0 ] || { cat err >&2; fail "dslaunch reference at world $world exited $rc"; }
 }
 
-expect_success "srun -N2 -n4 dstrain: 2 nodes x 2 ranks, bit for bit as dslaunch at world 4" '
-    reference 4 --train-batch 32 --save-params p.dsl
-    run_capture rc out err srun -N2 -n4 "$DSTRAIN" $TINY --train-batch 32 --save-params p.srun
+# same_as_reference WORLD BATCH NAME: srun -N2 -nWORLD dstrain at train batch BATCH ends
+# with the parameters of the same run under dslaunch on this machine (NAME.dsl, NAME.srun)
+same_as_reference() {
+    reference "$1" --train-batch "$2" --save-params "$3.dsl"
+    run_capture rc out err srun -N2 -n"$1" "$DSTRAIN" $TINY --train-batch "$2" --save-params "$3.srun"
     cat err >&2
     assert_eq "$rc" 0 "srun exit"
-    assert_grep "ZeRO stage 0, 4 ranks" out
-    cmp p.dsl p.srun || fail "parameters differ from the dslaunch run"
+    assert_grep "ZeRO stage 0, $1 ranks" out
+    cmp "$3.dsl" "$3.srun" || fail "parameters differ from the dslaunch run"
     assert_slurm_clean
+}
+
+expect_success "srun -N2 -n4 dstrain: 2 nodes x 2 ranks, bit for bit as dslaunch at world 4" '
+    same_as_reference 4 32 p
 '
 
 expect_success "srun -N2 -n3 dstrain: uneven (2+1) tasks per node, bit for bit as dslaunch at world 3" '
-    reference 3 --train-batch 24 --save-params p3.dsl
-    run_capture rc out err srun -N2 -n3 "$DSTRAIN" $TINY --train-batch 24 --save-params p3.srun
-    cat err >&2
-    assert_eq "$rc" 0 "srun exit"
-    assert_grep "ZeRO stage 0, 3 ranks" out
-    cmp p3.dsl p3.srun || fail "parameters differ from the dslaunch run"
-    assert_slurm_clean
+    same_as_reference 3 24 p3
 '
 
 expect_success "srun -N2 -n4 dsbench: every rank right across the two nodes, the ranks agree" '

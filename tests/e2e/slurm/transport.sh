@@ -11,12 +11,7 @@ set -u
 DSL=$1
 DSTRAIN=$2
 SRC=$3
-. "$SRC/tests/e2e/flow/lib.sh"
-. "$SRC/tests/e2e/slurm/census.sh"
-cd "$T_TMP" || exit 1 # the nodes see this machine's files: the test's directory is theirs
-unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE CUDA_VISIBLE_DEVICES
-unset RANK WORLD_SIZE MASTER_ADDR MASTER_PORT
-export OMP_NUM_THREADS=1
+. "$SRC/tests/e2e/slurm/slurmlib.sh"
 
 # the env printer: one line per rank, the values the plan sets and Slurm's own
 cat >envp.sh <<'EOS'

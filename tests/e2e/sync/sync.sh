@@ -47,6 +47,25 @@ ln -s /nonexistent/target "$P/tree/dangling"
 ln -s b "$P/tree/a/dir-link"
 touch -d '2020-01-02 03:04:05' "$P/tree/a/hello.txt" "$P/tree/a/b/c"
 
+# synced PATTERN ARGS...: dslaunch sync ARGS... succeeds, and the line of each of the 3
+# nodes in its output matches "^nodeN: PATTERN"
+synced() {
+    local want=$1 n
+    shift
+    run_capture rc out err "$DSL" sync "$@"
+    cat out err
+    assert_eq "$rc" 0
+    for n in 1 2 3; do assert_grep "^node$n: $want" out; done
+}
+
+# copied_once RUN COPIED: sync's output (out) says two nodes share the destination with
+# the third, which copied it: its line starts with COPIED; failures name RUN
+copied_once() {
+    [ "$(grep -c "^node[123]: shares the destination with node[123], copied there once (1 path)$" out)" = 2 ] ||
+        fail "$1: two nodes should say that they share the destination"
+    [ "$(grep -c "^node[123]: $2" out)" = 1 ] || fail "$1: not copied once"
+}
+
 expect_success "nodes start empty: each sees its own tmpfs" '
     for n in 1 2 3; do
         [ -z "$("$CL" mnt "$D" $n ls -A "$P")" ] || fail "node$n: $P is not empty"
@@ -65,20 +84,14 @@ expect_success "first sync: nested dirs, symlinks, empty file and 100 MB file by
 '
 
 expect_success "second sync copies nothing and says so" '
-    run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), 8 up to date, 0 deleted" out; done
+    synced "0 copied (0 B), 8 up to date, 0 deleted" "${SSH[@]}" "$P/tree"
     assert_grep "^sync: nothing to copy, 3 hosts up to date" out
 '
 
 expect_success "a changed file and a changed mode are copied, nothing else" '
     printf "hello again\n" >"$P/tree/a/hello.txt"
     chmod 700 "$P/tree/run.sh"
-    run_capture rc out err "$DSL" sync -v "${SSH[@]}" "$P/tree"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 1 copied (12 B), 7 up to date" out; done
+    synced "1 copied (12 B), 7 up to date" -v "${SSH[@]}" "$P/tree"
     assert_grep "^node2: copied $P/tree/a/hello.txt$" out
     same_on_nodes 1 2 3
 '
@@ -91,10 +104,7 @@ expect_success "--checksum finds a same-size, same-mtime change that size+mtime 
     run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
     assert_eq "$rc" 0
     assert_grep "nothing to copy" out
-    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/tree"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 1 copied (7 B), 7 up to date" out; done
+    synced "1 copied (7 B), 7 up to date" --checksum "${SSH[@]}" "$P/tree"
     same_on_nodes 1 2 3
 '
 
@@ -103,14 +113,8 @@ expect_success "--checksum matches names with a backslash or a newline (sha256su
     printf one >"$P/cs/back\\slash"
     printf two >"$P/cs/new
 line"
-    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/cs"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 2 copied (6 B), 0 up to date" out; done
-    run_capture rc out err "$DSL" sync --checksum "${SSH[@]}" "$P/cs"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), 2 up to date" out; done
+    synced "2 copied (6 B), 0 up to date" --checksum "${SSH[@]}" "$P/cs"
+    synced "0 copied (0 B), 2 up to date" --checksum "${SSH[@]}" "$P/cs"
 '
 
 # As root every file is readable, so node1 gets a sha256sum that drops the line of
@@ -148,10 +152,7 @@ expect_success "--delete removes what is gone at the source; without it nothing 
     run_capture rc out err "$DSL" sync "${SSH[@]}" "$P/tree"
     assert_eq "$rc" 0
     "$CL" mnt "$D" 1 test -f "$P/tree/a/b/c/big.bin" || fail "removed without --delete"
-    run_capture rc out err "$DSL" sync --delete "${SSH[@]}" "$P/tree"
-    cat out err
-    assert_eq "$rc" 0
-    for n in 1 2 3; do assert_grep "^node$n: 0 copied (0 B), .* 2 deleted" out; done
+    synced "0 copied (0 B), .* 2 deleted" --delete "${SSH[@]}" "$P/tree"
     same_on_nodes 1 2 3
 '
 
@@ -273,9 +274,7 @@ expect_success "a destination the nodes share: copied once, said so, 5 runs of 5
         [ "$i" = 1 ] || { kill "$reader"; wait "$reader" 2>/dev/null || true; }
         cat out err
         assert_eq "$rc" 0 "run $i: exit code"
-        [ "$(grep -c "^node[123]: shares the destination with node[123], copied there once (1 path)$" out)" = 2 ] ||
-            fail "run $i: two nodes should say that they share the destination"
-        [ "$(grep -c "^node[123]: 2 copied (20.0 MB)" out)" = 1 ] || fail "run $i: not copied once"
+        copied_once "run $i" "2 copied (20.0 MB)"
         assert_grep "^sync: 3 hosts, 2 entries copied" out
         [ ! -s "$T_TMP/missing" ] || { sort "$T_TMP/missing" | uniq -c >&2; fail "run $i: big.bin was missing or partial"; }
         cmp "$T_TMP/shsrc/big.bin" "$S/shsrc/big.bin" || fail "run $i: content differs"
@@ -292,9 +291,7 @@ expect_success "--fanout below the hosts onto a shared destination: copied once,
         run_capture rc out err "$DSL" sync --fanout $k --dest "$S/" "${SSH[@]}" "$T_TMP/shk"
         cat out err
         assert_eq "$rc" 0 "--fanout $k: exit code"
-        [ "$(grep -c "^node[123]: shares the destination with node[123], copied there once (1 path)$" out)" = 2 ] ||
-            fail "--fanout $k: two nodes should say that they share the destination"
-        [ "$(grep -c "^node[123]: 1 copied (3.0 MB)" out)" = 1 ] || fail "--fanout $k: not copied once"
+        copied_once "--fanout $k" "1 copied (3.0 MB)"
         assert_not_grep "up to date instead of being told" out
         cmp "$T_TMP/shk/data.bin" "$S/shk/data.bin" || fail "--fanout $k: content differs"
         [ -z "$(find "$S" -name "*.dsl-sync-*")" ] || fail "--fanout $k: temp or claim files left"
