@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/xalloc.h"
+#include "fuzz_text.h"
 
 static char fuzz_dir[64];
 static int fuzz_here = -1, fuzz_there = -1;
@@ -47,12 +48,13 @@ static void fuzz_leave_empty_dir(void)
 
 /* data's words, split at its NUL bytes, into *words (NULL-terminated, with room for
  * one more word in front: words[0] is left NULL for argv[0]); returns the copy of data
- * they point into. The caller frees both. */
+ * they point into. The caller frees both. NULL, and nothing to free, where data holds a
+ * '/': no word then can name an existing file, even outside the empty directory. */
 static char *fuzz_words(const uint8_t *data, size_t size, char ***words, size_t *nwords)
 {
-    char *buf = dsl_xmalloc(size + 1);
-    memcpy(buf, data, size);
-    buf[size] = '\0';
+    if (memchr(data, '/', size))
+        return NULL;
+    char *buf = fuzz_text(data, size);
     size_t n = 1;
     for (size_t i = 0; i < size; i++)
         n += data[i] == '\0';

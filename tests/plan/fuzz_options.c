@@ -81,11 +81,11 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (memchr(data, '/', size))
-        return 0;
     char **words;
     size_t nwords;
     char *buf = fuzz_words(data, size, &words, &nwords);
+    if (!buf)
+        return 0;
     char **argv = dsl_xcalloc(nwords + 2, sizeof(char *));
     char **env = dsl_xcalloc(nwords + 1, sizeof(char *));
     int argc = 0, nenv = 0;
