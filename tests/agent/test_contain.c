@@ -273,20 +273,36 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* Rank `rank`'s cgroup in a job of this test's own (its name into job), into r: 1, or 0
+ * where this machine lets the test make none (v2: none of cgroup v2), and then the test
+ * is skipped and h released. */
+static int rank_cgroup(struct dsl_cghost *h, int v2, int rank, char job[64],
+                       struct dsl_cgrank *r)
+{
+    char err[DSL_ERR_LEN];
+    dsl_cghost_detect(h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
+    if (v2 ? !h->own[DSL_CG_V2] : !dsl_cghost_usable(h)) {
+        if (v2)
+            fprintf(stderr, "  (skipped: no cgroup v2 directory can be made here: %s)\n",
+                    h->mode);
+        else
+            fprintf(stderr, "  (skipped: %s)\n", h->mode);
+        dsl_cghost_release(h);
+        return 0;
+    }
+    snprintf(job, 64, "dslaunch-unittest%d", (int)getpid());
+    ASSERT_OK(dsl_cgrank_create(r, h, job, rank, 0, err));
+    return 1;
+}
+
 /* The real thing, where this machine lets this test make cgroups (root on CI). */
 TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
 {
     struct dsl_cghost h;
-    dsl_cghost_detect(&h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
-    if (!dsl_cghost_usable(&h)) {
-        fprintf(stderr, "  (skipped: %s)\n", h.mode);
-        dsl_cghost_release(&h);
-        return;
-    }
-    char job[64], err[DSL_ERR_LEN];
-    snprintf(job, sizeof(job), "dslaunch-unittest%d", (int)getpid());
     struct dsl_cgrank r;
-    ASSERT_OK(dsl_cgrank_create(&r, &h, job, 7, 0, err));
+    char job[64], err[DSL_ERR_LEN];
+    if (!rank_cgroup(&h, 0, 7, job, &r))
+        return;
     ASSERT(r.nprocs > 0);
     ASSERT_EQ(dsl_cgrank_count(&r), 0);
     char sh[] = "sh", c[] = "-c", cmd[] = "setsid sleep 600 & sleep 600; true"; /* 3 processes in any sh */
@@ -338,16 +354,10 @@ static int sleep_long(void *arg)
 TEST(a_child_that_cannot_be_born_in_its_v2_cgroup_should_join_it_before_it_runs)
 {
     struct dsl_cghost h;
-    dsl_cghost_detect(&h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
-    if (!h.own[DSL_CG_V2]) {
-        fprintf(stderr, "  (skipped: no cgroup v2 directory can be made here: %s)\n", h.mode);
-        dsl_cghost_release(&h);
-        return;
-    }
-    char job[64], err[DSL_ERR_LEN];
-    snprintf(job, sizeof(job), "dslaunch-unittest%d", (int)getpid());
     struct dsl_cgrank r;
-    ASSERT_OK(dsl_cgrank_create(&r, &h, job, 8, 0, err));
+    char job[64], err[DSL_ERR_LEN];
+    if (!rank_cgroup(&h, 1, 8, job, &r))
+        return;
     ASSERT(r.fd > 0);
     struct dsl_child_opts o = {
         .run = sleep_long,

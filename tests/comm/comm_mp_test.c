@@ -305,24 +305,28 @@ static void use_path(const char *path)
  * every rank must agree to take the copying path */
 static const char *const paths[] = {"cma", "ring", "mesh", "shared", "mixed"};
 
+/* fn at every world from w0 to w1 over each of the first np paths; det: in
+ * deterministic mode, and then not over the mesh (it is what deterministic mode uses
+ * over sockets anyway) */
+static void run_paths(int np, rank_fn fn, int det, int w0, int w1)
+{
+    for (int p = 0; p < np; p++) {
+        if (det && p == 2)
+            continue;
+        use_path(paths[p]);
+        for (int w = w0; w <= w1; w++)
+            ASSERT_EQ(run_world(w, fn, det, "60", 0), 0);
+    }
+}
+
 TEST(collectives_should_be_exact_at_world_1_to_4)
 {
-    for (int p = 0; p < 5; p++) {
-        use_path(paths[p]);
-        for (int w = 1; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_all_collectives, 0, "60", 0), 0);
-    }
+    run_paths(5, check_all_collectives, 0, 1, 4);
 }
 
 TEST(deterministic_collectives_should_be_exact_at_world_3_and_4)
 {
-    for (int p = 0; p < 4; p++) {
-        if (p == 2)
-            continue; /* mesh is what deterministic mode uses over sockets anyway */
-        use_path(paths[p]);
-        for (int w = 3; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_all_collectives, 1, "60", 0), 0);
-    }
+    run_paths(4, check_all_collectives, 1, 3, 4);
 }
 
 /* ---- deterministic mode: bitwise repeatable and equal to the tree order ---- */
@@ -389,13 +393,7 @@ static int check_deterministic(struct dsl_comm *c, int rank, int world)
 
 TEST(deterministic_mode_should_repeat_bitwise_in_tree_order)
 {
-    for (int p = 0; p < 4; p++) {
-        if (p == 2)
-            continue;
-        use_path(paths[p]);
-        for (int w = 2; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_deterministic, 1, "60", 0), 0);
-    }
+    run_paths(4, check_deterministic, 1, 2, 4);
 }
 
 /* ---- large counts ---- */
@@ -647,22 +645,12 @@ static int check_half_collectives(struct dsl_comm *c, int rank, int world)
 
 TEST(half_collectives_should_round_each_pairwise_sum_at_world_1_to_4)
 {
-    for (int p = 0; p < 5; p++) {
-        use_path(paths[p]);
-        for (int w = 1; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_half_collectives, 0, "60", 0), 0);
-    }
+    run_paths(5, check_half_collectives, 0, 1, 4);
 }
 
 TEST(deterministic_half_collectives_should_equal_the_rounded_tree_bitwise)
 {
-    for (int p = 0; p < 5; p++) {
-        if (p == 2)
-            continue; /* mesh is what deterministic mode uses over sockets anyway */
-        use_path(paths[p]);
-        for (int w = 2; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_half_collectives, 1, "60", 0), 0);
-    }
+    run_paths(5, check_half_collectives, 1, 2, 4);
 }
 
 /* A window of one page (DSL_COMM_RECV_WIN): every recv of a reduce-scatter stops at the

@@ -32,6 +32,14 @@ static void put(const char *name, const void *data, size_t n)
     ASSERT(f && fwrite(data, 1, n, f) == n && fclose(f) == 0);
 }
 
+/* A token shard of n tokens in the scratch directory. */
+static void put_tokens(const char *name, const uint16_t *tok, size_t n)
+{
+    char p[128], err[DSL_ERR_LEN];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    ASSERT_OK(dsl_tokens_write(p, tok, n, err));
+}
+
 static void clean(void)
 {
     char cmd[128];
@@ -149,8 +157,7 @@ TEST(text_data_should_refuse_llm_c_shards_taken_for_text)
     make_dir();
     char p[128], err[DSL_ERR_LEN];
     uint16_t tok[40] = {0};
-    snprintf(p, sizeof(p), "%s/f_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    put_tokens("f_train.bin", tok, 40);
     put("notes.txt", "some text", 9);
     uint8_t *b;
     size_t n, nf;
@@ -208,10 +215,8 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     uint16_t tok[40];
     for (int i = 0; i < 40; i++)
         tok[i] = (uint16_t)(i * 7 % 50);
-    snprintf(p, sizeof(p), "%s/x_train_000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/x_val_000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    put_tokens("x_train_000.bin", tok, 40);
+    put_tokens("x_val_000.bin", tok, 20);
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
@@ -247,20 +252,15 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
 TEST(token_shards_should_be_one_split_with_windows_across_shard_ends)
 {
     make_dir();
-    char p[128], err[DSL_ERR_LEN];
+    char err[DSL_ERR_LEN];
     uint16_t all[23];
     for (int i = 0; i < 23; i++)
         all[i] = (uint16_t)(3 * i + 1);
-    snprintf(p, sizeof(p), "%s/s_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all, 9, err));
-    snprintf(p, sizeof(p), "%s/s_train_000002.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all, 0, err));
-    snprintf(p, sizeof(p), "%s/s_train_000003.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 9, 5, err));
-    snprintf(p, sizeof(p), "%s/s_train_000004.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 14, 9, err));
-    snprintf(p, sizeof(p), "%s/s_val_000000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 3, 12, err));
+    put_tokens("s_train_000001.bin", all, 9);
+    put_tokens("s_train_000002.bin", all, 0);
+    put_tokens("s_train_000003.bin", all + 9, 5);
+    put_tokens("s_train_000004.bin", all + 14, 9);
+    put_tokens("s_val_000000.bin", all + 3, 12);
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 6, .stride = 1,
                               .vocab = 70};
@@ -303,14 +303,12 @@ TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
     /* "interval" holds "val": interval_train.bin is a training shard, not a validation
        one too (validation on training data would look like a model that generalises) */
     make_dir();
-    char p[128], err[DSL_ERR_LEN];
+    char err[DSL_ERR_LEN];
     uint16_t tok[40];
     for (int i = 0; i < 40; i++)
         tok[i] = (uint16_t)i;
-    snprintf(p, sizeof(p), "%s/interval_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/interval_val.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    put_tokens("interval_train.bin", tok, 40);
+    put_tokens("interval_val.bin", tok, 10);
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
@@ -319,16 +317,14 @@ TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     /* llm.c's names: the split is a word of its own */
-    snprintf(p, sizeof(p), "%s/medieval_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    put_tokens("medieval_train_000001.bin", tok, 20);
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
     ASSERT_EQ(tr.n, (60 - 5) / 4 + 1);
     ASSERT_EQ(te.n, 9 / 4);
     dsl_dataset_release(&tr);
     dsl_dataset_release(&te);
     /* neither word stands alone: which split is a guess, so the name is refused */
-    snprintf(p, sizeof(p), "%s/trainval.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    put_tokens("trainval.bin", tok, 20);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "trainval.bin' holds both \"train\" and \"val\"");
     ASSERT_CONTAINS(err, "rename it");
@@ -340,10 +336,8 @@ TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
     make_dir();
     char p[128], err[DSL_ERR_LEN];
     uint16_t tok[40] = {0};
-    snprintf(p, sizeof(p), "%s/x_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/x_val.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 0, err)); /* an empty validation shard */
+    put_tokens("x_train.bin", tok, 40);
+    put_tokens("x_val.bin", tok, 0); /* an empty validation shard */
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
@@ -387,10 +381,8 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
         tok[i] = (uint16_t)i;
     snprintf(p, sizeof(p), "%s/store", dir);
     ASSERT_EQ(mkdir(p, 0700), 0);
-    snprintf(p, sizeof(p), "%s/store/x_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/store/x_val_000000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    put_tokens("store/x_train_000001.bin", tok, 40);
+    put_tokens("store/x_val_000000.bin", tok, 10);
     snprintf(p, sizeof(p), "%s/d", dir);
     ASSERT_EQ(mkdir(p, 0700), 0);
     snprintf(q, sizeof(q), "%s/d/x_train_000001.bin", dir);
