@@ -387,7 +387,4 @@ TEST(a_child_that_cannot_be_born_in_its_v2_cgroup_should_join_it_before_it_runs)
     dsl_cghost_release(&h);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

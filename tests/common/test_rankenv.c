@@ -355,7 +355,4 @@ TEST(hostlist_should_split_at_commas_outside_brackets)
 
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -229,7 +229,4 @@ TEST(a_regular_file_should_be_written_at_once)
     alarm(0);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -460,7 +460,4 @@ TEST(idx_reader_should_check_the_header_against_the_file_before_allocating)
     rmdir(dir);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -406,7 +406,4 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
     clean();
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

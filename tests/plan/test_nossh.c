@@ -34,6 +34,27 @@ static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *e
     return r;
 }
 
+/* ns is on, for a job of nnodes with this node at rank, its master at addr:port. */
+static void expect_on(const struct dsl_nossh *ns, int nnodes, int rank, const char *addr,
+                      int port)
+{
+    ASSERT_EQ(ns->on, 1);
+    ASSERT_EQ(ns->nnodes, nnodes);
+    ASSERT_EQ(ns->node_rank, rank);
+    ASSERT_STR_EQ(ns->master_addr, addr);
+    ASSERT_EQ(ns->master_port, port);
+}
+
+/* ns says where it took the node count, the rank, the master's address and port from. */
+static void expect_from(const struct dsl_nossh *ns, const char *nnodes, const char *rank,
+                        const char *addr, const char *port)
+{
+    ASSERT_STR_EQ(ns->from_nnodes, nnodes);
+    ASSERT_STR_EQ(ns->from_node_rank, rank);
+    ASSERT_STR_EQ(ns->from_master_addr, addr);
+    ASSERT_STR_EQ(ns->from_master_port, port);
+}
+
 TEST(nossh_should_be_off_without_its_options_or_pet_nnodes)
 {
     struct dsl_nossh ns;
@@ -62,16 +83,9 @@ TEST(nossh_should_take_options_first_and_say_so)
                    (char *)"PET_MASTER_ADDR=other", (char *)"PET_MASTER_PORT=5000",
                    (char *)SECRET, NULL};
     ASSERT_EQ(resolve(&ns, args, env, err), 0);
-    ASSERT_EQ(ns.on, 1);
-    ASSERT_EQ(ns.nnodes, 3);
-    ASSERT_EQ(ns.node_rank, 1);
-    ASSERT_STR_EQ(ns.master_addr, "10.0.0.1");
-    ASSERT_EQ(ns.master_port, 4000);
+    expect_on(&ns, 3, 1, "10.0.0.1", 4000);
     ASSERT_EQ(ns.control_port, 4001);
-    ASSERT_STR_EQ(ns.from_nnodes, "--nnodes");
-    ASSERT_STR_EQ(ns.from_node_rank, "--node_rank");
-    ASSERT_STR_EQ(ns.from_master_addr, "--master_addr");
-    ASSERT_STR_EQ(ns.from_master_port, "--master_port");
+    expect_from(&ns, "--nnodes", "--node_rank", "--master_addr", "--master_port");
     ASSERT_STR_EQ(ns.from_control_port, "master port + 1");
     ASSERT_STR_EQ(ns.from_secret, "DSLAUNCH_JOB_SECRET");
     ASSERT_EQ(ns.secret_len, 16);
@@ -88,15 +102,8 @@ TEST(nossh_should_take_kubeflow_variables_alone)
                    (char *)"PET_MASTER_ADDR=job-master-0", (char *)"PET_MASTER_PORT=23456",
                    (char *)SECRET, NULL};
     ASSERT_EQ(resolve(&ns, args, env, err), 0);
-    ASSERT_EQ(ns.on, 1);
-    ASSERT_EQ(ns.nnodes, 4);
-    ASSERT_EQ(ns.node_rank, 2);
-    ASSERT_STR_EQ(ns.master_addr, "job-master-0");
-    ASSERT_EQ(ns.master_port, 23456);
-    ASSERT_STR_EQ(ns.from_nnodes, "PET_NNODES");
-    ASSERT_STR_EQ(ns.from_node_rank, "PET_NODE_RANK");
-    ASSERT_STR_EQ(ns.from_master_addr, "PET_MASTER_ADDR");
-    ASSERT_STR_EQ(ns.from_master_port, "PET_MASTER_PORT");
+    expect_on(&ns, 4, 2, "job-master-0", 23456);
+    expect_from(&ns, "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT");
     dsl_nossh_release(&ns);
 }
 
@@ -497,7 +504,4 @@ TEST(options_should_let_only_a_node_other_than_node_0_come_without_a_program)
     unsetenv("JOB_COMPLETION_INDEX");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -372,7 +372,4 @@ TEST(emit_jobset_should_need_an_image_in_any_order_and_no_no_ssh_options)
     dsl_launch_opts_release(&o);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

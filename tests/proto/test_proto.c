@@ -362,7 +362,4 @@ TEST(line_buffer_should_refuse_an_endless_line)
     dsl_linebuf_release(&lb);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

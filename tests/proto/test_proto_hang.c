@@ -187,7 +187,4 @@ TEST(bad_progress_members_should_be_refused)
                       err));
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

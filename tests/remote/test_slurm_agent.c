@@ -55,7 +55,4 @@ TEST(slurm_agent_should_refuse_a_node_the_plan_does_not_name)
     ASSERT_CONTAINS(err, "SLURMD_NODENAME is not set");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -164,7 +164,4 @@ TEST(version_codes_should_format_like_their_libraries)
     ASSERT_STR_EQ(buf, "2.7.8");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

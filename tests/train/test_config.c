@@ -808,7 +808,4 @@ TEST(the_same_key_in_two_objects_should_not_be_a_duplicate)
     dsl_train_config_release(&cfg);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -339,7 +339,4 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
     free(c);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()
