@@ -136,15 +136,20 @@ TEST(kmsg_lines_should_name_the_oom_victim)
 
 TEST(sizes_should_use_binary_units)
 {
-    char b[32];
-    dsl_cause_size(512, b, sizeof(b));
-    ASSERT_STR_EQ(b, "512 B");
-    dsl_cause_size(52428800, b, sizeof(b));
-    ASSERT_STR_EQ(b, "50.0 MiB");
-    dsl_cause_size(1288490188.8, b, sizeof(b));
-    ASSERT_STR_EQ(b, "1.2 GiB");
-    dsl_cause_size(12 * 1024, b, sizeof(b));
-    ASSERT_STR_EQ(b, "12.0 KiB");
+    static const struct {
+        double bytes;
+        const char *want;
+    } cases[] = {
+        {512, "512 B"},
+        {52428800, "50.0 MiB"},
+        {1288490188.8, "1.2 GiB"},
+        {12 * 1024, "12.0 KiB"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char b[32];
+        dsl_cause_size(cases[i].bytes, b, sizeof(b));
+        ASSERT_STR_EQ(b, cases[i].want);
+    }
 }
 
 TEST(describe_should_say_who_ended_the_rank)

@@ -6,6 +6,7 @@
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/job/nossh_node.h"
 #include "dslaunch/proto/proto.h"
+#include "proto_roundtrip.h"
 #include "test.h"
 
 /* node rank k's hello as its agent sends it, started with argv[0..n), round-tripped */
@@ -28,12 +29,7 @@ static void hello_of(struct dsl_msg *got, int k, int nnodes, char *const *argv, 
         for (size_t i = 0; i < n; i++)
             dsl_strvec_push(&m.argv, argv[i]);
     }
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(&m, &b));
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(got, b.buf, b.len - 1, err));
-    dsl_dynbuf_release(&b);
+    msg_roundtrip(&m, got);
     dsl_msg_release(&m);
 }
 
@@ -172,18 +168,14 @@ TEST(a_refusal_should_travel_in_a_stop_message)
     dsl_msg_init(&m, DSL_MSG_STOP);
     m.sig = 15;
     m.refused = strdup("node rank 1 differs");
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(&m, &b));
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(&got, b.buf, b.len - 1, err));
+    msg_roundtrip(&m, &got);
     ASSERT_STR_EQ(got.refused, "node rank 1 differs");
     dsl_msg_release(&got);
     dsl_msg_release(&m);
     const char *bad = "{\"t\":\"hello\",\"proto\":1,\"version\":\"1\",\"host\":\"h\",\"cpus\":1,"
                       "\"gpus\":0,\"pid\":1,\"ifaces\":[],\"argv_sha256\":\"XYZ\"}";
+    char err[DSL_ERR_LEN];
     ASSERT_EQ(dsl_msg_decode(&got, bad, strlen(bad), err), DSL_EPROTO);
-    dsl_dynbuf_release(&b);
 }
 
 int main(int argc, char **argv)

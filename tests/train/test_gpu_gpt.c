@@ -228,6 +228,19 @@ static void run_gpu(struct dsl_model *m, const void *dparams, const float *x, si
     widen_grads(m, g, r);
 }
 
+/* The end of a comparison: the CPU model a and the CUDA one b, the tokens x, the fp32
+ * parameters p, their host copy hp and their device copy dp. */
+static void release_pair(struct dsl_model *a, struct dsl_model *b, float *x, float *p,
+                         void *hp, void *dp)
+{
+    free(x);
+    free(p);
+    free(hp);
+    cudaFree(dp);
+    dsl_model_release(a);
+    dsl_model_release(b);
+}
+
 /* per tensor: the largest |gpu - cpu| over the tensor's largest |cpu|, and the RMS
  * difference over its RMS; the worst of each over the tensors */
 static void compare_grads(const struct dsl_model_spec *sp, const float *gg, const float *gc,
@@ -357,12 +370,7 @@ static void compare_fp32(const struct shape *h)
     x[5] = (float)h->V;
     ASSERT_EQ(b.ops->evaluate(&b, dp, x, NULL, 1, &sb), DSL_EDATA);
     ASSERT_EQ(a.ops->evaluate(&a, p, x, NULL, 1, &sa), DSL_EDATA);
-    free(x);
-    free(p);
-    free(hp);
-    cudaFree(dp);
-    dsl_model_release(&a);
-    dsl_model_release(&b);
+    release_pair(&a, &b, x, p, hp, dp);
 }
 
 TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
@@ -422,12 +430,7 @@ static void compare_half(const struct shape *h, enum dsl_dtype dt)
     free(rg2.g);
     free(rc.g);
     free(rg.g);
-    free(x);
-    free(p);
-    free(hp);
-    cudaFree(dp);
-    dsl_model_release(&a);
-    dsl_model_release(&b);
+    release_pair(&a, &b, x, p, hp, dp);
 }
 
 TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_parameters)
