@@ -278,38 +278,64 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* Rank `rank`'s cgroup in a job of this test's own (its name into job), into r: 1, or 0
- * where this machine lets the test make none (v2: none of cgroup v2), and then the test
- * is skipped and h released. */
-static int rank_cgroup(struct dsl_cghost *h, int v2, int rank, char job[64],
-                       struct dsl_cgrank *r)
+/* A rank's cgroup in a job of this test's own, on this host. */
+struct rank_cg {
+    struct dsl_cghost h;
+    struct dsl_cgrank r;
+    char job[64];
+};
+
+/* Rank `rank`'s cgroup into g: 1, or 0 where this machine lets the test make none (v2:
+ * none of cgroup v2), and then the test is skipped and g holds nothing. */
+static int rank_cgroup(struct rank_cg *g, int v2, int rank)
 {
     char err[DSL_ERR_LEN];
-    dsl_cghost_detect(h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
-    if (v2 ? !h->own[DSL_CG_V2] : !dsl_cghost_usable(h)) {
+    dsl_cghost_detect(&g->h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
+    if (v2 ? !g->h.own[DSL_CG_V2] : !dsl_cghost_usable(&g->h)) {
         if (v2)
             fprintf(stderr, "  (skipped: no cgroup v2 directory can be made here: %s)\n",
-                    h->mode);
+                    g->h.mode);
         else
-            fprintf(stderr, "  (skipped: %s)\n", h->mode);
-        dsl_cghost_release(h);
+            fprintf(stderr, "  (skipped: %s)\n", g->h.mode);
+        dsl_cghost_release(&g->h);
         return 0;
     }
-    snprintf(job, 64, "dslaunch-unittest%d", (int)getpid());
-    ASSERT_OK(dsl_cgrank_create(r, h, job, rank, 0, err));
+    snprintf(g->job, sizeof(g->job), "dslaunch-unittest%d", (int)getpid());
+    ASSERT_OK(dsl_cgrank_create(&g->r, &g->h, g->job, rank, 0, err));
     return 1;
+}
+
+/* Kill the cgroup's processes: pid, its child, dies of SIGKILL and the cgroup empties. */
+static void kill_all(struct rank_cg *g, pid_t pid)
+{
+    dsl_cgrank_kill(&g->r, &g->h);
+    int status;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    int n = 1;
+    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&g->r)) > 0; i++)
+        nap_ms(10);
+    ASSERT_EQ(n, 0);
+}
+
+/* The cgroup and its job's directory removed, what g holds released. */
+static void rank_cgroup_remove(struct rank_cg *g)
+{
+    ASSERT_OK(dsl_cgrank_remove(&g->r));
+    dsl_cgrank_release(&g->r);
+    dsl_cghost_remove_job(&g->h, g->job);
+    dsl_cghost_release(&g->h);
 }
 
 /* The real thing, where this machine lets this test make cgroups (root on CI). */
 TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
 {
-    struct dsl_cghost h;
-    struct dsl_cgrank r;
-    char job[64], err[DSL_ERR_LEN];
-    if (!rank_cgroup(&h, 0, 7, job, &r))
+    struct rank_cg g;
+    char err[DSL_ERR_LEN];
+    if (!rank_cgroup(&g, 0, 7))
         return;
-    ASSERT(r.nprocs > 0);
-    ASSERT_EQ(dsl_cgrank_count(&r), 0);
+    ASSERT(g.r.nprocs > 0);
+    ASSERT_EQ(dsl_cgrank_count(&g.r), 0);
     char sh[] = "sh", c[] = "-c", cmd[] = "setsid sleep 600 & sleep 600; true"; /* 3 processes in any sh */
     char *argv[] = {sh, c, cmd, NULL};
     struct dsl_child_opts o = {
@@ -318,32 +344,23 @@ TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
         .fd_out = DSL_SPAWN_DEVNULL,
         .fd_err = DSL_SPAWN_KEEP,
         .new_pgroup = 1,
-        .cgroup_procs = (const char *const *)r.procs,
-        .cgroup_fd = r.fd > 0 ? r.fd : 0,
-        .cgroup_fd_procs = r.fd_procs,
+        .cgroup_procs = (const char *const *)g.r.procs,
+        .cgroup_fd = g.r.fd > 0 ? g.r.fd : 0,
+        .cgroup_fd_procs = g.r.fd_procs,
         .report_errors = 1,
     };
     pid_t pid;
     ASSERT_OK(dsl_spawn_child(&o, &pid, err));
     int n = 0;
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) < 3; i++)
+    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&g.r)) < 3; i++)
         nap_ms(10);
     ASSERT_EQ(n, 3); /* sh, its sleep, and the setsid sleep */
-    dsl_cgrank_kill(&r, &h);
-    int status;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) > 0; i++)
-        nap_ms(10);
-    ASSERT_EQ(n, 0); /* the setsid sleep too: it was in the cgroup */
+    kill_all(&g, pid); /* the setsid sleep too: it was in the cgroup */
     struct dsl_cgmem m;
-    dsl_cgrank_memory(&r, &m);
-    if (dsl_cghost_memory(&h))
+    dsl_cgrank_memory(&g.r, &m);
+    if (dsl_cghost_memory(&g.h))
         ASSERT(m.oom_kills == 0 || m.oom_kills == -1);
-    ASSERT_OK(dsl_cgrank_remove(&r));
-    dsl_cgrank_release(&r);
-    dsl_cghost_remove_job(&h, job);
-    dsl_cghost_release(&h);
+    rank_cgroup_remove(&g);
 }
 
 static int sleep_long(void *arg)
@@ -358,38 +375,27 @@ static int sleep_long(void *arg)
    raw clone3 is not for) joins it through cgroup.procs: the kernel's fallback path. */
 TEST(a_child_that_cannot_be_born_in_its_v2_cgroup_should_join_it_before_it_runs)
 {
-    struct dsl_cghost h;
-    struct dsl_cgrank r;
-    char job[64], err[DSL_ERR_LEN];
-    if (!rank_cgroup(&h, 1, 8, job, &r))
+    struct rank_cg g;
+    char err[DSL_ERR_LEN];
+    if (!rank_cgroup(&g, 1, 8))
         return;
-    ASSERT(r.fd > 0);
+    ASSERT(g.r.fd > 0);
     struct dsl_child_opts o = {
         .run = sleep_long,
         .fd_in = DSL_SPAWN_DEVNULL,
         .fd_out = DSL_SPAWN_DEVNULL,
         .fd_err = DSL_SPAWN_KEEP,
-        .cgroup_procs = (const char *const *)r.procs,
-        .cgroup_fd = r.fd,
-        .cgroup_fd_procs = r.fd_procs,
+        .cgroup_procs = (const char *const *)g.r.procs,
+        .cgroup_fd = g.r.fd,
+        .cgroup_fd_procs = g.r.fd_procs,
         .close_fds = 1,
         .report_errors = 1,
     };
     pid_t pid;
     ASSERT_OK(dsl_spawn_child(&o, &pid, err));
-    ASSERT_EQ(dsl_cgrank_count(&r), 1); /* in before run() started: no wait needed */
-    dsl_cgrank_kill(&r, &h);
-    int status;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    int n = 1;
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) > 0; i++)
-        nap_ms(10);
-    ASSERT_EQ(n, 0);
-    ASSERT_OK(dsl_cgrank_remove(&r));
-    dsl_cgrank_release(&r);
-    dsl_cghost_remove_job(&h, job);
-    dsl_cghost_release(&h);
+    ASSERT_EQ(dsl_cgrank_count(&g.r), 1); /* in before run() started: no wait needed */
+    kill_all(&g, pid);
+    rank_cgroup_remove(&g);
 }
 
 TEST_MAIN()

@@ -25,6 +25,20 @@ static void guard(void)
     alarm(60); /* a write that blocks would hang here: fail instead */
 }
 
+/* A pipe p under the guard. */
+static void guarded_pipe(int p[2])
+{
+    guard();
+    ASSERT_OK(pipe(p));
+}
+
+/* o on a guarded pipe p (stdout alone) with budget bytes. */
+static void open_on_pipe(struct dsl_output *o, int p[2], size_t budget)
+{
+    guarded_pipe(p);
+    dsl_output_open(o, p[1], -1, budget);
+}
+
 /* In a forked reader: close every write end, the queue's own reopen too, or no EOF. */
 static void close_writers(struct dsl_output *o, int fd)
 {
@@ -100,9 +114,8 @@ static void expect_read_back(struct dsl_output *o, int p[2], int extra, const ch
 
 TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropped)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
+    guarded_pipe(p);
     int flags = fcntl(p[1], F_GETFL);
     struct dsl_output o;
     dsl_output_open(&o, p[1], -1, 256 * 1024);
@@ -126,11 +139,9 @@ TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropp
 
 TEST(the_poll_fallback_should_not_block_either)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 64 * 1024);
+    open_on_pipe(&o, p, 64 * 1024);
     /* as without /proc: the fd itself, poll(POLLOUT) and at most PIPE_BUF per write */
     if (o.dest[0].own)
         close(o.dest[0].fd);
@@ -151,11 +162,9 @@ TEST(the_poll_fallback_should_not_block_either)
 
 TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 0);
+    open_on_pipe(&o, p, 0);
     long dropped = 0, total = 20000;
     char line[64];
     for (long i = 0; i < total; i++) {
@@ -169,11 +178,9 @@ TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
 
 TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 1 << 20);
+    open_on_pipe(&o, p, 1 << 20);
     close(p[0]);
     ASSERT_EQ(dsl_output_line(&o, 1, "", "nobody reads this"), 0);
     dsl_output_flush(&o);
@@ -189,9 +196,8 @@ TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)
 
 TEST(stdout_and_stderr_on_one_pipe_should_share_one_queue_in_order)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
+    guarded_pipe(p);
     ASSERT_OK(fcntl(p[1], F_SETPIPE_SZ, 4096));
     struct dsl_output o;
     int dup_fd = dup(p[1]);

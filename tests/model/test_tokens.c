@@ -71,14 +71,24 @@ TEST(token_shards_should_round_trip_in_llm_c_format)
     clean();
 }
 
+/* An llm.c shard header into h: magic, version and the token count, little-endian
+ * 32-bit words; the rest zero. */
+static void llmc_header(uint8_t h[1024], uint32_t magic, uint8_t version, uint8_t ntok)
+{
+    memset(h, 0, 1024);
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(magic >> (8 * i));
+    h[4] = version;
+    h[8] = ntok;
+}
+
 TEST(token_shard_headers_should_be_checked_against_the_file)
 {
-    uint8_t h[1024] = {0};
+    uint8_t h[1024];
     uint64_t n;
     char err[DSL_ERR_LEN];
-    h[0] = 0x88, h[1] = 0xd8, h[2] = 0x34, h[3] = 0x01; /* 20240520 = 0x0134d888 */
-    h[4] = 1;
-    h[8] = 10;
+    llmc_header(h, 20240520, 1, 10);
+    ASSERT(h[0] == 0x88 && h[1] == 0xd8 && h[2] == 0x34 && h[3] == 0x01); /* 0x0134d888 */
     ASSERT_OK(dsl_tokens_check_header(h, 1024, 1044, "s.bin", &n, err));
     ASSERT_EQ(n, 10);
     ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1043, "s.bin", &n, err), DSL_EDATA);
@@ -99,12 +109,11 @@ TEST(llm_c_llama3_shards_should_be_named_as_such_when_refused)
 {
     /* llm.c's dev/data writes LLaMA 3 shards (magic 20240801, version 7, uint32 ids)
        beside GPT-2's: "bad magic" alone leaves the user guessing */
-    uint8_t h[1024] = {0};
+    uint8_t h[1024];
     uint64_t n;
     char err[DSL_ERR_LEN];
-    h[0] = 0xa1, h[1] = 0xd9, h[2] = 0x34, h[3] = 0x01; /* 20240801 = 0x0134d9a1 */
-    h[4] = 7;
-    h[8] = 10;
+    llmc_header(h, 20240801, 7, 10);
+    ASSERT(h[0] == 0xa1 && h[1] == 0xd9 && h[2] == 0x34 && h[3] == 0x01); /* 0x0134d9a1 */
     ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1064, "l.bin", &n, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "token shard 'l.bin': magic 20240801 is llm.c's LLaMA 3 format "
                          "(uint32 tokens), which dstrain does not read: write GPT-2 shards "

@@ -133,36 +133,32 @@ TEST(nossh_should_name_what_is_missing_or_wrong)
     struct dsl_nossh ns;
     dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
-    char *env[] = {(char *)SECRET, NULL};
-    const char *no_count[] = {"--node_rank", "0", NULL};
-    ASSERT_EQ(resolve(&ns, no_count, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "needs the number of nodes: --nnodes N (or PET_NNODES)");
-    const char *no_rank[] = {"--nnodes", "2", NULL};
-    ASSERT_EQ(resolve(&ns, no_rank, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "--node_rank K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX");
-    const char *too_high[] = {"--nnodes", "2", "--node_rank", "2", NULL};
-    ASSERT_EQ(resolve(&ns, too_high, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "node rank 2 (from --node_rank) is not below the node count 2");
-    const char *no_addr[] = {"--nnodes", "2", "--node_rank", "1", NULL};
-    ASSERT_EQ(resolve(&ns, no_addr, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "node rank 1 needs node 0's address: --master_addr");
-    const char *hostfile[] = {"--nnodes", "2", "--node_rank", "0", "--hostfile", "h", NULL};
-    ASSERT_EQ(resolve(&ns, hostfile, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "leave out --hostfile");
-    const char *same_port[] = {"--nnodes", "2", "--node_rank", "0", "--control_port", "29500",
-                               NULL};
-    ASSERT_EQ(resolve(&ns, same_port, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "--control_port 29500 is the master port");
-    char *bad_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=one", (char *)SECRET,
-                        NULL};
-    const char *none[] = {NULL};
-    ASSERT_EQ(resolve(&ns, none, bad_rank, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "PET_NODE_RANK='one' is not an integer");
-    /* the same range as --node_rank's */
-    char *big_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=1048576", (char *)SECRET,
-                        NULL};
-    ASSERT_EQ(resolve(&ns, none, big_rank, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "PET_NODE_RANK='1048576' is not an integer from 0 to 1048575");
+    static const struct {
+        const char *args[8], *env[4];
+        const char *msg;
+    } cases[] = {
+        {{"--node_rank", "0", NULL}, {SECRET, NULL},
+         "needs the number of nodes: --nnodes N (or PET_NNODES)"},
+        {{"--nnodes", "2", NULL}, {SECRET, NULL},
+         "--node_rank K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX"},
+        {{"--nnodes", "2", "--node_rank", "2", NULL}, {SECRET, NULL},
+         "node rank 2 (from --node_rank) is not below the node count 2"},
+        {{"--nnodes", "2", "--node_rank", "1", NULL}, {SECRET, NULL},
+         "node rank 1 needs node 0's address: --master_addr"},
+        {{"--nnodes", "2", "--node_rank", "0", "--hostfile", "h", NULL}, {SECRET, NULL},
+         "leave out --hostfile"},
+        {{"--nnodes", "2", "--node_rank", "0", "--control_port", "29500", NULL},
+         {SECRET, NULL}, "--control_port 29500 is the master port"},
+        {{NULL}, {"PET_NNODES=2", "PET_NODE_RANK=one", SECRET, NULL},
+         "PET_NODE_RANK='one' is not an integer"},
+        /* the same range as --node_rank's */
+        {{NULL}, {"PET_NNODES=2", "PET_NODE_RANK=1048576", SECRET, NULL},
+         "PET_NODE_RANK='1048576' is not an integer from 0 to 1048575"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(resolve(&ns, cases[i].args, (char **)cases[i].env, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
     dsl_nossh_release(&ns);
 }
 

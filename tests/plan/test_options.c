@@ -26,6 +26,21 @@ static void refuse(const char *const *args, char *err)
     dsl_launch_opts_release(&o);
 }
 
+/* a command line (NULL-terminated) and a part of the message that refuses it */
+struct refusal {
+    const char *args[8];
+    const char *msg;
+};
+
+static void refuse_each(const struct refusal *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[DSL_ERR_LEN] = "";
+        refuse(cases[i].args, err);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
+}
+
 TEST(options_should_accept_both_spellings_and_both_value_forms)
 {
     struct dsl_launch_opts o;
@@ -65,10 +80,7 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
     const char *b[] = {"--num-accelerators=0", "prog", NULL};
     refuse(b, err);
     ASSERT_CONTAINS(err, "option '--num_accelerators' is out of range");
-    static const struct {
-        const char *args[5];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--standalone", "--nproc_per_node", "2", "p", NULL},
          "option '--standalone' is torchrun's; dslaunch does not need it: a job on this machine"},
         {{"--rdzv_backend", "c10d", "p", NULL}, "--master_addr and --master_port"},
@@ -82,10 +94,7 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
          "python3 if it is at the same path there"},
         {{"--comment", "x", "p", NULL}, "--launcher-args '--comment=TEXT'"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        refuse(cases[i].args, err);
-        ASSERT_CONTAINS(err, cases[i].msg);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
@@ -110,10 +119,7 @@ TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
     ASSERT_EQ(o.master_port, 29600);
     ASSERT(o.master_port_given);
     dsl_launch_opts_release(&o);
-    static const struct {
-        const char *args[8];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--num_processes", "5", "--num_machines", "2", "p", NULL},
          "--num_processes 5 (ranks in all) does not divide among --num_machines 2"},
         {{"--num_processes", "4", "--nproc_per_node", "3", "p", NULL},
@@ -126,10 +132,7 @@ TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
         {{"--host-file", "h", "p", NULL}, "did you mean '--hostfile'?"},
         {{"--log-dri", "d", "p", NULL}, "did you mean '--log-dir'?"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        refuse(cases[i].args, err);
-        ASSERT_CONTAINS(err, cases[i].msg);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_the_restart_options_with_torchrun_spellings)
@@ -180,10 +183,7 @@ TEST(options_should_pass_everything_after_the_program_untouched)
 
 TEST(options_should_reject_bad_values_with_the_option_named)
 {
-    static const struct {
-        const char *args[6];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--num_gpus", "x", "p", NULL}, "--num_gpus"},
         /* the rank contract is dslaunch's: an exported value would be replaced */
         {{"--export", "RANK=5", "p", NULL},
@@ -240,11 +240,7 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         {{"--export", "A-B=1", "p", NULL}, "A-B"},
         {{NULL}, "no program"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char err[DSL_ERR_LEN] = "";
-        refuse(cases[i].args, err);
-        ASSERT_CONTAINS(err, cases[i].msg);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_the_slurm_launcher_and_its_srun_options)
