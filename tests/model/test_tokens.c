@@ -32,6 +32,12 @@ static void put(const char *name, const void *data, size_t n)
     ASSERT(f && fwrite(data, 1, n, f) == n && fclose(f) == 0);
 }
 
+/* The token data at path as most of these tests read it: windows of 4, ids below 50. */
+static struct dsl_data_opts tokens_opts(const char *path)
+{
+    return (struct dsl_data_opts){.name = "tokens", .path = path, .context = 4, .vocab = 50};
+}
+
 /* A token shard of n tokens in the scratch directory. */
 static void put_tokens(const char *name, const uint16_t *tok, size_t n)
 {
@@ -227,7 +233,7 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     put_tokens("x_train_000.bin", tok, 40);
     put_tokens("x_val_000.bin", tok, 20);
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(dir);
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
     ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
     ASSERT_EQ(te.n, 19 / 4);
@@ -319,7 +325,7 @@ TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
     put_tokens("interval_train.bin", tok, 40);
     put_tokens("interval_val.bin", tok, 10);
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(dir);
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
     ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
     ASSERT_EQ(te.n, 9 / 4); /* interval_val.bin's 10 tokens only */
@@ -348,7 +354,7 @@ TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
     put_tokens("x_train.bin", tok, 40);
     put_tokens("x_val.bin", tok, 0); /* an empty validation shard */
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(dir);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "validation shards of '");
     ASSERT_CONTAINS(err, "(1 file): 0 tokens, fewer than one window of context + 1 = 5");
@@ -401,7 +407,7 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
     snprintf(q, sizeof(q), "%s/d/x_train_000002.bin", dir);
     ASSERT_OK(dsl_tokens_write(q, tok, 20, err));
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = p, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(p);
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
     ASSERT_EQ(tr.n, (60 - 5) / 4 + 1); /* the linked shard and the copied one */
     ASSERT_EQ(te.n, 9 / 4);

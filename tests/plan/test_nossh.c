@@ -34,6 +34,15 @@ static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *e
     return r;
 }
 
+/* Node 1 of 2 (node 0 at n0) with its secret from file, and env. */
+static int resolve_secret_file(struct dsl_nossh *ns, const char *file, char *const *env,
+                               char *err)
+{
+    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                          "--job_secret_file", file, NULL};
+    return resolve(ns, args, env, err);
+}
+
 /* ns is on, for a job of nnodes with this node at rank, its master at addr:port. */
 static void expect_on(const struct dsl_nossh *ns, int nnodes, int rank, const char *addr,
                       int port)
@@ -290,9 +299,7 @@ TEST(nossh_should_refuse_a_secret_file_others_can_read_or_write_as_ssh_refuses_a
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char path[] = "/tmp/dsl-test-secret.XXXXXX";
         secret_file(path, cases[i].mode);
-        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                              "--job_secret_file", path, NULL};
-        int r = resolve(&ns, args, env, err);
+        int r = resolve_secret_file(&ns, path, env, err);
         if (!cases[i].says) {
             if (r < 0)
                 fprintf(stderr, "mode %04o: %s\n", (unsigned)cases[i].mode, err);
@@ -330,14 +337,12 @@ TEST(nossh_should_point_a_kubernetes_secret_volume_at_default_mode)
     struct dsl_nossh ns;
     char err[DSL_ERR_LEN];
     char *env[] = {NULL};
-    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                          "--job_secret_file", link, NULL};
     dsl_nossh_init(&ns);
-    ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, link, env, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "(mode 0644)");
     ASSERT_CONTAINS(err, "set defaultMode: 0400 on the Secret volume");
     ASSERT_EQ(chmod(file, 0400), 0); /* what defaultMode: 0400 gives: followed and accepted */
-    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(resolve_secret_file(&ns, link, env, err), 0);
     ASSERT_EQ(ns.secret_len, 22);
     dsl_nossh_release(&ns);
     unlink(link);
@@ -354,29 +359,23 @@ TEST(nossh_should_refuse_a_secret_file_of_another_user_or_open_to_everyone)
     dsl_nossh_init(&ns);
     /* a root-owned file every user can read: refused whoever runs this (root: it is our
        own file; anyone else: it is open to every user) */
-    const char *passwd[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                            "--job_secret_file", "/etc/passwd", NULL};
     struct stat st;
     ASSERT_EQ(stat("/etc/passwd", &st), 0);
     ASSERT((st.st_mode & S_IROTH) && st.st_uid == 0);
-    ASSERT_EQ(resolve(&ns, passwd, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, "/etc/passwd", env, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "--job_secret_file '/etc/passwd' is readable by ");
     char mode[32];
     snprintf(mode, sizeof(mode), "(mode %04o", (unsigned)(st.st_mode & 07777));
     ASSERT_CONTAINS(err, mode);
     /* a directory is named as one, not judged by its mode */
-    const char *dir[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                         "--job_secret_file", "/", NULL};
-    ASSERT_EQ(resolve(&ns, dir, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, "/", env, err), DSL_EUSAGE);
     ASSERT_STR_EQ(err, "--job_secret_file '/': Is a directory");
     if (geteuid() == 0) {
         /* a file of another ordinary user, however private: its owner can replace it */
         char path[] = "/tmp/dsl-test-secret.XXXXXX";
         secret_file(path, 0600);
         ASSERT_EQ(chown(path, 4242, 4242), 0);
-        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                              "--job_secret_file", path, NULL};
-        ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+        ASSERT_EQ(resolve_secret_file(&ns, path, env, err), DSL_EUSAGE);
         ASSERT_CONTAINS(err, "' belongs to another user (");
         ASSERT_CONTAINS(err, "uid 4242): its owner can read or replace the job secret; use a "
                              "file of your own (copy it, then chmod 600 the copy)");
@@ -397,10 +396,8 @@ TEST(nossh_should_read_the_secret_from_a_pipe_as_process_substitution_gives_it)
     struct dsl_nossh ns;
     char err[DSL_ERR_LEN];
     char *env[] = {NULL};
-    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                          "--job_secret_file", path, NULL};
     dsl_nossh_init(&ns);
-    int r = resolve(&ns, args, env, err);
+    int r = resolve_secret_file(&ns, path, env, err);
     if (r < 0)
         fprintf(stderr, "%s\n", err);
     ASSERT_EQ(r, 0);
