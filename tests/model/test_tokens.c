@@ -38,6 +38,18 @@ static struct dsl_data_opts tokens_opts(const char *path)
     return (struct dsl_data_opts){.name = "tokens", .path = path, .context = 4, .vocab = 50};
 }
 
+/* The data o names loads with ntrain training and nval validation windows. */
+static void expect_windows(const struct dsl_data_opts *o, size_t ntrain, size_t nval)
+{
+    struct dsl_dataset tr, te;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_data_load(&tr, &te, o, err));
+    ASSERT_EQ(tr.n, ntrain);
+    ASSERT_EQ(te.n, nval);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+}
+
 /* A token shard of n tokens in the scratch directory. */
 static void put_tokens(const char *name, const uint16_t *tok, size_t n)
 {
@@ -326,18 +338,10 @@ TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
     put_tokens("interval_val.bin", tok, 10);
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = tokens_opts(dir);
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
-    ASSERT_EQ(te.n, 9 / 4); /* interval_val.bin's 10 tokens only */
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    expect_windows(&o, (40 - 5) / 4 + 1, 9 / 4); /* interval_val.bin's 10 tokens only */
     /* llm.c's names: the split is a word of its own */
     put_tokens("medieval_train_000001.bin", tok, 20);
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1);
-    ASSERT_EQ(te.n, 9 / 4);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    expect_windows(&o, (60 - 5) / 4 + 1, 9 / 4);
     /* neither word stands alone: which split is a guess, so the name is refused */
     put_tokens("trainval.bin", tok, 20);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
@@ -408,11 +412,7 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
     ASSERT_OK(dsl_tokens_write(q, tok, 20, err));
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = tokens_opts(p);
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1); /* the linked shard and the copied one */
-    ASSERT_EQ(te.n, 9 / 4);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    expect_windows(&o, (60 - 5) / 4 + 1, 9 / 4); /* the linked shard and the copied one */
     /* a dangling link is an error that names it, not a shard quietly left out */
     snprintf(q, sizeof(q), "%s/d/x_train_000003.bin", dir);
     ASSERT_EQ(symlink("../store/gone.bin", q), 0);
