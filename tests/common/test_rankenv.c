@@ -77,22 +77,26 @@ TEST(rankenv_should_keep_what_the_user_and_dslaunch_set)
     ASSERT_STR_EQ(src, "srun");
     test_expect_env(TEST_ENV("RANK=2", "MASTER_ADDR=10.1.2.3", "MASTER_PORT=23456",
                              "DSLAUNCH_RUN_ID=mine"));
-    /* no step list: the job's, then the old name */
-    slurm_step();
-    unsetenv("SLURM_STEP_NODELIST");
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "x1");
-    slurm_step();
-    unsetenv("SLURM_STEP_NODELIST");
-    unsetenv("SLURM_JOB_NODELIST");
-    setenv("SLURM_NODELIST", "old[3-4]", 1);
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "old3");
-    /* cyclic still starts on the first node; arbitrary needs MASTER_ADDR */
-    slurm_step();
-    setenv("SLURM_DISTRIBUTION", "cyclic", 1);
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "n1");
+    /* the step's first node, from the lists there are and as the tasks are laid out */
+    static const struct {
+        const char *unset[3], *set[3], *master;
+    } steps[] = {
+        /* no step list: the job's, then the old name */
+        {{"SLURM_STEP_NODELIST", NULL}, {NULL}, "x1"},
+        {{"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", NULL}, {"SLURM_NODELIST=old[3-4]", NULL},
+         "old3"},
+        /* cyclic still starts on the first node */
+        {{NULL}, {"SLURM_DISTRIBUTION=cyclic", NULL}, "n1"},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        slurm_step();
+        for (const char *const *u = steps[i].unset; *u; u++)
+            unsetenv(*u);
+        test_setenvs(steps[i].set);
+        ASSERT_OK(dsl_rankenv_adopt(&src, err));
+        ASSERT_STR_EQ(get("MASTER_ADDR"), steps[i].master);
+    }
+    /* arbitrary needs MASTER_ADDR */
     slurm_step();
     setenv("SLURM_DISTRIBUTION", "arbitrary", 1);
     ASSERT_EQ(dsl_rankenv_adopt(&src, err), DSL_EUSAGE);

@@ -111,17 +111,26 @@ static void refuse_json(const char *text, char *err)
     dsl_train_config_release(&cfg);
 }
 
+/* cfg warned the n warnings of want, in order (exact: each whole, else a part of each) */
+static void expect_warnings(const struct dsl_train_config *cfg, const char *const *want,
+                            size_t n, int exact)
+{
+    ASSERT_EQ(cfg->warnings.nr, n);
+    for (size_t i = 0; i < n; i++) {
+        if (exact)
+            ASSERT_STR_EQ(cfg->warnings.v[i], want[i]);
+        else
+            ASSERT_CONTAINS(cfg->warnings.v[i], want[i]);
+    }
+}
+
 /* text parses with one warning, want (exact: the whole of it, else a part) */
 static void warns_once(const char *text, const char *want, int exact)
 {
     struct dsl_train_config cfg;
     char err[DSL_ERR_LEN];
     ASSERT_OK(parse(&cfg, text, 1, err));
-    ASSERT_EQ(cfg.warnings.nr, 1);
-    if (exact)
-        ASSERT_STR_EQ(cfg.warnings.v[0], want);
-    else
-        ASSERT_CONTAINS(cfg.warnings.v[0], want);
+    expect_warnings(&cfg, &want, 1, exact);
     dsl_train_config_release(&cfg);
 }
 
@@ -282,14 +291,14 @@ TEST(unknown_keys_should_warn_once_each_and_not_fail)
                        "  \"optimizer\": {\"type\": \"Adam\", \"params\": {\"amsgrad\": true}},\n"
                        "  \"dstrain\": {\"colour\": \"blue\"}\n"
                        "}\n";
+    static const char *const want[] = {
+        "t.json:3:3: unknown key 'foo' (ignored)",
+        "t.json:4:3: DeepSpeed key 'wandb' is not implemented by dstrain and is ignored",
+        "t.json:5:44: unknown key 'optimizer.params.amsgrad' (ignored)",
+        "t.json:6:15: unknown key 'dstrain.colour' (ignored)",
+    };
     ASSERT_OK(parse(&cfg, json, 1, err));
-    ASSERT_EQ(cfg.warnings.nr, 4);
-    ASSERT_STR_EQ(cfg.warnings.v[0], "t.json:3:3: unknown key 'foo' (ignored)");
-    ASSERT_STR_EQ(cfg.warnings.v[1], "t.json:4:3: DeepSpeed key 'wandb' is not "
-                                     "implemented by dstrain and is ignored");
-    ASSERT_STR_EQ(cfg.warnings.v[2], "t.json:5:44: unknown key 'optimizer.params.amsgrad' "
-                                     "(ignored)");
-    ASSERT_STR_EQ(cfg.warnings.v[3], "t.json:6:15: unknown key 'dstrain.colour' (ignored)");
+    expect_warnings(&cfg, want, 4, 1);
     dsl_train_config_release(&cfg);
 }
 
@@ -301,14 +310,15 @@ TEST(deepspeed_keys_dstrain_lacks_should_say_not_implemented_also_when_nested)
                        " \"zero_optimization\": {\"stage\": 1, \"allgather_partitions\": true,\n"
                        "   \"cpu_offload\": false, \"stage3_gather_x\": 1, \"overlap_comm\": true},\n"
                        " \"fp16\": {\"enabled\": false, \"auto_cast\": false}}";
+    static const char *const want[] = {
+        "'fp16_master_weights_and_grads' is not implemented",
+        "'zero_optimization.allgather_partitions' is not implemented by dstrain and is ignored",
+        "'zero_optimization.cpu_offload' is not implemented",
+        "'zero_optimization.stage3_gather_x' is not implemented",
+        "'fp16.auto_cast' is not implemented",
+    };
     ASSERT_OK(parse(&cfg, json, 1, err));
-    ASSERT_EQ(cfg.warnings.nr, 5);
-    ASSERT_CONTAINS(cfg.warnings.v[0], "'fp16_master_weights_and_grads' is not implemented");
-    ASSERT_CONTAINS(cfg.warnings.v[1], "'zero_optimization.allgather_partitions' is not "
-                                       "implemented by dstrain and is ignored");
-    ASSERT_CONTAINS(cfg.warnings.v[2], "'zero_optimization.cpu_offload' is not implemented");
-    ASSERT_CONTAINS(cfg.warnings.v[3], "'zero_optimization.stage3_gather_x' is not implemented");
-    ASSERT_CONTAINS(cfg.warnings.v[4], "'fp16.auto_cast' is not implemented");
+    expect_warnings(&cfg, want, 5, 0);
     ASSERT_EQ(cfg.zero.overlap_comm, 1);
     dsl_train_config_release(&cfg);
 }
