@@ -46,24 +46,36 @@ static void fuzz_leave_empty_dir(void)
         abort();
 }
 
-/* data's words, split at its NUL bytes, into *words (NULL-terminated, with room for
- * one more word in front: words[0] is left NULL for argv[0]); returns the copy of data
- * they point into. The caller frees both. NULL, and nothing to free, where data holds a
- * '/': no word then can name an existing file, even outside the empty directory. */
-static char *fuzz_words(const uint8_t *data, size_t size, char ***words, size_t *nwords)
+/* The input's words: v[1..n] (v[0] is left NULL for argv[0], v[n + 1] is NULL), in
+ * buf, a copy of the input. */
+struct fuzz_words {
+    char *buf;
+    char **v;
+    size_t n;
+};
+
+/* data's words, split at its NUL bytes, into w: 1, or 0 (and nothing to free) where data
+ * holds a '/': no word then can name an existing file, even outside the empty
+ * directory. fuzz_words_free() frees what w holds. */
+static int fuzz_words(const uint8_t *data, size_t size, struct fuzz_words *w)
 {
     if (memchr(data, '/', size))
-        return NULL;
-    char *buf = fuzz_text(data, size);
-    size_t n = 1;
+        return 0;
+    w->buf = fuzz_text(data, size);
+    w->n = 1;
     for (size_t i = 0; i < size; i++)
-        n += data[i] == '\0';
-    *words = dsl_xcalloc(n + 2, sizeof(char *));
+        w->n += data[i] == '\0';
+    w->v = dsl_xcalloc(w->n + 2, sizeof(char *));
     size_t k = 1;
-    for (char *w = buf; w <= buf + size; w += strlen(w) + 1)
-        (*words)[k++] = w;
-    *nwords = n;
-    return buf;
+    for (char *p = w->buf; p <= w->buf + size; p += strlen(p) + 1)
+        w->v[k++] = p;
+    return 1;
+}
+
+static void fuzz_words_free(struct fuzz_words *w)
+{
+    free(w->v);
+    free(w->buf);
 }
 
 #endif

@@ -81,22 +81,19 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char **words;
-    size_t nwords;
-    char *buf = fuzz_words(data, size, &words, &nwords);
-    if (!buf)
+    struct fuzz_words w;
+    if (!fuzz_words(data, size, &w))
         return 0;
-    char **argv = dsl_xcalloc(nwords + 2, sizeof(char *));
-    char **env = dsl_xcalloc(nwords + 1, sizeof(char *));
+    char **argv = dsl_xcalloc(w.n + 2, sizeof(char *));
+    char **env = dsl_xcalloc(w.n + 1, sizeof(char *));
     int argc = 0, nenv = 0;
     argv[argc++] = (char *)"dslaunch";
-    for (size_t i = 1; i <= nwords; i++) {
-        if (words[i][0] == '@')
-            env[nenv++] = words[i] + 1;
+    for (size_t i = 1; i <= w.n; i++) {
+        if (w.v[i][0] == '@')
+            env[nenv++] = w.v[i] + 1;
         else
-            argv[argc++] = words[i];
+            argv[argc++] = w.v[i];
     }
-    free(words);
     struct dsl_launch_opts o;
     char err[DSL_ERR_LEN] = "";
     dsl_launch_opts_init(&o);
@@ -111,6 +108,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dsl_launch_opts_release(&o);
     free(env);
     free(argv);
-    free(buf);
+    fuzz_words_free(&w);
     return 0;
 }

@@ -41,12 +41,11 @@ static int metrics_as_typed(const struct dsl_train_settings *s, int argc, char *
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char **argv;
-    size_t nwords;
-    char *buf = fuzz_words(data, size, &argv, &nwords);
-    if (!buf)
+    struct fuzz_words w;
+    if (!fuzz_words(data, size, &w))
         return 0;
-    int argc = (int)nwords + 1;
+    int argc = (int)w.n + 1;
+    char **argv = w.v;
     argv[0] = (char *)"dstrain";
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
@@ -68,7 +67,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
     }
     dsl_train_settings_release(&s);
-    free(argv);
-    free(buf);
+    fuzz_words_free(&w);
     return 0;
 }
