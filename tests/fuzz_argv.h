@@ -2,8 +2,9 @@
  * What the fuzz targets of a command line (fuzz_options, fuzz_settings) share: the
  * input as words split at its NUL bytes, and an empty directory of the target's own to
  * parse in, entered and left around the parser (so libFuzzer's relative paths keep
- * working), so that no option can name a file that exists. The directory is
- * /tmp/dsl_fuzz_<tag>.XXXXXX, removed at exit.
+ * working), so that no option can name a file that exists, and the rule that every
+ * refusal names its reason. The directory is /tmp/dsl_fuzz_<tag>.XXXXXX, removed at
+ * exit.
  */
 #ifndef DSL_TESTS_FUZZ_ARGV_H
 #define DSL_TESTS_FUZZ_ARGV_H
@@ -44,6 +45,22 @@ static void fuzz_leave_empty_dir(void)
 {
     if (fchdir(fuzz_here) != 0)
         abort();
+}
+
+/* r, a parser's result with its message in err; aborts where it refused (r < 0) without
+ * saying why: every refusal names its reason. */
+static int fuzz_explained(int r, const char *err)
+{
+    if (r < 0 && !err[0])
+        abort();
+    return r;
+}
+
+/* fuzz_explained() of a parser that ran in the empty directory, left again first. */
+static int fuzz_left(int r, const char *err)
+{
+    fuzz_leave_empty_dir();
+    return fuzz_explained(r, err);
 }
 
 /* The input's words: v[1..n] (v[0] is left NULL for argv[0], v[n + 1] is NULL), in

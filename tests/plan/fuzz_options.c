@@ -55,10 +55,7 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
     char err[DSL_ERR_LEN] = "";
     dsl_nossh_init(&ns);
     fuzz_enter_empty_dir("options");
-    int r = dsl_nossh_resolve(&ns, o, env, err);
-    fuzz_leave_empty_dir();
-    if (r < 0 && !err[0])
-        abort();
+    int r = fuzz_left(dsl_nossh_resolve(&ns, o, env, err), err);
     if (r == 0 && ns.on) {
         if (ns.nnodes < 1 || ns.node_rank < 0 || ns.node_rank >= ns.nnodes ||
             (ns.master_addr && strchr(ns.master_addr, ':')) ||
@@ -98,10 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char err[DSL_ERR_LEN] = "";
     dsl_launch_opts_init(&o);
     fuzz_enter_empty_dir("options");
-    int r = dsl_launch_opts_parse(&o, argc, argv, err);
-    fuzz_leave_empty_dir();
-    if (r < 0 && !err[0])
-        abort(); /* every refusal names its reason */
+    int r = fuzz_left(dsl_launch_opts_parse(&o, argc, argv, err), err);
     if (r == 0 && o.mode != DSL_MODE_HELP && o.mode != DSL_MODE_VERSION &&
         o.mode != DSL_MODE_AGENT)
         after_parse(&o, argc, argv, env);
