@@ -305,6 +305,30 @@ static int rank_cgroup(struct rank_cg *g, int v2, int rank)
     return 1;
 }
 
+/* The options of a child born in g's cgroup (or put there at once): its stdin and stdout
+ * /dev/null, what it runs the caller's. */
+static struct dsl_child_opts in_cgroup(const struct rank_cg *g)
+{
+    return (struct dsl_child_opts){
+        .fd_in = DSL_SPAWN_DEVNULL,
+        .fd_out = DSL_SPAWN_DEVNULL,
+        .fd_err = DSL_SPAWN_KEEP,
+        .cgroup_procs = (const char *const *)g->r.procs,
+        .cgroup_fd = g->r.fd > 0 ? g->r.fd : 0,
+        .cgroup_fd_procs = g->r.fd_procs,
+        .report_errors = 1,
+    };
+}
+
+/* The child of o, started. */
+static pid_t spawn_ok(const struct dsl_child_opts *o)
+{
+    pid_t pid;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_spawn_child(o, &pid, err));
+    return pid;
+}
+
 /* Kill the cgroup's processes: pid, its child, dies of SIGKILL and the cgroup empties. */
 static void kill_all(struct rank_cg *g, pid_t pid)
 {
@@ -331,26 +355,16 @@ static void rank_cgroup_remove(struct rank_cg *g)
 TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
 {
     struct rank_cg g;
-    char err[DSL_ERR_LEN];
     if (!rank_cgroup(&g, 0, 7))
         return;
     ASSERT(g.r.nprocs > 0);
     ASSERT_EQ(dsl_cgrank_count(&g.r), 0);
     char sh[] = "sh", c[] = "-c", cmd[] = "setsid sleep 600 & sleep 600; true"; /* 3 processes in any sh */
     char *argv[] = {sh, c, cmd, NULL};
-    struct dsl_child_opts o = {
-        .argv = argv,
-        .fd_in = DSL_SPAWN_DEVNULL,
-        .fd_out = DSL_SPAWN_DEVNULL,
-        .fd_err = DSL_SPAWN_KEEP,
-        .new_pgroup = 1,
-        .cgroup_procs = (const char *const *)g.r.procs,
-        .cgroup_fd = g.r.fd > 0 ? g.r.fd : 0,
-        .cgroup_fd_procs = g.r.fd_procs,
-        .report_errors = 1,
-    };
-    pid_t pid;
-    ASSERT_OK(dsl_spawn_child(&o, &pid, err));
+    struct dsl_child_opts o = in_cgroup(&g);
+    o.argv = argv;
+    o.new_pgroup = 1;
+    pid_t pid = spawn_ok(&o);
     int n = 0;
     for (int i = 0; i < 500 && (n = dsl_cgrank_count(&g.r)) < 3; i++)
         nap_ms(10);
@@ -376,23 +390,13 @@ static int sleep_long(void *arg)
 TEST(a_child_that_cannot_be_born_in_its_v2_cgroup_should_join_it_before_it_runs)
 {
     struct rank_cg g;
-    char err[DSL_ERR_LEN];
     if (!rank_cgroup(&g, 1, 8))
         return;
     ASSERT(g.r.fd > 0);
-    struct dsl_child_opts o = {
-        .run = sleep_long,
-        .fd_in = DSL_SPAWN_DEVNULL,
-        .fd_out = DSL_SPAWN_DEVNULL,
-        .fd_err = DSL_SPAWN_KEEP,
-        .cgroup_procs = (const char *const *)g.r.procs,
-        .cgroup_fd = g.r.fd,
-        .cgroup_fd_procs = g.r.fd_procs,
-        .close_fds = 1,
-        .report_errors = 1,
-    };
-    pid_t pid;
-    ASSERT_OK(dsl_spawn_child(&o, &pid, err));
+    struct dsl_child_opts o = in_cgroup(&g); /* g.r.fd > 0 here */
+    o.run = sleep_long;
+    o.close_fds = 1;
+    pid_t pid = spawn_ok(&o);
     ASSERT_EQ(dsl_cgrank_count(&g.r), 1); /* in before run() started: no wait needed */
     kill_all(&g, pid);
     rank_cgroup_remove(&g);
