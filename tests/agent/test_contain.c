@@ -154,62 +154,42 @@ TEST(sizes_should_use_binary_units)
 
 TEST(describe_should_say_who_ended_the_rank)
 {
-    char b[512];
-    struct dsl_exit_cause c;
-    memset(&c, 0, sizeof(c));
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, ""); /* an older agent: nothing to add */
-
-    c.known = 1;
-    c.mem_avail = 1288490188.8;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (not sent by dslaunch; node had 1.2 GiB available)");
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.by_stop = 1;
-    dsl_cause_describe(&c, SIGTERM, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (sent by dslaunch's stop)");
-    dsl_cause_describe(&c, 0, b, sizeof(b));
-    ASSERT_STR_EQ(b, ""); /* an exit code says it all */
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_RANK;
-    c.oom_src = DSL_OOMSRC_CGROUP;
-    c.mem_limit = 52428800;
-    c.mem_peak = 52428800;
-    c.mem_avail = 1288490188.8;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL; memory limit 50.0 MiB of its cgroup, peak 50.0 MiB; node had "
-                     "1.2 GiB available)");
-
-    c.mem_limit = 0;
-    c.mem_peak = 3.0 * 1024 * 1024 * 1024;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL; no memory limit on its cgroup, peak 3.0 GiB; node had 1.2 GiB "
-                     "available)");
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_RANK;
-    c.oom_src = DSL_OOMSRC_KMSG;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL, named in the kernel log)");
-
-    /* a worker of the rank was OOM-killed; the rank itself then exited 1 */
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_OTHER;
-    c.oom_src = DSL_OOMSRC_CGROUP;
-    c.oom_kills = 2;
-    c.mem_limit = 52428800;
-    dsl_cause_describe(&c, 0, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (the OOM killer ended 2 other processes of its cgroup; memory limit "
-                     "50.0 MiB of its cgroup)");
+    static const struct {
+        struct dsl_exit_cause c;
+        int sig;
+        const char *want;
+    } cases[] = {
+        {{0}, SIGKILL, ""}, /* an older agent: nothing to add */
+        {{.known = 1, .mem_avail = 1288490188.8}, SIGKILL,
+         " (not sent by dslaunch; node had 1.2 GiB available)"},
+        {{.known = 1, .by_stop = 1}, SIGTERM, " (sent by dslaunch's stop)"},
+        {{.known = 1, .by_stop = 1}, 0, ""}, /* an exit code says it all */
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_CGROUP, .mem_limit = 52428800,
+          .mem_peak = 52428800, .mem_avail = 1288490188.8},
+         SIGKILL, " (SIGKILL; memory limit 50.0 MiB of its cgroup, peak 50.0 MiB; node had "
+                  "1.2 GiB available)"},
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_CGROUP,
+          .mem_peak = 3.0 * 1024 * 1024 * 1024, .mem_avail = 1288490188.8},
+         SIGKILL, " (SIGKILL; no memory limit on its cgroup, peak 3.0 GiB; node had 1.2 GiB "
+                  "available)"},
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_KMSG}, SIGKILL,
+         " (SIGKILL, named in the kernel log)"},
+        /* a worker of the rank was OOM-killed; the rank itself then exited 1 */
+        {{.known = 1, .oom = DSL_OOM_OTHER, .oom_src = DSL_OOMSRC_CGROUP, .oom_kills = 2,
+          .mem_limit = 52428800},
+         0, " (the OOM killer ended 2 other processes of its cgroup; memory limit 50.0 MiB of "
+            "its cgroup)"},
+    };
+    size_t n = sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < n; i++) {
+        char b[512];
+        dsl_cause_describe(&cases[i].c, cases[i].sig, b, sizeof(b));
+        ASSERT_STR_EQ(b, cases[i].want);
+    }
 
     /* a small buffer is cut, never overrun */
     char small[20];
+    struct dsl_exit_cause c = cases[n - 1].c;
     c.mem_avail = 1e9;
     dsl_cause_describe(&c, 0, small, sizeof(small));
     ASSERT(strlen(small) < sizeof(small));
