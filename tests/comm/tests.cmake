@@ -2,6 +2,8 @@
 dsl_unit_test(comm_world1_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_world1_test.c LIBS dslcomm)
 dsl_unit_test(comm_mp_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_mp_test.c LIBS dslcomm
               LABELS flow)
+dsl_unit_test(comm_mp_failure_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/comm_mp_failure_test.c
+              LIBS dslcomm LABELS flow)
 if(DSL_HAVE_CUDA)
   dsl_unit_tests(GPU LIBS dslcomm TESTS comm_nccl_gpu_test comm_nccl_gpu_test.c)
 endif()
