@@ -2,8 +2,9 @@
  * What the fuzz targets of a command line (fuzz_options, fuzz_settings) share: the
  * input as words split at its NUL bytes, and an empty directory of the target's own to
  * parse in, entered and left around the parser (so libFuzzer's relative paths keep
- * working), so that no option can name a file that exists. The directory is
- * /tmp/dsl_fuzz_<tag>.XXXXXX, removed at exit.
+ * working), so that no option can name a file that exists, and the rule that every
+ * refusal names its reason. The directory is /tmp/dsl_fuzz_<tag>.XXXXXX, removed at
+ * exit.
  */
 #ifndef DSL_TESTS_FUZZ_ARGV_H
 #define DSL_TESTS_FUZZ_ARGV_H
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "dslaunch/common/xalloc.h"
+#include "fuzz_text.h"
 
 static char fuzz_dir[64];
 static int fuzz_here = -1, fuzz_there = -1;
@@ -45,23 +47,52 @@ static void fuzz_leave_empty_dir(void)
         abort();
 }
 
-/* data's words, split at its NUL bytes, into *words (NULL-terminated, with room for
- * one more word in front: words[0] is left NULL for argv[0]); returns the copy of data
- * they point into. The caller frees both. */
-static char *fuzz_words(const uint8_t *data, size_t size, char ***words, size_t *nwords)
+/* r, a parser's result with its message in err; aborts where it refused (r < 0) without
+ * saying why: every refusal names its reason. */
+static int fuzz_explained(int r, const char *err)
 {
-    char *buf = dsl_xmalloc(size + 1);
-    memcpy(buf, data, size);
-    buf[size] = '\0';
-    size_t n = 1;
+    if (r < 0 && !err[0])
+        abort();
+    return r;
+}
+
+/* fuzz_explained() of a parser that ran in the empty directory, left again first. */
+static int fuzz_left(int r, const char *err)
+{
+    fuzz_leave_empty_dir();
+    return fuzz_explained(r, err);
+}
+
+/* The input's words: v[1..n] (v[0] is left NULL for argv[0], v[n + 1] is NULL), in
+ * buf, a copy of the input. */
+struct fuzz_words {
+    char *buf;
+    char **v;
+    size_t n;
+};
+
+/* data's words, split at its NUL bytes, into w: 1, or 0 (and nothing to free) where data
+ * holds a '/': no word then can name an existing file, even outside the empty
+ * directory. fuzz_words_free() frees what w holds. */
+static int fuzz_words(const uint8_t *data, size_t size, struct fuzz_words *w)
+{
+    if (memchr(data, '/', size))
+        return 0;
+    w->buf = fuzz_text(data, size);
+    w->n = 1;
     for (size_t i = 0; i < size; i++)
-        n += data[i] == '\0';
-    *words = dsl_xcalloc(n + 2, sizeof(char *));
+        w->n += data[i] == '\0';
+    w->v = dsl_xcalloc(w->n + 2, sizeof(char *));
     size_t k = 1;
-    for (char *w = buf; w <= buf + size; w += strlen(w) + 1)
-        (*words)[k++] = w;
-    *nwords = n;
-    return buf;
+    for (char *p = w->buf; p <= w->buf + size; p += strlen(p) + 1)
+        w->v[k++] = p;
+    return 1;
+}
+
+static void fuzz_words_free(struct fuzz_words *w)
+{
+    free(w->v);
+    free(w->buf);
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * What the fuzz targets of a checkpoint directory (fuzz_ckpt, fuzz_ckpt_zero3) share:
- * the input cut at every FUZZ_CUT into the files of the directory, in order, a file
- * the input stops before left missing. Define _GNU_SOURCE before the first include
+ * the scratch directory with its tag's directory, and the input cut at every FUZZ_CUT
+ * into the files of the directory, in order, a file the input stops before left missing. Define _GNU_SOURCE before the first include
  * (memmem).
  */
 #ifndef DSL_TESTS_FUZZ_FILES_H
@@ -11,9 +11,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define FUZZ_CUT "\n--8<--\n"
+
+/* A fresh directory /tmp/dsl_fuzz_<name>.XXXXXX into dir and its tag directory
+ * global_step1 into tagdir (buffers of dirlen and taglen bytes); aborts where it cannot. */
+static void fuzz_ckpt_dirs(const char *name, char *dir, size_t dirlen, char *tagdir,
+                           size_t taglen)
+{
+    snprintf(dir, dirlen, "/tmp/dsl_fuzz_%s.XXXXXX", name);
+    if (!mkdtemp(dir))
+        abort();
+    snprintf(tagdir, taglen, "%s/global_step1", dir);
+    if (mkdir(tagdir, 0700) != 0)
+        abort();
+}
 
 /* the n paths at paths, stride bytes apart (a char array per file) */
 static void fuzz_write_parts(const uint8_t *data, size_t size, const char *paths,

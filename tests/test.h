@@ -4,7 +4,7 @@
  * failure with its reason.
  *
  *   TEST(hostfile_should_reject_zero_slots) { ... }
- *   int main(int argc, char **argv) { return RUN_TESTS(argc, argv); }
+ *   TEST_MAIN()
  *
  * RUN_TESTS runs every registered test in the order of the file, or only those whose
  * name contains argv[1]. There is no limit on the number of tests: each TEST carries
@@ -106,5 +106,11 @@ static inline int dsl_run_tests(int argc, char **argv)
     return ran ? 0 : 1;
 }
 #define RUN_TESTS(argc, argv) dsl_run_tests((argc), (argv))
+/* the main() of a test binary that needs nothing before or after its tests */
+#define TEST_MAIN()                                                            \
+    int main(int argc, char **argv)                                            \
+    {                                                                          \
+        return RUN_TESTS(argc, argv);                                          \
+    }
 
 #endif

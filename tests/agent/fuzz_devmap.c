@@ -8,6 +8,7 @@
 
 #include "dslaunch/common/error.h"
 #include "agent/devmap.h"
+#include "fuzz_text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -21,11 +22,7 @@ static size_t items(const char *s)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *buf = malloc(size + 1);
-    if (!buf)
-        return 0;
-    memcpy(buf, data, size);
-    buf[size] = '\0';
+    char *buf = fuzz_text(data, size);
     size_t len = strlen(buf); /* up to an embedded NUL, as an environment value */
     char *nl = memchr(buf, '\n', len);
     const char *node = "";

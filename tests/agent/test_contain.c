@@ -136,75 +136,60 @@ TEST(kmsg_lines_should_name_the_oom_victim)
 
 TEST(sizes_should_use_binary_units)
 {
-    char b[32];
-    dsl_cause_size(512, b, sizeof(b));
-    ASSERT_STR_EQ(b, "512 B");
-    dsl_cause_size(52428800, b, sizeof(b));
-    ASSERT_STR_EQ(b, "50.0 MiB");
-    dsl_cause_size(1288490188.8, b, sizeof(b));
-    ASSERT_STR_EQ(b, "1.2 GiB");
-    dsl_cause_size(12 * 1024, b, sizeof(b));
-    ASSERT_STR_EQ(b, "12.0 KiB");
+    static const struct {
+        double bytes;
+        const char *want;
+    } cases[] = {
+        {512, "512 B"},
+        {52428800, "50.0 MiB"},
+        {1288490188.8, "1.2 GiB"},
+        {12 * 1024, "12.0 KiB"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char b[32];
+        dsl_cause_size(cases[i].bytes, b, sizeof(b));
+        ASSERT_STR_EQ(b, cases[i].want);
+    }
 }
 
 TEST(describe_should_say_who_ended_the_rank)
 {
-    char b[512];
-    struct dsl_exit_cause c;
-    memset(&c, 0, sizeof(c));
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, ""); /* an older agent: nothing to add */
-
-    c.known = 1;
-    c.mem_avail = 1288490188.8;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (not sent by dslaunch; node had 1.2 GiB available)");
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.by_stop = 1;
-    dsl_cause_describe(&c, SIGTERM, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (sent by dslaunch's stop)");
-    dsl_cause_describe(&c, 0, b, sizeof(b));
-    ASSERT_STR_EQ(b, ""); /* an exit code says it all */
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_RANK;
-    c.oom_src = DSL_OOMSRC_CGROUP;
-    c.mem_limit = 52428800;
-    c.mem_peak = 52428800;
-    c.mem_avail = 1288490188.8;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL; memory limit 50.0 MiB of its cgroup, peak 50.0 MiB; node had "
-                     "1.2 GiB available)");
-
-    c.mem_limit = 0;
-    c.mem_peak = 3.0 * 1024 * 1024 * 1024;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL; no memory limit on its cgroup, peak 3.0 GiB; node had 1.2 GiB "
-                     "available)");
-
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_RANK;
-    c.oom_src = DSL_OOMSRC_KMSG;
-    dsl_cause_describe(&c, SIGKILL, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (SIGKILL, named in the kernel log)");
-
-    /* a worker of the rank was OOM-killed; the rank itself then exited 1 */
-    memset(&c, 0, sizeof(c));
-    c.known = 1;
-    c.oom = DSL_OOM_OTHER;
-    c.oom_src = DSL_OOMSRC_CGROUP;
-    c.oom_kills = 2;
-    c.mem_limit = 52428800;
-    dsl_cause_describe(&c, 0, b, sizeof(b));
-    ASSERT_STR_EQ(b, " (the OOM killer ended 2 other processes of its cgroup; memory limit "
-                     "50.0 MiB of its cgroup)");
+    static const struct {
+        struct dsl_exit_cause c;
+        int sig;
+        const char *want;
+    } cases[] = {
+        {{0}, SIGKILL, ""}, /* an older agent: nothing to add */
+        {{.known = 1, .mem_avail = 1288490188.8}, SIGKILL,
+         " (not sent by dslaunch; node had 1.2 GiB available)"},
+        {{.known = 1, .by_stop = 1}, SIGTERM, " (sent by dslaunch's stop)"},
+        {{.known = 1, .by_stop = 1}, 0, ""}, /* an exit code says it all */
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_CGROUP, .mem_limit = 52428800,
+          .mem_peak = 52428800, .mem_avail = 1288490188.8},
+         SIGKILL, " (SIGKILL; memory limit 50.0 MiB of its cgroup, peak 50.0 MiB; node had "
+                  "1.2 GiB available)"},
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_CGROUP,
+          .mem_peak = 3.0 * 1024 * 1024 * 1024, .mem_avail = 1288490188.8},
+         SIGKILL, " (SIGKILL; no memory limit on its cgroup, peak 3.0 GiB; node had 1.2 GiB "
+                  "available)"},
+        {{.known = 1, .oom = DSL_OOM_RANK, .oom_src = DSL_OOMSRC_KMSG}, SIGKILL,
+         " (SIGKILL, named in the kernel log)"},
+        /* a worker of the rank was OOM-killed; the rank itself then exited 1 */
+        {{.known = 1, .oom = DSL_OOM_OTHER, .oom_src = DSL_OOMSRC_CGROUP, .oom_kills = 2,
+          .mem_limit = 52428800},
+         0, " (the OOM killer ended 2 other processes of its cgroup; memory limit 50.0 MiB of "
+            "its cgroup)"},
+    };
+    size_t n = sizeof(cases) / sizeof(cases[0]);
+    for (size_t i = 0; i < n; i++) {
+        char b[512];
+        dsl_cause_describe(&cases[i].c, cases[i].sig, b, sizeof(b));
+        ASSERT_STR_EQ(b, cases[i].want);
+    }
 
     /* a small buffer is cut, never overrun */
     char small[20];
+    struct dsl_exit_cause c = cases[n - 1].c;
     c.mem_avail = 1e9;
     dsl_cause_describe(&c, 0, small, sizeof(small));
     ASSERT(strlen(small) < sizeof(small));
@@ -273,56 +258,103 @@ static void nap_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-/* The real thing, where this machine lets this test make cgroups (root on CI). */
-TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
-{
+/* A rank's cgroup in a job of this test's own, on this host. */
+struct rank_cg {
     struct dsl_cghost h;
-    dsl_cghost_detect(&h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
-    if (!dsl_cghost_usable(&h)) {
-        fprintf(stderr, "  (skipped: %s)\n", h.mode);
-        dsl_cghost_release(&h);
-        return;
-    }
-    char job[64], err[DSL_ERR_LEN];
-    snprintf(job, sizeof(job), "dslaunch-unittest%d", (int)getpid());
     struct dsl_cgrank r;
-    ASSERT_OK(dsl_cgrank_create(&r, &h, job, 7, 0, err));
-    ASSERT(r.nprocs > 0);
-    ASSERT_EQ(dsl_cgrank_count(&r), 0);
-    char sh[] = "sh", c[] = "-c", cmd[] = "setsid sleep 600 & sleep 600; true"; /* 3 processes in any sh */
-    char *argv[] = {sh, c, cmd, NULL};
-    struct dsl_child_opts o = {
-        .argv = argv,
+    char job[64];
+};
+
+/* Rank `rank`'s cgroup into g: 1, or 0 where this machine lets the test make none (v2:
+ * none of cgroup v2), and then the test is skipped and g holds nothing. */
+static int rank_cgroup(struct rank_cg *g, int v2, int rank)
+{
+    char err[DSL_ERR_LEN];
+    dsl_cghost_detect(&g->h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
+    if (v2 ? !g->h.own[DSL_CG_V2] : !dsl_cghost_usable(&g->h)) {
+        if (v2)
+            fprintf(stderr, "  (skipped: no cgroup v2 directory can be made here: %s)\n",
+                    g->h.mode);
+        else
+            fprintf(stderr, "  (skipped: %s)\n", g->h.mode);
+        dsl_cghost_release(&g->h);
+        return 0;
+    }
+    snprintf(g->job, sizeof(g->job), "dslaunch-unittest%d", (int)getpid());
+    ASSERT_OK(dsl_cgrank_create(&g->r, &g->h, g->job, rank, 0, err));
+    return 1;
+}
+
+/* The options of a child born in g's cgroup (or put there at once): its stdin and stdout
+ * /dev/null, what it runs the caller's. */
+static struct dsl_child_opts in_cgroup(const struct rank_cg *g)
+{
+    return (struct dsl_child_opts){
         .fd_in = DSL_SPAWN_DEVNULL,
         .fd_out = DSL_SPAWN_DEVNULL,
         .fd_err = DSL_SPAWN_KEEP,
-        .new_pgroup = 1,
-        .cgroup_procs = (const char *const *)r.procs,
-        .cgroup_fd = r.fd > 0 ? r.fd : 0,
-        .cgroup_fd_procs = r.fd_procs,
+        .cgroup_procs = (const char *const *)g->r.procs,
+        .cgroup_fd = g->r.fd > 0 ? g->r.fd : 0,
+        .cgroup_fd_procs = g->r.fd_procs,
         .report_errors = 1,
     };
+}
+
+/* The child of o, started. */
+static pid_t spawn_ok(const struct dsl_child_opts *o)
+{
     pid_t pid;
-    ASSERT_OK(dsl_spawn_child(&o, &pid, err));
-    int n = 0;
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) < 3; i++)
-        nap_ms(10);
-    ASSERT_EQ(n, 3); /* sh, its sleep, and the setsid sleep */
-    dsl_cgrank_kill(&r, &h);
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_spawn_child(o, &pid, err));
+    return pid;
+}
+
+/* Kill the cgroup's processes: pid, its child, dies of SIGKILL and the cgroup empties. */
+static void kill_all(struct rank_cg *g, pid_t pid)
+{
+    dsl_cgrank_kill(&g->r, &g->h);
     int status;
     ASSERT_EQ(waitpid(pid, &status, 0), pid);
     ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) > 0; i++)
+    int n = 1;
+    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&g->r)) > 0; i++)
         nap_ms(10);
-    ASSERT_EQ(n, 0); /* the setsid sleep too: it was in the cgroup */
+    ASSERT_EQ(n, 0);
+}
+
+/* The cgroup and its job's directory removed, what g holds released. */
+static void rank_cgroup_remove(struct rank_cg *g)
+{
+    ASSERT_OK(dsl_cgrank_remove(&g->r));
+    dsl_cgrank_release(&g->r);
+    dsl_cghost_remove_job(&g->h, g->job);
+    dsl_cghost_release(&g->h);
+}
+
+/* The real thing, where this machine lets this test make cgroups (root on CI). */
+TEST(a_rank_cgroup_should_hold_a_setsid_grandchild_and_kill_it)
+{
+    struct rank_cg g;
+    if (!rank_cgroup(&g, 0, 7))
+        return;
+    ASSERT(g.r.nprocs > 0);
+    ASSERT_EQ(dsl_cgrank_count(&g.r), 0);
+    char sh[] = "sh", c[] = "-c", cmd[] = "setsid sleep 600 & sleep 600; true"; /* 3 processes in any sh */
+    char *argv[] = {sh, c, cmd, NULL};
+    struct dsl_child_opts o = in_cgroup(&g);
+    o.argv = argv;
+    o.new_pgroup = 1;
+    pid_t pid = spawn_ok(&o);
+    int n = 0;
+    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&g.r)) < 3; i++)
+        nap_ms(10);
+    ASSERT_EQ(n, 3); /* sh, its sleep, and the setsid sleep */
+    kill_all(&g, pid); /* the setsid sleep too: it was in the cgroup */
     struct dsl_cgmem m;
-    dsl_cgrank_memory(&r, &m);
-    if (dsl_cghost_memory(&h))
+    dsl_cgrank_memory(&g.r, &m);
+    if (dsl_cghost_memory(&g.h))
         ASSERT(m.oom_kills == 0 || m.oom_kills == -1);
-    ASSERT_OK(dsl_cgrank_remove(&r));
-    dsl_cgrank_release(&r);
-    dsl_cghost_remove_job(&h, job);
-    dsl_cghost_release(&h);
+    rank_cgroup_remove(&g);
 }
 
 static int sleep_long(void *arg)
@@ -337,47 +369,17 @@ static int sleep_long(void *arg)
    raw clone3 is not for) joins it through cgroup.procs: the kernel's fallback path. */
 TEST(a_child_that_cannot_be_born_in_its_v2_cgroup_should_join_it_before_it_runs)
 {
-    struct dsl_cghost h;
-    dsl_cghost_detect(&h, DSL_CG_WANT_V1 | DSL_CG_WANT_V2);
-    if (!h.own[DSL_CG_V2]) {
-        fprintf(stderr, "  (skipped: no cgroup v2 directory can be made here: %s)\n", h.mode);
-        dsl_cghost_release(&h);
+    struct rank_cg g;
+    if (!rank_cgroup(&g, 1, 8))
         return;
-    }
-    char job[64], err[DSL_ERR_LEN];
-    snprintf(job, sizeof(job), "dslaunch-unittest%d", (int)getpid());
-    struct dsl_cgrank r;
-    ASSERT_OK(dsl_cgrank_create(&r, &h, job, 8, 0, err));
-    ASSERT(r.fd > 0);
-    struct dsl_child_opts o = {
-        .run = sleep_long,
-        .fd_in = DSL_SPAWN_DEVNULL,
-        .fd_out = DSL_SPAWN_DEVNULL,
-        .fd_err = DSL_SPAWN_KEEP,
-        .cgroup_procs = (const char *const *)r.procs,
-        .cgroup_fd = r.fd,
-        .cgroup_fd_procs = r.fd_procs,
-        .close_fds = 1,
-        .report_errors = 1,
-    };
-    pid_t pid;
-    ASSERT_OK(dsl_spawn_child(&o, &pid, err));
-    ASSERT_EQ(dsl_cgrank_count(&r), 1); /* in before run() started: no wait needed */
-    dsl_cgrank_kill(&r, &h);
-    int status;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
-    int n = 1;
-    for (int i = 0; i < 500 && (n = dsl_cgrank_count(&r)) > 0; i++)
-        nap_ms(10);
-    ASSERT_EQ(n, 0);
-    ASSERT_OK(dsl_cgrank_remove(&r));
-    dsl_cgrank_release(&r);
-    dsl_cghost_remove_job(&h, job);
-    dsl_cghost_release(&h);
+    ASSERT(g.r.fd > 0);
+    struct dsl_child_opts o = in_cgroup(&g); /* g.r.fd > 0 here */
+    o.run = sleep_long;
+    o.close_fds = 1;
+    pid_t pid = spawn_ok(&o);
+    ASSERT_EQ(dsl_cgrank_count(&g.r), 1); /* in before run() started: no wait needed */
+    kill_all(&g, pid);
+    rank_cgroup_remove(&g);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -40,7 +40,4 @@ TEST(devmap_should_refuse_a_slot_beyond_the_step_gpus_or_a_non_number)
     }
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

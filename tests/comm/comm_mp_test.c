@@ -7,7 +7,8 @@
  * except in the deterministic tests, which compare bit patterns with a tree-order
  * reference computed here independently. The fp16/bf16 tests use random 16-bit values
  * instead, whose sums round: bitwise against the tree of rounded pairwise sums in
- * deterministic mode, within a stated bound otherwise (check_half_sum).
+ * deterministic mode, within a stated bound otherwise (check_half_sum). The harness is
+ * comm_mp.h's; the tests of failures are comm_mp_failure_test.c's.
  */
 #include <errno.h>
 #include <math.h>
@@ -24,163 +25,8 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/common/dtype.h"
 #include "dslaunch/common/net.h"
+#include "comm_mp.h"
 #include "test.h"
-
-typedef int (*rank_fn)(struct dsl_comm *c, int rank, int world);
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__);   \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fprintf(stderr, "\n");                                             \
-            return 1;                                                          \
-        }                                                                      \
-    } while (0)
-
-static int g_rank;
-static int g_det; /* the ranks' communicators are deterministic */
-/* buffers from dsl_comm_alloc (the zero-copy path); g_mixed: rank 0 keeps malloc */
-static int g_shared, g_mixed;
-
-static int shared_here(void)
-{
-    return g_shared && !(g_mixed && g_rank == 0);
-}
-
-static void *tbuf(struct dsl_comm *c, size_t bytes)
-{
-    return shared_here() ? dsl_comm_alloc(c, bytes) : malloc(bytes);
-}
-
-static void tfree(struct dsl_comm *c, void *p)
-{
-    if (shared_here())
-        dsl_comm_free(c, p);
-    else
-        free(p);
-}
-
-/* Is p inside a shared buffer mapping (memfd "dslaunch-buf") of this process? */
-static int is_shared_mapping(const void *p)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    int found = 0;
-    uintptr_t a = (uintptr_t)p;
-    while (f && !found && fgets(line, sizeof(line), f)) {
-        unsigned long lo, hi;
-        if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && a >= lo && a < hi)
-            found = strstr(line, "memfd:dslaunch-buf") != NULL;
-    }
-    if (f)
-        fclose(f);
-    return found;
-}
-
-static int free_port(void)
-{
-    int fd = dsl_net_listen("127.0.0.1", 0, 1, NULL);
-    int port = dsl_net_local_port(fd);
-    close(fd);
-    return port;
-}
-
-static struct dsl_comm *open_rank(int det, char *err)
-{
-    struct dsl_comm_opts o = {.backend = "tcp", .deterministic = det};
-    struct dsl_comm *c = NULL;
-    if (dsl_comm_open_env(&c, &o, err) < 0)
-        return NULL;
-    return c;
-}
-
-/* Fork world ranks running fn (expect_kill: rank 1 is expected to die by SIGKILL). */
-static int run_world(int world, rank_fn fn, int det, const char *timeout, int expect_kill)
-{
-    char port[16], ws[16];
-    snprintf(port, sizeof(port), "%d", free_port());
-    snprintf(ws, sizeof(ws), "%d", world);
-    pid_t pids[16];
-    /* With a rank killed, a survivor must not exit before every survivor has its error:
-     * its exit would be a second death for the slower ones to see first (a real job's
-     * launcher names the first death itself). Survivors report on done, then wait for
-     * the gate to close. */
-    int done[2], gate[2];
-    if (pipe(done) < 0 || pipe(gate) < 0)
-        return 1;
-    for (int r = 0; r < world; r++) {
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(done[0]);
-            close(gate[1]);
-            char rs[16], err[DSL_ERR_LEN] = "";
-            snprintf(rs, sizeof(rs), "%d", r);
-            setenv("RANK", rs, 1);
-            setenv("LOCAL_RANK", rs, 1);
-            setenv("WORLD_SIZE", ws, 1);
-            setenv("MASTER_ADDR", "127.0.0.1", 1);
-            setenv("MASTER_PORT", port, 1);
-            setenv("DSLAUNCH_RUN_ID", "mp-test", 1);
-            setenv("DSLAUNCH_RUN_TOKEN", "sekrit", 1);
-            setenv("DSLAUNCH_COMM_TIMEOUT", timeout, 1);
-            setenv("DSLAUNCH_STORE_TIMEOUT", "30", 1);
-            alarm(120); /* a hang is a failure, not a stuck CI job */
-            g_rank = r;
-            g_det = det;
-            struct dsl_comm *c = open_rank(det, err);
-            if (!c) {
-                fprintf(stderr, "rank %d: open: %s\n", r, err);
-                _exit(2);
-            }
-            int bad = fn(c, r, world);
-            if (expect_kill) {
-                char b = 1, x;
-                if (write(done[1], &b, 1) != 1 || read(gate[0], &x, 1) < 0)
-                    bad = 1;
-            }
-            dsl_comm_close(c);
-            _exit(bad ? 1 : 0);
-        }
-        pids[r] = pid;
-    }
-    close(done[1]);
-    close(gate[0]);
-    if (expect_kill) {
-        char b;
-        for (int k = 0; k < world - 1 && read(done[0], &b, 1) == 1; k++)
-            ;
-    }
-    close(gate[1]); /* every survivor has its error (or one failed): let them go */
-    close(done[0]);
-    int failed = 0;
-    for (int r = 0; r < world; r++) {
-        int st;
-        waitpid(pids[r], &st, 0);
-        int killed = WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL;
-        if (expect_kill && r == 1) {
-            if (!killed)
-                failed = 1;
-            continue;
-        }
-        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, st);
-            failed = 1;
-        }
-    }
-    return failed;
-}
-
-/* Agree on the verdict: the sum of every rank's error count. */
-static int agree(struct dsl_comm *c, int bad)
-{
-    int32_t b = bad, total = -1;
-    if (dsl_comm_allreduce(c, &b, &total, 1, DSL_INT32, DSL_SUM) < 0) {
-        fprintf(stderr, "rank %d: verdict allreduce: %s\n", g_rank, dsl_comm_last_error(c));
-        return 1;
-    }
-    return total != 0;
-}
 
 static float val(int rank, size_t i, int iter)
 {
@@ -291,38 +137,33 @@ static int check_all_collectives(struct dsl_comm *c, int rank, int world)
     return agree(c, bad);
 }
 
-/* The data paths of the tcp backend, chosen through its environment knobs. */
-static void use_path(const char *path)
-{
-    fprintf(stderr, "#   path %s\n", path);
-    g_shared = !strcmp(path, "shared") || !strcmp(path, "mixed");
-    g_mixed = !strcmp(path, "mixed");
-    setenv("DSL_COMM_CMA", strcmp(path, "ring") && strcmp(path, "mesh") ? "1" : "0", 1);
-    setenv("DSL_COMM_ALGO", strcmp(path, "mesh") ? "auto" : "mesh", 1);
-}
 
 /* shared: every buffer from dsl_comm_alloc (zero-copy); mixed: all but rank 0's, so
  * every rank must agree to take the copying path */
 static const char *const paths[] = {"cma", "ring", "mesh", "shared", "mixed"};
 
+/* fn at every world from w0 to w1 over each of the first np paths; det: in
+ * deterministic mode, and then not over the mesh (it is what deterministic mode uses
+ * over sockets anyway) */
+static void run_paths(int np, rank_fn fn, int det, int w0, int w1)
+{
+    for (int p = 0; p < np; p++) {
+        if (det && p == 2)
+            continue;
+        use_path(paths[p]);
+        for (int w = w0; w <= w1; w++)
+            ASSERT_EQ(run_world(w, fn, det, "60", 0), 0);
+    }
+}
+
 TEST(collectives_should_be_exact_at_world_1_to_4)
 {
-    for (int p = 0; p < 5; p++) {
-        use_path(paths[p]);
-        for (int w = 1; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_all_collectives, 0, "60", 0), 0);
-    }
+    run_paths(5, check_all_collectives, 0, 1, 4);
 }
 
 TEST(deterministic_collectives_should_be_exact_at_world_3_and_4)
 {
-    for (int p = 0; p < 4; p++) {
-        if (p == 2)
-            continue; /* mesh is what deterministic mode uses over sockets anyway */
-        use_path(paths[p]);
-        for (int w = 3; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_all_collectives, 1, "60", 0), 0);
-    }
+    run_paths(4, check_all_collectives, 1, 3, 4);
 }
 
 /* ---- deterministic mode: bitwise repeatable and equal to the tree order ---- */
@@ -389,13 +230,7 @@ static int check_deterministic(struct dsl_comm *c, int rank, int world)
 
 TEST(deterministic_mode_should_repeat_bitwise_in_tree_order)
 {
-    for (int p = 0; p < 4; p++) {
-        if (p == 2)
-            continue;
-        use_path(paths[p]);
-        for (int w = 2; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_deterministic, 1, "60", 0), 0);
-    }
+    run_paths(4, check_deterministic, 1, 2, 4);
 }
 
 /* ---- large counts ---- */
@@ -647,22 +482,12 @@ static int check_half_collectives(struct dsl_comm *c, int rank, int world)
 
 TEST(half_collectives_should_round_each_pairwise_sum_at_world_1_to_4)
 {
-    for (int p = 0; p < 5; p++) {
-        use_path(paths[p]);
-        for (int w = 1; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_half_collectives, 0, "60", 0), 0);
-    }
+    run_paths(5, check_half_collectives, 0, 1, 4);
 }
 
 TEST(deterministic_half_collectives_should_equal_the_rounded_tree_bitwise)
 {
-    for (int p = 0; p < 5; p++) {
-        if (p == 2)
-            continue; /* mesh is what deterministic mode uses over sockets anyway */
-        use_path(paths[p]);
-        for (int w = 2; w <= 4; w++)
-            ASSERT_EQ(run_world(w, check_half_collectives, 1, "60", 0), 0);
-    }
+    run_paths(5, check_half_collectives, 1, 2, 4);
 }
 
 /* A window of one page (DSL_COMM_RECV_WIN): every recv of a reduce-scatter stops at the
@@ -760,133 +585,6 @@ TEST(async_calls_should_complete_in_issue_order)
 {
     for (int w = 2; w <= 3; w++)
         ASSERT_EQ(run_world(w, check_async, 0, "60", 0), 0);
-}
-
-/* ---- failures ---- */
-
-/* Rank 0 of a world of 2 opens with NAME=VALUE: the open must fail, naming the knob and
- * its range (want), and not crash. The knobs are read before any peer is needed (rank 0
- * hosts the store and waits for nobody), so rank 1 is not started: it would only retry
- * the store rank 0 closed, for DSLAUNCH_STORE_TIMEOUT. */
-static int open_refused(const char *name, const char *value, const char *want)
-{
-    char port[16];
-    snprintf(port, sizeof(port), "%d", free_port());
-    pid_t pid = fork();
-    if (pid == 0) {
-        char err[DSL_ERR_LEN] = "";
-        setenv("RANK", "0", 1);
-        setenv("LOCAL_RANK", "0", 1);
-        setenv("WORLD_SIZE", "2", 1);
-        setenv("MASTER_ADDR", "127.0.0.1", 1);
-        setenv("MASTER_PORT", port, 1);
-        setenv("DSLAUNCH_RUN_ID", "mp-test", 1);
-        setenv("DSLAUNCH_RUN_TOKEN", "sekrit", 1);
-        setenv("DSLAUNCH_STORE_TIMEOUT", "30", 1);
-        setenv(name, value, 1);
-        alarm(60);
-        struct dsl_comm *c = open_rank(0, err);
-        if (c) {
-            fprintf(stderr, "%s=%s was accepted\n", name, value);
-            dsl_comm_close(c);
-            _exit(1);
-        }
-        if (!strstr(err, want)) {
-            fprintf(stderr, "'%s' lacks '%s'\n", err, want);
-            _exit(1);
-        }
-        _exit(0);
-    }
-    int st;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        fprintf(stderr, "rank 0 failed (status 0x%x)\n", st);
-        return 1;
-    }
-    return 0;
-}
-
-TEST(a_tuning_knob_out_of_its_range_should_fail_the_open_with_the_range_not_crash)
-{
-    ASSERT_EQ(open_refused("DSL_COMM_CMA_CHUNK", "1K", "bad DSL_COMM_CMA_CHUNK: allowed "
-                           "4K..64M, got '1K'"), 0);
-    ASSERT_EQ(open_refused("DSL_COMM_SOCKBUF", "2G", "bad DSL_COMM_SOCKBUF: allowed 0..1G, "
-                           "got '2G'"), 0);
-    ASSERT_EQ(open_refused("DSL_COMM_SPIN_US", "2000000", "bad DSL_COMM_SPIN_US: allowed "
-                           "0..1000000, got '2000000'"), 0);
-    ASSERT_EQ(open_refused("DSL_COMM_ALGO", "tree", "bad DSL_COMM_ALGO 'tree'"), 0);
-}
-
-static int killed_in_allreduce(struct dsl_comm *c, int rank, int world)
-{
-    (void)world;
-    const size_t n = (size_t)16 << 20;
-    float *a = tbuf(c, n * sizeof(float));
-    CHECK(a, "out of memory");
-    memset(a, 0, n * sizeof(float));
-    CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
-    if (rank == 1) {
-        int req;
-        dsl_comm_iallreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM, &req);
-        /* die once the transfer is under way */
-        while (dsl_comm_bytes_sent(c) < ((size_t)1 << 20))
-            ;
-        raise(SIGKILL);
-    }
-    int r = dsl_comm_allreduce(c, a, a, n, DSL_FLOAT32, DSL_SUM);
-    /* on a loaded machine rank 1's progress thread can finish the whole transfer
-     * before its SIGKILL lands; the death must then fail the next call */
-    if (r == 0)
-        r = dsl_comm_barrier(c);
-    const char *e = dsl_comm_last_error(c);
-    fprintf(stderr, "rank %d got (as expected): %s\n", rank, e);
-    CHECK(r == DSL_EPEER || r == DSL_ETIMEDOUT, "allreduce returned %d", r);
-    CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
-    CHECK(dsl_comm_barrier(c) == r, "the communicator should stay failed");
-    tfree(c, a);
-    return 0;
-}
-
-TEST(a_rank_killed_in_an_allreduce_should_fail_the_others_naming_it)
-{
-    /* over sockets alone a third rank may hear first from a rank that gave up because
-     * of rank 1 and closed; with the same-host path the dead process is identified */
-    use_path("ring");
-    ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
-    use_path("cma");
-    ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
-    ASSERT_EQ(run_world(3, killed_in_allreduce, 0, "10", 1), 0);
-    ASSERT_EQ(run_world(4, killed_in_allreduce, 0, "10", 1), 0);
-    use_path("shared");
-    ASSERT_EQ(run_world(2, killed_in_allreduce, 0, "10", 1), 0);
-    ASSERT_EQ(run_world(4, killed_in_allreduce, 0, "10", 1), 0);
-}
-
-static int stalled_rank(struct dsl_comm *c, int rank, int world)
-{
-    (void)world;
-    float x[100] = {0};
-    CHECK(dsl_comm_barrier(c) == 0, "%s", dsl_comm_last_error(c));
-    if (rank == 1) { /* never joins: sleep past the others' timeout, then leave */
-        struct timespec ts = {3, 0};
-        nanosleep(&ts, NULL);
-        return 0;
-    }
-    int r = dsl_comm_allreduce(c, x, x, 100, DSL_FLOAT32, DSL_SUM);
-    const char *e = dsl_comm_last_error(c);
-    CHECK(r == DSL_ETIMEDOUT, "allreduce returned %d: %s", r, e);
-    CHECK(strstr(e, "rank 1 (127.0.0.1:") != NULL, "error does not name rank 1: %s", e);
-    CHECK(strstr(e, "timed out") != NULL, "%s", e);
-    /* stay a little, so that the other waiting rank times out rather than sees us go */
-    struct timespec ts = {1, 500 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    return 0;
-}
-
-TEST(a_stalled_rank_should_time_out_the_others_naming_it)
-{
-    use_path("cma");
-    ASSERT_EQ(run_world(3, stalled_rank, 0, "1", 0), 0);
 }
 
 int main(int argc, char **argv)

@@ -12,15 +12,13 @@
 #include "dslaunch/common/hostrange.h"
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/strvec.h"
-#include "dslaunch/common/xalloc.h"
+#include "fuzz_text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *s = dsl_xmalloc(size + 1), err[DSL_ERR_LEN];
-    memcpy(s, data, size);
-    s[size] = '\0';
+    char *s = fuzz_text(data, size), err[DSL_ERR_LEN];
     char *nl = strchr(s, '\n');
     const char *tpn = "";
     if (nl) {

@@ -125,7 +125,4 @@ TEST(cpubind_numa_should_leave_out_cores_beyond_its_table)
     rmdir(root);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

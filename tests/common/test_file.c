@@ -59,8 +59,7 @@ TEST(private_dir_should_be_created_and_accepted_when_only_we_can_write_it)
     ASSERT(fd >= 0);
     close(fd);
     free(logs);
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
 TEST(private_dir_should_refuse_group_or_world_writable_directories)
@@ -90,8 +89,7 @@ TEST(private_dir_should_refuse_group_or_world_writable_directories)
     ASSERT_EQ(dsl_dir_open_private(d, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "is writable by others (mode 0757)");
     free(d);
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
 TEST(private_dir_should_refuse_a_directory_or_link_of_another_user)
@@ -121,8 +119,7 @@ TEST(private_dir_should_refuse_a_directory_or_link_of_another_user)
         free(l);
         free(mine);
     }
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
 TEST(create_should_never_write_through_a_planted_link)
@@ -164,8 +161,7 @@ TEST(create_should_never_write_through_a_planted_link)
     free(victim);
     free(log);
     free(dangling);
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
 TEST(temp_files_should_have_fresh_random_names_beside_the_target)
@@ -211,8 +207,7 @@ TEST(temp_files_should_have_fresh_random_names_beside_the_target)
     free(under);
     free(deep);
     free(f);
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
 TEST(open_regular_should_refuse_a_fifo_at_once_and_other_non_files)
@@ -239,11 +234,7 @@ TEST(open_regular_should_refuse_a_fifo_at_once_and_other_non_files)
     close(fd);
     free(fifo);
     free(file);
-    rm_rf(t);
-    free(t);
+    test_tmpdir_remove(t);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -137,7 +137,4 @@ TEST(pick_env_should_read_local_rank_world_and_cuda_visible_devices)
     unsetenv("LOCAL_WORLD_SIZE");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -94,10 +94,22 @@ TEST(opt_should_accept_both_spellings_and_both_value_forms)
     release(&a);
 }
 
-TEST(opt_should_name_the_option_in_every_error)
+/* words parse (msg NULL), or are refused with an error holding msg */
+static void expect_parse(const char *const *words, const char *msg)
 {
     struct args a;
     char err[DSL_ERR_LEN];
+    if (!msg) {
+        ASSERT_EQ(parse(0, &a, NULL, err, words), 0);
+    } else {
+        ASSERT_EQ(parse(0, &a, NULL, err, words), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, msg);
+    }
+    release(&a);
+}
+
+TEST(opt_should_name_the_option_in_every_error)
+{
     const struct {
         const char *w[4];
         const char *msg;
@@ -142,21 +154,12 @@ TEST(opt_should_name_the_option_in_every_error)
         {{"-z"}, "unknown option '-z' (see prog --help)"},
         {{"word"}, "unexpected argument 'word' (see prog --help)"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        if (!cases[i].msg) {
-            ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), 0);
-        } else {
-            ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
-            ASSERT_CONTAINS(err, cases[i].msg);
-        }
-        release(&a);
-    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_parse(cases[i].w, cases[i].msg);
 }
 
 TEST(opt_should_suggest_the_nearest_option_for_a_mistyped_one)
 {
-    struct args a;
-    char err[DSL_ERR_LEN];
     static const struct {
         const char *w[3];
         const char *msg;
@@ -172,11 +175,8 @@ TEST(opt_should_suggest_the_nearest_option_for_a_mistyped_one)
         /* two as near as each other: no guess */
         {{"--fait"}, "unknown option '--fait' (see prog --help)"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ASSERT_EQ(parse(0, &a, NULL, err, cases[i].w), DSL_EUSAGE);
-        ASSERT_CONTAINS(err, cases[i].msg);
-        release(&a);
-    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        expect_parse(cases[i].w, cases[i].msg); /* every one refused: msg is never NULL */
 }
 
 TEST(opt_should_accept_bounded_values_at_both_ends)
@@ -291,7 +291,4 @@ TEST(opt_help_if_asked_should_answer_help_only_before_a_double_dash)
     fclose(f);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

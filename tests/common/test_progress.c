@@ -189,7 +189,4 @@ TEST(parse_should_take_any_bytes)
     ASSERT_EQ(v.form, DSL_PROGRESS_RECORD);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

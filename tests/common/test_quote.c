@@ -90,7 +90,4 @@ TEST(excerpt_should_escape_and_shorten)
     ASSERT(strcmp(ex + DSL_EXCERPT_LEN - 4, "...") == 0);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

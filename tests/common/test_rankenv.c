@@ -9,6 +9,7 @@
 #include "dslaunch/common/rankenv.h"
 #include "dslaunch/common/strvec.h"
 #include "test.h"
+#include "test_env.h"
 
 static const char *const all_vars[] = {
     "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "NODE_RANK",
@@ -35,17 +36,10 @@ static const char *get(const char *name)
 static void slurm_step(void)
 {
     clear_env();
-    setenv("SLURM_PROCID", "2", 1);
-    setenv("SLURM_LOCALID", "0", 1);
-    setenv("SLURM_NODEID", "1", 1);
-    setenv("SLURM_NTASKS", "3", 1);
-    setenv("SLURM_STEP_NUM_TASKS", "3", 1);
-    setenv("SLURM_STEP_NUM_NODES", "2", 1);
-    setenv("SLURM_STEP_NODELIST", "n[1-2]", 1);
-    setenv("SLURM_JOB_NODELIST", "x[1-9]", 1);
-    setenv("SLURM_STEP_TASKS_PER_NODE", "2,1", 1);
-    setenv("SLURM_JOB_ID", "41", 1);
-    setenv("SLURM_STEP_ID", "3", 1);
+    test_setenvs(TEST_ENV("SLURM_PROCID=2", "SLURM_LOCALID=0", "SLURM_NODEID=1", "SLURM_NTASKS=3",
+                          "SLURM_STEP_NUM_TASKS=3", "SLURM_STEP_NUM_NODES=2",
+                          "SLURM_STEP_NODELIST=n[1-2]", "SLURM_JOB_NODELIST=x[1-9]",
+                          "SLURM_STEP_TASKS_PER_NODE=2,1", "SLURM_JOB_ID=41", "SLURM_STEP_ID=3"));
 }
 
 TEST(rankenv_should_turn_an_srun_step_into_the_contract)
@@ -55,14 +49,8 @@ TEST(rankenv_should_turn_an_srun_step_into_the_contract)
     slurm_step();
     ASSERT_OK(dsl_rankenv_adopt(&src, err));
     ASSERT_STR_EQ(src, "srun");
-    ASSERT_STR_EQ(get("RANK"), "2");
-    ASSERT_STR_EQ(get("WORLD_SIZE"), "3");
-    ASSERT_STR_EQ(get("LOCAL_RANK"), "0");
-    ASSERT_STR_EQ(get("LOCAL_WORLD_SIZE"), "1");
-    ASSERT_STR_EQ(get("LOCAL_SIZE"), "1");
-    ASSERT_STR_EQ(get("NODE_RANK"), "1");
-    ASSERT_STR_EQ(get("GROUP_RANK"), "1");
-    ASSERT_STR_EQ(get("NNODES"), "2");
+    test_expect_env(TEST_ENV("RANK=2", "WORLD_SIZE=3", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=1",
+                             "LOCAL_SIZE=1", "NODE_RANK=1", "GROUP_RANK=1", "NNODES=2"));
     /* the first host of the step, not of the job */
     ASSERT_STR_EQ(get("MASTER_ADDR"), "n1");
     /* 29500 + (8 * 41 + 3) mod 3200 */
@@ -84,31 +72,31 @@ TEST(rankenv_should_keep_what_the_user_and_dslaunch_set)
     ASSERT_STR_EQ(get("MASTER_ADDR"), "(unset)");
     /* the user's MASTER_ADDR, MASTER_PORT and run id are kept */
     slurm_step();
-    setenv("MASTER_ADDR", "10.1.2.3", 1);
-    setenv("MASTER_PORT", "23456", 1);
-    setenv("DSLAUNCH_RUN_ID", "mine", 1);
+    test_setenvs(TEST_ENV("MASTER_ADDR=10.1.2.3", "MASTER_PORT=23456", "DSLAUNCH_RUN_ID=mine"));
     ASSERT_OK(dsl_rankenv_adopt(&src, err));
     ASSERT_STR_EQ(src, "srun");
-    ASSERT_STR_EQ(get("RANK"), "2");
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "10.1.2.3");
-    ASSERT_STR_EQ(get("MASTER_PORT"), "23456");
-    ASSERT_STR_EQ(get("DSLAUNCH_RUN_ID"), "mine");
-    /* no step list: the job's, then the old name */
-    slurm_step();
-    unsetenv("SLURM_STEP_NODELIST");
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "x1");
-    slurm_step();
-    unsetenv("SLURM_STEP_NODELIST");
-    unsetenv("SLURM_JOB_NODELIST");
-    setenv("SLURM_NODELIST", "old[3-4]", 1);
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "old3");
-    /* cyclic still starts on the first node; arbitrary needs MASTER_ADDR */
-    slurm_step();
-    setenv("SLURM_DISTRIBUTION", "cyclic", 1);
-    ASSERT_OK(dsl_rankenv_adopt(&src, err));
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "n1");
+    test_expect_env(TEST_ENV("RANK=2", "MASTER_ADDR=10.1.2.3", "MASTER_PORT=23456",
+                             "DSLAUNCH_RUN_ID=mine"));
+    /* the step's first node, from the lists there are and as the tasks are laid out */
+    static const struct {
+        const char *unset[3], *set[3], *master;
+    } steps[] = {
+        /* no step list: the job's, then the old name */
+        {{"SLURM_STEP_NODELIST", NULL}, {NULL}, "x1"},
+        {{"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", NULL}, {"SLURM_NODELIST=old[3-4]", NULL},
+         "old3"},
+        /* cyclic still starts on the first node */
+        {{NULL}, {"SLURM_DISTRIBUTION=cyclic", NULL}, "n1"},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        slurm_step();
+        for (const char *const *u = steps[i].unset; *u; u++)
+            unsetenv(*u);
+        test_setenvs(steps[i].set);
+        ASSERT_OK(dsl_rankenv_adopt(&src, err));
+        ASSERT_STR_EQ(get("MASTER_ADDR"), steps[i].master);
+    }
+    /* arbitrary needs MASTER_ADDR */
     slurm_step();
     setenv("SLURM_DISTRIBUTION", "arbitrary", 1);
     ASSERT_EQ(dsl_rankenv_adopt(&src, err), DSL_EUSAGE);
@@ -130,10 +118,8 @@ TEST(rankenv_should_leave_a_batch_script_and_a_plain_start_alone)
     const char *src = "x";
     /* sbatch's script has SLURM_PROCID=0 and SLURM_NTASKS, but is no step */
     clear_env();
-    setenv("SLURM_PROCID", "0", 1);
-    setenv("SLURM_NTASKS", "4", 1);
-    setenv("SLURM_LOCALID", "0", 1);
-    setenv("SLURM_JOB_NODELIST", "n[1-2]", 1);
+    test_setenvs(TEST_ENV("SLURM_PROCID=0", "SLURM_NTASKS=4", "SLURM_LOCALID=0",
+                          "SLURM_JOB_NODELIST=n[1-2]"));
     ASSERT_OK(dsl_rankenv_adopt(&src, err));
     ASSERT(src == NULL);
     ASSERT_STR_EQ(get("RANK"), "(unset)");
@@ -148,31 +134,21 @@ TEST(rankenv_should_take_mpirun_ranks_and_derive_the_address_only_on_one_node)
     char err[DSL_ERR_LEN] = "";
     const char *src = NULL;
     clear_env();
-    setenv("OMPI_COMM_WORLD_RANK", "3", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "4", 1);
-    setenv("PMIX_RANK", "3", 1);
-    setenv("PMIX_NAMESPACE", "prterun-host-1234@1", 1);
+    test_setenvs(TEST_ENV("OMPI_COMM_WORLD_RANK=3", "OMPI_COMM_WORLD_SIZE=4",
+                          "OMPI_COMM_WORLD_LOCAL_RANK=3", "OMPI_COMM_WORLD_LOCAL_SIZE=4",
+                          "PMIX_RANK=3", "PMIX_NAMESPACE=prterun-host-1234@1"));
     /* a batch script's variables beside it do not matter: mpirun's are the rank's */
     setenv("SLURM_PROCID", "0", 1);
     setenv("SLURM_STEP_NUM_TASKS", "1", 1);
     ASSERT_OK(dsl_rankenv_adopt(&src, err));
     ASSERT_STR_EQ(src, "mpirun");
-    ASSERT_STR_EQ(get("RANK"), "3");
-    ASSERT_STR_EQ(get("WORLD_SIZE"), "4");
-    ASSERT_STR_EQ(get("LOCAL_RANK"), "3");
-    ASSERT_STR_EQ(get("LOCAL_WORLD_SIZE"), "4");
-    ASSERT_STR_EQ(get("MASTER_ADDR"), "127.0.0.1");
-    ASSERT_STR_EQ(get("MASTER_PORT"), "29500");
-    ASSERT_STR_EQ(get("DSLAUNCH_RUN_ID"), "mpi-prterun-host-1234@1");
-    ASSERT_STR_EQ(get("NODE_RANK"), "(unset)");
+    test_expect_env(TEST_ENV("RANK=3", "WORLD_SIZE=4", "LOCAL_RANK=3", "LOCAL_WORLD_SIZE=4",
+                             "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29500",
+                             "DSLAUNCH_RUN_ID=mpi-prterun-host-1234@1", "NODE_RANK=(unset)"));
     /* on two nodes there is no safe guess: MASTER_ADDR must be given */
     clear_env();
-    setenv("OMPI_COMM_WORLD_RANK", "0", 1);
-    setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    test_setenvs(TEST_ENV("OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=4",
+                          "OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_LOCAL_SIZE=2"));
     ASSERT_EQ(dsl_rankenv_adopt(&src, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "without MASTER_ADDR");
     ASSERT_CONTAINS(err, "mpirun -x MASTER_ADDR=");
@@ -355,7 +331,4 @@ TEST(hostlist_should_split_at_commas_outside_brackets)
 
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -379,7 +379,4 @@ TEST(fp32_products_should_give_the_same_bits_at_any_thread_count)
     free(three);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -26,7 +26,4 @@ TEST(gemm_dims_should_convert_up_to_int_max_and_name_a_larger_one)
     ASSERT_EQ(v, 7);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -80,7 +80,4 @@ TEST(adam_should_give_the_bits_of_its_scalar_definition_on_this_cpu)
     free(p), free(m), free(v), free(g), free(rp), free(rm), free(rv);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -3,17 +3,13 @@
 # the optimizer update (test_device_optimizer) and the checked GEMM dimensions
 # (test_device_gemm_dims). The CTest names of the first three keep the prefixes of the
 # folders they lived in.
-dsl_unit_test(test_train_cpupool SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpupool.c
-              LIBS dsldevice)
-dsl_unit_test(test_train_blascore SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_blascore.c
-              LIBS dsldevice)
-dsl_unit_test(test_device_optimizer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_optimizer.c
-              LIBS dsldevice)
-dsl_unit_test(test_device_gemm_dims SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gemm_dims.c
-              LIBS dsldevice)
-# The products the CPU models share (cpugemm.h): bf16 against a reference, any cut.
-dsl_unit_test(test_model_cpugemm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_cpugemm.c
-              LIBS dsldevice)
+dsl_unit_tests(LIBS dsldevice TESTS
+  test_train_cpupool test_cpupool.c
+  test_train_blascore test_blascore.c
+  test_device_optimizer test_optimizer.c
+  test_device_gemm_dims test_gemm_dims.c
+  # the products the CPU models share (cpugemm.h): bf16 against a reference, any cut
+  test_model_cpugemm test_cpugemm.c)
 # The bit-identity guarantees under every OpenBLAS kernel family the CPU runs.
 dsl_blas_variants(test_model_cpugemm LABELS unit COMMAND $<TARGET_FILE:test_model_cpugemm>)
 # The bf16 products' guarantees under each oneDNN kernel family that has them

@@ -10,31 +10,38 @@ static int fold(struct dsl_errfold *f, int rank, const char *line)
     return dsl_errfold_line(f, rank, line, strlen(line));
 }
 
+/* f's report is the n lines of want; f is released. */
+static void expect_report(struct dsl_errfold *f, const char *const *want, size_t n)
+{
+    struct dsl_strvec out;
+    dsl_strvec_init(&out);
+    dsl_errfold_report(f, &out);
+    ASSERT_EQ(out.nr, n);
+    for (size_t i = 0; i < n; i++)
+        ASSERT_STR_EQ(out.v[i], want[i]);
+    dsl_strvec_release(&out);
+    dsl_errfold_release(f);
+}
+
 TEST(errfold_should_show_an_error_line_once_and_say_which_ranks_wrote_it)
 {
     struct dsl_errfold f;
-    struct dsl_strvec out;
     dsl_errfold_init(&f, 4);
-    dsl_strvec_init(&out);
     const char *e = "dstrain: error: bad.json:1:2: expected an integer";
     ASSERT_EQ(fold(&f, 2, e), 0);
     ASSERT_EQ(fold(&f, 0, e), 1);
     ASSERT_EQ(fold(&f, 3, e), 1);
     ASSERT_EQ(fold(&f, 1, e), 1);
     ASSERT_EQ(fold(&f, 1, e), 1); /* a folded rank saying it again: folded again */
-    dsl_errfold_report(&f, &out);
-    ASSERT_EQ(out.nr, 1);
-    ASSERT_STR_EQ(out.v[0], "ranks 0-1, 3 wrote the same error line as rank 2 (shown once above)");
-    dsl_strvec_release(&out);
-    dsl_errfold_release(&f);
+    static const char *const want[] = {
+        "ranks 0-1, 3 wrote the same error line as rank 2 (shown once above)"};
+    expect_report(&f, want, 1);
 }
 
 TEST(errfold_should_leave_other_lines_and_a_rank_repeating_itself_alone)
 {
     struct dsl_errfold f;
-    struct dsl_strvec out;
     dsl_errfold_init(&f, 3);
-    dsl_strvec_init(&out);
     /* the same text that is no error: shown for every rank */
     ASSERT_EQ(fold(&f, 0, "loading data"), 0);
     ASSERT_EQ(fold(&f, 1, "loading data"), 0);
@@ -47,11 +54,9 @@ TEST(errfold_should_leave_other_lines_and_a_rank_repeating_itself_alone)
     /* out of range ranks are never folded */
     ASSERT_EQ(fold(&f, 3, "RuntimeError: boom"), 0);
     ASSERT_EQ(fold(&f, -1, "RuntimeError: boom"), 0);
-    dsl_errfold_report(&f, &out);
-    ASSERT_EQ(out.nr, 1);
-    ASSERT_STR_EQ(out.v[0], "rank 2 wrote the same error line as rank 0 (shown once above)");
-    dsl_strvec_release(&out);
-    dsl_errfold_release(&f);
+    static const char *const want[] = {
+        "rank 2 wrote the same error line as rank 0 (shown once above)"};
+    expect_report(&f, want, 1);
 }
 
 TEST(errfold_should_tell_an_error_by_the_word_in_any_case)
@@ -67,21 +72,17 @@ TEST(errfold_should_tell_an_error_by_the_word_in_any_case)
 TEST(errfold_should_group_lines_folded_for_the_same_ranks)
 {
     struct dsl_errfold f;
-    struct dsl_strvec out;
     dsl_errfold_init(&f, 4);
-    dsl_strvec_init(&out);
     for (int r = 0; r < 4; r++) {
         fold(&f, r, "error: first");
         fold(&f, r, "error: second");
     }
     fold(&f, 3, "error: third");
     fold(&f, 1, "error: third");
-    dsl_errfold_report(&f, &out);
-    ASSERT_EQ(out.nr, 2);
-    ASSERT_STR_EQ(out.v[0], "ranks 1-3 wrote the same 2 error lines as rank 0 (shown once above)");
-    ASSERT_STR_EQ(out.v[1], "rank 1 wrote the same error line as rank 3 (shown once above)");
-    dsl_strvec_release(&out);
-    dsl_errfold_release(&f);
+    static const char *const want[] = {
+        "ranks 1-3 wrote the same 2 error lines as rank 0 (shown once above)",
+        "rank 1 wrote the same error line as rank 3 (shown once above)"};
+    expect_report(&f, want, 2);
 }
 
 TEST(errfold_should_stay_bounded_and_show_what_it_cannot_remember)
@@ -107,7 +108,4 @@ TEST(errfold_should_stay_bounded_and_show_what_it_cannot_remember)
     dsl_errfold_release(&f);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

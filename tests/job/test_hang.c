@@ -573,7 +573,4 @@ TEST(stack_wait_should_read_gdb_frames_too)
     ASSERT_STR_EQ(what, "a dstrain collective");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -6,6 +6,7 @@
 #include "dslaunch/common/strvec.h"
 #include "dslaunch/job/nossh_node.h"
 #include "dslaunch/proto/proto.h"
+#include "proto_roundtrip.h"
 #include "test.h"
 
 /* node rank k's hello as its agent sends it, started with argv[0..n), round-tripped */
@@ -28,12 +29,7 @@ static void hello_of(struct dsl_msg *got, int k, int nnodes, char *const *argv, 
         for (size_t i = 0; i < n; i++)
             dsl_strvec_push(&m.argv, argv[i]);
     }
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(&m, &b));
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(got, b.buf, b.len - 1, err));
-    dsl_dynbuf_release(&b);
+    msg_roundtrip(&m, got);
     dsl_msg_release(&m);
 }
 
@@ -53,6 +49,17 @@ static char *const *node0_words(void)
     return W(&node0_sv, node0_lit);
 }
 #define node0 node0_words()
+
+/* h, of node rank k of nnodes, is refused against node 0's command line, for a reason
+ * that holds want (NULL: any reason) */
+static void expect_refused(const struct dsl_msg *h, int k, int nnodes, const char *want)
+{
+    char *why = NULL;
+    ASSERT_EQ(dsl_nossh_hello_check(h, k, nnodes, node0, 3, &why), DSL_EPROTO);
+    if (want)
+        ASSERT_CONTAINS(why, want);
+    free(why);
+}
 
 TEST(argv_digest_should_tell_word_boundaries_apart_and_be_empty_without_a_program)
 {
@@ -106,16 +113,13 @@ TEST(a_node_with_other_arguments_should_be_refused_showing_both_command_lines_qu
     dsl_msg_release(&h);
     /* a command line too long to send is compared by its digest alone */
     hello_of(&h, 2, 4, other, 3, 0);
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 2, 4, node0, 3, &why), DSL_EPROTO);
-    ASSERT_CONTAINS(why, "node rank 2: (too long to show); node 0: 'train'");
-    free(why);
+    expect_refused(&h, 2, 4, "node rank 2: (too long to show); node 0: 'train'");
     dsl_msg_release(&h);
     /* one word split in two is another command line */
     char *const *split = W(&ss, (const char *const[]){"train", "--config", "ds", ".json",
                                                         NULL});
     hello_of(&h, 1, 4, split, 4, 1);
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 1, 4, node0, 3, &why), DSL_EPROTO);
-    free(why);
+    expect_refused(&h, 1, 4, NULL);
     dsl_msg_release(&h);
     dsl_strvec_release(&so);
     dsl_strvec_release(&ss);
@@ -124,28 +128,19 @@ TEST(a_node_with_other_arguments_should_be_refused_showing_both_command_lines_qu
 TEST(a_node_with_another_version_protocol_or_count_should_be_refused_by_name)
 {
     struct dsl_msg h;
-    char *why = NULL;
     hello_of(&h, 1, 2, node0, 3, 1);
     free(h.version);
     h.version = strdup("0.0.1-stale");
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 1, 2, node0, 3, &why), DSL_EPROTO);
-    ASSERT_CONTAINS(why, "node rank 1 ('pod-1') runs dslaunch 0.0.1-stale, node 0 runs ");
-    free(why);
+    expect_refused(&h, 1, 2, "node rank 1 ('pod-1') runs dslaunch 0.0.1-stale, node 0 runs ");
     h.proto = DSL_PROTO_VERSION + 1;
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 1, 2, node0, 3, &why), DSL_EPROTO);
-    ASSERT_CONTAINS(why, "speaks control protocol");
-    free(why);
+    expect_refused(&h, 1, 2, "speaks control protocol");
     dsl_msg_release(&h);
     hello_of(&h, 1, 3, node0, 3, 1);
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 1, 2, node0, 3, &why), DSL_EPROTO);
-    ASSERT_CONTAINS(why, "started with --nnodes 3 (node rank 1), node 0 with --nnodes 2");
-    free(why);
+    expect_refused(&h, 1, 2, "started with --nnodes 3 (node rank 1), node 0 with --nnodes 2");
     free(h.argv_sha256); /* an agent that does not say what it was started with */
     h.argv_sha256 = NULL;
     h.nnodes = 2;
-    ASSERT_EQ(dsl_nossh_hello_check(&h, 1, 2, node0, 3, &why), DSL_EPROTO);
-    ASSERT_CONTAINS(why, "did not say which program");
-    free(why);
+    expect_refused(&h, 1, 2, "did not say which program");
     dsl_msg_release(&h);
 }
 
@@ -172,18 +167,14 @@ TEST(a_refusal_should_travel_in_a_stop_message)
     dsl_msg_init(&m, DSL_MSG_STOP);
     m.sig = 15;
     m.refused = strdup("node rank 1 differs");
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(&m, &b));
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(&got, b.buf, b.len - 1, err));
+    msg_roundtrip(&m, &got);
     ASSERT_STR_EQ(got.refused, "node rank 1 differs");
     dsl_msg_release(&got);
     dsl_msg_release(&m);
     const char *bad = "{\"t\":\"hello\",\"proto\":1,\"version\":\"1\",\"host\":\"h\",\"cpus\":1,"
                       "\"gpus\":0,\"pid\":1,\"ifaces\":[],\"argv_sha256\":\"XYZ\"}";
+    char err[DSL_ERR_LEN];
     ASSERT_EQ(dsl_msg_decode(&got, bad, strlen(bad), err), DSL_EPROTO);
-    dsl_dynbuf_release(&b);
 }
 
 int main(int argc, char **argv)

@@ -25,6 +25,20 @@ static void guard(void)
     alarm(60); /* a write that blocks would hang here: fail instead */
 }
 
+/* A pipe p under the guard. */
+static void guarded_pipe(int p[2])
+{
+    guard();
+    ASSERT_OK(pipe(p));
+}
+
+/* o on a guarded pipe p (stdout alone) with budget bytes. */
+static void open_on_pipe(struct dsl_output *o, int p[2], size_t budget)
+{
+    guarded_pipe(p);
+    dsl_output_open(o, p[1], -1, budget);
+}
+
 /* In a forked reader: close every write end, the queue's own reopen too, or no EOF. */
 static void close_writers(struct dsl_output *o, int fd)
 {
@@ -73,13 +87,16 @@ static long check_lines(const char *text, const char *tag)
 }
 
 /* A reader at last, in a child: everything o queued on the pipe p arrives, in order, in
- * whole lines tagged tag, and with the dropped ones makes total; o is closed. */
-static void expect_read_back(struct dsl_output *o, int p[2], const char *tag, long dropped,
-                             long total)
+ * whole lines tagged tag, and with the dropped ones makes total; o is closed, and so is
+ * extra, another writer of the pipe (-1: none). */
+static void expect_read_back(struct dsl_output *o, int p[2], int extra, const char *tag,
+                             long dropped, long total)
 {
     pid_t c = fork();
     if (c == 0) {
         close_writers(o, p[1]);
+        if (extra >= 0)
+            close(extra);
         size_t n;
         char *all = slurp(p[0], &n);
         _exit(check_lines(all, tag) + dropped == total ? 0 : 1);
@@ -87,6 +104,8 @@ static void expect_read_back(struct dsl_output *o, int p[2], const char *tag, lo
     close(p[0]);
     dsl_output_close(o);
     close(p[1]);
+    if (extra >= 0)
+        close(extra);
     int st;
     ASSERT_EQ(waitpid(c, &st, 0), c);
     ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
@@ -95,9 +114,8 @@ static void expect_read_back(struct dsl_output *o, int p[2], const char *tag, lo
 
 TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropped)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
+    guarded_pipe(p);
     int flags = fcntl(p[1], F_GETFL);
     struct dsl_output o;
     dsl_output_open(&o, p[1], -1, 256 * 1024);
@@ -116,16 +134,14 @@ TEST(an_unread_pipe_should_never_block_and_whole_lines_past_the_budget_are_dropp
     ASSERT_EQ(o.dest[0].dropped, dropped);
     ASSERT(dsl_output_queued(&o) <= 256 * 1024);
     ASSERT_EQ(fcntl(p[1], F_GETFL), flags); /* the shared description is untouched */
-    expect_read_back(&o, p, "[rank 0]", dropped, total);
+    expect_read_back(&o, p, -1, "[rank 0]", dropped, total);
 }
 
 TEST(the_poll_fallback_should_not_block_either)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 64 * 1024);
+    open_on_pipe(&o, p, 64 * 1024);
     /* as without /proc: the fd itself, poll(POLLOUT) and at most PIPE_BUF per write */
     if (o.dest[0].own)
         close(o.dest[0].fd);
@@ -141,16 +157,14 @@ TEST(the_poll_fallback_should_not_block_either)
     }
     ASSERT(dropped > 0);
     ASSERT_EQ(fcntl(p[1], F_GETFL) & O_NONBLOCK, 0);
-    expect_read_back(&o, p, "x", dropped, 50000);
+    expect_read_back(&o, p, -1, "x", dropped, 50000);
 }
 
 TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 0);
+    open_on_pipe(&o, p, 0);
     long dropped = 0, total = 20000;
     char line[64];
     for (long i = 0; i < total; i++) {
@@ -159,16 +173,14 @@ TEST(a_budget_of_zero_should_pass_what_the_reader_takes_and_drop_the_rest)
         dsl_output_flush(&o);
     }
     ASSERT(dropped > 0 && dropped < total);
-    expect_read_back(&o, p, "z", dropped, total);
+    expect_read_back(&o, p, -1, "z", dropped, total);
 }
 
 TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
     struct dsl_output o;
-    dsl_output_open(&o, p[1], -1, 1 << 20);
+    open_on_pipe(&o, p, 1 << 20);
     close(p[0]);
     ASSERT_EQ(dsl_output_line(&o, 1, "", "nobody reads this"), 0);
     dsl_output_flush(&o);
@@ -184,9 +196,8 @@ TEST(a_reader_gone_should_be_reported_and_the_queue_discarded)
 
 TEST(stdout_and_stderr_on_one_pipe_should_share_one_queue_in_order)
 {
-    guard();
     int p[2];
-    ASSERT_OK(pipe(p));
+    guarded_pipe(p);
     ASSERT_OK(fcntl(p[1], F_SETPIPE_SZ, 4096));
     struct dsl_output o;
     int dup_fd = dup(p[1]);
@@ -199,22 +210,7 @@ TEST(stdout_and_stderr_on_one_pipe_should_share_one_queue_in_order)
         dsl_output_flush(&o);
     }
     dsl_output_text(&o, 2, "s 2000 the launcher's own text, outside the budget\n");
-    pid_t c = fork();
-    if (c == 0) {
-        close_writers(&o, p[1]);
-        close(dup_fd);
-        size_t n;
-        char *all = slurp(p[0], &n);
-        _exit(check_lines(all, "s") == 2001 ? 0 : 1);
-    }
-    close(p[0]);
-    dsl_output_close(&o);
-    close(p[1]);
-    close(dup_fd);
-    int st;
-    ASSERT_EQ(waitpid(c, &st, 0), c);
-    ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    alarm(0);
+    expect_read_back(&o, p, dup_fd, "s", 0, 2001);
 }
 
 TEST(a_regular_file_should_be_written_at_once)
@@ -239,7 +235,4 @@ TEST(a_regular_file_should_be_written_at_once)
     alarm(0);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -417,41 +417,40 @@ TEST(idx_reader_should_check_the_header_against_the_file_before_allocating)
     uint8_t *data = NULL;
     size_t count, dims[4], nd;
     /* 0x7fffffff x 0x7fffffff claimed by a file of 16 bytes, plain and gzip */
-    unsigned char huge[] = {0, 0, 8, 2, 0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff,
-                            1, 2, 3, 4};
-    write_file(path, huge, sizeof(huge), 0);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "b.idx': the idx header claims 4611686014132420609 bytes of data, "
-                         "the file holds 4");
-    ASSERT(data == NULL);
-    write_file(path, huge, sizeof(huge), 1);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "more than a gzip file of");
+    static const unsigned char huge[] = {0, 0, 8, 2, 0x7f, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff,
+                                         0xff, 1, 2, 3, 4};
     /* 64 MB claimed, 4 bytes there: gzip passes the ratio check at 1032:1 only for
        a bigger file, so the plain file says so, the short gzip one is truncated */
-    unsigned char mid[] = {0, 0, 8, 1, 0x04, 0, 0, 0, 1, 2, 3, 4};
-    write_file(path, mid, sizeof(mid), 0);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "the idx header claims 67108864 bytes of data, the file holds 4");
-    unsigned char small[] = {0, 0, 8, 1, 0, 0, 0, 9, 1, 2, 3, 4};
-    write_file(path, small, sizeof(small), 1);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "truncated idx data (the header claims 9 bytes, the file holds 4)");
+    static const unsigned char mid[] = {0, 0, 8, 1, 0x04, 0, 0, 0, 1, 2, 3, 4};
+    static const unsigned char small[] = {0, 0, 8, 1, 0, 0, 0, 9, 1, 2, 3, 4};
     /* dimensions whose product overflows, a zero one, a wrong type, a FIFO (which
        would block a reader) */
-    unsigned char ovf[] = {0, 0, 8, 3, 0, 0, 0, 3, 0x7f, 0xff, 0xff, 0xff,
-                           0x7f, 0xff, 0xff, 0xff, 1};
-    write_file(path, ovf, sizeof(ovf), 0);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "bad idx dimension 2147483647");
-    unsigned char zero[] = {0, 0, 8, 1, 0, 0, 0, 0};
-    write_file(path, zero, sizeof(zero), 0);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "bad idx dimension 0");
-    unsigned char fl[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0};
-    write_file(path, fl, sizeof(fl), 0);
-    ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
-    ASSERT_CONTAINS(err, "not an idx file of unsigned bytes");
+    static const unsigned char ovf[] = {0, 0, 8, 3, 0, 0, 0, 3, 0x7f, 0xff, 0xff, 0xff,
+                                        0x7f, 0xff, 0xff, 0xff, 1};
+    static const unsigned char zero[] = {0, 0, 8, 1, 0, 0, 0, 0};
+    static const unsigned char fl[] = {0, 0, 0x0d, 1, 0, 0, 0, 1, 0, 0, 0, 0};
+    static const struct {
+        const unsigned char *bytes;
+        size_t n;
+        int gz;
+        const char *err;
+    } cases[] = {
+        {huge, sizeof(huge), 0,
+         "b.idx': the idx header claims 4611686014132420609 bytes of data, the file holds 4"},
+        {huge, sizeof(huge), 1, "more than a gzip file of"},
+        {mid, sizeof(mid), 0, "the idx header claims 67108864 bytes of data, the file holds 4"},
+        {small, sizeof(small), 1,
+         "truncated idx data (the header claims 9 bytes, the file holds 4)"},
+        {ovf, sizeof(ovf), 0, "bad idx dimension 2147483647"},
+        {zero, sizeof(zero), 0, "bad idx dimension 0"},
+        {fl, sizeof(fl), 0, "not an idx file of unsigned bytes"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        write_file(path, cases[i].bytes, cases[i].n, cases[i].gz);
+        ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), DSL_EDATA);
+        ASSERT_CONTAINS(err, cases[i].err);
+        ASSERT(data == NULL);
+    }
     unlink(path);
     ASSERT_OK(mkfifo(path, 0600));
     ASSERT_EQ(dsl_idx_read(path, &data, &count, dims, &nd, err), -EINVAL);
@@ -460,7 +459,4 @@ TEST(idx_reader_should_check_the_header_against_the_file_before_allocating)
     rmdir(dir);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -32,6 +32,32 @@ static void put(const char *name, const void *data, size_t n)
     ASSERT(f && fwrite(data, 1, n, f) == n && fclose(f) == 0);
 }
 
+/* The token data at path as most of these tests read it: windows of 4, ids below 50. */
+static struct dsl_data_opts tokens_opts(const char *path)
+{
+    return (struct dsl_data_opts){.name = "tokens", .path = path, .context = 4, .vocab = 50};
+}
+
+/* The data o names loads with ntrain training and nval validation windows. */
+static void expect_windows(const struct dsl_data_opts *o, size_t ntrain, size_t nval)
+{
+    struct dsl_dataset tr, te;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_data_load(&tr, &te, o, err));
+    ASSERT_EQ(tr.n, ntrain);
+    ASSERT_EQ(te.n, nval);
+    dsl_dataset_release(&tr);
+    dsl_dataset_release(&te);
+}
+
+/* A token shard of n tokens in the scratch directory. */
+static void put_tokens(const char *name, const uint16_t *tok, size_t n)
+{
+    char p[128], err[DSL_ERR_LEN];
+    snprintf(p, sizeof(p), "%s/%s", dir, name);
+    ASSERT_OK(dsl_tokens_write(p, tok, n, err));
+}
+
 static void clean(void)
 {
     char cmd[128];
@@ -63,14 +89,24 @@ TEST(token_shards_should_round_trip_in_llm_c_format)
     clean();
 }
 
+/* An llm.c shard header into h: magic, version and the token count, little-endian
+ * 32-bit words; the rest zero. */
+static void llmc_header(uint8_t h[1024], uint32_t magic, uint8_t version, uint8_t ntok)
+{
+    memset(h, 0, 1024);
+    for (int i = 0; i < 4; i++)
+        h[i] = (uint8_t)(magic >> (8 * i));
+    h[4] = version;
+    h[8] = ntok;
+}
+
 TEST(token_shard_headers_should_be_checked_against_the_file)
 {
-    uint8_t h[1024] = {0};
+    uint8_t h[1024];
     uint64_t n;
     char err[DSL_ERR_LEN];
-    h[0] = 0x88, h[1] = 0xd8, h[2] = 0x34, h[3] = 0x01; /* 20240520 = 0x0134d888 */
-    h[4] = 1;
-    h[8] = 10;
+    llmc_header(h, 20240520, 1, 10);
+    ASSERT(h[0] == 0x88 && h[1] == 0xd8 && h[2] == 0x34 && h[3] == 0x01); /* 0x0134d888 */
     ASSERT_OK(dsl_tokens_check_header(h, 1024, 1044, "s.bin", &n, err));
     ASSERT_EQ(n, 10);
     ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1043, "s.bin", &n, err), DSL_EDATA);
@@ -91,12 +127,11 @@ TEST(llm_c_llama3_shards_should_be_named_as_such_when_refused)
 {
     /* llm.c's dev/data writes LLaMA 3 shards (magic 20240801, version 7, uint32 ids)
        beside GPT-2's: "bad magic" alone leaves the user guessing */
-    uint8_t h[1024] = {0};
+    uint8_t h[1024];
     uint64_t n;
     char err[DSL_ERR_LEN];
-    h[0] = 0xa1, h[1] = 0xd9, h[2] = 0x34, h[3] = 0x01; /* 20240801 = 0x0134d9a1 */
-    h[4] = 7;
-    h[8] = 10;
+    llmc_header(h, 20240801, 7, 10);
+    ASSERT(h[0] == 0xa1 && h[1] == 0xd9 && h[2] == 0x34 && h[3] == 0x01); /* 0x0134d9a1 */
     ASSERT_EQ(dsl_tokens_check_header(h, 1024, 1064, "l.bin", &n, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "token shard 'l.bin': magic 20240801 is llm.c's LLaMA 3 format "
                          "(uint32 tokens), which dstrain does not read: write GPT-2 shards "
@@ -149,8 +184,7 @@ TEST(text_data_should_refuse_llm_c_shards_taken_for_text)
     make_dir();
     char p[128], err[DSL_ERR_LEN];
     uint16_t tok[40] = {0};
-    snprintf(p, sizeof(p), "%s/f_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
+    put_tokens("f_train.bin", tok, 40);
     put("notes.txt", "some text", 9);
     uint8_t *b;
     size_t n, nf;
@@ -208,12 +242,10 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
     uint16_t tok[40];
     for (int i = 0; i < 40; i++)
         tok[i] = (uint16_t)(i * 7 % 50);
-    snprintf(p, sizeof(p), "%s/x_train_000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/x_val_000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    put_tokens("x_train_000.bin", tok, 40);
+    put_tokens("x_val_000.bin", tok, 20);
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(dir);
     ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
     ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
     ASSERT_EQ(te.n, 19 / 4);
@@ -247,20 +279,15 @@ TEST(token_dataset_should_read_shards_and_reject_ids_beyond_the_vocabulary)
 TEST(token_shards_should_be_one_split_with_windows_across_shard_ends)
 {
     make_dir();
-    char p[128], err[DSL_ERR_LEN];
+    char err[DSL_ERR_LEN];
     uint16_t all[23];
     for (int i = 0; i < 23; i++)
         all[i] = (uint16_t)(3 * i + 1);
-    snprintf(p, sizeof(p), "%s/s_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all, 9, err));
-    snprintf(p, sizeof(p), "%s/s_train_000002.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all, 0, err));
-    snprintf(p, sizeof(p), "%s/s_train_000003.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 9, 5, err));
-    snprintf(p, sizeof(p), "%s/s_train_000004.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 14, 9, err));
-    snprintf(p, sizeof(p), "%s/s_val_000000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, all + 3, 12, err));
+    put_tokens("s_train_000001.bin", all, 9);
+    put_tokens("s_train_000002.bin", all, 0);
+    put_tokens("s_train_000003.bin", all + 9, 5);
+    put_tokens("s_train_000004.bin", all + 14, 9);
+    put_tokens("s_val_000000.bin", all + 3, 12);
     struct dsl_dataset tr, te;
     struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 6, .stride = 1,
                               .vocab = 70};
@@ -303,32 +330,20 @@ TEST(token_shards_named_for_both_splits_should_go_where_their_split_word_says)
     /* "interval" holds "val": interval_train.bin is a training shard, not a validation
        one too (validation on training data would look like a model that generalises) */
     make_dir();
-    char p[128], err[DSL_ERR_LEN];
+    char err[DSL_ERR_LEN];
     uint16_t tok[40];
     for (int i = 0; i < 40; i++)
         tok[i] = (uint16_t)i;
-    snprintf(p, sizeof(p), "%s/interval_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/interval_val.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    put_tokens("interval_train.bin", tok, 40);
+    put_tokens("interval_val.bin", tok, 10);
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (40 - 5) / 4 + 1);
-    ASSERT_EQ(te.n, 9 / 4); /* interval_val.bin's 10 tokens only */
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    struct dsl_data_opts o = tokens_opts(dir);
+    expect_windows(&o, (40 - 5) / 4 + 1, 9 / 4); /* interval_val.bin's 10 tokens only */
     /* llm.c's names: the split is a word of its own */
-    snprintf(p, sizeof(p), "%s/medieval_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1);
-    ASSERT_EQ(te.n, 9 / 4);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    put_tokens("medieval_train_000001.bin", tok, 20);
+    expect_windows(&o, (60 - 5) / 4 + 1, 9 / 4);
     /* neither word stands alone: which split is a guess, so the name is refused */
-    snprintf(p, sizeof(p), "%s/trainval.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 20, err));
+    put_tokens("trainval.bin", tok, 20);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "trainval.bin' holds both \"train\" and \"val\"");
     ASSERT_CONTAINS(err, "rename it");
@@ -340,12 +355,10 @@ TEST(splits_too_short_for_a_window_should_be_named_with_what_to_change)
     make_dir();
     char p[128], err[DSL_ERR_LEN];
     uint16_t tok[40] = {0};
-    snprintf(p, sizeof(p), "%s/x_train.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/x_val.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 0, err)); /* an empty validation shard */
+    put_tokens("x_train.bin", tok, 40);
+    put_tokens("x_val.bin", tok, 0); /* an empty validation shard */
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = dir, .context = 4, .vocab = 50};
+    struct dsl_data_opts o = tokens_opts(dir);
     ASSERT_EQ(dsl_data_load(&tr, &te, &o, err), DSL_EDATA);
     ASSERT_CONTAINS(err, "validation shards of '");
     ASSERT_CONTAINS(err, "(1 file): 0 tokens, fewer than one window of context + 1 = 5");
@@ -387,10 +400,8 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
         tok[i] = (uint16_t)i;
     snprintf(p, sizeof(p), "%s/store", dir);
     ASSERT_EQ(mkdir(p, 0700), 0);
-    snprintf(p, sizeof(p), "%s/store/x_train_000001.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 40, err));
-    snprintf(p, sizeof(p), "%s/store/x_val_000000.bin", dir);
-    ASSERT_OK(dsl_tokens_write(p, tok, 10, err));
+    put_tokens("store/x_train_000001.bin", tok, 40);
+    put_tokens("store/x_val_000000.bin", tok, 10);
     snprintf(p, sizeof(p), "%s/d", dir);
     ASSERT_EQ(mkdir(p, 0700), 0);
     snprintf(q, sizeof(q), "%s/d/x_train_000001.bin", dir);
@@ -400,12 +411,8 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
     snprintf(q, sizeof(q), "%s/d/x_train_000002.bin", dir);
     ASSERT_OK(dsl_tokens_write(q, tok, 20, err));
     struct dsl_dataset tr, te;
-    struct dsl_data_opts o = {.name = "tokens", .path = p, .context = 4, .vocab = 50};
-    ASSERT_OK(dsl_data_load(&tr, &te, &o, err));
-    ASSERT_EQ(tr.n, (60 - 5) / 4 + 1); /* the linked shard and the copied one */
-    ASSERT_EQ(te.n, 9 / 4);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
+    struct dsl_data_opts o = tokens_opts(p);
+    expect_windows(&o, (60 - 5) / 4 + 1, 9 / 4); /* the linked shard and the copied one */
     /* a dangling link is an error that names it, not a shard quietly left out */
     snprintf(q, sizeof(q), "%s/d/x_train_000003.bin", dir);
     ASSERT_EQ(symlink("../store/gone.bin", q), 0);
@@ -414,7 +421,4 @@ TEST(token_shards_given_as_symbolic_links_should_be_read)
     clean();
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

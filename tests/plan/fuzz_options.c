@@ -55,10 +55,7 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
     char err[DSL_ERR_LEN] = "";
     dsl_nossh_init(&ns);
     fuzz_enter_empty_dir("options");
-    int r = dsl_nossh_resolve(&ns, o, env, err);
-    fuzz_leave_empty_dir();
-    if (r < 0 && !err[0])
-        abort();
+    int r = fuzz_left(dsl_nossh_resolve(&ns, o, env, err), err);
     if (r == 0 && ns.on) {
         if (ns.nnodes < 1 || ns.node_rank < 0 || ns.node_rank >= ns.nnodes ||
             (ns.master_addr && strchr(ns.master_addr, ':')) ||
@@ -81,36 +78,30 @@ static void after_parse(struct dsl_launch_opts *o, int argc, char **argv, char *
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (memchr(data, '/', size))
+    struct fuzz_words w;
+    if (!fuzz_words(data, size, &w))
         return 0;
-    char **words;
-    size_t nwords;
-    char *buf = fuzz_words(data, size, &words, &nwords);
-    char **argv = dsl_xcalloc(nwords + 2, sizeof(char *));
-    char **env = dsl_xcalloc(nwords + 1, sizeof(char *));
+    char **argv = dsl_xcalloc(w.n + 2, sizeof(char *));
+    char **env = dsl_xcalloc(w.n + 1, sizeof(char *));
     int argc = 0, nenv = 0;
     argv[argc++] = (char *)"dslaunch";
-    for (size_t i = 1; i <= nwords; i++) {
-        if (words[i][0] == '@')
-            env[nenv++] = words[i] + 1;
+    for (size_t i = 1; i <= w.n; i++) {
+        if (w.v[i][0] == '@')
+            env[nenv++] = w.v[i] + 1;
         else
-            argv[argc++] = words[i];
+            argv[argc++] = w.v[i];
     }
-    free(words);
     struct dsl_launch_opts o;
     char err[DSL_ERR_LEN] = "";
     dsl_launch_opts_init(&o);
     fuzz_enter_empty_dir("options");
-    int r = dsl_launch_opts_parse(&o, argc, argv, err);
-    fuzz_leave_empty_dir();
-    if (r < 0 && !err[0])
-        abort(); /* every refusal names its reason */
+    int r = fuzz_left(dsl_launch_opts_parse(&o, argc, argv, err), err);
     if (r == 0 && o.mode != DSL_MODE_HELP && o.mode != DSL_MODE_VERSION &&
         o.mode != DSL_MODE_AGENT)
         after_parse(&o, argc, argv, env);
     dsl_launch_opts_release(&o);
     free(env);
     free(argv);
-    free(buf);
+    fuzz_words_free(&w);
     return 0;
 }

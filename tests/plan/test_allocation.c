@@ -225,7 +225,4 @@ TEST(allocation_should_read_the_largest_lists_in_one_pass_each)
     dsl_hostfile_release(&hf);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -66,20 +66,28 @@ static const struct {
     {"", ""},
 };
 
+/* Table case i: text parsed as the env file e onto an environment that holds KEEP=1
+ * where keep is set; the parser's result is printed, and *env afterwards is want. */
+static int parse_case(size_t i, const char *text, int keep, const char *want, char *err)
+{
+    struct dsl_strvec env;
+    dsl_strvec_init(&env);
+    if (keep)
+        dsl_env_set(&env, "KEEP", "1");
+    int r = dsl_envfile_parse(&env, "e", text, strlen(text), err);
+    fprintf(stderr, "case %zu: %s\n", i, r < 0 ? err : "parsed");
+    char *s = join(&env);
+    ASSERT_STR_EQ(s, want);
+    free(s);
+    dsl_strvec_release(&env);
+    return r;
+}
+
 TEST(envfile_should_accept_every_documented_form)
 {
     for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-        struct dsl_strvec env;
         char err[DSL_ERR_LEN] = "";
-        dsl_strvec_init(&env);
-        int r = dsl_envfile_parse(&env, "e", good[i].text, strlen(good[i].text), err);
-        if (r < 0)
-            fprintf(stderr, "case %zu: %s\n", i, err);
-        ASSERT_OK(r);
-        char *s = join(&env);
-        ASSERT_STR_EQ(s, good[i].want);
-        free(s);
-        dsl_strvec_release(&env);
+        ASSERT_OK(parse_case(i, good[i].text, 0, good[i].want, err));
     }
 }
 
@@ -104,20 +112,10 @@ static const struct {
 TEST(envfile_should_reject_malformed_lines_with_path_and_line)
 {
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        struct dsl_strvec env;
         char err[DSL_ERR_LEN] = "";
-        dsl_strvec_init(&env);
-        dsl_env_set(&env, "KEEP", "1");
-        int r = dsl_envfile_parse(&env, "e", bad[i].text, strlen(bad[i].text), err);
-        if (r >= 0)
-            fprintf(stderr, "case %zu should fail\n", i);
-        ASSERT_EQ(r, DSL_ECONFIG);
-        ASSERT_STR_EQ(err, bad[i].msg);
         /* env is unchanged by a failed parse, even by the lines before the bad one */
-        char *s = join(&env);
-        ASSERT_STR_EQ(s, "KEEP=1");
-        free(s);
-        dsl_strvec_release(&env);
+        ASSERT_EQ(parse_case(i, bad[i].text, 1, "KEEP=1", err), DSL_ECONFIG);
+        ASSERT_STR_EQ(err, bad[i].msg);
     }
     static const char nul[] = "A=1\nB=x\0y\n";
     struct dsl_strvec env;
@@ -256,7 +254,4 @@ TEST(envexport_should_layer_prefixes_files_and_exports_and_leak_nothing_else)
     cleanup();
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

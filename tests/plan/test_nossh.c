@@ -34,6 +34,36 @@ static int resolve(struct dsl_nossh *ns, const char *const *args, char *const *e
     return r;
 }
 
+/* Node 1 of 2 (node 0 at n0) with its secret from file, and env. */
+static int resolve_secret_file(struct dsl_nossh *ns, const char *file, char *const *env,
+                               char *err)
+{
+    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
+                          "--job_secret_file", file, NULL};
+    return resolve(ns, args, env, err);
+}
+
+/* ns is on, for a job of nnodes with this node at rank, its master at addr:port. */
+static void expect_on(const struct dsl_nossh *ns, int nnodes, int rank, const char *addr,
+                      int port)
+{
+    ASSERT_EQ(ns->on, 1);
+    ASSERT_EQ(ns->nnodes, nnodes);
+    ASSERT_EQ(ns->node_rank, rank);
+    ASSERT_STR_EQ(ns->master_addr, addr);
+    ASSERT_EQ(ns->master_port, port);
+}
+
+/* ns says where it took the node count, the rank, the master's address and port from. */
+static void expect_from(const struct dsl_nossh *ns, const char *nnodes, const char *rank,
+                        const char *addr, const char *port)
+{
+    ASSERT_STR_EQ(ns->from_nnodes, nnodes);
+    ASSERT_STR_EQ(ns->from_node_rank, rank);
+    ASSERT_STR_EQ(ns->from_master_addr, addr);
+    ASSERT_STR_EQ(ns->from_master_port, port);
+}
+
 TEST(nossh_should_be_off_without_its_options_or_pet_nnodes)
 {
     struct dsl_nossh ns;
@@ -62,16 +92,9 @@ TEST(nossh_should_take_options_first_and_say_so)
                    (char *)"PET_MASTER_ADDR=other", (char *)"PET_MASTER_PORT=5000",
                    (char *)SECRET, NULL};
     ASSERT_EQ(resolve(&ns, args, env, err), 0);
-    ASSERT_EQ(ns.on, 1);
-    ASSERT_EQ(ns.nnodes, 3);
-    ASSERT_EQ(ns.node_rank, 1);
-    ASSERT_STR_EQ(ns.master_addr, "10.0.0.1");
-    ASSERT_EQ(ns.master_port, 4000);
+    expect_on(&ns, 3, 1, "10.0.0.1", 4000);
     ASSERT_EQ(ns.control_port, 4001);
-    ASSERT_STR_EQ(ns.from_nnodes, "--nnodes");
-    ASSERT_STR_EQ(ns.from_node_rank, "--node_rank");
-    ASSERT_STR_EQ(ns.from_master_addr, "--master_addr");
-    ASSERT_STR_EQ(ns.from_master_port, "--master_port");
+    expect_from(&ns, "--nnodes", "--node_rank", "--master_addr", "--master_port");
     ASSERT_STR_EQ(ns.from_control_port, "master port + 1");
     ASSERT_STR_EQ(ns.from_secret, "DSLAUNCH_JOB_SECRET");
     ASSERT_EQ(ns.secret_len, 16);
@@ -88,15 +111,8 @@ TEST(nossh_should_take_kubeflow_variables_alone)
                    (char *)"PET_MASTER_ADDR=job-master-0", (char *)"PET_MASTER_PORT=23456",
                    (char *)SECRET, NULL};
     ASSERT_EQ(resolve(&ns, args, env, err), 0);
-    ASSERT_EQ(ns.on, 1);
-    ASSERT_EQ(ns.nnodes, 4);
-    ASSERT_EQ(ns.node_rank, 2);
-    ASSERT_STR_EQ(ns.master_addr, "job-master-0");
-    ASSERT_EQ(ns.master_port, 23456);
-    ASSERT_STR_EQ(ns.from_nnodes, "PET_NNODES");
-    ASSERT_STR_EQ(ns.from_node_rank, "PET_NODE_RANK");
-    ASSERT_STR_EQ(ns.from_master_addr, "PET_MASTER_ADDR");
-    ASSERT_STR_EQ(ns.from_master_port, "PET_MASTER_PORT");
+    expect_on(&ns, 4, 2, "job-master-0", 23456);
+    expect_from(&ns, "PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT");
     dsl_nossh_release(&ns);
 }
 
@@ -126,36 +142,32 @@ TEST(nossh_should_name_what_is_missing_or_wrong)
     struct dsl_nossh ns;
     dsl_nossh_init(&ns);
     char err[DSL_ERR_LEN];
-    char *env[] = {(char *)SECRET, NULL};
-    const char *no_count[] = {"--node_rank", "0", NULL};
-    ASSERT_EQ(resolve(&ns, no_count, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "needs the number of nodes: --nnodes N (or PET_NNODES)");
-    const char *no_rank[] = {"--nnodes", "2", NULL};
-    ASSERT_EQ(resolve(&ns, no_rank, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "--node_rank K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX");
-    const char *too_high[] = {"--nnodes", "2", "--node_rank", "2", NULL};
-    ASSERT_EQ(resolve(&ns, too_high, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "node rank 2 (from --node_rank) is not below the node count 2");
-    const char *no_addr[] = {"--nnodes", "2", "--node_rank", "1", NULL};
-    ASSERT_EQ(resolve(&ns, no_addr, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "node rank 1 needs node 0's address: --master_addr");
-    const char *hostfile[] = {"--nnodes", "2", "--node_rank", "0", "--hostfile", "h", NULL};
-    ASSERT_EQ(resolve(&ns, hostfile, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "leave out --hostfile");
-    const char *same_port[] = {"--nnodes", "2", "--node_rank", "0", "--control_port", "29500",
-                               NULL};
-    ASSERT_EQ(resolve(&ns, same_port, env, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "--control_port 29500 is the master port");
-    char *bad_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=one", (char *)SECRET,
-                        NULL};
-    const char *none[] = {NULL};
-    ASSERT_EQ(resolve(&ns, none, bad_rank, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "PET_NODE_RANK='one' is not an integer");
-    /* the same range as --node_rank's */
-    char *big_rank[] = {(char *)"PET_NNODES=2", (char *)"PET_NODE_RANK=1048576", (char *)SECRET,
-                        NULL};
-    ASSERT_EQ(resolve(&ns, none, big_rank, err), DSL_EUSAGE);
-    ASSERT_CONTAINS(err, "PET_NODE_RANK='1048576' is not an integer from 0 to 1048575");
+    static const struct {
+        const char *args[8], *env[4];
+        const char *msg;
+    } cases[] = {
+        {{"--node_rank", "0", NULL}, {SECRET, NULL},
+         "needs the number of nodes: --nnodes N (or PET_NNODES)"},
+        {{"--nnodes", "2", NULL}, {SECRET, NULL},
+         "--node_rank K (or PET_NODE_RANK, or JOB_COMPLETION_INDEX"},
+        {{"--nnodes", "2", "--node_rank", "2", NULL}, {SECRET, NULL},
+         "node rank 2 (from --node_rank) is not below the node count 2"},
+        {{"--nnodes", "2", "--node_rank", "1", NULL}, {SECRET, NULL},
+         "node rank 1 needs node 0's address: --master_addr"},
+        {{"--nnodes", "2", "--node_rank", "0", "--hostfile", "h", NULL}, {SECRET, NULL},
+         "leave out --hostfile"},
+        {{"--nnodes", "2", "--node_rank", "0", "--control_port", "29500", NULL},
+         {SECRET, NULL}, "--control_port 29500 is the master port"},
+        {{NULL}, {"PET_NNODES=2", "PET_NODE_RANK=one", SECRET, NULL},
+         "PET_NODE_RANK='one' is not an integer"},
+        /* the same range as --node_rank's */
+        {{NULL}, {"PET_NNODES=2", "PET_NODE_RANK=1048576", SECRET, NULL},
+         "PET_NODE_RANK='1048576' is not an integer from 0 to 1048575"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ASSERT_EQ(resolve(&ns, cases[i].args, (char **)cases[i].env, err), DSL_EUSAGE);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
     dsl_nossh_release(&ns);
 }
 
@@ -287,9 +299,7 @@ TEST(nossh_should_refuse_a_secret_file_others_can_read_or_write_as_ssh_refuses_a
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char path[] = "/tmp/dsl-test-secret.XXXXXX";
         secret_file(path, cases[i].mode);
-        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                              "--job_secret_file", path, NULL};
-        int r = resolve(&ns, args, env, err);
+        int r = resolve_secret_file(&ns, path, env, err);
         if (!cases[i].says) {
             if (r < 0)
                 fprintf(stderr, "mode %04o: %s\n", (unsigned)cases[i].mode, err);
@@ -327,14 +337,12 @@ TEST(nossh_should_point_a_kubernetes_secret_volume_at_default_mode)
     struct dsl_nossh ns;
     char err[DSL_ERR_LEN];
     char *env[] = {NULL};
-    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                          "--job_secret_file", link, NULL};
     dsl_nossh_init(&ns);
-    ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, link, env, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "(mode 0644)");
     ASSERT_CONTAINS(err, "set defaultMode: 0400 on the Secret volume");
     ASSERT_EQ(chmod(file, 0400), 0); /* what defaultMode: 0400 gives: followed and accepted */
-    ASSERT_EQ(resolve(&ns, args, env, err), 0);
+    ASSERT_EQ(resolve_secret_file(&ns, link, env, err), 0);
     ASSERT_EQ(ns.secret_len, 22);
     dsl_nossh_release(&ns);
     unlink(link);
@@ -351,29 +359,23 @@ TEST(nossh_should_refuse_a_secret_file_of_another_user_or_open_to_everyone)
     dsl_nossh_init(&ns);
     /* a root-owned file every user can read: refused whoever runs this (root: it is our
        own file; anyone else: it is open to every user) */
-    const char *passwd[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                            "--job_secret_file", "/etc/passwd", NULL};
     struct stat st;
     ASSERT_EQ(stat("/etc/passwd", &st), 0);
     ASSERT((st.st_mode & S_IROTH) && st.st_uid == 0);
-    ASSERT_EQ(resolve(&ns, passwd, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, "/etc/passwd", env, err), DSL_EUSAGE);
     ASSERT_CONTAINS(err, "--job_secret_file '/etc/passwd' is readable by ");
     char mode[32];
     snprintf(mode, sizeof(mode), "(mode %04o", (unsigned)(st.st_mode & 07777));
     ASSERT_CONTAINS(err, mode);
     /* a directory is named as one, not judged by its mode */
-    const char *dir[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                         "--job_secret_file", "/", NULL};
-    ASSERT_EQ(resolve(&ns, dir, env, err), DSL_EUSAGE);
+    ASSERT_EQ(resolve_secret_file(&ns, "/", env, err), DSL_EUSAGE);
     ASSERT_STR_EQ(err, "--job_secret_file '/': Is a directory");
     if (geteuid() == 0) {
         /* a file of another ordinary user, however private: its owner can replace it */
         char path[] = "/tmp/dsl-test-secret.XXXXXX";
         secret_file(path, 0600);
         ASSERT_EQ(chown(path, 4242, 4242), 0);
-        const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                              "--job_secret_file", path, NULL};
-        ASSERT_EQ(resolve(&ns, args, env, err), DSL_EUSAGE);
+        ASSERT_EQ(resolve_secret_file(&ns, path, env, err), DSL_EUSAGE);
         ASSERT_CONTAINS(err, "' belongs to another user (");
         ASSERT_CONTAINS(err, "uid 4242): its owner can read or replace the job secret; use a "
                              "file of your own (copy it, then chmod 600 the copy)");
@@ -394,10 +396,8 @@ TEST(nossh_should_read_the_secret_from_a_pipe_as_process_substitution_gives_it)
     struct dsl_nossh ns;
     char err[DSL_ERR_LEN];
     char *env[] = {NULL};
-    const char *args[] = {"--nnodes", "2", "--node_rank", "1", "--master_addr", "n0",
-                          "--job_secret_file", path, NULL};
     dsl_nossh_init(&ns);
-    int r = resolve(&ns, args, env, err);
+    int r = resolve_secret_file(&ns, path, env, err);
     if (r < 0)
         fprintf(stderr, "%s\n", err);
     ASSERT_EQ(r, 0);
@@ -497,7 +497,4 @@ TEST(options_should_let_only_a_node_other_than_node_0_come_without_a_program)
     unsetenv("JOB_COMPLETION_INDEX");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -18,6 +18,29 @@ static int parse(struct dsl_launch_opts *o, const char *const *args, char *err)
     return dsl_launch_opts_parse(o, argc, argv, err);
 }
 
+/* args are refused as DSL_EUSAGE; the message in err */
+static void refuse(const char *const *args, char *err)
+{
+    struct dsl_launch_opts o;
+    ASSERT_EQ(parse(&o, args, err), DSL_EUSAGE);
+    dsl_launch_opts_release(&o);
+}
+
+/* a command line (NULL-terminated) and a part of the message that refuses it */
+struct refusal {
+    const char *args[8];
+    const char *msg;
+};
+
+static void refuse_each(const struct refusal *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char err[DSL_ERR_LEN] = "";
+        refuse(cases[i].args, err);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
+}
+
 TEST(options_should_accept_both_spellings_and_both_value_forms)
 {
     struct dsl_launch_opts o;
@@ -55,13 +78,9 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
     ASSERT_EQ(o.num_gpus, 2);
     dsl_launch_opts_release(&o);
     const char *b[] = {"--num-accelerators=0", "prog", NULL};
-    ASSERT_EQ(parse(&o, b, err), DSL_EUSAGE);
+    refuse(b, err);
     ASSERT_CONTAINS(err, "option '--num_accelerators' is out of range");
-    dsl_launch_opts_release(&o);
-    static const struct {
-        const char *args[5];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--standalone", "--nproc_per_node", "2", "p", NULL},
          "option '--standalone' is torchrun's; dslaunch does not need it: a job on this machine"},
         {{"--rdzv_backend", "c10d", "p", NULL}, "--master_addr and --master_port"},
@@ -75,11 +94,7 @@ TEST(options_should_take_deepspeeds_num_accelerators_and_explain_torchrun_rendez
          "python3 if it is at the same path there"},
         {{"--comment", "x", "p", NULL}, "--launcher-args '--comment=TEXT'"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
-        ASSERT_CONTAINS(err, cases[i].msg);
-        dsl_launch_opts_release(&o);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
@@ -104,10 +119,7 @@ TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
     ASSERT_EQ(o.master_port, 29600);
     ASSERT(o.master_port_given);
     dsl_launch_opts_release(&o);
-    static const struct {
-        const char *args[8];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--num_processes", "5", "--num_machines", "2", "p", NULL},
          "--num_processes 5 (ranks in all) does not divide among --num_machines 2"},
         {{"--num_processes", "4", "--nproc_per_node", "3", "p", NULL},
@@ -120,11 +132,7 @@ TEST(options_should_take_accelerates_launch_flags_for_their_meaning)
         {{"--host-file", "h", "p", NULL}, "did you mean '--hostfile'?"},
         {{"--log-dri", "d", "p", NULL}, "did you mean '--log-dir'?"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
-        ASSERT_CONTAINS(err, cases[i].msg);
-        dsl_launch_opts_release(&o);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_the_restart_options_with_torchrun_spellings)
@@ -145,13 +153,11 @@ TEST(options_should_take_the_restart_options_with_torchrun_spellings)
     ASSERT_EQ(o.min_nodes, 2);
     dsl_launch_opts_release(&o);
     const char *a2[] = {"--max-restarts", "-1", "prog", NULL};
-    ASSERT_EQ(parse(&o, a2, err), DSL_EUSAGE);
+    refuse(a2, err);
     ASSERT_CONTAINS(err, "--max_restarts");
-    dsl_launch_opts_release(&o);
     const char *a3[] = {"--min-nodes=0", "prog", NULL};
-    ASSERT_EQ(parse(&o, a3, err), DSL_EUSAGE);
+    refuse(a3, err);
     ASSERT_CONTAINS(err, "--min_nodes");
-    dsl_launch_opts_release(&o);
 }
 
 TEST(options_should_pass_everything_after_the_program_untouched)
@@ -177,10 +183,7 @@ TEST(options_should_pass_everything_after_the_program_untouched)
 
 TEST(options_should_reject_bad_values_with_the_option_named)
 {
-    static const struct {
-        const char *args[6];
-        const char *msg;
-    } cases[] = {
+    static const struct refusal cases[] = {
         {{"--num_gpus", "x", "p", NULL}, "--num_gpus"},
         /* the rank contract is dslaunch's: an exported value would be replaced */
         {{"--export", "RANK=5", "p", NULL},
@@ -237,13 +240,7 @@ TEST(options_should_reject_bad_values_with_the_option_named)
         {{"--export", "A-B=1", "p", NULL}, "A-B"},
         {{NULL}, "no program"},
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        struct dsl_launch_opts o;
-        char err[DSL_ERR_LEN] = "";
-        ASSERT_EQ(parse(&o, cases[i].args, err), DSL_EUSAGE);
-        ASSERT_CONTAINS(err, cases[i].msg);
-        dsl_launch_opts_release(&o);
-    }
+    refuse_each(cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 TEST(options_should_take_the_slurm_launcher_and_its_srun_options)
@@ -326,16 +323,13 @@ TEST(options_should_take_emit_only_with_dry_run_and_a_known_kind)
     ASSERT_STR_EQ(o.emit_file, "x.sh");
     dsl_launch_opts_release(&o);
     const char *no_dry[] = {"--emit", "sbatch", "prog", NULL};
-    ASSERT_EQ(parse(&o, no_dry, err), DSL_EUSAGE);
+    refuse(no_dry, err);
     ASSERT_STR_EQ(err, "--emit writes a batch script instead of running: it needs --dry-run");
-    dsl_launch_opts_release(&o);
     const char *kind[] = {"--dry-run", "--emit", "pbs", "prog", NULL};
-    ASSERT_EQ(parse(&o, kind, err), DSL_EUSAGE);
+    refuse(kind, err);
     ASSERT_CONTAINS(err, "not 'pbs'");
-    dsl_launch_opts_release(&o);
     const char *empty[] = {"--dry-run", "--emit", "sbatch=", "prog", NULL};
-    ASSERT_EQ(parse(&o, empty, err), DSL_EUSAGE);
-    dsl_launch_opts_release(&o);
+    refuse(empty, err);
 }
 
 TEST(emit_jobset_should_need_an_image_in_any_order_and_no_no_ssh_options)
@@ -350,29 +344,21 @@ TEST(emit_jobset_should_need_an_image_in_any_order_and_no_no_ssh_options)
     ASSERT_STR_EQ(o.emit_file, "j.yaml");
     dsl_launch_opts_release(&o);
     const char *noimage[] = {"--dry-run", "--emit", "jobset", "p", NULL};
-    ASSERT_EQ(parse(&o, noimage, err), DSL_EUSAGE);
+    refuse(noimage, err);
     ASSERT_CONTAINS(err, "--emit jobset needs --image IMAGE");
-    dsl_launch_opts_release(&o);
     const char *stray[] = {"--dry-run", "--emit", "sbatch", "--image", "i", "p", NULL};
-    ASSERT_EQ(parse(&o, stray, err), DSL_EUSAGE);
+    refuse(stray, err);
     ASSERT_CONTAINS(err, "--image is the container image of --emit jobset");
-    dsl_launch_opts_release(&o);
     const char *nn[] = {"--dry-run", "--emit", "jobset", "--image", "i", "--nnodes", "2", "p",
                         NULL};
-    ASSERT_EQ(parse(&o, nn, err), DSL_EUSAGE);
+    refuse(nn, err);
     ASSERT_CONTAINS(err, "give the node count with --num_nodes");
-    dsl_launch_opts_release(&o);
     const char *bad[] = {"--dry-run", "--emit", "jobsets", "p", NULL};
-    ASSERT_EQ(parse(&o, bad, err), DSL_EUSAGE);
+    refuse(bad, err);
     ASSERT_CONTAINS(err, "'sbatch' (a batch script) or 'jobset'");
-    dsl_launch_opts_release(&o);
     const char *nofile[] = {"--dry-run", "--emit", "jobset=", "p", NULL};
-    ASSERT_EQ(parse(&o, nofile, err), DSL_EUSAGE);
+    refuse(nofile, err);
     ASSERT_CONTAINS(err, "'--emit jobset=FILE' needs a file name");
-    dsl_launch_opts_release(&o);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

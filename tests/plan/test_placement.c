@@ -566,7 +566,4 @@ TEST(local_slots_for_should_fit_what_is_asked_or_need_oversubscribe)
     unsetenv("DSLAUNCH_LOCAL_SLOTS");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

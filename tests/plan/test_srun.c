@@ -95,7 +95,4 @@ TEST(srun_argv_should_refuse_a_host_that_nodelist_would_read_as_a_range_or_optio
     }
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

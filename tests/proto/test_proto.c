@@ -4,19 +4,8 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/proto/proto.h"
+#include "proto_roundtrip.h"
 #include "test.h"
-
-static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)
-{
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(in, &b));
-    ASSERT(b.len > 0 && b.buf[b.len - 1] == '\n');
-    ASSERT(memchr(b.buf, '\n', b.len - 1) == NULL); /* exactly one line */
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(out, b.buf, b.len - 1, err));
-    dsl_dynbuf_release(&b);
-}
 
 TEST(hello_of_a_no_ssh_node_should_carry_its_slots_and_rank_and_refuse_bad_ones)
 {
@@ -28,13 +17,13 @@ TEST(hello_of_a_no_ssh_node_should_carry_its_slots_and_rank_and_refuse_bad_ones)
     m.slots = 3;
     m.node_rank = 1;
     m.nnodes = 4;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.slots, 3);
     ASSERT_EQ(got.node_rank, 1);
     ASSERT_EQ(got.nnodes, 4);
     dsl_msg_release(&got);
     m.slots = 0; /* an ordinary agent's hello says nothing of it */
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.slots, 0);
     dsl_msg_release(&got);
     dsl_msg_release(&m);
@@ -75,7 +64,7 @@ TEST(start_message_should_round_trip_nasty_argv_and_env)
         dsl_strvec_init(&m.ranks[i].env);
         dsl_strvec_pushf(&m.ranks[i].env, "RANK=%d", 12 + i);
     }
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.type, DSL_MSG_START);
     ASSERT_EQ(got.node_rank, 3);
     ASSERT_STR_EQ(got.cwd, "/work dir/x");
@@ -107,7 +96,7 @@ TEST(hello_and_exit_messages_should_round_trip)
     m.ifaces[0].name = strdup("eth0");
     dsl_strvec_init(&m.ifaces[0].addrs);
     dsl_strvec_push(&m.ifaces[0].addrs, "10.0.0.2");
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.gpus, 8);
     ASSERT_STR_EQ(got.ifaces[0].addrs.v[0], "10.0.0.2");
     dsl_msg_release(&m);
@@ -120,7 +109,7 @@ TEST(hello_and_exit_messages_should_round_trip)
     m.sig = 9;
     m.wall = 1.25;
     dsl_strvec_push(&m.tail, "Traceback (most recent call last):");
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.sig, 9);
     ASSERT_STR_EQ(got.tail.v[0], "Traceback (most recent call last):");
     ASSERT_EQ(got.cause.known, 0); /* not sent: not known */
@@ -156,7 +145,7 @@ TEST(out_lines_should_carry_every_byte_and_their_line_end)
         memcpy(m.line, cases[i].bytes, cases[i].len);
         m.line[cases[i].len] = '\0';
         m.line_len = cases[i].len;
-        roundtrip(&m, &got);
+        msg_roundtrip(&m, &got);
         ASSERT_EQ(got.line_len, cases[i].len);
         ASSERT(memcmp(got.line, cases[i].bytes, cases[i].len) == 0);
         ASSERT_EQ(got.end, cases[i].end);
@@ -175,7 +164,7 @@ TEST(spawn_error_should_carry_the_exit_code_it_stands_for)
     m.rank = 2;
     m.error = strdup("1 core(s) cannot be bound to 2 rank(s)");
     m.code = 202;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.rank, 2);
     ASSERT_EQ(got.code, 202);
     ASSERT_STR_EQ(got.error, "1 core(s) cannot be bound to 2 rank(s)");
@@ -206,7 +195,7 @@ TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
     m.cause.mem_limit = 52428800;
     m.cause.mem_peak = 52428800;
     m.cause.mem_avail = 1288490188.8;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.cause.known, 1);
     ASSERT_EQ(got.cause.oom, DSL_OOM_RANK);
     ASSERT_EQ(got.cause.oom_src, DSL_OOMSRC_CGROUP);
@@ -214,7 +203,7 @@ TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
     ASSERT_EQ(got.cause.unstopped, 0);
     m.cause.unstopped = 1; /* died before its agent signalled it */
     dsl_msg_release(&got);
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.cause.unstopped, 1);
     dsl_msg_release(&m);
     dsl_msg_release(&got);
@@ -224,7 +213,7 @@ TEST(optional_members_should_round_trip_and_read_as_unknown_when_absent)
     m.host = strdup("h");
     m.contain = strdup("cgroup v2 (memory, cgroup.kill)");
     m.memcg = 1;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_STR_EQ(got.contain, "cgroup v2 (memory, cgroup.kill)");
     ASSERT_EQ(got.memcg, 1);
     dsl_msg_release(&m);
@@ -312,7 +301,7 @@ TEST(signal_message_should_round_trip_sigusr1)
     struct dsl_msg m, got;
     dsl_msg_init(&m, DSL_MSG_SIGNAL);
     m.sig = SIGUSR1;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.type, DSL_MSG_SIGNAL);
     ASSERT_EQ(got.sig, SIGUSR1);
     dsl_msg_release(&m);
@@ -362,7 +351,4 @@ TEST(line_buffer_should_refuse_an_endless_line)
     dsl_linebuf_release(&lb);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -4,18 +4,8 @@
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/proto/proto.h"
+#include "proto_roundtrip.h"
 #include "test.h"
-
-static void roundtrip(const struct dsl_msg *in, struct dsl_msg *out)
-{
-    struct dsl_dynbuf b;
-    dsl_dynbuf_init(&b, 1 << 20);
-    ASSERT_OK(dsl_msg_encode(in, &b));
-    ASSERT(memchr(b.buf, '\n', b.len - 1) == NULL);
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_msg_decode(out, b.buf, b.len - 1, err));
-    dsl_dynbuf_release(&b);
-}
 
 static int decode(const char *line, char *err)
 {
@@ -46,7 +36,7 @@ TEST(progress_message_should_round_trip)
     m.progress[1].rank = 6;
     m.progress[1].view.form = DSL_PROGRESS_TEXT;
     strcpy(m.progress[1].view.text, "epoch \"2\"\t");
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.type, DSL_MSG_PROGRESS);
     ASSERT_EQ(got.nprogress, 2);
     ASSERT_EQ(got.progress[0].rank, 5);
@@ -72,13 +62,13 @@ TEST(stack_messages_should_round_trip)
     struct dsl_msg m, got;
     dsl_msg_init(&m, DSL_MSG_STACKS);
     m.stack_timeout = 10;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.type, DSL_MSG_STACKS);
     ASSERT_EQ((int)got.stack_timeout, 10);
     ASSERT_EQ(got.stack_probe, 0);
     dsl_msg_release(&got);
     m.stack_probe = 1;
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.stack_probe, 1);
     dsl_msg_release(&got);
 
@@ -89,7 +79,7 @@ TEST(stack_messages_should_round_trip)
     m.stacks[0].pid = 77;
     m.stacks[0].tool = strdup("gdb+faulthandler");
     m.stacks[0].text = strdup("#0 poll ()\n#1 main ()\n");
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.nstacks, 1);
     ASSERT_EQ(got.stacks[0].rank, 3);
     ASSERT_EQ(got.stacks[0].pid, 77);
@@ -98,7 +88,7 @@ TEST(stack_messages_should_round_trip)
     ASSERT_EQ(got.stack_probe, 0);
     dsl_msg_release(&got);
     m.stack_probe = 1; /* the answer to a probe says so */
-    roundtrip(&m, &got);
+    msg_roundtrip(&m, &got);
     ASSERT_EQ(got.stack_probe, 1);
     dsl_msg_release(&m);
     dsl_msg_release(&got);
@@ -137,7 +127,7 @@ TEST(start_progress_member_should_be_optional)
     s.nranks = 1;
     dsl_strvec_init(&s.ranks[0].env);
     s.progress_tick = 0.5;
-    roundtrip(&s, &got);
+    msg_roundtrip(&s, &got);
     ASSERT_EQ((int)(got.progress_tick * 10), 5);
     dsl_msg_release(&s);
     dsl_msg_release(&got);
@@ -187,7 +177,4 @@ TEST(bad_progress_members_should_be_refused)
                       err));
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

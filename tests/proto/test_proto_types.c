@@ -432,7 +432,4 @@ TEST(members_over_their_bounds_should_be_refused)
     free(big);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dslaunch/remote/emit.h"
+#include "fuzz_text.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,11 +28,7 @@ static int reference(const char *t)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char *text = malloc(size + 1);
-    if (!text)
-        return 0;
-    memcpy(text, data, size);
-    text[size] = '\0';
+    char *text = fuzz_text(data, size);
     int got = dsl_slurm_gres_has_gpu(text);
     if ((got != 0 && got != 1) || got != reference(text))
         abort();

@@ -59,4 +59,11 @@ static inline int pair_open(struct dsl_seal *l, struct dsl_seal *a)
     return pair_pump(l, a);
 }
 
+/* Both ends released, as pair_open() made them. */
+static inline void pair_close(struct dsl_seal *l, struct dsl_seal *a)
+{
+    dsl_seal_release(l);
+    dsl_seal_release(a);
+}
+
 #endif

@@ -196,7 +196,4 @@ TEST(jobset_name_should_be_a_dns_label_from_the_program)
     ASSERT(strlen(n) <= DSL_JOBSET_NAME_MAX && n[strlen(n) - 1] != '-');
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

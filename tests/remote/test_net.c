@@ -134,6 +134,17 @@ static void launcher_key(unsigned char priv[32], char hex[65])
     dsl_seal_key_hex(pub, hex);
 }
 
+/* A connect-back listener on loopback and a launcher key pair for its agents: the
+ * private half into lpriv, the public one in hex into lhex. */
+static struct dsl_cb_listener *keyed_listener(unsigned char lpriv[32], char lhex[65])
+{
+    struct dsl_cb_listener *l;
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    launcher_key(lpriv, lhex);
+    return l;
+}
+
 /* The agent keys that key lines on fd announce for indexes 0..n-1 (the pipe agents
    wrote) into key[0..n-1]; fd is left open (a dup is drained). */
 static void read_keys(int fd0, int n, unsigned char (*key)[32])
@@ -327,12 +338,9 @@ TEST(cb_listener_should_not_hand_over_an_agent_whose_key_line_it_never_read)
 {
     /* an intruder who read L from `ps` dials with a key pair of its own: its hello is
        complete but names a key nobody expects; it is held, then closed */
-    struct dsl_cb_listener *l;
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char err[DSL_ERR_LEN], lhex[65];
     unsigned char lpriv[32], expected[32], pub[32], priv[32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
+    struct dsl_cb_listener *l = keyed_listener(lpriv, lhex);
     ASSERT_OK(dsl_seal_keypair(priv, expected, err));
     ASSERT(dsl_cb_listener_expect(l, expected) >= 0);
     ASSERT_OK(dsl_seal_keypair(priv, pub, err));
@@ -352,12 +360,9 @@ TEST(cb_stream_should_refuse_an_agent_that_replays_a_real_hello)
 {
     /* an on-path attacker copies the real agent's hello; without the agent's private
        key it cannot answer the reply's challenge */
-    struct dsl_cb_listener *l;
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char err[DSL_ERR_LEN], lhex[65];
     unsigned char lpriv[32], lpub[32], apriv[32], apub[32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
+    struct dsl_cb_listener *l = keyed_listener(lpriv, lhex);
     ASSERT_OK(dsl_seal_key_parse(lhex, 64, lpub));
     ASSERT_OK(dsl_seal_keypair(apriv, apub, err));
     struct dsl_seal real;
@@ -410,12 +415,9 @@ TEST(cb_agent_should_refuse_a_launcher_that_does_not_hold_its_key)
 
 TEST(cb_listener_should_hold_a_hello_that_came_before_its_key_line)
 {
-    struct dsl_cb_listener *l;
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char err[DSL_ERR_LEN], lhex[65];
     unsigned char lpriv[32], akey[32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
+    struct dsl_cb_listener *l = keyed_listener(lpriv, lhex);
     int kp[2];
     ASSERT_OK(pipe(kp));
     int fd;
@@ -447,12 +449,9 @@ TEST(cb_listener_should_hold_a_hello_that_came_before_its_key_line)
 TEST(cb_listener_should_make_every_owner_ready_when_their_sockets_arrive_in_one_burst)
 {
     enum { N = 4 };
-    struct dsl_cb_listener *l;
-    char err[DSL_ERR_LEN];
-    ASSERT_OK(dsl_cb_listener_open(&l, "127.0.0.1", err));
+    char err[DSL_ERR_LEN], lhex[65];
     unsigned char lpriv[32], akey[N][32];
-    char lhex[65];
-    launcher_key(lpriv, lhex);
+    struct dsl_cb_listener *l = keyed_listener(lpriv, lhex);
     int ready[N], fds[N], kp[2];
     struct dsl_seal seal[N];
     ASSERT_OK(pipe(kp));

@@ -37,8 +37,7 @@ TEST(seal_should_complete_the_handshake_and_carry_bytes_both_ways)
     memset(buf, 0, sizeof(buf));
     ASSERT_EQ(read_all(&l, buf, sizeof(buf) - 1), 17);
     ASSERT_STR_EQ(buf, "{\"type\":\"hello\"}\n");
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_should_split_a_large_write_into_frames_and_never_show_the_plaintext)
@@ -59,8 +58,7 @@ TEST(seal_should_split_a_large_write_into_frames_and_never_show_the_plaintext)
     ASSERT(!memcmp(got, msg, n));
     free(msg);
     free(got);
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_agent_should_refuse_a_launcher_without_the_private_key)
@@ -156,8 +154,7 @@ TEST(seal_should_end_the_channel_on_a_flipped_bit)
     ASSERT_EQ(read_all(&l, buf, sizeof(buf)), 0); /* nothing at all once failed */
     ASSERT_CONTAINS(l.err, "failed authentication");
     dsl_dynbuf_release(&w);
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_should_end_the_channel_on_a_replayed_frame)
@@ -171,8 +168,7 @@ TEST(seal_should_end_the_channel_on_a_replayed_frame)
     char buf[64] = "";
     read_all(&l, buf, sizeof(buf));
     dsl_dynbuf_release(&w);
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_should_end_the_channel_on_reordered_or_dropped_frames)
@@ -191,8 +187,7 @@ TEST(seal_should_end_the_channel_on_reordered_or_dropped_frames)
             ASSERT_EQ(dsl_seal_feed(&l, w.buf + off[2], off[3] - off[2]), DSL_EAUTH);
         ASSERT_EQ(l.state, DSL_SEAL_FAILED);
         dsl_dynbuf_release(&w);
-        dsl_seal_release(&l);
-        dsl_seal_release(&a);
+        pair_close(&l, &a);
     }
 }
 
@@ -202,8 +197,7 @@ TEST(seal_should_not_accept_a_frame_reflected_back_to_its_sender)
     ASSERT_OK(pair_open(&l, &a));
     ASSERT_OK(dsl_seal_write(&l, "stop\n", 5));
     ASSERT_EQ(dsl_seal_feed(&l, l.out.buf, l.out.len), DSL_EAUTH);
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_should_assemble_frames_fed_one_byte_at_a_time)
@@ -216,8 +210,7 @@ TEST(seal_should_assemble_frames_fed_one_byte_at_a_time)
     char buf[32] = "";
     ASSERT_EQ(read_all(&l, buf, sizeof(buf) - 1), 19);
     ASSERT_STR_EQ(buf, "one byte at a time\n");
-    dsl_seal_release(&l);
-    dsl_seal_release(&a);
+    pair_close(&l, &a);
 }
 
 TEST(seal_keys_should_round_trip_through_hex_and_differ)
@@ -236,7 +229,4 @@ TEST(seal_keys_should_round_trip_through_hex_and_differ)
     ASSERT_ERR(dsl_seal_key_parse(hex, 64, back));
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -124,7 +124,4 @@ TEST(shell_quote_should_round_trip_every_byte_value_and_adjacent_words)
     dsl_dynbuf_release(&words);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

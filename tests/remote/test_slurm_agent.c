@@ -5,6 +5,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/remote/transport.h"
 #include "test.h"
+#include "test_env.h"
 
 static void step_env(const char *node)
 {
@@ -12,14 +13,10 @@ static void step_env(const char *node)
         setenv("SLURMD_NODENAME", node, 1);
     else
         unsetenv("SLURMD_NODENAME");
-    setenv("SLURM_PROCID", "0", 1);
-    setenv("SLURM_LOCALID", "0", 1);
-    setenv("SLURM_STEP_ID", "5", 1);
-    setenv("SLURM_STEP_NODELIST", "n[1-3]", 1);
-    setenv("SLURM_TASKS_PER_NODE", "1(x3)", 1);
-    setenv("SLURM_CPU_BIND_TYPE", "none", 1);
-    setenv("SLURM_JOB_ID", "77", 1);
-    setenv("SLURM_JOB_NODELIST", "n[1-3]", 1);
+    test_setenvs(TEST_ENV("SLURM_PROCID=0", "SLURM_LOCALID=0", "SLURM_STEP_ID=5",
+                          "SLURM_STEP_NODELIST=n[1-3]", "SLURM_TASKS_PER_NODE=1(x3)",
+                          "SLURM_CPU_BIND_TYPE=none", "SLURM_JOB_ID=77",
+                          "SLURM_JOB_NODELIST=n[1-3]"));
 }
 
 TEST(slurm_agent_should_take_its_index_from_its_node_name_and_drop_the_step_variables)
@@ -55,7 +52,4 @@ TEST(slurm_agent_should_refuse_a_node_the_plan_does_not_name)
     ASSERT_CONTAINS(err, "SLURMD_NODENAME is not set");
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

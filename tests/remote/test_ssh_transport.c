@@ -39,6 +39,28 @@ static void open_one(struct dsl_conn *c, const char *host, const struct dsl_tran
     conns_drive(c, 1);
 }
 
+/* o's connection to host, running /bin/true there, fails with code; c holds it for the
+ * caller's checks of c->err and conn_free(). */
+static void open_fails(struct dsl_conn *c, const char *host, const struct dsl_transport_opts *o,
+                       int code)
+{
+    char *argv[] = {(char *)"/bin/true", NULL};
+    open_one(c, host, o, argv);
+    ASSERT_EQ(c->state, DSL_CONN_FAILED);
+    ASSERT_EQ(c->err_code, code);
+}
+
+/* o's connection to host, running /bin/true there, opens. */
+static void opens(const char *host, const struct dsl_transport_opts *o)
+{
+    char *argv[] = {(char *)"/bin/true", NULL};
+    struct dsl_conn c;
+    open_one(&c, host, o, argv);
+    if (c.state != DSL_CONN_OPEN)
+        DSL_FAIL_("%s", c.err);
+    conn_free(&c);
+}
+
 /* Read everything until EOF (bounded by a deadline); returns a malloc'd buffer. */
 static char *read_to_eof(struct dsl_conn *c, size_t *len)
 {
@@ -151,11 +173,8 @@ TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.known_hosts = kh;
-    char *argv[] = {(char *)"/bin/true", NULL};
     struct dsl_conn c;
-    open_one(&c, "node1", &o, argv);
-    ASSERT_EQ(c.state, DSL_CONN_FAILED);
-    ASSERT_EQ(c.err_code, DSL_EAUTH);
+    open_fails(&c, "node1", &o, DSL_EAUTH);
     ASSERT_CONTAINS(c.err, "host key for 'node1' is not known");
     ASSERT_CONTAINS(c.err, "--ssh-accept-new");
     ASSERT_CONTAINS(c.err, "ssh node1");
@@ -164,15 +183,9 @@ TEST(ssh_should_refuse_an_unknown_host_key_and_say_how_to_accept_it)
 
     /* trust on first use records the key; the next connection needs no flag */
     o.accept_new = 1;
-    open_one(&c, "node1", &o, argv);
-    if (c.state != DSL_CONN_OPEN)
-        DSL_FAIL_("%s", c.err);
-    conn_free(&c);
+    opens("node1", &o);
     o.accept_new = 0;
-    open_one(&c, "node1", &o, argv);
-    if (c.state != DSL_CONN_OPEN)
-        DSL_FAIL_("%s", c.err);
-    conn_free(&c);
+    opens("node1", &o);
     unlink(kh);
     free(cfg);
 }
@@ -187,12 +200,7 @@ TEST(ssh_accept_new_should_create_a_missing_known_hosts_file)
     base_opts(&o, cfg);
     o.known_hosts = kh;
     o.accept_new = 1;
-    char *argv[] = {(char *)"/bin/true", NULL};
-    struct dsl_conn c;
-    open_one(&c, "node3", &o, argv);
-    if (c.state != DSL_CONN_OPEN)
-        DSL_FAIL_("%s", c.err);
-    conn_free(&c);
+    opens("node3", &o);
     ASSERT(access(kh, R_OK) == 0);
     char *sub = dsl_xasprintf("%s/sub", dir);
     unlink(kh);
@@ -209,11 +217,8 @@ TEST(ssh_port_option_should_override_the_config_port)
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.ssh_port = 2; /* nothing listens there: refused proves the override was used */
-    char *argv[] = {(char *)"/bin/true", NULL};
     struct dsl_conn c;
-    open_one(&c, "node1", &o, argv);
-    ASSERT_EQ(c.state, DSL_CONN_FAILED);
-    ASSERT_EQ(c.err_code, DSL_ECONNECT);
+    open_fails(&c, "node1", &o, DSL_ECONNECT);
     ASSERT_CONTAINS(c.err, ":2)");
     conn_free(&c);
     free(cfg);
@@ -253,13 +258,10 @@ TEST(ssh_should_refuse_a_changed_host_key_even_with_accept_new)
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.known_hosts = kh;
-    char *argv[] = {(char *)"/bin/true", NULL};
     for (int accept = 0; accept <= 1; accept++) {
         o.accept_new = accept;
         struct dsl_conn c;
-        open_one(&c, "node1", &o, argv);
-        ASSERT_EQ(c.state, DSL_CONN_FAILED);
-        ASSERT_EQ(c.err_code, DSL_EAUTH);
+        open_fails(&c, "node1", &o, DSL_EAUTH);
         ASSERT_CONTAINS(c.err, "host key for 'node1' has CHANGED");
         conn_free(&c);
     }
@@ -275,11 +277,8 @@ TEST(ssh_with_a_wrong_identity_should_fail_with_eauth)
     struct dsl_transport_opts o;
     base_opts(&o, cfg);
     o.ssh_identity = wrong;
-    char *argv[] = {(char *)"/bin/true", NULL};
     struct dsl_conn c;
-    open_one(&c, "node2", &o, argv);
-    ASSERT_EQ(c.state, DSL_CONN_FAILED);
-    ASSERT_EQ(c.err_code, DSL_EAUTH);
+    open_fails(&c, "node2", &o, DSL_EAUTH);
     ASSERT_CONTAINS(c.err, "permission denied");
     ASSERT_CONTAINS(c.err, "wrong_ed25519");
     conn_free(&c);
@@ -287,10 +286,7 @@ TEST(ssh_with_a_wrong_identity_should_fail_with_eauth)
     /* and the right one, given explicitly, works */
     char *right = cluster_path("id_ed25519");
     o.ssh_identity = right;
-    open_one(&c, "node2", &o, argv);
-    if (c.state != DSL_CONN_OPEN)
-        DSL_FAIL_("%s", c.err);
-    conn_free(&c);
+    opens("node2", &o);
     free(right);
     free(wrong);
     free(cfg);

@@ -9,21 +9,18 @@ dsl_unit_test(test_net SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_net.c LIBS dslremo
 
 # The transports against a real cluster: these binaries run under with_cluster.sh,
 # which hands them the cluster's directory, so they are cluster tests, not unit tests.
+# dsl_transport_test(PROGRAM TEST): PROGRAM.c with cluster_conn.c, run as TEST.
+function(dsl_transport_test program test)
+  dsl_test_executable(${program} SOURCES ${CMAKE_CURRENT_LIST_DIR}/${program}.c
+                      ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c LIBS dslremote)
+  dsl_script_test(${test} LABEL cluster TIMEOUT 300
+                  COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:${program}>)
+endfunction()
 if(DSL_WITH_SSH)
-  dsl_test_executable(test_ssh_transport
-                      SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ssh_transport.c
-                              ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
-                      LIBS dslremote)
-  dsl_script_test(cluster_ssh_transport LABEL cluster TIMEOUT 300
-                  COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_ssh_transport>)
+  dsl_transport_test(test_ssh_transport cluster_ssh_transport)
 endif()
 # pdsh transport: the test binary doubles as the connect-back "agent" on the nodes
-dsl_test_executable(test_pdsh_transport
-                    SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_pdsh_transport.c
-                            ${CMAKE_CURRENT_LIST_DIR}/cluster_conn.c
-                    LIBS dslremote)
-dsl_script_test(cluster_pdsh_openmpi_transports LABEL cluster TIMEOUT 300
-                COMMAND ${dsl_with_cluster} 3 $<TARGET_FILE:test_pdsh_transport>)
+dsl_transport_test(test_pdsh_transport cluster_pdsh_openmpi_transports)
 if(DSL_WITH_SSH)
   # benchmark helper (docs/multinode.md): the ssh transport alone, N sessions at once
   dsl_test_executable(dsl_ssh_fanout SOURCES ${CMAKE_CURRENT_LIST_DIR}/ssh_fanout.c

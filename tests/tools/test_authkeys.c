@@ -211,7 +211,4 @@ TEST(sshperm_fix_should_change_only_modes_sshd_or_ssh_refuse)
     }
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

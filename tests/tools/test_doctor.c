@@ -153,18 +153,23 @@ TEST(diag_members_should_round_trip_and_stay_optional)
 
 TEST(version_codes_should_format_like_their_libraries)
 {
-    char buf[32];
-    dsl_facts_cuda_version(12040, buf, sizeof(buf));
-    ASSERT_STR_EQ(buf, "12.4");
-    dsl_facts_cuda_version(13000, buf, sizeof(buf));
-    ASSERT_STR_EQ(buf, "13.0");
-    dsl_facts_nccl_version(22809, buf, sizeof(buf));
-    ASSERT_STR_EQ(buf, "2.28.9");
-    dsl_facts_nccl_version(2708, buf, sizeof(buf));
-    ASSERT_STR_EQ(buf, "2.7.8");
+    static const struct {
+        int nccl, code; /* nccl: NCCL's code, else CUDA's */
+        const char *want;
+    } cases[] = {
+        {0, 12040, "12.4"},
+        {0, 13000, "13.0"},
+        {1, 22809, "2.28.9"},
+        {1, 2708, "2.7.8"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char buf[32];
+        if (cases[i].nccl)
+            dsl_facts_nccl_version(cases[i].code, buf, sizeof(buf));
+        else
+            dsl_facts_cuda_version(cases[i].code, buf, sizeof(buf));
+        ASSERT_STR_EQ(buf, cases[i].want);
+    }
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -69,7 +69,4 @@ TEST(sha256_file_should_hash_a_file_and_report_a_missing_one)
     ASSERT(strstr(err, "cannot read") != NULL);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

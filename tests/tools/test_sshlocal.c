@@ -117,7 +117,4 @@ TEST(sshlocal_write_should_replace_the_file_and_keep_its_mode)
     free(d);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

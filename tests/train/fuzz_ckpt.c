@@ -49,12 +49,7 @@ static void remove_all(void)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/dsl_fuzz_ckpt.XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(tagdir, sizeof(tagdir), "%s/global_step1", dir);
-    if (mkdir(tagdir, 0700) != 0)
-        abort();
+    fuzz_ckpt_dirs("ckpt", dir, sizeof(dir), tagdir, sizeof(tagdir));
     snprintf(files[0], sizeof(files[0]), "%s/latest", dir);
     snprintf(files[1], sizeof(files[1]), "%s/" DSL_CKPT_MODEL_FILE, tagdir);
     for (int r = 0; r < NFILES - 2; r++)

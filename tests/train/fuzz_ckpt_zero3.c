@@ -42,13 +42,8 @@ static void remove_all(void)
 
 static void setup(void)
 {
-    snprintf(dir, sizeof(dir), "/tmp/dsl_fuzz_z3.XXXXXX");
-    if (!mkdtemp(dir))
-        abort();
-    snprintf(tagdir, sizeof(tagdir), "%s/global_step1", dir);
+    fuzz_ckpt_dirs("z3", dir, sizeof(dir), tagdir, sizeof(tagdir));
     snprintf(out, sizeof(out), "%s/out.safetensors", dir);
-    if (mkdir(tagdir, 0700) != 0)
-        abort();
     snprintf(files[0], sizeof(files[0]), "%s/latest", dir);
     for (int i = 1; i < NFILES; i++)
         snprintf(files[i], sizeof(files[i]), "%s/zero_pp_rank_%d_mp_rank_00_%s_states.safetensors",

@@ -41,34 +41,27 @@ static int metrics_as_typed(const struct dsl_train_settings *s, int argc, char *
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (memchr(data, '/', size))
+    struct fuzz_words w;
+    if (!fuzz_words(data, size, &w))
         return 0;
-    char **argv;
-    size_t nwords;
-    char *buf = fuzz_words(data, size, &argv, &nwords);
-    int argc = (int)nwords + 1;
+    int argc = (int)w.n + 1;
+    char **argv = w.v;
     argv[0] = (char *)"dstrain";
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
     fuzz_enter_empty_dir("settings");
-    int r = dsl_train_settings_parse(&s, argc, argv, err);
-    fuzz_leave_empty_dir();
-    if (r < 0 && !err[0])
-        abort();
+    int r = fuzz_left(dsl_train_settings_parse(&s, argc, argv, err), err);
     if (r == 0 && !metrics_as_typed(&s, argc, argv))
         abort();
     if (r == 0) {
         int world = 1 + (int)(size % 8);
         err[0] = '\0';
-        r = dsl_train_settings_verify(&s, 1, world, err);
-        if (r < 0 && !err[0])
-            abort();
+        r = fuzz_explained(dsl_train_settings_verify(&s, 1, world, err), err);
         if (r == 0 && s.cfg.train_batch_size != s.cfg.train_micro_batch_size_per_gpu *
                                                     s.cfg.gradient_accumulation_steps * world)
             abort();
     }
     dsl_train_settings_release(&s);
-    free(argv);
-    free(buf);
+    fuzz_words_free(&w);
     return 0;
 }

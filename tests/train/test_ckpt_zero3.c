@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_internal.h"
 #include "train/safetensors.h"
+#include "ckpt_fixture.h"
 #include "test.h"
 #include "test_fs.h"
 
@@ -130,22 +131,18 @@ static int save_z3(const char *dir, const char *tag, int world, const struct mod
     return r < 0 ? r : dsl_ckpt_commit(dir, tag, world, err);
 }
 
-static char *in_tag(const char *dir, const char *tag, int rank, const char *kind)
+/* A fresh scratch directory with md saved at world `world` as tag global_step7, in
+ * buckets of 50; test_tmpdir_remove() ends it. */
+static char *saved_z3(const struct model *md, int world)
 {
-    return dsl_xasprintf("%s/%s/zero_pp_rank_%d_mp_rank_00_%s_states.safetensors", dir, tag,
-                         rank, kind);
+    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
+    ASSERT_OK(save_z3(dir, "global_step7", world, md, 50, 0, err));
+    return dir;
 }
 
 static void flip_last_byte(const char *path)
 {
-    int fd = open(path, O_RDWR);
-    struct stat st;
-    unsigned char ch;
-    ASSERT(fd >= 0 && fstat(fd, &st) == 0);
-    ASSERT(pread(fd, &ch, 1, st.st_size - 1) == 1);
-    ch ^= 0x40;
-    ASSERT(pwrite(fd, &ch, 1, st.st_size - 1) == 1);
-    close(fd);
+    test_flip_byte(path, test_file_size(path) - 1);
 }
 
 TEST(zero3_checkpoint_should_load_whole_at_any_world_size)
@@ -153,9 +150,8 @@ TEST(zero3_checkpoint_should_load_whole_at_any_world_size)
     struct model md;
     model_init(&md, 3, 20, 16);
     for (int world = 1; world <= 4; world++) {
-        char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
+        char *dir = saved_z3(&md, world), err[DSL_ERR_LEN];
         struct dsl_ckpt c;
-        ASSERT_OK(save_z3(dir, "global_step7", world, &md, 50, 0, err));
         ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
         ASSERT_EQ(c.zero3, 1);
         ASSERT_EQ(c.saved_world, world);
@@ -172,8 +168,7 @@ TEST(zero3_checkpoint_should_load_whole_at_any_world_size)
         ASSERT(memcmp(c.params, md.p, md.numel * sizeof(float)) == 0);
         ASSERT_EQ(c.nstate, 0);
         dsl_ckpt_release(&c);
-        rm_rf(dir);
-        free(dir);
+        test_tmpdir_remove(dir);
     }
     model_release(&md);
 }
@@ -208,15 +203,8 @@ TEST(zero3_consolidate_should_hold_one_tensor_at_a_time)
     ASSERT(dsl_ckpt_meta(&f, "dsl.views") == NULL && dsl_ckpt_meta(&f, "dsl.rank") == NULL);
     dsl_ckpt_release(&f);
     /* the same bytes from world 1 and world 4 */
-    struct dsl_st_file a, b;
-    ASSERT_OK(dsl_st_load(&a, out1, 0, err));
-    ASSERT_OK(dsl_st_load(&b, out4, 0, err));
-    ASSERT_EQ(a.len, b.len);
-    ASSERT(memcmp(a.buf, b.buf, a.len) == 0);
-    dsl_st_release(&a);
-    dsl_st_release(&b);
-    rm_rf(dir);
-    free(dir);
+    assert_same_safetensors(out1, out4);
+    test_tmpdir_remove(dir);
     free(d1);
     free(d4);
     free(out1);
@@ -252,8 +240,7 @@ TEST(zero3_16bit_weights_should_be_the_rounded_parameters_streamed_the_same_way)
         }
         dsl_st_release(&f);
     }
-    rm_rf(dir);
-    free(dir);
+    test_tmpdir_remove(dir);
     free(out);
     free(path);
     model_release(&md);
@@ -296,23 +283,20 @@ TEST(a_missing_or_corrupt_zero3_shard_should_be_refused_naming_the_file)
                         "data does not match its checksum"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
-        ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
-        char *f = in_tag(dir, "global_step7", cases[i].rank, cases[i].kind);
+        char *dir = saved_z3(&md, 3);
+        char *f = rank_file(dir, "global_step7", cases[i].rank, cases[i].kind);
         if (cases[i].corrupt)
             flip_last_byte(f);
         else
             ASSERT(unlink(f) == 0);
         assert_refused(dir, cases[i].want);
         free(f);
-        rm_rf(dir);
-        free(dir);
+        test_tmpdir_remove(dir);
     }
     /* the optimizer's files are the resume's: a load refuses them, naming the file */
-    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
+    char *dir = saved_z3(&md, 3), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
-    ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
-    char *f = in_tag(dir, "global_step7", 1, "optim");
+    char *f = rank_file(dir, "global_step7", 1, "optim");
     flip_last_byte(f);
     ASSERT_ERR(dsl_ckpt_load(&c, dir, NULL, 0, err));
     ASSERT_CONTAINS(err, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': the tensor data");
@@ -322,8 +306,7 @@ TEST(a_missing_or_corrupt_zero3_shard_should_be_refused_naming_the_file)
     ASSERT_CONTAINS(err, "missing shard file 'zero_pp_rank_1_mp_rank_00_optim_states");
     dsl_ckpt_release(&c);
     free(f);
-    rm_rf(dir);
-    free(dir);
+    test_tmpdir_remove(dir);
     model_release(&md);
 }
 
@@ -331,22 +314,17 @@ TEST(overlapping_zero3_pieces_should_fail_the_commit_and_keep_latest)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
+    char *dir = saved_z3(&md, 2), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
-    ASSERT_OK(save_z3(dir, "global_step7", 2, &md, 50, 0, err));
     ASSERT_ERR(save_z3(dir, "global_step9", 2, &md, 50, 1, err));
     printf("  -> %s\n", err);
     ASSERT_CONTAINS(err, "overlapping shards");
     dsl_ckpt_abort(dir, "global_step9");
-    char *tag = NULL;
-    ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
-    ASSERT_STR_EQ(tag, "global_step7");
-    free(tag);
+    assert_latest(dir, "global_step7");
     ASSERT_OK(dsl_ckpt_load(&c, dir, NULL, 0, err));
     ASSERT(memcmp(c.params, md.p, md.numel * sizeof(float)) == 0);
     dsl_ckpt_release(&c);
-    rm_rf(dir);
-    free(dir);
+    test_tmpdir_remove(dir);
     model_release(&md);
 }
 
@@ -354,20 +332,15 @@ TEST(a_zero3_save_with_a_nan_should_fail_at_its_writer_and_keep_latest)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
-    ASSERT_OK(save_z3(dir, "global_step7", 2, &md, 50, 0, err));
+    char *dir = saved_z3(&md, 2), err[DSL_ERR_LEN];
     md.s[md.numel - 1] = NAN; /* in the last rank's optimizer pieces */
     ASSERT_ERR(save_z3(dir, "global_step9", 2, &md, 50, 0, err));
     printf("  -> %s\n", err);
     ASSERT_CONTAINS(err, "zero_pp_rank_1_mp_rank_00_optim_states.safetensors': 'exp_avg_sq'");
     ASSERT_CONTAINS(err, "the training has diverged; nothing was saved");
     dsl_ckpt_abort(dir, "global_step9");
-    char *tag = NULL;
-    ASSERT_OK(dsl_ckpt_read_latest(dir, &tag, err));
-    ASSERT_STR_EQ(tag, "global_step7");
-    free(tag);
-    rm_rf(dir);
-    free(dir);
+    assert_latest(dir, "global_step7");
+    test_tmpdir_remove(dir);
     model_release(&md);
 }
 
@@ -375,18 +348,17 @@ TEST(a_rank_should_read_only_its_own_zero3_shard_at_the_saved_world)
 {
     struct model md;
     model_init(&md, 3, 20, 16);
-    char *dir = test_tmpdir("z3"), err[DSL_ERR_LEN];
+    char *dir = saved_z3(&md, 3), err[DSL_ERR_LEN];
     struct dsl_ckpt c;
-    ASSERT_OK(save_z3(dir, "global_step7", 3, &md, 50, 0, err));
     /* rank 1 of 3 needs no other rank's files: the others' shards removed */
     for (int r = 0; r < 3; r++) {
         if (r == 1)
             continue;
-        char *f = in_tag(dir, "global_step7", r, "optim");
+        char *f = rank_file(dir, "global_step7", r, "optim");
         ASSERT(unlink(f) == 0);
         free(f);
     }
-    char *f2 = in_tag(dir, "global_step7", 2, "model");
+    char *f2 = rank_file(dir, "global_step7", 2, "model");
     ASSERT(unlink(f2) == 0);
     free(f2);
     ASSERT_EQ(dsl_ckpt_load_rank(&c, dir, NULL, 1, 3, 0, md.numel, err), 0);
@@ -406,8 +378,7 @@ TEST(a_rank_should_read_only_its_own_zero3_shard_at_the_saved_world)
     /* rank 0's own optimizer shard is gone: named */
     ASSERT_ERR(dsl_ckpt_load_rank(&c, dir, NULL, 0, 3, 0, md.numel, err));
     ASSERT_CONTAINS(err, "missing shard file 'zero_pp_rank_0_mp_rank_00_optim_states");
-    rm_rf(dir);
-    free(dir);
+    test_tmpdir_remove(dir);
     model_release(&md);
 }
 
@@ -440,7 +411,4 @@ TEST(zero3_metadata_parsers_should_take_exactly_their_grammar)
         ASSERT(dsl_ckpt_views_parse(bad_views[i], 9, &v, &n) < 0);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

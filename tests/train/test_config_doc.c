@@ -101,7 +101,4 @@ TEST(a_cell_should_escape_pipes)
     free(out);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

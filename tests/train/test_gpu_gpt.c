@@ -58,10 +58,10 @@
 #include "dslaunch/device/device.h"
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/trainer.h"
+#include "gpu_test.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
-static struct dsl_device gdev; /* the CUDA device, opened in main */
 
 struct shape {
     size_t L, C, NH, T, V, B; /* blocks, width, heads, context, vocabulary, micro batch */
@@ -182,6 +182,19 @@ struct result {
     size_t nneed;
 };
 
+/* r's gradient in fp32 from the model's own gradient g (fp32, bf16 or fp16), which is
+ * freed */
+static void widen_grads(const struct dsl_model *m, char *g, struct result *r)
+{
+    size_t P = m->nparams;
+    r->g = malloc(P * sizeof(float));
+    if (m->dtype != DSL_FLOAT32)
+        dsl_hv_widen(m->dtype == DSL_BFLOAT16, r->g, (const uint16_t *)(void *)g, P);
+    else
+        memcpy(r->g, g, P * sizeof(float));
+    free(g);
+}
+
 static void run_cpu(struct dsl_model *m, const void *params, const float *x, size_t n,
                     float scale, struct result *r)
 {
@@ -193,12 +206,7 @@ static void run_cpu(struct dsl_model *m, const void *params, const float *x, siz
     ASSERT_OK(m->ops->forward_backward(m, params, x, NULL, n, scale, &k, &r->st));
     ASSERT_EQ(s.ndone, m->nsegs);
     ASSERT_EQ(s.needed, P);
-    r->g = malloc(P * sizeof(float));
-    if (half)
-        dsl_hv_widen(m->dtype == DSL_BFLOAT16, r->g, (const uint16_t *)(void *)g, P);
-    else
-        memcpy(r->g, g, P * sizeof(float));
-    free(g);
+    widen_grads(m, g, r);
 }
 
 static void run_gpu(struct dsl_model *m, const void *dparams, const float *x, size_t n,
@@ -217,12 +225,20 @@ static void run_gpu(struct dsl_model *m, const void *dparams, const float *x, si
     char *g = malloc(P * esz);
     to_host(g, dg, P * esz);
     cudaFree(dg);
-    r->g = malloc(P * sizeof(float));
-    if (half)
-        dsl_hv_widen(m->dtype == DSL_BFLOAT16, r->g, (const uint16_t *)(void *)g, P);
-    else
-        memcpy(r->g, g, P * sizeof(float));
-    free(g);
+    widen_grads(m, g, r);
+}
+
+/* The end of a comparison: the CPU model a and the CUDA one b, the tokens x, the fp32
+ * parameters p, their host copy hp and their device copy dp. */
+static void release_pair(struct dsl_model *a, struct dsl_model *b, float *x, float *p,
+                         void *hp, void *dp)
+{
+    free(x);
+    free(p);
+    free(hp);
+    cudaFree(dp);
+    dsl_model_release(a);
+    dsl_model_release(b);
 }
 
 /* per tensor: the largest |gpu - cpu| over the tensor's largest |cpu|, and the RMS
@@ -354,12 +370,7 @@ static void compare_fp32(const struct shape *h)
     x[5] = (float)h->V;
     ASSERT_EQ(b.ops->evaluate(&b, dp, x, NULL, 1, &sb), DSL_EDATA);
     ASSERT_EQ(a.ops->evaluate(&a, p, x, NULL, 1, &sa), DSL_EDATA);
-    free(x);
-    free(p);
-    free(hp);
-    cudaFree(dp);
-    dsl_model_release(&a);
-    dsl_model_release(&b);
+    release_pair(&a, &b, x, p, hp, dp);
 }
 
 TEST(cuda_gpt_should_match_the_cpu_gpt_in_fp32)
@@ -419,12 +430,7 @@ static void compare_half(const struct shape *h, enum dsl_dtype dt)
     free(rg2.g);
     free(rc.g);
     free(rg.g);
-    free(x);
-    free(p);
-    free(hp);
-    cudaFree(dp);
-    dsl_model_release(&a);
-    dsl_model_release(&b);
+    release_pair(&a, &b, x, p, hp, dp);
 }
 
 TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_parameters)
@@ -699,22 +705,6 @@ TEST(gpu_gpt_training_at_world_one_should_match_the_cpu_trainer_and_lower_the_lo
 
 int main(int argc, char **argv)
 {
-    int ndev = 0;
-    char err[DSL_ERR_LEN] = "";
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        fprintf(stderr, "# no CUDA device: skipped\n");
-        return 77;
-    }
-    if (dsl_device_cuda_open(&gdev, 0, err) < 0) {
-        fprintf(stderr, "cuda device: %s\n", err);
-        return 1;
-    }
-    fprintf(stderr, "# device %s\n", gdev.name);
-    int r = RUN_TESTS(argc, argv);
-    if (gdev.failed) {
-        fprintf(stderr, "device error: %s\n", gdev.err);
-        r = 1;
-    }
-    dsl_device_release(&gdev);
-    return r;
+    int r = gpu_test_open();
+    return r ? r : gpu_test_close(RUN_TESTS(argc, argv));
 }

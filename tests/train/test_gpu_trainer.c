@@ -39,10 +39,10 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/train/trainer.h"
+#include "gpu_test.h"
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
-static struct dsl_device gdev; /* the CUDA device, opened in main */
 
 /* uniform in [-scale, scale), with zeros, negative zeros and denormals sprinkled in */
 static void fill(float *x, size_t n, uint64_t seed, float scale)
@@ -755,29 +755,17 @@ TEST(gpu_mixed_precision_should_track_the_cpu_fp32_trainer_and_match_the_formula
 
 int main(int argc, char **argv)
 {
-    int ndev = 0;
     char err[DSL_ERR_LEN] = "";
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        fprintf(stderr, "# no CUDA device: skipped\n");
-        return 77;
-    }
-    if (dsl_device_cuda_open(&gdev, 0, err) < 0) {
-        fprintf(stderr, "cuda device: %s\n", err);
-        return 1;
-    }
-    fprintf(stderr, "# device %s\n", gdev.name);
+    int r = gpu_test_open();
+    if (r)
+        return r;
     /* the GPU timers on, as in dstrain: every comparison and the one host wait per step
      * hold with them (they record events and never wait) */
     if (dsl_gpuprof_enable(gdev.stream, err) < 0) {
         fprintf(stderr, "gpu timers: %s\n", err);
         return 1;
     }
-    int r = RUN_TESTS(argc, argv);
+    r = RUN_TESTS(argc, argv);
     dsl_gpuprof_disable();
-    if (gdev.failed) {
-        fprintf(stderr, "device error: %s\n", gdev.err);
-        r = 1;
-    }
-    dsl_device_release(&gdev);
-    return r;
+    return gpu_test_close(r);
 }

@@ -207,6 +207,49 @@ static float test_value(uint64_t *s)
     return (r >> 48) & 1 ? -f : f;
 }
 
+/* The optimizer on the device against dsl_optim_step, bit for bit: the fp32 master p
+ * from f2 with the gradient (float(a) * ga) * gscale, then c = half(p). */
+static void check_half_optim(struct dsl_device *d, enum dsl_dtype ht, const float *f2,
+                             const uint16_t *a, uint16_t *c, size_t n)
+{
+    const struct dsl_device_ops *o = d->ops;
+    struct dsl_optim_hparams hs[3] = {
+        {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+         .weight_decay = 0.01f, .adam_w_mode = 1},
+        {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+         .weight_decay = 0.01f, .adam_w_mode = 0},
+        {.type = DSL_OPTIM_SGD, .weight_decay = 0.01f, .momentum = 0.9f},
+    };
+    for (int hi = 0; hi < 3; hi++) {
+        size_t bytes = n * sizeof(float);
+        float *p = malloc(bytes), *m = calloc(n, 4), *v = calloc(n, 4);
+        float *rp = malloc(bytes), *rm = calloc(n, 4), *rv = calloc(n, 4);
+        ASSERT(p && m && v && rp && rm && rv);
+        memcpy(p, f2, bytes);
+        memcpy(rp, f2, bytes);
+        for (uint64_t t = 1; t <= 3; t++) {
+            float ga = 1.0f / 3.0f, gs = 0.7f, lr = 0.01f;
+            ASSERT_OK(o->half_optim_step(d, &hs[hi], lr, t, ht, ga, gs, p, c, a, m, v, n));
+            for (size_t i = 0; i < n; i++) {
+                float gi = ref_to(ht, a[i]) * ga;
+                dsl_optim_step(&hs[hi], lr, t, gs, &rp[i], &gi, &rm[i], &rv[i], 1);
+            }
+            for (size_t i = 0; i < n; i++) {
+                ASSERT_EQ(bits(p[i]), bits(rp[i]));
+                ASSERT_EQ(bits(m[i]), bits(rm[i]));
+                ASSERT_EQ(bits(v[i]), bits(rv[i]));
+                ASSERT_EQ(c[i], ref_from(ht, rp[i]));
+            }
+        }
+        free(p);
+        free(m);
+        free(v);
+        free(rp);
+        free(rm);
+        free(rv);
+    }
+}
+
 TEST(cpu_half_ops_should_match_their_scalar_definitions)
 {
     struct dsl_device *d = dsl_device_cpu();
@@ -295,41 +338,7 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
         ASSERT_OK(o->half_absmax_bits(d, ht, c, 2, &got32));
         ASSERT(got32 > 0x7f800000u);
         /* the optimizer: fp32 master with (float(g) * ga) * gscale, then half(p) */
-        struct dsl_optim_hparams hs[3] = {
-            {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-             .weight_decay = 0.01f, .adam_w_mode = 1},
-            {.type = DSL_OPTIM_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-             .weight_decay = 0.01f, .adam_w_mode = 0},
-            {.type = DSL_OPTIM_SGD, .weight_decay = 0.01f, .momentum = 0.9f},
-        };
-        for (int hi = 0; hi < 3; hi++) {
-            size_t bytes = n * sizeof(float);
-            float *p = malloc(bytes), *m = calloc(n, 4), *v = calloc(n, 4);
-            float *rp = malloc(bytes), *rm = calloc(n, 4), *rv = calloc(n, 4);
-            ASSERT(p && m && v && rp && rm && rv);
-            memcpy(p, f2, bytes);
-            memcpy(rp, f2, bytes);
-            for (uint64_t t = 1; t <= 3; t++) {
-                float ga = 1.0f / 3.0f, gs = 0.7f, lr = 0.01f;
-                ASSERT_OK(o->half_optim_step(d, &hs[hi], lr, t, ht, ga, gs, p, c, a, m, v, n));
-                for (size_t i = 0; i < n; i++) {
-                    float gi = ref_to(ht, a[i]) * ga;
-                    dsl_optim_step(&hs[hi], lr, t, gs, &rp[i], &gi, &rm[i], &rv[i], 1);
-                }
-                for (size_t i = 0; i < n; i++) {
-                    ASSERT_EQ(bits(p[i]), bits(rp[i]));
-                    ASSERT_EQ(bits(m[i]), bits(rm[i]));
-                    ASSERT_EQ(bits(v[i]), bits(rv[i]));
-                    ASSERT_EQ(c[i], ref_from(ht, rp[i]));
-                }
-            }
-            free(p);
-            free(m);
-            free(v);
-            free(rp);
-            free(rm);
-            free(rv);
-        }
+        check_half_optim(d, ht, f2, a, c, n);
     }
     dsl_cpupool_set_threads(1);
     free(f);
@@ -339,7 +348,4 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
     free(c);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

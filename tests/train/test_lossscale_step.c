@@ -397,7 +397,4 @@ TEST(without_loss_scaling_the_step_should_report_scale_one_and_never_skip)
     free(g);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -140,7 +140,4 @@ TEST(offload_should_be_a_no_op_on_the_cpu_and_refused_on_the_gpu)
                           err));
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

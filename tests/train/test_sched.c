@@ -324,7 +324,4 @@ TEST(loss_scale_state_should_round_trip_through_its_string)
     }
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

@@ -25,6 +25,15 @@ static int parse_words(struct dsl_train_settings *s, char *err, const char *cons
     return dsl_train_settings_parse(s, argc, argv, err);
 }
 
+/* flag value is refused as DSL_ECONFIG; the message in err */
+static void refuse(const char *flag, const char *value, char *err)
+{
+    struct dsl_train_settings s;
+    const char *words[] = {flag, value, NULL};
+    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    dsl_train_settings_release(&s);
+}
+
 /* flag=value must leave field equal to value, byte for byte */
 static void check_path_flag(const char *flag, const char *value, size_t field_off)
 {
@@ -91,12 +100,9 @@ TEST(the_equals_spelling_should_take_the_value_byte_for_byte_too)
 
 TEST(an_empty_path_should_still_be_refused)
 {
-    struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
-    const char *words[] = {"--metrics", "", NULL};
-    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    refuse("--metrics", "", err);
     ASSERT_CONTAINS(err, "command line: expected a non-empty string for 'dstrain.metrics'");
-    dsl_train_settings_release(&s);
 }
 
 TEST(config_should_open_the_file_named_byte_for_byte)
@@ -132,9 +138,7 @@ TEST(a_list_flag_should_not_splice_its_value_into_json)
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
     /* once "[%s]": two arrays' worth of text taken as one list */
-    const char *words[] = {"--hidden", "1],[2", NULL};
-    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
-    dsl_train_settings_release(&s);
+    refuse("--hidden", "1],[2", err);
     const char *ok[] = {"--hidden", "64,32", NULL};
     ASSERT_OK(parse_words(&s, err, ok));
     ASSERT_EQ(s.cfg.dstrain.nhidden, 2);
@@ -148,10 +152,8 @@ TEST(a_number_flag_should_take_the_whole_word_as_its_number)
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
     /* once JSON text with whatever followed the number ignored */
-    const char *words[] = {"--steps", "10x", NULL};
-    ASSERT_EQ(parse_words(&s, err, words), DSL_ECONFIG);
+    refuse("--steps", "10x", err);
     ASSERT_STR_EQ(err, "command line: expected an integer for 'dstrain.steps', got a string");
-    dsl_train_settings_release(&s);
     const char *ok[] = {"--steps", "10", "--lr", "3e-4", "--drop-last", "true", NULL};
     ASSERT_OK(parse_words(&s, err, ok));
     ASSERT_EQ(s.cfg.dstrain.steps, 10);
@@ -331,7 +333,4 @@ TEST(stage_three_should_be_refused_for_the_gpt_by_name)
     dsl_train_settings_release(&s);
 }
 
-int main(int argc, char **argv)
-{
-    return RUN_TESTS(argc, argv);
-}
+TEST_MAIN()

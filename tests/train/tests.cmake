@@ -7,38 +7,35 @@ target_compile_definitions(test_config PRIVATE
 # the key table as docs/config.md's key tables (dstrain keys)
 dsl_unit_test(test_config_doc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config_doc.c LIBS dsltrain)
 # dstrain's flags reach the settings as typed (paths byte for byte)
-dsl_unit_test(test_train_settings SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_settings.c
-              LIBS dsltrain)
-# ZeRO-Offload's keys: read, checked against the stage, a no-op on the CPU, refused on the GPU
-dsl_unit_test(test_offload SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_offload.c LIBS dsltrain)
+# ZeRO-Offload's keys (test_offload): read, checked against the stage, a no-op on the
+# CPU, refused on the GPU
+dsl_unit_tests(LIBS dsltrain TESTS test_train_settings test_settings.c
+  test_offload test_offload.c)
 dsl_unit_test(test_sched SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_sched.c LIBS dsltrain m)
-dsl_unit_test(test_checkpoint SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_checkpoint.c
-              LIBS dsltrain)
-dsl_unit_test(test_ckpt_zero3 SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ckpt_zero3.c
-              LIBS dsltrain)
+dsl_unit_tests(LIBS dsltrain TESTS
+  # checkpoints (ckpt_fixture.h): the round trip and failed saves, broken files,
+  # integrity, ZeRO stage 3; the safetensors format on its own
+  test_checkpoint test_checkpoint.c
+  test_ckpt_corrupt test_ckpt_corrupt.c
+  test_ckpt_integrity test_ckpt_integrity.c
+  test_ckpt_zero3 test_ckpt_zero3.c
+  test_safetensors test_safetensors.c
+  # the trainer's step, loss scaling, mixed precision
+  test_train_trainer test_trainer.c
+  test_train_lossscale test_lossscale_step.c
+  test_train_halfprec test_halfprec.c)
 dsl_fuzz_target(fuzz_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_config.c LIBS dsltrain)
 dsl_fuzz_target(fuzz_safetensors SOURCES ${CMAKE_CURRENT_LIST_DIR}/fuzz_safetensors.c
                 LIBS dsltrain)
-dsl_unit_test(test_train_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_trainer.c
-              LIBS dsltrain)
-dsl_unit_test(test_train_lossscale SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lossscale_step.c
-              LIBS dsltrain)
-dsl_unit_test(test_train_halfprec SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_halfprec.c
-              LIBS dsltrain)
-# The GPU path against the CPU path (label gpu only; exits 77 without a CUDA device).
 if(DSL_HAVE_CUDA)
-  dsl_unit_test(test_gpu_trainer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_trainer.c
-                LIBS dsltrain CUDA::cudart_static)
-  set_tests_properties(test_gpu_trainer PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
-  # The CUDA GPT against the CPU GPT (fp32, bf16, fp16, determinism, trainer steps).
-  dsl_unit_test(test_gpu_gpt SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_gpt.c
-                LIBS dsltrain CUDA::cudart_static)
-  set_tests_properties(test_gpu_gpt PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
-  # World 2 and 4 on one GPU (the cuda-tcp backend) against the CPU trainer at the same
-  # world: buckets, ZeRO-1/2 shards, uneven and padded shards, overlap.
-  dsl_unit_test(test_gpu_worlds SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_gpu_worlds.c
-                LIBS dsltrain CUDA::cudart_static)
-  set_tests_properties(test_gpu_worlds PROPERTIES LABELS "gpu" SKIP_RETURN_CODE 77)
+  dsl_unit_tests(GPU LIBS dsltrain TESTS
+    # the GPU path against the CPU path
+    test_gpu_trainer test_gpu_trainer.c
+    # the CUDA GPT against the CPU GPT (fp32, bf16, fp16, determinism, trainer steps)
+    test_gpu_gpt test_gpu_gpt.c
+    # world 2 and 4 on one GPU (the cuda-tcp backend) against the CPU trainer at the
+    # same world: buckets, ZeRO-1/2 shards, uneven and padded shards, overlap
+    test_gpu_worlds test_gpu_worlds.c)
 endif()
 # GPT-2's BPE against the real encoder.json and vocab.bpe (tests/data/gpt2, gzip).
 dsl_unit_test(test_bpe SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bpe.c LIBS dsltrain)
