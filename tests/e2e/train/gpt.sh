@@ -409,8 +409,9 @@ zero3)
     # at worlds 1, 2 and 4, with and without overlap_comm, with every layer gathered
     # (persistence threshold 0), one window (no prefetch), the embeddings kept whole
     # and the blocks gathered (10000), and the default (every layer whole); and its
-    # evaluations (the layers from the shards) print stage 0's validation losses.
-    # Micro batch 4 at every world size, 3 evaluations in 6 steps.
+    # evaluations (the layers from the shards) print stage 0's validation losses; the
+    # 16-bit paths (--cpu-half, --cpu-gemm bf16) give their stage 0 bits too. Micro
+    # batch 4 at every world size, 3 evaluations in 6 steps.
     Z="--steps 6 --eval-interval 2 --micro-batch 4"
     train_ok 1 r $Z --save-params "$TMP/p.r"
     grep '^eval step' "$TMP/r.0.out" >"$TMP/ev.r"
@@ -449,6 +450,18 @@ zero3)
             cmp -s "$TMP/p.h$h" "$TMP/p.$t" || fail "$h stage 3 ($v) differs from world 1"
         done
     done
+    # bf16 products (--cpu-gemm, where the CPU has bf16 instructions) likewise
+    train_ok 1 g $Z --cpu-gemm bf16 --save-params "$TMP/p.g"
+    if grep -q "large matrix products in bf16" "$TMP/g.0.out"; then
+        for n in 2 4; do
+            train_ok "$n" "g$n" $Z --cpu-gemm bf16 --zero-stage 3 \
+                --param-persistence-threshold 0 --save-params "$TMP/p.g$n"
+            cmp -s "$TMP/p.g" "$TMP/p.g$n" || fail "bf16 products: world $n stage 3 differs"
+        done
+        cmp -s "$TMP/p.g" "$TMP/p.r" && fail "bf16 products gave the fp32 parameters"
+    else
+        echo "# no bf16 products here: $(grep cpu_gemm "$TMP/g.0.err")"
+    fi
     ;;
 zero3mem)
     # stage 3's model-state bytes are the formula, to the byte: 16 per shard element
