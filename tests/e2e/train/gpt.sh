@@ -518,16 +518,8 @@ zero3ck)
     done
     [ ! -e "$TMP/ck/global_step6/mp_rank_00_model_states.safetensors" ] ||
         fail "stage 3 wrote a gathered model file"
-    for v in "2 rest $Z3" "1 to0 --zero-stage 0" "4 to4 $Z3 --overlap-comm true"; do
-        # shellcheck disable=SC2086 # a run's words
-        set -- $v
-        n=$1 t=$2
-        shift 2
-        train_ok "$n" "$t" $C "$@" --checkpoint-dir "$TMP/ck" --resume global_step6 \
-            --save-params "$TMP/p.$t"
-        grep -q "resumed from .* at step 6" "$TMP/$t.0.out" || fail "$t: no resume line"
-        cmp -s "$TMP/p.full" "$TMP/p.$t" || fail "stage 3 checkpoint resumed ($t) differs"
-    done
+    RESUME_ARGS=$C
+    resumed_equal ck "2 rest $Z3" "1 to0 --zero-stage 0" "4 to4 $Z3 --overlap-comm true"
     grep -q "each rank read its own shard" "$TMP/rest.0.out" ||
         fail "stage 3 at the save's world did not read per rank"
     # the last of them saved step 12 at world 4 stage 3

@@ -23,6 +23,7 @@ TINY="--data synthetic --synthetic-train 512 --synthetic-test 128 --synthetic-di
 WORLD_ARGS="--backend tcp" WORLD_TAG=test
 # shellcheck source=tests/e2e/train/world.sh
 . "$(dirname "$0")/world.sh"
+RESUME_ARGS=$TINY
 
 # wait_steps FILE: until the metrics file shows a training step (60 s at most), so a
 # signal or a kill lands mid-training however loaded the machine is
@@ -32,22 +33,6 @@ wait_steps() {
         i=$((i + 1))
         [ "$i" -le 600 ] || fail "no training step after 60 s"
         sleep 0.1
-    done
-}
-
-# resumed_equal CK "WORLD NAME ARGS..." ...: each run resumes $TMP/CK's global_step6
-# with its ARGS and must end with the uninterrupted run's parameters ($TMP/p.full)
-resumed_equal() {
-    ck=$1
-    shift
-    for v in "$@"; do
-        # shellcheck disable=SC2086 # a run's words
-        set -- $v
-        n=$1 tag=$2
-        shift 2
-        train_ok "$n" "$tag" $TINY "$@" --checkpoint-dir "$TMP/$ck" --resume global_step6 \
-            --save-params "$TMP/p.$tag"
-        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "$ck resumed ($tag) differs"
     done
 }
 

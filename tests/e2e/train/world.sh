@@ -13,6 +13,10 @@
 #   model_state FILE RANK     sets tot (model-state bytes), S (shard elements), B
 #                             (bucket bytes) and gath (gathered bytes, stage 3) from
 #                             that rank's memory line in FILE
+#   resumed_equal CK "N NAME ARGS..." ...
+#                             each run resumes $TMP/CK's global_step6 with
+#                             RESUME_ARGS (words) and its ARGS, says so, and ends with
+#                             the uninterrupted run's parameters ($TMP/p.full)
 
 free_port() {
     # a random port below Linux's ephemeral range (32768-60999), where outgoing
@@ -65,4 +69,21 @@ model_state() {
     S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
     B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
     gath=$(echo "$line" | sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+}
+
+resumed_equal() {
+    ck=$1
+    shift
+    for v in "$@"; do
+        # shellcheck disable=SC2086 # a run's words
+        set -- $v
+        n=$1 tag=$2
+        shift 2
+        # shellcheck disable=SC2086 # RESUME_ARGS are words
+        train_ok "$n" "$tag" $RESUME_ARGS "$@" --checkpoint-dir "$TMP/$ck" \
+            --resume global_step6 --save-params "$TMP/p.$tag"
+        grep -q "resumed from .* at step 6" "$TMP/$tag.0.out" ||
+            fail "$ck resumed ($tag): no resume line"
+        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "$ck resumed ($tag) differs"
+    done
 }
