@@ -23,6 +23,15 @@
  * gradient is written straight into the sink's destination, row block by row block;
  * biases, LayerNorm parameters and embeddings are summed into model scratch first.
  *
+ * Parameters come a layer at a time (model_gpt_layout.c: the embeddings, each block,
+ * ln_f), from the flat buffer after the sink's need() at stages 0-2, or at ZeRO stage
+ * 3 from the sink's layer(), one held at a time: forward takes the embeddings, the
+ * blocks and ln_f in order and the embeddings again for the tied LM head, whose
+ * chunks also give backward's d lnf and the head's part of wte's gradient; backward
+ * takes ln_f and the blocks from the last, each again, and nothing for the
+ * embeddings' gradients. Each take names the next, so the trainer can fetch it
+ * meanwhile. The values are the same either way, so are the bits.
+ *
  * Determinism. Every reduction over rows (bias and LayerNorm parameter gradients, the
  * embedding scatter, the loss) runs in row order for each column (columns cut over the
  * pool, par_cols); everything else is sgemm

@@ -2,6 +2,7 @@
  * The CPU GPT's backward pass (model_gpt.c has the theory of operation): the tensors in
  * the reverse of the flat order, each finished tensor's segments handed to the sink;
  * every sum over rows in row order per column, so any thread count gives the same bits.
+ * The weights come layer by layer through gpt_layer() (stage 3: held one at a time).
  */
 #include <errno.h>
 #include <math.h>
