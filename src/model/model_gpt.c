@@ -23,6 +23,15 @@
  * gradient is written straight into the sink's destination, row block by row block;
  * biases, LayerNorm parameters and embeddings are summed into model scratch first.
  *
+ * Parameters come a layer at a time (model_gpt_layout.c: the embeddings, each block,
+ * ln_f), from the flat buffer after the sink's need() at stages 0-2, or at ZeRO stage
+ * 3 from the sink's layer(), one held at a time: forward takes the embeddings, the
+ * blocks and ln_f in order and the embeddings again for the tied LM head, whose
+ * chunks also give backward's d lnf and the head's part of wte's gradient; backward
+ * takes ln_f and the blocks from the last, each again, and nothing for the
+ * embeddings' gradients. Each take names the next, so the trainer can fetch it
+ * meanwhile. The values are the same either way, so are the bits.
+ *
  * Determinism. Every reduction over rows (bias and LayerNorm parameter gradients, the
  * embedding scatter, the loss) runs in row order for each column (columns cut over the
  * pool, par_cols); everything else is sgemm
@@ -166,45 +175,45 @@ VEC_CLONES static void attn_fwd_pairs(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* forward of the blocks and ln_f over N rows; returns the fp32 parameters it used */
+/* layer l's fp32 parameters for forward: at stages 0-2 after the sink's need() for
+ * its range (stages 1/2 gather and update it bucket by bucket) and, 16-bit, widened
+ * into w32; at stage 3 from the sink's layer() (gpt_layer) */
+static const float *gpt_take(struct gpt *p, const float *params, const float *wp,
+                             const struct dsl_grad_sink *sink, size_t l, int next)
+{
+    if (sink && sink->layer)
+        return gpt_layer(p, wp, sink, l, next);
+    size_t lo = p->L.lo[l], n = p->L.lo[l + 1] - lo;
+    if (sink && sink->need)
+        sink->need(sink->ctx, lo, n);
+    if (p->w32)
+        dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->w32 + lo,
+                     (const uint16_t *)(const void *)params + lo, n);
+    return wp + lo;
+}
+
+/* forward of the embeddings, the blocks and ln_f over B samples, a layer at a time
+ * (model_gpt_layout.c: each is given back before the next is taken, and ln_f names
+ * the embeddings, which the LM head reads next, as its successor); returns the fp32
+ * flat parameters it used (the caller's, or the widened copy of 16-bit ones), NULL
+ * at stage 3 */
 static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
                                 const struct dsl_grad_sink *sink)
 {
     const struct dsl_gpt_layout *L = &p->L;
     size_t T = L->T, C = L->C, N = B * T;
-    const float *wp = p->w32 ? p->w32 : params;
-    /* need() and (16-bit) widening, group by group: the embeddings, each block, ln_f */
-    size_t groups[DSL_GPT_MAX_LAYERS + 2][2];
-    size_t ng = 0;
-    groups[ng][0] = L->t[GPT_WTE].off;
-    groups[ng++][1] = L->t[GPT_BLOCK(0, 0)].off;
-    for (size_t l = 0; l < L->L; l++) {
-        groups[ng][0] = L->t[GPT_BLOCK(l, 0)].off;
-        groups[ng++][1] = L->t[GPT_BLOCK(l + 1, 0)].off; /* ln_f's offset after the last */
-    }
-    groups[ng][0] = L->t[GPT_LNF_W(L->L)].off;
-    groups[ng++][1] = p->m->nparams;
-    size_t gi = 0;
-#define NEED()                                                                             \
-    do {                                                                                   \
-        size_t o_ = groups[gi][0], n_ = groups[gi][1] - o_;                                \
-        if (sink && sink->need)                                                            \
-            sink->need(sink->ctx, o_, n_);                                                 \
-        if (p->w32)                                                                        \
-            dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->w32 + o_,                            \
-                         (const uint16_t *)(const void *)params + o_, n_);                 \
-        gi++;                                                                              \
-    } while (0)
-
-    NEED();
-    struct job j = {.p = p, .w = wp + L->t[GPT_WTE].off, .b = wp + L->t[GPT_WPE].off,
+    const float *wp = sink && sink->layer ? NULL : p->w32 ? p->w32 : params;
+    const float *we = gpt_take(p, params, wp, sink, 0, GPT_LAYER_BLOCK(0));
+    struct job j = {.p = p, .w = GPT_AT(p, we, 0, GPT_WTE), .b = GPT_AT(p, we, 0, GPT_WPE),
                     .o = p->enc, .C = C, .T = T};
     par(N, encoder_rows, &j);
+    gpt_unlayer(sink, 0);
     const float *res = p->enc;
     for (size_t l = 0; l < L->L; l++) {
-        NEED();
+        size_t ly = GPT_LAYER_BLOCK(l);
+        const float *wl = gpt_take(p, params, wp, sink, ly, (int)ly + 1);
         struct gpt_block *h = &p->h[l];
-#define W(k) (wp + L->t[GPT_BLOCK(l, k)].off)
+#define W(k) GPT_AT(p, wl, ly, GPT_BLOCK(l, k))
         layernorm(p, res, W(GPT_LN1_W), W(GPT_LN1_B), h->ln1, h->ln1m, h->ln1r, N);
         gemm(p, CblasNoTrans, CblasNoTrans, N, 3 * C, C, 1.0f, h->ln1, C, W(GPT_QKV_W), 3 * C,
              1.0f, h->qkv, 3 * C, W(GPT_QKV_B), 0);
@@ -224,12 +233,14 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
         gemm(p, CblasNoTrans, CblasNoTrans, N, C, 4 * C, 1.0f, h->fchg, 4 * C, W(GPT_FCPROJ_W), C,
              1.0f, h->res3, C, NULL, 0);
 #undef W
+        gpt_unlayer(sink, ly);
         res = h->res3;
     }
-    NEED();
-#undef NEED
-    layernorm(p, res, wp + L->t[GPT_LNF_W(L->L)].off, wp + L->t[GPT_LNF_B(L->L)].off, p->lnf,
-              p->lnfm, p->lnfr, N);
+    size_t lf = GPT_LAYER_LNF(L->L);
+    const float *wf = gpt_take(p, params, wp, sink, lf, 0);
+    layernorm(p, res, GPT_AT(p, wf, lf, GPT_LNF_W(L->L)), GPT_AT(p, wf, lf, GPT_LNF_B(L->L)),
+              p->lnf, p->lnfm, p->lnfr, N);
+    gpt_unlayer(sink, lf);
     return wp;
 }
 
@@ -283,12 +294,16 @@ VEC_CLONES static void loss_rows(void *arg, size_t lo, size_t hi)
     }
 }
 
-/* logits, loss and (backward) dC = d lnf and dwte (the head's part), chunk by chunk */
-static void gpt_head(struct gpt *p, const float *wp, size_t B, int backward, float scale)
+/* logits, loss and (backward) dC = d lnf and dwte (the head's part), chunk by chunk;
+ * the tied wte from layer 0 (gpt_layer: the stage 3 pass takes the embeddings a second
+ * time, naming ln_f as next when backward follows) */
+static void gpt_head(struct gpt *p, const float *wp, const struct dsl_grad_sink *sink,
+                     size_t B, int backward, float scale)
 {
     const struct dsl_gpt_layout *L = &p->L;
     size_t C = L->C, V = L->V, N = B * L->T;
-    const float *wte = wp + L->t[GPT_WTE].off;
+    const float *we = gpt_layer(p, wp, sink, 0, backward ? GPT_LAYER_LNF((int)L->L) : -1);
+    const float *wte = GPT_AT(p, we, 0, GPT_WTE);
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
         gemm(p, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, p->lnf + r0 * C, C, wte, C, 0.0f,
@@ -302,6 +317,7 @@ static void gpt_head(struct gpt *p, const float *wp, size_t B, int backward, flo
         gemm(p, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, p->logits, V, p->lnf + r0 * C, C,
              r0 ? 1.0f : 0.0f, p->dwte, C, NULL, 1);
     }
+    gpt_unlayer(sink, 0);
 }
 
 static void gpt_stats(const struct gpt *p, size_t B, struct dsl_model_stats *st)
@@ -353,36 +369,60 @@ static int gpt_init_params(struct dsl_model *m, float *params, uint64_t seed)
     return 0;
 }
 
+/* the micro batch's tokens, or the error in m->err */
+static int gpt_batch(struct dsl_model *m, const float *x, size_t n)
+{
+    struct gpt *p = m->impl;
+    int r = gpt_tokens(p, x, n);
+    if (r < 0)
+        return dsl_seterr(m->err, r, "gpt: a sample holds a token id outside 0..%zu or the "
+                          "batch exceeds %zu", p->L.V - 1, m->max_batch);
+    return 0;
+}
+
 static int gpt_forward_backward(struct dsl_model *m, const float *params, const float *x,
                                 const int32_t *y, size_t n, float loss_scale,
                                 const struct dsl_grad_sink *sink, struct dsl_model_stats *st)
 {
     struct gpt *p = m->impl;
     (void)y;
-    int r = gpt_tokens(p, x, n);
+    int r = gpt_batch(m, x, n);
     if (r < 0)
-        return dsl_seterr(m->err, r, "gpt: a sample holds a token id outside 0..%zu or the "
-                          "batch exceeds %zu", p->L.V - 1, m->max_batch);
+        return r;
     const float *wp = gpt_forward(p, params, n, sink);
-    gpt_head(p, wp, n, 1, loss_scale);
+    gpt_head(p, wp, sink, n, 1, loss_scale);
     gpt_stats(p, n, st);
     dsl_gpt_cpu_backward(p, wp, n, sink);
+    return 0;
+}
+
+/* forward only, with params (src NULL) or the layers from src (stage 3) */
+static int gpt_eval(struct dsl_model *m, const float *params, const struct dsl_grad_sink *src,
+                    const float *x, size_t n, struct dsl_model_stats *st)
+{
+    struct gpt *p = m->impl;
+    int r = gpt_batch(m, x, n);
+    if (r < 0)
+        return r;
+    const float *wp = gpt_forward(p, params, n, src);
+    gpt_head(p, wp, src, n, 0, 1.0f);
+    gpt_stats(p, n, st);
     return 0;
 }
 
 static int gpt_evaluate(struct dsl_model *m, const float *params, const float *x,
                         const int32_t *y, size_t n, struct dsl_model_stats *st)
 {
-    struct gpt *p = m->impl;
     (void)y;
-    int r = gpt_tokens(p, x, n);
-    if (r < 0)
-        return dsl_seterr(m->err, r, "gpt: a sample holds a token id outside 0..%zu or the "
-                          "batch exceeds %zu", p->L.V - 1, m->max_batch);
-    const float *wp = gpt_forward(p, params, n, NULL);
-    gpt_head(p, wp, n, 0, 1.0f);
-    gpt_stats(p, n, st);
-    return 0;
+    return gpt_eval(m, params, NULL, x, n, st);
+}
+
+static int gpt_evaluate_src(struct dsl_model *m, const struct dsl_grad_sink *src,
+                            const float *x, const int32_t *y, size_t n,
+                            struct dsl_model_stats *st)
+{
+    (void)y;
+    return gpt_eval(m, NULL, src, x, n, st);
 }
 
 static void gpt_release(struct dsl_model *m)
@@ -407,6 +447,7 @@ static const struct dsl_model_ops gpt_ops = {
     .init_params = gpt_init_params,
     .forward_backward = gpt_forward_backward,
     .evaluate = gpt_evaluate,
+    .evaluate_src = gpt_evaluate_src,
     .release = gpt_release,
 };
 

@@ -2,6 +2,7 @@
  * The CPU GPT's backward pass (model_gpt.c has the theory of operation): the tensors in
  * the reverse of the flat order, each finished tensor's segments handed to the sink;
  * every sum over rows in row order per column, so any thread count gives the same bits.
+ * The weights come layer by layer through gpt_layer() (stage 3: held one at a time).
  */
 #include <errno.h>
 #include <math.h>
@@ -230,17 +231,24 @@ void dsl_gpt_cpu_backward(struct gpt *p, const float *wp, size_t B,
     const struct dsl_gpt_layout *L = &p->L;
     size_t T = L->T, C = L->C, N = B * T, nL = L->L;
     float *gw = p->gsmall, *gb = p->gsmall2;
-    /* ln_f: dC holds d lnf from the head */
+    /* ln_f: dC holds d lnf from the head. At stage 3 each layer is taken again for
+     * its weights, from ln_f down to block 0, each naming the one below as next; the
+     * embeddings' gradients need no parameter */
     memset(p->dres, 0, N * C * sizeof(float));
     const float *last = nL ? p->h[nL - 1].res3 : p->enc;
-    ln_backward(p, p->dres, gw, gb, p->dC, last, wp + L->t[GPT_LNF_W(nL)].off, p->lnfm,
+    size_t lf = GPT_LAYER_LNF(nL);
+    const float *wf = gpt_layer(p, wp, sink, lf, GPT_LAYER_BLOCK((int)nL - 1));
+    ln_backward(p, p->dres, gw, gb, p->dC, last, GPT_AT(p, wf, lf, GPT_LNF_W(nL)), p->lnfm,
                 p->lnfr, N);
+    gpt_unlayer(sink, lf);
     deliver(p, sink, GPT_LNF_B(nL), gb);
     deliver(p, sink, GPT_LNF_W(nL), gw);
     for (size_t l = nL; l-- > 0;) {
         struct gpt_block *h = &p->h[l];
         const float *res = l ? p->h[l - 1].res3 : p->enc;
-#define W(k) (wp + L->t[GPT_BLOCK(l, k)].off)
+        size_t ly = GPT_LAYER_BLOCK(l);
+        const float *wl = gpt_layer(p, wp, sink, ly, l ? (int)ly - 1 : -1);
+#define W(k) GPT_AT(p, wl, ly, GPT_BLOCK(l, k))
 #define TI(k) GPT_BLOCK(l, k)
         /* the MLP's output projection: dres is the gradient of res3 */
         colsum(gb, p->dres, N, C);
@@ -274,6 +282,7 @@ void dsl_gpt_cpu_backward(struct gpt *p, const float *wp, size_t B,
         gemm(p, CblasNoTrans, CblasTrans, N, C, 3 * C, 1.0f, p->d3C, 3 * C, W(GPT_QKV_W), 3 * C,
              0.0f, p->dC, C, NULL, 0);
         ln_backward(p, p->dres, gw, gb, p->dC, res, W(GPT_LN1_W), h->ln1m, h->ln1r, N);
+        gpt_unlayer(sink, ly);
         deliver(p, sink, TI(GPT_LN1_B), gb);
         deliver(p, sink, TI(GPT_LN1_W), gw);
 #undef W

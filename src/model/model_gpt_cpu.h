@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dslaunch/common/halfvec.h"
 #include "dslaunch/device/cpugemm.h"
 #include "dslaunch/device/cpupool.h"
 #include "dslaunch/model/model.h"
@@ -226,7 +227,35 @@ static inline float fast_tanh(float x)
  */
 #define ATT_TILE 32
 
-/* backward from the head's dC (model_gpt_backward.c): every gradient to the sink */
+/* Layer l's fp32 parameters (model_gpt_layout.c's layers), element 0 at flat offset
+ * p->L.lo[l]: at stages 0-2 the place in wp, the fp32 flat parameters the forward
+ * widened; at stage 3 (the sink has layer()) the layer whole from the sink, 16-bit
+ * ones widened into w32 at its place, held until gpt_unlayer() and with `next` the
+ * layer the pass asks for after it (model.h). */
+static inline const float *gpt_layer(const struct gpt *p, const float *wp,
+                                     const struct dsl_grad_sink *sink, size_t l, int next)
+{
+    if (!sink || !sink->layer)
+        return wp + p->L.lo[l];
+    const float *lw = sink->layer(sink->ctx, (int)l, next);
+    if (!p->w32)
+        return lw;
+    dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->w32 + p->L.lo[l],
+                 (const uint16_t *)(const void *)lw, p->L.lo[l + 1] - p->L.lo[l]);
+    return p->w32 + p->L.lo[l];
+}
+
+static inline void gpt_unlayer(const struct dsl_grad_sink *sink, size_t l)
+{
+    if (sink && sink->layer)
+        sink->unlayer(sink->ctx, (int)l);
+}
+
+/* tensor ti of layer l, whose parameters start at w (gpt_layer) */
+#define GPT_AT(p, w, l, ti) ((w) + ((p)->L.t[ti].off - (p)->L.lo[l]))
+
+/* backward from the head's dC (model_gpt_backward.c): every gradient to the sink; wp
+ * as gpt_layer's (NULL at stage 3) */
 void dsl_gpt_cpu_backward(struct gpt *p, const float *wp, size_t B,
                           const struct dsl_grad_sink *sink);
 

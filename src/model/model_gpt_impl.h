@@ -28,7 +28,14 @@ struct dsl_gpt_layout {
     size_t L, C, NH, T, V; /* blocks, width, heads, context, vocabulary */
     size_t ntensors;       /* 4 + 12 L: wte, wpe, the blocks', ln_f.weight, ln_f.bias */
     struct dsl_gpt_tensor t[DSL_MODEL_MAX_TENSORS];
+    /* the segments' layers (ZeRO stage 3's unit): 0 the embeddings (wte, wpe), 1 + b
+     * block b, L + 1 ln_f; layer l is the flat range [lo[l], lo[l + 1]) */
+    size_t lo[DSL_GPT_MAX_LAYERS + 3];
 };
+
+/* the layer of block b, and that of ln_f */
+#define GPT_LAYER_BLOCK(b) ((b) + 1)
+#define GPT_LAYER_LNF(L) ((L) + 1)
 
 /* tensor indices */
 #define GPT_WTE 0

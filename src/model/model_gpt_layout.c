@@ -12,6 +12,11 @@
  * the tied LM head's part at the start of backward and the embedding's at the end), so
  * the segment list, each tensor in row blocks of at most seg_max elements, last block
  * first, runs down the flat buffer without a gap, as the trainer's buckets need.
+ * Layers (what ZeRO stage 3 gathers whole; nothing else reads them): the embeddings
+ * are layer 0, both of them, because the embedding reads wte and wpe together and the
+ * tied LM head reads wte again; block b is layer b + 1 and ln_f layer L + 1. Each is
+ * a run of whole tensors, so a contiguous range of the flat buffer and of the segment
+ * list.
  * Initial values: GPT-2's normal(0, 0.02) for the embeddings and every projection,
  * 0.02 / sqrt(2 L) for the two projections into the residual stream, LayerNorm
  * weights 1 and every bias 0, from one splitmix64 stream per tensor.
@@ -122,6 +127,11 @@ int dsl_gpt_layout_build(struct dsl_gpt_layout *lay, struct dsl_model *m,
         off += t->rows * t->cols;
     }
     m->nparams = off;
+    lay->lo[0] = lay->t[GPT_WTE].off;
+    for (size_t b = 0; b < L; b++)
+        lay->lo[GPT_LAYER_BLOCK(b)] = lay->t[GPT_BLOCK(b, 0)].off;
+    lay->lo[GPT_LAYER_LNF(L)] = lay->t[GPT_LNF_W(L)].off;
+    lay->lo[GPT_LAYER_LNF(L) + 1] = off;
     m->in_dim = T + 1;
     m->out_dim = V;
     m->max_batch = spec->max_batch;
@@ -148,7 +158,9 @@ int dsl_gpt_layout_build(struct dsl_gpt_layout *lay, struct dsl_model *m,
         }
         t->seg0 = nsegs;
         t->nseg = nblk;
-        int layer = i < 2 ? -1 : (int)((i - 2) / GPT_PER_BLOCK);
+        int layer = i < 2                  ? 0
+                    : i >= GPT_LNF_W(L)    ? GPT_LAYER_LNF((int)L)
+                                           : GPT_LAYER_BLOCK((int)((i - 2) / GPT_PER_BLOCK));
         for (size_t b = nblk; b-- > 0;) {
             size_t r0 = b * rows, r1 = r0 + rows > t->rows ? t->rows : r0 + rows;
             m->segs[nsegs++] =

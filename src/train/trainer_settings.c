@@ -455,7 +455,6 @@ static int check_device(const struct dsl_train_settings *s, int rank, enum dsl_p
 {
     const struct dsl_train_config *c = &s->cfg;
     int gpu = s->gpu;
-    int gpt_model = c->dstrain.model_type && !strcmp(c->dstrain.model_type, "gpt");
     const char *warning = NULL;
     *prec = dsl_train_config_precision(c, gpu, &warning);
     if (warning && rank == 0)
@@ -470,12 +469,12 @@ static int check_device(const struct dsl_train_settings *s, int rank, enum dsl_p
     if (c->zero.stage > 3)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           c->zero.stage);
-    /* stage 3 runs the MLP on the CPU so far: say what is missing, never run stage 2 */
-    if (c->zero.stage == 3 && (gpu || gpt_model))
+    /* stage 3 runs on the CPU only so far: say so, never run stage 2 instead */
+    if (c->zero.stage == 3 && gpu)
         return dsl_seterr(err, DSL_ENOTSUP,
-                          "'zero_optimization.stage' 3 is not implemented %s yet (it runs the "
-                          "MLP on the CPU): use stage 0, 1 or 2",
-                          gpu ? "on the GPU" : "for the GPT ('dstrain.model.type' \"gpt\")");
+                          "'zero_optimization.stage' 3 runs on the CPU only (tcp backend) so "
+                          "far, not on the GPU: use stage 0, 1 or 2 there, or "
+                          "'dstrain.backend' \"tcp\"");
     return 0;
 }
 

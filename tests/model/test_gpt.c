@@ -2,13 +2,14 @@
  * Unit tests of the GPT (model_gpt.c): every parameter's gradient against central
  * finite differences (every tensor kind, weights cut into several segments as stage 2
  * sees them), segment sizes and thread counts that change no bits, exact loss
- * scaling, Hugging Face's tensor names, the input checks, and a tiny model that
- * overfits one batch.
+ * scaling, ZeRO stage 3's layers taken one at a time with the same bits, Hugging
+ * Face's tensor names, the input checks, and a tiny model that overfits one batch.
  */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dslaunch/common/dtype.h"
 #include "dslaunch/common/error.h"
 #include "dslaunch/device/cpupool.h"
 #include "dslaunch/model/model.h"
@@ -165,6 +166,147 @@ TEST(gpt_gradient_should_not_depend_on_segment_size_or_threads)
     free(gb);
     dsl_model_release(&a);
     dsl_model_release(&b);
+}
+
+/* ZeRO stage 3's source of layers, around the whole-buffer sink (its first member, so
+ * fs_dest and fs_done take it): each layer() copies the layer out of the whole buffer
+ * into an allocation of its own, which unlayer() poisons and frees, so a read after
+ * it changes bits or trips ASan; it checks that one layer is held at a time and that
+ * each call's `next` named the layer asked for after it */
+struct layer_src {
+    struct full_sink fs;
+    const unsigned char *params; /* the whole buffer */
+    size_t esz;
+    unsigned char *held;
+    int held_l, next, calls;
+    int seq[16];
+};
+
+static void layer_range(const struct dsl_model *m, int l, size_t *lo, size_t *len)
+{
+    *lo = (size_t)-1;
+    *len = 0;
+    for (size_t i = 0; i < m->nsegs; i++)
+        if (m->segs[i].layer == l) {
+            *lo = m->segs[i].off < *lo ? m->segs[i].off : *lo;
+            *len += m->segs[i].len;
+        }
+}
+
+static const float *ls_layer(void *ctx, int l, int next)
+{
+    struct layer_src *s = ctx;
+    ASSERT(!s->held);
+    if (s->calls)
+        ASSERT_EQ(l, s->next);
+    size_t lo, len;
+    layer_range(s->fs.m, l, &lo, &len);
+    ASSERT(len > 0);
+    s->held = malloc(len * s->esz);
+    memcpy(s->held, s->params + lo * s->esz, len * s->esz);
+    s->held_l = l;
+    s->next = next;
+    if (s->calls < 16)
+        s->seq[s->calls] = l;
+    s->calls++;
+    return (const float *)(const void *)s->held;
+}
+
+static void ls_unlayer(void *ctx, int l)
+{
+    struct layer_src *s = ctx;
+    ASSERT(s->held && s->held_l == l);
+    size_t lo, len;
+    layer_range(s->fs.m, l, &lo, &len);
+    memset(s->held, 0xff, len * s->esz); /* NaN in fp32, bf16 and fp16 */
+    free(s->held);
+    s->held = NULL;
+}
+
+/* every parameter in a layer >= 0; each layer a run of the segment list and a
+ * contiguous range of the flat buffer */
+static void check_layer_cover(const struct dsl_model *m, int nl)
+{
+    size_t covered = 0;
+    for (int l = 0; l < nl; l++) {
+        size_t lo, len, first = m->nsegs, last = 0, n = 0;
+        layer_range(m, l, &lo, &len);
+        for (size_t i = 0; i < m->nsegs; i++) {
+            ASSERT(m->segs[i].layer >= 0 && m->segs[i].layer < nl);
+            if (m->segs[i].layer == l) {
+                first = i < first ? i : first;
+                last = i;
+                ASSERT(m->segs[i].off >= lo && m->segs[i].off + m->segs[i].len <= lo + len);
+            }
+        }
+        for (size_t i = first; i <= last; i++)
+            n += m->segs[i].len;
+        ASSERT_EQ(n, len);
+        covered += len;
+    }
+    ASSERT_EQ(covered, m->nparams);
+}
+
+/* stage 3's pass through the layers gives the gradient and loss bits of the whole
+ * buffer's, and so does its evaluation, in dtype dt */
+static void check_layers(enum dsl_dtype dt)
+{
+    struct dsl_model m;
+    size_t L = 2, T = 8, V = 13, B = 3;
+    struct dsl_model_spec sp = {.type = "gpt", .in_dim = T + 1, .out_dim = V, .max_batch = B,
+                                .seg_max = 40, .dtype = dt, .gpt = {L, 16, 4, T}};
+    char err[DSL_ERR_LEN];
+    ASSERT_OK(dsl_model_create(&m, &sp, err));
+    check_layer_cover(&m, (int)L + 2);
+    size_t P = m.nparams, esz = dt == DSL_FLOAT32 ? 4 : 2;
+    float *f = calloc(P, sizeof(float));
+    /* gradients: the full sink addresses floats, so room for P of them either way */
+    float *ga = calloc(P, sizeof(float)), *gb = calloc(P, sizeof(float));
+    unsigned char *p = calloc(P, esz);
+    float x[3 * 9];
+    m.ops->init_params(&m, f, 5);
+    for (size_t i = 0; i < P; i++) /* the trainer's 16-bit copy, rounded to nearest even */
+        if (dt == DSL_FLOAT32)
+            memcpy(p + 4 * i, &f[i], 4);
+        else
+            ((uint16_t *)(void *)p)[i] = dt == DSL_BFLOAT16 ? dsl_bf16_from_float(f[i])
+                                                            : dsl_fp16_from_float(f[i]);
+    tokens(x, sizeof(x) / sizeof(x[0]), V, 6);
+    const float *pf = (const float *)(const void *)p;
+    struct dsl_model_stats sa, sb, ea, eb;
+    grads(&m, pf, x, B, 1.0f, ga, &sa);
+    struct layer_src ls = {.fs = {gb, &m, 0, P, 0}, .params = p, .esz = esz};
+    struct dsl_grad_sink z3 = {.dest = fs_dest, .done = fs_done, .layer = ls_layer,
+                               .unlayer = ls_unlayer, .ctx = &ls};
+    ASSERT_OK(m.ops->forward_backward(&m, NULL, x, NULL, B, 1.0f, &z3, &sb));
+    ASSERT(!ls.held);
+    ASSERT_EQ(ls.fs.ndone, m.nsegs);
+    ASSERT(sa.loss_sum == sb.loss_sum && sa.correct == sb.correct);
+    ASSERT(memcmp(ga, gb, P * sizeof(float)) == 0);
+    /* forward: embeddings, blocks, ln_f; the head's embeddings; backward: ln_f, the
+     * blocks from the last (the embeddings' gradients read no parameter) */
+    static const int want[] = {0, 1, 2, 3, 0, 3, 2, 1};
+    ASSERT_EQ(ls.calls, 8);
+    ASSERT(memcmp(ls.seq, want, sizeof(want)) == 0);
+    ASSERT_EQ(ls.next, -1);
+    ASSERT_OK(m.ops->evaluate(&m, pf, x, NULL, B, &ea));
+    ls.calls = 0;
+    ASSERT_OK(m.ops->evaluate_src(&m, &z3, x, NULL, B, &eb));
+    ASSERT(!ls.held && ls.calls == 5 && ls.seq[4] == 0 && ls.next == -1);
+    ASSERT(ea.loss_sum == eb.loss_sum && ea.correct == eb.correct);
+    ASSERT(ea.loss_sum == sa.loss_sum);
+    free(f);
+    free(p);
+    free(ga);
+    free(gb);
+    dsl_model_release(&m);
+}
+
+TEST(gpt_should_compute_the_same_bits_from_layers_taken_one_at_a_time)
+{
+    check_layers(DSL_FLOAT32);
+    check_layers(DSL_BFLOAT16);
+    check_layers(DSL_FLOAT16);
 }
 
 TEST(gpt_should_name_its_tensors_as_hugging_face_gpt2)

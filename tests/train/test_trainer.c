@@ -186,7 +186,7 @@ TEST(stage_three_should_refuse_what_it_cannot_honour)
     ASSERT_OK(dsl_trainer_init(&t, &o, c, &m, err));
     ASSERT_EQ(t.nwin, 1);
     dsl_trainer_release(&t);
-    /* a model without evaluate_src (the GPT today) */
+    /* a model without evaluate_src: it cannot take its parameters a layer at a time */
     const struct dsl_model_ops *ops = m.ops;
     struct dsl_model_ops noz3 = *ops;
     noz3.evaluate_src = NULL;

@@ -64,7 +64,7 @@ struct dsl_fp16_config {
 };
 
 struct dsl_zero_config {
-    int stage;                   /* 0, 1, 2, 3 (3: the CPU MLP only); default 0 */
+    int stage;                   /* 0, 1, 2, 3 (3: on the CPU only); default 0 */
     uint64_t reduce_bucket_size; /* elements; default 500000000 */
     uint64_t allgather_bucket_size; /* elements; default 500000000 */
     int overlap_comm;            /* default 0 */

@@ -1,10 +1,11 @@
 #!/bin/sh
 # The GPT (dstrain.model.type "gpt") end to end, with the MLP's guarantees: a tiny
 # model (2 layers, d=32, context 40: two of attention's row tiles of 32) trains under
-# dslaunch at world 2 with falling loss;
-# deterministic mode is bit-identical across worlds 1/2/4 and ZeRO stages 0/1/2 and
-# thread counts, also with --cpu-half (bf16) and with bf16 products (--cpu-gemm); a checkpoint resumes bit for bit, also at another world size, with
-# Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
+# dslaunch at world 2 with falling loss; deterministic mode is bit-identical across
+# worlds 1/2/4, ZeRO stages 0/1/2/3 (zero3: stage 3's layers, also in bf16 and fp16;
+# zero3mem: its bytes; zero3ck: its checkpoints) and thread counts, also with
+# --cpu-half (bf16) and with bf16 products (--cpu-gemm); a checkpoint resumes bit for
+# bit, also at another world size, with Hugging Face's GPT-2 tensor names; consolidate writes them; `dstrain sample` continues
 # a sentence the model learned; and (with python3-torch) PyTorch computes the same
 # validation loss from the consolidated weights; and (inputs) what a new user runs into:
 # finished runs resumed, shape mismatches, odd prompts and names, killed runs' metrics.
@@ -402,6 +403,138 @@ PY
         fail "tokenize split nothing off"
     grep -q "too few to split into training and validation at --val_fraction 0.9999999$" \
         "$TMP/t.out" || fail "tokenize --val_fraction: $(cat "$TMP/t.out")"
+    ;;
+zero3)
+    # ZeRO stage 3 (CPU): deterministic mode gives stage 0's parameters, bit for bit,
+    # at worlds 1, 2 and 4, with and without overlap_comm, with every layer gathered
+    # (persistence threshold 0), one window (no prefetch), the embeddings kept whole
+    # and the blocks gathered (10000), and the default (every layer whole); and its
+    # evaluations (the layers from the shards) print stage 0's validation losses; the
+    # 16-bit paths (--cpu-half, --cpu-gemm bf16) give their stage 0 bits too. Micro
+    # batch 4 at every world size, 3 evaluations in 6 steps.
+    Z="--steps 6 --eval-interval 2 --micro-batch 4"
+    train_ok 1 r $Z --save-params "$TMP/p.r"
+    grep '^eval step' "$TMP/r.0.out" >"$TMP/ev.r"
+    [ "$(wc -l <"$TMP/ev.r")" -eq 3 ] || fail "not 3 evaluations: $(cat "$TMP/ev.r")"
+    for v in "1 0 false" "2 0 false" "2 0 true" "2 0 true --prefetch-bucket-size 0" \
+        "2 10000 true" "2 100000 false" "4 0 true" "4 10000 false" "4 100000 true"; do
+        set -- $v
+        n=$1 th=$2 ov=$3
+        shift 3
+        t="z$n.$th.$ov$#"
+        train_ok "$n" "$t" $Z --zero-stage 3 --param-persistence-threshold "$th" \
+            --overlap-comm "$ov" "$@" --save-params "$TMP/p.$t"
+        grep -q "ZeRO stage 3, $n ranks" "$TMP/$t.0.out" || fail "$t: not stage 3 at world $n"
+        cmp -s "$TMP/p.r" "$TMP/p.$t" || fail "stage 3 ($v) differs from world 1 stage 0"
+        grep '^eval step' "$TMP/$t.0.out" | cmp -s - "$TMP/ev.r" ||
+            fail "stage 3 ($v) evaluates otherwise: $(grep '^eval step' "$TMP/$t.0.out")"
+    done
+    # stages 1 and 2 at world 4 too, so the four stages meet at every world size
+    for st in 1 2; do
+        train_ok 4 "s$st" $Z --zero-stage "$st" --save-params "$TMP/p.s$st"
+        cmp -s "$TMP/p.r" "$TMP/p.s$st" || fail "world 4 stage $st differs from world 1"
+    done
+    # --cpu-half in bf16 and in fp16 (loss scaling from 2^16: steps overflow and are
+    # skipped alike): stage 3 gives stage 0's bits at worlds 2 and 4
+    echo '{"bf16": {"enabled": true}}' >"$TMP/bf16.json"
+    echo '{"fp16": {"enabled": true, "initial_scale_power": 16}}' >"$TMP/fp16.json"
+    for h in bf16 fp16; do
+        train_ok 1 "h$h" $Z --config "$TMP/$h.json" --cpu-half --save-params "$TMP/p.h$h"
+        grep -q "$h parameters and gradients" "$TMP/h$h.0.err" || fail "not the $h path"
+        cmp -s "$TMP/p.h$h" "$TMP/p.r" && fail "$h gave the fp32 parameters"
+        for v in "2 0 true" "4 0 false" "4 100000 true"; do
+            set -- $v
+            t="h$h$1.$2.$3"
+            train_ok "$1" "$t" $Z --config "$TMP/$h.json" --cpu-half --zero-stage 3 \
+                --param-persistence-threshold "$2" --overlap-comm "$3" --save-params "$TMP/p.$t"
+            cmp -s "$TMP/p.h$h" "$TMP/p.$t" || fail "$h stage 3 ($v) differs from world 1"
+        done
+    done
+    # bf16 products (--cpu-gemm, where the CPU has bf16 instructions) likewise
+    train_ok 1 g $Z --cpu-gemm bf16 --save-params "$TMP/p.g"
+    if grep -q "large matrix products in bf16" "$TMP/g.0.out"; then
+        for n in 2 4; do
+            train_ok "$n" "g$n" $Z --cpu-gemm bf16 --zero-stage 3 \
+                --param-persistence-threshold 0 --save-params "$TMP/p.g$n"
+            cmp -s "$TMP/p.g" "$TMP/p.g$n" || fail "bf16 products: world $n stage 3 differs"
+        done
+        cmp -s "$TMP/p.g" "$TMP/p.r" && fail "bf16 products gave the fp32 parameters"
+    else
+        echo "# no bf16 products here: $(grep cpu_gemm "$TMP/g.0.err")"
+    fi
+    ;;
+zero3mem)
+    # stage 3's model-state bytes are the formula, to the byte: 16 per shard element
+    # (fp32 and Adam, or 2 + 2 + 12 with --cpu-half), the staging buckets, and the
+    # gathered layers: two windows of the largest layer that is not kept whole, plus
+    # the whole copies. Layers: the embeddings (V + T) C (wte and wpe), each block
+    # 12 C^2 + 13 C, ln_f 2 C; 3 blocks here, so that threshold 10000 (the embeddings
+    # and ln_f whole, the blocks gathered) differs from keeping all whole.
+    E=$(((256 + 40) * 32)) K=$((12 * 32 * 32 + 13 * 32)) F=$((2 * 32))
+    for v in "fp32 0 4" "fp32 10000 4" "fp32 100000 4" "bf16 0 2"; do
+        set -- $v
+        h=$1 th=$2 esz=$3
+        cfg=
+        [ "$h" = bf16 ] && { echo '{"bf16": {"enabled": true}}' >"$TMP/bf16.json";
+            cfg="--config $TMP/bf16.json --cpu-half"; }
+        t="m$h.$th"
+        # shellcheck disable=SC2086 # cfg is words
+        train_ok 2 "$t" --steps 2 --eval-interval 0 --zero-stage 3 $cfg \
+            --param-persistence-threshold "$th" --layers 3
+        P=$(params_of "$TMP/$t.0.out")
+        [ "$P" -eq $((E + 3 * K + F)) ] || fail "$P parameters, not the layers' $((E + 3 * K + F))"
+        case $th in
+        0) want_g=$((2 * K * esz)) ;;                     # two windows of a block
+        10000) want_g=$(((2 * K + E + F) * esz)) ;;       # and the embeddings and ln_f whole
+        100000) want_g=$((P * esz)) ;;                    # all whole, no window
+        esac
+        for r in 0 1; do
+            model_state "$TMP/$t.0.out" "$r"
+            [ "$gath" = "$want_g" ] || fail "$t rank $r: gathered '$gath', expected $want_g"
+            [ "$tot" -eq $((16 * S + B + gath)) ] ||
+                fail "$t rank $r: $tot bytes, formula $((16 * S + B + gath))"
+            nb=$(sed -n 's/.* \([0-9]*\) buckets;.*/\1/p' "$TMP/$t.0.out")
+            d=$((2 * S - P))
+            [ "${d#-}" -le "$nb" ] || fail "$t rank $r: shard $S of $P params"
+        done
+        # the printed formula: 16P/N, or (2 + 2 + 12)P/N with fp32 master weights
+        f=$(sed -n 's/.*model-state formula \([0-9]*\) bytes.*/\1/p' "$TMP/$t.0.out")
+        [ "$f" = $((16 * P / 2)) ] || fail "$t: formula '$f', expected $((16 * P / 2))"
+        echo "# $t: P $P, rank 0 model state $tot bytes = 16 x $S + buckets $B + gathered $gath"
+    done
+    ;;
+zero3ck)
+    # a stage 3 checkpoint (each rank its own shards, nothing gathered) saved at step 6
+    # of 12 at world 2: resumed at world 2 stage 3, resharded to world 1 stage 0 and to
+    # world 4 stage 3, each ends with the uninterrupted run's parameters; consolidate
+    # and sample read it as any checkpoint
+    Z3="--zero-stage 3 --param-persistence-threshold 0"
+    C="--steps 12 --eval-interval 6 --micro-batch 4"
+    train_ok 2 full $C $Z3 --save-params "$TMP/p.full"
+    train_ok 2 half $C $Z3 --steps 6 --checkpoint-dir "$TMP/ck"
+    for r in 0 1; do
+        [ -f "$TMP/ck/global_step6/zero_pp_rank_${r}_mp_rank_00_model_states.safetensors" ] ||
+            fail "stage 3 wrote no parameter shard for rank $r"
+    done
+    [ ! -e "$TMP/ck/global_step6/mp_rank_00_model_states.safetensors" ] ||
+        fail "stage 3 wrote a gathered model file"
+    RESUME_ARGS=$C
+    resumed_equal ck "2 rest $Z3" "1 to0 --zero-stage 0" "4 to4 $Z3 --overlap-comm true"
+    grep -q "each rank read its own shard" "$TMP/rest.0.out" ||
+        fail "stage 3 at the save's world did not read per rank"
+    # the last of them saved step 12 at world 4 stage 3
+    [ -f "$TMP/ck/global_step12/zero_pp_rank_3_mp_rank_00_model_states.safetensors" ] ||
+        fail "no world-4 stage-3 checkpoint at step 12: $(ls "$TMP/ck/global_step12")"
+    "$DSTRAIN" consolidate "$TMP/ck" --out "$TMP/m.st" >/dev/null || fail "consolidate failed"
+    size=$(wc -c <"$TMP/p.full")
+    tail -c "$size" "$TMP/m.st" | cmp -s - "$TMP/p.full" ||
+        fail "consolidated stage 3 parameters differ from the run's"
+    "$DSTRAIN" sample --checkpoint "$TMP/ck" --prompt "3 the" --tokens 8 --temperature 0 \
+        >"$TMP/s3.out" 2>&1 || fail "sample of a stage 3 checkpoint: $(cat "$TMP/s3.out")"
+    "$DSTRAIN" sample --checkpoint "$TMP/m.st" --prompt "3 the" --tokens 8 --temperature 0 \
+        >"$TMP/sc.out" 2>&1 || fail "sample of consolidate's file: $(cat "$TMP/sc.out")"
+    grep -q "^3 the" "$TMP/s3.out" && cmp -s "$TMP/s3.out" "$TMP/sc.out" ||
+        fail "sample of a stage 3 checkpoint: $(cat "$TMP/s3.out") / $(cat "$TMP/sc.out")"
     ;;
 torch)
     # the forward against an independent PyTorch GPT-2 (Hugging Face's layout, Conv1D

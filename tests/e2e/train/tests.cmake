@@ -29,9 +29,10 @@ endif()
 # The GPT with the MLP's guarantees (gpt.sh): training under dslaunch, determinism
 # across worlds, stages and threads, resume and reshard, GPT-2's tensor names, and
 # (skipped without python3-torch) the forward against PyTorch; inputs: a new user's
-# edge cases (resumes, shapes, prompts, names, killed runs), a second or two.
+# edge cases (resumes, shapes, prompts, names, killed runs), a second or two; zero3*:
+# ZeRO stage 3's bits, memory and checkpoints.
 if(TARGET dstrain AND TARGET dslaunch)
-  foreach(t launch worlds resume torch inputs monitors)
+  foreach(t launch worlds resume torch inputs monitors zero3 zero3mem zero3ck)
     dsl_script_test(train_gpt_${t} LABEL flow TIMEOUT 300
                     COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
                             $<TARGET_FILE:dstrain> ${t}
@@ -63,14 +64,14 @@ if(TARGET dstrain AND DSL_HAVE_CUDA)
                   PROPERTIES SKIP_RETURN_CODE 77)
 endif()
 # The determinism cases again under every OpenBLAS kernel family the CPU runs (worlds,
-# stages, accumulation, resume, 16-bit parameters, a restart, the GPT's worlds and
-# resume): the same bits must not depend on which kernels OpenBLAS picked.
+# stages, accumulation, resume, 16-bit parameters, a restart, the GPT's worlds, resume
+# and stage 3): the same bits must not depend on which kernels OpenBLAS picked.
 if(TARGET dstrain AND TARGET dslaunch)
   foreach(t stages worlds accum resume half)
     dsl_blas_variants(train_ranks_${t} LABELS flow
                       COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/ranks.sh $<TARGET_FILE:dstrain> ${t})
   endforeach()
-  foreach(t worlds resume)
+  foreach(t worlds resume zero3 zero3ck)
     dsl_blas_variants(train_gpt_${t} LABELS flow
                       COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/gpt.sh $<TARGET_FILE:dslaunch>
                               $<TARGET_FILE:dstrain> ${t})

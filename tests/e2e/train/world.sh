@@ -8,6 +8,15 @@
 #   train_ok N NAME ARGS...   the same, failing the test (with the outputs) unless it
 #                             passes; one retry when the random port was taken
 #   show NAME                 the tails of a run's outputs, on stderr
+#   params_of FILE            figures rank 0 prints in its output FILE: the parameter
+#   bytes_per_step FILE       count, the comm bytes sent per step
+#   model_state FILE RANK     sets tot (model-state bytes), S (shard elements), B
+#                             (bucket bytes) and gath (gathered bytes, stage 3) from
+#                             that rank's memory line in FILE
+#   resumed_equal CK "N NAME ARGS..." ...
+#                             each run resumes $TMP/CK's global_step6 with
+#                             RESUME_ARGS (words) and its ARGS, says so, and ends with
+#                             the uninterrupted run's parameters ($TMP/p.full)
 
 free_port() {
     # a random port below Linux's ephemeral range (32768-60999), where outgoing
@@ -49,4 +58,32 @@ train_ok() {
     fi
     show "$name"
     fail "run '$name' at world $n failed"
+}
+
+params_of() { sed -n 's/.*model \([0-9]*\) params.*/\1/p' "$1"; }
+bytes_per_step() { sed -n 's/.*bytes sent per step (rank 0): \([0-9]*\).*/\1/p' "$1"; }
+
+model_state() {
+    line=$(grep "rank $2 model-state bytes" "$1") || fail "no memory line for rank $2"
+    tot=$(echo "$line" | sed 's/.*model-state bytes \([0-9]*\) .*/\1/')
+    S=$(echo "$line" | sed 's/.*shard \([0-9]*\) elements.*/\1/')
+    B=$(echo "$line" | sed 's/.*buckets \([0-9]*\) .*/\1/')
+    gath=$(echo "$line" | sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
+}
+
+resumed_equal() {
+    ck=$1
+    shift
+    for v in "$@"; do
+        # shellcheck disable=SC2086 # a run's words
+        set -- $v
+        n=$1 tag=$2
+        shift 2
+        # shellcheck disable=SC2086 # RESUME_ARGS are words
+        train_ok "$n" "$tag" $RESUME_ARGS "$@" --checkpoint-dir "$TMP/$ck" \
+            --resume global_step6 --save-params "$TMP/p.$tag"
+        grep -q "resumed from .* at step 6" "$TMP/$tag.0.out" ||
+            fail "$ck resumed ($tag): no resume line"
+        cmp -s "$TMP/p.full" "$TMP/p.$tag" || fail "$ck resumed ($tag) differs"
+    done
 }
