@@ -3,14 +3,15 @@
 #  1. throughput on a model both hold: the GPT of bench/gpt.sh (L=4, d=128, context 128,
 #     byte vocabulary, micro batch 16) at world 2 and 4, stage 2 and stage 3 alternating
 #     run by run, median tokens/s of each, and the ratio stage 3 / stage 2;
-#  2. capacity under a per-rank memory budget: the widest GPT (4 layers, dim stepping up)
+#  2. capacity under a per-rank memory budget: the widest GPT (4 layers, dim stepping up,
+#     micro batch 2 so that the model state, not the activations, fills the budget)
 #     that trains 2 steps with every rank in a memory cgroup of BUDGET
 #     (dslaunch --rank-memory-limit, the OOM killer ends a rank over it), at each stage,
 #     with its parameter count and the model-state bytes dstrain prints for rank 0;
 #  3. the peer, PyTorch FSDP (Debian's python3-torch), where it runs here; else why not.
 #
 #   bench/zero3.sh [build dir] [steps] [reps] [budget] [worlds]
-#                  (default: build, 30 steps, 3 reps, 320M, "2 4")
+#                  (default: build, 30 steps, 3 reps, 512M, "2 4")
 #
 # MODEL=mlp runs the MLP (784, six hidden layers of H, 10 on synthetic data, H stepping
 # up) instead of the GPT. Ranks of part 1 are started with the env contract directly (no launcher in the
@@ -22,7 +23,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build}
 STEPS=${2:-30}
 REPS=${3:-3}
-BUDGET=${4:-320M}
+BUDGET=${4:-512M}
 WORLDS=${5:-2 4}
 MODEL=${MODEL:-gpt}
 DSTRAIN=$BUILD/dstrain
@@ -37,14 +38,15 @@ fi
 
 port() { echo $((20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000)); }
 
-# model_args SIZE: the model's flags, SIZE its width (dim for the GPT, hidden for the MLP)
+# model_args SIZE [MICRO]: the model's flags, SIZE its width (dim for the GPT, hidden
+# for the MLP), MICRO the micro batch (default 16 for the GPT, 32 for the MLP)
 model_args() {
     if [ "$MODEL" = gpt ]; then
         echo "--model gpt --data text --data-path /usr/share/games/fortunes --layers 4" \
-            "--dim $1 --heads 4 --context 128 --vocab 256 --micro-batch 16"
+            "--dim $1 --heads 4 --context 128 --vocab 256 --micro-batch ${2:-16}"
     else
         echo "--model mlp --data synthetic --synthetic-train 4096 --synthetic-test 256" \
-            "--hidden $1,$1,$1,$1,$1,$1 --micro-batch 32"
+            "--hidden $1,$1,$1,$1,$1,$1 --micro-batch ${2:-32}"
     fi
 }
 RATE=tokens/s
@@ -103,7 +105,7 @@ done
 fits() {
     # shellcheck disable=SC2046
     "$DSL" --include "localhost:$(seq -s, 0 $(($1 - 1)))" --rank-memory-limit "$BUDGET" \
-        --hang-timeout 0 "$DSTRAIN" $(model_args "$3") --backend tcp --threads 1 \
+        --hang-timeout 0 "$DSTRAIN" $(model_args "$3" 2) --backend tcp --threads 1 \
         --zero-stage "$2" --steps 2 --eval-interval 0 --steps-per-print 0 \
         >"$TMP/f.out" 2>&1
     rc=$?

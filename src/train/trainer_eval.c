@@ -3,7 +3,10 @@
  * the last step left (dsl_trainer_sync() first finishes its updates and all-gathers).
  * Each rank evaluates its dsl_shard_of() piece of the first `limit` samples in batches
  * of the model's max_batch, and one allreduce sums the counts, so every rank returns
- * the same numbers. At stage 3 the layers come whole from the shards, as in a step.
+ * the same numbers. At stage 3 the layers come whole from the shards, as in a step;
+ * their all-gathers are collectives, so every rank makes as many passes as rank 0 (the
+ * largest piece): a rank whose piece ran out first passes sample 0 again for the
+ * gathers alone and counts nothing of it.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -31,12 +34,16 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
     if (r0 < 0)
         return r0;
     dsl_shard_of(total, t->rank, t->world, &off, &len);
+    size_t off0, len0, passes = (len + bs - 1) / bs;
+    dsl_shard_of(total, 0, t->world, &off0, &len0);
+    if (t->o.zero_stage == 3)
+        passes = (len0 + bs - 1) / bs;
     /* a lazy split (token data read from its runs, data.h) is gathered a chunk at a
      * time into scratch; the chunks are the same as over rows, so are the bits */
     float *xs = NULL;
     int32_t *ys = NULL;
     size_t *ix = NULL;
-    if (!d->x && len) {
+    if (!d->x && passes) {
         xs = malloc(bs * d->dim * sizeof(float));
         if (!xs)
             return dsl_seterr(err, -ENOMEM, "evaluation: cannot allocate %zu windows of %zu",
@@ -46,13 +53,16 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
     }
     double correct = 0.0, lsum = 0.0;
     int r = 0;
-    for (size_t i = 0; i < len; i += bs) {
-        size_t n = len - i < bs ? len - i : bs;
-        const float *x = d->x ? d->x + (off + i) * d->dim : xs;
-        const int32_t *y = d->x ? d->y + off + i : ys;
+    for (size_t k = 0; k < passes; k++) {
+        size_t i = k * bs;
+        /* past this rank's piece (stage 3 only): sample 0 again, for the gathers */
+        int idle = i >= len;
+        size_t n = idle ? 1 : len - i < bs ? len - i : bs, first = idle ? 0 : off + i;
+        const float *x = d->x ? d->x + first * d->dim : xs;
+        const int32_t *y = d->x ? d->y + first : ys;
         if (!d->x) {
             for (size_t j = 0; j < n; j++)
-                ix[j] = off + i + j;
+                ix[j] = first + j;
             dsl_dataset_gather(d, ix, n, xs, ys);
         }
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
@@ -71,8 +81,10 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
             dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
             break;
         }
-        correct += (double)st.correct;
-        lsum += st.loss_sum;
+        if (!idle) {
+            correct += (double)st.correct;
+            lsum += st.loss_sum;
+        }
         dsl_progress_beat(dsl_progress_self(NULL)); /* a long evaluation is progress too */
     }
     free(xs);

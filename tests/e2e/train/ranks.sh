@@ -167,6 +167,19 @@ worlds)
     train_ok 4 c43 $TINY --gradient-clipping 0.05 --zero-stage 3 --save-params "$TMP/p.c43" \
         --param-persistence-threshold 0
     cmp -s "$TMP/p.c1" "$TMP/p.c43" || fail "world 4 stage 3 with clipping differs from world 1"
+    # stage 3 evaluates through collective layer gathers: with 5 test samples in batches
+    # of 2, rank 0 has 2 batches and rank 1 one (world 4: rank 3 none), and the
+    # evaluation must still end on every rank with stage 0's numbers
+    for n in 2 4; do
+        for st in 0 3; do
+            train_ok "$n" "e$n.$st" $TINY --synthetic-test 5 --micro-batch 2 --train-batch 8 \
+                --zero-stage "$st" --param-persistence-threshold 0
+            grep "^eval step" "$TMP/e$n.$st.0.out" >"$TMP/ev$n.$st"
+            [ -s "$TMP/ev$n.$st" ] || fail "world $n stage $st: no evaluation line"
+        done
+        cmp -s "$TMP/ev$n.0" "$TMP/ev$n.3" ||
+            fail "world $n: stage 3's evaluation differs from stage 0's"
+    done
     ;;
 memory)
     # reported model-state bytes equal the ZeRO formula (fp32 CPU, Adam)
