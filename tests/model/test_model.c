@@ -18,28 +18,9 @@
 
 #include "model/model_mlp_impl.h"
 #include "test.h"
+#include "full_sink.h"
 #include "dslaunch/common/banned.h"
 
-struct full_sink {
-    float *grads;
-    const struct dsl_model *m;
-    size_t ndone;
-    size_t last_off; /* segments must come in descending offset order */
-};
-
-static float *fs_dest(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    return s->grads + s->m->segs[seg].off;
-}
-
-static void fs_done(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
-    s->last_off = s->m->segs[seg].off;
-    s->ndone++;
-}
 
 static void make_tiny(struct dsl_model *m, size_t seg_max, size_t batch)
 {
@@ -66,7 +47,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     int32_t y[5] = {0, 3, 1, 2, 3};
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
-    struct full_sink fs = {g, &m, 0, m.nparams};
+    struct full_sink fs = {g, &m, 0, m.nparams, 0};
     struct dsl_grad_sink sink = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats st;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &sink, &st));
@@ -106,7 +87,7 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     int32_t y[3] = {1, 2, 0};
     a.ops->init_params(&a, p, 3);
     fill(x, 3 * 7, 9);
-    struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
+    struct full_sink sa = {ga, &a, 0, a.nparams, 0}, sb = {gb, &b, 0, b.nparams, 0};
     struct dsl_grad_sink ka = {.dest = fs_dest, .done = fs_done, .ctx = &sa},
                          kb = {.dest = fs_dest, .done = fs_done, .ctx = &sb};
     struct dsl_model_stats st;
@@ -175,7 +156,7 @@ TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same
         y[i] = (int32_t)(i * 7 % 10);
     m.ops->init_params(&m, p, 3);
     fill(x, 16 * 50, 9);
-    struct full_sink whole = {g1, &m, 0, m.nparams};
+    struct full_sink whole = {g1, &m, 0, m.nparams, 0};
     struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &whole};
     struct need_sink ns = {.fs = {g2, &m, 0, m.nparams}};
     struct dsl_grad_sink k2 = {.dest = ns_dest, .done = ns_done, .need = ns_need,
@@ -291,17 +272,14 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     int32_t y[5] = {0, 3, 1, 2, 3};
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
-    struct full_sink f1 = {g1, &m, 0, m.nparams}, fs = {gs, &m, 0, m.nparams};
+    struct full_sink f1 = {g1, &m, 0, m.nparams, 0}, fs = {gs, &m, 0, m.nparams, 0};
     struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &f1},
                          ks = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats s1, ss;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &k1, &s1));
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1024.0f, &ks, &ss));
     ASSERT(s1.loss_sum == ss.loss_sum && s1.correct == ss.correct);
-    for (size_t i = 0; i < m.nparams; i++)
-        if (gs[i] != 1024.0f * g1[i])
-            DSL_FAIL_("gradient %zu: %a at scale 1024, %a at scale 1", i, (double)gs[i],
-                      (double)g1[i]);
+    check_scaled(g1, gs, m.nparams, 1024.0f);
     free(p);
     free(g1);
     free(gs);
