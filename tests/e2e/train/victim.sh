@@ -7,7 +7,7 @@
 write_victim() {
     cat >"$1" <<EOF
 #!/bin/sh
-$5
+${5:-}
 if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && $4; then
     "$2" "\$@" &
     pid=\$!
