@@ -42,6 +42,7 @@
 #include "gpu_test.h"
 #include "model/full_sink.h"
 #include "test.h"
+#include "world_release.h"
 #include "dslaunch/common/banned.h"
 
 
@@ -413,10 +414,7 @@ static void world1_open(struct world1 *w, int gpu, enum dsl_dtype dtype)
 
 static void world1_close(struct world1 *w)
 {
-    dsl_model_release(&w->m);
-    dsl_dataset_release(&w->tr);
-    dsl_dataset_release(&w->te);
-    dsl_comm_close(w->c);
+    world_release(&w->m, &w->tr, &w->te, w->c);
 }
 
 static void train(int gpu, const struct variant *v, size_t steps, struct run *out)
