@@ -31,20 +31,14 @@ import sys
 import tempfile
 import time
 
+from benchlib import alive, machine_line
+
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 DSL = os.path.abspath(os.path.join(BUILD, "dslaunch"))
 W = os.path.abspath(os.environ.get("DSL_WORKER") or os.path.join(BUILD, "tests", "flow_worker"))
 MODES = ["auto", "v1", "v2", "tracking"]
 OUTCOMES = ["clean", "failure", "ctrl-c", "agent-kill"]
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def wait_file(path, bound=20.0):
@@ -149,10 +143,7 @@ def main():
                 gs = f"{statistics.median(gones):.3f} / {max(gones):.3f}" if gones else "never"
                 rs = f"{statistics.median(rets):.3f}" if rets else "never"
                 print(f"| {mode} ({line}) | {outcome} | {RUNS} | {gs} | {rs} | {lefts} |")
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    print(f"\nload: {load}, {os.cpu_count()} CPUs, "
-          f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, kernel {os.uname().release}")
+    print("\n" + machine_line())
 
 
 if __name__ == "__main__":

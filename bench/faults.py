@@ -56,6 +56,8 @@ import tempfile
 import threading
 import time
 
+from benchlib import alive, machine_line
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
 BUILD = sys.argv[1] if len(sys.argv) > 1 else "build"
@@ -81,14 +83,6 @@ def proc_env(pid):
             return f.read().split(b"\0")
     except OSError:
         return []
-
-
-def alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def pids():
@@ -582,10 +576,7 @@ def main():
         if cl:
             subprocess.run([CLUSTER_SH, "down", cl["dir"]])
         shutil.rmtree(tmp, ignore_errors=True)
-    with open("/proc/loadavg") as f:
-        load = " ".join(f.read().split()[:3])
-    print(f"\nload: {load}, {os.cpu_count()} CPUs, "
-          f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, kernel {os.uname().release}")
+    print("\n" + machine_line())
 
 
 if __name__ == "__main__":

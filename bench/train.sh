@@ -37,18 +37,8 @@ cc -O2 -o "$TMP/sgemm" "$ROOT/bench/sgemm.c" $(pkg-config --cflags --libs openbl
 . "$ROOT/bench/blascore.sh"
 bench_blascore "$DSTRAIN"
 
-cat >"$TMP/bench.json" <<EOF
-{
-  "train_batch_size": 128,
-  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.999],
-                "eps": 1e-8, "weight_decay": 0.01}},
-  "steps_per_print": 100000,
-  "seed": 1234,
-  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": 500000},
-  "dstrain": {"model": {"type": "mlp", "hidden": [1024, 1024]},
-              "data": {"dataset": "fashion_mnist"}, "epochs": $EPOCHS}
-}
-EOF
+. "$ROOT/bench/mlp_config.sh"
+mlp_config "$TMP/bench.json" 500000 "$EPOCHS"
 
 # below Linux's ephemeral port range, so no outgoing connection holds it
 port() { echo $(( 20000 + $(od -An -N2 -tu2 /dev/urandom) % 12000 )); }

@@ -51,22 +51,13 @@ netnodes_up trnet 2
 # Every program runs the same OpenBLAS kernels: the ones dstrain ends up with
 # shellcheck source=bench/blascore.sh
 source "$here/blascore.sh"
+# shellcheck source=bench/mlp_config.sh
+source "$here/mlp_config.sh"
 bench_blascore "$build/dstrain" || true
 echo "# OpenBLAS kernels (OPENBLAS_CORETYPE): ${OPENBLAS_CORETYPE:-chosen by OpenBLAS}" >&2
 
 for b in $buckets; do
-    cat >"$work/bench.$b.json" <<EOF
-{
-  "train_batch_size": 128,
-  "optimizer": {"type": "AdamW", "params": {"lr": 0.001, "betas": [0.9, 0.999],
-                "eps": 1e-8, "weight_decay": 0.01}},
-  "steps_per_print": 100000,
-  "seed": 1234,
-  "zero_optimization": {"stage": 0, "overlap_comm": true, "reduce_bucket_size": $b},
-  "dstrain": {"model": {"type": "mlp", "hidden": [1024, 1024]},
-              "data": {"dataset": "fashion_mnist"}, "epochs": 1}
-}
-EOF
+    mlp_config "$work/bench.$b.json" "$b" 1
 done
 
 # two W ranks of CMD (rank r on node r+1), rank 0's output into OUT

@@ -13,37 +13,8 @@
 #include <string.h>
 
 #include "dslaunch/model/model.h"
+#include "model/full_sink.h"
 #include "test.h"
-
-struct rec {
-    float *base;
-    const struct dsl_model *m;
-    size_t ndone, last_off, nneed;
-    size_t off[64], len[64]; /* forward's need() calls, in order */
-};
-
-static float *rec_dest(void *ctx, size_t seg)
-{
-    struct rec *s = ctx;
-    return s->base + s->m->segs[seg].off;
-}
-
-static void rec_done(void *ctx, size_t seg)
-{
-    struct rec *s = ctx;
-    ASSERT(seg == s->ndone);
-    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
-    s->last_off = s->m->segs[seg].off;
-    s->ndone++;
-}
-
-static void rec_need(void *ctx, size_t off, size_t len)
-{
-    struct rec *s = ctx;
-    ASSERT(s->nneed < 64);
-    s->off[s->nneed] = off;
-    s->len[s->nneed++] = len;
-}
 
 static void compare(const struct dsl_model_spec *sp, size_t n, int with_need)
 {
@@ -65,27 +36,19 @@ static void compare(const struct dsl_model_spec *sp, size_t n, int with_need)
     for (size_t i = 0; i < sp->max_batch; i++)
         y[i] = (int32_t)(i * 3 % sp->out_dim);
 
-    struct rec ra = {.base = ga, .m = &a, .last_off = P}, rb = {.base = gb, .m = &b, .last_off = P};
-    struct dsl_grad_sink ka = {.dest = rec_dest, .done = rec_done,
-                               .need = with_need ? rec_need : NULL, .ctx = &ra};
-    struct dsl_grad_sink kb = {.dest = rec_dest, .done = rec_done,
-                               .need = with_need ? rec_need : NULL, .ctx = &rb};
+    struct need_rec ra = {.fs = {.grads = ga, .m = &a, .last_off = P}},
+                    rb = {.fs = {.grads = gb, .m = &b, .last_off = P}};
+    struct dsl_grad_sink ka = {.dest = fs_dest, .done = fs_done,
+                               .need = with_need ? nr_need : NULL, .ctx = &ra};
+    struct dsl_grad_sink kb = {.dest = fs_dest, .done = fs_done,
+                               .need = with_need ? nr_need : NULL, .ctx = &rb};
     struct dsl_model_stats sa, sb;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, 1.0f, &ka, &sa));
     if (b.ops->forward_backward(&b, dp, x, y, n, 1.0f, &kb, &sb) < 0)
         DSL_FAIL_("emulated forward_backward: %s", b.err);
-    ASSERT_EQ(rb.ndone, b.nsegs);
-    ASSERT_EQ(rb.nneed, ra.nneed);
-    for (size_t i = 0; i < ra.nneed; i++) {
-        ASSERT_EQ(rb.off[i], ra.off[i]);
-        ASSERT_EQ(rb.len[i], ra.len[i]);
-    }
-    double gmax = 0.0, diff = 0.0;
-    for (size_t i = 0; i < P; i++) {
-        gmax = fmax(gmax, fabs((double)ga[i]));
-        double d = fabs((double)ga[i] - (double)gb[i]);
-        diff = isnan(d) ? INFINITY : fmax(diff, d);
-    }
+    ASSERT_EQ(rb.fs.ndone, b.nsegs);
+    nr_expect_same(&ra, &rb);
+    double gmax, diff = grad_maxdiff(ga, gb, P, &gmax);
     double ldiff = fabs(sa.loss_sum - sb.loss_sum) / fmax(fabs(sa.loss_sum), 1e-30);
     fprintf(stderr, "# mlp %zu-..-%zu seg_max %zu batch %zu need %s: %zu need() calls, "
             "gradient max diff %.3g of %.3g, loss rel %.3g, hits %zu vs %zu\n", sp->in_dim,

@@ -113,17 +113,10 @@ template <typename F> emu_launcher<F> emu_launch(dim3 g, dim3 b, F f, size_t shm
 {
     return {g, b, f, shm};
 }
-// cuda_kernels.h's __CUDACC__ part
-#define DSL_CUDA_THREADS 256
-#define DSL_CUDA_MAX_BLOCKS 8192
-static inline unsigned int dsl_cuda_blocks(size_t n)
-{
-    size_t b = (n + DSL_CUDA_THREADS - 1) / DSL_CUDA_THREADS;
-    return (unsigned int)(b < DSL_CUDA_MAX_BLOCKS ? b : DSL_CUDA_MAX_BLOCKS);
-}
-#define DSL_GRID_STRIDE(i, n)                                                           \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
-         i += (size_t)gridDim.x * blockDim.x)
+// cuda_kernels.h (included right after this file) gives the launch shape
+// (DSL_CUDA_THREADS, dsl_cuda_blocks, DSL_GRID_STRIDE) with DSL_CUDA_EMU; the rest of
+// its __CUDACC__ part follows without __device__
+#define DSL_CUDA_EMU 1
 static inline float dsl_tof(float x) { return x; }
 static inline float dsl_tof(__half x) { return __half2float(x); }
 static inline float dsl_tof(__nv_bfloat16 x) { return __bfloat162float(x); }

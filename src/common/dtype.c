@@ -5,28 +5,15 @@
  * collectives reduce fp16/bf16 and the models store them; the collectives' own loops
  * use the branch-free forms of halfvec.h, which test_halfprec checks against these.
  */
-#include <string.h>
 
 #include "dslaunch/common/dtype.h"
+#include "dslaunch/common/halfvec.h"
 #include "dslaunch/common/banned.h"
 
-static uint32_t bits_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float float_of(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 uint16_t dsl_bf16_from_float(float f)
 {
-    uint32_t u = bits_of(f);
+    uint32_t u = dsl_hv_bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40u); /* NaN: keep it one, quiet */
     u += 0x7fffu + ((u >> 16) & 1u);           /* to nearest, ties to even */
@@ -35,12 +22,12 @@ uint16_t dsl_bf16_from_float(float f)
 
 float dsl_bf16_to_float(uint16_t h)
 {
-    return float_of((uint32_t)h << 16);
+    return dsl_hv_float((uint32_t)h << 16);
 }
 
 uint16_t dsl_fp16_from_float(float f)
 {
-    uint32_t u = bits_of(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    uint32_t u = dsl_hv_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
     if (a > 0x7f800000u)
         return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) /* 65520 and up round to inf */
@@ -69,12 +56,12 @@ float dsl_fp16_to_float(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0x1f)
-        return float_of(sign | 0x7f800000u | (m << 13));
+        return dsl_hv_float(sign | 0x7f800000u | (m << 13));
     if (e == 0) {
         float v = (float)m * 5.9604644775390625e-8f; /* m x 2^-24, exact */
         return sign ? -v : v;
     }
-    return float_of(sign | ((e + 112u) << 23) | (m << 13));
+    return dsl_hv_float(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 size_t dsl_dtype_size(enum dsl_dtype t)

@@ -186,8 +186,8 @@ static const float *gpt_take(struct gpt *p, const float *params, const float *wp
     size_t lo = p->L.lo[l], n = p->L.lo[l + 1] - lo;
     if (sink && sink->need)
         sink->need(sink->ctx, lo, n);
-    if (p->w32)
-        dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->w32 + lo,
+    if (p->s.w32)
+        dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->s.w32 + lo,
                      (const uint16_t *)(const void *)params + lo, n);
     return wp + lo;
 }
@@ -202,7 +202,7 @@ static const float *gpt_forward(struct gpt *p, const float *params, size_t B,
 {
     const struct dsl_gpt_layout *L = &p->L;
     size_t T = L->T, C = L->C, N = B * T;
-    const float *wp = sink && sink->layer ? NULL : p->w32 ? p->w32 : params;
+    const float *wp = sink && sink->layer ? NULL : p->s.w32 ? p->s.w32 : params;
     const float *we = gpt_take(p, params, wp, sink, 0, GPT_LAYER_BLOCK(0));
     struct job j = {.p = p, .w = GPT_AT(p, we, 0, GPT_WTE), .b = GPT_AT(p, we, 0, GPT_WPE),
                     .o = p->enc, .C = C, .T = T};
@@ -434,10 +434,7 @@ static void gpt_release(struct dsl_model *m)
     free(p->tgt);
     free(p->rowarg);
     free(p->enc); /* one allocation holds every float buffer */
-    free(p->w32);
-    free(p->g32);
-    dsl_gemm_bf16_free(p->b16);
-    dsl_gemm_carry_release(&p->carry);
+    dsl_cpu_scratch_release(&p->s);
     free(p);
     m->impl = NULL;
 }
@@ -460,7 +457,6 @@ int dsl_gpt_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
     struct gpt *p = dsl_xcalloc(1, sizeof(*p));
     p->L = lay;
     p->m = m;
-    p->b16 = spec->gemm_bf16 ? dsl_gemm_bf16_new() : NULL;
     m->ops = &gpt_ops;
     m->impl = p;
     m->dtype = p->dtype = spec->dtype;
@@ -492,14 +488,8 @@ int dsl_gpt_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
     p->tgt = malloc(N * sizeof(int32_t));
     p->rowarg = malloc(N * sizeof(int32_t));
     int fail = !mem || !p->inp || !p->tgt || !p->rowarg;
-    if (spec->dtype != DSL_FLOAT32 && !fail) {
-        size_t gmax = 0;
-        for (size_t i = 0; i < m->nsegs; i++)
-            gmax = m->segs[i].len > gmax ? m->segs[i].len : gmax;
-        p->w32 = malloc(m->nparams * sizeof(float));
-        p->g32 = malloc(gmax * sizeof(float));
-        fail = !p->w32 || !p->g32;
-    }
+    if (!fail)
+        fail = dsl_cpu_scratch_init(&p->s, m, spec) < 0;
     if (fail) {
         free(mem);
         gpt_release(m);

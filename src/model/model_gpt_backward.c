@@ -172,7 +172,7 @@ static void deliver(struct gpt *p, const struct dsl_grad_sink *sink, size_t ti,
         const struct dsl_model_seg *sg = &p->m->segs[s];
         float *dst = sink->dest(sink->ctx, s);
         const float *from = src + (sg->off - t->off);
-        if (p->g32)
+        if (p->s.g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, from, sg->len);
         else
             memcpy(dst, from, sg->len * sizeof(float));
@@ -186,20 +186,20 @@ static void deliver_weight(struct gpt *p, const struct dsl_grad_sink *sink, size
                            const float *A, const float *dY, size_t N)
 {
     const struct dsl_gpt_tensor *t = &p->L.t[ti];
-    dsl_gemm_carry_reset(&p->carry);
+    dsl_gemm_carry_reset(&p->s.carry);
     for (size_t s = t->seg0; s < t->seg0 + t->nseg; s++) {
         const struct dsl_model_seg *sg = &p->m->segs[s];
         size_t r0 = (sg->off - t->off) / t->cols, nr = sg->len / t->cols;
         float *dst = sink->dest(sink->ctx, s);
-        float *c = p->g32 ? p->g32 : dst;
+        float *c = p->s.g32 ? p->s.g32 : dst;
         /* rows r0.. of the whole gradient's product (cpugemm.h): the same bits
          * whatever the segment size */
         struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = t->rows,
                              .n = t->cols, .k = N, .a = A, .lda = t->rows, .b = dY,
                              .ldb = t->cols, .alpha = 1.0f, .beta = 0.0f, .by_rows = 1,
-                             .bf16 = p->b16};
-        dsl_gemm_rows(&g, r0, nr, c, t->cols, &p->carry);
-        if (p->g32)
+                             .bf16 = p->s.b16};
+        dsl_gemm_rows(&g, r0, nr, c, t->cols, &p->s.carry);
+        if (p->s.g32)
             dsl_hv_narrow(p->dtype == DSL_BFLOAT16, (uint16_t *)(void *)dst, c, sg->len);
         sink->done(sink->ctx, s);
     }

@@ -14,6 +14,7 @@
 #include "dslaunch/device/cpugemm.h"
 #include "dslaunch/device/cpupool.h"
 #include "dslaunch/model/model.h"
+#include "model_cpu_scratch.h"
 #include "model_gpt_impl.h"
 
 #define LOGIT_BUDGET (16u << 20) /* floats of logits alive at a time, at most */
@@ -139,9 +140,7 @@ struct gpt {
     struct gpt_block h[DSL_GPT_MAX_LAYERS];
     float *dres, *dC, *d3C, *d4C, *datt, *dwte, *dwpe, *gsmall, *gsmall2;
     enum dsl_dtype dtype;
-    float *w32, *g32; /* 16-bit: the widened parameters; one segment in fp32 */
-    struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: the bf16 copies of a product's inputs */
-    struct dsl_gemm_carry carry; /* a weight gradient's tile row between two segments */
+    struct dsl_cpu_scratch s; /* 16-bit parameters' fp32 copies, bf16 products */
 };
 
 /* ---- helpers ---------------------------------------------------------------------- */
@@ -170,7 +169,7 @@ static inline void gemm(const struct gpt *p, enum CBLAS_TRANSPOSE ta, enum CBLAS
 {
     struct dsl_gemm g = {.ta = ta, .tb = tb, .m = m, .n = n, .k = k, .a = a, .lda = lda,
                          .b = b, .ldb = ldb, .alpha = alpha, .beta = beta, .c = c,
-                         .ldc = ldc, .bias = bias, .by_rows = by_rows, .bf16 = p->b16};
+                         .ldc = ldc, .bias = bias, .by_rows = by_rows, .bf16 = p->s.b16};
     dsl_gemm_run(&g);
 }
 
@@ -238,11 +237,11 @@ static inline const float *gpt_layer(const struct gpt *p, const float *wp,
     if (!sink || !sink->layer)
         return wp + p->L.lo[l];
     const float *lw = sink->layer(sink->ctx, (int)l, next);
-    if (!p->w32)
+    if (!p->s.w32)
         return lw;
-    dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->w32 + p->L.lo[l],
+    dsl_hv_widen(p->dtype == DSL_BFLOAT16, p->s.w32 + p->L.lo[l],
                  (const uint16_t *)(const void *)lw, p->L.lo[l + 1] - p->L.lo[l]);
-    return p->w32 + p->L.lo[l];
+    return p->s.w32 + p->L.lo[l];
 }
 
 static inline void gpt_unlayer(const struct dsl_grad_sink *sink, size_t l)

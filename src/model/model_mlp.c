@@ -52,6 +52,7 @@
 #include "dslaunch/model/model.h"
 #include "dslaunch/common/xalloc.h"
 #include "dslaunch/common/halfvec.h"
+#include "model_cpu_scratch.h"
 #include "model_mlp_impl.h"
 #include "dslaunch/common/banned.h"
 
@@ -61,10 +62,7 @@ struct mlp {
     float *dz, *dz2;                       /* max_batch x maxdim each */
     int32_t *argmax;
     enum dsl_dtype dtype; /* of params and gradients: fp32, or 16-bit storage */
-    float *w32;           /* 16-bit: the fp32 parameters forward widened (P floats) */
-    float *g32;           /* 16-bit: one gradient segment in fp32 */
-    struct dsl_gemm_bf16 *b16; /* spec.gemm_bf16: bf16 copies of a product's inputs */
-    struct dsl_gemm_carry carry; /* a weight gradient's tile row between two segments */
+    struct dsl_cpu_scratch s; /* 16-bit parameters' fp32 copies, bf16 products */
 };
 
 /* dst[i] = float(src[i]) for the 16-bit elements src[off, off + n) */
@@ -98,7 +96,7 @@ static struct dsl_gemm mlp_forward_gemm(const struct mlp *p, size_t l, const flo
                              .ldb = in, .alpha = 1.0f, .beta = 1.0f,
                              .c = p->act[l + 1] + r0, .ldc = out, .full_n = out,
                              .col0 = r0, .by_cols = l == 0, .bias = w + in * out + r0,
-                             .relu = l + 1 < p->L.nlayers, .bf16 = p->b16};
+                             .relu = l + 1 < p->L.nlayers, .bf16 = p->s.b16};
 }
 
 static void mlp_forward_cols(struct mlp *p, size_t l, const float *w, size_t n, size_t r0,
@@ -124,8 +122,8 @@ static void mlp_need(struct mlp *p, const float *params, const struct dsl_grad_s
 {
     if (sink && sink->need)
         sink->need(sink->ctx, off, len);
-    if (p->w32)
-        mlp_widen(p, p->w32 + off, params, off, len);
+    if (p->s.w32)
+        mlp_widen(p, p->s.w32 + off, params, off, len);
 }
 
 /* ZeRO stage 3: layer l's fp32 parameters (its weight, then its bias) from the sink's
@@ -135,11 +133,11 @@ static const float *mlp_layer(struct mlp *p, const struct dsl_grad_sink *src, si
                               int next)
 {
     const float *lw = src->layer(src->ctx, (int)l, next);
-    if (!p->w32)
+    if (!p->s.w32)
         return lw;
     size_t len = p->L.dims[l + 1] * (p->L.dims[l] + 1);
-    mlp_widen(p, p->w32 + p->L.woff[l], lw, 0, len);
-    return p->w32 + p->L.woff[l];
+    mlp_widen(p, p->s.w32 + p->L.woff[l], lw, 0, len);
+    return p->s.w32 + p->L.woff[l];
 }
 
 /* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows; returns the fp32 parameters it
@@ -156,7 +154,7 @@ static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
                                 const float *params, const float *x, size_t n,
                                 const struct dsl_grad_sink *sink, int backward)
 {
-    const float *wp = p->w32 ? p->w32 : params;
+    const float *wp = p->s.w32 ? p->s.w32 : params;
     p->act[0] = (float *)(uintptr_t)x; /* read only; the cast only drops const */
     for (size_t l = 0; l < p->L.nlayers; l++) {
         size_t in = p->L.dims[l], out = p->L.dims[l + 1], woff = p->L.woff[l];
@@ -178,7 +176,7 @@ static const float *mlp_forward(const struct dsl_model *m, struct mlp *p,
         /* the blocks come last first: the columns from each block's first whole tile
          * up to what is done, so that no tile is computed twice or in part (the bf16
          * path's blocks are its own: it takes each block as it comes) */
-        size_t tc = p->b16 ? 1 : mlp_forward_tile(p, l, wp + woff, n), done = out;
+        size_t tc = p->s.b16 ? 1 : mlp_forward_tile(p, l, wp + woff, n), done = out;
         for (size_t i = 0; i < m->nsegs; i++) {
             const struct dsl_model_seg *sg = &m->segs[i];
             if (sg->layer != (int)l || sg->off >= woff + out * in)
@@ -264,29 +262,29 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         /* bias: column sums in sample order */
         const struct dsl_model_seg *sg = &m->segs[seg];
         float *hdst = sink->dest(sink->ctx, seg);
-        float *db = p->g32 ? p->g32 : hdst;
+        float *db = p->s.g32 ? p->s.g32 : hdst;
         for (size_t k = 0; k < out; k++)
             db[k] = 0.0f;
         for (size_t i = 0; i < n; i++)
             for (size_t k = 0; k < out; k++)
                 db[k] += dz[i * out + k];
-        if (p->g32)
+        if (p->s.g32)
             mlp_narrow(p, hdst, db, out);
         sink->done(sink->ctx, seg++);
         /* weight, in row blocks, last block first */
-        dsl_gemm_carry_reset(&p->carry);
+        dsl_gemm_carry_reset(&p->s.carry);
         while (seg < m->nsegs && m->segs[seg].layer == (int)li) {
             sg = &m->segs[seg];
             size_t r0 = (sg->off - p->L.woff[li]) / in, rows = sg->len / in;
             hdst = sink->dest(sink->ctx, seg);
-            float *dw = p->g32 ? p->g32 : hdst;
+            float *dw = p->s.g32 ? p->s.g32 : hdst;
             /* the layer's whole product, handed over rows r0.. (cpugemm.h): the
              * same bits whatever the segment size */
             struct dsl_gemm g = {.ta = CblasTrans, .tb = CblasNoTrans, .m = out, .n = in,
                                  .k = n, .a = dz, .lda = out, .b = p->act[li], .ldb = in,
-                                 .alpha = 1.0f, .beta = 0.0f, .by_rows = 1, .bf16 = p->b16};
-            dsl_gemm_rows(&g, r0, rows, dw, in, &p->carry);
-            if (p->g32)
+                                 .alpha = 1.0f, .beta = 0.0f, .by_rows = 1, .bf16 = p->s.b16};
+            dsl_gemm_rows(&g, r0, rows, dw, in, &p->s.carry);
+            if (p->s.g32)
                 mlp_narrow(p, hdst, dw, sg->len);
             sink->done(sink->ctx, seg++);
         }
@@ -296,7 +294,7 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
         struct dsl_gemm g = {.ta = CblasNoTrans, .tb = CblasNoTrans, .m = n, .n = in,
                              .k = out, .a = dz, .lda = out, .b = w, .ldb = in, .alpha = 1.0f,
                              .beta = 0.0f, .c = dnext, .ldc = in, .mask = p->act[li],
-                             .bf16 = p->b16};
+                             .bf16 = p->s.b16};
         dsl_gemm_run(&g);
         if (sink->layer)
             sink->unlayer(sink->ctx, (int)li);
@@ -307,29 +305,30 @@ static int mlp_forward_backward(struct dsl_model *m, const float *params, const 
     return 0;
 }
 
-static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x,
-                        const int32_t *y, size_t n, struct dsl_model_stats *st)
+/* evaluation from params, or (params NULL) from the layers src hands out */
+static int mlp_eval(struct dsl_model *m, const float *params, const struct dsl_grad_sink *src,
+                    const float *x, const int32_t *y, size_t n, struct dsl_model_stats *st)
 {
     struct mlp *p = m->impl;
     int r = mlp_check_labels(m, y, n);
     if (r < 0)
         return r;
-    mlp_forward(m, p, params, x, n, NULL, 0);
+    mlp_forward(m, p, params, x, n, src, 0);
     mlp_loss(p, y, n, NULL, 1.0f, st);
     return 0;
+}
+
+static int mlp_evaluate(struct dsl_model *m, const float *params, const float *x,
+                        const int32_t *y, size_t n, struct dsl_model_stats *st)
+{
+    return mlp_eval(m, params, NULL, x, y, n, st);
 }
 
 static int mlp_evaluate_src(struct dsl_model *m, const struct dsl_grad_sink *src,
                             const float *x, const int32_t *y, size_t n,
                             struct dsl_model_stats *st)
 {
-    struct mlp *p = m->impl;
-    int r = mlp_check_labels(m, y, n);
-    if (r < 0)
-        return r;
-    mlp_forward(m, p, NULL, x, n, src, 0);
-    mlp_loss(p, y, n, NULL, 1.0f, st);
-    return 0;
+    return mlp_eval(m, NULL, src, x, y, n, st);
 }
 
 static void mlp_release(struct dsl_model *m)
@@ -342,10 +341,7 @@ static void mlp_release(struct dsl_model *m)
     free(p->dz);
     free(p->dz2);
     free(p->argmax);
-    free(p->w32);
-    free(p->g32);
-    dsl_gemm_bf16_free(p->b16);
-    dsl_gemm_carry_release(&p->carry);
+    dsl_cpu_scratch_release(&p->s);
     free(p);
     m->impl = NULL;
 }
@@ -378,7 +374,6 @@ int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
         return r;
     struct mlp *p = dsl_xcalloc(1, sizeof(*p));
     p->L = lay;
-    p->b16 = spec->gemm_bf16 ? dsl_gemm_bf16_new() : NULL;
     m->ops = &mlp_ops;
     m->impl = p;
 
@@ -390,13 +385,8 @@ int dsl_mlp_create(struct dsl_model *m, const struct dsl_model_spec *spec, char 
     p->argmax = big_alloc(spec->max_batch * sizeof(int32_t), &fail);
     p->dtype = spec->dtype;
     m->dtype = spec->dtype;
-    if (spec->dtype != DSL_FLOAT32) {
-        size_t gmax = 0;
-        for (size_t i = 0; i < m->nsegs; i++)
-            gmax = m->segs[i].len > gmax ? m->segs[i].len : gmax;
-        p->w32 = big_alloc(m->nparams * sizeof(float), &fail);
-        p->g32 = big_alloc(gmax * sizeof(float), &fail);
-    }
+    if (dsl_cpu_scratch_init(&p->s, m, spec) < 0)
+        fail = 1;
     if (fail) {
         mlp_release(m);
         free(m->segs);

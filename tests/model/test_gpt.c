@@ -16,36 +16,8 @@
 #include "dslaunch/device/optimizer.h"
 
 #include "test.h"
+#include "full_sink.h"
 #include "dslaunch/common/banned.h"
-
-struct full_sink {
-    float *grads;
-    const struct dsl_model *m;
-    size_t ndone, last_off, needed;
-};
-
-static float *fs_dest(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    return s->grads + s->m->segs[seg].off;
-}
-
-static void fs_done(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    /* segments come down the flat buffer without a gap (the trainer's buckets) */
-    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
-    ASSERT_EQ(seg, s->ndone);
-    s->last_off = s->m->segs[seg].off;
-    s->ndone++;
-}
-
-static void fs_need(void *ctx, size_t off, size_t len)
-{
-    struct full_sink *s = ctx;
-    ASSERT_EQ(off, s->needed); /* forward asks for the buffer in order, all of it */
-    s->needed = off + len;
-}
 
 static void make_gpt(struct dsl_model *m, size_t L, size_t C, size_t NH, size_t T, size_t V,
                      size_t batch, size_t seg_max)
@@ -157,10 +129,7 @@ TEST(gpt_gradient_should_not_depend_on_segment_size_or_threads)
     /* a power-of-two loss scale scales every element exactly, the loss not at all */
     grads(&b, p, x, 4, 256.0f, gb, &sb);
     ASSERT(sa.loss_sum == sb.loss_sum);
-    for (size_t i = 0; i < a.nparams; i++)
-        if (gb[i] != 256.0f * ga[i])
-            DSL_FAIL_("gradient %zu: %a at scale 256, %a at scale 1", i, (double)gb[i],
-                      (double)ga[i]);
+    check_scaled(ga, gb, a.nparams, 256.0f);
     free(p);
     free(ga);
     free(gb);

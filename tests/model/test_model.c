@@ -18,28 +18,9 @@
 
 #include "model/model_mlp_impl.h"
 #include "test.h"
+#include "full_sink.h"
 #include "dslaunch/common/banned.h"
 
-struct full_sink {
-    float *grads;
-    const struct dsl_model *m;
-    size_t ndone;
-    size_t last_off; /* segments must come in descending offset order */
-};
-
-static float *fs_dest(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    return s->grads + s->m->segs[seg].off;
-}
-
-static void fs_done(void *ctx, size_t seg)
-{
-    struct full_sink *s = ctx;
-    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
-    s->last_off = s->m->segs[seg].off;
-    s->ndone++;
-}
 
 static void make_tiny(struct dsl_model *m, size_t seg_max, size_t batch)
 {
@@ -66,7 +47,7 @@ TEST(mlp_gradient_should_match_finite_differences)
     int32_t y[5] = {0, 3, 1, 2, 3};
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
-    struct full_sink fs = {g, &m, 0, m.nparams};
+    struct full_sink fs = {g, &m, 0, m.nparams, 0};
     struct dsl_grad_sink sink = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats st;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &sink, &st));
@@ -106,7 +87,7 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
     int32_t y[3] = {1, 2, 0};
     a.ops->init_params(&a, p, 3);
     fill(x, 3 * 7, 9);
-    struct full_sink sa = {ga, &a, 0, a.nparams}, sb = {gb, &b, 0, b.nparams};
+    struct full_sink sa = {ga, &a, 0, a.nparams, 0}, sb = {gb, &b, 0, b.nparams, 0};
     struct dsl_grad_sink ka = {.dest = fs_dest, .done = fs_done, .ctx = &sa},
                          kb = {.dest = fs_dest, .done = fs_done, .ctx = &sb};
     struct dsl_model_stats st;
@@ -123,8 +104,7 @@ TEST(mlp_gradient_should_not_depend_on_segment_size)
 
 /* a sink that also has need() and loss(): what forward asked for, in order */
 struct need_sink {
-    struct full_sink fs;
-    size_t need_off[64], need_len[64], nneed;
+    struct need_rec r; /* first: fs_done and nr_need take the sink */
     int loss_calls, loss_before_dest;
     double loss_seen;
 };
@@ -132,23 +112,9 @@ struct need_sink {
 static float *ns_dest(void *ctx, size_t seg)
 {
     struct need_sink *s = ctx;
-    if (s->fs.ndone == 0 && s->loss_calls == 1)
+    if (s->r.fs.ndone == 0 && s->loss_calls == 1)
         s->loss_before_dest = 1;
-    return fs_dest(&s->fs, seg);
-}
-
-static void ns_done(void *ctx, size_t seg)
-{
-    struct need_sink *s = ctx;
-    fs_done(&s->fs, seg);
-}
-
-static void ns_need(void *ctx, size_t off, size_t len)
-{
-    struct need_sink *s = ctx;
-    ASSERT(s->nneed < 64);
-    s->need_off[s->nneed] = off;
-    s->need_len[s->nneed++] = len;
+    return fs_dest(&s->r.fs, seg);
 }
 
 static void ns_loss(void *ctx, const struct dsl_model_stats *st)
@@ -175,10 +141,10 @@ TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same
         y[i] = (int32_t)(i * 7 % 10);
     m.ops->init_params(&m, p, 3);
     fill(x, 16 * 50, 9);
-    struct full_sink whole = {g1, &m, 0, m.nparams};
+    struct full_sink whole = {g1, &m, 0, m.nparams, 0};
     struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &whole};
-    struct need_sink ns = {.fs = {g2, &m, 0, m.nparams}};
-    struct dsl_grad_sink k2 = {.dest = ns_dest, .done = ns_done, .need = ns_need,
+    struct need_sink ns = {.r = {.fs = {g2, &m, 0, m.nparams, 0}}};
+    struct dsl_grad_sink k2 = {.dest = ns_dest, .done = fs_done, .need = nr_need,
                                .ctx = &ns, .loss = ns_loss};
     struct dsl_model_stats s1, s2;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 16, 1.0f, &k1, &s1));
@@ -191,20 +157,20 @@ TEST(mlp_forward_should_ask_for_the_first_layer_block_by_block_and_give_the_same
     /* layer 0 (37 rows of 50): the bias, then blocks of 8 rows, last block first, in
      * the order of its segments; then the two later layers whole */
     size_t k = 0, nblk = 0;
-    ASSERT_EQ(ns.need_off[k], 37 * 50);
-    ASSERT_EQ(ns.need_len[k++], 37);
+    ASSERT_EQ(ns.r.need_off[k], 37 * 50);
+    ASSERT_EQ(ns.r.need_len[k++], 37);
     for (size_t i = 0; i < m.nsegs; i++) {
         if (m.segs[i].layer != 0 || m.segs[i].off >= 37 * 50)
             continue;
-        ASSERT_EQ(ns.need_off[k], m.segs[i].off);
-        ASSERT_EQ(ns.need_len[k++], m.segs[i].len);
+        ASSERT_EQ(ns.r.need_off[k], m.segs[i].off);
+        ASSERT_EQ(ns.r.need_len[k++], m.segs[i].len);
         nblk++;
     }
     ASSERT_EQ(nblk, 5);
-    ASSERT_EQ(ns.need_off[k], 37 * 51);
-    ASSERT_EQ(ns.need_len[k++], 20 * 38);
-    ASSERT_EQ(ns.need_len[k++], 10 * 21);
-    ASSERT_EQ(ns.nneed, k);
+    ASSERT_EQ(ns.r.need_off[k], 37 * 51);
+    ASSERT_EQ(ns.r.need_len[k++], 20 * 38);
+    ASSERT_EQ(ns.r.need_len[k++], 10 * 21);
+    ASSERT_EQ(ns.r.nneed, k);
     free(p);
     free(g1);
     free(g2);
@@ -240,20 +206,20 @@ TEST(mlp_need_plan_should_be_the_cpu_models_need_calls)
         float *p = calloc(m.nparams, esz), *g = calloc(m.nparams, sizeof(float)), x[4 * 50];
         int32_t y[4] = {0, 1, 2, 1};
         fill(x, 4 * specs[c].in_dim, 5);
-        struct need_sink ns = {.fs = {g, &m, 0, m.nparams}};
-        struct dsl_grad_sink k = {.dest = ns_dest, .done = ns_done, .need = ns_need,
+        struct need_sink ns = {.r = {.fs = {g, &m, 0, m.nparams, 0}}};
+        struct dsl_grad_sink k = {.dest = ns_dest, .done = fs_done, .need = nr_need,
                                   .ctx = &ns};
         struct dsl_model_stats st;
         ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 4, 1.0f, &k, &st));
 
         struct dsl_mlp_need *plan = calloc(m.nsegs + lay.nlayers, sizeof(*plan));
         size_t np = dsl_mlp_layout_need_plan(&lay, &m, 1, plan);
-        ASSERT_EQ(np, ns.nneed);
+        ASSERT_EQ(np, ns.r.nneed);
         size_t covered[DSL_MODEL_MAX_LAYERS] = {0}; /* output columns computed */
         unsigned char seen[DSL_MODEL_MAX_LAYERS][64] = {{0}};
         for (size_t i = 0; i < np; i++) {
-            ASSERT_EQ(plan[i].off, ns.need_off[i]);
-            ASSERT_EQ(plan[i].len, ns.need_len[i]);
+            ASSERT_EQ(plan[i].off, ns.r.need_off[i]);
+            ASSERT_EQ(plan[i].len, ns.r.need_len[i]);
             /* a block computes the columns of the rows it asked for, and no others */
             if (plan[i].rows)
                 ASSERT(plan[i].len == plan[i].rows * lay.dims[plan[i].layer] ||
@@ -291,17 +257,14 @@ TEST(mlp_gradient_should_scale_exactly_with_a_power_of_two_loss_scale)
     int32_t y[5] = {0, 3, 1, 2, 3};
     m.ops->init_params(&m, p, 42);
     fill(x, 5 * 7, 7);
-    struct full_sink f1 = {g1, &m, 0, m.nparams}, fs = {gs, &m, 0, m.nparams};
+    struct full_sink f1 = {g1, &m, 0, m.nparams, 0}, fs = {gs, &m, 0, m.nparams, 0};
     struct dsl_grad_sink k1 = {.dest = fs_dest, .done = fs_done, .ctx = &f1},
                          ks = {.dest = fs_dest, .done = fs_done, .ctx = &fs};
     struct dsl_model_stats s1, ss;
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1.0f, &k1, &s1));
     ASSERT_OK(m.ops->forward_backward(&m, p, x, y, 5, 1024.0f, &ks, &ss));
     ASSERT(s1.loss_sum == ss.loss_sum && s1.correct == ss.correct);
-    for (size_t i = 0; i < m.nparams; i++)
-        if (gs[i] != 1024.0f * g1[i])
-            DSL_FAIL_("gradient %zu: %a at scale 1024, %a at scale 1", i, (double)gs[i],
-                      (double)g1[i]);
+    check_scaled(g1, gs, m.nparams, 1024.0f);
     free(p);
     free(g1);
     free(gs);

@@ -60,6 +60,7 @@
 #include "dslaunch/train/trainer.h"
 #include "gpu_test.h"
 #include "test.h"
+#include "world_release.h"
 #include "dslaunch/common/banned.h"
 
 
@@ -659,10 +660,7 @@ static void train(int gpu, enum dsl_dtype dt, size_t steps, double *loss, uint64
     loss[steps] = tloss;
     dsl_sampler_release(&s);
     dsl_trainer_release(&t);
-    dsl_model_release(&m);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
-    dsl_comm_close(c);
+    world_release(&m, &tr, &te, c);
 }
 
 TEST(gpu_gpt_training_at_world_one_should_match_the_cpu_trainer_and_lower_the_loss)

@@ -40,7 +40,9 @@
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/train/trainer.h"
 #include "gpu_test.h"
+#include "model/full_sink.h"
 #include "test.h"
+#include "world_release.h"
 #include "dslaunch/common/banned.h"
 
 
@@ -242,36 +244,6 @@ TEST(device_optimizer_steps_should_match_optimizer_c_within_1e_6)
 
 /* ---- the MLP ----------------------------------------------------------------------- */
 
-struct order_sink {
-    float *base; /* full gradient buffer (host or device) */
-    const struct dsl_model *m;
-    size_t ndone, last_off, nneed;
-    size_t need_off[64], need_len[64]; /* what forward asked for, in order */
-};
-
-static float *os_dest(void *ctx, size_t seg)
-{
-    struct order_sink *s = ctx;
-    return s->base + s->m->segs[seg].off;
-}
-
-static void os_done(void *ctx, size_t seg)
-{
-    struct order_sink *s = ctx;
-    ASSERT(seg == s->ndone);
-    ASSERT(s->m->segs[seg].off + s->m->segs[seg].len == s->last_off);
-    s->last_off = s->m->segs[seg].off;
-    s->ndone++;
-}
-
-static void os_need(void *ctx, size_t off, size_t len)
-{
-    struct order_sink *s = ctx;
-    ASSERT(s->nneed < 64);
-    s->need_off[s->nneed] = off;
-    s->need_len[s->nneed++] = len;
-}
-
 static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed)
 {
     char err[DSL_ERR_LEN];
@@ -305,29 +277,20 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
 
     float *g = calloc(P, sizeof(float)), *dg = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg != NULL);
-    struct order_sink sa = {.base = g, .m = &a, .last_off = P},
-                      sb = {.base = dg, .m = &b, .last_off = P};
-    struct dsl_grad_sink ka = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sa};
-    struct dsl_grad_sink kb = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sb};
+    struct need_rec sa = {.fs = {.grads = g, .m = &a, .last_off = P}},
+                    sb = {.fs = {.grads = dg, .m = &b, .last_off = P}};
+    struct dsl_grad_sink ka = {.dest = fs_dest, .done = fs_done, .need = nr_need, .ctx = &sa};
+    struct dsl_grad_sink kb = {.dest = fs_dest, .done = fs_done, .need = nr_need, .ctx = &sb};
     struct dsl_model_stats sta, stb;
     ASSERT_OK(a.ops->forward_backward(&a, p, x, y, n, 1.0f, &ka, &sta));
     if (b.ops->forward_backward(&b, dp, x, y, n, 1.0f, &kb, &stb) < 0)
         DSL_FAIL_("GPU forward_backward: %s", b.err);
-    ASSERT_EQ(sb.ndone, b.nsegs);
+    ASSERT_EQ(sb.fs.ndone, b.nsegs);
     /* model.h's need() contract: the same calls in the same order (the first layer
      * block by block, test_train_model checks the CPU's order) */
-    ASSERT_EQ(sb.nneed, sa.nneed);
-    for (size_t i = 0; i < sa.nneed; i++) {
-        ASSERT_EQ(sb.need_off[i], sa.need_off[i]);
-        ASSERT_EQ(sb.need_len[i], sa.need_len[i]);
-    }
+    nr_expect_same(&sa, &sb);
     float *hg = host_from(dg, P);
-    double gmax = 0.0, diff = 0.0;
-    for (size_t i = 0; i < P; i++) {
-        gmax = fmax(gmax, fabs((double)g[i]));
-        double d = fabs((double)hg[i] - (double)g[i]);
-        diff = isnan(d) ? INFINITY : fmax(diff, d);
-    }
+    double gmax, diff = grad_maxdiff(g, hg, P, &gmax);
     double ldiff = fabs(stb.loss_sum - sta.loss_sum) / fmax(fabs(sta.loss_sum), 1e-30);
     fprintf(stderr,
             "# mlp %zu params, batch %zu: gradient max diff %.3g (largest gradient %.3g, "
@@ -342,8 +305,8 @@ static void compare_mlp(const struct dsl_model_spec *sp, size_t n, uint64_t seed
      * (the same kernels and sgemm shapes, linear in dz), and the same loss */
     float *dg2 = gdev.ops->alloc(&gdev, P * sizeof(float));
     ASSERT(dg2 != NULL);
-    struct order_sink sc = {.base = dg2, .m = &b, .last_off = P};
-    struct dsl_grad_sink kc = {.dest = os_dest, .done = os_done, .need = os_need, .ctx = &sc};
+    struct need_rec sc = {.fs = {.grads = dg2, .m = &b, .last_off = P}};
+    struct dsl_grad_sink kc = {.dest = fs_dest, .done = fs_done, .need = nr_need, .ctx = &sc};
     struct dsl_model_stats stc;
     if (b.ops->forward_backward(&b, dp, x, y, n, 1024.0f, &kc, &stc) < 0)
         DSL_FAIL_("GPU forward_backward with a loss scale: %s", b.err);
@@ -451,10 +414,7 @@ static void world1_open(struct world1 *w, int gpu, enum dsl_dtype dtype)
 
 static void world1_close(struct world1 *w)
 {
-    dsl_model_release(&w->m);
-    dsl_dataset_release(&w->tr);
-    dsl_dataset_release(&w->te);
-    dsl_comm_close(w->c);
+    world_release(&w->m, &w->tr, &w->te, w->c);
 }
 
 static void train(int gpu, const struct variant *v, size_t steps, struct run *out)

@@ -25,19 +25,6 @@
 #include "test.h"
 #include "dslaunch/common/banned.h"
 
-static uint32_t bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float from_bits(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
 
 /* h is the correctly rounded 16-bit value of finite f: no neighbour is nearer, and on
  * a tie h is even. Neighbours of a finite h are h +- 1 in magnitude (same sign). */
@@ -88,7 +75,7 @@ TEST(halfprec_should_round_to_nearest_even)
             u = (u & 0x80000000u) | (0x33000000u + (u % (0x47800000u - 0x33000000u)));
         if (i % 7 == 0) /* ties: the bits below the 16-bit grid set to exactly half */
             u = (u & ~0xffffu) | 0x8000u;
-        float f = from_bits(u);
+        float f = dsl_hv_float(u);
         if (!isfinite(f))
             continue;
         check_nearest(f, dsl_bf16_from_float(f), dsl_bf16_to_float, 0x7f7f, "bf16");
@@ -106,21 +93,21 @@ TEST(halfprec_should_round_to_nearest_even)
     ASSERT_EQ(dsl_fp16_from_float(ldexpf(3.0f, -25)), 0x0002); /* 1.5 units: tie, even */
     ASSERT_EQ(dsl_fp16_from_float(-0.0f), 0x8000);
     ASSERT_EQ(dsl_bf16_from_float(1.0f), 0x3f80);
-    ASSERT_EQ(dsl_bf16_from_float(from_bits(0x3f808000u)), 0x3f80); /* tie, even */
-    ASSERT_EQ(dsl_bf16_from_float(from_bits(0x3f818000u)), 0x3f82); /* tie, even */
-    ASSERT_EQ(dsl_bf16_from_float(from_bits(0x7f7fffffu)), 0x7f80); /* FLT_MAX -> inf */
+    ASSERT_EQ(dsl_bf16_from_float(dsl_hv_float(0x3f808000u)), 0x3f80); /* tie, even */
+    ASSERT_EQ(dsl_bf16_from_float(dsl_hv_float(0x3f818000u)), 0x3f82); /* tie, even */
+    ASSERT_EQ(dsl_bf16_from_float(dsl_hv_float(0x7f7fffffu)), 0x7f80); /* FLT_MAX -> inf */
     ASSERT(isinf(dsl_bf16_to_float(dsl_bf16_from_float(INFINITY))));
     ASSERT(isnan(dsl_bf16_to_float(dsl_bf16_from_float(NAN))));
     ASSERT(isnan(dsl_fp16_to_float(dsl_fp16_from_float(NAN))));
     ASSERT(isinf(dsl_fp16_to_float(dsl_fp16_from_float(-INFINITY))));
-    ASSERT(bits(dsl_fp16_to_float(0x0001)) == bits(ldexpf(1.0f, -24)));
+    ASSERT(dsl_hv_bits(dsl_fp16_to_float(0x0001)) == dsl_hv_bits(ldexpf(1.0f, -24)));
     fprintf(stderr, "# fp16/bf16: 2M random floats rounded to nearest even\n");
 }
 
 /* halfvec.h's conversions against the reference, bit for bit; returns the mismatches */
 static unsigned long vec_mismatches(uint32_t u)
 {
-    float f = from_bits(u);
+    float f = dsl_hv_float(u);
     unsigned long bad = 0;
     if (dsl_hv_fp16_from_float(f) != dsl_fp16_from_float(f))
         bad++, fprintf(stderr, "fp16 of %#x: vec %#x, ref %#x\n", (unsigned)u,
@@ -135,8 +122,8 @@ TEST(halfvec_should_widen_every_16_bit_value_like_the_reference)
 {
     for (uint32_t i = 0; i < 65536; i++) {
         uint16_t h = (uint16_t)i;
-        ASSERT_EQ(bits(dsl_hv_fp16_to_float(h)), bits(dsl_fp16_to_float(h)));
-        ASSERT_EQ(bits(dsl_hv_bf16_to_float(h)), bits(dsl_bf16_to_float(h)));
+        ASSERT_EQ(dsl_hv_bits(dsl_hv_fp16_to_float(h)), dsl_hv_bits(dsl_fp16_to_float(h)));
+        ASSERT_EQ(dsl_hv_bits(dsl_hv_bf16_to_float(h)), dsl_hv_bits(dsl_bf16_to_float(h)));
     }
 }
 
@@ -235,9 +222,9 @@ static void check_half_optim(struct dsl_device *d, enum dsl_dtype ht, const floa
                 dsl_optim_step(&hs[hi], lr, t, gs, &rp[i], &gi, &rm[i], &rv[i], 1);
             }
             for (size_t i = 0; i < n; i++) {
-                ASSERT_EQ(bits(p[i]), bits(rp[i]));
-                ASSERT_EQ(bits(m[i]), bits(rm[i]));
-                ASSERT_EQ(bits(v[i]), bits(rv[i]));
+                ASSERT_EQ(dsl_hv_bits(p[i]), dsl_hv_bits(rp[i]));
+                ASSERT_EQ(dsl_hv_bits(m[i]), dsl_hv_bits(rm[i]));
+                ASSERT_EQ(dsl_hv_bits(v[i]), dsl_hv_bits(rv[i]));
                 ASSERT_EQ(c[i], ref_from(ht, rp[i]));
             }
         }
@@ -287,10 +274,10 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
         ASSERT(acc);
         ASSERT_OK(o->widen(d, ht, acc, a, n));
         for (size_t i = 0; i < n; i++)
-            ASSERT(bits(acc[i]) == bits(ref_to(ht, a[i])));
+            ASSERT(dsl_hv_bits(acc[i]) == dsl_hv_bits(ref_to(ht, a[i])));
         ASSERT_OK(o->widen_add(d, ht, acc, b, n));
         for (size_t i = 0; i < n; i++)
-            ASSERT(bits(acc[i]) == bits(ref_to(ht, a[i]) + ref_to(ht, b[i])));
+            ASSERT(dsl_hv_bits(acc[i]) == dsl_hv_bits(ref_to(ht, a[i]) + ref_to(ht, b[i])));
         memcpy(c, b, n * 2);
         ASSERT_OK(o->half_add_f32(d, ht, c, f, n));
         for (size_t i = 0; i < n; i++)
@@ -302,11 +289,11 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
                                                                         ref_to(ht, b[i]))) +
                                                     ref_to(ht, a[i])));
             float s32 = (ref_to(ht, a[i]) + ref_to(ht, b[i])) + ref_to(ht, a[i]);
-            lost += bits(s16) != bits(s32);
+            lost += dsl_hv_bits(s16) != dsl_hv_bits(s32);
         }
         ASSERT_OK(o->widen_add(d, ht, acc, a, n));
         for (size_t i = 0; i < n; i++)
-            ASSERT(bits(acc[i]) == bits((ref_to(ht, a[i]) + ref_to(ht, b[i])) +
+            ASSERT(dsl_hv_bits(acc[i]) == dsl_hv_bits((ref_to(ht, a[i]) + ref_to(ht, b[i])) +
                                         ref_to(ht, a[i])));
         ASSERT(lost > n / 4); /* the difference is real, not a rounding curiosity */
         free(acc);
@@ -321,7 +308,7 @@ TEST(cpu_half_ops_should_match_their_scalar_definitions)
         double k = 1048576.0;
         for (size_t i = 0; i < n; i++) {
             float x = ref_to(ht, a[i]);
-            uint32_t u = bits(x) & 0x7fffffffu;
+            uint32_t u = dsl_hv_bits(x) & 0x7fffffffu;
             mb = u > mb ? u : mb;
             sum += (uint64_t)(int64_t)((double)x * (double)x * k + 0.5);
         }

@@ -12,6 +12,7 @@
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/trainer.h"
 #include "test.h"
+#include "world_release.h"
 #include "dslaunch/common/banned.h"
 
 struct variant {
@@ -74,10 +75,7 @@ static float *train_variant(const struct variant *v, size_t steps, size_t *P,
     ASSERT_OK(dsl_trainer_params_to_host(&t, p, err)); /* stage 3: from the shards */
     dsl_sampler_release(&s);
     dsl_trainer_release(&t);
-    dsl_model_release(&m);
-    dsl_dataset_release(&tr);
-    dsl_dataset_release(&te);
-    dsl_comm_close(c);
+    world_release(&m, &tr, &te, c);
     return p;
 }
 

@@ -1,8 +1,10 @@
 # dsltrain: config semantics, LR schedules, loss scaling, checkpoints and safetensors,
 # the trainer's step (fp32 and mixed precision). The multi-rank runs of the real dstrain
 # are tests/e2e/train.
-dsl_unit_test(test_config SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config.c LIBS dsltrain)
-target_compile_definitions(test_config PRIVATE
+# ds_config.json by theme: the batch, the keys and their messages, the sections
+dsl_unit_tests(LIBS dsltrain TESTS test_config_batch test_config_batch.c
+               test_config_keys test_config_keys.c test_config_sections test_config_sections.c)
+target_compile_definitions(test_config_keys PRIVATE
   DSL_CONFIGS_DIR="${PROJECT_SOURCE_DIR}/configs")
 # the key table as docs/config.md's key tables (dstrain keys)
 dsl_unit_test(test_config_doc SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_config_doc.c LIBS dsltrain)

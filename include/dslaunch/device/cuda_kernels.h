@@ -22,9 +22,10 @@
 
 #include <cuda_runtime.h>
 
-#ifdef __CUDACC__
+#if defined(__CUDACC__) || defined(DSL_CUDA_EMU)
 /* The launch shape of every kernel: DSL_CUDA_THREADS per block, and grid-stride loops
- * over at most DSL_CUDA_MAX_BLOCKS blocks, so any n fits one launch. */
+ * over at most DSL_CUDA_MAX_BLOCKS blocks, so any n fits one launch. (DSL_CUDA_EMU:
+ * scripts/cuda-emu/emu.h, the kernels compiled as C++ for the CPU, takes it from here.) */
 #define DSL_CUDA_THREADS 256
 #ifndef DSL_CUDA_MAX_BLOCKS
 #define DSL_CUDA_MAX_BLOCKS 8192
@@ -37,7 +38,9 @@ static inline unsigned int dsl_cuda_blocks(size_t n)
 #define DSL_GRID_STRIDE(i, n)                                                           \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
          i += (size_t)gridDim.x * blockDim.x)
+#endif
 
+#ifdef __CUDACC__
 /* 16-bit elements of mixed precision: dsl_tof() widens (exact), dsl_fromf<T>() narrows
  * with round to nearest even; for float both are the identity, so a kernel templated
  * on its element type does the fp32 arithmetic it always did. */

@@ -25,8 +25,9 @@ rank_pid() {
     return 1
 }
 
-# run_stopped NAME HANG COMM: the job, rank 3 stopped once it trains; rc and the
-# seconds from the stop to dslaunch's exit in $NAME.rc and $NAME.t
+# run_stopped NAME HANG COMM WHAT: the job, rank 3 stopped once it trains; rc and the
+# seconds from the stop to dslaunch's exit in $NAME.rc and $NAME.t, and with WHAT (the
+# timeout that was to act) and the hang line in measured; the exit must be 205
 run_stopped() {
     local name=$1 hang=$2 comm=$3 job victim t0 rc=0
     mkdir "$name"
@@ -44,6 +45,9 @@ run_stopped() {
     wait $job || rc=$?
     echo "$rc" >"$name.rc"
     awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }' >"$name.t"
+    echo "# stop -> dslaunch exit $(cat "$name.t") s ($4)" >>measured
+    grep "error: hang" "$name/err" >>measured || true
+    assert_eq "$rc" 205 "exit code"
 }
 
 json_stacks() {
@@ -54,11 +58,8 @@ assert d["stuck"] == [3], d["stuck"]' "$1" || fail "report $1 lacks a stack of e
 }
 
 expect_success "world 6 on 3 nodes: a rank stopped on node2 is named by the hang timeout, stacks of all 6" '
-    run_stopped hangfirst 4 120
+    run_stopped hangfirst 4 120 "hang timeout 4 s"
     victim=$(cat hangfirst.victim)
-    echo "# stop -> dslaunch exit $(cat hangfirst.t) s (hang timeout 4 s)" >>measured
-    grep "error: hang" hangfirst/err >>measured || true
-    assert_eq "$(cat hangfirst.rc)" 205 "exit code"
     assert_grep "error: hang: rank 3 (node2, pid $victim, stopped) \(never entered\|makes no progress inside\) [a-z_]* #[0-9]*; ranks* [0-9,-]* waits* in it" hangfirst/err
     json_stacks hangfirst/dslaunch-hang-*.json
     wait_ns_clean 15
@@ -66,11 +67,8 @@ expect_success "world 6 on 3 nodes: a rank stopped on node2 is named by the hang
 '
 
 expect_success "world 6 on 3 nodes: when the peers time out first, the stopped rank is named" '
-    run_stopped commfirst 600 4
+    run_stopped commfirst 600 4 "comm timeout 4 s"
     victim=$(cat commfirst.victim)
-    echo "# stop -> dslaunch exit $(cat commfirst.t) s (comm timeout 4 s)" >>measured
-    grep "error: hang" commfirst/err >>measured || true
-    assert_eq "$(cat commfirst.rc)" 205 "exit code"
     assert_grep "timed out after 4.0 s" commfirst/err
     assert_grep "error: hang: rank 3 (node2, pid $victim, stopped)" commfirst/err
     wait_ns_clean 15

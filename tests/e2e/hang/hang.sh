@@ -46,6 +46,27 @@ stacks_of() {
     awk -v r="==== rank $2 " 'index($0, r) == 1 { on = 1; next } /^==== rank / { on = 0 } on' "$1"
 }
 
+# dstrain_job DIR HANG_TIMEOUT: in the new directory DIR (the cwd after), dslaunch with
+# --hang-timeout HANG_TIMEOUT starts 2 dstrain ranks in the background (job: its pid)
+# and returns once they train; victim is rank 1's pid, run_id the job's run id
+dstrain_job() {
+    mkdir "$1" && cd "$1"
+    "$DSL" --hang-timeout "$2" --term-timeout 2 --include localhost:0,1 "$DSTRAIN" $TINY \
+        --steps 100000000 --metrics m.json >out 2>err &
+    job=$!
+    wait_metrics m.json 60
+    victim=$(rank_pid "$FLOW_TAG" 1)
+    run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
+}
+
+# job_exit T0: waits for dstrain_job's dslaunch; rc is its exit status, t the seconds
+# from T0 to its exit
+job_exit() {
+    rc=0
+    wait $job || rc=$?
+    t=$(since "$1")
+}
+
 # json_check FILE PYTHON-EXPRESSION: the report's JSON (as d) satisfies the expression
 json_check() {
     python3 -c 'import json, sys
@@ -56,21 +77,13 @@ sys.exit(0 if ok else 1)' "$1" "$2" || { cat "$1" >&2; fail "report $1: not $2";
 
 expect_success "dstrain: a stopped rank is named with the collective it never entered; stacks of every rank" '
     export FLOW_TAG=hangA.$$ DSLAUNCH_COMM_TIMEOUT=120
-    mkdir A && cd A
-    "$DSL" --hang-timeout 3 --term-timeout 2 --include localhost:0,1 "$DSTRAIN" $TINY \
-        --steps 100000000 --metrics m.json >out 2>err &
-    job=$!
-    wait_metrics m.json 60
-    victim=$(rank_pid "$FLOW_TAG" 1)
-    run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
+    dstrain_job A 3
     pf=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_PROGRESS_FILE=//p")
     case $pf in /dev/shm/dslaunch-$run_id-1.[0-9]*.progress) ;; *) fail "progress file $pf" ;; esac
     [ -e "$pf" ] || fail "no progress file for rank 1"
     kill -STOP "$victim"
     t0=$(now)
-    rc=0
-    wait $job || rc=$?
-    t=$(since "$t0")
+    job_exit "$t0"
     measured "hang first: SIGSTOP of rank 1 -> dslaunch exit $t s (hang timeout 3 s, grace 2 s)"
     assert_eq "$rc" 205 "exit code"
     assert_grep "error: hang: rank 1 (localhost, pid $victim, stopped) never entered [a-z_]* #[0-9]*; rank 0 waits in it" err
@@ -93,21 +106,13 @@ expect_success "dstrain: a stopped rank is named with the collective it never en
 
 expect_success "dstrain: when the collective times out first, the summary names the stopped rank, not rank 0" '
     export FLOW_TAG=hangB.$$ DSLAUNCH_COMM_TIMEOUT=3 DSLAUNCH_STORE_TIMEOUT=120
-    mkdir B && cd B
-    "$DSL" --hang-timeout 600 --term-timeout 2 --include localhost:0,1 "$DSTRAIN" $TINY \
-        --steps 100000000 --metrics m.json >out 2>err &
-    job=$!
-    wait_metrics m.json 60
-    victim=$(rank_pid "$FLOW_TAG" 1)
+    dstrain_job B 600
     survivor=$(rank_pid "$FLOW_TAG" 0)
-    run_id=$(tr "\0" "\n" <"/proc/$victim/environ" | sed -n "s/^DSLAUNCH_RUN_ID=//p")
     kill -STOP "$victim"
     t0=$(now)
     wait_gone 30 "$survivor"
     ts=$(since "$t0")
-    rc=0
-    wait $job || rc=$?
-    t=$(since "$t0")
+    job_exit "$t0"
     measured "comm timeout first: SIGSTOP of rank 1 -> rank 0 exit $ts s (comm timeout 3 s), -> dslaunch exit $t s"
     assert_eq "$rc" 205 "exit code"
     assert_grep "allreduce timed out after 3.0 s waiting for rank 1" err
@@ -239,10 +244,17 @@ time.sleep(0.2)
 rec(5, 5, 0, 0)
 EOF
 
+# phase_job DIR MODE: in the new directory DIR (the cwd after), phase.py MODE on 2 ranks
+# under a hang timeout of 2 s, into rc, out and err
+phase_job() {
+    mkdir "$1" && cd "$1"
+    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 \
+        python3 ../phase.py "$2"
+}
+
 expect_success "a checkpoint save 3x longer than the hang timeout is no hang while it writes (the saving phase of the record)" '
     export FLOW_TAG=hangS.$$
-    mkdir S && cd S
-    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 python3 ../phase.py writes
+    phase_job S writes
     assert_eq "$rc" 0 "exit code"
     assert_not_grep "hang" err
     [ "$(stat -c %s ckpt.bin)" -ge $((40 * 4096)) ] || fail "the save wrote $(stat -c %s ckpt.bin) bytes"
@@ -251,8 +263,7 @@ expect_success "a checkpoint save 3x longer than the hang timeout is no hang whi
 
 expect_success "a checkpoint save that writes nothing is a hang that names the saving rank with its phase" '
     export FLOW_TAG=hangT.$$
-    mkdir T && cd T
-    run_capture rc out err "$DSL" --hang-timeout 2 --term-timeout 2 --include localhost:0,1 python3 ../phase.py stuck
+    phase_job T stuck
     assert_eq "$rc" 205 "exit code"
     assert_grep "error: hang: rank 0 (localhost, pid [0-9]*, saving a checkpoint) never entered allreduce #5; rank 1 waits in it" err
     json_check dslaunch-hang-*.json "d[\"ranks\"][0][\"progress\"][\"phase\"] == \"saving a checkpoint\""

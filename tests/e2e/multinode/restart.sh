@@ -11,6 +11,7 @@ DSTRAIN=$3
 SRC=$4
 . "$SRC/tests/e2e/flow/lib.sh"
 . "$SRC/tests/e2e/multinode/nslib.sh"
+. "$SRC/tests/e2e/train/victim.sh"
 [ "$NODES" = 3 ] || { echo "restart.sh needs a 3-node cluster" >&2; exit 1; }
 
 # Remote ranks see only the env contract and exported variables, so the rank programs
@@ -31,9 +32,15 @@ EOF
 chmod +x rankprog
 P=$T_TMP/rankprog
 
-expect_success "a rank on node3 fails: --exclude-failed-nodes restarts on node1 and node2 and finishes" '
+# restart_job ARGS...: dslaunch over ssh with one restart that leaves a failed node out
+# (ARGS: more options, then the program and its arguments), into rc, out and err
+restart_job() {
     run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" --max-restarts 1 \
-        --exclude-failed-nodes "$P" fail 2
+        --exclude-failed-nodes "$@"
+}
+
+expect_success "a rank on node3 fails: --exclude-failed-nodes restarts on node1 and node2 and finishes" '
+    restart_job "$P" fail 2
     assert_eq "$rc" 0
     assert_grep "attempt 1: rank 4 on node3 exited 3 at [0-9.]* s; restarting (1 of 1) without node3" err
     assert_grep "attempt 2: 2 nodes, 4 ranks" err
@@ -44,8 +51,7 @@ expect_success "a rank on node3 fails: --exclude-failed-nodes restarts on node1 
 '
 
 expect_success "node1 agent dies: the restart runs on node2 and node3, MASTER_ADDR moves to node2" '
-    run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" --max-restarts 1 \
-        --exclude-failed-nodes "$P" agent 0
+    restart_job "$P" agent 0
     assert_eq "$rc" 0
     assert_grep "attempt 1: node node1 lost: .*restarting (1 of 1) without node1" err
     assert_grep "^\[node2:rank 0\] attempt=1 world=4 nnodes=2 node=0 master=$ADDR_2$" out
@@ -54,8 +60,7 @@ expect_success "node1 agent dies: the restart runs on node2 and node3, MASTER_AD
 '
 
 expect_success "--min-nodes 3: no restart without node3; exit is the rank code" '
-    run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" --max-restarts 1 \
-        --exclude-failed-nodes --min-nodes 3 "$P" fail 2
+    restart_job --min-nodes 3 "$P" fail 2
     assert_eq "$rc" 3
     assert_grep "not restarting: without node3 2 nodes would be left, fewer than --min-nodes 3" err
     wait_ns_clean 10
@@ -102,21 +107,9 @@ fi
 expect_success "dstrain at world 6 loses node3 after a checkpoint and resumes at world 4" '
     [ -x "$DSTRAIN" ] || { echo "# no dstrain: skipped"; exit 0; }
     ck=$T_TMP/ck
-    cat >trainprog <<EOF
-#!/bin/sh
-if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && [ "\$NODE_RANK" = 2 ] && [ "\$LOCAL_RANK" = 0 ]; then
-    "$DSTRAIN" "\$@" &
-    pid=\$!
-    while [ ! -e "$ck/latest" ] && kill -0 \$pid 2>/dev/null; do sleep 0.01; done
-    # the rank and its dstrain die in one kill (of the rank process group): killed one
-    # at a time, the peers could fail, and the stop reach this rank, in between
-    kill -9 0
-fi
-exec "$DSTRAIN" "\$@"
-EOF
-    chmod +x trainprog
-    run_capture rc out err "$DSL" --term-timeout 3 "${SSH[@]}" --max-restarts 1 \
-        --exclude-failed-nodes --export DSLAUNCH_COMM_TIMEOUT=30 --export OMP_NUM_THREADS=1 \
+    write_victim "$T_TMP/trainprog" "$DSTRAIN" "$ck" \
+        "[ \"\$NODE_RANK\" = 2 ] && [ \"\$LOCAL_RANK\" = 0 ]"
+    restart_job --export DSLAUNCH_COMM_TIMEOUT=30 --export OMP_NUM_THREADS=1 \
         "$T_TMP/trainprog" --backend tcp --data synthetic --synthetic-train 4096 \
         --synthetic-test 64 --synthetic-dim 128 --hidden 256,256 --train-batch 96 \
         --lr 0.001 --steps-per-print 0 --eval-interval 0 --steps 400 \

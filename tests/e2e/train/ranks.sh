@@ -199,18 +199,11 @@ memory)
         sent=$(bytes_per_step "$TMP/m$st.0.out")
         [ "$sent" -ge $((4 * P)) ] && [ "$sent" -le $((4 * P + 4 * P / 50 + 256)) ] ||
             fail "stage $st: $sent bytes sent per step, expected about $((4 * P))"
+        # stage 3: 16 bytes per shard element, the staging buckets, the two windows
+        check_state "$TMP/m$st.0.out" "$st" 4 "" "16 * P" "8 * P + 8 * S" \
+            "4 * P + 12 * S + B" "16 * S + B + gath"
         for r in 0 1; do
             model_state "$TMP/m$st.0.out" "$r"
-            case $st in
-            0) want=$((16 * P)) ;;
-            1) want=$((8 * P + 8 * S)) ;;
-            2) want=$((4 * P + 12 * S + B)) ;;
-            3) # 16 bytes per shard element, the staging buckets, and two windows of
-               # the largest layer (256 x 256 + 256 = 65792 parameters), prefetched
-               [ "$gath" = $((2 * 65792 * 4)) ] || fail "stage 3 rank $r: gathered '$gath'"
-               want=$((16 * S + B + gath)) ;;
-            esac
-            [ "$tot" -eq "$want" ] || fail "stage $st rank $r: $tot bytes, formula $want"
             # the shard is P/N up to one element of padding per bucket
             nb=$(sed -n 's/.* \([0-9]*\) buckets;.*/\1/p' "$TMP/m$st.0.out")
             if [ "$st" -gt 0 ]; then
@@ -626,19 +619,9 @@ half)
         train_ok 2 "fm$st" $MEM
         P=$(params_of "$TMP/hm$st.0.out")
         [ -n "$P" ] || fail "no parameter count in the output"
-        for r in 0 1; do
-            model_state "$TMP/hm$st.0.out" "$r"
-            case $st in
-            0) want=$((16 * P)) ;;
-            1) want=$((4 * P + 12 * S)) ;;
-            2) want=$((2 * P + 14 * S + B)) ;;
-            3) # (2 + 2 + 12) per shard element, bf16 buckets, and two bf16 windows of
-               # the largest layer (65792 parameters)
-               [ "$gath" = $((2 * 65792 * 2)) ] || fail "bf16 stage 3 rank $r: gathered '$gath'"
-               want=$((16 * S + B + gath)) ;;
-            esac
-            [ "$tot" -eq "$want" ] || fail "bf16 stage $st rank $r: $tot bytes, formula $want"
-        done
+        # stage 3: (2 + 2 + 12) per shard element, bf16 buckets, two bf16 windows
+        check_state "$TMP/hm$st.0.out" "$st" 2 "bf16 " "16 * P" "4 * P + 12 * S" \
+            "2 * P + 14 * S + B" "16 * S + B + gath"
         f=$(sed -n 's/.*master weights model-state formula \([0-9]*\) bytes.*/\1/p' \
             "$TMP/hm$st.0.out")
         case $st in

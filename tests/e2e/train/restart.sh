@@ -13,6 +13,7 @@ DSTRAIN=$2
 scratch restart 120
 unset CUDA_VISIBLE_DEVICES
 . "$(dirname "$0")/../flow/census.sh"
+. "$(dirname "$0")/victim.sh"
 [ -x "$DSL" ] && [ -x "$DSTRAIN" ] || skip "no dslaunch or dstrain"
 
 # a few milliseconds a step, so that a kill lands well inside the run
@@ -41,21 +42,8 @@ show() { for f in "$TMP/$1".out "$TMP/$1".err; do echo "== $f"; tail -n 30 "$f";
 
 # The rank program: on the first attempt, rank 1 is SIGKILLed (with its dstrain) as
 # soon as a checkpoint is committed; any other rank or attempt is dstrain itself.
-cat >"$TMP/victim" <<EOF
-#!/bin/sh
-echo "\$DSLAUNCH_RUN_ID" >>"$TMP/ids"
-if [ "\$DSLAUNCH_RESTART_COUNT" = 0 ] && [ "\$RANK" = 1 ]; then
-    "$DSTRAIN" "\$@" &
-    pid=\$!
-    while [ ! -e "$CK/latest" ] && kill -0 \$pid 2>/dev/null; do sleep 0.01; done
-    # the rank and its dstrain die in one kill (of the rank process group): killed one
-    # at a time, rank 0 could see its peer vanish and fail, and the stop SIGTERM this
-    # rank, in between, so that the summary named rank 0
-    kill -9 0
-fi
-exec "$DSTRAIN" "\$@"
-EOF
-chmod +x "$TMP/victim"
+write_victim "$TMP/victim" "$DSTRAIN" "$CK" '[ "$RANK" = 1 ]' \
+    "echo \"\$DSLAUNCH_RUN_ID\" >>\"$TMP/ids\""
 
 # 1. the restarted job finishes with exit 0 after resuming
 launch restart --max-restarts 2 "$TMP/victim" $M --steps $STEPS --save-interval 50 \

@@ -71,6 +71,23 @@ model_state() {
     gath=$(echo "$line" | sed -n 's/.* gathered \([0-9]*\);.*/\1/p')
 }
 
+# check_state OUT ST ESZ WHAT W0 W1 W2 W3: ranks 0 and 1 of the world-2 run OUT report
+# the model-state bytes of stage ST's formula W<ST>, an arithmetic expression of P and
+# model_state's S, B and gath; at stage 3 gath is two windows of the largest layer
+# (256 x 256 + 256 = 65792 parameters) of ESZ-byte elements, prefetched. A failure
+# starts with WHAT.
+check_state() {
+    case $2 in 0) formula=$5 ;; 1) formula=$6 ;; 2) formula=$7 ;; 3) formula=$8 ;; esac
+    for r in 0 1; do
+        model_state "$1" "$r"
+        if [ "$2" = 3 ]; then
+            [ "$gath" = $((2 * 65792 * $3)) ] || fail "${4}stage 3 rank $r: gathered '$gath'"
+        fi
+        want=$(($formula))
+        [ "$tot" -eq "$want" ] || fail "${4}stage $2 rank $r: $tot bytes, formula $want"
+    done
+}
+
 resumed_equal() {
     ck=$1
     shift
