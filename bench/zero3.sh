@@ -60,7 +60,7 @@ run_world() {
         RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 \
             MASTER_PORT=$p DSLAUNCH_RUN_ID="bench-$$-$p" DSLAUNCH_RUN_TOKEN=bench \
             DSLAUNCH_COMM_TIMEOUT=300 "$DSTRAIN" $(model_args "$3") --backend tcp \
-            --threads 1 --zero-stage "$2" --steps "$STEPS" --eval-interval 0 \
+            --threads 1 --zero-stage "$2" --steps "$STEPS" --eval-interval 0 --eval-iters 1 \
             --steps-per-print 0 >"$TMP/d.$r" 2>&1 &
         pids="$pids $!"
         r=$((r + 1))
@@ -104,9 +104,10 @@ done
 # model-state line of rank 0 into $TMP/state
 fits() {
     # shellcheck disable=SC2046
-    "$DSL" --include "localhost:$(seq -s, 0 $(($1 - 1)))" --rank-memory-limit "$BUDGET" \
+    DSLAUNCH_LOCAL_SLOTS=$1 "$DSL" --include "localhost:$(seq -s, 0 $(($1 - 1)))" \
+        --rank-memory-limit "$BUDGET" \
         --hang-timeout 0 "$DSTRAIN" $(model_args "$3" 2) --backend tcp --threads 1 \
-        --zero-stage "$2" --steps 2 --eval-interval 0 --steps-per-print 0 \
+        --zero-stage "$2" --steps 2 --eval-interval 0 --eval-iters 1 --steps-per-print 0 \
         >"$TMP/f.out" 2>&1
     rc=$?
     sed -n 's/.*rank 0 model-state bytes \([0-9]*\).*/\1/p' "$TMP/f.out" | head -n 1 >"$TMP/state"
