@@ -69,11 +69,8 @@ expect_success "a program only in the exported PATH (a venv) passes the prefligh
 '
 
 expect_success "no dslaunch at the remote path: 202 with what to do, not a dead agent (204)" '
-    run_capture rc out err "$DSL" "${SSH[@]}" --remote-dslaunch /nonexistent-$$/dslaunch "$W" env
-    assert_eq "$rc" 202
-    assert_grep "node2 *dslaunch is not at ./nonexistent-$$/dslaunch. on .node2. (.*No such file or directory): install the same dslaunch at that path on every node (dslaunch sync can copy it), or give --remote-dslaunch PATH" err
-    assert_grep "nothing was started" err
-    [ ! -s out ] || fail "a rank ran"
+    no_remote_dslaunch node2 ".*No such file or directory" "${SSH[@]}"
+    assert_grep "install the same dslaunch at that path on every node (dslaunch sync can copy it), or give --remote-dslaunch PATH" err
 '
 
 expect_success "a missing Python script is named by every node's preflight, and nothing starts" '
@@ -373,11 +370,7 @@ expect_success "SIGKILL of the launcher: ranks still get the whole --term-timeou
 '
 
 expect_success "--launcher pdsh, no dslaunch at the remote path: 202 with what to do, as over ssh" '
-    run_capture rc out err "$DSL" --launcher pdsh "${SSH[@]}" --remote-dslaunch /nonexistent-$$/dslaunch "$W" env
-    assert_eq "$rc" 202
-    assert_grep "node2 *dslaunch is not at ./nonexistent-$$/dslaunch. on .node2. (.*No such file or directory.*): install the same dslaunch at that path on every node" err
-    assert_grep "nothing was started" err
-    [ ! -s out ] || fail "a rank ran"
+    no_remote_dslaunch node2 ".*No such file or directory.*" --launcher pdsh "${SSH[@]}"
 '
 
 expect_success "--launcher pdsh runs the 2x2 job through the same agent" '

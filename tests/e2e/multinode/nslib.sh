@@ -45,6 +45,20 @@ wait_ns_clean() {
     fail "processes left in the namespaces:$left"
 }
 
+# no_remote_dslaunch NODE REASON [ARGS...]: a launch (ARGS before the program) whose
+# --remote-dslaunch names no file fails with 202 before anything starts, naming the
+# first node to find out, the reason it gave (a pattern) and what to do; every
+# transport owes the same answer
+no_remote_dslaunch() {
+    local node=$1 why=$2
+    shift 2
+    run_capture rc out err "$DSL" "$@" --remote-dslaunch "/nonexistent-$$/dslaunch" "$W" env
+    assert_eq "$rc" 202
+    assert_grep "$node *dslaunch is not at ./nonexistent-$$/dslaunch. on .$node. ($why): install the same dslaunch at that path on every node" err
+    assert_grep "nothing was started" err
+    [ ! -s out ] || fail "a rank ran"
+}
+
 # assert_world_2x2 OUT: OUT, the prefixed `env` of a job of 2 nodes x 2 slots, holds
 # every rank's contract, node 1's address as MASTER_ADDR everywhere, each node's own
 # interface (netns mode) and one run id

@@ -125,11 +125,7 @@ expect_success "sshd stopped on node2: mpirun fails, exit 200 with its output, n
 '
 
 expect_success "no dslaunch at the remote path: 202 with what to do, as over ssh" '
-    run_capture rc out err "$DSL" "${SSH[@]}" --remote-dslaunch /nonexistent-$$/dslaunch "$W" env
-    assert_eq "$rc" 202
-    assert_grep "node1 *dslaunch is not at ./nonexistent-$$/dslaunch. on .node1. (.*not found.*): install the same dslaunch at that path on every node" err
-    assert_grep "nothing was started" err
-    [ ! -s out ] || fail "a rank ran"
+    no_remote_dslaunch node1 ".*not found.*" "${SSH[@]}"
 '
 
 expect_success "a wrong identity fails authentication (201) and starts nothing" '
