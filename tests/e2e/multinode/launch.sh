@@ -176,9 +176,7 @@ expect_success "sshd on port 2222 with port-less known_hosts lines: accepted as 
 
 expect_success "Ctrl-C on the launcher tears the job down on every node" '
     export FLOW_PIDFILE=$T_TMP/cc
-    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600 >out 2>err &
-    pid=$!
-    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    start_world4 "$FLOW_PIDFILE" "${SSH[@]}" --export FLOW_PIDFILE "$W" pidfile 600
     kill_wait INT $pid
     assert_eq "$rc" 130
     wait_ns_clean 15
@@ -186,9 +184,8 @@ expect_success "Ctrl-C on the launcher tears the job down on every node" '
 
 expect_success "SIGKILL of the launcher: agents see EOF and kill their ranks, grandchildren and daemons" '
     export FLOW_PIDFILE=$T_TMP/kk
-    "$DSL" --term-timeout 2 "${SSH[@]}" --export FLOW_PIDFILE "$W" descend grandchild 600 >out 2>err &
-    pid=$!
-    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    start_world4 "$FLOW_PIDFILE" --term-timeout 2 "${SSH[@]}" --export FLOW_PIDFILE "$W" \
+        descend grandchild 600
     gcs=$(grandchild_pids "$FLOW_PIDFILE" 0 1 2 3)
     ds=$(descendant_pids "$FLOW_PIDFILE" 0 1 2 3)
     assert_alive $gcs $ds
@@ -358,10 +355,8 @@ expect_success "stdout not read for 8 s (4x --keepalive) while 4 ranks print: th
 expect_success "SIGKILL of the launcher: ranks still get the whole --term-timeout to finish a save" '
     export FLOW_PIDFILE=$T_TMP/lostgrace FLOW_RUNIDS=$T_TMP/lostgrace.ids
     # each rank needs 4 s after SIGTERM (a checkpoint); the grace is 10 s
-    "$DSL" --term-timeout 10 "${SSH[@]}" --export FLOW_PIDFILE --export FLOW_RUNIDS \
-        "$W" on-signal 0 4 >out 2>err &
-    pid=$!
-    for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r" 20; done
+    start_world4 "$FLOW_PIDFILE" --term-timeout 10 "${SSH[@]}" --export FLOW_PIDFILE \
+        --export FLOW_RUNIDS "$W" on-signal 0 4
     kill -KILL $pid
     set +e; wait $pid; set -e
     for r in 0 1 2 3; do wait_for_file "$FLOW_PIDFILE.$r.done" 30; done

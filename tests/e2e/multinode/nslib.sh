@@ -45,6 +45,17 @@ wait_ns_clean() {
     fail "processes left in the namespaces:$left"
 }
 
+# start_world4 PIDFILE ARGS...: "$DSL" ARGS in the background (out, err), a job of 4
+# ranks of the flow worker that write PIDFILE.RANK once they run; sets pid and returns
+# when all 4 run
+start_world4() {
+    local f=$1 r
+    shift
+    "$DSL" "$@" >out 2>err &
+    pid=$!
+    for r in 0 1 2 3; do wait_for_file "$f.$r" 20; done
+}
+
 # no_remote_dslaunch NODE REASON [ARGS...]: a launch (ARGS before the program) whose
 # --remote-dslaunch names no file fails with 202 before anything starts, naming the
 # first node to find out, the reason it gave (a pattern) and what to do; every

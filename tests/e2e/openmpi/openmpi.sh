@@ -175,18 +175,14 @@ expect_success "an mpirun that ends at once fails every host at once, every time
 '
 
 expect_success "Ctrl-C on the launcher: exit 130, mpirun reaped, nothing left anywhere" '
-    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/cc "$W" pidfile 600 >out 2>err &
-    pid=$!
-    for r in 0 1 2 3; do wait_for_file "$T_TMP/cc.$r" 20; done
+    start_world4 "$T_TMP/cc" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/cc "$W" pidfile 600
     kill_wait INT $pid
     assert_eq "$rc" 130
     wait_all_clean 15
 '
 
 expect_success "SIGKILL of the launcher: mpirun and the agents go, nothing left anywhere" '
-    "$DSL" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/kk "$W" grandchild 600 >out 2>err &
-    pid=$!
-    for r in 0 1 2 3; do wait_for_file "$T_TMP/kk.$r" 20; done
+    start_world4 "$T_TMP/kk" "${SSH[@]}" --export FLOW_PIDFILE=$T_TMP/kk "$W" grandchild 600
     gcs=$(grandchild_pids "$T_TMP/kk" 0 1 2 3)
     assert_alive $gcs
     kill -KILL $pid
@@ -208,6 +204,7 @@ expect_success "user@host and --launcher_args reach mpirun (-x VAR arrives at ev
     assert_grep "^\[node2:rank 3\] MASTER_ADDR=$ADDR_1$" out
     run_capture rc out err env DSL_LA_MARK=via-mpirun "$DSL" --launcher openmpi --hostfile hf.user \
         --ssh-config "$D/ssh_config" /usr/bin/env
+    [ "$rc" = 0 ] || cat err
     assert_eq "$rc" 0 "without --launcher_args"
     assert_not_grep "DSL_LA_MARK" out
     printf "node1 slots=2\ndslnouser@node2 slots=2\n" > hf.nouser
