@@ -10,7 +10,11 @@
  * verdict is the exit status. What it covers: gradient buckets (several per segment,
  * one per model), ZeRO stages 0, 1 and 2, shards that world does not divide (the
  * trainer's padding, and the comm's padded form with DSLAUNCH_NCCL_PAD_ALWAYS=1),
- * overlap_comm, accumulation, clipping and fp16 loss scaling; and, in one variant, that the
+ * overlap_comm, accumulation, clipping and fp16 loss scaling; ZeRO stage 3 (the CUDA MLP
+ * taking its layers from the trainer's layer(), persistence thresholds 0, 100 and the
+ * default, prefetch on and off, fp32 and bf16) also against the CPU at stage 0, and after
+ * a reload of its parameters its evaluation, its gathered-layer memory and the state it
+ * reads back; and, in one variant, that the
  * GPU timers (common/gpuprof.h) change no result and read every step, with launches in
  * the classes the MLP and the trainer mark.
  *
@@ -49,6 +53,8 @@ struct variant {
     int pad_always;
     enum dsl_dtype dtype;
     int timers; /* the GPU timers on (common/gpuprof.h): their totals are checked */
+    size_t persist; /* stage 3: stage3_param_persistence_threshold */
+    int noprefetch; /* stage 3: one window, no prefetch */
 };
 
 #define STEPS 6
@@ -58,7 +64,40 @@ struct run {
     double loss[STEPS];
     size_t P;
     uint64_t skipped;
+    double eval_acc, eval_loss; /* stage 3: the test set after a reload */
+    uint64_t gathered;          /* stage 3: the memory report's gathered layers */
+    uint64_t state, S;          /* its params + grads + optimizer bytes; shard elements */
 };
+
+/* Stage 3 after training: the parameters loaded back from the host (the shards and the
+ * gathered layers replaced), evaluated with the layers gathered again, and both the
+ * parameters and the optimizer state read back the same bits */
+static int reload_and_evaluate(struct dsl_trainer *t, const struct dsl_dataset *te,
+                               struct run *out, char *err)
+{
+    size_t n2 = 2 * t->P;
+    float *p2 = malloc(t->P * sizeof(float)), *st = malloc(n2 * sizeof(float)),
+          *st2 = malloc(n2 * sizeof(float));
+    int r = 0;
+    if (!p2 || !st || !st2)
+        r = dsl_seterr(err, -ENOMEM, "out of memory");
+    if (r >= 0 && (r = dsl_trainer_params_from_host(t, out->params, err)) >= 0 &&
+        (r = dsl_trainer_evaluate(t, te, &out->eval_acc, &out->eval_loss, err)) >= 0 &&
+        (r = dsl_trainer_params_to_host(t, p2, err)) >= 0 &&
+        memcmp(p2, out->params, t->P * sizeof(float)) != 0)
+        r = dsl_seterr(err, -EINVAL, "stage 3: the parameters read back differ from those "
+                       "loaded");
+    if (r >= 0 && (r = dsl_trainer_gather_state(t, st, 2, err)) >= 0 &&
+        (r = dsl_trainer_scatter_state(t, st, 2, err)) >= 0 &&
+        (r = dsl_trainer_gather_state(t, st2, 2, err)) >= 0 &&
+        memcmp(st, st2, n2 * sizeof(float)) != 0)
+        r = dsl_seterr(err, -EINVAL, "stage 3: the optimizer state read back differs from "
+                       "that scattered");
+    free(p2);
+    free(st);
+    free(st2);
+    return r;
+}
 
 static struct dsl_device gdev;
 
@@ -112,6 +151,8 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
         .dtype = dt, .micro_batch = 8, .grad_accum = v->accum, .zero_stage = v->stage,
         .bucket_elems = v->bucket, .overlap_comm = v->overlap, .deterministic = 1,
         .grad_clip = v->clip, .predivide = 1.0f, .seed = 11, .dev = gpu ? &gdev : NULL,
+        .z3_prefetch = v->noprefetch ? 0 : 50000000, .z3_max_live = 1000000000,
+        .z3_persist = v->persist,
         .optim = {DSL_OPTIM_ADAM, 1e-2f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 0}};
     if (v->ls_pow > 0) {
         o.loss_scaling = 1;
@@ -143,6 +184,11 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
         goto out;
     }
     r = dsl_trainer_params_to_host(&t, out->params, err);
+    out->gathered = t.mem.gathered;
+    out->state = t.mem.params + t.mem.grads + t.mem.optim;
+    out->S = t.S;
+    if (r == 0 && v->stage == 3)
+        r = reload_and_evaluate(&t, &te, out, err);
     if (r == 0 && gpu && v->timers) {
         /* every step read once the stream is done; the classes the MLP and the trainer
          * mark have launches; the segments add up to some time */
@@ -181,7 +227,54 @@ out:
     return r;
 }
 
-/* one rank: every variant on the GPU and on the CPU; 0 if all agree */
+/* does the GPU run g agree with the CPU run c within the tolerances (top of the file)?
+ * *pd, *pmax, *ld: the largest parameter difference, parameter, relative loss difference */
+static int agrees(const struct variant *v, const struct run *g, const struct run *c,
+                  double *pd, double *pmax, double *ld)
+{
+    double ss = 0.0;
+    *pd = *pmax = *ld = 0.0;
+    for (size_t k = 0; k < c->P && c->P == g->P; k++) {
+        *pmax = fmax(*pmax, fabs((double)c->params[k]));
+        double d = fabs((double)g->params[k] - (double)c->params[k]);
+        *pd = isnan(d) ? INFINITY : fmax(*pd, d);
+        ss += d * d;
+    }
+    for (size_t k = 0; k < STEPS; k++) {
+        double d = fabs(g->loss[k] - c->loss[k]) / fabs(c->loss[k]);
+        *ld = isnan(d) ? INFINITY : fmax(*ld, d);
+    }
+    if (v->dtype == DSL_FLOAT32)
+        return c->P == g->P && *pd <= 1e-4 * *pmax && *ld <= 1e-4 && g->skipped == c->skipped;
+    /* test_gpu_trainer.c's half-precision bounds (lr 1e-2) */
+    double u = v->dtype == DSL_BFLOAT16 ? ldexp(1.0, -9) : ldexp(1.0, -12);
+    double rms = c->P ? sqrt(ss / (double)c->P) : 0.0;
+    return c->P == g->P && *pd <= 2e-2 * STEPS && rms <= 1e-2 * STEPS / 4 && *ld <= 8 * u;
+}
+
+/* Stage 3: the evaluation after the reload within the loss bound of the variant's
+ * precision (accuracy within one test sample, two in 16 bits), the gathered layers'
+ * memory as on the CPU (16-bit elements: half of it), and the model state (2 + 2 + 12)
+ * or 16 bytes per shard element with Adam */
+static int agrees_z3(const struct variant *v, const struct run *g, const struct run *c)
+{
+    int half = v->dtype != DSL_FLOAT32;
+    double u = v->dtype == DSL_BFLOAT16 ? ldexp(1.0, -9) : ldexp(1.0, -12);
+    double el = fabs(g->eval_loss - c->eval_loss) / fabs(c->eval_loss);
+    double ea = fabs(g->eval_acc - c->eval_acc) * 64.0; /* synth_test */
+    int ok = el <= (half ? 8 * u : 1e-4) && ea <= (half ? 2.0 : 1.0) + 1e-9 &&
+             g->gathered == (half ? c->gathered / 2 : c->gathered) && g->gathered > 0 &&
+             g->state == 16 * g->S && g->S == c->S;
+    fprintf(stderr, "#   stage 3: eval loss rel diff %.3g, accuracy %.4f vs %.4f, gathered "
+            "%llu vs %llu bytes, model state %llu bytes for %llu shard elements%s\n", el,
+            g->eval_acc, c->eval_acc, (unsigned long long)g->gathered,
+            (unsigned long long)c->gathered, (unsigned long long)g->state,
+            (unsigned long long)g->S, ok ? "" : ": MISMATCH");
+    return ok;
+}
+
+/* one rank: every variant on the GPU and on the CPU (stage 3: also at stage 0); 0 if
+ * all agree */
 static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
                      const int *ports)
 {
@@ -193,37 +286,30 @@ static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
     int bad = 0;
     for (size_t i = 0; i < nv && !bad; i++) {
         const struct variant *v = &vs[i];
-        struct run rg = {0}, rc = {0};
-        if (train(1, v, ports[2 * i], &rg, err) < 0) {
+        struct run rg = {0}, rc = {0}, r0 = {0};
+        struct variant v0 = *v;
+        v0.stage = 0;
+        if (train(1, v, ports[3 * i], &rg, err) < 0) {
             fprintf(stderr, "rank %d variant %zu: gpu: %s\n", rank, i, err);
             bad = 1;
             break;
         }
-        if (train(0, v, ports[2 * i + 1], &rc, err) < 0) {
+        if (train(0, v, ports[3 * i + 1], &rc, err) < 0 ||
+            (v->stage == 3 && train(0, &v0, ports[3 * i + 2], &r0, err) < 0)) {
             fprintf(stderr, "rank %d variant %zu: cpu: %s\n", rank, i, err);
             free(rg.params);
+            free(rc.params);
             bad = 1;
             break;
         }
-        double pmax = 0.0, pd = 0.0, ss = 0.0, ld = 0.0;
-        for (size_t k = 0; k < rc.P && rc.P == rg.P; k++) {
-            pmax = fmax(pmax, fabs((double)rc.params[k]));
-            double d = fabs((double)rg.params[k] - (double)rc.params[k]);
-            pd = isnan(d) ? INFINITY : fmax(pd, d);
-            ss += d * d;
-        }
-        for (size_t k = 0; k < STEPS; k++) {
-            double d = fabs(rg.loss[k] - rc.loss[k]) / fabs(rc.loss[k]);
-            ld = isnan(d) ? INFINITY : fmax(ld, d);
-        }
-        int ok;
-        if (v->dtype == DSL_FLOAT32) {
-            ok = rc.P == rg.P && pd <= 1e-4 * pmax && ld <= 1e-4 && rg.skipped == rc.skipped;
-        } else { /* test_gpu_trainer.c's half-precision bounds (lr 1e-2) */
-            double u = v->dtype == DSL_BFLOAT16 ? ldexp(1.0, -9) : ldexp(1.0, -12);
-            double rms = rc.P ? sqrt(ss / (double)rc.P) : 0.0;
-            ok = rc.P == rg.P && pd <= 2e-2 * STEPS && rms <= 1e-2 * STEPS / 4 &&
-                 ld <= 8 * u;
+        double pmax, pd, ld, pmax0, pd0, ld0;
+        int ok = agrees(v, &rg, &rc, &pd, &pmax, &ld);
+        if (v->stage == 3) {
+            int ok0 = agrees(v, &rg, &r0, &pd0, &pmax0, &ld0);
+            fprintf(stderr, "#   rank %d stage 3 against the CPU's stage 0: params max diff "
+                    "%.3g, loss max rel diff %.3g%s\n", rank, pd0, ld0,
+                    ok0 ? "" : ": MISMATCH");
+            ok = agrees_z3(v, &rg, &rc) && ok && ok0;
         }
         if (rank == 0 || !ok)
             fprintf(stderr,
@@ -236,6 +322,7 @@ static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
         bad = !ok;
         free(rg.params);
         free(rc.params);
+        free(r0.params);
     }
     if (gdev.failed) {
         fprintf(stderr, "rank %d: device error: %s\n", rank, gdev.err);
@@ -248,12 +335,12 @@ static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
 /* fork world ranks over the variants; 0 if every rank agreed with its oracle */
 static int run_world(int world, const struct variant *vs, size_t nv)
 {
-    int *ports = calloc(2 * nv, sizeof(int));
+    int *ports = calloc(3 * nv, sizeof(int));
     pid_t pids[8];
     char ws[16];
     if (!ports)
         return 1;
-    for (size_t i = 0; i < 2 * nv; i++)
+    for (size_t i = 0; i < 3 * nv; i++)
         ports[i] = free_port();
     snprintf(ws, sizeof(ws), "%d", world);
     fflush(stderr);
@@ -300,28 +387,56 @@ static int run_world(int world, const struct variant *vs, size_t nv)
 
 /* MLP 20-16-12-4: 592 parameters in segments of at most 64 */
 static const struct variant variants[] = {
-    /* stage overlap bucket accum clip ls pad dtype timers */
-    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0},    /* one bucket per segment */
-    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0}, /* overlap, accumulation, clipping */
-    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32, 0},   /* shards that 4 (and 2) do not divide */
-    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0}, /* fp16 loss scaling */
-    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32, 0}, /* one bucket for the whole model */
-    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32, 0},
-    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32, 0},  /* the comm's padded form, every call */
-    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32, 0},
-    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0}, /* the shipped config's shape */
-    {2, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 1}, /* with the GPU timers on */
+    /* stage overlap bucket accum clip ls pad dtype timers persist noprefetch */
+    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},    /* one bucket per segment */
+    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0}, /* overlap, accumulation, clipping */
+    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},   /* shards that 4 (and 2) do not divide */
+    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 0, 0}, /* fp16 loss scaling */
+    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0}, /* one bucket for the whole model */
+    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0},
+    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32, 0, 0, 0},  /* the comm's padded form, every call */
+    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32, 0, 0, 0},
+    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0}, /* the shipped config's shape */
+    {2, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 1, 0, 0}, /* with the GPU timers on */
+    /* stage 3 (layers 336, 204 and 52 parameters) against the CPU's stage 3 and 0:
+     * persistence threshold 0 (every layer gathered into the windows), the default
+     * (every layer kept whole) and 100 (the last one kept); prefetch on and off */
+    {3, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},
+    {3, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0},
+    {3, 1, 30, 1, 0.0f, 0, 1, DSL_FLOAT32, 0, 100000, 0},
+    {3, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 100, 1},
+    {3, 0, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 100, 0}, /* fp16 loss scaling */
+    {3, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0},
+    {3, 0, 30, 1, 0.05f, 0, 0, DSL_BFLOAT16, 0, 100000, 0},
+    {3, 1, 30, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 100, 1},
 };
 #define NV (sizeof(variants) / sizeof(variants[0]))
 
+/* every variant, or with GPU_WORLDS_STAGES (e.g. "3", for the CPU emulation of CUDA,
+ * scripts/cuda-emu/run.sh) those of the stages it lists */
+static int run_variants(int world)
+{
+    const char *only = getenv("GPU_WORLDS_STAGES");
+    struct variant sel[NV];
+    size_t n = 0;
+    for (size_t i = 0; i < NV; i++)
+        if (!only || !*only || strchr(only, '0' + variants[i].stage))
+            sel[n++] = variants[i];
+    if (!n) {
+        fprintf(stderr, "GPU_WORLDS_STAGES '%s' selects no variant\n", only);
+        return 1;
+    }
+    return run_world(world, sel, n);
+}
+
 TEST(gpu_trainer_at_world_two_on_one_gpu_should_match_the_cpu_oracle)
 {
-    ASSERT_EQ(run_world(2, variants, NV), 0);
+    ASSERT_EQ(run_variants(2), 0);
 }
 
 TEST(gpu_trainer_at_world_four_on_one_gpu_should_match_the_cpu_oracle)
 {
-    ASSERT_EQ(run_world(4, variants, NV), 0);
+    ASSERT_EQ(run_variants(4), 0);
 }
 
 int main(int argc, char **argv)
