@@ -161,8 +161,7 @@ static int check_setup(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if (o->zero_stage < 0 || o->zero_stage > 3)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           o->zero_stage);
-    /* the CPU MLP and GPT and the CUDA MLP take their layers from the sink; the CUDA
-     * GPT does not yet */
+    /* stage 3 needs a model that takes its layers from the sink (model.h) */
     if (o->zero_stage == 3 && !model->ops->evaluate_src)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage 3 is not implemented for this model "
                           "(the %s %s cannot take its parameters a layer at a time): use "
