@@ -3,7 +3,8 @@
  * the last step left (dsl_trainer_sync() first finishes its updates and all-gathers).
  * Each rank evaluates its dsl_shard_of() piece of the first `limit` samples in batches
  * of the model's max_batch, and one allreduce sums the counts, so every rank returns
- * the same numbers. At stage 3 the layers come whole from the shards, as in a step.
+ * the same numbers. At stage 3 the layers come whole from the shards, as in a step,
+ * and every rank runs the same number of batches (the gathers are collective).
  */
 #include <errno.h>
 #include <stdint.h>
@@ -31,12 +32,17 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
     if (r0 < 0)
         return r0;
     dsl_shard_of(total, t->rank, t->world, &off, &len);
+    /* stage 3: every batch gathers every layer, collectively, so every rank runs as
+     * many batches as the rank with the most samples; past its own it evaluates one
+     * sample again and drops the result */
+    size_t most = t->o.zero_stage == 3 ? dsl_shard_size(total, t->world) : len;
+    most = most > len ? most : len;
     /* a lazy split (token data read from its runs, data.h) is gathered a chunk at a
      * time into scratch; the chunks are the same as over rows, so are the bits */
     float *xs = NULL;
     int32_t *ys = NULL;
     size_t *ix = NULL;
-    if (!d->x && len) {
+    if (!d->x && most) {
         xs = malloc(bs * d->dim * sizeof(float));
         if (!xs)
             return dsl_seterr(err, -ENOMEM, "evaluation: cannot allocate %zu windows of %zu",
@@ -46,13 +52,14 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
     }
     double correct = 0.0, lsum = 0.0;
     int r = 0;
-    for (size_t i = 0; i < len; i += bs) {
-        size_t n = len - i < bs ? len - i : bs;
-        const float *x = d->x ? d->x + (off + i) * d->dim : xs;
-        const int32_t *y = d->x ? d->y + off + i : ys;
+    for (size_t i = 0; i < most; i += bs) {
+        int extra = i >= len;
+        size_t n = extra ? 1 : len - i < bs ? len - i : bs, at = extra ? 0 : off + i;
+        const float *x = d->x ? d->x + at * d->dim : xs;
+        const int32_t *y = d->x ? d->y + at : ys;
         if (!d->x) {
             for (size_t j = 0; j < n; j++)
-                ix[j] = off + i + j;
+                ix[j] = at + j;
             dsl_dataset_gather(d, ix, n, xs, ys);
         }
         struct dsl_model_stats st = {0}; /* a model that knows nothing of deferred leaves it 0 */
@@ -71,6 +78,8 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
             dsl_seterr(err, r, "evaluation failed%s%s", *m->err ? ": " : "", m->err);
             break;
         }
+        if (extra)
+            continue;
         correct += (double)st.correct;
         lsum += st.loss_sum;
         dsl_progress_beat(dsl_progress_self(NULL)); /* a long evaluation is progress too */
