@@ -55,6 +55,7 @@ struct variant {
     int timers; /* the GPU timers on (common/gpuprof.h): their totals are checked */
     size_t persist; /* stage 3: stage3_param_persistence_threshold */
     int noprefetch; /* stage 3: one window, no prefetch */
+    int gpt;        /* the tiny GPT on a text instead of the MLP (stage 3) */
 };
 
 #define STEPS 6
@@ -82,7 +83,7 @@ static int reload_and_evaluate(struct dsl_trainer *t, const struct dsl_dataset *
     if (!p2 || !st || !st2)
         r = dsl_seterr(err, -ENOMEM, "out of memory");
     if (r >= 0 && (r = dsl_trainer_params_from_host(t, out->params, err)) >= 0 &&
-        (r = dsl_trainer_evaluate(t, te, &out->eval_acc, &out->eval_loss, err)) >= 0 &&
+        (r = dsl_trainer_evaluate_n(t, te, 64, &out->eval_acc, &out->eval_loss, err)) >= 0 &&
         (r = dsl_trainer_params_to_host(t, p2, err)) >= 0 &&
         memcmp(p2, out->params, t->P * sizeof(float)) != 0)
         r = dsl_seterr(err, -EINVAL, "stage 3: the parameters read back differ from those "
@@ -109,6 +110,55 @@ static int free_port(void)
     return port;
 }
 
+/* the GPT's text (the same on every rank), in a file of this rank's */
+static int gpt_text(char *path, size_t len, char *err)
+{
+    snprintf(path, len, "/tmp/dsl_gpu_worlds_%d.txt", (int)getpid());
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return dsl_seterr(err, -errno, "cannot write '%s'", path);
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "the quick brown fox %d jumps over the lazy dog. ", i % 17);
+    return fclose(f) == 0 ? 0 : dsl_seterr(err, -EIO, "cannot write '%s'", path);
+}
+
+/* the model and its data: the MLP on synthetic samples, or a GPT of 2 blocks of width
+ * 32 (2 heads, context 16, byte vocabulary) on a text */
+static int model_data(int gpu, const struct variant *v, struct dsl_model *m,
+                      struct dsl_dataset *tr, struct dsl_dataset *te, char *err)
+{
+    char path[64];
+    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
+                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
+    enum dsl_dtype dt = gpu ? v->dtype : DSL_FLOAT32;
+    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
+                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64,
+                                .dtype = dt, .stream = gpu ? gdev.stream : NULL};
+    int r;
+    if (v->gpt) {
+        if ((r = gpt_text(path, sizeof(path), err)) < 0)
+            return r;
+        dopt = (struct dsl_data_opts){.name = "text", .path = path, .context = 16,
+                                      .vocab = 256, .val_fraction = 0.1, .seed = 5};
+        sp = (struct dsl_model_spec){.type = "gpt", .in_dim = 17, .out_dim = 256,
+                                     .max_batch = 8, .seg_max = 2000, .dtype = dt,
+                                     .stream = sp.stream,
+                                     .gpt = {.layers = 2, .dim = 32, .heads = 2,
+                                             .context = 16}};
+    }
+    r = dsl_data_load(tr, te, &dopt, err);
+    if (v->gpt)
+        unlink(path);
+    if (r < 0)
+        return r;
+    r = gpu ? dsl_model_create_cuda(m, &sp, err) : dsl_model_create(m, &sp, err);
+    if (r < 0) {
+        dsl_dataset_release(tr);
+        dsl_dataset_release(te);
+    }
+    return r;
+}
+
 /* one job at this rank's env: on the GPU through cuda-tcp, or on the CPU through tcp */
 static int train(int gpu, const struct variant *v, int port, struct run *out, char *err)
 {
@@ -129,20 +179,8 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
     }
     struct dsl_dataset tr, te;
     struct dsl_model m;
-    struct dsl_data_opts dopt = {.name = "synthetic", .synth_train = 256, .synth_test = 64,
-                                 .synth_dim = 20, .synth_classes = 4, .seed = 5};
-    if ((r = dsl_data_load(&tr, &te, &dopt, err)) < 0) {
-        dsl_comm_close(c);
-        return r;
-    }
     enum dsl_dtype dt = gpu ? v->dtype : DSL_FLOAT32;
-    struct dsl_model_spec sp = {.type = "mlp", .in_dim = 20, .out_dim = 4, .nhidden = 2,
-                                .hidden = {16, 12}, .max_batch = 64, .seg_max = 64,
-                                .dtype = dt, .stream = gpu ? gdev.stream : NULL};
-    r = gpu ? dsl_model_create_cuda(&m, &sp, err) : dsl_model_create(&m, &sp, err);
-    if (r < 0) {
-        dsl_dataset_release(&tr);
-        dsl_dataset_release(&te);
+    if ((r = model_data(gpu, v, &m, &tr, &te, err)) < 0) {
         dsl_comm_close(c);
         return r;
     }
@@ -187,7 +225,7 @@ static int train(int gpu, const struct variant *v, int port, struct run *out, ch
     out->gathered = t.mem.gathered;
     out->state = t.mem.params + t.mem.grads + t.mem.optim;
     out->S = t.S;
-    if (r == 0 && v->stage == 3)
+    if (r == 0 && (v->stage == 3 || v->gpt))
         r = reload_and_evaluate(&t, &te, out, err);
     if (r == 0 && gpu && v->timers) {
         /* every step read once the stream is done; the classes the MLP and the trainer
@@ -262,7 +300,7 @@ static int agrees_z3(const struct variant *v, const struct run *g, const struct 
     double u = v->dtype == DSL_BFLOAT16 ? ldexp(1.0, -9) : ldexp(1.0, -12);
     double el = fabs(g->eval_loss - c->eval_loss) / fabs(c->eval_loss);
     double ea = fabs(g->eval_acc - c->eval_acc) * 64.0; /* synth_test */
-    int ok = el <= (half ? 8 * u : 1e-4) && ea <= (half ? 2.0 : 1.0) + 1e-9 &&
+    int ok = (v->gpt || (el <= (half ? 8 * u : 1e-4) && ea <= (half ? 2.0 : 1.0) + 1e-9)) &&
              g->gathered == (half ? c->gathered / 2 : c->gathered) && g->gathered > 0 &&
              g->state == 16 * g->S && g->S == c->S;
     fprintf(stderr, "#   stage 3: eval loss rel diff %.3g, accuracy %.4f vs %.4f, gathered "
@@ -270,6 +308,30 @@ static int agrees_z3(const struct variant *v, const struct run *g, const struct 
             g->eval_acc, c->eval_acc, (unsigned long long)g->gathered,
             (unsigned long long)c->gathered, (unsigned long long)g->state,
             (unsigned long long)g->S, ok ? "" : ": MISMATCH");
+    return ok;
+}
+
+/* The GPT at stage 3 on the GPU: against the GPU at stage 0 (the same kernels on the
+ * same values: parameters, losses and evaluation within the fp32 bounds, in bf16
+ * too), and its losses against the CPU's within test_gpu_gpt.c's trainer bounds (1e-3
+ * relative, bf16 3e-2); *pd and *pmax are against the GPU's stage 0, *ld the CPU's */
+static int gpt_agrees(const struct variant *v, const struct run *g, const struct run *c,
+                      const struct run *g0, double *pd, double *pmax, double *ld)
+{
+    struct variant strict = *v;
+    double ld0;
+    strict.dtype = DSL_FLOAT32;
+    int ok = agrees(&strict, g, g0, pd, pmax, &ld0);
+    double el = fabs(g->eval_loss - g0->eval_loss) / fabs(g0->eval_loss);
+    *ld = 0.0;
+    for (size_t k = 0; k < STEPS; k++) {
+        double d = fabs(g->loss[k] - c->loss[k]) / fabs(c->loss[k]);
+        *ld = isnan(d) ? INFINITY : fmax(*ld, d);
+    }
+    ok = ok && el <= 1e-4 && *ld <= (v->dtype == DSL_FLOAT32 ? 1e-3 : 3e-2);
+    fprintf(stderr, "#   gpt stage 3 against the GPU's stage 0: params max diff %.3g, loss "
+            "max rel diff %.3g, eval loss rel diff %.3g; losses against the CPU's %.3g%s\n",
+            *pd, ld0, el, *ld, ok ? "" : ": MISMATCH");
     return ok;
 }
 
@@ -294,8 +356,10 @@ static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
             bad = 1;
             break;
         }
-        if (train(0, v, ports[3 * i + 1], &rc, err) < 0 ||
-            (v->stage == 3 && train(0, &v0, ports[3 * i + 2], &r0, err) < 0)) {
+        /* the GPT's stage 0 reference is the GPU's own (its kernels, not the CPU's) */
+        if ((v->gpt && train(1, &v0, ports[3 * i + 2], &r0, err) < 0) ||
+            train(0, v, ports[3 * i + 1], &rc, err) < 0 ||
+            (v->stage == 3 && !v->gpt && train(0, &v0, ports[3 * i + 2], &r0, err) < 0)) {
             fprintf(stderr, "rank %d variant %zu: cpu: %s\n", rank, i, err);
             free(rg.params);
             free(rc.params);
@@ -303,8 +367,11 @@ static int rank_main(int rank, int world, const struct variant *vs, size_t nv,
             break;
         }
         double pmax, pd, ld, pmax0, pd0, ld0;
-        int ok = agrees(v, &rg, &rc, &pd, &pmax, &ld);
-        if (v->stage == 3) {
+        int ok = v->gpt ? gpt_agrees(v, &rg, &rc, &r0, &pd, &pmax, &ld)
+                        : agrees(v, &rg, &rc, &pd, &pmax, &ld);
+        if (v->gpt) {
+            ok = agrees_z3(v, &rg, &rc) && ok;
+        } else if (v->stage == 3) {
             int ok0 = agrees(v, &rg, &r0, &pd0, &pmax0, &ld0);
             fprintf(stderr, "#   rank %d stage 3 against the CPU's stage 0: params max diff "
                     "%.3g, loss max rel diff %.3g%s\n", rank, pd0, ld0,
@@ -387,40 +454,43 @@ static int run_world(int world, const struct variant *vs, size_t nv)
 
 /* MLP 20-16-12-4: 592 parameters in segments of at most 64 */
 static const struct variant variants[] = {
-    /* stage overlap bucket accum clip ls pad dtype timers persist noprefetch */
-    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},    /* one bucket per segment */
-    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0}, /* overlap, accumulation, clipping */
-    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},   /* shards that 4 (and 2) do not divide */
-    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 0, 0}, /* fp16 loss scaling */
-    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0}, /* one bucket for the whole model */
-    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0},
-    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32, 0, 0, 0},  /* the comm's padded form, every call */
-    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32, 0, 0, 0},
-    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0}, /* the shipped config's shape */
-    {2, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 1, 0, 0}, /* with the GPU timers on */
+    /* stage overlap bucket accum clip ls pad dtype timers persist noprefetch gpt */
+    {0, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0},    /* one bucket per segment */
+    {0, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0}, /* overlap, accumulation, clipping */
+    {1, 0, 30, 2, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0},   /* shards that 4 (and 2) do not divide */
+    {1, 1, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 0, 0, 0}, /* fp16 loss scaling */
+    {2, 0, 1000, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0}, /* one bucket for the whole model */
+    {2, 1, 30, 3, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0},
+    {1, 1, 100, 2, 0.0f, 0, 1, DSL_FLOAT32, 0, 0, 0, 0},  /* the comm's padded form, every call */
+    {2, 1, 30, 1, 0.05f, 0, 1, DSL_FLOAT32, 0, 0, 0, 0},
+    {2, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0, 0}, /* the shipped config's shape */
+    {2, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 1, 0, 0, 0}, /* with the GPU timers on */
     /* stage 3 (layers 336, 204 and 52 parameters) against the CPU's stage 3 and 0:
      * persistence threshold 0 (every layer gathered into the windows), the default
      * (every layer kept whole) and 100 (the last one kept); prefetch on and off */
-    {3, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0},
-    {3, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0},
-    {3, 1, 30, 1, 0.0f, 0, 1, DSL_FLOAT32, 0, 100000, 0},
-    {3, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 100, 1},
-    {3, 0, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 100, 0}, /* fp16 loss scaling */
-    {3, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0},
-    {3, 0, 30, 1, 0.05f, 0, 0, DSL_BFLOAT16, 0, 100000, 0},
-    {3, 1, 30, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 100, 1},
+    {3, 0, 0, 1, 0.0f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0},
+    {3, 1, 100, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 0, 0, 0},
+    {3, 1, 30, 1, 0.0f, 0, 1, DSL_FLOAT32, 0, 100000, 0, 0},
+    {3, 1, 30, 2, 0.05f, 0, 0, DSL_FLOAT32, 0, 100, 1, 0},
+    {3, 0, 100, 1, 0.05f, 8, 0, DSL_FLOAT32, 0, 100, 0, 0}, /* fp16 loss scaling */
+    {3, 1, 100, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 0, 0, 0},
+    {3, 0, 30, 1, 0.05f, 0, 0, DSL_BFLOAT16, 0, 100000, 0, 0},
+    {3, 1, 30, 2, 0.0f, 0, 0, DSL_BFLOAT16, 0, 100, 1, 0},
+    /* the GPT (embeddings, 2 blocks, ln_f: 4 layers, the tied wte asked for twice) */
+    {3, 1, 3000, 1, 1.0f, 0, 0, DSL_FLOAT32, 0, 0, 0, 1},
+    {3, 1, 3000, 1, 1.0f, 0, 0, DSL_BFLOAT16, 0, 2000, 0, 1},
 };
 #define NV (sizeof(variants) / sizeof(variants[0]))
 
 /* every variant, or with GPU_WORLDS_STAGES (e.g. "3", for the CPU emulation of CUDA,
- * scripts/cuda-emu/run.sh) those of the stages it lists */
+ * scripts/cuda-emu/run.sh) the MLP's of the stages it lists and, with "g", the GPT's */
 static int run_variants(int world)
 {
     const char *only = getenv("GPU_WORLDS_STAGES");
     struct variant sel[NV];
     size_t n = 0;
     for (size_t i = 0; i < NV; i++)
-        if (!only || !*only || strchr(only, '0' + variants[i].stage))
+        if (!only || !*only || strchr(only, variants[i].gpt ? 'g' : '0' + variants[i].stage))
             sel[n++] = variants[i];
     if (!n) {
         fprintf(stderr, "GPU_WORLDS_STAGES '%s' selects no variant\n", only);
