@@ -454,6 +454,7 @@ struct layer_src {
     int gpu, held;
     int log[64][3]; /* layer (1) or unlayer (0), the layer, next */
     size_t nlog;
+    struct dsl_model_stats st; /* evaluate_src's */
 };
 
 /* layer l's flat range [lo, hi) from the segment list */
@@ -522,9 +523,8 @@ static void run_layers(struct dsl_model *m, const void *params, const float *x, 
             DSL_FAIL_("forward_backward with layers: %s", m->err);
         ASSERT_EQ(s->os.ndone, m->nsegs);
     } else {
-        struct dsl_model_stats st;
         ASSERT(m->ops->evaluate_src);
-        if ((rc = m->ops->evaluate_src(m, &k, x, NULL, n, &st)) < 0)
+        if ((rc = m->ops->evaluate_src(m, &k, x, NULL, n, &s->st)) < 0)
             DSL_FAIL_("evaluate_src: %s", m->err);
     }
     ASSERT_EQ(s->held, -1);
@@ -582,6 +582,7 @@ static void compare_layers(const struct shape *h, enum dsl_dtype dt)
     run_layers(&b, dp, x, h->B, &sg, NULL);
     ASSERT(sc.nlog == 2 * (h->L + 3) && sg.nlog == sc.nlog);
     ASSERT(memcmp(sg.log, sc.log, sc.nlog * sizeof(sc.log[0])) == 0);
+    ASSERT(sg.st.loss_sum == st.loss_sum && sg.st.correct == st.correct);
     fprintf(stderr, "# stage 3 layers (%s): %zu calls in forward_backward and %zu in "
             "evaluation as the CPU's, gradient and loss bits as with the whole buffer\n",
             dt == DSL_FLOAT32 ? "fp32" : "bf16", nfb, sc.nlog);
