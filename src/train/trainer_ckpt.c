@@ -8,9 +8,9 @@
  * and writes its dsl_ckpt_slice() of them; rank 0 also writes the parameters. At
  * stage 3 nothing is gathered: every rank writes the pieces it holds, parameters and
  * optimizer state, with where they go (a model too large for one rank never passes
- * through one; on a GPU the rank's shards are copied to the host first, as a whole,
- * since a rank's shard is 1/N of the model); with stage3_gather_16bit_weights_on_model_save rank 0 then streams the
- * shards, one tensor at a time, into a 16-bit model file beside them. An all-reduce of
+ * through one; on a GPU the rank's fp32 shards are copied to the host first); with
+ * stage3_gather_16bit_weights_on_model_save rank 0 then streams the shards, one
+ * tensor at a time, into a 16-bit model file beside them. An all-reduce of
  * the failure flags then decides, on every rank alike, whether rank 0 commits (rename
  * + latest) or everyone reports the failure; a second one spreads the commit's
  * result. A failed save never touches the checkpoint `latest` names.
