@@ -11,7 +11,8 @@
 # (drv_mlp.c: the need() calls, gradients, loss), a second or so. "cuda_worlds" builds and
 # runs tests/train/test_gpu_worlds.c itself (world 2 and 4 on one device through the
 # cuda-tcp backend, against the CPU trainer), with the device ops' kernels emulated too;
-# TESTS, a filter on its test names (e.g. world_two), runs part of it. "cuda_launches"
+# TESTS, a filter on its test names (e.g. world_two), runs part of it, and
+# GPU_WORLDS_STAGES (e.g. 3) only the variants of the ZeRO stages it lists. "cuda_launches"
 # counts the CUDA GPT's launches per micro step (drv_launches.c), a few seconds.
 #
 #   scripts/cuda-emu/run.sh [CPU build dir] [test name filter]   (default: build, cuda_gpt)

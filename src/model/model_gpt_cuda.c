@@ -33,6 +33,14 @@
  * model. So no more than R x V logits exist at a time (R x Vp elements with the
  * padding, see Alignment).
  *
+ * ZeRO stage 3 (the sink has layer(), model.h): the parameters pointer is not read;
+ * each pass takes its layers from the sink in the CPU model's order (forward: the
+ * embeddings, each block, ln_f; the LM head the embeddings again for the tied wte;
+ * backward: ln_f, then the blocks from the last down) and gives each back once its
+ * kernels are queued. A layer's window is indexed as the flat buffer would be, from
+ * the window's address less the layer's offset (gpt_cuda_take), so the kernels and
+ * GEMMs are the same calls on the same values as at stages 0-2.
+ *
  * Backward walks the tensors in the CPU model's order and hands each finished tensor's
  * segments to the sink: projection weight gradients are one GEMM per segment straight
  * into the sink's destination; biases and LayerNorm parameters are deterministic
@@ -257,7 +265,7 @@ static int gpt_cuda_forward_backward(struct dsl_model *m, const float *params, c
         return gpt_cuda_stats(m, 0, sink, st);
     }
     TRY(dsl_gpt_cuda_forward(m, params, n, sink));
-    TRY(dsl_gpt_cuda_head(m, params, n, 1, loss_scale));
+    TRY(dsl_gpt_cuda_head(m, params, n, 1, loss_scale, sink));
     TRY(gpt_cuda_stats(m, n, sink, st));
     return dsl_gpt_cuda_backward(m, params, n, sink);
 }
@@ -269,7 +277,21 @@ static int gpt_cuda_evaluate(struct dsl_model *m, const float *params, const flo
     TRY(gpt_cuda_upload(m, x, n));
     if (n) {
         TRY(dsl_gpt_cuda_forward(m, params, n, NULL));
-        TRY(dsl_gpt_cuda_head(m, params, n, 0, 1.0f));
+        TRY(dsl_gpt_cuda_head(m, params, n, 0, 1.0f, NULL));
+    }
+    return gpt_cuda_stats(m, n, NULL, st);
+}
+
+/* forward only, each layer from src's layer() (ZeRO stage 3's evaluation) */
+static int gpt_cuda_evaluate_src(struct dsl_model *m, const struct dsl_grad_sink *src,
+                                 const float *x, const int32_t *y, size_t n,
+                                 struct dsl_model_stats *st)
+{
+    (void)y;
+    TRY(gpt_cuda_upload(m, x, n));
+    if (n) {
+        TRY(dsl_gpt_cuda_forward(m, NULL, n, src));
+        TRY(dsl_gpt_cuda_head(m, NULL, n, 0, 1.0f, src));
     }
     return gpt_cuda_stats(m, n, NULL, st);
 }
@@ -317,6 +339,7 @@ static const struct dsl_model_ops gpt_cuda_ops = {
     .init_params = gpt_cuda_init_params,
     .forward_backward = gpt_cuda_forward_backward,
     .evaluate = gpt_cuda_evaluate,
+    .evaluate_src = gpt_cuda_evaluate_src,
     .release = gpt_cuda_release,
 };
 

@@ -101,6 +101,27 @@ static inline const void *W(const struct gpt_cuda *p, const void *params, size_t
     return el(p, params, p->L.t[ti].off);
 }
 
+/* ZeRO stage 3 (the sink has layer()): layer l whole from the sink, held until
+ * gpt_cuda_give(), next being the layer the pass asks for after it (model.h); returned
+ * as the flat base at which W() finds layer l's tensors in the gathered window (the
+ * window's address less the layer's offset), so the passes index one way at every
+ * stage. Without layer(): params itself. */
+static inline const void *gpt_cuda_take(const struct gpt_cuda *p, const void *params,
+                                        const struct dsl_grad_sink *sink, size_t l, int next)
+{
+    if (!sink || !sink->layer)
+        return params;
+    uintptr_t w = (uintptr_t)sink->layer(sink->ctx, (int)l, next);
+    return (const void *)(w - p->L.lo[l] * p->esz);
+}
+
+/* the layer back, once the kernels that read it are queued (stage 3; else nothing) */
+static inline void gpt_cuda_give(const struct dsl_grad_sink *sink, size_t l)
+{
+    if (sink && sink->layer)
+        sink->unlayer(sink->ctx, (int)l);
+}
+
 #define OP_N CUBLAS_OP_N
 #define OP_T CUBLAS_OP_T
 
@@ -135,7 +156,7 @@ void dsl_gpt_gemm_release(struct gpt_cuda *p);
 int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
                          const struct dsl_grad_sink *sink);
 int dsl_gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int backward,
-                      float scale);
+                      float scale, const struct dsl_grad_sink *sink);
 int dsl_gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
                           const struct dsl_grad_sink *sink);
 

@@ -4,7 +4,9 @@
  *
  * Theory of operation: model_gpt_cuda.c's opening comment (the order of the need() and
  * done() calls, the epilogues, the alignment rule). Everything here is enqueued in the
- * caller's thread on the model's stream; nothing waits on the host.
+ * caller's thread on the model's stream; nothing waits on the host. At ZeRO stage 3 each
+ * pass takes its layers from the sink (gpt_cuda_take) in the CPU GPT's order and gives
+ * each back once its kernels are queued.
  */
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -92,15 +94,19 @@ int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
     const struct dsl_gpt_layout *L = &p->L;
     size_t T = L->T, C = L->C, N = B * T;
     need(p, sink, 0);
+    const void *pw = gpt_cuda_take(p, params, sink, 0, GPT_LAYER_BLOCK(0));
     MARK(FWD_ELEM);
     CU(m, "launching dsl_k_gpt_encoder",
-       dsl_cuda_gpt_encoder(p->stream, p->et, p->enc, dev_inp(p), W(p, params, GPT_WTE),
-                            W(p, params, GPT_WPE), N, T, C));
+       dsl_cuda_gpt_encoder(p->stream, p->et, p->enc, dev_inp(p), W(p, pw, GPT_WTE),
+                            W(p, pw, GPT_WPE), N, T, C));
+    gpt_cuda_give(sink, 0);
     const void *res = p->enc;
     for (size_t l = 0; l < L->L; l++) {
         need(p, sink, l + 1);
+        size_t ly = GPT_LAYER_BLOCK(l);
+        pw = gpt_cuda_take(p, params, sink, ly, (int)ly + 1);
         struct gpt_cuda_block *h = &p->h[l];
-#define WB(k) W(p, params, GPT_BLOCK(l, k))
+#define WB(k) W(p, pw, GPT_BLOCK(l, k))
         MARK(FWD_NORM);
         CU(m, "launching dsl_k_gpt_layernorm",
            dsl_cuda_gpt_layernorm(p->stream, p->et, h->ln1, h->ln1m, h->ln1r, res, WB(GPT_LN1_W),
@@ -137,25 +143,32 @@ int dsl_gpt_cuda_forward(struct dsl_model *m, const void *params, size_t B,
         TRY(proj_bias_fwd(m, "MLP output projection GEMM", h->fchg, WB(GPT_FCPROJ_W),
                           WB(GPT_FCPROJ_B), h->res2, h->res3, N, 4 * C, C));
 #undef WB
+        gpt_cuda_give(sink, ly);
         res = h->res3;
     }
     need(p, sink, L->L + 1);
+    size_t lf = GPT_LAYER_LNF(L->L);
+    pw = gpt_cuda_take(p, params, sink, lf, 0); /* the LM head reads the embeddings next */
     MARK(FWD_NORM);
     CU(m, "launching dsl_k_gpt_layernorm",
        dsl_cuda_gpt_layernorm(p->stream, p->et, p->lnf, p->lnfm, p->lnfr, res,
-                              W(p, params, GPT_LNF_W(L->L)), W(p, params, GPT_LNF_B(L->L)), N,
-                              C));
+                              W(p, pw, GPT_LNF_W(L->L)), W(p, pw, GPT_LNF_B(L->L)), N, C));
+    gpt_cuda_give(sink, lf);
     return 0;
 }
 
 /* logits, loss and (backward) dC = d lnf and dwte (the head's part, fp32), by chunks */
 int dsl_gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int backward,
-                      float scale)
+                      float scale, const struct dsl_grad_sink *sink)
 {
     struct gpt_cuda *p = m->impl;
     const struct dsl_gpt_layout *L = &p->L;
     size_t C = L->C, V = L->V, Vp = p->Vp, N = B * L->T;
-    const void *wte = W(p, params, GPT_WTE);
+    /* stage 3: the tied wte is the embeddings' layer, taken a second time, naming
+     * backward's first layer (ln_f) as next */
+    const void *wte = W(p, gpt_cuda_take(p, params, sink, 0,
+                                         backward ? GPT_LAYER_LNF((int)L->L) : -1),
+                        GPT_WTE);
     MARK(HEAD);
     for (size_t r0 = 0; r0 < N; r0 += p->R) {
         size_t rows = N - r0 < p->R ? N - r0 : p->R;
@@ -174,6 +187,7 @@ int dsl_gpt_cuda_head(struct dsl_model *m, const void *params, size_t B, int bac
         TRY(dsl_gpt_gemm_run(m, "LM head weight gradient GEMM", OP_N, OP_T, C, V, rows, x, C, p->logits,
                    Vp, r0 ? 1.0f : 0.0f, p->dwte, C, 1));
     }
+    gpt_cuda_give(sink, 0);
     return 0;
 }
 
@@ -306,12 +320,19 @@ int dsl_gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
     CU(m, "clearing the residual gradient",
        cudaMemsetAsync(p->dres, 0, N * C * p->esz, p->stream));
     const void *last = p->h[nL - 1].res3;
+    /* stage 3: ln_f, then the blocks from the last down (the embeddings' gradients read
+     * no parameter), as the CPU model asks for them */
+    size_t lf = GPT_LAYER_LNF(nL);
+    const void *pw = gpt_cuda_take(p, params, sink, lf, GPT_LAYER_BLOCK((int)nL - 1));
     TRY(ln_backward(m, sink, GPT_LNF_W(nL), GPT_LNF_B(nL), p->dres, p->dC, last,
-                    W(p, params, GPT_LNF_W(nL)), p->lnfm, p->lnfr, N));
+                    W(p, pw, GPT_LNF_W(nL)), p->lnfm, p->lnfr, N));
+    gpt_cuda_give(sink, lf);
     for (size_t l = nL; l-- > 0;) {
         struct gpt_cuda_block *h = &p->h[l];
         const void *res = l ? p->h[l - 1].res3 : p->enc;
-#define WB(k) W(p, params, GPT_BLOCK(l, k))
+        size_t ly = GPT_LAYER_BLOCK(l);
+        pw = gpt_cuda_take(p, params, sink, ly, l ? (int)ly - 1 : -1);
+#define WB(k) W(p, pw, GPT_BLOCK(l, k))
 #define TI(k) GPT_BLOCK(l, k)
         /* the MLP's output projection: dres is the gradient of res3 */
         TRY(deliver_bias(m, sink, TI(GPT_FCPROJ_B), p->dres, N));
@@ -341,6 +362,7 @@ int dsl_gpt_cuda_backward(struct dsl_model *m, const void *params, size_t B,
                         WB(GPT_LN1_W), h->ln1m, h->ln1r, N));
 #undef WB
 #undef TI
+        gpt_cuda_give(sink, ly);
     }
     /* the embeddings: positions summed over the samples, tokens scattered into the
      * head's part of wte's gradient, both in row order (fp32) */

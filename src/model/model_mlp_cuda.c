@@ -42,6 +42,13 @@
  * another kernel for a narrower product, so unlike on the CPU the cut may change the
  * last bits; the two runs of one model with one sink give the same bits.
  *
+ * ZeRO stage 3 (a sink with layer()): the parameters pointer is not read; forward asks
+ * for every layer whole, in order, naming the next one, and backward for each layer
+ * from the last down to the second again, for its input gradient, exactly the calls of
+ * the CPU model (model_mlp.c), so every rank issues the same gathers in the same order.
+ * A layer is given back with unlayer() once the kernels that read it are queued: the
+ * trainer's next gather into that window is ordered after them on the device.
+ *
  * Row-major with a column-major BLAS: a row-major r x c matrix is a column-major
  * c x r one, so every row-major product C = A B is issued as C^T = B^T A^T.
  *
@@ -168,21 +175,31 @@ static int upload(struct dsl_model *m, const float *x, const int32_t *y, size_t 
     return 0;
 }
 
-/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows, along the need() plan; then the
- * loss (and dz into p->dz) */
+/* act[l+1] = relu?(act[l] W_l^T + b_l) for n rows, along the need() plan, or with
+ * each layer from the sink's layer() (stage 3: the CPU model's calls, in its order);
+ * then the loss (and dz into p->dz, which also says that backward follows) */
 static int forward_loss(struct dsl_model *m, const float *params, size_t n,
                         const struct dsl_grad_sink *sink, int want_dz, float loss_scale)
 {
     struct mlp_cuda *p = m->impl;
     size_t nl = p->L.nlayers;
-    int need = sink && sink->need, r;
+    int need = sink && sink->need, z3 = sink && sink->layer, r;
     const struct dsl_mlp_need *plan = p->plan[need];
     for (size_t i = 0; i < p->nplan[need]; i++) {
         const struct dsl_mlp_need *q = &plan[i];
         size_t l = q->layer, in = p->L.dims[l], out = p->L.dims[l + 1];
         if (need)
             sink->need(sink->ctx, q->off, q->len);
-        const void *w = el(p, params, p->L.woff[l]);
+        const void *w;
+        if (z3) {
+            /* the next layer is fetched while this one computes; backward asks for the
+             * last layer first */
+            int last = (int)nl - 1;
+            int next = l + 1 < nl ? (int)l + 1 : want_dz && last > 0 ? last : -1;
+            w = sink->layer(sink->ctx, (int)l, next);
+        } else {
+            w = el(p, params, p->L.woff[l]);
+        }
         MARK(FWD_MATMUL);
         /* output columns r0.. of z: z[:, r0:r0+rows]^T (rows x n) = W[r0:r0+rows, :]
          * (rows x in, i.e. column-major in x rows, transposed) x act^T */
@@ -202,6 +219,8 @@ static int forward_loss(struct dsl_model *m, const float *params, size_t n,
             CU(m, "launching dsl_k_bias_act",
                dsl_cuda_mlp_bias_act(p->stream, p->act[l + 1], el(p, w, in * out), n, out,
                                      l + 1 < nl));
+        if (z3) /* the kernels that read it are queued: a later gather is ordered after */
+            sink->unlayer(sink->ctx, (int)l);
     }
     MARK(HEAD);
     if (p->half)
@@ -265,7 +284,12 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
     size_t seg = 0;
     for (size_t li = p->L.nlayers; li-- > 0;) {
         size_t in = p->L.dims[li], out = p->L.dims[li + 1];
-        const void *w = el(p, params, p->L.woff[li]);
+        /* stage 3: the layer's weight again, for its input gradient below (asked for
+         * now, so that the layer below it is fetched meanwhile); the first layer's is
+         * never needed */
+        const void *w = !sink->layer ? el(p, params, p->L.woff[li])
+                        : li > 0     ? sink->layer(sink->ctx, (int)li, li > 1 ? (int)li - 1 : -1)
+                                     : NULL;
         /* bias: column sums in sample order */
         void *db = sink->dest(sink->ctx, seg);
         MARK(BWD_ELEM);
@@ -307,6 +331,8 @@ static int mlpc_forward_backward(struct dsl_model *m, const float *params, const
         else
             CU(m, "launching dsl_k_relu_mask",
                dsl_cuda_mlp_relu_mask(p->stream, dnext, p->act[li], n * in));
+        if (sink->layer)
+            sink->unlayer(sink->ctx, (int)li);
         void *t = dz;
         dz = dnext;
         dnext = t;
@@ -319,6 +345,17 @@ static int mlpc_evaluate(struct dsl_model *m, const float *params, const float *
 {
     int r;
     if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, params, n, NULL, 0, 1.0f)) < 0)
+        return r;
+    return stats(m, n, NULL, st);
+}
+
+/* forward only, each layer from src's layer() (ZeRO stage 3's evaluation) */
+static int mlpc_evaluate_src(struct dsl_model *m, const struct dsl_grad_sink *src,
+                             const float *x, const int32_t *y, size_t n,
+                             struct dsl_model_stats *st)
+{
+    int r;
+    if ((r = upload(m, x, y, n)) < 0 || (r = forward_loss(m, NULL, n, src, 0, 1.0f)) < 0)
         return r;
     return stats(m, n, NULL, st);
 }
@@ -360,6 +397,7 @@ static const struct dsl_model_ops mlp_cuda_ops = {
     .init_params = mlpc_init_params,
     .forward_backward = mlpc_forward_backward,
     .evaluate = mlpc_evaluate,
+    .evaluate_src = mlpc_evaluate_src,
     .release = mlpc_release,
 };
 

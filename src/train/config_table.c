@@ -186,10 +186,8 @@ const struct key dsl_cfgp_keys[] = {
     {.path = "zero_optimization.stage", .kind = K_SPECIAL, .off = OFF(zero.stage),
      .fn = dsl_cfgp_sp_zero_stage, .flag = "zero_stage", .def = "0",
      .help = "ZeRO stage (0, 1, 2, 3)",
-     .doc = "stage 3 runs the MLP and the GPT on the CPU (tcp backend) so far; on the GPU "
-            "it is an error naming what is missing (`'zero_optimization.stage' 3 runs on "
-            "the CPU only (tcp backend) so far, not on the GPU: use stage 0, 1 or 2 there, "
-            "or 'dstrain.backend' \"tcp\"`)"},
+     .doc = "stage 3 runs the MLP and the GPT on the CPU (tcp backend) and on the GPU "
+            "(nccl)"},
     {.path = "zero_optimization.reduce_bucket_size", .kind = K_U64,
      .off = OFF(zero.reduce_bucket_size), .min = 1, .max = BIG, .flag = "bucket_size",
      .def = "500000000", .help = "reduce_bucket_size",

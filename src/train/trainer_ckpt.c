@@ -8,8 +8,9 @@
  * and writes its dsl_ckpt_slice() of them; rank 0 also writes the parameters. At
  * stage 3 nothing is gathered: every rank writes the pieces it holds, parameters and
  * optimizer state, with where they go (a model too large for one rank never passes
- * through one); with stage3_gather_16bit_weights_on_model_save rank 0 then streams the
- * shards, one tensor at a time, into a 16-bit model file beside them. An all-reduce of
+ * through one; on a GPU the rank's fp32 shards are copied to the host first); with
+ * stage3_gather_16bit_weights_on_model_save rank 0 then streams the shards, one
+ * tensor at a time, into a 16-bit model file beside them. An all-reduce of
  * the failure flags then decides, on every rank alike, whether rank 0 commits (rename
  * + latest) or everyone reports the failure; a second one spreads the commit's
  * result. A failed save never touches the checkpoint `latest` names.
@@ -53,6 +54,7 @@
 #include "dslaunch/common/opt.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/progress.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/common/xalloc.h"
 #include "trainer_config.h"
 #include "dslaunch/common/banned.h"
@@ -171,10 +173,29 @@ static int save_zero3(struct dsl_trainer *t, const char *dir, const char *tag,
         rg[n][1] = t->bk[j].plen;
         n++;
     }
-    r = dsl_ckpt_write_zero3(dir, tag, t->rank, t->world, views, nv, t->P,
-                             (const size_t(*)[2])rg, n,
-                             t->master ? t->master : (const float *)t->params, sn, slices,
-                             nstate, meta, myerr);
+    const float *params = t->master ? t->master : (const float *)t->params;
+    float *host = NULL; /* GPU: the fp32 shards copied out, parameters then state */
+    if (!t->dev->host_memory) {
+        struct dsl_device *d = t->dev;
+        const float *dev[3] = {params, t->m, t->v};
+        size_t S = t->S ? t->S : 1;
+        host = malloc((1 + nstate) * S * sizeof(float));
+        if (!host)
+            r = dsl_seterr(myerr, -ENOMEM, "cannot allocate %zu bytes to save the shard",
+                           (1 + nstate) * S * sizeof(float));
+        for (size_t i = 0; host && r >= 0 && i <= nstate && i < 3; i++)
+            if ((r = d->ops->copy(d, host + i * S, dev[i], t->S * sizeof(float),
+                                  DSL_COPY_D2H)) < 0)
+                dsl_seterr(myerr, r, "copying the shard to the host: %s", d->err);
+        params = host;
+        for (size_t i = 0; host && i < nstate && i < 2; i++)
+            slices[i] = host + (i + 1) * S;
+    }
+    if (r >= 0)
+        r = dsl_ckpt_write_zero3(dir, tag, t->rank, t->world, views, nv, t->P,
+                                 (const size_t(*)[2])rg, n, params, sn, slices, nstate, meta,
+                                 myerr);
+    free(host);
     free(rg);
     return r;
 }

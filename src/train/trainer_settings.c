@@ -469,12 +469,6 @@ static int check_device(const struct dsl_train_settings *s, int rank, enum dsl_p
     if (c->zero.stage > 3)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           c->zero.stage);
-    /* stage 3 runs on the CPU only so far: say so, never run stage 2 instead */
-    if (c->zero.stage == 3 && gpu)
-        return dsl_seterr(err, DSL_ENOTSUP,
-                          "'zero_optimization.stage' 3 runs on the CPU only (tcp backend) so "
-                          "far, not on the GPU: use stage 0, 1 or 2 there, or "
-                          "'dstrain.backend' \"tcp\"");
     return 0;
 }
 

@@ -161,13 +161,11 @@ static int check_setup(struct dsl_trainer *t, const struct dsl_trainer_opts *o,
     if (o->zero_stage < 0 || o->zero_stage > 3)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage %d is not supported (0, 1, 2 or 3)",
                           o->zero_stage);
-    if (o->zero_stage == 3 && !d->host_memory)
-        return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage 3 runs on the CPU only (tcp backend) "
-                          "so far, not on the GPU: use stage 0, 1 or 2");
+    /* stage 3 needs a model that takes its layers from the sink (model.h) */
     if (o->zero_stage == 3 && !model->ops->evaluate_src)
         return dsl_seterr(err, DSL_ENOTSUP, "ZeRO stage 3 is not implemented for this model "
-                          "(it cannot take its parameters a layer at a time): use stage 0, 1 "
-                          "or 2");
+                          "(the %s %s cannot take its parameters a layer at a time): use "
+                          "stage 0, 1 or 2", d->host_memory ? "CPU" : "GPU", model->ops->name);
     if (!o->micro_batch || !o->grad_accum || o->micro_batch > model->max_batch)
         return dsl_seterr(err, DSL_ECONFIG, "bad micro batch %zu / accumulation %zu",
                           o->micro_batch, o->grad_accum);

@@ -8,7 +8,8 @@
  * through one temporary device buffer of the largest bucket's size (the collectives
  * take device pointers): a piece in, the bucket all-gathered in place, the bucket out
  * to the host; never a buffer of P floats, which a model near the GPU's memory could
- * not afford next to its state. Everything here runs between steps,
+ * not afford next to its state; stage 3's shards the same way. Everything here runs
+ * between steps,
  * after dsl_trainer_sync() has waited for the parameter all-gathers a step leaves
  * running, so nothing else touches the buffers meanwhile. Gathering is collective:
  * every rank calls it in the same order.
@@ -55,7 +56,7 @@ static size_t max_bucket(const struct dsl_trainer *t)
     return m;
 }
 
-/* A staging buffer of one bucket of floats in device memory (GPU, stages 1/2), or NULL
+/* A staging buffer of one bucket of floats in device memory (GPU, stages 1-3), or NULL
  * with err set; bounded by the bucket size, never P floats */
 static float *dev_staging(struct dsl_trainer *t, const char *what, char *err)
 {
@@ -69,7 +70,7 @@ static float *dev_staging(struct dsl_trainer *t, const char *what, char *err)
 }
 
 /* One fp32 shard vector (S, or P at stage 0) in full flat order into host memory full;
- * stage: device memory of one bucket of floats on a GPU at stages 1/2, else NULL: each
+ * stage: device memory of one bucket of floats on a GPU at stages 1-3, else NULL: each
  * bucket is gathered there and copied out, so no full-size device buffer is needed.
  * Collective. */
 static int gather_vec(struct dsl_trainer *t, const float *vec, float *full, float *stage)
@@ -111,20 +112,17 @@ int dsl_trainer_params_to_host(struct dsl_trainer *t, float *host, char *err)
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
-    if (t->master) {
+    if (t->master || t->o.zero_stage == 3) {
+        /* the fp32 master weights, or the fp32 shard of stage 3: gathered bucket by
+         * bucket (on a GPU through one bucket of device memory) */
         float *stage = t->o.zero_stage > 0 && !d->host_memory
                            ? dev_staging(t, "to gather the parameters", err)
                            : NULL;
         if (t->o.zero_stage > 0 && !d->host_memory && !stage)
             return -ENOMEM;
-        r = gather_vec(t, t->master, host, stage);
+        r = gather_vec(t, t->master ? t->master : (const float *)t->params, host, stage);
         d->ops->free(d, stage);
         if (r < 0)
-            return state_fail(t, r, "parameter gather", err);
-        return 0;
-    }
-    if (t->o.zero_stage == 3) { /* fp32 shard on the host: gathered bucket by bucket */
-        if ((r = gather_vec(t, t->params, host, NULL)) < 0)
             return state_fail(t, r, "parameter gather", err);
         return 0;
     }
@@ -147,20 +145,26 @@ int dsl_trainer_params_from_host(struct dsl_trainer *t, const float *host, char 
             return 0;
         }
         /* bucket by bucket through one bucket of device memory: this rank's piece into
-         * the master weights, the whole bucket rounded into the 16-bit parameters */
+         * the master weights (stage 3 in fp32: into the shard), the whole bucket rounded
+         * into the 16-bit parameters (stage 3: this rank's piece of them) */
+        int z3 = t->o.zero_stage == 3;
         float *stage = dev_staging(t, "to load the parameters", err);
         if (!stage)
             return -ENOMEM;
         for (size_t j = 0; j < t->nbk && r >= 0; j++) {
             const struct dsl_bucket *b = &t->bk[j];
+            float *mine = (t->master ? t->master : (float *)t->params) + b->soff;
             if ((r = d->ops->copy(d, stage, host + b->lo, b->len * sizeof(float),
                                   DSL_COPY_H2D)) >= 0 &&
-                (r = d->ops->copy(d, t->master + b->soff, stage + b->poff,
-                                  b->plen * sizeof(float), DSL_COPY_D2D)) >= 0)
-                r = d->ops->to_half(d, t->gtype, dsl_mixed_el(t, t->params, b->lo), stage,
-                                    b->len);
+                (r = d->ops->copy(d, mine, stage + b->poff, b->plen * sizeof(float),
+                                  DSL_COPY_D2D)) >= 0 && t->master)
+                r = d->ops->to_half(d, t->gtype,
+                                    dsl_mixed_el(t, t->params, z3 ? b->soff : b->lo),
+                                    z3 ? stage + b->poff : stage, z3 ? b->plen : b->len);
         }
         d->ops->free(d, stage);
+        if (r >= 0 && z3)
+            r = dsl_z3_invalidate(t); /* the gathered layers held the old parameters */
         if (r < 0)
             return state_fail(t, r, "loading the parameters", err);
         return 0;
@@ -174,7 +178,7 @@ int dsl_trainer_gather_state(struct dsl_trainer *t, float *state, size_t nstate,
 {
     struct dsl_device *d = t->dev;
     float *vecs[2] = {t->m, t->v};
-    float *stage = NULL; /* GPU, stages 1/2: one bucket of device memory */
+    float *stage = NULL; /* GPU, stages 1-3: one bucket of device memory */
     int r = dsl_trainer_sync(t, err);
     if (r < 0)
         return r;
@@ -199,7 +203,7 @@ int dsl_trainer_scatter_state(struct dsl_trainer *t, const float *state, size_t 
 {
     struct dsl_device *d = t->dev;
     float *vecs[2] = {t->m, t->v};
-    float *tmp = NULL; /* GPU, stages 1/2: this rank's shard in host memory */
+    float *tmp = NULL; /* GPU, stages 1-3: this rank's shard in host memory */
     int r = 0;
     if (!d->host_memory && t->o.zero_stage > 0) {
         tmp = malloc(t->S ? t->S * sizeof(float) : 1);

@@ -33,6 +33,9 @@
  *   - a head size above the attention's 128 is refused with its size, and head size 128
  *     on a device whose shared memory opt-in limit is below its kernels' need (sm_75)
  *     with both byte counts;
+ *   - ZeRO stage 3: the layers asked for through the sink's layer()/unlayer() in the CPU
+ *     GPT's order (forward_backward and evaluate_src, fp32 and bf16), each in a window of
+ *     its own, give the gradient and loss bits of the whole buffer;
  *   - a few AdamW steps of the trainer at world 1 on the nccl backend against the CPU
  *     trainer on the same text: losses within 1e-3 relative (fp32; bf16 with fp32
  *     master weights within 3e-2), falling, and one host wait per step.
@@ -439,6 +442,161 @@ TEST(cuda_gpt_in_bf16_and_fp16_should_track_the_cpu_gpt_on_the_same_16_bit_param
     compare_half(&tiny_shape, DSL_BFLOAT16);
     compare_half(&tiny_shape, DSL_FLOAT16);
     compare_half(&odd_shape, DSL_BFLOAT16);
+}
+
+/* ---- ZeRO stage 3: the layers from the sink ---- */
+
+/* A sink whose layer() copies the layer's flat range out of a whole parameter buffer
+ * into a window of its own (NaN beyond it), one held at a time, logging every call */
+struct layer_src {
+    struct order_sink os;
+    const char *params; /* the whole buffer: host (CPU model) or device (CUDA model) */
+    char *win;          /* P elements, host or device */
+    int gpu, held;
+    int log[64][3]; /* layer (1) or unlayer (0), the layer, next */
+    size_t nlog;
+    struct dsl_model_stats st; /* evaluate_src's */
+};
+
+/* layer l's flat range [lo, hi) from the segment list */
+static void layer_range(const struct dsl_model *m, int l, size_t *lo, size_t *hi)
+{
+    *lo = m->nparams;
+    *hi = 0;
+    for (size_t i = 0; i < m->nsegs; i++)
+        if (m->segs[i].layer == l) {
+            *lo = m->segs[i].off < *lo ? m->segs[i].off : *lo;
+            size_t e = m->segs[i].off + m->segs[i].len;
+            *hi = e > *hi ? e : *hi;
+        }
+}
+
+static const float *ls_layer(void *ctx, int l, int next)
+{
+    struct layer_src *s = ctx;
+    size_t lo, hi, esz = s->os.esz, P = s->os.m->nparams;
+    ASSERT_EQ(s->held, -1);
+    ASSERT(s->nlog < 64);
+    s->log[s->nlog][0] = 1;
+    s->log[s->nlog][1] = l;
+    s->log[s->nlog++][2] = next;
+    layer_range(s->os.m, l, &lo, &hi);
+    ASSERT(lo < hi);
+    if (s->gpu) { /* the kernels still queued may read the window: after them */
+        ASSERT(cudaStreamSynchronize(gdev.stream) == cudaSuccess);
+        ASSERT(cudaMemset(s->win, 0xff, P * esz) == cudaSuccess);
+        ASSERT(cudaMemcpy(s->win, s->params + lo * esz, (hi - lo) * esz,
+                          cudaMemcpyDeviceToDevice) == cudaSuccess);
+    } else {
+        memset(s->win, 0xff, P * esz);
+        memcpy(s->win, s->params + lo * esz, (hi - lo) * esz);
+    }
+    s->held = l;
+    return (const float *)(void *)s->win;
+}
+
+static void ls_unlayer(void *ctx, int l)
+{
+    struct layer_src *s = ctx;
+    ASSERT_EQ(s->held, l);
+    ASSERT(s->nlog < 64);
+    s->log[s->nlog][0] = 0;
+    s->log[s->nlog][1] = l;
+    s->log[s->nlog++][2] = 0;
+    s->held = -1;
+}
+
+/* forward_backward (or evaluate_src, g NULL) of m with its layers from params through
+ * a layer_src: the gradient (host, fp32), the stats and the call log in s */
+static void run_layers(struct dsl_model *m, const void *params, const float *x, size_t n,
+                       struct layer_src *s, struct result *r)
+{
+    size_t P = m->nparams, esz = m->dtype != DSL_FLOAT32 ? 2 : 4;
+    int gpu = m->on_device, rc;
+    char *g = gpu ? dev_alloc(P * esz) : calloc(P, esz);
+    *s = (struct layer_src){.os = {g, esz, m, 0, P, 0}, .params = params, .gpu = gpu,
+                            .held = -1};
+    s->win = gpu ? dev_alloc(P * esz) : malloc(P * esz);
+    struct dsl_grad_sink k = {.dest = os_dest, .done = os_done, .layer = ls_layer,
+                              .unlayer = ls_unlayer, .ctx = s};
+    if (r) {
+        if ((rc = m->ops->forward_backward(m, NULL, x, NULL, n, 1.0f, &k, &r->st)) < 0)
+            DSL_FAIL_("forward_backward with layers: %s", m->err);
+        ASSERT_EQ(s->os.ndone, m->nsegs);
+    } else {
+        ASSERT(m->ops->evaluate_src);
+        if ((rc = m->ops->evaluate_src(m, &k, x, NULL, n, &s->st)) < 0)
+            DSL_FAIL_("evaluate_src: %s", m->err);
+    }
+    ASSERT_EQ(s->held, -1);
+    if (gpu) {
+        char *h = malloc(P * esz);
+        to_host(h, g, P * esz);
+        cudaFree(g);
+        cudaFree(s->win);
+        g = h;
+    } else {
+        free(s->win);
+    }
+    if (r)
+        widen_grads(m, g, r);
+    else
+        free(g);
+}
+
+/* The CUDA GPT asks for the CPU GPT's layers in the CPU GPT's order (forward_backward
+ * and evaluation), and computes with a layer in a window of its own exactly what it
+ * computes with the whole buffer: the same gradient and loss bits */
+static void compare_layers(const struct shape *h, enum dsl_dtype dt)
+{
+    char err[DSL_ERR_LEN];
+    struct dsl_model_spec cs = spec_of(h, dt, 0), gs = spec_of(h, dt, 1);
+    struct dsl_model a, b;
+    ASSERT_OK(dsl_model_create(&a, &cs, err));
+    if (dsl_model_create_cuda(&b, &gs, err) < 0)
+        DSL_FAIL_("dsl_model_create_cuda: %s", err);
+    size_t P = a.nparams, esz = dt != DSL_FLOAT32 ? 2 : 4;
+    float *p = malloc(P * sizeof(float));
+    make_params(&a, p);
+    void *hp = malloc(P * esz);
+    if (dt != DSL_FLOAT32)
+        dsl_hv_narrow(dt == DSL_BFLOAT16, hp, p, P);
+    else
+        memcpy(hp, p, P * esz);
+    void *dp = dev_alloc(P * esz);
+    to_dev(dp, hp, P * esz);
+    float *x = make_tokens(h, 4);
+    struct layer_src sc, sg;
+    struct result rc, rg, rw;
+    run_layers(&a, hp, x, h->B, &sc, &rc);
+    run_layers(&b, dp, x, h->B, &sg, &rg);
+    run_gpu(&b, dp, x, h->B, 1.0f, &rw);
+    ASSERT_EQ(sg.nlog, sc.nlog);
+    ASSERT(sc.nlog == 2 * (2 * h->L + 4)); /* forward L + 2 and the head, backward L + 1 */
+    ASSERT(memcmp(sg.log, sc.log, sc.nlog * sizeof(sc.log[0])) == 0);
+    size_t nfb = sc.nlog;
+    ASSERT(same_bits(rg.g, rw.g, P));
+    ASSERT(rg.st.loss_sum == rw.st.loss_sum && rg.st.correct == rw.st.correct);
+    struct dsl_model_stats st;
+    ASSERT_OK(b.ops->evaluate(&b, dp, x, NULL, h->B, &st));
+    run_layers(&a, hp, x, h->B, &sc, NULL);
+    run_layers(&b, dp, x, h->B, &sg, NULL);
+    ASSERT(sc.nlog == 2 * (h->L + 3) && sg.nlog == sc.nlog);
+    ASSERT(memcmp(sg.log, sc.log, sc.nlog * sizeof(sc.log[0])) == 0);
+    ASSERT(sg.st.loss_sum == st.loss_sum && sg.st.correct == st.correct);
+    fprintf(stderr, "# stage 3 layers (%s): %zu calls in forward_backward and %zu in "
+            "evaluation as the CPU's, gradient and loss bits as with the whole buffer\n",
+            dt == DSL_FLOAT32 ? "fp32" : "bf16", nfb, sc.nlog);
+    free(rc.g);
+    free(rg.g);
+    free(rw.g);
+    release_pair(&a, &b, x, p, hp, dp);
+}
+
+TEST(cuda_gpt_at_zero_stage_three_should_take_the_cpu_gpts_layers_in_its_order)
+{
+    compare_layers(&tiny_shape, DSL_FLOAT32);
+    compare_layers(&tiny_shape, DSL_BFLOAT16);
 }
 
 /* ---- the MLP's epilogues ---- */

@@ -309,13 +309,15 @@ TEST(a_gpu_rank_should_default_to_small_overlapped_buckets_unless_the_config_say
     dsl_train_settings_release(&s);
 }
 
-/* stage 3 runs the MLP and the GPT on the CPU; a rank on a GPU is refused, naming what
- * is missing, rather than run at another stage */
-TEST(stage_three_should_take_the_gpt_on_the_cpu_and_refuse_the_gpu_by_name)
+/* stage 3 runs the MLP and the GPT on the CPU and on a GPU */
+TEST(stage_three_should_take_the_mlp_and_the_gpt_on_the_cpu_and_on_a_gpu)
 {
     struct dsl_train_settings s;
     char err[DSL_ERR_LEN] = "";
     const char *mlp[] = {"--backend", "tcp", "--micro-batch", "8", "--zero-stage", "3", NULL};
+    verify_on_gpu(&s, mlp);
+    ASSERT_EQ(s.to.zero_stage, 3);
+    dsl_train_settings_release(&s);
     ASSERT_OK(parse_words(&s, err, mlp));
     ASSERT_OK(dsl_train_settings_verify(&s, 0, 1, err));
     ASSERT_EQ(s.to.zero_stage, 3);
@@ -330,12 +332,8 @@ TEST(stage_three_should_take_the_gpt_on_the_cpu_and_refuse_the_gpu_by_name)
     ASSERT_OK(r);
     ASSERT_EQ(s.to.zero_stage, 3);
     dsl_train_settings_release(&s);
-    ASSERT_OK(parse_words(&s, err, gpt));
-    s.placed = 1;
-    s.gpu = 1;
-    ASSERT_EQ(dsl_train_settings_verify(&s, 0, 1, err), DSL_ENOTSUP);
-    ASSERT_CONTAINS(err, "runs on the CPU only (tcp backend)");
-    ASSERT_CONTAINS(err, "not on the GPU: use stage 0, 1 or 2");
+    verify_on_gpu(&s, gpt);
+    ASSERT_EQ(s.to.zero_stage, 3);
     dsl_train_settings_release(&s);
 }
 

@@ -12,9 +12,9 @@
  *            buffers of stage 2, and the gathered layers: two windows of the largest
  *            layer (one without prefetch) plus whole copies of the layers under the
  *            persistence threshold (16S + buckets + gathered; trainer_zero3.c). The
- *            model gets each layer whole through the sink's layer() (model.h); the
- *            CPU models only, for now (a GPU device or a model without evaluate_src
- *            is refused at init).
+ *            model gets each layer whole through the sink's layer() (model.h): the
+ *            CPU and CUDA MLP and GPT (on a GPU the shards, windows and copies are
+ *            device memory); a model without evaluate_src is refused at init.
  * Stages 1/2 all-gather the parameters bucket by bucket in forward order right after
  * each bucket's optimizer update and do not wait: the next forward waits for each
  * layer's buckets just before using them (model.h's need()).
