@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dslaunch/comm/comm.h"
+#include "dslaunch/device/device.h"
 #include "dslaunch/train/trainer.h"
 
 /** base + off elements */
@@ -59,5 +61,25 @@ int dsl_mixed_load(struct dsl_trainer *t, const float *full);
 /** Check that the model, the device and opts agree on the element type; fill t->gtype
  *  and t->esz. 0 or DSL_ECONFIG / DSL_ENOTSUP with err set. */
 int dsl_mixed_setup(struct dsl_trainer *t, char *err);
+/** A buffer collectives read or write (parameters, gradients, staging buckets, stage
+ *  3's windows): on the CPU from the comm, which shares it with same-host peers so that
+ *  reductions and gathers need no copies (comm.h dsl_comm_alloc); on a GPU from the
+ *  device. NULL when out of memory. Free with dsl_trainer_coll_free (NULL is fine).
+ *  Inline: trainer_setup.c and trainer_zero3.c both use them, and call each other. */
+static inline void *dsl_trainer_coll_alloc(struct dsl_trainer *t, size_t bytes)
+{
+    bytes = bytes ? bytes : 1;
+    return t->dev->host_memory ? dsl_comm_alloc(t->comm, bytes)
+                               : t->dev->ops->alloc(t->dev, bytes);
+}
+
+static inline void dsl_trainer_coll_free(struct dsl_trainer *t, void *p)
+{
+    struct dsl_device *d = t->dev ? t->dev : dsl_device_cpu();
+    if (d->host_memory && t->comm)
+        dsl_comm_free(t->comm, p);
+    else
+        d->ops->free(d, p);
+}
 
 #endif

@@ -43,28 +43,14 @@ static float *alloc_floats(struct dsl_device *d, size_t n, int *fail, uint64_t *
     return p;
 }
 
-/*
- * n zeroed elements of t->gtype that collectives read or write (parameters, gradients,
- * staging buckets): on the CPU they come from the comm, which shares them with
- * same-host peers so that reductions and gathers need no copies (comm.h
- * dsl_comm_alloc); on a GPU from the device. Freed by comm_buf_free.
- */
+/* n zeroed elements of t->gtype that collectives read or write, counted in *bytes */
 static void *comm_elems(struct dsl_trainer *t, size_t n, int *fail, uint64_t *bytes)
 {
-    size_t bsz = (n ? n : 1) * t->esz;
-    void *p = t->dev->host_memory ? dsl_comm_alloc(t->comm, bsz) : t->dev->ops->alloc(t->dev, bsz);
+    void *p = dsl_trainer_coll_alloc(t, n * t->esz);
     if (!p)
         *fail = 1;
     *bytes += n * t->esz;
     return p;
-}
-
-static void comm_buf_free(struct dsl_trainer *t, struct dsl_device *d, void *p)
-{
-    if (d->host_memory && t->comm)
-        dsl_comm_free(t->comm, p);
-    else
-        d->ops->free(d, p);
 }
 
 static void build_buckets(struct dsl_trainer *t)
@@ -348,11 +334,11 @@ void dsl_trainer_release(struct dsl_trainer *t)
     if (t->comm && t->stats_issued)
         (void)dsl_comm_wait(t->comm, t->stats_req);
     dsl_z3_release(t);
-    comm_buf_free(t, d, t->params);
-    comm_buf_free(t, d, t->grads);
+    dsl_trainer_coll_free(t, t->params);
+    dsl_trainer_coll_free(t, t->grads);
     d->ops->free(d, t->gshard);
-    comm_buf_free(t, d, t->staging[0]);
-    comm_buf_free(t, d, t->staging[1]);
+    dsl_trainer_coll_free(t, t->staging[0]);
+    dsl_trainer_coll_free(t, t->staging[1]);
     d->ops->free(d, t->master);
     d->ops->free(d, t->m);
     d->ops->free(d, t->v);

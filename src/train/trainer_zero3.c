@@ -52,23 +52,6 @@
 #include "trainer_mixed.h"
 #include "dslaunch/common/banned.h"
 
-/* a window or a persistent copy: shared comm memory on the CPU (as the shard it is
- * gathered from), device memory on a GPU (the collectives take device pointers) */
-static void *win_alloc(struct dsl_trainer *t, size_t bytes)
-{
-    if (t->dev->host_memory)
-        return dsl_comm_alloc(t->comm, bytes);
-    return t->dev->ops->alloc(t->dev, bytes ? bytes : 1);
-}
-
-static void win_free(struct dsl_trainer *t, void *p)
-{
-    if (t->dev->host_memory)
-        dsl_comm_free(t->comm, p);
-    else
-        t->dev->ops->free(t->dev, p);
-}
-
 int dsl_z3_setup(struct dsl_trainer *t, char *err)
 {
     const struct dsl_model *m = t->model;
@@ -101,7 +84,7 @@ int dsl_z3_setup(struct dsl_trainer *t, char *err)
         if (z->lo == (size_t)-1)
             return dsl_seterr(err, DSL_ECONFIG, "ZeRO stage 3: layer %zu has no parameters", l);
         if (z->len <= t->o.z3_persist) {
-            z->keep = win_alloc(t, z->len * t->esz);
+            z->keep = dsl_trainer_coll_alloc(t, z->len * t->esz);
             if (!z->keep)
                 return dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes for layer %zu",
                                   z->len * t->esz, l);
@@ -127,7 +110,7 @@ int dsl_z3_setup(struct dsl_trainer *t, char *err)
         t->win_held[s] = 0;
     }
     for (int s = 0; s < t->nwin; s++) {
-        t->win[s] = win_alloc(t, t->win_elems * t->esz);
+        t->win[s] = dsl_trainer_coll_alloc(t, t->win_elems * t->esz);
         if (!t->win[s])
             return dsl_seterr(err, -ENOMEM, "cannot allocate %zu bytes for a gathered layer",
                               t->win_elems * t->esz);
@@ -144,12 +127,12 @@ void dsl_z3_release(struct dsl_trainer *t)
         if (t->win[s] && t->win_req[s] >= 0 && t->comm)
             (void)dsl_comm_wait(t->comm, t->win_req[s]);
         if (t->win[s])
-            win_free(t, t->win[s]);
+            dsl_trainer_coll_free(t, t->win[s]);
         t->win[s] = NULL;
     }
     for (size_t l = 0; t->zl && l < t->nzl; l++)
         if (t->zl[l].keep)
-            win_free(t, t->zl[l].keep);
+            dsl_trainer_coll_free(t, t->zl[l].keep);
     free(t->zl);
     t->zl = NULL;
     t->nzl = 0;
