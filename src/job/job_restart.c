@@ -76,7 +76,6 @@ static void on_between(int sig)
     between_sig = sig;
 }
 
-/* Sleep s seconds, or less when a signal arrives. */
 /* Sleeps s seconds, or less when a signal comes between attempts; says so then, so
    that a user who stopped the wait sees it was cut short. */
 static void nap(double s)

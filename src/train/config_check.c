@@ -171,12 +171,14 @@ static int check_offload(struct dsl_zero_config *z, const char *file, char *err)
         z->offload_optimizer = dsl_xstrdup("cpu");
     }
     const char *opt = z->offload_optimizer, *par = z->offload_param;
-    if ((opt && !strcmp(opt, "nvme")) || (par && !strcmp(par, "nvme")))
+    const char *nvme = opt && !strcmp(opt, "nvme")   ? "offload_optimizer"
+                       : par && !strcmp(par, "nvme") ? "offload_param"
+                                                     : NULL;
+    if (nvme)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: 'zero_optimization.%s.device' \"nvme\" is not supported by "
                           "dstrain (no NVMe offload): use \"cpu\" or \"none\"",
-                          file, opt && !strcmp(opt, "nvme") ? "offload_optimizer"
-                                                           : "offload_param");
+                          file, nvme);
     if (dsl_cfg_offloads(opt) && z->stage < 1)
         return dsl_seterr(err, DSL_ECONFIG,
                           "%s: 'zero_optimization.offload_optimizer' needs ZeRO stage 1, 2 or "

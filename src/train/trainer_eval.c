@@ -34,10 +34,9 @@ int dsl_trainer_evaluate_n(struct dsl_trainer *t, const struct dsl_dataset *d, s
     if (r0 < 0)
         return r0;
     dsl_shard_of(total, t->rank, t->world, &off, &len);
-    size_t off0, len0, passes = (len + bs - 1) / bs;
+    size_t off0, len0; /* rank 0's piece, the largest */
     dsl_shard_of(total, 0, t->world, &off0, &len0);
-    if (t->o.zero_stage == 3)
-        passes = (len0 + bs - 1) / bs;
+    size_t passes = ((t->o.zero_stage == 3 ? len0 : len) + bs - 1) / bs;
     /* a lazy split (token data read from its runs, data.h) is gathered a chunk at a
      * time into scratch; the chunks are the same as over rows, so are the bits */
     float *xs = NULL;

@@ -357,30 +357,6 @@ int dsl_train_settings_parse(struct dsl_train_settings *s, int argc, char **argv
  * calls it after adopting srun's or mpirun's variables; _verify() calls it for callers
  * that did not.
  */
-/* ZeRO-Offload once the device is known: the GPU trainer cannot honour it yet (a run
- * without it could exhaust the memory the user meant to free); on the CPU the state
- * it would move is in host memory already, which rank 0 says once. */
-static int offload_where(const struct dsl_zero_config *z, int gpu, int rank, char *err)
-{
-    int opt = dsl_cfg_offloads(z->offload_optimizer), par = dsl_cfg_offloads(z->offload_param);
-    if (!opt && !par)
-        return 0;
-    const char *what = opt && par ? "'zero_optimization.offload_optimizer' and 'offload_param'"
-                       : opt      ? "'zero_optimization.offload_optimizer'"
-                                  : "'zero_optimization.offload_param'";
-    if (gpu)
-        return dsl_seterr(err, DSL_ENOTSUP,
-                          "%s to \"cpu\" is not implemented on the GPU yet: set its device "
-                          "to \"none\" (the state stays in GPU memory), or train on the CPU "
-                          "(--backend tcp)", what);
-    if (rank == 0)
-        dsl_info("%s \"cpu\": a no-op on the CPU (tcp), where the %s in host memory already",
-                 what, opt && par ? "optimizer state and the parameters are"
-                       : opt      ? "optimizer state is"
-                                  : "parameters are");
-    return 0;
-}
-
 int dsl_train_settings_place(struct dsl_train_settings *s, char *err)
 {
     if (s->placed)
@@ -447,6 +423,30 @@ static void warn_unused(const struct dsl_train_config *c, int rank)
     if ((c->given.data & DSL_CFG_GIVEN_STRIDE) && !gpt_model)
         dsl_warn("'dstrain.data.stride' (--stride) spaces the GPT's training windows: the MLP "
                  "ignores it");
+}
+
+/* ZeRO-Offload once the device is known: the GPU trainer cannot honour it yet (a run
+ * without it could exhaust the memory the user meant to free); on the CPU the state
+ * it would move is in host memory already, which rank 0 says once. */
+static int offload_where(const struct dsl_zero_config *z, int gpu, int rank, char *err)
+{
+    int opt = dsl_cfg_offloads(z->offload_optimizer), par = dsl_cfg_offloads(z->offload_param);
+    if (!opt && !par)
+        return 0;
+    const char *what = opt && par ? "'zero_optimization.offload_optimizer' and 'offload_param'"
+                       : opt      ? "'zero_optimization.offload_optimizer'"
+                                  : "'zero_optimization.offload_param'";
+    if (gpu)
+        return dsl_seterr(err, DSL_ENOTSUP,
+                          "%s to \"cpu\" is not implemented on the GPU yet: set its device "
+                          "to \"none\" (the state stays in GPU memory), or train on the CPU "
+                          "(--backend tcp)", what);
+    if (rank == 0)
+        dsl_info("%s \"cpu\": a no-op on the CPU (tcp), where the %s in host memory already",
+                 what, opt && par ? "optimizer state and the parameters are"
+                       : opt      ? "optimizer state is"
+                                  : "parameters are");
+    return 0;
 }
 
 /* the precision on this device, and what the device or the model cannot do */

@@ -7,12 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "dslaunch/common/error.h"
 #include "dslaunch/train/train_config.h"
 #include "dslaunch/train/trainer_settings.h"
 #include "test.h"
+#include "test_fs.h"
 
 static const struct {
     const char *zero;     /* the zero_optimization object */
@@ -103,12 +103,11 @@ TEST(offload_sections_other_keys_should_be_deepspeeds_not_unknown)
  * device needed) on a GPU; returns what verify() returned */
 static int verify_file(const char *zero, int gpu, char *err)
 {
-    char path[] = "/tmp/dsl-test-offload-XXXXXX";
-    int fd = mkstemp(path);
-    ASSERT(fd >= 0);
+    char *dir = test_tmpdir("offload");
+    char path[256];
+    snprintf(path, sizeof(path), "%s/ds.json", dir);
     char *text = config_text(zero);
-    ASSERT_EQ(write(fd, text, strlen(text)), (ssize_t)strlen(text));
-    close(fd);
+    test_write_file(path, text, 0600);
     free(text);
     struct dsl_train_settings s;
     char *argv[] = {(char *)"dstrain", (char *)"--config", path, (char *)"--backend",
@@ -118,7 +117,7 @@ static int verify_file(const char *zero, int gpu, char *err)
     s.gpu = gpu;
     int r = dsl_train_settings_verify(&s, 0, 1, err);
     dsl_train_settings_release(&s);
-    unlink(path);
+    test_tmpdir_remove(dir);
     return r;
 }
 
