@@ -51,6 +51,7 @@
 #include "dslaunch/common/progress.h"
 #include "dslaunch/common/parse.h"
 #include "dslaunch/common/rankenv.h"
+#include "dslaunch/common/spawn.h"
 #include "dslaunch/train/trainer.h"
 #include "dslaunch/train/trainer_settings.h"
 #include "dslaunch/common/banned.h"
@@ -195,12 +196,8 @@ static int train(struct dsl_train_settings *s)
     if ((r = dsl_train_resume(s, &t, err)) < 0)
         goto out;
     if (s->ro.save_on_signal) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof(sa));
-        sa.sa_handler = on_signal;
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        sigaction(SIGUSR1, &sa, NULL); /* Slurm's warning signal (--signal=USR1@SECONDS) */
+        /* SIGUSR1: Slurm's warning signal (--signal=USR1@SECONDS) */
+        dsl_signals_set(on_signal, 0, (const int[]){SIGTERM, SIGINT, SIGUSR1, 0});
         s->ro.stop_flag = &stop_flag;
     }
     r = dsl_trainer_run(&t, &s->ro, &tr, &te, &sum, err);
